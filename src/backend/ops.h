@@ -1,0 +1,120 @@
+#pragma once
+// The op interface that the model's forward and backward are written against, once, for
+// every backend. Pointers are the backend's own memory (host on cpu, device on cuda).
+//
+// Conventions that every implementation keeps:
+// - Row-major tensors. N is the number of rows (tokens: B*T), C the channels.
+// - Backward ops ACCUMULATE (+=) into every gradient they write, inputs and weights
+//   alike, so a tensor that feeds two consumers (the residual stream, the tied
+//   embedding) collects both contributions. Callers zero gradient buffers before use.
+// - Scratch outputs of a forward op (LayerNorm mean/rstd, attention probabilities) are
+//   what its backward takes back.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace scalestudy {
+
+// What a block of backend memory holds, for per-rank memory accounting.
+enum class MemoryKind { parameters, gradients, optimizer, activations, communication, other };
+inline constexpr int kMemoryKindCount = 6;
+const char* memory_kind_name(MemoryKind kind);
+
+struct AttentionShape {
+  int batch = 0;      // B
+  int seq = 0;        // T
+  int channels = 0;   // C
+  int heads = 0;      // NH; head size is C / NH
+  bool causal = true; // false: bidirectional (BERT-style)
+};
+
+struct AdamWParams {
+  float learning_rate = 0.0f;
+  float beta1 = 0.9f;
+  float beta2 = 0.95f;
+  float epsilon = 1e-8f;
+  float weight_decay = 0.0f;  // decoupled; 0 for tensors that are not decayed
+  int step = 1;               // 1-based, for bias correction
+};
+
+class Ops {
+ public:
+  virtual ~Ops() = default;
+  virtual std::string name() const = 0;
+
+  // ---- memory ---------------------------------------------------------------------
+  virtual float* allocate_floats(size_t elems, MemoryKind kind) = 0;
+  virtual int32_t* allocate_ints(size_t elems, MemoryKind kind) = 0;
+  virtual void release(void* ptr) = 0;
+  virtual void fill_zero(float* dst, size_t elems) = 0;
+  virtual void copy(float* dst, const float* src, size_t elems) = 0;
+  virtual void copy_to_host(float* host_dst, const float* src, size_t elems) = 0;
+  virtual void copy_from_host(float* dst, const float* host_src, size_t elems) = 0;
+  virtual void copy_ints_from_host(int32_t* dst, const int32_t* host_src, size_t elems) = 0;
+  // Bytes currently allocated through this backend, by kind.
+  virtual size_t allocated_bytes(MemoryKind kind) const = 0;
+
+  // ---- embedding ------------------------------------------------------------------
+  // out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]
+  virtual void embedding_forward(float* out, const int32_t* tokens, const float* wte,
+                                 const float* wpe, int batch, int seq, int channels) = 0;
+  virtual void embedding_backward(float* dwte, float* dwpe, const float* dout,
+                                  const int32_t* tokens, int batch, int seq, int channels) = 0;
+
+  // ---- LayerNorm (eps 1e-5), per row of C -----------------------------------------
+  virtual void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                                 const float* weight, const float* bias, int rows,
+                                 int channels) = 0;
+  virtual void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                                  const float* inp, const float* weight, const float* mean,
+                                  const float* rstd, int rows, int channels) = 0;
+
+  // ---- dense layer: out[N,OC] = inp[N,IC] @ weight[OC,IC]^T + bias[OC] -------------
+  // bias may be null (the tied LM head has none); then dbias is null too.
+  virtual void matmul_forward(float* out, const float* inp, const float* weight,
+                              const float* bias, int rows, int in_channels,
+                              int out_channels) = 0;
+  virtual void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                               const float* inp, const float* weight, int rows,
+                               int in_channels, int out_channels) = 0;
+
+  // ---- multi-head attention -------------------------------------------------------
+  // qkv[B,T,3C] holds Q, K, V side by side; out[B,T,C]; probs[B,NH,T,T] is kept for
+  // the backward. Scale 1/sqrt(head size); with causal, key t2 > query t is masked.
+  virtual void attention_forward(float* out, float* probs, const float* qkv,
+                                 const AttentionShape& shape) = 0;
+  virtual void attention_backward(float* dqkv, const float* dout, const float* qkv,
+                                  const float* probs, const AttentionShape& shape) = 0;
+
+  // ---- tanh-approximated GELU, elementwise ---------------------------------------
+  virtual void gelu_forward(float* out, const float* inp, size_t elems) = 0;
+  virtual void gelu_backward(float* dinp, const float* inp, const float* dout,
+                             size_t elems) = 0;
+
+  // ---- residual: out = a + b; its backward is accumulate(da, dout) -----------------
+  virtual void residual_forward(float* out, const float* a, const float* b, size_t elems) = 0;
+  virtual void accumulate(float* dst, const float* src, size_t elems) = 0;
+
+  // ---- softmax cross-entropy over rows of V logits ---------------------------------
+  // probs[N,V] = softmax(logits); losses[N] = -log probs[n, targets[n]].
+  virtual void softmax_cross_entropy_forward(float* losses, float* probs, const float* logits,
+                                             const int32_t* targets, int rows, int vocab) = 0;
+  // dlogits[n,:] += loss_scale * (probs[n,:] - onehot(targets[n])), for a loss that is
+  // loss_scale * sum_n losses[n] (loss_scale = 1/(rows*micro_batches) for the mean).
+  virtual void softmax_cross_entropy_backward(float* dlogits, const float* probs,
+                                              const int32_t* targets, int rows, int vocab,
+                                              float loss_scale) = 0;
+  virtual double sum(const float* x, size_t elems) = 0;
+
+  // ---- optimizer ------------------------------------------------------------------
+  virtual double sum_of_squares(const float* x, size_t elems) = 0;
+  virtual void scale(float* x, size_t elems, float factor) = 0;
+  // One AdamW step over a contiguous range. params are the fp32 master weights.
+  virtual void adamw_update(float* params, const float* grads, float* m, float* v,
+                            size_t elems, const AdamWParams& hyper) = 0;
+
+  // Waits until every op issued so far has finished (a no-op on the CPU).
+  virtual void synchronize() = 0;
+};
+
+}  // namespace scalestudy

@@ -1,0 +1,78 @@
+#pragma once
+// Asynchronous collectives as start/finish pairs. start_* queues the collective on the
+// comm stream and returns at once; finish(handle) waits for it. Collectives run on the
+// comm stream in the order they were started, on every rank, so every rank must start
+// the same collectives in the same order.
+//
+// The buffers must stay valid and untouched by compute until finish() returns.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace scalestudy {
+
+enum class CollectiveKind { allreduce, reduce_scatter, allgather, broadcast, barrier };
+inline constexpr int kCollectiveKindCount = 5;
+const char* collective_kind_name(CollectiveKind kind);
+
+struct CommHandle {
+  uint64_t id = 0;
+};
+
+// What the comm stream did for one collective, for timing and byte accounting.
+// Times are seconds on the steady clock since Communicator::epoch().
+struct CollectiveRecord {
+  CollectiveKind kind = CollectiveKind::barrier;
+  std::string phase;        // the training phase that started it, e.g. "grad-comm"
+  size_t payload_bytes = 0; // bytes of the full (unsharded) buffer the collective covers
+  double begin_s = 0.0;
+  double end_s = 0.0;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual std::string name() const = 0;
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+
+  // In-place sum over ranks.
+  virtual CommHandle start_allreduce(float* buffer, size_t elems, const std::string& phase) = 0;
+  virtual CommHandle start_allreduce(double* buffer, size_t elems, const std::string& phase) = 0;
+  // send holds world_size * recv_elems; rank r receives the sum of chunk r in recv.
+  virtual CommHandle start_reduce_scatter(const float* send, float* recv, size_t recv_elems,
+                                          const std::string& phase) = 0;
+  // recv gets world_size * send_elems, chunk r from rank r. In place when
+  // send == recv + rank * send_elems.
+  virtual CommHandle start_allgather(const float* send, float* recv, size_t send_elems,
+                                     const std::string& phase) = 0;
+  virtual CommHandle start_broadcast(float* buffer, size_t elems, int root,
+                                     const std::string& phase) = 0;
+  virtual CommHandle start_barrier(const std::string& phase) = 0;
+
+  // Waits for a collective. A collective that does not finish within the timeout ends
+  // the job with a message naming the rank, the collective and its phase.
+  virtual void finish(CommHandle handle) = 0;
+  // Waits for every collective started so far.
+  virtual void finish_all() = 0;
+
+  // Hands over the records of the collectives finished since the last call.
+  virtual std::vector<CollectiveRecord> take_records() = 0;
+  // Total bytes ever sent through each kind of collective (payload, not wire bytes).
+  virtual std::vector<size_t> payload_bytes_by_kind() const = 0;
+
+  // Blocking conveniences built on the pairs.
+  void allreduce(float* buffer, size_t elems, const std::string& phase) {
+    finish(start_allreduce(buffer, elems, phase));
+  }
+  void allreduce(double* buffer, size_t elems, const std::string& phase) {
+    finish(start_allreduce(buffer, elems, phase));
+  }
+  void broadcast(float* buffer, size_t elems, int root, const std::string& phase) {
+    finish(start_broadcast(buffer, elems, root, phase));
+  }
+  void barrier(const std::string& phase) { finish(start_barrier(phase)); }
+};
+
+}  // namespace scalestudy

@@ -1,0 +1,32 @@
+#pragma once
+// MPI start-up and the facts about this process's place in the job.
+#include <mpi.h>
+
+#include <string>
+
+namespace scalestudy {
+
+struct ProcessPlacement {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;        // rank among the processes of this node
+  int local_size = 1;
+  int node_count = 1;
+  std::string host;
+};
+
+// Initialises MPI with MPI_THREAD_MULTIPLE (the comm stream is a thread of its own that
+// calls MPI while the main thread may too) and fails clearly if it is not granted.
+class MpiRuntime {
+ public:
+  MpiRuntime(int* argc, char*** argv);
+  ~MpiRuntime();
+  MpiRuntime(const MpiRuntime&) = delete;
+  MpiRuntime& operator=(const MpiRuntime&) = delete;
+};
+
+// Node-local rank from MPI_Comm_split_type(MPI_COMM_TYPE_SHARED): right under srun and
+// mpirun alike, whichever of SLURM_LOCALID and OMPI_COMM_WORLD_LOCAL_RANK is set.
+ProcessPlacement discover_placement(MPI_Comm comm);
+
+}  // namespace scalestudy

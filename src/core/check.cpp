@@ -1,0 +1,55 @@
+#include "core/check.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+namespace scalestudy {
+namespace {
+
+std::string host_name() {
+  char name[256] = {0};
+  if (gethostname(name, sizeof(name) - 1) != 0) return "unknown-host";
+  return name;
+}
+
+herr_t collect_hdf5_error(unsigned, const H5E_error2_t* error, void* out) {
+  auto* text = static_cast<std::string*>(out);
+  if (!text->empty()) *text += "; ";
+  *text += error->desc ? error->desc : "?";
+  if (error->func_name) *text += std::string(" (in ") + error->func_name + ")";
+  return 0;
+}
+
+}  // namespace
+
+std::string mpi_error_string(int code) {
+  std::vector<char> text(MPI_MAX_ERROR_STRING, '\0');
+  int length = 0;
+  if (MPI_Error_string(code, text.data(), &length) != MPI_SUCCESS) return "MPI error " + std::to_string(code);
+  return std::string(text.data(), static_cast<size_t>(length));
+}
+
+std::string hdf5_error_string() {
+  std::string text;
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, collect_hdf5_error, &text);
+  return text.empty() ? "HDF5 call failed (no error stack)" : text;
+}
+
+void abort_job(const char* file, int line, const std::string& what, const std::string& detail,
+               int exit_code) {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  int rank = -1;
+  if (initialized && !finalized) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  std::fprintf(stderr, "scalestudy: rank %d on %s: %s:%d: %s: %s\n", rank, host_name().c_str(),
+               file, line, what.c_str(), detail.c_str());
+  std::fflush(stderr);
+  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, exit_code);
+  std::_Exit(exit_code);
+}
+
+}  // namespace scalestudy
