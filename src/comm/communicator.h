@@ -5,6 +5,7 @@
 // the same collectives in the same order.
 //
 // The buffers must stay valid and untouched by compute until finish() returns.
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -57,6 +58,8 @@ class Communicator {
   // Waits for every collective started so far.
   virtual void finish_all() = 0;
 
+  // Record times are seconds since this point (the trainer sets it at each step start).
+  virtual void set_epoch(std::chrono::steady_clock::time_point epoch) = 0;
   // Hands over the records of the collectives finished since the last call.
   virtual std::vector<CollectiveRecord> take_records() = 0;
   // Total bytes ever sent through each kind of collective (payload, not wire bytes).

@@ -1,0 +1,192 @@
+"""Interval algebra on phase and collective intervals, and the per-step quantities built
+from it (step time, communication time, exposed communication, breakdown).
+
+Everything works on many (step, rank) groups at once: a group id is `row * R + rank`,
+where `row` indexes /steps. All definitions follow docs/results-schema.md, /summary.
+"""
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from .schema import COVERING_PHASES, PHASE
+
+
+def _valid(group, begin, end):
+    group = np.asarray(group, dtype=np.int64)
+    begin = np.asarray(begin, dtype=np.float64)
+    end = np.asarray(end, dtype=np.float64)
+    keep = np.isfinite(begin) & np.isfinite(end) & (end > begin)
+    return group[keep], begin[keep], end[keep]
+
+
+def merge_segments(group, begin, end):
+    """Disjoint, sorted segments covering the same set per group as the input intervals."""
+    group, begin, end = _valid(group, begin, end)
+    if group.size == 0:
+        return group, begin, end
+    frame = pd.DataFrame({"g": group, "b": begin, "e": end})
+    frame = frame.sort_values(["g", "b"], kind="mergesort").reset_index(drop=True)
+    reach = frame.groupby("g", sort=False)["e"].cummax()
+    previous_reach = reach.groupby(frame["g"], sort=False).shift()
+    # Touching intervals merge; the covered length is the same either way.
+    starts = previous_reach.isna().to_numpy() | (frame["b"].to_numpy() > previous_reach.to_numpy())
+    segment = np.cumsum(starts) - 1
+    merged = frame.groupby(segment, sort=True).agg(g=("g", "first"), b=("b", "min"), e=("e", "max"))
+    return merged["g"].to_numpy(), merged["b"].to_numpy(), merged["e"].to_numpy()
+
+
+def union_length(group, begin, end, n_groups):
+    """Length of the union of the intervals of each group; 0 for groups without any."""
+    group, begin, end = merge_segments(group, begin, end)
+    return np.bincount(group, weights=end - begin, minlength=n_groups)[:n_groups]
+
+
+def uncovered_length(group, begin, end, cover_group, cover_begin, cover_end, n_groups):
+    """Length of the union of the intervals not covered by the union of the cover, per
+    group: |A ∪ B| - |B| equals |A \\ B| and needs no pairwise intersection."""
+    both = union_length(np.concatenate([group, cover_group]),
+                        np.concatenate([begin, cover_begin]),
+                        np.concatenate([end, cover_end]), n_groups)
+    cover = union_length(cover_group, cover_begin, cover_end, n_groups)
+    return np.maximum(both - cover, 0.0)
+
+
+def clip_to_window(group, begin, end, window_begin, window_end):
+    """Clips each interval to its group's window; drops what falls outside."""
+    group, begin, end = _valid(group, begin, end)
+    begin = np.maximum(begin, window_begin[group])
+    end = np.minimum(end, window_end[group])
+    keep = end > begin
+    return group[keep], begin[keep], end[keep]
+
+
+@dataclass
+class CommPieces:
+    """Collective intervals cut at step boundaries: each piece lies inside the window of
+    the step (row) it is attributed to, in that step's time frame."""
+    row: np.ndarray
+    rank: np.ndarray
+    begin: np.ndarray
+    end: np.ndarray
+    kind: np.ndarray
+    phase: np.ndarray
+    carried: np.ndarray  # True for the part of a collective started in an earlier step
+
+
+def split_collectives(row, rank, begin, end, kind, phase, step_begin, step_end):
+    """Cuts collectives at the end of their step and moves the overflow into the next
+    step's frame. Steps are contiguous on a rank, so time t in step s is
+    t - end(s) + begin(s+1) in step s+1 (docs/results-schema.md, /steps)."""
+    n_rows, _ = step_end.shape
+    row = np.asarray(row, dtype=np.int64)
+    rank = np.asarray(rank, dtype=np.int64)
+    begin = np.asarray(begin, dtype=np.float64)
+    end = np.asarray(end, dtype=np.float64)
+    kind = np.asarray(kind, dtype=np.int64)
+    phase = np.asarray(phase, dtype=np.int64)
+    carried = np.zeros(row.shape, dtype=bool)
+    pieces = []
+    while row.size:
+        window_begin = step_begin[row, rank]
+        window_end = step_end[row, rank]
+        piece_begin = np.maximum(begin, window_begin)
+        piece_end = np.minimum(end, window_end)
+        inside = piece_end > piece_begin
+        pieces.append((row[inside], rank[inside], piece_begin[inside], piece_end[inside],
+                       kind[inside], phase[inside], carried[inside]))
+        spill = (end > window_end) & (row + 1 < n_rows)
+        if not spill.any():
+            break
+        shift = window_end[spill] - step_begin[row[spill] + 1, rank[spill]]
+        row, rank, kind, phase = row[spill] + 1, rank[spill], kind[spill], phase[spill]
+        begin = np.maximum(begin[spill], window_end[spill]) - shift
+        end = end[spill] - shift
+        carried = np.ones(row.shape, dtype=bool)
+    if not pieces:
+        empty_i, empty_f = np.zeros(0, np.int64), np.zeros(0, np.float64)
+        return CommPieces(empty_i, empty_i, empty_f, empty_f, empty_i, empty_i,
+                          np.zeros(0, bool))
+    columns = [np.concatenate(parts) for parts in zip(*pieces)]
+    return CommPieces(*columns)
+
+
+@dataclass
+class StepQuantities:
+    """Per-step values (arrays over /steps rows) and the per-rank arrays behind them."""
+    step_time: np.ndarray      # [S] max over ranks of the step length
+    critical_rank: np.ndarray  # [S] the rank that sets step_time
+    comm_time: np.ndarray      # [S] max over ranks of the comm union
+    exposed_comm: np.ndarray   # [S] max over ranks of comm not covered by compute
+    compute: np.ndarray        # [S] on the critical rank: |forward ∪ backward|
+    optimizer: np.ndarray      # [S] on the critical rank: optimizer outside forward/backward
+    exposed_on_critical: np.ndarray  # [S] exposed comm of the critical rank
+    other: np.ndarray          # [S] step - compute - optimizer - exposed, critical rank
+    comm_per_rank: np.ndarray      # [S, R]
+    exposed_per_rank: np.ndarray   # [S, R]
+    pieces: CommPieces
+
+
+def _phase_intervals(intervals, names):
+    """Phase intervals of every group as flat (group, begin, end) arrays."""
+    n_rows, n_ranks = intervals.shape[:2]
+    groups = np.arange(n_rows * n_ranks)
+    parts = [(groups, intervals[:, :, PHASE[name], 0].ravel(),
+              intervals[:, :, PHASE[name], 1].ravel()) for name in names]
+    return tuple(np.concatenate(column) for column in zip(*parts))
+
+
+def step_quantities(intervals, coll_row, coll_rank, coll_begin, coll_end, coll_kind,
+                    coll_phase):
+    """Derives the per-step quantities of docs/results-schema.md from /steps/intervals
+    ([S, R, P, 2]) and /collectives (rows already mapped from step_index to /steps row)."""
+    intervals = np.asarray(intervals, dtype=np.float64)
+    n_rows, n_ranks = intervals.shape[:2]
+    n_groups = n_rows * n_ranks
+    step_begin = intervals[:, :, PHASE["step"], 0]
+    step_end = intervals[:, :, PHASE["step"], 1]
+    step_length = step_end - step_begin
+    window_begin, window_end = step_begin.ravel(), step_end.ravel()
+
+    pieces = split_collectives(coll_row, coll_rank, coll_begin, coll_end, coll_kind,
+                               coll_phase, step_begin, step_end)
+    comm = (pieces.row * n_ranks + pieces.rank, pieces.begin, pieces.end)
+    forward_backward = clip_to_window(*_phase_intervals(intervals, ("forward", "backward")),
+                                      window_begin, window_end)
+    covering = clip_to_window(*_phase_intervals(intervals, COVERING_PHASES),
+                              window_begin, window_end)
+
+    comm_len = union_length(*comm, n_groups)
+    exposed_len = uncovered_length(*comm, *covering, n_groups)
+    compute_len = union_length(*forward_backward, n_groups)
+    optimizer_len = uncovered_length(*covering, *forward_backward, n_groups)
+
+    comm_len = comm_len.reshape(n_rows, n_ranks)
+    exposed_len = exposed_len.reshape(n_rows, n_ranks)
+    compute_len = compute_len.reshape(n_rows, n_ranks)
+    optimizer_len = optimizer_len.reshape(n_rows, n_ranks)
+
+    if n_rows == 0:
+        critical = np.zeros(0, dtype=np.int64)
+    else:
+        # A NaN step length (missing step phase) must not be picked as the maximum.
+        critical = np.argmax(np.where(np.isnan(step_length), -np.inf, step_length), axis=1)
+    rows = np.arange(n_rows)
+    step_time = step_length[rows, critical]
+    step_time = np.where(np.isnan(step_length).any(axis=1), np.nan, step_time)
+    compute = compute_len[rows, critical]
+    optimizer = optimizer_len[rows, critical]
+    exposed_critical = exposed_len[rows, critical]
+    return StepQuantities(
+        step_time=step_time,
+        critical_rank=critical,
+        comm_time=comm_len.max(axis=1) if n_ranks else np.zeros(n_rows),
+        exposed_comm=exposed_len.max(axis=1) if n_ranks else np.zeros(n_rows),
+        compute=compute,
+        optimizer=optimizer,
+        exposed_on_critical=exposed_critical,
+        other=np.maximum(step_time - compute - optimizer - exposed_critical, 0.0),
+        comm_per_rank=comm_len,
+        exposed_per_rank=exposed_len,
+        pieces=pieces,
+    )

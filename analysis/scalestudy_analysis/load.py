@@ -1,0 +1,297 @@
+"""Reading result files (schema v1) into RunRecords and one pandas row per run."""
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pandas as pd
+
+from .intervals import StepQuantities, step_quantities
+from .problems import Problem
+from .schema import (COLLECTIVE_NAMES, PHASE_NAMES, RESULT_SUFFIXES, SCHEMA_VERSION,
+                     STATUS_COMPLETE, SUMMARY_FLOAT_KEYS)
+from .summary import compare_summary, compute_summary
+
+
+class MissingField(Exception):
+    """The file lacks something schema v1 requires; the message names it."""
+
+
+@dataclass
+class RunRecord:
+    path: str
+    attrs: dict = field(default_factory=dict)
+    config: dict = field(default_factory=dict)
+    hostnames: list = field(default_factory=list)
+    devices: list = field(default_factory=list)
+    intervals: np.ndarray = None        # [S, R, P, 2]
+    loss: np.ndarray = None
+    tokens: np.ndarray = None
+    warmup: np.ndarray = None
+    step_index: np.ndarray = None
+    comm_bytes: np.ndarray = None       # [S, K]
+    collectives: dict = field(default_factory=dict)  # name -> [C] array, step mapped to row
+    memory_bytes: np.ndarray = None     # [R, M]
+    peak_bytes: np.ndarray = None
+    stored_summary: dict = field(default_factory=dict)
+    quantities: StepQuantities = None
+    summary: dict = field(default_factory=dict)   # recomputed by the analysis
+    problems: list = field(default_factory=list)
+    usable: bool = False
+
+    @property
+    def status(self):
+        return self.attrs.get("status", "unreadable")
+
+    @property
+    def world_size(self):
+        return int(self.attrs.get("world_size", -1))
+
+    @property
+    def git_sha(self):
+        return self.attrs.get("git_sha", "")
+
+    @property
+    def repeat(self):
+        return self.config.get("repeat", "")
+
+    @property
+    def measured(self):
+        return self.warmup == 0
+
+    def measured_step_times(self):
+        return self.quantities.step_time[self.measured]
+
+
+def _text(value):
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace").rstrip("\x00")
+    if isinstance(value, np.ndarray) and value.shape == ():
+        return _text(value[()])
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def _text_list(value):
+    return [str(_text(item)) for item in np.atleast_1d(value)]
+
+
+def _attributes(obj):
+    return {key: _text(value) for key, value in obj.attrs.items()}
+
+
+def _dataset(handle, path, dtype=None):
+    if path not in handle:
+        raise MissingField(f"missing {path}")
+    data = handle[path]
+    if data.dtype.kind in "OS":
+        return np.array(data.asstr()[()], dtype=object)
+    values = data[()]
+    return values.astype(dtype) if dtype is not None else values
+
+
+def _check_names(handle, path, attribute, expected):
+    if path not in handle or attribute not in handle[path].attrs:
+        raise MissingField(f"missing attribute {attribute} on {path}")
+    names = _text_list(handle[path].attrs[attribute])
+    if tuple(names) != tuple(expected):
+        raise MissingField(f"{path} {attribute} is {names}, expected {list(expected)}")
+
+
+def _open(path):
+    # Files of running jobs are open for writing elsewhere; reading them must not fail
+    # on HDF5's advisory lock.
+    try:
+        return h5py.File(path, "r", locking=False)
+    except TypeError:
+        return h5py.File(path, "r")
+
+
+def _read_steps(handle, run):
+    _check_names(handle, "/steps", "phase_names", PHASE_NAMES)
+    run.intervals = _dataset(handle, "/steps/intervals", np.float64)
+    run.loss = _dataset(handle, "/steps/loss", np.float64)
+    run.tokens = _dataset(handle, "/steps/tokens", np.int64)
+    run.warmup = _dataset(handle, "/steps/warmup", np.uint8)
+    run.step_index = _dataset(handle, "/steps/step_index", np.int64)
+    run.comm_bytes = _dataset(handle, "/steps/comm_bytes", np.int64)
+    _check_names(handle, "/steps/comm_bytes", "collective_names", COLLECTIVE_NAMES)
+    n_steps = run.intervals.shape[0]
+    if len(run.hostnames) != run.world_size:
+        raise MissingField(f"/ranks/hostname has {len(run.hostnames)} entries, world_size is "
+                           f"{run.world_size}")
+    if run.intervals.ndim != 4 or run.intervals.shape[1:] != (run.world_size, len(PHASE_NAMES), 2):
+        raise MissingField(f"/steps/intervals has shape {run.intervals.shape}, expected "
+                           f"[S, {run.world_size}, {len(PHASE_NAMES)}, 2]")
+    for name in ("loss", "tokens", "warmup", "step_index"):
+        if getattr(run, name).shape != (n_steps,):
+            raise MissingField(f"/steps/{name} has shape {getattr(run, name).shape}, "
+                               f"expected [{n_steps}] like /steps/intervals")
+
+
+def _read_collectives(handle, run):
+    columns = {}
+    for name in ("step", "rank", "kind", "phase", "begin", "end", "payload_bytes"):
+        columns[name] = _dataset(handle, f"/collectives/{name}")
+    lengths = {values.shape for values in columns.values()}
+    if len(lengths) != 1:
+        raise MissingField(f"/collectives datasets differ in length: {sorted(lengths)}")
+    steps = columns["step"]
+    order = np.argsort(run.step_index, kind="stable")
+    sorted_index = run.step_index[order]
+    if sorted_index.size:
+        position = np.minimum(np.searchsorted(sorted_index, steps), sorted_index.size - 1)
+        known = sorted_index[position] == steps
+    else:
+        position = np.zeros(steps.shape, dtype=np.int64)
+        known = np.zeros(steps.shape, dtype=bool)
+    unknown = int((~known).sum())
+    if unknown and run.status == STATUS_COMPLETE:
+        run.problems.append(Problem(run.path, "collectives", f"{unknown} rows of /collectives "
+                                    "name steps missing from /steps; ignored", False))
+    columns = {name: values[known] for name, values in columns.items()}
+    columns["row"] = order[position[known]]
+    run.collectives = columns
+
+
+def _read_body(handle, run):
+    run.config = _attributes(handle["/config"]) if "/config" in handle else None
+    if run.config is None:
+        raise MissingField("missing /config")
+    run.config = {key: str(value) for key, value in run.config.items()}
+    run.hostnames = list(_dataset(handle, "/ranks/hostname"))
+    run.devices = list(_dataset(handle, "/ranks/device"))
+    _read_steps(handle, run)
+    _read_collectives(handle, run)
+    if "/memory/bytes" in handle:
+        run.memory_bytes = _dataset(handle, "/memory/bytes", np.int64)
+        run.peak_bytes = _dataset(handle, "/memory/peak_bytes", np.int64)
+    if "/summary" in handle:
+        run.stored_summary = _attributes(handle["/summary"])
+
+
+def _steps_recorded(handle):
+    try:
+        return f"{handle['/steps/intervals'].shape[0]} steps recorded"
+    except (KeyError, OSError, IndexError):
+        return "no steps readable"
+
+
+def _status_problem(run, handle):
+    """Failed and unfinished runs are named and left out, whatever else they hold."""
+    recorded = _steps_recorded(handle)
+    if run.status == "failed":
+        reason = run.attrs.get("failure_reason", "") or "no reason given"
+        return Problem(run.path, "failed", f"{reason} ({recorded})", True)
+    if run.status != STATUS_COMPLETE or run.path.endswith(".partial"):
+        return Problem(run.path, "incomplete", f"status {run.status!r}, {recorded}; the "
+                       "run did not finish", True)
+    return None
+
+
+def read_run(path):
+    """Reads one file. Never raises for bad content: problems land in run.problems and
+    run.usable says whether the run may enter any number."""
+    run = RunRecord(path=str(path))
+    try:
+        with _open(path) as handle:
+            run.attrs = _attributes(handle)
+            for required in ("schema_version", "status", "world_size", "git_sha"):
+                if required not in run.attrs:
+                    raise MissingField(f"missing root attribute {required}")
+            if int(run.attrs["schema_version"]) != SCHEMA_VERSION:
+                run.problems.append(Problem(run.path, "schema", "schema_version "
+                                            f"{run.attrs['schema_version']}, this analysis "
+                                            f"reads {SCHEMA_VERSION}", True))
+                return run
+            status_problem = _status_problem(run, handle)
+            if status_problem is not None:
+                run.problems.append(status_problem)
+                return run
+            _read_body(handle, run)
+    except MissingField as error:
+        run.problems.append(Problem(run.path, "missing field", str(error), True))
+        return run
+    except (OSError, KeyError, ValueError, TypeError) as error:
+        first_line = str(error).splitlines()[0] if str(error) else type(error).__name__
+        run.problems.append(Problem(run.path, "unreadable", first_line, True))
+        return run
+
+    n_steps = run.intervals.shape[0]
+    collectives = run.collectives
+    run.quantities = step_quantities(run.intervals, collectives["row"], collectives["rank"],
+                                     collectives["begin"], collectives["end"],
+                                     collectives["kind"], collectives["phase"])
+    measured_times = run.measured_step_times()
+    if measured_times.size == 0:
+        run.problems.append(Problem(run.path, "no measured steps", f"all {n_steps} steps "
+                                    "are warm-up", True))
+        return run
+    if np.isnan(measured_times).any():
+        run.problems.append(Problem(run.path, "missing field", "the step phase is NaN in "
+                                    f"{int(np.isnan(measured_times).sum())} measured steps",
+                                    True))
+        return run
+    run.summary = compute_summary(run)
+    if run.stored_summary:
+        mismatched = compare_summary(run.stored_summary, run.summary)
+        if mismatched:
+            run.problems.append(Problem(run.path, "summary mismatch", "stored /summary "
+                                        "disagrees with the recomputation for " +
+                                        ", ".join(mismatched) + "; recomputed values used",
+                                        False))
+    else:
+        run.problems.append(Problem(run.path, "missing field", "no /summary in a complete "
+                                    "file; recomputed from /steps", False))
+    run.usable = True
+    return run
+
+
+def find_result_files(results_dir):
+    found = []
+    for root, _, names in os.walk(results_dir):
+        for name in names:
+            if name.endswith(RESULT_SUFFIXES):
+                found.append(Path(root) / name)
+    return sorted(found)
+
+
+def run_row(run, results_dir=None):
+    """One flat row per run: provenance, config keys, recomputed summary, step times."""
+    path = run.path
+    if results_dir is not None:
+        try:
+            path = str(Path(run.path).relative_to(results_dir))
+        except ValueError:
+            pass
+    row = {"path": path, "status": run.status, "included": run.usable,
+           "problem": "; ".join(p.message for p in run.problems if p.excluded)}
+    for key in ("git_sha", "world_size", "nodes", "ranks_per_node", "backend", "start_time",
+                "end_time", "scalestudy_version"):
+        row[key] = run.attrs.get(key)
+    for key, value in sorted(run.config.items()):
+        row[key if key not in row else f"config.{key}"] = value
+    row["hosts"] = " ".join(sorted(set(map(str, run.hostnames))))
+    row["repeat"] = run.config.get("repeat")
+    for key in ("steps_measured",) + SUMMARY_FLOAT_KEYS + ("peak_source",):
+        row[key] = run.summary.get(key, np.nan if key != "peak_source" else "")
+    row["step_times_s"] = run.measured_step_times() if run.usable else np.zeros(0)
+    return row
+
+
+def runs_frame(runs, results_dir=None):
+    rows = [run_row(run, results_dir) for run in runs]
+    frame = pd.DataFrame(rows)
+    if frame.empty:
+        return frame
+    frame["world_size"] = pd.to_numeric(frame["world_size"], errors="coerce")
+    return frame
+
+
+def load_results(results_dir):
+    """Reads every result file under results_dir. Returns (runs, frame, problems)."""
+    runs = [read_run(path) for path in find_result_files(results_dir)]
+    problems = [problem for run in runs for problem in run.problems]
+    return runs, runs_frame(runs, results_dir), problems

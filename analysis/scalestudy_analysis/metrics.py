@@ -1,0 +1,231 @@
+"""Series of runs and their scaling metrics: speedup, efficiency, Karp-Flatt serial
+fraction, breakdown, communication fraction, throughput and MFU against world size."""
+import math
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from .problems import Problem
+from .schema import BATCH_KEY, PER_RUN_KEYS, SERIES_KEYS
+from .summary import quartiles, ratio
+
+
+@dataclass
+class Series:
+    fields: dict        # the series-defining config values, SERIES_KEYS + batch key
+    variant: dict       # what separates this series from same-key runs of another build/config
+    runs: list
+    index: int = 0
+    table: pd.DataFrame = field(default=None)
+
+    @property
+    def scaling(self):
+        return self.fields["scaling"]
+
+    @property
+    def baseline_n(self):
+        return int(min(run.world_size for run in self.runs))
+
+    @property
+    def strategy_label(self):
+        overlap = "+overlap" if self.fields.get("overlap") == "on" else ""
+        return f"{self.fields.get('strategy', '?')}{overlap}"
+
+    @property
+    def label(self):
+        batch_key = BATCH_KEY.get(self.scaling, "global_batch")
+        parts = [f"{self.fields.get('experiment') or '(no experiment)'}:",
+                 self.fields.get("model", "?"), self.strategy_label, f"{self.scaling} scaling",
+                 f"{batch_key}={self.fields.get(batch_key)}", f"seq={self.fields.get('seq')}",
+                 f"grad_accum={self.fields.get('grad_accum')}", self.fields.get("precision", "?")]
+        return " ".join(parts) + self.variant_suffix
+
+    @property
+    def variant_suffix(self):
+        if not self.variant:
+            return ""
+        shown = [f"{key}={value}" for key, value in sorted(self.variant.items())][:3]
+        return " [" + ", ".join(shown) + "]"
+
+    @property
+    def slug(self):
+        text = f"{self.fields.get('model', '')}-{self.strategy_label}-{self.scaling}"
+        return f"s{self.index:02d}-" + re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower()
+
+
+def _series_fields(run):
+    config = run.config
+    values = {key: config.get(key, run.attrs.get(key, "")) for key in SERIES_KEYS}
+    batch_key = BATCH_KEY.get(values["scaling"], "global_batch")
+    values[batch_key] = config.get(batch_key, "")
+    return values
+
+
+def _fingerprint(run):
+    """What must agree between runs of one series: the build and every config value that
+    is not allowed to vary with world size or repeat."""
+    items = {key: value for key, value in run.config.items() if key not in PER_RUN_KEYS}
+    items["git_sha"] = run.git_sha
+    items["backend"] = str(run.attrs.get("backend", items.get("backend", "")))
+    return tuple(sorted(items.items()))
+
+
+def _differences(fingerprints):
+    """Keys whose value differs between fingerprints, with each variant's values."""
+    dicts = [dict(fp) for fp in fingerprints]
+    keys = sorted(set().union(*dicts))
+    differing = [key for key in keys if len({d.get(key) for d in dicts}) > 1]
+    return differing, [{key: d.get(key, "(absent)") for key in differing} for d in dicts]
+
+
+def group_series(runs):
+    """Usable runs grouped into series. A group whose runs disagree on git_sha or config
+    is split into variants, and each split is reported."""
+    groups = defaultdict(list)
+    for run in runs:
+        if run.usable:
+            groups[tuple(sorted(_series_fields(run).items()))].append(run)
+    series_list, problems = [], []
+    for key in sorted(groups):
+        members = groups[key]
+        by_variant = defaultdict(list)
+        for run in members:
+            by_variant[_fingerprint(run)].append(run)
+        fingerprints = sorted(by_variant)
+        differing, variants = _differences(fingerprints)
+        fields_ = dict(key)
+        for fingerprint, variant in zip(fingerprints, variants):
+            series_list.append(Series(fields=fields_, variant=variant,
+                                      runs=by_variant[fingerprint]))
+        if len(fingerprints) > 1:
+            kind = "mixed git_sha" if "git_sha" in differing else "mixed config"
+            detail = "; ".join(", ".join(f"{k}={v}" for k, v in variant.items())
+                               + f" ({len(by_variant[fp])} runs)"
+                               for fp, variant in zip(fingerprints, variants))
+            label = Series(fields=fields_, variant={}, runs=members).label
+            problems.append(Problem(label, kind, f"runs of one series differ in "
+                                    f"{', '.join(differing)}: {detail}; analysed as "
+                                    f"{len(fingerprints)} separate series, never averaged",
+                                    False))
+    for index, series in enumerate(series_list, start=1):
+        series.index = index
+        problems.extend(_duplicate_problems(series))
+        series.table = scaling_table(series)
+    return series_list, problems
+
+
+def _duplicate_problems(series):
+    seen = defaultdict(list)
+    for run in series.runs:
+        seen[(run.world_size, run.repeat)].append(run.path)
+    return [Problem(series.label, "duplicate repeat", f"N={n} repeat={repeat!r} appears in "
+                    f"{len(paths)} files ({', '.join(paths)}); all are pooled", False)
+            for (n, repeat), paths in sorted(seen.items()) if len(paths) > 1]
+
+
+def _pooled(runs, name):
+    """Values of one per-step quantity over the measured steps of all runs, concatenated."""
+    arrays = []
+    for run in runs:
+        values = getattr(run.quantities, name) if name != "tokens" else run.tokens
+        arrays.append(np.asarray(values, dtype=np.float64)[run.measured])
+    return np.concatenate(arrays) if arrays else np.zeros(0)
+
+
+def _first_finite(values):
+    for value in values:
+        if value is not None and np.isfinite(value):
+            return float(value)
+    return math.nan
+
+
+def point_metrics(runs, world_size):
+    """Pooled values at one world size: all measured steps of all repeats together."""
+    step_times = _pooled(runs, "step_time")
+    q1, median, q3 = quartiles(step_times)
+    tokens_median = float(np.median(_pooled(runs, "tokens")))
+    comm_median = float(np.median(_pooled(runs, "comm_time")))
+    exposed_median = float(np.median(_pooled(runs, "exposed_comm")))
+    flops = _first_finite(run.summary.get("flops_per_step") for run in runs)
+    peak = _first_finite(run.summary.get("peak_tflops_per_gpu") for run in runs)
+    tflops = ratio(flops, median) / world_size / 1e12
+    return {
+        "N": world_size,
+        "repeats": len({run.repeat for run in runs}),
+        "runs": len(runs),
+        "steps": int(step_times.size),
+        "step_time_median_s": median,
+        "step_time_q1_s": q1,
+        "step_time_q3_s": q3,
+        "tokens_per_step": tokens_median,
+        "tokens_per_s": ratio(tokens_median, median),
+        "tokens_per_s_lo": ratio(tokens_median, q3),
+        "tokens_per_s_hi": ratio(tokens_median, q1),
+        "comm_time_median_s": comm_median,
+        "exposed_comm_median_s": exposed_median,
+        "exposed_comm_fraction": 0.0 if comm_median == 0 else exposed_median / comm_median,
+        "comm_fraction_of_step": ratio(comm_median, median),
+        "exposed_fraction_of_step": ratio(exposed_median, median),
+        "tflops_per_gpu": tflops,
+        "peak_tflops_per_gpu": peak,
+        "mfu": ratio(tflops, peak),
+        "compute_mean_s": float(np.mean(_pooled(runs, "compute"))),
+        "exposed_comm_mean_s": float(np.mean(_pooled(runs, "exposed_on_critical"))),
+        "optimizer_mean_s": float(np.mean(_pooled(runs, "optimizer"))),
+        "other_mean_s": float(np.mean(_pooled(runs, "other"))),
+        "step_time_mean_s": float(np.mean(step_times)),
+    }
+
+
+def karp_flatt(speedup, p):
+    """Experimentally determined serial fraction; undefined at p = 1."""
+    speedup = np.asarray(speedup, dtype=np.float64)
+    p = np.asarray(p, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        value = (1.0 / speedup - 1.0 / p) / (1.0 - 1.0 / p)
+    return np.where(p > 1, value, np.nan)
+
+
+def scaling_table(series):
+    """One row per world size. Speedup and efficiency are throughput ratios against the
+    smallest world size measured, N0: for strong scaling tokens per step are fixed, so
+    this equals T(N0)/T(N)."""
+    by_n = defaultdict(list)
+    for run in series.runs:
+        by_n[run.world_size].append(run)
+    table = pd.DataFrame([point_metrics(by_n[n], n) for n in sorted(by_n)])
+    n0 = table["N"].iloc[0]
+    base = table["tokens_per_s"].iloc[0]
+    p = table["N"] / n0
+    table["speedup"] = table["tokens_per_s"] / base
+    table["speedup_lo"] = table["tokens_per_s_lo"] / base
+    table["speedup_hi"] = table["tokens_per_s_hi"] / base
+    # Strong: S(N) * N0 / N. Weak: per-rank throughput at N over that at N0, which is
+    # the same expression; only the meaning of "speedup" differs (throughput ratio).
+    table["efficiency"] = table["speedup"] / p
+    table["karp_flatt"] = karp_flatt(table["speedup"], p) if series.scaling != "weak" else np.nan
+    table["efficiency_lo"] = table["speedup_lo"] / p
+    table["efficiency_hi"] = table["speedup_hi"] / p
+    return table
+
+
+def legend_labels(series_list):
+    """Shortest labels that still tell the plotted series apart: only the fields that
+    vary between them, plus the strategy, which every reader looks for."""
+    if not series_list:
+        return []
+    keys = ["experiment", "model", "scaling", "grad_accum", "precision", "seq",
+            "global_batch", "batch_per_rank"]
+    varying = [key for key in keys
+               if len({s.fields.get(key) for s in series_list}) > 1]
+    labels = []
+    for series in series_list:
+        parts = [series.strategy_label]
+        parts += [f"{key}={series.fields.get(key)}" if key not in ("model", "experiment")
+                  else str(series.fields.get(key)) for key in varying
+                  if series.fields.get(key) is not None]
+        labels.append(" ".join(parts) + series.variant_suffix)
+    return labels

@@ -1,0 +1,195 @@
+"""Scaling figures as PNG files. Each function returns a Figure entry for the report:
+the file written (None when skipped) and a note saying why when it was skipped."""
+from dataclasses import dataclass
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
+import numpy as np  # noqa: E402
+from matplotlib.ticker import ScalarFormatter  # noqa: E402
+
+from .metrics import legend_labels  # noqa: E402
+
+DPI = 120
+BREAKDOWN_PARTS = (("compute_mean_s", "compute (forward+backward)", "#4C72B0"),
+                   ("exposed_comm_mean_s", "exposed communication", "#DD8452"),
+                   ("optimizer_mean_s", "optimizer", "#55A868"),
+                   ("other_mean_s", "other (data, waits)", "#B0B0B0"))
+
+
+@dataclass
+class Figure:
+    file: str          # relative to the output directory; None when skipped
+    title: str
+    note: str = ""
+
+
+def _world_size_axis(axis, sizes, log=True):
+    sizes = sorted({int(n) for n in sizes})
+    if log and len(sizes) > 1:
+        axis.set_xscale("log", base=2)
+    axis.set_xticks(sizes)
+    axis.set_xticklabels([str(n) for n in sizes])
+    axis.minorticks_off()
+    axis.set_xlabel("world size N (ranks)")
+
+
+def _save(figure, out_dir, name):
+    figure.tight_layout()
+    figure.savefig(out_dir / name, dpi=DPI)
+    plt.close(figure)
+    return name
+
+
+def _line_plot(series_list, out_dir, name, title, column, ylabel, ideal=None, band=None,
+               log_y_base=None, ideal_in_series_colour=False):
+    """Lines of one column against N, an optional IQR band, and a dashed ideal
+    (ideal(series) gives its y values at the series' N; identical ideals are drawn once)."""
+    figure, axis = plt.subplots(figsize=(7, 4.5))
+    sizes = []
+    drawn = set()
+    for series, label in zip(series_list, legend_labels(series_list)):
+        table = series.table
+        line, = axis.plot(table["N"], table[column].to_numpy(dtype=float), marker="o",
+                          label=label)
+        sizes.extend(table["N"])
+        if band is not None:
+            low, high = (table[c].to_numpy(dtype=float) for c in band)
+            axis.fill_between(table["N"], low, high, color=line.get_color(), alpha=0.2,
+                              linewidth=0)
+        if ideal is None:
+            continue
+        ideal_y = np.asarray(ideal(series), dtype=float)
+        key = (tuple(table["N"]), tuple(np.round(ideal_y, 12)))
+        if key in drawn and not ideal_in_series_colour:
+            continue
+        colour = line.get_color() if ideal_in_series_colour else "black"
+        axis.plot(table["N"], ideal_y, linestyle="--", color=colour, linewidth=1,
+                  label="ideal" if not drawn else None)
+        drawn.add(key)
+    _world_size_axis(axis, sizes)
+    if log_y_base:
+        axis.set_yscale("log", base=log_y_base)
+        axis.yaxis.set_major_formatter(ScalarFormatter())
+    axis.set_ylabel(ylabel)
+    axis.set_title(title)
+    axis.grid(True, alpha=0.3)
+    axis.legend(fontsize="small")
+    return Figure(_save(figure, out_dir, name), title)
+
+
+def _skip(title, why):
+    return Figure(None, title, why)
+
+
+def strong_speedup(series_list, out_dir):
+    title = "Strong scaling: speedup over the smallest N"
+    strong = [s for s in series_list if s.scaling == "strong"]
+    if not strong:
+        return _skip(title, "no strong-scaling series")
+    return _line_plot(strong, out_dir, "strong_speedup.png", title, "speedup",
+                      "speedup S(N) = T(N0) / T(N)",
+                      ideal=lambda s: s.table["N"] / s.baseline_n,
+                      band=("speedup_lo", "speedup_hi"), log_y_base=2)
+
+
+def strong_efficiency(series_list, out_dir):
+    title = "Strong scaling: parallel efficiency"
+    strong = [s for s in series_list if s.scaling == "strong"]
+    if not strong:
+        return _skip(title, "no strong-scaling series")
+    return _line_plot(strong, out_dir, "strong_efficiency.png", title, "efficiency",
+                      "efficiency S(N) · N0 / N", ideal=lambda s: np.ones(len(s.table)),
+                      band=("efficiency_lo", "efficiency_hi"))
+
+
+def weak_efficiency(series_list, out_dir):
+    title = "Weak scaling: efficiency (tokens/s per rank relative to N0)"
+    weak = [s for s in series_list if s.scaling == "weak"]
+    if not weak:
+        return _skip(title, "no weak-scaling series")
+    return _line_plot(weak, out_dir, "weak_efficiency.png", title, "efficiency",
+                      "weak efficiency", ideal=lambda s: np.ones(len(s.table)),
+                      band=("efficiency_lo", "efficiency_hi"))
+
+
+def tokens_per_second(series_list, out_dir):
+    title = "Throughput against world size"
+    if not series_list:
+        return _skip(title, "no series")
+    return _line_plot(series_list, out_dir, "tokens_per_s.png", title, "tokens_per_s",
+                      "throughput (tokens/s)", band=("tokens_per_s_lo", "tokens_per_s_hi"),
+                      ideal=lambda s: s.table["tokens_per_s"].iloc[0] * s.table["N"]
+                      / s.baseline_n, log_y_base=10, ideal_in_series_colour=True)
+
+
+def mfu(series_list, out_dir):
+    title = "Model FLOPs utilisation against world size"
+    with_peak = [s for s in series_list if np.isfinite(s.table["mfu"]).any()]
+    if not with_peak:
+        return _skip(title, "no run has a peak FLOP rate (CPU runs record none), so MFU "
+                     "is undefined")
+    return _line_plot(with_peak, out_dir, "mfu.png", title, "mfu",
+                      "MFU (model TFLOP/s per GPU / peak)")
+
+
+def comm_fraction(series_list, out_dir):
+    title = "Communication time as a fraction of step time"
+    if not series_list:
+        return _skip(title, "no series")
+    figure, axis = plt.subplots(figsize=(7, 4.5))
+    sizes = []
+    for series, label in zip(series_list, legend_labels(series_list)):
+        table = series.table
+        line, = axis.plot(table["N"], table["comm_fraction_of_step"], marker="o",
+                          label=f"{label}: all comm")
+        axis.plot(table["N"], table["exposed_fraction_of_step"], marker="x", linestyle="--",
+                  color=line.get_color(), label=f"{label}: exposed comm")
+        sizes.extend(table["N"])
+    _world_size_axis(axis, sizes)
+    axis.set_ylabel("median comm time / median step time")
+    axis.set_ylim(bottom=0)
+    axis.set_title(title)
+    axis.grid(True, alpha=0.3)
+    axis.legend(fontsize="small")
+    return Figure(_save(figure, out_dir, "comm_fraction.png"), title)
+
+
+def breakdown(series, out_dir):
+    """Stacked mean per-step time on the critical (slowest) rank, one bar per N."""
+    title = f"Step time breakdown: {series.label}"
+    table = series.table
+    figure, axis = plt.subplots(figsize=(7, 4.5))
+    positions = np.arange(len(table))
+    bottom = np.zeros(len(table))
+    for column, name, colour in BREAKDOWN_PARTS:
+        values = table[column].to_numpy(dtype=float) * 1e3
+        axis.bar(positions, values, bottom=bottom, label=name, color=colour, width=0.6)
+        bottom += values
+    axis.set_xticks(positions)
+    axis.set_xticklabels([str(int(n)) for n in table["N"]])
+    axis.set_xlabel("world size N (ranks)")
+    axis.set_ylabel("mean time per step (ms)")
+    axis.set_title(_wrap(title), fontsize="medium")
+    axis.legend(fontsize="small")
+    axis.grid(True, axis="y", alpha=0.3)
+    return Figure(_save(figure, out_dir, f"breakdown_{series.slug}.png"), title)
+
+
+def _wrap(text, width=70):
+    words, lines, current = text.split(), [], ""
+    for word in words:
+        if current and len(current) + 1 + len(word) > width:
+            lines.append(current)
+            current = word
+        else:
+            current = f"{current} {word}".strip()
+    lines.append(current)
+    return "\n".join(lines)
+
+
+def overview_figures(series_list, out_dir):
+    return [strong_speedup(series_list, out_dir), strong_efficiency(series_list, out_dir),
+            weak_efficiency(series_list, out_dir), tokens_per_second(series_list, out_dir),
+            comm_fraction(series_list, out_dir), mfu(series_list, out_dir)]

@@ -1,0 +1,38 @@
+"""Names and conventions of result schema v1, in one place (docs/results-schema.md)."""
+
+SCHEMA_VERSION = 1
+
+PHASE_NAMES = ("data", "forward", "backward", "grad-comm", "optimizer", "param-gather", "step")
+PHASE = {name: index for index, name in enumerate(PHASE_NAMES)}
+COMPUTE_STREAM_PHASES = ("data", "forward", "backward", "optimizer")
+COMM_STREAM_PHASES = ("grad-comm", "param-gather")
+# Exposed communication is comm time not hidden behind these; "data" is deliberately
+# left out so that comm waiting on input loading still counts as exposed.
+COVERING_PHASES = ("forward", "backward", "optimizer")
+
+COLLECTIVE_NAMES = ("allreduce", "reduce_scatter", "allgather", "broadcast", "barrier")
+MEMORY_KIND_NAMES = ("parameters", "gradients", "optimizer", "activations", "communication",
+                     "other")
+
+STATUS_COMPLETE = "complete"
+RESULT_SUFFIXES = (".h5", ".h5.partial")
+
+# Config keys that define a series, in display order. The batch key depends on scaling.
+SERIES_KEYS = ("experiment", "model", "scaling", "strategy", "overlap", "grad_accum",
+               "precision", "seq")
+BATCH_KEY = {"strong": "global_batch", "weak": "batch_per_rank"}
+
+# Keys that legitimately differ between the runs of one series.
+PER_RUN_KEYS = frozenset({"repeat", "output", "seed", "global_batch", "batch_per_rank",
+                          "config_hash", "world_size", "nodes", "ranks_per_node"})
+
+SUMMARY_FLOAT_KEYS = (
+    "step_time_median_s", "step_time_q1_s", "step_time_q3_s", "tokens_per_s",
+    "flops_per_step", "tflops_per_gpu", "peak_tflops_per_gpu", "mfu", "comm_time_median_s",
+    "exposed_comm_median_s", "exposed_comm_fraction", "comm_fraction_of_step",
+)
+# Stored inputs to the summary rather than values derived from /steps and /collectives.
+SUMMARY_INPUT_KEYS = ("flops_per_step", "peak_tflops_per_gpu", "peak_source")
+
+SUMMARY_RTOL = 1e-6
+SUMMARY_ATOL = 1e-12

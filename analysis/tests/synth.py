@@ -1,0 +1,227 @@
+"""Writes synthetic schema-v1 result files with h5py, for tests with known answers.
+
+The stored /summary is computed here by a deliberately naive reference (Python loops over
+intervals), independent of the package's vectorised code, so that the summary check in
+the loader compares two implementations of docs/results-schema.md.
+"""
+import math
+
+import h5py
+import numpy as np
+
+PHASES = ["data", "forward", "backward", "grad-comm", "optimizer", "param-gather", "step"]
+COLLECTIVES = ["allreduce", "reduce_scatter", "allgather", "broadcast", "barrier"]
+MEMORY_KINDS = ["parameters", "gradients", "optimizer", "activations", "communication", "other"]
+
+# Fractions of the step: ddp without overlap, so the allreduce is fully exposed.
+DEFAULT_LAYOUT = {"data": (0.0, 0.05), "forward": (0.05, 0.35), "backward": (0.35, 0.85),
+                  "grad-comm": (0.85, 0.95), "optimizer": (0.95, 1.0)}
+DEFAULT_COLLECTIVE = ("allreduce", "grad-comm", 0.85, 0.95)
+
+
+def layout_intervals(step_lengths, layout=None):
+    """[S, R, P, 2] intervals placing each phase at fixed fractions of its step."""
+    layout = DEFAULT_LAYOUT if layout is None else layout
+    step_lengths = np.asarray(step_lengths, dtype=float)
+    intervals = np.full(step_lengths.shape + (len(PHASES), 2), np.nan)
+    for phase, (begin, end) in layout.items():
+        index = PHASES.index(phase)
+        intervals[..., index, 0] = begin * step_lengths
+        intervals[..., index, 1] = end * step_lengths
+    intervals[..., PHASES.index("step"), 0] = 0.0
+    intervals[..., PHASES.index("step"), 1] = step_lengths
+    return intervals
+
+
+def layout_collectives(step_lengths, step_index, payload_bytes=1 << 20,
+                       spec=DEFAULT_COLLECTIVE):
+    """One collective per step per rank at fixed fractions of the step."""
+    kind, phase, begin, end = spec
+    rows = []
+    n_steps, n_ranks = step_lengths.shape
+    for row in range(n_steps):
+        for rank in range(n_ranks):
+            length = step_lengths[row, rank]
+            rows.append((int(step_index[row]), rank, COLLECTIVES.index(kind),
+                         PHASES.index(phase), begin * length, end * length, payload_bytes))
+    return rows
+
+
+def _union(pairs):
+    merged = []
+    for begin, end in sorted(pairs):
+        if end <= begin:
+            continue
+        if merged and begin <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([begin, end])
+    return merged
+
+
+def _length(pairs):
+    return sum(end - begin for begin, end in pairs)
+
+
+def _intersection(first, second):
+    return sum(max(0.0, min(e1, e2) - max(b1, b2)) for b1, e1 in first for b2, e2 in second)
+
+
+def reference_summary(intervals, warmup, tokens, step_index, collectives, world_size,
+                      flops_per_step, peak, peak_source):
+    measured = [i for i in range(len(warmup)) if warmup[i] == 0]
+    step_times, comm_times, exposed_times = [], [], []
+    for i in measured:
+        lengths, comms, exposeds = [], [], []
+        for r in range(world_size):
+            window_end = intervals[i, r, 6, 1]
+            lengths.append(window_end - intervals[i, r, 6, 0])
+            comm = _union([(max(b, 0.0), min(e, window_end)) for s, rank, _, _, b, e, _
+                           in collectives if s == step_index[i] and rank == r])
+            cover = _union([tuple(intervals[i, r, PHASES.index(p)])
+                            for p in ("forward", "backward", "optimizer")
+                            if not math.isnan(intervals[i, r, PHASES.index(p), 0])])
+            comms.append(_length(comm))
+            exposeds.append(_length(comm) - _intersection(comm, cover))
+        step_times.append(max(lengths))
+        comm_times.append(max(comms))
+        exposed_times.append(max(exposeds))
+    q1, median, q3 = np.quantile(step_times, [0.25, 0.5, 0.75])
+    comm_median = float(np.median(comm_times))
+    exposed_median = float(np.median(exposed_times))
+    tflops = flops_per_step / median / world_size / 1e12
+    return {
+        "steps_measured": np.int64(len(measured)),
+        "step_time_median_s": median, "step_time_q1_s": q1, "step_time_q3_s": q3,
+        "tokens_per_s": float(np.median([tokens[i] for i in measured])) / median,
+        "flops_per_step": float(flops_per_step), "tflops_per_gpu": tflops,
+        "peak_tflops_per_gpu": peak, "peak_source": peak_source,
+        "mfu": tflops / peak if not math.isnan(peak) else math.nan,
+        "comm_time_median_s": comm_median, "exposed_comm_median_s": exposed_median,
+        "exposed_comm_fraction": 0.0 if comm_median == 0 else exposed_median / comm_median,
+        "comm_fraction_of_step": comm_median / median,
+    }
+
+
+def step_lengths(step_times, steps, world_size):
+    values = np.asarray(step_times, dtype=float)
+    if values.ndim == 0:
+        return np.full((steps, world_size), float(values))
+    if values.ndim == 1:
+        return np.repeat(values[:, None], world_size, axis=1)
+    return values.copy()
+
+
+def base_config(**overrides):
+    config = {"experiment": "synthetic", "model": "tiny", "strategy": "ddp", "overlap": "off",
+              "scaling": "strong", "global_batch": "8", "batch_per_rank": "8", "seq": "64",
+              "grad_accum": "1", "steps": "6", "warmup_steps": "1", "repeat": "0",
+              "precision": "fp32", "layers": "2", "hidden": "64", "heads": "4",
+              "vocab": "256", "seed": "1", "output": "run.h5"}
+    config.update({key: str(value) for key, value in overrides.items()})
+    return config
+
+
+def write_run(path, *, world_size=1, step_times=0.1, steps=6, warmup_steps=1,
+              status="complete", git_sha="abc1234", config=None, tokens_per_step=None,
+              flops_per_step=1e12, peak=math.nan, peak_source="none", backend="cpu",
+              intervals=None, collectives=None, summary="reference", failure_reason="",
+              hostnames=None):
+    """Writes one run. step_times: scalar, [S] or [S, R] step lengths; intervals and
+    collectives (rows of step, rank, kind, phase, begin, end, bytes) override the default
+    layout. summary: "reference" (written for complete runs), None (not written) or a
+    dict to store verbatim."""
+    config = dict(config or base_config())
+    if config.get("scaling") == "weak":
+        config["global_batch"] = str(int(config["batch_per_rank"]) * world_size)
+    else:
+        config["batch_per_rank"] = str(int(config["global_batch"]) // world_size)
+    step_index = np.arange(steps, dtype=np.int64)
+    warmup = (step_index < warmup_steps).astype(np.uint8)
+    lengths = step_lengths(step_times, steps, world_size)
+    if intervals is None:
+        intervals = layout_intervals(lengths)
+    if collectives is None:
+        collectives = layout_collectives(lengths, step_index)
+    if tokens_per_step is None:
+        tokens_per_step = int(config["global_batch"]) * int(config["seq"])
+    tokens = np.full(steps, tokens_per_step, dtype=np.int64)
+
+    with h5py.File(path, "w") as handle:
+        attrs = handle.attrs
+        attrs["schema_version"] = np.int64(1)
+        for key, value in {"scalestudy_version": "0.1.0", "git_sha": git_sha,
+                           "argv": f"scalestudy train --output {path}",
+                           "start_time": "2025-01-01T00:00:00Z",
+                           "end_time": "" if status == "running" else "2025-01-01T00:01:00Z",
+                           "backend": backend, "precision": config["precision"],
+                           "status": status, "failure_reason": failure_reason,
+                           "cuda_version": "none", "nccl_version": "none",
+                           "mpi_version": "synthetic MPI", "hdf5_version": "1.14.3"}.items():
+            attrs[key] = value
+        attrs["world_size"] = np.int64(world_size)
+        attrs["nodes"] = np.int64(1)
+        attrs["ranks_per_node"] = np.int64(world_size)
+        group = handle.create_group("config")
+        for key, value in config.items():
+            group.attrs[key] = value
+        group.attrs["config_hash"] = "0123abcd"
+        text = h5py.string_dtype()
+        hostnames = hostnames or [f"node{r // 4:02d}" for r in range(world_size)]
+        handle.create_dataset("ranks/hostname", data=np.array(hostnames, dtype=object),
+                              dtype=text)
+        handle.create_dataset("ranks/device", data=np.array([backend] * world_size,
+                                                           dtype=object), dtype=text)
+        group = handle.create_group("steps")
+        group.attrs["phase_names"] = np.array(PHASES, dtype=object)
+        created = group.create_dataset("intervals", data=intervals,
+                                       maxshape=(None,) + intervals.shape[1:],
+                                       chunks=(1,) + intervals.shape[1:])
+        created.attrs["units"] = "s"
+        group.create_dataset("loss", data=np.linspace(5.0, 4.0, steps), maxshape=(None,))
+        group.create_dataset("tokens", data=tokens, maxshape=(None,)).attrs["units"] = "tokens"
+        group.create_dataset("warmup", data=warmup, maxshape=(None,))
+        group.create_dataset("step_index", data=step_index, maxshape=(None,))
+        comm_bytes = np.zeros((steps, len(COLLECTIVES)), dtype=np.int64)
+        for step, rank, kind, _, _, _, payload in collectives:
+            if rank == 0:
+                comm_bytes[step, kind] += payload
+        created = group.create_dataset("comm_bytes", data=comm_bytes,
+                                       maxshape=(None, len(COLLECTIVES)))
+        created.attrs["units"] = "bytes"
+        created.attrs["collective_names"] = np.array(COLLECTIVES, dtype=object)
+
+        group = handle.create_group("collectives")
+        group.attrs["collective_names"] = np.array(COLLECTIVES, dtype=object)
+        group.attrs["phase_names"] = np.array(PHASES, dtype=object)
+        columns = list(zip(*collectives)) if collectives else [[]] * 7
+        dtypes = [np.int64, np.int32, np.int32, np.int32, np.float64, np.float64, np.int64]
+        names = ["step", "rank", "kind", "phase", "begin", "end", "payload_bytes"]
+        for name, dtype, values in zip(names, dtypes, columns):
+            created = group.create_dataset(name, data=np.asarray(values, dtype=dtype),
+                                           maxshape=(None,), chunks=(1024,))
+            if name in ("begin", "end"):
+                created.attrs["units"] = "s"
+            if name == "payload_bytes":
+                created.attrs["units"] = "bytes"
+
+        group = handle.create_group("memory")
+        created = group.create_dataset("bytes", data=np.ones((world_size, len(MEMORY_KINDS)),
+                                                             dtype=np.int64) * 1024)
+        created.attrs["kind_names"] = np.array(MEMORY_KINDS, dtype=object)
+        created.attrs["units"] = "bytes"
+        created = group.create_dataset("peak_bytes", data=np.full(world_size, 1 << 30,
+                                                                  dtype=np.int64))
+        created.attrs["units"] = "bytes"
+        created.attrs["peak_source"] = "VmHWM"
+
+        if summary == "reference" and status != "complete":
+            summary = None
+        if summary == "reference":
+            summary = reference_summary(intervals, warmup, tokens, step_index, collectives,
+                                        world_size, flops_per_step, peak, peak_source)
+        if summary is not None:
+            group = handle.create_group("summary")
+            for key, value in summary.items():
+                group.attrs[key] = value
+    return path

@@ -1,0 +1,98 @@
+#pragma once
+// The reference backend: plain fp32 C++ on the host, single-threaded, with fixed loop
+// orders so that the same inputs give bit-identical outputs on every run. It is the
+// oracle that the CUDA backend and the distributed strategies are checked against, so
+// clarity and determinism come before speed; the loops are still ordered so that inner
+// loops walk contiguous memory, because CPU-only scaling runs train real models on it.
+//
+// Per-row results of a forward op never depend on how many rows are in the call, so a
+// micro-batch split across ranks reproduces the one-rank activations exactly.
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "backend/ops.h"
+
+namespace scalestudy {
+
+class CpuOps final : public Ops {
+ public:
+  CpuOps() = default;
+  ~CpuOps() override;
+  CpuOps(const CpuOps&) = delete;
+  CpuOps& operator=(const CpuOps&) = delete;
+
+  std::string name() const override { return "cpu"; }
+
+  float* allocate_floats(size_t elems, MemoryKind kind) override;
+  int32_t* allocate_ints(size_t elems, MemoryKind kind) override;
+  void release(void* ptr) override;
+  void fill_zero(float* dst, size_t elems) override;
+  void copy(float* dst, const float* src, size_t elems) override;
+  void copy_to_host(float* host_dst, const float* src, size_t elems) override;
+  void copy_from_host(float* dst, const float* host_src, size_t elems) override;
+  void copy_ints_from_host(int32_t* dst, const int32_t* host_src, size_t elems) override;
+  size_t allocated_bytes(MemoryKind kind) const override;
+
+  void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                         int batch, int seq, int channels) override;
+  void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
+                          int batch, int seq, int channels) override;
+
+  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                         const float* weight, const float* bias, int rows,
+                         int channels) override;
+  void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                          const float* inp, const float* weight, const float* mean,
+                          const float* rstd, int rows, int channels) override;
+
+  void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
+                      int rows, int in_channels, int out_channels) override;
+  void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                       const float* inp, const float* weight, int rows, int in_channels,
+                       int out_channels) override;
+
+  void attention_forward(float* out, float* probs, const float* qkv,
+                         const AttentionShape& shape) override;
+  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* probs,
+                          const AttentionShape& shape) override;
+
+  void gelu_forward(float* out, const float* inp, size_t elems) override;
+  void gelu_backward(float* dinp, const float* inp, const float* dout, size_t elems) override;
+
+  void residual_forward(float* out, const float* a, const float* b, size_t elems) override;
+  void accumulate(float* dst, const float* src, size_t elems) override;
+
+  void softmax_cross_entropy_forward(float* losses, float* probs, const float* logits,
+                                     const int32_t* targets, int rows, int vocab) override;
+  void softmax_cross_entropy_backward(float* dlogits, const float* probs,
+                                      const int32_t* targets, int rows, int vocab,
+                                      float loss_scale) override;
+  double sum(const float* x, size_t elems) override;
+
+  double sum_of_squares(const float* x, size_t elems) override;
+  void scale(float* x, size_t elems, float factor) override;
+  void adamw_update(float* params, const float* grads, float* m, float* v, size_t elems,
+                    const AdamWParams& hyper) override;
+
+  void synchronize() override {}
+
+ private:
+  struct Allocation {
+    size_t bytes = 0;
+    MemoryKind kind = MemoryKind::other;
+  };
+
+  void* allocate_bytes(size_t bytes, MemoryKind kind);
+
+  // The CPU comm stream is a worker thread, and it may allocate or release staging
+  // buffers while the compute thread does the same.
+  mutable std::mutex memory_mutex_;
+  std::unordered_map<void*, Allocation> allocations_;
+  std::array<size_t, kMemoryKindCount> bytes_by_kind_{};
+};
+
+}  // namespace scalestudy

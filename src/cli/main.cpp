@@ -1,0 +1,51 @@
+// scalestudy: one binary, one subcommand per job.
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include "cli/commands.h"
+#include "comm/mpi_runtime.h"
+#include "build_info.h"
+#include "core/usage_error.h"
+
+namespace {
+
+const char* kUsage =
+    "Usage: scalestudy <command> [options]\n"
+    "\n"
+    "Commands:\n"
+    "  train   train a GPT-style transformer data-parallel over the MPI ranks, timing every phase\n"
+    "  info    print the model presets with their parameter counts and FLOPs per token\n"
+    "\n"
+    "'scalestudy <command> --help' describes a command's options.\n";
+
+int rank_in_world() {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return rank;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  scalestudy::MpiRuntime mpi(&argc, &argv);
+  if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
+    if (rank_in_world() == 0) std::fputs(kUsage, argc < 2 ? stderr : stdout);
+    return argc < 2 ? scalestudy::kUsageExitCode : 0;
+  }
+  if (std::strcmp(argv[1], "--version") == 0) {
+    if (rank_in_world() == 0) std::printf("scalestudy %s (git %s)\n", SCALESTUDY_VERSION, SCALESTUDY_GIT_SHA);
+    return 0;
+  }
+  const std::string command = argv[1];
+  try {
+    if (command == "train") return scalestudy::run_train_command(argc - 1, argv + 1);
+    if (command == "info") return scalestudy::run_info_command(argc - 1, argv + 1);
+    throw scalestudy::UsageError("unknown command '" + command + "' (see scalestudy --help)");
+  } catch (const scalestudy::UsageError& error) {
+    // Every rank parsed the same arguments, so every rank ends here; one reports it.
+    if (rank_in_world() == 0) std::fprintf(stderr, "scalestudy %s: error: %s\n", command.c_str(), error.what());
+    return scalestudy::kUsageExitCode;
+  }
+}

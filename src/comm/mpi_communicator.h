@@ -1,0 +1,128 @@
+#pragma once
+// The MPI implementation of Communicator. Its comm stream is one worker thread that runs
+// the queued collectives strictly in the order they were started, with blocking MPI calls
+// on a communicator of its own, so the main thread computes while they run.
+//
+//   main thread:  start A ── start B ── compute ───────────── finish(A) ── finish(B)
+//   comm stream:       [──── A ────][──── B ────]
+//
+// Timing. The worker stamps each collective with steady_clock time points when it takes it
+// off the queue and when the MPI call returns. The stamps are turned into seconds since
+// epoch() when take_records() hands them over, using the epoch in force at that call, so
+// every record of one hand-over shares one time base with epoch_seconds_now() on the main
+// thread. The trainer calls set_epoch() at the start of a step and take_records() at its
+// end; a collective still running from the previous step then shows a negative begin_s.
+// The epoch starts as the construction time.
+//
+// Threads. Every public member is called from one thread (the main thread); the worker
+// shares only the queue, the records and the byte counters with it, under mutex_.
+// The communicator must be destroyed before MPI is finalized.
+#include <mpi.h>
+
+#include <array>
+#include <chrono>
+#include <climits>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/communicator.h"
+
+namespace scalestudy {
+
+class MpiCommunicator final : public Communicator {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // Duplicates comm so that this communicator's traffic never matches anyone else's
+  // messages. A collective that finish() waits on for longer than timeout_s ends the job.
+  MpiCommunicator(MPI_Comm comm, double timeout_s);
+  ~MpiCommunicator() override;
+  MpiCommunicator(const MpiCommunicator&) = delete;
+  MpiCommunicator& operator=(const MpiCommunicator&) = delete;
+
+  std::string name() const override { return "mpi"; }
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_size_; }
+
+  CommHandle start_allreduce(float* buffer, size_t elems, const std::string& phase) override;
+  CommHandle start_allreduce(double* buffer, size_t elems, const std::string& phase) override;
+  CommHandle start_reduce_scatter(const float* send, float* recv, size_t recv_elems,
+                                  const std::string& phase) override;
+  CommHandle start_allgather(const float* send, float* recv, size_t send_elems,
+                             const std::string& phase) override;
+  CommHandle start_broadcast(float* buffer, size_t elems, int root,
+                             const std::string& phase) override;
+  CommHandle start_barrier(const std::string& phase) override;
+
+  void finish(CommHandle handle) override;
+  void finish_all() override;
+
+  std::vector<CollectiveRecord> take_records() override;
+  std::vector<size_t> payload_bytes_by_kind() const override;
+
+  Clock::time_point epoch() const { return epoch_; }
+  // Affects the records handed over by later take_records() calls, including those of
+  // collectives already queued or finished.
+  void set_epoch(Clock::time_point epoch) override { epoch_ = epoch; }
+  double epoch_seconds_now() const { return seconds_since_epoch(Clock::now()); }
+
+  // MPI counts are int, so larger collectives are cut into calls of at most this many
+  // elements each. Tests lower it to exercise the cutting on small buffers; it applies
+  // to collectives started after the call.
+  void set_max_elems_per_call(size_t elems);
+  size_t max_elems_per_call() const { return max_elems_per_call_; }
+
+ private:
+  struct Pending {
+    uint64_t id = 0;
+    CollectiveKind kind = CollectiveKind::barrier;
+    std::string phase;
+    size_t payload_bytes = 0;
+    std::function<void()> run;
+  };
+  struct FinishedStamp {
+    CollectiveKind kind = CollectiveKind::barrier;
+    std::string phase;
+    size_t payload_bytes = 0;
+    Clock::time_point begin;
+    Clock::time_point end;
+  };
+
+  CommHandle enqueue(CollectiveKind kind, const std::string& phase, size_t payload_bytes,
+                     std::function<void()> run);
+  void worker_loop();
+  [[noreturn]] void abort_on_timeout(uint64_t waited_id);
+  double seconds_since_epoch(Clock::time_point when) const;
+
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0;
+  int world_size_ = 1;
+  double timeout_s_ = 0.0;
+  size_t max_elems_per_call_ = static_cast<size_t>(INT_MAX);
+  Clock::time_point epoch_;  // main thread only
+  uint64_t last_started_id_ = 0;  // main thread only
+
+  mutable std::mutex mutex_;
+  std::condition_variable work_ready_;  // the worker waits for work or for stopping_
+  std::condition_variable work_done_;   // finish() waits for finished_through_
+  // Queued and running collectives, oldest first. The running one stays at the front
+  // until it has finished, so a timeout can still name it.
+  std::deque<Pending> queue_;
+  bool front_running_ = false;
+  // Ids are issued in order and run in order, so the finished ones are exactly 1..this.
+  uint64_t finished_through_ = 0;
+  std::vector<FinishedStamp> finished_;
+  std::array<size_t, kCollectiveKindCount> payload_bytes_by_kind_{};
+  bool stopping_ = false;
+
+  std::thread worker_;
+};
+
+}  // namespace scalestudy

@@ -1,0 +1,75 @@
+#include "comm/mpi_runtime.h"
+
+#include <string>
+#include <vector>
+
+#include "core/check.h"
+
+namespace scalestudy {
+namespace {
+
+const char* thread_level_name(int level) {
+  switch (level) {
+    case MPI_THREAD_SINGLE: return "MPI_THREAD_SINGLE";
+    case MPI_THREAD_FUNNELED: return "MPI_THREAD_FUNNELED";
+    case MPI_THREAD_SERIALIZED: return "MPI_THREAD_SERIALIZED";
+    case MPI_THREAD_MULTIPLE: return "MPI_THREAD_MULTIPLE";
+    default: return "an unknown thread level";
+  }
+}
+
+}  // namespace
+
+MpiRuntime::MpiRuntime(int* argc, char*** argv) {
+  int initialized = 0;
+  CHECK_MPI(MPI_Initialized(&initialized));
+  int provided = MPI_THREAD_SINGLE;
+  if (initialized) {
+    // Someone else started MPI; the level they asked for still has to be enough.
+    CHECK_MPI(MPI_Query_thread(&provided));
+  } else {
+    CHECK_MPI(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
+  }
+  // The default handler (MPI_ERRORS_ARE_FATAL) would abort inside MPI with its own
+  // message, before CHECK_MPI could name the rank, the call and the source line.
+  // Communicators duplicated from the world inherit this handler.
+  CHECK_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+  if (provided < MPI_THREAD_MULTIPLE) {
+    abort_job(__FILE__, __LINE__, "MPI_Init_thread",
+              std::string("the MPI library granted ") + thread_level_name(provided) +
+                  ", but scalestudy needs MPI_THREAD_MULTIPLE: its comm stream is a thread "
+                  "that calls MPI while the main thread may too. Use an MPI build with "
+                  "thread support (Open MPI: ompi_info | grep MPI_THREAD_MULTIPLE)");
+  }
+}
+
+MpiRuntime::~MpiRuntime() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) CHECK_MPI(MPI_Finalize());
+}
+
+ProcessPlacement discover_placement(MPI_Comm comm) {
+  ProcessPlacement placement;
+  CHECK_MPI(MPI_Comm_rank(comm, &placement.rank));
+  CHECK_MPI(MPI_Comm_size(comm, &placement.world_size));
+
+  // Keyed by rank so that local ranks follow global order within a node.
+  MPI_Comm node_comm = MPI_COMM_NULL;
+  CHECK_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, placement.rank, MPI_INFO_NULL,
+                                &node_comm));
+  CHECK_MPI(MPI_Comm_rank(node_comm, &placement.local_rank));
+  CHECK_MPI(MPI_Comm_size(node_comm, &placement.local_size));
+  CHECK_MPI(MPI_Comm_free(&node_comm));
+
+  int is_node_leader = placement.local_rank == 0 ? 1 : 0;
+  CHECK_MPI(MPI_Allreduce(&is_node_leader, &placement.node_count, 1, MPI_INT, MPI_SUM, comm));
+
+  std::vector<char> host(MPI_MAX_PROCESSOR_NAME + 1, '\0');
+  int host_chars = 0;
+  CHECK_MPI(MPI_Get_processor_name(host.data(), &host_chars));
+  placement.host.assign(host.data(), static_cast<size_t>(host_chars));
+  return placement;
+}
+
+}  // namespace scalestudy

@@ -1,0 +1,323 @@
+#include "config/run_config.h"
+
+#include <boost/program_options.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <sstream>
+
+#include "core/usage_error.h"
+
+namespace po = boost::program_options;
+
+namespace scalestudy {
+namespace {
+
+// Text forms of the options that are not plain numbers, parsed after Boost has read them.
+struct RawOptions {
+  std::string scaling_unused;
+  std::string strategy = "ddp";
+  std::string overlap = "off";
+  std::string precision = "fp32";
+  std::string attention;  // empty: the preset's
+  int layers = 0, hidden = 0, heads = 0, vocab = 0, max_seq = 0;
+  std::string config_file;
+};
+
+po::options_description train_options(RunConfig& c, RawOptions& raw) {
+  po::options_description model("Model");
+  model.add_options()
+      ("model", po::value(&c.model)->default_value(c.model),
+       "preset: tiny, gpt2-small, gpt2-medium, gpt2-large, gpt2-xl, bert-base, bert-large")
+      ("layers", po::value(&raw.layers)->default_value(0, "preset"), "transformer blocks (L)")
+      ("hidden", po::value(&raw.hidden)->default_value(0, "preset"), "channels (C)")
+      ("heads", po::value(&raw.heads)->default_value(0, "preset"), "attention heads; must divide --hidden")
+      ("vocab", po::value(&raw.vocab)->default_value(0, "preset"), "vocabulary size (V)")
+      ("max-seq", po::value(&raw.max_seq)->default_value(0, "preset"), "rows of the position table")
+      ("attention", po::value(&raw.attention)->default_value("", "preset"), "causal or bidirectional")
+      ("seq", po::value(&c.seq)->default_value(0, "max-seq"), "tokens per sample (T); at most --max-seq");
+
+  po::options_description batch("Batch and scaling");
+  batch.add_options()
+      ("global-batch", po::value(&c.global_batch)->default_value(0, "unset"),
+       "strong scaling: samples per step over all ranks (split evenly; must divide by the world size)")
+      ("batch-per-rank", po::value(&c.batch_per_rank)->default_value(0, "4 unless --global-batch"),
+       "weak scaling: samples per step on each rank")
+      ("grad-accum", po::value(&c.grad_accum)->default_value(c.grad_accum),
+       "micro-batches per optimizer step; must divide the batch per rank");
+
+  po::options_description schedule("Schedule and optimizer (AdamW, global-norm clipping, warm-up + cosine)");
+  schedule.add_options()
+      ("steps", po::value(&c.steps)->default_value(c.steps), "optimizer steps")
+      ("warmup-steps", po::value(&c.warmup_steps)->default_value(c.warmup_steps),
+       "first steps that are timed but left out of summaries")
+      ("lr", po::value(&c.learning_rate)->default_value(c.learning_rate), "peak learning rate")
+      ("min-lr-ratio", po::value(&c.min_lr_ratio)->default_value(c.min_lr_ratio),
+       "final learning rate as a fraction of --lr")
+      ("lr-warmup-steps", po::value(&c.lr_warmup_steps)->default_value(c.lr_warmup_steps),
+       "steps of linear learning-rate warm-up")
+      ("beta1", po::value(&c.beta1)->default_value(c.beta1), "AdamW beta1")
+      ("beta2", po::value(&c.beta2)->default_value(c.beta2), "AdamW beta2")
+      ("eps", po::value(&c.epsilon)->default_value(c.epsilon), "AdamW epsilon")
+      ("weight-decay", po::value(&c.weight_decay)->default_value(c.weight_decay),
+       "decoupled weight decay, on matrices only")
+      ("grad-clip", po::value(&c.grad_clip)->default_value(c.grad_clip),
+       "clip the global gradient norm to this; 0 turns clipping off");
+
+  po::options_description data("Data");
+  data.add_options()
+      ("data", po::value(&c.data)->default_value(c.data),
+       "random (uniform tokens), markov (synthetic source of known entropy) or file")
+      ("token-file", po::value(&c.token_file), "token file for --data file (docs/token-file-format.md)")
+      ("seed", po::value(&c.seed)->default_value(c.seed), "seed for initialisation and data");
+
+  po::options_description parallel("Data parallelism");
+  parallel.add_options()
+      ("strategy", po::value(&raw.strategy)->default_value(raw.strategy),
+       "ddp (allreduce) or zero2 (reduce-scatter, sharded optimizer, allgather)")
+      ("overlap", po::value(&raw.overlap)->default_value(raw.overlap),
+       "on: communicate buckets while backward (and, for zero2, forward) runs")
+      ("bucket-mb", po::value(&c.bucket_mb)->default_value(c.bucket_mb), "gradient bucket size in MiB")
+      ("check-every", po::value(&c.check_every)->default_value(c.check_every),
+       "compare a parameter checksum across ranks every N steps; 0 = never")
+      ("comm-timeout", po::value(&c.comm_timeout_s)->default_value(c.comm_timeout_s),
+       "seconds a collective may take before the job is ended");
+
+  po::options_description backend("Backend");
+  backend.add_options()
+      ("backend", po::value(&c.backend)->default_value(c.backend), "cpu or cuda")
+      ("precision", po::value(&raw.precision)->default_value(raw.precision),
+       "fp32, bf16 or fp16 (cuda only)");
+
+  po::options_description output("Output");
+  output.add_options()
+      ("output,o", po::value(&c.output), "HDF5 result file to write")
+      ("flush-every", po::value(&c.flush_every)->default_value(c.flush_every),
+       "write completed steps to the result file every N steps")
+      ("log-every", po::value(&c.log_every)->default_value(c.log_every), "print progress every N steps")
+      ("experiment", po::value(&c.experiment), "experiment name, recorded in the result file")
+      ("repeat", po::value(&c.repeat)->default_value(c.repeat), "repeat index, recorded in the result file");
+
+  po::options_description general("General");
+  general.add_options()
+      ("help,h", "print this help and exit")
+      ("config", po::value(&raw.config_file), "INI file of these options; the command line wins");
+
+  po::options_description all;
+  all.add(model).add(batch).add(schedule).add(data).add(parallel).add(backend).add(output).add(general);
+  return all;
+}
+
+[[noreturn]] void bad_value(const std::string& option, const std::string& value,
+                            const std::string& why) {
+  throw UsageError("--" + option + " " + value + ": " + why);
+}
+
+template <typename T>
+std::string text(const T& value) {
+  std::ostringstream out;
+  out << value;
+  return out.str();
+}
+
+void require_positive(const std::string& option, double value) {
+  if (!(value > 0)) bad_value(option, text(value), "must be positive");
+}
+
+void resolve_and_validate(RunConfig& c, const RawOptions& raw) {
+  const ModelPreset& preset = find_model_preset(c.model);
+  c.shape = preset.shape;
+  auto override_dim = [](const std::string& option, int value, int& field) {
+    if (value < 0) bad_value(option, text(value), "must be positive");
+    if (value > 0) field = value;
+  };
+  override_dim("layers", raw.layers, c.shape.layers);
+  override_dim("hidden", raw.hidden, c.shape.channels);
+  override_dim("heads", raw.heads, c.shape.heads);
+  override_dim("vocab", raw.vocab, c.shape.vocab);
+  override_dim("max-seq", raw.max_seq, c.shape.max_seq);
+  if (raw.attention == "causal") c.shape.causal = true;
+  else if (raw.attention == "bidirectional") c.shape.causal = false;
+  else if (!raw.attention.empty()) bad_value("attention", raw.attention, "must be causal or bidirectional");
+  if (c.shape.channels % c.shape.heads != 0)
+    bad_value("heads", text(c.shape.heads), "must divide --hidden " + text(c.shape.channels));
+
+  if (c.seq < 0) bad_value("seq", text(c.seq), "must be positive");
+  if (c.seq == 0) c.seq = c.shape.max_seq;
+  if (c.seq > c.shape.max_seq)
+    bad_value("seq", text(c.seq), "longer than the position table (--max-seq " + text(c.shape.max_seq) + ")");
+
+  if (c.global_batch < 0) bad_value("global-batch", text(c.global_batch), "must be positive");
+  if (c.batch_per_rank < 0) bad_value("batch-per-rank", text(c.batch_per_rank), "must be positive");
+  if (c.global_batch > 0 && c.batch_per_rank > 0)
+    bad_value("global-batch", text(c.global_batch), "cannot be combined with --batch-per-rank");
+  c.scaling = c.global_batch > 0 ? Scaling::strong : Scaling::weak;
+  if (c.scaling == Scaling::weak && c.batch_per_rank == 0) c.batch_per_rank = 4;
+  require_positive("grad-accum", c.grad_accum);
+
+  require_positive("steps", c.steps);
+  if (c.warmup_steps < 0 || c.warmup_steps >= c.steps)
+    bad_value("warmup-steps", text(c.warmup_steps), "must be at least 0 and below --steps " + text(c.steps));
+  require_positive("lr", c.learning_rate);
+  if (c.min_lr_ratio < 0 || c.min_lr_ratio > 1) bad_value("min-lr-ratio", text(c.min_lr_ratio), "must be in [0, 1]");
+  if (c.lr_warmup_steps < 0) bad_value("lr-warmup-steps", text(c.lr_warmup_steps), "must not be negative");
+  if (c.beta1 < 0 || c.beta1 >= 1) bad_value("beta1", text(c.beta1), "must be in [0, 1)");
+  if (c.beta2 < 0 || c.beta2 >= 1) bad_value("beta2", text(c.beta2), "must be in [0, 1)");
+  require_positive("eps", c.epsilon);
+  if (c.weight_decay < 0) bad_value("weight-decay", text(c.weight_decay), "must not be negative");
+  if (c.grad_clip < 0) bad_value("grad-clip", text(c.grad_clip), "must not be negative");
+
+  if (c.data != "random" && c.data != "markov" && c.data != "file")
+    bad_value("data", c.data, "must be random, markov or file");
+  if (c.data == "file") {
+    if (c.token_file.empty()) throw UsageError("--data file: needs --token-file");
+    if (!std::filesystem::is_regular_file(c.token_file))
+      bad_value("token-file", c.token_file, "no such file");
+  }
+
+  if (raw.strategy == "ddp") c.strategy = Strategy::ddp;
+  else if (raw.strategy == "zero2") c.strategy = Strategy::zero2;
+  else bad_value("strategy", raw.strategy, "must be ddp or zero2");
+  if (raw.overlap == "on") c.overlap = true;
+  else if (raw.overlap == "off") c.overlap = false;
+  else bad_value("overlap", raw.overlap, "must be on or off");
+  require_positive("bucket-mb", c.bucket_mb);
+  if (c.check_every < 0) bad_value("check-every", text(c.check_every), "must not be negative");
+  require_positive("comm-timeout", c.comm_timeout_s);
+
+  if (raw.precision == "fp32") c.precision = Precision::fp32;
+  else if (raw.precision == "bf16") c.precision = Precision::bf16;
+  else if (raw.precision == "fp16") c.precision = Precision::fp16;
+  else bad_value("precision", raw.precision, "must be fp32, bf16 or fp16");
+  if (c.backend == "cpu") {
+    if (c.precision != Precision::fp32)
+      bad_value("precision", raw.precision, "the cpu backend computes in fp32 only");
+  } else if (c.backend == "cuda") {
+    if (!SCALESTUDY_HAVE_CUDA) bad_value("backend", c.backend, "this build has no CUDA backend");
+  } else {
+    bad_value("backend", c.backend, "must be cpu or cuda");
+  }
+
+  require_positive("flush-every", c.flush_every);
+  require_positive("log-every", c.log_every);
+  if (c.repeat < 0) bad_value("repeat", text(c.repeat), "must not be negative");
+}
+
+}  // namespace
+
+const char* strategy_name(Strategy s) { return s == Strategy::ddp ? "ddp" : "zero2"; }
+const char* scaling_name(Scaling s) { return s == Scaling::strong ? "strong" : "weak"; }
+const char* precision_name(Precision p) {
+  switch (p) {
+    case Precision::fp32: return "fp32";
+    case Precision::bf16: return "bf16";
+    case Precision::fp16: return "fp16";
+  }
+  return "?";
+}
+
+bool parse_train_config(int argc, const char* const* argv, RunConfig& config) {
+  RawOptions raw;
+  po::options_description options = train_options(config, raw);
+  po::variables_map values;
+  try {
+    po::store(po::command_line_parser(argc, argv).options(options).run(), values);
+    if (values.count("help")) return false;
+    if (values.count("config")) {
+      const std::string path = values["config"].as<std::string>();
+      std::ifstream file(path);
+      if (!file) bad_value("config", path, "cannot open the file");
+      // Values already stored from the command line are kept: the command line wins.
+      po::store(po::parse_config_file(file, options, /*allow_unregistered=*/false), values);
+    }
+    po::notify(values);
+  } catch (const po::error& error) {
+    throw UsageError(error.what());
+  }
+  resolve_and_validate(config, raw);
+  return true;
+}
+
+std::string train_help() {
+  RunConfig defaults;
+  RawOptions raw;
+  std::ostringstream out;
+  out << "Usage: scalestudy train [options]\n"
+         "Trains a GPT-style transformer data-parallel over the MPI ranks and times every phase.\n"
+         "Launch several ranks with mpirun or srun; one rank needs no launcher.\n"
+      << train_options(defaults, raw);
+  return out.str();
+}
+
+void resolve_batch_for_world(RunConfig& c, int world_size) {
+  c.world_size = world_size;
+  if (c.scaling == Scaling::strong) {
+    if (c.global_batch % world_size != 0)
+      bad_value("global-batch", text(c.global_batch),
+                "does not divide evenly over " + text(world_size) + " ranks");
+    c.batch_per_rank = c.global_batch / world_size;
+  } else {
+    c.global_batch = c.batch_per_rank * world_size;
+  }
+  if (c.batch_per_rank % c.grad_accum != 0)
+    bad_value("grad-accum", text(c.grad_accum),
+              "must divide the batch per rank (" + text(c.batch_per_rank) + ")");
+}
+
+std::vector<std::pair<std::string, std::string>> describe_config(const RunConfig& c) {
+  std::vector<std::pair<std::string, std::string>> out = {
+      {"model", c.model},
+      {"layers", text(c.shape.layers)},
+      {"hidden", text(c.shape.channels)},
+      {"heads", text(c.shape.heads)},
+      {"vocab", text(c.shape.vocab)},
+      {"max_seq", text(c.shape.max_seq)},
+      {"attention", c.shape.causal ? "causal" : "bidirectional"},
+      {"seq", text(c.seq)},
+      {"scaling", scaling_name(c.scaling)},
+      {"global_batch", text(c.global_batch)},
+      {"batch_per_rank", text(c.batch_per_rank)},
+      {"grad_accum", text(c.grad_accum)},
+      {"steps", text(c.steps)},
+      {"warmup_steps", text(c.warmup_steps)},
+      {"lr", text(c.learning_rate)},
+      {"min_lr_ratio", text(c.min_lr_ratio)},
+      {"lr_warmup_steps", text(c.lr_warmup_steps)},
+      {"beta1", text(c.beta1)},
+      {"beta2", text(c.beta2)},
+      {"eps", text(c.epsilon)},
+      {"weight_decay", text(c.weight_decay)},
+      {"grad_clip", text(c.grad_clip)},
+      {"data", c.data},
+      {"token_file", c.token_file},
+      {"seed", text(c.seed)},
+      {"strategy", strategy_name(c.strategy)},
+      {"overlap", c.overlap ? "on" : "off"},
+      {"bucket_mb", text(c.bucket_mb)},
+      {"check_every", text(c.check_every)},
+      {"comm_timeout", text(c.comm_timeout_s)},
+      {"backend", c.backend},
+      {"precision", precision_name(c.precision)},
+      {"output", c.output},
+      {"flush_every", text(c.flush_every)},
+      {"experiment", c.experiment},
+      {"repeat", text(c.repeat)},
+      {"world_size", text(c.world_size)},
+  };
+  return out;
+}
+
+uint64_t config_hash(const RunConfig& config) {
+  // FNV-1a over "name=value;" pairs: stable across processes and builds.
+  uint64_t hash = 1469598103934665603ull;
+  for (const auto& [name, value] : describe_config(config)) {
+    for (char ch : name + "=" + value + ";") {
+      hash ^= static_cast<unsigned char>(ch);
+      hash *= 1099511628211ull;
+    }
+  }
+  return hash;
+}
+
+}  // namespace scalestudy

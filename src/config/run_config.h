@@ -1,0 +1,89 @@
+#pragma once
+// The one validated description of a training run. Every field is declared, documented
+// and parsed in run_config.cpp; the help text comes from those same declarations.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/model_shape.h"
+
+namespace scalestudy {
+
+enum class Strategy { ddp, zero2 };
+enum class Scaling { strong, weak };
+enum class Precision { fp32, bf16, fp16 };
+
+struct RunConfig {
+  // ---- model ------------------------------------------------------------------------
+  std::string model = "tiny";  // preset name; the fields below override it
+  ModelShape shape;            // resolved from the preset and the overrides
+  int seq = 0;                 // tokens per sample (T); 0 = the preset's max_seq
+
+  // ---- batch and scaling ------------------------------------------------------------
+  Scaling scaling = Scaling::weak;
+  int global_batch = 0;        // strong scaling: samples per optimizer step, all ranks
+  int batch_per_rank = 0;      // samples per optimizer step on each rank
+  int grad_accum = 1;          // micro-batches per optimizer step
+  int micro_batch() const { return batch_per_rank / grad_accum; }
+
+  // ---- schedule ---------------------------------------------------------------------
+  int steps = 20;
+  int warmup_steps = 2;        // timed and recorded, excluded from summaries
+  float learning_rate = 6e-4f;
+  float min_lr_ratio = 0.1f;   // cosine decays to learning_rate * min_lr_ratio
+  int lr_warmup_steps = 0;     // linear learning-rate warm-up
+  float beta1 = 0.9f;
+  float beta2 = 0.95f;
+  float epsilon = 1e-8f;
+  float weight_decay = 0.1f;
+  float grad_clip = 1.0f;      // global-norm clipping; 0 turns it off
+
+  // ---- data -------------------------------------------------------------------------
+  std::string data = "random"; // random | markov | file
+  std::string token_file;
+  uint64_t seed = 1234;
+
+  // ---- parallelism ------------------------------------------------------------------
+  Strategy strategy = Strategy::ddp;
+  bool overlap = false;
+  double bucket_mb = 25.0;     // gradient bucket size, MiB of fp32
+  int check_every = 0;         // replica checksum every N steps; 0 = never
+  double comm_timeout_s = 300.0;
+
+  // ---- backend ----------------------------------------------------------------------
+  std::string backend = "cpu";
+  Precision precision = Precision::fp32;
+
+  // ---- output -----------------------------------------------------------------------
+  std::string output;          // HDF5 result file; empty = none
+  int flush_every = 10;
+  std::string experiment;      // provenance only
+  int repeat = 0;              // provenance only
+  int log_every = 1;
+
+  // Filled in by the trainer from the communicator, not from options.
+  int world_size = 1;
+};
+
+const char* strategy_name(Strategy strategy);
+const char* scaling_name(Scaling scaling);
+const char* precision_name(Precision precision);
+
+// Parses `scalestudy train` arguments (argv[0] is the subcommand) together with the
+// optional --config INI file; the command line wins. Throws UsageError on bad input.
+// Returns false when --help was printed instead.
+bool parse_train_config(int argc, const char* const* argv, RunConfig& config);
+
+// The --help text of `scalestudy train`.
+std::string train_help();
+
+// Checks the combinations that depend on the world size (divisibility of the global
+// batch). Throws UsageError naming the option and value.
+void resolve_batch_for_world(RunConfig& config, int world_size);
+
+// Every resolved field as (name, value) text pairs, in declaration order: printed at
+// start, stored in result files, and hashed to prove every rank runs the same config.
+std::vector<std::pair<std::string, std::string>> describe_config(const RunConfig& config);
+uint64_t config_hash(const RunConfig& config);
+
+}  // namespace scalestudy

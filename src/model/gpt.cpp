@@ -1,0 +1,263 @@
+#include "model/gpt.h"
+
+#include <cmath>
+#include <vector>
+
+#include "core/check.h"
+
+namespace scalestudy {
+
+// Saved activations of one micro-batch, per layer where backward needs them, plus the
+// scratch gradients that backward reuses from layer to layer.
+struct Gpt::Activations {
+  struct Layer {
+    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att_probs, *residual2;
+    float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *residual3;
+  };
+  int32_t *tokens = nullptr, *targets = nullptr;
+  float* encoded = nullptr;
+  std::vector<Layer> layers;
+  float *lnf = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr;
+  float *logits = nullptr, *probs = nullptr, *losses = nullptr;
+  // Scratch: one branch output in forward, and the gradients in backward.
+  float *branch_out = nullptr, *dresidual = nullptr, *dln = nullptr, *dqkv = nullptr,
+        *datty = nullptr, *dfch = nullptr, *dfch_gelu = nullptr, *dlogits = nullptr;
+  std::vector<void*> owned;
+};
+
+namespace {
+
+// A normal generator defined here rather than by <random>, whose distributions differ
+// between standard libraries: the same seed gives the same model everywhere.
+class NormalGenerator {
+ public:
+  explicit NormalGenerator(uint64_t seed) : state_(seed) {}
+  double next() {
+    if (has_spare_) {
+      has_spare_ = false;
+      return spare_;
+    }
+    const double two_pi = 6.283185307179586;
+    double u1 = uniform(), u2 = uniform();
+    while (u1 <= 0.0) u1 = uniform();
+    const double radius = std::sqrt(-2.0 * std::log(u1));
+    spare_ = radius * std::sin(two_pi * u2);
+    has_spare_ = true;
+    return radius * std::cos(two_pi * u2);
+  }
+
+ private:
+  uint64_t next_u64() {
+    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  double uniform() { return static_cast<double>(next_u64() >> 11) * 0x1.0p-53; }
+  uint64_t state_;
+  bool has_spare_ = false;
+  double spare_ = 0.0;
+};
+
+}  // namespace
+
+Gpt::Gpt(Ops& ops, const ModelShape& shape, int micro_batch, int seq, size_t padded_param_elems)
+    : ops_(ops),
+      layout_(make_parameter_layout(shape)),
+      batch_(micro_batch),
+      seq_(seq),
+      padded_param_elems_(padded_param_elems) {
+  SCALESTUDY_CHECK(padded_param_elems_ >= layout_.param_elems, "padding shorter than the model");
+  SCALESTUDY_CHECK(seq_ <= shape.max_seq && micro_batch > 0, "bad micro-batch shape");
+  params_ = ops_.allocate_floats(padded_param_elems_, MemoryKind::parameters);
+  ops_.fill_zero(params_, padded_param_elems_);
+
+  acts_ = new Activations();
+  Activations& a = *acts_;
+  const size_t N = static_cast<size_t>(batch_) * seq_;
+  const size_t C = shape.channels, V = shape.vocab, NH = shape.heads, T = seq_;
+  auto floats = [&](size_t elems) {
+    float* p = ops_.allocate_floats(elems, MemoryKind::activations);
+    a.owned.push_back(p);
+    return p;
+  };
+  a.tokens = ops_.allocate_ints(N, MemoryKind::activations);
+  a.targets = ops_.allocate_ints(N, MemoryKind::activations);
+  a.owned.push_back(a.tokens);
+  a.owned.push_back(a.targets);
+  a.encoded = floats(N * C);
+  for (int l = 0; l < shape.layers; ++l) {
+    Activations::Layer layer{};
+    layer.ln1 = floats(N * C);
+    layer.ln1_mean = floats(N);
+    layer.ln1_rstd = floats(N);
+    layer.qkv = floats(N * 3 * C);
+    layer.atty = floats(N * C);
+    layer.att_probs = floats(static_cast<size_t>(batch_) * NH * T * T);
+    layer.residual2 = floats(N * C);
+    layer.ln2 = floats(N * C);
+    layer.ln2_mean = floats(N);
+    layer.ln2_rstd = floats(N);
+    layer.fch = floats(N * 4 * C);
+    layer.fch_gelu = floats(N * 4 * C);
+    layer.residual3 = floats(N * C);
+    a.layers.push_back(layer);
+  }
+  a.lnf = floats(N * C);
+  a.lnf_mean = floats(N);
+  a.lnf_rstd = floats(N);
+  a.logits = floats(N * V);
+  a.probs = floats(N * V);
+  a.losses = floats(N);
+  a.branch_out = floats(N * C);
+  a.dresidual = floats(N * C);
+  a.dln = floats(N * C);
+  a.dqkv = floats(N * 3 * C);
+  a.datty = floats(N * C);
+  a.dfch = floats(N * 4 * C);
+  a.dfch_gelu = floats(N * 4 * C);
+  a.dlogits = floats(N * V);
+}
+
+Gpt::~Gpt() {
+  for (void* p : acts_->owned) ops_.release(p);
+  delete acts_;
+  ops_.release(params_);
+}
+
+void Gpt::initialize(uint64_t seed) {
+  std::vector<float> host(padded_param_elems_, 0.0f);
+  NormalGenerator normal(seed);
+  const double residual_std = 0.02 / std::sqrt(2.0 * layout_.shape.layers);
+  for (const TensorSpec& tensor : layout_.tensors) {
+    const bool is_norm_weight = tensor.name.find("ln") != std::string::npos &&
+                                tensor.name.find(".weight") != std::string::npos;
+    const bool is_residual_proj = tensor.name.find("proj.weight") != std::string::npos;
+    float* out = host.data() + tensor.offset_elems;
+    if (is_norm_weight) {
+      for (size_t i = 0; i < tensor.elems; ++i) out[i] = 1.0f;
+    } else if (tensor.decay) {
+      const double stddev = is_residual_proj ? residual_std : 0.02;
+      for (size_t i = 0; i < tensor.elems; ++i) out[i] = static_cast<float>(stddev * normal.next());
+    }
+  }
+  ops_.copy_from_host(params_, host.data(), padded_param_elems_);
+}
+
+void Gpt::forward(const int32_t* host_tokens, const int32_t* host_targets, ForwardHooks* hooks) {
+  Activations& a = *acts_;
+  const ModelShape& s = layout_.shape;
+  const int B = batch_, T = seq_, C = s.channels, V = s.vocab, N = B * T;
+  const float* p = params_;
+  ops_.copy_ints_from_host(a.tokens, host_tokens, static_cast<size_t>(N));
+  ops_.copy_ints_from_host(a.targets, host_targets, static_cast<size_t>(N));
+
+  if (hooks) hooks->before_segment_forward(layout_.embedding_segment());
+  ops_.embedding_forward(a.encoded, a.tokens, p + layout_.wte, p + layout_.wpe, B, T, C);
+
+  const AttentionShape att{B, T, C, s.heads, s.causal};
+  for (int l = 0; l < s.layers; ++l) {
+    if (hooks) hooks->before_segment_forward(layout_.block_segment(l));
+    const BlockOffsets& w = layout_.blocks[l];
+    Activations::Layer& x = a.layers[l];
+    const float* residual = l == 0 ? a.encoded : a.layers[l - 1].residual3;
+    const size_t NC = static_cast<size_t>(N) * C;
+    ops_.layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, residual, p + w.ln1_weight,
+                           p + w.ln1_bias, N, C);
+    ops_.matmul_forward(x.qkv, x.ln1, p + w.qkv_weight, p + w.qkv_bias, N, C, 3 * C);
+    ops_.attention_forward(x.atty, x.att_probs, x.qkv, att);
+    ops_.matmul_forward(a.branch_out, x.atty, p + w.attn_proj_weight, p + w.attn_proj_bias, N, C, C);
+    ops_.residual_forward(x.residual2, residual, a.branch_out, NC);
+    ops_.layernorm_forward(x.ln2, x.ln2_mean, x.ln2_rstd, x.residual2, p + w.ln2_weight,
+                           p + w.ln2_bias, N, C);
+    ops_.matmul_forward(x.fch, x.ln2, p + w.fc_weight, p + w.fc_bias, N, C, 4 * C);
+    ops_.gelu_forward(x.fch_gelu, x.fch, NC * 4);
+    ops_.matmul_forward(a.branch_out, x.fch_gelu, p + w.fc_proj_weight, p + w.fc_proj_bias, N, 4 * C, C);
+    ops_.residual_forward(x.residual3, x.residual2, a.branch_out, NC);
+  }
+
+  if (hooks) hooks->before_segment_forward(layout_.final_norm_segment());
+  const float* last = s.layers > 0 ? a.layers.back().residual3 : a.encoded;
+  ops_.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, last, p + layout_.lnf_weight,
+                         p + layout_.lnf_bias, N, C);
+  // The LM head is tied to the token embedding: logits = lnf @ wte^T, no bias.
+  ops_.matmul_forward(a.logits, a.lnf, p + layout_.wte, nullptr, N, C, V);
+  ops_.softmax_cross_entropy_forward(a.losses, a.probs, a.logits, a.targets, N, V);
+}
+
+double Gpt::mean_loss() {
+  const size_t rows = static_cast<size_t>(batch_) * seq_;
+  return ops_.sum(acts_->losses, rows) / static_cast<double>(rows);
+}
+
+void Gpt::backward(GradientSink& sink, float loss_scale) {
+  Activations& a = *acts_;
+  const ModelShape& s = layout_.shape;
+  const int B = batch_, T = seq_, C = s.channels, V = s.vocab, N = B * T;
+  const size_t NC = static_cast<size_t>(N) * C;
+  const float* p = params_;
+  const AttentionShape att{B, T, C, s.heads, s.causal};
+
+  // Segment gradient buffers are indexed from their segment's start.
+  auto grad_at = [&](float* segment_grads, int segment, size_t offset) {
+    return segment_grads + (offset - layout_.segments[segment].begin_elems);
+  };
+
+  const int emb = layout_.embedding_segment();
+  float* g_emb = sink.segment_gradients(emb);
+
+  ops_.fill_zero(a.dlogits, static_cast<size_t>(N) * V);
+  ops_.softmax_cross_entropy_backward(a.dlogits, a.probs, a.targets, N, V, loss_scale);
+  ops_.fill_zero(a.dln, NC);
+  ops_.matmul_backward(a.dln, grad_at(g_emb, emb, layout_.wte), nullptr, a.dlogits, a.lnf,
+                       p + layout_.wte, N, C, V);
+
+  const int fin = layout_.final_norm_segment();
+  float* g_fin = sink.segment_gradients(fin);
+  const float* last = s.layers > 0 ? a.layers.back().residual3 : a.encoded;
+  ops_.fill_zero(a.dresidual, NC);
+  ops_.layernorm_backward(a.dresidual, grad_at(g_fin, fin, layout_.lnf_weight),
+                          grad_at(g_fin, fin, layout_.lnf_bias), a.dln, last, p + layout_.lnf_weight,
+                          a.lnf_mean, a.lnf_rstd, N, C);
+  sink.segment_done(fin);
+
+  // dresidual holds d(residual3) on entry to each layer and d(its input) on exit: the
+  // LayerNorm backwards accumulate the branch contributions into it.
+  for (int l = s.layers - 1; l >= 0; --l) {
+    const int seg = layout_.block_segment(l);
+    float* g = sink.segment_gradients(seg);
+    const BlockOffsets& w = layout_.blocks[l];
+    Activations::Layer& x = a.layers[l];
+    const float* residual = l == 0 ? a.encoded : a.layers[l - 1].residual3;
+
+    ops_.fill_zero(a.dfch_gelu, NC * 4);
+    ops_.matmul_backward(a.dfch_gelu, grad_at(g, seg, w.fc_proj_weight), grad_at(g, seg, w.fc_proj_bias),
+                         a.dresidual, x.fch_gelu, p + w.fc_proj_weight, N, 4 * C, C);
+    ops_.fill_zero(a.dfch, NC * 4);
+    ops_.gelu_backward(a.dfch, x.fch, a.dfch_gelu, NC * 4);
+    ops_.fill_zero(a.dln, NC);
+    ops_.matmul_backward(a.dln, grad_at(g, seg, w.fc_weight), grad_at(g, seg, w.fc_bias), a.dfch,
+                         x.ln2, p + w.fc_weight, N, C, 4 * C);
+    ops_.layernorm_backward(a.dresidual, grad_at(g, seg, w.ln2_weight), grad_at(g, seg, w.ln2_bias),
+                            a.dln, x.residual2, p + w.ln2_weight, x.ln2_mean, x.ln2_rstd, N, C);
+
+    ops_.fill_zero(a.datty, NC);
+    ops_.matmul_backward(a.datty, grad_at(g, seg, w.attn_proj_weight),
+                         grad_at(g, seg, w.attn_proj_bias), a.dresidual, x.atty,
+                         p + w.attn_proj_weight, N, C, C);
+    ops_.fill_zero(a.dqkv, NC * 3);
+    ops_.attention_backward(a.dqkv, a.datty, x.qkv, x.att_probs, att);
+    ops_.fill_zero(a.dln, NC);
+    ops_.matmul_backward(a.dln, grad_at(g, seg, w.qkv_weight), grad_at(g, seg, w.qkv_bias), a.dqkv,
+                         x.ln1, p + w.qkv_weight, N, C, 3 * C);
+    ops_.layernorm_backward(a.dresidual, grad_at(g, seg, w.ln1_weight), grad_at(g, seg, w.ln1_bias),
+                            a.dln, residual, p + w.ln1_weight, x.ln1_mean, x.ln1_rstd, N, C);
+    sink.segment_done(seg);
+  }
+
+  ops_.embedding_backward(grad_at(g_emb, emb, layout_.wte), grad_at(g_emb, emb, layout_.wpe),
+                          a.dresidual, a.tokens, B, T, C);
+  sink.segment_done(emb);
+}
+
+}  // namespace scalestudy

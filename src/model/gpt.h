@@ -1,0 +1,69 @@
+#pragma once
+// The GPT-style transformer, written once against the backend's op interface.
+//
+// The model owns its parameters (one flat buffer, padded to the length the strategy
+// asks for) and its activations for one micro-batch. It does not own gradients: during
+// backward it asks a GradientSink where each segment's gradients go, and tells it when
+// they are final, which is how bucketed strategies learn when to communicate.
+#include <cstdint>
+
+#include "backend/ops.h"
+#include "model/parameter_layout.h"
+
+namespace scalestudy {
+
+class GradientSink {
+ public:
+  virtual ~GradientSink() = default;
+  // Where backward accumulates the gradients of a segment: element i of the returned
+  // buffer is the gradient of parameter segment.begin_elems + i. Zeroed by the sink
+  // before the first micro-batch that writes it, and accumulated into after that.
+  virtual float* segment_gradients(int segment) = 0;
+  // The segment's gradients for this micro-batch are complete.
+  virtual void segment_done(int segment) = 0;
+};
+
+class ForwardHooks {
+ public:
+  virtual ~ForwardHooks() = default;
+  // Called before forward reads a segment's parameters (zero2 waits here for them).
+  virtual void before_segment_forward(int segment) = 0;
+};
+
+class Gpt {
+ public:
+  Gpt(Ops& ops, const ModelShape& shape, int micro_batch, int seq, size_t padded_param_elems);
+  ~Gpt();
+  Gpt(const Gpt&) = delete;
+  Gpt& operator=(const Gpt&) = delete;
+
+  const ParameterLayout& layout() const { return layout_; }
+  float* params() { return params_; }
+  size_t padded_param_elems() const { return padded_param_elems_; }
+  int micro_batch() const { return batch_; }
+  int seq() const { return seq_; }
+
+  // GPT-2 initialisation from a seed: weights N(0, 0.02), residual projections
+  // N(0, 0.02/sqrt(2L)), biases 0, LayerNorm weights 1. Identical on every rank.
+  void initialize(uint64_t seed);
+
+  // tokens and targets are host arrays of micro_batch*seq. Returns nothing: the loss
+  // is read with mean_loss() after forward.
+  void forward(const int32_t* host_tokens, const int32_t* host_targets, ForwardHooks* hooks);
+  // Mean cross-entropy of the last forward, in nats.
+  double mean_loss();
+  // loss_scale multiplies d(sum of token losses): 1/(tokens per rank * micro-batches *
+  // world) makes the summed gradients over ranks the mean gradient of the global batch.
+  void backward(GradientSink& sink, float loss_scale);
+
+ private:
+  struct Activations;
+  Ops& ops_;
+  ParameterLayout layout_;
+  int batch_, seq_;
+  size_t padded_param_elems_;
+  float* params_ = nullptr;
+  Activations* acts_ = nullptr;
+};
+
+}  // namespace scalestudy

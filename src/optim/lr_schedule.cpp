@@ -1,0 +1,17 @@
+#include "optim/lr_schedule.h"
+
+#include <cmath>
+
+namespace scalestudy {
+
+float LearningRateSchedule::at(int step) const {
+  if (step < warmup_steps) return peak * static_cast<float>(step + 1) / static_cast<float>(warmup_steps);
+  const int decay_steps = total_steps - warmup_steps;
+  if (decay_steps <= 1) return peak;
+  const double progress = static_cast<double>(step - warmup_steps) / (decay_steps - 1);
+  const double cosine = 0.5 * (1.0 + std::cos(3.141592653589793 * progress));
+  const double floor = peak * static_cast<double>(min_ratio);
+  return static_cast<float>(floor + (peak - floor) * cosine);
+}
+
+}  // namespace scalestudy

@@ -1,0 +1,40 @@
+#pragma once
+// How the flat parameter/gradient buffer is cut into buckets and shards.
+//
+// Every bucket holds a multiple of world_size * kAlignElems elements, so each bucket
+// splits into world_size equal chunks, and rank r's shard is its chunk of every bucket,
+// back to back: bucket b's chunk starts at shard offset begin/world_size. The buffer is
+// padded (with zeros that stay zero) to make this hold for any world size, odd ones too.
+#include <cstddef>
+#include <vector>
+
+namespace scalestudy {
+
+struct Bucket {
+  size_t begin_elems = 0;
+  size_t end_elems = 0;
+  size_t elems() const { return end_elems - begin_elems; }
+};
+
+struct BucketPlan {
+  static constexpr size_t kAlignElems = 32;  // 128 bytes of fp32 per chunk boundary
+  int world_size = 1;
+  size_t param_elems = 0;   // unpadded
+  size_t padded_elems = 0;
+  size_t bucket_elems = 0;  // every bucket but possibly the last
+  std::vector<Bucket> buckets;
+
+  size_t shard_elems() const { return padded_elems / static_cast<size_t>(world_size); }
+  size_t chunk_elems(int bucket) const { return buckets[bucket].elems() / static_cast<size_t>(world_size); }
+  // Rank r's chunk of bucket b, in the flat buffer.
+  size_t chunk_begin(int bucket, int rank) const {
+    return buckets[bucket].begin_elems + static_cast<size_t>(rank) * chunk_elems(bucket);
+  }
+  size_t shard_offset(int bucket) const { return buckets[bucket].begin_elems / world_size; }
+};
+
+// bucket_bytes is rounded up to whole chunks; a bucket larger than the model gives one
+// bucket, a bucket smaller than one tensor gives many.
+BucketPlan make_bucket_plan(size_t param_elems, double bucket_bytes, int world_size);
+
+}  // namespace scalestudy

@@ -1,0 +1,75 @@
+#include "parallel/ddp_strategy.h"
+
+#include <cmath>
+
+namespace scalestudy {
+
+DdpStrategy::DdpStrategy(const RunConfig& config, Ops& ops, Communicator& comm, Gpt& model,
+                         const BucketPlan& plan)
+    : config_(config), ops_(ops), comm_(comm), model_(model), plan_(plan), waiter_(comm) {
+  grads_ = ops_.allocate_floats(plan_.padded_elems, MemoryKind::gradients);
+  m_ = ops_.allocate_floats(plan_.padded_elems, MemoryKind::optimizer);
+  v_ = ops_.allocate_floats(plan_.padded_elems, MemoryKind::optimizer);
+  ops_.fill_zero(grads_, plan_.padded_elems);
+  ops_.fill_zero(m_, plan_.padded_elems);
+  ops_.fill_zero(v_, plan_.padded_elems);
+}
+
+DdpStrategy::~DdpStrategy() {
+  comm_.finish_all();
+  ops_.release(grads_);
+  ops_.release(m_);
+  ops_.release(v_);
+}
+
+void DdpStrategy::begin_micro_batch(int micro_batch, int micro_batches) {
+  // Gradients accumulate over the micro-batches of a step; only the last one's
+  // backward communicates.
+  if (micro_batch == 0) ops_.fill_zero(grads_, plan_.padded_elems);
+  last_micro_batch_ = micro_batch == micro_batches - 1;
+  next_bucket_ = static_cast<int>(plan_.buckets.size()) - 1;
+}
+
+float* DdpStrategy::segment_gradients(int segment) {
+  return grads_ + model_.layout().segments[segment].begin_elems;
+}
+
+void DdpStrategy::segment_done(int segment) {
+  if (!config_.overlap || !last_micro_batch_) return;
+  // Backward finishes segments from the end of the buffer down, so every gradient at or
+  // above this segment's start is final.
+  const size_t final_from = model_.layout().segments[segment].begin_elems;
+  while (next_bucket_ >= 0 && plan_.buckets[next_bucket_].begin_elems >= final_from) {
+    const Bucket& bucket = plan_.buckets[next_bucket_];
+    in_flight_.push_back(comm_.start_allreduce(grads_ + bucket.begin_elems, bucket.elems(), "grad-comm"));
+    --next_bucket_;
+  }
+}
+
+void DdpStrategy::finish_gradient_sync() {
+  if (!config_.overlap) {
+    in_flight_.push_back(comm_.start_allreduce(grads_, plan_.padded_elems, "grad-comm"));
+  }
+  for (CommHandle handle : in_flight_) waiter_.wait(handle);
+  in_flight_.clear();
+}
+
+OptimizerStats DdpStrategy::optimizer_step(float learning_rate, int step) {
+  OptimizerStats stats;
+  stats.grad_norm = std::sqrt(ops_.sum_of_squares(grads_, plan_.padded_elems));
+  stats.clip_factor = clip_factor(stats.grad_norm, config_.grad_clip);
+  if (stats.clip_factor != 1.0f) ops_.scale(grads_, plan_.padded_elems, stats.clip_factor);
+  // fp32 compute: the parameters are their own master weights.
+  adamw_over_range(ops_, model_.layout(), 0, plan_.padded_elems, model_.params(), grads_, m_, v_,
+                   config_, learning_rate, step);
+  return stats;
+}
+
+StrategyMemory DdpStrategy::memory() const {
+  StrategyMemory memory;
+  memory.gradient_bytes = plan_.padded_elems * sizeof(float);
+  memory.optimizer_bytes = 2 * plan_.padded_elems * sizeof(float);
+  return memory;
+}
+
+}  // namespace scalestudy

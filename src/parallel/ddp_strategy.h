@@ -1,0 +1,49 @@
+#pragma once
+// ddp: every rank holds the whole gradient and the whole optimizer state; gradients are
+// summed with allreduce (the loss scale already divides by the world size). Without
+// overlap one allreduce covers the buffer after backward; with overlap each bucket is
+// started as soon as backward has finished every gradient in it.
+#include <vector>
+
+#include "parallel/strategy.h"
+#include "parallel/strategy_common.h"
+
+namespace scalestudy {
+
+class DdpStrategy final : public GradientStrategy {
+ public:
+  DdpStrategy(const RunConfig& config, Ops& ops, Communicator& comm, Gpt& model, const BucketPlan& plan);
+  ~DdpStrategy() override;
+
+  const char* name() const override { return "ddp"; }
+  const BucketPlan& plan() const override { return plan_; }
+  float* segment_gradients(int segment) override;
+  void segment_done(int segment) override;
+  void before_segment_forward(int) override {}
+
+  void begin_step() override {}
+  void begin_micro_batch(int micro_batch, int micro_batches) override;
+  void finish_gradient_sync() override;
+  OptimizerStats optimizer_step(float learning_rate, int step) override;
+  void finish_param_sync() override {}
+  StrategyMemory memory() const override;
+  double take_comm_wait_seconds() override { return waiter_.take_seconds(); }
+
+  const float* gradients() const { return grads_; }
+
+ private:
+  const RunConfig& config_;
+  Ops& ops_;
+  Communicator& comm_;
+  Gpt& model_;
+  BucketPlan plan_;
+  CommWaiter waiter_;
+  float* grads_ = nullptr;
+  float* m_ = nullptr;
+  float* v_ = nullptr;
+  bool last_micro_batch_ = true;
+  int next_bucket_ = -1;  // buckets are started from the last one down to 0
+  std::vector<CommHandle> in_flight_;
+};
+
+}  // namespace scalestudy

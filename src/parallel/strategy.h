@@ -1,0 +1,63 @@
+#pragma once
+// A data-parallel strategy: where gradients live, when they are communicated, and how
+// the optimizer updates the parameters. The trainer drives one step as
+//
+//   begin_step()                      zero2+overlap: start the parameter allgathers
+//   for each micro-batch:
+//     forward(hooks = strategy)       zero2+overlap: wait for a bucket before using it
+//     backward(sink = strategy)       overlap: start each bucket once backward filled it
+//   finish_gradient_sync()            wait for the gradient collectives still in flight
+//   optimizer_step()                  clip, AdamW, and (zero2, no overlap) allgather
+//
+// Timeline of the two streams for ddp with overlap (buckets b2, b1, b0 in reverse
+// layer order):
+//
+//   compute: | forward | backward L-1 .. | backward .. | backward .. 0 |      | optimizer |
+//   comm:                        | allreduce b2 | allreduce b1 |  allreduce b0 |
+//                                                                 ^ finish_gradient_sync
+#include <memory>
+
+#include "backend/ops.h"
+#include "comm/communicator.h"
+#include "config/run_config.h"
+#include "model/gpt.h"
+#include "parallel/bucket_plan.h"
+
+namespace scalestudy {
+
+struct StrategyMemory {
+  size_t gradient_bytes = 0;       // every buffer that holds gradients
+  size_t optimizer_bytes = 0;      // master weights (where separate), m, v
+  size_t communication_bytes = 0;  // staging and receive buffers, at their peak
+};
+
+struct OptimizerStats {
+  double grad_norm = 0.0;  // global norm before clipping
+  float clip_factor = 1.0f;
+};
+
+class GradientStrategy : public GradientSink, public ForwardHooks {
+ public:
+  ~GradientStrategy() override = default;
+  virtual const char* name() const = 0;
+  virtual const BucketPlan& plan() const = 0;
+
+  virtual void begin_step() = 0;
+  virtual void begin_micro_batch(int micro_batch, int micro_batches) = 0;
+  virtual void finish_gradient_sync() = 0;
+  virtual OptimizerStats optimizer_step(float learning_rate, int step) = 0;
+  // Completes any parameter communication still pending, so params() is whole.
+  virtual void finish_param_sync() = 0;
+
+  virtual StrategyMemory memory() const = 0;
+  // Seconds the compute stream spent blocked on collectives since the last call: the
+  // communication that compute did not hide.
+  virtual double take_comm_wait_seconds() = 0;
+};
+
+// Chooses the strategy from the config. The plan pads the buffer for the world size.
+std::unique_ptr<GradientStrategy> make_strategy(const RunConfig& config, Ops& ops,
+                                                Communicator& comm, Gpt& model,
+                                                const BucketPlan& plan);
+
+}  // namespace scalestudy

@@ -1,0 +1,39 @@
+#include "parallel/strategy_common.h"
+
+#include <memory>
+
+#include "parallel/ddp_strategy.h"
+#include "parallel/zero2_strategy.h"
+
+namespace scalestudy {
+
+void adamw_over_range(Ops& ops, const ParameterLayout& layout, size_t param_begin,
+                      size_t param_end, float* master, const float* grads, float* m, float* v,
+                      const RunConfig& config, float learning_rate, int step) {
+  AdamWParams hyper;
+  hyper.learning_rate = learning_rate;
+  hyper.beta1 = config.beta1;
+  hyper.beta2 = config.beta2;
+  hyper.epsilon = config.epsilon;
+  hyper.step = step + 1;
+  for_each_tensor_piece(layout, param_begin, param_end, [&](size_t lo, size_t hi, bool decay) {
+    hyper.weight_decay = decay ? config.weight_decay : 0.0f;
+    const size_t at = lo - param_begin;
+    ops.adamw_update(master + at, grads + at, m + at, v + at, hi - lo, hyper);
+  });
+}
+
+float clip_factor(double grad_norm, float max_norm) {
+  if (max_norm <= 0.0f || grad_norm <= max_norm) return 1.0f;
+  return static_cast<float>(max_norm / (grad_norm + 1e-6));
+}
+
+std::unique_ptr<GradientStrategy> make_strategy(const RunConfig& config, Ops& ops,
+                                                Communicator& comm, Gpt& model,
+                                                const BucketPlan& plan) {
+  if (config.strategy == Strategy::zero2)
+    return std::make_unique<Zero2Strategy>(config, ops, comm, model, plan);
+  return std::make_unique<DdpStrategy>(config, ops, comm, model, plan);
+}
+
+}  // namespace scalestudy

@@ -1,0 +1,43 @@
+#pragma once
+// Pieces that ddp and zero2 share.
+#include <chrono>
+
+#include "backend/ops.h"
+#include "comm/communicator.h"
+#include "config/run_config.h"
+#include "model/parameter_layout.h"
+
+namespace scalestudy {
+
+// Waits for collectives and keeps count of the time compute spent blocked on them.
+class CommWaiter {
+ public:
+  explicit CommWaiter(Communicator& comm) : comm_(comm) {}
+  void wait(CommHandle handle) {
+    const auto begin = std::chrono::steady_clock::now();
+    comm_.finish(handle);
+    waited_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  }
+  double take_seconds() {
+    const double waited = waited_s_;
+    waited_s_ = 0.0;
+    return waited;
+  }
+
+ private:
+  Communicator& comm_;
+  double waited_s_ = 0.0;
+};
+
+// AdamW over the parameters [param_begin, param_end) of the flat buffer, with weight
+// decay on the matrices only. master, grads, m and v point at the element that
+// corresponds to param_begin.
+void adamw_over_range(Ops& ops, const ParameterLayout& layout, size_t param_begin,
+                      size_t param_end, float* master, const float* grads, float* m, float* v,
+                      const RunConfig& config, float learning_rate, int step);
+
+// The factor that brings the global gradient norm down to max_norm (1 when below it
+// or when clipping is off).
+float clip_factor(double grad_norm, float max_norm);
+
+}  // namespace scalestudy

@@ -1,0 +1,199 @@
+#include "parallel/zero2_strategy.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/check.h"
+
+namespace scalestudy {
+
+Zero2Strategy::Zero2Strategy(const RunConfig& config, Ops& ops, Communicator& comm, Gpt& model,
+                             const BucketPlan& plan)
+    : config_(config), ops_(ops), comm_(comm), model_(model), plan_(plan), waiter_(comm),
+      rank_(comm.rank()) {
+  SCALESTUDY_CHECK(plan_.world_size == comm.world_size(), "bucket plan for another world size");
+  const size_t shard = plan_.shard_elems();
+  shard_grads_ = ops_.allocate_floats(shard, MemoryKind::gradients);
+  master_ = ops_.allocate_floats(shard, MemoryKind::optimizer);
+  m_ = ops_.allocate_floats(shard, MemoryKind::optimizer);
+  v_ = ops_.allocate_floats(shard, MemoryKind::optimizer);
+  ops_.fill_zero(shard_grads_, shard);
+  ops_.fill_zero(m_, shard);
+  ops_.fill_zero(v_, shard);
+
+  const ParameterLayout& layout = model_.layout();
+  embedding_scratch_ = ops_.allocate_floats(layout.segments[layout.embedding_segment()].elems(),
+                                            MemoryKind::gradients);
+  for (size_t s = 1; s < layout.segments.size(); ++s)
+    block_scratch_elems_ = std::max(block_scratch_elems_, layout.segments[s].elems());
+  block_scratch_ = ops_.allocate_floats(block_scratch_elems_, MemoryKind::gradients);
+
+  buckets_.resize(plan_.buckets.size());
+  // The master weights start as this rank's chunks of the initial parameters.
+  for (int b = 0; b < static_cast<int>(plan_.buckets.size()); ++b) {
+    ops_.copy(master_ + plan_.shard_offset(b), model_.params() + plan_.chunk_begin(b, rank_),
+              plan_.chunk_elems(b));
+  }
+}
+
+Zero2Strategy::~Zero2Strategy() {
+  comm_.finish_all();
+  for (float* buffer : all_buffers_) ops_.release(buffer);
+  for (float* buffer : {shard_grads_, master_, m_, v_, embedding_scratch_, block_scratch_})
+    ops_.release(buffer);
+}
+
+float* Zero2Strategy::acquire_buffer(std::vector<float*>& pool, size_t elems) {
+  if (!pool.empty()) {
+    float* buffer = pool.back();
+    pool.pop_back();
+    return buffer;
+  }
+  // Every buffer of a pool is sized for the largest bucket (or chunk), so any can be reused.
+  float* buffer = ops_.allocate_floats(elems, MemoryKind::communication);
+  all_buffers_.push_back(buffer);
+  comm_buffer_bytes_ += elems * sizeof(float);
+  return buffer;
+}
+
+bool Zero2Strategy::overlaps(int bucket, size_t begin, size_t end) const {
+  return plan_.buckets[bucket].begin_elems < end && begin < plan_.buckets[bucket].end_elems;
+}
+
+void Zero2Strategy::begin_step() {
+  if (gather_pending_) start_gathers();
+}
+
+void Zero2Strategy::begin_micro_batch(int micro_batch, int /*micro_batches*/) {
+  // Unlike ddp there is no full gradient to accumulate into: every micro-batch's buckets
+  // are reduce-scattered, and the shard accumulates them.
+  if (micro_batch == 0) ops_.fill_zero(shard_grads_, plan_.shard_elems());
+  next_bucket_ = static_cast<int>(plan_.buckets.size()) - 1;
+}
+
+float* Zero2Strategy::segment_gradients(int segment) {
+  const ParameterLayout& layout = model_.layout();
+  float* scratch = segment == layout.embedding_segment() ? embedding_scratch_ : block_scratch_;
+  ops_.fill_zero(scratch, layout.segments[segment].elems());
+  return scratch;
+}
+
+void Zero2Strategy::segment_done(int segment) {
+  const ParameterLayout& layout = model_.layout();
+  const Segment& seg = layout.segments[segment];
+  const float* scratch = segment == layout.embedding_segment() ? embedding_scratch_ : block_scratch_;
+  for (int b = 0; b < static_cast<int>(plan_.buckets.size()); ++b) {
+    if (!overlaps(b, seg.begin_elems, seg.end_elems)) continue;
+    BucketState& state = buckets_[b];
+    const Bucket& bucket = plan_.buckets[b];
+    if (!state.staging) {
+      state.staging = acquire_buffer(free_staging_, plan_.bucket_elems);
+      ops_.fill_zero(state.staging, bucket.elems());
+    }
+    const size_t lo = std::max(seg.begin_elems, bucket.begin_elems);
+    const size_t hi = std::min(seg.end_elems, bucket.end_elems);
+    ops_.copy(state.staging + (lo - bucket.begin_elems), scratch + (lo - seg.begin_elems), hi - lo);
+  }
+  // Segments finish from the end of the buffer down: everything from here up is final.
+  while (next_bucket_ >= 0 && plan_.buckets[next_bucket_].begin_elems >= seg.begin_elems) {
+    start_reduce(next_bucket_);
+    --next_bucket_;
+  }
+}
+
+void Zero2Strategy::start_reduce(int b) {
+  BucketState& state = buckets_[b];
+  if (!state.staging) {  // a bucket of padding only
+    state.staging = acquire_buffer(free_staging_, plan_.bucket_elems);
+    ops_.fill_zero(state.staging, plan_.buckets[b].elems());
+  }
+  state.received = acquire_buffer(free_received_, plan_.bucket_elems / plan_.world_size);
+  state.reduce = comm_.start_reduce_scatter(state.staging, state.received, plan_.chunk_elems(b), "grad-comm");
+  state.reducing = true;
+  reducing_.push_back(b);
+  if (!config_.overlap) {
+    complete_reduce(b);
+    return;
+  }
+  while (reducing_.size() > kMaxBucketsInFlight) complete_reduce(reducing_.front());
+}
+
+void Zero2Strategy::complete_reduce(int b) {
+  BucketState& state = buckets_[b];
+  waiter_.wait(state.reduce);
+  ops_.accumulate(shard_grads_ + plan_.shard_offset(b), state.received, plan_.chunk_elems(b));
+  free_staging_.push_back(state.staging);
+  free_received_.push_back(state.received);
+  state.staging = state.received = nullptr;
+  state.reducing = false;
+  reducing_.erase(std::find(reducing_.begin(), reducing_.end(), b));
+}
+
+void Zero2Strategy::finish_gradient_sync() {
+  SCALESTUDY_CHECK(next_bucket_ < 0, "backward ended with buckets never reduced");
+  while (!reducing_.empty()) complete_reduce(reducing_.front());
+}
+
+OptimizerStats Zero2Strategy::optimizer_step(float learning_rate, int step) {
+  // Leftover gathers of padding-only buckets, which no forward segment waits for.
+  for (int b = 0; b < static_cast<int>(buckets_.size()); ++b)
+    if (buckets_[b].gathering) complete_gather(b);
+
+  OptimizerStats stats;
+  double sum_of_squares = ops_.sum_of_squares(shard_grads_, plan_.shard_elems());
+  waiter_.wait(comm_.start_allreduce(&sum_of_squares, 1, "optimizer"));
+  stats.grad_norm = std::sqrt(sum_of_squares);
+  stats.clip_factor = clip_factor(stats.grad_norm, config_.grad_clip);
+  if (stats.clip_factor != 1.0f) ops_.scale(shard_grads_, plan_.shard_elems(), stats.clip_factor);
+
+  for (int b = 0; b < static_cast<int>(plan_.buckets.size()); ++b) {
+    const size_t begin = plan_.chunk_begin(b, rank_), offset = plan_.shard_offset(b);
+    const size_t chunk = plan_.chunk_elems(b);
+    adamw_over_range(ops_, model_.layout(), begin, begin + chunk, master_ + offset,
+                     shard_grads_ + offset, m_ + offset, v_ + offset, config_, learning_rate, step);
+    ops_.copy(model_.params() + begin, master_ + offset, chunk);
+  }
+  gather_pending_ = true;
+  if (!config_.overlap) finish_param_sync();
+  return stats;
+}
+
+void Zero2Strategy::start_gathers() {
+  // In bucket order, which is the order forward reads them.
+  for (int b = 0; b < static_cast<int>(plan_.buckets.size()); ++b) {
+    float* bucket = model_.params() + plan_.buckets[b].begin_elems;
+    buckets_[b].gather = comm_.start_allgather(model_.params() + plan_.chunk_begin(b, rank_), bucket,
+                                               plan_.chunk_elems(b), "param-gather");
+    buckets_[b].gathering = true;
+  }
+  gather_pending_ = false;
+}
+
+void Zero2Strategy::complete_gather(int b) {
+  waiter_.wait(buckets_[b].gather);
+  buckets_[b].gathering = false;
+}
+
+void Zero2Strategy::before_segment_forward(int segment) {
+  const Segment& seg = model_.layout().segments[segment];
+  for (int b = 0; b < static_cast<int>(buckets_.size()); ++b)
+    if (buckets_[b].gathering && overlaps(b, seg.begin_elems, seg.end_elems)) complete_gather(b);
+}
+
+void Zero2Strategy::finish_param_sync() {
+  if (gather_pending_) start_gathers();
+  for (int b = 0; b < static_cast<int>(buckets_.size()); ++b)
+    if (buckets_[b].gathering) complete_gather(b);
+}
+
+StrategyMemory Zero2Strategy::memory() const {
+  const ParameterLayout& layout = model_.layout();
+  StrategyMemory memory;
+  memory.gradient_bytes = (plan_.shard_elems() + layout.segments[layout.embedding_segment()].elems() +
+                           block_scratch_elems_) * sizeof(float);
+  memory.optimizer_bytes = 3 * plan_.shard_elems() * sizeof(float);
+  memory.communication_bytes = comm_buffer_bytes_;
+  return memory;
+}
+
+}  // namespace scalestudy

@@ -1,0 +1,88 @@
+#pragma once
+// zero2: each rank owns one shard of the padded buffer (its chunk of every bucket). It
+// keeps the gradients, fp32 master weights and AdamW moments of that shard only.
+//
+// Backward writes a segment's gradients into a scratch buffer; when the segment is
+// done they are copied into the staging buffers of the buckets they fall in, and each
+// bucket that is then complete is reduce-scattered into the shard. At most
+// kMaxBucketsInFlight buckets are held at once, so gradient memory is the shard, the
+// scratch (the tied embedding, whose gradient is written first and finished last, and
+// one block), and a few buckets: never a whole gradient.
+//
+// After the update each rank's chunk is allgathered back into every replica's
+// parameters. Without overlap that happens at the end of optimizer_step; with overlap
+// the allgathers are started at the next begin_step() and forward waits for each
+// bucket just before the first segment that reads it.
+#include <deque>
+#include <vector>
+
+#include "parallel/strategy.h"
+#include "parallel/strategy_common.h"
+
+namespace scalestudy {
+
+class Zero2Strategy final : public GradientStrategy {
+ public:
+  static constexpr size_t kMaxBucketsInFlight = 2;
+
+  Zero2Strategy(const RunConfig& config, Ops& ops, Communicator& comm, Gpt& model, const BucketPlan& plan);
+  ~Zero2Strategy() override;
+
+  const char* name() const override { return "zero2"; }
+  const BucketPlan& plan() const override { return plan_; }
+  float* segment_gradients(int segment) override;
+  void segment_done(int segment) override;
+  void before_segment_forward(int segment) override;
+
+  void begin_step() override;
+  void begin_micro_batch(int micro_batch, int micro_batches) override;
+  void finish_gradient_sync() override;
+  OptimizerStats optimizer_step(float learning_rate, int step) override;
+  void finish_param_sync() override;
+  StrategyMemory memory() const override;
+  double take_comm_wait_seconds() override { return waiter_.take_seconds(); }
+
+  const float* shard_gradients() const { return shard_grads_; }
+
+ private:
+  struct BucketState {
+    float* staging = nullptr;  // the bucket's gradients, all ranks' chunks
+    float* received = nullptr; // this rank's reduced chunk
+    CommHandle reduce{};
+    CommHandle gather{};
+    bool reducing = false;
+    bool gathering = false;
+  };
+  float* acquire_buffer(std::vector<float*>& pool, size_t elems);
+  void start_reduce(int bucket);
+  void complete_reduce(int bucket);
+  void start_gathers();
+  void complete_gather(int bucket);
+  bool overlaps(int bucket, size_t begin, size_t end) const;
+
+  const RunConfig& config_;
+  Ops& ops_;
+  Communicator& comm_;
+  Gpt& model_;
+  BucketPlan plan_;
+  CommWaiter waiter_;
+  int rank_ = 0;
+
+  float* shard_grads_ = nullptr;
+  float* master_ = nullptr;
+  float* m_ = nullptr;
+  float* v_ = nullptr;
+  float* embedding_scratch_ = nullptr;
+  float* block_scratch_ = nullptr;
+  size_t block_scratch_elems_ = 0;
+
+  std::vector<BucketState> buckets_;
+  std::vector<float*> free_staging_, free_received_;
+  std::vector<float*> all_buffers_;
+  size_t comm_buffer_bytes_ = 0;
+  std::deque<int> reducing_;
+  int next_bucket_ = -1;
+  bool gather_pending_ = false;
+};
+
+}  // namespace scalestudy

@@ -1,0 +1,174 @@
+#include "train/trainer.h"
+
+#include <cinttypes>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "core/check.h"
+#include "core/usage_error.h"
+#include "data/make_token_source.h"
+#include "train/consistency.h"
+
+namespace scalestudy {
+
+size_t peak_resident_bytes() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) {
+      std::istringstream fields(line.substr(6));
+      size_t kib = 0;
+      fields >> kib;
+      return kib * 1024;
+    }
+  }
+  return 0;
+}
+
+Trainer::Trainer(const RunConfig& config, Ops& ops, Communicator& comm, MPI_Comm control)
+    : config_(config), ops_(ops), comm_(comm), control_(control) {
+  resolve_batch_for_world(config_, comm_.world_size());
+  check_same_config(control_, config_hash(config_));
+
+  data_ = make_token_source(config_.data, config_.shape.vocab, config_.seed, config_.token_file);
+  if (data_->vocab_size() > config_.shape.vocab)
+    throw UsageError("--vocab " + std::to_string(config_.shape.vocab) + ": smaller than the data's vocabulary (" +
+                     std::to_string(data_->vocab_size()) + ")");
+  const ParameterLayout layout = make_parameter_layout(config_.shape);
+  plan_ = make_bucket_plan(layout.param_elems, config_.bucket_mb * 1024.0 * 1024.0, comm_.world_size());
+  model_ = std::make_unique<Gpt>(ops_, config_.shape, config_.micro_batch(), config_.seq, plan_.padded_elems);
+  model_->initialize(config_.seed);
+  strategy_ = make_strategy(config_, ops_, comm_, *model_, plan_);
+  schedule_ = {config_.learning_rate, config_.min_lr_ratio, config_.lr_warmup_steps, config_.steps};
+
+  const size_t tokens = static_cast<size_t>(config_.micro_batch()) * config_.seq;
+  host_inputs_.resize(tokens);
+  host_targets_.resize(tokens);
+  const auto bytes = comm_.payload_bytes_by_kind();
+  for (int k = 0; k < kCollectiveKindCount; ++k) bytes_before_[k] = bytes[static_cast<size_t>(k)];
+}
+
+Trainer::~Trainer() {
+  comm_.finish_all();
+  strategy_.reset();
+  model_.reset();
+}
+
+void Trainer::load_micro_batch(int step, int micro_batch) {
+  // Sample indices depend only on the global batch, never on the world size, so every
+  // strategy at every N trains on exactly the same samples.
+  const int64_t first = static_cast<int64_t>(step) * config_.global_batch +
+                        static_cast<int64_t>(comm_.rank()) * config_.batch_per_rank +
+                        static_cast<int64_t>(micro_batch) * config_.micro_batch();
+  for (int i = 0; i < config_.micro_batch(); ++i) {
+    const size_t at = static_cast<size_t>(i) * config_.seq;
+    data_->fill_sample(first + i, config_.seq, host_inputs_.data() + at, host_targets_.data() + at);
+  }
+}
+
+StepRecord Trainer::train_step(int step) {
+  StepRecord record;
+  record.step = step;
+  record.warmup = step < config_.warmup_steps;
+  record.learning_rate = schedule_.at(step);
+  const int micro_batches = config_.grad_accum;
+  const float loss_scale =
+      1.0f / (static_cast<float>(config_.micro_batch()) * config_.seq * micro_batches * comm_.world_size());
+
+  clock_.start_step();
+  comm_.set_epoch(clock_.step_start());
+  strategy_->begin_step();
+  double loss_sum = 0.0;
+  for (int micro = 0; micro < micro_batches; ++micro) {
+    {
+      ScopedPhase phase(clock_, Phase::data);
+      load_micro_batch(step, micro);
+    }
+    {
+      ScopedPhase phase(clock_, Phase::forward);
+      model_->forward(host_inputs_.data(), host_targets_.data(), strategy_.get());
+      loss_sum += model_->mean_loss();
+    }
+    {
+      ScopedPhase phase(clock_, Phase::backward);
+      strategy_->begin_micro_batch(micro, micro_batches);
+      model_->backward(*strategy_, loss_scale);
+    }
+  }
+  // What overlap did not hide is waited for here; the comm stream's own grad-comm
+  // interval comes from the collective records below.
+  strategy_->finish_gradient_sync();
+  OptimizerStats stats;
+  {
+    ScopedPhase phase(clock_, Phase::optimizer);
+    stats = strategy_->optimizer_step(record.learning_rate, step);
+  }
+  double global_loss = loss_sum / micro_batches;
+  comm_.allreduce(&global_loss, 1, phase_name(Phase::step));
+  record.loss = global_loss / comm_.world_size();
+  record.grad_norm = stats.grad_norm;
+  record.tokens = static_cast<int64_t>(config_.global_batch) * config_.seq;
+
+  if (config_.check_every > 0 && (step + 1) % config_.check_every == 0) {
+    const std::vector<float> params = parameters_on_host();
+    check_replicas(control_, checksum_bytes(params.data(), params.size() * sizeof(float)), step);
+  }
+  record.comm_wait_s = strategy_->take_comm_wait_seconds();
+  comm_.finish_all();
+  record.collectives = comm_.take_records();
+  clock_.add_collectives(record.collectives);
+  record.intervals = clock_.finish_step();
+  const auto bytes = comm_.payload_bytes_by_kind();
+  for (int k = 0; k < kCollectiveKindCount; ++k) {
+    record.comm_bytes[k] = bytes[static_cast<size_t>(k)] - bytes_before_[k];
+    bytes_before_[k] = bytes[static_cast<size_t>(k)];
+  }
+  return record;
+}
+
+void Trainer::run(StepObserver* observer) {
+  for (int step = 0; step < config_.steps; ++step) {
+    const StepRecord record = train_step(step);
+    if (observer) observer->on_step(record);
+    if (comm_.rank() == 0 && ((step + 1) % config_.log_every == 0 || step + 1 == config_.steps))
+      print_progress(record);
+  }
+  strategy_->finish_param_sync();
+}
+
+void Trainer::print_progress(const StepRecord& r) const {
+  const double step_s = r.intervals[static_cast<int>(Phase::step)].length();
+  std::printf("step %*d/%d  loss %.4f  lr %.3e  norm %.3f  %8.1f ms  %10.0f tok/s%s\n",
+              static_cast<int>(std::to_string(config_.steps).size()), r.step + 1, config_.steps, r.loss,
+              static_cast<double>(r.learning_rate), r.grad_norm, step_s * 1e3,
+              step_s > 0 ? static_cast<double>(r.tokens) / step_s : 0.0, r.warmup ? "  (warm-up)" : "");
+  std::fflush(stdout);
+}
+
+std::vector<float> Trainer::parameters_on_host() {
+  strategy_->finish_param_sync();
+  std::vector<float> host(model_->layout().param_elems);
+  ops_.copy_to_host(host.data(), model_->params(), host.size());
+  return host;
+}
+
+MemoryReport Trainer::memory() const {
+  MemoryReport report;
+  for (int k = 0; k < kMemoryKindCount; ++k) report.bytes[k] = ops_.allocated_bytes(static_cast<MemoryKind>(k));
+  report.peak_bytes = peak_resident_bytes();
+  report.peak_source = "VmHWM (process peak resident set)";
+  return report;
+}
+
+std::string Trainer::memory_summary() const {
+  const MemoryReport report = memory();
+  std::ostringstream out;
+  out << "memory per rank (MiB):";
+  for (int k = 0; k < kMemoryKindCount; ++k)
+    out << " " << memory_kind_name(static_cast<MemoryKind>(k)) << " "
+        << static_cast<double>(report.bytes[k]) / (1024.0 * 1024.0);
+  return out.str();
+}
+
+}  // namespace scalestudy

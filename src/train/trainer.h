@@ -1,0 +1,88 @@
+#pragma once
+// The step loop: data, forward, backward, gradient synchronisation and the optimizer,
+// each phase timed on its stream, on one rank of a data-parallel job.
+#include <mpi.h>
+
+#include <array>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/ops.h"
+#include "comm/communicator.h"
+#include "config/run_config.h"
+#include "data/token_source.h"
+#include "model/gpt.h"
+#include "optim/lr_schedule.h"
+#include "parallel/strategy.h"
+#include "timing/phases.h"
+
+namespace scalestudy {
+
+struct StepRecord {
+  int step = 0;
+  bool warmup = false;
+  double loss = 0.0;           // mean over the global batch
+  int64_t tokens = 0;          // tokens processed by all ranks
+  float learning_rate = 0.0f;
+  double grad_norm = 0.0;
+  PhaseIntervals intervals{};  // this rank's
+  double comm_wait_s = 0.0;    // time this rank's compute stream was blocked on collectives
+  std::vector<CollectiveRecord> collectives;
+  std::array<size_t, kCollectiveKindCount> comm_bytes{};
+};
+
+struct MemoryReport {
+  std::array<size_t, kMemoryKindCount> bytes{};  // by MemoryKind
+  size_t peak_bytes = 0;
+  std::string peak_source;
+};
+
+class StepObserver {
+ public:
+  virtual ~StepObserver() = default;
+  virtual void on_step(const StepRecord& record) = 0;
+};
+
+class Trainer {
+ public:
+  // control is the MPI communicator for checks that are not part of the measured
+  // training (config and replica checks); comm carries the training's collectives.
+  Trainer(const RunConfig& config, Ops& ops, Communicator& comm, MPI_Comm control);
+  ~Trainer();
+
+  // Runs every step, telling the observer about each; prints progress on rank 0.
+  void run(StepObserver* observer);
+  StepRecord train_step(int step);
+
+  // The whole parameter vector (unpadded), after any pending parameter sync.
+  std::vector<float> parameters_on_host();
+  MemoryReport memory() const;
+  std::string memory_summary() const;
+  const RunConfig& config() const { return config_; }
+  const TokenSource& data() const { return *data_; }
+  const GradientStrategy& strategy() const { return *strategy_; }
+  const BucketPlan& plan() const { return plan_; }
+
+ private:
+  void load_micro_batch(int step, int micro_batch);
+  void print_progress(const StepRecord& record) const;
+
+  RunConfig config_;
+  Ops& ops_;
+  Communicator& comm_;
+  MPI_Comm control_;
+  std::unique_ptr<TokenSource> data_;
+  BucketPlan plan_;
+  std::unique_ptr<Gpt> model_;
+  std::unique_ptr<GradientStrategy> strategy_;
+  LearningRateSchedule schedule_;
+  StepClock clock_;
+  std::vector<int32_t> host_inputs_, host_targets_;
+  std::array<size_t, kCollectiveKindCount> bytes_before_{};
+};
+
+// The process's peak resident set (VmHWM), in bytes; 0 where /proc is missing.
+size_t peak_resident_bytes();
+
+}  // namespace scalestudy

@@ -1,0 +1,717 @@
+// The CPU backend is the oracle for every other backend, so it is checked against things
+// that do not share its code: hand-computed values, double-precision references written
+// here, and central finite differences of the forward for every backward.
+//
+// Every backward check uses the scalar objective L = sum(out * R) with a fixed random R,
+// so the upstream gradient is dout = R. Gradient buffers start from random "prior"
+// values, and the check is on (after - prior), which also proves that backward ops
+// accumulate (+=) rather than overwrite.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <iomanip>
+#include <sstream>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "backend/cpu/cpu_ops.h"
+
+namespace scalestudy {
+namespace {
+
+// Every comparison is |got - ref| <= atol + rtol * |ref|.
+struct Tolerance {
+  double atol;
+  double rtol;
+};
+// fp32 forward against a double reference: a few fp32 roundings of O(1) values over
+// reductions of at most ~16 terms.
+constexpr Tolerance kForwardTolerance{1e-6, 1e-5};
+// Central differences of the fp32 forward with step kFp32Step (relative to max(1,|x|)).
+// Truncation vanishes for the linear ops and is ~step^2/6 * |f'''| for LayerNorm and
+// GELU; fp32 rounding of the perturbed outputs adds ~ulp(out)/step ~ 1e-5 per output
+// that moves. The largest error seen is 8e-5 (LayerNorm dinp): ~6x margin, while a
+// wrong term (an O(0.1) error) still fails by orders of magnitude.
+constexpr double kFp32Step = 1e-2;
+constexpr Tolerance kFp32GradTolerance{5e-4, 5e-4};
+// Central differences of a double reference with step kDoubleStep: truncation ~1e-12 and
+// rounding ~1e-10, so what is left is the fp32 rounding of the analytic backward itself
+// (largest seen 1.5e-7).
+constexpr double kDoubleStep = 1e-6;
+constexpr Tolerance kDoubleGradTolerance{1e-6, 1e-5};
+// Results that are exactly representable in fp32 (small integers, powers of two).
+constexpr Tolerance kExact{0.0, 0.0};
+// AdamW against a hand-computed step: a dozen fp32 roundings of O(1) values.
+constexpr Tolerance kAdamWTolerance{1e-6, 1e-6};
+
+constexpr int kBatch = 2;
+constexpr int kSeq = 5;
+constexpr int kChannels = 8;
+constexpr int kHeads = 2;
+constexpr int kVocab = 11;
+constexpr int kRows = kBatch * kSeq;
+
+// splitmix64: fixed across compilers and standard libraries, unlike std distributions.
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) : state_(seed) {}
+  uint64_t next() {
+    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  float uniform(float lo, float hi) {
+    return lo + (hi - lo) * static_cast<float>((next() >> 40) * 0x1.0p-24);
+  }
+
+ private:
+  uint64_t state_;
+};
+
+std::vector<float> random_floats(size_t elems, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
+  Rng rng(seed);
+  std::vector<float> values(elems);
+  for (float& value : values) value = rng.uniform(lo, hi);
+  return values;
+}
+
+std::vector<int32_t> random_ints(size_t elems, uint64_t seed, int32_t bound) {
+  Rng rng(seed);
+  std::vector<int32_t> values(elems);
+  for (int32_t& value : values) value = static_cast<int32_t>(rng.next() % bound);
+  return values;
+}
+
+template <class T>
+std::vector<double> to_double(const std::vector<T>& values) {
+  return std::vector<double>(values.begin(), values.end());
+}
+
+template <class Got, class Ref>
+::testing::AssertionResult all_close(const std::string& what, const Got& got, const Ref& ref,
+                                     Tolerance tolerance) {
+  if (got.size() != ref.size()) {
+    return ::testing::AssertionFailure() << what << ": size " << got.size() << " vs " << ref.size();
+  }
+  size_t mismatches = 0, first = 0;
+  double worst_error = 0.0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double error = std::fabs(static_cast<double>(got[i]) - static_cast<double>(ref[i]));
+    worst_error = std::max(worst_error, error);
+    if (!(error <= tolerance.atol + tolerance.rtol * std::fabs(static_cast<double>(ref[i])))) {
+      if (mismatches++ == 0) first = i;
+    }
+  }
+  if (mismatches == 0) return ::testing::AssertionSuccess();
+  std::ostringstream text;
+  text << std::setprecision(9) << what << ": " << mismatches << " of " << got.size()
+       << " elements exceed atol " << tolerance.atol << " + rtol " << tolerance.rtol
+       << "*|ref|; first at index " << first << ": got " << static_cast<double>(got[first])
+       << ", ref " << static_cast<double>(ref[first]) << "; largest |error| " << worst_error;
+  return ::testing::AssertionFailure() << text.str();
+}
+
+template <class Real>
+double weighted_sum(const std::vector<Real>& out, const std::vector<float>& weights) {
+  double total = 0.0;
+  for (size_t i = 0; i < out.size(); ++i) total += static_cast<double>(out[i]) * weights[i];
+  return total;
+}
+
+// dL/dx by central differences, perturbing x (fp32 or double) in place. The denominator
+// is the step the arithmetic actually took, not the one that was asked for.
+template <class Real, class Objective>
+std::vector<double> central_differences(std::vector<Real>& x, Objective objective) {
+  std::vector<double> gradient(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const Real original = x[i];
+    const Real step = std::is_same_v<Real, float>
+                          ? static_cast<Real>(kFp32Step) * std::max(Real{1}, std::fabs(original))
+                          : static_cast<Real>(kDoubleStep);
+    const Real plus = original + step, minus = original - step;
+    x[i] = plus;
+    const double up = objective();
+    x[i] = minus;
+    const double down = objective();
+    x[i] = original;
+    gradient[i] = (up - down) / (static_cast<double>(plus) - static_cast<double>(minus));
+  }
+  return gradient;
+}
+
+// What a backward added on top of the random prior in its output buffer, against the
+// central differences of objective with respect to x.
+template <class Real, class Objective>
+::testing::AssertionResult gradient_matches(const std::string& what,
+                                            const std::vector<float>& after,
+                                            const std::vector<float>& prior, std::vector<Real>& x,
+                                            Objective objective, Tolerance tolerance) {
+  std::vector<double> added(after.size());
+  for (size_t i = 0; i < after.size(); ++i) added[i] = double{after[i]} - double{prior[i]};
+  return all_close(what, added, central_differences(x, objective), tolerance);
+}
+
+// ---- double-precision references ----------------------------------------------------
+
+void attention_reference(std::vector<double>& out, std::vector<double>& probs,
+                         const std::vector<double>& qkv, const AttentionShape& shape) {
+  const int hs = shape.channels / shape.heads;
+  const int T = shape.seq;
+  const int C = shape.channels;
+  out.assign(static_cast<size_t>(shape.batch) * T * C, 0.0);
+  probs.assign(static_cast<size_t>(shape.batch) * shape.heads * T * T, 0.0);
+  auto at = [&](int b, int t, int part, int h, int i) {
+    return qkv[(static_cast<size_t>(b) * T + t) * 3 * C + part * C + h * hs + i];
+  };
+  for (int b = 0; b < shape.batch; ++b) {
+    for (int h = 0; h < shape.heads; ++h) {
+      for (int t = 0; t < T; ++t) {
+        std::vector<double> weights(T, 0.0);
+        double max_score = -1e300;
+        for (int t2 = 0; t2 < T; ++t2) {
+          if (shape.causal && t2 > t) continue;
+          double score = 0.0;
+          for (int i = 0; i < hs; ++i) score += at(b, t, 0, h, i) * at(b, t2, 1, h, i);
+          weights[t2] = score / std::sqrt(static_cast<double>(hs));
+          max_score = std::max(max_score, weights[t2]);
+        }
+        double total = 0.0;
+        for (int t2 = 0; t2 < T; ++t2) {
+          weights[t2] = (shape.causal && t2 > t) ? 0.0 : std::exp(weights[t2] - max_score);
+          total += weights[t2];
+        }
+        for (int t2 = 0; t2 < T; ++t2) {
+          double p = weights[t2] / total;
+          probs[((static_cast<size_t>(b) * shape.heads + h) * T + t) * T + t2] = p;
+          for (int i = 0; i < hs; ++i) {
+            out[(static_cast<size_t>(b) * T + t) * C + h * hs + i] += p * at(b, t2, 2, h, i);
+          }
+        }
+      }
+    }
+  }
+}
+
+void cross_entropy_reference(std::vector<double>& losses, std::vector<double>& probs,
+                             const std::vector<double>& logits,
+                             const std::vector<int32_t>& targets, int rows, int vocab) {
+  losses.assign(rows, 0.0);
+  probs.assign(static_cast<size_t>(rows) * vocab, 0.0);
+  for (int n = 0; n < rows; ++n) {
+    const double* row = logits.data() + static_cast<size_t>(n) * vocab;
+    double max_logit = row[0];
+    for (int v = 1; v < vocab; ++v) max_logit = std::max(max_logit, row[v]);
+    double total = 0.0;
+    for (int v = 0; v < vocab; ++v) total += std::exp(row[v] - max_logit);
+    for (int v = 0; v < vocab; ++v) {
+      probs[static_cast<size_t>(n) * vocab + v] = std::exp(row[v] - max_logit) / total;
+    }
+    losses[n] = std::log(total) + max_logit - row[targets[n]];
+  }
+}
+
+// ---- memory -------------------------------------------------------------------------
+
+TEST(CpuOpsMemory, AccountsBytesByKindAndReleases) {
+  CpuOps ops;
+  EXPECT_EQ(ops.name(), "cpu");
+  for (int k = 0; k < kMemoryKindCount; ++k) {
+    EXPECT_EQ(ops.allocated_bytes(static_cast<MemoryKind>(k)), 0u);
+  }
+  float* params = ops.allocate_floats(100, MemoryKind::parameters);
+  float* more_params = ops.allocate_floats(3, MemoryKind::parameters);
+  int32_t* tokens = ops.allocate_ints(7, MemoryKind::activations);
+  ASSERT_NE(params, nullptr);
+  ASSERT_NE(tokens, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(params) % 64, 0u) << "allocations are cache-line aligned";
+  EXPECT_EQ(ops.allocated_bytes(MemoryKind::parameters), 103 * sizeof(float));
+  EXPECT_EQ(ops.allocated_bytes(MemoryKind::activations), 7 * sizeof(int32_t));
+  EXPECT_EQ(ops.allocated_bytes(MemoryKind::gradients), 0u);
+  ops.release(params);
+  EXPECT_EQ(ops.allocated_bytes(MemoryKind::parameters), 3 * sizeof(float));
+  ops.release(more_params);
+  ops.release(tokens);
+  ops.release(nullptr);
+  for (int k = 0; k < kMemoryKindCount; ++k) {
+    EXPECT_EQ(ops.allocated_bytes(static_cast<MemoryKind>(k)), 0u)
+        << memory_kind_name(static_cast<MemoryKind>(k));
+  }
+}
+
+TEST(CpuOpsMemory, KindNamesAreStable) {
+  EXPECT_STREQ(memory_kind_name(MemoryKind::parameters), "parameters");
+  EXPECT_STREQ(memory_kind_name(MemoryKind::gradients), "gradients");
+  EXPECT_STREQ(memory_kind_name(MemoryKind::optimizer), "optimizer");
+  EXPECT_STREQ(memory_kind_name(MemoryKind::activations), "activations");
+  EXPECT_STREQ(memory_kind_name(MemoryKind::communication), "communication");
+  EXPECT_STREQ(memory_kind_name(MemoryKind::other), "other");
+}
+
+TEST(CpuOpsMemory, CopiesAndZeroFills) {
+  CpuOps ops;
+  const size_t elems = 37;
+  std::vector<float> host = random_floats(elems, 1);
+  float* a = ops.allocate_floats(elems, MemoryKind::other);
+  float* b = ops.allocate_floats(elems, MemoryKind::other);
+  ops.copy_from_host(a, host.data(), elems);
+  ops.copy(b, a, elems);
+  std::vector<float> back(elems, -7.0f);
+  ops.copy_to_host(back.data(), b, elems);
+  EXPECT_TRUE(all_close("copy round trip", back, host, kExact));
+  ops.fill_zero(b, elems);
+  ops.copy_to_host(back.data(), b, elems);
+  EXPECT_TRUE(all_close("fill_zero", back, std::vector<float>(elems, 0.0f), kExact));
+  std::vector<int32_t> host_ints = random_ints(elems, 2, 1000);
+  int32_t* ints = ops.allocate_ints(elems, MemoryKind::other);
+  ops.copy_ints_from_host(ints, host_ints.data(), elems);
+  EXPECT_EQ(std::vector<int32_t>(ints, ints + elems), host_ints);
+  ops.synchronize();
+  ops.release(a);
+  ops.release(b);
+  ops.release(ints);
+}
+
+// ---- embedding ----------------------------------------------------------------------
+
+TEST(CpuOpsEmbedding, ForwardAddsTokenAndPositionRows) {
+  CpuOps ops;
+  auto tokens = random_ints(kRows, 3, kVocab);
+  auto wte = random_floats(kVocab * kChannels, 4);
+  auto wpe = random_floats(kSeq * kChannels, 5);
+  std::vector<float> out(kRows * kChannels), expected(kRows * kChannels);
+  ops.embedding_forward(out.data(), tokens.data(), wte.data(), wpe.data(), kBatch, kSeq, kChannels);
+  for (int n = 0; n < kRows; ++n) {
+    for (int c = 0; c < kChannels; ++c) {
+      expected[n * kChannels + c] = wte[tokens[n] * kChannels + c] + wpe[(n % kSeq) * kChannels + c];
+    }
+  }
+  EXPECT_TRUE(all_close("embedding out", out, expected, kExact));
+}
+
+TEST(CpuOpsEmbedding, BackwardAccumulatesRepeatedTokens) {
+  CpuOps ops;
+  // Token 3 appears at every position of batch 0 and twice in batch 1.
+  std::vector<int32_t> tokens = {3, 3, 3, 3, 3, 0, 3, 7, 3, 10};
+  // Small integers, so every sum is exact whatever the order.
+  std::vector<float> dout(kRows * kChannels);
+  for (size_t i = 0; i < dout.size(); ++i) dout[i] = static_cast<float>(static_cast<int>(i % 7) - 3);
+  std::vector<float> dwte(kVocab * kChannels, 1.0f), dwpe(kSeq * kChannels, 2.0f);
+  std::vector<float> expected_wte = dwte, expected_wpe = dwpe;
+  for (int n = 0; n < kRows; ++n) {
+    for (int c = 0; c < kChannels; ++c) {
+      expected_wte[tokens[n] * kChannels + c] += dout[n * kChannels + c];
+      expected_wpe[(n % kSeq) * kChannels + c] += dout[n * kChannels + c];
+    }
+  }
+  ops.embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), kBatch, kSeq, kChannels);
+  EXPECT_TRUE(all_close("dwte", dwte, expected_wte, kExact));
+  EXPECT_TRUE(all_close("dwpe", dwpe, expected_wpe, kExact));
+}
+
+TEST(CpuOpsEmbedding, BackwardMatchesFiniteDifferences) {
+  CpuOps ops;
+  auto tokens = random_ints(kRows, 6, kVocab);
+  auto wte = random_floats(kVocab * kChannels, 7);
+  auto wpe = random_floats(kSeq * kChannels, 8);
+  auto r = random_floats(kRows * kChannels, 9);
+  std::vector<float> out(kRows * kChannels);
+  auto objective = [&] {
+    ops.embedding_forward(out.data(), tokens.data(), wte.data(), wpe.data(), kBatch, kSeq, kChannels);
+    return weighted_sum(out, r);
+  };
+  auto dwte_prior = random_floats(wte.size(), 10), dwpe_prior = random_floats(wpe.size(), 11);
+  auto dwte = dwte_prior, dwpe = dwpe_prior;
+  ops.embedding_backward(dwte.data(), dwpe.data(), r.data(), tokens.data(), kBatch, kSeq, kChannels);
+  EXPECT_TRUE(all_close("dwte", increment(dwte, dwte_prior), central_differences(wte, objective),
+                        kFp32GradTolerance));
+  EXPECT_TRUE(all_close("dwpe", increment(dwpe, dwpe_prior), central_differences(wpe, objective),
+                        kFp32GradTolerance));
+}
+
+// ---- LayerNorm ----------------------------------------------------------------------
+
+TEST(CpuOpsLayerNorm, ForwardNormalisesEachRow) {
+  CpuOps ops;
+  auto inp = random_floats(kRows * kChannels, 12, -3.0f, 5.0f);
+  std::vector<float> ones(kChannels, 1.0f), zeros(kChannels, 0.0f);
+  std::vector<float> out(inp.size()), mean(kRows), rstd(kRows);
+  ops.layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), ones.data(), zeros.data(),
+                        kRows, kChannels);
+  std::vector<double> row_means(kRows), row_vars(kRows), ref_mean(kRows), ref_rstd(kRows);
+  for (int n = 0; n < kRows; ++n) {
+    double m = 0, v = 0, out_m = 0, out_v = 0;
+    for (int c = 0; c < kChannels; ++c) m += inp[n * kChannels + c], out_m += out[n * kChannels + c];
+    m /= kChannels;
+    out_m /= kChannels;
+    for (int c = 0; c < kChannels; ++c) {
+      v += std::pow(inp[n * kChannels + c] - m, 2);
+      out_v += std::pow(out[n * kChannels + c] - out_m, 2);
+    }
+    ref_mean[n] = m;
+    ref_rstd[n] = 1.0 / std::sqrt(v / kChannels + 1e-5);
+    row_means[n] = out_m;
+    // Undo the epsilon, which pulls the variance below 1 by eps/var.
+    row_vars[n] = out_v / kChannels * (v / kChannels + 1e-5) / (v / kChannels);
+  }
+  EXPECT_TRUE(all_close("row mean of out", row_means, std::vector<double>(kRows, 0.0), kForwardTolerance));
+  EXPECT_TRUE(all_close("row variance of out", row_vars, std::vector<double>(kRows, 1.0), kForwardTolerance));
+  EXPECT_TRUE(all_close("mean", mean, ref_mean, kForwardTolerance));
+  EXPECT_TRUE(all_close("rstd", rstd, ref_rstd, kForwardTolerance));
+
+  auto weight = random_floats(kChannels, 13), bias = random_floats(kChannels, 14);
+  std::vector<float> affine(inp.size());
+  ops.layernorm_forward(affine.data(), mean.data(), rstd.data(), inp.data(), weight.data(),
+                        bias.data(), kRows, kChannels);
+  std::vector<double> expected(inp.size());
+  for (size_t i = 0; i < inp.size(); ++i) {
+    size_t n = i / kChannels, c = i % kChannels;
+    expected[i] = (inp[i] - ref_mean[n]) * ref_rstd[n] * weight[c] + bias[c];
+  }
+  EXPECT_TRUE(all_close("affine out", affine, expected, kForwardTolerance));
+}
+
+TEST(CpuOpsLayerNorm, BackwardMatchesFiniteDifferences) {
+  CpuOps ops;
+  auto inp = random_floats(kRows * kChannels, 15);
+  auto weight = random_floats(kChannels, 16, 0.5f, 1.5f), bias = random_floats(kChannels, 17);
+  auto r = random_floats(inp.size(), 18);
+  std::vector<float> out(inp.size()), mean(kRows), rstd(kRows);
+  auto objective = [&] {
+    ops.layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), weight.data(),
+                          bias.data(), kRows, kChannels);
+    return weighted_sum(out, r);
+  };
+  objective();
+  auto dinp_prior = random_floats(inp.size(), 19);
+  auto dweight_prior = random_floats(kChannels, 20), dbias_prior = random_floats(kChannels, 21);
+  auto dinp = dinp_prior, dweight = dweight_prior, dbias = dbias_prior;
+  ops.layernorm_backward(dinp.data(), dweight.data(), dbias.data(), r.data(), inp.data(),
+                         weight.data(), mean.data(), rstd.data(), kRows, kChannels);
+  EXPECT_TRUE(all_close("dinp", increment(dinp, dinp_prior), central_differences(inp, objective),
+                        kFp32GradTolerance));
+  EXPECT_TRUE(all_close("dweight", increment(dweight, dweight_prior),
+                        central_differences(weight, objective), kFp32GradTolerance));
+  EXPECT_TRUE(all_close("dbias", increment(dbias, dbias_prior), central_differences(bias, objective),
+                        kFp32GradTolerance));
+}
+
+// ---- dense layer --------------------------------------------------------------------
+
+// 13 and 16 input channels exercise both the vector body and the tail of the dot product.
+TEST(CpuOpsMatmul, ForwardMatchesDoubleReference) {
+  CpuOps ops;
+  const int out_channels = 12;
+  for (int in_channels : {13, 16}) {
+    auto inp = random_floats(kRows * in_channels, 22);
+    auto weight = random_floats(out_channels * in_channels, 23);
+    auto bias = random_floats(out_channels, 24);
+    std::vector<float> out(kRows * out_channels), out_no_bias(out.size());
+    std::vector<double> expected(out.size()), expected_no_bias(out.size());
+    ops.matmul_forward(out.data(), inp.data(), weight.data(), bias.data(), kRows, in_channels, out_channels);
+    ops.matmul_forward(out_no_bias.data(), inp.data(), weight.data(), nullptr, kRows, in_channels,
+                       out_channels);
+    for (int n = 0; n < kRows; ++n) {
+      for (int o = 0; o < out_channels; ++o) {
+        double total = 0.0;
+        for (int i = 0; i < in_channels; ++i) {
+          total += double{inp[n * in_channels + i]} * weight[o * in_channels + i];
+        }
+        expected_no_bias[n * out_channels + o] = total;
+        expected[n * out_channels + o] = total + bias[o];
+      }
+    }
+    std::string label = " (IC=" + std::to_string(in_channels) + ")";
+    EXPECT_TRUE(all_close("out" + label, out, expected, kForwardTolerance));
+    EXPECT_TRUE(all_close("out without bias" + label, out_no_bias, expected_no_bias, kForwardTolerance));
+  }
+}
+
+TEST(CpuOpsMatmul, BackwardMatchesFiniteDifferences) {
+  CpuOps ops;
+  const int in_channels = 13, out_channels = 12;
+  for (bool with_bias : {true, false}) {
+    auto inp = random_floats(kRows * in_channels, 25);
+    auto weight = random_floats(out_channels * in_channels, 26);
+    auto bias = random_floats(out_channels, 27);
+    auto r = random_floats(kRows * out_channels, 28);
+    std::vector<float> out(r.size());
+    auto objective = [&] {
+      ops.matmul_forward(out.data(), inp.data(), weight.data(), with_bias ? bias.data() : nullptr,
+                         kRows, in_channels, out_channels);
+      return weighted_sum(out, r);
+    };
+    auto dinp_prior = random_floats(inp.size(), 29), dweight_prior = random_floats(weight.size(), 30);
+    auto dbias_prior = random_floats(bias.size(), 31);
+    auto dinp = dinp_prior, dweight = dweight_prior, dbias = dbias_prior;
+    ops.matmul_backward(dinp.data(), dweight.data(), with_bias ? dbias.data() : nullptr, r.data(),
+                        inp.data(), weight.data(), kRows, in_channels, out_channels);
+    std::string label = with_bias ? " (bias)" : " (no bias)";
+    EXPECT_TRUE(all_close("dinp" + label, increment(dinp, dinp_prior),
+                          central_differences(inp, objective), kFp32GradTolerance));
+    EXPECT_TRUE(all_close("dweight" + label, increment(dweight, dweight_prior),
+                          central_differences(weight, objective), kFp32GradTolerance));
+    if (with_bias) {
+      EXPECT_TRUE(all_close("dbias", increment(dbias, dbias_prior),
+                            central_differences(bias, objective), kFp32GradTolerance));
+    }
+  }
+}
+
+// ---- attention ----------------------------------------------------------------------
+
+AttentionShape attention_shape(bool causal) {
+  return AttentionShape{kBatch, kSeq, kChannels, kHeads, causal};
+}
+
+TEST(CpuOpsAttention, CausalFirstTokenSeesOnlyItself) {
+  CpuOps ops;
+  const AttentionShape shape = attention_shape(true);
+  auto qkv = random_floats(kRows * 3 * kChannels, 32);
+  std::vector<float> out(kRows * kChannels), probs(kBatch * kHeads * kSeq * kSeq);
+  ops.attention_forward(out.data(), probs.data(), qkv.data(), shape);
+  for (int b = 0; b < kBatch; ++b) {
+    const float* value0 = qkv.data() + b * kSeq * 3 * kChannels + 2 * kChannels;
+    std::vector<float> first(out.begin() + b * kSeq * kChannels,
+                             out.begin() + b * kSeq * kChannels + kChannels);
+    EXPECT_TRUE(all_close("out[b,0] == V[b,0]", first, std::vector<float>(value0, value0 + kChannels),
+                          kExact));
+  }
+  std::vector<double> row_sums, masked;
+  for (int row = 0; row < kBatch * kHeads * kSeq; ++row) {
+    const int t = row % kSeq;
+    double total = 0.0;
+    for (int t2 = 0; t2 < kSeq; ++t2) {
+      total += probs[row * kSeq + t2];
+      if (t2 > t) masked.push_back(probs[row * kSeq + t2]);
+    }
+    row_sums.push_back(total);
+  }
+  EXPECT_TRUE(all_close("probs row sums", row_sums, std::vector<double>(row_sums.size(), 1.0),
+                        kForwardTolerance));
+  EXPECT_TRUE(all_close("masked probs", masked, std::vector<double>(masked.size(), 0.0), kExact));
+}
+
+TEST(CpuOpsAttention, ForwardMatchesDoubleReference) {
+  CpuOps ops;
+  for (bool causal : {true, false}) {
+    const AttentionShape shape = attention_shape(causal);
+    auto qkv = random_floats(kRows * 3 * kChannels, 33, -2.0f, 2.0f);
+    std::vector<float> out(kRows * kChannels), probs(kBatch * kHeads * kSeq * kSeq);
+    ops.attention_forward(out.data(), probs.data(), qkv.data(), shape);
+    std::vector<double> ref_out, ref_probs;
+    attention_reference(ref_out, ref_probs, to_double(qkv), shape);
+    std::string label = causal ? " (causal)" : " (bidirectional)";
+    EXPECT_TRUE(all_close("out" + label, out, ref_out, kForwardTolerance));
+    EXPECT_TRUE(all_close("probs" + label, probs, ref_probs, kForwardTolerance));
+  }
+}
+
+TEST(CpuOpsAttention, BackwardMatchesFiniteDifferences) {
+  CpuOps ops;
+  for (bool causal : {true, false}) {
+    const AttentionShape shape = attention_shape(causal);
+    auto qkv = random_floats(kRows * 3 * kChannels, 34, -2.0f, 2.0f);
+    auto r = random_floats(kRows * kChannels, 35);
+    std::vector<float> out(r.size()), probs(kBatch * kHeads * kSeq * kSeq);
+    ops.attention_forward(out.data(), probs.data(), qkv.data(), shape);
+    auto dqkv_prior = random_floats(qkv.size(), 36);
+    auto dqkv = dqkv_prior;
+    ops.attention_backward(dqkv.data(), r.data(), qkv.data(), probs.data(), shape);
+    std::vector<double> qkv_double = to_double(qkv), ref_out, ref_probs;
+    auto objective = [&] {
+      attention_reference(ref_out, ref_probs, qkv_double, shape);
+      return weighted_sum(ref_out, r);
+    };
+    EXPECT_TRUE(all_close(causal ? "dqkv (causal)" : "dqkv (bidirectional)",
+                          increment(dqkv, dqkv_prior), central_differences(qkv_double, objective),
+                          kDoubleGradTolerance));
+  }
+}
+
+// ---- GELU ---------------------------------------------------------------------------
+
+TEST(CpuOpsGelu, ForwardKnownValues) {
+  CpuOps ops;
+  std::vector<float> inp = {0.0f, 1.0f, -1.0f, 2.0f, -3.0f, 0.5f, 10.0f, -10.0f};
+  // 0.5*x*(1 + tanh(sqrt(2/pi)*(x + 0.044715 x^3))), evaluated in double.
+  std::vector<double> expected = {0.0, 0.8411919906082768, -0.15880800939172324, 1.954597694087775,
+                                  -0.0036373920817729943, 0.34571400982514394, 10.0, 0.0};
+  std::vector<float> out(inp.size());
+  ops.gelu_forward(out.data(), inp.data(), inp.size());
+  EXPECT_TRUE(all_close("gelu", out, expected, kForwardTolerance));
+}
+
+TEST(CpuOpsGelu, BackwardMatchesFiniteDifferences) {
+  CpuOps ops;
+  auto inp = random_floats(kRows * kChannels, 37, -4.0f, 4.0f);
+  auto r = random_floats(inp.size(), 38);
+  std::vector<float> out(inp.size());
+  auto objective = [&] {
+    ops.gelu_forward(out.data(), inp.data(), inp.size());
+    return weighted_sum(out, r);
+  };
+  auto dinp_prior = random_floats(inp.size(), 39);
+  auto dinp = dinp_prior;
+  ops.gelu_backward(dinp.data(), inp.data(), r.data(), inp.size());
+  EXPECT_TRUE(all_close("dinp", increment(dinp, dinp_prior), central_differences(inp, objective),
+                        kFp32GradTolerance));
+}
+
+// ---- residual -----------------------------------------------------------------------
+
+TEST(CpuOpsResidual, ForwardAndAccumulateAreExact) {
+  CpuOps ops;
+  std::vector<float> a = {1, -2, 3, 4.5f, 0.25f}, b = {10, 20, -30, 0.5f, 0.75f};
+  std::vector<float> out(a.size());
+  ops.residual_forward(out.data(), a.data(), b.data(), a.size());
+  EXPECT_TRUE(all_close("residual", out, std::vector<float>{11, 18, -27, 5, 1}, kExact));
+  ops.accumulate(a.data(), b.data(), a.size());
+  EXPECT_TRUE(all_close("accumulate", a, std::vector<float>{11, 18, -27, 5, 1}, kExact));
+}
+
+// The header defines the residual backward as accumulate(da, dout) for each input.
+TEST(CpuOpsResidual, BackwardMatchesFiniteDifferences) {
+  CpuOps ops;
+  auto a = random_floats(kRows * kChannels, 40), b = random_floats(a.size(), 41);
+  auto r = random_floats(a.size(), 42);
+  std::vector<float> out(a.size());
+  auto objective = [&] {
+    ops.residual_forward(out.data(), a.data(), b.data(), a.size());
+    return weighted_sum(out, r);
+  };
+  auto da_prior = random_floats(a.size(), 43), db_prior = random_floats(b.size(), 44);
+  auto da = da_prior, db = db_prior;
+  ops.accumulate(da.data(), r.data(), r.size());
+  ops.accumulate(db.data(), r.data(), r.size());
+  EXPECT_TRUE(all_close("da", increment(da, da_prior), central_differences(a, objective), kFp32GradTolerance));
+  EXPECT_TRUE(all_close("db", increment(db, db_prior), central_differences(b, objective), kFp32GradTolerance));
+}
+
+// ---- softmax cross-entropy ----------------------------------------------------------
+
+TEST(CpuOpsCrossEntropy, ForwardHandValuesAndStability) {
+  CpuOps ops;
+  auto targets = random_ints(kRows, 45, kVocab);
+  std::vector<float> losses(kRows), probs(kRows * kVocab);
+  // Equal logits: every probability is 1/V and every loss log(V), at any offset.
+  for (float offset : {0.0f, 1000.0f, -1000.0f}) {
+    std::vector<float> logits(kRows * kVocab, offset);
+    ops.softmax_cross_entropy_forward(losses.data(), probs.data(), logits.data(), targets.data(),
+                                      kRows, kVocab);
+    EXPECT_TRUE(all_close("uniform probs", probs, std::vector<double>(probs.size(), 1.0 / kVocab),
+                          kForwardTolerance));
+    EXPECT_TRUE(all_close("uniform losses", losses, std::vector<double>(kRows, std::log(kVocab)),
+                          kForwardTolerance));
+  }
+  // Logits spread over hundreds: fp32 exp would overflow without the row max, and the
+  // target probabilities underflow to 0, yet the losses stay finite and exact.
+  auto logits = random_floats(kRows * kVocab, 46, -300.0f, 300.0f);
+  ops.softmax_cross_entropy_forward(losses.data(), probs.data(), logits.data(), targets.data(),
+                                    kRows, kVocab);
+  std::vector<double> ref_losses, ref_probs;
+  cross_entropy_reference(ref_losses, ref_probs, to_double(logits), targets, kRows, kVocab);
+  EXPECT_TRUE(all_close("wide losses", losses, ref_losses, kForwardTolerance));
+  EXPECT_TRUE(all_close("wide probs", probs, ref_probs, kForwardTolerance));
+  std::vector<double> row_sums(kRows, 0.0);
+  for (size_t i = 0; i < probs.size(); ++i) row_sums[i / kVocab] += probs[i];
+  EXPECT_TRUE(all_close("probs row sums", row_sums, std::vector<double>(kRows, 1.0), kForwardTolerance));
+}
+
+TEST(CpuOpsCrossEntropy, ForwardMatchesDoubleReference) {
+  CpuOps ops;
+  auto targets = random_ints(kRows, 47, kVocab);
+  auto logits = random_floats(kRows * kVocab, 48, -4.0f, 4.0f);
+  std::vector<float> losses(kRows), probs(logits.size());
+  ops.softmax_cross_entropy_forward(losses.data(), probs.data(), logits.data(), targets.data(),
+                                    kRows, kVocab);
+  std::vector<double> ref_losses, ref_probs;
+  cross_entropy_reference(ref_losses, ref_probs, to_double(logits), targets, kRows, kVocab);
+  EXPECT_TRUE(all_close("losses", losses, ref_losses, kForwardTolerance));
+  EXPECT_TRUE(all_close("probs", probs, ref_probs, kForwardTolerance));
+}
+
+TEST(CpuOpsCrossEntropy, BackwardMatchesFiniteDifferences) {
+  CpuOps ops;
+  auto targets = random_ints(kRows, 49, kVocab);
+  auto logits = random_floats(kRows * kVocab, 50, -4.0f, 4.0f);
+  const float loss_scale = 0.37f;  // not 1, so a dropped or doubled scale shows
+  std::vector<float> losses(kRows), probs(logits.size());
+  ops.softmax_cross_entropy_forward(losses.data(), probs.data(), logits.data(), targets.data(),
+                                    kRows, kVocab);
+  auto dlogits_prior = random_floats(logits.size(), 51);
+  auto dlogits = dlogits_prior;
+  ops.softmax_cross_entropy_backward(dlogits.data(), probs.data(), targets.data(), kRows, kVocab,
+                                     loss_scale);
+  std::vector<double> logits_double = to_double(logits), ref_losses, ref_probs;
+  auto objective = [&] {
+    cross_entropy_reference(ref_losses, ref_probs, logits_double, targets, kRows, kVocab);
+    double total = 0.0;
+    for (double loss : ref_losses) total += loss;
+    return double{loss_scale} * total;
+  };
+  EXPECT_TRUE(all_close("dlogits", increment(dlogits, dlogits_prior),
+                        central_differences(logits_double, objective), kDoubleGradTolerance));
+}
+
+// ---- reductions and optimizer -------------------------------------------------------
+
+// 2^24 followed by ones: an fp32 running sum never moves off 2^24, a double one is exact.
+TEST(CpuOpsReductions, SumsAccumulateInDouble) {
+  CpuOps ops;
+  std::vector<float> values = {16777216.0f, 1, 1, 1, 1};
+  EXPECT_EQ(ops.sum(values.data(), values.size()), 16777220.0);
+  std::vector<float> roots = {4096.0f, 1, -1, 1, -1};
+  EXPECT_EQ(ops.sum_of_squares(roots.data(), roots.size()), 16777220.0);
+  auto x = random_floats(1000, 52);
+  double total = 0.0, squares = 0.0;
+  for (float value : x) total += value, squares += double{value} * value;
+  EXPECT_EQ(ops.sum(x.data(), x.size()), total);
+  EXPECT_EQ(ops.sum_of_squares(x.data(), x.size()), squares);
+}
+
+TEST(CpuOpsReductions, ScaleMultipliesInPlace) {
+  CpuOps ops;
+  auto x = random_floats(33, 53);
+  std::vector<float> expected(x.size());
+  for (size_t i = 0; i < x.size(); ++i) expected[i] = x[i] * 0.3f;
+  ops.scale(x.data(), x.size(), 0.3f);
+  EXPECT_TRUE(all_close("scale", x, expected, kExact));
+}
+
+TEST(CpuOpsAdamW, MatchesHandComputedSteps) {
+  CpuOps ops;
+  AdamWParams hyper;
+  hyper.learning_rate = 0.1f;
+  hyper.beta1 = 0.9f;
+  hyper.beta2 = 0.95f;
+  hyper.epsilon = 1e-8f;
+  hyper.weight_decay = 0.01f;
+  // Step 1 from zero state, p=1, g=0.5: m=0.05, v=0.0125, mhat=0.5, vhat=0.25,
+  // p = 1 - 0.1*(0.5/(0.5+1e-8) + 0.01*1) = 0.899000002.
+  // Step 3 from m=0.2, v=0.04, p=2, g=-0.4: m = 0.18-0.04 = 0.14,
+  // v = 0.038+0.008 = 0.046, mhat = 0.14/(1-0.9^3), vhat = 0.046/(1-0.95^3),
+  // p = 2 - 0.1*(mhat/(sqrt(vhat)+1e-8) + 0.01*2) = 1.9070343033139405.
+  struct Case {
+    int step;
+    float param, grad, m, v;
+    double param_after, m_after, v_after;
+  };
+  for (const Case& c : {Case{1, 1.0f, 0.5f, 0.0f, 0.0f, 0.899000002, 0.05, 0.0125},
+                        Case{3, 2.0f, -0.4f, 0.2f, 0.04f, 1.9070343033139405, 0.14, 0.046}}) {
+    hyper.step = c.step;
+    float param = c.param, m = c.m, v = c.v;
+    ops.adamw_update(&param, &c.grad, &m, &v, 1, hyper);
+    std::string label = " (step " + std::to_string(c.step) + ")";
+    EXPECT_TRUE(all_close("param" + label, std::vector<float>{param}, std::vector<double>{c.param_after},
+                          kAdamWTolerance));
+    EXPECT_TRUE(all_close("m" + label, std::vector<float>{m}, std::vector<double>{c.m_after}, kAdamWTolerance));
+    EXPECT_TRUE(all_close("v" + label, std::vector<float>{v}, std::vector<double>{c.v_after}, kAdamWTolerance));
+  }
+}
+
+}  // namespace
+}  // namespace scalestudy
