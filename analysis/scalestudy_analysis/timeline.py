@@ -53,11 +53,12 @@ def plot_timeline(run, out_path, title):
     pieces = run.quantities.pieces
     critical = int(run.quantities.critical_rank[row])
     ranks = ranks_to_show(run.world_size, critical)
-    lane_height, lane_gap = 0.8, 0.2
-    figure, axis = plt.subplots(figsize=(10, 1.0 + 0.55 * 2 * len(ranks)))
+    # The two lanes of a rank sit close together; ranks are set apart by a wider gap.
+    lane_height, lane_gap, rank_gap = 0.8, 0.1, 0.7
+    figure, axis = plt.subplots(figsize=(10, 1.5 + 0.8 * len(ranks)))
     ticks, tick_labels = [], []
     for position, rank in enumerate(ranks):
-        compute_y = (2 * position) * (lane_height + lane_gap)
+        compute_y = position * (2 * lane_height + lane_gap + rank_gap)
         comm_y = compute_y + lane_height + lane_gap
         for phase, colour in PHASE_COLOURS.items():
             begin, end = intervals[rank, PHASE[phase]]

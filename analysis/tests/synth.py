@@ -5,6 +5,7 @@ intervals), independent of the package's vectorised code, so that the summary ch
 the loader compares two implementations of docs/results-schema.md.
 """
 import math
+from pathlib import Path
 
 import h5py
 import numpy as np
@@ -147,6 +148,7 @@ def write_run(path, *, world_size=1, step_times=0.1, steps=6, warmup_steps=1,
         tokens_per_step = int(config["global_batch"]) * int(config["seq"])
     tokens = np.full(steps, tokens_per_step, dtype=np.int64)
 
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     with h5py.File(path, "w") as handle:
         attrs = handle.attrs
         attrs["schema_version"] = np.int64(1)

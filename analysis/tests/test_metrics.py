@@ -1,0 +1,92 @@
+"""Scaling metrics against closed forms."""
+import math
+
+import numpy as np
+import pytest
+
+from scalestudy_analysis.load import load_results
+from scalestudy_analysis.metrics import group_series
+from synth import base_config, write_run
+
+A, B = 0.1, 0.9
+
+
+def series_from(tmp_path):
+    runs, _, problems = load_results(tmp_path)
+    series_list, series_problems = group_series(runs)
+    return series_list, problems + series_problems
+
+
+@pytest.mark.parametrize("sizes", [(1, 2, 4, 8), (2, 4, 8, 16), (1, 3, 6)])
+def test_strong_scaling_amdahl_closed_forms(tmp_path, sizes):
+    for n in sizes:
+        for repeat in range(2):
+            write_run(tmp_path / f"n{n}_r{repeat}.h5", world_size=n, step_times=A + B / n,
+                      config=base_config(repeat=repeat, global_batch=48))
+    (series,), problems = series_from(tmp_path)
+    assert problems == []
+    table = series.table
+    n0 = sizes[0]
+    assert series.baseline_n == n0
+    n = table["N"].to_numpy(dtype=float)
+    speedup = (A + B / n0) / (A + B / n)
+    np.testing.assert_allclose(table["speedup"], speedup, rtol=1e-9)
+    np.testing.assert_allclose(table["efficiency"], speedup * n0 / n, rtol=1e-9)
+    # T = a + b/N makes the Karp-Flatt fraction constant: a / T(N0).
+    np.testing.assert_allclose(table["karp_flatt"][1:], A / (A + B / n0), rtol=1e-9)
+    assert math.isnan(table["karp_flatt"][0])
+    assert table["repeats"].tolist() == [2] * len(sizes)
+
+
+def test_weak_scaling_efficiency(tmp_path):
+    def step_time(n):
+        return 0.2 + 0.01 * n
+    for n in (1, 2, 4, 8):
+        write_run(tmp_path / f"w{n}.h5", world_size=n, step_times=step_time(n),
+                  config=base_config(scaling="weak", batch_per_rank=4))
+    (series,), _ = series_from(tmp_path)
+    assert series.scaling == "weak"
+    expected = [step_time(1) / step_time(n) for n in (1, 2, 4, 8)]
+    np.testing.assert_allclose(series.table["efficiency"], expected, rtol=1e-9)
+    tokens_per_rank = 4 * 64
+    np.testing.assert_allclose(series.table["tokens_per_s"],
+                               [tokens_per_rank * n / step_time(n) for n in (1, 2, 4, 8)],
+                               rtol=1e-9)
+
+
+def test_spread_pools_all_measured_steps_of_all_repeats(tmp_path):
+    # Warm-up step 0 (value 100) must be ignored; measured steps pool to 1..8.
+    write_run(tmp_path / "r0.h5", world_size=2, steps=5, step_times=[100, 1, 2, 3, 4],
+              config=base_config(repeat=0))
+    write_run(tmp_path / "r1.h5", world_size=2, steps=5, step_times=[100, 5, 6, 7, 8],
+              config=base_config(repeat=1))
+    (series,), _ = series_from(tmp_path)
+    point = series.table.iloc[0]
+    assert point["steps"] == 8
+    assert (point["step_time_q1_s"], point["step_time_median_s"], point["step_time_q3_s"]) == \
+        pytest.approx((2.75, 4.5, 6.25), rel=1e-12)
+
+
+def test_breakdown_parts_sum_to_the_step_and_mfu(tmp_path):
+    write_run(tmp_path / "a.h5", world_size=4, step_times=0.5, flops_per_step=4e14,
+              peak=100.0, peak_source="datasheet: test", backend="cuda")
+    (series,), _ = series_from(tmp_path)
+    point = series.table.iloc[0]
+    parts = sum(point[c] for c in ("compute_mean_s", "exposed_comm_mean_s", "optimizer_mean_s",
+                                   "other_mean_s"))
+    assert parts == pytest.approx(0.5, rel=1e-12)
+    assert point["compute_mean_s"] == pytest.approx(0.4, rel=1e-12)
+    assert point["exposed_comm_mean_s"] == pytest.approx(0.05, rel=1e-12)
+    assert point["exposed_comm_fraction"] == pytest.approx(1.0, rel=1e-12)
+    assert point["tflops_per_gpu"] == pytest.approx(4e14 / 0.5 / 4 / 1e12, rel=1e-12)
+    assert point["mfu"] == pytest.approx(2.0, rel=1e-12)
+
+
+def test_strategies_form_separate_series(tmp_path):
+    for strategy in ("ddp", "zero2"):
+        for n in (1, 2):
+            write_run(tmp_path / f"{strategy}{n}.h5", world_size=n, step_times=0.1,
+                      config=base_config(strategy=strategy))
+    series_list, problems = series_from(tmp_path)
+    assert [s.fields["strategy"] for s in series_list] == ["ddp", "zero2"]
+    assert problems == []

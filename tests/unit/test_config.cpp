@@ -1,0 +1,179 @@
+// The command line, the presets, the parameter layout and the FLOP accounting.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "config/run_config.h"
+#include "core/usage_error.h"
+#include "model/flops.h"
+#include "model/parameter_layout.h"
+#include "parallel/bucket_plan.h"
+
+namespace scalestudy {
+namespace {
+
+RunConfig parse(std::vector<std::string> args) {
+  args.insert(args.begin(), "train");
+  std::vector<const char*> argv;
+  for (const auto& a : args) argv.push_back(a.c_str());
+  RunConfig config;
+  EXPECT_TRUE(parse_train_config(static_cast<int>(argv.size()), argv.data(), config));
+  return config;
+}
+
+// Expects a UsageError whose one-line message contains every fragment.
+void expect_usage_error(std::vector<std::string> args, const std::vector<std::string>& fragments) {
+  try {
+    parse(std::move(args));
+    ADD_FAILURE() << "expected a UsageError";
+  } catch (const UsageError& error) {
+    const std::string message = error.what();
+    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+    for (const auto& fragment : fragments)
+      EXPECT_NE(message.find(fragment), std::string::npos) << "'" << fragment << "' not in: " << message;
+  }
+}
+
+TEST(Presets, PublishedGpt2ParameterCounts) {
+  // Radford et al. (2019) with the 50257-token vocabulary and a tied LM head; the counts
+  // match the published Hugging Face checkpoints.
+  const std::vector<std::pair<std::string, size_t>> published = {
+      {"gpt2-small", 124439808}, {"gpt2-medium", 354823168}, {"gpt2-large", 774030080}, {"gpt2-xl", 1557611200}};
+  for (const auto& [name, count] : published) {
+    EXPECT_EQ(make_parameter_layout(find_model_preset(name).shape).param_elems, count) << name;
+  }
+}
+
+TEST(Presets, LayoutIsContiguousAndSegmentsTileIt) {
+  const ParameterLayout layout = make_parameter_layout(find_model_preset("gpt2-small").shape);
+  size_t cursor = 0;
+  for (const auto& tensor : layout.tensors) {
+    EXPECT_EQ(tensor.offset_elems, cursor) << tensor.name;
+    cursor += tensor.elems;
+  }
+  EXPECT_EQ(cursor, layout.param_elems);
+  ASSERT_EQ(layout.segments.size(), 14u);  // embeddings, 12 blocks, final norm
+  for (size_t s = 1; s < layout.segments.size(); ++s)
+    EXPECT_EQ(layout.segments[s].begin_elems, layout.segments[s - 1].end_elems);
+  EXPECT_EQ(layout.segments.back().end_elems, layout.param_elems);
+}
+
+TEST(Flops, SeedFormula) {
+  // gpt2-small, b=1, s=1024: 12·(24·1024·768² + 4·1024²·768) + 2·1024·768·50257.
+  const ModelShape shape = find_model_preset("gpt2-small").shape;
+  const double expected_forward = 12.0 * (24.0 * 1024 * 768.0 * 768 + 4.0 * 1024 * 1024 * 768) +
+                                  2.0 * 1024 * 768 * 50257;
+  EXPECT_DOUBLE_EQ(forward_flops(shape, 1, 1024), expected_forward);
+  EXPECT_DOUBLE_EQ(training_flops(shape, 1, 1024), 3 * expected_forward);
+  EXPECT_DOUBLE_EQ(training_flops(shape, 1, 1024, true), 4 * expected_forward);
+}
+
+TEST(Config, DefaultsResolveFromThePreset) {
+  const RunConfig c = parse({"--model", "gpt2-small"});
+  EXPECT_EQ(c.shape.layers, 12);
+  EXPECT_EQ(c.seq, 1024);
+  EXPECT_EQ(c.scaling, Scaling::weak);
+  EXPECT_EQ(c.batch_per_rank, 4);
+  const RunConfig bert = parse({"--model", "bert-large"});
+  EXPECT_FALSE(bert.shape.causal);
+}
+
+TEST(Config, OverridesWin) {
+  const RunConfig c = parse({"--model", "gpt2-small", "--layers", "3", "--hidden", "128", "--heads", "8",
+                             "--seq", "64", "--attention", "bidirectional", "--strategy", "zero2",
+                             "--overlap", "on", "--global-batch", "8"});
+  EXPECT_EQ(c.shape.layers, 3);
+  EXPECT_EQ(c.shape.channels, 128);
+  EXPECT_FALSE(c.shape.causal);
+  EXPECT_EQ(c.strategy, Strategy::zero2);
+  EXPECT_TRUE(c.overlap);
+  EXPECT_EQ(c.scaling, Scaling::strong);
+}
+
+TEST(Config, ConfigFileIsReadAndTheCommandLineWins) {
+  const std::string path = ::testing::TempDir() + "scalestudy_config_test.ini";
+  {
+    std::ofstream file(path);
+    file << "# an experiment file\nmodel = tiny\nsteps = 7\nstrategy = zero2\nlr = 0.002\n";
+  }
+  const RunConfig c = parse({"--config", path, "--steps", "9"});
+  EXPECT_EQ(c.steps, 9);  // the command line wins
+  EXPECT_EQ(c.strategy, Strategy::zero2);
+  EXPECT_FLOAT_EQ(c.learning_rate, 0.002f);
+  std::remove(path.c_str());
+}
+
+TEST(Config, BadInputNamesTheOptionAndValue) {
+  expect_usage_error({"--no-such-option"}, {"no-such-option"});
+  expect_usage_error({"--steps", "abc"}, {"steps", "abc"});
+  expect_usage_error({"--steps", "0"}, {"--steps 0"});
+  expect_usage_error({"--steps", "-3"}, {"--steps -3"});
+  expect_usage_error({"--heads", "5"}, {"--heads 5", "--hidden 32"});
+  expect_usage_error({"--seq", "65"}, {"--seq 65", "--max-seq 64"});
+  expect_usage_error({"--hidden", "-8"}, {"--hidden -8"});
+  expect_usage_error({"--model", "gpt5"}, {"--model gpt5"});
+  expect_usage_error({"--strategy", "fsdp"}, {"--strategy fsdp"});
+  expect_usage_error({"--overlap", "maybe"}, {"--overlap maybe"});
+  expect_usage_error({"--global-batch", "8", "--batch-per-rank", "2"}, {"--global-batch 8", "--batch-per-rank"});
+  expect_usage_error({"--warmup-steps", "20", "--steps", "20"}, {"--warmup-steps 20"});
+  expect_usage_error({"--config", "/nonexistent/run.ini"}, {"--config /nonexistent/run.ini"});
+  expect_usage_error({"--data", "file", "--token-file", "/nonexistent/tokens.bin"},
+                     {"--token-file /nonexistent/tokens.bin"});
+  expect_usage_error({"--precision", "bf16"}, {"--precision bf16", "cpu"});
+  expect_usage_error({"--bucket-mb", "0"}, {"--bucket-mb 0"});
+}
+
+TEST(Config, StrongScalingMustDivideOverTheWorld) {
+  RunConfig c = parse({"--global-batch", "12"});
+  resolve_batch_for_world(c, 4);
+  EXPECT_EQ(c.batch_per_rank, 3);
+  RunConfig odd = parse({"--global-batch", "12"});
+  try {
+    resolve_batch_for_world(odd, 5);
+    ADD_FAILURE() << "expected a UsageError";
+  } catch (const UsageError& error) {
+    EXPECT_NE(std::string(error.what()).find("--global-batch 12"), std::string::npos);
+  }
+  RunConfig accum = parse({"--batch-per-rank", "3", "--grad-accum", "2"});
+  EXPECT_THROW(resolve_batch_for_world(accum, 1), UsageError);
+}
+
+TEST(Config, HashSeesEveryOption) {
+  const RunConfig a = parse({});
+  const RunConfig b = parse({"--seed", "7"});
+  EXPECT_EQ(config_hash(a), config_hash(parse({})));
+  EXPECT_NE(config_hash(a), config_hash(b));
+}
+
+TEST(Config, HelpComesFromTheDeclarations) {
+  const std::string help = train_help();
+  for (const char* option : {"--model", "--global-batch", "--batch-per-rank", "--grad-accum", "--strategy",
+                             "--overlap", "--bucket-mb", "--check-every", "--config", "--token-file"})
+    EXPECT_NE(help.find(option), std::string::npos) << option;
+}
+
+TEST(BucketPlan, EveryBucketSplitsEvenlyForAnyWorldSize) {
+  for (int world : {1, 2, 3, 4, 5, 7}) {
+    for (double bucket_bytes : {100.0, 4096.0, 1e9}) {
+      const BucketPlan plan = make_bucket_plan(29568 + 13, bucket_bytes, world);
+      EXPECT_GE(plan.padded_elems, plan.param_elems);
+      EXPECT_LT(plan.padded_elems - plan.param_elems, static_cast<size_t>(world) * BucketPlan::kAlignElems);
+      size_t cursor = 0;
+      for (size_t b = 0; b < plan.buckets.size(); ++b) {
+        EXPECT_EQ(plan.buckets[b].begin_elems, cursor);
+        EXPECT_EQ(plan.buckets[b].elems() % (static_cast<size_t>(world) * BucketPlan::kAlignElems), 0u);
+        cursor = plan.buckets[b].end_elems;
+      }
+      EXPECT_EQ(cursor, plan.padded_elems);
+      if (bucket_bytes >= 1e9) {
+        EXPECT_EQ(plan.buckets.size(), 1u);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace scalestudy
