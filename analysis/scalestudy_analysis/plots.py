@@ -66,7 +66,8 @@ def _line_plot(series_list, out_dir, name, title, column, ylabel, ideal=None, ba
             continue
         colour = line.get_color() if ideal_in_series_colour else "black"
         axis.plot(table["N"], ideal_y, linestyle="--", color=colour, linewidth=1,
-                  label="ideal" if not drawn else None)
+                  label=None if drawn else
+                  ("ideal: linear from N0" if ideal_in_series_colour else "ideal"))
         drawn.add(key)
     _world_size_axis(axis, sizes)
     if log_y_base:

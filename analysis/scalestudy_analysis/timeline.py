@@ -66,12 +66,18 @@ def plot_timeline(run, out_path, title):
                 axis.broken_barh([(begin * 1e3, (end - begin) * 1e3)], (compute_y, lane_height),
                                  facecolors=colour, edgecolor="white", linewidth=0.5)
         mine = (pieces.row == row) & (pieces.rank == rank)
-        for begin, end, kind, carried in zip(pieces.begin[mine], pieces.end[mine],
-                                             pieces.kind[mine], pieces.carried[mine]):
+        # One call per colour and hatch: thousands of single bars make matplotlib crawl.
+        for kind in np.unique(pieces.kind[mine]):
             name = COLLECTIVE_NAMES[kind] if 0 <= kind < len(COLLECTIVE_NAMES) else "barrier"
-            axis.broken_barh([(begin * 1e3, (end - begin) * 1e3)], (comm_y, lane_height),
-                             facecolors=COLLECTIVE_COLOURS[name], edgecolor="black",
-                             linewidth=0.3, hatch="//" if carried else None)
+            for carried in (False, True):
+                chosen = mine & (pieces.kind == kind) & (pieces.carried == carried)
+                if not chosen.any():
+                    continue
+                spans = list(zip(pieces.begin[chosen] * 1e3,
+                                 (pieces.end[chosen] - pieces.begin[chosen]) * 1e3))
+                axis.broken_barh(spans, (comm_y, lane_height),
+                                 facecolors=COLLECTIVE_COLOURS[name], edgecolor="black",
+                                 linewidth=0.3, hatch="//" if carried else None)
         step_end = intervals[rank, PHASE["step"], 1] * 1e3
         axis.plot([step_end, step_end], [compute_y, comm_y + lane_height], color="black",
                   linewidth=1)

@@ -82,27 +82,34 @@ void Zero2Strategy::segment_done(int segment) {
   const ParameterLayout& layout = model_.layout();
   const Segment& seg = layout.segments[segment];
   const float* scratch = segment == layout.embedding_segment() ? embedding_scratch_ : block_scratch_;
-  for (int b = 0; b < static_cast<int>(plan_.buckets.size()); ++b) {
-    if (!overlaps(b, seg.begin_elems, seg.end_elems)) continue;
-    BucketState& state = buckets_[b];
-    const Bucket& bucket = plan_.buckets[b];
-    if (!state.staging) {
-      state.staging = acquire_buffer(free_staging_, plan_.bucket_elems);
-      ops_.fill_zero(state.staging, bucket.elems());
+  // From the top bucket down, so each bucket that this segment completes is started
+  // before the next one is staged: staging never holds more than the buckets in flight
+  // and the one being filled.
+  for (int b = static_cast<int>(plan_.buckets.size()) - 1; b >= 0; --b) {
+    if (overlaps(b, seg.begin_elems, seg.end_elems)) {
+      BucketState& state = buckets_[b];
+      const Bucket& bucket = plan_.buckets[b];
+      // The previous micro-batch's reduction of this bucket still reads its staging.
+      if (state.reducing) complete_reduce(b);
+      if (!state.staging) {
+        state.staging = acquire_buffer(free_staging_, plan_.bucket_elems);
+        ops_.fill_zero(state.staging, bucket.elems());
+      }
+      const size_t lo = std::max(seg.begin_elems, bucket.begin_elems);
+      const size_t hi = std::min(seg.end_elems, bucket.end_elems);
+      ops_.copy(state.staging + (lo - bucket.begin_elems), scratch + (lo - seg.begin_elems), hi - lo);
     }
-    const size_t lo = std::max(seg.begin_elems, bucket.begin_elems);
-    const size_t hi = std::min(seg.end_elems, bucket.end_elems);
-    ops_.copy(state.staging + (lo - bucket.begin_elems), scratch + (lo - seg.begin_elems), hi - lo);
-  }
-  // Segments finish from the end of the buffer down: everything from here up is final.
-  while (next_bucket_ >= 0 && plan_.buckets[next_bucket_].begin_elems >= seg.begin_elems) {
-    start_reduce(next_bucket_);
-    --next_bucket_;
+    // Segments finish from the end of the buffer down: everything from here up is final.
+    if (b == next_bucket_ && plan_.buckets[b].begin_elems >= seg.begin_elems) {
+      start_reduce(b);
+      --next_bucket_;
+    }
   }
 }
 
 void Zero2Strategy::start_reduce(int b) {
   BucketState& state = buckets_[b];
+  if (state.reducing) complete_reduce(b);
   if (!state.staging) {  // a bucket of padding only
     state.staging = acquire_buffer(free_staging_, plan_.bucket_elems);
     ops_.fill_zero(state.staging, plan_.buckets[b].elems());

@@ -5,9 +5,11 @@
 // Backward writes a segment's gradients into a scratch buffer; when the segment is
 // done they are copied into the staging buffers of the buckets they fall in, and each
 // bucket that is then complete is reduce-scattered into the shard. At most
-// kMaxBucketsInFlight buckets are held at once, so gradient memory is the shard, the
-// scratch (the tied embedding, whose gradient is written first and finished last, and
-// one block), and a few buckets: never a whole gradient.
+// kMaxBucketsInFlight buckets are held at once. Gradient memory is therefore the shard,
+// the scratch, and a few buckets. The scratch is one block's gradient plus the tied
+// embedding's: the LM head writes wte's gradient first and the embedding backward
+// finishes it last, so it is held through the whole backward (as it is by any ZeRO-2
+// with tied weights).
 //
 // After the update each rank's chunk is allgathered back into every replica's
 // parameters. Without overlap that happens at the end of optimizer_step; with overlap

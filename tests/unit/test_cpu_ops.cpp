@@ -15,6 +15,7 @@
 #include <sstream>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
@@ -267,39 +268,30 @@ TEST(CpuOpsMemory, CopiesAndZeroFills) {
 
 // ---- embedding ----------------------------------------------------------------------
 
-TEST(CpuOpsEmbedding, ForwardAddsTokenAndPositionRows) {
+// Token 3 fills batch 0 and comes twice more in batch 1, so its gradient row collects
+// seven contributions. Small integers keep every sum exact in any order.
+TEST(CpuOpsEmbedding, ForwardAndBackwardWithRepeatedTokens) {
   CpuOps ops;
-  auto tokens = random_ints(kRows, 3, kVocab);
+  const std::vector<int32_t> tokens = {3, 3, 3, 3, 3, 0, 3, 7, 3, 10};
   auto wte = random_floats(kVocab * kChannels, 4), wpe = random_floats(kSeq * kChannels, 5);
-  std::vector<float> out(kRows * kChannels), expected(kRows * kChannels);
-  ops.embedding_forward(out.data(), tokens.data(), wte.data(), wpe.data(), kBatch, kSeq,
-                        kChannels);
-  for (int n = 0; n < kRows; ++n) {
-    for (int c = 0; c < kChannels; ++c) {
-      expected[n * kChannels + c] =
-          wte[tokens[n] * kChannels + c] + wpe[(n % kSeq) * kChannels + c];
-    }
-  }
-  EXPECT_TRUE(all_close("embedding out", out, expected, kExact));
-}
-
-TEST(CpuOpsEmbedding, BackwardAccumulatesRepeatedTokens) {
-  CpuOps ops;
-  // Token 3 fills batch 0 and comes twice more in batch 1.
-  std::vector<int32_t> tokens = {3, 3, 3, 3, 3, 0, 3, 7, 3, 10};
-  // Small integers, so every sum is exact in any order.
+  std::vector<float> out(kRows * kChannels), expected_out(kRows * kChannels);
   std::vector<float> dout(kRows * kChannels);
   for (size_t i = 0; i < dout.size(); ++i) dout[i] = static_cast<float>(int(i % 7) - 3);
   std::vector<float> dwte(kVocab * kChannels, 1.0f), dwpe(kSeq * kChannels, 2.0f);
   std::vector<float> expected_wte = dwte, expected_wpe = dwpe;
   for (int n = 0; n < kRows; ++n) {
     for (int c = 0; c < kChannels; ++c) {
-      expected_wte[tokens[n] * kChannels + c] += dout[n * kChannels + c];
-      expected_wpe[(n % kSeq) * kChannels + c] += dout[n * kChannels + c];
+      const int token_elem = tokens[n] * kChannels + c, position_elem = (n % kSeq) * kChannels + c;
+      expected_out[n * kChannels + c] = wte[token_elem] + wpe[position_elem];
+      expected_wte[token_elem] += dout[n * kChannels + c];
+      expected_wpe[position_elem] += dout[n * kChannels + c];
     }
   }
+  ops.embedding_forward(out.data(), tokens.data(), wte.data(), wpe.data(), kBatch, kSeq,
+                        kChannels);
   ops.embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), kBatch, kSeq,
                          kChannels);
+  EXPECT_TRUE(all_close("embedding out", out, expected_out, kExact));
   EXPECT_TRUE(all_close("dwte", dwte, expected_wte, kExact));
   EXPECT_TRUE(all_close("dwpe", dwpe, expected_wpe, kExact));
 }

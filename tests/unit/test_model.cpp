@@ -1,0 +1,136 @@
+// The whole model's gradient against central finite differences of its loss, and the
+// end-to-end learning check on the Markov source.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/cpu_ops.h"
+#include "comm/mpi_communicator.h"
+#include "config/run_config.h"
+#include "model/gpt.h"
+#include "train/trainer.h"
+
+namespace scalestudy {
+namespace {
+
+// Hands backward one full gradient buffer, as ddp does.
+class FullGradient : public GradientSink {
+ public:
+  FullGradient(const ParameterLayout& layout, size_t elems) : layout_(layout), grads(elems, 0.0f) {}
+  float* segment_gradients(int segment) override { return grads.data() + layout_.segments[segment].begin_elems; }
+  void segment_done(int segment) override { done.push_back(segment); }
+  const ParameterLayout& layout_;
+  std::vector<float> grads;
+  std::vector<int> done;
+};
+
+struct GradientCase {
+  bool causal;
+};
+
+class WholeModelGradient : public ::testing::TestWithParam<GradientCase> {};
+
+TEST_P(WholeModelGradient, MatchesCentralFiniteDifferences) {
+  // Tolerance: |analytic - numeric| <= kAtol + kRtol*|numeric|. The loss is computed in
+  // fp32 (relative rounding ~1e-7 on a loss of ~2.4), so a step of kStep gives a numeric
+  // derivative good to ~2.4e-7/kStep ≈ 1e-5, and the truncation error is O(kStep²).
+  // Parameters are drawn with std 0.3 (not GPT-2's 0.02) so gradients are O(0.01–1),
+  // well above that noise.
+  constexpr double kStep = 1e-2;
+  constexpr double kAtol = 2e-4;
+  constexpr double kRtol = 2e-2;
+
+  CpuOps ops;
+  const ModelShape shape{2, 8, 2, 11, 6, GetParam().causal};
+  const int batch = 2, seq = 5;
+  const ParameterLayout layout = make_parameter_layout(shape);
+  Gpt model(ops, shape, batch, seq, layout.param_elems);
+
+  std::mt19937 rng(42);
+  std::normal_distribution<float> normal(0.0f, 0.3f);
+  std::vector<float> params(layout.param_elems);
+  for (float& p : params) p = normal(rng);
+  for (const auto& tensor : layout.tensors)  // LayerNorm weights near 1, as in a real model
+    if (tensor.name.find("ln") != std::string::npos && tensor.name.find("weight") != std::string::npos)
+      for (size_t i = 0; i < tensor.elems; ++i) params[tensor.offset_elems + i] += 1.0f;
+  std::uniform_int_distribution<int> token(0, shape.vocab - 1);
+  std::vector<int32_t> inputs(batch * seq), targets(batch * seq);
+  for (auto& t : inputs) t = token(rng);
+  for (auto& t : targets) t = token(rng);
+
+  auto loss_at = [&](const std::vector<float>& p) {
+    ops.copy_from_host(model.params(), p.data(), p.size());
+    model.forward(inputs.data(), targets.data(), nullptr);
+    return model.mean_loss();
+  };
+
+  loss_at(params);
+  FullGradient sink(layout, layout.param_elems);
+  model.backward(sink, 1.0f / static_cast<float>(batch * seq));
+  // Segments finish from the end of the buffer down, the embeddings last.
+  ASSERT_EQ(sink.done.size(), layout.segments.size());
+  EXPECT_EQ(sink.done.front(), layout.final_norm_segment());
+  EXPECT_EQ(sink.done.back(), layout.embedding_segment());
+
+  // Every tensor, several elements each (all of a small tensor).
+  int checked = 0, mismatches = 0;
+  for (const auto& tensor : layout.tensors) {
+    const size_t stride = tensor.elems > 12 ? tensor.elems / 12 : 1;
+    for (size_t i = 0; i < tensor.elems; i += stride) {
+      const size_t at = tensor.offset_elems + i;
+      std::vector<float> plus = params, minus = params;
+      plus[at] += static_cast<float>(kStep);
+      minus[at] -= static_cast<float>(kStep);
+      // The perturbation actually applied, after rounding to fp32.
+      const double step = (static_cast<double>(plus[at]) - static_cast<double>(minus[at])) / 2.0;
+      const double numeric = (loss_at(plus) - loss_at(minus)) / (2.0 * step);
+      const double analytic = sink.grads[at];
+      ++checked;
+      if (std::fabs(analytic - numeric) > kAtol + kRtol * std::fabs(numeric)) {
+        if (mismatches++ == 0)
+          ADD_FAILURE() << "first mismatch: " << tensor.name << "[" << i << "] analytic " << analytic
+                        << " numeric " << numeric;
+      }
+    }
+  }
+  EXPECT_EQ(mismatches, 0) << "of " << checked << " checked";
+  EXPECT_GT(checked, 150);
+}
+
+INSTANTIATE_TEST_SUITE_P(Attention, WholeModelGradient,
+                         ::testing::Values(GradientCase{true}, GradientCase{false}),
+                         [](const auto& info) { return info.param.causal ? "causal" : "bidirectional"; });
+
+TEST(Learning, TinyModelLearnsTheMarkovSourceDownToItsEntropyRate) {
+  // The loss must start near ln V (the model knows nothing) and end within 10% of the
+  // source's exact entropy rate H, the lowest loss any model can reach on it.
+  RunConfig config;
+  const char* argv[] = {"train", "--model", "tiny", "--data", "markov", "--steps", "300", "--batch-per-rank", "8",
+                        "--lr", "1e-2", "--lr-warmup-steps", "10", "--weight-decay", "0", "--warmup-steps", "1"};
+  ASSERT_TRUE(parse_train_config(static_cast<int>(std::size(argv)), argv, config));
+  CpuOps ops;
+  MpiCommunicator comm(MPI_COMM_SELF, 60.0);
+  Trainer trainer(config, ops, comm, MPI_COMM_SELF);
+
+  struct Losses : StepObserver {
+    void on_step(const StepRecord& r) override { values.push_back(r.loss); }
+    std::vector<double> values;
+  } losses;
+  trainer.run(&losses);
+
+  const double entropy_rate = *trainer.data().entropy_rate_nats();
+  const double uniform = std::log(static_cast<double>(config.shape.vocab));
+  ASSERT_LT(entropy_rate, 0.6 * uniform) << "the source must be far from uniform for this test to mean anything";
+  EXPECT_NEAR(losses.values.front(), uniform, 0.05 * uniform);
+  // One step's loss is noisy (8 samples); the mean of the last 20 steps is not.
+  const double final_loss =
+      std::accumulate(losses.values.end() - 20, losses.values.end(), 0.0) / 20.0;
+  EXPECT_LT(final_loss, 1.10 * entropy_rate) << "H = " << entropy_rate;
+  EXPECT_GT(final_loss, 0.95 * entropy_rate) << "below the entropy rate: the data must be leaking";
+}
+
+}  // namespace
+}  // namespace scalestudy
