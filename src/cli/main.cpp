@@ -1,4 +1,6 @@
 // scalestudy: one binary, one subcommand per job.
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -26,6 +28,20 @@ int rank_in_world() {
   return rank;
 }
 
+// Every rank parses the same arguments, so every rank meets the same usage error, and
+// rank 0 reports it. The others wait for rank 0 (a bounded while, in case the error was
+// theirs alone) so that the launcher does not tear rank 0 down before it has printed.
+void wait_for_rank0_report() {
+  MPI_Request request;
+  if (MPI_Ibarrier(MPI_COMM_WORLD, &request) != MPI_SUCCESS) return;
+  const double deadline = MPI_Wtime() + 10.0;
+  int done = 0;
+  while (!done && MPI_Wtime() < deadline) {
+    if (MPI_Test(&request, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return;
+    if (!done) usleep(1000);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -45,7 +61,11 @@ int main(int argc, char** argv) {
     throw scalestudy::UsageError("unknown command '" + command + "' (see scalestudy --help)");
   } catch (const scalestudy::UsageError& error) {
     // Every rank parsed the same arguments, so every rank ends here; one reports it.
-    if (rank_in_world() == 0) std::fprintf(stderr, "scalestudy %s: error: %s\n", command.c_str(), error.what());
+    if (rank_in_world() == 0) {
+      std::fprintf(stderr, "scalestudy %s: error: %s\n", command.c_str(), error.what());
+      std::fflush(stderr);
+    }
+    wait_for_rank0_report();
     return scalestudy::kUsageExitCode;
   }
 }

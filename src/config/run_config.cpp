@@ -2,6 +2,7 @@
 
 #include <boost/program_options.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
@@ -50,7 +51,7 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
   po::options_description schedule("Schedule and optimizer (AdamW, global-norm clipping, warm-up + cosine)");
   schedule.add_options()
       ("steps", po::value(&c.steps)->default_value(c.steps), "optimizer steps")
-      ("warmup-steps", po::value(&c.warmup_steps)->default_value(c.warmup_steps),
+      ("warmup-steps", po::value(&c.warmup_steps)->default_value(-1, "2, fewer if --steps is small"),
        "first steps that are timed but left out of summaries")
       ("lr", po::value(&c.learning_rate)->default_value(c.learning_rate), "peak learning rate")
       ("min-lr-ratio", po::value(&c.min_lr_ratio)->default_value(c.min_lr_ratio),
@@ -157,6 +158,7 @@ void resolve_and_validate(RunConfig& c, const RawOptions& raw) {
   require_positive("grad-accum", c.grad_accum);
 
   require_positive("steps", c.steps);
+  if (c.warmup_steps == -1) c.warmup_steps = std::min(2, c.steps - 1);
   if (c.warmup_steps < 0 || c.warmup_steps >= c.steps)
     bad_value("warmup-steps", text(c.warmup_steps), "must be at least 0 and below --steps " + text(c.steps));
   require_positive("lr", c.learning_rate);

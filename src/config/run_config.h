@@ -28,7 +28,7 @@ struct RunConfig {
 
   // ---- schedule ---------------------------------------------------------------------
   int steps = 20;
-  int warmup_steps = 2;        // timed and recorded, excluded from summaries
+  int warmup_steps = -1;       // timed and recorded, excluded from summaries; -1: min(2, steps-1)
   float learning_rate = 6e-4f;
   float min_lr_ratio = 0.1f;   // cosine decays to learning_rate * min_lr_ratio
   int lr_warmup_steps = 0;     // linear learning-rate warm-up

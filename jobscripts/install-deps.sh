@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Installs what scalestudy needs from Debian/Ubuntu packages when run as root, and
+# otherwise names exactly what to install. Sourced by the README's two commands.
+set -euo pipefail
+
+SCALESTUDY_PACKAGES=(build-essential cmake git openmpi-bin libopenmpi-dev libhdf5-dev hdf5-tools
+                     libboost-program-options-dev libgtest-dev python3 python3-venv python3-pip)
+
+missing_packages() {
+  local missing=()
+  for package in "${SCALESTUDY_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
+  done
+  echo "${missing[@]:-}"
+}
+
+install_system_packages() {
+  if ! command -v dpkg-query >/dev/null; then
+    echo "scalestudy: this installer knows Debian/Ubuntu only; install: ${SCALESTUDY_PACKAGES[*]}" >&2
+    return 1
+  fi
+  local missing
+  missing=$(missing_packages)
+  [ -z "$missing" ] && return 0
+  if [ "$(id -u)" = 0 ]; then
+    echo "scalestudy: installing $missing"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    # shellcheck disable=SC2086
+    apt-get install -y -qq --no-install-recommends $missing >/dev/null
+  else
+    echo "scalestudy: missing packages. Run as root, or install them with:" >&2
+    echo "  sudo apt-get install -y $missing" >&2
+    return 1
+  fi
+}
+
+# A virtual environment for the analysis package, inside the build folder.
+setup_analysis_venv() {
+  local venv=$1
+  if [ ! -x "$venv/bin/python" ]; then
+    python3 -m venv "$venv"
+  fi
+  "$venv/bin/python" -m pip install -q --upgrade pip >/dev/null
+  "$venv/bin/python" -m pip install -q -e "$SCALESTUDY_ROOT/analysis[test]"
+}

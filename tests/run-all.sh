@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Builds scalestudy and runs every test that this machine can run: the C++ unit, MPI and
+# command-line tests through ctest (the GPU tests need a GPU and are skipped without one),
+# and the analysis package's tests through pytest.
+set -euo pipefail
+SCALESTUDY_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+export SCALESTUDY_ROOT
+source "$SCALESTUDY_ROOT/jobscripts/install-deps.sh"
+install_system_packages
+
+cd "$SCALESTUDY_ROOT"
+jobs=$(nproc)
+echo "== configure and build (CPU)"
+cmake --preset cpu >/dev/null
+cmake --build --preset cpu -j "$jobs"
+
+echo "== C++ tests"
+ctest --preset cpu -j "$jobs" --timeout 900
+
+echo "== analysis tests"
+setup_analysis_venv "$SCALESTUDY_ROOT/build/venv"
+SCALESTUDY_BINARY="$SCALESTUDY_ROOT/build/cpu/scalestudy" \
+  "$SCALESTUDY_ROOT/build/venv/bin/python" -m pytest -q "$SCALESTUDY_ROOT/analysis/tests"

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The scalestudy binary as a user meets it: help, a short run, and bad input that must
+# end with exit code 2 and one line naming the option and the value.
+set -uo pipefail
+binary=$1
+mpiexec=$2
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+expect_exit() {  # expected-code grep-pattern command...
+  local expected=$1 pattern=$2; shift 2
+  local output code
+  output=$("$@" 2>&1); code=$?
+  if [ "$code" != "$expected" ]; then fail "'$*' exited $code, expected $expected"; echo "$output" | tail -5; return; fi
+  if [ -n "$pattern" ] && ! grep -q -- "$pattern" <<<"$output"; then
+    fail "'$*' output lacks '$pattern'"; echo "$output" | tail -5
+  fi
+}
+
+expect_exit 0 "Usage: scalestudy train" "$binary" train --help
+expect_exit 0 "--strategy" "$binary" train --help
+expect_exit 0 "Commands:" "$binary" --help
+expect_exit 2 "Usage" "$binary"
+expect_exit 0 "gpt2-small" "$binary" info
+expect_exit 0 "124439808" "$binary" info
+expect_exit 0 "summary: loss" "$binary" train --model tiny --steps 50
+
+expect_exit 2 "no-such-option" "$binary" train --no-such-option 3
+expect_exit 2 "unknown command 'trian'" "$binary" trian
+expect_exit 2 "\-\-heads 5" "$binary" train --heads 5
+expect_exit 2 "\-\-seq 100" "$binary" train --seq 100
+expect_exit 2 "\-\-steps 0" "$binary" train --steps 0
+expect_exit 2 "\-\-batch-per-rank -2" "$binary" train --batch-per-rank=-2
+expect_exit 2 "steps" "$binary" train --steps ten
+expect_exit 2 "\-\-config /nonexistent.ini" "$binary" train --config /nonexistent.ini
+expect_exit 2 "\-\-token-file /nonexistent.bin" "$binary" train --data file --token-file /nonexistent.bin
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+printf 'not a token file at all, just text\n%.0s' {1..10} >"$tmp/bad.bin"
+expect_exit 2 "$tmp/bad.bin" "$binary" train --data file --token-file "$tmp/bad.bin" --steps 2
+printf 'model = tiny\nsteps = 3\nbogus_key = 1\n' >"$tmp/bad.ini"
+expect_exit 2 "bogus_key" "$binary" train --config "$tmp/bad.ini"
+printf 'model = tiny\nsteps = 3\nstrategy = zero2\n' >"$tmp/good.ini"
+expect_exit 0 "strategy zero2" "$binary" train --config "$tmp/good.ini"
+
+# Strong scaling that does not divide over the ranks: every rank refuses, exit 2.
+expect_exit 2 "\-\-global-batch 8" "$mpiexec" --oversubscribe --allow-run-as-root -np 3 \
+  "$binary" train --global-batch 8 --steps 2
+
+# Ranks started with different options end the job with a message, not a hang.
+expect_exit 2 "different configuration" timeout 120 "$mpiexec" --oversubscribe --allow-run-as-root \
+  -np 1 "$binary" train --steps 2 --seed 1 : -np 1 "$binary" train --steps 2 --seed 2
+
+echo "$failures failed"
+[ "$failures" = 0 ]
