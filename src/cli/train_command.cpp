@@ -12,31 +12,11 @@
 #include "core/check.h"
 #include "core/usage_error.h"
 #include "model/flops.h"
+#include "results/run_recorder.h"
 #include "train/trainer.h"
 
 namespace scalestudy {
 namespace {
-
-// Keeps what the end-of-run summary needs.
-class SummaryCollector : public StepObserver {
- public:
-  void on_step(const StepRecord& record) override {
-    if (losses.empty()) first_loss = record.loss;
-    losses.push_back(record.loss);
-    if (!record.warmup) step_times.push_back(record.intervals[static_cast<int>(Phase::step)].length());
-    tokens_per_step = record.tokens;
-  }
-  std::vector<double> losses, step_times;
-  double first_loss = 0.0;
-  int64_t tokens_per_step = 0;
-};
-
-double median(std::vector<double> values) {
-  if (values.empty()) return std::nan("");
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
 
 void print_header(const RunConfig& c, const Trainer& trainer, const ProcessPlacement& where) {
   const ParameterLayout layout = make_parameter_layout(c.shape);
@@ -52,6 +32,18 @@ void print_header(const RunConfig& c, const Trainer& trainer, const ProcessPlace
               c.micro_batch(), c.seq, trainer.data().describe().c_str());
   std::printf("  %s\n", trainer.memory_summary().c_str());
   std::fflush(stdout);
+}
+
+void print_summary(const Trainer& trainer, const RunRecorder& recorder, const RunSummary& s) {
+  const auto& steps = recorder.steps();
+  std::printf("summary: loss %.4f -> %.4f", steps.front().loss, steps.back().loss);
+  if (auto entropy = trainer.data().entropy_rate_nats()) std::printf(" (source entropy rate %.4f)", *entropy);
+  std::printf("\n  median step %.2f ms [IQR %.2f-%.2f] over %lld measured steps, %.0f tokens/s, %.4f TFLOP/s per rank\n",
+              s.step_time_median_s * 1e3, s.step_time_q1_s * 1e3, s.step_time_q3_s * 1e3,
+              static_cast<long long>(s.steps_measured), s.tokens_per_s, s.tflops_per_gpu);
+  std::printf("  communication %.2f ms per step, %.2f ms of it exposed (%.0f%%)\n", s.comm_time_median_s * 1e3,
+              s.exposed_comm_median_s * 1e3, 100.0 * s.exposed_comm_fraction);
+  if (!recorder.output().empty()) std::printf("  results: %s\n", recorder.output().c_str());
 }
 
 }  // namespace
@@ -70,27 +62,22 @@ int run_train_command(int argc, const char* const* argv) {
   Trainer trainer(config, ops, comm, MPI_COMM_WORLD);
   if (where.rank == 0) print_header(trainer.config(), trainer, where);
 
-  SummaryCollector summary;
-  trainer.run(&summary);
-
-  // The job's step time is the slowest rank's.
-  std::vector<double> slowest(summary.step_times.size());
-  CHECK_MPI(MPI_Allreduce(summary.step_times.data(), slowest.data(), static_cast<int>(slowest.size()),
-                          MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
-  const double peak_mib = static_cast<double>(trainer.memory().peak_bytes) / (1024.0 * 1024.0);
-  double max_peak_mib = 0.0;
-  CHECK_MPI(MPI_Reduce(&peak_mib, &max_peak_mib, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD));
-  if (where.rank == 0) {
-    const RunConfig& c = trainer.config();
-    const double step_s = median(slowest);
-    const double tokens_per_s = static_cast<double>(summary.tokens_per_step) / step_s;
-    const double flops = training_flops(c.shape, c.global_batch, c.seq);
-    std::printf("summary: loss %.4f -> %.4f", summary.first_loss, summary.losses.back());
-    if (auto entropy = trainer.data().entropy_rate_nats()) std::printf(" (source entropy rate %.4f)", *entropy);
-    std::printf("\n  median step %.2f ms over %zu measured steps, %.0f tokens/s, %.3f TFLOP/s per rank\n",
-                step_s * 1e3, slowest.size(), tokens_per_s, flops / step_s / where.world_size / 1e12);
-    std::printf("  peak resident memory %.1f MiB (largest rank)\n", max_peak_mib);
+  RunIdentity identity;
+  identity.argv.assign(argv, argv + argc);
+  identity.argv.insert(identity.argv.begin(), "scalestudy");
+  identity.backend = "cpu";
+  identity.device_name = "cpu";
+  identity.peak_tflops_per_gpu = std::nan("");
+  identity.peak_source = "none";
+  RunRecorder recorder(trainer.config(), identity, MPI_COMM_WORLD);
+  try {
+    trainer.run(&recorder);
+  } catch (const std::exception& error) {
+    recorder.finish_failed(std::string("rank ") + std::to_string(where.rank) + ": " + error.what());
+    throw;
   }
+  const RunSummary summary = recorder.finish_complete(trainer.memory());
+  if (where.rank == 0) print_summary(trainer, recorder, summary);
   return 0;
 }
 

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,11 @@ struct CollectiveRecord {
   size_t payload_bytes = 0; // bytes of the full (unsharded) buffer the collective covers
   double begin_s = 0.0;
   double end_s = 0.0;
+  // When the compute stream was blocked in finish() waiting for this collective; NaN
+  // when it never waited (the collective was done, or hidden, by then). Blocked time
+  // inside a compute phase is communication that compute did not hide.
+  double wait_begin_s = std::numeric_limits<double>::quiet_NaN();
+  double wait_end_s = std::numeric_limits<double>::quiet_NaN();
 };
 
 class Communicator {

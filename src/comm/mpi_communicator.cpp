@@ -144,7 +144,7 @@ void MpiCommunicator::worker_loop() {
     lock.lock();
     Pending& done = queue_.front();
     payload_bytes_by_kind_[static_cast<size_t>(done.kind)] += done.payload_bytes;
-    finished_.push_back(FinishedStamp{done.kind, std::move(done.phase), done.payload_bytes, begin, end});
+    finished_.push_back(FinishedStamp{done.id, done.kind, std::move(done.phase), done.payload_bytes, begin, end});
     finished_through_ = done.id;
     queue_.pop_front();
     front_running_ = false;
@@ -259,6 +259,7 @@ void MpiCommunicator::finish(CommHandle handle) {
                        ", which this communicator never started");
   std::unique_lock<std::mutex> lock(mutex_);
   if (finished_through_ >= handle.id) return;
+  const Clock::time_point wait_begin = Clock::now();
   // Capped so that a huge timeout cannot overflow the clock's integer representation.
   const auto timeout = std::chrono::duration_cast<Clock::duration>(
       std::chrono::duration<double>(std::min(timeout_s_, 1.0e9)));
@@ -266,6 +267,7 @@ void MpiCommunicator::finish(CommHandle handle) {
     return finished_through_ >= handle.id;
   });
   if (!finished) abort_on_timeout(handle.id);
+  waits_[handle.id] = {wait_begin, Clock::now()};
 }
 
 void MpiCommunicator::finish_all() {
@@ -303,6 +305,11 @@ std::vector<CollectiveRecord> MpiCommunicator::take_records() {
     record.payload_bytes = stamp.payload_bytes;
     record.begin_s = seconds_since_epoch(stamp.begin);
     record.end_s = seconds_since_epoch(stamp.end);
+    if (auto wait = waits_.find(stamp.id); wait != waits_.end()) {
+      record.wait_begin_s = seconds_since_epoch(wait->second.first);
+      record.wait_end_s = seconds_since_epoch(wait->second.second);
+      waits_.erase(wait);
+    }
     records.push_back(std::move(record));
   }
   return records;

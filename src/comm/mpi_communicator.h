@@ -30,6 +30,8 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -88,6 +90,7 @@ class MpiCommunicator final : public Communicator {
     std::function<void()> run;
   };
   struct FinishedStamp {
+    uint64_t id = 0;
     CollectiveKind kind = CollectiveKind::barrier;
     std::string phase;
     size_t payload_bytes = 0;
@@ -108,6 +111,8 @@ class MpiCommunicator final : public Communicator {
   size_t max_elems_per_call_ = static_cast<size_t>(INT_MAX);
   Clock::time_point epoch_;  // main thread only
   uint64_t last_started_id_ = 0;  // main thread only
+  // Main thread only: how long finish() blocked on each collective, by id.
+  std::unordered_map<uint64_t, std::pair<Clock::time_point, Clock::time_point>> waits_;
 
   mutable std::mutex mutex_;
   std::condition_variable work_ready_;  // the worker waits for work or for stopping_

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -23,7 +24,11 @@ herr_t collect_hdf5_error(unsigned, const H5E_error2_t* error, void* out) {
   return 0;
 }
 
+std::atomic<AbortHook> abort_hook{nullptr};
+
 }  // namespace
+
+void set_abort_hook(AbortHook hook) { abort_hook.store(hook); }
 
 std::string mpi_error_string(int code) {
   std::vector<char> text(MPI_MAX_ERROR_STRING, '\0');
@@ -48,6 +53,8 @@ void abort_job(const char* file, int line, const std::string& what, const std::s
   std::fprintf(stderr, "scalestudy: rank %d on %s: %s:%d: %s: %s\n", rank, host_name().c_str(),
                file, line, what.c_str(), detail.c_str());
   std::fflush(stderr);
+  // exchange() so that a failure inside the hook cannot run it again.
+  if (AbortHook hook = abort_hook.exchange(nullptr)) hook(what + ": " + detail);
   if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, exit_code);
   std::_Exit(exit_code);
 }

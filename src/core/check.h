@@ -21,6 +21,11 @@ namespace scalestudy {
 [[noreturn]] void abort_job(const char* file, int line, const std::string& what,
                             const std::string& detail, int exit_code = 1);
 
+// Called once, on the aborting rank, before the job is ended: the results writer marks
+// its file failed here. Pass nullptr to remove it.
+using AbortHook = void (*)(const std::string& reason);
+void set_abort_hook(AbortHook hook);
+
 std::string mpi_error_string(int code);
 std::string hdf5_error_string();
 

@@ -6,7 +6,7 @@ namespace scalestudy {
 
 DdpStrategy::DdpStrategy(const RunConfig& config, Ops& ops, Communicator& comm, Gpt& model,
                          const BucketPlan& plan)
-    : config_(config), ops_(ops), comm_(comm), model_(model), plan_(plan), waiter_(comm) {
+    : config_(config), ops_(ops), comm_(comm), model_(model), plan_(plan) {
   grads_ = ops_.allocate_floats(plan_.padded_elems, MemoryKind::gradients);
   m_ = ops_.allocate_floats(plan_.padded_elems, MemoryKind::optimizer);
   v_ = ops_.allocate_floats(plan_.padded_elems, MemoryKind::optimizer);
@@ -50,7 +50,7 @@ void DdpStrategy::finish_gradient_sync() {
   if (!config_.overlap) {
     in_flight_.push_back(comm_.start_allreduce(grads_, plan_.padded_elems, "grad-comm"));
   }
-  for (CommHandle handle : in_flight_) waiter_.wait(handle);
+  for (CommHandle handle : in_flight_) comm_.finish(handle);
   in_flight_.clear();
 }
 

@@ -27,7 +27,6 @@ class DdpStrategy final : public GradientStrategy {
   OptimizerStats optimizer_step(float learning_rate, int step) override;
   void finish_param_sync() override {}
   StrategyMemory memory() const override;
-  double take_comm_wait_seconds() override { return waiter_.take_seconds(); }
 
   const float* gradients() const { return grads_; }
 
@@ -37,7 +36,6 @@ class DdpStrategy final : public GradientStrategy {
   Communicator& comm_;
   Gpt& model_;
   BucketPlan plan_;
-  CommWaiter waiter_;
   float* grads_ = nullptr;
   float* m_ = nullptr;
   float* v_ = nullptr;

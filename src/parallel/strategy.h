@@ -50,9 +50,6 @@ class GradientStrategy : public GradientSink, public ForwardHooks {
   virtual void finish_param_sync() = 0;
 
   virtual StrategyMemory memory() const = 0;
-  // Seconds the compute stream spent blocked on collectives since the last call: the
-  // communication that compute did not hide.
-  virtual double take_comm_wait_seconds() = 0;
 };
 
 // Chooses the strategy from the config. The plan pads the buffer for the world size.

@@ -1,33 +1,11 @@
 #pragma once
 // Pieces that ddp and zero2 share.
-#include <chrono>
-
 #include "backend/ops.h"
 #include "comm/communicator.h"
 #include "config/run_config.h"
 #include "model/parameter_layout.h"
 
 namespace scalestudy {
-
-// Waits for collectives and keeps count of the time compute spent blocked on them.
-class CommWaiter {
- public:
-  explicit CommWaiter(Communicator& comm) : comm_(comm) {}
-  void wait(CommHandle handle) {
-    const auto begin = std::chrono::steady_clock::now();
-    comm_.finish(handle);
-    waited_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
-  }
-  double take_seconds() {
-    const double waited = waited_s_;
-    waited_s_ = 0.0;
-    return waited;
-  }
-
- private:
-  Communicator& comm_;
-  double waited_s_ = 0.0;
-};
 
 // AdamW over the parameters [param_begin, param_end) of the flat buffer, with weight
 // decay on the matrices only. master, grads, m and v point at the element that

@@ -9,7 +9,7 @@ namespace scalestudy {
 
 Zero2Strategy::Zero2Strategy(const RunConfig& config, Ops& ops, Communicator& comm, Gpt& model,
                              const BucketPlan& plan)
-    : config_(config), ops_(ops), comm_(comm), model_(model), plan_(plan), waiter_(comm),
+    : config_(config), ops_(ops), comm_(comm), model_(model), plan_(plan),
       rank_(comm.rank()) {
   SCALESTUDY_CHECK(plan_.world_size == comm.world_size(), "bucket plan for another world size");
   const size_t shard = plan_.shard_elems();
@@ -127,7 +127,7 @@ void Zero2Strategy::start_reduce(int b) {
 
 void Zero2Strategy::complete_reduce(int b) {
   BucketState& state = buckets_[b];
-  waiter_.wait(state.reduce);
+  comm_.finish(state.reduce);
   ops_.accumulate(shard_grads_ + plan_.shard_offset(b), state.received, plan_.chunk_elems(b));
   free_staging_.push_back(state.staging);
   free_received_.push_back(state.received);
@@ -148,7 +148,7 @@ OptimizerStats Zero2Strategy::optimizer_step(float learning_rate, int step) {
 
   OptimizerStats stats;
   double sum_of_squares = ops_.sum_of_squares(shard_grads_, plan_.shard_elems());
-  waiter_.wait(comm_.start_allreduce(&sum_of_squares, 1, "optimizer"));
+  comm_.finish(comm_.start_allreduce(&sum_of_squares, 1, "optimizer"));
   stats.grad_norm = std::sqrt(sum_of_squares);
   stats.clip_factor = clip_factor(stats.grad_norm, config_.grad_clip);
   if (stats.clip_factor != 1.0f) ops_.scale(shard_grads_, plan_.shard_elems(), stats.clip_factor);
@@ -177,7 +177,7 @@ void Zero2Strategy::start_gathers() {
 }
 
 void Zero2Strategy::complete_gather(int b) {
-  waiter_.wait(buckets_[b].gather);
+  comm_.finish(buckets_[b].gather);
   buckets_[b].gathering = false;
 }
 

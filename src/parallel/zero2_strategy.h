@@ -42,7 +42,6 @@ class Zero2Strategy final : public GradientStrategy {
   OptimizerStats optimizer_step(float learning_rate, int step) override;
   void finish_param_sync() override;
   StrategyMemory memory() const override;
-  double take_comm_wait_seconds() override { return waiter_.take_seconds(); }
 
   const float* shard_gradients() const { return shard_grads_; }
 
@@ -67,7 +66,6 @@ class Zero2Strategy final : public GradientStrategy {
   Communicator& comm_;
   Gpt& model_;
   BucketPlan plan_;
-  CommWaiter waiter_;
   int rank_ = 0;
 
   float* shard_grads_ = nullptr;

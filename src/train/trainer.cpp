@@ -1,6 +1,7 @@
 #include "train/trainer.h"
 
 #include <cinttypes>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -114,10 +115,11 @@ StepRecord Trainer::train_step(int step) {
     const std::vector<float> params = parameters_on_host();
     check_replicas(control_, checksum_bytes(params.data(), params.size() * sizeof(float)), step);
   }
-  record.comm_wait_s = strategy_->take_comm_wait_seconds();
   comm_.finish_all();
   record.collectives = comm_.take_records();
   clock_.add_collectives(record.collectives);
+  for (const CollectiveRecord& collective : record.collectives)
+    if (!std::isnan(collective.wait_begin_s)) record.comm_wait_s += collective.wait_end_s - collective.wait_begin_s;
   record.intervals = clock_.finish_step();
   const auto bytes = comm_.payload_bytes_by_kind();
   for (int k = 0; k < kCollectiveKindCount; ++k) {

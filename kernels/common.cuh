@@ -1,0 +1,86 @@
+#pragma once
+// Device-side helpers shared by the kernel families. Included from .cu files only: the
+// per-family .cuh headers that the host code sees declare plain C++ launchers.
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <string>
+
+#include "core/check.h"
+
+// Every launch is checked where it happens, so that a bad configuration is reported
+// with the launcher's file:line instead of surfacing at some later synchronisation.
+#define CHECK_LAUNCH() CHECK_CUDA(cudaGetLastError())
+
+namespace scalestudy::cuda {
+
+inline constexpr int kWarpSize = 32;
+inline constexpr unsigned kFullWarpMask = 0xffffffffu;
+
+// Elementwise kernels use grid-stride loops with a capped grid: a few waves over the
+// 132 multiprocessors of an H100 keep memory busy, and the cap keeps the grid size (and
+// so any per-block partials) independent of the device.
+inline constexpr int kElementwiseThreads = 256;
+inline constexpr int kMaxElementwiseBlocks = 8192;
+
+inline int elementwise_blocks(size_t elems) {
+  const size_t wanted = (elems + kElementwiseThreads - 1) / kElementwiseThreads;
+  const size_t capped = wanted < size_t{kMaxElementwiseBlocks} ? wanted : kMaxElementwiseBlocks;
+  return capped > 0 ? static_cast<int>(capped) : 1;
+}
+
+inline void check_positive(long long value, const char* what) {
+  SCALESTUDY_CHECK(value > 0, std::string(what) + " must be positive, got " +
+                                  std::to_string(value));
+}
+
+inline void check_not_null(const void* ptr, const char* what) {
+  SCALESTUDY_CHECK(ptr != nullptr, std::string(what) + " must not be null");
+}
+
+template <class Real>
+__device__ inline Real warp_reduce_sum(Real value) {
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2)
+    value += __shfl_xor_sync(kFullWarpMask, value, offset);
+  return value;
+}
+
+__device__ inline float warp_reduce_max(float value) {
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2)
+    value = fmaxf(value, __shfl_xor_sync(kFullWarpMask, value, offset));
+  return value;
+}
+
+// Block-wide reductions for blocks of whole warps (at most 32 of them). The combination
+// order is fixed by the thread layout, so a given launch shape always gives the same
+// bits. Every thread receives the result. `shared` must hold kWarpSize values and may be
+// reused right after the call returns.
+template <class Real>
+__device__ inline Real block_reduce_sum(Real value, Real* shared) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int warp = threadIdx.x / kWarpSize;
+  const int warps = blockDim.x / kWarpSize;
+  value = warp_reduce_sum(value);
+  if (lane == 0) shared[warp] = value;
+  __syncthreads();
+  Real total = lane < warps ? shared[lane] : Real(0);
+  total = warp_reduce_sum(total);
+  // The second barrier lets the caller overwrite `shared` for its next reduction.
+  __syncthreads();
+  return total;
+}
+
+__device__ inline float block_reduce_max(float value, float* shared) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int warp = threadIdx.x / kWarpSize;
+  const int warps = blockDim.x / kWarpSize;
+  value = warp_reduce_max(value);
+  if (lane == 0) shared[warp] = value;
+  __syncthreads();
+  float result = lane < warps ? shared[lane] : -INFINITY;
+  result = warp_reduce_max(result);
+  __syncthreads();
+  return result;
+}
+
+}  // namespace scalestudy::cuda

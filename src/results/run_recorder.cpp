@@ -1,0 +1,419 @@
+#include "results/run_recorder.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "build_info.h"
+#include "core/check.h"
+#include "model/flops.h"
+#include "results/hdf5_io.h"
+
+namespace scalestudy {
+namespace {
+
+constexpr int64_t kSchemaVersion = 1;
+// A collective record travels as this many doubles: kind, phase, begin, end, payload
+// bytes (exact in a double below 2^53), wait begin, wait end.
+constexpr int kRecordDoubles = 7;
+
+std::string utc_now() {
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  char text[32];
+  std::strftime(text, sizeof(text), "%Y-%m-%dT%H:%M:%SZ", &utc);
+  return text;
+}
+
+std::string host_name() {
+  char name[256] = {0};
+  gethostname(name, sizeof(name) - 1);
+  return name;
+}
+
+std::string mpi_library_version() {
+  char text[MPI_MAX_LIBRARY_VERSION_STRING] = {0};
+  int length = 0;
+  CHECK_MPI(MPI_Get_library_version(text, &length));
+  std::string version(text, static_cast<size_t>(length));
+  return version.substr(0, version.find_first_of("\r\n"));
+}
+
+std::string hdf5_library_version() {
+  unsigned major = 0, minor = 0, release = 0;
+  CHECK_HDF5(H5get_libversion(&major, &minor, &release));
+  return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(release);
+}
+
+int phase_index(const std::string& phase) {
+  const auto& names = phase_names();
+  for (int p = 0; p < kPhaseCount; ++p)
+    if (phase == names[static_cast<size_t>(p)]) return p;
+  return static_cast<int>(Phase::step);
+}
+
+// Strings of every rank, gathered to rank 0 through fixed-size slots.
+std::vector<std::string> gather_strings(MPI_Comm comm, const std::string& mine, int world) {
+  constexpr int kSlot = 256;
+  std::array<char, kSlot> slot{};
+  std::copy_n(mine.begin(), std::min<size_t>(mine.size(), kSlot - 1), slot.begin());
+  std::vector<char> all(static_cast<size_t>(kSlot) * world);
+  CHECK_MPI(MPI_Gather(slot.data(), kSlot, MPI_CHAR, all.data(), kSlot, MPI_CHAR, 0, comm));
+  std::vector<std::string> out;
+  for (int r = 0; r < world; ++r) out.emplace_back(all.data() + static_cast<size_t>(r) * kSlot);
+  return out;
+}
+
+std::vector<std::string> to_strings(const auto& names) { return {std::begin(names), std::end(names)}; }
+
+std::vector<std::string> collective_names() {
+  std::vector<std::string> names;
+  for (int k = 0; k < kCollectiveKindCount; ++k) names.push_back(collective_kind_name(static_cast<CollectiveKind>(k)));
+  return names;
+}
+
+std::vector<std::string> memory_kind_names() {
+  std::vector<std::string> names;
+  for (int k = 0; k < kMemoryKindCount; ++k) names.push_back(memory_kind_name(static_cast<MemoryKind>(k)));
+  return names;
+}
+
+}  // namespace
+
+std::string result_config_hash(const RunConfig& config) {
+  std::map<std::string, std::string> sorted;
+  for (const auto& [key, value] : describe_config(config))
+    if (key != "output" && key != "repeat") sorted[key] = value;
+  uint64_t hash = 1469598103934665603ull;
+  for (const auto& [key, value] : sorted)
+    for (char ch : key + "=" + value + "\n") {
+      hash ^= static_cast<unsigned char>(ch);
+      hash *= 1099511628211ull;
+    }
+  char text[17];
+  std::snprintf(text, sizeof(text), "%016llx", static_cast<unsigned long long>(hash));
+  return text;
+}
+
+// The HDF5 file, on rank 0.
+class RunRecorder::File {
+ public:
+  File(const std::string& output, const RunConfig& config, const RunIdentity& identity,
+       const std::vector<std::string>& hosts, const std::vector<std::string>& devices)
+      : output_(output), partial_(output + ".partial"), world_(config.world_size) {
+    const std::filesystem::path parent = std::filesystem::path(output).parent_path();
+    if (!parent.empty()) std::filesystem::create_directories(parent);
+    file_ = h5::Handle(CHECK_HDF5(H5Fcreate(partial_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT)));
+    const hid_t root = file_.get();
+    std::string argv;
+    for (const auto& arg : identity.argv) argv += (argv.empty() ? "" : " ") + arg;
+    std::set<std::string> distinct_hosts(hosts.begin(), hosts.end());
+    std::map<std::string, int64_t> per_host;
+    for (const auto& host : hosts) ++per_host[host];
+    int64_t ranks_per_node = 0;
+    for (const auto& [host, count] : per_host) ranks_per_node = std::max(ranks_per_node, count);
+
+    h5::set_attribute(root, "schema_version", kSchemaVersion);
+    h5::set_attribute(root, "scalestudy_version", SCALESTUDY_VERSION);
+    h5::set_attribute(root, "git_sha", SCALESTUDY_GIT_SHA);
+    h5::set_attribute(root, "argv", argv);
+    h5::set_attribute(root, "start_time", utc_now());
+    h5::set_attribute(root, "end_time", "");
+    h5::set_attribute(root, "world_size", static_cast<int64_t>(world_));
+    h5::set_attribute(root, "nodes", static_cast<int64_t>(distinct_hosts.size()));
+    h5::set_attribute(root, "ranks_per_node", ranks_per_node);
+    h5::set_attribute(root, "backend", identity.backend);
+    h5::set_attribute(root, "precision", precision_name(config.precision));
+    h5::set_attribute(root, "status", "running");
+    h5::set_attribute(root, "failure_reason", "");
+    h5::set_attribute(root, "cuda_version", "none");
+    h5::set_attribute(root, "nccl_version", "none");
+    h5::set_attribute(root, "mpi_version", mpi_library_version());
+    h5::set_attribute(root, "hdf5_version", hdf5_library_version());
+
+    h5::Handle config_group = h5::create_group(root, "config");
+    for (const auto& [key, value] : describe_config(config)) h5::set_attribute(config_group.get(), key, value);
+    h5::set_attribute(config_group.get(), "config_hash", result_config_hash(config));
+
+    h5::Handle ranks = h5::create_group(root, "ranks");
+    h5::write_strings(ranks.get(), "hostname", hosts);
+    h5::write_strings(ranks.get(), "device", devices);
+
+    steps_group_ = h5::create_group(root, "steps");
+    h5::set_attribute(steps_group_.get(), "phase_names", to_strings(phase_names()));
+    const hid_t steps = steps_group_.get();
+    const hsize_t R = static_cast<hsize_t>(world_);
+    intervals_ = std::make_unique<h5::GrowingDataset>(steps, "intervals", H5T_NATIVE_DOUBLE,
+                                                      std::vector<hsize_t>{R, kPhaseCount, 2}, 16);
+    h5::set_attribute(intervals_->id(), "units", "s");
+    loss_ = std::make_unique<h5::GrowingDataset>(steps, "loss", H5T_NATIVE_DOUBLE, std::vector<hsize_t>{}, 256);
+    tokens_ = std::make_unique<h5::GrowingDataset>(steps, "tokens", H5T_NATIVE_INT64, std::vector<hsize_t>{}, 256);
+    h5::set_attribute(tokens_->id(), "units", "tokens");
+    warmup_ = std::make_unique<h5::GrowingDataset>(steps, "warmup", H5T_NATIVE_UINT8, std::vector<hsize_t>{}, 256);
+    step_index_ = std::make_unique<h5::GrowingDataset>(steps, "step_index", H5T_NATIVE_INT64, std::vector<hsize_t>{}, 256);
+    comm_bytes_ = std::make_unique<h5::GrowingDataset>(steps, "comm_bytes", H5T_NATIVE_INT64,
+                                                       std::vector<hsize_t>{kCollectiveKindCount}, 256);
+    h5::set_attribute(comm_bytes_->id(), "units", "bytes");
+    h5::set_attribute(comm_bytes_->id(), "collective_names", collective_names());
+
+    collectives_group_ = h5::create_group(root, "collectives");
+    const hid_t coll = collectives_group_.get();
+    h5::set_attribute(coll, "collective_names", collective_names());
+    h5::set_attribute(coll, "phase_names", to_strings(phase_names()));
+    const std::vector<hsize_t> scalar;
+    c_step_ = std::make_unique<h5::GrowingDataset>(coll, "step", H5T_NATIVE_INT64, scalar, 1024);
+    c_rank_ = std::make_unique<h5::GrowingDataset>(coll, "rank", H5T_NATIVE_INT32, scalar, 1024);
+    c_kind_ = std::make_unique<h5::GrowingDataset>(coll, "kind", H5T_NATIVE_INT32, scalar, 1024);
+    c_phase_ = std::make_unique<h5::GrowingDataset>(coll, "phase", H5T_NATIVE_INT32, scalar, 1024);
+    c_begin_ = std::make_unique<h5::GrowingDataset>(coll, "begin", H5T_NATIVE_DOUBLE, scalar, 1024);
+    c_end_ = std::make_unique<h5::GrowingDataset>(coll, "end", H5T_NATIVE_DOUBLE, scalar, 1024);
+    c_bytes_ = std::make_unique<h5::GrowingDataset>(coll, "payload_bytes", H5T_NATIVE_INT64, scalar, 1024);
+    c_wait_begin_ = std::make_unique<h5::GrowingDataset>(coll, "wait_begin", H5T_NATIVE_DOUBLE, scalar, 1024);
+    c_wait_end_ = std::make_unique<h5::GrowingDataset>(coll, "wait_end", H5T_NATIVE_DOUBLE, scalar, 1024);
+    for (auto* dataset : {c_begin_.get(), c_end_.get(), c_wait_begin_.get(), c_wait_end_.get()})
+      h5::set_attribute(dataset->id(), "units", "s");
+    h5::set_attribute(c_bytes_->id(), "units", "bytes");
+    CHECK_HDF5(H5Fflush(root, H5F_SCOPE_GLOBAL));
+  }
+
+  void append(const GatheredStep& step, const std::array<size_t, kCollectiveKindCount>& comm_bytes) {
+    std::vector<double> intervals;
+    for (const PhaseIntervals& rank : step.intervals)
+      for (const Interval& interval : rank) {
+        intervals.push_back(interval.begin);
+        intervals.push_back(interval.end);
+      }
+    intervals_->append(intervals.data(), 1);
+    loss_->append(&step.loss, 1);
+    tokens_->append(&step.tokens, 1);
+    const uint8_t warmup = step.warmup ? 1 : 0;
+    warmup_->append(&warmup, 1);
+    step_index_->append(&step.step_index, 1);
+    std::array<int64_t, kCollectiveKindCount> bytes{};
+    for (int k = 0; k < kCollectiveKindCount; ++k) bytes[k] = static_cast<int64_t>(comm_bytes[k]);
+    comm_bytes_->append(bytes.data(), 1);
+
+    std::vector<int64_t> c_step, c_bytes;
+    std::vector<int32_t> c_rank, c_kind, c_phase;
+    std::vector<double> c_begin, c_end, c_wait_begin, c_wait_end;
+    for (size_t r = 0; r < step.collectives.size(); ++r)
+      for (const CollectiveRecord& c : step.collectives[r]) {
+        c_step.push_back(step.step_index);
+        c_rank.push_back(static_cast<int32_t>(r));
+        c_kind.push_back(static_cast<int32_t>(c.kind));
+        c_phase.push_back(phase_index(c.phase));
+        c_begin.push_back(c.begin_s);
+        c_end.push_back(c.end_s);
+        c_bytes.push_back(static_cast<int64_t>(c.payload_bytes));
+        c_wait_begin.push_back(c.wait_begin_s);
+        c_wait_end.push_back(c.wait_end_s);
+      }
+    const hsize_t n = c_step.size();
+    c_step_->append(c_step.data(), n);
+    c_rank_->append(c_rank.data(), n);
+    c_kind_->append(c_kind.data(), n);
+    c_phase_->append(c_phase.data(), n);
+    c_begin_->append(c_begin.data(), n);
+    c_end_->append(c_end.data(), n);
+    c_bytes_->append(c_bytes.data(), n);
+    c_wait_begin_->append(c_wait_begin.data(), n);
+    c_wait_end_->append(c_wait_end.data(), n);
+  }
+
+  void flush() { CHECK_HDF5(H5Fflush(file_.get(), H5F_SCOPE_GLOBAL)); }
+
+  void write_memory(const std::vector<int64_t>& bytes, const std::vector<int64_t>& peak, const std::string& source) {
+    h5::Handle memory = h5::create_group(file_.get(), "memory");
+    h5::write_int64(memory.get(), "bytes", {static_cast<hsize_t>(world_), kMemoryKindCount}, bytes);
+    h5::write_int64(memory.get(), "peak_bytes", {static_cast<hsize_t>(world_)}, peak);
+    h5::Handle bytes_set(CHECK_HDF5(H5Dopen2(memory.get(), "bytes", H5P_DEFAULT)));
+    h5::set_attribute(bytes_set.get(), "units", "bytes");
+    h5::set_attribute(bytes_set.get(), "kind_names", memory_kind_names());
+    h5::Handle peak_set(CHECK_HDF5(H5Dopen2(memory.get(), "peak_bytes", H5P_DEFAULT)));
+    h5::set_attribute(peak_set.get(), "units", "bytes");
+    h5::set_attribute(peak_set.get(), "peak_source", source);
+  }
+
+  void write_summary(const RunSummary& s) {
+    h5::Handle summary = h5::create_group(file_.get(), "summary");
+    const hid_t g = summary.get();
+    h5::set_attribute(g, "steps_measured", s.steps_measured);
+    h5::set_attribute(g, "step_time_median_s", s.step_time_median_s);
+    h5::set_attribute(g, "step_time_q1_s", s.step_time_q1_s);
+    h5::set_attribute(g, "step_time_q3_s", s.step_time_q3_s);
+    h5::set_attribute(g, "tokens_per_s", s.tokens_per_s);
+    h5::set_attribute(g, "flops_per_step", s.flops_per_step);
+    h5::set_attribute(g, "tflops_per_gpu", s.tflops_per_gpu);
+    h5::set_attribute(g, "peak_tflops_per_gpu", s.peak_tflops_per_gpu);
+    h5::set_attribute(g, "peak_source", s.peak_source);
+    h5::set_attribute(g, "mfu", s.mfu);
+    h5::set_attribute(g, "comm_time_median_s", s.comm_time_median_s);
+    h5::set_attribute(g, "exposed_comm_median_s", s.exposed_comm_median_s);
+    h5::set_attribute(g, "exposed_comm_fraction", s.exposed_comm_fraction);
+    h5::set_attribute(g, "comm_fraction_of_step", s.comm_fraction_of_step);
+  }
+
+  // Sets the final status, closes the file and gives it its final name.
+  void close(const std::string& status, const std::string& reason) {
+    if (!file_.get() || file_.get() < 0) return;
+    h5::set_attribute(file_.get(), "status", status);
+    h5::set_attribute(file_.get(), "failure_reason", reason);
+    h5::set_attribute(file_.get(), "end_time", utc_now());
+    flush();
+    for (auto* dataset : {&intervals_, &loss_, &tokens_, &warmup_, &step_index_, &comm_bytes_, &c_step_, &c_rank_,
+                          &c_kind_, &c_phase_, &c_begin_, &c_end_, &c_bytes_, &c_wait_begin_, &c_wait_end_})
+      dataset->reset();
+    steps_group_.reset();
+    collectives_group_.reset();
+    file_.reset();
+    std::filesystem::rename(partial_, output_);
+  }
+
+ private:
+  std::string output_, partial_;
+  int world_;
+  h5::Handle file_, steps_group_, collectives_group_;
+  std::unique_ptr<h5::GrowingDataset> intervals_, loss_, tokens_, warmup_, step_index_, comm_bytes_;
+  std::unique_ptr<h5::GrowingDataset> c_step_, c_rank_, c_kind_, c_phase_, c_begin_, c_end_, c_bytes_,
+      c_wait_begin_, c_wait_end_;
+};
+
+namespace {
+
+// The recorder whose file an abort on this rank marks failed.
+std::atomic<RunRecorder*> active_recorder{nullptr};
+
+void mark_failed_on_abort(const std::string& reason) {
+  if (RunRecorder* recorder = active_recorder.exchange(nullptr)) recorder->finish_failed(reason);
+}
+
+}  // namespace
+
+RunRecorder::RunRecorder(const RunConfig& config, const RunIdentity& identity, MPI_Comm control)
+    : config_(config), identity_(identity), control_(control), output_(config.output) {
+  CHECK_MPI(MPI_Comm_rank(control_, &rank_));
+  CHECK_MPI(MPI_Comm_size(control_, &world_size_));
+  const std::vector<std::string> hosts = gather_strings(control_, host_name(), world_size_);
+  const std::vector<std::string> devices = gather_strings(control_, identity.device_name, world_size_);
+  if (rank_ == 0 && !output_.empty()) {
+    file_ = std::make_unique<File>(output_, config_, identity_, hosts, devices);
+    active_recorder.store(this);
+    set_abort_hook(mark_failed_on_abort);
+  }
+}
+
+RunRecorder::~RunRecorder() {
+  if (file_) finish_failed("the run ended without completing (an exception or early exit)");
+}
+
+void RunRecorder::on_step(const StepRecord& record) {
+  GatheredStep step;
+  step.step_index = record.step;
+  step.warmup = record.warmup;
+  step.loss = record.loss;
+  step.tokens = record.tokens;
+
+  std::array<double, 2 * kPhaseCount> mine{};
+  for (int p = 0; p < kPhaseCount; ++p) {
+    mine[2 * p] = record.intervals[p].begin;
+    mine[2 * p + 1] = record.intervals[p].end;
+  }
+  std::vector<double> all_intervals(rank_ == 0 ? mine.size() * world_size_ : 0);
+  CHECK_MPI(MPI_Gather(mine.data(), 2 * kPhaseCount, MPI_DOUBLE, all_intervals.data(), 2 * kPhaseCount,
+                       MPI_DOUBLE, 0, control_));
+
+  std::vector<double> packed;
+  for (const CollectiveRecord& c : record.collectives) {
+    packed.insert(packed.end(), {static_cast<double>(c.kind), static_cast<double>(phase_index(c.phase)),
+                                 c.begin_s, c.end_s, static_cast<double>(c.payload_bytes), c.wait_begin_s,
+                                 c.wait_end_s});
+  }
+  int count = static_cast<int>(packed.size());
+  std::vector<int> counts(rank_ == 0 ? world_size_ : 0), offsets(counts.size());
+  CHECK_MPI(MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, control_));
+  int total = 0;
+  for (size_t r = 0; r < counts.size(); ++r) {
+    offsets[r] = total;
+    total += counts[r];
+  }
+  std::vector<double> all_packed(static_cast<size_t>(total));
+  CHECK_MPI(MPI_Gatherv(packed.data(), count, MPI_DOUBLE, all_packed.data(), counts.data(), offsets.data(),
+                        MPI_DOUBLE, 0, control_));
+  if (rank_ != 0) return;
+
+  const auto& names = phase_names();
+  for (int r = 0; r < world_size_; ++r) {
+    PhaseIntervals intervals{};
+    for (int p = 0; p < kPhaseCount; ++p) {
+      intervals[p].begin = all_intervals[static_cast<size_t>(r) * 2 * kPhaseCount + 2 * p];
+      intervals[p].end = all_intervals[static_cast<size_t>(r) * 2 * kPhaseCount + 2 * p + 1];
+    }
+    step.intervals.push_back(intervals);
+    std::vector<CollectiveRecord> collectives;
+    for (int at = offsets[r]; at < offsets[r] + counts[r]; at += kRecordDoubles) {
+      const double* v = all_packed.data() + at;
+      CollectiveRecord c;
+      c.kind = static_cast<CollectiveKind>(static_cast<int>(v[0]));
+      c.phase = names[static_cast<size_t>(v[1])];
+      c.begin_s = v[2];
+      c.end_s = v[3];
+      c.payload_bytes = static_cast<size_t>(v[4]);
+      c.wait_begin_s = v[5];
+      c.wait_end_s = v[6];
+      collectives.push_back(c);
+    }
+    step.collectives.push_back(std::move(collectives));
+  }
+  if (file_) {
+    file_->append(step, record.comm_bytes);
+    if ((record.step + 1) % config_.flush_every == 0) file_->flush();
+  }
+  steps_.push_back(std::move(step));
+}
+
+RunSummary RunRecorder::finish_complete(const MemoryReport& memory) {
+  std::array<int64_t, kMemoryKindCount + 1> mine{};
+  for (int k = 0; k < kMemoryKindCount; ++k) mine[k] = static_cast<int64_t>(memory.bytes[k]);
+  mine[kMemoryKindCount] = static_cast<int64_t>(memory.peak_bytes);
+  std::vector<int64_t> all(rank_ == 0 ? mine.size() * world_size_ : 0);
+  CHECK_MPI(MPI_Gather(mine.data(), kMemoryKindCount + 1, MPI_INT64_T, all.data(), kMemoryKindCount + 1,
+                       MPI_INT64_T, 0, control_));
+  if (rank_ != 0) return {};
+
+  const double flops = training_flops(config_.shape, config_.global_batch, config_.seq);
+  const RunSummary summary =
+      summarize(steps_, world_size_, flops, identity_.peak_tflops_per_gpu, identity_.peak_source);
+  if (file_) {
+    std::vector<int64_t> bytes, peak;
+    for (int r = 0; r < world_size_; ++r) {
+      const int64_t* row = all.data() + static_cast<size_t>(r) * (kMemoryKindCount + 1);
+      bytes.insert(bytes.end(), row, row + kMemoryKindCount);
+      peak.push_back(row[kMemoryKindCount]);
+    }
+    file_->write_memory(bytes, peak, memory.peak_source);
+    file_->write_summary(summary);
+    active_recorder.store(nullptr);
+    file_->close("complete", "");
+    file_.reset();
+  }
+  return summary;
+}
+
+void RunRecorder::finish_failed(const std::string& reason) {
+  if (!file_) return;
+  active_recorder.store(nullptr);
+  file_->close("failed", reason.substr(0, reason.find('\n')));
+  file_.reset();
+}
+
+}  // namespace scalestudy

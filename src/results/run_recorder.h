@@ -1,0 +1,61 @@
+#pragma once
+// Gathers every rank's step records to rank 0, keeps them for the summary, and (when an
+// output path is given) writes them to the run's HDF5 file as docs/results-schema.md
+// describes: under "<output>.partial" while running, flushed every --flush-every steps,
+// renamed to <output> once marked complete or failed.
+//
+// Every rank constructs one and calls on_step and finish_* in the same order: they are
+// collective over the control communicator.
+#include <mpi.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config/run_config.h"
+#include "results/run_summary.h"
+#include "train/trainer.h"
+
+namespace scalestudy {
+
+struct RunIdentity {
+  std::vector<std::string> argv;
+  std::string backend;      // "cpu" or "cuda"
+  std::string device_name;  // this rank's: "cpu" or the GPU's name
+  double peak_tflops_per_gpu = 0.0;  // NaN when unknown (the CPU)
+  std::string peak_source = "none";
+};
+
+class RunRecorder final : public StepObserver {
+ public:
+  RunRecorder(const RunConfig& config, const RunIdentity& identity, MPI_Comm control);
+  ~RunRecorder() override;
+  RunRecorder(const RunRecorder&) = delete;
+  RunRecorder& operator=(const RunRecorder&) = delete;
+
+  void on_step(const StepRecord& record) override;
+  // Writes memory and the summary, marks the file complete and renames it. Returns the
+  // summary on rank 0 (other ranks get an empty one).
+  RunSummary finish_complete(const MemoryReport& memory);
+  // Marks the file failed with the reason and renames it. Needs only rank 0.
+  void finish_failed(const std::string& reason);
+
+  const std::vector<GatheredStep>& steps() const { return steps_; }
+  const std::string& output() const { return output_; }
+
+ private:
+  class File;
+  RunConfig config_;
+  RunIdentity identity_;
+  MPI_Comm control_;
+  int rank_ = 0, world_size_ = 1;
+  std::string output_;
+  std::vector<GatheredStep> steps_;  // rank 0 only
+  std::unique_ptr<File> file_;       // rank 0 only, when there is an output
+};
+
+// The canonical config hash of the result file: sorted key=value lines without output
+// and repeat (which differ between the points of one series).
+std::string result_config_hash(const RunConfig& config);
+
+}  // namespace scalestudy

@@ -1,0 +1,120 @@
+#include "results/run_summary.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace scalestudy {
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+std::vector<Span> clipped(std::vector<Span> spans, double window_end) {
+  for (Span& span : spans) {
+    span.begin = std::max(span.begin, 0.0);
+    span.end = std::min(span.end, window_end);
+  }
+  return spans;
+}
+
+std::vector<Span> joined(const std::vector<Span>& a, const std::vector<Span>& b) {
+  std::vector<Span> out = a;
+  out.insert(out.end(), b.begin(), b.end());
+  return out;
+}
+
+double median(const std::vector<double>& values) { return quantile(values, 0.5); }
+
+}  // namespace
+
+double union_length(std::vector<Span> spans) {
+  spans.erase(std::remove_if(spans.begin(), spans.end(),
+                             [](const Span& s) { return !(s.end > s.begin); }),
+              spans.end());
+  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.begin < b.begin; });
+  double total = 0.0, reach = -std::numeric_limits<double>::infinity(), start = 0.0;
+  for (const Span& span : spans) {
+    if (span.begin > reach) {
+      if (reach > start) total += reach - start;
+      start = span.begin;
+      reach = span.end;
+    } else {
+      reach = std::max(reach, span.end);
+    }
+  }
+  if (!spans.empty()) total += reach - start;
+  return total;
+}
+
+double quantile(std::vector<double> values, double q) {
+  if (values.empty()) return kNaN;
+  std::sort(values.begin(), values.end());
+  const double position = q * static_cast<double>(values.size() - 1);
+  const size_t below = static_cast<size_t>(std::floor(position));
+  const size_t above = std::min(below + 1, values.size() - 1);
+  return values[below] + (position - static_cast<double>(below)) * (values[above] - values[below]);
+}
+
+StepComm step_comm(const PhaseIntervals& intervals, const std::vector<CollectiveRecord>& collectives) {
+  const double step_end = intervals[static_cast<int>(Phase::step)].end;
+  std::vector<Span> comm, compute, waits;
+  for (const CollectiveRecord& c : collectives) {
+    comm.push_back({c.begin_s, c.end_s});
+    if (!std::isnan(c.wait_begin_s)) waits.push_back({c.wait_begin_s, c.wait_end_s});
+  }
+  for (Phase phase : {Phase::forward, Phase::backward, Phase::optimizer}) {
+    const Interval& interval = intervals[static_cast<int>(phase)];
+    if (!interval.empty()) compute.push_back({interval.begin, interval.end});
+  }
+  comm = clipped(comm, step_end);
+  compute = clipped(compute, step_end);
+  waits = clipped(waits, step_end);
+
+  const double a = union_length(comm), c = union_length(compute), w = union_length(waits);
+  const double ac = union_length(joined(comm, compute)), aw = union_length(joined(comm, waits));
+  const double cw = union_length(joined(compute, waits));
+  const double acw = union_length(joined(joined(comm, compute), waits));
+  const double a_and_c = a + c - ac;
+  const double a_and_c_and_w = a + c + w - ac - aw - cw + acw;
+  StepComm out;
+  out.comm_s = a;
+  out.exposed_s = std::max(0.0, a - a_and_c + a_and_c_and_w);
+  return out;
+}
+
+RunSummary summarize(const std::vector<GatheredStep>& steps, int world_size, double flops_per_step,
+                     double peak_tflops_per_gpu, const std::string& peak_source) {
+  std::vector<double> step_times, tokens, comm_times, exposed_times;
+  for (const GatheredStep& step : steps) {
+    if (step.warmup) continue;
+    double step_time = 0.0, comm = 0.0, exposed = 0.0;
+    for (size_t r = 0; r < step.intervals.size(); ++r) {
+      step_time = std::max(step_time, step.intervals[r][static_cast<int>(Phase::step)].length());
+      const StepComm rank_comm = step_comm(step.intervals[r], step.collectives[r]);
+      comm = std::max(comm, rank_comm.comm_s);
+      exposed = std::max(exposed, rank_comm.exposed_s);
+    }
+    step_times.push_back(step_time);
+    tokens.push_back(static_cast<double>(step.tokens));
+    comm_times.push_back(comm);
+    exposed_times.push_back(exposed);
+  }
+  RunSummary s;
+  s.steps_measured = static_cast<int64_t>(step_times.size());
+  s.step_time_median_s = median(step_times);
+  s.step_time_q1_s = quantile(step_times, 0.25);
+  s.step_time_q3_s = quantile(step_times, 0.75);
+  s.tokens_per_s = median(tokens) / s.step_time_median_s;
+  s.flops_per_step = flops_per_step;
+  s.tflops_per_gpu = flops_per_step / s.step_time_median_s / world_size / 1e12;
+  s.peak_tflops_per_gpu = peak_tflops_per_gpu;
+  s.peak_source = peak_source;
+  s.mfu = std::isnan(peak_tflops_per_gpu) ? kNaN : s.tflops_per_gpu / peak_tflops_per_gpu;
+  s.comm_time_median_s = median(comm_times);
+  s.exposed_comm_median_s = median(exposed_times);
+  s.exposed_comm_fraction = s.comm_time_median_s > 0 ? s.exposed_comm_median_s / s.comm_time_median_s : 0.0;
+  s.comm_fraction_of_step = s.comm_time_median_s / s.step_time_median_s;
+  return s;
+}
+
+}  // namespace scalestudy

@@ -1,0 +1,60 @@
+#pragma once
+// The summary of a run, computed from the recorded intervals exactly as
+// docs/results-schema.md (/summary) defines it; the analysis package recomputes it from
+// the file and must agree.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "timing/phases.h"
+
+namespace scalestudy {
+
+struct Span {
+  double begin = 0.0;
+  double end = 0.0;
+};
+
+// Length of the union of the spans (empty or reversed spans count as nothing).
+double union_length(std::vector<Span> spans);
+// Quantile with linear interpolation between order statistics (Hyndman–Fan type 7,
+// numpy's default).
+double quantile(std::vector<double> values, double q);
+
+// What every rank recorded for one step, as rank 0 holds it after gathering.
+struct GatheredStep {
+  int64_t step_index = 0;
+  bool warmup = false;
+  double loss = 0.0;
+  int64_t tokens = 0;
+  std::vector<PhaseIntervals> intervals;                   // [rank]
+  std::vector<std::vector<CollectiveRecord>> collectives;  // [rank]
+};
+
+struct StepComm {
+  double comm_s = 0.0;     // union of the comm stream's collectives, clipped to the step
+  double exposed_s = 0.0;  // the part of it that compute did not hide
+};
+// Exposed communication: comm time outside the compute phases (forward, backward,
+// optimizer), where compute also does not count while it was blocked waiting for a
+// collective: |A \ (C \ W)| = |A| - |A∩C| + |A∩C∩W|.
+StepComm step_comm(const PhaseIntervals& intervals, const std::vector<CollectiveRecord>& collectives);
+
+struct RunSummary {
+  int64_t steps_measured = 0;
+  double step_time_median_s = 0, step_time_q1_s = 0, step_time_q3_s = 0;
+  double tokens_per_s = 0;
+  double flops_per_step = 0;
+  double tflops_per_gpu = 0;
+  double peak_tflops_per_gpu = 0;
+  std::string peak_source;
+  double mfu = 0;
+  double comm_time_median_s = 0, exposed_comm_median_s = 0;
+  double exposed_comm_fraction = 0, comm_fraction_of_step = 0;
+};
+
+RunSummary summarize(const std::vector<GatheredStep>& steps, int world_size, double flops_per_step,
+                     double peak_tflops_per_gpu, const std::string& peak_source);
+
+}  // namespace scalestudy
