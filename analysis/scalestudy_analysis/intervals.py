@@ -52,6 +52,23 @@ def uncovered_length(group, begin, end, cover_group, cover_begin, cover_end, n_g
     return np.maximum(both - cover, 0.0)
 
 
+def intersection_length(first, second, n_groups):
+    """|A ∩ B| per group, from unions alone: |A| + |B| - |A ∪ B|."""
+    return (union_length(*first, n_groups) + union_length(*second, n_groups)
+            - union_length(*_join(first, second), n_groups))
+
+
+def triple_intersection_length(a, b, c, n_groups):
+    """|A ∩ B ∩ C| per group, by inclusion–exclusion over unions."""
+    return (union_length(*a, n_groups) + union_length(*b, n_groups) + union_length(*c, n_groups)
+            - union_length(*_join(a, b), n_groups) - union_length(*_join(a, c), n_groups)
+            - union_length(*_join(b, c), n_groups) + union_length(*_join(_join(a, b), c), n_groups))
+
+
+def _join(first, second):
+    return tuple(np.concatenate([x, y]) for x, y in zip(first, second))
+
+
 def clip_to_window(group, begin, end, window_begin, window_end):
     """Clips each interval to its group's window; drops what falls outside."""
     group, begin, end = _valid(group, begin, end)
@@ -137,9 +154,12 @@ def _phase_intervals(intervals, names):
 
 
 def step_quantities(intervals, coll_row, coll_rank, coll_begin, coll_end, coll_kind,
-                    coll_phase):
+                    coll_phase, coll_wait_begin=None, coll_wait_end=None):
     """Derives the per-step quantities of docs/results-schema.md from /steps/intervals
-    ([S, R, P, 2]) and /collectives (rows already mapped from step_index to /steps row)."""
+    ([S, R, P, 2]) and /collectives (rows already mapped from step_index to /steps row).
+    Compute does not hide communication while it is blocked waiting for a collective
+    (the wait intervals), so exposed = |A| - |A ∩ C| + |A ∩ C ∩ W| with A the comm
+    stream's busy time, C the compute phases and W the waits."""
     intervals = np.asarray(intervals, dtype=np.float64)
     n_rows, n_ranks = intervals.shape[:2]
     n_groups = n_rows * n_ranks
@@ -156,8 +176,16 @@ def step_quantities(intervals, coll_row, coll_rank, coll_begin, coll_end, coll_k
     covering = clip_to_window(*_phase_intervals(intervals, COVERING_PHASES),
                               window_begin, window_end)
 
+    if coll_wait_begin is None:
+        coll_wait_begin = np.full(np.shape(coll_row), np.nan)
+        coll_wait_end = np.full(np.shape(coll_row), np.nan)
+    waits = clip_to_window(np.asarray(coll_row, dtype=np.int64) * n_ranks
+                           + np.asarray(coll_rank, dtype=np.int64),
+                           coll_wait_begin, coll_wait_end, window_begin, window_end)
+
     comm_len = union_length(*comm, n_groups)
-    exposed_len = uncovered_length(*comm, *covering, n_groups)
+    exposed_len = (uncovered_length(*comm, *covering, n_groups)
+                   + triple_intersection_length(comm, covering, waits, n_groups))
     compute_len = union_length(*forward_backward, n_groups)
     optimizer_len = uncovered_length(*covering, *forward_backward, n_groups)
 

@@ -135,6 +135,12 @@ def _read_collectives(handle, run):
     columns = {}
     for name in ("step", "rank", "kind", "phase", "begin", "end", "payload_bytes"):
         columns[name] = _dataset(handle, f"/collectives/{name}")
+    # When compute waited for each collective; NaN where it never did.
+    for name in ("wait_begin", "wait_end"):
+        if f"/collectives/{name}" in handle:
+            columns[name] = _dataset(handle, f"/collectives/{name}")
+        else:
+            columns[name] = np.full(columns["step"].shape, np.nan)
     lengths = {values.shape for values in columns.values()}
     if len(lengths) != 1:
         raise MissingField(f"/collectives datasets differ in length: {sorted(lengths)}")
@@ -223,7 +229,8 @@ def read_run(path):
     collectives = run.collectives
     run.quantities = step_quantities(run.intervals, collectives["row"], collectives["rank"],
                                      collectives["begin"], collectives["end"],
-                                     collectives["kind"], collectives["phase"])
+                                     collectives["kind"], collectives["phase"],
+                                     collectives["wait_begin"], collectives["wait_end"])
     measured_times = run.measured_step_times()
     if measured_times.size == 0:
         run.problems.append(Problem(run.path, "no measured steps", f"all {n_steps} steps "

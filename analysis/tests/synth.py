@@ -77,13 +77,20 @@ def reference_summary(intervals, warmup, tokens, step_index, collectives, world_
         for r in range(world_size):
             window_end = intervals[i, r, 6, 1]
             lengths.append(window_end - intervals[i, r, 6, 0])
-            comm = _union([(max(b, 0.0), min(e, window_end)) for s, rank, _, _, b, e, _
-                           in collectives if s == step_index[i] and rank == r])
+            mine = [row for row in collectives if row[0] == step_index[i] and row[1] == r]
+            comm = _union([(max(row[4], 0.0), min(row[5], window_end)) for row in mine])
+            waits = _union([(max(row[7], 0.0), min(row[8], window_end)) for row in mine
+                            if len(row) > 7 and not math.isnan(row[7])])
             cover = _union([tuple(intervals[i, r, PHASES.index(p)])
                             for p in ("forward", "backward", "optimizer")
                             if not math.isnan(intervals[i, r, PHASES.index(p), 0])])
             comms.append(_length(comm))
-            exposeds.append(_length(comm) - _intersection(comm, cover))
+            # Comm outside compute, plus comm inside compute while compute was waiting.
+            hidden_by = _union([(b, e) for b, e in cover])
+            inside = [(max(b1, b2), min(e1, e2)) for b1, e1 in comm for b2, e2 in hidden_by
+                      if min(e1, e2) > max(b1, b2)]
+            exposeds.append(_length(comm) - _intersection(comm, cover)
+                            + _intersection(_union(inside), waits))
         step_times.append(max(lengths))
         comm_times.append(max(comms))
         exposed_times.append(max(exposeds))
@@ -185,7 +192,7 @@ def write_run(path, *, world_size=1, step_times=0.1, steps=6, warmup_steps=1,
         group.create_dataset("warmup", data=warmup, maxshape=(None,))
         group.create_dataset("step_index", data=step_index, maxshape=(None,))
         comm_bytes = np.zeros((steps, len(COLLECTIVES)), dtype=np.int64)
-        for step, rank, kind, _, _, _, payload in collectives:
+        for step, rank, kind, _, _, _, payload, *_ in collectives:
             if rank == 0:
                 comm_bytes[step, kind] += payload
         created = group.create_dataset("comm_bytes", data=comm_bytes,
@@ -196,13 +203,17 @@ def write_run(path, *, world_size=1, step_times=0.1, steps=6, warmup_steps=1,
         group = handle.create_group("collectives")
         group.attrs["collective_names"] = np.array(COLLECTIVES, dtype=object)
         group.attrs["phase_names"] = np.array(PHASES, dtype=object)
-        columns = list(zip(*collectives)) if collectives else [[]] * 7
-        dtypes = [np.int64, np.int32, np.int32, np.int32, np.float64, np.float64, np.int64]
-        names = ["step", "rank", "kind", "phase", "begin", "end", "payload_bytes"]
+        # Rows may omit the two wait columns: compute never waited for those collectives.
+        rows = [tuple(row) + (math.nan, math.nan)[: 9 - len(row)] for row in collectives]
+        columns = list(zip(*rows)) if rows else [[]] * 9
+        dtypes = [np.int64, np.int32, np.int32, np.int32, np.float64, np.float64, np.int64,
+                  np.float64, np.float64]
+        names = ["step", "rank", "kind", "phase", "begin", "end", "payload_bytes",
+                 "wait_begin", "wait_end"]
         for name, dtype, values in zip(names, dtypes, columns):
             created = group.create_dataset(name, data=np.asarray(values, dtype=dtype),
                                            maxshape=(None,), chunks=(1024,))
-            if name in ("begin", "end"):
+            if name in ("begin", "end", "wait_begin", "wait_end"):
                 created.attrs["units"] = "s"
             if name == "payload_bytes":
                 created.attrs["units"] = "bytes"

@@ -96,3 +96,24 @@ def test_collective_spilling_into_next_step_is_carried_over():
     # In step 1 the carried part 0.0-0.3 lies under data (0-0.1) and forward (0.1-0.3).
     assert q.exposed_comm.tolist() == pytest.approx([0.0, 0.1], abs=1e-15)
     assert q.pieces.carried.tolist() == [False, True]
+
+
+def test_comm_during_a_wait_inside_compute_is_exposed():
+    # Backward spans 0.4–0.8 but was blocked 0.5–0.6 waiting for a collective that ran
+    # 0.45–0.65: the 0.1 s of the wait is exposed although it lies inside backward.
+    rows = comm_rows([(0.45, 0.65)])
+    rows.update(coll_wait_begin=np.array([0.5]), coll_wait_end=np.array([0.6]))
+    quantities = step_quantities(one_step(1.0, COMPUTE), **rows)
+    assert quantities.comm_time[0] == pytest.approx(0.2, abs=1e-12)
+    assert quantities.exposed_comm[0] == pytest.approx(0.1, abs=1e-12)
+
+
+def test_a_wait_outside_compute_is_not_counted_twice():
+    # A wait after backward (0.8–0.9) for a collective running 0.7–0.9: the part outside
+    # compute (0.8–0.9) is exposed once; 0.7–0.8 is hidden by backward.
+    rows = comm_rows([(0.7, 0.9)])
+    rows.update(coll_wait_begin=np.array([0.8]), coll_wait_end=np.array([0.9]))
+    phases = {"data": (0.0, 0.1), "forward": (0.1, 0.4), "backward": (0.4, 0.8),
+              "optimizer": (0.9, 0.95)}
+    quantities = step_quantities(one_step(1.0, phases), **rows)
+    assert quantities.exposed_comm[0] == pytest.approx(0.1, abs=1e-12)

@@ -1,0 +1,21 @@
+#pragma once
+// Token + position embedding: out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:].
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace scalestudy::cuda {
+
+// A negative token id makes its output row NaN (the id cannot be checked on the host
+// without a synchronisation); ids at or above the vocabulary are the data layer's to
+// reject, since the vocabulary is not part of this op.
+void launch_embedding_forward(cudaStream_t stream, float* out, const int32_t* tokens,
+                              const float* wte, const float* wpe, int batch, int seq,
+                              int channels);
+// dwte[tokens[n],:] += dout[n,:] and dwpe[t,:] += dout[b,t,:], deterministically: every
+// gradient row is summed in increasing row order, the CPU backend's order, so the
+// results are bit-identical to it.
+void launch_embedding_backward(cudaStream_t stream, float* dwte, float* dwpe, const float* dout,
+                               const int32_t* tokens, int batch, int seq, int channels);
+
+}  // namespace scalestudy::cuda

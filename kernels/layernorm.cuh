@@ -1,0 +1,26 @@
+#pragma once
+// LayerNorm over rows of C channels, eps 1e-5, with the CPU backend's arithmetic: row
+// statistics in double, and per-element expressions rounded step by step as the CPU
+// rounds them.
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+namespace scalestudy::cuda {
+
+// out[n,:] = (inp[n,:] - mean[n]) * rstd[n] * weight + bias; mean and rstd are kept for
+// the backward.
+void launch_layernorm_forward(cudaStream_t stream, float* out, float* mean, float* rstd,
+                              const float* inp, const float* weight, const float* bias, int rows,
+                              int channels);
+
+// Floats of scratch that launch_layernorm_backward needs for its column partials.
+size_t layernorm_backward_scratch_elems(int rows, int channels);
+// Accumulates (+=) into dinp, dweight and dbias. dweight and dbias are column sums over
+// rows, reduced deterministically in two stages through scratch.
+void launch_layernorm_backward(cudaStream_t stream, float* dinp, float* dweight, float* dbias,
+                               const float* dout, const float* inp, const float* weight,
+                               const float* mean, const float* rstd, int rows, int channels,
+                               float* scratch, size_t scratch_elems);
+
+}  // namespace scalestudy::cuda

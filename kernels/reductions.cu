@@ -1,0 +1,135 @@
+#include "reductions.cuh"
+
+#include "common.cuh"
+
+namespace scalestudy::cuda {
+namespace {
+
+constexpr int kSumThreads = 256;
+// Fixed, not derived from the device, so that the partition (and the bits of the
+// result) is the same on every GPU; 1024 blocks of 256 threads fill an H100 several times.
+constexpr int kSumBlocks = 1024;
+constexpr int kFinalSumThreads = 1024;
+
+template <bool kSquares>
+__global__ void partial_sums_kernel(double* __restrict__ partials, const float* __restrict__ x,
+                                    size_t elems) {
+  __shared__ double shared[kWarpSize];
+  double total = 0.0;
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < elems;
+       i += size_t{gridDim.x} * blockDim.x) {
+    const double value = x[i];
+    total += kSquares ? value * value : value;
+  }
+  total = block_reduce_sum(total, shared);
+  if (threadIdx.x == 0) partials[blockIdx.x] = total;
+}
+
+__global__ void final_sum_kernel(double* __restrict__ result,
+                                 const double* __restrict__ partials, int count) {
+  __shared__ double shared[kWarpSize];
+  double total = 0.0;
+  for (int i = threadIdx.x; i < count; i += blockDim.x) total += partials[i];
+  total = block_reduce_sum(total, shared);
+  if (threadIdx.x == 0) *result = total;
+}
+
+template <bool kSquares>
+void launch_sum_impl(cudaStream_t stream, double* device_result, const float* x, size_t elems,
+                     double* scratch, size_t scratch_doubles) {
+  check_not_null(device_result, "sum result");
+  if (elems == 0) {
+    CHECK_CUDA(cudaMemsetAsync(device_result, 0, sizeof(double), stream));
+    return;
+  }
+  check_not_null(x, "sum input");
+  check_not_null(scratch, "sum scratch");
+  SCALESTUDY_CHECK(scratch_doubles >= reduction_scratch_doubles(), "sum: scratch too small");
+  const size_t wanted = (elems + kSumThreads - 1) / kSumThreads;
+  const int blocks = wanted < size_t{kSumBlocks} ? static_cast<int>(wanted) : kSumBlocks;
+  partial_sums_kernel<kSquares><<<blocks, kSumThreads, 0, stream>>>(scratch, x, elems);
+  CHECK_LAUNCH();
+  final_sum_kernel<<<1, kFinalSumThreads, 0, stream>>>(device_result, scratch, blocks);
+  CHECK_LAUNCH();
+}
+
+constexpr int kColumnTile = 32;
+constexpr int kColumnRowLanes = 8;
+
+// Block (kColumnTile, kColumnRowLanes): a warp reads 32 consecutive columns of one row,
+// so loads are coalesced; the row lanes are combined in lane order.
+__global__ void column_partials_kernel(float* __restrict__ partials, const float* __restrict__ x,
+                                       int rows, int columns) {
+  __shared__ float tile[kColumnRowLanes][kColumnTile + 1];
+  const int c = blockIdx.x * kColumnTile + threadIdx.x;
+  const int chunk = blockIdx.y;
+  const int row_end = min(rows, (chunk + 1) * kColumnChunkRows);
+  float total = 0.0f;
+  if (c < columns) {
+    for (int r = chunk * kColumnChunkRows + threadIdx.y; r < row_end; r += kColumnRowLanes)
+      total += x[size_t(r) * columns + c];
+  }
+  tile[threadIdx.y][threadIdx.x] = total;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < columns) {
+    float chunk_total = tile[0][threadIdx.x];
+    for (int lane = 1; lane < kColumnRowLanes; ++lane) chunk_total += tile[lane][threadIdx.x];
+    partials[size_t(chunk) * columns + c] = chunk_total;
+  }
+}
+
+__global__ void add_column_partials_kernel(float* __restrict__ dst,
+                                           const float* __restrict__ partials,
+                                           int partial_rows, int columns) {
+  for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < columns; c += gridDim.x * blockDim.x) {
+    double total = 0.0;
+    for (int k = 0; k < partial_rows; ++k) total += partials[size_t(k) * columns + c];
+    dst[c] += static_cast<float>(total);
+  }
+}
+
+}  // namespace
+
+size_t reduction_scratch_doubles() { return kSumBlocks; }
+
+void launch_sum(cudaStream_t stream, double* device_result, const float* x, size_t elems,
+                double* scratch, size_t scratch_doubles) {
+  launch_sum_impl<false>(stream, device_result, x, elems, scratch, scratch_doubles);
+}
+
+void launch_sum_of_squares(cudaStream_t stream, double* device_result, const float* x,
+                           size_t elems, double* scratch, size_t scratch_doubles) {
+  launch_sum_impl<true>(stream, device_result, x, elems, scratch, scratch_doubles);
+}
+
+void launch_column_sums(cudaStream_t stream, float* dst, const float* x, int rows, int columns,
+                        float* scratch, size_t scratch_elems) {
+  check_positive(rows, "column sums rows");
+  check_positive(columns, "column sums columns");
+  check_not_null(dst, "column sums dst");
+  check_not_null(x, "column sums input");
+  check_not_null(scratch, "column sums scratch");
+  const int partial_rows = column_partial_rows(rows);
+  SCALESTUDY_CHECK(partial_rows <= 65535, "column sums: too many rows for the grid");
+  SCALESTUDY_CHECK(scratch_elems >= size_t(partial_rows) * columns,
+                   "column sums: scratch too small");
+  const dim3 grid((columns + kColumnTile - 1) / kColumnTile, partial_rows);
+  const dim3 block(kColumnTile, kColumnRowLanes);
+  column_partials_kernel<<<grid, block, 0, stream>>>(scratch, x, rows, columns);
+  CHECK_LAUNCH();
+  launch_add_column_partials(stream, dst, scratch, partial_rows, columns);
+}
+
+void launch_add_column_partials(cudaStream_t stream, float* dst, const float* partials,
+                                int partial_rows, int columns) {
+  check_positive(partial_rows, "column partials rows");
+  check_positive(columns, "column partials columns");
+  check_not_null(dst, "column partials dst");
+  check_not_null(partials, "column partials");
+  const int threads = 256;
+  add_column_partials_kernel<<<(columns + threads - 1) / threads, threads, 0, stream>>>(
+      dst, partials, partial_rows, columns);
+  CHECK_LAUNCH();
+}
+
+}  // namespace scalestudy::cuda

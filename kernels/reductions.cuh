@@ -1,0 +1,37 @@
+#pragma once
+// Deterministic reductions. Every reduction splits its input the same way for a given
+// length (a fixed grid, fixed chunks, fixed combination trees) and never uses atomics,
+// so the same inputs give the same bits on every run and on every Hopper part.
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+namespace scalestudy::cuda {
+
+// ---- whole-buffer sums, in double ----------------------------------------------------
+// Each thread accumulates its grid-stride share in double, blocks reduce in double, and
+// one final block adds the per-block partials in block order. scratch holds
+// reduction_scratch_doubles() doubles; *device_result receives the total.
+size_t reduction_scratch_doubles();
+void launch_sum(cudaStream_t stream, double* device_result, const float* x, size_t elems,
+                double* scratch, size_t scratch_doubles);
+void launch_sum_of_squares(cudaStream_t stream, double* device_result, const float* x,
+                           size_t elems, double* scratch, size_t scratch_doubles);
+
+// ---- column sums of a row-major [rows, columns] matrix ------------------------------
+// Two stages: fp32 partial sums over chunks of kColumnChunkRows rows, written as a
+// [column_partial_rows(rows), columns] matrix, then a double sum of the partials in chunk
+// order added into the destination.
+inline constexpr int kColumnChunkRows = 64;
+inline int column_partial_rows(int rows) {
+  return (rows + kColumnChunkRows - 1) / kColumnChunkRows;
+}
+// dst[c] += sum_r x[r, c]. scratch holds at least column_partial_rows(rows)*columns floats.
+void launch_column_sums(cudaStream_t stream, float* dst, const float* x, int rows, int columns,
+                        float* scratch, size_t scratch_elems);
+// dst[c] += sum_k partials[k, c], the second stage on its own, for kernels that write
+// their partials in the layout above.
+void launch_add_column_partials(cudaStream_t stream, float* dst, const float* partials,
+                                int partial_rows, int columns);
+
+}  // namespace scalestudy::cuda
