@@ -25,8 +25,9 @@ DEFINITIONS = """\
   scaling, N > N0).
 - **Communication time** of a step: the union of the rank's collective intervals, the
   maximum over ranks. **Exposed** communication: the part of that union not covered by
-  the forward, backward and optimizer intervals, maximum over ranks. The exposed fraction
-  is median exposed / median communication time (0 without communication).
+  the forward, backward and optimizer intervals, less the times compute sat blocked
+  waiting for a collective inside them; maximum over ranks. The exposed fraction is
+  median exposed / median communication time (0 without communication).
 - **Breakdown**: mean per-step time on the slowest rank of each step, split into compute
   (forward ∪ backward), optimizer (outside compute), exposed communication, and other
   (the rest of the step: data loading, waiting).

@@ -1,0 +1,370 @@
+#!/usr/bin/env python3
+"""Runs the scaling sweep an experiment file declares: locally with mpirun, or on a
+Slurm cluster as one sbatch script per point plus a report job that runs after them.
+
+    jobscripts/sweep.py experiments/quickstart.ini --dry-run
+    jobscripts/sweep.py experiments/quickstart.ini --launcher local
+    jobscripts/sweep.py experiments/gpt2-small-strong.ini --launcher slurm --submit
+
+A point is one (scaling, strategy, overlap, GPU count, repeat). Its result file is
+complete once `scalestudy train` has marked it so; running the sweep again skips every
+complete point, so an interrupted sweep picks up where it stopped.
+"""
+import argparse
+import configparser
+import math
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+USAGE_ERROR = 2
+
+
+class UsageError(Exception):
+    """Bad input from the user: reported in one line, exit code 2."""
+
+
+@dataclass(frozen=True)
+class Sweep:
+    name: str
+    scalings: tuple
+    gpu_counts: tuple
+    gpus_per_node: int
+    strategies: tuple
+    overlaps: tuple
+    repeats: int
+    output_dir: Path
+    backend: str
+    time_limit: str
+    cpus_per_task: int
+    srun_args: str
+    partition: str
+    account: str
+    train: tuple  # (option, value) pairs passed to `scalestudy train`
+
+
+@dataclass(frozen=True)
+class Point:
+    scaling: str
+    strategy: str
+    overlap: str
+    ranks: int
+    repeat: int
+    result: Path
+
+    def label(self):
+        return f"{self.scaling}-{self.strategy}-overlap_{self.overlap}-n{self.ranks}-r{self.repeat}"
+
+
+def split_list(value):
+    return tuple(item.strip() for item in re.split(r"[,\s]+", value.strip()) if item.strip())
+
+
+def parse_gpu_counts(text):
+    """'1, 2, 4' or '1..8' (powers of two from 1 up to 8)."""
+    text = text.strip()
+    match = re.fullmatch(r"(\d+)\s*\.\.\s*(\d+)", text)
+    if match:
+        low, high = int(match.group(1)), int(match.group(2))
+        if low < 1 or high < low:
+            raise UsageError(f"gpus = {text}: the range must go up from at least 1")
+        counts, n = [], 1
+        while n <= high:
+            if n >= low:
+                counts.append(n)
+            n *= 2
+        return tuple(counts)
+    try:
+        counts = tuple(int(item) for item in split_list(text))
+    except ValueError:
+        raise UsageError(f"gpus = {text}: expected a list of counts or a range such as 1..8") from None
+    if not counts or min(counts) < 1:
+        raise UsageError(f"gpus = {text}: counts must be at least 1")
+    return counts
+
+
+def read_experiment(path):
+    path = Path(path)
+    if not path.is_file():
+        raise UsageError(f"EXPERIMENT {path}: no such file")
+    parser = configparser.ConfigParser(inline_comment_prefixes=("#", ";"))
+    parser.optionxform = str  # train options keep their dashes and case
+    try:
+        parser.read(path)
+    except configparser.Error as error:
+        raise UsageError(f"EXPERIMENT {path}: {error}".splitlines()[0]) from None
+    for section in ("sweep", "train"):
+        if not parser.has_section(section):
+            raise UsageError(f"EXPERIMENT {path}: missing the [{section}] section")
+    sweep = parser["sweep"]
+    known = {"name", "scaling", "gpus", "gpus_per_node", "strategies", "overlap", "repeats",
+             "output_dir", "backend", "time_limit", "cpus_per_task", "srun_args", "partition",
+             "account"}
+    unknown = sorted(set(sweep) - known)
+    if unknown:
+        raise UsageError(f"EXPERIMENT {path}: unknown key '{unknown[0]}' in [sweep]")
+
+    def integer(key, default):
+        try:
+            value = int(sweep.get(key, str(default)))
+        except ValueError:
+            raise UsageError(f"EXPERIMENT {path}: {key} = {sweep.get(key)} is not a whole number") from None
+        if value < 1:
+            raise UsageError(f"EXPERIMENT {path}: {key} = {value} must be at least 1")
+        return value
+
+    def choices(key, default, allowed):
+        values = split_list(sweep.get(key, default))
+        for value in values:
+            if value not in allowed:
+                raise UsageError(f"EXPERIMENT {path}: {key} = {value} must be one of {', '.join(allowed)}")
+        return values
+
+    train = tuple((key, value) for key, value in parser["train"].items())
+    for key, _ in train:
+        if key in ("strategy", "overlap", "output", "repeat", "experiment", "backend"):
+            raise UsageError(f"EXPERIMENT {path}: [train] {key} is set by the sweep, not the file")
+    scalings = choices("scaling", "strong", ("strong", "weak"))
+    train_keys = dict(train)
+    if "strong" in scalings and "global-batch" not in train_keys:
+        raise UsageError(f"EXPERIMENT {path}: strong scaling needs global-batch in [train]")
+    if "weak" in scalings and "batch-per-rank" not in train_keys:
+        raise UsageError(f"EXPERIMENT {path}: weak scaling needs batch-per-rank in [train]")
+    output_dir = Path(sweep.get("output_dir", f"results/{path.stem}"))
+    if not output_dir.is_absolute():
+        output_dir = ROOT / output_dir
+    return Sweep(
+        name=sweep.get("name", path.stem), scalings=scalings,
+        gpu_counts=parse_gpu_counts(sweep.get("gpus", "1")),
+        gpus_per_node=integer("gpus_per_node", 1),
+        strategies=choices("strategies", "ddp", ("ddp", "zero2")),
+        overlaps=choices("overlap", "off", ("on", "off")),
+        repeats=integer("repeats", 1), output_dir=output_dir,
+        backend=choices("backend", "cpu", ("cpu", "cuda"))[0],
+        time_limit=sweep.get("time_limit", "00:30:00"),
+        cpus_per_task=integer("cpus_per_task", 1),
+        srun_args=sweep.get("srun_args", "--mpi=pmix"),
+        partition=sweep.get("partition", ""), account=sweep.get("account", ""),
+        train=train)
+
+
+def plan(sweep):
+    points = []
+    for scaling in sweep.scalings:
+        for strategy in sweep.strategies:
+            for overlap in sweep.overlaps:
+                for ranks in sweep.gpu_counts:
+                    for repeat in range(sweep.repeats):
+                        result = (sweep.output_dir / scaling / f"{strategy}-overlap_{overlap}"
+                                  / f"n{ranks}-r{repeat}.h5")
+                        points.append(Point(scaling, strategy, overlap, ranks, repeat, result))
+    return points
+
+
+def nodes_for(sweep, point):
+    return math.ceil(point.ranks / sweep.gpus_per_node)
+
+
+def ranks_per_node(sweep, point):
+    return min(point.ranks, sweep.gpus_per_node)
+
+
+def train_arguments(sweep, point):
+    args = ["train", "--experiment", sweep.name, "--repeat", str(point.repeat),
+            "--strategy", point.strategy, "--overlap", point.overlap, "--backend", sweep.backend,
+            "--output", str(point.result)]
+    for key, value in sweep.train:
+        if key == "global-batch" and point.scaling != "strong":
+            continue
+        if key == "batch-per-rank" and point.scaling != "weak":
+            continue
+        args += [f"--{key}", value]
+    return args
+
+
+def result_status(path):
+    """'complete', 'failed', 'running' or 'missing', read from the file's status attribute."""
+    if not path.exists():
+        return "running" if Path(str(path) + ".partial").exists() else "missing"
+    try:
+        import h5py
+        with h5py.File(path, "r") as handle:
+            status = handle.attrs.get("status", "unknown")
+            return status.decode() if isinstance(status, bytes) else str(status)
+    except ImportError:
+        pass
+    except OSError:
+        return "unreadable"
+    dump = subprocess.run(["h5dump", "-a", "/status", str(path)], capture_output=True, text=True)
+    match = re.search(r'\(0\): "(\w+)"', dump.stdout)
+    return match.group(1) if match else "unreadable"
+
+
+def print_plan(sweep, points):
+    print(f"sweep {sweep.name}: {len(points)} point(s), results in {sweep.output_dir}")
+    for index, point in enumerate(points, 1):
+        print(f"  {index:3d}/{len(points)}  {point.scaling:6s} {point.strategy:5s} overlap={point.overlap:3s} "
+              f"ranks={point.ranks:<3d} nodes={nodes_for(sweep, point):<3d} repeat={point.repeat}  "
+              f"{point.result}  [{result_status(point.result)}]")
+
+
+def report_command(sweep):
+    return [sys.executable, "-m", "scalestudy_analysis.cli", str(sweep.output_dir), "-o",
+            str(sweep.output_dir / "report")]
+
+
+def run_local(sweep, points, binary, mpirun):
+    pending = [p for p in points if result_status(p.result) != "complete"]
+    print(f"sweep {sweep.name}: {len(points) - len(pending)} of {len(points)} point(s) already complete")
+    failures = []
+    for index, point in enumerate(pending, 1):
+        point.result.parent.mkdir(parents=True, exist_ok=True)
+        log = point.result.with_suffix(".log")
+        command = [mpirun, "--oversubscribe", "-np", str(point.ranks), "-x", "NCCL_NVLS_ENABLE=0"]
+        if os.geteuid() == 0:
+            command.append("--allow-run-as-root")
+        command += [str(binary)] + train_arguments(sweep, point)
+        print(f"[{index}/{len(pending)}] {point.label()} ... ", end="", flush=True)
+        started = time.monotonic()
+        with open(log, "w") as out:
+            out.write(shlex.join(command) + "\n")
+            out.flush()
+            code = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT).returncode
+        seconds = time.monotonic() - started
+        status = result_status(point.result)
+        print(f"{status} in {seconds:.1f} s (log {log})")
+        if code != 0 or status != "complete":
+            failures.append(point)
+    return failures
+
+
+def sbatch_script(sweep, point, binary):
+    nodes, per_node = nodes_for(sweep, point), ranks_per_node(sweep, point)
+    logs = sweep.output_dir / "logs"
+    lines = ["#!/bin/bash",
+             f"#SBATCH --job-name={sweep.name}-{point.label()}",
+             f"#SBATCH --nodes={nodes}",
+             f"#SBATCH --ntasks-per-node={per_node}",
+             f"#SBATCH --cpus-per-task={sweep.cpus_per_task}",
+             f"#SBATCH --time={sweep.time_limit}",
+             f"#SBATCH --output={logs}/%x-%j.out"]
+    if sweep.backend == "cuda":
+        lines.append(f"#SBATCH --gpus-per-node={per_node}")
+    if sweep.partition:
+        lines.append(f"#SBATCH --partition={sweep.partition}")
+    if sweep.account:
+        lines.append(f"#SBATCH --account={sweep.account}")
+    lines += ["set -euo pipefail",
+              "# NVLink multicast (NVLS) stays off: the study measures the ring/tree algorithms.",
+              "export NCCL_NVLS_ENABLE=0",
+              f"mkdir -p {shlex.quote(str(point.result.parent))}",
+              f"srun {sweep.srun_args} --ntasks={point.ranks} {shlex.quote(str(binary))} "
+              + shlex.join(train_arguments(sweep, point)),
+              ""]
+    return "\n".join(lines)
+
+
+def report_script(sweep):
+    logs = sweep.output_dir / "logs"
+    return "\n".join(["#!/bin/bash",
+                      f"#SBATCH --job-name={sweep.name}-report",
+                      "#SBATCH --nodes=1",
+                      "#SBATCH --ntasks=1",
+                      f"#SBATCH --time={sweep.time_limit}",
+                      f"#SBATCH --output={logs}/%x-%j.out"]
+                     + ([f"#SBATCH --partition={sweep.partition}"] if sweep.partition else [])
+                     + ([f"#SBATCH --account={sweep.account}"] if sweep.account else [])
+                     + ["set -euo pipefail", shlex.join(report_command(sweep)), ""])
+
+
+def write_slurm(sweep, points, binary, submit):
+    jobs_dir = sweep.output_dir / "jobs"
+    (sweep.output_dir / "logs").mkdir(parents=True, exist_ok=True)
+    jobs_dir.mkdir(parents=True, exist_ok=True)
+    pending = [p for p in points if result_status(p.result) != "complete"]
+    scripts = []
+    for point in pending:
+        script = jobs_dir / f"{point.label()}.sbatch"
+        script.write_text(sbatch_script(sweep, point, binary))
+        scripts.append(script)
+    report = jobs_dir / "report.sbatch"
+    report.write_text(report_script(sweep))
+    print(f"sweep {sweep.name}: wrote {len(scripts)} job script(s) for the pending points "
+          f"({len(points) - len(pending)} complete) and {report}")
+    if not submit:
+        print(f"submit them with: {Path(__file__).name} {sys.argv[1]} --launcher slurm --submit")
+        return 0
+    sbatch = shutil.which("sbatch")
+    if not sbatch:
+        raise UsageError("--submit: sbatch is not on PATH")
+    job_ids = []
+    for script in scripts:
+        out = subprocess.run([sbatch, "--parsable", str(script)], capture_output=True, text=True)
+        if out.returncode != 0:
+            print(f"sbatch {script} failed: {out.stderr.strip()}", file=sys.stderr)
+            return 1
+        job_ids.append(out.stdout.strip().split(";")[0])
+        print(f"submitted {script.name} as job {job_ids[-1]}")
+    dependency = ["--dependency=afterany:" + ":".join(job_ids)] if job_ids else []
+    out = subprocess.run([sbatch, "--parsable"] + dependency + [str(report)], capture_output=True, text=True)
+    if out.returncode != 0:
+        print(f"sbatch {report} failed: {out.stderr.strip()}", file=sys.stderr)
+        return 1
+    report_id = out.stdout.strip().split(";")[0]
+    print(f"submitted the report as job {report_id}; it runs after the points and writes "
+          f"{sweep.output_dir / 'report' / 'report.md'}")
+    (sweep.output_dir / "jobs" / "submitted.txt").write_text("\n".join(job_ids + [report_id]) + "\n")
+    return 0
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("experiment", metavar="EXPERIMENT", help="experiment file (INI with [sweep] and [train])")
+    parser.add_argument("--dry-run", action="store_true", help="print the plan and each point's status, run nothing")
+    parser.add_argument("--launcher", choices=("local", "slurm"), default="local",
+                        help="local: run the points here with mpirun; slurm: write sbatch scripts")
+    parser.add_argument("--submit", action="store_true", help="with --launcher slurm: submit the scripts")
+    parser.add_argument("--binary", default=str(ROOT / "build" / "cpu" / "scalestudy"),
+                        help="the scalestudy binary (default: %(default)s)")
+    parser.add_argument("--mpirun", default="mpirun", help="MPI launcher for --launcher local")
+    parser.add_argument("--no-report", action="store_true", help="local: skip the report after the points")
+    args = parser.parse_args(argv)
+    try:
+        sweep = read_experiment(args.experiment)
+        points = plan(sweep)
+        if args.dry_run:
+            print_plan(sweep, points)
+            return 0
+        binary = Path(args.binary).resolve()
+        if not binary.is_file():
+            raise UsageError(f"--binary {args.binary}: no such file (build it first)")
+        if args.launcher == "slurm":
+            return write_slurm(sweep, points, binary, args.submit)
+        if args.submit:
+            raise UsageError("--submit: only with --launcher slurm")
+        if not shutil.which(args.mpirun):
+            raise UsageError(f"--mpirun {args.mpirun}: not found on PATH")
+        failures = run_local(sweep, points, binary, args.mpirun)
+        if not args.no_report:
+            print(f"writing the report: {shlex.join(report_command(sweep))}")
+            subprocess.run(report_command(sweep), check=False)
+            print(f"report: {sweep.output_dir / 'report' / 'report.md'}")
+        if failures:
+            print(f"{len(failures)} point(s) did not complete: " + ", ".join(p.label() for p in failures))
+            return 1
+        return 0
+    except UsageError as error:
+        print(f"sweep: error: {error}", file=sys.stderr)
+        return USAGE_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())
