@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds scalestudy and runs every test that this machine can run: the C++ unit, MPI and
 # command-line tests through ctest (the GPU tests need a GPU and are skipped without one),
-# and the analysis package's tests through pytest.
+# the analysis package's and the sweep tool's tests through pytest, and (as root) the
+# quickstart sweep submitted to a single-node Slurm cluster started for the purpose.
 set -euo pipefail
 SCALESTUDY_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 export SCALESTUDY_ROOT
@@ -17,7 +18,12 @@ cmake --build --preset cpu -j "$jobs"
 echo "== C++ tests"
 ctest --preset cpu -j "$jobs" --timeout 900
 
-echo "== analysis tests"
+echo "== analysis and sweep-tool tests"
 setup_analysis_venv "$SCALESTUDY_ROOT/build/venv"
 SCALESTUDY_BINARY="$SCALESTUDY_ROOT/build/cpu/scalestudy" \
-  "$SCALESTUDY_ROOT/build/venv/bin/python" -m pytest -q "$SCALESTUDY_ROOT/analysis/tests"
+  "$SCALESTUDY_ROOT/build/venv/bin/python" -m pytest -q "$SCALESTUDY_ROOT/analysis/tests" \
+  "$SCALESTUDY_ROOT/tests/jobscripts"
+
+echo "== the quickstart sweep on a real single-node Slurm cluster"
+bash "$SCALESTUDY_ROOT/tests/slurm/test_slurm_sweep.sh" "$SCALESTUDY_ROOT/build/cpu/scalestudy" \
+  "$SCALESTUDY_ROOT/build/venv/bin/python"
