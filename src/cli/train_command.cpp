@@ -76,8 +76,15 @@ int run_train_command(int argc, const char* const* argv) {
     recorder.finish_failed(std::string("rank ") + std::to_string(where.rank) + ": " + error.what());
     throw;
   }
-  const RunSummary summary = recorder.finish_complete(trainer.memory());
-  if (where.rank == 0) print_summary(trainer, recorder, summary);
+  const MemoryReport memory = trainer.memory();
+  const RunSummary summary = recorder.finish_complete(memory);
+  const double peak_mib = static_cast<double>(memory.peak_bytes) / (1024.0 * 1024.0);
+  double largest_peak_mib = 0.0;
+  CHECK_MPI(MPI_Reduce(&peak_mib, &largest_peak_mib, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD));
+  if (where.rank == 0) {
+    print_summary(trainer, recorder, summary);
+    std::printf("  peak memory %.1f MiB on the largest rank (%s)\n", largest_peak_mib, memory.peak_source.c_str());
+  }
   return 0;
 }
 

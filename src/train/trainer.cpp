@@ -159,7 +159,7 @@ MemoryReport Trainer::memory() const {
   MemoryReport report;
   for (int k = 0; k < kMemoryKindCount; ++k) report.bytes[k] = ops_.allocated_bytes(static_cast<MemoryKind>(k));
   report.peak_bytes = peak_resident_bytes();
-  report.peak_source = "VmHWM (process peak resident set)";
+  report.peak_source = "VmHWM";
   return report;
 }
 
