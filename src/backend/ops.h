@@ -11,7 +11,10 @@
 //   what its backward takes back.
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
+
+#include "timing/step_timer.h"
 
 namespace scalestudy {
 
@@ -115,6 +118,8 @@ class Ops {
 
   // Waits until every op issued so far has finished (a no-op on the CPU).
   virtual void synchronize() = 0;
+  // A timer of the compute stream, for phase intervals.
+  virtual std::unique_ptr<StepTimer> make_step_timer() = 0;
 };
 
 }  // namespace scalestudy

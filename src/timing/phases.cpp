@@ -11,24 +11,25 @@ const std::array<const char*, kPhaseCount>& phase_names() {
 const char* phase_name(Phase phase) { return phase_names()[static_cast<int>(phase)]; }
 
 void StepClock::start_step() {
-  start_ = std::chrono::steady_clock::now();
-  intervals_ = PhaseIntervals{};
+  timer_.start_step();
+  pending_.clear();
+  start_mark_ = timer_.mark();
 }
 
-double StepClock::now() const {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-}
-
-void StepClock::add_collectives(const std::vector<CollectiveRecord>& records) {
-  for (const CollectiveRecord& collective : records) {
-    if (collective.phase == phase_name(Phase::grad_comm)) record(Phase::grad_comm, collective.begin_s, collective.end_s);
-    else if (collective.phase == phase_name(Phase::param_gather)) record(Phase::param_gather, collective.begin_s, collective.end_s);
+PhaseIntervals StepClock::finish_step(const std::vector<CollectiveRecord>& collectives) {
+  const size_t end_mark = timer_.mark();
+  const std::vector<double> seconds = timer_.finish_step();
+  PhaseIntervals intervals{};
+  for (const Pending& p : pending_)
+    intervals[static_cast<int>(p.phase)].extend(seconds[p.begin_mark], seconds[p.end_mark]);
+  for (const CollectiveRecord& collective : collectives) {
+    if (collective.phase == phase_name(Phase::grad_comm))
+      intervals[static_cast<int>(Phase::grad_comm)].extend(collective.begin_s, collective.end_s);
+    else if (collective.phase == phase_name(Phase::param_gather))
+      intervals[static_cast<int>(Phase::param_gather)].extend(collective.begin_s, collective.end_s);
   }
-}
-
-PhaseIntervals StepClock::finish_step() {
-  intervals_[static_cast<int>(Phase::step)].extend(0.0, now());
-  return intervals_;
+  intervals[static_cast<int>(Phase::step)].extend(0.0, seconds[end_mark]);
+  return intervals;
 }
 
 }  // namespace scalestudy

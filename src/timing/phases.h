@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "timing/step_timer.h"
 
 namespace scalestudy {
 
@@ -34,39 +35,43 @@ struct Interval {
 
 using PhaseIntervals = std::array<Interval, kPhaseCount>;
 
-// Times the compute-stream phases of one step with the steady clock (the CPU backend's
-// compute stream is the calling thread) and takes the comm-stream phases from the
-// records of the collectives that ran during the step.
+// Times the compute-stream phases of one step with the backend's StepTimer, and takes
+// the comm-stream phases from the records of the collectives that ran during the step.
 class StepClock {
  public:
+  explicit StepClock(StepTimer& timer) : timer_(timer) {}
   void start_step();
-  double now() const;
-  std::chrono::steady_clock::time_point step_start() const { return start_; }
-  void record(Phase phase, double begin, double end) {
-    intervals_[static_cast<int>(phase)].extend(begin, end);
+  std::chrono::steady_clock::time_point host_origin() const { return timer_.host_origin(); }
+  size_t mark() { return timer_.mark(); }
+  void record(Phase phase, size_t begin_mark, size_t end_mark) {
+    pending_.push_back({phase, begin_mark, end_mark});
   }
-  // Adds the comm-stream phases from collective records, whose times are relative to
-  // the same step start.
-  void add_collectives(const std::vector<CollectiveRecord>& records);
-  PhaseIntervals finish_step();
+  // Resolves the marks (waiting for the compute stream), adds the comm-stream phases
+  // from the collective records (same origin), and closes the "step" interval.
+  PhaseIntervals finish_step(const std::vector<CollectiveRecord>& collectives);
 
  private:
-  std::chrono::steady_clock::time_point start_{};
-  PhaseIntervals intervals_{};
+  struct Pending {
+    Phase phase;
+    size_t begin_mark, end_mark;
+  };
+  StepTimer& timer_;
+  size_t start_mark_ = 0;
+  std::vector<Pending> pending_;
 };
 
 // Times a compute-stream phase for as long as it is in scope.
 class ScopedPhase {
  public:
-  ScopedPhase(StepClock& clock, Phase phase) : clock_(clock), phase_(phase), begin_(clock.now()) {}
-  ~ScopedPhase() { clock_.record(phase_, begin_, clock_.now()); }
+  ScopedPhase(StepClock& clock, Phase phase) : clock_(clock), phase_(phase), begin_(clock.mark()) {}
+  ~ScopedPhase() { clock_.record(phase_, begin_, clock_.mark()); }
   ScopedPhase(const ScopedPhase&) = delete;
   ScopedPhase& operator=(const ScopedPhase&) = delete;
 
  private:
   StepClock& clock_;
   Phase phase_;
-  double begin_;
+  size_t begin_;
 };
 
 }  // namespace scalestudy

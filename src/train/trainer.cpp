@@ -28,7 +28,7 @@ size_t peak_resident_bytes() {
 }
 
 Trainer::Trainer(const RunConfig& config, Ops& ops, Communicator& comm, MPI_Comm control)
-    : config_(config), ops_(ops), comm_(comm), control_(control) {
+    : config_(config), ops_(ops), comm_(comm), control_(control), timer_(ops.make_step_timer()), clock_(*timer_) {
   resolve_batch_for_world(config_, comm_.world_size());
   check_same_config(control_, config_hash(config_));
 
@@ -78,7 +78,7 @@ StepRecord Trainer::train_step(int step) {
       1.0f / (static_cast<float>(config_.micro_batch()) * config_.seq * micro_batches * comm_.world_size());
 
   clock_.start_step();
-  comm_.set_epoch(clock_.step_start());
+  comm_.set_epoch(clock_.host_origin());
   strategy_->begin_step();
   double loss_sum = 0.0;
   for (int micro = 0; micro < micro_batches; ++micro) {
@@ -117,10 +117,9 @@ StepRecord Trainer::train_step(int step) {
   }
   comm_.finish_all();
   record.collectives = comm_.take_records();
-  clock_.add_collectives(record.collectives);
+  record.intervals = clock_.finish_step(record.collectives);
   for (const CollectiveRecord& collective : record.collectives)
     if (!std::isnan(collective.wait_begin_s)) record.comm_wait_s += collective.wait_end_s - collective.wait_begin_s;
-  record.intervals = clock_.finish_step();
   const auto bytes = comm_.payload_bytes_by_kind();
   for (int k = 0; k < kCollectiveKindCount; ++k) {
     record.comm_bytes[k] = bytes[static_cast<size_t>(k)] - bytes_before_[k];

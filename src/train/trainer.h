@@ -77,6 +77,7 @@ class Trainer {
   std::unique_ptr<Gpt> model_;
   std::unique_ptr<GradientStrategy> strategy_;
   LearningRateSchedule schedule_;
+  std::unique_ptr<StepTimer> timer_;
   StepClock clock_;
   std::vector<int32_t> host_inputs_, host_targets_;
   std::array<size_t, kCollectiveKindCount> bytes_before_{};

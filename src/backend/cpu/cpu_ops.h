@@ -78,6 +78,7 @@ class CpuOps final : public Ops {
   void adamw_update(float* params, const float* grads, float* m, float* v, size_t elems,
                     const AdamWParams& hyper) override;
 
+  std::unique_ptr<StepTimer> make_step_timer() override { return std::make_unique<HostStepTimer>(); }
   void synchronize() override {}
 
  private:
