@@ -1,0 +1,265 @@
+#include "comm/nccl_communicator.h"
+
+#if SCALESTUDY_HAVE_CUDA
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "core/check.h"
+
+namespace scalestudy {
+namespace {
+
+std::string format_mib(size_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.1f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
+  return text;
+}
+
+double elapsed_s(cudaEvent_t from, cudaEvent_t to) {
+  float ms = 0.0f;
+  CHECK_CUDA(cudaEventElapsedTime(&ms, from, to));
+  return static_cast<double>(ms) * 1e-3;
+}
+
+}  // namespace
+
+std::string NcclCommunicator::nccl_version() {
+  int version = 0;
+  CHECK_NCCL(ncclGetVersion(&version));
+  // NCCL encodes major*10000 + minor*100 + patch since 2.9.
+  return std::to_string(version / 10000) + "." + std::to_string((version / 100) % 100) + "." +
+         std::to_string(version % 100);
+}
+
+NcclCommunicator::NcclCommunicator(MPI_Comm comm, cudaStream_t compute_stream, double timeout_s)
+    : timeout_s_(timeout_s), compute_stream_(compute_stream) {
+  CHECK_MPI(MPI_Comm_dup(comm, &mpi_comm_));
+  CHECK_MPI(MPI_Comm_rank(mpi_comm_, &rank_));
+  CHECK_MPI(MPI_Comm_size(mpi_comm_, &world_size_));
+  ncclUniqueId id;
+  if (rank_ == 0) CHECK_NCCL(ncclGetUniqueId(&id));
+  CHECK_MPI(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, mpi_comm_));
+  CHECK_NCCL(ncclCommInitRank(&nccl_, world_size_, id, rank_));
+  CHECK_CUDA(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
+  CHECK_CUDA(cudaMalloc(&device_barrier_, sizeof(int)));
+  CHECK_CUDA(cudaMemset(device_barrier_, 0, sizeof(int)));
+  device_doubles_elems_ = 64;
+  CHECK_CUDA(cudaMalloc(&device_doubles_, device_doubles_elems_ * sizeof(double)));
+  epoch_ = take_event();
+  CHECK_CUDA(cudaEventRecord(epoch_, compute_stream_));
+  watchdog_ = std::thread([this] { watchdog_loop(); });
+}
+
+NcclCommunicator::~NcclCommunicator() {
+  finish_all();
+  CHECK_CUDA(cudaStreamSynchronize(compute_stream_));
+  stopping_ = true;
+  watchdog_.join();
+  for (cudaEvent_t event : all_events_) cudaEventDestroy(event);
+  cudaFree(device_doubles_);
+  cudaFree(device_barrier_);
+  cudaStreamDestroy(comm_stream_);
+  ncclCommDestroy(nccl_);
+  MPI_Comm_free(&mpi_comm_);
+}
+
+cudaEvent_t NcclCommunicator::take_event() {
+  if (!free_events_.empty()) {
+    cudaEvent_t event = free_events_.back();
+    free_events_.pop_back();
+    return event;
+  }
+  cudaEvent_t event;
+  CHECK_CUDA(cudaEventCreate(&event));
+  all_events_.push_back(event);
+  return event;
+}
+
+NcclCommunicator::InFlight& NcclCommunicator::find(uint64_t id) {
+  for (InFlight& entry : in_flight_)
+    if (entry.id == id) return entry;
+  abort_job(__FILE__, __LINE__, "finish()", "collective #" + std::to_string(id) + " is not in flight");
+}
+
+template <typename Launch>
+CommHandle NcclCommunicator::launch(CollectiveKind kind, const std::string& phase, size_t payload_bytes,
+                                    Launch&& nccl_call) {
+  InFlight entry;
+  entry.id = ++last_id_;
+  entry.kind = kind;
+  entry.phase = phase;
+  entry.payload_bytes = payload_bytes;
+  entry.epoch = epoch_;
+  entry.begin = take_event();
+  entry.end = take_event();
+  cudaEvent_t ready = take_event();
+  // The hand-off: the comm stream starts only after everything compute has issued so far.
+  CHECK_CUDA(cudaEventRecord(ready, compute_stream_));
+  CHECK_CUDA(cudaStreamWaitEvent(comm_stream_, ready, 0));
+  CHECK_CUDA(cudaEventRecord(entry.begin, comm_stream_));
+  entry.started_at = std::chrono::steady_clock::now();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    in_flight_.push_back(entry);
+  }
+  nccl_call();
+  CHECK_CUDA(cudaEventRecord(entry.end, comm_stream_));
+  free_events_.push_back(ready);  // reusable once recorded: later waits use their own copy
+  payload_bytes_by_kind_[static_cast<int>(kind)] += payload_bytes;
+  return CommHandle{entry.id};
+}
+
+CommHandle NcclCommunicator::start_allreduce(float* buffer, size_t elems, const std::string& phase) {
+  return launch(CollectiveKind::allreduce, phase, elems * sizeof(float), [&] {
+    CHECK_NCCL(ncclAllReduce(buffer, buffer, elems, ncclFloat, ncclSum, nccl_, comm_stream_));
+  });
+}
+
+CommHandle NcclCommunicator::start_allreduce(double* host_buffer, size_t elems, const std::string& phase) {
+  if (elems > device_doubles_elems_) {
+    CHECK_CUDA(cudaStreamSynchronize(comm_stream_));
+    CHECK_CUDA(cudaFree(device_doubles_));
+    device_doubles_elems_ = elems;
+    CHECK_CUDA(cudaMalloc(&device_doubles_, elems * sizeof(double)));
+  }
+  const CommHandle handle = launch(CollectiveKind::allreduce, phase, elems * sizeof(double), [&] {
+    CHECK_CUDA(cudaMemcpyAsync(device_doubles_, host_buffer, elems * sizeof(double), cudaMemcpyHostToDevice,
+                               comm_stream_));
+    CHECK_NCCL(ncclAllReduce(device_doubles_, device_doubles_, elems, ncclDouble, ncclSum, nccl_, comm_stream_));
+  });
+  std::lock_guard<std::mutex> lock(mutex_);
+  InFlight& entry = find(handle.id);
+  entry.host_result = host_buffer;
+  entry.host_elems = elems;
+  return handle;
+}
+
+CommHandle NcclCommunicator::start_reduce_scatter(const float* send, float* recv, size_t recv_elems,
+                                                  const std::string& phase) {
+  return launch(CollectiveKind::reduce_scatter, phase, recv_elems * world_size_ * sizeof(float), [&] {
+    CHECK_NCCL(ncclReduceScatter(send, recv, recv_elems, ncclFloat, ncclSum, nccl_, comm_stream_));
+  });
+}
+
+CommHandle NcclCommunicator::start_allgather(const float* send, float* recv, size_t send_elems,
+                                             const std::string& phase) {
+  return launch(CollectiveKind::allgather, phase, send_elems * world_size_ * sizeof(float), [&] {
+    CHECK_NCCL(ncclAllGather(send, recv, send_elems, ncclFloat, nccl_, comm_stream_));
+  });
+}
+
+CommHandle NcclCommunicator::start_broadcast(float* buffer, size_t elems, int root, const std::string& phase) {
+  return launch(CollectiveKind::broadcast, phase, elems * sizeof(float), [&] {
+    CHECK_NCCL(ncclBroadcast(buffer, buffer, elems, ncclFloat, root, nccl_, comm_stream_));
+  });
+}
+
+CommHandle NcclCommunicator::start_barrier(const std::string& phase) {
+  return launch(CollectiveKind::barrier, phase, 0, [&] {
+    CHECK_NCCL(ncclAllReduce(device_barrier_, device_barrier_, 1, ncclInt, ncclSum, nccl_, comm_stream_));
+  });
+}
+
+void NcclCommunicator::finish(CommHandle handle) {
+  double* host_result = nullptr;
+  size_t host_elems = 0;
+  cudaEvent_t end = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    InFlight& entry = find(handle.id);
+    if (entry.finished) return;
+    entry.finished = true;
+    entry.wait_begin = take_event();
+    entry.wait_end = take_event();
+    CHECK_CUDA(cudaEventRecord(entry.wait_begin, compute_stream_));
+    CHECK_CUDA(cudaStreamWaitEvent(compute_stream_, entry.end, 0));
+    CHECK_CUDA(cudaEventRecord(entry.wait_end, compute_stream_));
+    host_result = entry.host_result;
+    host_elems = entry.host_elems;
+    end = entry.end;
+  }
+  if (host_result) {
+    // The caller reads the result on the host; the watchdog bounds this wait.
+    CHECK_CUDA(cudaEventSynchronize(end));
+    CHECK_CUDA(cudaMemcpy(host_result, device_doubles_, host_elems * sizeof(double), cudaMemcpyDeviceToHost));
+  }
+}
+
+void NcclCommunicator::finish_all() {
+  std::vector<uint64_t> open;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const InFlight& entry : in_flight_)
+      if (!entry.finished) open.push_back(entry.id);
+  }
+  for (uint64_t id : open) finish(CommHandle{id});
+}
+
+void NcclCommunicator::set_epoch(std::chrono::steady_clock::time_point) {
+  // A fresh event: collectives still in flight keep measuring from the origin of the
+  // step that started them.
+  std::lock_guard<std::mutex> lock(mutex_);
+  const bool epoch_in_use = std::any_of(in_flight_.begin(), in_flight_.end(),
+                                        [this](const InFlight& e) { return e.epoch == epoch_; });
+  if (!epoch_in_use) free_events_.push_back(epoch_);
+  epoch_ = take_event();
+  CHECK_CUDA(cudaEventRecord(epoch_, compute_stream_));
+}
+
+std::vector<CollectiveRecord> NcclCommunicator::take_records() {
+  std::vector<CollectiveRecord> records;
+  std::lock_guard<std::mutex> lock(mutex_);
+  while (!in_flight_.empty() && in_flight_.front().finished) {
+    InFlight entry = in_flight_.front();
+    CHECK_CUDA(cudaEventSynchronize(entry.wait_end));
+    CollectiveRecord record;
+    record.kind = entry.kind;
+    record.phase = entry.phase;
+    record.payload_bytes = entry.payload_bytes;
+    record.begin_s = elapsed_s(entry.epoch, entry.begin);
+    record.end_s = elapsed_s(entry.epoch, entry.end);
+    record.wait_begin_s = elapsed_s(entry.epoch, entry.wait_begin);
+    record.wait_end_s = elapsed_s(entry.epoch, entry.wait_end);
+    records.push_back(record);
+    in_flight_.pop_front();
+    for (cudaEvent_t event : {entry.begin, entry.end, entry.wait_begin, entry.wait_end}) free_events_.push_back(event);
+    if (entry.epoch != epoch_ && std::none_of(in_flight_.begin(), in_flight_.end(),
+                                              [&](const InFlight& e) { return e.epoch == entry.epoch; }) &&
+        std::find(free_events_.begin(), free_events_.end(), entry.epoch) == free_events_.end())
+      free_events_.push_back(entry.epoch);
+  }
+  return records;
+}
+
+std::vector<size_t> NcclCommunicator::payload_bytes_by_kind() const {
+  return std::vector<size_t>(payload_bytes_by_kind_.begin(), payload_bytes_by_kind_.end());
+}
+
+void NcclCommunicator::watchdog_loop() {
+  while (!stopping_) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    ncclResult_t async_error = ncclSuccess;
+    if (ncclCommGetAsyncError(nccl_, &async_error) == ncclSuccess && async_error != ncclSuccess &&
+        async_error != ncclInProgress) {
+      abort_job(__FILE__, __LINE__, "NCCL asynchronous error",
+                std::string(ncclGetErrorString(async_error)) + " on rank " + std::to_string(rank_));
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto now = std::chrono::steady_clock::now();
+    for (const InFlight& entry : in_flight_) {
+      if (cudaEventQuery(entry.end) != cudaErrorNotReady) continue;
+      const double waited = std::chrono::duration<double>(now - entry.started_at).count();
+      if (waited < timeout_s_) continue;
+      ncclCommAbort(nccl_);
+      abort_job(__FILE__, __LINE__, "collective timed out",
+                std::string("collective ") + collective_kind_name(entry.kind) + " #" + std::to_string(entry.id) +
+                    " (phase " + entry.phase + ", " + format_mib(entry.payload_bytes) + ") did not finish within " +
+                    std::to_string(static_cast<int>(timeout_s_)) + " s on rank " + std::to_string(rank_) +
+                    " -- a peer may have died or be stuck");
+    }
+  }
+}
+
+}  // namespace scalestudy
+#endif

@@ -1,0 +1,112 @@
+#pragma once
+// The NCCL implementation of Communicator: collectives run on a comm stream of their
+// own, ordered against the compute stream with events. This is the one place where the
+// two streams hand work to each other:
+//
+//   compute: ─ backward writes bucket ─[ready]──────── more backward ────[wait]─ optimizer
+//                                          │                               ▲
+//   comm:                                  └─▶[begin] ncclAllReduce [end]──┘
+//
+//   start_*:  record `ready` on compute; the comm stream waits for it, records `begin`,
+//             runs the NCCL call, records `end`. The host returns at once.
+//   finish:   the compute stream waits for `end` (recording `wait_begin`/`wait_end`
+//             around the wait); the host returns at once.
+//
+// double buffers are host memory (norms and losses): they travel through a device
+// scratch buffer, and finish() on them also makes the host wait.
+//
+// A watchdog thread checks every collective in flight: one that has not finished within
+// the timeout, or an asynchronous NCCL error, ends the job with a message naming the
+// rank, the collective and its phase.
+#if SCALESTUDY_HAVE_CUDA
+#include <cuda_runtime.h>
+#include <mpi.h>
+#include <nccl.h>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/communicator.h"
+
+namespace scalestudy {
+
+class NcclCommunicator final : public Communicator {
+ public:
+  // The current CUDA device must already be set; compute_stream is the backend's.
+  NcclCommunicator(MPI_Comm comm, cudaStream_t compute_stream, double timeout_s);
+  ~NcclCommunicator() override;
+  NcclCommunicator(const NcclCommunicator&) = delete;
+  NcclCommunicator& operator=(const NcclCommunicator&) = delete;
+
+  std::string name() const override { return "nccl"; }
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_size_; }
+
+  CommHandle start_allreduce(float* buffer, size_t elems, const std::string& phase) override;
+  CommHandle start_allreduce(double* host_buffer, size_t elems, const std::string& phase) override;
+  CommHandle start_reduce_scatter(const float* send, float* recv, size_t recv_elems,
+                                  const std::string& phase) override;
+  CommHandle start_allgather(const float* send, float* recv, size_t send_elems,
+                             const std::string& phase) override;
+  CommHandle start_broadcast(float* buffer, size_t elems, int root, const std::string& phase) override;
+  CommHandle start_barrier(const std::string& phase) override;
+
+  void finish(CommHandle handle) override;
+  void finish_all() override;
+  void set_epoch(std::chrono::steady_clock::time_point epoch) override;
+  std::vector<CollectiveRecord> take_records() override;
+  std::vector<size_t> payload_bytes_by_kind() const override;
+
+  cudaStream_t comm_stream() const { return comm_stream_; }
+  static std::string nccl_version();
+
+ private:
+  struct InFlight {
+    uint64_t id = 0;
+    CollectiveKind kind = CollectiveKind::barrier;
+    std::string phase;
+    size_t payload_bytes = 0;
+    cudaEvent_t begin = nullptr, end = nullptr;
+    cudaEvent_t wait_begin = nullptr, wait_end = nullptr;  // null until finish()
+    cudaEvent_t epoch = nullptr;  // the step origin in force when it started
+    std::chrono::steady_clock::time_point started_at{};
+    double* host_result = nullptr;  // for host (double) collectives
+    size_t host_elems = 0;
+    bool finished = false;
+  };
+
+  template <typename Launch>
+  CommHandle launch(CollectiveKind kind, const std::string& phase, size_t payload_bytes, Launch&& nccl_call);
+  cudaEvent_t take_event();
+  InFlight& find(uint64_t id);
+  void watchdog_loop();
+
+  MPI_Comm mpi_comm_ = MPI_COMM_NULL;
+  int rank_ = 0, world_size_ = 1;
+  double timeout_s_;
+  ncclComm_t nccl_ = nullptr;
+  cudaStream_t compute_stream_;
+  cudaStream_t comm_stream_ = nullptr;
+  cudaEvent_t epoch_ = nullptr;
+  std::vector<cudaEvent_t> all_events_, free_events_;
+  double* device_doubles_ = nullptr;
+  size_t device_doubles_elems_ = 0;
+  int* device_barrier_ = nullptr;
+  uint64_t last_id_ = 0;
+  std::array<size_t, kCollectiveKindCount> payload_bytes_by_kind_{};
+
+  std::mutex mutex_;  // guards in_flight_ between the main thread and the watchdog
+  std::deque<InFlight> in_flight_;
+  std::atomic<bool> stopping_{false};
+  std::thread watchdog_;
+};
+
+}  // namespace scalestudy
+#endif
