@@ -56,6 +56,10 @@ class Ops {
   virtual void copy_ints_from_host(int32_t* dst, const int32_t* host_src, size_t elems) = 0;
   // Bytes currently allocated through this backend, by kind.
   virtual size_t allocated_bytes(MemoryKind kind) const = 0;
+  // The measured peak memory of this rank where the backend computes, and the name of
+  // the measurement ("VmHWM" on the CPU, "cudaMemGetInfo" on a GPU).
+  virtual size_t measured_peak_bytes() const = 0;
+  virtual std::string peak_source() const = 0;
 
   // ---- embedding ------------------------------------------------------------------
   // out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]

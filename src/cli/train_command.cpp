@@ -4,9 +4,8 @@
 #include <memory>
 #include <vector>
 
-#include "backend/cpu/cpu_ops.h"
+#include "cli/backend_setup.h"
 #include "cli/commands.h"
-#include "comm/mpi_communicator.h"
 #include "comm/mpi_runtime.h"
 #include "config/run_config.h"
 #include "core/check.h"
@@ -55,20 +54,13 @@ int run_train_command(int argc, const char* const* argv) {
     if (where.rank == 0) std::printf("%s", train_help().c_str());
     return 0;
   }
-  if (config.backend != "cpu") throw UsageError("--backend " + config.backend + ": not available in this build");
-
-  CpuOps ops;
-  MpiCommunicator comm(MPI_COMM_WORLD, config.comm_timeout_s);
-  Trainer trainer(config, ops, comm, MPI_COMM_WORLD);
+  BackendSetup backend = make_backend(config, where);
+  Trainer trainer(config, *backend.ops, *backend.comm, MPI_COMM_WORLD);
   if (where.rank == 0) print_header(trainer.config(), trainer, where);
 
-  RunIdentity identity;
+  RunIdentity identity = backend.identity;
   identity.argv.assign(argv, argv + argc);
   identity.argv.insert(identity.argv.begin(), "scalestudy");
-  identity.backend = "cpu";
-  identity.device_name = "cpu";
-  identity.peak_tflops_per_gpu = std::nan("");
-  identity.peak_source = "none";
   RunRecorder recorder(trainer.config(), identity, MPI_COMM_WORLD);
   try {
     trainer.run(&recorder);

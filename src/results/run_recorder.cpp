@@ -136,8 +136,8 @@ class RunRecorder::File {
     h5::set_attribute(root, "precision", precision_name(config.precision));
     h5::set_attribute(root, "status", "running");
     h5::set_attribute(root, "failure_reason", "");
-    h5::set_attribute(root, "cuda_version", "none");
-    h5::set_attribute(root, "nccl_version", "none");
+    h5::set_attribute(root, "cuda_version", identity.cuda_version);
+    h5::set_attribute(root, "nccl_version", identity.nccl_version);
     h5::set_attribute(root, "mpi_version", mpi_library_version());
     h5::set_attribute(root, "hdf5_version", hdf5_library_version());
 

@@ -24,6 +24,8 @@ struct RunIdentity {
   std::string device_name;  // this rank's: "cpu" or the GPU's name
   double peak_tflops_per_gpu = 0.0;  // NaN when unknown (the CPU)
   std::string peak_source = "none";
+  std::string cuda_version = "none";
+  std::string nccl_version = "none";
 };
 
 class RunRecorder final : public StepObserver {

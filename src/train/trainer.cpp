@@ -3,7 +3,6 @@
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <sstream>
 
 #include "core/check.h"
@@ -12,20 +11,6 @@
 #include "train/consistency.h"
 
 namespace scalestudy {
-
-size_t peak_resident_bytes() {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) {
-      std::istringstream fields(line.substr(6));
-      size_t kib = 0;
-      fields >> kib;
-      return kib * 1024;
-    }
-  }
-  return 0;
-}
 
 Trainer::Trainer(const RunConfig& config, Ops& ops, Communicator& comm, MPI_Comm control)
     : config_(config), ops_(ops), comm_(comm), control_(control), timer_(ops.make_step_timer()), clock_(*timer_) {
@@ -157,8 +142,8 @@ std::vector<float> Trainer::parameters_on_host() {
 MemoryReport Trainer::memory() const {
   MemoryReport report;
   for (int k = 0; k < kMemoryKindCount; ++k) report.bytes[k] = ops_.allocated_bytes(static_cast<MemoryKind>(k));
-  report.peak_bytes = peak_resident_bytes();
-  report.peak_source = "VmHWM";
+  report.peak_bytes = ops_.measured_peak_bytes();
+  report.peak_source = ops_.peak_source();
   return report;
 }
 

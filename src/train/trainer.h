@@ -83,7 +83,4 @@ class Trainer {
   std::array<size_t, kCollectiveKindCount> bytes_before_{};
 };
 
-// The process's peak resident set (VmHWM), in bytes; 0 where /proc is missing.
-size_t peak_resident_bytes();
-
 }  // namespace scalestudy

@@ -15,6 +15,7 @@
 #include <unordered_map>
 
 #include "backend/ops.h"
+#include "core/process_memory.h"
 
 namespace scalestudy {
 
@@ -78,6 +79,8 @@ class CpuOps final : public Ops {
   void adamw_update(float* params, const float* grads, float* m, float* v, size_t elems,
                     const AdamWParams& hyper) override;
 
+  size_t measured_peak_bytes() const override { return peak_resident_bytes(); }
+  std::string peak_source() const override { return "VmHWM"; }
   std::unique_ptr<StepTimer> make_step_timer() override { return std::make_unique<HostStepTimer>(); }
   void synchronize() override {}
 

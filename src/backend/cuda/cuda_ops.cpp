@@ -6,6 +6,7 @@
 
 #include "adamw.cuh"
 #include "attention.cuh"
+#include "backend/cuda/cuda_step_timer.h"
 #include "backend/cuda/device_info.h"
 #include "core/check.h"
 #include "cross_entropy.cuh"
@@ -179,6 +180,10 @@ void CudaOps::copy_ints_from_host(int32_t* dst, const int32_t* host_src, size_t 
 }
 
 void CudaOps::synchronize() { CHECK_CUDA(cudaStreamSynchronize(stream_)); }
+
+std::unique_ptr<StepTimer> CudaOps::make_step_timer() {
+  return std::make_unique<CudaStepTimer>(stream_);
+}
 
 // ---- ops ----------------------------------------------------------------------------
 

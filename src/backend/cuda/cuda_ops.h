@@ -15,6 +15,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -90,6 +91,8 @@ class CudaOps final : public Ops {
                     const AdamWParams& hyper) override;
 
   void synchronize() override;
+  // Events on the compute stream.
+  std::unique_ptr<StepTimer> make_step_timer() override;
 
  private:
   struct Allocation {

@@ -1,0 +1,23 @@
+#pragma once
+// Builds the backend and the communicator a run asked for, on this rank's device.
+#include <memory>
+
+#include "backend/ops.h"
+#include "comm/communicator.h"
+#include "comm/mpi_runtime.h"
+#include "config/run_config.h"
+#include "results/run_recorder.h"
+
+namespace scalestudy {
+
+struct BackendSetup {
+  std::unique_ptr<Ops> ops;
+  std::unique_ptr<Communicator> comm;
+  RunIdentity identity;  // without argv
+};
+
+// cpu: CpuOps and the MPI communicator. cuda: the device is the node-local rank (from
+// MPI_Comm_split_type, so srun and mpirun agree), CudaOps, and NCCL.
+BackendSetup make_backend(const RunConfig& config, const ProcessPlacement& where);
+
+}  // namespace scalestudy

@@ -1,0 +1,545 @@
+// Every op of the CUDA backend against the CPU reference (the oracle), on identical
+// inputs, and a whole model step on both backends.
+//
+// Each check is |gpu - cpu| <= atol + rtol*|cpu|, with the tolerance named per op below
+// and the first mismatch printed. Outputs that an op overwrites are NaN-poisoned on the
+// GPU first, so an element the GPU never writes fails; gradient outputs start from the
+// same random "prior" on both sides, so a GPU backward that overwrites instead of
+// accumulating fails too. Inputs are random with fixed seeds and never all zero.
+//
+// The shapes are a medium one, an odd one (T=33, C=96, V=517: no dimension a multiple
+// of a tile or warp) and a tiny one (head size 3), to catch tail handling.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <iomanip>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_ops.h"
+#include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/device_info.h"
+#include "model/gpt.h"
+#include "model/parameter_layout.h"
+
+namespace scalestudy {
+namespace {
+
+struct Tolerance {
+  double atol;
+  double rtol;
+};
+
+// ---- tolerances, fp32 ---------------------------------------------------------------
+// Bit-identical: ops whose per-element arithmetic is the same sequence of IEEE fp32
+// operations on both backends (the CUDA kernels use non-fusing __f*_rn intrinsics, and
+// sums run in the CPU's order): embedding, residual, accumulate, scale, fill, the
+// cross-entropy backward and AdamW.
+constexpr Tolerance kBitExact{0.0, 0.0};
+// LayerNorm forward and its input gradient: row statistics in double on both sides,
+// summed in different orders (differences ~1e-16 that can flip the last bit of the fp32
+// mean or rstd), then identical per-element arithmetic: a few fp32 ulps of O(1) values.
+constexpr Tolerance kRowStatistics{1e-6, 1e-6};
+// Column sums over N <= 128 rows (LayerNorm dweight/dbias, matmul dbias): the CPU adds
+// the rows one by one in fp32, whose rounding error grows like sqrt(N)*2^-24*|partial
+// sums| ~ 1e-5 at most for O(1) terms; the GPU's chunked sums are more accurate still.
+constexpr Tolerance kColumnSum{5e-5, 1e-5};
+// Dot products of up to 1000 O(1) terms (matmul, attention; the LM head's dinp sums over
+// V) in different orders: the CPU with 8 lanes, cuBLAS with its own tiling and fused
+// multiply-adds. Each side's error is ~sqrt(K)*2^-24*|partial sums| <~ 2e-5 for results
+// of ~10; a wrong index or a lost accumulation is O(1).
+constexpr Tolerance kDotProduct{5e-5, 1e-5};
+// Softmax outputs (attention probabilities, cross-entropy probabilities and loss): expf
+// on the GPU is within 2 ulp of glibc's, sums are in double: a few ulps relative.
+constexpr Tolerance kSoftmax{1e-7, 2e-6};
+// GELU: tanhf within 2 ulp of glibc's. Forward: 0.5*x*(1+tanh) moves by ~|x|*1e-7. The
+// backward's 1 - tanh^2 cancels as |tanh| -> 1, so its absolute error is scaled by
+// 0.5*|x|*dinner ~ 10 at |x| = 5.
+constexpr Tolerance kGeluForward{1e-6, 1e-6};
+constexpr Tolerance kGeluBackward{5e-6, 1e-6};
+// Whole-buffer sums in double, in different orders: relative to sum|x|, each side is
+// within n*2^-53 ~ 1e-10 of exact; the check uses atol = kDoubleSumRelative*sum|x|.
+constexpr double kDoubleSumRelative = 1e-11;
+// Whole model (2 layers), loss and every gradient: the per-op differences above (~1e-6
+// relative) pass through ~20 ops. Gradients are compared per tensor with atol scaled by
+// the tensor's largest |gradient|, since elements near zero carry no relative accuracy;
+// 1e-4 leaves ~30x margin, and a wrong term changes gradients at O(1) of that scale.
+constexpr Tolerance kModelLoss{1e-6, 1e-5};
+constexpr Tolerance kModelGradient{1e-4 /* times max|grad| of the tensor */, 1e-4};
+
+// ---- helpers ------------------------------------------------------------------------
+
+// splitmix64: the same sequence with every compiler and standard library.
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) : state_(seed) {}
+  uint64_t next() {
+    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  float uniform(float lo, float hi) {
+    return lo + (hi - lo) * static_cast<float>(static_cast<double>(next() >> 40) * 0x1.0p-24);
+  }
+
+ private:
+  uint64_t state_;
+};
+
+std::vector<float> random_floats(size_t elems, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
+  Rng rng(seed);
+  std::vector<float> values(elems);
+  for (float& value : values) value = rng.uniform(lo, hi);
+  return values;
+}
+
+// Ids in [0, bound), half of them from {0..4} so that repeated tokens are certain, and
+// the last one bound-1 so that the top row of a table is touched.
+std::vector<int32_t> random_ids(size_t elems, uint64_t seed, int32_t bound) {
+  Rng rng(seed);
+  std::vector<int32_t> ids(elems);
+  for (size_t i = 0; i < elems; ++i) {
+    const int32_t range = i % 2 == 0 ? std::min<int32_t>(bound, 5) : bound;
+    ids[i] = static_cast<int32_t>(rng.next() % static_cast<uint64_t>(range));
+  }
+  ids.back() = bound - 1;
+  return ids;
+}
+
+template <class Got, class Ref>
+::testing::AssertionResult all_close(const std::string& what, const Got& got, const Ref& ref,
+                                     Tolerance tolerance) {
+  if (got.size() != ref.size())
+    return ::testing::AssertionFailure() << what << ": " << got.size() << " vs " << ref.size()
+                                         << " elements";
+  size_t mismatches = 0, first = 0;
+  double worst = 0.0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double g = static_cast<double>(got[i]), r = static_cast<double>(ref[i]);
+    const double error = std::fabs(g - r);
+    if (!(error <= tolerance.atol + tolerance.rtol * std::fabs(r))) {
+      if (mismatches++ == 0) first = i;
+    }
+    if (error > worst || std::isnan(error)) worst = error;
+  }
+  if (mismatches == 0) return ::testing::AssertionSuccess();
+  std::ostringstream text;
+  text << std::setprecision(9) << what << ": " << mismatches << " of " << got.size()
+       << " elements exceed atol " << tolerance.atol << " + rtol " << tolerance.rtol
+       << "*|ref|; first at index " << first << ": gpu " << static_cast<double>(got[first])
+       << ", cpu " << static_cast<double>(ref[first]) << "; largest |error| " << worst;
+  return ::testing::AssertionFailure() << text.str();
+}
+
+struct OpShape {
+  const char* name;
+  int batch, seq, channels, heads, vocab;
+  int rows() const { return batch * seq; }
+};
+
+const OpShape kShapes[] = {
+    {"medium", 2, 64, 128, 4, 1000},
+    {"odd", 3, 33, 96, 4, 517},
+    {"tiny", 1, 5, 6, 2, 11},
+};
+
+class CudaOpsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device visible: GPU tests skipped";
+    gpu_ = std::make_unique<CudaOps>(0);
+  }
+  void TearDown() override {
+    if (!gpu_) return;
+    for (void* ptr : owned_) gpu_->release(ptr);
+  }
+
+  float* upload(const std::vector<float>& host) {
+    float* device = gpu_->allocate_floats(host.size(), MemoryKind::other);
+    owned_.push_back(device);
+    gpu_->copy_from_host(device, host.data(), host.size());
+    return device;
+  }
+  int32_t* upload(const std::vector<int32_t>& host) {
+    int32_t* device = gpu_->allocate_ints(host.size(), MemoryKind::other);
+    owned_.push_back(device);
+    gpu_->copy_ints_from_host(device, host.data(), host.size());
+    return device;
+  }
+  // A device output buffer that the op must overwrite completely.
+  float* poisoned(size_t elems) { return upload(std::vector<float>(elems, NAN)); }
+  std::vector<float> download(const float* device, size_t elems) {
+    std::vector<float> host(elems);
+    gpu_->copy_to_host(host.data(), device, elems);
+    return host;
+  }
+  ::testing::AssertionResult matches(const std::string& what, const float* device,
+                                     const std::vector<float>& cpu, Tolerance tolerance) {
+    return all_close(what, download(device, cpu.size()), cpu, tolerance);
+  }
+
+  CpuOps cpu_;
+  std::unique_ptr<CudaOps> gpu_;
+  std::vector<void*> owned_;
+};
+
+class CudaOpsShapes : public CudaOpsTest, public ::testing::WithParamInterface<OpShape> {};
+
+// ---- memory -------------------------------------------------------------------------
+
+TEST_F(CudaOpsTest, MemoryAccountingCopiesAndHostBufferReuse) {
+  std::cout << "device: " << cuda_device_description(0) << "\n";
+  EXPECT_EQ(gpu_->name(), "cuda");
+  const size_t params_before = gpu_->allocated_bytes(MemoryKind::parameters);
+  float* params = gpu_->allocate_floats(1000, MemoryKind::parameters);
+  int32_t* tokens = gpu_->allocate_ints(7, MemoryKind::activations);
+  float* empty = gpu_->allocate_floats(0, MemoryKind::gradients);
+  ASSERT_NE(params, nullptr);
+  ASSERT_NE(empty, nullptr) << "a zero-element allocation still returns a real pointer";
+  EXPECT_EQ(gpu_->allocated_bytes(MemoryKind::parameters), params_before + 1000 * sizeof(float));
+  EXPECT_EQ(gpu_->allocated_bytes(MemoryKind::activations), 7 * sizeof(int32_t));
+
+  // The host buffer is overwritten right after copy_from_host returns: the device must
+  // still get the first contents.
+  std::vector<float> host = random_floats(1000, 1);
+  const std::vector<float> first = host;
+  gpu_->copy_from_host(params, host.data(), host.size());
+  std::fill(host.begin(), host.end(), -1.0f);
+  EXPECT_TRUE(all_close("copy_from_host then host reuse", download(params, 1000), first, kBitExact));
+
+  std::vector<int32_t> ids = random_ids(7, 2, 50), ids_back(7, -1);
+  gpu_->copy_ints_from_host(tokens, ids.data(), ids.size());
+  ASSERT_EQ(cudaMemcpy(ids_back.data(), tokens, 7 * sizeof(int32_t), cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  EXPECT_EQ(ids_back, ids);
+
+  // Device copies, disjoint and overlapping in both directions (memmove semantics).
+  float* other = poisoned(1000);
+  gpu_->copy(other, params, 1000);
+  EXPECT_TRUE(all_close("copy", download(other, 1000), first, kBitExact));
+  gpu_->copy(other + 10, other, 900);
+  std::vector<float> shifted = first;
+  std::copy(first.begin(), first.begin() + 900, shifted.begin() + 10);
+  EXPECT_TRUE(all_close("overlapping copy forward", download(other, 1000), shifted, kBitExact));
+  gpu_->copy(other, other + 10, 900);
+  std::copy(shifted.begin() + 10, shifted.begin() + 910, shifted.begin());
+  EXPECT_TRUE(all_close("overlapping copy backward", download(other, 1000), shifted, kBitExact));
+  gpu_->fill_zero(other, 999);
+  std::vector<float> zeroed(1000, 0.0f);
+  zeroed[999] = shifted[999];
+  EXPECT_TRUE(all_close("fill_zero", download(other, 1000), zeroed, kBitExact));
+
+  gpu_->release(params);
+  gpu_->release(tokens);
+  gpu_->release(empty);
+  gpu_->release(nullptr);
+  EXPECT_EQ(gpu_->allocated_bytes(MemoryKind::parameters), params_before);
+  EXPECT_EQ(gpu_->allocated_bytes(MemoryKind::activations), 0u);
+  EXPECT_EQ(gpu_->allocated_bytes(MemoryKind::gradients), 0u);
+}
+
+// ---- per-op comparisons -------------------------------------------------------------
+
+TEST_P(CudaOpsShapes, Embedding) {
+  const OpShape s = GetParam();
+  const size_t N = s.rows(), C = s.channels;
+  const auto tokens = random_ids(N, 10, s.vocab);
+  const auto wte = random_floats(s.vocab * C, 11), wpe = random_floats(s.seq * C, 12);
+  std::vector<float> out(N * C);
+  float* d_out = poisoned(out.size());
+  const int32_t* d_tokens = upload(tokens);
+  cpu_.embedding_forward(out.data(), tokens.data(), wte.data(), wpe.data(), s.batch, s.seq, s.channels);
+  gpu_->embedding_forward(d_out, d_tokens, upload(wte), upload(wpe), s.batch, s.seq, s.channels);
+  EXPECT_TRUE(matches("embedding out", d_out, out, kBitExact));
+
+  const auto dout = random_floats(N * C, 13);
+  auto dwte = random_floats(wte.size(), 14), dwpe = random_floats(wpe.size(), 15);
+  float* d_dwte = upload(dwte);
+  float* d_dwpe = upload(dwpe);
+  cpu_.embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), s.batch, s.seq, s.channels);
+  gpu_->embedding_backward(d_dwte, d_dwpe, upload(dout), d_tokens, s.batch, s.seq, s.channels);
+  EXPECT_TRUE(matches("dwte (repeated tokens)", d_dwte, dwte, kBitExact));
+  EXPECT_TRUE(matches("dwpe", d_dwpe, dwpe, kBitExact));
+}
+
+TEST_P(CudaOpsShapes, LayerNorm) {
+  const OpShape s = GetParam();
+  const int N = s.rows(), C = s.channels;
+  const auto inp = random_floats(size_t(N) * C, 20, -3.0f, 5.0f);
+  const auto weight = random_floats(C, 21, 0.5f, 1.5f), bias = random_floats(C, 22);
+  std::vector<float> out(inp.size()), mean(N), rstd(N);
+  float *d_out = poisoned(out.size()), *d_mean = poisoned(N), *d_rstd = poisoned(N);
+  const float *d_inp = upload(inp), *d_weight = upload(weight);
+  cpu_.layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), weight.data(), bias.data(), N, C);
+  gpu_->layernorm_forward(d_out, d_mean, d_rstd, d_inp, d_weight, upload(bias), N, C);
+  EXPECT_TRUE(matches("layernorm out", d_out, out, kRowStatistics));
+  EXPECT_TRUE(matches("layernorm mean", d_mean, mean, kRowStatistics));
+  EXPECT_TRUE(matches("layernorm rstd", d_rstd, rstd, kRowStatistics));
+
+  // The backward reads the CPU's mean and rstd on both sides: one op at a time.
+  const auto dout = random_floats(inp.size(), 23);
+  auto dinp = random_floats(inp.size(), 24), dweight = random_floats(C, 25), dbias = random_floats(C, 26);
+  float *d_dinp = upload(dinp), *d_dweight = upload(dweight), *d_dbias = upload(dbias);
+  cpu_.layernorm_backward(dinp.data(), dweight.data(), dbias.data(), dout.data(), inp.data(),
+                          weight.data(), mean.data(), rstd.data(), N, C);
+  gpu_->layernorm_backward(d_dinp, d_dweight, d_dbias, upload(dout), d_inp, d_weight, upload(mean),
+                           upload(rstd), N, C);
+  EXPECT_TRUE(matches("layernorm dinp", d_dinp, dinp, kRowStatistics));
+  EXPECT_TRUE(matches("layernorm dweight", d_dweight, dweight, kColumnSum));
+  EXPECT_TRUE(matches("layernorm dbias", d_dbias, dbias, kColumnSum));
+}
+
+TEST_P(CudaOpsShapes, Matmul) {
+  const OpShape s = GetParam();
+  const int N = s.rows(), C = s.channels;
+  struct Case {
+    int in_channels, out_channels;
+    bool bias;
+  };
+  // The QKV projection, the MLP's down projection, and the bias-free tied LM head.
+  for (const Case& c : {Case{C, 3 * C, true}, Case{4 * C, C, true}, Case{C, s.vocab, false}}) {
+    const std::string label = " (" + std::to_string(c.in_channels) + "->" +
+                              std::to_string(c.out_channels) + (c.bias ? ", bias)" : ", no bias)");
+    const auto inp = random_floats(size_t(N) * c.in_channels, 30);
+    const auto weight = random_floats(size_t(c.out_channels) * c.in_channels, 31);
+    const auto bias = random_floats(c.out_channels, 32);
+    std::vector<float> out(size_t(N) * c.out_channels);
+    float* d_out = poisoned(out.size());
+    const float *d_inp = upload(inp), *d_weight = upload(weight);
+    const float* d_bias = c.bias ? upload(bias) : nullptr;
+    cpu_.matmul_forward(out.data(), inp.data(), weight.data(), c.bias ? bias.data() : nullptr, N,
+                        c.in_channels, c.out_channels);
+    gpu_->matmul_forward(d_out, d_inp, d_weight, d_bias, N, c.in_channels, c.out_channels);
+    EXPECT_TRUE(matches("matmul out" + label, d_out, out, kDotProduct));
+
+    const auto dout = random_floats(out.size(), 33);
+    auto dinp = random_floats(inp.size(), 34), dweight = random_floats(weight.size(), 35);
+    auto dbias = random_floats(c.out_channels, 36);
+    float *d_dinp = upload(dinp), *d_dweight = upload(dweight), *d_dbias = upload(dbias);
+    cpu_.matmul_backward(dinp.data(), dweight.data(), c.bias ? dbias.data() : nullptr, dout.data(),
+                         inp.data(), weight.data(), N, c.in_channels, c.out_channels);
+    gpu_->matmul_backward(d_dinp, d_dweight, c.bias ? d_dbias : nullptr, upload(dout), d_inp,
+                          d_weight, N, c.in_channels, c.out_channels);
+    EXPECT_TRUE(matches("matmul dinp" + label, d_dinp, dinp, kDotProduct));
+    EXPECT_TRUE(matches("matmul dweight" + label, d_dweight, dweight, kDotProduct));
+    // Without a bias the dbias buffer must be left alone.
+    EXPECT_TRUE(matches("matmul dbias" + label, d_dbias, dbias, kColumnSum));
+  }
+}
+
+TEST_P(CudaOpsShapes, Attention) {
+  const OpShape s = GetParam();
+  const size_t N = s.rows(), C = s.channels, T = s.seq;
+  const size_t probs_elems = size_t(s.batch) * s.heads * T * T;
+  for (bool causal : {true, false}) {
+    const std::string label = causal ? " (causal)" : " (bidirectional)";
+    const AttentionShape shape{s.batch, s.seq, s.channels, s.heads, causal};
+    const auto qkv = random_floats(N * 3 * C, 40);
+    std::vector<float> out(N * C), probs(probs_elems);
+    float *d_out = poisoned(out.size()), *d_probs = poisoned(probs_elems);
+    const float* d_qkv = upload(qkv);
+    cpu_.attention_forward(out.data(), probs.data(), qkv.data(), shape);
+    gpu_->attention_forward(d_out, d_probs, d_qkv, shape);
+    EXPECT_TRUE(matches("attention out" + label, d_out, out, kDotProduct));
+    EXPECT_TRUE(matches("attention probs" + label, d_probs, probs, kSoftmax));
+    if (causal) {
+      const auto gpu_probs = download(d_probs, probs_elems);
+      size_t unmasked = 0;
+      for (size_t row = 0; row < probs_elems / T; ++row)
+        for (size_t t2 = row % T + 1; t2 < T; ++t2) unmasked += gpu_probs[row * T + t2] != 0.0f;
+      EXPECT_EQ(unmasked, 0u) << "masked probabilities must be exact zeros";
+    }
+
+    const auto dout = random_floats(N * C, 41);
+    auto dqkv = random_floats(qkv.size(), 42);
+    float* d_dqkv = upload(dqkv);
+    cpu_.attention_backward(dqkv.data(), dout.data(), qkv.data(), probs.data(), shape);
+    gpu_->attention_backward(d_dqkv, upload(dout), d_qkv, upload(probs), shape);
+    EXPECT_TRUE(matches("attention dqkv" + label, d_dqkv, dqkv, kDotProduct));
+  }
+}
+
+TEST_P(CudaOpsShapes, Gelu) {
+  const OpShape s = GetParam();
+  const size_t elems = size_t(s.rows()) * 4 * s.channels;
+  const auto inp = random_floats(elems, 50, -5.0f, 5.0f);
+  std::vector<float> out(elems);
+  float* d_out = poisoned(elems);
+  const float* d_inp = upload(inp);
+  cpu_.gelu_forward(out.data(), inp.data(), elems);
+  gpu_->gelu_forward(d_out, d_inp, elems);
+  EXPECT_TRUE(matches("gelu out", d_out, out, kGeluForward));
+  const auto dout = random_floats(elems, 51);
+  auto dinp = random_floats(elems, 52);
+  float* d_dinp = upload(dinp);
+  cpu_.gelu_backward(dinp.data(), inp.data(), dout.data(), elems);
+  gpu_->gelu_backward(d_dinp, d_inp, upload(dout), elems);
+  EXPECT_TRUE(matches("gelu dinp", d_dinp, dinp, kGeluBackward));
+}
+
+TEST_P(CudaOpsShapes, ResidualAccumulateScaleFill) {
+  const OpShape s = GetParam();
+  const size_t elems = size_t(s.rows()) * s.channels + 3;  // +3: a ragged tail
+  const auto a = random_floats(elems, 60), b = random_floats(elems, 61);
+  std::vector<float> out(elems);
+  float* d_out = poisoned(elems);
+  const float *d_a = upload(a), *d_b = upload(b);
+  cpu_.residual_forward(out.data(), a.data(), b.data(), elems);
+  gpu_->residual_forward(d_out, d_a, d_b, elems);
+  EXPECT_TRUE(matches("residual out", d_out, out, kBitExact));
+  cpu_.accumulate(out.data(), b.data(), elems);
+  gpu_->accumulate(d_out, d_b, elems);
+  EXPECT_TRUE(matches("accumulate", d_out, out, kBitExact));
+  cpu_.scale(out.data(), elems, 0.37f);
+  gpu_->scale(d_out, elems, 0.37f);
+  EXPECT_TRUE(matches("scale", d_out, out, kBitExact));
+  cpu_.fill_zero(out.data(), elems - 1);
+  gpu_->fill_zero(d_out, elems - 1);
+  EXPECT_TRUE(matches("fill_zero", d_out, out, kBitExact));
+}
+
+TEST_P(CudaOpsShapes, SoftmaxCrossEntropy) {
+  const OpShape s = GetParam();
+  const int N = s.rows(), V = s.vocab;
+  const auto logits = random_floats(size_t(N) * V, 70, -6.0f, 6.0f);
+  const auto targets = random_ids(N, 71, V);
+  std::vector<float> losses(N), probs(logits.size());
+  float *d_losses = poisoned(N), *d_probs = poisoned(probs.size());
+  const int32_t* d_targets = upload(targets);
+  cpu_.softmax_cross_entropy_forward(losses.data(), probs.data(), logits.data(), targets.data(), N, V);
+  gpu_->softmax_cross_entropy_forward(d_losses, d_probs, upload(logits), d_targets, N, V);
+  EXPECT_TRUE(matches("cross-entropy losses", d_losses, losses, kSoftmax));
+  EXPECT_TRUE(matches("cross-entropy probs", d_probs, probs, kSoftmax));
+
+  const float loss_scale = 1.0f / static_cast<float>(N);
+  auto dlogits = random_floats(logits.size(), 72);
+  float* d_dlogits = upload(dlogits);
+  cpu_.softmax_cross_entropy_backward(dlogits.data(), probs.data(), targets.data(), N, V, loss_scale);
+  gpu_->softmax_cross_entropy_backward(d_dlogits, upload(probs), d_targets, N, V, loss_scale);
+  EXPECT_TRUE(matches("cross-entropy dlogits", d_dlogits, dlogits, kBitExact));
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaOpsShapes, ::testing::ValuesIn(kShapes),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+TEST_F(CudaOpsTest, SumsInDoubleAreAccurateAndDeterministic) {
+  EXPECT_EQ(gpu_->sum(nullptr, 0), 0.0);
+  EXPECT_EQ(gpu_->sum_of_squares(nullptr, 0), 0.0);
+  for (size_t elems : {size_t{1}, size_t{33}, size_t{1000}, size_t{262147}, size_t{1000003}}) {
+    const auto x = random_floats(elems, 80 + elems, -1.0f, 3.0f);
+    const float* d_x = upload(x);
+    double magnitude = 0.0, squares_magnitude = 0.0;
+    for (float value : x) {
+      magnitude += std::fabs(value);
+      squares_magnitude += double{value} * value;
+    }
+    const std::string label = " of " + std::to_string(elems);
+    const double gpu_sum = gpu_->sum(d_x, elems), gpu_squares = gpu_->sum_of_squares(d_x, elems);
+    EXPECT_TRUE(all_close("sum" + label, std::vector<double>{gpu_sum},
+                          std::vector<double>{cpu_.sum(x.data(), elems)},
+                          Tolerance{kDoubleSumRelative * magnitude, 0.0}));
+    EXPECT_TRUE(all_close("sum_of_squares" + label, std::vector<double>{gpu_squares},
+                          std::vector<double>{cpu_.sum_of_squares(x.data(), elems)},
+                          Tolerance{kDoubleSumRelative * squares_magnitude, 0.0}));
+    EXPECT_EQ(gpu_->sum(d_x, elems), gpu_sum) << "repeated sums must be bit-identical";
+    EXPECT_EQ(gpu_->sum_of_squares(d_x, elems), gpu_squares);
+  }
+}
+
+TEST_F(CudaOpsTest, AdamWStepsAreBitIdentical) {
+  const size_t elems = 100003;
+  auto params = random_floats(elems, 90), m = random_floats(elems, 91, -0.1f, 0.1f);
+  auto v = random_floats(elems, 92, 0.0f, 0.01f);
+  float *d_params = upload(params), *d_m = upload(m), *d_v = upload(v);
+  for (int step = 1; step <= 3; ++step) {
+    AdamWParams hyper;
+    hyper.learning_rate = 3e-3f;
+    hyper.weight_decay = step == 2 ? 0.0f : 0.1f;
+    hyper.step = step;
+    const auto grads = random_floats(elems, 93 + step);
+    cpu_.adamw_update(params.data(), grads.data(), m.data(), v.data(), elems, hyper);
+    gpu_->adamw_update(d_params, upload(grads), d_m, d_v, elems, hyper);
+    const std::string label = " after step " + std::to_string(step);
+    EXPECT_TRUE(matches("adamw params" + label, d_params, params, kBitExact));
+    EXPECT_TRUE(matches("adamw m" + label, d_m, m, kBitExact));
+    EXPECT_TRUE(matches("adamw v" + label, d_v, v, kBitExact));
+  }
+}
+
+// ---- a whole model step ---------------------------------------------------------------
+
+// One gradient buffer for the whole model (as ddp uses), on whichever backend owns it.
+class FullGradient : public GradientSink {
+ public:
+  FullGradient(const ParameterLayout& layout, float* grads) : layout_(layout), grads_(grads) {}
+  float* segment_gradients(int segment) override {
+    return grads_ + layout_.segments[segment].begin_elems;
+  }
+  void segment_done(int) override {}
+
+ private:
+  const ParameterLayout& layout_;
+  float* grads_;
+};
+
+TEST_F(CudaOpsTest, WholeModelLossAndGradientsMatchTheCpu) {
+  for (bool causal : {true, false}) {
+    const std::string label = causal ? " (causal)" : " (bidirectional)";
+    const ModelShape shape{2, 64, 4, 101, 32, causal};
+    const int batch = 3, seq = 17;
+    const ParameterLayout layout = make_parameter_layout(shape);
+    const size_t param_elems = layout.param_elems;
+    Gpt cpu_model(cpu_, shape, batch, seq, param_elems);
+    Gpt gpu_model(*gpu_, shape, batch, seq, param_elems);
+    cpu_model.initialize(1234);
+    gpu_model.initialize(1234);
+    const auto inputs = random_ids(size_t(batch) * seq, 100, shape.vocab);
+    const auto targets = random_ids(size_t(batch) * seq, 101, shape.vocab);
+
+    cpu_model.forward(inputs.data(), targets.data(), nullptr);
+    gpu_model.forward(inputs.data(), targets.data(), nullptr);
+    const double cpu_loss = cpu_model.mean_loss(), gpu_loss = gpu_model.mean_loss();
+    EXPECT_TRUE(all_close("mean loss" + label, std::vector<double>{gpu_loss},
+                          std::vector<double>{cpu_loss}, kModelLoss));
+
+    const float loss_scale = 1.0f / static_cast<float>(batch * seq);
+    std::vector<float> cpu_grads(param_elems, 0.0f);
+    FullGradient cpu_sink(layout, cpu_grads.data());
+    cpu_model.backward(cpu_sink, loss_scale);
+    float* d_grads = upload(std::vector<float>(param_elems, 0.0f));
+    FullGradient gpu_sink(layout, d_grads);
+    gpu_model.backward(gpu_sink, loss_scale);
+    const auto gpu_grads = download(d_grads, param_elems);
+
+    for (const TensorSpec& tensor : layout.tensors) {
+      const auto begin = static_cast<std::ptrdiff_t>(tensor.offset_elems);
+      const auto end = begin + static_cast<std::ptrdiff_t>(tensor.elems);
+      const std::vector<float> ref(cpu_grads.begin() + begin, cpu_grads.begin() + end);
+      const std::vector<float> got(gpu_grads.begin() + begin, gpu_grads.begin() + end);
+      double scale = 0.0;
+      for (float value : ref) scale = std::max(scale, double{std::fabs(value)});
+      EXPECT_GT(scale, 0.0) << tensor.name << label << ": an all-zero gradient tests nothing";
+      EXPECT_TRUE(all_close("gradient of " + tensor.name + label, got, ref,
+                            Tolerance{kModelGradient.atol * scale, kModelGradient.rtol}));
+    }
+
+    // The same step again on the GPU gives the same bits: no atomics, fixed reductions.
+    gpu_model.forward(inputs.data(), targets.data(), nullptr);
+    EXPECT_EQ(gpu_model.mean_loss(), gpu_loss) << "repeated forward" << label;
+    gpu_->fill_zero(d_grads, param_elems);
+    gpu_model.backward(gpu_sink, loss_scale);
+    EXPECT_TRUE(all_close("repeated backward" + label, download(d_grads, param_elems), gpu_grads,
+                          kBitExact));
+  }
+}
+
+}  // namespace
+}  // namespace scalestudy
