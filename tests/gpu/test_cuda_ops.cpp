@@ -206,6 +206,8 @@ TEST_F(CudaOpsTest, MemoryAccountingCopiesAndHostBufferReuse) {
   ASSERT_NE(empty, nullptr) << "a zero-element allocation still returns a real pointer";
   EXPECT_EQ(gpu_->allocated_bytes(MemoryKind::parameters), params_before + 1000 * sizeof(float));
   EXPECT_EQ(gpu_->allocated_bytes(MemoryKind::activations), 7 * sizeof(int32_t));
+  EXPECT_EQ(gpu_->peak_source(), "cudaMemGetInfo");
+  EXPECT_GE(gpu_->measured_peak_bytes(), gpu_->allocated_bytes(MemoryKind::parameters));
 
   // The host buffer is overwritten right after copy_from_host returns: the device must
   // still get the first contents.

@@ -48,6 +48,7 @@ CudaOps::CudaOps(int device) : device_(device) {
   CHECK_CUDA(cudaMallocHost(&host_result_, sizeof(double)));
   bytes_by_kind_[static_cast<size_t>(MemoryKind::other)] +=
       (reduction_partials_elems_ + 1) * sizeof(double);
+  sample_device_usage();
 }
 
 CudaOps::~CudaOps() {
@@ -79,6 +80,7 @@ void* CudaOps::allocate_bytes(size_t bytes, MemoryKind kind) {
                   std::to_string(device_) + " (" + std::to_string(free_bytes) + " of " +
                   std::to_string(total_bytes) + " bytes free)");
   }
+  sample_device_usage();
   std::lock_guard<std::mutex> lock(memory_mutex_);
   allocations_[ptr] = Allocation{bytes, kind};
   bytes_by_kind_[static_cast<size_t>(kind)] += bytes;
@@ -106,12 +108,28 @@ void CudaOps::release(void* ptr) {
   CHECK_CUDA(cudaSetDevice(device_));
   // Work already queued on the compute stream may still read the buffer.
   CHECK_CUDA(cudaStreamSynchronize(stream_));
+  // Whatever others allocated since our last sample may be at its peak now.
+  sample_device_usage();
   CHECK_CUDA(cudaFree(ptr));
 }
 
 size_t CudaOps::allocated_bytes(MemoryKind kind) const {
   std::lock_guard<std::mutex> lock(memory_mutex_);
   return bytes_by_kind_[static_cast<size_t>(kind)];
+}
+
+void CudaOps::sample_device_usage() const {
+  size_t free_bytes = 0, total_bytes = 0;
+  CHECK_CUDA(cudaMemGetInfo(&free_bytes, &total_bytes));
+  std::lock_guard<std::mutex> lock(memory_mutex_);
+  peak_used_bytes_ = std::max(peak_used_bytes_, total_bytes - free_bytes);
+}
+
+size_t CudaOps::measured_peak_bytes() const {
+  CHECK_CUDA(cudaSetDevice(device_));
+  sample_device_usage();
+  std::lock_guard<std::mutex> lock(memory_mutex_);
+  return peak_used_bytes_;
 }
 
 float* CudaOps::scratch_floats(size_t elems) {
@@ -125,6 +143,7 @@ float* CudaOps::scratch_floats(size_t elems) {
   SCALESTUDY_CHECK(rc == cudaSuccess, std::string(cudaGetErrorString(rc)) +
                                           " allocating " + std::to_string(grown * sizeof(float)) +
                                           " bytes of cuda backend scratch");
+  sample_device_usage();
   std::lock_guard<std::mutex> lock(memory_mutex_);
   bytes_by_kind_[static_cast<size_t>(MemoryKind::other)] +=
       (grown - scratch_elems_) * sizeof(float);

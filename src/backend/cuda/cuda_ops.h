@@ -48,6 +48,11 @@ class CudaOps final : public Ops {
   void copy_ints_from_host(int32_t* dst, const int32_t* host_src, size_t elems) override;
   // Includes the backend's own scratch buffers, under MemoryKind::other.
   size_t allocated_bytes(MemoryKind kind) const override;
+  // The largest device-wide use (total - free, from cudaMemGetInfo) seen at any of this
+  // backend's allocations, releases or peak queries. Device-wide: it includes the CUDA
+  // context, cuBLAS and NCCL buffers, and anything else on the GPU (one rank per GPU).
+  size_t measured_peak_bytes() const override;
+  std::string peak_source() const override { return "cudaMemGetInfo"; }
 
   void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
                          int batch, int seq, int channels) override;
@@ -107,6 +112,8 @@ class CudaOps final : public Ops {
   // (after a stream synchronisation) and never shrinks.
   float* scratch_floats(size_t elems);
   double read_device_double();
+  // Updates peak_used_bytes_ from cudaMemGetInfo.
+  void sample_device_usage() const;
 
   int device_ = 0;
   cudaStream_t stream_ = nullptr;
@@ -126,6 +133,7 @@ class CudaOps final : public Ops {
   mutable std::mutex memory_mutex_;
   std::unordered_map<void*, Allocation> allocations_;
   std::array<size_t, kMemoryKindCount> bytes_by_kind_{};
+  mutable size_t peak_used_bytes_ = 0;
 };
 
 }  // namespace scalestudy
