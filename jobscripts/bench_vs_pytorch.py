@@ -165,6 +165,11 @@ def main():
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--workdir", default="/tmp/scalestudy-bench")
+    parser.add_argument("--pytorch-gpus", type=int, nargs="*", default=None,
+                        help="GPU counts to run PyTorch at (default: every --gpus)")
+    parser.add_argument("--pytorch-modes", nargs="+", default=["eager", "compile"], choices=("eager", "compile"))
+    parser.add_argument("--pytorch-precisions", nargs="+", default=None, choices=("fp32", "bf16"),
+                        help="default: scalestudy's precision and bf16")
     args = parser.parse_args()
     if args.worker:
         return torch_worker(args)
@@ -181,8 +186,10 @@ def main():
         if gpus > 1:
             runs.append(("scalestudy zero2+overlap", bench_scalestudy(args, gpus, args.precision, "zero2", "on"),
                          args.precision))
-        for mode in ("eager", "compile"):
-            for precision in sorted({args.precision, "bf16"}):
+        torch_gpus = args.gpus if args.pytorch_gpus is None else args.pytorch_gpus
+        precisions = args.pytorch_precisions or sorted({args.precision, "bf16"})
+        for mode in args.pytorch_modes if gpus in torch_gpus else []:
+            for precision in precisions:
                 runs.append((f"pytorch {mode}", bench_pytorch(args, gpus, mode, precision), precision))
         for name, result, precision in runs:
             if result:

@@ -54,4 +54,10 @@ std::string cuda_compute_capability(int device) {
   return std::to_string(props.major) + "." + std::to_string(props.minor);
 }
 
+std::string cuda_runtime_version() {
+  int version = 0;
+  if (cudaRuntimeGetVersion(&version) != cudaSuccess) return "unknown";
+  return std::to_string(version / 1000) + "." + std::to_string((version % 1000) / 10);
+}
+
 }  // namespace scalestudy

@@ -13,6 +13,9 @@ int cuda_device_count();
 // the device cannot be queried.
 std::string cuda_device_description(int device);
 
+// The CUDA runtime's version, e.g. "13.0".
+std::string cuda_runtime_version();
+
 // e.g. "9.0"; empty when the device cannot be queried.
 std::string cuda_compute_capability(int device);
 

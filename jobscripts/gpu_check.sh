@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# One call on a GPU machine: the GPU tests, short training runs on 1 and 2 GPUs, and the
+# benchmark against PyTorch. Expects the binaries and the two libraries the GPU image
+# lacks in .gpu-bundle/ (see README, "Running on a GPU node"); writes logs under $OUT.
+set -uo pipefail
+out=${OUT:-/tmp/scalestudy-gpu-check}
+mkdir -p "$out"
+bundle=$(pwd)/.gpu-bundle
+export LD_LIBRARY_PATH="$bundle:${LD_LIBRARY_PATH:-}" NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+mpirun="mpirun --allow-run-as-root --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE"
+gpus=$(nvidia-smi -L | wc -l)
+{ nvidia-smi; nvidia-smi topo -m; git log -1 --format='commit %H'; } >"$out/machine.txt" 2>&1
+ldd "$bundle/scalestudy" | grep "not found" && echo "missing libraries" | tee -a "$out/machine.txt"
+
+echo "== GPU tests" | tee "$out/gpu-tests.log"
+$mpirun -np 1 "$bundle/test_cuda_ops" 2>&1 | tee -a "$out/gpu-tests.log" | grep -E "PASSED|FAILED|SKIPPED|tests ran" 
+if [ "$gpus" -ge 2 ]; then
+  $mpirun -np 2 "$bundle/mpi_test_nccl_strategies" 2>&1 | tee -a "$out/gpu-tests.log" | grep -E "PASSED|FAILED|SKIPPED|tests ran"
+fi
+
+echo "== training runs" | tee "$out/train.log"
+common="train --backend cuda --model gpt2-small --seq 1024 --batch-per-rank ${BATCH:-8} --steps 15 --warmup-steps 5 --log-every 5"
+$mpirun -np 1 "$bundle/scalestudy" $common --output "$out/gpt2s-n1.h5" 2>&1 | tee -a "$out/train.log" | tail -6
+if [ "$gpus" -ge 2 ]; then
+  for strategy in ddp zero2; do
+    $mpirun -np 2 "$bundle/scalestudy" $common --strategy $strategy --overlap on \
+      --output "$out/gpt2s-n2-$strategy.h5" 2>&1 | tee -a "$out/train.log" | tail -6
+  done
+fi
+
+if [ "${BENCH:-1}" = 1 ]; then
+  echo "== against PyTorch" | tee "$out/bench.log"
+  python3 jobscripts/bench_vs_pytorch.py --binary "$bundle/scalestudy" --gpus 1 $([ "$gpus" -ge 2 ] && echo 2) \
+    --batch-per-gpu "${BATCH:-8}" --pytorch-gpus 1 --pytorch-modes eager compile --pytorch-precisions fp32 bf16 \
+    --workdir /tmp/bench 2>&1 | tee -a "$out/bench.log" | tail -14
+fi
