@@ -72,7 +72,7 @@ def torch_worker(args):
             for block in self.blocks:
                 x = block(x)
             logits = self.lnf(x) @ self.wte.weight.t()
-            return F.cross_entropy(logits.float().view(-1, vocab), targets.view(-1))
+            return F.cross_entropy(logits.float().reshape(-1, vocab), targets.reshape(-1))
 
     model = Gpt().cuda()
     optimizer = torch.optim.AdamW(model.parameters(), lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
@@ -176,7 +176,8 @@ def main():
     Path(args.workdir).mkdir(parents=True, exist_ok=True)
     layers, hidden, _, vocab, _ = PRESETS[args.model]
     rows = []
-    sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True).stdout.strip()
+    # The binary's own build records its commit (a copy of the tree may carry no .git).
+    sha = subprocess.run([args.binary, "--version"], capture_output=True, text=True).stdout.strip()
     gpu = shutil.which("nvidia-smi") and subprocess.run(
         ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True).stdout.split("\n")[0]
     print(f"# {args.model} seq {args.seq}, batch {args.batch_per_gpu} per GPU; commit {sha}; {gpu}; {platform.node()}")

@@ -9,15 +9,19 @@ bundle=$(pwd)/.gpu-bundle
 export LD_LIBRARY_PATH="$bundle:${LD_LIBRARY_PATH:-}" NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 mpirun="mpirun --allow-run-as-root --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE"
 gpus=$(nvidia-smi -L | wc -l)
-{ nvidia-smi; nvidia-smi topo -m; git log -1 --format='commit %H'; } >"$out/machine.txt" 2>&1
+{ nvidia-smi; nvidia-smi topo -m; "$bundle/scalestudy" --version; } >"$out/machine.txt" 2>&1
 ldd "$bundle/scalestudy" | grep "not found" && echo "missing libraries" | tee -a "$out/machine.txt"
 
+if [ "${TESTS:-1}" = 1 ]; then
 echo "== GPU tests" | tee "$out/gpu-tests.log"
 $mpirun -np 1 "$bundle/test_cuda_ops" 2>&1 | tee -a "$out/gpu-tests.log" | grep -E "PASSED|FAILED|SKIPPED|tests ran" 
 if [ "$gpus" -ge 2 ]; then
   $mpirun -np 2 "$bundle/mpi_test_nccl_strategies" 2>&1 | tee -a "$out/gpu-tests.log" | grep -E "PASSED|FAILED|SKIPPED|tests ran"
 fi
 
+fi
+
+if [ "${TRAIN:-1}" = 1 ]; then
 echo "== training runs" | tee "$out/train.log"
 common="train --backend cuda --model gpt2-small --seq 1024 --batch-per-rank ${BATCH:-8} --steps 15 --warmup-steps 5 --log-every 5"
 $mpirun -np 1 "$bundle/scalestudy" $common --output "$out/gpt2s-n1.h5" 2>&1 | tee -a "$out/train.log" | tail -6
@@ -26,6 +30,8 @@ if [ "$gpus" -ge 2 ]; then
     $mpirun -np 2 "$bundle/scalestudy" $common --strategy $strategy --overlap on \
       --output "$out/gpt2s-n2-$strategy.h5" 2>&1 | tee -a "$out/train.log" | tail -6
   done
+fi
+
 fi
 
 if [ "${BENCH:-1}" = 1 ]; then
