@@ -1,23 +1,44 @@
 #include "elementwise.cuh"
 
 #include "common.cuh"
+#include "precision.cuh"
 
 namespace scalestudy::cuda {
 namespace {
 
 // No __restrict__ in this file: out (or dst) may alias an input, as on the CPU, and
-// each element is read and written by the same thread.
-__global__ void residual_forward_kernel(float* out, const float* a, const float* b,
-                                        size_t elems) {
-  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < elems;
-       i += size_t{gridDim.x} * blockDim.x)
-    out[i] = a[i] + b[i];
+// each element (each pack) is read and written by the same thread.
+template <class T>
+__global__ void residual_forward_kernel(T* out, const T* a, const T* b, size_t elems,
+                                        size_t packs) {
+  constexpr int kCount = Pack<T>::kCount;
+  const size_t first = blockIdx.x * size_t{blockDim.x} + threadIdx.x;
+  const size_t stride = size_t{gridDim.x} * blockDim.x;
+  for (size_t p = first; p < packs; p += stride) {
+    const Pack<T> x = load_pack(a + p * kCount), y = load_pack(b + p * kCount);
+    Pack<T> sum;
+#pragma unroll
+    for (int k = 0; k < kCount; ++k) sum.set(k, x.get(k) + y.get(k));
+    store_pack(out + p * kCount, sum);
+  }
+  for (size_t i = packs * kCount + first; i < elems; i += stride)
+    out[i] = from_float<T>(to_float(a[i]) + to_float(b[i]));
 }
 
-__global__ void accumulate_kernel(float* dst, const float* src, size_t elems) {
-  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < elems;
-       i += size_t{gridDim.x} * blockDim.x)
-    dst[i] += src[i];
+template <class T>
+__global__ void accumulate_kernel(T* dst, const T* src, size_t elems, size_t packs) {
+  constexpr int kCount = Pack<T>::kCount;
+  const size_t first = blockIdx.x * size_t{blockDim.x} + threadIdx.x;
+  const size_t stride = size_t{gridDim.x} * blockDim.x;
+  for (size_t p = first; p < packs; p += stride) {
+    Pack<T> x = load_pack(dst + p * kCount);
+    const Pack<T> y = load_pack(src + p * kCount);
+#pragma unroll
+    for (int k = 0; k < kCount; ++k) x.set(k, x.get(k) + y.get(k));
+    store_pack(dst + p * kCount, x);
+  }
+  for (size_t i = packs * kCount + first; i < elems; i += stride)
+    dst[i] = from_float<T>(to_float(dst[i]) + to_float(src[i]));
 }
 
 __global__ void scale_kernel(float* x, size_t elems, float factor) {
@@ -32,28 +53,66 @@ __global__ void fill_kernel(float* dst, size_t elems, float value) {
     dst[i] = value;
 }
 
+template <class To, class From>
+__global__ void cast_kernel(To* __restrict__ dst, const From* __restrict__ src, size_t elems) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < elems;
+       i += size_t{gridDim.x} * blockDim.x)
+    dst[i] = from_float<To>(to_float(src[i]));
+}
+
+template <class T>
+void residual_forward(cudaStream_t stream, T* out, const T* a, const T* b, size_t elems) {
+  if (elems == 0) return;
+  check_not_null(out, "residual out");
+  check_not_null(a, "residual a");
+  check_not_null(b, "residual b");
+  const size_t packs = pack_count<T>(elems, aligned16(out) && aligned16(a) && aligned16(b));
+  residual_forward_kernel<T><<<packed_blocks<T>(elems, packs), kElementwiseThreads, 0, stream>>>(
+      out, a, b, elems, packs);
+  CHECK_LAUNCH();
+}
+
+template <class T>
+void accumulate(cudaStream_t stream, T* dst, const T* src, size_t elems) {
+  if (elems == 0) return;
+  check_not_null(dst, "accumulate dst");
+  check_not_null(src, "accumulate src");
+  const size_t packs = pack_count<T>(elems, aligned16(dst) && aligned16(src));
+  accumulate_kernel<T><<<packed_blocks<T>(elems, packs), kElementwiseThreads, 0, stream>>>(
+      dst, src, elems, packs);
+  CHECK_LAUNCH();
+}
+
+template <class To, class From>
+void cast(cudaStream_t stream, To* dst, const From* src, size_t elems) {
+  if (elems == 0) return;
+  check_not_null(dst, "cast dst");
+  check_not_null(src, "cast src");
+  cast_kernel<To, From><<<elementwise_blocks(elems), kElementwiseThreads, 0, stream>>>(dst, src,
+                                                                                     elems);
+  CHECK_LAUNCH();
+}
+
 }  // namespace
 
 // An empty range is a valid request (an empty tensor piece) and launches nothing.
 
 void launch_residual_forward(cudaStream_t stream, float* out, const float* a, const float* b,
                              size_t elems) {
-  if (elems == 0) return;
-  check_not_null(out, "residual out");
-  check_not_null(a, "residual a");
-  check_not_null(b, "residual b");
-  residual_forward_kernel<<<elementwise_blocks(elems), kElementwiseThreads, 0, stream>>>(
-      out, a, b, elems);
-  CHECK_LAUNCH();
+  residual_forward(stream, out, a, b, elems);
+}
+
+void launch_residual_forward(cudaStream_t stream, bf16* out, const bf16* a, const bf16* b,
+                             size_t elems) {
+  residual_forward(stream, out, a, b, elems);
 }
 
 void launch_accumulate(cudaStream_t stream, float* dst, const float* src, size_t elems) {
-  if (elems == 0) return;
-  check_not_null(dst, "accumulate dst");
-  check_not_null(src, "accumulate src");
-  accumulate_kernel<<<elementwise_blocks(elems), kElementwiseThreads, 0, stream>>>(dst, src,
-                                                                                   elems);
-  CHECK_LAUNCH();
+  accumulate(stream, dst, src, elems);
+}
+
+void launch_accumulate(cudaStream_t stream, bf16* dst, const bf16* src, size_t elems) {
+  accumulate(stream, dst, src, elems);
 }
 
 void launch_scale(cudaStream_t stream, float* x, size_t elems, float factor) {
@@ -68,6 +127,14 @@ void launch_fill(cudaStream_t stream, float* dst, size_t elems, float value) {
   check_not_null(dst, "fill dst");
   fill_kernel<<<elementwise_blocks(elems), kElementwiseThreads, 0, stream>>>(dst, elems, value);
   CHECK_LAUNCH();
+}
+
+void launch_cast(cudaStream_t stream, bf16* dst, const float* src, size_t elems) {
+  cast(stream, dst, src, elems);
+}
+
+void launch_cast(cudaStream_t stream, float* dst, const bf16* src, size_t elems) {
+  cast(stream, dst, src, elems);
 }
 
 }  // namespace scalestudy::cuda

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "common.cuh"
+#include "precision.cuh"
 
 namespace scalestudy::cuda {
 namespace {
@@ -11,7 +12,10 @@ struct EmbeddingParams {
   int batch, seq, channels;
 };
 
-__global__ void embedding_forward_kernel(float* __restrict__ out,
+// T is the storage of out (fp32 or bf16); the tables are fp32 master weights, and the
+// sum is one fp32 addition rounded once to T.
+template <class T>
+__global__ void embedding_forward_kernel(T* __restrict__ out,
                                          const int32_t* __restrict__ tokens,
                                          const float* __restrict__ wte,
                                          const float* __restrict__ wpe, EmbeddingParams p) {
@@ -22,21 +26,24 @@ __global__ void embedding_forward_kernel(float* __restrict__ out,
     const int c = static_cast<int>(i - row * p.channels);
     const int t = static_cast<int>(row % p.seq);
     const int32_t token = tokens[row];
-    out[i] = token >= 0 ? wte[size_t(token) * p.channels + c] + wpe[size_t(t) * p.channels + c]
-                        : NAN;
+    out[i] = from_float<T>(token >= 0 ? wte[size_t(token) * p.channels + c] +
+                                            wpe[size_t(t) * p.channels + c]
+                                      : NAN);
   }
 }
 
 // One thread per (t, c): the batch rows of one position are summed in increasing b.
+// T is the storage of dout; the gradients are fp32 and accumulate in fp32.
+template <class T>
 __global__ void embedding_backward_wpe_kernel(float* __restrict__ dwpe,
-                                              const float* __restrict__ dout,
+                                              const T* __restrict__ dout,
                                               EmbeddingParams p) {
   const size_t elems = size_t(p.seq) * p.channels;
   const size_t batch_stride = size_t(p.seq) * p.channels;
   for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < elems;
        i += size_t{gridDim.x} * blockDim.x) {
     float total = dwpe[i];
-    for (int b = 0; b < p.batch; ++b) total += dout[b * batch_stride + i];
+    for (int b = 0; b < p.batch; ++b) total += to_float(dout[b * batch_stride + i]);
     dwpe[i] = total;
   }
 }
@@ -48,8 +55,9 @@ constexpr int kWteThreads = 256;
 // leader's block writes that dwte row, adding the dout rows of every occurrence in
 // increasing n. No atomics, a fixed order, and work proportional to the distinct tokens;
 // the price is that each block scans the token array, which is small and cache-resident.
+template <class T>
 __global__ void embedding_backward_wte_kernel(float* __restrict__ dwte,
-                                              const float* __restrict__ dout,
+                                              const T* __restrict__ dout,
                                               const int32_t* __restrict__ tokens, int rows,
                                               int channels) {
   __shared__ int matches[kWteThreads];
@@ -84,7 +92,8 @@ __global__ void embedding_backward_wte_kernel(float* __restrict__ dwte,
     if (total > 0) {
       for (int c = threadIdx.x; c < channels; c += blockDim.x) {
         float value = dwte_row[c];
-        for (int k = 0; k < total; ++k) value += dout[size_t(matches[k]) * channels + c];
+        for (int k = 0; k < total; ++k)
+          value += to_float(dout[size_t(matches[k]) * channels + c]);
         dwte_row[c] = value;
       }
     }
@@ -101,11 +110,9 @@ void check_shape(int batch, int seq, int channels) {
                    "embedding: batch*seq must fit in an int");
 }
 
-}  // namespace
-
-void launch_embedding_forward(cudaStream_t stream, float* out, const int32_t* tokens,
-                              const float* wte, const float* wpe, int batch, int seq,
-                              int channels) {
+template <class T>
+void embedding_forward(cudaStream_t stream, T* out, const int32_t* tokens, const float* wte,
+                       const float* wpe, int batch, int seq, int channels) {
   check_shape(batch, seq, channels);
   check_not_null(out, "embedding out");
   check_not_null(tokens, "embedding tokens");
@@ -113,13 +120,14 @@ void launch_embedding_forward(cudaStream_t stream, float* out, const int32_t* to
   check_not_null(wpe, "embedding wpe");
   const EmbeddingParams p{batch, seq, channels};
   const size_t elems = size_t(batch) * seq * channels;
-  embedding_forward_kernel<<<elementwise_blocks(elems), kElementwiseThreads, 0, stream>>>(
+  embedding_forward_kernel<T><<<elementwise_blocks(elems), kElementwiseThreads, 0, stream>>>(
       out, tokens, wte, wpe, p);
   CHECK_LAUNCH();
 }
 
-void launch_embedding_backward(cudaStream_t stream, float* dwte, float* dwpe, const float* dout,
-                               const int32_t* tokens, int batch, int seq, int channels) {
+template <class T>
+void embedding_backward(cudaStream_t stream, float* dwte, float* dwpe, const T* dout,
+                        const int32_t* tokens, int batch, int seq, int channels) {
   check_shape(batch, seq, channels);
   check_not_null(dwte, "embedding dwte");
   check_not_null(dwpe, "embedding dwpe");
@@ -127,12 +135,36 @@ void launch_embedding_backward(cudaStream_t stream, float* dwte, float* dwpe, co
   check_not_null(tokens, "embedding tokens");
   const EmbeddingParams p{batch, seq, channels};
   const size_t position_elems = size_t(seq) * channels;
-  embedding_backward_wpe_kernel<<<elementwise_blocks(position_elems), kElementwiseThreads, 0,
-                                  stream>>>(dwpe, dout, p);
+  embedding_backward_wpe_kernel<T><<<elementwise_blocks(position_elems), kElementwiseThreads,
+                                     0, stream>>>(dwpe, dout, p);
   CHECK_LAUNCH();
-  embedding_backward_wte_kernel<<<batch * seq, kWteThreads, 0, stream>>>(dwte, dout, tokens,
-                                                                         batch * seq, channels);
+  embedding_backward_wte_kernel<T><<<batch * seq, kWteThreads, 0, stream>>>(
+      dwte, dout, tokens, batch * seq, channels);
   CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void launch_embedding_forward(cudaStream_t stream, float* out, const int32_t* tokens,
+                              const float* wte, const float* wpe, int batch, int seq,
+                              int channels) {
+  embedding_forward(stream, out, tokens, wte, wpe, batch, seq, channels);
+}
+
+void launch_embedding_forward(cudaStream_t stream, bf16* out, const int32_t* tokens,
+                              const float* wte, const float* wpe, int batch, int seq,
+                              int channels) {
+  embedding_forward(stream, out, tokens, wte, wpe, batch, seq, channels);
+}
+
+void launch_embedding_backward(cudaStream_t stream, float* dwte, float* dwpe, const float* dout,
+                               const int32_t* tokens, int batch, int seq, int channels) {
+  embedding_backward(stream, dwte, dwpe, dout, tokens, batch, seq, channels);
+}
+
+void launch_embedding_backward(cudaStream_t stream, float* dwte, float* dwpe, const bf16* dout,
+                               const int32_t* tokens, int batch, int seq, int channels) {
+  embedding_backward(stream, dwte, dwpe, dout, tokens, batch, seq, channels);
 }
 
 }  // namespace scalestudy::cuda

@@ -1,6 +1,7 @@
 #include "gelu.cuh"
 
 #include "common.cuh"
+#include "precision.cuh"
 
 namespace scalestudy::cuda {
 namespace {
@@ -10,8 +11,6 @@ constexpr float kGeluScale = 0.7978845608028654f;
 constexpr float kGeluCubic = 0.044715f;
 constexpr float kGeluCubicSlope = 3.0f * kGeluCubic;
 
-// No __restrict__: as on the CPU, an output may alias an input (each element is read and
-// written by one thread).
 // The __f*_rn intrinsics keep nvcc from fusing multiply-adds, so every step rounds as
 // in the CPU reference; only tanhf itself (within 2 ulp of the CPU's) can differ.
 __device__ inline float gelu_inner(float x) {
@@ -19,51 +18,99 @@ __device__ inline float gelu_inner(float x) {
   return __fmul_rn(kGeluScale, __fadd_rn(x, cube));
 }
 
-__global__ void gelu_forward_kernel(float* out, const float* inp,
-                                    size_t elems) {
-  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < elems;
-       i += size_t{gridDim.x} * blockDim.x) {
-    const float x = inp[i];
-    out[i] = __fmul_rn(__fmul_rn(0.5f, x), __fadd_rn(1.0f, tanhf(gelu_inner(x))));
-  }
+__device__ inline float gelu(float x) {
+  return __fmul_rn(__fmul_rn(0.5f, x), __fadd_rn(1.0f, tanhf(gelu_inner(x))));
 }
 
-__global__ void gelu_backward_kernel(float* dinp, const float* inp,
-                                     const float* dout, size_t elems) {
-  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < elems;
-       i += size_t{gridDim.x} * blockDim.x) {
-    const float x = inp[i];
-    const float tanh_inner = tanhf(gelu_inner(x));
-    const float sech_squared = __fsub_rn(1.0f, __fmul_rn(tanh_inner, tanh_inner));
-    const float dinner =
-        __fmul_rn(kGeluScale, __fadd_rn(1.0f, __fmul_rn(__fmul_rn(kGeluCubicSlope, x), x)));
-    const float local_grad =
-        __fadd_rn(__fmul_rn(0.5f, __fadd_rn(1.0f, tanh_inner)),
-                  __fmul_rn(__fmul_rn(__fmul_rn(0.5f, x), sech_squared), dinner));
-    dinp[i] = __fadd_rn(dinp[i], __fmul_rn(local_grad, dout[i]));
+// dinp + gelu'(x) * dout.
+__device__ inline float gelu_backward(float dinp, float x, float dout) {
+  const float tanh_inner = tanhf(gelu_inner(x));
+  const float sech_squared = __fsub_rn(1.0f, __fmul_rn(tanh_inner, tanh_inner));
+  const float dinner =
+      __fmul_rn(kGeluScale, __fadd_rn(1.0f, __fmul_rn(__fmul_rn(kGeluCubicSlope, x), x)));
+  const float local_grad =
+      __fadd_rn(__fmul_rn(0.5f, __fadd_rn(1.0f, tanh_inner)),
+                __fmul_rn(__fmul_rn(__fmul_rn(0.5f, x), sech_squared), dinner));
+  return __fadd_rn(dinp, __fmul_rn(local_grad, dout));
+}
+
+// No __restrict__: as on the CPU, an output may alias an input; each element (each
+// 16-byte pack, where the pointers allow packs) is read and written by one thread.
+template <class T>
+__global__ void gelu_forward_kernel(T* out, const T* inp, size_t elems, size_t packs) {
+  constexpr int kCount = Pack<T>::kCount;
+  const size_t first = blockIdx.x * size_t{blockDim.x} + threadIdx.x;
+  const size_t stride = size_t{gridDim.x} * blockDim.x;
+  for (size_t p = first; p < packs; p += stride) {
+    const Pack<T> x = load_pack(inp + p * kCount);
+    Pack<T> y;
+#pragma unroll
+    for (int k = 0; k < kCount; ++k) y.set(k, gelu(x.get(k)));
+    store_pack(out + p * kCount, y);
   }
+  for (size_t i = packs * kCount + first; i < elems; i += stride)
+    out[i] = from_float<T>(gelu(to_float(inp[i])));
+}
+
+template <class T>
+__global__ void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, size_t elems,
+                                     size_t packs) {
+  constexpr int kCount = Pack<T>::kCount;
+  const size_t first = blockIdx.x * size_t{blockDim.x} + threadIdx.x;
+  const size_t stride = size_t{gridDim.x} * blockDim.x;
+  for (size_t p = first; p < packs; p += stride) {
+    Pack<T> grad = load_pack(dinp + p * kCount);
+    const Pack<T> x = load_pack(inp + p * kCount), dy = load_pack(dout + p * kCount);
+#pragma unroll
+    for (int k = 0; k < kCount; ++k) grad.set(k, gelu_backward(grad.get(k), x.get(k), dy.get(k)));
+    store_pack(dinp + p * kCount, grad);
+  }
+  for (size_t i = packs * kCount + first; i < elems; i += stride)
+    dinp[i] = from_float<T>(gelu_backward(to_float(dinp[i]), to_float(inp[i]), to_float(dout[i])));
+}
+
+template <class T>
+void gelu_forward(cudaStream_t stream, T* out, const T* inp, size_t elems) {
+  if (elems == 0) return;
+  check_not_null(out, "gelu out");
+  check_not_null(inp, "gelu inp");
+  const size_t packs = pack_count<T>(elems, aligned16(out) && aligned16(inp));
+  gelu_forward_kernel<T><<<packed_blocks<T>(elems, packs), kElementwiseThreads, 0, stream>>>(
+      out, inp, elems, packs);
+  CHECK_LAUNCH();
+}
+
+template <class T>
+void gelu_backward(cudaStream_t stream, T* dinp, const T* inp, const T* dout, size_t elems) {
+  if (elems == 0) return;
+  check_not_null(dinp, "gelu dinp");
+  check_not_null(inp, "gelu inp");
+  check_not_null(dout, "gelu dout");
+  const size_t packs =
+      pack_count<T>(elems, aligned16(dinp) && aligned16(inp) && aligned16(dout));
+  gelu_backward_kernel<T><<<packed_blocks<T>(elems, packs), kElementwiseThreads, 0, stream>>>(
+      dinp, inp, dout, elems, packs);
+  CHECK_LAUNCH();
 }
 
 }  // namespace
 
 void launch_gelu_forward(cudaStream_t stream, float* out, const float* inp, size_t elems) {
-  if (elems == 0) return;
-  check_not_null(out, "gelu out");
-  check_not_null(inp, "gelu inp");
-  gelu_forward_kernel<<<elementwise_blocks(elems), kElementwiseThreads, 0, stream>>>(out, inp,
-                                                                                     elems);
-  CHECK_LAUNCH();
+  gelu_forward(stream, out, inp, elems);
+}
+
+void launch_gelu_forward(cudaStream_t stream, bf16* out, const bf16* inp, size_t elems) {
+  gelu_forward(stream, out, inp, elems);
 }
 
 void launch_gelu_backward(cudaStream_t stream, float* dinp, const float* inp, const float* dout,
                           size_t elems) {
-  if (elems == 0) return;
-  check_not_null(dinp, "gelu dinp");
-  check_not_null(inp, "gelu inp");
-  check_not_null(dout, "gelu dout");
-  gelu_backward_kernel<<<elementwise_blocks(elems), kElementwiseThreads, 0, stream>>>(
-      dinp, inp, dout, elems);
-  CHECK_LAUNCH();
+  gelu_backward(stream, dinp, inp, dout, elems);
+}
+
+void launch_gelu_backward(cudaStream_t stream, bf16* dinp, const bf16* inp, const bf16* dout,
+                          size_t elems) {
+  gelu_backward(stream, dinp, inp, dout, elems);
 }
 
 }  // namespace scalestudy::cuda

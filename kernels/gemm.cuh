@@ -1,5 +1,6 @@
 #pragma once
-// fp32 cuBLAS GEMM wrappers shared by the matmul and attention launchers.
+// cuBLAS GEMM wrappers shared by the matmul and attention launchers: fp32, and bf16
+// operands with fp32 accumulation and a bf16 or fp32 result.
 //
 // cuBLAS is column-major; every tensor here is row-major. A row-major [r, c] matrix with
 // row stride ld is, to cuBLAS, the column-major [c, r] matrix (its transpose) with
@@ -10,6 +11,9 @@
 //
 // CUBLAS_COMPUTE_32F, not the TF32 compute types: the CUDA backend is compared against
 // the fp32 CPU reference, and TF32's 10-bit mantissa would dominate that comparison.
+// With bf16 operands the same compute type runs on the tensor cores: the products of
+// bf16 values are exact in fp32 and accumulate in fp32; the result is rounded once to
+// its storage type (including alpha*AB + beta*C when beta = 1 accumulates into C).
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -17,22 +21,32 @@
 
 namespace scalestudy::cuda {
 
-inline void gemm_fp32(cublasHandle_t handle, cublasOperation_t op_a, cublasOperation_t op_b,
-                      int m, int n, int k, float alpha, const float* a, int lda, const float* b,
-                      int ldb, float beta, float* c, int ldc) {
-  CHECK_CUBLAS(cublasGemmEx(handle, op_a, op_b, m, n, k, &alpha, a, CUDA_R_32F, lda, b,
-                            CUDA_R_32F, ldb, &beta, c, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
+// The storage of one GEMM's operands: A and B share a type (cublasGemmEx needs that),
+// C may be wider.
+struct GemmTypes {
+  cudaDataType_t ab;
+  cudaDataType_t c;
+};
+inline constexpr GemmTypes kGemmFp32{CUDA_R_32F, CUDA_R_32F};
+inline constexpr GemmTypes kGemmBf16{CUDA_R_16BF, CUDA_R_16BF};
+inline constexpr GemmTypes kGemmBf16ToFp32{CUDA_R_16BF, CUDA_R_32F};
+
+inline void gemm(cublasHandle_t handle, GemmTypes types, cublasOperation_t op_a,
+                 cublasOperation_t op_b, int m, int n, int k, float alpha, const void* a, int lda,
+                 const void* b, int ldb, float beta, void* c, int ldc) {
+  CHECK_CUBLAS(cublasGemmEx(handle, op_a, op_b, m, n, k, &alpha, a, types.ab, lda, b, types.ab,
+                            ldb, &beta, c, types.c, ldc, CUBLAS_COMPUTE_32F,
                             CUBLAS_GEMM_DEFAULT));
 }
 
-inline void gemm_fp32_strided_batched(cublasHandle_t handle, cublasOperation_t op_a,
-                                      cublasOperation_t op_b, int m, int n, int k, float alpha,
-                                      const float* a, int lda, long long stride_a,
-                                      const float* b, int ldb, long long stride_b, float beta,
-                                      float* c, int ldc, long long stride_c, int batch_count) {
-  CHECK_CUBLAS(cublasGemmStridedBatchedEx(handle, op_a, op_b, m, n, k, &alpha, a, CUDA_R_32F,
-                                          lda, stride_a, b, CUDA_R_32F, ldb, stride_b, &beta, c,
-                                          CUDA_R_32F, ldc, stride_c, batch_count,
+inline void gemm_strided_batched(cublasHandle_t handle, GemmTypes types, cublasOperation_t op_a,
+                                 cublasOperation_t op_b, int m, int n, int k, float alpha,
+                                 const void* a, int lda, long long stride_a, const void* b,
+                                 int ldb, long long stride_b, float beta, void* c, int ldc,
+                                 long long stride_c, int batch_count) {
+  CHECK_CUBLAS(cublasGemmStridedBatchedEx(handle, op_a, op_b, m, n, k, &alpha, a, types.ab, lda,
+                                          stride_a, b, types.ab, ldb, stride_b, &beta, c,
+                                          types.c, ldc, stride_c, batch_count,
                                           CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 

@@ -2,19 +2,114 @@
 
 #include "common.cuh"
 #include "gemm.cuh"
+#include "precision.cuh"
 #include "reductions.cuh"
 
 namespace scalestudy::cuda {
 namespace {
 
-// out[n, o] += bias[o]. Addition commutes exactly, so this rounds as the CPU's
-// bias + dot does.
-__global__ void add_bias_kernel(float* __restrict__ out, const float* __restrict__ bias,
-                                int rows, int out_channels) {
+// out[n, o] += bias[o], in fp32 and rounded once to T. Addition commutes exactly, so in
+// fp32 this rounds as the CPU's bias + dot does. Packs never straddle a row: they are
+// used only when out_channels is a multiple of the pack.
+template <class T>
+__global__ void add_bias_kernel(T* __restrict__ out, const float* __restrict__ bias, int rows,
+                                int out_channels, size_t packs) {
+  constexpr int kCount = Pack<T>::kCount;
   const size_t elems = size_t(rows) * out_channels;
-  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < elems;
-       i += size_t{gridDim.x} * blockDim.x)
-    out[i] += bias[i % out_channels];
+  const size_t first = blockIdx.x * size_t{blockDim.x} + threadIdx.x;
+  const size_t stride = size_t{gridDim.x} * blockDim.x;
+  for (size_t p = first; p < packs; p += stride) {
+    Pack<T> values = load_pack(out + p * kCount);
+    const int column = static_cast<int>((p * kCount) % out_channels);
+#pragma unroll
+    for (int k = 0; k < kCount; ++k) values.set(k, values.get(k) + bias[column + k]);
+    store_pack(out + p * kCount, values);
+  }
+  for (size_t i = packs * kCount + first; i < elems; i += stride)
+    out[i] = from_float<T>(to_float(out[i]) + bias[i % out_channels]);
+}
+
+// ---- bf16 rows that cuBLAS's fast kernels cannot take ---------------------------------
+// A bf16 GEMM whose output rows are not a multiple of 8 elements (16 bytes) - the tied LM
+// head, V = 50257 - falls off cuBLAS's fast kernels: on an H200 the LM head's forward took
+// 6.6 ms for 0.3 TFLOP, and its input gradient 4.5 ms, whatever the leading dimension, as
+// long as the GEMM's m or k was V itself. So those GEMMs run on a copy with rows padded to
+// a multiple of 8 (in scratch), split into an aligned main part (the first V0 = V rounded
+// down to 8 columns) and a narrow tail GEMM for the last V - V0 columns, so that nothing
+// reads weights or activations beyond the real ones.
+constexpr int kAlignedColumns = 8;
+
+int padded_columns_of(int columns) {
+  return (columns + kAlignedColumns - 1) / kAlignedColumns * kAlignedColumns;
+}
+
+bool needs_padding(int columns) { return columns % kAlignedColumns != 0; }
+
+// out[r, c] = padded[r, c] + bias[c] (bias may be null) for c < columns: one 16-byte pack
+// of out (flat, so packs cross row ends) per thread, read from the padded rows.
+__global__ void unpad_rows_kernel(bf16* __restrict__ out, const bf16* __restrict__ padded,
+                                  const float* __restrict__ bias, int rows, int columns,
+                                  int padded_columns) {
+  constexpr int kCount = Pack<bf16>::kCount;
+  const size_t elems = size_t(rows) * columns, packs = (elems + kCount - 1) / kCount;
+  for (size_t p = blockIdx.x * size_t{blockDim.x} + threadIdx.x; p < packs;
+       p += size_t{gridDim.x} * blockDim.x) {
+    const size_t first = p * kCount;
+    size_t row = first / columns;
+    int column = static_cast<int>(first - row * columns);
+    Pack<bf16> values;
+    const int count = static_cast<int>(min(size_t{kCount}, elems - first));
+    for (int k = 0; k < count; ++k) {
+      const float value = to_float(padded[row * padded_columns + column]);
+      values.set(k, bias != nullptr ? value + bias[column] : value);
+      if (++column == columns) {
+        column = 0;
+        ++row;
+      }
+    }
+    if (count == kCount) {
+      store_pack(out + first, values);
+    } else {
+      for (int k = 0; k < count; ++k) out[first + k] = values.values[k];
+    }
+  }
+}
+
+// padded[r, c] = inp[r, c] for c < columns; the padding columns are never read.
+__global__ void pad_rows_kernel(bf16* __restrict__ padded, const bf16* __restrict__ inp,
+                                int rows, int columns, int padded_columns) {
+  constexpr int kCount = Pack<bf16>::kCount;
+  const size_t elems = size_t(rows) * columns, packs = (elems + kCount - 1) / kCount;
+  for (size_t p = blockIdx.x * size_t{blockDim.x} + threadIdx.x; p < packs;
+       p += size_t{gridDim.x} * blockDim.x) {
+    const size_t first = p * kCount;
+    size_t row = first / columns;
+    int column = static_cast<int>(first - row * columns);
+    const int count = static_cast<int>(min(size_t{kCount}, elems - first));
+    Pack<bf16> values;
+    if (count == kCount) {
+      values = load_pack(inp + first);
+    } else {
+      for (int k = 0; k < count; ++k) values.values[k] = inp[first + k];
+    }
+    for (int k = 0; k < count; ++k) {
+      padded[row * padded_columns + column] = values.values[k];
+      if (++column == columns) {
+        column = 0;
+        ++row;
+      }
+    }
+  }
+}
+
+int pack_blocks(int rows, int columns) {
+  return elementwise_blocks((size_t(rows) * columns + Pack<bf16>::kCount - 1) /
+                            Pack<bf16>::kCount);
+}
+
+// Floats of scratch that hold rows padded to a multiple of 8 bf16 (an even count).
+size_t padded_rows_floats(int rows, int columns) {
+  return size_t(rows) * padded_columns_of(columns) / 2;
 }
 
 void check_shape(int rows, int in_channels, int out_channels) {
@@ -23,32 +118,44 @@ void check_shape(int rows, int in_channels, int out_channels) {
   check_positive(out_channels, "matmul out_channels");
 }
 
-}  // namespace
+// The GEMM storage types for activations of type T: the forward and the input gradient
+// stay in T; the weight gradient is always the fp32 gradient buffer.
+template <class T>
+struct MatmulTypes;
+template <>
+struct MatmulTypes<float> {
+  static constexpr GemmTypes activations = kGemmFp32;
+  static constexpr GemmTypes weight_gradient = kGemmFp32;
+};
+template <>
+struct MatmulTypes<bf16> {
+  static constexpr GemmTypes activations = kGemmBf16;
+  static constexpr GemmTypes weight_gradient = kGemmBf16ToFp32;
+};
 
 // Column-major view (see gemm.cuh): out^T[OC, N] = W[OC, IC] · inp^T[IC, N].
 // weight, row-major [OC, IC], is to cuBLAS W^T [IC, OC] with ld IC: op T gives W.
 // inp, row-major [N, IC], is inp^T [IC, N] with ld IC: op N.
 // out, row-major [N, OC], is out^T [OC, N] with ld OC.
-void launch_matmul_forward(cublasHandle_t handle, cudaStream_t stream, float* out,
-                           const float* inp, const float* weight, const float* bias, int rows,
-                           int in_channels, int out_channels) {
+template <class T>
+void matmul_forward(cublasHandle_t handle, cudaStream_t stream, T* out, const T* inp,
+                    const T* weight, const float* bias, int rows, int in_channels,
+                    int out_channels) {
   check_shape(rows, in_channels, out_channels);
   check_not_null(out, "matmul out");
   check_not_null(inp, "matmul inp");
   check_not_null(weight, "matmul weight");
   check_handle_stream(handle, stream);
-  gemm_fp32(handle, CUBLAS_OP_T, CUBLAS_OP_N, out_channels, rows, in_channels, 1.0f, weight,
-            in_channels, inp, in_channels, 0.0f, out, out_channels);
+  gemm(handle, MatmulTypes<T>::activations, CUBLAS_OP_T, CUBLAS_OP_N, out_channels, rows,
+       in_channels, 1.0f, weight, in_channels, inp, in_channels, 0.0f, out, out_channels);
   if (bias != nullptr) {
     const size_t elems = size_t(rows) * out_channels;
-    add_bias_kernel<<<elementwise_blocks(elems), kElementwiseThreads, 0, stream>>>(
-        out, bias, rows, out_channels);
+    const size_t packs =
+        pack_count<T>(elems, aligned16(out) && out_channels % Pack<T>::kCount == 0);
+    add_bias_kernel<T><<<packed_blocks<T>(elems, packs), kElementwiseThreads, 0, stream>>>(
+        out, bias, rows, out_channels, packs);
     CHECK_LAUNCH();
   }
-}
-
-size_t matmul_backward_scratch_elems(int rows, int out_channels) {
-  return size_t(column_partial_rows(rows)) * size_t(out_channels);
 }
 
 // Both GEMMs run with beta = 1, which is what makes them accumulate.
@@ -56,10 +163,10 @@ size_t matmul_backward_scratch_elems(int rows, int out_channels) {
 //   dout^T with ld OC (op N), dinp is dinp^T with ld IC.
 // dweight^T[IC, OC] += inp^T[IC, N] · dout[N, OC]: inp is inp^T with ld IC (op N), dout
 //   is dout^T with ld OC (op T gives dout), dweight is dweight^T with ld IC.
-void launch_matmul_backward(cublasHandle_t handle, cudaStream_t stream, float* dinp,
-                            float* dweight, float* dbias, const float* dout, const float* inp,
-                            const float* weight, int rows, int in_channels, int out_channels,
-                            float* scratch, size_t scratch_elems) {
+template <class T>
+void matmul_backward(cublasHandle_t handle, cudaStream_t stream, T* dinp, float* dweight,
+                     float* dbias, const T* dout, const T* inp, const T* weight, int rows,
+                     int in_channels, int out_channels, float* scratch, size_t scratch_elems) {
   check_shape(rows, in_channels, out_channels);
   check_not_null(dinp, "matmul dinp");
   check_not_null(dweight, "matmul dweight");
@@ -67,14 +174,121 @@ void launch_matmul_backward(cublasHandle_t handle, cudaStream_t stream, float* d
   check_not_null(inp, "matmul inp");
   check_not_null(weight, "matmul weight");
   check_handle_stream(handle, stream);
-  gemm_fp32(handle, CUBLAS_OP_N, CUBLAS_OP_N, in_channels, rows, out_channels, 1.0f, weight,
-            in_channels, dout, out_channels, 1.0f, dinp, in_channels);
-  gemm_fp32(handle, CUBLAS_OP_N, CUBLAS_OP_T, in_channels, out_channels, rows, 1.0f, inp,
-            in_channels, dout, out_channels, 1.0f, dweight, in_channels);
+  gemm(handle, MatmulTypes<T>::activations, CUBLAS_OP_N, CUBLAS_OP_N, in_channels, rows,
+       out_channels, 1.0f, weight, in_channels, dout, out_channels, 1.0f, dinp, in_channels);
+  gemm(handle, MatmulTypes<T>::weight_gradient, CUBLAS_OP_N, CUBLAS_OP_T, in_channels,
+       out_channels, rows, 1.0f, inp, in_channels, dout, out_channels, 1.0f, dweight,
+       in_channels);
   if (dbias != nullptr) {
     SCALESTUDY_CHECK(scratch_elems >= matmul_backward_scratch_elems(rows, out_channels),
                      "matmul backward: scratch too small");
     launch_column_sums(stream, dbias, dout, rows, out_channels, scratch, scratch_elems);
+  }
+}
+
+}  // namespace
+
+void launch_matmul_forward(cublasHandle_t handle, cudaStream_t stream, float* out,
+                           const float* inp, const float* weight, const float* bias, int rows,
+                           int in_channels, int out_channels) {
+  matmul_forward(handle, stream, out, inp, weight, bias, rows, in_channels, out_channels);
+}
+
+size_t matmul_forward_scratch_elems_bf16(int rows, int out_channels) {
+  return needs_padding(out_channels) ? padded_rows_floats(rows, out_channels) : 0;
+}
+
+// With padding: out^T[OC, N] is computed into padded^T[OCp, N] (ld OCp) as two GEMMs, W's
+// first OC0 rows and its last OC - OC0 rows, then copied (adding the bias) into out.
+void launch_matmul_forward(cublasHandle_t handle, cudaStream_t stream, bf16* out,
+                           const bf16* inp, const bf16* weight, const float* bias, int rows,
+                           int in_channels, int out_channels, float* scratch,
+                           size_t scratch_elems) {
+  if (!needs_padding(out_channels)) {
+    matmul_forward(handle, stream, out, inp, weight, bias, rows, in_channels, out_channels);
+    return;
+  }
+  check_shape(rows, in_channels, out_channels);
+  check_not_null(out, "matmul out");
+  check_not_null(inp, "matmul inp");
+  check_not_null(weight, "matmul weight");
+  check_not_null(scratch, "matmul scratch");
+  SCALESTUDY_CHECK(scratch_elems >= matmul_forward_scratch_elems_bf16(rows, out_channels),
+                   "matmul forward: scratch too small");
+  check_handle_stream(handle, stream);
+  const int padded_channels = padded_columns_of(out_channels);
+  const int aligned_channels = out_channels / kAlignedColumns * kAlignedColumns;
+  auto* padded = reinterpret_cast<bf16*>(scratch);
+  if (aligned_channels > 0)
+    gemm(handle, kGemmBf16, CUBLAS_OP_T, CUBLAS_OP_N, aligned_channels, rows, in_channels, 1.0f,
+         weight, in_channels, inp, in_channels, 0.0f, padded, padded_channels);
+  gemm(handle, kGemmBf16, CUBLAS_OP_T, CUBLAS_OP_N, out_channels - aligned_channels, rows,
+       in_channels, 1.0f, weight + size_t(aligned_channels) * in_channels, in_channels, inp,
+       in_channels, 0.0f, padded + aligned_channels, padded_channels);
+  unpad_rows_kernel<<<pack_blocks(rows, out_channels), kElementwiseThreads, 0, stream>>>(
+      out, padded, bias, rows, out_channels, padded_channels);
+  CHECK_LAUNCH();
+}
+
+size_t matmul_backward_scratch_elems(int rows, int out_channels) {
+  return size_t(column_partial_rows(rows)) * size_t(out_channels);
+}
+
+void launch_matmul_backward(cublasHandle_t handle, cudaStream_t stream, float* dinp,
+                            float* dweight, float* dbias, const float* dout, const float* inp,
+                            const float* weight, int rows, int in_channels, int out_channels,
+                            float* scratch, size_t scratch_elems) {
+  matmul_backward(handle, stream, dinp, dweight, dbias, dout, inp, weight, rows, in_channels,
+                  out_channels, scratch, scratch_elems);
+}
+
+size_t matmul_backward_scratch_elems_bf16(int rows, int out_channels) {
+  return (needs_padding(out_channels) ? padded_rows_floats(rows, out_channels) : 0) +
+         matmul_backward_scratch_elems(rows, out_channels);
+}
+
+// With padding, dout is first copied into padded rows (ld OCp). dinp takes two GEMMs (the
+// first OC0 columns of dout with W's first OC0 rows, then the rest), so it is rounded to
+// bf16 twice; dweight is one GEMM over all OC columns (n = OC is not the contiguous
+// dimension of its result, so it needs no padding). The bias partials follow the padded
+// rows in scratch.
+void launch_matmul_backward(cublasHandle_t handle, cudaStream_t stream, bf16* dinp,
+                            float* dweight, float* dbias, const bf16* dout, const bf16* inp,
+                            const bf16* weight, int rows, int in_channels, int out_channels,
+                            float* scratch, size_t scratch_elems) {
+  if (!needs_padding(out_channels)) {
+    matmul_backward(handle, stream, dinp, dweight, dbias, dout, inp, weight, rows, in_channels,
+                    out_channels, scratch, scratch_elems);
+    return;
+  }
+  check_shape(rows, in_channels, out_channels);
+  check_not_null(dinp, "matmul dinp");
+  check_not_null(dweight, "matmul dweight");
+  check_not_null(dout, "matmul dout");
+  check_not_null(inp, "matmul inp");
+  check_not_null(weight, "matmul weight");
+  check_not_null(scratch, "matmul scratch");
+  SCALESTUDY_CHECK(scratch_elems >= matmul_backward_scratch_elems_bf16(rows, out_channels),
+                   "matmul backward: scratch too small");
+  check_handle_stream(handle, stream);
+  const int padded_channels = padded_columns_of(out_channels);
+  const int aligned_channels = out_channels / kAlignedColumns * kAlignedColumns;
+  auto* padded = reinterpret_cast<bf16*>(scratch);
+  pad_rows_kernel<<<pack_blocks(rows, out_channels), kElementwiseThreads, 0, stream>>>(
+      padded, dout, rows, out_channels, padded_channels);
+  CHECK_LAUNCH();
+  if (aligned_channels > 0)
+    gemm(handle, kGemmBf16, CUBLAS_OP_N, CUBLAS_OP_N, in_channels, rows, aligned_channels, 1.0f,
+         weight, in_channels, padded, padded_channels, 1.0f, dinp, in_channels);
+  gemm(handle, kGemmBf16, CUBLAS_OP_N, CUBLAS_OP_N, in_channels, rows,
+       out_channels - aligned_channels, 1.0f, weight + size_t(aligned_channels) * in_channels,
+       in_channels, padded + aligned_channels, padded_channels, 1.0f, dinp, in_channels);
+  gemm(handle, kGemmBf16ToFp32, CUBLAS_OP_N, CUBLAS_OP_T, in_channels, out_channels, rows, 1.0f,
+       inp, in_channels, padded, padded_channels, 1.0f, dweight, in_channels);
+  if (dbias != nullptr) {
+    const size_t padded_floats = padded_rows_floats(rows, out_channels);
+    launch_column_sums(stream, dbias, dout, rows, out_channels, scratch + padded_floats,
+                       scratch_elems - padded_floats);
   }
 }
 

@@ -1,6 +1,7 @@
 #include "reductions.cuh"
 
 #include "common.cuh"
+#include "precision.cuh"
 
 namespace scalestudy::cuda {
 namespace {
@@ -11,14 +12,14 @@ constexpr int kSumThreads = 256;
 constexpr int kSumBlocks = 1024;
 constexpr int kFinalSumThreads = 1024;
 
-template <bool kSquares>
-__global__ void partial_sums_kernel(double* __restrict__ partials, const float* __restrict__ x,
+template <bool kSquares, class T>
+__global__ void partial_sums_kernel(double* __restrict__ partials, const T* __restrict__ x,
                                     size_t elems) {
   __shared__ double shared[kWarpSize];
   double total = 0.0;
   for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < elems;
        i += size_t{gridDim.x} * blockDim.x) {
-    const double value = x[i];
+    const double value = to_float(x[i]);
     total += kSquares ? value * value : value;
   }
   total = block_reduce_sum(total, shared);
@@ -34,8 +35,8 @@ __global__ void final_sum_kernel(double* __restrict__ result,
   if (threadIdx.x == 0) *result = total;
 }
 
-template <bool kSquares>
-void launch_sum_impl(cudaStream_t stream, double* device_result, const float* x, size_t elems,
+template <bool kSquares, class T>
+void launch_sum_impl(cudaStream_t stream, double* device_result, const T* x, size_t elems,
                      double* scratch, size_t scratch_doubles) {
   check_not_null(device_result, "sum result");
   if (elems == 0) {
@@ -47,7 +48,7 @@ void launch_sum_impl(cudaStream_t stream, double* device_result, const float* x,
   SCALESTUDY_CHECK(scratch_doubles >= reduction_scratch_doubles(), "sum: scratch too small");
   const size_t wanted = (elems + kSumThreads - 1) / kSumThreads;
   const int blocks = wanted < size_t{kSumBlocks} ? static_cast<int>(wanted) : kSumBlocks;
-  partial_sums_kernel<kSquares><<<blocks, kSumThreads, 0, stream>>>(scratch, x, elems);
+  partial_sums_kernel<kSquares, T><<<blocks, kSumThreads, 0, stream>>>(scratch, x, elems);
   CHECK_LAUNCH();
   final_sum_kernel<<<1, kFinalSumThreads, 0, stream>>>(device_result, scratch, blocks);
   CHECK_LAUNCH();
@@ -58,7 +59,8 @@ constexpr int kColumnRowLanes = 8;
 
 // Block (kColumnTile, kColumnRowLanes): a warp reads 32 consecutive columns of one row,
 // so loads are coalesced; the row lanes are combined in lane order.
-__global__ void column_partials_kernel(float* __restrict__ partials, const float* __restrict__ x,
+template <class T>
+__global__ void column_partials_kernel(float* __restrict__ partials, const T* __restrict__ x,
                                        int rows, int columns) {
   __shared__ float tile[kColumnRowLanes][kColumnTile + 1];
   const int c = blockIdx.x * kColumnTile + threadIdx.x;
@@ -67,7 +69,7 @@ __global__ void column_partials_kernel(float* __restrict__ partials, const float
   float total = 0.0f;
   if (c < columns) {
     for (int r = chunk * kColumnChunkRows + threadIdx.y; r < row_end; r += kColumnRowLanes)
-      total += x[size_t(r) * columns + c];
+      total += to_float(x[size_t(r) * columns + c]);
   }
   tile[threadIdx.y][threadIdx.x] = total;
   __syncthreads();
@@ -88,22 +90,9 @@ __global__ void add_column_partials_kernel(float* __restrict__ dst,
   }
 }
 
-}  // namespace
-
-size_t reduction_scratch_doubles() { return kSumBlocks; }
-
-void launch_sum(cudaStream_t stream, double* device_result, const float* x, size_t elems,
-                double* scratch, size_t scratch_doubles) {
-  launch_sum_impl<false>(stream, device_result, x, elems, scratch, scratch_doubles);
-}
-
-void launch_sum_of_squares(cudaStream_t stream, double* device_result, const float* x,
-                           size_t elems, double* scratch, size_t scratch_doubles) {
-  launch_sum_impl<true>(stream, device_result, x, elems, scratch, scratch_doubles);
-}
-
-void launch_column_sums(cudaStream_t stream, float* dst, const float* x, int rows, int columns,
-                        float* scratch, size_t scratch_elems) {
+template <class T>
+void column_sums(cudaStream_t stream, float* dst, const T* x, int rows, int columns,
+                 float* scratch, size_t scratch_elems) {
   check_positive(rows, "column sums rows");
   check_positive(columns, "column sums columns");
   check_not_null(dst, "column sums dst");
@@ -115,9 +104,38 @@ void launch_column_sums(cudaStream_t stream, float* dst, const float* x, int row
                    "column sums: scratch too small");
   const dim3 grid((columns + kColumnTile - 1) / kColumnTile, partial_rows);
   const dim3 block(kColumnTile, kColumnRowLanes);
-  column_partials_kernel<<<grid, block, 0, stream>>>(scratch, x, rows, columns);
+  column_partials_kernel<T><<<grid, block, 0, stream>>>(scratch, x, rows, columns);
   CHECK_LAUNCH();
   launch_add_column_partials(stream, dst, scratch, partial_rows, columns);
+}
+
+}  // namespace
+
+size_t reduction_scratch_doubles() { return kSumBlocks; }
+
+void launch_sum(cudaStream_t stream, double* device_result, const float* x, size_t elems,
+                double* scratch, size_t scratch_doubles) {
+  launch_sum_impl<false>(stream, device_result, x, elems, scratch, scratch_doubles);
+}
+
+void launch_sum(cudaStream_t stream, double* device_result, const bf16* x, size_t elems,
+                double* scratch, size_t scratch_doubles) {
+  launch_sum_impl<false>(stream, device_result, x, elems, scratch, scratch_doubles);
+}
+
+void launch_sum_of_squares(cudaStream_t stream, double* device_result, const float* x,
+                           size_t elems, double* scratch, size_t scratch_doubles) {
+  launch_sum_impl<true>(stream, device_result, x, elems, scratch, scratch_doubles);
+}
+
+void launch_column_sums(cudaStream_t stream, float* dst, const float* x, int rows, int columns,
+                        float* scratch, size_t scratch_elems) {
+  column_sums(stream, dst, x, rows, columns, scratch, scratch_elems);
+}
+
+void launch_column_sums(cudaStream_t stream, float* dst, const bf16* x, int rows, int columns,
+                        float* scratch, size_t scratch_elems) {
+  column_sums(stream, dst, x, rows, columns, scratch, scratch_elems);
 }
 
 void launch_add_column_partials(cudaStream_t stream, float* dst, const float* partials,

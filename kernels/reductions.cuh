@@ -2,6 +2,7 @@
 // Deterministic reductions. Every reduction splits its input the same way for a given
 // length (a fixed grid, fixed chunks, fixed combination trees) and never uses atomics,
 // so the same inputs give the same bits on every run and on every Hopper part.
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -14,6 +15,9 @@ namespace scalestudy::cuda {
 // reduction_scratch_doubles() doubles; *device_result receives the total.
 size_t reduction_scratch_doubles();
 void launch_sum(cudaStream_t stream, double* device_result, const float* x, size_t elems,
+                double* scratch, size_t scratch_doubles);
+// The same over bf16 storage (each value widened exactly).
+void launch_sum(cudaStream_t stream, double* device_result, const __nv_bfloat16* x, size_t elems,
                 double* scratch, size_t scratch_doubles);
 void launch_sum_of_squares(cudaStream_t stream, double* device_result, const float* x,
                            size_t elems, double* scratch, size_t scratch_doubles);
@@ -29,6 +33,9 @@ inline int column_partial_rows(int rows) {
 // dst[c] += sum_r x[r, c]. scratch holds at least column_partial_rows(rows)*columns floats.
 void launch_column_sums(cudaStream_t stream, float* dst, const float* x, int rows, int columns,
                         float* scratch, size_t scratch_elems);
+// The same over bf16 storage: fp32 partials and an fp32 dst, as above.
+void launch_column_sums(cudaStream_t stream, float* dst, const __nv_bfloat16* x, int rows,
+                        int columns, float* scratch, size_t scratch_elems);
 // dst[c] += sum_k partials[k, c], the second stage on its own, for kernels that write
 // their partials in the layout above.
 void launch_add_column_partials(cudaStream_t stream, float* dst, const float* partials,

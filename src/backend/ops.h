@@ -46,7 +46,16 @@ class Ops {
   virtual std::string name() const = 0;
 
   // ---- memory ---------------------------------------------------------------------
+  // Buffers of `elems` elements. Activations (MemoryKind::activations) are handles whose
+  // storage precision is the backend's business: a backend that computes in bf16 stores
+  // them as bf16 behind the float* type, so callers never dereference them or offset
+  // them; they pass them to ops, to fill_zero/copy/copy_to_host/copy_from_host (which
+  // convert), and release them. Every other kind is plain fp32.
   virtual float* allocate_floats(size_t elems, MemoryKind kind) = 0;
+  // fp32 per-row statistics and losses (LayerNorm mean/rstd, per-token losses), whatever
+  // the activation precision: counted as activations, but always fp32, because rstd
+  // rounded to bf16 would bias every backward through it.
+  virtual float* allocate_statistics(size_t elems) = 0;
   virtual int32_t* allocate_ints(size_t elems, MemoryKind kind) = 0;
   virtual void release(void* ptr) = 0;
   virtual void fill_zero(float* dst, size_t elems) = 0;
@@ -119,6 +128,13 @@ class Ops {
   // One AdamW step over a contiguous range. params are the fp32 master weights.
   virtual void adamw_update(float* params, const float* grads, float* m, float* v,
                             size_t elems, const AdamWParams& hyper) = 0;
+
+  // The master parameters [params + begin_elems, params + end_elems) changed (an optimizer
+  // update, a parameter all-gather, a copy from the host): backends that compute from a
+  // lower-precision copy of the parameters refresh that range of it, in stream order.
+  // `params` lies in the MemoryKind::parameters allocation. A no-op for fp32 backends.
+  virtual void parameters_changed(const float* params, size_t begin_elems,
+                                  size_t end_elems) = 0;
 
   // Waits until every op issued so far has finished (a no-op on the CPU).
   virtual void synchronize() = 0;

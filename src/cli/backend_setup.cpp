@@ -48,15 +48,12 @@ BackendSetup make_backend(const RunConfig& config, const ProcessPlacement& where
     return setup;
   }
 #if SCALESTUDY_HAVE_CUDA
-  if (config.precision != Precision::fp32)
-    throw UsageError(std::string("--precision ") + precision_name(config.precision) +
-                     ": the cuda backend computes in fp32 only so far");
   const int devices = cuda_device_count();
   if (where.local_rank >= devices)
     throw UsageError("--backend cuda: rank " + std::to_string(where.rank) + " is local rank " +
                      std::to_string(where.local_rank) + " on " + where.host + ", which has " +
                      std::to_string(devices) + " visible GPU(s)");
-  auto ops = std::make_unique<CudaOps>(where.local_rank);
+  auto ops = std::make_unique<CudaOps>(where.local_rank, config.precision);
   setup.comm = std::make_unique<NcclCommunicator>(MPI_COMM_WORLD, ops->stream(), config.comm_timeout_s);
   setup.identity.backend = "cuda";
   setup.identity.device_name = cuda_device_description(where.local_rank);

@@ -81,6 +81,12 @@ Gpt::Gpt(Ops& ops, const ModelShape& shape, int micro_batch, int seq, size_t pad
     a.owned.push_back(p);
     return p;
   };
+  // Row statistics and losses stay fp32 whatever the activation precision.
+  auto statistics = [&](size_t elems) {
+    float* p = ops_.allocate_statistics(elems);
+    a.owned.push_back(p);
+    return p;
+  };
   a.tokens = ops_.allocate_ints(N, MemoryKind::activations);
   a.targets = ops_.allocate_ints(N, MemoryKind::activations);
   a.owned.push_back(a.tokens);
@@ -89,26 +95,26 @@ Gpt::Gpt(Ops& ops, const ModelShape& shape, int micro_batch, int seq, size_t pad
   for (int l = 0; l < shape.layers; ++l) {
     Activations::Layer layer{};
     layer.ln1 = floats(N * C);
-    layer.ln1_mean = floats(N);
-    layer.ln1_rstd = floats(N);
+    layer.ln1_mean = statistics(N);
+    layer.ln1_rstd = statistics(N);
     layer.qkv = floats(N * 3 * C);
     layer.atty = floats(N * C);
     layer.att_probs = floats(static_cast<size_t>(batch_) * NH * T * T);
     layer.residual2 = floats(N * C);
     layer.ln2 = floats(N * C);
-    layer.ln2_mean = floats(N);
-    layer.ln2_rstd = floats(N);
+    layer.ln2_mean = statistics(N);
+    layer.ln2_rstd = statistics(N);
     layer.fch = floats(N * 4 * C);
     layer.fch_gelu = floats(N * 4 * C);
     layer.residual3 = floats(N * C);
     a.layers.push_back(layer);
   }
   a.lnf = floats(N * C);
-  a.lnf_mean = floats(N);
-  a.lnf_rstd = floats(N);
+  a.lnf_mean = statistics(N);
+  a.lnf_rstd = statistics(N);
   a.logits = floats(N * V);
   a.probs = floats(N * V);
-  a.losses = floats(N);
+  a.losses = statistics(N);
   a.branch_out = floats(N * C);
   a.dresidual = floats(N * C);
   a.dln = floats(N * C);

@@ -62,6 +62,7 @@ OptimizerStats DdpStrategy::optimizer_step(float learning_rate, int step) {
   // fp32 compute: the parameters are their own master weights.
   adamw_over_range(ops_, model_.layout(), 0, plan_.padded_elems, model_.params(), grads_, m_, v_,
                    config_, learning_rate, step);
+  ops_.parameters_changed(model_.params(), 0, plan_.padded_elems);
   return stats;
 }
 

@@ -179,6 +179,8 @@ void Zero2Strategy::start_gathers() {
 void Zero2Strategy::complete_gather(int b) {
   comm_.finish(buckets_[b].gather);
   buckets_[b].gathering = false;
+  // In stream order after the wait: a lower-precision compute copy sees the new values.
+  ops_.parameters_changed(model_.params(), plan_.buckets[b].begin_elems, plan_.buckets[b].end_elems);
 }
 
 void Zero2Strategy::before_segment_forward(int segment) {

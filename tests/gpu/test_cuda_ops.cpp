@@ -16,26 +16,22 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <iomanip>
 #include <iostream>
-#include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
-#include "backend/cpu/cpu_ops.h"
-#include "backend/cuda/cuda_ops.h"
-#include "backend/cuda/device_info.h"
-#include "model/gpt.h"
-#include "model/parameter_layout.h"
+#include "cuda_test_support.h"
 
 namespace scalestudy {
 namespace {
 
-struct Tolerance {
-  double atol;
-  double rtol;
-};
+using gpu_test::all_close;
+using gpu_test::FullGradient;
+using gpu_test::kShapes;
+using gpu_test::OpShape;
+using gpu_test::random_floats;
+using gpu_test::random_ids;
+using gpu_test::Tolerance;
 
 // ---- tolerances, fp32 ---------------------------------------------------------------
 // Measured on an H100 (sm_90, CUDA 13.0): every check stayed within 0.41 of its bound,
@@ -78,121 +74,13 @@ constexpr double kDoubleSumRelative = 1e-11;
 constexpr Tolerance kModelLoss{1e-7, 1e-6};
 constexpr Tolerance kModelGradient{2e-5 /* times max|grad| of the tensor */, 1e-4};
 
-// ---- helpers ------------------------------------------------------------------------
+// ---- fixture ------------------------------------------------------------------------
 
-// splitmix64: the same sequence with every compiler and standard library.
-class Rng {
- public:
-  explicit Rng(uint64_t seed) : state_(seed) {}
-  uint64_t next() {
-    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  float uniform(float lo, float hi) {
-    return lo + (hi - lo) * static_cast<float>(static_cast<double>(next() >> 40) * 0x1.0p-24);
-  }
-
- private:
-  uint64_t state_;
-};
-
-std::vector<float> random_floats(size_t elems, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
-  Rng rng(seed);
-  std::vector<float> values(elems);
-  for (float& value : values) value = rng.uniform(lo, hi);
-  return values;
-}
-
-// Ids in [0, bound), half of them from {0..4} so that repeated tokens are certain, and
-// the last one bound-1 so that the top row of a table is touched.
-std::vector<int32_t> random_ids(size_t elems, uint64_t seed, int32_t bound) {
-  Rng rng(seed);
-  std::vector<int32_t> ids(elems);
-  for (size_t i = 0; i < elems; ++i) {
-    const int32_t range = i % 2 == 0 ? std::min<int32_t>(bound, 5) : bound;
-    ids[i] = static_cast<int32_t>(rng.next() % static_cast<uint64_t>(range));
-  }
-  ids.back() = bound - 1;
-  return ids;
-}
-
-template <class Got, class Ref>
-::testing::AssertionResult all_close(const std::string& what, const Got& got, const Ref& ref,
-                                     Tolerance tolerance) {
-  if (got.size() != ref.size())
-    return ::testing::AssertionFailure() << what << ": " << got.size() << " vs " << ref.size()
-                                         << " elements";
-  size_t mismatches = 0, first = 0;
-  double worst = 0.0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double g = static_cast<double>(got[i]), r = static_cast<double>(ref[i]);
-    const double error = std::fabs(g - r);
-    if (!(error <= tolerance.atol + tolerance.rtol * std::fabs(r))) {
-      if (mismatches++ == 0) first = i;
-    }
-    if (error > worst || std::isnan(error)) worst = error;
-  }
-  if (mismatches == 0) return ::testing::AssertionSuccess();
-  std::ostringstream text;
-  text << std::setprecision(9) << what << ": " << mismatches << " of " << got.size()
-       << " elements exceed atol " << tolerance.atol << " + rtol " << tolerance.rtol
-       << "*|ref|; first at index " << first << ": gpu " << static_cast<double>(got[first])
-       << ", cpu " << static_cast<double>(ref[first]) << "; largest |error| " << worst;
-  return ::testing::AssertionFailure() << text.str();
-}
-
-struct OpShape {
-  const char* name;
-  int batch, seq, channels, heads, vocab;
-  int rows() const { return batch * seq; }
-};
-
-const OpShape kShapes[] = {
-    {"medium", 2, 64, 128, 4, 1000},
-    {"odd", 3, 33, 96, 4, 517},
-    {"tiny", 1, 5, 6, 2, 11},
-};
-
-class CudaOpsTest : public ::testing::Test {
+// The backend in fp32 mode, named explicitly: these tests are what "fp32 is unchanged"
+// means.
+class CudaOpsTest : public gpu_test::CudaOpsFixture {
  protected:
-  void SetUp() override {
-    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device visible: GPU tests skipped";
-    gpu_ = std::make_unique<CudaOps>(0);
-  }
-  void TearDown() override {
-    if (!gpu_) return;
-    for (void* ptr : owned_) gpu_->release(ptr);
-  }
-
-  float* upload(const std::vector<float>& host) {
-    float* device = gpu_->allocate_floats(host.size(), MemoryKind::other);
-    owned_.push_back(device);
-    gpu_->copy_from_host(device, host.data(), host.size());
-    return device;
-  }
-  int32_t* upload(const std::vector<int32_t>& host) {
-    int32_t* device = gpu_->allocate_ints(host.size(), MemoryKind::other);
-    owned_.push_back(device);
-    gpu_->copy_ints_from_host(device, host.data(), host.size());
-    return device;
-  }
-  // A device output buffer that the op must overwrite completely.
-  float* poisoned(size_t elems) { return upload(std::vector<float>(elems, NAN)); }
-  std::vector<float> download(const float* device, size_t elems) {
-    std::vector<float> host(elems);
-    gpu_->copy_to_host(host.data(), device, elems);
-    return host;
-  }
-  ::testing::AssertionResult matches(const std::string& what, const float* device,
-                                     const std::vector<float>& cpu, Tolerance tolerance) {
-    return all_close(what, download(device, cpu.size()), cpu, tolerance);
-  }
-
-  CpuOps cpu_;
-  std::unique_ptr<CudaOps> gpu_;
-  std::vector<void*> owned_;
+  CudaOpsTest() : CudaOpsFixture(Precision::fp32) {}
 };
 
 class CudaOpsShapes : public CudaOpsTest, public ::testing::WithParamInterface<OpShape> {};
@@ -250,6 +138,25 @@ TEST_F(CudaOpsTest, MemoryAccountingCopiesAndHostBufferReuse) {
   EXPECT_EQ(gpu_->allocated_bytes(MemoryKind::parameters), params_before);
   EXPECT_EQ(gpu_->allocated_bytes(MemoryKind::activations), 0u);
   EXPECT_EQ(gpu_->allocated_bytes(MemoryKind::gradients), 0u);
+}
+
+// The mixed-precision additions to the interface leave fp32 mode as it was: statistics
+// are ordinary fp32 activations, activations keep 4 bytes per element, parameters get
+// no lower-precision copy, and parameters_changed does nothing.
+TEST_F(CudaOpsTest, Fp32ModeKeepsEveryBufferFp32) {
+  EXPECT_EQ(gpu_->precision(), Precision::fp32);
+  const size_t params_before = gpu_->allocated_bytes(MemoryKind::parameters);
+  const auto values = random_floats(100, 3);
+  float* params = upload(values, MemoryKind::parameters);
+  float* activations = upload(values, MemoryKind::activations);
+  float* statistics = gpu_->allocate_statistics(10);
+  owned_.push_back(statistics);
+  EXPECT_EQ(gpu_->allocated_bytes(MemoryKind::parameters), params_before + 100 * sizeof(float));
+  EXPECT_EQ(gpu_->allocated_bytes(MemoryKind::activations), 110 * sizeof(float));
+  gpu_->parameters_changed(params, 0, 100);
+  EXPECT_TRUE(all_close("parameters after parameters_changed", download(params, 100), values,
+                        kBitExact));
+  EXPECT_TRUE(all_close("fp32 activations", download(activations, 100), values, kBitExact));
 }
 
 // ---- per-op comparisons -------------------------------------------------------------
@@ -481,20 +388,6 @@ TEST_F(CudaOpsTest, AdamWStepsAreBitIdentical) {
 }
 
 // ---- a whole model step ---------------------------------------------------------------
-
-// One gradient buffer for the whole model (as ddp uses), on whichever backend owns it.
-class FullGradient : public GradientSink {
- public:
-  FullGradient(const ParameterLayout& layout, float* grads) : layout_(layout), grads_(grads) {}
-  float* segment_gradients(int segment) override {
-    return grads_ + layout_.segments[segment].begin_elems;
-  }
-  void segment_done(int) override {}
-
- private:
-  const ParameterLayout& layout_;
-  float* grads_;
-};
 
 TEST_F(CudaOpsTest, WholeModelLossAndGradientsMatchTheCpu) {
   for (bool causal : {true, false}) {

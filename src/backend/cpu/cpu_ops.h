@@ -29,6 +29,10 @@ class CpuOps final : public Ops {
   std::string name() const override { return "cpu"; }
 
   float* allocate_floats(size_t elems, MemoryKind kind) override;
+  // Activations are fp32 here, so statistics are ordinary activation buffers.
+  float* allocate_statistics(size_t elems) override {
+    return allocate_floats(elems, MemoryKind::activations);
+  }
   int32_t* allocate_ints(size_t elems, MemoryKind kind) override;
   void release(void* ptr) override;
   void fill_zero(float* dst, size_t elems) override;
@@ -82,6 +86,8 @@ class CpuOps final : public Ops {
   size_t measured_peak_bytes() const override { return peak_resident_bytes(); }
   std::string peak_source() const override { return "VmHWM"; }
   std::unique_ptr<StepTimer> make_step_timer() override { return std::make_unique<HostStepTimer>(); }
+  // The CPU computes from the fp32 parameters themselves: nothing to refresh.
+  void parameters_changed(const float*, size_t, size_t) override {}
   void synchronize() override {}
 
  private:

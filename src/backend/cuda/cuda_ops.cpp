@@ -1,14 +1,20 @@
 #include "backend/cuda/cuda_ops.h"
 
+#include <cuda_bf16.h>
+
 #include <algorithm>
 #include <cstdint>
+#include <iterator>
 #include <string>
+#include <vector>
 
 #include "adamw.cuh"
 #include "attention.cuh"
+#include "backend/cuda/bf16_host.h"
 #include "backend/cuda/cuda_step_timer.h"
 #include "backend/cuda/device_info.h"
 #include "core/check.h"
+#include "core/usage_error.h"
 #include "cross_entropy.cuh"
 #include "elementwise.cuh"
 #include "embedding.cuh"
@@ -28,9 +34,19 @@ constexpr size_t kMinAllocationBytes = 256;
 // does not reallocate (and synchronise) every time.
 constexpr double kScratchGrowth = 1.5;
 
+using cuda_bf16 = __nv_bfloat16;
+
+// bf16 views of float* handles whose storage the registry reported as bf16.
+cuda_bf16* as_bf16(float* ptr) { return reinterpret_cast<cuda_bf16*>(ptr); }
+const cuda_bf16* as_bf16(const float* ptr) { return reinterpret_cast<const cuda_bf16*>(ptr); }
+
 }  // namespace
 
-CudaOps::CudaOps(int device) : device_(device) {
+CudaOps::CudaOps(int device, Precision precision) : device_(device), precision_(precision) {
+  if (precision == Precision::fp16)
+    throw UsageError(
+        "--precision fp16: the cuda backend computes in fp32 or bf16; fp16 would need loss "
+        "scaling, which the trainer does not do");
   const int count = cuda_device_count();
   SCALESTUDY_CHECK(device >= 0 && device < count,
                    "cuda backend: device " + std::to_string(device) + " requested, " +
@@ -39,7 +55,8 @@ CudaOps::CudaOps(int device) : device_(device) {
   CHECK_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   CHECK_CUBLAS(cublasCreate(&cublas_));
   CHECK_CUBLAS(cublasSetStream(cublas_, stream_));
-  // Plain fp32 arithmetic: no TF32 tensor-op shortcuts for fp32 GEMMs.
+  // Plain fp32 arithmetic: no TF32 tensor-op shortcuts for fp32 GEMMs. (bf16 GEMMs use the
+  // tensor cores whatever the math mode.)
   CHECK_CUBLAS(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
 
   reduction_partials_elems_ = cuda::reduction_scratch_doubles();
@@ -54,7 +71,10 @@ CudaOps::CudaOps(int device) : device_(device) {
 CudaOps::~CudaOps() {
   CHECK_CUDA(cudaSetDevice(device_));
   CHECK_CUDA(cudaStreamSynchronize(stream_));
-  for (auto& entry : allocations_) CHECK_CUDA(cudaFree(entry.first));
+  for (auto& entry : allocations_) {
+    CHECK_CUDA(cudaFree(reinterpret_cast<void*>(entry.first)));
+    CHECK_CUDA(cudaFree(entry.second.parameter_copy));
+  }
   CHECK_CUDA(cudaFree(scratch_));
   CHECK_CUDA(cudaFree(reduction_partials_));
   CHECK_CUDA(cudaFree(device_result_));
@@ -65,7 +85,7 @@ CudaOps::~CudaOps() {
 
 // ---- memory -------------------------------------------------------------------------
 
-void* CudaOps::allocate_bytes(size_t bytes, MemoryKind kind) {
+void* CudaOps::device_malloc(size_t bytes, MemoryKind kind) {
   // The comm thread may allocate too, and the current device is per thread.
   CHECK_CUDA(cudaSetDevice(device_));
   void* ptr = nullptr;
@@ -80,15 +100,41 @@ void* CudaOps::allocate_bytes(size_t bytes, MemoryKind kind) {
                   std::to_string(device_) + " (" + std::to_string(free_bytes) + " of " +
                   std::to_string(total_bytes) + " bytes free)");
   }
+  return ptr;
+}
+
+void* CudaOps::allocate_bytes(size_t bytes, MemoryKind kind, bool bf16) {
+  void* ptr = device_malloc(bytes, kind);
   sample_device_usage();
   std::lock_guard<std::mutex> lock(memory_mutex_);
-  allocations_[ptr] = Allocation{bytes, kind};
+  allocations_[reinterpret_cast<uintptr_t>(ptr)] = Allocation{bytes, kind, bf16, nullptr, 0};
   bytes_by_kind_[static_cast<size_t>(kind)] += bytes;
   return ptr;
 }
 
 float* CudaOps::allocate_floats(size_t elems, MemoryKind kind) {
-  return static_cast<float*>(allocate_bytes(elems * sizeof(float), kind));
+  if (!bf16_mode()) return static_cast<float*>(allocate_bytes(elems * sizeof(float), kind));
+  if (kind == MemoryKind::activations)
+    return static_cast<float*>(allocate_bytes(elems * sizeof(__nv_bfloat16), kind, true));
+  float* ptr = static_cast<float*>(allocate_bytes(elems * sizeof(float), kind));
+  if (kind == MemoryKind::parameters) {
+    // All-ones bytes are a bf16 NaN: GEMMs on a copy that parameters_changed never
+    // filled give NaN.
+    const size_t copy_bytes = elems * sizeof(__nv_bfloat16);
+    void* copy = device_malloc(copy_bytes, kind);
+    CHECK_CUDA(cudaMemsetAsync(copy, 0xff, copy_bytes, stream_));
+    sample_device_usage();
+    std::lock_guard<std::mutex> lock(memory_mutex_);
+    Allocation& record = allocations_.at(reinterpret_cast<uintptr_t>(ptr));
+    record.parameter_copy = copy;
+    record.parameter_copy_bytes = copy_bytes;
+    bytes_by_kind_[static_cast<size_t>(kind)] += copy_bytes;
+  }
+  return ptr;
+}
+
+float* CudaOps::allocate_statistics(size_t elems) {
+  return static_cast<float*>(allocate_bytes(elems * sizeof(float), MemoryKind::activations));
 }
 
 int32_t* CudaOps::allocate_ints(size_t elems, MemoryKind kind) {
@@ -97,12 +143,16 @@ int32_t* CudaOps::allocate_ints(size_t elems, MemoryKind kind) {
 
 void CudaOps::release(void* ptr) {
   if (ptr == nullptr) return;
+  void* parameter_copy = nullptr;
   {
     std::lock_guard<std::mutex> lock(memory_mutex_);
-    auto found = allocations_.find(ptr);
+    auto found = allocations_.find(reinterpret_cast<uintptr_t>(ptr));
     SCALESTUDY_CHECK(found != allocations_.end(),
                      "cuda backend: release of a pointer this backend did not allocate");
-    bytes_by_kind_[static_cast<size_t>(found->second.kind)] -= found->second.bytes;
+    const Allocation& record = found->second;
+    bytes_by_kind_[static_cast<size_t>(record.kind)] -=
+        record.bytes + record.parameter_copy_bytes;
+    parameter_copy = record.parameter_copy;
     allocations_.erase(found);
   }
   CHECK_CUDA(cudaSetDevice(device_));
@@ -111,11 +161,82 @@ void CudaOps::release(void* ptr) {
   // Whatever others allocated since our last sample may be at its peak now.
   sample_device_usage();
   CHECK_CUDA(cudaFree(ptr));
+  CHECK_CUDA(cudaFree(parameter_copy));
 }
 
 size_t CudaOps::allocated_bytes(MemoryKind kind) const {
   std::lock_guard<std::mutex> lock(memory_mutex_);
   return bytes_by_kind_[static_cast<size_t>(kind)];
+}
+
+CudaOps::Lookup CudaOps::find_allocation(const void* ptr) const {
+  const auto address = reinterpret_cast<uintptr_t>(ptr);
+  std::lock_guard<std::mutex> lock(memory_mutex_);
+  auto after = allocations_.upper_bound(address);
+  if (after == allocations_.begin()) return Lookup{};
+  const auto& [base, record] = *std::prev(after);
+  // A zero-byte allocation still owns its base address.
+  if (address - base >= std::max<size_t>(record.bytes, 1)) return Lookup{};
+  return Lookup{true, base, record};
+}
+
+bool CudaOps::stores_bf16(const void* ptr, const char* what) const {
+  if (!bf16_mode() || ptr == nullptr) return false;
+  const Lookup lookup = find_allocation(ptr);
+  if (!lookup.found || !lookup.allocation.bf16) return false;
+  SCALESTUDY_CHECK(reinterpret_cast<uintptr_t>(ptr) == lookup.base,
+                   std::string("cuda backend (bf16): ") + what +
+                       " points into a bf16 activation buffer; activation handles are opaque "
+                       "and must be passed as allocated");
+  return true;
+}
+
+bool CudaOps::bf16_operands(const char* op, std::initializer_list<Operand> operands) const {
+  if (!bf16_mode()) return false;
+  int bf16 = 0, fp32 = 0;
+  for (const Operand& operand : operands) {
+    if (operand.ptr == nullptr) continue;
+    (stores_bf16(operand.ptr, operand.what) ? bf16 : fp32) += 1;
+  }
+  SCALESTUDY_CHECK(bf16 == 0 || fp32 == 0,
+                   std::string("cuda backend (bf16): ") + op +
+                       " mixes bf16 activations with fp32 buffers; its activation operands "
+                       "must all come from allocate_floats(..., MemoryKind::activations)");
+  return bf16 > 0;
+}
+
+void CudaOps::require_fp32(const void* ptr, const char* what) const {
+  SCALESTUDY_CHECK(!stores_bf16(ptr, what),
+                   std::string("cuda backend (bf16): ") + what +
+                       " must be fp32 (statistics from allocate_statistics, or gradients, "
+                       "parameters, optimizer state), not a bf16 activation buffer");
+}
+
+const void* CudaOps::parameter_copy_of(const float* weight) const {
+  const Lookup lookup = find_allocation(weight);
+  SCALESTUDY_CHECK(lookup.found && lookup.allocation.parameter_copy != nullptr,
+                   "cuda backend (bf16): a GEMM weight must lie in the MemoryKind::parameters "
+                   "allocation, whose bf16 copy the GEMM reads");
+  const size_t offset_bytes = reinterpret_cast<uintptr_t>(weight) - lookup.base;
+  SCALESTUDY_CHECK(offset_bytes % sizeof(float) == 0, "cuda backend: misaligned weight pointer");
+  return static_cast<const __nv_bfloat16*>(lookup.allocation.parameter_copy) +
+         offset_bytes / sizeof(float);
+}
+
+void CudaOps::parameters_changed(const float* params, size_t begin_elems, size_t end_elems) {
+  if (!bf16_mode() || begin_elems == end_elems) return;
+  SCALESTUDY_CHECK(begin_elems < end_elems, "parameters_changed: begin after end");
+  const Lookup lookup = find_allocation(params);
+  SCALESTUDY_CHECK(lookup.found && lookup.allocation.parameter_copy != nullptr,
+                   "parameters_changed: the pointer is not in a MemoryKind::parameters "
+                   "allocation");
+  const size_t offset_bytes = reinterpret_cast<uintptr_t>(params) - lookup.base;
+  SCALESTUDY_CHECK(offset_bytes % sizeof(float) == 0 &&
+                       offset_bytes + end_elems * sizeof(float) <= lookup.allocation.bytes,
+                   "parameters_changed: range outside the parameters allocation");
+  auto* copy = static_cast<__nv_bfloat16*>(lookup.allocation.parameter_copy) +
+               offset_bytes / sizeof(float);
+  cuda::launch_cast(stream_, copy + begin_elems, params + begin_elems, end_elems - begin_elems);
 }
 
 void CudaOps::sample_device_usage() const {
@@ -152,13 +273,33 @@ float* CudaOps::scratch_floats(size_t elems) {
 }
 
 void CudaOps::fill_zero(float* dst, size_t elems) {
+  if (stores_bf16(dst, "fill_zero dst")) {
+    if (elems > 0) CHECK_CUDA(cudaMemsetAsync(dst, 0, elems * sizeof(__nv_bfloat16), stream_));
+    return;
+  }
   cuda::launch_fill(stream_, dst, elems, 0.0f);
 }
 
 // Overlapping ranges go through scratch: cudaMemcpy, unlike memmove, leaves overlap
 // undefined, and the CPU backend allows a copy onto an overlapping view of itself.
+// bf16 handles are whole buffers, so two of them overlap only when they are equal, and
+// a bf16 buffer never overlaps an fp32 one.
 void CudaOps::copy(float* dst, const float* src, size_t elems) {
   if (elems == 0 || dst == src) return;
+  const bool dst_bf16 = stores_bf16(dst, "copy dst"), src_bf16 = stores_bf16(src, "copy src");
+  if (dst_bf16 && src_bf16) {
+    CHECK_CUDA(cudaMemcpyAsync(dst, src, elems * sizeof(__nv_bfloat16), cudaMemcpyDeviceToDevice,
+                               stream_));
+    return;
+  }
+  if (dst_bf16) {
+    cuda::launch_cast(stream_, reinterpret_cast<__nv_bfloat16*>(dst), src, elems);
+    return;
+  }
+  if (src_bf16) {
+    cuda::launch_cast(stream_, dst, reinterpret_cast<const __nv_bfloat16*>(src), elems);
+    return;
+  }
   const size_t bytes = elems * sizeof(float);
   const auto dst_begin = reinterpret_cast<uintptr_t>(dst);
   const auto src_begin = reinterpret_cast<uintptr_t>(src);
@@ -173,9 +314,18 @@ void CudaOps::copy(float* dst, const float* src, size_t elems) {
 }
 
 // Queued on the compute stream (a legacy-stream cudaMemcpy would not be ordered with
-// it), then waited for: the host buffer holds the data on return.
+// it), then waited for: the host buffer holds the data on return. bf16 storage is
+// widened (exactly) on the host.
 void CudaOps::copy_to_host(float* host_dst, const float* src, size_t elems) {
   if (elems == 0) return;
+  if (stores_bf16(src, "copy_to_host src")) {
+    std::vector<uint16_t> bits(elems);
+    CHECK_CUDA(cudaMemcpyAsync(bits.data(), src, elems * sizeof(uint16_t),
+                               cudaMemcpyDeviceToHost, stream_));
+    CHECK_CUDA(cudaStreamSynchronize(stream_));
+    for (size_t i = 0; i < elems; ++i) host_dst[i] = float_from_bf16_bits(bits[i]);
+    return;
+  }
   CHECK_CUDA(cudaMemcpyAsync(host_dst, src, elems * sizeof(float), cudaMemcpyDeviceToHost,
                              stream_));
   CHECK_CUDA(cudaStreamSynchronize(stream_));
@@ -190,7 +340,14 @@ void CudaOps::copy_host_to_device(void* dst, const void* host_src, size_t bytes)
   CHECK_CUDA(cudaStreamSynchronize(stream_));
 }
 
+// bf16 storage gets the values rounded to nearest even on the host.
 void CudaOps::copy_from_host(float* dst, const float* host_src, size_t elems) {
+  if (stores_bf16(dst, "copy_from_host dst")) {
+    std::vector<uint16_t> bits(elems);
+    for (size_t i = 0; i < elems; ++i) bits[i] = bf16_bits_from_float(host_src[i]);
+    copy_host_to_device(dst, bits.data(), elems * sizeof(uint16_t));
+    return;
+  }
   copy_host_to_device(dst, host_src, elems * sizeof(float));
 }
 
@@ -205,88 +362,171 @@ std::unique_ptr<StepTimer> CudaOps::make_step_timer() {
 }
 
 // ---- ops ----------------------------------------------------------------------------
+// Each op asks the registry whether its activation operands are bf16 (always false in
+// fp32 mode, where nothing is looked up) and runs the matching kernels.
 
 void CudaOps::embedding_forward(float* out, const int32_t* tokens, const float* wte,
                                 const float* wpe, int batch, int seq, int channels) {
-  cuda::launch_embedding_forward(stream_, out, tokens, wte, wpe, batch, seq, channels);
+  if (stores_bf16(out, "embedding out"))
+    cuda::launch_embedding_forward(stream_, as_bf16(out), tokens, wte, wpe, batch, seq, channels);
+  else
+    cuda::launch_embedding_forward(stream_, out, tokens, wte, wpe, batch, seq, channels);
 }
 
 void CudaOps::embedding_backward(float* dwte, float* dwpe, const float* dout,
                                  const int32_t* tokens, int batch, int seq, int channels) {
-  cuda::launch_embedding_backward(stream_, dwte, dwpe, dout, tokens, batch, seq, channels);
+  require_fp32(dwte, "embedding dwte");
+  require_fp32(dwpe, "embedding dwpe");
+  if (stores_bf16(dout, "embedding dout"))
+    cuda::launch_embedding_backward(stream_, dwte, dwpe, as_bf16(dout), tokens, batch, seq,
+                                    channels);
+  else
+    cuda::launch_embedding_backward(stream_, dwte, dwpe, dout, tokens, batch, seq, channels);
 }
 
 void CudaOps::layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
                                 const float* weight, const float* bias, int rows,
                                 int channels) {
-  cuda::launch_layernorm_forward(stream_, out, mean, rstd, inp, weight, bias, rows, channels);
+  require_fp32(mean, "layernorm mean");
+  require_fp32(rstd, "layernorm rstd");
+  if (bf16_operands("layernorm_forward", {{out, "out"}, {inp, "inp"}}))
+    cuda::launch_layernorm_forward(stream_, as_bf16(out), mean, rstd, as_bf16(inp), weight, bias,
+                                   rows, channels);
+  else
+    cuda::launch_layernorm_forward(stream_, out, mean, rstd, inp, weight, bias, rows, channels);
 }
 
 void CudaOps::layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                                  const float* inp, const float* weight, const float* mean,
                                  const float* rstd, int rows, int channels) {
+  require_fp32(mean, "layernorm mean");
+  require_fp32(rstd, "layernorm rstd");
+  const bool bf16 =
+      bf16_operands("layernorm_backward", {{dinp, "dinp"}, {dout, "dout"}, {inp, "inp"}});
   const size_t scratch_elems = cuda::layernorm_backward_scratch_elems(rows, channels);
   float* scratch = scratch_floats(scratch_elems);
-  cuda::launch_layernorm_backward(stream_, dinp, dweight, dbias, dout, inp, weight, mean, rstd,
-                                  rows, channels, scratch, scratch_elems_);
+  if (bf16)
+    cuda::launch_layernorm_backward(stream_, as_bf16(dinp), dweight, dbias, as_bf16(dout),
+                                    as_bf16(inp), weight, mean, rstd, rows, channels, scratch,
+                                    scratch_elems_);
+  else
+    cuda::launch_layernorm_backward(stream_, dinp, dweight, dbias, dout, inp, weight, mean, rstd,
+                                    rows, channels, scratch, scratch_elems_);
 }
 
 void CudaOps::matmul_forward(float* out, const float* inp, const float* weight,
                              const float* bias, int rows, int in_channels, int out_channels) {
-  cuda::launch_matmul_forward(cublas_, stream_, out, inp, weight, bias, rows, in_channels,
-                              out_channels);
+  if (bf16_operands("matmul_forward", {{out, "out"}, {inp, "inp"}})) {
+    const size_t scratch_elems = cuda::matmul_forward_scratch_elems_bf16(rows, out_channels);
+    float* scratch = scratch_elems > 0 ? scratch_floats(scratch_elems) : nullptr;
+    cuda::launch_matmul_forward(cublas_, stream_, as_bf16(out), as_bf16(inp),
+                                static_cast<const cuda_bf16*>(parameter_copy_of(weight)), bias,
+                                rows, in_channels, out_channels, scratch,
+                                scratch != nullptr ? scratch_elems_ : 0);
+    return;
+  }
+    cuda::launch_matmul_forward(cublas_, stream_, out, inp, weight, bias, rows, in_channels,
+                                out_channels);
 }
 
 void CudaOps::matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                               const float* inp, const float* weight, int rows, int in_channels,
                               int out_channels) {
+  require_fp32(dweight, "matmul dweight");
+  require_fp32(dbias, "matmul dbias");
+  const bool bf16 =
+      bf16_operands("matmul_backward", {{dinp, "dinp"}, {dout, "dout"}, {inp, "inp"}});
+  if (bf16) {
+    // Scratch for the bias reduction and, where out_channels needs them, padded rows.
+    float* scratch =
+        scratch_floats(cuda::matmul_backward_scratch_elems_bf16(rows, out_channels));
+    cuda::launch_matmul_backward(cublas_, stream_, as_bf16(dinp), dweight, dbias, as_bf16(dout),
+                                 as_bf16(inp),
+                                 static_cast<const cuda_bf16*>(parameter_copy_of(weight)), rows,
+                                 in_channels, out_channels, scratch, scratch_elems_);
+    return;
+  }
   float* scratch = nullptr;
   if (dbias != nullptr)
     scratch = scratch_floats(cuda::matmul_backward_scratch_elems(rows, out_channels));
+  const size_t scratch_elems = scratch != nullptr ? scratch_elems_ : 0;
   cuda::launch_matmul_backward(cublas_, stream_, dinp, dweight, dbias, dout, inp, weight, rows,
-                               in_channels, out_channels, scratch,
-                               scratch != nullptr ? scratch_elems_ : 0);
+                               in_channels, out_channels, scratch, scratch_elems);
 }
 
 void CudaOps::attention_forward(float* out, float* probs, const float* qkv,
                                 const AttentionShape& shape) {
-  cuda::launch_attention_forward(cublas_, stream_, out, probs, qkv, shape);
+  if (bf16_operands("attention_forward", {{out, "out"}, {probs, "probs"}, {qkv, "qkv"}})) {
+    float* scratch = scratch_floats(cuda::attention_forward_scratch_elems_bf16(shape));
+    cuda::launch_attention_forward(cublas_, stream_, as_bf16(out), as_bf16(probs), as_bf16(qkv),
+                                   shape, scratch, scratch_elems_);
+  } else {
+    cuda::launch_attention_forward(cublas_, stream_, out, probs, qkv, shape);
+  }
 }
 
 void CudaOps::attention_backward(float* dqkv, const float* dout, const float* qkv,
                                  const float* probs, const AttentionShape& shape) {
-  float* scratch = scratch_floats(cuda::attention_backward_scratch_elems(shape));
-  cuda::launch_attention_backward(cublas_, stream_, dqkv, dout, qkv, probs, shape, scratch,
-                                  scratch_elems_);
+  if (bf16_operands("attention_backward",
+                    {{dqkv, "dqkv"}, {dout, "dout"}, {qkv, "qkv"}, {probs, "probs"}})) {
+    float* scratch = scratch_floats(cuda::attention_backward_scratch_elems_bf16(shape));
+    cuda::launch_attention_backward(cublas_, stream_, as_bf16(dqkv), as_bf16(dout), as_bf16(qkv),
+                                    as_bf16(probs), shape, scratch, scratch_elems_);
+  } else {
+    float* scratch = scratch_floats(cuda::attention_backward_scratch_elems(shape));
+    cuda::launch_attention_backward(cublas_, stream_, dqkv, dout, qkv, probs, shape, scratch,
+                                    scratch_elems_);
+  }
 }
 
 void CudaOps::gelu_forward(float* out, const float* inp, size_t elems) {
-  cuda::launch_gelu_forward(stream_, out, inp, elems);
+  if (bf16_operands("gelu_forward", {{out, "out"}, {inp, "inp"}}))
+    cuda::launch_gelu_forward(stream_, as_bf16(out), as_bf16(inp), elems);
+  else
+    cuda::launch_gelu_forward(stream_, out, inp, elems);
 }
 
 void CudaOps::gelu_backward(float* dinp, const float* inp, const float* dout, size_t elems) {
-  cuda::launch_gelu_backward(stream_, dinp, inp, dout, elems);
+  if (bf16_operands("gelu_backward", {{dinp, "dinp"}, {inp, "inp"}, {dout, "dout"}}))
+    cuda::launch_gelu_backward(stream_, as_bf16(dinp), as_bf16(inp), as_bf16(dout), elems);
+  else
+    cuda::launch_gelu_backward(stream_, dinp, inp, dout, elems);
 }
 
 void CudaOps::residual_forward(float* out, const float* a, const float* b, size_t elems) {
-  cuda::launch_residual_forward(stream_, out, a, b, elems);
+  if (bf16_operands("residual_forward", {{out, "out"}, {a, "a"}, {b, "b"}}))
+    cuda::launch_residual_forward(stream_, as_bf16(out), as_bf16(a), as_bf16(b), elems);
+  else
+    cuda::launch_residual_forward(stream_, out, a, b, elems);
 }
 
 void CudaOps::accumulate(float* dst, const float* src, size_t elems) {
-  cuda::launch_accumulate(stream_, dst, src, elems);
+  if (bf16_operands("accumulate", {{dst, "dst"}, {src, "src"}}))
+    cuda::launch_accumulate(stream_, as_bf16(dst), as_bf16(src), elems);
+  else
+    cuda::launch_accumulate(stream_, dst, src, elems);
 }
 
 void CudaOps::softmax_cross_entropy_forward(float* losses, float* probs, const float* logits,
                                             const int32_t* targets, int rows, int vocab) {
-  cuda::launch_softmax_cross_entropy_forward(stream_, losses, probs, logits, targets, rows,
-                                             vocab);
+  require_fp32(losses, "cross-entropy losses");
+  if (bf16_operands("softmax_cross_entropy_forward", {{probs, "probs"}, {logits, "logits"}}))
+    cuda::launch_softmax_cross_entropy_forward(stream_, losses, as_bf16(probs), as_bf16(logits),
+                                               targets, rows, vocab);
+  else
+    cuda::launch_softmax_cross_entropy_forward(stream_, losses, probs, logits, targets, rows,
+                                               vocab);
 }
 
 void CudaOps::softmax_cross_entropy_backward(float* dlogits, const float* probs,
                                              const int32_t* targets, int rows, int vocab,
                                              float loss_scale) {
-  cuda::launch_softmax_cross_entropy_backward(stream_, dlogits, probs, targets, rows, vocab,
-                                              loss_scale);
+  if (bf16_operands("softmax_cross_entropy_backward", {{dlogits, "dlogits"}, {probs, "probs"}}))
+    cuda::launch_softmax_cross_entropy_backward(stream_, as_bf16(dlogits), as_bf16(probs),
+                                                targets, rows, vocab, loss_scale);
+  else
+    cuda::launch_softmax_cross_entropy_backward(stream_, dlogits, probs, targets, rows, vocab,
+                                                loss_scale);
 }
 
 double CudaOps::read_device_double() {
@@ -297,23 +537,31 @@ double CudaOps::read_device_double() {
 }
 
 double CudaOps::sum(const float* x, size_t elems) {
-  cuda::launch_sum(stream_, device_result_, x, elems, reduction_partials_,
-                   reduction_partials_elems_);
+  if (stores_bf16(x, "sum input"))
+    cuda::launch_sum(stream_, device_result_, as_bf16(x), elems, reduction_partials_,
+                     reduction_partials_elems_);
+  else
+    cuda::launch_sum(stream_, device_result_, x, elems, reduction_partials_,
+                     reduction_partials_elems_);
   return read_device_double();
 }
 
 double CudaOps::sum_of_squares(const float* x, size_t elems) {
+  require_fp32(x, "sum_of_squares input");
   cuda::launch_sum_of_squares(stream_, device_result_, x, elems, reduction_partials_,
                               reduction_partials_elems_);
   return read_device_double();
 }
 
 void CudaOps::scale(float* x, size_t elems, float factor) {
+  require_fp32(x, "scale x");
   cuda::launch_scale(stream_, x, elems, factor);
 }
 
 void CudaOps::adamw_update(float* params, const float* grads, float* m, float* v, size_t elems,
                            const AdamWParams& hyper) {
+  require_fp32(params, "adamw params");
+  require_fp32(grads, "adamw grads");
   cuda::launch_adamw_update(stream_, params, grads, m, v, elems, hyper);
 }
 

@@ -1,44 +1,73 @@
 #pragma once
-// The CUDA backend in fp32: kernels from kernels/ and cuBLAS SGEMMs (CUBLAS_COMPUTE_32F,
-// no TF32), all issued on one non-blocking compute stream that the cuBLAS handle is
-// bound to. Ops return as soon as their work is queued, except those that hand data to
-// the host (copy_to_host, copy_from_host, sum, sum_of_squares), which synchronise the
-// stream so that their host buffers are safe to read or reuse on return.
+// The CUDA backend: kernels from kernels/ and cuBLAS GEMMs (CUBLAS_COMPUTE_32F, no TF32),
+// all issued on one non-blocking compute stream that the cuBLAS handle is bound to. Ops
+// return as soon as their work is queued, except those that hand data to the host
+// (copy_to_host, copy_from_host, sum, sum_of_squares), which synchronise the stream so
+// that their host buffers are safe to read or reuse on return.
 //
 // Every reduction is deterministic (fixed partitions and combination orders, no
-// atomics), so the same inputs give the same bits on every run. Elementwise ops round
-// as the CPU reference does; the GPU-vs-CPU differences that remain come from reduction
-// order, cuBLAS's dot-product order, and expf/tanhf (within 2 ulp of glibc's).
+// atomics), so the same inputs give the same bits on every run.
+//
+// Precision::fp32: everything is fp32. Elementwise ops round as the CPU reference does;
+// the GPU-vs-CPU differences that remain come from reduction order, cuBLAS's dot-product
+// order, and expf/tanhf (within 2 ulp of glibc's).
+//
+// Precision::bf16 (mixed precision, fp32 master weights):
+// - Every MemoryKind::activations buffer from allocate_floats holds bf16 behind its
+//   float* handle (elems * 2 bytes). Handles are opaque: only the pointer returned by
+//   allocate_floats may be passed (an offset into bf16 storage is rejected).
+//   allocate_statistics buffers (LayerNorm mean/rstd, losses) and every other kind
+//   (parameters, gradients, optimizer state, communication) stay fp32.
+// - Ops follow the storage of their activation operands, found from the allocation
+//   registry: all bf16 runs the bf16 kernels (fp32 arithmetic, one rounding per stored
+//   result), all fp32 runs the fp32 ones, and a mix is an error. fill_zero, copy,
+//   copy_to_host and copy_from_host convert between bf16 storage and fp32 values.
+// - The MemoryKind::parameters allocation gets a bf16 copy of the same length. GEMMs read
+//   their weights from it (at the weight's offset in the parameters); embedding,
+//   LayerNorm and bias adds read the fp32 masters. The copy is refreshed only by
+//   parameters_changed(); until the first call it holds NaN, so a forgotten refresh
+//   shows up as a NaN loss rather than as silently stale weights.
+// - GEMMs take bf16 operands and accumulate in fp32: activations and their gradients
+//   come out bf16, weight gradients fp32 (accumulated into the fp32 gradient buffer).
+//   Attention scores and their gradient stay fp32 (in scratch) between the GEMMs and the
+//   softmax kernels.
+// Precision::fp16 is rejected: fp16 activation gradients underflow without loss scaling,
+// which the trainer does not do.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <unordered_map>
 
 #include "backend/ops.h"
+#include "config/run_config.h"
 
 namespace scalestudy {
 
 class CudaOps final : public Ops {
  public:
   // Makes `device` current for the calling thread and creates the stream and handle.
-  explicit CudaOps(int device);
+  // Throws UsageError for Precision::fp16.
+  explicit CudaOps(int device, Precision precision = Precision::fp32);
   ~CudaOps() override;
   CudaOps(const CudaOps&) = delete;
   CudaOps& operator=(const CudaOps&) = delete;
 
   std::string name() const override { return "cuda"; }
   int device() const { return device_; }
+  Precision precision() const { return precision_; }
   // The compute stream: every op of this backend runs on it, in issue order.
   cudaStream_t stream() const { return stream_; }
   cublasHandle_t cublas_handle() const { return cublas_; }
 
   float* allocate_floats(size_t elems, MemoryKind kind) override;
+  float* allocate_statistics(size_t elems) override;
   int32_t* allocate_ints(size_t elems, MemoryKind kind) override;
   void release(void* ptr) override;
   void fill_zero(float* dst, size_t elems) override;
@@ -95,6 +124,8 @@ class CudaOps final : public Ops {
   void adamw_update(float* params, const float* grads, float* m, float* v, size_t elems,
                     const AdamWParams& hyper) override;
 
+  // bf16: casts the range into the parameters' bf16 copy, on the compute stream.
+  void parameters_changed(const float* params, size_t begin_elems, size_t end_elems) override;
   void synchronize() override;
   // Events on the compute stream.
   std::unique_ptr<StepTimer> make_step_timer() override;
@@ -103,9 +134,36 @@ class CudaOps final : public Ops {
   struct Allocation {
     size_t bytes = 0;
     MemoryKind kind = MemoryKind::other;
+    bool bf16 = false;                // the storage behind the float* handle is bf16
+    void* parameter_copy = nullptr;   // bf16 mode, parameters: the bf16 copy
+    size_t parameter_copy_bytes = 0;
+  };
+  // What the registry knows about a pointer: the allocation that contains it, if any.
+  struct Lookup {
+    bool found = false;
+    uintptr_t base = 0;
+    Allocation allocation;
+  };
+  // An activation operand of an op, for the storage check.
+  struct Operand {
+    const void* ptr;
+    const char* what;
   };
 
-  void* allocate_bytes(size_t bytes, MemoryKind kind);
+  bool bf16_mode() const { return precision_ == Precision::bf16; }
+  // cudaMalloc on this backend's device, aborting with a report on failure.
+  void* device_malloc(size_t bytes, MemoryKind kind);
+  void* allocate_bytes(size_t bytes, MemoryKind kind, bool bf16 = false);
+  Lookup find_allocation(const void* ptr) const;
+  // Whether ptr's storage is bf16. Always false in fp32 mode; in bf16 mode an offset
+  // into bf16 storage is an error.
+  bool stores_bf16(const void* ptr, const char* what) const;
+  // Whether the (non-null) operands of `op` are all bf16; a mix aborts.
+  bool bf16_operands(const char* op, std::initializer_list<Operand> operands) const;
+  // Aborts when ptr is bf16 storage: statistics, losses, gradients and optimizer state.
+  void require_fp32(const void* ptr, const char* what) const;
+  // The bf16 copy of the parameter `weight` points at.
+  const void* parameter_copy_of(const float* weight) const;
   void copy_host_to_device(void* dst, const void* host_src, size_t bytes);
   // A device buffer of at least `elems` floats, shared by every op that needs scratch:
   // ops run in stream order, so one op's use ends before the next op's begins. Grows
@@ -116,6 +174,7 @@ class CudaOps final : public Ops {
   void sample_device_usage() const;
 
   int device_ = 0;
+  Precision precision_ = Precision::fp32;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
 
@@ -131,7 +190,8 @@ class CudaOps final : public Ops {
   // The comm thread may allocate or release staging buffers while the compute thread
   // does the same.
   mutable std::mutex memory_mutex_;
-  std::unordered_map<void*, Allocation> allocations_;
+  // Ordered by address, so that a pointer into an allocation finds it.
+  std::map<uintptr_t, Allocation> allocations_;
   std::array<size_t, kMemoryKindCount> bytes_by_kind_{};
   mutable size_t peak_used_bytes_ = 0;
 };

@@ -1,0 +1,67 @@
+#pragma once
+// Storage types of the kernels that are templated on them: fp32 (float) and bf16
+// (__nv_bfloat16). The arithmetic is fp32 whatever the storage: values are widened on
+// load and rounded to nearest even once, on store. For float every helper is the
+// identity, so a float instantiation performs exactly the fp32 kernel's operations.
+// Included from .cu files only.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "common.cuh"
+
+namespace scalestudy::cuda {
+
+using bf16 = __nv_bfloat16;
+
+__device__ __forceinline__ float to_float(float x) { return x; }
+__device__ __forceinline__ float to_float(bf16 x) { return __bfloat162float(x); }
+
+template <class T>
+__device__ __forceinline__ T from_float(float x);
+template <>
+__device__ __forceinline__ float from_float<float>(float x) { return x; }
+template <>
+__device__ __forceinline__ bf16 from_float<bf16>(float x) { return __float2bfloat16_rn(x); }
+
+// 16 bytes of T, the unit of vectorised loads and stores (4 floats or 8 bf16).
+template <class T>
+struct alignas(16) Pack {
+  static constexpr int kCount = 16 / sizeof(T);
+  T values[kCount];
+  __device__ __forceinline__ float get(int i) const { return to_float(values[i]); }
+  __device__ __forceinline__ void set(int i, float x) { values[i] = from_float<T>(x); }
+};
+
+// p must be 16-byte aligned.
+template <class T>
+__device__ __forceinline__ Pack<T> load_pack(const T* p) {
+  Pack<T> pack;
+  *reinterpret_cast<int4*>(&pack) = *reinterpret_cast<const int4*>(p);
+  return pack;
+}
+template <class T>
+__device__ __forceinline__ void store_pack(T* p, const Pack<T>& pack) {
+  *reinterpret_cast<int4*>(p) = *reinterpret_cast<const int4*>(&pack);
+}
+
+// Host side: whether a pointer allows 16-byte accesses.
+inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// Elementwise kernels over packs: where every pointer of a call is 16-byte aligned,
+// threads walk whole packs and then the elems % kCount tail element by element;
+// otherwise everything goes element by element (packs = 0). An element's arithmetic is
+// the same on both paths, so they give the same bits.
+template <class T>
+size_t pack_count(size_t elems, bool aligned) {
+  return aligned ? elems / Pack<T>::kCount : 0;
+}
+// The grid for such a kernel: sized by the work items, packs plus tail elements.
+template <class T>
+int packed_blocks(size_t elems, size_t packs) {
+  return elementwise_blocks(packs > 0 ? packs + elems % Pack<T>::kCount : elems);
+}
+
+}  // namespace scalestudy::cuda
