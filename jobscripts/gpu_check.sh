@@ -14,7 +14,9 @@ ldd "$bundle/scalestudy" | grep "not found" && echo "missing libraries" | tee -a
 
 if [ "${TESTS:-1}" = 1 ]; then
 echo "== GPU tests" | tee "$out/gpu-tests.log"
-$mpirun -np 1 "$bundle/test_cuda_ops" 2>&1 | tee -a "$out/gpu-tests.log" | grep -E "PASSED|FAILED|SKIPPED|tests ran" 
+for test in test_cuda_ops test_cuda_ops_bf16; do
+  $mpirun -np 1 "$bundle/$test" 2>&1 | tee -a "$out/gpu-tests.log" | grep -E "PASSED|FAILED|SKIPPED|tests ran"
+done
 if [ "$gpus" -ge 2 ]; then
   $mpirun -np 2 "$bundle/mpi_test_nccl_strategies" 2>&1 | tee -a "$out/gpu-tests.log" | grep -E "PASSED|FAILED|SKIPPED|tests ran"
 fi
@@ -23,7 +25,7 @@ fi
 
 if [ "${TRAIN:-1}" = 1 ]; then
 echo "== training runs" | tee "$out/train.log"
-common="train --backend cuda --model gpt2-small --seq 1024 --batch-per-rank ${BATCH:-8} --steps 15 --warmup-steps 5 --log-every 5"
+common="train --backend cuda --precision ${PRECISION:-bf16} --model gpt2-small --seq 1024 --batch-per-rank ${BATCH:-8} --steps 15 --warmup-steps 5 --log-every 5"
 $mpirun -np 1 "$bundle/scalestudy" $common --output "$out/gpt2s-n1.h5" 2>&1 | tee -a "$out/train.log" | tail -6
 if [ "$gpus" -ge 2 ]; then
   for strategy in ddp zero2; do
@@ -37,6 +39,7 @@ fi
 if [ "${BENCH:-1}" = 1 ]; then
   echo "== against PyTorch" | tee "$out/bench.log"
   python3 jobscripts/bench_vs_pytorch.py --binary "$bundle/scalestudy" --gpus 1 $([ "$gpus" -ge 2 ] && echo 2) \
-    --batch-per-gpu "${BATCH:-8}" --pytorch-gpus 1 --pytorch-modes eager compile --pytorch-precisions fp32 bf16 \
+    --batch-per-gpu "${BATCH:-8}" --precision "${PRECISION:-bf16}" --pytorch-gpus 1 \
+    --pytorch-modes eager compile --pytorch-precisions ${TORCH_PRECISIONS:-bf16} \
     --workdir /tmp/bench 2>&1 | tee -a "$out/bench.log" | tail -14
 fi
