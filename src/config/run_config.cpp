@@ -20,7 +20,8 @@ struct RawOptions {
   std::string scaling_unused;
   std::string strategy = "ddp";
   std::string overlap = "off";
-  std::string precision = "fp32";
+  std::string precision = "auto";
+  std::string loss_scaling = "auto";
   std::string attention;  // empty: the preset's
   int layers = 0, hidden = 0, heads = 0, vocab = 0, max_seq = 0;
   std::string config_file;
@@ -64,7 +65,13 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
       ("weight-decay", po::value(&c.weight_decay)->default_value(c.weight_decay),
        "decoupled weight decay, on matrices only")
       ("grad-clip", po::value(&c.grad_clip)->default_value(c.grad_clip),
-       "clip the global gradient norm to this; 0 turns clipping off");
+       "clip the global gradient norm to this; 0 turns clipping off")
+      ("loss-scaling", po::value(&raw.loss_scaling)->default_value(raw.loss_scaling),
+       "dynamic loss scaling: on, off, or auto (on for fp16 only); overflowing steps are skipped")
+      ("loss-scale-init", po::value(&c.loss_scale_init)->default_value(c.loss_scale_init),
+       "initial loss scale (a power of two keeps scaling exact)")
+      ("loss-scale-growth-interval", po::value(&c.loss_scale_growth_interval)->default_value(c.loss_scale_growth_interval),
+       "good steps in a row before the loss scale doubles");
 
   po::options_description data("Data");
   data.add_options()
@@ -89,7 +96,7 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
   backend.add_options()
       ("backend", po::value(&c.backend)->default_value(c.backend), "cpu or cuda")
       ("precision", po::value(&raw.precision)->default_value(raw.precision),
-       "fp32, bf16 or fp16 (cuda only)");
+       "fp32, bf16 or fp16 (the last two cuda only); auto: bf16 on cuda, fp32 on cpu");
 
   po::options_description output("Output");
   output.add_options()
@@ -188,10 +195,17 @@ void resolve_and_validate(RunConfig& c, const RawOptions& raw) {
   if (c.check_every < 0) bad_value("check-every", text(c.check_every), "must not be negative");
   require_positive("comm-timeout", c.comm_timeout_s);
 
-  if (raw.precision == "fp32") c.precision = Precision::fp32;
+  if (raw.precision == "auto") c.precision = c.backend == "cuda" ? Precision::bf16 : Precision::fp32;
+  else if (raw.precision == "fp32") c.precision = Precision::fp32;
   else if (raw.precision == "bf16") c.precision = Precision::bf16;
   else if (raw.precision == "fp16") c.precision = Precision::fp16;
-  else bad_value("precision", raw.precision, "must be fp32, bf16 or fp16");
+  else bad_value("precision", raw.precision, "must be auto, fp32, bf16 or fp16");
+  if (raw.loss_scaling == "auto") c.loss_scaling = c.precision == Precision::fp16;
+  else if (raw.loss_scaling == "on") c.loss_scaling = true;
+  else if (raw.loss_scaling == "off") c.loss_scaling = false;
+  else bad_value("loss-scaling", raw.loss_scaling, "must be on, off or auto");
+  require_positive("loss-scale-init", c.loss_scale_init);
+  require_positive("loss-scale-growth-interval", c.loss_scale_growth_interval);
   if (c.backend == "cpu") {
     if (c.precision != Precision::fp32)
       bad_value("precision", raw.precision, "the cpu backend computes in fp32 only");
@@ -291,6 +305,9 @@ std::vector<std::pair<std::string, std::string>> describe_config(const RunConfig
       {"eps", text(c.epsilon)},
       {"weight_decay", text(c.weight_decay)},
       {"grad_clip", text(c.grad_clip)},
+      {"loss_scaling", c.loss_scaling ? "on" : "off"},
+      {"loss_scale_init", text(c.loss_scale_init)},
+      {"loss_scale_growth_interval", text(c.loss_scale_growth_interval)},
       {"data", c.data},
       {"token_file", c.token_file},
       {"seed", text(c.seed)},

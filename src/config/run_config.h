@@ -37,6 +37,9 @@ struct RunConfig {
   float epsilon = 1e-8f;
   float weight_decay = 0.1f;
   float grad_clip = 1.0f;      // global-norm clipping; 0 turns it off
+  bool loss_scaling = false;   // dynamic loss scaling (on by default for fp16)
+  float loss_scale_init = 65536.0f;
+  int loss_scale_growth_interval = 2000;
 
   // ---- data -------------------------------------------------------------------------
   std::string data = "random"; // random | markov | file

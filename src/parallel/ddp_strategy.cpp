@@ -54,14 +54,14 @@ void DdpStrategy::finish_gradient_sync() {
   in_flight_.clear();
 }
 
-OptimizerStats DdpStrategy::optimizer_step(float learning_rate, int step) {
-  OptimizerStats stats;
-  stats.grad_norm = std::sqrt(ops_.sum_of_squares(grads_, plan_.padded_elems));
-  stats.clip_factor = clip_factor(stats.grad_norm, config_.grad_clip);
+OptimizerStats DdpStrategy::optimizer_step(float learning_rate, int adam_step, float grad_scale) {
+  const OptimizerStats stats =
+      unscale_and_clip(std::sqrt(ops_.sum_of_squares(grads_, plan_.padded_elems)), grad_scale, config_.grad_clip);
+  if (stats.skipped) return stats;
   if (stats.clip_factor != 1.0f) ops_.scale(grads_, plan_.padded_elems, stats.clip_factor);
   // fp32 compute: the parameters are their own master weights.
   adamw_over_range(ops_, model_.layout(), 0, plan_.padded_elems, model_.params(), grads_, m_, v_,
-                   config_, learning_rate, step);
+                   config_, learning_rate, adam_step);
   ops_.parameters_changed(model_.params(), 0, plan_.padded_elems);
   return stats;
 }

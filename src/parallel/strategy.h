@@ -32,8 +32,9 @@ struct StrategyMemory {
 };
 
 struct OptimizerStats {
-  double grad_norm = 0.0;  // global norm before clipping
+  double grad_norm = 0.0;  // global norm before clipping, after unscaling
   float clip_factor = 1.0f;
+  bool skipped = false;    // the gradients were not finite: nothing was updated
 };
 
 class GradientStrategy : public GradientSink, public ForwardHooks {
@@ -45,7 +46,10 @@ class GradientStrategy : public GradientSink, public ForwardHooks {
   virtual void begin_step() = 0;
   virtual void begin_micro_batch(int micro_batch, int micro_batches) = 0;
   virtual void finish_gradient_sync() = 0;
-  virtual OptimizerStats optimizer_step(float learning_rate, int step) = 0;
+  // grad_scale multiplies the gradients before clipping (1/loss scale). When their norm
+  // is not finite the step is skipped: no parameter, moment or step count changes.
+  // adam_step counts the updates applied so far (1-based), for bias correction.
+  virtual OptimizerStats optimizer_step(float learning_rate, int adam_step, float grad_scale) = 0;
   // Completes any parameter communication still pending, so params() is whole.
   virtual void finish_param_sync() = 0;
 

@@ -1,5 +1,6 @@
 #include "parallel/strategy_common.h"
 
+#include <cmath>
 #include <memory>
 
 #include "parallel/ddp_strategy.h"
@@ -9,13 +10,13 @@ namespace scalestudy {
 
 void adamw_over_range(Ops& ops, const ParameterLayout& layout, size_t param_begin,
                       size_t param_end, float* master, const float* grads, float* m, float* v,
-                      const RunConfig& config, float learning_rate, int step) {
+                      const RunConfig& config, float learning_rate, int adam_step) {
   AdamWParams hyper;
   hyper.learning_rate = learning_rate;
   hyper.beta1 = config.beta1;
   hyper.beta2 = config.beta2;
   hyper.epsilon = config.epsilon;
-  hyper.step = step + 1;
+  hyper.step = adam_step;
   for_each_tensor_piece(layout, param_begin, param_end, [&](size_t lo, size_t hi, bool decay) {
     hyper.weight_decay = decay ? config.weight_decay : 0.0f;
     const size_t at = lo - param_begin;
@@ -26,6 +27,18 @@ void adamw_over_range(Ops& ops, const ParameterLayout& layout, size_t param_begi
 float clip_factor(double grad_norm, float max_norm) {
   if (max_norm <= 0.0f || grad_norm <= max_norm) return 1.0f;
   return static_cast<float>(max_norm / (grad_norm + 1e-6));
+}
+
+OptimizerStats unscale_and_clip(double scaled_norm, float grad_scale, float max_norm) {
+  OptimizerStats stats;
+  stats.grad_norm = scaled_norm * grad_scale;
+  if (!std::isfinite(scaled_norm)) {
+    stats.skipped = true;
+    stats.clip_factor = 0.0f;
+    return stats;
+  }
+  stats.clip_factor = clip_factor(stats.grad_norm, max_norm) * grad_scale;
+  return stats;
 }
 
 std::unique_ptr<GradientStrategy> make_strategy(const RunConfig& config, Ops& ops,

@@ -4,6 +4,7 @@
 #include "comm/communicator.h"
 #include "config/run_config.h"
 #include "model/parameter_layout.h"
+#include "parallel/strategy.h"
 
 namespace scalestudy {
 
@@ -12,10 +13,14 @@ namespace scalestudy {
 // corresponds to param_begin.
 void adamw_over_range(Ops& ops, const ParameterLayout& layout, size_t param_begin,
                       size_t param_end, float* master, const float* grads, float* m, float* v,
-                      const RunConfig& config, float learning_rate, int step);
+                      const RunConfig& config, float learning_rate, int adam_step);
 
 // The factor that brings the global gradient norm down to max_norm (1 when below it
 // or when clipping is off).
 float clip_factor(double grad_norm, float max_norm);
+
+// Turns the norm of the (loss-scaled) gradients into the optimizer's decision: skip on
+// a non-finite norm, otherwise the factor that unscales and clips them.
+OptimizerStats unscale_and_clip(double scaled_norm, float grad_scale, float max_norm);
 
 }  // namespace scalestudy

@@ -141,23 +141,23 @@ void Zero2Strategy::finish_gradient_sync() {
   while (!reducing_.empty()) complete_reduce(reducing_.front());
 }
 
-OptimizerStats Zero2Strategy::optimizer_step(float learning_rate, int step) {
+OptimizerStats Zero2Strategy::optimizer_step(float learning_rate, int adam_step, float grad_scale) {
   // Leftover gathers of padding-only buckets, which no forward segment waits for.
   for (int b = 0; b < static_cast<int>(buckets_.size()); ++b)
     if (buckets_[b].gathering) complete_gather(b);
 
-  OptimizerStats stats;
   double sum_of_squares = ops_.sum_of_squares(shard_grads_, plan_.shard_elems());
   comm_.finish(comm_.start_allreduce(&sum_of_squares, 1, "optimizer"));
-  stats.grad_norm = std::sqrt(sum_of_squares);
-  stats.clip_factor = clip_factor(stats.grad_norm, config_.grad_clip);
+  // Every rank sees the same global norm, so every rank skips (or not) alike.
+  const OptimizerStats stats = unscale_and_clip(std::sqrt(sum_of_squares), grad_scale, config_.grad_clip);
+  if (stats.skipped) return stats;
   if (stats.clip_factor != 1.0f) ops_.scale(shard_grads_, plan_.shard_elems(), stats.clip_factor);
 
   for (int b = 0; b < static_cast<int>(plan_.buckets.size()); ++b) {
     const size_t begin = plan_.chunk_begin(b, rank_), offset = plan_.shard_offset(b);
     const size_t chunk = plan_.chunk_elems(b);
     adamw_over_range(ops_, model_.layout(), begin, begin + chunk, master_ + offset,
-                     shard_grads_ + offset, m_ + offset, v_ + offset, config_, learning_rate, step);
+                     shard_grads_ + offset, m_ + offset, v_ + offset, config_, learning_rate, adam_step);
     ops_.copy(model_.params() + begin, master_ + offset, chunk);
   }
   gather_pending_ = true;

@@ -39,7 +39,7 @@ class Zero2Strategy final : public GradientStrategy {
   void begin_step() override;
   void begin_micro_batch(int micro_batch, int micro_batches) override;
   void finish_gradient_sync() override;
-  OptimizerStats optimizer_step(float learning_rate, int step) override;
+  OptimizerStats optimizer_step(float learning_rate, int adam_step, float grad_scale) override;
   void finish_param_sync() override;
   StrategyMemory memory() const override;
 

@@ -161,6 +161,8 @@ class RunRecorder::File {
     h5::set_attribute(tokens_->id(), "units", "tokens");
     warmup_ = std::make_unique<h5::GrowingDataset>(steps, "warmup", H5T_NATIVE_UINT8, std::vector<hsize_t>{}, 256);
     step_index_ = std::make_unique<h5::GrowingDataset>(steps, "step_index", H5T_NATIVE_INT64, std::vector<hsize_t>{}, 256);
+    loss_scale_ = std::make_unique<h5::GrowingDataset>(steps, "loss_scale", H5T_NATIVE_DOUBLE, std::vector<hsize_t>{}, 256);
+    skipped_ = std::make_unique<h5::GrowingDataset>(steps, "skipped", H5T_NATIVE_UINT8, std::vector<hsize_t>{}, 256);
     comm_bytes_ = std::make_unique<h5::GrowingDataset>(steps, "comm_bytes", H5T_NATIVE_INT64,
                                                        std::vector<hsize_t>{kCollectiveKindCount}, 256);
     h5::set_attribute(comm_bytes_->id(), "units", "bytes");
@@ -199,6 +201,9 @@ class RunRecorder::File {
     const uint8_t warmup = step.warmup ? 1 : 0;
     warmup_->append(&warmup, 1);
     step_index_->append(&step.step_index, 1);
+    loss_scale_->append(&step.loss_scale, 1);
+    const uint8_t skipped = step.skipped ? 1 : 0;
+    skipped_->append(&skipped, 1);
     std::array<int64_t, kCollectiveKindCount> bytes{};
     for (int k = 0; k < kCollectiveKindCount; ++k) bytes[k] = static_cast<int64_t>(comm_bytes[k]);
     comm_bytes_->append(bytes.data(), 1);
@@ -270,7 +275,7 @@ class RunRecorder::File {
     h5::set_attribute(file_.get(), "failure_reason", reason);
     h5::set_attribute(file_.get(), "end_time", utc_now());
     flush();
-    for (auto* dataset : {&intervals_, &loss_, &tokens_, &warmup_, &step_index_, &comm_bytes_, &c_step_, &c_rank_,
+    for (auto* dataset : {&intervals_, &loss_, &tokens_, &warmup_, &step_index_, &loss_scale_, &skipped_, &comm_bytes_, &c_step_, &c_rank_,
                           &c_kind_, &c_phase_, &c_begin_, &c_end_, &c_bytes_, &c_wait_begin_, &c_wait_end_})
       dataset->reset();
     steps_group_.reset();
@@ -283,7 +288,8 @@ class RunRecorder::File {
   std::string output_, partial_;
   int world_;
   h5::Handle file_, steps_group_, collectives_group_;
-  std::unique_ptr<h5::GrowingDataset> intervals_, loss_, tokens_, warmup_, step_index_, comm_bytes_;
+  std::unique_ptr<h5::GrowingDataset> intervals_, loss_, tokens_, warmup_, step_index_, loss_scale_, skipped_,
+      comm_bytes_;
   std::unique_ptr<h5::GrowingDataset> c_step_, c_rank_, c_kind_, c_phase_, c_begin_, c_end_, c_bytes_,
       c_wait_begin_, c_wait_end_;
 };
@@ -322,6 +328,8 @@ void RunRecorder::on_step(const StepRecord& record) {
   step.warmup = record.warmup;
   step.loss = record.loss;
   step.tokens = record.tokens;
+  step.loss_scale = record.loss_scale;
+  step.skipped = record.skipped;
 
   std::array<double, 2 * kPhaseCount> mine{};
   for (int p = 0; p < kPhaseCount; ++p) {

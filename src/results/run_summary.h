@@ -28,6 +28,8 @@ struct GatheredStep {
   bool warmup = false;
   double loss = 0.0;
   int64_t tokens = 0;
+  double loss_scale = 1.0;
+  bool skipped = false;
   std::vector<PhaseIntervals> intervals;                   // [rank]
   std::vector<std::vector<CollectiveRecord>> collectives;  // [rank]
 };

@@ -28,6 +28,7 @@ Trainer::Trainer(const RunConfig& config, Ops& ops, Communicator& comm, MPI_Comm
   ops_.parameters_changed(model_->params(), 0, plan_.padded_elems);
   strategy_ = make_strategy(config_, ops_, comm_, *model_, plan_);
   schedule_ = {config_.learning_rate, config_.min_lr_ratio, config_.lr_warmup_steps, config_.steps};
+  scaler_ = DynamicLossScaler(config_.loss_scaling, config_.loss_scale_init, config_.loss_scale_growth_interval);
 
   const size_t tokens = static_cast<size_t>(config_.micro_batch()) * config_.seq;
   host_inputs_.resize(tokens);
@@ -60,8 +61,9 @@ StepRecord Trainer::train_step(int step) {
   record.warmup = step < config_.warmup_steps;
   record.learning_rate = schedule_.at(step);
   const int micro_batches = config_.grad_accum;
-  const float loss_scale =
-      1.0f / (static_cast<float>(config_.micro_batch()) * config_.seq * micro_batches * comm_.world_size());
+  record.loss_scale = scaler_.scale();
+  const float loss_scale = record.loss_scale / (static_cast<float>(config_.micro_batch()) * config_.seq *
+                                                micro_batches * comm_.world_size());
 
   clock_.start_step();
   comm_.set_epoch(clock_.host_origin());
@@ -89,12 +91,15 @@ StepRecord Trainer::train_step(int step) {
   OptimizerStats stats;
   {
     ScopedPhase phase(clock_, Phase::optimizer);
-    stats = strategy_->optimizer_step(record.learning_rate, step);
+    stats = strategy_->optimizer_step(record.learning_rate, applied_updates_ + 1, 1.0f / record.loss_scale);
   }
   double global_loss = loss_sum / micro_batches;
   comm_.allreduce(&global_loss, 1, phase_name(Phase::step));
   record.loss = global_loss / comm_.world_size();
   record.grad_norm = stats.grad_norm;
+  record.skipped = stats.skipped;
+  if (!stats.skipped) ++applied_updates_;
+  scaler_.update(!stats.skipped);
   record.tokens = static_cast<int64_t>(config_.global_batch) * config_.seq;
 
   if (config_.check_every > 0 && (step + 1) % config_.check_every == 0) {
@@ -129,7 +134,8 @@ void Trainer::print_progress(const StepRecord& r) const {
   std::printf("step %*d/%d  loss %.4f  lr %.3e  norm %.3f  %8.1f ms  %10.0f tok/s%s\n",
               static_cast<int>(std::to_string(config_.steps).size()), r.step + 1, config_.steps, r.loss,
               static_cast<double>(r.learning_rate), r.grad_norm, step_s * 1e3,
-              step_s > 0 ? static_cast<double>(r.tokens) / step_s : 0.0, r.warmup ? "  (warm-up)" : "");
+              step_s > 0 ? static_cast<double>(r.tokens) / step_s : 0.0,
+              r.skipped ? "  (skipped: gradients overflowed)" : r.warmup ? "  (warm-up)" : "");
   std::fflush(stdout);
 }
 

@@ -13,6 +13,7 @@
 #include "config/run_config.h"
 #include "data/token_source.h"
 #include "model/gpt.h"
+#include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
 #include "parallel/strategy.h"
 #include "timing/phases.h"
@@ -26,6 +27,8 @@ struct StepRecord {
   int64_t tokens = 0;          // tokens processed by all ranks
   float learning_rate = 0.0f;
   double grad_norm = 0.0;
+  float loss_scale = 1.0f;     // the scale this step's gradients were computed with
+  bool skipped = false;        // overflow: the update was not applied
   PhaseIntervals intervals{};  // this rank's
   double comm_wait_s = 0.0;    // time this rank's compute stream was blocked on collectives
   std::vector<CollectiveRecord> collectives;
@@ -77,6 +80,8 @@ class Trainer {
   std::unique_ptr<Gpt> model_;
   std::unique_ptr<GradientStrategy> strategy_;
   LearningRateSchedule schedule_;
+  DynamicLossScaler scaler_{false, 1.0f, 1};
+  int applied_updates_ = 0;
   std::unique_ptr<StepTimer> timer_;
   StepClock clock_;
   std::vector<int32_t> host_inputs_, host_targets_;

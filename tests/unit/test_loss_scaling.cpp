@@ -1,0 +1,95 @@
+// Dynamic loss scaling: the scaler's rule, an exact no-op when nothing overflows, and a
+// skipped step when the gradients are not finite.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_ops.h"
+#include "comm/mpi_communicator.h"
+#include "config/run_config.h"
+#include "model/gpt.h"
+#include "optim/loss_scaler.h"
+#include "parallel/ddp_strategy.h"
+#include "train/trainer.h"
+
+namespace scalestudy {
+namespace {
+
+RunConfig make_config(std::vector<std::string> extra) {
+  std::vector<std::string> args = {"train", "--model", "tiny", "--seq", "16", "--batch-per-rank", "4",
+                                   "--steps", "4", "--warmup-steps", "0"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  std::vector<const char*> argv;
+  for (const auto& a : args) argv.push_back(a.c_str());
+  RunConfig config;
+  EXPECT_TRUE(parse_train_config(static_cast<int>(argv.size()), argv.data(), config));
+  return config;
+}
+
+TEST(LossScaler, HalvesOnOverflowAndDoublesAfterAGoodRun) {
+  DynamicLossScaler scaler(true, 1024.0f, 3);
+  EXPECT_FALSE(scaler.update(false));
+  EXPECT_EQ(scaler.scale(), 512.0f);
+  EXPECT_TRUE(scaler.update(true));
+  EXPECT_TRUE(scaler.update(true));
+  EXPECT_EQ(scaler.scale(), 512.0f);
+  EXPECT_TRUE(scaler.update(true));
+  EXPECT_EQ(scaler.scale(), 1024.0f);
+  DynamicLossScaler off(false, 1024.0f, 3);
+  EXPECT_EQ(off.scale(), 1.0f);
+  EXPECT_TRUE(off.update(false));
+}
+
+TEST(LossScaler, DefaultsFollowThePrecision) {
+  EXPECT_FALSE(make_config({}).loss_scaling);
+  EXPECT_TRUE(make_config({"--loss-scaling", "on"}).loss_scaling);
+}
+
+std::vector<float> train(const RunConfig& config) {
+  CpuOps ops;
+  MpiCommunicator comm(MPI_COMM_SELF, 60.0);
+  Trainer trainer(config, ops, comm, MPI_COMM_SELF);
+  trainer.run(nullptr);
+  return trainer.parameters_on_host();
+}
+
+TEST(LossScaling, APowerOfTwoScaleChangesNothingWithoutOverflow) {
+  // Scaling by 2^10 and unscaling by 2^-10 are exact in fp32 away from overflow and
+  // underflow, so the parameters must match bit for bit.
+  const std::vector<float> plain = train(make_config({}));
+  const std::vector<float> scaled = train(make_config({"--loss-scaling", "on", "--loss-scale-init", "1024"}));
+  ASSERT_EQ(plain.size(), scaled.size());
+  size_t differing = 0;
+  for (size_t i = 0; i < plain.size(); ++i) differing += plain[i] != scaled[i];
+  EXPECT_EQ(differing, 0u);
+}
+
+TEST(LossScaling, NonFiniteGradientsSkipTheUpdate) {
+  const RunConfig config = make_config({"--loss-scaling", "on"});
+  CpuOps ops;
+  MpiCommunicator comm(MPI_COMM_SELF, 60.0);
+  const ParameterLayout layout = make_parameter_layout(config.shape);
+  const BucketPlan plan = make_bucket_plan(layout.param_elems, 1e9, 1);
+  Gpt model(ops, config.shape, 4, 16, plan.padded_elems);
+  model.initialize(1);
+  DdpStrategy strategy(config, ops, comm, model, plan);
+  std::vector<int32_t> tokens(4 * 16, 3), targets(4 * 16, 5);
+  model.forward(tokens.data(), targets.data(), &strategy);
+  strategy.begin_micro_batch(0, 1);
+  model.backward(strategy, 1.0f / 64);
+  strategy.finish_gradient_sync();
+  strategy.segment_gradients(1)[7] = std::numeric_limits<float>::infinity();
+
+  std::vector<float> before(layout.param_elems), after(layout.param_elems);
+  ops.copy_to_host(before.data(), model.params(), before.size());
+  const OptimizerStats stats = strategy.optimizer_step(1e-3f, 1, 1.0f / 65536);
+  ops.copy_to_host(after.data(), model.params(), after.size());
+  EXPECT_TRUE(stats.skipped);
+  EXPECT_EQ(before, after);
+}
+
+}  // namespace
+}  // namespace scalestudy
