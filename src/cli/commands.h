@@ -5,5 +5,6 @@ namespace scalestudy {
 
 int run_train_command(int argc, const char* const* argv);
 int run_info_command(int argc, const char* const* argv);
+int run_bench_command(int argc, const char* const* argv);
 
 }  // namespace scalestudy

@@ -19,6 +19,7 @@ const char* kUsage =
     "Commands:\n"
     "  train   train a GPT-style transformer data-parallel over the MPI ranks, timing every phase\n"
     "  info    print the model presets with their parameter counts and FLOPs per token\n"
+    "  bench   micro-benchmarks: gemm, bandwidth, layer, inference, comm (results in HDF5)\n"
     "\n"
     "'scalestudy <command> --help' describes a command's options.\n";
 
@@ -58,6 +59,7 @@ int main(int argc, char** argv) {
   try {
     if (command == "train") return scalestudy::run_train_command(argc - 1, argv + 1);
     if (command == "info") return scalestudy::run_info_command(argc - 1, argv + 1);
+    if (command == "bench") return scalestudy::run_bench_command(argc - 1, argv + 1);
     throw scalestudy::UsageError("unknown command '" + command + "' (see scalestudy --help)");
   } catch (const scalestudy::UsageError& error) {
     // Every rank parsed the same arguments, so every rank ends here; one reports it.

@@ -1,0 +1,240 @@
+"""The benchmark report on synthetic bench files with known answers, and (when
+SCALESTUDY_BINARY names the C++ binary) on real CPU bench files from it."""
+import math
+import os
+import shutil
+import subprocess
+
+import h5py
+import numpy as np
+import pytest
+
+from scalestudy_analysis import bench
+from synth import base_config, write_run
+
+BINARY = os.environ.get("SCALESTUDY_BINARY")
+MPIEXEC = shutil.which("mpiexec")
+
+
+def write_bench(path, name, columns, *, status="complete", device="cpu", world_size=1, method=None,
+                repeats=3):
+    """Writes a bench file as src/bench/bench_common.cpp does. columns: name -> list; the
+    common columns not given are filled in (status ok, times from time_median_s)."""
+    points = len(next(iter(columns.values())))
+    columns = dict(columns)
+    columns.setdefault("status", ["ok"] * points)
+    columns.setdefault("detail", [""] * points)
+    median = np.asarray(columns["time_median_s"], dtype=float)
+    columns.setdefault("time_q1_s", list(median * 0.9))
+    columns.setdefault("time_q3_s", list(median * 1.1))
+    columns.setdefault("calls_per_sample", [1] * points)
+    with h5py.File(path, "w") as handle:
+        for key, value in {"schema_version": np.int64(1), "scalestudy_version": "0.1.0", "git_sha": "abc",
+                           "argv": f"scalestudy bench {name}", "start_time": "2025-01-01T00:00:00Z",
+                           "end_time": "2025-01-01T00:01:00Z", "world_size": np.int64(world_size),
+                           "nodes": np.int64(1), "ranks_per_node": np.int64(world_size), "backend": "cpu",
+                           "precision": "fp32", "status": status, "failure_reason": "" if status == "complete"
+                           else "rank 0: it broke", "cuda_version": "none", "nccl_version": "none",
+                           "mpi_version": "synthetic", "hdf5_version": "1.14.3", "bench": name}.items():
+            handle.attrs[key] = value
+        text = h5py.string_dtype()
+        handle.create_dataset("ranks/hostname", data=np.array(["node"] * world_size, dtype=object), dtype=text)
+        handle.create_dataset("ranks/device", data=np.array([device] * world_size, dtype=object), dtype=text)
+        group = handle.create_group(f"bench/{name}")
+        for key, value in (method or {"timing": "synthetic"}).items():
+            group.attrs[key] = value
+        for key, values in columns.items():
+            if isinstance(values[0], str):
+                group.create_dataset(key, data=np.array(values, dtype=object), dtype=text)
+            else:
+                group.create_dataset(key, data=np.asarray(values))
+        group.create_dataset("samples_s", data=np.repeat(median[:, None], repeats, axis=1))
+
+
+def gemm_columns(points):
+    """points: (precision, n, seconds or a status)."""
+    columns = {k: [] for k in ("precision", "n", "flops", "bytes", "arithmetic_intensity", "tflops", "status",
+                               "time_median_s")}
+    for precision, n, seconds in points:
+        flops, size = 2.0 * n ** 3, 2 if precision in ("fp16", "bf16") else 4
+        ok = not isinstance(seconds, str)
+        columns["precision"].append(precision)
+        columns["n"].append(n)
+        columns["flops"].append(flops)
+        columns["bytes"].append(3.0 * n * n * size)
+        columns["arithmetic_intensity"].append(flops / (3.0 * n * n * size))
+        columns["time_median_s"].append(seconds if ok else math.nan)
+        columns["tflops"].append(flops / seconds / 1e12 if ok else math.nan)
+        columns["status"].append("ok" if ok else seconds)
+    return columns
+
+
+def bandwidth_columns(points):
+    """points: (kernel, elems, seconds)."""
+    columns = {k: [] for k in ("kernel", "elems", "bytes", "flops", "arithmetic_intensity", "gb_per_s",
+                               "time_median_s")}
+    for kernel, elems, seconds in points:
+        per_elem, flops = (12, 1.0) if kernel == "accumulate" else (8, 0.0)
+        columns["kernel"].append(kernel)
+        columns["elems"].append(elems)
+        columns["bytes"].append(per_elem * elems)
+        columns["flops"].append(flops * elems)
+        columns["arithmetic_intensity"].append(flops / per_elem)
+        columns["gb_per_s"].append(per_elem * elems / seconds / 1e9)
+        columns["time_median_s"].append(seconds)
+    return columns
+
+
+def test_gemm_table_has_tflops_by_n_and_precision_with_unavailable_cells(tmp_path):
+    path = tmp_path / "gemm.h5"
+    write_bench(path, "gemm", gemm_columns([("fp32", 1024, 1e-3), ("tf32", 1024, "unavailable"),
+                                            ("bf16", 1024, 1e-4), ("fp32", 2048, 8e-3)]))
+    loaded = bench.read_bench_file(path)
+    assert loaded.usable and loaded.problems == []
+    (title, table), = bench.bench_tables(loaded)
+    assert list(table.columns) == ["fp32", "tf32", "bf16"]
+    assert table.loc[1024, "fp32"] == "2.147"     # 2·1024³ / 1 ms
+    assert table.loc[1024, "bf16"] == "21.47"
+    assert table.loc[1024, "tf32"] == "n/a"
+    assert table.loc[2048, "fp32"] == "2.147"
+
+
+def test_inference_grid_keeps_oom_cells_and_the_rates_are_recomputed(tmp_path):
+    path = tmp_path / "inference.h5"
+    batch, seq, seconds = [1, 1, 64, 64], [64, 4096, 64, 4096], [0.002, 0.01, 0.02, math.nan]
+    flops = [1e12] * 4
+    write_bench(path, "inference", {
+        "batch": batch, "seq": seq, "flops": flops, "bytes": [1e9] * 4, "arithmetic_intensity": [1e3] * 4,
+        "time_median_s": seconds, "latency_ms": [s * 1e3 for s in seconds],
+        "sequences_per_s": [b / s for b, s in zip(batch, seconds)],
+        "tokens_per_s": [b * t / s for b, t, s in zip(batch, seq, seconds)],
+        "tflops": [f / s / 1e12 for f, s in zip(flops, seconds)], "memory_bytes": [1, 2, 3, 4],
+        "status": ["ok", "ok", "ok", "oom"]})
+    loaded = bench.read_bench_file(path)
+    assert loaded.problems == []
+    latency, throughput = (table for _, table in bench.bench_tables(loaded))
+    assert latency.loc[64, 4096] == "OOM" and throughput.loc[64, 4096] == "OOM"
+    assert latency.loc[1, 64] == "2" and throughput.loc[64, 64] == "3200"
+
+
+def test_comm_busbw_follows_nccl_tests_and_a_wrong_rate_is_a_problem(tmp_path):
+    assert bench.bus_factor("allreduce", 8) == 1.75 and bench.bus_factor("allgather", 4) == 0.75
+    path = tmp_path / "comm.h5"
+    gib, seconds = 1 << 30, 0.01
+    algbw = gib / seconds / 1e9
+    write_bench(path, "comm", {
+        "collective": ["allreduce", "reduce_scatter"], "bytes": [gib, gib], "elems": [gib // 4] * 2,
+        "time_median_s": [seconds, seconds], "algbw_gb_per_s": [algbw, algbw], "bus_factor": [1.0, 0.5],
+        "busbw_gb_per_s": [algbw, algbw],  # the second should be algbw / 2
+        "wrong_elems": [0, 0]}, world_size=2)
+    loaded = bench.read_bench_file(path)
+    assert [p.kind for p in loaded.problems] == ["rate mismatch"]
+    points = loaded.points.set_index("collective")
+    assert points.loc["allreduce", "busbw_gb_per_s"] == pytest.approx(107.374, rel=1e-4)
+    assert points.loc["reduce_scatter", "busbw_gb_per_s"] == pytest.approx(algbw / 2)
+    (_, table), = bench.bench_tables(loaded)
+    assert table.loc["1 GiB", "reduce_scatter busbw"] == "53.69"
+    assert table.loc["1 GiB", "wrong elements"] == "0"
+
+
+def test_failed_files_and_other_files_are_problems_not_data(tmp_path):
+    failed = tmp_path / "failed.h5"
+    write_bench(failed, "gemm", gemm_columns([("fp32", 64, 1e-3)]), status="failed")
+    run = tmp_path / "run.h5"
+    write_run(run)
+    for path, kind in ((failed, "failed"), (run, "unreadable")):
+        loaded = bench.read_bench_file(path)
+        assert not loaded.usable and [p.kind for p in loaded.problems] == [kind]
+
+
+def test_roofline_roofs_are_the_best_gemm_and_the_largest_size_bandwidth(tmp_path):
+    write_bench(tmp_path / "gemm.h5", "gemm", gemm_columns([("fp32", 1024, 1e-3), ("bf16", 1024, 1e-4)]))
+    write_bench(tmp_path / "bw.h5", "bandwidth", bandwidth_columns([
+        ("copy", 1 << 14, 1e-7), ("copy", 1 << 24, 1e-3), ("accumulate", 1 << 24, 2e-3)]))
+    benches = [bench.read_bench_file(tmp_path / name) for name in ("gemm.h5", "bw.h5")]
+    (roofline,) = bench.build_rooflines(benches)
+    assert roofline.peak_tflops == pytest.approx(2 * 1024 ** 3 / 1e-4 / 1e12)
+    assert roofline.fp32_tflops == pytest.approx(2 * 1024 ** 3 / 1e-3 / 1e12)
+    # 16M elements copied in 1 ms: 8 bytes each, 134 GB/s; the 16K copy is faster but small.
+    assert roofline.bandwidth_gbs == pytest.approx(8 * (1 << 24) / 1e-3 / 1e9)
+    assert roofline.roof(1e6) == pytest.approx(roofline.peak_tflops)
+    assert roofline.roof(1.0) == pytest.approx(roofline.bandwidth_gbs / 1e3)
+    groups = [p[0] for p in roofline.points]
+    assert groups.count("gemm") == 2 and groups.count("elementwise") == 1
+    intensity = [p[2] for p in roofline.points if p[0] == "elementwise"][0]
+    assert intensity == pytest.approx(1 / 12)
+
+
+def test_report_and_cli_write_tables_csvs_and_a_roofline_with_training_phases(tmp_path):
+    write_bench(tmp_path / "gemm.h5", "gemm", gemm_columns([("fp32", 256, 1e-3)]))
+    write_bench(tmp_path / "bw.h5", "bandwidth", bandwidth_columns([("accumulate", 1 << 20, 1e-3)]))
+    runs = tmp_path / "runs"
+    write_run(runs / "run.h5", config=base_config())
+    out = tmp_path / "out"
+    code = bench.main([str(tmp_path / "gemm.h5"), str(tmp_path / "bw.h5"), "-o", str(out), "--runs", str(runs)])
+    assert code == 0
+    report = (out / "bench-report.md").read_text()
+    assert "## gemm" in report and "## bandwidth" in report and "![roofline](roofline.png)" in report
+    assert (out / "roofline.png").stat().st_size > 0 and (out / "bench-gemm.csv").exists()
+    (roofline,) = bench.build_rooflines([bench.read_bench_file(tmp_path / "gemm.h5")], runs)
+    forward = [p for p in roofline.points if p[0] == "training forward"]
+    # synth's layout: forward is 30 % of a 0.1 s step; tiny-ish shape of base_config().
+    flops = bench.forward_flops(2, 64, 256, 8, 64)
+    assert forward[0][3] == pytest.approx(flops / 0.03 / 1e12)
+    assert forward[0][2] == pytest.approx(flops / bench.gpt_forward_bytes(2, 64, 4, 256, 8, 64))
+    assert bench.main([str(tmp_path / "missing.h5"), "-o", str(out)]) == bench.USAGE_ERROR
+    assert bench.main([str(runs / "run.h5"), "-o", str(out)]) == bench.USAGE_ERROR
+
+
+def test_byte_model_is_the_cpp_one_on_known_numbers():
+    assert bench.matmul_forward_bytes(2, 3, 4, True) == 4.0 * 30
+    assert bench.matmul_backward_bytes(2, 3, 4, True) == 4.0 * (8 + 6 + 12 + 12 + 24 + 8)
+    one, two, three = (bench.gpt_forward_bytes(layers, 1024, 16, 30522, 4, 128) for layers in (1, 2, 3))
+    assert three - two == pytest.approx(two - one)
+    assert bench.gpt_backward_bytes(1, 32, 4, 64, 2, 8) > bench.gpt_forward_bytes(1, 32, 4, 64, 2, 8)
+
+
+# ---- real files from the binary --------------------------------------------------------------
+
+needs_binary = pytest.mark.skipif(not BINARY, reason="set SCALESTUDY_BINARY to the scalestudy binary")
+QUICK = ["--warmup", "1", "--repeats", "3", "--min-sample-ms", "0.2"]
+
+
+@needs_binary
+def test_real_cpu_bench_files_load_and_their_bytes_match_the_python_model(tmp_path):
+    files = {}
+    for name, options in (("gemm", ["--sizes", "16,32"]), ("bandwidth", ["--sizes", "1K..8K"]),
+                          ("layer", ["--batches", "1,2", "--seqs", "8,16", "--part-batch", "2", "--part-seq", "8"]),
+                          ("inference", ["--batches", "1,3", "--seqs", "8"])):
+        files[name] = tmp_path / f"{name}.h5"
+        subprocess.run([BINARY, "bench", name, *options, *QUICK, "-o", str(files[name])], check=True,
+                       capture_output=True, timeout=600)
+    command = [BINARY, "bench", "comm", "--max-bytes", "8K", *QUICK, "-o", str(tmp_path / "comm.h5")]
+    if MPIEXEC:
+        command = [MPIEXEC, "--oversubscribe", "--allow-run-as-root", "-np", "2"] + command
+    subprocess.run(command, check=True, capture_output=True, timeout=600)
+    files["comm"] = tmp_path / "comm.h5"
+    text, benches = bench.write_bench_report(list(files.values()), tmp_path / "out")
+    assert all(b.usable for b in benches) and [p for b in benches for p in b.problems] == []
+    assert (tmp_path / "out" / "roofline.png").exists()
+
+    loaded = {b.name: b for b in benches}
+    layer = loaded["layer"]
+    shape = [int(layer.method[k]) for k in ("layers", "hidden", "heads", "vocab")]
+    assert shape[0] == 1
+    for row in layer.points[layer.points["part"] == "block"].to_dict("records"):
+        expected = bench.gpt_forward_bytes(*shape, row["batch"], row["seq"])
+        if row["pass"] == "forward+backward":
+            expected += bench.gpt_backward_bytes(*shape, row["batch"], row["seq"])
+        assert row["bytes"] == pytest.approx(expected, rel=1e-12), row
+        assert row["flops"] == pytest.approx(
+            bench.forward_flops(shape[0], shape[1], shape[3], row["batch"], row["seq"])
+            * (3 if row["pass"] == "forward+backward" else 1), rel=1e-12)
+    inference = loaded["inference"]
+    shape = [int(inference.method[k]) for k in ("layers", "hidden", "heads", "vocab")]
+    for row in inference.points.to_dict("records"):
+        assert row["bytes"] == pytest.approx(bench.gpt_forward_bytes(*shape, row["batch"], row["seq"]), rel=1e-12)
+    comm = loaded["comm"]
+    assert (comm.points["wrong_elems"] == 0).all() and (comm.points["status"] == "ok").all()
+    gemm = loaded["gemm"].points
+    assert set(gemm[gemm["precision"] != "fp32"]["detail"]) == {"not available on cpu"}

@@ -1,0 +1,227 @@
+#pragma once
+// What every `scalestudy bench <name>` shares: the validated options, the timing helper
+// (warm-up excluded, median and IQR over repeats), the table of measured points, the
+// memory check that marks a point OOM before it is attempted, and the HDF5 file that
+// holds the points (docs/results-schema.md, "Benchmark files").
+//
+// The backends abort the job when an allocation fails (a half-allocated model is no state
+// to continue from), so a point that would not fit is recognised beforehand: the point's
+// allocations are predicted from the same shapes the code allocates, and compared with
+// the memory the device (or host) reports free.
+#include <hdf5.h>
+#include <mpi.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/ops.h"
+#include "comm/communicator.h"
+#include "model/model_shape.h"
+#include "results/run_recorder.h"
+#include "timing/step_timer.h"
+
+namespace scalestudy {
+
+enum class BenchKind { gemm, bandwidth, layer, inference, comm };
+const char* bench_kind_name(BenchKind kind);
+// Throws UsageError naming the benchmark when it is unknown.
+BenchKind parse_bench_kind(const std::string& name);
+
+// Every option of every benchmark, resolved (backend-dependent defaults filled in) and
+// validated by the bench command. Each benchmark reads only its own fields.
+struct BenchConfig {
+  BenchKind kind = BenchKind::gemm;
+  std::string backend = "cpu";  // cpu | cuda
+  std::string output;           // HDF5 file; empty = print only
+  int warmup = 2;               // samples run and discarded before the timed ones (>= 1)
+  int repeats = 10;             // timed samples per point
+  double min_sample_s = 1e-3;   // a sample repeats the call until it lasts about this long
+  double comm_timeout_s = 300.0;
+  size_t memory_limit_bytes = 0;  // 0: only what the device (host) reports available
+
+  std::vector<int64_t> gemm_sizes;         // n of the square n×n×n GEMMs
+  std::vector<std::string> precisions;     // fp32, tf32, fp16, bf16
+  std::vector<int64_t> bandwidth_elems;    // fp32 elements per buffer
+
+  std::string model;                       // preset of layer / inference
+  ModelShape shape;                        // resolved: preset, overrides, max_seq
+  std::vector<int> batches, seqs;          // the grid of layer / inference
+  int part_batch = 0, part_seq = 0;        // where the layer's parts are measured
+
+  std::vector<std::string> collectives;    // allreduce, reduce_scatter, allgather
+  int64_t min_bytes = 0, max_bytes = 0;    // payload range of comm, doubling
+};
+
+// ---- parsing helpers (shared with the command line, tested on their own) --------------
+
+// "128,512,2048", with K/M/G suffixes (powers of 1024) and "A..B" for the powers of two
+// times A up to B ("16K..64M"). Every value must be positive. Throws UsageError naming
+// "--<option> <text>".
+std::vector<int64_t> parse_size_list(const std::string& option, const std::string& text);
+// One size with an optional K/M/G suffix.
+int64_t parse_size(const std::string& option, const std::string& text);
+// Comma-separated names, each one of `allowed`.
+std::vector<std::string> parse_name_list(const std::string& option, const std::string& text,
+                                         const std::vector<std::string>& allowed);
+std::string join(const std::vector<std::string>& parts, const std::string& separator);
+
+// ---- timing ---------------------------------------------------------------------------
+
+// Median and quartiles, interpolated between order statistics (numpy's default, as the
+// run summary does).
+struct SampleStats {
+  double median_s = 0.0, q1_s = 0.0, q3_s = 0.0;
+  double iqr_s() const { return q3_s - q1_s; }
+};
+SampleStats summarize_samples(const std::vector<double>& samples_s);
+
+struct TimedCalls {
+  int calls_per_sample = 1;
+  std::vector<double> samples_s;  // seconds per call, one per timed sample
+  SampleStats stats;
+};
+
+struct TimingHooks {
+  // Runs before every sample, outside its timed span (e.g. synchronise and barrier).
+  std::function<void()> before_sample;
+  // Given this rank's choice of calls per sample, returns the one every rank uses.
+  std::function<int(int)> agree_calls;
+};
+
+// Times `call` on the timer's stream. `warmup` samples run first and are discarded; each
+// one sets how many calls the next sample makes (so that a sample lasts at least
+// min_sample_s), from the time per call it measured. Then `repeats` samples are timed;
+// each holds calls_per_sample back-to-back calls between two marks, and reports their
+// time divided by the count. warmup >= 1 and repeats >= 1.
+TimedCalls time_calls(StepTimer& timer, const std::function<void()>& call, int warmup, int repeats,
+                      double min_sample_s, const TimingHooks& hooks = {});
+
+// Calls per sample for a call that took `seconds_per_call`: enough to last min_sample_s,
+// at least 1 and at most kMaxCallsPerSample.
+inline constexpr int kMaxCallsPerSample = 10000;
+int calls_for(double seconds_per_call, double min_sample_s);
+
+// ---- memory ---------------------------------------------------------------------------
+
+// Bytes that may be allocated now: free device memory (cudaMemGetInfo) on cuda,
+// MemAvailable on the cpu; never more than config.memory_limit_bytes when that is set.
+size_t available_memory_bytes(Ops& ops, const BenchConfig& config);
+// Head-room kept free beyond a point's predicted allocations: the backend's scratch
+// buffers, cuBLAS workspaces and the allocator's rounding are not in the prediction.
+size_t memory_with_headroom(size_t predicted_bytes);
+
+// ---- the table of points --------------------------------------------------------------
+
+enum class PointStatus { ok, oom, unavailable, wrong };
+const char* point_status_name(PointStatus status);
+
+// One row per point, in measurement order. Every table has the common columns (status,
+// detail, timing) and the benchmark adds its own; each column becomes a 1-D dataset of
+// the bench group, with its units and description as attributes.
+class PointTable {
+ public:
+  explicit PointTable(int repeats);
+
+  void add_float(const std::string& name, const std::string& units, const std::string& description);
+  void add_int(const std::string& name, const std::string& units, const std::string& description);
+  void add_text(const std::string& name, const std::string& description);
+
+  // A new row: NaN, 0 and "" until set; status ok.
+  size_t add_row();
+  void set(size_t row, const std::string& name, double value);
+  void set(size_t row, const std::string& name, int64_t value);
+  void set(size_t row, const std::string& name, int value) { set(row, name, static_cast<int64_t>(value)); }
+  void set(size_t row, const std::string& name, const std::string& value);
+  void set(size_t row, const std::string& name, const char* value) { set(row, name, std::string(value)); }
+  void set_status(size_t row, PointStatus status, const std::string& detail);
+  void set_timing(size_t row, const TimedCalls& timed);
+
+  size_t rows() const { return status_.size(); }
+  PointStatus status(size_t row) const { return status_[row]; }
+  double number(size_t row, const std::string& name) const;
+  int64_t integer(size_t row, const std::string& name) const;
+  const std::string& text(size_t row, const std::string& name) const;
+
+  // Writes every column into `group` (and samples_s as [points, repeats]).
+  void write(hid_t group) const;
+  // A plain-text table of the named columns; NaN shows as "-".
+  std::string render(const std::vector<std::string>& columns) const;
+
+ private:
+  enum class Type { number, integer, text };
+  struct Column {
+    Type type = Type::number;
+    std::string units, description;
+    std::vector<double> numbers;
+    std::vector<int64_t> integers;
+    std::vector<std::string> texts;
+  };
+  Column& column(const std::string& name, Type type);
+  const Column& column(const std::string& name) const;
+  void add_column(const std::string& name, Type type, const std::string& units, const std::string& description);
+
+  int repeats_;
+  std::vector<std::string> order_;
+  std::map<std::string, Column> columns_;
+  std::vector<PointStatus> status_;
+  std::vector<std::vector<double>> samples_s_;
+};
+
+// ---- what a benchmark runs with -------------------------------------------------------
+
+struct BenchContext {
+  const BenchConfig& config;
+  Ops& ops;
+  Communicator* comm = nullptr;  // comm only
+  MPI_Comm world = MPI_COMM_WORLD;
+  int rank = 0, world_size = 1;
+  PointTable& table;
+  // Attributes of the bench group that describe the method (timing, FLOP and byte models).
+  std::map<std::string, std::string>& method;
+  // Prints one progress line (rank 0 only).
+  void progress(const std::string& line) const;
+  // Timing where the backend computes: CUDA events on the compute stream, or the host's
+  // steady clock.
+  std::string timer_description() const;
+};
+
+// Writes the model's shape into a group's method attributes as /config does: layers,
+// hidden, heads, vocab, max_seq and attention, every value a string.
+void describe_shape(std::map<std::string, std::string>& method, const ModelShape& shape);
+
+// ---- the file -------------------------------------------------------------------------
+
+// A benchmark's HDF5 file, written by rank 0: created as "<output>.partial" with the
+// provenance attributes and status "running" when the benchmark starts, completed with
+// the points and renamed to <output> when it ends. An abort (a CUDA error, a stuck
+// collective) marks it failed, with the points measured so far. Construction and
+// finish() are collective over `world`.
+class BenchFile {
+ public:
+  BenchFile(const std::string& output, BenchKind kind, const RunIdentity& identity,
+            const std::string& precision, MPI_Comm world);
+  ~BenchFile();
+  BenchFile(const BenchFile&) = delete;
+  BenchFile& operator=(const BenchFile&) = delete;
+
+  // The table and method the abort hook writes if the job ends early.
+  void watch(const PointTable* table, const std::map<std::string, std::string>* method);
+  // Writes the points and marks the file "complete", or "failed" when reason is not empty.
+  void finish(const std::string& failure_reason);
+  const std::string& output() const { return output_; }
+
+ private:
+  void write_and_close(const std::string& status, const std::string& reason);
+  std::string output_, partial_;
+  BenchKind kind_;
+  int rank_ = 0;
+  hid_t file_ = -1;
+  const PointTable* table_ = nullptr;
+  const std::map<std::string, std::string>* method_ = nullptr;
+};
+
+}  // namespace scalestudy

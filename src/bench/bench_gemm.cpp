@@ -1,0 +1,236 @@
+#include "bench/bench_gemm.h"
+
+#include <cstdio>
+#include <cstring>
+#include <memory>
+
+#include "bench/bench_gpt.h"
+#include "bench/bench_model.h"
+#include "core/check.h"
+
+#if SCALESTUDY_HAVE_CUDA
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include "backend/cuda/cuda_ops.h"
+#endif
+
+namespace scalestudy {
+namespace {
+
+constexpr uint64_t kSeedA = 11, kSeedB = 12;
+
+std::string format_point(const std::string& precision, int64_t n) {
+  return "gemm " + precision + " n=" + std::to_string(n);
+}
+
+// jobscripts/bench_gpu_vs_torch.py reads the ok line's median and TFLOP/s.
+void report(BenchContext& context, size_t row, const std::string& precision, int64_t n) {
+  const PointTable& t = context.table;
+  char line[256];
+  if (t.status(row) != PointStatus::ok) {
+    std::snprintf(line, sizeof(line), "%s: %s (%s)", format_point(precision, n).c_str(),
+                  t.text(row, "status").c_str(), t.text(row, "detail").c_str());
+  } else {
+    std::snprintf(line, sizeof(line), "%s: median %.4g ms [IQR %.4g-%.4g], %.4g TFLOP/s",
+                  format_point(precision, n).c_str(), t.number(row, "time_median_s") * 1e3,
+                  t.number(row, "time_q1_s") * 1e3, t.number(row, "time_q3_s") * 1e3, t.number(row, "tflops"));
+  }
+  context.progress(line);
+}
+
+// Times `call` and fills the row's timing and rate.
+void time_point(BenchContext& context, size_t row, const std::function<void()>& call) {
+  const BenchConfig& c = context.config;
+  std::unique_ptr<StepTimer> timer = context.ops.make_step_timer();
+  const TimedCalls timed = time_calls(*timer, call, c.warmup, c.repeats, c.min_sample_s);
+  context.table.set_timing(row, timed);
+  context.table.set(row, "tflops", context.table.number(row, "flops") / timed.stats.median_s / 1e12);
+}
+
+void run_cpu_point(BenchContext& context, size_t row, int64_t n) {
+  Ops& ops = context.ops;
+  const size_t elems = static_cast<size_t>(n) * static_cast<size_t>(n);
+  // matmul_forward computes out = inp · weightᵀ: the same n³ multiply-adds as A·B.
+  float* inp = allocate_random(ops, elems, MemoryKind::activations, kSeedA);
+  float* weight = allocate_random(ops, elems, MemoryKind::parameters, kSeedB);
+  float* out = ops.allocate_floats(elems, MemoryKind::activations);
+  const int size = static_cast<int>(n);
+  time_point(context, row, [&] { ops.matmul_forward(out, inp, weight, nullptr, size, size, size); });
+  for (float* buffer : {inp, weight, out}) ops.release(buffer);
+}
+
+#if SCALESTUDY_HAVE_CUDA
+
+struct CudaGemmType {
+  cudaDataType_t data;
+  cublasComputeType_t compute;
+};
+
+CudaGemmType cuda_gemm_type(const std::string& precision) {
+  if (precision == "tf32") return {CUDA_R_32F, CUBLAS_COMPUTE_32F_FAST_TF32};
+  if (precision == "fp16") return {CUDA_R_16F, CUBLAS_COMPUTE_32F};
+  if (precision == "bf16") return {CUDA_R_16BF, CUBLAS_COMPUTE_32F};
+  return {CUDA_R_32F, CUBLAS_COMPUTE_32F};
+}
+
+// Device memory that a failed allocation leaves empty instead of ending the job: a GEMM
+// too large for the device is a point marked oom.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  ~DeviceBuffer() {
+    if (ptr_) cudaFree(ptr_);
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  bool allocate(size_t bytes) {
+    if (cudaMalloc(&ptr_, bytes) == cudaSuccess) return true;
+    (void)cudaGetLastError();  // or the next launch check would report this failure
+    ptr_ = nullptr;
+    return false;
+  }
+  void* get() const { return ptr_; }
+
+ private:
+  void* ptr_ = nullptr;
+};
+
+// Converts the fp32 host values to the precision's storage type and uploads them on the
+// compute stream, waiting until they have landed (a pageable cudaMemcpy may return
+// before its DMA is done, and the legacy stream does not order a non-blocking one).
+void upload(cudaStream_t stream, void* device, const std::vector<float>& values, const std::string& precision) {
+  if (precision == "fp16" || precision == "bf16") {
+    std::vector<uint16_t> converted(values.size());
+    for (size_t i = 0; i < values.size(); ++i) {
+      if (precision == "fp16") {
+        const __half h = __float2half_rn(values[i]);
+        std::memcpy(&converted[i], &h, sizeof(uint16_t));
+      } else {
+        const __nv_bfloat16 b = __float2bfloat16_rn(values[i]);
+        std::memcpy(&converted[i], &b, sizeof(uint16_t));
+      }
+    }
+    CHECK_CUDA(cudaMemcpyAsync(device, converted.data(), converted.size() * sizeof(uint16_t),
+                               cudaMemcpyHostToDevice, stream));
+    CHECK_CUDA(cudaStreamSynchronize(stream));
+    return;
+  }
+  CHECK_CUDA(cudaMemcpyAsync(device, values.data(), values.size() * sizeof(float), cudaMemcpyHostToDevice, stream));
+  CHECK_CUDA(cudaStreamSynchronize(stream));
+}
+
+// A cuBLAS handle of the benchmark's own on the backend's compute stream, with an
+// explicit 32 MiB workspace (what PyTorch gives cuBLAS on Hopper), so that the algorithm
+// choice does not depend on another handle's settings.
+class CudaGemm {
+ public:
+  explicit CudaGemm(cudaStream_t stream) {
+    CHECK_CUBLAS(cublasCreate(&handle_));
+    CHECK_CUBLAS(cublasSetStream(handle_, stream));
+    CHECK_CUDA(cudaMalloc(&workspace_, kWorkspaceBytes));
+    CHECK_CUBLAS(cublasSetWorkspace(handle_, workspace_, kWorkspaceBytes));
+  }
+  ~CudaGemm() {
+    cublasDestroy(handle_);
+    cudaFree(workspace_);
+  }
+  CudaGemm(const CudaGemm&) = delete;
+  CudaGemm& operator=(const CudaGemm&) = delete;
+
+  // C = A·B, all n×n column-major; alpha and beta are fp32 for every precision because
+  // every compute type here accumulates in fp32.
+  void run(const std::string& precision, int n, const void* a, const void* b, void* c) {
+    const CudaGemmType type = cuda_gemm_type(precision);
+    const float alpha = 1.0f, beta = 0.0f;
+    CHECK_CUBLAS(cublasGemmEx(handle_, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a, type.data, n, b, type.data, n,
+                              &beta, c, type.data, n, type.compute, CUBLAS_GEMM_DEFAULT));
+  }
+
+ private:
+  static constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+  cublasHandle_t handle_ = nullptr;
+  void* workspace_ = nullptr;
+};
+
+void run_cuda_point(BenchContext& context, CudaGemm& gemm, size_t row, const std::string& precision, int64_t n,
+                    const std::vector<float>& host_a, const std::vector<float>& host_b) {
+  const size_t bytes = static_cast<size_t>(n) * static_cast<size_t>(n) *
+                       static_cast<size_t>(gemm_element_bytes(precision));
+  DeviceBuffer a, b, c;
+  if (!a.allocate(bytes) || !b.allocate(bytes) || !c.allocate(bytes)) {
+    context.table.set_status(row, PointStatus::oom, "cudaMalloc of the three matrices failed");
+    return;
+  }
+  const cudaStream_t stream = dynamic_cast<CudaOps&>(context.ops).stream();
+  upload(stream, a.get(), host_a, precision);
+  upload(stream, b.get(), host_b, precision);
+  const int size = static_cast<int>(n);
+  time_point(context, row, [&] { gemm.run(precision, size, a.get(), b.get(), c.get()); });
+  context.ops.synchronize();
+}
+
+#endif
+
+}  // namespace
+
+double gemm_element_bytes(const std::string& precision) {
+  return precision == "fp16" || precision == "bf16" ? 2.0 : 4.0;
+}
+
+void run_gemm_bench(BenchContext& context) {
+  const BenchConfig& config = context.config;
+  PointTable& table = context.table;
+  table.add_text("precision", "fp32, tf32 (fp32 storage, TF32 tensor cores), fp16 or bf16 (fp32 accumulation)");
+  table.add_int("n", "", "the matrices are n×n: C[n,n] = A[n,n]·B[n,n]");
+  table.add_float("flops", "FLOP", "2·n³");
+  table.add_float("bytes", "bytes", "3·n²·element bytes: A and B read once, C written once");
+  table.add_float("arithmetic_intensity", "FLOP/byte", "flops / bytes");
+  table.add_float("tflops", "10^12 FLOP/s", "flops / time_median_s / 1e12");
+  const bool cuda = context.ops.name() == "cuda";
+  context.method["timing"] = context.timer_description();
+  context.method["kernel"] = cuda ? "cublasGemmEx, CUBLAS_GEMM_DEFAULT, 32 MiB workspace, column-major NN"
+                                  : "CpuOps::matmul_forward (out = inp·weightᵀ, fp32, single thread)";
+  context.method["inputs"] = "uniform random values in ±[0.25, 1), never zero";
+  context.method["flop_model"] = "2·n³ per product";
+  context.method["byte_model"] = "3·n² elements: A and B read once, C written once";
+
+#if SCALESTUDY_HAVE_CUDA
+  std::unique_ptr<CudaGemm> gemm;
+  if (cuda) gemm = std::make_unique<CudaGemm>(dynamic_cast<CudaOps&>(context.ops).stream());
+#endif
+  for (int64_t n : config.gemm_sizes) {
+    std::vector<float> host_a, host_b;  // drawn once per size, shared by the precisions
+    for (const std::string& precision : config.precisions) {
+      const size_t row = table.add_row();
+      const double element_bytes = gemm_element_bytes(precision);
+      table.set(row, "precision", precision);
+      table.set(row, "n", n);
+      table.set(row, "flops", bench_model::gemm_flops(static_cast<double>(n)));
+      table.set(row, "bytes", bench_model::gemm_bytes(static_cast<double>(n), element_bytes));
+      table.set(row, "arithmetic_intensity", table.number(row, "flops") / table.number(row, "bytes"));
+      const size_t needed = static_cast<size_t>(table.number(row, "bytes"));
+      if (!cuda && precision != "fp32") {
+        table.set_status(row, PointStatus::unavailable, "not available on cpu");
+      } else if (memory_with_headroom(needed) > available_memory_bytes(context.ops, config)) {
+        table.set_status(row, PointStatus::oom, "needs " + std::to_string(needed) + " bytes and head-room");
+      } else if (!cuda) {
+        run_cpu_point(context, row, n);
+      } else {
+#if SCALESTUDY_HAVE_CUDA
+        const size_t elems = static_cast<size_t>(n) * static_cast<size_t>(n);
+        if (host_a.empty()) {
+          host_a = random_nonzero(elems, kSeedA);
+          host_b = random_nonzero(elems, kSeedB);
+        }
+        run_cuda_point(context, *gemm, row, precision, n, host_a, host_b);
+#endif
+      }
+      report(context, row, precision, n);
+    }
+  }
+}
+
+}  // namespace scalestudy

@@ -1,0 +1,179 @@
+#include "bench/bench_model.h"
+
+#include "model/parameter_layout.h"
+
+namespace scalestudy::bench_model {
+namespace {
+
+constexpr double A = kActivationBytes;
+
+}  // namespace
+
+// ---- ops: (elements read + elements written) × bytes ----------------------------------------
+
+// Reads the token ids, the N gathered rows of wte and the T rows of wpe; writes N×C.
+double embedding_forward_bytes(double b, double t, double c) {
+  const double n = b * t;
+  return kTokenBytes * n + A * (n * c + t * c + n * c);
+}
+
+// Reads dout and the ids; accumulates into the N rows of dwte and the T rows of dwpe.
+double embedding_backward_bytes(double b, double t, double c) {
+  const double n = b * t;
+  return kTokenBytes * n + A * (n * c + 2 * n * c + 2 * t * c);
+}
+
+// Reads the input, weight and bias; writes the output and the per-row mean and rstd.
+double layernorm_forward_bytes(double rows, double c) { return A * (2 * rows * c + 2 * c + 2 * rows); }
+
+// Reads dout, the input, the weight, mean and rstd; accumulates dinp, dweight and dbias.
+double layernorm_backward_bytes(double rows, double c) {
+  return A * (2 * rows * c + c + 2 * rows + 2 * rows * c + 4 * c);
+}
+
+double matmul_forward_bytes(double rows, double in, double out, bool bias) {
+  return A * (rows * in + out * in + (bias ? out : 0.0) + rows * out);
+}
+
+// Reads dout, the input and the weight; accumulates dinp, dweight and dbias.
+double matmul_backward_bytes(double rows, double in, double out, bool bias) {
+  return A * (rows * out + rows * in + out * in + 2 * rows * in + 2 * out * in + (bias ? 2 * out : 0.0));
+}
+
+// Reads qkv [B,T,3C]; writes the output [B,T,C] and the probabilities [B,NH,T,T].
+double attention_forward_bytes(double b, double t, double c, double heads) {
+  return A * (3 * b * t * c + b * t * c + b * heads * t * t);
+}
+
+// Reads dout, qkv and the probabilities; accumulates dqkv.
+double attention_backward_bytes(double b, double t, double c, double heads) {
+  return A * (b * t * c + 3 * b * t * c + b * heads * t * t + 6 * b * t * c);
+}
+
+double gelu_forward_bytes(double elems) { return A * 2 * elems; }
+double gelu_backward_bytes(double elems) { return A * 4 * elems; }  // inp, dout; dinp +=
+double residual_forward_bytes(double elems) { return A * 3 * elems; }
+double accumulate_bytes(double elems) { return A * 3 * elems; }
+double fill_zero_bytes(double elems) { return A * elems; }
+
+// Reads the logits and targets; writes the probabilities and the per-row losses.
+double softmax_cross_entropy_forward_bytes(double rows, double vocab) {
+  return A * (2 * rows * vocab + rows) + kTokenBytes * rows;
+}
+
+// Reads the probabilities and targets; accumulates dlogits.
+double softmax_cross_entropy_backward_bytes(double rows, double vocab) {
+  return A * (3 * rows * vocab) + kTokenBytes * rows;
+}
+
+// ---- the model: the op sequence of Gpt::forward and Gpt::backward -------------------------
+
+double gpt_forward_bytes(const ModelShape& s, double b, double t) {
+  const double n = b * t, c = s.channels, v = s.vocab, h = s.heads;
+  const double block = layernorm_forward_bytes(n, c) + matmul_forward_bytes(n, c, 3 * c, true) +
+                       attention_forward_bytes(b, t, c, h) + matmul_forward_bytes(n, c, c, true) +
+                       residual_forward_bytes(n * c) + layernorm_forward_bytes(n, c) +
+                       matmul_forward_bytes(n, c, 4 * c, true) + gelu_forward_bytes(4 * n * c) +
+                       matmul_forward_bytes(n, 4 * c, c, true) + residual_forward_bytes(n * c);
+  return embedding_forward_bytes(b, t, c) + s.layers * block + layernorm_forward_bytes(n, c) +
+         matmul_forward_bytes(n, c, v, false) + softmax_cross_entropy_forward_bytes(n, v);
+}
+
+double gpt_backward_bytes(const ModelShape& s, double b, double t) {
+  const double n = b * t, c = s.channels, v = s.vocab, h = s.heads;
+  const double head = fill_zero_bytes(n * v) + softmax_cross_entropy_backward_bytes(n, v) + fill_zero_bytes(n * c) +
+                      matmul_backward_bytes(n, c, v, false) + fill_zero_bytes(n * c) + layernorm_backward_bytes(n, c);
+  const double block = fill_zero_bytes(4 * n * c) + matmul_backward_bytes(n, 4 * c, c, true) +
+                       fill_zero_bytes(4 * n * c) + gelu_backward_bytes(4 * n * c) + fill_zero_bytes(n * c) +
+                       matmul_backward_bytes(n, c, 4 * c, true) + layernorm_backward_bytes(n, c) +
+                       fill_zero_bytes(n * c) + matmul_backward_bytes(n, c, c, true) + fill_zero_bytes(3 * n * c) +
+                       attention_backward_bytes(b, t, c, h) + fill_zero_bytes(n * c) +
+                       matmul_backward_bytes(n, c, 3 * c, true) + layernorm_backward_bytes(n, c);
+  return head + s.layers * block + embedding_backward_bytes(b, t, c);
+}
+
+// ---- parts ----------------------------------------------------------------------------------
+
+const char* part_name(Part part) {
+  switch (part) {
+    case Part::ffn_dense: return "ffn-dense";
+    case Part::ffn_dense_gelu: return "ffn-dense-gelu";
+    case Part::ffn: return "ffn";
+    case Part::attention: return "attention";
+    case Part::attention_core: return "attention-core";
+  }
+  return "?";
+}
+
+const char* part_description(Part part) {
+  switch (part) {
+    case Part::ffn_dense: return "the FFN's first dense layer, C -> 4C with bias";
+    case Part::ffn_dense_gelu: return "that dense layer followed by the GELU";
+    case Part::ffn: return "the whole FFN: dense C -> 4C, GELU, dense 4C -> C";
+    case Part::attention: return "the attention sub-layer: QKV projection, attention, output projection";
+    case Part::attention_core: return "attention alone: softmax(QK^T/sqrt(d)) V from the packed qkv";
+  }
+  return "?";
+}
+
+double part_forward_flops(Part part, const ModelShape& s, double b, double t) {
+  const double n = b * t, c = s.channels;
+  switch (part) {
+    case Part::ffn_dense:
+    case Part::ffn_dense_gelu: return 8 * n * c * c;
+    case Part::ffn: return 16 * n * c * c;
+    case Part::attention: return 8 * n * c * c + 4 * b * t * t * c;
+    case Part::attention_core: return 4 * b * t * t * c;
+  }
+  return 0.0;
+}
+
+double part_forward_bytes(Part part, const ModelShape& s, double b, double t) {
+  const double n = b * t, c = s.channels, h = s.heads;
+  switch (part) {
+    case Part::ffn_dense: return matmul_forward_bytes(n, c, 4 * c, true);
+    case Part::ffn_dense_gelu: return matmul_forward_bytes(n, c, 4 * c, true) + gelu_forward_bytes(4 * n * c);
+    case Part::ffn:
+      return matmul_forward_bytes(n, c, 4 * c, true) + gelu_forward_bytes(4 * n * c) +
+             matmul_forward_bytes(n, 4 * c, c, true);
+    case Part::attention:
+      return matmul_forward_bytes(n, c, 3 * c, true) + attention_forward_bytes(b, t, c, h) +
+             matmul_forward_bytes(n, c, c, true);
+    case Part::attention_core: return attention_forward_bytes(b, t, c, h);
+  }
+  return 0.0;
+}
+
+double part_backward_bytes(Part part, const ModelShape& s, double b, double t) {
+  const double n = b * t, c = s.channels, h = s.heads;
+  switch (part) {
+    case Part::ffn_dense: return matmul_backward_bytes(n, c, 4 * c, true);
+    case Part::ffn_dense_gelu: return gelu_backward_bytes(4 * n * c) + matmul_backward_bytes(n, c, 4 * c, true);
+    case Part::ffn:
+      return matmul_backward_bytes(n, 4 * c, c, true) + gelu_backward_bytes(4 * n * c) +
+             matmul_backward_bytes(n, c, 4 * c, true);
+    case Part::attention:
+      return matmul_backward_bytes(n, c, c, true) + attention_backward_bytes(b, t, c, h) +
+             matmul_backward_bytes(n, c, 3 * c, true);
+    case Part::attention_core: return attention_backward_bytes(b, t, c, h);
+  }
+  return 0.0;
+}
+
+// ---- memory ---------------------------------------------------------------------------------
+
+size_t gpt_allocation_bytes(const ModelShape& s, size_t b, size_t t, bool backward) {
+  const size_t params = make_parameter_layout(s).param_elems;
+  const size_t n = b * t, c = static_cast<size_t>(s.channels), v = static_cast<size_t>(s.vocab);
+  const size_t probs = b * static_cast<size_t>(s.heads) * t * t;
+  const size_t layers = static_cast<size_t>(s.layers);
+  // Per layer: ln1, atty, residual2, ln2, residual3 (5NC), qkv (3NC), fch and fch_gelu
+  // (8NC), four row statistics and the attention probabilities. Outside the layers:
+  // encoded, lnf, branch_out, dresidual, dln, datty (6NC), dqkv (3NC), dfch and
+  // dfch_gelu (8NC), logits, probs and dlogits (3NV), lnf mean/rstd and losses (3N).
+  size_t floats = params + layers * (16 * n * c + 4 * n + probs) + 17 * n * c + 3 * n * v + 3 * n;
+  if (backward) floats += params + probs;  // the gradient buffer; attention backward's scratch
+  return floats * sizeof(float) + 2 * n * sizeof(int32_t);
+}
+
+}  // namespace scalestudy::bench_model

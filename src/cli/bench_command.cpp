@@ -1,0 +1,311 @@
+// `scalestudy bench <name>`: the micro-benchmarks (src/bench/). Options are declared once
+// below; --help prints those declarations, and every value is checked before anything
+// runs, so bad input ends with exit code 2 and a line naming the option and the value.
+#include <boost/program_options.hpp>
+
+#include <algorithm>
+#include <climits>
+#include <cstdio>
+#include <map>
+#include <sstream>
+#include <tuple>
+
+#include "bench/bench_bandwidth.h"
+#include "bench/bench_comm.h"
+#include "bench/bench_common.h"
+#include "bench/bench_gemm.h"
+#include "bench/bench_inference.h"
+#include "bench/bench_layer.h"
+#include "cli/backend_setup.h"
+#include "cli/commands.h"
+#include "comm/mpi_runtime.h"
+#include "core/usage_error.h"
+
+namespace po = boost::program_options;
+
+namespace scalestudy {
+namespace {
+
+// The options as typed; the lists are parsed and the backend-dependent defaults filled
+// in by resolve().
+struct RawOptions {
+  std::string backend = "cpu", output;
+  int warmup = 2, repeats = 10;
+  double min_sample_ms = 1.0, comm_timeout_s = 300.0;
+  std::string memory_limit = "0";
+  std::string sizes, precisions = "fp32,tf32,fp16,bf16";
+  std::string model, batches, seqs;
+  int hidden = 0, heads = 0, layers = 0, part_batch = 0, part_seq = 0;
+  std::string collectives = "allreduce,reduce_scatter,allgather", min_bytes = "1K", max_bytes;
+};
+
+// The benchmarks each specific option applies to; the general options apply to all.
+const std::map<std::string, std::vector<BenchKind>>& option_scope() {
+  using K = BenchKind;
+  static const std::map<std::string, std::vector<BenchKind>> scope = {
+      {"sizes", {K::gemm, K::bandwidth}}, {"precisions", {K::gemm}},
+      {"model", {K::layer, K::inference}}, {"hidden", {K::layer, K::inference}},
+      {"heads", {K::layer, K::inference}}, {"layers", {K::inference}},
+      {"batches", {K::layer, K::inference}}, {"seqs", {K::layer, K::inference}},
+      {"part-batch", {K::layer}}, {"part-seq", {K::layer}},
+      {"collectives", {K::comm}}, {"min-bytes", {K::comm}}, {"max-bytes", {K::comm}},
+  };
+  return scope;
+}
+
+po::options_description bench_options(RawOptions& raw) {
+  po::options_description general("General");
+  general.add_options()
+      ("backend", po::value(&raw.backend)->default_value(raw.backend), "cpu or cuda; the size defaults follow it")
+      ("output,o", po::value(&raw.output), "HDF5 file to write (docs/results-schema.md, \"Benchmark files\")")
+      ("warmup", po::value(&raw.warmup)->default_value(raw.warmup),
+       "samples run and discarded before the timed ones; at least 1 (the last sets the calls per sample)")
+      ("repeats", po::value(&raw.repeats)->default_value(raw.repeats), "timed samples per point (median and IQR)")
+      ("min-sample-ms", po::value(&raw.min_sample_ms)->default_value(raw.min_sample_ms),
+       "a sample repeats the call until it lasts about this long")
+      ("memory-limit", po::value(&raw.memory_limit)->default_value(raw.memory_limit),
+       "bytes a point may allocate (K/M/G suffixes); 0: what the device (host) has free. Points "
+       "predicted to need more are marked oom")
+      ("comm-timeout", po::value(&raw.comm_timeout_s)->default_value(raw.comm_timeout_s),
+       "seconds a collective may take before the job is ended")
+      ("help,h", "print this help and exit");
+
+  po::options_description kernels("gemm and bandwidth");
+  kernels.add_options()
+      ("sizes", po::value(&raw.sizes)->default_value("", "by backend"),
+       "gemm: n of the n×n×n products (cuda 128,512,2048,8192; cpu 64,128,256). bandwidth: elements "
+       "per buffer (cuda 16K..64M; cpu 16K..1M). A list with K/M/G suffixes; A..B doubles from A to B")
+      ("precisions", po::value(&raw.precisions)->default_value(raw.precisions),
+       "gemm precisions: fp32, tf32, fp16, bf16 (the cpu has fp32 only; the others are marked unavailable)");
+
+  po::options_description model("layer and inference");
+  model.add_options()
+      ("model", po::value(&raw.model)->default_value("", "by backend"),
+       "model preset (see scalestudy info): layer bert-large, inference bert-base on cuda; tiny on the cpu")
+      ("hidden", po::value(&raw.hidden)->default_value(0, "preset"), "hidden size override")
+      ("heads", po::value(&raw.heads)->default_value(0, "preset"), "attention heads override; must divide the hidden size")
+      ("layers", po::value(&raw.layers)->default_value(0, "preset"), "inference: layers override (layer uses one)")
+      ("batches", po::value(&raw.batches)->default_value("", "by backend"),
+       "batch sizes (layer: cuda 4..128, cpu 1,2,4; inference: cuda 1..256, cpu 1,4)")
+      ("seqs", po::value(&raw.seqs)->default_value("", "by backend"),
+       "sequence lengths (layer: cuda 128,512, cpu 16,32; inference: cuda 64..4096, cpu 16,64)")
+      ("part-batch", po::value(&raw.part_batch)->default_value(0, "cuda 64, cpu 4"), "layer: batch of the parts")
+      ("part-seq", po::value(&raw.part_seq)->default_value(0, "cuda 128, cpu 32"), "layer: seq of the parts");
+
+  po::options_description comm("comm");
+  comm.add_options()
+      ("collectives", po::value(&raw.collectives)->default_value(raw.collectives),
+       "collectives to measure: allreduce, reduce_scatter, allgather")
+      ("min-bytes", po::value(&raw.min_bytes)->default_value(raw.min_bytes), "smallest payload (doubling from it)")
+      ("max-bytes", po::value(&raw.max_bytes)->default_value("", "cuda 1G, cpu 1M"), "largest payload");
+
+  po::options_description all;
+  all.add(general).add(kernels).add(model).add(comm);
+  return all;
+}
+
+std::string bench_help() {
+  RawOptions raw;
+  std::ostringstream out;
+  out << "Usage: scalestudy bench <gemm|bandwidth|layer|inference|comm> [options] [--output FILE.h5]\n"
+         "Micro-benchmarks; each writes its points to an HDF5 file and prints a table.\n"
+         "  gemm       TFLOP/s of square n×n×n products (cuBLAS on cuda; the reference matmul on the cpu)\n"
+         "  bandwidth  GB/s of elementwise copy and accumulate kernels\n"
+         "  layer      TFLOP/s of one transformer block, forward and forward+backward, and of its parts\n"
+         "  inference  forward latency and throughput of a whole model over batch × seq\n"
+         "  comm       algbw and busbw of allreduce, reduce_scatter and allgather, checked exactly;\n"
+         "             launch several ranks with mpirun or srun (the others run on one rank)\n"
+         "Timing: warm-up samples discarded, then --repeats samples; median and IQR per point.\n"
+      << bench_options(raw);
+  return out.str();
+}
+
+[[noreturn]] void bad_value(const std::string& option, const std::string& value, const std::string& why) {
+  throw UsageError("--" + option + " " + value + ": " + why);
+}
+
+std::vector<int> int_list(const std::string& option, const std::string& text, int64_t most) {
+  std::vector<int> out;
+  for (int64_t value : parse_size_list(option, text)) {
+    if (value > most) bad_value(option, text, std::to_string(value) + " is above " + std::to_string(most));
+    out.push_back(static_cast<int>(value));
+  }
+  return out;
+}
+
+BenchConfig resolve(BenchKind kind, const RawOptions& raw, const po::variables_map& values) {
+  for (const auto& [name, value] : values) {
+    auto scope = option_scope().find(name);
+    if (scope == option_scope().end() || value.defaulted()) continue;
+    if (std::find(scope->second.begin(), scope->second.end(), kind) == scope->second.end())
+      throw UsageError("--" + name + " does not apply to bench " + bench_kind_name(kind));
+  }
+  BenchConfig c;
+  c.kind = kind;
+  if (raw.backend != "cpu" && raw.backend != "cuda") bad_value("backend", raw.backend, "must be cpu or cuda");
+  if (raw.backend == "cuda" && !SCALESTUDY_HAVE_CUDA) bad_value("backend", raw.backend, "this build has no CUDA backend");
+  const bool cuda = raw.backend == "cuda";
+  c.backend = raw.backend;
+  c.output = raw.output;
+  if (raw.warmup < 1) bad_value("warmup", std::to_string(raw.warmup), "must be at least 1");
+  if (raw.repeats < 1) bad_value("repeats", std::to_string(raw.repeats), "must be at least 1");
+  if (!(raw.min_sample_ms >= 0)) bad_value("min-sample-ms", std::to_string(raw.min_sample_ms), "must not be negative");
+  if (!(raw.comm_timeout_s > 0)) bad_value("comm-timeout", std::to_string(raw.comm_timeout_s), "must be positive");
+  c.warmup = raw.warmup;
+  c.repeats = raw.repeats;
+  c.min_sample_s = raw.min_sample_ms / 1e3;
+  c.comm_timeout_s = raw.comm_timeout_s;
+  c.memory_limit_bytes = raw.memory_limit == "0" ? 0 : static_cast<size_t>(parse_size("memory-limit", raw.memory_limit));
+
+  if (kind == BenchKind::gemm) {
+    c.gemm_sizes = parse_size_list("sizes", raw.sizes.empty() ? (cuda ? "128,512,2048,8192" : "64,128,256") : raw.sizes);
+    for (int64_t n : c.gemm_sizes)
+      if (n > 65536) bad_value("sizes", raw.sizes, "n above 65536 does not fit cuBLAS's int dimensions usefully");
+    c.precisions = parse_name_list("precisions", raw.precisions, {"fp32", "tf32", "fp16", "bf16"});
+  }
+  if (kind == BenchKind::bandwidth) {
+    c.bandwidth_elems = parse_size_list("sizes", raw.sizes.empty() ? (cuda ? "16K..64M" : "16K..1M") : raw.sizes);
+    for (int64_t elems : c.bandwidth_elems)
+      if (elems > (int64_t{1} << 36)) bad_value("sizes", raw.sizes, "at most 64G elements");
+  }
+  if (kind == BenchKind::layer || kind == BenchKind::inference) {
+    const bool layer = kind == BenchKind::layer;
+    c.model = !raw.model.empty() ? raw.model : !cuda ? "tiny" : layer ? "bert-large" : "bert-base";
+    c.shape = find_model_preset(c.model).shape;
+    for (auto [option, value, field] : {std::tuple{"hidden", raw.hidden, &c.shape.channels},
+                                        {"heads", raw.heads, &c.shape.heads}, {"layers", raw.layers, &c.shape.layers}}) {
+      if (value < 0) bad_value(option, std::to_string(value), "must be positive");
+      if (value > 0) *field = value;
+    }
+    if (c.shape.channels % c.shape.heads != 0)
+      bad_value("heads", std::to_string(c.shape.heads), "must divide the hidden size " + std::to_string(c.shape.channels));
+    const char* batches = layer ? (cuda ? "4..128" : "1,2,4") : (cuda ? "1..256" : "1,4");
+    const char* seqs = layer ? (cuda ? "128,512" : "16,32") : (cuda ? "64..4096" : "16,64");
+    c.batches = int_list("batches", raw.batches.empty() ? batches : raw.batches, 1 << 20);
+    c.seqs = int_list("seqs", raw.seqs.empty() ? seqs : raw.seqs, 1 << 20);
+    if (raw.part_batch < 0) bad_value("part-batch", std::to_string(raw.part_batch), "must be positive");
+    if (raw.part_seq < 0) bad_value("part-seq", std::to_string(raw.part_seq), "must be positive");
+    c.part_batch = raw.part_batch > 0 ? raw.part_batch : cuda ? 64 : 4;
+    c.part_seq = raw.part_seq > 0 ? raw.part_seq : cuda ? 128 : 32;
+    int longest = *std::max_element(c.seqs.begin(), c.seqs.end());
+    if (layer) longest = std::max(longest, c.part_seq);
+    c.shape.max_seq = longest;
+    const int64_t most_tokens = INT_MAX / (4 * static_cast<int64_t>(c.shape.channels));
+    for (int batch : c.batches)
+      for (int seq : c.seqs)
+        if (static_cast<int64_t>(batch) * seq > most_tokens)
+          bad_value("batches", raw.batches, "batch " + std::to_string(batch) + " × seq " + std::to_string(seq) +
+                                                " is more tokens than the ops' int row counts allow");
+  }
+  if (kind == BenchKind::comm) {
+    c.collectives = parse_name_list("collectives", raw.collectives, {"allreduce", "reduce_scatter", "allgather"});
+    c.min_bytes = parse_size("min-bytes", raw.min_bytes);
+    c.max_bytes = parse_size("max-bytes", raw.max_bytes.empty() ? (cuda ? "1G" : "1M") : raw.max_bytes);
+    if (c.max_bytes < c.min_bytes)
+      bad_value("max-bytes", raw.max_bytes, "is below --min-bytes " + std::to_string(c.min_bytes));
+    if (c.max_bytes > (int64_t{1} << 36)) bad_value("max-bytes", raw.max_bytes, "at most 64G");
+  }
+  return c;
+}
+
+std::vector<std::string> summary_columns(BenchKind kind) {
+  switch (kind) {
+    case BenchKind::gemm: return {"precision", "n", "status", "time_median_s", "time_q1_s", "time_q3_s", "tflops"};
+    case BenchKind::bandwidth: return {"kernel", "elems", "bytes", "status", "time_median_s", "gb_per_s"};
+    case BenchKind::layer: return {"part", "pass", "batch", "seq", "status", "time_median_s", "tflops"};
+    case BenchKind::inference: return {"batch", "seq", "status", "latency_ms", "sequences_per_s", "tflops"};
+    case BenchKind::comm:
+      return {"collective", "bytes", "status", "time_median_s", "algbw_gb_per_s", "busbw_gb_per_s", "wrong_elems"};
+  }
+  return {};
+}
+
+void run(BenchKind kind, BenchContext& context) {
+  switch (kind) {
+    case BenchKind::gemm: run_gemm_bench(context); return;
+    case BenchKind::bandwidth: run_bandwidth_bench(context); return;
+    case BenchKind::layer: run_layer_bench(context); return;
+    case BenchKind::inference: run_inference_bench(context); return;
+    case BenchKind::comm: run_comm_bench(context); return;
+  }
+}
+
+}  // namespace
+
+int run_bench_command(int argc, const char* const* argv) {
+  const ProcessPlacement where = discover_placement(MPI_COMM_WORLD);
+  if (argc < 2) throw UsageError("expected a benchmark: gemm, bandwidth, layer, inference or comm (see --help)");
+  const std::string name = argv[1];
+  if (name == "--help" || name == "-h") {
+    if (where.rank == 0) std::printf("%s", bench_help().c_str());
+    return 0;
+  }
+  const BenchKind kind = parse_bench_kind(name);
+  RawOptions raw;
+  const po::options_description options = bench_options(raw);
+  po::variables_map values;
+  try {
+    // argv[1], the benchmark's name, stands where the parser expects the program name.
+    po::store(po::command_line_parser(argc - 1, argv + 1).options(options).run(), values);
+    if (values.count("help")) {
+      if (where.rank == 0) std::printf("%s", bench_help().c_str());
+      return 0;
+    }
+    po::notify(values);
+  } catch (const po::error& error) {
+    throw UsageError(error.what());
+  }
+  const BenchConfig config = resolve(kind, raw, values);
+  if (kind != BenchKind::comm && where.world_size > 1)
+    throw UsageError("bench " + name + " runs on one rank (this job has " + std::to_string(where.world_size) +
+                     "); only bench comm uses several");
+
+  RunConfig backend_config;
+  backend_config.backend = config.backend;
+  backend_config.precision = Precision::fp32;
+  backend_config.comm_timeout_s = config.comm_timeout_s;
+  BackendSetup backend = make_backend(backend_config, where);
+  RunIdentity identity = backend.identity;
+  identity.argv.assign(argv, argv + argc);
+  identity.argv.insert(identity.argv.begin(), "scalestudy");
+  if (where.rank == 0) {
+    std::printf("scalestudy bench %s: backend %s on %s, %d rank(s); warm-up %d, %d timed samples of >= %.3g ms\n",
+                name.c_str(), config.backend.c_str(), identity.device_name.c_str(), where.world_size, config.warmup,
+                config.repeats, config.min_sample_s * 1e3);
+    std::fflush(stdout);
+  }
+
+  PointTable table(config.repeats);
+  std::map<std::string, std::string> method;
+  method["warmup"] = std::to_string(config.warmup);
+  method["repeats"] = std::to_string(config.repeats);
+  method["min_sample_s"] = std::to_string(config.min_sample_s);
+  method["memory_limit_bytes"] = std::to_string(config.memory_limit_bytes);
+  method["statistics"] = "median and quartiles (linear interpolation, numpy's default) of the per-call time over the "
+                         "timed samples; warm-up samples excluded";
+  const std::string precision = kind == BenchKind::gemm ? join(config.precisions, ",") : "fp32";
+  BenchFile file(config.output, kind, identity, precision, MPI_COMM_WORLD);
+  file.watch(&table, &method);
+  BenchContext context{config, *backend.ops, backend.comm.get(), MPI_COMM_WORLD, where.rank, where.world_size,
+                       table, method};
+  try {
+    run(kind, context);
+  } catch (const std::exception& error) {
+    file.finish("rank " + std::to_string(where.rank) + ": " + error.what());
+    throw;
+  }
+
+  std::string failure;
+  for (size_t row = 0; row < table.rows(); ++row)
+    if (table.status(row) == PointStatus::wrong && failure.empty())
+      failure = "wrong results: " + table.text(row, "detail") + " (row " + std::to_string(row) + ")";
+  file.finish(failure);
+  if (where.rank == 0) {
+    std::printf("\n%s", table.render(summary_columns(kind)).c_str());
+    if (!config.output.empty()) std::printf("results: %s\n", config.output.c_str());
+    if (!failure.empty()) std::printf("FAILED: %s\n", failure.c_str());
+  }
+  return failure.empty() ? 0 : 1;
+}
+
+}  // namespace scalestudy

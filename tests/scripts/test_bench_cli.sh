@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# `scalestudy bench` as a user meets it on the CPU: every benchmark at tiny sizes writes a
+# complete file that h5dump can open, points that would not fit are kept as oom, comm
+# results are exact over 2 ranks, and bad options end with exit code 2 and a line naming
+# the option and the value.
+set -uo pipefail
+binary=$1
+mpiexec=$2
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+expect_exit() {  # expected-code grep-pattern command...
+  local expected=$1 pattern=$2; shift 2
+  local output code
+  output=$("$@" 2>&1); code=$?
+  if [ "$code" != "$expected" ]; then fail "'$*' exited $code, expected $expected"; echo "$output" | tail -5; return; fi
+  if [ -n "$pattern" ] && ! grep -q -- "$pattern" <<<"$output"; then
+    fail "'$*' output lacks '$pattern'"; echo "$output" | tail -5
+  fi
+}
+
+# The file opens, is complete, and holds the bench group; prints nothing on success.
+# (h5dump's output is captured before grep reads it: grep -q leaving a pipe early would
+# fail the pipeline under pipefail.)
+expect_file() {  # file bench-name
+  local file=$1 name=$2 header
+  if [ ! -f "$file" ] || [ -e "$file.partial" ]; then fail "$file missing, or its .partial left behind"; return; fi
+  header=$(h5dump -H "$file" 2>&1) || fail "h5dump cannot open $file"
+  grep -q "GROUP \"$name\"" <<<"$header" && grep -q 'DATASET "time_median_s"' <<<"$header" ||
+    fail "$file lacks /bench/$name/time_median_s"
+  grep -q '"complete"' <<<"$(h5dump -a /status "$file")" || fail "$file is not marked complete"
+  grep -q "\"$name\"" <<<"$(h5dump -a /bench "$file")" || fail "$file does not name bench $name"
+}
+
+dataset() { h5dump -d "$2" "$1" 2>&1; }  # file path
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+quick=(--warmup 1 --repeats 3 --min-sample-ms 0.2)
+
+expect_exit 0 "Usage: scalestudy bench" "$binary" bench --help
+expect_exit 0 "\-\-max-bytes" "$binary" bench comm --help
+expect_exit 0 "bench" "$binary" --help
+
+expect_exit 0 "not available on cpu" "$binary" bench gemm --sizes 16,32 "${quick[@]}" -o "$tmp/gemm.h5"
+expect_file "$tmp/gemm.h5" gemm
+grep -q '"unavailable"' <<<"$(dataset "$tmp/gemm.h5" /bench/gemm/status)" || fail "gemm: tf32/fp16/bf16 not kept as unavailable"
+
+expect_exit 0 "accumulate" "$binary" bench bandwidth --sizes 1K..4K "${quick[@]}" -o "$tmp/bandwidth.h5"
+expect_file "$tmp/bandwidth.h5" bandwidth
+
+expect_exit 0 "attention-core" "$binary" bench layer --batches 1,2 --seqs 8 --part-batch 2 --part-seq 8 \
+  "${quick[@]}" -o "$tmp/layer.h5"
+expect_file "$tmp/layer.h5" layer
+
+expect_exit 0 "sequences_per_s" "$binary" bench inference --batches 1,2 --seqs 8,16 "${quick[@]}" -o "$tmp/inference.h5"
+expect_file "$tmp/inference.h5" inference
+
+# With 130 MiB allowed, 128 MiB of head-room leaves the small point room and not the
+# large one: the large one is kept, marked oom.
+expect_exit 0 "oom" "$binary" bench inference --batches 1,64 --seqs 16,64 --memory-limit 130M "${quick[@]}" \
+  -o "$tmp/oom.h5"
+expect_file "$tmp/oom.h5" inference
+statuses=$(dataset "$tmp/oom.h5" /bench/inference/status)
+grep -q '"ok"' <<<"$statuses" && grep -q '"oom"' <<<"$statuses" || fail "inference: expected ok and oom points"
+
+# Two ranks over MPI: every point checked exactly, busbw factors of 2 ranks.
+expect_exit 0 "busbw" timeout 300 "$mpiexec" --oversubscribe --allow-run-as-root -np 2 \
+  "$binary" bench comm --max-bytes 16K "${quick[@]}" -o "$tmp/comm.h5"
+expect_file "$tmp/comm.h5" comm
+wrong=$(dataset "$tmp/comm.h5" /bench/comm/wrong_elems | sed -n '/DATA {/,/}/p' | grep -o '[0-9]\+' | sort -u | tr '\n' ' ')
+[ "$wrong" = "0 " ] || fail "comm: wrong elements or none checked: '$wrong'"
+grep -q "0.5" <<<"$(dataset "$tmp/comm.h5" /bench/comm/bus_factor)" || fail "comm: no (n-1)/n factor at 2 ranks"
+grep -q "(0): 2" <<<"$(h5dump -a /world_size "$tmp/comm.h5")" || fail "comm: world_size is not 2"
+
+expect_exit 2 "expected a benchmark" "$binary" bench
+expect_exit 2 "unknown benchmark 'gemmm'" "$binary" bench gemmm
+expect_exit 2 "\-\-sizes 0" "$binary" bench gemm --sizes 0
+expect_exit 2 "\-\-sizes 12X" "$binary" bench bandwidth --sizes 12X
+expect_exit 2 "\-\-batches does not apply to bench gemm" "$binary" bench gemm --batches 4
+expect_exit 2 "\-\-precisions fp8" "$binary" bench gemm --precisions fp8
+expect_exit 2 "\-\-max-bytes 1K" "$binary" bench comm --min-bytes 4K --max-bytes 1K
+expect_exit 2 "\-\-heads 5" "$binary" bench layer --heads 5
+expect_exit 2 "\-\-repeats 0" "$binary" bench inference --repeats 0
+expect_exit 2 "\-\-warmup 0" "$binary" bench gemm --warmup 0
+expect_exit 2 "\-\-model nosuch" "$binary" bench layer --model nosuch
+expect_exit 2 "\-\-backend tpu" "$binary" bench gemm --backend tpu
+expect_exit 2 "no-such-option" "$binary" bench bandwidth --no-such-option 1
+expect_exit 2 "runs on one rank" timeout 120 "$mpiexec" --oversubscribe --allow-run-as-root -np 2 \
+  "$binary" bench gemm --sizes 16
+
+echo "$failures failed"
+[ "$failures" = 0 ]
