@@ -256,11 +256,22 @@ def read_run(path):
     return run
 
 
+def _is_benchmark_file(path):
+    """Benchmark files (root attribute `bench`) share the suffix but are not runs; the
+    bench report reads them. A file that cannot be opened is not one: it stays, to be
+    reported."""
+    try:
+        with h5py.File(path, "r") as handle:
+            return "bench" in handle.attrs
+    except OSError:
+        return False
+
+
 def find_result_files(results_dir):
     found = []
     for root, _, names in os.walk(results_dir):
         for name in names:
-            if name.endswith(RESULT_SUFFIXES):
+            if name.endswith(RESULT_SUFFIXES) and not _is_benchmark_file(Path(root) / name):
                 found.append(Path(root) / name)
     return sorted(found)
 

@@ -105,3 +105,13 @@ def test_repeats_and_batch_split_do_not_split_a_series(tmp_path):
     assert problems == [] and len(series_list) == 1
     assert sorted(frame["batch_per_rank"].astype(int).unique()) == [2, 4, 8]
     assert all(len(times) == 5 for times in frame["step_times_s"])
+
+
+def test_benchmark_files_are_not_runs(tmp_path):
+    import h5py
+    from scalestudy_analysis.load import find_result_files
+    with h5py.File(tmp_path / "gemm.h5", "w") as handle:
+        handle.attrs["bench"] = "gemm"
+        handle.attrs["status"] = "complete"
+    (tmp_path / "broken.h5").write_bytes(b"not hdf5")
+    assert [p.name for p in find_result_files(tmp_path)] == ["broken.h5"]
