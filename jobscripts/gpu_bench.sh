@@ -2,7 +2,8 @@
 # One call on a 2-GPU machine: the micro-benchmark suite on the GPUs and its comparison
 # with PyTorch (bf16 GEMM against torch.matmul, 1 GiB allreduce busbw against
 # torch.distributed). Expects .gpu-bundle/ as jobscripts/gpu_check.sh does; writes the
-# HDF5 files, logs and the bench report under $OUT.
+# HDF5 files and logs under $OUT (the bench report is drawn from them afterwards:
+# scalestudy-bench-report FILES -o DIR).
 set -uo pipefail
 out=${OUT:-/tmp/scalestudy-gpu-bench}
 mkdir -p "$out"
@@ -22,4 +23,3 @@ $mpirun -np 2 "$binary" bench comm --backend cuda -o "$out/comm.h5" 2>&1 | tee -
 
 echo "== against PyTorch" | tee -a "$out/bench.log"
 python3 jobscripts/bench_gpu_vs_torch.py --binary "$binary" --workdir /tmp/vs-torch 2>&1 | tee "$out/vs-torch.log" | tail -12
-PYTHONPATH=analysis python3 -m scalestudy_analysis.bench "$out"/*.h5 -o "$out/report" 2>&1 | tail -3
