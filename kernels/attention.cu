@@ -13,11 +13,12 @@ namespace {
 // Rows are T long (up to a few thousand): 128 threads give each a handful of elements.
 constexpr int kRowThreads = 128;
 
-// T is the storage of qkv, out, probs and their gradients (fp32 or bf16). Scores and
-// their gradient dP are fp32 in both: in fp32 they live in probs (or the backward's
-// scratch) and are overwritten in place; in bf16 they live in fp32 scratch, so the
-// softmax and its backward see the GEMMs' fp32 results rather than bf16 roundings of
-// them (a score of 10 rounded to bf16 is off by up to 0.03, which exp turns into 3%).
+// T is the storage of qkv, out, probs and their gradients (fp32, bf16 or fp16). Scores
+// and their gradient dP are fp32 in all three: in fp32 they live in probs (or the
+// backward's scratch) and are overwritten in place; in bf16 and fp16 they live in fp32
+// scratch, so the softmax and its backward see the GEMMs' fp32 results rather than 16-bit
+// roundings of them (a score of 10 rounded to bf16 is off by up to 0.03, which exp turns
+// into 3%; fp16 would also turn scores beyond 65504 into inf).
 template <class T>
 struct SoftmaxParams {
   const float* scores;  // scaled scores, [B*NH*T, T]
@@ -123,6 +124,11 @@ struct AttentionTypes<bf16> {
   static constexpr GemmTypes to_scores = kGemmBf16ToFp32;
   static constexpr GemmTypes activations = kGemmBf16;
 };
+template <>
+struct AttentionTypes<fp16> {
+  static constexpr GemmTypes to_scores = kGemmFp16ToFp32;
+  static constexpr GemmTypes activations = kGemmFp16;
+};
 
 // Per batch b, one strided-batched GEMM over the NH heads. Head h of Q, K or V is the
 // row-major [T, hs] matrix at qkv + b*T*3C + part*C + h*hs with row stride 3C, so the
@@ -218,9 +224,36 @@ void attention_backward(cublasHandle_t handle, cudaStream_t stream, T* dqkv, con
   }
 }
 
-// The bf16 backward's scratch: fp32 dP, then bf16 dS from a 16-byte boundary.
-size_t bf16_dscores_offset_elems(const AttentionShape& shape) {
+// The 16-bit backward's scratch: fp32 dP, then dS in T (bf16 or fp16, 2 bytes) from a
+// 16-byte boundary.
+size_t dscores_offset_elems_16bit(const AttentionShape& shape) {
   return (probs_elems_of(shape) + 3) / 4 * 4;
+}
+
+size_t backward_scratch_elems_16bit(const AttentionShape& shape) {
+  return dscores_offset_elems_16bit(shape) + (probs_elems_of(shape) + 1) / 2;
+}
+
+template <class T>
+void attention_forward_16bit(cublasHandle_t handle, cudaStream_t stream, T* out, T* probs,
+                             const T* qkv, const AttentionShape& shape, float* scratch,
+                             size_t scratch_elems) {
+  check_not_null(scratch, "attention scratch");
+  SCALESTUDY_CHECK(scratch_elems >= probs_elems_of(shape), "attention forward: scratch too small");
+  attention_forward(handle, stream, out, probs, qkv, shape, scratch);
+}
+
+template <class T>
+void attention_backward_16bit(cublasHandle_t handle, cudaStream_t stream, T* dqkv,
+                              const T* dout, const T* qkv, const T* probs,
+                              const AttentionShape& shape, float* scratch,
+                              size_t scratch_elems) {
+  static_assert(sizeof(T) == 2, "the scratch layout assumes 2-byte storage");
+  check_not_null(scratch, "attention scratch");
+  SCALESTUDY_CHECK(scratch_elems >= backward_scratch_elems_16bit(shape),
+                   "attention backward: scratch too small");
+  T* dscores = reinterpret_cast<T*>(scratch + dscores_offset_elems_16bit(shape));
+  attention_backward(handle, stream, dqkv, dout, qkv, probs, shape, scratch, dscores);
 }
 
 }  // namespace
@@ -230,17 +263,20 @@ void launch_attention_forward(cublasHandle_t handle, cudaStream_t stream, float*
   attention_forward(handle, stream, out, probs, qkv, shape, probs);
 }
 
-size_t attention_forward_scratch_elems_bf16(const AttentionShape& shape) {
+size_t attention_forward_scratch_elems_16bit(const AttentionShape& shape) {
   return probs_elems_of(shape);
 }
 
 void launch_attention_forward(cublasHandle_t handle, cudaStream_t stream, bf16* out, bf16* probs,
                               const bf16* qkv, const AttentionShape& shape, float* scratch,
                               size_t scratch_elems) {
-  check_not_null(scratch, "attention scratch");
-  SCALESTUDY_CHECK(scratch_elems >= attention_forward_scratch_elems_bf16(shape),
-                   "attention forward: scratch too small");
-  attention_forward(handle, stream, out, probs, qkv, shape, scratch);
+  attention_forward_16bit(handle, stream, out, probs, qkv, shape, scratch, scratch_elems);
+}
+
+void launch_attention_forward(cublasHandle_t handle, cudaStream_t stream, fp16* out, fp16* probs,
+                              const fp16* qkv, const AttentionShape& shape, float* scratch,
+                              size_t scratch_elems) {
+  attention_forward_16bit(handle, stream, out, probs, qkv, shape, scratch, scratch_elems);
 }
 
 size_t attention_backward_scratch_elems(const AttentionShape& shape) {
@@ -257,19 +293,24 @@ void launch_attention_backward(cublasHandle_t handle, cudaStream_t stream, float
   attention_backward(handle, stream, dqkv, dout, qkv, probs, shape, scratch, scratch);
 }
 
-size_t attention_backward_scratch_elems_bf16(const AttentionShape& shape) {
-  return bf16_dscores_offset_elems(shape) + (probs_elems_of(shape) + 1) / 2;
+size_t attention_backward_scratch_elems_16bit(const AttentionShape& shape) {
+  return backward_scratch_elems_16bit(shape);
 }
 
 void launch_attention_backward(cublasHandle_t handle, cudaStream_t stream, bf16* dqkv,
                                const bf16* dout, const bf16* qkv, const bf16* probs,
                                const AttentionShape& shape, float* scratch,
                                size_t scratch_elems) {
-  check_not_null(scratch, "attention scratch");
-  SCALESTUDY_CHECK(scratch_elems >= attention_backward_scratch_elems_bf16(shape),
-                   "attention backward: scratch too small");
-  bf16* dscores = reinterpret_cast<bf16*>(scratch + bf16_dscores_offset_elems(shape));
-  attention_backward(handle, stream, dqkv, dout, qkv, probs, shape, scratch, dscores);
+  attention_backward_16bit(handle, stream, dqkv, dout, qkv, probs, shape, scratch,
+                           scratch_elems);
+}
+
+void launch_attention_backward(cublasHandle_t handle, cudaStream_t stream, fp16* dqkv,
+                               const fp16* dout, const fp16* qkv, const fp16* probs,
+                               const AttentionShape& shape, float* scratch,
+                               size_t scratch_elems) {
+  attention_backward_16bit(handle, stream, dqkv, dout, qkv, probs, shape, scratch,
+                           scratch_elems);
 }
 
 }  // namespace scalestudy::cuda

@@ -1,11 +1,13 @@
 #pragma once
 // Multi-head attention in its plain form: scores and outputs through cuBLAS
 // strided-batched GEMMs that read Q, K and V straight out of qkv[B,T,3C] (no permute),
-// and the softmax, causal mask and softmax backward in row kernels. In bf16, qkv, out,
-// probs and the gradients are bf16 while the scores and their gradient are fp32 (in
-// scratch), so the softmax and its backward work on unrounded GEMM results.
+// and the softmax, causal mask and softmax backward in row kernels. In bf16 (fp16), qkv,
+// out, probs and the gradients are bf16 (fp16) while the scores and their gradient are
+// fp32 (in scratch), so the softmax and its backward work on unrounded GEMM results. The
+// 16-bit launchers of both types share their scratch sizes (the _16bit functions).
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -18,11 +20,14 @@ namespace scalestudy::cuda {
 // must be bound to stream. fp32 computes the scores in probs itself.
 void launch_attention_forward(cublasHandle_t handle, cudaStream_t stream, float* out,
                               float* probs, const float* qkv, const AttentionShape& shape);
-// Floats of scratch the bf16 forward needs: the fp32 scores, [B,NH,T,T].
-size_t attention_forward_scratch_elems_bf16(const AttentionShape& shape);
+// Floats of scratch the bf16 and fp16 forwards need: the fp32 scores, [B,NH,T,T].
+size_t attention_forward_scratch_elems_16bit(const AttentionShape& shape);
 void launch_attention_forward(cublasHandle_t handle, cudaStream_t stream, __nv_bfloat16* out,
                               __nv_bfloat16* probs, const __nv_bfloat16* qkv,
                               const AttentionShape& shape, float* scratch, size_t scratch_elems);
+void launch_attention_forward(cublasHandle_t handle, cudaStream_t stream, __half* out,
+                              __half* probs, const __half* qkv, const AttentionShape& shape,
+                              float* scratch, size_t scratch_elems);
 
 // Floats of scratch that the fp32 launch_attention_backward needs: one [B,NH,T,T]
 // buffer for the gradient of the probabilities, turned in place into the gradient of
@@ -33,12 +38,16 @@ void launch_attention_backward(cublasHandle_t handle, cudaStream_t stream, float
                                const float* dout, const float* qkv, const float* probs,
                                const AttentionShape& shape, float* scratch,
                                size_t scratch_elems);
-// Floats of scratch the bf16 backward needs: fp32 d(probs) and bf16 d(scores), each
-// [B,NH,T,T].
-size_t attention_backward_scratch_elems_bf16(const AttentionShape& shape);
+// Floats of scratch the bf16 and fp16 backwards need: fp32 d(probs) and 16-bit d(scores),
+// each [B,NH,T,T].
+size_t attention_backward_scratch_elems_16bit(const AttentionShape& shape);
 void launch_attention_backward(cublasHandle_t handle, cudaStream_t stream, __nv_bfloat16* dqkv,
                                const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
                                const __nv_bfloat16* probs, const AttentionShape& shape,
                                float* scratch, size_t scratch_elems);
+void launch_attention_backward(cublasHandle_t handle, cudaStream_t stream, __half* dqkv,
+                               const __half* dout, const __half* qkv, const __half* probs,
+                               const AttentionShape& shape, float* scratch,
+                               size_t scratch_elems);
 
 }  // namespace scalestudy::cuda

@@ -13,7 +13,7 @@ namespace {
 // (max and sum, then write) whose re-read of the row mostly hits L2.
 constexpr int kRowThreads = 512;
 
-// T is the storage of logits, probs and dlogits (fp32 or bf16); losses are fp32.
+// T is the storage of logits, probs and dlogits (fp32, bf16 or fp16); losses are fp32.
 template <class T>
 struct CrossEntropyForwardParams {
   float* losses;
@@ -91,7 +91,8 @@ __device__ void update_row(T* out, const T* in, RowSplit split, int count, F f) 
 // exponentials together: each thread keeps the sum of exp(x - m) for its own running max
 // m, rescaled when m grows, and the block combines them after reducing the max; every
 // exponent is <= 0, and the sums are in double, as on the CPU. The loss comes from this
-// log-sum-exp of the stored logits, never from the (possibly bf16) stored probabilities.
+// log-sum-exp of the stored logits, never from the (possibly 16-bit) stored probabilities
+// (in fp16 those below 2^-24 are 0).
 template <class T>
 __global__ void cross_entropy_forward_kernel(CrossEntropyForwardParams<T> p) {
   __shared__ float shared_max[kWarpSize];
@@ -132,8 +133,8 @@ __global__ void cross_entropy_forward_kernel(CrossEntropyForwardParams<T> p) {
 
 // One block per row (the target is read once per row, and no element needs a 64-bit
 // division to find its row). The target element is updated in two fp32 roundings,
-// += scale*prob then -= scale, exactly as the CPU does; in bf16 the fp32 result is then
-// rounded once.
+// += scale*prob then -= scale, exactly as the CPU does; in bf16 or fp16 the fp32 result is
+// then rounded once.
 template <class T>
 __global__ void cross_entropy_backward_kernel(CrossEntropyBackwardParams<T> p) {
   const size_t row = blockIdx.x;
@@ -192,6 +193,12 @@ void launch_softmax_cross_entropy_forward(cudaStream_t stream, float* losses, bf
   cross_entropy_forward(stream, losses, probs, logits, targets, rows, vocab);
 }
 
+void launch_softmax_cross_entropy_forward(cudaStream_t stream, float* losses, fp16* probs,
+                                          const fp16* logits, const int32_t* targets, int rows,
+                                          int vocab) {
+  cross_entropy_forward(stream, losses, probs, logits, targets, rows, vocab);
+}
+
 void launch_softmax_cross_entropy_backward(cudaStream_t stream, float* dlogits,
                                            const float* probs, const int32_t* targets, int rows,
                                            int vocab, float loss_scale) {
@@ -199,6 +206,12 @@ void launch_softmax_cross_entropy_backward(cudaStream_t stream, float* dlogits,
 }
 
 void launch_softmax_cross_entropy_backward(cudaStream_t stream, bf16* dlogits, const bf16* probs,
+                                           const int32_t* targets, int rows, int vocab,
+                                           float loss_scale) {
+  cross_entropy_backward(stream, dlogits, probs, targets, rows, vocab, loss_scale);
+}
+
+void launch_softmax_cross_entropy_backward(cudaStream_t stream, fp16* dlogits, const fp16* probs,
                                            const int32_t* targets, int rows, int vocab,
                                            float loss_scale) {
   cross_entropy_backward(stream, dlogits, probs, targets, rows, vocab, loss_scale);

@@ -1,7 +1,8 @@
 #pragma once
-// Softmax cross-entropy over rows of V logits. logits, probs and dlogits are fp32 or bf16
-// storage (fp32 arithmetic either way); losses are always fp32.
+// Softmax cross-entropy over rows of V logits. logits, probs and dlogits are fp32, bf16 or
+// fp16 storage (fp32 arithmetic either way); losses are always fp32.
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -17,6 +18,9 @@ void launch_softmax_cross_entropy_forward(cudaStream_t stream, float* losses, fl
 void launch_softmax_cross_entropy_forward(cudaStream_t stream, float* losses,
                                           __nv_bfloat16* probs, const __nv_bfloat16* logits,
                                           const int32_t* targets, int rows, int vocab);
+void launch_softmax_cross_entropy_forward(cudaStream_t stream, float* losses, __half* probs,
+                                          const __half* logits, const int32_t* targets, int rows,
+                                          int vocab);
 // dlogits[n,:] += loss_scale * (probs[n,:] - onehot(targets[n])).
 void launch_softmax_cross_entropy_backward(cudaStream_t stream, float* dlogits,
                                            const float* probs, const int32_t* targets, int rows,
@@ -24,5 +28,8 @@ void launch_softmax_cross_entropy_backward(cudaStream_t stream, float* dlogits,
 void launch_softmax_cross_entropy_backward(cudaStream_t stream, __nv_bfloat16* dlogits,
                                            const __nv_bfloat16* probs, const int32_t* targets,
                                            int rows, int vocab, float loss_scale);
+void launch_softmax_cross_entropy_backward(cudaStream_t stream, __half* dlogits,
+                                           const __half* probs, const int32_t* targets, int rows,
+                                           int vocab, float loss_scale);
 
 }  // namespace scalestudy::cuda

@@ -107,11 +107,20 @@ void launch_residual_forward(cudaStream_t stream, bf16* out, const bf16* a, cons
   residual_forward(stream, out, a, b, elems);
 }
 
+void launch_residual_forward(cudaStream_t stream, fp16* out, const fp16* a, const fp16* b,
+                             size_t elems) {
+  residual_forward(stream, out, a, b, elems);
+}
+
 void launch_accumulate(cudaStream_t stream, float* dst, const float* src, size_t elems) {
   accumulate(stream, dst, src, elems);
 }
 
 void launch_accumulate(cudaStream_t stream, bf16* dst, const bf16* src, size_t elems) {
+  accumulate(stream, dst, src, elems);
+}
+
+void launch_accumulate(cudaStream_t stream, fp16* dst, const fp16* src, size_t elems) {
   accumulate(stream, dst, src, elems);
 }
 
@@ -134,6 +143,14 @@ void launch_cast(cudaStream_t stream, bf16* dst, const float* src, size_t elems)
 }
 
 void launch_cast(cudaStream_t stream, float* dst, const bf16* src, size_t elems) {
+  cast(stream, dst, src, elems);
+}
+
+void launch_cast(cudaStream_t stream, fp16* dst, const float* src, size_t elems) {
+  cast(stream, dst, src, elems);
+}
+
+void launch_cast(cudaStream_t stream, float* dst, const fp16* src, size_t elems) {
   cast(stream, dst, src, elems);
 }
 

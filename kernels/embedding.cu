@@ -12,7 +12,7 @@ struct EmbeddingParams {
   int batch, seq, channels;
 };
 
-// T is the storage of out (fp32 or bf16); the tables are fp32 master weights, and the
+// T is the storage of out (fp32, bf16 or fp16); the tables are fp32 master weights, and the
 // sum is one fp32 addition rounded once to T.
 template <class T>
 __global__ void embedding_forward_kernel(T* __restrict__ out,
@@ -157,12 +157,23 @@ void launch_embedding_forward(cudaStream_t stream, bf16* out, const int32_t* tok
   embedding_forward(stream, out, tokens, wte, wpe, batch, seq, channels);
 }
 
+void launch_embedding_forward(cudaStream_t stream, fp16* out, const int32_t* tokens,
+                              const float* wte, const float* wpe, int batch, int seq,
+                              int channels) {
+  embedding_forward(stream, out, tokens, wte, wpe, batch, seq, channels);
+}
+
 void launch_embedding_backward(cudaStream_t stream, float* dwte, float* dwpe, const float* dout,
                                const int32_t* tokens, int batch, int seq, int channels) {
   embedding_backward(stream, dwte, dwpe, dout, tokens, batch, seq, channels);
 }
 
 void launch_embedding_backward(cudaStream_t stream, float* dwte, float* dwpe, const bf16* dout,
+                               const int32_t* tokens, int batch, int seq, int channels) {
+  embedding_backward(stream, dwte, dwpe, dout, tokens, batch, seq, channels);
+}
+
+void launch_embedding_backward(cudaStream_t stream, float* dwte, float* dwpe, const fp16* dout,
                                const int32_t* tokens, int batch, int seq, int channels) {
   embedding_backward(stream, dwte, dwpe, dout, tokens, batch, seq, channels);
 }

@@ -1,7 +1,8 @@
 #pragma once
 // Token + position embedding: out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]. The tables and
-// their gradients are fp32; out (and the backward's dout) is fp32 or bf16 storage.
+// their gradients are fp32; out (and the backward's dout) is fp32, bf16 or fp16 storage.
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -17,6 +18,9 @@ void launch_embedding_forward(cudaStream_t stream, float* out, const int32_t* to
 void launch_embedding_forward(cudaStream_t stream, __nv_bfloat16* out, const int32_t* tokens,
                               const float* wte, const float* wpe, int batch, int seq,
                               int channels);
+void launch_embedding_forward(cudaStream_t stream, __half* out, const int32_t* tokens,
+                              const float* wte, const float* wpe, int batch, int seq,
+                              int channels);
 // dwte[tokens[n],:] += dout[n,:] and dwpe[t,:] += dout[b,t,:], deterministically: every
 // gradient row is summed in increasing row order, the CPU backend's order, so the
 // results are bit-identical to it (given the same dout values).
@@ -25,5 +29,7 @@ void launch_embedding_backward(cudaStream_t stream, float* dwte, float* dwpe, co
 void launch_embedding_backward(cudaStream_t stream, float* dwte, float* dwpe,
                                const __nv_bfloat16* dout, const int32_t* tokens, int batch,
                                int seq, int channels);
+void launch_embedding_backward(cudaStream_t stream, float* dwte, float* dwpe, const __half* dout,
+                               const int32_t* tokens, int batch, int seq, int channels);
 
 }  // namespace scalestudy::cuda

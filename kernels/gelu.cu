@@ -103,12 +103,21 @@ void launch_gelu_forward(cudaStream_t stream, bf16* out, const bf16* inp, size_t
   gelu_forward(stream, out, inp, elems);
 }
 
+void launch_gelu_forward(cudaStream_t stream, fp16* out, const fp16* inp, size_t elems) {
+  gelu_forward(stream, out, inp, elems);
+}
+
 void launch_gelu_backward(cudaStream_t stream, float* dinp, const float* inp, const float* dout,
                           size_t elems) {
   gelu_backward(stream, dinp, inp, dout, elems);
 }
 
 void launch_gelu_backward(cudaStream_t stream, bf16* dinp, const bf16* inp, const bf16* dout,
+                          size_t elems) {
+  gelu_backward(stream, dinp, inp, dout, elems);
+}
+
+void launch_gelu_backward(cudaStream_t stream, fp16* dinp, const fp16* inp, const fp16* dout,
                           size_t elems) {
   gelu_backward(stream, dinp, inp, dout, elems);
 }

@@ -1,6 +1,6 @@
 #pragma once
-// cuBLAS GEMM wrappers shared by the matmul and attention launchers: fp32, and bf16
-// operands with fp32 accumulation and a bf16 or fp32 result.
+// cuBLAS GEMM wrappers shared by the matmul and attention launchers: fp32, and bf16 or
+// fp16 operands with fp32 accumulation and a result in the operands' type or fp32.
 //
 // cuBLAS is column-major; every tensor here is row-major. A row-major [r, c] matrix with
 // row stride ld is, to cuBLAS, the column-major [c, r] matrix (its transpose) with
@@ -11,9 +11,10 @@
 //
 // CUBLAS_COMPUTE_32F, not the TF32 compute types: the CUDA backend is compared against
 // the fp32 CPU reference, and TF32's 10-bit mantissa would dominate that comparison.
-// With bf16 operands the same compute type runs on the tensor cores: the products of
-// bf16 values are exact in fp32 and accumulate in fp32; the result is rounded once to
-// its storage type (including alpha*AB + beta*C when beta = 1 accumulates into C).
+// With bf16 or fp16 operands the same compute type runs on the tensor cores: the
+// products of 16-bit values (8 or 11 significant bits) are exact in fp32 and accumulate
+// in fp32; the result is rounded once to its storage type (including alpha*AB + beta*C
+// when beta = 1 accumulates into C). In fp16 a result beyond 65504 rounds to +-inf.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -30,6 +31,8 @@ struct GemmTypes {
 inline constexpr GemmTypes kGemmFp32{CUDA_R_32F, CUDA_R_32F};
 inline constexpr GemmTypes kGemmBf16{CUDA_R_16BF, CUDA_R_16BF};
 inline constexpr GemmTypes kGemmBf16ToFp32{CUDA_R_16BF, CUDA_R_32F};
+inline constexpr GemmTypes kGemmFp16{CUDA_R_16F, CUDA_R_16F};
+inline constexpr GemmTypes kGemmFp16ToFp32{CUDA_R_16F, CUDA_R_32F};
 
 inline void gemm(cublasHandle_t handle, GemmTypes types, cublasOperation_t op_a,
                  cublasOperation_t op_b, int m, int n, int k, float alpha, const void* a, int lda,

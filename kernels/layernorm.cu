@@ -12,7 +12,7 @@ constexpr int kRowThreads = 128;
 constexpr int kColumnTile = 32;
 constexpr int kColumnRowLanes = 8;
 
-// T is the storage of the activations (inp, out, dout, dinp): fp32 or bf16. weight, bias,
+// T is the storage of the activations (inp, out, dout, dinp): fp32, bf16 or fp16. weight, bias,
 // mean, rstd and the parameter gradients are fp32 whatever T is.
 template <class T>
 struct LayerNormForwardParams {
@@ -39,7 +39,7 @@ struct LayerNormBackwardParams {
 
 // The __f*_rn intrinsics below are never fused into multiply-adds, so each per-element
 // expression rounds exactly as the CPU reference's does, and the GPU-vs-CPU comparison
-// only sees the difference in reduction order (and, in bf16, the final rounding).
+// only sees the difference in reduction order (and, in bf16 or fp16, the final rounding).
 
 // One block per row. Mean and variance accumulate in double (two passes; the second
 // reads the row from L1), as the CPU does: with C in the thousands an fp32 sum would
@@ -204,6 +204,12 @@ void launch_layernorm_forward(cudaStream_t stream, bf16* out, float* mean, float
   layernorm_forward(stream, out, mean, rstd, inp, weight, bias, rows, channels);
 }
 
+void launch_layernorm_forward(cudaStream_t stream, fp16* out, float* mean, float* rstd,
+                              const fp16* inp, const float* weight, const float* bias, int rows,
+                              int channels) {
+  layernorm_forward(stream, out, mean, rstd, inp, weight, bias, rows, channels);
+}
+
 size_t layernorm_backward_scratch_elems(int rows, int channels) {
   return 2 * size_t(column_partial_rows(rows)) * size_t(channels);
 }
@@ -218,6 +224,14 @@ void launch_layernorm_backward(cudaStream_t stream, float* dinp, float* dweight,
 
 void launch_layernorm_backward(cudaStream_t stream, bf16* dinp, float* dweight, float* dbias,
                                const bf16* dout, const bf16* inp, const float* weight,
+                               const float* mean, const float* rstd, int rows, int channels,
+                               float* scratch, size_t scratch_elems) {
+  layernorm_backward(stream, dinp, dweight, dbias, dout, inp, weight, mean, rstd, rows, channels,
+                     scratch, scratch_elems);
+}
+
+void launch_layernorm_backward(cudaStream_t stream, fp16* dinp, float* dweight, float* dbias,
+                               const fp16* dout, const fp16* inp, const float* weight,
                                const float* mean, const float* rstd, int rows, int channels,
                                float* scratch, size_t scratch_elems) {
   layernorm_backward(stream, dinp, dweight, dbias, dout, inp, weight, mean, rstd, rows, channels,

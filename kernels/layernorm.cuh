@@ -1,9 +1,10 @@
 #pragma once
 // LayerNorm over rows of C channels, eps 1e-5, with the CPU backend's arithmetic: row
 // statistics in double, and per-element expressions rounded step by step as the CPU
-// rounds them. The activations (inp, out, dout, dinp) are fp32 or bf16 storage; weight,
+// rounds them. The activations (inp, out, dout, dinp) are fp32, bf16 or fp16 storage; weight,
 // bias, mean, rstd and the parameter gradients are fp32 either way.
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -18,6 +19,9 @@ void launch_layernorm_forward(cudaStream_t stream, float* out, float* mean, floa
 void launch_layernorm_forward(cudaStream_t stream, __nv_bfloat16* out, float* mean, float* rstd,
                               const __nv_bfloat16* inp, const float* weight, const float* bias,
                               int rows, int channels);
+void launch_layernorm_forward(cudaStream_t stream, __half* out, float* mean, float* rstd,
+                              const __half* inp, const float* weight, const float* bias,
+                              int rows, int channels);
 
 // Floats of scratch that launch_layernorm_backward needs for its column partials.
 size_t layernorm_backward_scratch_elems(int rows, int channels);
@@ -31,5 +35,9 @@ void launch_layernorm_backward(cudaStream_t stream, __nv_bfloat16* dinp, float* 
                                float* dbias, const __nv_bfloat16* dout, const __nv_bfloat16* inp,
                                const float* weight, const float* mean, const float* rstd,
                                int rows, int channels, float* scratch, size_t scratch_elems);
+void launch_layernorm_backward(cudaStream_t stream, __half* dinp, float* dweight, float* dbias,
+                               const __half* dout, const __half* inp, const float* weight,
+                               const float* mean, const float* rstd, int rows, int channels,
+                               float* scratch, size_t scratch_elems);
 
 }  // namespace scalestudy::cuda

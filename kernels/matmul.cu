@@ -29,14 +29,15 @@ __global__ void add_bias_kernel(T* __restrict__ out, const float* __restrict__ b
     out[i] = from_float<T>(to_float(out[i]) + bias[i % out_channels]);
 }
 
-// ---- bf16 rows that cuBLAS's fast kernels cannot take ---------------------------------
+// ---- 16-bit rows that cuBLAS's fast kernels cannot take -------------------------------
 // A bf16 GEMM whose output rows are not a multiple of 8 elements (16 bytes) - the tied LM
 // head, V = 50257 - falls off cuBLAS's fast kernels: on an H200 the LM head's forward took
 // 6.6 ms for 0.3 TFLOP, and its input gradient 4.5 ms, whatever the leading dimension, as
 // long as the GEMM's m or k was V itself. So those GEMMs run on a copy with rows padded to
 // a multiple of 8 (in scratch), split into an aligned main part (the first V0 = V rounded
 // down to 8 columns) and a narrow tail GEMM for the last V - V0 columns, so that nothing
-// reads weights or activations beyond the real ones.
+// reads weights or activations beyond the real ones. fp16 has the same 2-byte elements
+// and the same alignment rules, and takes the same path.
 constexpr int kAlignedColumns = 8;
 
 int padded_columns_of(int columns) {
@@ -46,18 +47,20 @@ int padded_columns_of(int columns) {
 bool needs_padding(int columns) { return columns % kAlignedColumns != 0; }
 
 // out[r, c] = padded[r, c] + bias[c] (bias may be null) for c < columns: one 16-byte pack
-// of out (flat, so packs cross row ends) per thread, read from the padded rows.
-__global__ void unpad_rows_kernel(bf16* __restrict__ out, const bf16* __restrict__ padded,
+// of out (flat, so packs cross row ends) per thread, read from the padded rows. T is bf16
+// or fp16.
+template <class T>
+__global__ void unpad_rows_kernel(T* __restrict__ out, const T* __restrict__ padded,
                                   const float* __restrict__ bias, int rows, int columns,
                                   int padded_columns) {
-  constexpr int kCount = Pack<bf16>::kCount;
+  constexpr int kCount = Pack<T>::kCount;
   const size_t elems = size_t(rows) * columns, packs = (elems + kCount - 1) / kCount;
   for (size_t p = blockIdx.x * size_t{blockDim.x} + threadIdx.x; p < packs;
        p += size_t{gridDim.x} * blockDim.x) {
     const size_t first = p * kCount;
     size_t row = first / columns;
     int column = static_cast<int>(first - row * columns);
-    Pack<bf16> values;
+    Pack<T> values;
     const int count = static_cast<int>(min(size_t{kCount}, elems - first));
     for (int k = 0; k < count; ++k) {
       const float value = to_float(padded[row * padded_columns + column]);
@@ -76,9 +79,10 @@ __global__ void unpad_rows_kernel(bf16* __restrict__ out, const bf16* __restrict
 }
 
 // padded[r, c] = inp[r, c] for c < columns; the padding columns are never read.
-__global__ void pad_rows_kernel(bf16* __restrict__ padded, const bf16* __restrict__ inp,
-                                int rows, int columns, int padded_columns) {
-  constexpr int kCount = Pack<bf16>::kCount;
+template <class T>
+__global__ void pad_rows_kernel(T* __restrict__ padded, const T* __restrict__ inp, int rows,
+                                int columns, int padded_columns) {
+  constexpr int kCount = Pack<T>::kCount;
   const size_t elems = size_t(rows) * columns, packs = (elems + kCount - 1) / kCount;
   for (size_t p = blockIdx.x * size_t{blockDim.x} + threadIdx.x; p < packs;
        p += size_t{gridDim.x} * blockDim.x) {
@@ -86,7 +90,7 @@ __global__ void pad_rows_kernel(bf16* __restrict__ padded, const bf16* __restric
     size_t row = first / columns;
     int column = static_cast<int>(first - row * columns);
     const int count = static_cast<int>(min(size_t{kCount}, elems - first));
-    Pack<bf16> values;
+    Pack<T> values;
     if (count == kCount) {
       values = load_pack(inp + first);
     } else {
@@ -102,12 +106,15 @@ __global__ void pad_rows_kernel(bf16* __restrict__ padded, const bf16* __restric
   }
 }
 
+// Both 16-bit types have 8 elements to a pack.
+constexpr int kPack16 = 8;
+static_assert(Pack<bf16>::kCount == kPack16 && Pack<fp16>::kCount == kPack16);
+
 int pack_blocks(int rows, int columns) {
-  return elementwise_blocks((size_t(rows) * columns + Pack<bf16>::kCount - 1) /
-                            Pack<bf16>::kCount);
+  return elementwise_blocks((size_t(rows) * columns + kPack16 - 1) / kPack16);
 }
 
-// Floats of scratch that hold rows padded to a multiple of 8 bf16 (an even count).
+// Floats of scratch that hold rows padded to a multiple of 8 16-bit values (an even count).
 size_t padded_rows_floats(int rows, int columns) {
   return size_t(rows) * padded_columns_of(columns) / 2;
 }
@@ -131,6 +138,11 @@ template <>
 struct MatmulTypes<bf16> {
   static constexpr GemmTypes activations = kGemmBf16;
   static constexpr GemmTypes weight_gradient = kGemmBf16ToFp32;
+};
+template <>
+struct MatmulTypes<fp16> {
+  static constexpr GemmTypes activations = kGemmFp16;
+  static constexpr GemmTypes weight_gradient = kGemmFp16ToFp32;
 };
 
 // Column-major view (see gemm.cuh): out^T[OC, N] = W[OC, IC] · inp^T[IC, N].
@@ -186,24 +198,22 @@ void matmul_backward(cublasHandle_t handle, cudaStream_t stream, T* dinp, float*
   }
 }
 
-}  // namespace
-
-void launch_matmul_forward(cublasHandle_t handle, cudaStream_t stream, float* out,
-                           const float* inp, const float* weight, const float* bias, int rows,
-                           int in_channels, int out_channels) {
-  matmul_forward(handle, stream, out, inp, weight, bias, rows, in_channels, out_channels);
-}
-
-size_t matmul_forward_scratch_elems_bf16(int rows, int out_channels) {
+size_t matmul_forward_scratch_elems_padded(int rows, int out_channels) {
   return needs_padding(out_channels) ? padded_rows_floats(rows, out_channels) : 0;
 }
 
-// With padding: out^T[OC, N] is computed into padded^T[OCp, N] (ld OCp) as two GEMMs, W's
-// first OC0 rows and its last OC - OC0 rows, then copied (adding the bias) into out.
-void launch_matmul_forward(cublasHandle_t handle, cudaStream_t stream, bf16* out,
-                           const bf16* inp, const bf16* weight, const float* bias, int rows,
-                           int in_channels, int out_channels, float* scratch,
-                           size_t scratch_elems) {
+size_t matmul_backward_scratch_elems_padded(int rows, int out_channels) {
+  return (needs_padding(out_channels) ? padded_rows_floats(rows, out_channels) : 0) +
+         matmul_backward_scratch_elems(rows, out_channels);
+}
+
+// The 16-bit forward, T = bf16 or fp16. With padding: out^T[OC, N] is computed into
+// padded^T[OCp, N] (ld OCp) as two GEMMs, W's first OC0 rows and its last OC - OC0 rows,
+// then copied (adding the bias) into out.
+template <class T>
+void matmul_forward_16bit(cublasHandle_t handle, cudaStream_t stream, T* out, const T* inp,
+                          const T* weight, const float* bias, int rows, int in_channels,
+                          int out_channels, float* scratch, size_t scratch_elems) {
   if (!needs_padding(out_channels)) {
     matmul_forward(handle, stream, out, inp, weight, bias, rows, in_channels, out_channels);
     return;
@@ -213,21 +223,98 @@ void launch_matmul_forward(cublasHandle_t handle, cudaStream_t stream, bf16* out
   check_not_null(inp, "matmul inp");
   check_not_null(weight, "matmul weight");
   check_not_null(scratch, "matmul scratch");
-  SCALESTUDY_CHECK(scratch_elems >= matmul_forward_scratch_elems_bf16(rows, out_channels),
+  SCALESTUDY_CHECK(scratch_elems >= matmul_forward_scratch_elems_padded(rows, out_channels),
                    "matmul forward: scratch too small");
   check_handle_stream(handle, stream);
+  const GemmTypes types = MatmulTypes<T>::activations;
   const int padded_channels = padded_columns_of(out_channels);
   const int aligned_channels = out_channels / kAlignedColumns * kAlignedColumns;
-  auto* padded = reinterpret_cast<bf16*>(scratch);
+  auto* padded = reinterpret_cast<T*>(scratch);
   if (aligned_channels > 0)
-    gemm(handle, kGemmBf16, CUBLAS_OP_T, CUBLAS_OP_N, aligned_channels, rows, in_channels, 1.0f,
+    gemm(handle, types, CUBLAS_OP_T, CUBLAS_OP_N, aligned_channels, rows, in_channels, 1.0f,
          weight, in_channels, inp, in_channels, 0.0f, padded, padded_channels);
-  gemm(handle, kGemmBf16, CUBLAS_OP_T, CUBLAS_OP_N, out_channels - aligned_channels, rows,
+  gemm(handle, types, CUBLAS_OP_T, CUBLAS_OP_N, out_channels - aligned_channels, rows,
        in_channels, 1.0f, weight + size_t(aligned_channels) * in_channels, in_channels, inp,
        in_channels, 0.0f, padded + aligned_channels, padded_channels);
-  unpad_rows_kernel<<<pack_blocks(rows, out_channels), kElementwiseThreads, 0, stream>>>(
+  unpad_rows_kernel<T><<<pack_blocks(rows, out_channels), kElementwiseThreads, 0, stream>>>(
       out, padded, bias, rows, out_channels, padded_channels);
   CHECK_LAUNCH();
+}
+
+// The 16-bit backward. With padding, dout is first copied into padded rows (ld OCp). dinp
+// takes two GEMMs (the first OC0 columns of dout with W's first OC0 rows, then the rest),
+// so it is rounded to T twice; dweight is one GEMM over all OC columns (n = OC is not the
+// contiguous dimension of its result, so it needs no padding). The bias partials follow
+// the padded rows in scratch.
+template <class T>
+void matmul_backward_16bit(cublasHandle_t handle, cudaStream_t stream, T* dinp, float* dweight,
+                           float* dbias, const T* dout, const T* inp, const T* weight, int rows,
+                           int in_channels, int out_channels, float* scratch,
+                           size_t scratch_elems) {
+  if (!needs_padding(out_channels)) {
+    matmul_backward(handle, stream, dinp, dweight, dbias, dout, inp, weight, rows, in_channels,
+                    out_channels, scratch, scratch_elems);
+    return;
+  }
+  check_shape(rows, in_channels, out_channels);
+  check_not_null(dinp, "matmul dinp");
+  check_not_null(dweight, "matmul dweight");
+  check_not_null(dout, "matmul dout");
+  check_not_null(inp, "matmul inp");
+  check_not_null(weight, "matmul weight");
+  check_not_null(scratch, "matmul scratch");
+  SCALESTUDY_CHECK(scratch_elems >= matmul_backward_scratch_elems_padded(rows, out_channels),
+                   "matmul backward: scratch too small");
+  check_handle_stream(handle, stream);
+  const GemmTypes types = MatmulTypes<T>::activations;
+  const int padded_channels = padded_columns_of(out_channels);
+  const int aligned_channels = out_channels / kAlignedColumns * kAlignedColumns;
+  auto* padded = reinterpret_cast<T*>(scratch);
+  pad_rows_kernel<T><<<pack_blocks(rows, out_channels), kElementwiseThreads, 0, stream>>>(
+      padded, dout, rows, out_channels, padded_channels);
+  CHECK_LAUNCH();
+  if (aligned_channels > 0)
+    gemm(handle, types, CUBLAS_OP_N, CUBLAS_OP_N, in_channels, rows, aligned_channels, 1.0f,
+         weight, in_channels, padded, padded_channels, 1.0f, dinp, in_channels);
+  gemm(handle, types, CUBLAS_OP_N, CUBLAS_OP_N, in_channels, rows,
+       out_channels - aligned_channels, 1.0f, weight + size_t(aligned_channels) * in_channels,
+       in_channels, padded + aligned_channels, padded_channels, 1.0f, dinp, in_channels);
+  gemm(handle, MatmulTypes<T>::weight_gradient, CUBLAS_OP_N, CUBLAS_OP_T, in_channels,
+       out_channels, rows, 1.0f, inp, in_channels, padded, padded_channels, 1.0f, dweight,
+       in_channels);
+  if (dbias != nullptr) {
+    const size_t padded_floats = padded_rows_floats(rows, out_channels);
+    launch_column_sums(stream, dbias, dout, rows, out_channels, scratch + padded_floats,
+                       scratch_elems - padded_floats);
+  }
+}
+
+}  // namespace
+
+void launch_matmul_forward(cublasHandle_t handle, cudaStream_t stream, float* out,
+                           const float* inp, const float* weight, const float* bias, int rows,
+                           int in_channels, int out_channels) {
+  matmul_forward(handle, stream, out, inp, weight, bias, rows, in_channels, out_channels);
+}
+
+size_t matmul_forward_scratch_elems_16bit(int rows, int out_channels) {
+  return matmul_forward_scratch_elems_padded(rows, out_channels);
+}
+
+void launch_matmul_forward(cublasHandle_t handle, cudaStream_t stream, bf16* out,
+                           const bf16* inp, const bf16* weight, const float* bias, int rows,
+                           int in_channels, int out_channels, float* scratch,
+                           size_t scratch_elems) {
+  matmul_forward_16bit(handle, stream, out, inp, weight, bias, rows, in_channels, out_channels,
+                       scratch, scratch_elems);
+}
+
+void launch_matmul_forward(cublasHandle_t handle, cudaStream_t stream, fp16* out,
+                           const fp16* inp, const fp16* weight, const float* bias, int rows,
+                           int in_channels, int out_channels, float* scratch,
+                           size_t scratch_elems) {
+  matmul_forward_16bit(handle, stream, out, inp, weight, bias, rows, in_channels, out_channels,
+                       scratch, scratch_elems);
 }
 
 size_t matmul_backward_scratch_elems(int rows, int out_channels) {
@@ -242,54 +329,24 @@ void launch_matmul_backward(cublasHandle_t handle, cudaStream_t stream, float* d
                   out_channels, scratch, scratch_elems);
 }
 
-size_t matmul_backward_scratch_elems_bf16(int rows, int out_channels) {
-  return (needs_padding(out_channels) ? padded_rows_floats(rows, out_channels) : 0) +
-         matmul_backward_scratch_elems(rows, out_channels);
+size_t matmul_backward_scratch_elems_16bit(int rows, int out_channels) {
+  return matmul_backward_scratch_elems_padded(rows, out_channels);
 }
 
-// With padding, dout is first copied into padded rows (ld OCp). dinp takes two GEMMs (the
-// first OC0 columns of dout with W's first OC0 rows, then the rest), so it is rounded to
-// bf16 twice; dweight is one GEMM over all OC columns (n = OC is not the contiguous
-// dimension of its result, so it needs no padding). The bias partials follow the padded
-// rows in scratch.
 void launch_matmul_backward(cublasHandle_t handle, cudaStream_t stream, bf16* dinp,
                             float* dweight, float* dbias, const bf16* dout, const bf16* inp,
                             const bf16* weight, int rows, int in_channels, int out_channels,
                             float* scratch, size_t scratch_elems) {
-  if (!needs_padding(out_channels)) {
-    matmul_backward(handle, stream, dinp, dweight, dbias, dout, inp, weight, rows, in_channels,
-                    out_channels, scratch, scratch_elems);
-    return;
-  }
-  check_shape(rows, in_channels, out_channels);
-  check_not_null(dinp, "matmul dinp");
-  check_not_null(dweight, "matmul dweight");
-  check_not_null(dout, "matmul dout");
-  check_not_null(inp, "matmul inp");
-  check_not_null(weight, "matmul weight");
-  check_not_null(scratch, "matmul scratch");
-  SCALESTUDY_CHECK(scratch_elems >= matmul_backward_scratch_elems_bf16(rows, out_channels),
-                   "matmul backward: scratch too small");
-  check_handle_stream(handle, stream);
-  const int padded_channels = padded_columns_of(out_channels);
-  const int aligned_channels = out_channels / kAlignedColumns * kAlignedColumns;
-  auto* padded = reinterpret_cast<bf16*>(scratch);
-  pad_rows_kernel<<<pack_blocks(rows, out_channels), kElementwiseThreads, 0, stream>>>(
-      padded, dout, rows, out_channels, padded_channels);
-  CHECK_LAUNCH();
-  if (aligned_channels > 0)
-    gemm(handle, kGemmBf16, CUBLAS_OP_N, CUBLAS_OP_N, in_channels, rows, aligned_channels, 1.0f,
-         weight, in_channels, padded, padded_channels, 1.0f, dinp, in_channels);
-  gemm(handle, kGemmBf16, CUBLAS_OP_N, CUBLAS_OP_N, in_channels, rows,
-       out_channels - aligned_channels, 1.0f, weight + size_t(aligned_channels) * in_channels,
-       in_channels, padded + aligned_channels, padded_channels, 1.0f, dinp, in_channels);
-  gemm(handle, kGemmBf16ToFp32, CUBLAS_OP_N, CUBLAS_OP_T, in_channels, out_channels, rows, 1.0f,
-       inp, in_channels, padded, padded_channels, 1.0f, dweight, in_channels);
-  if (dbias != nullptr) {
-    const size_t padded_floats = padded_rows_floats(rows, out_channels);
-    launch_column_sums(stream, dbias, dout, rows, out_channels, scratch + padded_floats,
-                       scratch_elems - padded_floats);
-  }
+  matmul_backward_16bit(handle, stream, dinp, dweight, dbias, dout, inp, weight, rows,
+                        in_channels, out_channels, scratch, scratch_elems);
+}
+
+void launch_matmul_backward(cublasHandle_t handle, cudaStream_t stream, fp16* dinp,
+                            float* dweight, float* dbias, const fp16* dout, const fp16* inp,
+                            const fp16* weight, int rows, int in_channels, int out_channels,
+                            float* scratch, size_t scratch_elems) {
+  matmul_backward_16bit(handle, stream, dinp, dweight, dbias, dout, inp, weight, rows,
+                        in_channels, out_channels, scratch, scratch_elems);
 }
 
 }  // namespace scalestudy::cuda

@@ -1,12 +1,14 @@
 #pragma once
 // The dense layer out[N,OC] = inp[N,IC] @ weight[OC,IC]^T + bias[OC], as a cuBLAS GEMM
 // plus a bias kernel; backward as two accumulating GEMMs and a deterministic column
-// reduction for the bias. In fp32 every operand is fp32. In bf16 the activations and
-// the weight are bf16 (the weight from the backend's bf16 copy of the parameters), the
-// bias is the fp32 master, and the weight and bias gradients are fp32: the GEMMs
-// accumulate in fp32 and round once to their result's storage.
+// reduction for the bias. In fp32 every operand is fp32. In bf16 (fp16) the activations
+// and the weight are bf16 (fp16) - the weight from the backend's 16-bit copy of the
+// parameters -, the bias is the fp32 master, and the weight and bias gradients are fp32:
+// the GEMMs accumulate in fp32 and round once to their result's storage. The 16-bit
+// launchers of both types share their scratch sizes (the _16bit functions).
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -17,13 +19,17 @@ namespace scalestudy::cuda {
 void launch_matmul_forward(cublasHandle_t handle, cudaStream_t stream, float* out,
                            const float* inp, const float* weight, const float* bias, int rows,
                            int in_channels, int out_channels);
-// bf16 needs scratch when out_channels is not a multiple of 8 (rows padded for cuBLAS's
-// fast kernels); this many floats, possibly 0.
-size_t matmul_forward_scratch_elems_bf16(int rows, int out_channels);
+// bf16 and fp16 need scratch when out_channels is not a multiple of 8 (rows padded for
+// cuBLAS's fast kernels); this many floats, possibly 0.
+size_t matmul_forward_scratch_elems_16bit(int rows, int out_channels);
 void launch_matmul_forward(cublasHandle_t handle, cudaStream_t stream, __nv_bfloat16* out,
                            const __nv_bfloat16* inp, const __nv_bfloat16* weight,
                            const float* bias, int rows, int in_channels, int out_channels,
                            float* scratch, size_t scratch_elems);
+void launch_matmul_forward(cublasHandle_t handle, cudaStream_t stream, __half* out,
+                           const __half* inp, const __half* weight, const float* bias, int rows,
+                           int in_channels, int out_channels, float* scratch,
+                           size_t scratch_elems);
 
 // Floats of scratch that launch_matmul_backward needs (for the bias reduction).
 size_t matmul_backward_scratch_elems(int rows, int out_channels);
@@ -33,13 +39,17 @@ void launch_matmul_backward(cublasHandle_t handle, cudaStream_t stream, float* d
                             float* dweight, float* dbias, const float* dout, const float* inp,
                             const float* weight, int rows, int in_channels, int out_channels,
                             float* scratch, size_t scratch_elems);
-// Floats of scratch for the bf16 backward: padded rows where out_channels needs them, and
-// the bias reduction.
-size_t matmul_backward_scratch_elems_bf16(int rows, int out_channels);
+// Floats of scratch for the bf16 and fp16 backwards: padded rows where out_channels needs
+// them, and the bias reduction.
+size_t matmul_backward_scratch_elems_16bit(int rows, int out_channels);
 void launch_matmul_backward(cublasHandle_t handle, cudaStream_t stream, __nv_bfloat16* dinp,
                             float* dweight, float* dbias, const __nv_bfloat16* dout,
                             const __nv_bfloat16* inp, const __nv_bfloat16* weight, int rows,
                             int in_channels, int out_channels, float* scratch,
                             size_t scratch_elems);
+void launch_matmul_backward(cublasHandle_t handle, cudaStream_t stream, __half* dinp,
+                            float* dweight, float* dbias, const __half* dout, const __half* inp,
+                            const __half* weight, int rows, int in_channels, int out_channels,
+                            float* scratch, size_t scratch_elems);
 
 }  // namespace scalestudy::cuda

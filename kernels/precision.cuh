@@ -1,10 +1,14 @@
 #pragma once
-// Storage types of the kernels that are templated on them: fp32 (float) and bf16
-// (__nv_bfloat16). The arithmetic is fp32 whatever the storage: values are widened on
-// load and rounded to nearest even once, on store. For float every helper is the
-// identity, so a float instantiation performs exactly the fp32 kernel's operations.
-// Included from .cu files only.
+// Storage types of the kernels that are templated on them: fp32 (float), bf16
+// (__nv_bfloat16) and fp16 (__half). The arithmetic is fp32 whatever the storage: values
+// are widened (exactly) on load and rounded to nearest even once, on store. For float
+// every helper is the identity, so a float instantiation performs exactly the fp32
+// kernel's operations. fp16 keeps 11 significant bits but only the range up to 65504: a
+// store of anything at or above 65520 in magnitude gives +-inf (IEEE rounding, never a
+// clamp), which is how an overflow reaches the fp32 gradients and the trainer's
+// non-finite check. Included from .cu files only.
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -15,9 +19,11 @@
 namespace scalestudy::cuda {
 
 using bf16 = __nv_bfloat16;
+using fp16 = __half;
 
 __device__ __forceinline__ float to_float(float x) { return x; }
 __device__ __forceinline__ float to_float(bf16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_float(fp16 x) { return __half2float(x); }
 
 template <class T>
 __device__ __forceinline__ T from_float(float x);
@@ -25,8 +31,10 @@ template <>
 __device__ __forceinline__ float from_float<float>(float x) { return x; }
 template <>
 __device__ __forceinline__ bf16 from_float<bf16>(float x) { return __float2bfloat16_rn(x); }
+template <>
+__device__ __forceinline__ fp16 from_float<fp16>(float x) { return __float2half_rn(x); }
 
-// 16 bytes of T, the unit of vectorised loads and stores (4 floats or 8 bf16).
+// 16 bytes of T, the unit of vectorised loads and stores (4 floats, or 8 bf16 or fp16).
 template <class T>
 struct alignas(16) Pack {
   static constexpr int kCount = 16 / sizeof(T);

@@ -123,6 +123,11 @@ void launch_sum(cudaStream_t stream, double* device_result, const bf16* x, size_
   launch_sum_impl<false>(stream, device_result, x, elems, scratch, scratch_doubles);
 }
 
+void launch_sum(cudaStream_t stream, double* device_result, const fp16* x, size_t elems,
+                double* scratch, size_t scratch_doubles) {
+  launch_sum_impl<false>(stream, device_result, x, elems, scratch, scratch_doubles);
+}
+
 void launch_sum_of_squares(cudaStream_t stream, double* device_result, const float* x,
                            size_t elems, double* scratch, size_t scratch_doubles) {
   launch_sum_impl<true>(stream, device_result, x, elems, scratch, scratch_doubles);
@@ -134,6 +139,11 @@ void launch_column_sums(cudaStream_t stream, float* dst, const float* x, int row
 }
 
 void launch_column_sums(cudaStream_t stream, float* dst, const bf16* x, int rows, int columns,
+                        float* scratch, size_t scratch_elems) {
+  column_sums(stream, dst, x, rows, columns, scratch, scratch_elems);
+}
+
+void launch_column_sums(cudaStream_t stream, float* dst, const fp16* x, int rows, int columns,
                         float* scratch, size_t scratch_elems) {
   column_sums(stream, dst, x, rows, columns, scratch, scratch_elems);
 }

@@ -3,6 +3,7 @@
 // length (a fixed grid, fixed chunks, fixed combination trees) and never uses atomics,
 // so the same inputs give the same bits on every run and on every Hopper part.
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -18,6 +19,9 @@ void launch_sum(cudaStream_t stream, double* device_result, const float* x, size
                 double* scratch, size_t scratch_doubles);
 // The same over bf16 storage (each value widened exactly).
 void launch_sum(cudaStream_t stream, double* device_result, const __nv_bfloat16* x, size_t elems,
+                double* scratch, size_t scratch_doubles);
+// The same over fp16 storage (each value widened exactly; an inf stays inf).
+void launch_sum(cudaStream_t stream, double* device_result, const __half* x, size_t elems,
                 double* scratch, size_t scratch_doubles);
 void launch_sum_of_squares(cudaStream_t stream, double* device_result, const float* x,
                            size_t elems, double* scratch, size_t scratch_doubles);
@@ -36,6 +40,9 @@ void launch_column_sums(cudaStream_t stream, float* dst, const float* x, int row
 // The same over bf16 storage: fp32 partials and an fp32 dst, as above.
 void launch_column_sums(cudaStream_t stream, float* dst, const __nv_bfloat16* x, int rows,
                         int columns, float* scratch, size_t scratch_elems);
+// And over fp16 storage.
+void launch_column_sums(cudaStream_t stream, float* dst, const __half* x, int rows, int columns,
+                        float* scratch, size_t scratch_elems);
 // dst[c] += sum_k partials[k, c], the second stage on its own, for kernels that write
 // their partials in the layout above.
 void launch_add_column_partials(cudaStream_t stream, float* dst, const float* partials,

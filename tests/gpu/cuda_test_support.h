@@ -125,7 +125,8 @@ class CudaOpsFixture : public ::testing::Test {
     for (void* ptr : owned_) gpu_->release(ptr);
   }
 
-  // In bf16 mode an activations buffer stores bf16: copy_from_host rounds the values.
+  // In bf16 or fp16 mode an activations buffer stores 16-bit values: copy_from_host
+  // rounds them (fp16: to +-inf beyond 65504).
   float* upload(const std::vector<float>& host, MemoryKind kind = MemoryKind::other) {
     float* device = gpu_->allocate_floats(host.size(), kind);
     owned_.push_back(device);

@@ -1,16 +1,21 @@
-// The CUDA backend in bf16 mode against the fp32 CPU reference: every op, a whole model
-// step, and the bf16 memory rules (storage sizes, conversions, the parameters' bf16 copy
-// and its refresh). With SCALESTUDY_GPU_TIMING=1 it also times GPT-2 small.
+// The CUDA backend in its two 16-bit modes, bf16 and fp16, against the fp32 CPU reference:
+// every op, a whole model step, and the 16-bit memory rules (storage sizes, conversions,
+// the parameters' 16-bit copy and its refresh), each test once per precision
+// (CudaOpsHalf*/bf16..., CudaOpsHalf*/fp16...); then fp16's range (overflow to inf, never
+// clamped, and its way into the gradient norm). With SCALESTUDY_GPU_TIMING=1 it also times
+// GPT-2 small. (The file keeps its bf16 name: jobscripts/gpu_check.sh runs it by name.)
 //
-// Inputs that the GPU stores in bf16 are rounded to bf16 on the host first, so the CPU
-// reference computes from exactly the values the GPU holds. What remains is the GPU's own
-// rounding. bf16 keeps 8 significant bits: rounding to nearest has relative error at most
-// u = 2^-8 = 3.9e-3, and 1 ulp is at most 2^-7 = 7.8e-3 relative. Each check below is
-// |gpu - cpu| <= atol + rtol*|cpu| against the CPU's fp32 result, with the bound derived
-// next to its name. Outputs are NaN-poisoned and gradients start from a shared random
-// prior, as in test_cuda_ops.cpp, so unwritten elements and overwriting backwards fail.
+// Inputs that the GPU stores in 16 bits are rounded to that type on the host first, so the
+// CPU reference computes from exactly the values the GPU holds. What remains is the GPU's
+// own rounding. bf16 keeps 8 significant bits: rounding to nearest has relative error at
+// most u = 2^-8 = 3.9e-3, and 1 ulp is at most 2^-7 = 7.8e-3 relative. fp16 keeps 11:
+// u = 2^-11 = 4.9e-4, 1 ulp <= 2^-10 = 9.8e-4 relative, for normal numbers (from 2^-14 =
+// 6.1e-5); below that fp16's subnormals are spaced 2^-24 = 6.0e-8 apart, an absolute
+// error. Each check below is |gpu - cpu| <= atol + rtol*|cpu| against the CPU's fp32
+// result, with the bound derived next to its name. Outputs are NaN-poisoned and gradients
+// start from a shared random prior, as in test_cuda_ops.cpp, so unwritten elements and
+// overwriting backwards fail.
 #include <cublas_v2.h>
-#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -19,11 +24,12 @@
 #include <cstdlib>
 #include <functional>
 #include <iostream>
+#include <limits>
 #include <string>
+#include <tuple>
 #include <vector>
 
-#include "backend/cuda/bf16_host.h"
-#include "core/usage_error.h"
+#include "backend/cuda/half_host.h"
 #include "cuda_test_support.h"
 
 namespace scalestudy {
@@ -37,59 +43,100 @@ using gpu_test::random_floats;
 using gpu_test::random_ids;
 using gpu_test::Tolerance;
 
-// ---- tolerances, bf16 -----------------------------------------------------------------
-// Measured on an H200 (sm_90, CUDA 13.0): every per-op check used at most 0.39 of its bound
-// (the pure-rounding ones sit at u/1e-2 = 0.39: no result landed on a neighbouring bf16
-// value); the bf16 model's loss was within 1.5e-5 of the fp32 CPU's, its gradients within
-// 7.7e-3 norm-wise (block0.ln1.weight the worst).
-// Compared with gpu == round_to_bf16(cpu): ops whose fp32 arithmetic is the same sequence
-// of operations on both sides, rounded once to bf16 on the GPU (embedding, residual,
+// ---- tolerances that do not depend on the storage type -----------------------------------
+// Measured for bf16 on an H200 (sm_90, CUDA 13.0): every per-op check used at most 0.39 of
+// its bound (the pure-rounding ones sit at u/1e-2 = 0.39: no result landed on a
+// neighbouring bf16 value); the bf16 model's loss was within 1.5e-5 of the fp32 CPU's, its
+// gradients within 7.7e-3 norm-wise (block0.ln1.weight the worst). fp16's bounds are
+// bf16's divided by 8 = 2^(11-8) wherever the storage rounding sets them, so the same
+// derivation leaves the same margins; fp16 has not been measured yet.
+//
+// Compared with gpu == round(cpu) in the storage type: ops whose fp32 arithmetic is the
+// same sequence of operations on both sides, rounded once on the GPU (embedding, residual,
 // accumulate, the cross-entropy backward); and fp32 results whose fp32 counterparts are
 // bit-identical (the embedding gradients, summed in the CPU's order from the same values).
 constexpr Tolerance kBitExact{0.0, 0.0};
-// One rounding of an fp32 value that differs from the CPU's by a few fp32 ulps (tanhf,
-// expf, or sums in another order): the nearest or the neighbouring bf16 value, within
-// 1 ulp <= 2^-7 relative; atol keeps the fp32 suite's absolute allowance for results near
-// zero (LayerNorm 1e-6; GELU's backward 5e-6, where 1 - tanh^2 cancels).
-constexpr Tolerance kBf16Rounding{1e-6, 1e-2};
-constexpr Tolerance kBf16GeluBackward{5e-6, 1e-2};
-// Probabilities (attention, cross-entropy): one rounding of a value within a few fp32 ulps
-// of the CPU's; atol only for probabilities that underflow.
-constexpr Tolerance kBf16Probability{1e-30, 1e-2};
-// fp32 results of identical bf16 inputs keep the fp32 suite's bounds (test_cuda_ops.cpp
+// fp32 results of identical 16-bit inputs keep the fp32 suite's bounds (test_cuda_ops.cpp
 // explains them): LayerNorm mean/rstd, LayerNorm and matmul bias gradients, cross-entropy
 // losses (log-sum-exp in double of the stored logits). Weight gradients are fp32 GEMMs of
-// bf16 operands: the products are exact in fp32 and the tensor cores accumulate in fp32,
-// so the fp32 dot-product bound applies.
+// 16-bit operands: the products (8x8 or 11x11 significant bits) are exact in fp32 and the
+// tensor cores accumulate in fp32, so the fp32 dot-product bound applies.
 constexpr Tolerance kRowStatistics{1e-6, 1e-6};
 constexpr Tolerance kColumnSum{5e-5, 1e-5};
 constexpr Tolerance kSoftmax{1e-7, 2e-6};
 constexpr Tolerance kFp32DotProduct{5e-5, 1e-5};
-// bf16 GEMM results (matmul out and dinp, attention dqkv): an fp32 dot product rounded
-// once (u relative to the result), but also intermediate roundings that are relative to a
-// term rather than to the result: the GEMM output before the bias add (u*|x.w|, with
-// |x.w| <= |out| + |bias|), dS before the dQ/dK GEMMs (u*sum|dS||K|), and split-K partial
-// sums where cuBLAS reduces them in the output type. So atol is relative to the tensor's
-// scale, max|ref|: 1e-2 = 2.5u of it; a wrong index or a lost accumulation is O(1) of it.
-constexpr double kBf16GemmScaledAtol = 1e-2;
-constexpr double kBf16GemmRtol = 1e-2;
-// Attention output: the GPU multiplies V by the bf16-rounded probabilities, each off by
-// u relative, so |error| <= u*sum_t2 p*|v| <= u*max|v| = u for v in [-1, 1], plus the
-// final rounding: atol 5e-3 >= u, rtol 1e-2.
-constexpr Tolerance kBf16AttentionOut{5e-3, 1e-2};
-// Whole-model sums in double of bf16 values: as the fp32 suite (1e-11 of sum|x|).
+// Whole-model sums in double of 16-bit values: as the fp32 suite (1e-11 of sum|x|).
 constexpr double kDoubleSumRelative = 1e-11;
-// Whole model in bf16 (2 layers, GPT-2 initialisation) against the fp32 CPU model: ~20 ops,
-// each adding roundings of about u relative to its outputs. The loss must agree to 1e-2
-// relative; each parameter tensor's gradient to 5e-2 in norm, ||g - g_ref|| / ||g_ref||
-// (element-wise bounds mean little after 20 roundings; a wrong or missing term changes
-// the norm at O(1)).
-constexpr double kModelLossRelative = 1e-2;
-constexpr double kModelGradientNormRelative = 5e-2;
 
-std::vector<float> bf16_rounded(std::vector<float> values) {
-  for (float& value : values) value = round_to_bf16(value);
-  return values;
+// ---- tolerances set by the storage type ---------------------------------------------------
+struct HalfTolerances {
+  // One rounding of an fp32 value that differs from the CPU's by a few fp32 ulps (tanhf,
+  // expf, or sums in another order): the nearest or the neighbouring 16-bit value, within
+  // 1 ulp relative (rtol: 1e-2 >= 2^-7 for bf16, 1.25e-3 >= 2^-10 for fp16); atol keeps
+  // the fp32 suite's absolute allowance for results near zero (LayerNorm 1e-6; GELU's
+  // backward 5e-6, where 1 - tanh^2 cancels in fp32 on both sides), which also covers
+  // fp16's subnormal spacing (6e-8).
+  Tolerance rounding;
+  Tolerance gelu_backward;
+  // Probabilities (attention, cross-entropy): one rounding of a value within a few fp32
+  // ulps of the CPU's, rtol as above; atol only for probabilities below the normal range:
+  // bf16 has fp32's range (1e-30 covers underflow), fp16's subnormals below 6.1e-5 are
+  // 2^-24 = 5.96e-8 apart (atol 6e-8 = one subnormal step).
+  Tolerance probability;
+  // Attention output: the GPU multiplies V by the 16-bit-rounded probabilities, each off
+  // by u relative, so |error| <= u*sum_t2 p*|v| <= u*max|v| = u for v in [-1, 1], plus the
+  // final rounding: atol >= u (5e-3 for bf16, 6.25e-4 for fp16), rtol as `rounding`.
+  Tolerance attention_out;
+  // 16-bit GEMM results (matmul out and dinp, attention dqkv): an fp32 dot product rounded
+  // once (u relative to the result), but also intermediate roundings that are relative to
+  // a term rather than to the result: the GEMM output before the bias add (u*|x.w|, with
+  // |x.w| <= |out| + |bias|), dS before the dQ/dK GEMMs (u*sum|dS||K|), and (bf16 only;
+  // the fp16 handle keeps them in fp32) split-K partial sums reduced in the output type.
+  // So atol is relative to the tensor's scale, max|ref|: 2.56u of it (1e-2 for bf16,
+  // 1.25e-3 for fp16); a wrong index or a lost accumulation is O(1) of it.
+  double gemm_scaled_atol;
+  double gemm_rtol;
+  // Whole model (2 layers, GPT-2 initialisation) against the fp32 CPU model: ~20 ops,
+  // each adding roundings of about u relative to its outputs. The loss must agree to
+  // model_loss_relative; each parameter tensor's gradient to model_gradient_norm_relative
+  // in norm, ||g - g_ref|| / ||g_ref|| (element-wise bounds mean little after 20
+  // roundings; a wrong or missing term changes the norm at O(1)).
+  double model_loss_relative;
+  double model_gradient_norm_relative;
+  // The model's backward runs with loss_scale = model_loss_scale / (batch*seq), on the CPU
+  // as on the GPU (the norm-wise comparison does not depend on it). fp16 scales by 2^10,
+  // as the trainer's loss scaling would: unscaled, this small model's activation
+  // gradients (~1e-5) would sit in fp16's subnormals, where the storage keeps absolute
+  // rather than relative precision; scaled they are ~1e-2, and the largest (dlogits) ~20.
+  float model_loss_scale;
+};
+
+constexpr HalfTolerances kBf16Tolerances{
+    /*rounding=*/{1e-6, 1e-2},
+    /*gelu_backward=*/{5e-6, 1e-2},
+    /*probability=*/{1e-30, 1e-2},
+    /*attention_out=*/{5e-3, 1e-2},
+    /*gemm_scaled_atol=*/1e-2,
+    /*gemm_rtol=*/1e-2,
+    /*model_loss_relative=*/1e-2,
+    /*model_gradient_norm_relative=*/5e-2,
+    /*model_loss_scale=*/1.0f,
+};
+
+constexpr HalfTolerances kFp16Tolerances{
+    /*rounding=*/{1e-6, 1.25e-3},
+    /*gelu_backward=*/{5e-6, 1.25e-3},
+    /*probability=*/{6e-8, 1.25e-3},
+    /*attention_out=*/{6.25e-4, 1.25e-3},
+    /*gemm_scaled_atol=*/1.25e-3,
+    /*gemm_rtol=*/1.25e-3,
+    /*model_loss_relative=*/1.25e-3,
+    /*model_gradient_norm_relative=*/6.25e-3,
+    /*model_loss_scale=*/1024.0f,
+};
+
+const HalfTolerances& tolerances_of(Precision precision) {
+  return precision == Precision::fp16 ? kFp16Tolerances : kBf16Tolerances;
 }
 
 double max_abs(const std::vector<float>& values) {
@@ -98,15 +145,25 @@ double max_abs(const std::vector<float>& values) {
   return largest;
 }
 
-Tolerance bf16_gemm_tolerance(const std::vector<float>& ref) {
-  return Tolerance{kBf16GemmScaledAtol * max_abs(ref), kBf16GemmRtol};
-}
+const char* storage_name(Precision precision) { return precision_name(precision); }
 
-class CudaOpsBf16Test : public gpu_test::CudaOpsFixture {
+// A CudaOps in one of the 16-bit modes, with the helpers that round like its storage.
+class CudaOpsHalfTest : public gpu_test::CudaOpsFixture {
  protected:
-  CudaOpsBf16Test() : CudaOpsFixture(Precision::bf16) {}
+  explicit CudaOpsHalfTest(Precision precision)
+      : CudaOpsFixture(precision), tol_(tolerances_of(precision)) {}
 
-  // A bf16 activation buffer holding `values` (which should already be bf16 values).
+  // The values the 16-bit storage holds for `values`.
+  std::vector<float> rounded(std::vector<float> values) const {
+    for (float& value : values) value = round_to_storage(precision_, value);
+    return values;
+  }
+  Tolerance gemm_tolerance(const std::vector<float>& ref) const {
+    return Tolerance{tol_.gemm_scaled_atol * max_abs(ref), tol_.gemm_rtol};
+  }
+  std::string name() const { return storage_name(precision_); }
+
+  // A 16-bit activation buffer holding `values` (which should already be rounded).
   float* activation(const std::vector<float>& values) {
     return upload(values, MemoryKind::activations);
   }
@@ -116,17 +173,33 @@ class CudaOpsBf16Test : public gpu_test::CudaOpsFixture {
                     Tolerance tolerance) {
     const auto result = all_close(what, download(device, ref.size()), ref, tolerance);
     EXPECT_TRUE(result);
-    if (result) std::cout << "  " << what << ": worst error/bound " << result.message() << "\n";
+    if (result)
+      std::cout << "  " << name() << " " << what << ": worst error/bound " << result.message()
+                << "\n";
   }
+
+  const HalfTolerances& tol_;
 };
 
-class CudaOpsBf16Shapes : public CudaOpsBf16Test, public ::testing::WithParamInterface<OpShape> {};
+// WithParamInterface comes first so that GetParam() is usable in the constructor.
+class CudaOpsHalf : public ::testing::WithParamInterface<Precision>, public CudaOpsHalfTest {
+ protected:
+  CudaOpsHalf() : CudaOpsHalfTest(GetParam()) {}
+};
+
+class CudaOpsHalfShapes : public ::testing::WithParamInterface<std::tuple<Precision, OpShape>>,
+                          public CudaOpsHalfTest {
+ protected:
+  CudaOpsHalfShapes() : CudaOpsHalfTest(std::get<0>(GetParam())) {}
+  OpShape shape() const { return std::get<1>(GetParam()); }
+};
+
+constexpr Precision kHalfPrecisions[] = {Precision::bf16, Precision::fp16};
 
 // ---- memory rules -------------------------------------------------------------------
 
-TEST_F(CudaOpsBf16Test, StorageSizesAndConversions) {
-  EXPECT_THROW(CudaOps(0, Precision::fp16), UsageError);
-  EXPECT_EQ(gpu_->precision(), Precision::bf16);
+TEST_P(CudaOpsHalf, StorageSizesAndConversions) {
+  EXPECT_EQ(gpu_->precision(), precision_);
   const auto values = random_floats(1000, 1, -3.0f, 3.0f);
   float* activations = upload(values, MemoryKind::activations);
   float* statistics = gpu_->allocate_statistics(10);
@@ -137,40 +210,43 @@ TEST_F(CudaOpsBf16Test, StorageSizesAndConversions) {
   const size_t params_before = gpu_->allocated_bytes(MemoryKind::parameters);
   float* params = gpu_->allocate_floats(100, MemoryKind::parameters);
   EXPECT_EQ(gpu_->allocated_bytes(MemoryKind::parameters), params_before + 100 * (4 + 2u))
-      << "the parameters' bf16 copy is counted with them";
+      << "the parameters' 16-bit copy is counted with them";
   gpu_->release(params);
   EXPECT_EQ(gpu_->allocated_bytes(MemoryKind::parameters), params_before);
 
   // copy_from_host rounds to nearest even; copy_to_host widens exactly.
-  const auto rounded = bf16_rounded(values);
-  EXPECT_TRUE(all_close("bf16 round trip", download(activations, 1000), rounded, kBitExact));
-  // Device copies convert in both directions, and between bf16 buffers they are copies.
+  const auto stored = rounded(values);
+  EXPECT_TRUE(all_close(name() + " round trip", download(activations, 1000), stored, kBitExact));
+  // Device copies convert in both directions (the device's rounding is the host's), and
+  // between 16-bit buffers they are copies.
   float* other_activations = poisoned_activation(1000);
   gpu_->copy(other_activations, gradients, 1000);
-  EXPECT_TRUE(all_close("fp32 -> bf16 copy", download(other_activations, 1000), rounded, kBitExact));
+  EXPECT_TRUE(all_close("fp32 -> " + name() + " copy", download(other_activations, 1000), stored,
+                        kBitExact));
   float* widened = poisoned(1000);
   gpu_->copy(widened, activations, 1000);
-  EXPECT_TRUE(all_close("bf16 -> fp32 copy", download(widened, 1000), rounded, kBitExact));
+  EXPECT_TRUE(all_close(name() + " -> fp32 copy", download(widened, 1000), stored, kBitExact));
   gpu_->fill_zero(other_activations, 999);
   gpu_->copy(activations, other_activations, 1000);
   std::vector<float> zeroed(1000, 0.0f);
-  zeroed[999] = rounded[999];
-  EXPECT_TRUE(all_close("fill_zero then bf16 copy", download(activations, 1000), zeroed, kBitExact));
+  zeroed[999] = stored[999];
+  EXPECT_TRUE(all_close("fill_zero then " + name() + " copy", download(activations, 1000), zeroed,
+                        kBitExact));
   double magnitude = 0.0;
-  for (float value : rounded) magnitude += std::fabs(value);
-  EXPECT_TRUE(all_close("sum of bf16", std::vector<double>{gpu_->sum(other_activations, 1000)},
+  for (float value : stored) magnitude += std::fabs(value);
+  EXPECT_TRUE(all_close("sum of " + name(), std::vector<double>{gpu_->sum(other_activations, 1000)},
                         std::vector<double>{cpu_.sum(zeroed.data(), 1000)},
                         Tolerance{kDoubleSumRelative * magnitude, 0.0}));
 }
 
-// GEMMs read the parameters' bf16 copy at the weight's offset: NaN until
+// GEMMs read the parameters' 16-bit copy at the weight's offset: NaN until
 // parameters_changed fills it, and then exactly the ranges it is told about.
-TEST_F(CudaOpsBf16Test, GemmsReadTheRefreshedParameterCopy) {
+TEST_P(CudaOpsHalf, GemmsReadTheRefreshedParameterCopy) {
   const int N = 16, IC = 32, OC = 24;
   const size_t weight_at = 8, bias_at = weight_at + size_t(OC) * IC, param_elems = bias_at + OC;
-  auto params = bf16_rounded(random_floats(param_elems, 2));
+  auto params = rounded(random_floats(param_elems, 2));
   float* d_params = upload(params, MemoryKind::parameters);
-  const auto inp = bf16_rounded(random_floats(size_t(N) * IC, 3));
+  const auto inp = rounded(random_floats(size_t(N) * IC, 3));
   const float* d_inp = activation(inp);
   float* d_out = poisoned_activation(size_t(N) * OC);
   std::vector<float> out(size_t(N) * OC);
@@ -182,27 +258,27 @@ TEST_F(CudaOpsBf16Test, GemmsReadTheRefreshedParameterCopy) {
   forward();
   const auto stale = download(d_out, out.size());
   EXPECT_TRUE(std::all_of(stale.begin(), stale.end(), [](float v) { return std::isnan(v); }))
-      << "before parameters_changed the bf16 copy must be NaN";
+      << "before parameters_changed the 16-bit copy must be NaN";
   gpu_->parameters_changed(d_params, 0, param_elems);
   forward();
-  expect_close("matmul after parameters_changed", d_out, out, bf16_gemm_tolerance(out));
+  expect_close("matmul after parameters_changed", d_out, out, gemm_tolerance(out));
 
   // New values everywhere, but only the first half of the weight rows announced: the
   // GEMM must use new rows [0, OC/2) and old rows after.
-  const auto fresh = bf16_rounded(random_floats(param_elems, 4));
+  const auto fresh = rounded(random_floats(param_elems, 4));
   gpu_->copy_from_host(d_params, fresh.data(), param_elems);
   const size_t announced_end = weight_at + size_t(OC / 2) * IC;
   gpu_->parameters_changed(d_params + weight_at, 0, announced_end - weight_at);
   std::copy(fresh.begin() + weight_at, fresh.begin() + announced_end, params.begin() + weight_at);
   std::copy(fresh.begin() + bias_at, fresh.end(), params.begin() + bias_at);  // fp32 masters
   forward();
-  expect_close("matmul after a partial refresh", d_out, out, bf16_gemm_tolerance(out));
+  expect_close("matmul after a partial refresh", d_out, out, gemm_tolerance(out));
 }
 
 // ---- per-op comparisons -------------------------------------------------------------
 
-TEST_P(CudaOpsBf16Shapes, Embedding) {
-  const OpShape s = GetParam();
+TEST_P(CudaOpsHalfShapes, Embedding) {
+  const OpShape s = shape();
   const size_t N = s.rows(), C = s.channels;
   const auto tokens = random_ids(N, 10, s.vocab);
   const auto wte = random_floats(s.vocab * C, 11), wpe = random_floats(s.seq * C, 12);
@@ -211,9 +287,9 @@ TEST_P(CudaOpsBf16Shapes, Embedding) {
   const int32_t* d_tokens = upload(tokens);
   cpu_.embedding_forward(out.data(), tokens.data(), wte.data(), wpe.data(), s.batch, s.seq, s.channels);
   gpu_->embedding_forward(d_out, d_tokens, upload(wte), upload(wpe), s.batch, s.seq, s.channels);
-  expect_close("embedding out", d_out, bf16_rounded(out), kBitExact);
+  expect_close("embedding out", d_out, rounded(out), kBitExact);
 
-  const auto dout = bf16_rounded(random_floats(N * C, 13));
+  const auto dout = rounded(random_floats(N * C, 13));
   auto dwte = random_floats(wte.size(), 14), dwpe = random_floats(wpe.size(), 15);
   float *d_dwte = upload(dwte), *d_dwpe = upload(dwpe);
   cpu_.embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), s.batch, s.seq, s.channels);
@@ -222,35 +298,35 @@ TEST_P(CudaOpsBf16Shapes, Embedding) {
   expect_close("dwpe", d_dwpe, dwpe, kBitExact);
 }
 
-TEST_P(CudaOpsBf16Shapes, LayerNorm) {
-  const OpShape s = GetParam();
+TEST_P(CudaOpsHalfShapes, LayerNorm) {
+  const OpShape s = shape();
   const int N = s.rows(), C = s.channels;
-  const auto inp = bf16_rounded(random_floats(size_t(N) * C, 20, -3.0f, 5.0f));
+  const auto inp = rounded(random_floats(size_t(N) * C, 20, -3.0f, 5.0f));
   const auto weight = random_floats(C, 21, 0.5f, 1.5f), bias = random_floats(C, 22);
   std::vector<float> out(inp.size()), mean(N), rstd(N);
   float *d_out = poisoned_activation(out.size()), *d_mean = poisoned(N), *d_rstd = poisoned(N);
   const float *d_inp = activation(inp), *d_weight = upload(weight);
   cpu_.layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), weight.data(), bias.data(), N, C);
   gpu_->layernorm_forward(d_out, d_mean, d_rstd, d_inp, d_weight, upload(bias), N, C);
-  expect_close("layernorm out", d_out, out, kBf16Rounding);
+  expect_close("layernorm out", d_out, out, tol_.rounding);
   expect_close("layernorm mean", d_mean, mean, kRowStatistics);
   expect_close("layernorm rstd", d_rstd, rstd, kRowStatistics);
 
-  const auto dout = bf16_rounded(random_floats(inp.size(), 23));
-  auto dinp = bf16_rounded(random_floats(inp.size(), 24));
+  const auto dout = rounded(random_floats(inp.size(), 23));
+  auto dinp = rounded(random_floats(inp.size(), 24));
   auto dweight = random_floats(C, 25), dbias = random_floats(C, 26);
   float *d_dinp = activation(dinp), *d_dweight = upload(dweight), *d_dbias = upload(dbias);
   cpu_.layernorm_backward(dinp.data(), dweight.data(), dbias.data(), dout.data(), inp.data(),
                           weight.data(), mean.data(), rstd.data(), N, C);
   gpu_->layernorm_backward(d_dinp, d_dweight, d_dbias, activation(dout), d_inp, d_weight,
                            upload(mean), upload(rstd), N, C);
-  expect_close("layernorm dinp", d_dinp, dinp, kBf16Rounding);
+  expect_close("layernorm dinp", d_dinp, dinp, tol_.rounding);
   expect_close("layernorm dweight", d_dweight, dweight, kColumnSum);
   expect_close("layernorm dbias", d_dbias, dbias, kColumnSum);
 }
 
-TEST_P(CudaOpsBf16Shapes, Matmul) {
-  const OpShape s = GetParam();
+TEST_P(CudaOpsHalfShapes, Matmul) {
+  const OpShape s = shape();
   const int N = s.rows(), C = s.channels;
   struct Case {
     int in_channels, out_channels;
@@ -260,53 +336,53 @@ TEST_P(CudaOpsBf16Shapes, Matmul) {
     const std::string label = " (" + std::to_string(c.in_channels) + "->" +
                               std::to_string(c.out_channels) + (c.bias ? ", bias)" : ", no bias)");
     // The weight sits 8 elements into the parameters (as the model's weights sit at
-    // offsets), the bias after it; both are fp32 masters of bf16 values.
+    // offsets), the bias after it; both are fp32 masters of 16-bit values.
     const size_t weight_elems = size_t(c.out_channels) * c.in_channels;
     const size_t weight_at = 8, bias_at = weight_at + weight_elems;
-    const auto params = bf16_rounded(random_floats(bias_at + c.out_channels, 31));
+    const auto params = rounded(random_floats(bias_at + c.out_channels, 31));
     float* d_params = upload(params, MemoryKind::parameters);
     gpu_->parameters_changed(d_params, 0, params.size());
     const float* weight = params.data() + weight_at;
     const float* bias = c.bias ? params.data() + bias_at : nullptr;
     const float* d_bias = c.bias ? d_params + bias_at : nullptr;
 
-    const auto inp = bf16_rounded(random_floats(size_t(N) * c.in_channels, 30));
+    const auto inp = rounded(random_floats(size_t(N) * c.in_channels, 30));
     std::vector<float> out(size_t(N) * c.out_channels);
     float* d_out = poisoned_activation(out.size());
     const float* d_inp = activation(inp);
     cpu_.matmul_forward(out.data(), inp.data(), weight, bias, N, c.in_channels, c.out_channels);
     gpu_->matmul_forward(d_out, d_inp, d_params + weight_at, d_bias, N, c.in_channels, c.out_channels);
-    expect_close("matmul out" + label, d_out, out, bf16_gemm_tolerance(out));
+    expect_close("matmul out" + label, d_out, out, gemm_tolerance(out));
 
-    const auto dout = bf16_rounded(random_floats(out.size(), 33));
-    auto dinp = bf16_rounded(random_floats(inp.size(), 34));
+    const auto dout = rounded(random_floats(out.size(), 33));
+    auto dinp = rounded(random_floats(inp.size(), 34));
     auto dweight = random_floats(weight_elems, 35), dbias = random_floats(c.out_channels, 36);
     float *d_dinp = activation(dinp), *d_dweight = upload(dweight), *d_dbias = upload(dbias);
     cpu_.matmul_backward(dinp.data(), dweight.data(), c.bias ? dbias.data() : nullptr, dout.data(),
                          inp.data(), weight, N, c.in_channels, c.out_channels);
     gpu_->matmul_backward(d_dinp, d_dweight, c.bias ? d_dbias : nullptr, activation(dout), d_inp,
                           d_params + weight_at, N, c.in_channels, c.out_channels);
-    expect_close("matmul dinp" + label, d_dinp, dinp, bf16_gemm_tolerance(dinp));
+    expect_close("matmul dinp" + label, d_dinp, dinp, gemm_tolerance(dinp));
     expect_close("matmul dweight" + label, d_dweight, dweight, kFp32DotProduct);
     expect_close("matmul dbias" + label, d_dbias, dbias, kColumnSum);
   }
 }
 
-TEST_P(CudaOpsBf16Shapes, Attention) {
-  const OpShape s = GetParam();
+TEST_P(CudaOpsHalfShapes, Attention) {
+  const OpShape s = shape();
   const size_t N = s.rows(), C = s.channels, T = s.seq;
   const size_t probs_elems = size_t(s.batch) * s.heads * T * T;
   for (bool causal : {true, false}) {
     const std::string label = causal ? " (causal)" : " (bidirectional)";
     const AttentionShape shape{s.batch, s.seq, s.channels, s.heads, causal};
-    const auto qkv = bf16_rounded(random_floats(N * 3 * C, 40));
+    const auto qkv = rounded(random_floats(N * 3 * C, 40));
     std::vector<float> out(N * C), probs(probs_elems);
     float *d_out = poisoned_activation(out.size()), *d_probs = poisoned_activation(probs_elems);
     const float* d_qkv = activation(qkv);
     cpu_.attention_forward(out.data(), probs.data(), qkv.data(), shape);
     gpu_->attention_forward(d_out, d_probs, d_qkv, shape);
-    expect_close("attention out" + label, d_out, out, kBf16AttentionOut);
-    expect_close("attention probs" + label, d_probs, probs, kBf16Probability);
+    expect_close("attention out" + label, d_out, out, tol_.attention_out);
+    expect_close("attention probs" + label, d_probs, probs, tol_.probability);
     if (causal) {
       const auto gpu_probs = download(d_probs, probs_elems);
       size_t unmasked = 0;
@@ -315,55 +391,55 @@ TEST_P(CudaOpsBf16Shapes, Attention) {
       EXPECT_EQ(unmasked, 0u) << "masked probabilities must be exact zeros";
     }
 
-    // Both sides take the bf16 rounding of the CPU's probabilities.
-    const auto probs_rounded = bf16_rounded(probs);
-    const auto dout = bf16_rounded(random_floats(N * C, 41));
-    auto dqkv = bf16_rounded(random_floats(qkv.size(), 42));
+    // Both sides take the 16-bit rounding of the CPU's probabilities.
+    const auto probs_rounded = rounded(probs);
+    const auto dout = rounded(random_floats(N * C, 41));
+    auto dqkv = rounded(random_floats(qkv.size(), 42));
     float* d_dqkv = activation(dqkv);
     cpu_.attention_backward(dqkv.data(), dout.data(), qkv.data(), probs_rounded.data(), shape);
     gpu_->attention_backward(d_dqkv, activation(dout), d_qkv, activation(probs_rounded), shape);
-    expect_close("attention dqkv" + label, d_dqkv, dqkv, bf16_gemm_tolerance(dqkv));
+    expect_close("attention dqkv" + label, d_dqkv, dqkv, gemm_tolerance(dqkv));
   }
 }
 
-TEST_P(CudaOpsBf16Shapes, Gelu) {
-  const OpShape s = GetParam();
+TEST_P(CudaOpsHalfShapes, Gelu) {
+  const OpShape s = shape();
   const size_t elems = size_t(s.rows()) * 4 * s.channels + 5;  // +5: a ragged tail
-  const auto inp = bf16_rounded(random_floats(elems, 50, -5.0f, 5.0f));
+  const auto inp = rounded(random_floats(elems, 50, -5.0f, 5.0f));
   std::vector<float> out(elems);
   float* d_out = poisoned_activation(elems);
   const float* d_inp = activation(inp);
   cpu_.gelu_forward(out.data(), inp.data(), elems);
   gpu_->gelu_forward(d_out, d_inp, elems);
-  expect_close("gelu out", d_out, out, kBf16Rounding);
-  const auto dout = bf16_rounded(random_floats(elems, 51));
-  auto dinp = bf16_rounded(random_floats(elems, 52));
+  expect_close("gelu out", d_out, out, tol_.rounding);
+  const auto dout = rounded(random_floats(elems, 51));
+  auto dinp = rounded(random_floats(elems, 52));
   float* d_dinp = activation(dinp);
   cpu_.gelu_backward(dinp.data(), inp.data(), dout.data(), elems);
   gpu_->gelu_backward(d_dinp, d_inp, activation(dout), elems);
-  expect_close("gelu dinp", d_dinp, dinp, kBf16GeluBackward);
+  expect_close("gelu dinp", d_dinp, dinp, tol_.gelu_backward);
 }
 
-TEST_P(CudaOpsBf16Shapes, ResidualAndAccumulate) {
-  const OpShape s = GetParam();
+TEST_P(CudaOpsHalfShapes, ResidualAndAccumulate) {
+  const OpShape s = shape();
   const size_t elems = size_t(s.rows()) * s.channels + 3;  // +3: a ragged tail
-  const auto a = bf16_rounded(random_floats(elems, 60)), b = bf16_rounded(random_floats(elems, 61));
+  const auto a = rounded(random_floats(elems, 60)), b = rounded(random_floats(elems, 61));
   std::vector<float> out(elems);
   float* d_out = poisoned_activation(elems);
   const float *d_a = activation(a), *d_b = activation(b);
   cpu_.residual_forward(out.data(), a.data(), b.data(), elems);
   gpu_->residual_forward(d_out, d_a, d_b, elems);
-  out = bf16_rounded(out);
+  out = rounded(out);
   expect_close("residual out", d_out, out, kBitExact);
   cpu_.accumulate(out.data(), b.data(), elems);
   gpu_->accumulate(d_out, d_b, elems);
-  expect_close("accumulate", d_out, bf16_rounded(out), kBitExact);
+  expect_close("accumulate", d_out, rounded(out), kBitExact);
 }
 
-TEST_P(CudaOpsBf16Shapes, SoftmaxCrossEntropy) {
-  const OpShape s = GetParam();
+TEST_P(CudaOpsHalfShapes, SoftmaxCrossEntropy) {
+  const OpShape s = shape();
   const int N = s.rows(), V = s.vocab;
-  const auto logits = bf16_rounded(random_floats(size_t(N) * V, 70, -6.0f, 6.0f));
+  const auto logits = rounded(random_floats(size_t(N) * V, 70, -6.0f, 6.0f));
   const auto targets = random_ids(N, 71, V);
   std::vector<float> losses(N), probs(logits.size());
   float* d_losses = gpu_->allocate_statistics(N);
@@ -373,25 +449,30 @@ TEST_P(CudaOpsBf16Shapes, SoftmaxCrossEntropy) {
   cpu_.softmax_cross_entropy_forward(losses.data(), probs.data(), logits.data(), targets.data(), N, V);
   gpu_->softmax_cross_entropy_forward(d_losses, d_probs, activation(logits), d_targets, N, V);
   expect_close("cross-entropy losses", d_losses, losses, kSoftmax);
-  expect_close("cross-entropy probs", d_probs, probs, kBf16Probability);
+  expect_close("cross-entropy probs", d_probs, probs, tol_.probability);
 
   const float loss_scale = 1.0f / static_cast<float>(N);
-  const auto probs_rounded = bf16_rounded(probs);
-  auto dlogits = bf16_rounded(random_floats(logits.size(), 72));
+  const auto probs_rounded = rounded(probs);
+  auto dlogits = rounded(random_floats(logits.size(), 72));
   float* d_dlogits = activation(dlogits);
   cpu_.softmax_cross_entropy_backward(dlogits.data(), probs_rounded.data(), targets.data(), N, V,
                                       loss_scale);
   gpu_->softmax_cross_entropy_backward(d_dlogits, activation(probs_rounded), d_targets, N, V,
                                        loss_scale);
-  expect_close("cross-entropy dlogits", d_dlogits, bf16_rounded(dlogits), kBitExact);
+  expect_close("cross-entropy dlogits", d_dlogits, rounded(dlogits), kBitExact);
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, CudaOpsBf16Shapes, ::testing::ValuesIn(kShapes),
-                         [](const auto& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaOpsHalfShapes,
+                         ::testing::Combine(::testing::ValuesIn(kHalfPrecisions),
+                                            ::testing::ValuesIn(kShapes)),
+                         [](const auto& info) {
+                           return std::string(storage_name(std::get<0>(info.param))) + "_" +
+                                  std::get<1>(info.param).name;
+                         });
 
 // ---- a whole model step -------------------------------------------------------------
 
-TEST_F(CudaOpsBf16Test, WholeModelLossAndGradientsMatchTheFp32Cpu) {
+TEST_P(CudaOpsHalf, WholeModelLossAndGradientsMatchTheFp32Cpu) {
   for (bool causal : {true, false}) {
     const std::string label = causal ? " (causal)" : " (bidirectional)";
     const ModelShape shape{2, 64, 4, 101, 32, causal};
@@ -410,12 +491,12 @@ TEST_F(CudaOpsBf16Test, WholeModelLossAndGradientsMatchTheFp32Cpu) {
     gpu_model.forward(inputs.data(), targets.data(), nullptr);
     const double cpu_loss = cpu_model.mean_loss(), gpu_loss = gpu_model.mean_loss();
     const double loss_error = std::fabs(gpu_loss - cpu_loss) / std::fabs(cpu_loss);
-    EXPECT_LE(loss_error, kModelLossRelative) << "loss" << label << ": gpu " << gpu_loss
+    EXPECT_LE(loss_error, tol_.model_loss_relative) << "loss" << label << ": gpu " << gpu_loss
                                               << ", cpu " << cpu_loss;
-    std::cout << "  loss" << label << ": cpu " << cpu_loss << ", bf16 gpu " << gpu_loss
+    std::cout << "  loss" << label << ": cpu " << cpu_loss << ", " << name() << " gpu " << gpu_loss
               << ", relative error " << loss_error << "\n";
 
-    const float loss_scale = 1.0f / static_cast<float>(batch * seq);
+    const float loss_scale = tol_.model_loss_scale / static_cast<float>(batch * seq);
     std::vector<float> cpu_grads(param_elems, 0.0f);
     FullGradient cpu_sink(layout, cpu_grads.data());
     cpu_model.backward(cpu_sink, loss_scale);
@@ -435,7 +516,7 @@ TEST_F(CudaOpsBf16Test, WholeModelLossAndGradientsMatchTheFp32Cpu) {
       }
       ASSERT_GT(reference, 0.0) << tensor.name << label << ": an all-zero gradient tests nothing";
       const double relative = std::sqrt(difference / reference);
-      EXPECT_LE(relative, kModelGradientNormRelative) << "gradient of " << tensor.name << label;
+      EXPECT_LE(relative, tol_.model_gradient_norm_relative) << "gradient of " << tensor.name << label;
       if (relative > worst) {
         worst = relative;
         worst_name = tensor.name;
@@ -444,7 +525,7 @@ TEST_F(CudaOpsBf16Test, WholeModelLossAndGradientsMatchTheFp32Cpu) {
     std::cout << "  gradients" << label << ": worst norm-wise relative error " << worst << " ("
               << worst_name << ")\n";
 
-    // Deterministic in bf16 too: the same step gives the same bits.
+    // Deterministic in 16 bits too: the same step gives the same bits.
     gpu_model.forward(inputs.data(), targets.data(), nullptr);
     EXPECT_EQ(gpu_model.mean_loss(), gpu_loss) << "repeated forward" << label;
     gpu_->fill_zero(d_grads, param_elems);
@@ -480,16 +561,18 @@ double median_ms(CudaOps& ops, int reps, const std::function<void()>& work) {
 }
 
 // GPT-2 small (124M) at batch 8, seq 1024: the forward + backward of one micro-batch in
-// bf16 and fp32, and the bf16 ops one by one.
-TEST_F(CudaOpsBf16Test, Gpt2SmallTimings) {
+// the 16-bit precision (and, in the bf16 instance, fp32), and the 16-bit ops one by one.
+TEST_P(CudaOpsHalf, Gpt2SmallTimings) {
   const char* enabled = std::getenv("SCALESTUDY_GPU_TIMING");
   if (enabled == nullptr || std::string(enabled) != "1")
     GTEST_SKIP() << "set SCALESTUDY_GPU_TIMING=1 to time GPT-2 small";
   const ModelShape shape{12, 768, 12, 50257, 1024, true};
   const int B = 8, T = 1024, N = B * T, C = 768, V = 50257;
   const auto inputs = random_ids(size_t(N), 100, V), targets = random_ids(size_t(N), 101, V);
-  const float loss_scale = 1.0f / static_cast<float>(N);
-  for (Precision precision : {Precision::bf16, Precision::fp32}) {
+  const float loss_scale = tol_.model_loss_scale / static_cast<float>(N);
+  std::vector<Precision> precisions{precision_};
+  if (precision_ == Precision::bf16) precisions.push_back(Precision::fp32);
+  for (Precision precision : precisions) {
     CudaOps ops(0, precision);
     const ParameterLayout layout = make_parameter_layout(shape);
     Gpt model(ops, shape, B, T, layout.param_elems);
@@ -498,24 +581,24 @@ TEST_F(CudaOpsBf16Test, Gpt2SmallTimings) {
     float* grads = ops.allocate_floats(layout.param_elems, MemoryKind::gradients);
     ops.fill_zero(grads, layout.param_elems);
     FullGradient sink(layout, grads);
-    const char* name = precision == Precision::bf16 ? "bf16" : "fp32";
-    std::cout << "  " << name << " forward";
+    const std::string mode = storage_name(precision);
+    std::cout << "  " << mode << " forward";
     const double forward_ms =
         median_ms(ops, 1, [&] { model.forward(inputs.data(), targets.data(), nullptr); });
-    std::cout << "\n  " << name << " forward+backward";
+    std::cout << "\n  " << mode << " forward+backward";
     const double step_ms = median_ms(ops, 1, [&] {
       model.forward(inputs.data(), targets.data(), nullptr);
       model.backward(sink, loss_scale);
     });
     // A whole ddp step on one GPU: zeroed gradients, the gradient norm, AdamW, and the
-    // refresh of the parameters' bf16 copy.
+    // refresh of the parameters' 16-bit copy.
     float* m = ops.allocate_floats(layout.param_elems, MemoryKind::optimizer);
     float* v = ops.allocate_floats(layout.param_elems, MemoryKind::optimizer);
     ops.fill_zero(m, layout.param_elems);
     ops.fill_zero(v, layout.param_elems);
     AdamWParams hyper;
     hyper.learning_rate = 1e-4f;
-    std::cout << "\n  " << name << " full step";
+    std::cout << "\n  " << mode << " full step";
     const double full_ms = median_ms(ops, 1, [&] {
       ops.fill_zero(grads, layout.param_elems);
       model.forward(inputs.data(), targets.data(), nullptr);
@@ -524,7 +607,7 @@ TEST_F(CudaOpsBf16Test, Gpt2SmallTimings) {
       ops.adamw_update(model.params(), grads, m, v, layout.param_elems, hyper);
       ops.parameters_changed(model.params(), 0, layout.param_elems);
     });
-    std::cout << "\n  " << name << ": forward " << forward_ms << " ms, forward+backward " << step_ms
+    std::cout << "\n  " << mode << ": forward " << forward_ms << " ms, forward+backward " << step_ms
               << " ms = " << N / (step_ms * 1e-3) << " tokens/s; full step " << full_ms
               << " ms = " << N / (full_ms * 1e-3) << " tokens/s (loss " << model.mean_loss()
               << ")\n";
@@ -533,7 +616,7 @@ TEST_F(CudaOpsBf16Test, Gpt2SmallTimings) {
     ops.release(grads);
   }
 
-  // The bf16 ops at GPT-2 small shapes.
+  // The 16-bit ops at GPT-2 small shapes.
   CudaOps& ops = *gpu_;
   auto act = [&](size_t elems) {
     float* p = ops.allocate_floats(elems, MemoryKind::activations);
@@ -590,42 +673,123 @@ TEST_F(CudaOpsBf16Test, Gpt2SmallTimings) {
       {"parameters_changed 38.6M (wte + 4C)", 3, [&] { ops.parameters_changed(params, 0, param_elems); }},
   };
   for (const Timed& t : timed) {
-    std::cout << "  bf16 " << t.name;
+    std::cout << "  " << name() << " " << t.name;
     const double ms = median_ms(ops, t.reps, t.work);
     std::cout << ": " << ms << " ms\n";
   }
 
-  // The LM head's rows are V = 50257 bf16 long, not a multiple of 16 bytes; the same three
-  // GEMMs with rows padded to a multiple of 8 show what that alignment costs.
+  // The LM head's rows are V = 50257 16-bit values long, not a multiple of 16 bytes; the
+  // same three GEMMs with rows padded to a multiple of 8 show what that alignment costs.
+  // The buffers are untyped here: only the cuBLAS data type says bf16 or fp16.
   const int padded_vocab = (V + 7) / 8 * 8;
   float* padded = act(size_t(N) * padded_vocab);
   const float one = 1.0f, zero = 0.0f;
   const cublasHandle_t handle = ops.cublas_handle();
-  const auto* weight = reinterpret_cast<const __nv_bfloat16*>(vocab_probs);
+  const cudaDataType_t half_type = precision_ == Precision::fp16 ? CUDA_R_16F : CUDA_R_16BF;
+  const void* weight = vocab_probs;
   for (int ld : {V, padded_vocab}) {
-    auto* head_out = reinterpret_cast<__nv_bfloat16*>(ld == V ? logits : padded);
-    auto* lnf = reinterpret_cast<__nv_bfloat16*>(x);
-    auto* dlnf = reinterpret_cast<__nv_bfloat16*>(y);
+    void* head_out = ld == V ? logits : padded;
+    const void* lnf = x;
+    void* dlnf = y;
     const std::string label = " (ld " + std::to_string(ld) + ")";
     std::cout << "  raw GEMM LM head fwd" << label;
     std::cout << ": " << median_ms(ops, 3, [&] {
-      cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, V, N, C, &one, weight, CUDA_R_16BF, C, lnf,
-                   CUDA_R_16BF, C, &zero, head_out, CUDA_R_16BF, ld, CUBLAS_COMPUTE_32F,
+      cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, V, N, C, &one, weight, half_type, C, lnf,
+                   half_type, C, &zero, head_out, half_type, ld, CUBLAS_COMPUTE_32F,
                    CUBLAS_GEMM_DEFAULT);
     }) << " ms\n";
     std::cout << "  raw GEMM LM head dinp" << label;
     std::cout << ": " << median_ms(ops, 3, [&] {
-      cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, C, N, V, &one, weight, CUDA_R_16BF, C,
-                   head_out, CUDA_R_16BF, ld, &one, dlnf, CUDA_R_16BF, C, CUBLAS_COMPUTE_32F,
+      cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, C, N, V, &one, weight, half_type, C,
+                   head_out, half_type, ld, &one, dlnf, half_type, C, CUBLAS_COMPUTE_32F,
                    CUBLAS_GEMM_DEFAULT);
     }) << " ms\n";
     std::cout << "  raw GEMM LM head dweight" << label;
     std::cout << ": " << median_ms(ops, 3, [&] {
-      cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_T, C, V, N, &one, lnf, CUDA_R_16BF, C,
-                   head_out, CUDA_R_16BF, ld, &one, grads, CUDA_R_32F, C, CUBLAS_COMPUTE_32F,
+      cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_T, C, V, N, &one, lnf, half_type, C,
+                   head_out, half_type, ld, &one, grads, CUDA_R_32F, C, CUBLAS_COMPUTE_32F,
                    CUBLAS_GEMM_DEFAULT);
     }) << " ms\n";
   }
+}
+
+INSTANTIATE_TEST_SUITE_P(Precisions, CudaOpsHalf, ::testing::ValuesIn(kHalfPrecisions),
+                         [](const auto& info) { return std::string(storage_name(info.param)); });
+
+// ---- fp16's range ---------------------------------------------------------------------
+// fp16 ends at 65504. A result beyond it must become +-inf - on the host, in the device
+// casts and in the kernels alike, never clamped to 65504 - so that it reaches the fp32
+// weight gradients and their norm, where the trainer's dynamic loss scaling looks for it.
+// Below 2^-14 values lose precision into the subnormals, and below 2^-25 they vanish.
+class CudaOpsFp16Range : public CudaOpsHalfTest {
+ protected:
+  CudaOpsFp16Range() : CudaOpsHalfTest(Precision::fp16) {}
+};
+
+TEST_F(CudaOpsFp16Range, OverflowIsInfNotClampedAndReachesTheGradientNorm) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  // Value, and what fp16 storage holds for it (round to nearest even).
+  const std::vector<float> values{65504.0f, 65519.0f, 65520.0f, 70000.0f, -70000.0f, 1e5f,
+                                  kInf,     0x1p-14f, 0x1p-24f, 0x1.8p-25f, 1e-8f, 2049.0f};
+  const std::vector<float> expected{65504.0f, 65504.0f, kInf,     kInf,  -kInf, kInf,
+                                    kInf,     0x1p-14f, 0x1p-24f, 0x1p-24f, 0.0f, 2048.0f};
+  auto expect_equal = [](const std::string& what, const std::vector<float>& got,
+                         const std::vector<float>& want) {
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i)
+      EXPECT_EQ(got[i], want[i]) << what << ", element " << i;
+  };
+  // The host's rounding (copy_from_host), the device's (a cast from fp32), and the
+  // reference table all agree.
+  std::vector<float> host_rounded = rounded(values);
+  expect_equal("round_to_fp16", host_rounded, expected);
+  float* from_host = activation(values);
+  expect_equal("copy_from_host", download(from_host, values.size()), expected);
+  float* fp32_values = upload(values, MemoryKind::gradients);
+  float* from_device = poisoned_activation(values.size());
+  gpu_->copy(from_device, fp32_values, values.size());
+  expect_equal("device cast", download(from_device, values.size()), expected);
+
+  // A kernel result beyond the range: 40000 + 40000 stores inf, not 65504.
+  const int N = 8, IC = 16, OC = 8;
+  std::vector<float> a = rounded(random_floats(size_t(N) * OC, 90));
+  std::vector<float> b = rounded(random_floats(size_t(N) * OC, 91));
+  a[0] = b[0] = 40000.0f;
+  float* dout = poisoned_activation(a.size());
+  gpu_->residual_forward(dout, activation(a), activation(b), a.size());
+  const auto sums = download(dout, a.size());
+  EXPECT_EQ(sums[0], kInf) << "40000 + 40000 in fp16";
+  for (size_t i = 1; i < sums.size(); ++i) ASSERT_TRUE(std::isfinite(sums[i])) << i;
+
+  // That overflowed activation gradient, through a matmul backward: the fp32 weight
+  // gradient row of output channel 0 becomes inf (inp > 0, so no inf * 0), and so does
+  // the gradient norm.
+  const auto params = rounded(random_floats(size_t(OC) * IC, 92));
+  float* d_params = upload(params, MemoryKind::parameters);
+  gpu_->parameters_changed(d_params, 0, params.size());
+  const auto inp = rounded(random_floats(size_t(N) * IC, 93, 0.5f, 1.0f));
+  float* dinp = activation(std::vector<float>(inp.size(), 0.0f));
+  float* dweight = upload(std::vector<float>(params.size(), 0.0f), MemoryKind::gradients);
+  gpu_->matmul_backward(dinp, dweight, nullptr, dout, activation(inp), d_params, N, IC, OC);
+  const auto gradient = download(dweight, params.size());
+  for (int i = 0; i < IC; ++i) EXPECT_EQ(gradient[i], kInf) << "dweight[0, " << i << "]";
+  for (size_t i = IC; i < gradient.size(); ++i)
+    EXPECT_TRUE(std::isfinite(gradient[i])) << "dweight element " << i;
+  EXPECT_FALSE(std::isfinite(gpu_->sum_of_squares(dweight, params.size())))
+      << "the gradient norm must show the overflow";
+
+  // And a GEMM whose fp32 accumulation exceeds the range stores inf: 64 products of
+  // 64 * 32 = 2048 sum to 131072 > 65504.
+  const int K = 64;
+  const std::vector<float> ones_weight(size_t(OC) * K, 32.0f);
+  float* d_weight = upload(ones_weight, MemoryKind::parameters);
+  gpu_->parameters_changed(d_weight, 0, ones_weight.size());
+  float* big_out = poisoned_activation(size_t(N) * OC);
+  gpu_->matmul_forward(big_out, activation(std::vector<float>(size_t(N) * K, 64.0f)), d_weight,
+                       nullptr, N, K, OC);
+  const auto big = download(big_out, size_t(N) * OC);
+  EXPECT_TRUE(std::all_of(big.begin(), big.end(), [](float v) { return v == kInf; }))
+      << "a GEMM result of 131072 must store inf, not 65504";
 }
 
 }  // namespace

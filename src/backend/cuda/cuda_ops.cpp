@@ -1,6 +1,7 @@
 #include "backend/cuda/cuda_ops.h"
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -10,11 +11,10 @@
 
 #include "adamw.cuh"
 #include "attention.cuh"
-#include "backend/cuda/bf16_host.h"
 #include "backend/cuda/cuda_step_timer.h"
 #include "backend/cuda/device_info.h"
+#include "backend/cuda/half_host.h"
 #include "core/check.h"
-#include "core/usage_error.h"
 #include "cross_entropy.cuh"
 #include "elementwise.cuh"
 #include "embedding.cuh"
@@ -34,19 +34,43 @@ constexpr size_t kMinAllocationBytes = 256;
 // does not reallocate (and synchronise) every time.
 constexpr double kScratchGrowth = 1.5;
 
-using cuda_bf16 = __nv_bfloat16;
+// Both 16-bit storage types take 2 bytes an element.
+constexpr size_t kHalfBytes = 2;
+static_assert(sizeof(__nv_bfloat16) == kHalfBytes && sizeof(__half) == kHalfBytes);
 
-// bf16 views of float* handles whose storage the registry reported as bf16.
-cuda_bf16* as_bf16(float* ptr) { return reinterpret_cast<cuda_bf16*>(ptr); }
-const cuda_bf16* as_bf16(const float* ptr) { return reinterpret_cast<const cuda_bf16*>(ptr); }
+// The 16-bit storage type of a precision, as a value to dispatch on.
+template <class T>
+struct Storage {
+  using type = T;
+};
+
+// Calls f(Storage<T>{}) with T the 16-bit type of `precision`: __half for fp16,
+// __nv_bfloat16 for bf16 (the only other precision that has 16-bit storage).
+template <class F>
+void with_half_type(Precision precision, F&& f) {
+  if (precision == Precision::fp16)
+    f(Storage<__half>{});
+  else
+    f(Storage<__nv_bfloat16>{});
+}
+
+// Typed views of float* handles whose storage the registry reported as 16-bit.
+template <class T>
+T* as(float* ptr) {
+  return reinterpret_cast<T*>(ptr);
+}
+template <class T>
+const T* as(const float* ptr) {
+  return reinterpret_cast<const T*>(ptr);
+}
+template <class T>
+const T* as(const void* ptr) {
+  return static_cast<const T*>(ptr);
+}
 
 }  // namespace
 
 CudaOps::CudaOps(int device, Precision precision) : device_(device), precision_(precision) {
-  if (precision == Precision::fp16)
-    throw UsageError(
-        "--precision fp16: the cuda backend computes in fp32 or bf16; fp16 would need loss "
-        "scaling, which the trainer does not do");
   const int count = cuda_device_count();
   SCALESTUDY_CHECK(device >= 0 && device < count,
                    "cuda backend: device " + std::to_string(device) + " requested, " +
@@ -55,9 +79,14 @@ CudaOps::CudaOps(int device, Precision precision) : device_(device), precision_(
   CHECK_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   CHECK_CUBLAS(cublasCreate(&cublas_));
   CHECK_CUBLAS(cublasSetStream(cublas_, stream_));
-  // Plain fp32 arithmetic: no TF32 tensor-op shortcuts for fp32 GEMMs. (bf16 GEMMs use the
-  // tensor cores whatever the math mode.)
-  CHECK_CUBLAS(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
+  // Plain fp32 arithmetic: no TF32 tensor-op shortcuts for fp32 GEMMs. (bf16 and fp16 GEMMs
+  // use the tensor cores whatever the math mode.) fp16 also keeps split-K reductions in
+  // fp32 (see cuda_ops.h).
+  const int math_mode =
+      precision_ == Precision::fp16
+          ? CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION
+          : CUBLAS_DEFAULT_MATH;
+  CHECK_CUBLAS(cublasSetMathMode(cublas_, static_cast<cublasMath_t>(math_mode)));
 
   reduction_partials_elems_ = cuda::reduction_scratch_doubles();
   CHECK_CUDA(cudaMalloc(&reduction_partials_, reduction_partials_elems_ * sizeof(double)));
@@ -103,24 +132,24 @@ void* CudaOps::device_malloc(size_t bytes, MemoryKind kind) {
   return ptr;
 }
 
-void* CudaOps::allocate_bytes(size_t bytes, MemoryKind kind, bool bf16) {
+void* CudaOps::allocate_bytes(size_t bytes, MemoryKind kind, bool half) {
   void* ptr = device_malloc(bytes, kind);
   sample_device_usage();
   std::lock_guard<std::mutex> lock(memory_mutex_);
-  allocations_[reinterpret_cast<uintptr_t>(ptr)] = Allocation{bytes, kind, bf16, nullptr, 0};
+  allocations_[reinterpret_cast<uintptr_t>(ptr)] = Allocation{bytes, kind, half, nullptr, 0};
   bytes_by_kind_[static_cast<size_t>(kind)] += bytes;
   return ptr;
 }
 
 float* CudaOps::allocate_floats(size_t elems, MemoryKind kind) {
-  if (!bf16_mode()) return static_cast<float*>(allocate_bytes(elems * sizeof(float), kind));
+  if (!half_mode()) return static_cast<float*>(allocate_bytes(elems * sizeof(float), kind));
   if (kind == MemoryKind::activations)
-    return static_cast<float*>(allocate_bytes(elems * sizeof(__nv_bfloat16), kind, true));
+    return static_cast<float*>(allocate_bytes(elems * kHalfBytes, kind, true));
   float* ptr = static_cast<float*>(allocate_bytes(elems * sizeof(float), kind));
   if (kind == MemoryKind::parameters) {
-    // All-ones bytes are a bf16 NaN: GEMMs on a copy that parameters_changed never
-    // filled give NaN.
-    const size_t copy_bytes = elems * sizeof(__nv_bfloat16);
+    // All-ones bytes are a NaN in bf16 and in fp16 alike: GEMMs on a copy that
+    // parameters_changed never filled give NaN.
+    const size_t copy_bytes = elems * kHalfBytes;
     void* copy = device_malloc(copy_bytes, kind);
     CHECK_CUDA(cudaMemsetAsync(copy, 0xff, copy_bytes, stream_));
     sample_device_usage();
@@ -180,51 +209,55 @@ CudaOps::Lookup CudaOps::find_allocation(const void* ptr) const {
   return Lookup{true, base, record};
 }
 
-bool CudaOps::stores_bf16(const void* ptr, const char* what) const {
-  if (!bf16_mode() || ptr == nullptr) return false;
+bool CudaOps::stores_half(const void* ptr, const char* what) const {
+  if (!half_mode() || ptr == nullptr) return false;
   const Lookup lookup = find_allocation(ptr);
-  if (!lookup.found || !lookup.allocation.bf16) return false;
+  if (!lookup.found || !lookup.allocation.half) return false;
   SCALESTUDY_CHECK(reinterpret_cast<uintptr_t>(ptr) == lookup.base,
-                   std::string("cuda backend (bf16): ") + what +
-                       " points into a bf16 activation buffer; activation handles are opaque "
-                       "and must be passed as allocated");
+                   std::string("cuda backend (") + mode_name() + "): " + what + " points into a " +
+                       mode_name() +
+                       " activation buffer; activation handles are opaque and must be passed "
+                       "as allocated");
   return true;
 }
 
-bool CudaOps::bf16_operands(const char* op, std::initializer_list<Operand> operands) const {
-  if (!bf16_mode()) return false;
-  int bf16 = 0, fp32 = 0;
+bool CudaOps::half_operands(const char* op, std::initializer_list<Operand> operands) const {
+  if (!half_mode()) return false;
+  int half = 0, fp32 = 0;
   for (const Operand& operand : operands) {
     if (operand.ptr == nullptr) continue;
-    (stores_bf16(operand.ptr, operand.what) ? bf16 : fp32) += 1;
+    (stores_half(operand.ptr, operand.what) ? half : fp32) += 1;
   }
-  SCALESTUDY_CHECK(bf16 == 0 || fp32 == 0,
-                   std::string("cuda backend (bf16): ") + op +
-                       " mixes bf16 activations with fp32 buffers; its activation operands "
-                       "must all come from allocate_floats(..., MemoryKind::activations)");
-  return bf16 > 0;
+  SCALESTUDY_CHECK(half == 0 || fp32 == 0,
+                   std::string("cuda backend (") + mode_name() + "): " + op + " mixes " +
+                       mode_name() +
+                       " activations with fp32 buffers; its activation operands must all come "
+                       "from allocate_floats(..., MemoryKind::activations)");
+  return half > 0;
 }
 
 void CudaOps::require_fp32(const void* ptr, const char* what) const {
-  SCALESTUDY_CHECK(!stores_bf16(ptr, what),
-                   std::string("cuda backend (bf16): ") + what +
+  SCALESTUDY_CHECK(!stores_half(ptr, what),
+                   std::string("cuda backend (") + mode_name() + "): " + what +
                        " must be fp32 (statistics from allocate_statistics, or gradients, "
-                       "parameters, optimizer state), not a bf16 activation buffer");
+                       "parameters, optimizer state), not a " + mode_name() +
+                       " activation buffer");
 }
 
 const void* CudaOps::parameter_copy_of(const float* weight) const {
   const Lookup lookup = find_allocation(weight);
   SCALESTUDY_CHECK(lookup.found && lookup.allocation.parameter_copy != nullptr,
-                   "cuda backend (bf16): a GEMM weight must lie in the MemoryKind::parameters "
-                   "allocation, whose bf16 copy the GEMM reads");
+                   std::string("cuda backend (") + mode_name() +
+                       "): a GEMM weight must lie in the MemoryKind::parameters allocation, "
+                       "whose 16-bit copy the GEMM reads");
   const size_t offset_bytes = reinterpret_cast<uintptr_t>(weight) - lookup.base;
   SCALESTUDY_CHECK(offset_bytes % sizeof(float) == 0, "cuda backend: misaligned weight pointer");
-  return static_cast<const __nv_bfloat16*>(lookup.allocation.parameter_copy) +
-         offset_bytes / sizeof(float);
+  return static_cast<const char*>(lookup.allocation.parameter_copy) +
+         offset_bytes / sizeof(float) * kHalfBytes;
 }
 
 void CudaOps::parameters_changed(const float* params, size_t begin_elems, size_t end_elems) {
-  if (!bf16_mode() || begin_elems == end_elems) return;
+  if (!half_mode() || begin_elems == end_elems) return;
   SCALESTUDY_CHECK(begin_elems < end_elems, "parameters_changed: begin after end");
   const Lookup lookup = find_allocation(params);
   SCALESTUDY_CHECK(lookup.found && lookup.allocation.parameter_copy != nullptr,
@@ -234,9 +267,12 @@ void CudaOps::parameters_changed(const float* params, size_t begin_elems, size_t
   SCALESTUDY_CHECK(offset_bytes % sizeof(float) == 0 &&
                        offset_bytes + end_elems * sizeof(float) <= lookup.allocation.bytes,
                    "parameters_changed: range outside the parameters allocation");
-  auto* copy = static_cast<__nv_bfloat16*>(lookup.allocation.parameter_copy) +
-               offset_bytes / sizeof(float);
-  cuda::launch_cast(stream_, copy + begin_elems, params + begin_elems, end_elems - begin_elems);
+  with_half_type(precision_, [&](auto storage) {
+    using Half = typename decltype(storage)::type;
+    Half* copy =
+        static_cast<Half*>(lookup.allocation.parameter_copy) + offset_bytes / sizeof(float);
+    cuda::launch_cast(stream_, copy + begin_elems, params + begin_elems, end_elems - begin_elems);
+  });
 }
 
 void CudaOps::sample_device_usage() const {
@@ -273,8 +309,9 @@ float* CudaOps::scratch_floats(size_t elems) {
 }
 
 void CudaOps::fill_zero(float* dst, size_t elems) {
-  if (stores_bf16(dst, "fill_zero dst")) {
-    if (elems > 0) CHECK_CUDA(cudaMemsetAsync(dst, 0, elems * sizeof(__nv_bfloat16), stream_));
+  // All-zero bytes are +0 in bf16 and fp16 alike.
+  if (stores_half(dst, "fill_zero dst")) {
+    if (elems > 0) CHECK_CUDA(cudaMemsetAsync(dst, 0, elems * kHalfBytes, stream_));
     return;
   }
   cuda::launch_fill(stream_, dst, elems, 0.0f);
@@ -282,22 +319,24 @@ void CudaOps::fill_zero(float* dst, size_t elems) {
 
 // Overlapping ranges go through scratch: cudaMemcpy, unlike memmove, leaves overlap
 // undefined, and the CPU backend allows a copy onto an overlapping view of itself.
-// bf16 handles are whole buffers, so two of them overlap only when they are equal, and
-// a bf16 buffer never overlaps an fp32 one.
+// 16-bit handles are whole buffers, so two of them overlap only when they are equal, and
+// a 16-bit buffer never overlaps an fp32 one.
 void CudaOps::copy(float* dst, const float* src, size_t elems) {
   if (elems == 0 || dst == src) return;
-  const bool dst_bf16 = stores_bf16(dst, "copy dst"), src_bf16 = stores_bf16(src, "copy src");
-  if (dst_bf16 && src_bf16) {
-    CHECK_CUDA(cudaMemcpyAsync(dst, src, elems * sizeof(__nv_bfloat16), cudaMemcpyDeviceToDevice,
-                               stream_));
+  const bool dst_half = stores_half(dst, "copy dst"), src_half = stores_half(src, "copy src");
+  if (dst_half && src_half) {
+    CHECK_CUDA(
+        cudaMemcpyAsync(dst, src, elems * kHalfBytes, cudaMemcpyDeviceToDevice, stream_));
     return;
   }
-  if (dst_bf16) {
-    cuda::launch_cast(stream_, reinterpret_cast<__nv_bfloat16*>(dst), src, elems);
-    return;
-  }
-  if (src_bf16) {
-    cuda::launch_cast(stream_, dst, reinterpret_cast<const __nv_bfloat16*>(src), elems);
+  if (dst_half || src_half) {
+    with_half_type(precision_, [&](auto storage) {
+      using Half = typename decltype(storage)::type;
+      if (dst_half)
+        cuda::launch_cast(stream_, as<Half>(dst), src, elems);
+      else
+        cuda::launch_cast(stream_, dst, as<Half>(src), elems);
+    });
     return;
   }
   const size_t bytes = elems * sizeof(float);
@@ -314,16 +353,16 @@ void CudaOps::copy(float* dst, const float* src, size_t elems) {
 }
 
 // Queued on the compute stream (a legacy-stream cudaMemcpy would not be ordered with
-// it), then waited for: the host buffer holds the data on return. bf16 storage is
+// it), then waited for: the host buffer holds the data on return. 16-bit storage is
 // widened (exactly) on the host.
 void CudaOps::copy_to_host(float* host_dst, const float* src, size_t elems) {
   if (elems == 0) return;
-  if (stores_bf16(src, "copy_to_host src")) {
+  if (stores_half(src, "copy_to_host src")) {
     std::vector<uint16_t> bits(elems);
     CHECK_CUDA(cudaMemcpyAsync(bits.data(), src, elems * sizeof(uint16_t),
                                cudaMemcpyDeviceToHost, stream_));
     CHECK_CUDA(cudaStreamSynchronize(stream_));
-    for (size_t i = 0; i < elems; ++i) host_dst[i] = float_from_bf16_bits(bits[i]);
+    for (size_t i = 0; i < elems; ++i) host_dst[i] = float_from_half_bits(precision_, bits[i]);
     return;
   }
   CHECK_CUDA(cudaMemcpyAsync(host_dst, src, elems * sizeof(float), cudaMemcpyDeviceToHost,
@@ -340,11 +379,12 @@ void CudaOps::copy_host_to_device(void* dst, const void* host_src, size_t bytes)
   CHECK_CUDA(cudaStreamSynchronize(stream_));
 }
 
-// bf16 storage gets the values rounded to nearest even on the host.
+// 16-bit storage gets the values rounded to nearest even on the host, as the device's
+// casts round them (fp16: +-inf from 65520 up).
 void CudaOps::copy_from_host(float* dst, const float* host_src, size_t elems) {
-  if (stores_bf16(dst, "copy_from_host dst")) {
+  if (stores_half(dst, "copy_from_host dst")) {
     std::vector<uint16_t> bits(elems);
-    for (size_t i = 0; i < elems; ++i) bits[i] = bf16_bits_from_float(host_src[i]);
+    for (size_t i = 0; i < elems; ++i) bits[i] = half_bits_from_float(precision_, host_src[i]);
     copy_host_to_device(dst, bits.data(), elems * sizeof(uint16_t));
     return;
   }
@@ -362,26 +402,36 @@ std::unique_ptr<StepTimer> CudaOps::make_step_timer() {
 }
 
 // ---- ops ----------------------------------------------------------------------------
-// Each op asks the registry whether its activation operands are bf16 (always false in
-// fp32 mode, where nothing is looked up) and runs the matching kernels.
+// Each op asks the registry whether its activation operands are 16-bit (always false in
+// fp32 mode, where nothing is looked up) and runs the matching kernels: with_half_type
+// picks the instantiation for the precision's 16-bit type, bf16 or fp16.
 
 void CudaOps::embedding_forward(float* out, const int32_t* tokens, const float* wte,
                                 const float* wpe, int batch, int seq, int channels) {
-  if (stores_bf16(out, "embedding out"))
-    cuda::launch_embedding_forward(stream_, as_bf16(out), tokens, wte, wpe, batch, seq, channels);
-  else
-    cuda::launch_embedding_forward(stream_, out, tokens, wte, wpe, batch, seq, channels);
+  if (stores_half(out, "embedding out")) {
+    with_half_type(precision_, [&](auto storage) {
+      using Half = typename decltype(storage)::type;
+      cuda::launch_embedding_forward(stream_, as<Half>(out), tokens, wte, wpe, batch, seq,
+                                     channels);
+    });
+    return;
+  }
+  cuda::launch_embedding_forward(stream_, out, tokens, wte, wpe, batch, seq, channels);
 }
 
 void CudaOps::embedding_backward(float* dwte, float* dwpe, const float* dout,
                                  const int32_t* tokens, int batch, int seq, int channels) {
   require_fp32(dwte, "embedding dwte");
   require_fp32(dwpe, "embedding dwpe");
-  if (stores_bf16(dout, "embedding dout"))
-    cuda::launch_embedding_backward(stream_, dwte, dwpe, as_bf16(dout), tokens, batch, seq,
-                                    channels);
-  else
-    cuda::launch_embedding_backward(stream_, dwte, dwpe, dout, tokens, batch, seq, channels);
+  if (stores_half(dout, "embedding dout")) {
+    with_half_type(precision_, [&](auto storage) {
+      using Half = typename decltype(storage)::type;
+      cuda::launch_embedding_backward(stream_, dwte, dwpe, as<Half>(dout), tokens, batch, seq,
+                                      channels);
+    });
+    return;
+  }
+  cuda::launch_embedding_backward(stream_, dwte, dwpe, dout, tokens, batch, seq, channels);
 }
 
 void CudaOps::layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
@@ -389,11 +439,15 @@ void CudaOps::layernorm_forward(float* out, float* mean, float* rstd, const floa
                                 int channels) {
   require_fp32(mean, "layernorm mean");
   require_fp32(rstd, "layernorm rstd");
-  if (bf16_operands("layernorm_forward", {{out, "out"}, {inp, "inp"}}))
-    cuda::launch_layernorm_forward(stream_, as_bf16(out), mean, rstd, as_bf16(inp), weight, bias,
-                                   rows, channels);
-  else
-    cuda::launch_layernorm_forward(stream_, out, mean, rstd, inp, weight, bias, rows, channels);
+  if (half_operands("layernorm_forward", {{out, "out"}, {inp, "inp"}})) {
+    with_half_type(precision_, [&](auto storage) {
+      using Half = typename decltype(storage)::type;
+      cuda::launch_layernorm_forward(stream_, as<Half>(out), mean, rstd, as<Half>(inp), weight,
+                                     bias, rows, channels);
+    });
+    return;
+  }
+  cuda::launch_layernorm_forward(stream_, out, mean, rstd, inp, weight, bias, rows, channels);
 }
 
 void CudaOps::layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
@@ -401,32 +455,39 @@ void CudaOps::layernorm_backward(float* dinp, float* dweight, float* dbias, cons
                                  const float* rstd, int rows, int channels) {
   require_fp32(mean, "layernorm mean");
   require_fp32(rstd, "layernorm rstd");
-  const bool bf16 =
-      bf16_operands("layernorm_backward", {{dinp, "dinp"}, {dout, "dout"}, {inp, "inp"}});
+  const bool half =
+      half_operands("layernorm_backward", {{dinp, "dinp"}, {dout, "dout"}, {inp, "inp"}});
   const size_t scratch_elems = cuda::layernorm_backward_scratch_elems(rows, channels);
   float* scratch = scratch_floats(scratch_elems);
-  if (bf16)
-    cuda::launch_layernorm_backward(stream_, as_bf16(dinp), dweight, dbias, as_bf16(dout),
-                                    as_bf16(inp), weight, mean, rstd, rows, channels, scratch,
-                                    scratch_elems_);
-  else
-    cuda::launch_layernorm_backward(stream_, dinp, dweight, dbias, dout, inp, weight, mean, rstd,
-                                    rows, channels, scratch, scratch_elems_);
+  if (half) {
+    with_half_type(precision_, [&](auto storage) {
+      using Half = typename decltype(storage)::type;
+      cuda::launch_layernorm_backward(stream_, as<Half>(dinp), dweight, dbias, as<Half>(dout),
+                                      as<Half>(inp), weight, mean, rstd, rows, channels, scratch,
+                                      scratch_elems_);
+    });
+    return;
+  }
+  cuda::launch_layernorm_backward(stream_, dinp, dweight, dbias, dout, inp, weight, mean, rstd,
+                                  rows, channels, scratch, scratch_elems_);
 }
 
 void CudaOps::matmul_forward(float* out, const float* inp, const float* weight,
                              const float* bias, int rows, int in_channels, int out_channels) {
-  if (bf16_operands("matmul_forward", {{out, "out"}, {inp, "inp"}})) {
-    const size_t scratch_elems = cuda::matmul_forward_scratch_elems_bf16(rows, out_channels);
+  if (half_operands("matmul_forward", {{out, "out"}, {inp, "inp"}})) {
+    const size_t scratch_elems = cuda::matmul_forward_scratch_elems_16bit(rows, out_channels);
     float* scratch = scratch_elems > 0 ? scratch_floats(scratch_elems) : nullptr;
-    cuda::launch_matmul_forward(cublas_, stream_, as_bf16(out), as_bf16(inp),
-                                static_cast<const cuda_bf16*>(parameter_copy_of(weight)), bias,
-                                rows, in_channels, out_channels, scratch,
-                                scratch != nullptr ? scratch_elems_ : 0);
+    const void* weight_copy = parameter_copy_of(weight);
+    with_half_type(precision_, [&](auto storage) {
+      using Half = typename decltype(storage)::type;
+      cuda::launch_matmul_forward(cublas_, stream_, as<Half>(out), as<Half>(inp),
+                                  as<Half>(weight_copy), bias, rows, in_channels, out_channels,
+                                  scratch, scratch != nullptr ? scratch_elems_ : 0);
+    });
     return;
   }
-    cuda::launch_matmul_forward(cublas_, stream_, out, inp, weight, bias, rows, in_channels,
-                                out_channels);
+  cuda::launch_matmul_forward(cublas_, stream_, out, inp, weight, bias, rows, in_channels,
+                              out_channels);
 }
 
 void CudaOps::matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
@@ -434,16 +495,19 @@ void CudaOps::matmul_backward(float* dinp, float* dweight, float* dbias, const f
                               int out_channels) {
   require_fp32(dweight, "matmul dweight");
   require_fp32(dbias, "matmul dbias");
-  const bool bf16 =
-      bf16_operands("matmul_backward", {{dinp, "dinp"}, {dout, "dout"}, {inp, "inp"}});
-  if (bf16) {
+  const bool half =
+      half_operands("matmul_backward", {{dinp, "dinp"}, {dout, "dout"}, {inp, "inp"}});
+  if (half) {
     // Scratch for the bias reduction and, where out_channels needs them, padded rows.
     float* scratch =
-        scratch_floats(cuda::matmul_backward_scratch_elems_bf16(rows, out_channels));
-    cuda::launch_matmul_backward(cublas_, stream_, as_bf16(dinp), dweight, dbias, as_bf16(dout),
-                                 as_bf16(inp),
-                                 static_cast<const cuda_bf16*>(parameter_copy_of(weight)), rows,
-                                 in_channels, out_channels, scratch, scratch_elems_);
+        scratch_floats(cuda::matmul_backward_scratch_elems_16bit(rows, out_channels));
+    const void* weight_copy = parameter_copy_of(weight);
+    with_half_type(precision_, [&](auto storage) {
+      using Half = typename decltype(storage)::type;
+      cuda::launch_matmul_backward(cublas_, stream_, as<Half>(dinp), dweight, dbias,
+                                   as<Half>(dout), as<Half>(inp), as<Half>(weight_copy), rows,
+                                   in_channels, out_channels, scratch, scratch_elems_);
+    });
     return;
   }
   float* scratch = nullptr;
@@ -456,77 +520,108 @@ void CudaOps::matmul_backward(float* dinp, float* dweight, float* dbias, const f
 
 void CudaOps::attention_forward(float* out, float* probs, const float* qkv,
                                 const AttentionShape& shape) {
-  if (bf16_operands("attention_forward", {{out, "out"}, {probs, "probs"}, {qkv, "qkv"}})) {
-    float* scratch = scratch_floats(cuda::attention_forward_scratch_elems_bf16(shape));
-    cuda::launch_attention_forward(cublas_, stream_, as_bf16(out), as_bf16(probs), as_bf16(qkv),
-                                   shape, scratch, scratch_elems_);
-  } else {
-    cuda::launch_attention_forward(cublas_, stream_, out, probs, qkv, shape);
+  if (half_operands("attention_forward", {{out, "out"}, {probs, "probs"}, {qkv, "qkv"}})) {
+    float* scratch = scratch_floats(cuda::attention_forward_scratch_elems_16bit(shape));
+    with_half_type(precision_, [&](auto storage) {
+      using Half = typename decltype(storage)::type;
+      cuda::launch_attention_forward(cublas_, stream_, as<Half>(out), as<Half>(probs),
+                                     as<Half>(qkv), shape, scratch, scratch_elems_);
+    });
+    return;
   }
+  cuda::launch_attention_forward(cublas_, stream_, out, probs, qkv, shape);
 }
 
 void CudaOps::attention_backward(float* dqkv, const float* dout, const float* qkv,
                                  const float* probs, const AttentionShape& shape) {
-  if (bf16_operands("attention_backward",
+  if (half_operands("attention_backward",
                     {{dqkv, "dqkv"}, {dout, "dout"}, {qkv, "qkv"}, {probs, "probs"}})) {
-    float* scratch = scratch_floats(cuda::attention_backward_scratch_elems_bf16(shape));
-    cuda::launch_attention_backward(cublas_, stream_, as_bf16(dqkv), as_bf16(dout), as_bf16(qkv),
-                                    as_bf16(probs), shape, scratch, scratch_elems_);
-  } else {
-    float* scratch = scratch_floats(cuda::attention_backward_scratch_elems(shape));
-    cuda::launch_attention_backward(cublas_, stream_, dqkv, dout, qkv, probs, shape, scratch,
-                                    scratch_elems_);
+    float* scratch = scratch_floats(cuda::attention_backward_scratch_elems_16bit(shape));
+    with_half_type(precision_, [&](auto storage) {
+      using Half = typename decltype(storage)::type;
+      cuda::launch_attention_backward(cublas_, stream_, as<Half>(dqkv), as<Half>(dout),
+                                      as<Half>(qkv), as<Half>(probs), shape, scratch,
+                                      scratch_elems_);
+    });
+    return;
   }
+  float* scratch = scratch_floats(cuda::attention_backward_scratch_elems(shape));
+  cuda::launch_attention_backward(cublas_, stream_, dqkv, dout, qkv, probs, shape, scratch,
+                                  scratch_elems_);
 }
 
 void CudaOps::gelu_forward(float* out, const float* inp, size_t elems) {
-  if (bf16_operands("gelu_forward", {{out, "out"}, {inp, "inp"}}))
-    cuda::launch_gelu_forward(stream_, as_bf16(out), as_bf16(inp), elems);
-  else
-    cuda::launch_gelu_forward(stream_, out, inp, elems);
+  if (half_operands("gelu_forward", {{out, "out"}, {inp, "inp"}})) {
+    with_half_type(precision_, [&](auto storage) {
+      using Half = typename decltype(storage)::type;
+      cuda::launch_gelu_forward(stream_, as<Half>(out), as<Half>(inp), elems);
+    });
+    return;
+  }
+  cuda::launch_gelu_forward(stream_, out, inp, elems);
 }
 
 void CudaOps::gelu_backward(float* dinp, const float* inp, const float* dout, size_t elems) {
-  if (bf16_operands("gelu_backward", {{dinp, "dinp"}, {inp, "inp"}, {dout, "dout"}}))
-    cuda::launch_gelu_backward(stream_, as_bf16(dinp), as_bf16(inp), as_bf16(dout), elems);
-  else
-    cuda::launch_gelu_backward(stream_, dinp, inp, dout, elems);
+  if (half_operands("gelu_backward", {{dinp, "dinp"}, {inp, "inp"}, {dout, "dout"}})) {
+    with_half_type(precision_, [&](auto storage) {
+      using Half = typename decltype(storage)::type;
+      cuda::launch_gelu_backward(stream_, as<Half>(dinp), as<Half>(inp), as<Half>(dout), elems);
+    });
+    return;
+  }
+  cuda::launch_gelu_backward(stream_, dinp, inp, dout, elems);
 }
 
 void CudaOps::residual_forward(float* out, const float* a, const float* b, size_t elems) {
-  if (bf16_operands("residual_forward", {{out, "out"}, {a, "a"}, {b, "b"}}))
-    cuda::launch_residual_forward(stream_, as_bf16(out), as_bf16(a), as_bf16(b), elems);
-  else
-    cuda::launch_residual_forward(stream_, out, a, b, elems);
+  if (half_operands("residual_forward", {{out, "out"}, {a, "a"}, {b, "b"}})) {
+    with_half_type(precision_, [&](auto storage) {
+      using Half = typename decltype(storage)::type;
+      cuda::launch_residual_forward(stream_, as<Half>(out), as<Half>(a), as<Half>(b), elems);
+    });
+    return;
+  }
+  cuda::launch_residual_forward(stream_, out, a, b, elems);
 }
 
 void CudaOps::accumulate(float* dst, const float* src, size_t elems) {
-  if (bf16_operands("accumulate", {{dst, "dst"}, {src, "src"}}))
-    cuda::launch_accumulate(stream_, as_bf16(dst), as_bf16(src), elems);
-  else
-    cuda::launch_accumulate(stream_, dst, src, elems);
+  if (half_operands("accumulate", {{dst, "dst"}, {src, "src"}})) {
+    with_half_type(precision_, [&](auto storage) {
+      using Half = typename decltype(storage)::type;
+      cuda::launch_accumulate(stream_, as<Half>(dst), as<Half>(src), elems);
+    });
+    return;
+  }
+  cuda::launch_accumulate(stream_, dst, src, elems);
 }
 
 void CudaOps::softmax_cross_entropy_forward(float* losses, float* probs, const float* logits,
                                             const int32_t* targets, int rows, int vocab) {
   require_fp32(losses, "cross-entropy losses");
-  if (bf16_operands("softmax_cross_entropy_forward", {{probs, "probs"}, {logits, "logits"}}))
-    cuda::launch_softmax_cross_entropy_forward(stream_, losses, as_bf16(probs), as_bf16(logits),
-                                               targets, rows, vocab);
-  else
-    cuda::launch_softmax_cross_entropy_forward(stream_, losses, probs, logits, targets, rows,
-                                               vocab);
+  if (half_operands("softmax_cross_entropy_forward", {{probs, "probs"}, {logits, "logits"}})) {
+    with_half_type(precision_, [&](auto storage) {
+      using Half = typename decltype(storage)::type;
+      cuda::launch_softmax_cross_entropy_forward(stream_, losses, as<Half>(probs),
+                                                 as<Half>(logits), targets, rows, vocab);
+    });
+    return;
+  }
+  cuda::launch_softmax_cross_entropy_forward(stream_, losses, probs, logits, targets, rows,
+                                             vocab);
 }
 
 void CudaOps::softmax_cross_entropy_backward(float* dlogits, const float* probs,
                                              const int32_t* targets, int rows, int vocab,
                                              float loss_scale) {
-  if (bf16_operands("softmax_cross_entropy_backward", {{dlogits, "dlogits"}, {probs, "probs"}}))
-    cuda::launch_softmax_cross_entropy_backward(stream_, as_bf16(dlogits), as_bf16(probs),
-                                                targets, rows, vocab, loss_scale);
-  else
-    cuda::launch_softmax_cross_entropy_backward(stream_, dlogits, probs, targets, rows, vocab,
-                                                loss_scale);
+  if (half_operands("softmax_cross_entropy_backward", {{dlogits, "dlogits"}, {probs, "probs"}})) {
+    with_half_type(precision_, [&](auto storage) {
+      using Half = typename decltype(storage)::type;
+      cuda::launch_softmax_cross_entropy_backward(stream_, as<Half>(dlogits), as<Half>(probs),
+                                                  targets, rows, vocab, loss_scale);
+    });
+    return;
+  }
+  cuda::launch_softmax_cross_entropy_backward(stream_, dlogits, probs, targets, rows, vocab,
+                                              loss_scale);
 }
 
 double CudaOps::read_device_double() {
@@ -537,12 +632,16 @@ double CudaOps::read_device_double() {
 }
 
 double CudaOps::sum(const float* x, size_t elems) {
-  if (stores_bf16(x, "sum input"))
-    cuda::launch_sum(stream_, device_result_, as_bf16(x), elems, reduction_partials_,
-                     reduction_partials_elems_);
-  else
+  if (stores_half(x, "sum input")) {
+    with_half_type(precision_, [&](auto storage) {
+      using Half = typename decltype(storage)::type;
+      cuda::launch_sum(stream_, device_result_, as<Half>(x), elems, reduction_partials_,
+                       reduction_partials_elems_);
+    });
+  } else {
     cuda::launch_sum(stream_, device_result_, x, elems, reduction_partials_,
                      reduction_partials_elems_);
+  }
   return read_device_double();
 }
 

@@ -12,27 +12,38 @@
 // the GPU-vs-CPU differences that remain come from reduction order, cuBLAS's dot-product
 // order, and expf/tanhf (within 2 ulp of glibc's).
 //
-// Precision::bf16 (mixed precision, fp32 master weights):
-// - Every MemoryKind::activations buffer from allocate_floats holds bf16 behind its
-//   float* handle (elems * 2 bytes). Handles are opaque: only the pointer returned by
-//   allocate_floats may be passed (an offset into bf16 storage is rejected).
+// Precision::bf16 and Precision::fp16 (mixed precision, fp32 master weights) work alike;
+// they differ only in the 16-bit storage type, __nv_bfloat16 or __half ("16-bit" below
+// means that type):
+// - Every MemoryKind::activations buffer from allocate_floats holds 16-bit values behind
+//   its float* handle (elems * 2 bytes). Handles are opaque: only the pointer returned by
+//   allocate_floats may be passed (an offset into 16-bit storage is rejected).
 //   allocate_statistics buffers (LayerNorm mean/rstd, losses) and every other kind
 //   (parameters, gradients, optimizer state, communication) stay fp32.
 // - Ops follow the storage of their activation operands, found from the allocation
-//   registry: all bf16 runs the bf16 kernels (fp32 arithmetic, one rounding per stored
-//   result), all fp32 runs the fp32 ones, and a mix is an error. fill_zero, copy,
-//   copy_to_host and copy_from_host convert between bf16 storage and fp32 values.
-// - The MemoryKind::parameters allocation gets a bf16 copy of the same length. GEMMs read
-//   their weights from it (at the weight's offset in the parameters); embedding,
+//   registry: all 16-bit runs the kernels instantiated for the precision's type (fp32
+//   arithmetic, one rounding per stored result), all fp32 runs the fp32 ones, and a mix is
+//   an error. fill_zero, copy, copy_to_host and copy_from_host convert between 16-bit
+//   storage and fp32 values (on the host with half_host.h's conversions, which round as
+//   the device does).
+// - The MemoryKind::parameters allocation gets a 16-bit copy of the same length. GEMMs
+//   read their weights from it (at the weight's offset in the parameters); embedding,
 //   LayerNorm and bias adds read the fp32 masters. The copy is refreshed only by
 //   parameters_changed(); until the first call it holds NaN, so a forgotten refresh
 //   shows up as a NaN loss rather than as silently stale weights.
-// - GEMMs take bf16 operands and accumulate in fp32: activations and their gradients
-//   come out bf16, weight gradients fp32 (accumulated into the fp32 gradient buffer).
-//   Attention scores and their gradient stay fp32 (in scratch) between the GEMMs and the
-//   softmax kernels.
-// Precision::fp16 is rejected: fp16 activation gradients underflow without loss scaling,
-// which the trainer does not do.
+// - GEMMs (cublasGemmEx, CUDA_R_16BF or CUDA_R_16F operands, CUBLAS_COMPUTE_32F) take
+//   16-bit operands and accumulate in fp32: activations and their gradients come out
+//   16-bit, weight gradients fp32 (accumulated into the fp32 gradient buffer). Attention
+//   scores and their gradient stay fp32 (in scratch) between the GEMMs and the softmax
+//   kernels; the cross-entropy loss comes from a log-sum-exp in fp32/double.
+// - fp16 only: its range ends at 65504, and every store rounds as IEEE does, so a larger
+//   result becomes +-inf - never clamped. An overflowing activation gradient therefore
+//   makes the fp32 weight gradients (and their norm, sum_of_squares) non-finite, which is
+//   what the trainer's dynamic loss scaling detects; small gradients underflow into fp16's
+//   subnormals (below 2^-14) unless the loss scale lifts them. In fp16 the cuBLAS handle
+//   also sets CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION, so that split-K partial
+//   sums are reduced in fp32 rather than in fp16 (where a partial sum could overflow or
+//   lose bits that the fp32 result keeps).
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -53,7 +64,6 @@ namespace scalestudy {
 class CudaOps final : public Ops {
  public:
   // Makes `device` current for the calling thread and creates the stream and handle.
-  // Throws UsageError for Precision::fp16.
   explicit CudaOps(int device, Precision precision = Precision::fp32);
   ~CudaOps() override;
   CudaOps(const CudaOps&) = delete;
@@ -124,7 +134,8 @@ class CudaOps final : public Ops {
   void adamw_update(float* params, const float* grads, float* m, float* v, size_t elems,
                     const AdamWParams& hyper) override;
 
-  // bf16: casts the range into the parameters' bf16 copy, on the compute stream.
+  // bf16 / fp16: casts the range into the parameters' 16-bit copy, on the compute stream
+  // (in fp16, masters beyond 65504 become +-inf there).
   void parameters_changed(const float* params, size_t begin_elems, size_t end_elems) override;
   void synchronize() override;
   // Events on the compute stream.
@@ -134,8 +145,8 @@ class CudaOps final : public Ops {
   struct Allocation {
     size_t bytes = 0;
     MemoryKind kind = MemoryKind::other;
-    bool bf16 = false;                // the storage behind the float* handle is bf16
-    void* parameter_copy = nullptr;   // bf16 mode, parameters: the bf16 copy
+    bool half = false;                // the storage behind the float* handle is 16-bit
+    void* parameter_copy = nullptr;   // 16-bit modes, parameters: the 16-bit copy
     size_t parameter_copy_bytes = 0;
   };
   // What the registry knows about a pointer: the allocation that contains it, if any.
@@ -150,19 +161,22 @@ class CudaOps final : public Ops {
     const char* what;
   };
 
-  bool bf16_mode() const { return precision_ == Precision::bf16; }
+  // bf16 or fp16: activations and the parameters' copy are 16-bit.
+  bool half_mode() const { return precision_ == Precision::bf16 || precision_ == Precision::fp16; }
+  // The name of the mode, for messages: "bf16" or "fp16" (or "fp32").
+  const char* mode_name() const { return precision_name(precision_); }
   // cudaMalloc on this backend's device, aborting with a report on failure.
   void* device_malloc(size_t bytes, MemoryKind kind);
-  void* allocate_bytes(size_t bytes, MemoryKind kind, bool bf16 = false);
+  void* allocate_bytes(size_t bytes, MemoryKind kind, bool half = false);
   Lookup find_allocation(const void* ptr) const;
-  // Whether ptr's storage is bf16. Always false in fp32 mode; in bf16 mode an offset
-  // into bf16 storage is an error.
-  bool stores_bf16(const void* ptr, const char* what) const;
-  // Whether the (non-null) operands of `op` are all bf16; a mix aborts.
-  bool bf16_operands(const char* op, std::initializer_list<Operand> operands) const;
-  // Aborts when ptr is bf16 storage: statistics, losses, gradients and optimizer state.
+  // Whether ptr's storage is 16-bit. Always false in fp32 mode; in the 16-bit modes an
+  // offset into 16-bit storage is an error.
+  bool stores_half(const void* ptr, const char* what) const;
+  // Whether the (non-null) operands of `op` are all 16-bit; a mix aborts.
+  bool half_operands(const char* op, std::initializer_list<Operand> operands) const;
+  // Aborts when ptr is 16-bit storage: statistics, losses, gradients and optimizer state.
   void require_fp32(const void* ptr, const char* what) const;
-  // The bf16 copy of the parameter `weight` points at.
+  // The 16-bit copy of the parameter `weight` points at.
   const void* parameter_copy_of(const float* weight) const;
   void copy_host_to_device(void* dst, const void* host_src, size_t bytes);
   // A device buffer of at least `elems` floats, shared by every op that needs scratch:
