@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "comm/mpi_runtime.h"
 #include "build_info.h"
+#include "core/check.h"
 #include "core/usage_error.h"
 
 namespace {
@@ -69,5 +70,8 @@ int main(int argc, char** argv) {
     }
     wait_for_rank0_report();
     return scalestudy::kUsageExitCode;
+  } catch (const std::exception& error) {
+    // A failure on one rank would leave its peers waiting in a collective: end the job.
+    scalestudy::abort_job(__FILE__, __LINE__, "scalestudy " + command + " failed", error.what());
   }
 }

@@ -1,5 +1,7 @@
 #include "config/run_config.h"
 
+#include <unistd.h>
+
 #include <boost/program_options.hpp>
 
 #include <algorithm>
@@ -215,6 +217,13 @@ void resolve_and_validate(RunConfig& c, const RawOptions& raw) {
     bad_value("backend", c.backend, "must be cpu or cuda");
   }
 
+  if (!c.output.empty()) {
+    const std::filesystem::path folder = std::filesystem::absolute(c.output).parent_path();
+    std::error_code error;
+    std::filesystem::create_directories(folder, error);
+    if (error) bad_value("output", c.output, "cannot create its folder (" + error.message() + ")");
+    if (access(folder.c_str(), W_OK) != 0) bad_value("output", c.output, "its folder is not writable");
+  }
   require_positive("flush-every", c.flush_every);
   require_positive("log-every", c.log_every);
   if (c.repeat < 0) bad_value("repeat", text(c.repeat), "must not be negative");

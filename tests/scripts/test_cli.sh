@@ -34,6 +34,7 @@ expect_exit 2 "\-\-batch-per-rank -2" "$binary" train --batch-per-rank=-2
 expect_exit 2 "steps" "$binary" train --steps ten
 expect_exit 2 "\-\-config /nonexistent.ini" "$binary" train --config /nonexistent.ini
 expect_exit 2 "\-\-token-file /nonexistent.bin" "$binary" train --data file --token-file /nonexistent.bin
+expect_exit 2 "\-\-output /proc/no-such-folder/run.h5" "$binary" train --output /proc/no-such-folder/run.h5
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
