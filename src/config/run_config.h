@@ -49,7 +49,7 @@ struct RunConfig {
   // ---- parallelism ------------------------------------------------------------------
   Strategy strategy = Strategy::ddp;
   bool overlap = false;
-  double bucket_mb = 25.0;     // gradient bucket size, MiB of fp32
+  double bucket_mb = 50.0;     // gradient bucket size, MiB of fp32 (docs/performance-notes.md)
   int check_every = 0;         // replica checksum every N steps; 0 = never
   double comm_timeout_s = 300.0;
 
