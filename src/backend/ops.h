@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 
+#include "profile/kernel_trace.h"
 #include "timing/step_timer.h"
 
 namespace scalestudy {
@@ -140,6 +141,9 @@ class Ops {
   virtual void synchronize() = 0;
   // A timer of the compute stream, for phase intervals.
   virtual std::unique_ptr<StepTimer> make_step_timer() = 0;
+  // A tracer of the kernels this backend runs (--profile-kernels), with the compute
+  // stream named; nullptr when the backend has no kernels to trace (the CPU).
+  virtual std::unique_ptr<KernelTracer> make_kernel_tracer() { return nullptr; }
 };
 
 }  // namespace scalestudy

@@ -5,6 +5,7 @@
 
 #include "bench/bench_gpt.h"
 #include "core/check.h"
+#include "profile/kernel_tag.h"
 
 #if SCALESTUDY_HAVE_CUDA
 #include "backend/cuda/cuda_ops.h"
@@ -45,7 +46,10 @@ std::function<void()> kernel_call(BenchContext& context, const std::string& kern
 #if SCALESTUDY_HAVE_CUDA
   if (ops.name() == "cuda") {
     const cudaStream_t stream = dynamic_cast<CudaOps&>(ops).stream();
-    return [stream, dst, src, elems] { cuda::launch_bench_copy(stream, dst, src, elems); };
+    return [stream, dst, src, elems] {
+      ScopedKernelTag tag(KernelCategory::memory);
+      cuda::launch_bench_copy(stream, dst, src, elems);
+    };
   }
 #endif
   return [&ops, dst, src, elems] { ops.copy(dst, src, elems); };
@@ -90,7 +94,7 @@ void run_bandwidth_bench(BenchContext& context) {
       float* dst = allocate_random(context.ops, elems, MemoryKind::other, 22);
       std::unique_ptr<StepTimer> timer = context.ops.make_step_timer();
       const TimedCalls timed = time_calls(*timer, kernel_call(context, kernel, dst, src, elems), config.warmup,
-                                          config.repeats, config.min_sample_s);
+                                          config.repeats, config.min_sample_s, context.trace_hooks(row));
       table.set_timing(row, timed);
       table.set(row, "gb_per_s", static_cast<double>(table.integer(row, "bytes")) / timed.stats.median_s / 1e9);
       context.ops.release(src);

@@ -93,12 +93,12 @@ int64_t check_point(BenchContext& context, CommBuffers& buffers, CollectiveKind 
   return total;
 }
 
-TimedCalls time_point(BenchContext& context, CommBuffers& buffers) {
+TimedCalls time_point(BenchContext& context, CommBuffers& buffers, size_t row) {
   const BenchConfig& config = context.config;
   Communicator& comm = *context.comm;
   context.ops.fill_zero(buffers.send, buffers.send_elems);
   if (buffers.recv != buffers.send) context.ops.fill_zero(buffers.recv, buffers.recv_elems);
-  TimingHooks hooks;
+  TimingHooks hooks = context.trace_hooks(row);
   // Every rank starts each sample together, with nothing of the last one still queued.
   hooks.before_sample = [&] {
     context.ops.synchronize();
@@ -208,7 +208,7 @@ void run_comm_bench(BenchContext& context) {
       }
       CommBuffers buffers(context.ops, kind, elems, context.world_size);
       const int64_t wrong = check_point(context, buffers, kind);
-      const TimedCalls timed = time_point(context, buffers);
+      const TimedCalls timed = time_point(context, buffers, row);
       table.set_timing(row, timed);
       table.set(row, "wrong_elems", wrong);
       const double algbw = static_cast<double>(elems * sizeof(float)) / timed.stats.median_s / 1e9;

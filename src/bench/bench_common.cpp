@@ -18,6 +18,7 @@
 #include "core/check.h"
 #include "core/usage_error.h"
 #include "results/hdf5_io.h"
+#include "results/kernel_trace_writer.h"
 #include "results/provenance.h"
 #include "results/run_summary.h"
 
@@ -29,7 +30,6 @@ namespace scalestudy {
 namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-constexpr int64_t kSchemaVersion = 1;
 
 std::string trim(const std::string& text) {
   const size_t begin = text.find_first_not_of(" \t");
@@ -198,6 +198,12 @@ TimedCalls time_calls(StepTimer& timer, const std::function<void()>& call, int w
   timed.calls_per_sample = calls;
   for (int i = 0; i < repeats; ++i) timed.samples_s.push_back(sample(calls));
   timed.stats = summarize_samples(timed.samples_s);
+  if (hooks.tracer) {
+    hooks.tracer->start();
+    (void)sample(calls);  // finish_step waits for the sample's GPU work
+    hooks.tracer->collect(hooks.trace_label);
+    hooks.tracer->stop();
+  }
   return timed;
 }
 
@@ -457,6 +463,15 @@ void BenchFile::finish(const std::string& failure_reason) {
   set_abort_hook(nullptr);
   write_and_close(failure_reason.empty() ? "complete" : "failed",
                   failure_reason.substr(0, failure_reason.find('\n')));
+}
+
+void BenchFile::write_kernel_trace(const std::vector<RankTrace>& traces, int64_t last_point) {
+  if (file_ < 0) return;
+  KernelTraceWindow window;
+  window.first = 0;
+  window.last = last_point;
+  window.units = "point";
+  scalestudy::write_kernel_trace(file_, traces, window);
 }
 
 void BenchFile::write_and_close(const std::string& status, const std::string& reason) {

@@ -54,6 +54,8 @@ struct BenchConfig {
 
   std::vector<std::string> collectives;    // allreduce, reduce_scatter, allgather
   int64_t min_bytes = 0, max_bytes = 0;    // payload range of comm, doubling
+
+  bool profile_kernels = false;            // trace one extra sample per point (cuda)
 };
 
 // ---- parsing helpers (shared with the command line, tested on their own) --------------
@@ -90,13 +92,18 @@ struct TimingHooks {
   std::function<void()> before_sample;
   // Given this rank's choice of calls per sample, returns the one every rank uses.
   std::function<int(int)> agree_calls;
+  // --profile-kernels: one more sample of the same calls runs after the timed ones,
+  // untimed, with the tracer recording; its records are labelled trace_label.
+  KernelTracer* tracer = nullptr;
+  int64_t trace_label = 0;
 };
 
 // Times `call` on the timer's stream. `warmup` samples run first and are discarded; each
 // one sets how many calls the next sample makes (so that a sample lasts at least
 // min_sample_s), from the time per call it measured. Then `repeats` samples are timed;
 // each holds calls_per_sample back-to-back calls between two marks, and reports their
-// time divided by the count. warmup >= 1 and repeats >= 1.
+// time divided by the count. warmup >= 1 and repeats >= 1. With hooks.tracer, one traced
+// sample follows, untimed, so tracing changes no timing.
 TimedCalls time_calls(StepTimer& timer, const std::function<void()>& call, int warmup, int repeats,
                       double min_sample_s, const TimingHooks& hooks = {});
 
@@ -187,6 +194,15 @@ struct BenchContext {
   // Timing where the backend computes: CUDA events on the compute stream, or the host's
   // steady clock.
   std::string timer_description() const;
+  // --profile-kernels: the tracer, or nullptr.
+  KernelTracer* tracer = nullptr;
+  // Timing hooks that trace the point in `row` when there is a tracer.
+  TimingHooks trace_hooks(size_t row) const {
+    TimingHooks hooks;
+    hooks.tracer = tracer;
+    hooks.trace_label = static_cast<int64_t>(row);
+    return hooks;
+  }
 };
 
 // Writes the model's shape into a group's method attributes as /config does: layers,
@@ -212,6 +228,8 @@ class BenchFile {
   void watch(const PointTable* table, const std::map<std::string, std::string>* method);
   // Writes the points and marks the file "complete", or "failed" when reason is not empty.
   void finish(const std::string& failure_reason);
+  // Rank 0: writes the gathered kernel traces as /kernel_trace, before finish().
+  void write_kernel_trace(const std::vector<RankTrace>& traces, int64_t last_point);
   const std::string& output() const { return output_; }
 
  private:

@@ -7,6 +7,7 @@
 #include "bench/bench_gpt.h"
 #include "bench/bench_model.h"
 #include "core/check.h"
+#include "profile/kernel_tag.h"
 
 #if SCALESTUDY_HAVE_CUDA
 #include <cublas_v2.h>
@@ -45,7 +46,7 @@ void report(BenchContext& context, size_t row, const std::string& precision, int
 void time_point(BenchContext& context, size_t row, const std::function<void()>& call) {
   const BenchConfig& c = context.config;
   std::unique_ptr<StepTimer> timer = context.ops.make_step_timer();
-  const TimedCalls timed = time_calls(*timer, call, c.warmup, c.repeats, c.min_sample_s);
+  const TimedCalls timed = time_calls(*timer, call, c.warmup, c.repeats, c.min_sample_s, context.trace_hooks(row));
   context.table.set_timing(row, timed);
   context.table.set(row, "tflops", context.table.number(row, "flops") / timed.stats.median_s / 1e12);
 }
@@ -168,7 +169,10 @@ void run_cuda_point(BenchContext& context, CudaGemm& gemm, size_t row, const std
   upload(stream, a.get(), host_a, precision);
   upload(stream, b.get(), host_b, precision);
   const int size = static_cast<int>(n);
-  time_point(context, row, [&] { gemm.run(precision, size, a.get(), b.get(), c.get()); });
+  time_point(context, row, [&] {
+    ScopedKernelTag tag(KernelCategory::gemm);
+    gemm.run(precision, size, a.get(), b.get(), c.get());
+  });
   context.ops.synchronize();
 }
 

@@ -91,7 +91,7 @@ void run_inference_bench(BenchContext& context) {
       std::unique_ptr<StepTimer> timer = context.ops.make_step_timer();
       const TimedCalls timed = time_calls(
           *timer, [&] { model.forward(tokens.data(), targets.data(), nullptr); }, config.warmup, config.repeats,
-          config.min_sample_s);
+          config.min_sample_s, context.trace_hooks(row));
       table.set_timing(row, timed);
       const double median_s = timed.stats.median_s;
       table.set(row, "latency_ms", median_s * 1e3);

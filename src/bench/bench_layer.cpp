@@ -49,7 +49,7 @@ size_t add_point(PointTable& table, const std::string& part, const std::string& 
 void time_row(BenchContext& context, size_t row, const std::function<void()>& call) {
   const BenchConfig& c = context.config;
   std::unique_ptr<StepTimer> timer = context.ops.make_step_timer();
-  const TimedCalls timed = time_calls(*timer, call, c.warmup, c.repeats, c.min_sample_s);
+  const TimedCalls timed = time_calls(*timer, call, c.warmup, c.repeats, c.min_sample_s, context.trace_hooks(row));
   context.table.set_timing(row, timed);
   context.table.set(row, "tflops", context.table.number(row, "flops") / timed.stats.median_s / 1e12);
   report(context, row);

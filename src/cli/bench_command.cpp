@@ -19,6 +19,7 @@
 #include "cli/backend_setup.h"
 #include "cli/commands.h"
 #include "comm/mpi_runtime.h"
+#include "core/check.h"
 #include "core/usage_error.h"
 
 namespace po = boost::program_options;
@@ -31,6 +32,7 @@ namespace {
 struct RawOptions {
   std::string backend = "cpu", output;
   int warmup = 2, repeats = 10;
+  bool profile_kernels = false;
   double min_sample_ms = 1.0, comm_timeout_s = 300.0;
   std::string memory_limit = "0";
   std::string sizes, precisions = "fp32,tf32,fp16,bf16";
@@ -68,6 +70,9 @@ po::options_description bench_options(RawOptions& raw) {
        "predicted to need more are marked oom")
       ("comm-timeout", po::value(&raw.comm_timeout_s)->default_value(raw.comm_timeout_s),
        "seconds a collective may take before the job is ended")
+      ("profile-kernels", po::bool_switch(&raw.profile_kernels),
+       "cuda: after each point's timed samples, run one more sample, untimed, traced with CUPTI; its kernels "
+       "go to the file's /kernel_trace")
       ("help,h", "print this help and exit");
 
   po::options_description kernels("gemm and bandwidth");
@@ -156,6 +161,10 @@ BenchConfig resolve(BenchKind kind, const RawOptions& raw, const po::variables_m
   c.min_sample_s = raw.min_sample_ms / 1e3;
   c.comm_timeout_s = raw.comm_timeout_s;
   c.memory_limit_bytes = raw.memory_limit == "0" ? 0 : static_cast<size_t>(parse_size("memory-limit", raw.memory_limit));
+  if (raw.profile_kernels && !cuda)
+    throw UsageError("--profile-kernels: needs --backend cuda (the " + raw.backend +
+                     " backend runs no GPU kernels to trace)");
+  c.profile_kernels = raw.profile_kernels;
 
   if (kind == BenchKind::gemm) {
     c.gemm_sizes = parse_size_list("sizes", raw.sizes.empty() ? (cuda ? "128,512,2048,8192" : "64,128,256") : raw.sizes);
@@ -289,8 +298,21 @@ int run_bench_command(int argc, const char* const* argv) {
   file.watch(&table, &method);
   BenchContext context{config, *backend.ops, backend.comm.get(), MPI_COMM_WORLD, where.rank, where.world_size,
                        table, method};
+  std::unique_ptr<KernelTracer> tracer;
+  if (config.profile_kernels) {
+    tracer = backend.ops->make_kernel_tracer();
+    SCALESTUDY_CHECK(tracer != nullptr, "the validated --profile-kernels reached a backend without a tracer");
+    if (backend.comm)
+      if (void* stream = backend.comm->native_stream()) tracer->name_stream("comm", stream);
+    context.tracer = tracer.get();
+    method["kernel_trace"] = "one untimed sample per point after the timed ones, traced with CUPTI";
+  }
   try {
     run(kind, context);
+    if (tracer) {
+      const std::vector<RankTrace> traces = gather_traces(MPI_COMM_WORLD, tracer->take_trace());
+      if (where.rank == 0) file.write_kernel_trace(traces, static_cast<int64_t>(table.rows()) - 1);
+    }
   } catch (const std::exception& error) {
     file.finish("rank " + std::to_string(where.rank) + ": " + error.what());
     throw;

@@ -44,6 +44,12 @@ void print_summary(const Trainer& trainer, const RunRecorder& recorder, const Ru
     std::printf("  MFU %.1f%% of %.3f TFLOP/s (%s)\n", 100.0 * s.mfu, s.peak_tflops_per_gpu, s.peak_source.c_str());
   std::printf("  communication %.2f ms per step, %.2f ms of it exposed (%.0f%%)\n", s.comm_time_median_s * 1e3,
               s.exposed_comm_median_s * 1e3, 100.0 * s.exposed_comm_fraction);
+  if (trainer.config().profile_kernels) {
+    const TracingCost cost = tracing_cost(steps);
+    std::printf("  kernel tracing: traced steps %.2f ms (mean) against %.2f ms (median untraced), %+.1f%%\n",
+                cost.traced_step_time_mean_s * 1e3, cost.untraced_step_time_median_s * 1e3,
+                100.0 * (cost.traced_step_time_mean_s / cost.untraced_step_time_median_s - 1.0));
+  }
   if (!recorder.output().empty()) std::printf("  results: %s\n", recorder.output().c_str());
 }
 
@@ -64,8 +70,22 @@ int run_train_command(int argc, const char* const* argv) {
   identity.argv.assign(argv, argv + argc);
   identity.argv.insert(identity.argv.begin(), "scalestudy");
   RunRecorder recorder(trainer.config(), identity, MPI_COMM_WORLD);
+  std::unique_ptr<KernelTracer> tracer;
+  if (config.profile_kernels) {
+    tracer = backend.ops->make_kernel_tracer();
+    SCALESTUDY_CHECK(tracer != nullptr, "the validated --profile-kernels reached a backend without a tracer");
+    if (void* stream = backend.comm->native_stream()) tracer->name_stream("comm", stream);
+    trainer.set_kernel_tracer(tracer.get(), config.profile_first, config.profile_last);
+  }
   try {
     trainer.run(&recorder);
+    if (tracer) {
+      const RankTrace trace = tracer->take_trace();
+      if (where.rank == 0)
+        std::printf("kernel profile: steps %d-%d traced, %zu records on rank 0\n", config.profile_first,
+                    config.profile_last, trace.records.size());
+      recorder.record_kernel_trace(trace, config.profile_first, config.profile_last);
+    }
   } catch (const std::exception& error) {
     recorder.finish_failed(std::string("rank ") + std::to_string(where.rank) + ": " + error.what());
     throw;

@@ -70,6 +70,9 @@ class Communicator {
   virtual std::vector<CollectiveRecord> take_records() = 0;
   // Total bytes ever sent through each kind of collective (payload, not wire bytes).
   virtual std::vector<size_t> payload_bytes_by_kind() const = 0;
+  // The device stream collectives run on (a cudaStream_t), for the kernel tracer to name;
+  // nullptr when they run on the host.
+  virtual void* native_stream() const { return nullptr; }
 
   // Blocking conveniences built on the pairs.
   void allreduce(float* buffer, size_t elems, const std::string& phase) {

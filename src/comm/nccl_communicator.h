@@ -65,6 +65,7 @@ class NcclCommunicator final : public Communicator {
   std::vector<size_t> payload_bytes_by_kind() const override;
 
   cudaStream_t comm_stream() const { return comm_stream_; }
+  void* native_stream() const override { return comm_stream_; }
   static std::string nccl_version();
 
  private:

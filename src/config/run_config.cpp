@@ -27,6 +27,7 @@ struct RawOptions {
   std::string attention;  // empty: the preset's
   int layers = 0, hidden = 0, heads = 0, vocab = 0, max_seq = 0;
   std::string config_file;
+  std::string profile_window = "auto";
 };
 
 po::options_description train_options(RunConfig& c, RawOptions& raw) {
@@ -109,19 +110,55 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
       ("experiment", po::value(&c.experiment), "experiment name, recorded in the result file")
       ("repeat", po::value(&c.repeat)->default_value(c.repeat), "repeat index, recorded in the result file");
 
+  po::options_description profile("Kernel profile (cuda)");
+  profile.add_options()
+      ("profile-kernels", po::bool_switch(&c.profile_kernels),
+       "trace every kernel, memcpy and memset of the --profile-window steps with CUPTI, by category, into "
+       "the result file's /kernel_trace; traced steps are left out of the summary")
+      ("profile-window", po::value(&raw.profile_window)->default_value(raw.profile_window),
+       "FIRST-LAST, the steps to trace (0-based, inclusive); auto: the first three steps after warm-up");
+
   po::options_description general("General");
   general.add_options()
       ("help,h", "print this help and exit")
       ("config", po::value(&raw.config_file), "INI file of these options; the command line wins");
 
   po::options_description all;
-  all.add(model).add(batch).add(schedule).add(data).add(parallel).add(backend).add(output).add(general);
+  all.add(model).add(batch).add(schedule).add(data).add(parallel).add(backend).add(output).add(profile).add(general);
   return all;
 }
 
 [[noreturn]] void bad_value(const std::string& option, const std::string& value,
                             const std::string& why) {
   throw UsageError("--" + option + " " + value + ": " + why);
+}
+
+void resolve_profile_window(RunConfig& c, const std::string& window) {
+  if (!c.profile_kernels) {
+    if (window != "auto") bad_value("profile-window", window, "needs --profile-kernels");
+    c.profile_first = c.profile_last = -1;
+    return;
+  }
+  int first = c.warmup_steps, last = std::min(c.warmup_steps + 2, c.steps - 1);
+  if (window != "auto") {
+    char dash = 0;
+    std::istringstream in(window);
+    if (!(in >> first >> dash >> last) || dash != '-' || !in.eof() || first < 0 || last < first)
+      bad_value("profile-window", window, "must be FIRST-LAST with 0 <= FIRST <= LAST, e.g. 5-7");
+    if (last >= c.steps) bad_value("profile-window", window, "ends beyond the last step " + std::to_string(c.steps - 1));
+  }
+  int untraced_measured = 0;
+  for (int step = c.warmup_steps; step < c.steps; ++step)
+    if (step < first || step > last) ++untraced_measured;
+  if (untraced_measured == 0)
+    bad_value("profile-window", window,
+              "leaves no step after warm-up untraced (steps " + std::to_string(first) + "-" + std::to_string(last) +
+                  " of " + std::to_string(c.steps) + "); the summary and the tracing cost need one: raise --steps");
+  if (c.backend != "cuda")
+    throw UsageError("--profile-kernels: needs --backend cuda (the " + c.backend +
+                     " backend runs no GPU kernels to trace)");
+  c.profile_first = first;
+  c.profile_last = last;
 }
 
 template <typename T>
@@ -226,6 +263,7 @@ void resolve_and_validate(RunConfig& c, const RawOptions& raw) {
   }
   require_positive("flush-every", c.flush_every);
   require_positive("log-every", c.log_every);
+  resolve_profile_window(c, raw.profile_window);
   if (c.repeat < 0) bad_value("repeat", text(c.repeat), "must not be negative");
 }
 
@@ -331,6 +369,8 @@ std::vector<std::pair<std::string, std::string>> describe_config(const RunConfig
       {"flush_every", text(c.flush_every)},
       {"experiment", c.experiment},
       {"repeat", text(c.repeat)},
+      {"profile_kernels", c.profile_kernels ? "on" : "off"},
+      {"profile_window", c.profile_kernels ? text(c.profile_first) + "-" + text(c.profile_last) : ""},
       {"world_size", text(c.world_size)},
   };
   return out;

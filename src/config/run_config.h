@@ -64,6 +64,10 @@ struct RunConfig {
   int repeat = 0;              // provenance only
   int log_every = 1;
 
+  // ---- kernel profile (cuda) ----------------------------------------------------------
+  bool profile_kernels = false;  // CUPTI trace of steps profile_first..profile_last
+  int profile_first = -1, profile_last = -1;  // resolved; -1 without a profile
+
   // Filled in by the trainer from the communicator, not from options.
   int world_size = 1;
 };

@@ -28,6 +28,11 @@ void set_abort_hook(AbortHook hook);
 
 std::string mpi_error_string(int code);
 std::string hdf5_error_string();
+#if SCALESTUDY_HAVE_CUDA
+// CUPTI's own message for a CUptiResult (CUPTI is loaded at run time, only by the kernel
+// tracer: src/backend/cuda/cupti_tracer.cpp).
+std::string cupti_error_string(int code);
+#endif
 
 }  // namespace scalestudy
 
@@ -74,5 +79,14 @@ std::string hdf5_error_string();
     ncclResult_t check_nccl_rc_ = (call);                                                \
     if (check_nccl_rc_ != ncclSuccess)                                                   \
       ::scalestudy::abort_job(__FILE__, __LINE__, #call, ncclGetErrorString(check_nccl_rc_)); \
+  } while (0)
+
+// CUPTI_SUCCESS is 0.
+#define CHECK_CUPTI(call)                                                                \
+  do {                                                                                   \
+    int check_cupti_rc_ = static_cast<int>(call);                                        \
+    if (check_cupti_rc_ != 0)                                                            \
+      ::scalestudy::abort_job(__FILE__, __LINE__, #call,                                 \
+                              ::scalestudy::cupti_error_string(check_cupti_rc_));        \
   } while (0)
 #endif

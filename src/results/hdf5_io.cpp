@@ -98,15 +98,23 @@ void write_strings(hid_t parent, const std::string& name, const std::vector<std:
   Handle dataset(CHECK_HDF5(
       H5Dcreate2(parent, name.c_str(), type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
   const std::vector<const char*> text = c_strings(values);
-  CHECK_HDF5(H5Dwrite(dataset.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, text.data()));
+  if (count > 0) CHECK_HDF5(H5Dwrite(dataset.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, text.data()));
+}
+
+void write_array(hid_t parent, const std::string& name, hid_t file_type, hid_t memory_type,
+                 const std::vector<hsize_t>& shape, const void* data) {
+  Handle space(CHECK_HDF5(H5Screate_simple(static_cast<int>(shape.size()), shape.data(), nullptr)));
+  Handle dataset(CHECK_HDF5(
+      H5Dcreate2(parent, name.c_str(), file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
+  hsize_t elems = 1;
+  for (hsize_t extent : shape) elems *= extent;
+  // HDF5 refuses a null buffer even for an empty write.
+  if (elems > 0) CHECK_HDF5(H5Dwrite(dataset.get(), memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data));
 }
 
 void write_int64(hid_t parent, const std::string& name, const std::vector<hsize_t>& shape,
                  const std::vector<int64_t>& values) {
-  Handle space(CHECK_HDF5(H5Screate_simple(static_cast<int>(shape.size()), shape.data(), nullptr)));
-  Handle dataset(CHECK_HDF5(
-      H5Dcreate2(parent, name.c_str(), H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
-  CHECK_HDF5(H5Dwrite(dataset.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()));
+  write_array(parent, name, H5T_STD_I64LE, H5T_NATIVE_INT64, shape, values.data());
 }
 
 GrowingDataset::GrowingDataset(hid_t parent, const std::string& name, hid_t type, std::vector<hsize_t> row_shape,

@@ -36,6 +36,10 @@ void set_attribute(hid_t object, const std::string& name, const std::vector<std:
 
 // A fixed-size 1-D dataset of variable-length strings.
 void write_strings(hid_t parent, const std::string& name, const std::vector<std::string>& values);
+// A fixed-size dataset of the given shape: file_type as stored (H5T_STD_*LE,
+// H5T_IEEE_*LE), memory_type what data holds (H5T_NATIVE_*), row-major.
+void write_array(hid_t parent, const std::string& name, hid_t file_type, hid_t memory_type,
+                 const std::vector<hsize_t>& shape, const void* data);
 // A fixed-size dataset of int64 with the given shape.
 void write_int64(hid_t parent, const std::string& name, const std::vector<hsize_t>& shape,
                  const std::vector<int64_t>& values);

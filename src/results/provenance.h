@@ -2,10 +2,14 @@
 // The facts every result file records about where and when it was made.
 #include <mpi.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
 namespace scalestudy {
+
+// docs/results-schema.md's version, of run files and benchmark files alike.
+inline constexpr int64_t kSchemaVersion = 2;
 
 // ISO-8601 UTC with a Z suffix, e.g. "2026-11-22T03:53:10Z".
 std::string utc_now();

@@ -17,12 +17,12 @@
 #include "core/check.h"
 #include "model/flops.h"
 #include "results/hdf5_io.h"
+#include "results/kernel_trace_writer.h"
 #include "results/provenance.h"
 
 namespace scalestudy {
 namespace {
 
-constexpr int64_t kSchemaVersion = 1;
 // A collective record travels as this many doubles: kind, phase, begin, end, payload
 // bytes (exact in a double below 2^53), wait begin, wait end.
 constexpr int kRecordDoubles = 7;
@@ -121,6 +121,7 @@ class RunRecorder::File {
     tokens_ = std::make_unique<h5::GrowingDataset>(steps, "tokens", H5T_NATIVE_INT64, std::vector<hsize_t>{}, 256);
     h5::set_attribute(tokens_->id(), "units", "tokens");
     warmup_ = std::make_unique<h5::GrowingDataset>(steps, "warmup", H5T_NATIVE_UINT8, std::vector<hsize_t>{}, 256);
+    traced_ = std::make_unique<h5::GrowingDataset>(steps, "traced", H5T_NATIVE_UINT8, std::vector<hsize_t>{}, 256);
     step_index_ = std::make_unique<h5::GrowingDataset>(steps, "step_index", H5T_NATIVE_INT64, std::vector<hsize_t>{}, 256);
     loss_scale_ = std::make_unique<h5::GrowingDataset>(steps, "loss_scale", H5T_NATIVE_DOUBLE, std::vector<hsize_t>{}, 256);
     skipped_ = std::make_unique<h5::GrowingDataset>(steps, "skipped", H5T_NATIVE_UINT8, std::vector<hsize_t>{}, 256);
@@ -161,6 +162,8 @@ class RunRecorder::File {
     tokens_->append(&step.tokens, 1);
     const uint8_t warmup = step.warmup ? 1 : 0;
     warmup_->append(&warmup, 1);
+    const uint8_t traced = step.traced ? 1 : 0;
+    traced_->append(&traced, 1);
     step_index_->append(&step.step_index, 1);
     loss_scale_->append(&step.loss_scale, 1);
     const uint8_t skipped = step.skipped ? 1 : 0;
@@ -197,6 +200,11 @@ class RunRecorder::File {
   }
 
   void flush() { CHECK_HDF5(H5Fflush(file_.get(), H5F_SCOPE_GLOBAL)); }
+
+  void write_trace(const std::vector<RankTrace>& traces, const KernelTraceWindow& window) {
+    write_kernel_trace(file_.get(), traces, window);
+    flush();
+  }
 
   void write_memory(const std::vector<int64_t>& bytes, const std::vector<int64_t>& peak, const std::string& source) {
     h5::Handle memory = h5::create_group(file_.get(), "memory");
@@ -236,7 +244,7 @@ class RunRecorder::File {
     h5::set_attribute(file_.get(), "failure_reason", reason);
     h5::set_attribute(file_.get(), "end_time", utc_now());
     flush();
-    for (auto* dataset : {&intervals_, &loss_, &tokens_, &warmup_, &step_index_, &loss_scale_, &skipped_, &comm_bytes_, &c_step_, &c_rank_,
+    for (auto* dataset : {&intervals_, &loss_, &tokens_, &warmup_, &traced_, &step_index_, &loss_scale_, &skipped_, &comm_bytes_, &c_step_, &c_rank_,
                           &c_kind_, &c_phase_, &c_begin_, &c_end_, &c_bytes_, &c_wait_begin_, &c_wait_end_})
       dataset->reset();
     steps_group_.reset();
@@ -249,7 +257,7 @@ class RunRecorder::File {
   std::string output_, partial_;
   int world_;
   h5::Handle file_, steps_group_, collectives_group_;
-  std::unique_ptr<h5::GrowingDataset> intervals_, loss_, tokens_, warmup_, step_index_, loss_scale_, skipped_,
+  std::unique_ptr<h5::GrowingDataset> intervals_, loss_, tokens_, warmup_, traced_, step_index_, loss_scale_, skipped_,
       comm_bytes_;
   std::unique_ptr<h5::GrowingDataset> c_step_, c_rank_, c_kind_, c_phase_, c_begin_, c_end_, c_bytes_,
       c_wait_begin_, c_wait_end_;
@@ -291,6 +299,7 @@ void RunRecorder::on_step(const StepRecord& record) {
   step.tokens = record.tokens;
   step.loss_scale = record.loss_scale;
   step.skipped = record.skipped;
+  step.traced = record.traced;
 
   std::array<double, 2 * kPhaseCount> mine{};
   for (int p = 0; p < kPhaseCount; ++p) {
@@ -348,6 +357,19 @@ void RunRecorder::on_step(const StepRecord& record) {
     if ((record.step + 1) % config_.flush_every == 0) file_->flush();
   }
   steps_.push_back(std::move(step));
+}
+
+void RunRecorder::record_kernel_trace(const RankTrace& mine, int first_step, int last_step) {
+  const std::vector<RankTrace> traces = gather_traces(control_, mine);
+  if (rank_ != 0 || !file_) return;
+  const TracingCost cost = tracing_cost(steps_);
+  KernelTraceWindow window;
+  window.first = first_step;
+  window.last = last_step;
+  window.units = "step";
+  window.traced_step_time_mean_s = cost.traced_step_time_mean_s;
+  window.untraced_step_time_median_s = cost.untraced_step_time_median_s;
+  file_->write_trace(traces, window);
 }
 
 RunSummary RunRecorder::finish_complete(const MemoryReport& memory) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "config/run_config.h"
+#include "profile/kernel_trace.h"
 #include "results/run_summary.h"
 #include "train/trainer.h"
 
@@ -36,6 +37,10 @@ class RunRecorder final : public StepObserver {
   RunRecorder& operator=(const RunRecorder&) = delete;
 
   void on_step(const StepRecord& record) override;
+  // Gathers every rank's kernel trace and writes it, with the tracing cost measured
+  // from the recorded steps, as /kernel_trace. Collective; call after the last step and
+  // before finish_complete.
+  void record_kernel_trace(const RankTrace& mine, int first_step, int last_step);
   // Writes memory and the summary, marks the file complete and renames it. Returns the
   // summary on rank 0 (other ranks get an empty one).
   RunSummary finish_complete(const MemoryReport& memory);

@@ -82,19 +82,38 @@ StepComm step_comm(const PhaseIntervals& intervals, const std::vector<Collective
   return out;
 }
 
+double step_time(const GatheredStep& step) {
+  double slowest = 0.0;
+  for (const PhaseIntervals& rank : step.intervals) slowest = std::max(slowest, rank[static_cast<int>(Phase::step)].length());
+  return slowest;
+}
+
+TracingCost tracing_cost(const std::vector<GatheredStep>& steps) {
+  std::vector<double> traced, untraced;
+  for (const GatheredStep& step : steps) {
+    if (step.traced) traced.push_back(step_time(step));
+    else if (!step.warmup) untraced.push_back(step_time(step));
+  }
+  TracingCost cost;
+  double total = 0.0;
+  for (double t : traced) total += t;
+  cost.traced_step_time_mean_s = traced.empty() ? kNaN : total / static_cast<double>(traced.size());
+  cost.untraced_step_time_median_s = untraced.empty() ? kNaN : median(untraced);
+  return cost;
+}
+
 RunSummary summarize(const std::vector<GatheredStep>& steps, int world_size, double flops_per_step,
                      double peak_tflops_per_gpu, const std::string& peak_source) {
   std::vector<double> step_times, tokens, comm_times, exposed_times;
   for (const GatheredStep& step : steps) {
-    if (step.warmup) continue;
-    double step_time = 0.0, comm = 0.0, exposed = 0.0;
+    if (step.warmup || step.traced) continue;
+    double comm = 0.0, exposed = 0.0;
     for (size_t r = 0; r < step.intervals.size(); ++r) {
-      step_time = std::max(step_time, step.intervals[r][static_cast<int>(Phase::step)].length());
       const StepComm rank_comm = step_comm(step.intervals[r], step.collectives[r]);
       comm = std::max(comm, rank_comm.comm_s);
       exposed = std::max(exposed, rank_comm.exposed_s);
     }
-    step_times.push_back(step_time);
+    step_times.push_back(step_time(step));
     tokens.push_back(static_cast<double>(step.tokens));
     comm_times.push_back(comm);
     exposed_times.push_back(exposed);

@@ -30,6 +30,7 @@ struct GatheredStep {
   int64_t tokens = 0;
   double loss_scale = 1.0;
   bool skipped = false;
+  bool traced = false;  // inside the --profile-kernels window
   std::vector<PhaseIntervals> intervals;                   // [rank]
   std::vector<std::vector<CollectiveRecord>> collectives;  // [rank]
 };
@@ -56,7 +57,18 @@ struct RunSummary {
   double exposed_comm_fraction = 0, comm_fraction_of_step = 0;
 };
 
+// Summarises the measured steps: neither warm-up nor traced.
 RunSummary summarize(const std::vector<GatheredStep>& steps, int world_size, double flops_per_step,
                      double peak_tflops_per_gpu, const std::string& peak_source);
+
+// The slowest rank's step length.
+double step_time(const GatheredStep& step);
+
+// What tracing cost: the mean step time of the traced steps against the median of the
+// measured ones (NaN where there are none).
+struct TracingCost {
+  double traced_step_time_mean_s = 0, untraced_step_time_median_s = 0;
+};
+TracingCost tracing_cost(const std::vector<GatheredStep>& steps);
 
 }  // namespace scalestudy

@@ -65,6 +65,8 @@ StepRecord Trainer::train_step(int step) {
   const float loss_scale = record.loss_scale / (static_cast<float>(config_.micro_batch()) * config_.seq *
                                                 micro_batches * comm_.world_size());
 
+  record.traced = tracer_ && step >= trace_first_ && step <= trace_last_;
+  if (record.traced && step == trace_first_) tracer_->start();
   clock_.start_step();
   comm_.set_epoch(clock_.host_origin());
   strategy_->begin_step();
@@ -116,7 +118,19 @@ StepRecord Trainer::train_step(int step) {
     record.comm_bytes[k] = bytes[static_cast<size_t>(k)] - bytes_before_[k];
     bytes_before_[k] = bytes[static_cast<size_t>(k)];
   }
+  if (record.traced) {
+    // Both streams are idle here: finish_step waited for compute, finish_all for comm.
+    tracer_->collect(step);
+    if (step == trace_last_) tracer_->stop();
+  }
   return record;
+}
+
+void Trainer::set_kernel_tracer(KernelTracer* tracer, int first, int last) {
+  SCALESTUDY_CHECK(!tracer || (first >= 0 && first <= last), "a kernel trace window needs 0 <= first <= last");
+  tracer_ = tracer;
+  trace_first_ = first;
+  trace_last_ = last;
 }
 
 void Trainer::run(StepObserver* observer) {

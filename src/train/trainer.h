@@ -29,6 +29,7 @@ struct StepRecord {
   double grad_norm = 0.0;
   float loss_scale = 1.0f;     // the scale this step's gradients were computed with
   bool skipped = false;        // overflow: the update was not applied
+  bool traced = false;         // inside the kernel profile's window
   PhaseIntervals intervals{};  // this rank's
   double comm_wait_s = 0.0;    // time this rank's compute stream was blocked on collectives
   std::vector<CollectiveRecord> collectives;
@@ -54,6 +55,9 @@ class Trainer {
   Trainer(const RunConfig& config, Ops& ops, Communicator& comm, MPI_Comm control);
   ~Trainer();
 
+  // Traces the kernels of steps first..last with `tracer` (--profile-kernels); the
+  // tracer outlives the run.
+  void set_kernel_tracer(KernelTracer* tracer, int first, int last);
   // Runs every step, telling the observer about each; prints progress on rank 0.
   void run(StepObserver* observer);
   StepRecord train_step(int step);
@@ -86,6 +90,8 @@ class Trainer {
   StepClock clock_;
   std::vector<int32_t> host_inputs_, host_targets_;
   std::array<size_t, kCollectiveKindCount> bytes_before_{};
+  KernelTracer* tracer_ = nullptr;
+  int trace_first_ = -1, trace_last_ = -1;
 };
 
 }  // namespace scalestudy

@@ -83,6 +83,7 @@ expect_exit 2 "\-\-max-bytes 1K" "$binary" bench comm --min-bytes 4K --max-bytes
 expect_exit 2 "\-\-heads 5" "$binary" bench layer --heads 5
 expect_exit 2 "\-\-repeats 0" "$binary" bench inference --repeats 0
 expect_exit 2 "\-\-warmup 0" "$binary" bench gemm --warmup 0
+expect_exit 2 "\-\-profile-kernels: needs \-\-backend cuda" "$binary" bench gemm --profile-kernels
 expect_exit 2 "\-\-model nosuch" "$binary" bench layer --model nosuch
 expect_exit 2 "\-\-backend tpu" "$binary" bench gemm --backend tpu
 expect_exit 2 "no-such-option" "$binary" bench bandwidth --no-such-option 1

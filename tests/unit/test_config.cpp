@@ -126,6 +126,25 @@ TEST(Config, BadInputNamesTheOptionAndValue) {
   expect_usage_error({"--bucket-mb", "0"}, {"--bucket-mb 0"});
 }
 
+TEST(Config, KernelProfileIsRefusedOnTheCpuAndItsWindowChecked) {
+  expect_usage_error({"--profile-kernels"}, {"--profile-kernels", "--backend cuda", "cpu"});
+  expect_usage_error({"--profile-window", "2-3"}, {"--profile-window 2-3", "needs --profile-kernels"});
+  expect_usage_error({"--profile-kernels", "--profile-window", "5"}, {"--profile-window 5", "FIRST-LAST"});
+  expect_usage_error({"--profile-kernels", "--profile-window", "7-5"}, {"--profile-window 7-5", "FIRST-LAST"});
+  expect_usage_error({"--profile-kernels", "--profile-window", "5-7x"}, {"--profile-window 5-7x", "FIRST-LAST"});
+  expect_usage_error({"--profile-kernels", "--steps", "8", "--profile-window", "5-8"},
+                     {"--profile-window 5-8", "beyond the last step 7"});
+  expect_usage_error({"--profile-kernels", "--steps", "5", "--warmup-steps", "2"},
+                     {"--profile-window auto", "no step after warm-up untraced"});
+  expect_usage_error({"--profile-kernels", "--steps", "8", "--warmup-steps", "2", "--profile-window", "2-7"},
+                     {"--profile-window 2-7", "no step after warm-up untraced"});
+  // A valid window on the cpu still ends at the backend.
+  expect_usage_error({"--profile-kernels", "--steps", "10", "--profile-window", "5-7"}, {"--profile-kernels", "cpu"});
+  const RunConfig plain = parse({});
+  EXPECT_FALSE(plain.profile_kernels);
+  EXPECT_EQ(plain.profile_first, -1);
+}
+
 TEST(Config, StrongScalingMustDivideOverTheWorld) {
   RunConfig c = parse({"--global-batch", "12"});
   resolve_batch_for_world(c, 4);
@@ -151,7 +170,8 @@ TEST(Config, HashSeesEveryOption) {
 TEST(Config, HelpComesFromTheDeclarations) {
   const std::string help = train_help();
   for (const char* option : {"--model", "--global-batch", "--batch-per-rank", "--grad-accum", "--strategy",
-                             "--overlap", "--bucket-mb", "--check-every", "--config", "--token-file"})
+                             "--overlap", "--bucket-mb", "--check-every", "--config", "--token-file",
+                             "--profile-kernels", "--profile-window"})
     EXPECT_NE(help.find(option), std::string::npos) << option;
 }
 

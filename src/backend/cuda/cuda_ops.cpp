@@ -12,9 +12,11 @@
 #include "adamw.cuh"
 #include "attention.cuh"
 #include "backend/cuda/cuda_step_timer.h"
+#include "backend/cuda/cupti_tracer.h"
 #include "backend/cuda/device_info.h"
 #include "backend/cuda/half_host.h"
 #include "core/check.h"
+#include "profile/kernel_tag.h"
 #include "cross_entropy.cuh"
 #include "elementwise.cuh"
 #include "embedding.cuh"
@@ -257,6 +259,7 @@ const void* CudaOps::parameter_copy_of(const float* weight) const {
 }
 
 void CudaOps::parameters_changed(const float* params, size_t begin_elems, size_t end_elems) {
+  ScopedKernelTag tag(KernelCategory::optimizer);
   if (!half_mode() || begin_elems == end_elems) return;
   SCALESTUDY_CHECK(begin_elems < end_elems, "parameters_changed: begin after end");
   const Lookup lookup = find_allocation(params);
@@ -309,6 +312,7 @@ float* CudaOps::scratch_floats(size_t elems) {
 }
 
 void CudaOps::fill_zero(float* dst, size_t elems) {
+  ScopedKernelTag tag(KernelCategory::memory);
   // All-zero bytes are +0 in bf16 and fp16 alike.
   if (stores_half(dst, "fill_zero dst")) {
     if (elems > 0) CHECK_CUDA(cudaMemsetAsync(dst, 0, elems * kHalfBytes, stream_));
@@ -322,6 +326,7 @@ void CudaOps::fill_zero(float* dst, size_t elems) {
 // 16-bit handles are whole buffers, so two of them overlap only when they are equal, and
 // a 16-bit buffer never overlaps an fp32 one.
 void CudaOps::copy(float* dst, const float* src, size_t elems) {
+  ScopedKernelTag tag(KernelCategory::memory);
   if (elems == 0 || dst == src) return;
   const bool dst_half = stores_half(dst, "copy dst"), src_half = stores_half(src, "copy src");
   if (dst_half && src_half) {
@@ -356,6 +361,7 @@ void CudaOps::copy(float* dst, const float* src, size_t elems) {
 // it), then waited for: the host buffer holds the data on return. 16-bit storage is
 // widened (exactly) on the host.
 void CudaOps::copy_to_host(float* host_dst, const float* src, size_t elems) {
+  ScopedKernelTag tag(KernelCategory::memory);
   if (elems == 0) return;
   if (stores_half(src, "copy_to_host src")) {
     std::vector<uint16_t> bits(elems);
@@ -382,6 +388,7 @@ void CudaOps::copy_host_to_device(void* dst, const void* host_src, size_t bytes)
 // 16-bit storage gets the values rounded to nearest even on the host, as the device's
 // casts round them (fp16: +-inf from 65520 up).
 void CudaOps::copy_from_host(float* dst, const float* host_src, size_t elems) {
+  ScopedKernelTag tag(KernelCategory::memory);
   if (stores_half(dst, "copy_from_host dst")) {
     std::vector<uint16_t> bits(elems);
     for (size_t i = 0; i < elems; ++i) bits[i] = half_bits_from_float(precision_, host_src[i]);
@@ -392,6 +399,7 @@ void CudaOps::copy_from_host(float* dst, const float* host_src, size_t elems) {
 }
 
 void CudaOps::copy_ints_from_host(int32_t* dst, const int32_t* host_src, size_t elems) {
+  ScopedKernelTag tag(KernelCategory::memory);
   copy_host_to_device(dst, host_src, elems * sizeof(int32_t));
 }
 
@@ -401,6 +409,12 @@ std::unique_ptr<StepTimer> CudaOps::make_step_timer() {
   return std::make_unique<CudaStepTimer>(stream_);
 }
 
+std::unique_ptr<KernelTracer> CudaOps::make_kernel_tracer() {
+  std::unique_ptr<KernelTracer> tracer = make_cupti_tracer(cuda_device_description(device_));
+  tracer->name_stream("compute", stream_);
+  return tracer;
+}
+
 // ---- ops ----------------------------------------------------------------------------
 // Each op asks the registry whether its activation operands are 16-bit (always false in
 // fp32 mode, where nothing is looked up) and runs the matching kernels: with_half_type
@@ -408,6 +422,7 @@ std::unique_ptr<StepTimer> CudaOps::make_step_timer() {
 
 void CudaOps::embedding_forward(float* out, const int32_t* tokens, const float* wte,
                                 const float* wpe, int batch, int seq, int channels) {
+  ScopedKernelTag tag(KernelCategory::norm_elementwise);
   if (stores_half(out, "embedding out")) {
     with_half_type(precision_, [&](auto storage) {
       using Half = typename decltype(storage)::type;
@@ -421,6 +436,7 @@ void CudaOps::embedding_forward(float* out, const int32_t* tokens, const float* 
 
 void CudaOps::embedding_backward(float* dwte, float* dwpe, const float* dout,
                                  const int32_t* tokens, int batch, int seq, int channels) {
+  ScopedKernelTag tag(KernelCategory::norm_elementwise);
   require_fp32(dwte, "embedding dwte");
   require_fp32(dwpe, "embedding dwpe");
   if (stores_half(dout, "embedding dout")) {
@@ -437,6 +453,7 @@ void CudaOps::embedding_backward(float* dwte, float* dwpe, const float* dout,
 void CudaOps::layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
                                 const float* weight, const float* bias, int rows,
                                 int channels) {
+  ScopedKernelTag tag(KernelCategory::norm_elementwise);
   require_fp32(mean, "layernorm mean");
   require_fp32(rstd, "layernorm rstd");
   if (half_operands("layernorm_forward", {{out, "out"}, {inp, "inp"}})) {
@@ -453,6 +470,7 @@ void CudaOps::layernorm_forward(float* out, float* mean, float* rstd, const floa
 void CudaOps::layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                                  const float* inp, const float* weight, const float* mean,
                                  const float* rstd, int rows, int channels) {
+  ScopedKernelTag tag(KernelCategory::norm_elementwise);
   require_fp32(mean, "layernorm mean");
   require_fp32(rstd, "layernorm rstd");
   const bool half =
@@ -474,6 +492,7 @@ void CudaOps::layernorm_backward(float* dinp, float* dweight, float* dbias, cons
 
 void CudaOps::matmul_forward(float* out, const float* inp, const float* weight,
                              const float* bias, int rows, int in_channels, int out_channels) {
+  ScopedKernelTag tag(KernelCategory::gemm);
   if (half_operands("matmul_forward", {{out, "out"}, {inp, "inp"}})) {
     const size_t scratch_elems = cuda::matmul_forward_scratch_elems_16bit(rows, out_channels);
     float* scratch = scratch_elems > 0 ? scratch_floats(scratch_elems) : nullptr;
@@ -493,6 +512,7 @@ void CudaOps::matmul_forward(float* out, const float* inp, const float* weight,
 void CudaOps::matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                               const float* inp, const float* weight, int rows, int in_channels,
                               int out_channels) {
+  ScopedKernelTag tag(KernelCategory::gemm);
   require_fp32(dweight, "matmul dweight");
   require_fp32(dbias, "matmul dbias");
   const bool half =
@@ -520,6 +540,7 @@ void CudaOps::matmul_backward(float* dinp, float* dweight, float* dbias, const f
 
 void CudaOps::attention_forward(float* out, float* probs, const float* qkv,
                                 const AttentionShape& shape) {
+  ScopedKernelTag tag(KernelCategory::attention);
   if (half_operands("attention_forward", {{out, "out"}, {probs, "probs"}, {qkv, "qkv"}})) {
     float* scratch = scratch_floats(cuda::attention_forward_scratch_elems_16bit(shape));
     with_half_type(precision_, [&](auto storage) {
@@ -534,6 +555,7 @@ void CudaOps::attention_forward(float* out, float* probs, const float* qkv,
 
 void CudaOps::attention_backward(float* dqkv, const float* dout, const float* qkv,
                                  const float* probs, const AttentionShape& shape) {
+  ScopedKernelTag tag(KernelCategory::attention);
   if (half_operands("attention_backward",
                     {{dqkv, "dqkv"}, {dout, "dout"}, {qkv, "qkv"}, {probs, "probs"}})) {
     float* scratch = scratch_floats(cuda::attention_backward_scratch_elems_16bit(shape));
@@ -551,6 +573,7 @@ void CudaOps::attention_backward(float* dqkv, const float* dout, const float* qk
 }
 
 void CudaOps::gelu_forward(float* out, const float* inp, size_t elems) {
+  ScopedKernelTag tag(KernelCategory::norm_elementwise);
   if (half_operands("gelu_forward", {{out, "out"}, {inp, "inp"}})) {
     with_half_type(precision_, [&](auto storage) {
       using Half = typename decltype(storage)::type;
@@ -562,6 +585,7 @@ void CudaOps::gelu_forward(float* out, const float* inp, size_t elems) {
 }
 
 void CudaOps::gelu_backward(float* dinp, const float* inp, const float* dout, size_t elems) {
+  ScopedKernelTag tag(KernelCategory::norm_elementwise);
   if (half_operands("gelu_backward", {{dinp, "dinp"}, {inp, "inp"}, {dout, "dout"}})) {
     with_half_type(precision_, [&](auto storage) {
       using Half = typename decltype(storage)::type;
@@ -573,6 +597,7 @@ void CudaOps::gelu_backward(float* dinp, const float* inp, const float* dout, si
 }
 
 void CudaOps::residual_forward(float* out, const float* a, const float* b, size_t elems) {
+  ScopedKernelTag tag(KernelCategory::norm_elementwise);
   if (half_operands("residual_forward", {{out, "out"}, {a, "a"}, {b, "b"}})) {
     with_half_type(precision_, [&](auto storage) {
       using Half = typename decltype(storage)::type;
@@ -584,6 +609,7 @@ void CudaOps::residual_forward(float* out, const float* a, const float* b, size_
 }
 
 void CudaOps::accumulate(float* dst, const float* src, size_t elems) {
+  ScopedKernelTag tag(KernelCategory::norm_elementwise);
   if (half_operands("accumulate", {{dst, "dst"}, {src, "src"}})) {
     with_half_type(precision_, [&](auto storage) {
       using Half = typename decltype(storage)::type;
@@ -596,6 +622,7 @@ void CudaOps::accumulate(float* dst, const float* src, size_t elems) {
 
 void CudaOps::softmax_cross_entropy_forward(float* losses, float* probs, const float* logits,
                                             const int32_t* targets, int rows, int vocab) {
+  ScopedKernelTag tag(KernelCategory::norm_elementwise);
   require_fp32(losses, "cross-entropy losses");
   if (half_operands("softmax_cross_entropy_forward", {{probs, "probs"}, {logits, "logits"}})) {
     with_half_type(precision_, [&](auto storage) {
@@ -612,6 +639,7 @@ void CudaOps::softmax_cross_entropy_forward(float* losses, float* probs, const f
 void CudaOps::softmax_cross_entropy_backward(float* dlogits, const float* probs,
                                              const int32_t* targets, int rows, int vocab,
                                              float loss_scale) {
+  ScopedKernelTag tag(KernelCategory::norm_elementwise);
   if (half_operands("softmax_cross_entropy_backward", {{dlogits, "dlogits"}, {probs, "probs"}})) {
     with_half_type(precision_, [&](auto storage) {
       using Half = typename decltype(storage)::type;
@@ -632,6 +660,7 @@ double CudaOps::read_device_double() {
 }
 
 double CudaOps::sum(const float* x, size_t elems) {
+  ScopedKernelTag tag(KernelCategory::norm_elementwise);
   if (stores_half(x, "sum input")) {
     with_half_type(precision_, [&](auto storage) {
       using Half = typename decltype(storage)::type;
@@ -646,6 +675,7 @@ double CudaOps::sum(const float* x, size_t elems) {
 }
 
 double CudaOps::sum_of_squares(const float* x, size_t elems) {
+  ScopedKernelTag tag(KernelCategory::optimizer);
   require_fp32(x, "sum_of_squares input");
   cuda::launch_sum_of_squares(stream_, device_result_, x, elems, reduction_partials_,
                               reduction_partials_elems_);
@@ -653,12 +683,14 @@ double CudaOps::sum_of_squares(const float* x, size_t elems) {
 }
 
 void CudaOps::scale(float* x, size_t elems, float factor) {
+  ScopedKernelTag tag(KernelCategory::optimizer);
   require_fp32(x, "scale x");
   cuda::launch_scale(stream_, x, elems, factor);
 }
 
 void CudaOps::adamw_update(float* params, const float* grads, float* m, float* v, size_t elems,
                            const AdamWParams& hyper) {
+  ScopedKernelTag tag(KernelCategory::optimizer);
   require_fp32(params, "adamw params");
   require_fp32(grads, "adamw grads");
   cuda::launch_adamw_update(stream_, params, grads, m, v, elems, hyper);

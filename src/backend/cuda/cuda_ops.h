@@ -140,6 +140,8 @@ class CudaOps final : public Ops {
   void synchronize() override;
   // Events on the compute stream.
   std::unique_ptr<StepTimer> make_step_timer() override;
+  // CUPTI (cupti_tracer.h), loaded by this call.
+  std::unique_ptr<KernelTracer> make_kernel_tracer() override;
 
  private:
   struct Allocation {
