@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from .problems import Problem
+from .schema import SUPPORTED_SCHEMA_VERSIONS
 
 USAGE_ERROR = 2
 BENCH_NAMES = ("gemm", "bandwidth", "layer", "inference", "comm")
@@ -174,8 +175,9 @@ def read_bench_file(path):
             if bench.name not in BENCH_NAMES:
                 raise KeyError("not a benchmark file (no root attribute bench naming one of "
                                f"{', '.join(BENCH_NAMES)})")
-            if int(bench.attrs.get("schema_version", -1)) != 1:
-                raise KeyError(f"schema_version {bench.attrs.get('schema_version')}, this analysis reads 1")
+            if int(bench.attrs.get("schema_version", -1)) not in SUPPORTED_SCHEMA_VERSIONS:
+                raise KeyError(f"schema_version {bench.attrs.get('schema_version')}, this analysis reads "
+                               + " and ".join(map(str, SUPPORTED_SCHEMA_VERSIONS)))
             status = bench.attrs.get("status", "")
             if status != "complete":
                 reason = bench.attrs.get("failure_reason", "") or f"status {status!r}"
@@ -336,7 +338,7 @@ def training_phase_points(runs_dir):
             continue
         shape = [int(c[k]) for k in ("layers", "hidden", "heads", "vocab")]
         batch, seq = int(c["batch_per_rank"]), int(c["seq"])
-        measured = run.intervals[run.warmup == 0]
+        measured = run.intervals[run.measured]  # traced steps are slowed by the tracing
         flops = forward_flops(shape[0], shape[1], shape[3], batch, seq)
         phases = {"forward": (flops, gpt_forward_bytes(*shape, batch, seq)),
                   "backward": (2 * flops, gpt_backward_bytes(*shape, batch, seq))}

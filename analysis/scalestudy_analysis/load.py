@@ -1,4 +1,4 @@
-"""Reading result files (schema v1) into RunRecords and one pandas row per run."""
+"""Reading result files (schema v1 and v2) into RunRecords and one pandas row per run."""
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -7,15 +7,17 @@ import h5py
 import numpy as np
 import pandas as pd
 
+from .h5text import attributes as _attributes, text_list as _text_list
 from .intervals import StepQuantities, step_quantities
+from .kernel_trace import KernelTrace, read_kernel_trace
 from .problems import Problem
-from .schema import (COLLECTIVE_NAMES, PHASE_NAMES, RESULT_SUFFIXES, SCHEMA_VERSION,
-                     STATUS_COMPLETE, SUMMARY_FLOAT_KEYS)
+from .schema import (COLLECTIVE_NAMES, KERNEL_TRACE_GROUP, PHASE_NAMES, RESULT_SUFFIXES,
+                     STATUS_COMPLETE, SUMMARY_FLOAT_KEYS, SUPPORTED_SCHEMA_VERSIONS)
 from .summary import compare_summary, compute_summary
 
 
 class MissingField(Exception):
-    """The file lacks something schema v1 requires; the message names it."""
+    """The file lacks something the schema requires; the message names it."""
 
 
 @dataclass
@@ -29,11 +31,14 @@ class RunRecord:
     loss: np.ndarray = None
     tokens: np.ndarray = None
     warmup: np.ndarray = None
+    traced: np.ndarray = None           # all 0 in version 1 files, which predate tracing
     step_index: np.ndarray = None
     comm_bytes: np.ndarray = None       # [S, K]
     collectives: dict = field(default_factory=dict)  # name -> [C] array, step mapped to row
     memory_bytes: np.ndarray = None     # [R, M]
     peak_bytes: np.ndarray = None
+    kernel_trace: KernelTrace = None    # None without /kernel_trace or when it is malformed
+    kernel_trace_found: bool = False    # the group exists, even when it proved malformed
     stored_summary: dict = field(default_factory=dict)
     quantities: StepQuantities = None
     summary: dict = field(default_factory=dict)   # recomputed by the analysis
@@ -57,29 +62,17 @@ class RunRecord:
         return self.config.get("repeat", "")
 
     @property
+    def schema_version(self):
+        return int(self.attrs.get("schema_version", -1))
+
+    @property
     def measured(self):
-        return self.warmup == 0
+        # Traced steps are slowed by the tracing itself, so like warm-up they are kept
+        # out of every timing (docs/results-schema.md, /summary).
+        return (self.warmup == 0) & (self.traced == 0)
 
     def measured_step_times(self):
         return self.quantities.step_time[self.measured]
-
-
-def _text(value):
-    if isinstance(value, bytes):
-        return value.decode("utf-8", errors="replace").rstrip("\x00")
-    if isinstance(value, np.ndarray) and value.shape == ():
-        return _text(value[()])
-    if isinstance(value, np.generic):
-        return value.item()
-    return value
-
-
-def _text_list(value):
-    return [str(_text(item)) for item in np.atleast_1d(value)]
-
-
-def _attributes(obj):
-    return {key: _text(value) for key, value in obj.attrs.items()}
 
 
 def _dataset(handle, path, dtype=None):
@@ -115,6 +108,7 @@ def _read_steps(handle, run):
     run.loss = _dataset(handle, "/steps/loss", np.float64)
     run.tokens = _dataset(handle, "/steps/tokens", np.int64)
     run.warmup = _dataset(handle, "/steps/warmup", np.uint8)
+    _read_traced(handle, run)
     run.step_index = _dataset(handle, "/steps/step_index", np.int64)
     run.comm_bytes = _dataset(handle, "/steps/comm_bytes", np.int64)
     _check_names(handle, "/steps/comm_bytes", "collective_names", COLLECTIVE_NAMES)
@@ -125,10 +119,22 @@ def _read_steps(handle, run):
     if run.intervals.ndim != 4 or run.intervals.shape[1:] != (run.world_size, len(PHASE_NAMES), 2):
         raise MissingField(f"/steps/intervals has shape {run.intervals.shape}, expected "
                            f"[S, {run.world_size}, {len(PHASE_NAMES)}, 2]")
-    for name in ("loss", "tokens", "warmup", "step_index"):
+    for name in ("loss", "tokens", "warmup", "traced", "step_index"):
         if getattr(run, name).shape != (n_steps,):
             raise MissingField(f"/steps/{name} has shape {getattr(run, name).shape}, "
                                f"expected [{n_steps}] like /steps/intervals")
+
+
+def _read_traced(handle, run):
+    if "/steps/traced" in handle:
+        run.traced = _dataset(handle, "/steps/traced", np.uint8)
+        return
+    # Version 1 predates tracing. A version 2 file without it is read the same way, but
+    # named: its summary would count traced steps if there were any.
+    run.traced = np.zeros(run.warmup.shape, dtype=np.uint8)
+    if run.schema_version >= 2:
+        run.problems.append(Problem(run.path, "missing field", "no /steps/traced in a schema "
+                                    "version 2 file; read as no traced steps", False))
 
 
 def _read_collectives(handle, run):
@@ -176,6 +182,11 @@ def _read_body(handle, run):
         run.peak_bytes = _dataset(handle, "/memory/peak_bytes", np.int64)
     if "/summary" in handle:
         run.stored_summary = _attributes(handle["/summary"])
+    if run.schema_version >= 2 and KERNEL_TRACE_GROUP in handle:
+        run.kernel_trace_found = True
+        run.kernel_trace, problems = read_kernel_trace(handle, run.path, run.world_size,
+                                                       run.step_index, run.traced)
+        run.problems.extend(problems)
 
 
 def _steps_recorded(handle):
@@ -207,10 +218,11 @@ def read_run(path):
             for required in ("schema_version", "status", "world_size", "git_sha"):
                 if required not in run.attrs:
                     raise MissingField(f"missing root attribute {required}")
-            if int(run.attrs["schema_version"]) != SCHEMA_VERSION:
+            if run.schema_version not in SUPPORTED_SCHEMA_VERSIONS:
                 run.problems.append(Problem(run.path, "schema", "schema_version "
                                             f"{run.attrs['schema_version']}, this analysis "
-                                            f"reads {SCHEMA_VERSION}", True))
+                                            "reads " + " and ".join(
+                                                map(str, SUPPORTED_SCHEMA_VERSIONS)), True))
                 return run
             status_problem = _status_problem(run, handle)
             if status_problem is not None:
@@ -234,7 +246,7 @@ def read_run(path):
     measured_times = run.measured_step_times()
     if measured_times.size == 0:
         run.problems.append(Problem(run.path, "no measured steps", f"all {n_steps} steps "
-                                    "are warm-up", True))
+                                    "are warm-up or traced", True))
         return run
     if np.isnan(measured_times).any():
         run.problems.append(Problem(run.path, "missing field", "the step phase is NaN in "
@@ -295,6 +307,9 @@ def run_row(run, results_dir=None):
     row["repeat"] = run.config.get("repeat")
     for key in ("steps_measured",) + SUMMARY_FLOAT_KEYS + ("peak_source",):
         row[key] = run.summary.get(key, np.nan if key != "peak_source" else "")
+    row["steps_traced"] = int(run.traced.sum()) if run.traced is not None else 0
+    row["tracing_overhead"] = (run.kernel_trace.attribute("tracing_overhead")
+                               if run.kernel_trace is not None else np.nan)
     row["step_times_s"] = run.measured_step_times() if run.usable else np.zeros(0)
     return row
 

@@ -1,22 +1,23 @@
 """The markdown report and runs.csv: what was loaded, per-series tables and figures, and
 every problem found on the way."""
-import math
 from collections import Counter
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-import numpy as np
-
 from . import __version__, plots
+from .kernel_report import kernel_section
 from .load import load_results
+from .markdown import (figure_markdown as _figure_markdown, fmt as _fmt, percent as _percent,
+                       relative as _relative, table as _table)
 from .metrics import group_series
 from .timeline import timeline
 
 DEFINITIONS = """\
-- **Step time** of a step: the longest `step` phase over all ranks. Warm-up steps are
-  excluded. Values are medians over all measured steps of all repeats at one N, with the
-  interquartile range [q1–q3] as the spread (the band in the plots).
+- **Step time** of a step: the longest `step` phase over all ranks. Warm-up steps, and
+  the traced steps of a kernel profile, are excluded. Values are medians over all
+  measured steps of all repeats at one N, with the interquartile range [q1–q3] as the
+  spread (the band in the plots).
 - **Throughput**: median tokens per step / median step time.
 - **Speedup** S(N) = throughput(N) / throughput(N0), with N0 the smallest N measured in
   the series; for strong scaling this is T(N0) / T(N). **Efficiency** = S(N) · N0 / N;
@@ -33,24 +34,6 @@ DEFINITIONS = """\
   (the rest of the step: data loading, waiting).
 - **MFU**: model TFLOP/s per GPU (FLOPs per step / median step time / N) over the peak
   rate recorded in the file."""
-
-
-def _fmt(value, digits=4):
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "—"
-    if isinstance(value, (int, np.integer)):
-        return str(int(value))
-    return f"{value:.{digits}g}"
-
-
-def _percent(value):
-    return "—" if value is None or not math.isfinite(value) else f"{100 * value:.1f} %"
-
-
-def _table(header, rows):
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def _series_table(series):
@@ -79,20 +62,6 @@ def _breakdown_table(series):
             ("step_time_mean_s", "compute_mean_s", "exposed_comm_mean_s", "optimizer_mean_s",
              "other_mean_s")] for _, p in series.table.iterrows()]
     return _table(header, rows)
-
-
-def _figure_markdown(figure):
-    if figure.file is None:
-        return f"*{figure.title}: skipped ({figure.note}).*"
-    note = f"\n\n*{figure.note}*" if figure.note else ""
-    return f"![{figure.title}]({figure.file}){note}"
-
-
-def _relative(path, base):
-    try:
-        return str(Path(path).resolve().relative_to(Path(base).resolve()))
-    except ValueError:
-        return str(path)
 
 
 def _loaded_section(results_dir, runs, series_list):
@@ -194,6 +163,9 @@ def write_report(results_dir, out_dir):
     for series in series_list:
         figures = [plots.breakdown(series, out_dir), timeline(series, out_dir)]
         sections += [_series_section(series, figures, results_dir), ""]
+    kernels = kernel_section(series_list, runs, out_dir, results_dir)
+    if kernels is not None:
+        sections += [kernels, ""]
     sections += ["## Problems", ""]
     if problems:
         sections += [f"- {replace(p, where=_relative(p.where, results_dir)).line()}"

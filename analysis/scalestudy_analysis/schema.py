@@ -1,6 +1,9 @@
-"""Names and conventions of result schema v1, in one place (docs/results-schema.md)."""
+"""Names and conventions of result schema v2, in one place (docs/results-schema.md)."""
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# Version 1 reads as version 2 with no traced steps and no /kernel_trace, so the analysis
+# reads both; anything else may mean something this code does not know.
+SUPPORTED_SCHEMA_VERSIONS = (1, 2)
 
 PHASE_NAMES = ("data", "forward", "backward", "grad-comm", "optimizer", "param-gather", "step")
 PHASE = {name: index for index, name in enumerate(PHASE_NAMES)}
@@ -36,3 +39,16 @@ SUMMARY_INPUT_KEYS = ("flops_per_step", "peak_tflops_per_gpu", "peak_source")
 
 SUMMARY_RTOL = 1e-6
 SUMMARY_ATOL = 1e-12
+
+# /kernel_trace (version 2). A record's category and kind index these tuples; the file
+# must carry the same category list, or its indices would mean something else.
+KERNEL_TRACE_GROUP = "/kernel_trace"
+KERNEL_CATEGORY_NAMES = ("gemm", "attention", "norm_elementwise", "optimizer", "communication",
+                         "memory", "other")
+KERNEL_KIND_NAMES = ("kernel", "memcpy", "memset")
+COMMUNICATION_CATEGORY = "communication"
+KERNEL_RECORD_DATASETS = ("step", "kind", "category", "name", "stream", "start_ns", "end_ns",
+                          "bytes")
+KERNEL_LAUNCH_DATASETS = ("grid", "block")   # [N, 3]
+KERNEL_TRACE_OVERHEAD_KEYS = ("traced_step_time_mean_s", "untraced_step_time_median_s",
+                              "tracing_overhead")

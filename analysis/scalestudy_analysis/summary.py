@@ -24,7 +24,8 @@ def ratio(numerator, denominator):
 
 
 def compute_summary(run):
-    """Recomputes /summary over the measured steps of a complete run."""
+    """Recomputes /summary over the measured steps of a complete run: neither warm-up
+    nor traced (run.measured)."""
     measured = run.measured
     quantities = run.quantities
     step_times = quantities.step_time[measured]

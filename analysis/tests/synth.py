@@ -1,4 +1,5 @@
-"""Writes synthetic schema-v1 result files with h5py, for tests with known answers.
+"""Writes synthetic result files (schema v2, or v1 on request) with h5py, for tests with
+known answers.
 
 The stored /summary is computed here by a deliberately naive reference (Python loops over
 intervals), independent of the package's vectorised code, so that the summary check in
@@ -13,6 +14,10 @@ import numpy as np
 PHASES = ["data", "forward", "backward", "grad-comm", "optimizer", "param-gather", "step"]
 COLLECTIVES = ["allreduce", "reduce_scatter", "allgather", "broadcast", "barrier"]
 MEMORY_KINDS = ["parameters", "gradients", "optimizer", "activations", "communication", "other"]
+KERNEL_CATEGORIES = ["gemm", "attention", "norm_elementwise", "optimizer", "communication",
+                     "memory", "other"]
+KERNEL_KINDS = ["kernel", "memcpy", "memset"]
+STREAMS = ["compute", "comm", "stream 7"]
 
 # Fractions of the step: ddp without overlap, so the allreduce is fully exposed.
 DEFAULT_LAYOUT = {"data": (0.0, 0.05), "forward": (0.05, 0.35), "backward": (0.35, 0.85),
@@ -68,9 +73,14 @@ def _intersection(first, second):
     return sum(max(0.0, min(e1, e2) - max(b1, b2)) for b1, e1 in first for b2, e2 in second)
 
 
+def reference_step_time(intervals, i):
+    return max(intervals[i, r, 6, 1] - intervals[i, r, 6, 0] for r in range(intervals.shape[1]))
+
+
 def reference_summary(intervals, warmup, tokens, step_index, collectives, world_size,
-                      flops_per_step, peak, peak_source):
-    measured = [i for i in range(len(warmup)) if warmup[i] == 0]
+                      flops_per_step, peak, peak_source, traced=None):
+    traced = np.zeros(len(warmup)) if traced is None else traced
+    measured = [i for i in range(len(warmup)) if warmup[i] == 0 and traced[i] == 0]
     step_times, comm_times, exposed_times = [], [], []
     for i in measured:
         lengths, comms, exposeds = [], [], []
@@ -111,6 +121,67 @@ def reference_summary(intervals, warmup, tokens, step_index, collectives, world_
     }
 
 
+def trace_records(steps, kernels):
+    """Records of the same kernels in every given step: kernels are (name, category,
+    duration_ns) and become (step, name, category, duration_ns)."""
+    return [(step, name, category, duration) for step in steps
+            for name, category, duration in kernels]
+
+
+def _kind(name):
+    return KERNEL_KINDS.index(name.split()[0]) if name.split()[0] in KERNEL_KINDS else 0
+
+
+def write_kernel_trace(handle, ranks, window, step_time_of, measured_median):
+    """/kernel_trace with ranks[r] = records (step, name, category, duration_ns) of rank r,
+    laid end to end from each step's start (1 s apart) in the order given."""
+    group = handle.create_group("kernel_trace")
+    first, last = window
+    traced_mean = float(np.mean([step_time_of(step) for step in range(first, last + 1)]))
+    text = h5py.string_dtype()
+    for key, value in {"category_names": KERNEL_CATEGORIES, "kind_names": KERNEL_KINDS,
+                       "category_rules": ["1. memcpy or memset: memory", "2. nccl: communication"]
+                       }.items():
+        group.attrs.create(key, np.array(value, dtype=object), dtype=text)
+    group.attrs["window_first"] = np.int64(first)
+    group.attrs["window_last"] = np.int64(last)
+    group.attrs["window_units"] = "step"
+    group.attrs["traced_step_time_mean_s"] = traced_mean
+    group.attrs["untraced_step_time_median_s"] = measured_median
+    group.attrs["tracing_overhead"] = traced_mean / measured_median - 1
+    group.attrs["clock"] = "synthetic: records laid end to end"
+    for rank, records in enumerate(ranks):
+        names = sorted({name for _, name, _, _ in records})
+        cursor, starts, ends = {}, [], []
+        for step, _, _, duration in records:
+            begin = cursor.get(step, step * 1_000_000_000)
+            starts.append(begin)
+            ends.append(begin + duration)
+            cursor[step] = begin + duration
+        n = len(records)
+        sub = group.create_group(f"rank_{rank}")
+        sub.attrs["origin_ns"] = np.int64(0)
+        sub.attrs["device"] = f"Synthetic GPU {rank}"
+        columns = {
+            "step": (np.int64, [r[0] for r in records]),
+            "kind": (np.uint8, [_kind(r[1]) for r in records]),
+            "category": (np.uint8, [KERNEL_CATEGORIES.index(r[2]) for r in records]),
+            "name": (np.int32, [names.index(r[1]) for r in records]),
+            "stream": (np.int32, [1 if r[2] == "communication" else 0 for r in records]),
+            "start_ns": (np.int64, starts),
+            "end_ns": (np.int64, ends),
+            "bytes": (np.int64, [4096 if _kind(r[1]) else 0 for r in records]),
+        }
+        for name, (dtype, values) in columns.items():
+            created = sub.create_dataset(name, data=np.asarray(values, dtype=dtype).reshape(n))
+            if name in ("start_ns", "end_ns"):
+                created.attrs["units"] = "ns"
+        for name in ("grid", "block"):
+            sub.create_dataset(name, data=np.ones((n, 3), dtype=np.int32))
+        sub.create_dataset("names", data=np.array(names, dtype=object), dtype=text)
+        sub.create_dataset("stream_names", data=np.array(STREAMS, dtype=object), dtype=text)
+
+
 def step_lengths(step_times, steps, world_size):
     values = np.asarray(step_times, dtype=float)
     if values.ndim == 0:
@@ -134,11 +205,14 @@ def write_run(path, *, world_size=1, step_times=0.1, steps=6, warmup_steps=1,
               status="complete", git_sha="abc1234", config=None, tokens_per_step=None,
               flops_per_step=1e12, peak=math.nan, peak_source="none", backend="cpu",
               intervals=None, collectives=None, summary="reference", failure_reason="",
-              hostnames=None):
+              hostnames=None, schema_version=2, traced_steps=(), kernel_trace=None):
     """Writes one run. step_times: scalar, [S] or [S, R] step lengths; intervals and
     collectives (rows of step, rank, kind, phase, begin, end, bytes) override the default
     layout. summary: "reference" (written for complete runs), None (not written) or a
-    dict to store verbatim."""
+    dict to store verbatim. schema_version 1 writes no /steps/traced. traced_steps: the
+    step indices of the traced window; kernel_trace: per rank, records (step, name,
+    category, duration_ns) for /kernel_trace (see write_kernel_trace)."""
+    assert schema_version >= 2 or not (traced_steps or kernel_trace), "v1 has no tracing"
     config = dict(config or base_config())
     if config.get("scaling") == "weak":
         config["global_batch"] = str(int(config["batch_per_rank"]) * world_size)
@@ -146,6 +220,7 @@ def write_run(path, *, world_size=1, step_times=0.1, steps=6, warmup_steps=1,
         config["batch_per_rank"] = str(int(config["global_batch"]) // world_size)
     step_index = np.arange(steps, dtype=np.int64)
     warmup = (step_index < warmup_steps).astype(np.uint8)
+    traced = np.isin(step_index, list(traced_steps)).astype(np.uint8)
     lengths = step_lengths(step_times, steps, world_size)
     if intervals is None:
         intervals = layout_intervals(lengths)
@@ -158,7 +233,7 @@ def write_run(path, *, world_size=1, step_times=0.1, steps=6, warmup_steps=1,
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     with h5py.File(path, "w") as handle:
         attrs = handle.attrs
-        attrs["schema_version"] = np.int64(1)
+        attrs["schema_version"] = np.int64(schema_version)
         for key, value in {"scalestudy_version": "0.1.0", "git_sha": git_sha,
                            "argv": f"scalestudy train --output {path}",
                            "start_time": "2025-01-01T00:00:00Z",
@@ -190,6 +265,8 @@ def write_run(path, *, world_size=1, step_times=0.1, steps=6, warmup_steps=1,
         group.create_dataset("loss", data=np.linspace(5.0, 4.0, steps), maxshape=(None,))
         group.create_dataset("tokens", data=tokens, maxshape=(None,)).attrs["units"] = "tokens"
         group.create_dataset("warmup", data=warmup, maxshape=(None,))
+        if schema_version >= 2:
+            group.create_dataset("traced", data=traced, maxshape=(None,))
         group.create_dataset("step_index", data=step_index, maxshape=(None,))
         comm_bytes = np.zeros((steps, len(COLLECTIVES)), dtype=np.int64)
         for step, rank, kind, _, _, _, payload, *_ in collectives:
@@ -232,9 +309,15 @@ def write_run(path, *, world_size=1, step_times=0.1, steps=6, warmup_steps=1,
             summary = None
         if summary == "reference":
             summary = reference_summary(intervals, warmup, tokens, step_index, collectives,
-                                        world_size, flops_per_step, peak, peak_source)
+                                        world_size, flops_per_step, peak, peak_source, traced)
         if summary is not None:
             group = handle.create_group("summary")
             for key, value in summary.items():
                 group.attrs[key] = value
+        if kernel_trace is not None:
+            measured = [i for i in range(steps) if not warmup[i] and not traced[i]]
+            median = (float(np.median([reference_step_time(intervals, i) for i in measured]))
+                      if measured else math.nan)
+            write_kernel_trace(handle, kernel_trace, (min(traced_steps), max(traced_steps)),
+                               lambda i: reference_step_time(intervals, i), median)
     return path

@@ -17,7 +17,7 @@ MPIEXEC = shutil.which("mpiexec")
 
 
 def write_bench(path, name, columns, *, status="complete", device="cpu", world_size=1, method=None,
-                repeats=3):
+                repeats=3, schema_version=1):
     """Writes a bench file as src/bench/bench_common.cpp does. columns: name -> list; the
     common columns not given are filled in (status ok, times from time_median_s)."""
     points = len(next(iter(columns.values())))
@@ -29,7 +29,7 @@ def write_bench(path, name, columns, *, status="complete", device="cpu", world_s
     columns.setdefault("time_q3_s", list(median * 1.1))
     columns.setdefault("calls_per_sample", [1] * points)
     with h5py.File(path, "w") as handle:
-        for key, value in {"schema_version": np.int64(1), "scalestudy_version": "0.1.0", "git_sha": "abc",
+        for key, value in {"schema_version": np.int64(schema_version), "scalestudy_version": "0.1.0", "git_sha": "abc",
                            "argv": f"scalestudy bench {name}", "start_time": "2025-01-01T00:00:00Z",
                            "end_time": "2025-01-01T00:01:00Z", "world_size": np.int64(world_size),
                            "nodes": np.int64(1), "ranks_per_node": np.int64(world_size), "backend": "cpu",
@@ -145,6 +145,17 @@ def test_failed_files_and_other_files_are_problems_not_data(tmp_path):
     for path, kind in ((failed, "failed"), (run, "unreadable")):
         loaded = bench.read_bench_file(path)
         assert not loaded.usable and [p.kind for p in loaded.problems] == [kind]
+
+
+@pytest.mark.parametrize("version, usable", [(1, True), (2, True), (3, False)])
+def test_bench_files_of_schema_1_and_2_are_read_and_others_are_named(tmp_path, version, usable):
+    path = tmp_path / "gemm.h5"
+    write_bench(path, "gemm", gemm_columns([("fp32", 64, 1e-3)]), schema_version=version)
+    loaded = bench.read_bench_file(path)
+    assert loaded.usable == usable
+    assert [p.kind for p in loaded.problems] == ([] if usable else ["unreadable"])
+    if not usable:
+        assert "schema_version 3" in loaded.problems[0].message
 
 
 def test_roofline_roofs_are_the_best_gemm_and_the_largest_size_bandwidth(tmp_path):

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from scalestudy_analysis.load import read_run
+from scalestudy_analysis.schema import SCHEMA_VERSION
 
 BINARY = os.environ.get("SCALESTUDY_BINARY")
 MPIEXEC = shutil.which("mpiexec")
@@ -41,7 +42,7 @@ def test_two_rank_file_carries_every_field(tmp_path, strategy):
                     "world_size", "nodes", "ranks_per_node", "backend", "precision", "status",
                     "failure_reason", "cuda_version", "nccl_version", "mpi_version", "hdf5_version"):
             assert key in root, key
-        assert root["status"] == "complete" and root["world_size"] == 2 and root["schema_version"] == 1
+        assert root["status"] == "complete" and root["world_size"] == 2 and root["schema_version"] == SCHEMA_VERSION
         assert handle["config"].attrs["strategy"] == strategy
         assert handle["ranks/hostname"].shape == (2,) and handle["ranks/device"].shape == (2,)
         intervals = handle["steps/intervals"]
@@ -53,6 +54,8 @@ def test_two_rank_file_carries_every_field(tmp_path, strategy):
         gather = steps[:, :, 5, :]
         assert np.all(np.isnan(gather)) if strategy == "ddp" else np.all(np.isfinite(gather[1:]))
         assert handle["steps/loss"].shape == (5,) and handle["steps/warmup"][...].tolist() == [1, 0, 0, 0, 0]
+        # Nothing is traced on the CPU (--profile-kernels needs CUDA), so no /kernel_trace.
+        assert handle["steps/traced"][...].tolist() == [0] * 5 and "kernel_trace" not in handle
         comm_bytes = handle["steps/comm_bytes"][...]
         assert comm_bytes.shape == (5, 5)
         main_kind = 0 if strategy == "ddp" else 1  # allreduce, or reduce_scatter
