@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# One call on a 2-GPU machine: every GPU test, then the kernel profile (--profile-kernels)
+# of GPT-2 small in bf16 on 1 and 2 GPUs and of one traced benchmark, and the untraced
+# training throughput at the batches given. Expects .gpu-bundle/ as jobscripts/gpu_check.sh
+# does; writes the HDF5 files and logs under $OUT (draw the report from them afterwards:
+# scalestudy-report DIR).
+set -uo pipefail
+out=${OUT:-/tmp/scalestudy-gpu-profile}
+mkdir -p "$out"
+bundle=$(pwd)/.gpu-bundle
+export LD_LIBRARY_PATH="$bundle:${LD_LIBRARY_PATH:-}" NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+binary="$bundle/scalestudy"
+mpirun="mpirun --allow-run-as-root --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE"
+{ "$binary" --version; nvidia-smi -L; } | tee "$out/machine.txt"
+
+if [ "${TESTS:-1}" = 1 ]; then
+  echo "== GPU tests" | tee "$out/gpu-tests.log"
+  for test in ${GPU_TESTS:-test_cuda_ops test_cuda_ops_bf16 test_flash_attention test_cupti_tracer}; do
+    timeout 300 $mpirun -np 1 "$bundle/$test" >>"$out/gpu-tests.log" 2>&1
+    echo "$test: exit $?" | tee -a "$out/gpu-tests.log"
+  done
+  for test in ${MULTI_GPU_TESTS:-mpi_test_nccl_strategies mpi_test_kernel_profile}; do
+    timeout 300 $mpirun -np 2 "$bundle/$test" >>"$out/gpu-tests.log" 2>&1
+    echo "$test (2 GPUs): exit $?" | tee -a "$out/gpu-tests.log"
+  done
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) |kernels/phases|speedup" "$out/gpu-tests.log"
+fi
+
+if [ "${PROFILE:-1}" = 1 ]; then
+  echo "== kernel profile" | tee "$out/profile.log"
+  common="train --backend cuda --model gpt2-small --seq 1024 --batch-per-rank ${PROFILE_BATCH:-8} --steps 12
+          --warmup-steps 3 --profile-kernels --profile-window 5-7 --experiment kernel-profile --log-every 4"
+  $mpirun -np 1 "$binary" $common --output "$out/profile-n1.h5" 2>&1 | tee -a "$out/profile.log" | tail -8
+  $mpirun -np 2 "$binary" $common --strategy ddp --overlap on --output "$out/profile-n2.h5" 2>&1 |
+    tee -a "$out/profile.log" | tail -8
+  "$binary" bench gemm --backend cuda --sizes 512,4096 --precisions bf16 --profile-kernels \
+    -o "$out/bench-gemm-traced.h5" 2>&1 | tee -a "$out/profile.log" | tail -4
+fi
+
+if [ "${THROUGHPUT:-1}" = 1 ]; then
+  echo "== throughput (untraced)" | tee "$out/throughput.log"
+  for batch in ${BATCHES:-8 16}; do
+    $mpirun -np 1 "$binary" train --backend cuda --model gpt2-small --seq 1024 --batch-per-rank "$batch" \
+      --steps 20 --warmup-steps 5 --log-every 20 2>&1 | tee -a "$out/throughput.log" | grep -E "median step|MFU"
+  done
+fi
