@@ -96,12 +96,23 @@ class Ops {
                                int in_channels, int out_channels) = 0;
 
   // ---- multi-head attention -------------------------------------------------------
-  // qkv[B,T,3C] holds Q, K, V side by side; out[B,T,C]; probs[B,NH,T,T] is kept for
-  // the backward. Scale 1/sqrt(head size); with causal, key t2 > query t is masked.
-  virtual void attention_forward(float* out, float* probs, const float* qkv,
+  // qkv[B,T,3C] holds Q, K, V side by side; out[B,T,C]. Scale 1/sqrt(head size); with
+  // causal, key t2 > query t is masked. `state` is what the forward keeps for the
+  // backward: the probabilities [B,NH,T,T] in a buffer of allocate_floats (every
+  // backend), or whatever allocate_attention_state chose. The backward reads the
+  // forward's out as well, and adds the gradients of Q, K and V into dqkv.
+  virtual void attention_forward(float* out, float* state, const float* qkv,
                                  const AttentionShape& shape) = 0;
   virtual void attention_backward(float* dqkv, const float* dout, const float* qkv,
-                                  const float* probs, const AttentionShape& shape) = 0;
+                                  const float* out, const float* state,
+                                  const AttentionShape& shape) = 0;
+  // The attention state of the model's layers: by default the probabilities; a backend
+  // with fused attention keeps less (the CUDA backend in bf16/fp16: the rows'
+  // log-sum-exp, [B,NH,T] fp32).
+  virtual float* allocate_attention_state(const AttentionShape& shape) {
+    return allocate_floats(static_cast<size_t>(shape.batch) * shape.heads * shape.seq * shape.seq,
+                           MemoryKind::activations);
+  }
 
   // ---- tanh-approximated GELU, elementwise ---------------------------------------
   virtual void gelu_forward(float* out, const float* inp, size_t elems) = 0;

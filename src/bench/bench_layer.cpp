@@ -169,7 +169,7 @@ void part_passes(Ops& ops, BlockBuffers& m, Part part, const AttentionShape& att
     ops.matmul_backward(m.dfch_gelu, m.dw_proj, m.db_proj, m.dout, m.fch_gelu, m.w_proj, n, 4 * c, c);
   };
   auto core_forward = [&ops, &m, att] { ops.attention_forward(m.atty, m.probs, m.qkv, att); };
-  auto core_backward = [&ops, &m, att] { ops.attention_backward(m.dqkv, m.datty, m.qkv, m.probs, att); };
+  auto core_backward = [&ops, &m, att] { ops.attention_backward(m.dqkv, m.datty, m.qkv, m.atty, m.probs, att); };
   switch (part) {
     case Part::ffn_dense:
       forward = fc_forward;

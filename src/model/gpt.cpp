@@ -75,7 +75,7 @@ Gpt::Gpt(Ops& ops, const ModelShape& shape, int micro_batch, int seq, size_t pad
   acts_ = new Activations();
   Activations& a = *acts_;
   const size_t N = static_cast<size_t>(batch_) * seq_;
-  const size_t C = shape.channels, V = shape.vocab, NH = shape.heads, T = seq_;
+  const size_t C = shape.channels, V = shape.vocab, NH = shape.heads;
   auto floats = [&](size_t elems) {
     float* p = ops_.allocate_floats(elems, MemoryKind::activations);
     a.owned.push_back(p);
@@ -84,6 +84,12 @@ Gpt::Gpt(Ops& ops, const ModelShape& shape, int micro_batch, int seq, size_t pad
   // Row statistics and losses stay fp32 whatever the activation precision.
   auto statistics = [&](size_t elems) {
     float* p = ops_.allocate_statistics(elems);
+    a.owned.push_back(p);
+    return p;
+  };
+  auto attention_state = [&](size_t heads) {
+    const AttentionShape shape_of_layer{batch_, seq_, static_cast<int>(C), static_cast<int>(heads), shape.causal};
+    float* p = ops_.allocate_attention_state(shape_of_layer);
     a.owned.push_back(p);
     return p;
   };
@@ -99,7 +105,7 @@ Gpt::Gpt(Ops& ops, const ModelShape& shape, int micro_batch, int seq, size_t pad
     layer.ln1_rstd = statistics(N);
     layer.qkv = floats(N * 3 * C);
     layer.atty = floats(N * C);
-    layer.att_probs = floats(static_cast<size_t>(batch_) * NH * T * T);
+    layer.att_probs = attention_state(NH);
     layer.residual2 = floats(N * C);
     layer.ln2 = floats(N * C);
     layer.ln2_mean = statistics(N);
@@ -252,7 +258,7 @@ void Gpt::backward(GradientSink& sink, float loss_scale) {
                          grad_at(g, seg, w.attn_proj_bias), a.dresidual, x.atty,
                          p + w.attn_proj_weight, N, C, C);
     ops_.fill_zero(a.dqkv, NC * 3);
-    ops_.attention_backward(a.dqkv, a.datty, x.qkv, x.att_probs, att);
+    ops_.attention_backward(a.dqkv, a.datty, x.qkv, x.atty, x.att_probs, att);
     ops_.fill_zero(a.dln, NC);
     ops_.matmul_backward(a.dln, grad_at(g, seg, w.qkv_weight), grad_at(g, seg, w.qkv_bias), a.dqkv,
                          x.ln1, p + w.qkv_weight, N, C, 3 * C);

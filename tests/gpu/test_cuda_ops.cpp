@@ -274,8 +274,8 @@ TEST_P(CudaOpsShapes, Attention) {
     const auto dout = random_floats(N * C, 41);
     auto dqkv = random_floats(qkv.size(), 42);
     float* d_dqkv = upload(dqkv);
-    cpu_.attention_backward(dqkv.data(), dout.data(), qkv.data(), probs.data(), shape);
-    gpu_->attention_backward(d_dqkv, upload(dout), d_qkv, upload(probs), shape);
+    cpu_.attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), probs.data(), shape);
+    gpu_->attention_backward(d_dqkv, upload(dout), d_qkv, d_out, upload(probs), shape);
     EXPECT_TRUE(matches("attention dqkv" + label, d_dqkv, dqkv, kDotProduct));
   }
 }

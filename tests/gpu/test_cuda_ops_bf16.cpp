@@ -397,8 +397,8 @@ TEST_P(CudaOpsHalfShapes, Attention) {
     const auto dout = rounded(random_floats(N * C, 41));
     auto dqkv = rounded(random_floats(qkv.size(), 42));
     float* d_dqkv = activation(dqkv);
-    cpu_.attention_backward(dqkv.data(), dout.data(), qkv.data(), probs_rounded.data(), shape);
-    gpu_->attention_backward(d_dqkv, activation(dout), d_qkv, activation(probs_rounded), shape);
+    cpu_.attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), probs_rounded.data(), shape);
+    gpu_->attention_backward(d_dqkv, activation(dout), d_qkv, d_out, activation(probs_rounded), shape);
     expect_close("attention dqkv" + label, d_dqkv, dqkv, gemm_tolerance(dqkv));
   }
 }
@@ -473,11 +473,20 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaOpsHalfShapes,
 
 // ---- a whole model step -------------------------------------------------------------
 
+// Head size 16 runs the cuBLAS attention; head size 64 the fused kernels
+// (allocate_attention_state keeps the log-sum-exp), over more than one 64-row tile.
+struct WholeModelCase {
+  int channels, heads, seq;
+  const char* attention;
+};
+
 TEST_P(CudaOpsHalf, WholeModelLossAndGradientsMatchTheFp32Cpu) {
+  for (const WholeModelCase& model_case : {WholeModelCase{64, 4, 17, "cuBLAS attention"},
+                                           WholeModelCase{128, 2, 70, "fused attention"}})
   for (bool causal : {true, false}) {
-    const std::string label = causal ? " (causal)" : " (bidirectional)";
-    const ModelShape shape{2, 64, 4, 101, 32, causal};
-    const int batch = 3, seq = 17;
+    const std::string label = std::string(causal ? " (causal, " : " (bidirectional, ") + model_case.attention + ")";
+    const ModelShape shape{2, model_case.channels, model_case.heads, 101, 80, causal};
+    const int batch = 3, seq = model_case.seq;
     const ParameterLayout layout = make_parameter_layout(shape);
     const size_t param_elems = layout.param_elems;
     Gpt cpu_model(cpu_, shape, batch, seq, param_elems);
@@ -661,7 +670,7 @@ TEST_P(CudaOpsHalf, Gpt2SmallTimings) {
       {"matmul fwd LM head", 3, [&] { ops.matmul_forward(logits, x, params, nullptr, N, C, V); }},
       {"matmul bwd LM head", 3, [&] { ops.matmul_backward(x, grads, nullptr, dlogits, x, params, N, C, V); }},
       {"attention fwd", 5, [&] { ops.attention_forward(y, probs, qkv, att); }},
-      {"attention bwd", 5, [&] { ops.attention_backward(dqkv, y, qkv, probs, att); }},
+      {"attention bwd", 5, [&] { ops.attention_backward(dqkv, y, qkv, y, probs, att); }},
       {"layernorm fwd", 10, [&] { ops.layernorm_forward(y, stats, stats + N, x, params, params, N, C); }},
       {"layernorm bwd", 10, [&] { ops.layernorm_backward(x, grads, grads + C, y, x, params, stats, stats + N, N, C); }},
       {"gelu fwd", 10, [&] { ops.gelu_forward(wide2, wide, 4 * NC); }},

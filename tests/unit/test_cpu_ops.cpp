@@ -490,7 +490,7 @@ TEST(CpuOpsAttention, BackwardMatchesFiniteDifferences) {
     ops.attention_forward(out.data(), probs.data(), qkv.data(), shape);
     const auto dqkv_prior = random_floats(qkv.size(), 36);
     auto dqkv = dqkv_prior;
-    ops.attention_backward(dqkv.data(), r.data(), qkv.data(), probs.data(), shape);
+    ops.attention_backward(dqkv.data(), r.data(), qkv.data(), out.data(), probs.data(), shape);
     std::vector<double> qkv_double = to_double(qkv), ref_out, ref_probs;
     auto objective = [&] {
       attention_reference(ref_out, ref_probs, qkv_double, shape);

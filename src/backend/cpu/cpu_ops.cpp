@@ -344,7 +344,7 @@ void CpuOps::attention_forward(float* out, float* probs, const float* qkv,
 }
 
 // Softmax backward in its O(T) form: dscore[t2] = p[t2] * (dp[t2] - sum_t3 p[t3] dp[t3]).
-void CpuOps::attention_backward(float* dqkv, const float* dout, const float* qkv,
+void CpuOps::attention_backward(float* dqkv, const float* dout, const float* qkv, const float* /*out*/,
                                 const float* probs, const AttentionShape& shape) {
   const int head_size = head_size_of(shape);
   const int seq = shape.seq;

@@ -62,7 +62,7 @@ class CpuOps final : public Ops {
 
   void attention_forward(float* out, float* probs, const float* qkv,
                          const AttentionShape& shape) override;
-  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* probs,
+  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* probs,
                           const AttentionShape& shape) override;
 
   void gelu_forward(float* out, const float* inp, size_t elems) override;

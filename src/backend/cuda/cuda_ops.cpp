@@ -11,6 +11,7 @@
 
 #include "adamw.cuh"
 #include "attention.cuh"
+#include "flash_attention.cuh"
 #include "backend/cuda/cuda_step_timer.h"
 #include "backend/cuda/cupti_tracer.h"
 #include "backend/cuda/device_info.h"
@@ -538,37 +539,72 @@ void CudaOps::matmul_backward(float* dinp, float* dweight, float* dbias, const f
                                in_channels, out_channels, scratch, scratch_elems);
 }
 
-void CudaOps::attention_forward(float* out, float* probs, const float* qkv,
+float* CudaOps::allocate_attention_state(const AttentionShape& shape) {
+  if (half_mode() && cuda::flash_attention_supported(shape))
+    return allocate_statistics(static_cast<size_t>(shape.batch) * shape.heads * shape.seq);
+  return Ops::allocate_attention_state(shape);
+}
+
+// In bf16/fp16 an fp32 state is the fused kernels' log-sum-exp (allocate_attention_state).
+bool CudaOps::fused_attention_state(const float* state, const AttentionShape& shape) const {
+  if (!half_mode() || stores_half(state, "state")) return false;
+  SCALESTUDY_CHECK(cuda::flash_attention_supported(shape),
+                   "an fp32 attention state in " + std::string(mode_name()) +
+                       " asks for the fused kernels, which do not take this shape");
+  return true;
+}
+
+void CudaOps::attention_forward(float* out, float* state, const float* qkv,
                                 const AttentionShape& shape) {
   ScopedKernelTag tag(KernelCategory::attention);
-  if (half_operands("attention_forward", {{out, "out"}, {probs, "probs"}, {qkv, "qkv"}})) {
+  if (fused_attention_state(state, shape)) {
+    SCALESTUDY_CHECK(half_operands("attention_forward", {{out, "out"}, {qkv, "qkv"}}),
+                     "the fused attention needs 16-bit out and qkv");
+    with_half_type(precision_, [&](auto storage) {
+      using Half = typename decltype(storage)::type;
+      cuda::launch_flash_attention_forward(stream_, as<Half>(out), state, as<Half>(qkv), shape);
+    });
+    return;
+  }
+  if (half_operands("attention_forward", {{out, "out"}, {state, "probs"}, {qkv, "qkv"}})) {
     float* scratch = scratch_floats(cuda::attention_forward_scratch_elems_16bit(shape));
     with_half_type(precision_, [&](auto storage) {
       using Half = typename decltype(storage)::type;
-      cuda::launch_attention_forward(cublas_, stream_, as<Half>(out), as<Half>(probs),
+      cuda::launch_attention_forward(cublas_, stream_, as<Half>(out), as<Half>(state),
                                      as<Half>(qkv), shape, scratch, scratch_elems_);
     });
     return;
   }
-  cuda::launch_attention_forward(cublas_, stream_, out, probs, qkv, shape);
+  cuda::launch_attention_forward(cublas_, stream_, out, state, qkv, shape);
 }
 
-void CudaOps::attention_backward(float* dqkv, const float* dout, const float* qkv,
-                                 const float* probs, const AttentionShape& shape) {
+void CudaOps::attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
+                                 const float* state, const AttentionShape& shape) {
   ScopedKernelTag tag(KernelCategory::attention);
+  if (fused_attention_state(state, shape)) {
+    SCALESTUDY_CHECK(half_operands("attention_backward", {{dqkv, "dqkv"}, {dout, "dout"}, {qkv, "qkv"}, {out, "out"}}),
+                     "the fused attention needs 16-bit dqkv, dout, qkv and out");
+    float* scratch = scratch_floats(cuda::flash_attention_backward_scratch_elems(shape));
+    with_half_type(precision_, [&](auto storage) {
+      using Half = typename decltype(storage)::type;
+      cuda::launch_flash_attention_backward(stream_, as<Half>(dqkv), as<Half>(dout), as<Half>(qkv), as<Half>(out),
+                                            state, shape, scratch, scratch_elems_);
+    });
+    return;
+  }
   if (half_operands("attention_backward",
-                    {{dqkv, "dqkv"}, {dout, "dout"}, {qkv, "qkv"}, {probs, "probs"}})) {
+                    {{dqkv, "dqkv"}, {dout, "dout"}, {qkv, "qkv"}, {state, "probs"}})) {
     float* scratch = scratch_floats(cuda::attention_backward_scratch_elems_16bit(shape));
     with_half_type(precision_, [&](auto storage) {
       using Half = typename decltype(storage)::type;
       cuda::launch_attention_backward(cublas_, stream_, as<Half>(dqkv), as<Half>(dout),
-                                      as<Half>(qkv), as<Half>(probs), shape, scratch,
+                                      as<Half>(qkv), as<Half>(state), shape, scratch,
                                       scratch_elems_);
     });
     return;
   }
   float* scratch = scratch_floats(cuda::attention_backward_scratch_elems(shape));
-  cuda::launch_attention_backward(cublas_, stream_, dqkv, dout, qkv, probs, shape, scratch,
+  cuda::launch_attention_backward(cublas_, stream_, dqkv, dout, qkv, state, shape, scratch,
                                   scratch_elems_);
 }
 

@@ -111,10 +111,14 @@ class CudaOps final : public Ops {
                        const float* inp, const float* weight, int rows, int in_channels,
                        int out_channels) override;
 
-  void attention_forward(float* out, float* probs, const float* qkv,
+  // A `state` from allocate_attention_state in bf16/fp16 is the fused kernels' fp32
+  // log-sum-exp (kernels/flash_attention.cuh, no T×T matrix); a 16-bit (or, in fp32, an
+  // fp32) buffer of [B,NH,T,T] runs the cuBLAS path, which stores the probabilities.
+  void attention_forward(float* out, float* state, const float* qkv,
                          const AttentionShape& shape) override;
-  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* probs,
-                          const AttentionShape& shape) override;
+  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
+                          const float* state, const AttentionShape& shape) override;
+  float* allocate_attention_state(const AttentionShape& shape) override;
 
   void gelu_forward(float* out, const float* inp, size_t elems) override;
   void gelu_backward(float* dinp, const float* inp, const float* dout, size_t elems) override;
@@ -176,6 +180,8 @@ class CudaOps final : public Ops {
   bool stores_half(const void* ptr, const char* what) const;
   // Whether the (non-null) operands of `op` are all 16-bit; a mix aborts.
   bool half_operands(const char* op, std::initializer_list<Operand> operands) const;
+  // Whether an attention state is the fused kernels' (bf16/fp16, an fp32 buffer).
+  bool fused_attention_state(const float* state, const AttentionShape& shape) const;
   // Aborts when ptr is 16-bit storage: statistics, losses, gradients and optimizer state.
   void require_fp32(const void* ptr, const char* what) const;
   // The 16-bit copy of the parameter `weight` points at.
