@@ -12,6 +12,7 @@ complete point, so an interrupted sweep picks up where it stopped.
 """
 import argparse
 import configparser
+import dataclasses
 import math
 import os
 import re
@@ -227,7 +228,8 @@ def run_local(sweep, points, binary, mpirun):
     for index, point in enumerate(pending, 1):
         point.result.parent.mkdir(parents=True, exist_ok=True)
         log = point.result.with_suffix(".log")
-        command = [mpirun, "--oversubscribe", "-np", str(point.ranks), "-x", "NCCL_NVLS_ENABLE=0"]
+        # Unbound: a rank's host threads (the comm thread, NCCL's proxy) must not share one core.
+        command = [mpirun, "--oversubscribe", "--bind-to", "none", "-np", str(point.ranks), "-x", "NCCL_NVLS_ENABLE=0"]
         if os.geteuid() == 0:
             command.append("--allow-run-as-root")
         command += [str(binary)] + train_arguments(sweep, point)
@@ -336,9 +338,21 @@ def main(argv=None):
                         help="the scalestudy binary (default: %(default)s)")
     parser.add_argument("--mpirun", default="mpirun", help="MPI launcher for --launcher local")
     parser.add_argument("--no-report", action="store_true", help="local: skip the report after the points")
+    parser.add_argument("--gpus", help="run only these GPU counts, a subset of the experiment's (e.g. 1..4 on a "
+                                       "machine with fewer GPUs than the experiment asks for)")
+    parser.add_argument("--output-dir", help="write the results here instead of the experiment's output_dir")
     args = parser.parse_args(argv)
     try:
         sweep = read_experiment(args.experiment)
+        if args.gpus:
+            subset = parse_gpu_counts(args.gpus)
+            outside = [n for n in subset if n not in sweep.gpu_counts]
+            if outside:
+                raise UsageError(f"--gpus {args.gpus}: {outside} not among the experiment's counts "
+                                 f"{list(sweep.gpu_counts)}")
+            sweep = dataclasses.replace(sweep, gpu_counts=subset)
+        if args.output_dir:
+            sweep = dataclasses.replace(sweep, output_dir=Path(args.output_dir))
         points = plan(sweep)
         if args.dry_run:
             print_plan(sweep, points)

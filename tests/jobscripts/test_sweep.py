@@ -109,3 +109,14 @@ def test_an_interrupted_sweep_runs_only_the_missing_points(tmp_path):
     assert all(sweep.result_status(p.result) == "complete" for p in points)
     again = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert "4 of 4 point(s) already complete" in again.stdout
+
+
+def test_a_gpu_subset_and_another_output_folder(tmp_path, capsys):
+    path = write_experiment(tmp_path, ["scaling = weak", "gpus = 1..8", f"output_dir = {tmp_path}/out"],
+                            ["model = tiny", "batch-per-rank = 2"])
+    assert sweep.main([str(path), "--dry-run", "--gpus", "1..4", "--output-dir", str(tmp_path / "elsewhere")]) == 0
+    plan = capsys.readouterr().out
+    assert "n4-r0" in plan and "n8-r0" not in plan
+    assert str(tmp_path / "elsewhere") in plan
+    assert sweep.main([str(path), "--dry-run", "--gpus", "3"]) == 2
+    assert "--gpus 3" in capsys.readouterr().err
