@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# One call on a 2-GPU machine: every GPU test, then the kernel profile (--profile-kernels)
-# of GPT-2 small in bf16 on 1 and 2 GPUs and of one traced benchmark, and the untraced
-# training throughput at the batches given. Expects .gpu-bundle/ as jobscripts/gpu_check.sh
-# does; writes the HDF5 files and logs under $OUT (draw the report from them afterwards:
-# scalestudy-report DIR).
+# One call on a machine of 2 or more GPUs: every GPU test, then the kernel profile
+# (--profile-kernels) of GPT-2 small in bf16 on 1, 2, ... GPUs (PROFILE_GPUS) and of one
+# traced benchmark, and the untraced training throughput at the batches given. Expects
+# .gpu-bundle/ as jobscripts/gpu_check.sh does; writes logs under $OUT and the HDF5 files
+# into $OUT/profile-h5.tgz (draw the report from them afterwards: scalestudy-report DIR).
 set -uo pipefail
 out=${OUT:-/tmp/scalestudy-gpu-profile}
 mkdir -p "$out"
@@ -28,13 +28,17 @@ fi
 
 if [ "${PROFILE:-1}" = 1 ]; then
   echo "== kernel profile" | tee "$out/profile.log"
+  h5=/tmp/scalestudy-profile
+  rm -rf "$h5" && mkdir -p "$h5"
   common="train --backend cuda --model gpt2-small --seq 1024 --batch-per-rank ${PROFILE_BATCH:-8} --steps 12
-          --warmup-steps 3 --profile-kernels --profile-window 5-7 --experiment kernel-profile --log-every 4"
-  $mpirun -np 1 "$binary" $common --output "$out/profile-n1.h5" 2>&1 | tee -a "$out/profile.log" | tail -8
-  $mpirun -np 2 "$binary" $common --strategy ddp --overlap on --output "$out/profile-n2.h5" 2>&1 |
-    tee -a "$out/profile.log" | tail -8
+          --warmup-steps 3 --profile-kernels --profile-window 5-7 --experiment kernel-profile --log-every 4
+          --strategy ddp --overlap on"
+  for n in ${PROFILE_GPUS:-1 2}; do
+    $mpirun -np "$n" "$binary" $common --output "$h5/profile-n$n.h5" 2>&1 | tee -a "$out/profile.log" | tail -8
+  done
   "$binary" bench gemm --backend cuda --sizes 512,4096 --precisions bf16 --profile-kernels \
-    -o "$out/bench-gemm-traced.h5" 2>&1 | tee -a "$out/profile.log" | tail -4
+    -o "$h5/bench-gemm-traced.h5" 2>&1 | tee -a "$out/profile.log" | tail -4
+  tar czf "$out/profile-h5.tgz" -C "$h5" .
 fi
 
 if [ "${THROUGHPUT:-1}" = 1 ]; then
@@ -43,4 +47,11 @@ if [ "${THROUGHPUT:-1}" = 1 ]; then
     $mpirun -np 1 "$binary" train --backend cuda --model gpt2-small --seq 1024 --batch-per-rank "$batch" \
       --steps 20 --warmup-steps 5 --log-every 20 2>&1 | tee -a "$out/throughput.log" | grep -E "median step|MFU"
   done
+fi
+
+if [ "${VS_TORCH:-1}" = 1 ]; then
+  echo "== against PyTorch" | tee "$out/vs-torch.log"
+  python3 jobscripts/bench_vs_pytorch.py --binary "$binary" --model "${MODEL:-gpt2-small}" --gpus 1 2 \
+    --batch-per-gpu "${TORCH_BATCH:-16}" --pytorch-gpus 1 --pytorch-modes ${TORCH_MODES:-eager compile} \
+    --pytorch-precisions bf16 --workdir /tmp/vs-torch 2>&1 | tee -a "$out/vs-torch.log" | tail -14
 fi

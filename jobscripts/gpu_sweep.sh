@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# One call on a GPU node: the sweep of an experiment file for the GPU counts the node has,
+# with the local launcher (mpirun, as the Slurm scripts would run a point on one node).
+# Usage: jobscripts/gpu_sweep.sh EXPERIMENT GPU_COUNTS, e.g.
+#   jobscripts/gpu_sweep.sh experiments/gpt2-small-weak.ini 1..4
+# Expects .gpu-bundle/ as jobscripts/gpu_check.sh does. The results go to a tarball under
+# $OUT (a call brings back only a few files); draw the report from them afterwards:
+# scalestudy-report FOLDER.
+set -uo pipefail
+out=${OUT:-/tmp/scalestudy-gpu-sweep}
+mkdir -p "$out"
+bundle=$(pwd)/.gpu-bundle
+export LD_LIBRARY_PATH="$bundle:${LD_LIBRARY_PATH:-}" NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+python=python3
+[ -x /opt/torch/.venv/bin/python3 ] && python=/opt/torch/.venv/bin/python3
+experiment=$1
+gpus=$2
+name=$(basename "$experiment" .ini)
+{ "$bundle/scalestudy" --version; nvidia-smi -L; } | tee "$out/$name.log"
+$python jobscripts/sweep.py "$experiment" --binary "$bundle/scalestudy" --gpus "$gpus" \
+  --output-dir "/tmp/sweep/$name" --no-report 2>&1 | tee -a "$out/$name.log"
+tar czf "$out/$name.tgz" -C /tmp/sweep "$name"
