@@ -92,7 +92,9 @@ TEST(KernelProfile2Gpu, KernelTimesMatchThePhasesAndNcclIsCommunication) {
       EXPECT_EQ(record.category, KernelCategory::communication) << name;
       EXPECT_EQ(stream, "comm") << name;
     }
-    if (name.find("scalestudy::") != std::string::npos) EXPECT_NE(record.category, KernelCategory::other) << name;
+    if (name.find("scalestudy::") != std::string::npos) {
+      EXPECT_NE(record.category, KernelCategory::other) << name;
+    }
   }
   EXPECT_GT(nccl_kernels, 0) << "no NCCL kernel was traced";
   for (const auto& [stream, seconds] : busy_s)
