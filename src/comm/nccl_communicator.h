@@ -7,8 +7,9 @@
 //                                          │                               ▲
 //   comm:                                  └─▶[begin] ncclAllReduce [end]──┘
 //
-//   start_*:  record `ready` on compute; the comm stream waits for it, records `begin`,
-//             runs the NCCL call, records `end`. The host returns at once.
+//   start_*:  record `ready` on compute; the comm stream waits for it and for the host to
+//             finish enqueuing (enqueue_gate.h), records `begin`, runs the NCCL call,
+//             records `end`. The host returns at once.
 //   finish:   the compute stream waits for `end` (recording `wait_begin`/`wait_end`
 //             around the wait); the host returns at once.
 //
@@ -34,6 +35,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "comm/enqueue_gate.h"
 
 namespace scalestudy {
 
@@ -95,6 +97,7 @@ class NcclCommunicator final : public Communicator {
   ncclComm_t nccl_ = nullptr;
   cudaStream_t compute_stream_;
   cudaStream_t comm_stream_ = nullptr;
+  EnqueueGate gate_;
   cudaEvent_t epoch_ = nullptr;
   std::vector<cudaEvent_t> all_events_, free_events_;
   double* device_doubles_ = nullptr;

@@ -1,9 +1,9 @@
 #pragma once
 // The CUDA backend's KernelTracer: CUPTI's activity API, with libcupti opened by dlopen
 // when the first tracer is made, so that a run without --profile-kernels never loads it.
-// It records concurrent kernels, memcpys and memsets; the CUDA runtime and driver API
-// records and the external correlation records are read only to match each launch with
-// the ScopedKernelTag its op opened (kernel_tag.h). One tracer at a time per process.
+// It records concurrent kernels, memcpys and memsets; the CUDA runtime API records and
+// the external correlation records are read only to match each launch with the
+// ScopedKernelTag its op opened (kernel_tag.h). One tracer at a time per process.
 #include <memory>
 #include <string>
 
