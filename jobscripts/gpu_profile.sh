@@ -51,7 +51,7 @@ fi
 
 if [ "${VS_TORCH:-1}" = 1 ]; then
   echo "== against PyTorch" | tee "$out/vs-torch.log"
-  python3 jobscripts/bench_vs_pytorch.py --binary "$binary" --model "${MODEL:-gpt2-small}" --gpus 1 2 \
+  python3 jobscripts/bench_vs_pytorch.py --binary "$binary" --model "${MODEL:-gpt2-small}" --gpus 1 2 --precision bf16 \
     --batch-per-gpu "${TORCH_BATCH:-16}" --pytorch-gpus 1 --pytorch-modes ${TORCH_MODES:-eager compile} \
     --pytorch-precisions bf16 --workdir /tmp/vs-torch 2>&1 | tee -a "$out/vs-torch.log" | tail -14
 fi
