@@ -97,8 +97,6 @@ CommHandle NcclCommunicator::launch(CollectiveKind kind, const std::string& phas
   // The hand-off: the comm stream starts only after everything compute has issued so far.
   CHECK_CUDA(cudaEventRecord(ready, compute_stream_));
   CHECK_CUDA(cudaStreamWaitEvent(comm_stream_, ready, 0));
-  // `begin` passes once the NCCL call below is enqueued, not while the host is still in it.
-  const uint32_t ticket = gate_.close(comm_stream_);
   CHECK_CUDA(cudaEventRecord(entry.begin, comm_stream_));
   entry.started_at = std::chrono::steady_clock::now();
   {
@@ -107,7 +105,6 @@ CommHandle NcclCommunicator::launch(CollectiveKind kind, const std::string& phas
   }
   nccl_call();
   CHECK_CUDA(cudaEventRecord(entry.end, comm_stream_));
-  gate_.open(ticket);
   free_events_.push_back(ready);  // reusable once recorded: later waits use their own copy
   payload_bytes_by_kind_[static_cast<int>(kind)] += payload_bytes;
   return CommHandle{entry.id};

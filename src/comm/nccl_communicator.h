@@ -7,9 +7,15 @@
 //                                          │                               ▲
 //   comm:                                  └─▶[begin] ncclAllReduce [end]──┘
 //
-//   start_*:  record `ready` on compute; the comm stream waits for it and for the host to
-//             finish enqueuing (enqueue_gate.h), records `begin`, runs the NCCL call,
-//             records `end`. The host returns at once.
+//   start_*:  record `ready` on compute; the comm stream waits for it, records `begin`,
+//             runs the NCCL call, records `end`. The host returns at once.
+//
+//   `begin` is passed as soon as the comm stream reaches it. When the comm stream is idle
+//   that can be before the host has finished enqueuing the NCCL call, so the interval
+//   then includes the host's enqueue time; the kernel profile (--profile-kernels) shows
+//   how much. Holding the stream until the enqueue returns (a stream wait on a host word
+//   set after ncclAllReduce) deadlocked under NCCL 2.28, whose enqueue waits on the
+//   stream.
 //   finish:   the compute stream waits for `end` (recording `wait_begin`/`wait_end`
 //             around the wait); the host returns at once.
 //
@@ -35,7 +41,6 @@
 #include <vector>
 
 #include "comm/communicator.h"
-#include "comm/enqueue_gate.h"
 
 namespace scalestudy {
 
@@ -97,7 +102,6 @@ class NcclCommunicator final : public Communicator {
   ncclComm_t nccl_ = nullptr;
   cudaStream_t compute_stream_;
   cudaStream_t comm_stream_ = nullptr;
-  EnqueueGate gate_;
   cudaEvent_t epoch_ = nullptr;
   std::vector<cudaEvent_t> all_events_, free_events_;
   double* device_doubles_ = nullptr;
