@@ -14,8 +14,8 @@
 //   that can be before the host has finished enqueuing the NCCL call, so the interval
 //   then includes the host's enqueue time; the kernel profile (--profile-kernels) shows
 //   how much. Holding the stream until the enqueue returns (a stream wait on a host word
-//   set after ncclAllReduce) deadlocked under NCCL 2.28, whose enqueue waits on the
-//   stream.
+//   set after ncclAllReduce) hung the 2-GPU tests under NCCL 2.28: its enqueue seems to
+//   wait for the stream.
 //   finish:   the compute stream waits for `end` (recording `wait_begin`/`wait_end`
 //             around the wait); the host returns at once.
 //
