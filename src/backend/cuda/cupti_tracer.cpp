@@ -237,42 +237,23 @@ class CuptiTracer final : public KernelTracer {
         case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
         case CUPTI_ACTIVITY_KIND_KERNEL: {
           const auto* kernel = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
-          Pending pending;
-          pending.record.kind = TraceRecordKind::kernel;
-          pending.record.start_ns = static_cast<int64_t>(kernel->start);
-          pending.record.end_ns = static_cast<int64_t>(kernel->end);
+          Pending& pending = add_pending(TraceRecordKind::kernel, kernel->start, kernel->end, 0,
+                                         kernel->name ? kernel->name : "(unnamed kernel)", kernel->streamId,
+                                         kernel->correlationId);
           pending.record.grid = {kernel->gridX, kernel->gridY, kernel->gridZ};
           pending.record.block = {kernel->blockX, kernel->blockY, kernel->blockZ};
-          pending.raw_name = kernel->name ? kernel->name : "(unnamed kernel)";
-          pending.stream_id = kernel->streamId;
-          pending.correlation = kernel->correlationId;
-          pending_.push_back(std::move(pending));
           break;
         }
         case CUPTI_ACTIVITY_KIND_MEMCPY: {
           const auto* copy = reinterpret_cast<const CUpti_ActivityMemcpy6*>(record);
-          Pending pending;
-          pending.record.kind = TraceRecordKind::memcpy;
-          pending.record.start_ns = static_cast<int64_t>(copy->start);
-          pending.record.end_ns = static_cast<int64_t>(copy->end);
-          pending.record.bytes = static_cast<int64_t>(copy->bytes);
-          pending.raw_name = memcpy_name(copy->copyKind);
-          pending.stream_id = copy->streamId;
-          pending.correlation = copy->correlationId;
-          pending_.push_back(std::move(pending));
+          add_pending(TraceRecordKind::memcpy, copy->start, copy->end, copy->bytes, memcpy_name(copy->copyKind),
+                      copy->streamId, copy->correlationId);
           break;
         }
         case CUPTI_ACTIVITY_KIND_MEMSET: {
           const auto* set = reinterpret_cast<const CUpti_ActivityMemset4*>(record);
-          Pending pending;
-          pending.record.kind = TraceRecordKind::memset;
-          pending.record.start_ns = static_cast<int64_t>(set->start);
-          pending.record.end_ns = static_cast<int64_t>(set->end);
-          pending.record.bytes = static_cast<int64_t>(set->bytes);
-          pending.raw_name = "memset";
-          pending.stream_id = set->streamId;
-          pending.correlation = set->correlationId;
-          pending_.push_back(std::move(pending));
+          add_pending(TraceRecordKind::memset, set->start, set->end, set->bytes, "memset", set->streamId,
+                      set->correlationId);
           break;
         }
         case CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION: {
@@ -283,6 +264,19 @@ class CuptiTracer final : public KernelTracer {
         default: break;  // API records: only their correlation ids matter, via the above
       }
     }
+  }
+
+  Pending& add_pending(TraceRecordKind kind, uint64_t start_ns, uint64_t end_ns, uint64_t bytes,
+                       const char* raw_name, uint32_t stream_id, uint32_t correlation) {
+    Pending& pending = pending_.emplace_back();
+    pending.record.kind = kind;
+    pending.record.start_ns = static_cast<int64_t>(start_ns);
+    pending.record.end_ns = static_cast<int64_t>(end_ns);
+    pending.record.bytes = static_cast<int64_t>(bytes);
+    pending.raw_name = raw_name;
+    pending.stream_id = stream_id;
+    pending.correlation = correlation;
+    return pending;
   }
 
   int32_t name_index(const std::string& raw_name, TraceRecordKind kind) {
