@@ -40,6 +40,11 @@ void print_summary(const Trainer& trainer, const RunRecorder& recorder, const Ru
   std::printf("\n  median step %.2f ms [IQR %.2f-%.2f] over %lld measured steps, %.0f tokens/s, %.4f TFLOP/s per rank\n",
               s.step_time_median_s * 1e3, s.step_time_q1_s * 1e3, s.step_time_q3_s * 1e3,
               static_cast<long long>(s.steps_measured), s.tokens_per_s, s.tflops_per_gpu);
+  if (s.recompute_flops_per_step > 0)
+    std::printf("  with recomputation %.4f TFLOP/s per rank executed (%.2f TFLOP per step recomputed)\n",
+                (s.flops_per_step + s.recompute_flops_per_step) / s.step_time_median_s /
+                    static_cast<double>(trainer.config().world_size) / 1e12,
+                s.recompute_flops_per_step / 1e12);
   if (std::isfinite(s.mfu))
     std::printf("  MFU %.1f%% of %.3f TFLOP/s (%s)\n", 100.0 * s.mfu, s.peak_tflops_per_gpu, s.peak_source.c_str());
   std::printf("  communication %.2f ms per step, %.2f ms of it exposed (%.0f%%)\n", s.comm_time_median_s * 1e3,

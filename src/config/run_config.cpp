@@ -28,6 +28,7 @@ struct RawOptions {
   int layers = 0, hidden = 0, heads = 0, vocab = 0, max_seq = 0;
   std::string config_file;
   std::string profile_window = "auto";
+  std::string recompute = "off";
 };
 
 po::options_description train_options(RunConfig& c, RawOptions& raw) {
@@ -41,7 +42,10 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
       ("vocab", po::value(&raw.vocab)->default_value(0, "preset"), "vocabulary size (V)")
       ("max-seq", po::value(&raw.max_seq)->default_value(0, "preset"), "rows of the position table")
       ("attention", po::value(&raw.attention)->default_value("", "preset"), "causal or bidirectional")
-      ("seq", po::value(&c.seq)->default_value(0, "max-seq"), "tokens per sample (T); at most --max-seq");
+      ("seq", po::value(&c.seq)->default_value(0, "max-seq"), "tokens per sample (T); at most --max-seq")
+      ("recompute", po::value(&raw.recompute)->default_value(raw.recompute),
+       "on: keep only each block's output and recompute the block in backward (activation checkpointing): "
+       "far less activation memory for one more forward of the blocks");
 
   po::options_description batch("Batch and scaling");
   batch.add_options()
@@ -227,6 +231,9 @@ void resolve_and_validate(RunConfig& c, const RawOptions& raw) {
   if (raw.strategy == "ddp") c.strategy = Strategy::ddp;
   else if (raw.strategy == "zero2") c.strategy = Strategy::zero2;
   else bad_value("strategy", raw.strategy, "must be ddp or zero2");
+  if (raw.recompute == "on") c.recompute = true;
+  else if (raw.recompute == "off") c.recompute = false;
+  else bad_value("recompute", raw.recompute, "must be on or off");
   if (raw.overlap == "on") c.overlap = true;
   else if (raw.overlap == "off") c.overlap = false;
   else bad_value("overlap", raw.overlap, "must be on or off");
@@ -338,6 +345,7 @@ std::vector<std::pair<std::string, std::string>> describe_config(const RunConfig
       {"max_seq", text(c.shape.max_seq)},
       {"attention", c.shape.causal ? "causal" : "bidirectional"},
       {"seq", text(c.seq)},
+      {"recompute", c.recompute ? "on" : "off"},
       {"scaling", scaling_name(c.scaling)},
       {"global_batch", text(c.global_batch)},
       {"batch_per_rank", text(c.batch_per_rank)},

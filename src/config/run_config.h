@@ -18,6 +18,7 @@ struct RunConfig {
   std::string model = "tiny";  // preset name; the fields below override it
   ModelShape shape;            // resolved from the preset and the overrides
   int seq = 0;                 // tokens per sample (T); 0 = the preset's max_seq
+  bool recompute = false;      // recompute each block's activations in backward
 
   // ---- batch and scaling ------------------------------------------------------------
   Scaling scaling = Scaling::weak;

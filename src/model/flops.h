@@ -3,13 +3,20 @@
 // notebook's (the Megatron-LM paper's accounting, Narayanan et al. 2021):
 //   forward, per layer: 24·b·s·h² + 4·b·s²·h
 //   logits:             2·b·s·h·V
-//   training step:      3 × forward (4 × with activation recomputation)
-// They count multiply-adds as two FLOPs and ignore the elementwise ops.
+//   training step:      3 × forward
+// They count multiply-adds as two FLOPs and ignore the elementwise ops. With activation
+// recomputation (--recompute) the blocks' forward runs once more in backward; the paper
+// counts that as 4 × forward, but the logits layer is not recomputed here, so the extra
+// work is recompute_flops, the blocks' forward alone (about 0.73 × forward for GPT-2
+// small at seq 1024).
 #include "model/model_shape.h"
 
 namespace scalestudy {
 
 double forward_flops(const ModelShape& shape, double batch, double seq);
-double training_flops(const ModelShape& shape, double batch, double seq, bool recompute = false);
+// The model FLOPs of a step: what MFU divides, with or without recomputation.
+double training_flops(const ModelShape& shape, double batch, double seq);
+// What recomputation adds to a step: the transformer blocks' forward.
+double recompute_flops(const ModelShape& shape, double batch, double seq);
 
 }  // namespace scalestudy

@@ -8,7 +8,9 @@
 namespace scalestudy {
 
 // Saved activations of one micro-batch, per layer where backward needs them, plus the
-// scratch gradients that backward reuses from layer to layer.
+// scratch gradients that backward reuses from layer to layer. With recomputation every
+// layer's entry points at the same buffers except residual3, its output and the next
+// layer's input, which backward recomputes the rest from.
 struct Gpt::Activations {
   struct Layer {
     float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att_probs, *residual2;
@@ -61,12 +63,14 @@ class NormalGenerator {
 
 }  // namespace
 
-Gpt::Gpt(Ops& ops, const ModelShape& shape, int micro_batch, int seq, size_t padded_param_elems)
+Gpt::Gpt(Ops& ops, const ModelShape& shape, int micro_batch, int seq, size_t padded_param_elems,
+         bool recompute)
     : ops_(ops),
       layout_(make_parameter_layout(shape)),
       batch_(micro_batch),
       seq_(seq),
-      padded_param_elems_(padded_param_elems) {
+      padded_param_elems_(padded_param_elems),
+      recompute_(recompute) {
   SCALESTUDY_CHECK(padded_param_elems_ >= layout_.param_elems, "padding shorter than the model");
   SCALESTUDY_CHECK(seq_ <= shape.max_seq && micro_batch > 0, "bad micro-batch shape");
   params_ = ops_.allocate_floats(padded_param_elems_, MemoryKind::parameters);
@@ -98,7 +102,14 @@ Gpt::Gpt(Ops& ops, const ModelShape& shape, int micro_batch, int seq, size_t pad
   a.owned.push_back(a.tokens);
   a.owned.push_back(a.targets);
   a.encoded = floats(N * C);
+  Activations::Layer shared{};
   for (int l = 0; l < shape.layers; ++l) {
+    if (recompute_ && l > 0) {
+      Activations::Layer layer = shared;
+      layer.residual3 = floats(N * C);
+      a.layers.push_back(layer);
+      continue;
+    }
     Activations::Layer layer{};
     layer.ln1 = floats(N * C);
     layer.ln1_mean = statistics(N);
@@ -114,6 +125,7 @@ Gpt::Gpt(Ops& ops, const ModelShape& shape, int micro_batch, int seq, size_t pad
     layer.fch_gelu = floats(N * 4 * C);
     layer.residual3 = floats(N * C);
     a.layers.push_back(layer);
+    shared = layer;
   }
   a.lnf = floats(N * C);
   a.lnf_mean = statistics(N);
@@ -167,25 +179,9 @@ void Gpt::forward(const int32_t* host_tokens, const int32_t* host_targets, Forwa
   if (hooks) hooks->before_segment_forward(layout_.embedding_segment());
   ops_.embedding_forward(a.encoded, a.tokens, p + layout_.wte, p + layout_.wpe, B, T, C);
 
-  const AttentionShape att{B, T, C, s.heads, s.causal};
   for (int l = 0; l < s.layers; ++l) {
     if (hooks) hooks->before_segment_forward(layout_.block_segment(l));
-    const BlockOffsets& w = layout_.blocks[l];
-    Activations::Layer& x = a.layers[l];
-    const float* residual = l == 0 ? a.encoded : a.layers[l - 1].residual3;
-    const size_t NC = static_cast<size_t>(N) * C;
-    ops_.layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, residual, p + w.ln1_weight,
-                           p + w.ln1_bias, N, C);
-    ops_.matmul_forward(x.qkv, x.ln1, p + w.qkv_weight, p + w.qkv_bias, N, C, 3 * C);
-    ops_.attention_forward(x.atty, x.att_probs, x.qkv, att);
-    ops_.matmul_forward(a.branch_out, x.atty, p + w.attn_proj_weight, p + w.attn_proj_bias, N, C, C);
-    ops_.residual_forward(x.residual2, residual, a.branch_out, NC);
-    ops_.layernorm_forward(x.ln2, x.ln2_mean, x.ln2_rstd, x.residual2, p + w.ln2_weight,
-                           p + w.ln2_bias, N, C);
-    ops_.matmul_forward(x.fch, x.ln2, p + w.fc_weight, p + w.fc_bias, N, C, 4 * C);
-    ops_.gelu_forward(x.fch_gelu, x.fch, NC * 4);
-    ops_.matmul_forward(a.branch_out, x.fch_gelu, p + w.fc_proj_weight, p + w.fc_proj_bias, N, 4 * C, C);
-    ops_.residual_forward(x.residual3, x.residual2, a.branch_out, NC);
+    forward_block(l);
   }
 
   if (hooks) hooks->before_segment_forward(layout_.final_norm_segment());
@@ -195,6 +191,28 @@ void Gpt::forward(const int32_t* host_tokens, const int32_t* host_targets, Forwa
   // The LM head is tied to the token embedding: logits = lnf @ wte^T, no bias.
   ops_.matmul_forward(a.logits, a.lnf, p + layout_.wte, nullptr, N, C, V);
   ops_.softmax_cross_entropy_forward(a.losses, a.probs, a.logits, a.targets, N, V);
+}
+
+void Gpt::forward_block(int l) {
+  Activations& a = *acts_;
+  const ModelShape& s = layout_.shape;
+  const int B = batch_, T = seq_, C = s.channels, N = B * T;
+  const size_t NC = static_cast<size_t>(N) * C;
+  const float* p = params_;
+  const AttentionShape att{B, T, C, s.heads, s.causal};
+  const BlockOffsets& w = layout_.blocks[l];
+  Activations::Layer& x = a.layers[l];
+  const float* residual = l == 0 ? a.encoded : a.layers[l - 1].residual3;
+  ops_.layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, residual, p + w.ln1_weight, p + w.ln1_bias, N, C);
+  ops_.matmul_forward(x.qkv, x.ln1, p + w.qkv_weight, p + w.qkv_bias, N, C, 3 * C);
+  ops_.attention_forward(x.atty, x.att_probs, x.qkv, att);
+  ops_.matmul_forward(a.branch_out, x.atty, p + w.attn_proj_weight, p + w.attn_proj_bias, N, C, C);
+  ops_.residual_forward(x.residual2, residual, a.branch_out, NC);
+  ops_.layernorm_forward(x.ln2, x.ln2_mean, x.ln2_rstd, x.residual2, p + w.ln2_weight, p + w.ln2_bias, N, C);
+  ops_.matmul_forward(x.fch, x.ln2, p + w.fc_weight, p + w.fc_bias, N, C, 4 * C);
+  ops_.gelu_forward(x.fch_gelu, x.fch, NC * 4);
+  ops_.matmul_forward(a.branch_out, x.fch_gelu, p + w.fc_proj_weight, p + w.fc_proj_bias, N, 4 * C, C);
+  ops_.residual_forward(x.residual3, x.residual2, a.branch_out, NC);
 }
 
 double Gpt::mean_loss() {
@@ -241,6 +259,9 @@ void Gpt::backward(GradientSink& sink, float loss_scale) {
     const BlockOffsets& w = layout_.blocks[l];
     Activations::Layer& x = a.layers[l];
     const float* residual = l == 0 ? a.encoded : a.layers[l - 1].residual3;
+    // The shared buffers hold the last block's activations after forward; every other
+    // block gets its own back here (rewriting residual3 with the same values).
+    if (recompute_ && l != s.layers - 1) forward_block(l);
 
     ops_.fill_zero(a.dfch_gelu, NC * 4);
     ops_.matmul_backward(a.dfch_gelu, grad_at(g, seg, w.fc_proj_weight), grad_at(g, seg, w.fc_proj_bias),

@@ -32,7 +32,10 @@ class ForwardHooks {
 
 class Gpt {
  public:
-  Gpt(Ops& ops, const ModelShape& shape, int micro_batch, int seq, size_t padded_param_elems);
+  // recompute: keep only each block's output and recompute the block's other
+  // activations in backward, in buffers that all blocks share (--recompute).
+  Gpt(Ops& ops, const ModelShape& shape, int micro_batch, int seq, size_t padded_param_elems,
+      bool recompute = false);
   ~Gpt();
   Gpt(const Gpt&) = delete;
   Gpt& operator=(const Gpt&) = delete;
@@ -58,10 +61,13 @@ class Gpt {
 
  private:
   struct Activations;
+  // One block's forward, from its input to its output residual3.
+  void forward_block(int layer);
   Ops& ops_;
   ParameterLayout layout_;
   int batch_, seq_;
   size_t padded_param_elems_;
+  bool recompute_ = false;
   float* params_ = nullptr;
   Activations* acts_ = nullptr;
 };

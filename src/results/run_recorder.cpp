@@ -227,6 +227,7 @@ class RunRecorder::File {
     h5::set_attribute(g, "step_time_q3_s", s.step_time_q3_s);
     h5::set_attribute(g, "tokens_per_s", s.tokens_per_s);
     h5::set_attribute(g, "flops_per_step", s.flops_per_step);
+    h5::set_attribute(g, "recompute_flops_per_step", s.recompute_flops_per_step);
     h5::set_attribute(g, "tflops_per_gpu", s.tflops_per_gpu);
     h5::set_attribute(g, "peak_tflops_per_gpu", s.peak_tflops_per_gpu);
     h5::set_attribute(g, "peak_source", s.peak_source);
@@ -382,8 +383,10 @@ RunSummary RunRecorder::finish_complete(const MemoryReport& memory) {
   if (rank_ != 0) return {};
 
   const double flops = training_flops(config_.shape, config_.global_batch, config_.seq);
-  const RunSummary summary =
+  RunSummary summary =
       summarize(steps_, world_size_, flops, identity_.peak_tflops_per_gpu, identity_.peak_source);
+  if (config_.recompute)
+    summary.recompute_flops_per_step = recompute_flops(config_.shape, config_.global_batch, config_.seq);
   if (file_) {
     std::vector<int64_t> bytes, peak;
     for (int r = 0; r < world_size_; ++r) {

@@ -49,6 +49,7 @@ struct RunSummary {
   double step_time_median_s = 0, step_time_q1_s = 0, step_time_q3_s = 0;
   double tokens_per_s = 0;
   double flops_per_step = 0;
+  double recompute_flops_per_step = 0;  // what --recompute adds (an input, not in MFU)
   double tflops_per_gpu = 0;
   double peak_tflops_per_gpu = 0;
   std::string peak_source;

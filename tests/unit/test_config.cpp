@@ -68,7 +68,8 @@ TEST(Flops, SeedFormula) {
                                   2.0 * 1024 * 768 * 50257;
   EXPECT_DOUBLE_EQ(forward_flops(shape, 1, 1024), expected_forward);
   EXPECT_DOUBLE_EQ(training_flops(shape, 1, 1024), 3 * expected_forward);
-  EXPECT_DOUBLE_EQ(training_flops(shape, 1, 1024, true), 4 * expected_forward);
+  // Recomputation runs the blocks' forward again, not the logits layer.
+  EXPECT_DOUBLE_EQ(recompute_flops(shape, 1, 1024), expected_forward - 2.0 * 1024 * 768 * 50257);
 }
 
 TEST(Config, DefaultsResolveFromThePreset) {

@@ -104,6 +104,60 @@ INSTANTIATE_TEST_SUITE_P(Attention, WholeModelGradient,
                          ::testing::Values(GradientCase{true}, GradientCase{false}),
                          [](const auto& info) { return info.param.causal ? "causal" : "bidirectional"; });
 
+// Recomputation runs the same ops on the same inputs in the same order, so the loss and
+// every gradient must be bit-identical to the run that kept its activations, and the
+// backward must hand the sink the same segments in the same order.
+TEST(Recomputation, SameLossAndGradientsBitForBitWithLessActivationMemory) {
+  const ModelShape shape{4, 16, 2, 23, 12, true};
+  const int batch = 3, seq = 9;
+  const ParameterLayout layout = make_parameter_layout(shape);
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> token(0, shape.vocab - 1);
+  std::vector<int32_t> inputs(batch * seq), targets(batch * seq);
+  for (auto& t : inputs) t = token(rng);
+  for (auto& t : targets) t = token(rng);
+
+  struct Result {
+    double loss;
+    std::vector<float> grads;
+    std::vector<int> order;
+    size_t activation_bytes;
+  };
+  auto run = [&](bool recompute) {
+    CpuOps ops;
+    Gpt model(ops, shape, batch, seq, layout.param_elems, recompute);
+    model.initialize(99);
+    FullGradient sink(layout, layout.param_elems);
+    Result result{};
+    // Two micro-batches: the second backward accumulates over the first, as with
+    // gradient accumulation.
+    for (int micro = 0; micro < 2; ++micro) {
+      model.forward(inputs.data(), targets.data(), nullptr);
+      result.loss = model.mean_loss();
+      model.backward(sink, 0.5f);
+    }
+    result.grads = sink.grads;
+    result.order = sink.done;
+    result.activation_bytes = ops.allocated_bytes(MemoryKind::activations);
+    return result;
+  };
+  const Result kept = run(false), recomputed = run(true);
+  EXPECT_EQ(recomputed.loss, kept.loss);
+  ASSERT_EQ(recomputed.grads.size(), kept.grads.size());
+  size_t differing = 0;
+  for (size_t i = 0; i < kept.grads.size(); ++i) differing += recomputed.grads[i] != kept.grads[i];
+  EXPECT_EQ(differing, 0u) << "gradient elements that differ with recomputation";
+  EXPECT_EQ(recomputed.order, kept.order);
+
+  // Per block, without recomputation: ln1, atty, residual2, ln2, residual3 (N·C each),
+  // qkv (3·N·C), fch and fch_gelu (4·N·C each), the probabilities (B·NH·T²) and four
+  // row statistics (N each). With it, blocks 1..L-1 keep only residual3.
+  const size_t N = static_cast<size_t>(batch) * seq, C = shape.channels;
+  const size_t block_floats = 16 * N * C + static_cast<size_t>(batch) * shape.heads * seq * seq + 4 * N;
+  const size_t saved_floats = (shape.layers - 1) * (block_floats - N * C);
+  EXPECT_EQ(kept.activation_bytes - recomputed.activation_bytes, saved_floats * sizeof(float));
+}
+
 TEST(Learning, TinyModelLearnsTheMarkovSourceDownToItsEntropyRate) {
   // The loss must start near ln V (the model knows nothing) and end within 10% of the
   // source's exact entropy rate H, the lowest loss any model can reach on it.
