@@ -6,6 +6,10 @@
 # Expects .gpu-bundle/ as jobscripts/gpu_check.sh does. The results go to a tarball under
 # $OUT (a call brings back only a few files); draw the report from them afterwards:
 # scalestudy-report FOLDER.
+#
+# A sweep longer than one call: the sweep stops after SWEEP_SECONDS (default 540) and the
+# tarball holds what is complete. Carry that tarball into the next call and name it in
+# RESUME_FROM: it is unpacked first, and the sweep runs only the missing points.
 set -uo pipefail
 out=${OUT:-/tmp/scalestudy-gpu-sweep}
 mkdir -p "$out"
@@ -16,7 +20,10 @@ python=python3
 experiment=$1
 gpus=$2
 name=$(basename "$experiment" .ini)
+mkdir -p /tmp/sweep
+if [ -n "${RESUME_FROM:-}" ]; then tar xzf "$RESUME_FROM" -C /tmp/sweep; fi
 { "$bundle/scalestudy" --version; nvidia-smi -L; } | tee "$out/$name.log"
-$python jobscripts/sweep.py "$experiment" --binary "$bundle/scalestudy" --gpus "$gpus" \
-  --output-dir "/tmp/sweep/$name" --no-report 2>&1 | tee -a "$out/$name.log"
+timeout "${SWEEP_SECONDS:-540}" $python jobscripts/sweep.py "$experiment" --binary "$bundle/scalestudy" \
+  --gpus "$gpus" --output-dir "/tmp/sweep/$name" --no-report 2>&1 | tee -a "$out/$name.log"
+# A point cut off by the timeout leaves only its .partial file, which the next call reruns.
 tar czf "$out/$name.tgz" -C /tmp/sweep "$name"
