@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One call on a machine of 2 or more GPUs: every GPU test, then the kernel profile
 # (--profile-kernels) of GPT-2 small in bf16 on 1, 2, ... GPUs (PROFILE_GPUS) and of one
-# traced benchmark, and the untraced training throughput at the batches given. Expects
+# traced benchmark, and the untraced training throughput at the batches given (BATCHES,
+# and RECOMPUTE_BATCHES with --recompute on). Expects
 # .gpu-bundle/ as jobscripts/gpu_check.sh does; writes logs under $OUT and the HDF5 files
 # into $OUT/profile-h5.tgz (draw the report from them afterwards: scalestudy-report DIR).
 set -uo pipefail
@@ -46,6 +47,12 @@ if [ "${THROUGHPUT:-1}" = 1 ]; then
   for batch in ${BATCHES:-8 16}; do
     $mpirun -np 1 "$binary" train --backend cuda --model gpt2-small --seq 1024 --batch-per-rank "$batch" \
       --steps 20 --warmup-steps 5 --log-every 20 2>&1 | tee -a "$out/throughput.log" | grep -E "median step|MFU"
+  done
+  for batch in ${RECOMPUTE_BATCHES:-32}; do
+    echo "-- --recompute on, batch $batch" | tee -a "$out/throughput.log"
+    $mpirun -np 1 "$binary" train --backend cuda --model gpt2-small --seq 1024 --batch-per-rank "$batch" \
+      --recompute on --steps 20 --warmup-steps 5 --log-every 20 2>&1 | tee -a "$out/throughput.log" |
+      grep -E "median step|recomputation|MFU|peak memory"
   done
 fi
 
