@@ -5,12 +5,7 @@
 # HDF5 files and logs under $OUT (the bench report is drawn from them afterwards:
 # scalestudy-bench-report FILES -o DIR).
 set -uo pipefail
-out=${OUT:-/tmp/scalestudy-gpu-bench}
-mkdir -p "$out"
-bundle=$(pwd)/.gpu-bundle
-export LD_LIBRARY_PATH="$bundle:${LD_LIBRARY_PATH:-}" NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
-binary="$bundle/scalestudy"
-mpirun="mpirun --allow-run-as-root --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE"
+source "$(dirname "$0")/gpu_env.sh" /tmp/scalestudy-gpu-bench
 "$binary" --version | tee "$out/bench.log"
 nvidia-smi -L | tee -a "$out/bench.log"
 

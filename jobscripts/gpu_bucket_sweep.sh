@@ -4,15 +4,12 @@
 # .gpu-bundle/ as jobscripts/gpu_check.sh does; writes a table and the result files
 # under $OUT.
 set -uo pipefail
-out=${OUT:-/tmp/scalestudy-bucket-sweep}
+source "$(dirname "$0")/gpu_env.sh" /tmp/scalestudy-bucket-sweep
 mkdir -p "$out/runs"
-bundle=$(pwd)/.gpu-bundle
-export LD_LIBRARY_PATH="$bundle:${LD_LIBRARY_PATH:-}" NCCL_NVLS_ENABLE=0
-mpirun="mpirun --allow-run-as-root --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE"
-"$bundle/scalestudy" --version | tee "$out/bucket-sweep.log"
+"$binary" --version | tee "$out/bucket-sweep.log"
 for strategy in ddp zero2; do
   for bucket_mb in ${BUCKETS:-5 12.5 25 50 100}; do
-    $mpirun -np 2 "$bundle/scalestudy" train --backend cuda --model gpt2-small --seq 1024 \
+    $mpirun -np 2 "$binary" train --backend cuda --model gpt2-small --seq 1024 \
       --batch-per-rank ${BATCH:-16} --steps 14 --warmup-steps 4 --log-every 1000 --strategy $strategy \
       --overlap on --bucket-mb $bucket_mb --output "$out/runs/$strategy-$bucket_mb.h5" 2>&1 |
       grep -E "median step|communication" | sed "s/^/$strategy bucket $bucket_mb MiB: /" | tee -a "$out/bucket-sweep.log"

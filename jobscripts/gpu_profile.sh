@@ -6,12 +6,7 @@
 # .gpu-bundle/ as jobscripts/gpu_check.sh does; writes logs under $OUT and the HDF5 files
 # into $OUT/profile-h5.tgz (draw the report from them afterwards: scalestudy-report DIR).
 set -uo pipefail
-out=${OUT:-/tmp/scalestudy-gpu-profile}
-mkdir -p "$out"
-bundle=$(pwd)/.gpu-bundle
-export LD_LIBRARY_PATH="$bundle:${LD_LIBRARY_PATH:-}" NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
-binary="$bundle/scalestudy"
-mpirun="mpirun --allow-run-as-root --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE"
+source "$(dirname "$0")/gpu_env.sh" /tmp/scalestudy-gpu-profile
 { "$binary" --version; nvidia-smi -L; } | tee "$out/machine.txt"
 
 if [ "${TESTS:-1}" = 1 ]; then

@@ -11,10 +11,7 @@
 # tarball holds what is complete. Carry that tarball into the next call and name it in
 # RESUME_FROM: it is unpacked first, and the sweep runs only the missing points.
 set -uo pipefail
-out=${OUT:-/tmp/scalestudy-gpu-sweep}
-mkdir -p "$out"
-bundle=$(pwd)/.gpu-bundle
-export LD_LIBRARY_PATH="$bundle:${LD_LIBRARY_PATH:-}" NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+source "$(dirname "$0")/gpu_env.sh" /tmp/scalestudy-gpu-sweep
 python=python3
 [ -x /opt/torch/.venv/bin/python3 ] && python=/opt/torch/.venv/bin/python3
 experiment=$1
@@ -22,8 +19,8 @@ gpus=$2
 name=$(basename "$experiment" .ini)
 mkdir -p /tmp/sweep
 if [ -n "${RESUME_FROM:-}" ]; then tar xzf "$RESUME_FROM" -C /tmp/sweep; fi
-{ "$bundle/scalestudy" --version; nvidia-smi -L; } | tee "$out/$name.log"
-timeout "${SWEEP_SECONDS:-540}" $python jobscripts/sweep.py "$experiment" --binary "$bundle/scalestudy" \
+{ "$binary" --version; nvidia-smi -L; } | tee "$out/$name.log"
+timeout "${SWEEP_SECONDS:-540}" $python jobscripts/sweep.py "$experiment" --binary "$binary" \
   --gpus "$gpus" --output-dir "/tmp/sweep/$name" --no-report 2>&1 | tee -a "$out/$name.log"
 # A point cut off by the timeout leaves only its .partial file, which the next call reruns.
 tar czf "$out/$name.tgz" -C /tmp/sweep "$name"
