@@ -2,7 +2,8 @@
 # One call on a machine of 2 or more GPUs: every GPU test, then the kernel profile
 # (--profile-kernels) of GPT-2 small in bf16 on 1, 2, ... GPUs (PROFILE_GPUS) and of one
 # traced benchmark, and the untraced training throughput at the batches given (BATCHES,
-# and RECOMPUTE_BATCHES with --recompute on). Expects
+# and RECOMPUTE_BATCHES with --recompute on), then the comparison with PyTorch for each of
+# MODELS (default gpt2-small) at TORCH_BATCH per GPU on TORCH_GPUS. Expects
 # .gpu-bundle/ as jobscripts/gpu_check.sh does; writes logs under $OUT and the HDF5 files
 # into $OUT/profile-h5.tgz (draw the report from them afterwards: scalestudy-report DIR).
 set -uo pipefail
@@ -53,7 +54,10 @@ fi
 
 if [ "${VS_TORCH:-1}" = 1 ]; then
   echo "== against PyTorch" | tee "$out/vs-torch.log"
-  python3 jobscripts/bench_vs_pytorch.py --binary "$binary" --model "${MODEL:-gpt2-small}" --gpus 1 2 --precision bf16 \
-    --batch-per-gpu "${TORCH_BATCH:-16}" --pytorch-gpus 1 --pytorch-modes ${TORCH_MODES:-eager compile} \
-    --pytorch-precisions bf16 --workdir /tmp/vs-torch 2>&1 | tee -a "$out/vs-torch.log" | tail -14
+  for model in ${MODELS:-gpt2-small}; do
+    python3 jobscripts/bench_vs_pytorch.py --binary "$binary" --model "$model" --gpus ${TORCH_GPUS:-1 2} \
+      --precision bf16 --batch-per-gpu "${TORCH_BATCH:-16}" --pytorch-gpus 1 \
+      --pytorch-modes ${TORCH_MODES:-eager compile} --pytorch-precisions bf16 \
+      --workdir "/tmp/vs-torch-$model" 2>&1 | tee -a "$out/vs-torch.log" | tail -14
+  done
 fi

@@ -9,26 +9,29 @@
 namespace scalestudy::cuda {
 namespace {
 
-// A GPT-2 row is 50257 logits: 512 threads give each about a hundred, in two passes
-// (max and sum, then write) whose re-read of the row mostly hits L2.
+// A GPT-2 row is 50257 logits: 512 threads give each about a hundred.
 constexpr int kRowThreads = 512;
 
-// T is the storage of logits, probs and dlogits (fp32, bf16 or fp16); losses are fp32.
+// T is the storage of logits and dlogits (fp32, bf16 or fp16); losses and row_stats are
+// fp32. Not __restrict__: dlogits may be logits.
 template <class T>
 struct CrossEntropyForwardParams {
   float* losses;
-  T* probs;
+  float* row_stats;
   const T* logits;
   const int32_t* targets;
   int vocab;
+  int row_stride;
 };
 
 template <class T>
 struct CrossEntropyBackwardParams {
   T* dlogits;
-  const T* probs;
+  const T* logits;
+  const float* row_stats;
   const int32_t* targets;
   int vocab;
+  int row_stride;
   float loss_scale;
 };
 
@@ -65,42 +68,36 @@ __device__ void for_each_in_row(const T* row, RowSplit split, int count, Visit v
     visit(v, to_float(row[v]));
 }
 
-// out[v] = from_float(f(v, in[v], out[v])) for every element of two rows with one split;
-// without kReadsOut, out is only written and f gets 0 for its old value.
-template <bool kReadsOut, class T, class F>
+// out[v] = from_float(f(v, in[v])) for every element of two rows with one split. out may
+// be in: each element is read and written by the same thread.
+template <class T, class F>
 __device__ void update_row(T* out, const T* in, RowSplit split, int count, F f) {
   constexpr int kCount = Pack<T>::kCount;
-  auto old_value = [&](int v) { return kReadsOut ? to_float(out[v]) : 0.0f; };
   for (int v = threadIdx.x; v < split.head; v += blockDim.x)
-    out[v] = from_float<T>(f(v, to_float(in[v]), old_value(v)));
+    out[v] = from_float<T>(f(v, to_float(in[v])));
   for (int p = threadIdx.x; p < split.packs; p += blockDim.x) {
     const int first = split.head + p * kCount;
     const Pack<T> source = load_pack(in + first);
     Pack<T> target;
-    if (kReadsOut) target = load_pack(out + first);
 #pragma unroll
-    for (int k = 0; k < kCount; ++k)
-      target.set(k, f(first + k, source.get(k), kReadsOut ? target.get(k) : 0.0f));
+    for (int k = 0; k < kCount; ++k) target.set(k, f(first + k, source.get(k)));
     store_pack(out + first, target);
   }
   for (int v = split.head + split.packs * kCount + threadIdx.x; v < count; v += blockDim.x)
-    out[v] = from_float<T>(f(v, to_float(in[v]), old_value(v)));
+    out[v] = from_float<T>(f(v, to_float(in[v])));
 }
 
-// One block per row, two passes over the logits. The first finds the max and the sum of
-// exponentials together: each thread keeps the sum of exp(x - m) for its own running max
-// m, rescaled when m grows, and the block combines them after reducing the max; every
-// exponent is <= 0, and the sums are in double, as on the CPU. The loss comes from this
-// log-sum-exp of the stored logits, never from the (possibly 16-bit) stored probabilities
-// (in fp16 those below 2^-24 are 0).
+// One block per row, one pass over the logits: each thread keeps the sum of exp(x - m)
+// for its own running max m, rescaled when m grows, and the block combines them after
+// reducing the max; every exponent is <= 0, and the sums are in double, as on the CPU.
+// The loss comes from this log-sum-exp, never from a stored probability.
 template <class T>
 __global__ void cross_entropy_forward_kernel(CrossEntropyForwardParams<T> p) {
   __shared__ float shared_max[kWarpSize];
   __shared__ double shared_sum[kWarpSize];
   const int row = blockIdx.x;
-  const T* x = p.logits + size_t(row) * p.vocab;
-  T* prob_row = p.probs + size_t(row) * p.vocab;
-  const RowSplit split = split_row(x, static_cast<const T*>(prob_row), p.vocab);
+  const T* x = p.logits + size_t(row) * p.row_stride;
+  const RowSplit split = split_row(x, x, p.vocab);
   float thread_max = -INFINITY;
   double thread_total = 0.0;
   for_each_in_row(x, split, p.vocab, [&](int, float value) {
@@ -116,11 +113,9 @@ __global__ void cross_entropy_forward_kernel(CrossEntropyForwardParams<T> p) {
   const double rescaled =
       thread_max == -INFINITY ? 0.0 : thread_total * expf(thread_max - max_logit);
   const double exp_total = block_reduce_sum(rescaled, shared_sum);
-  const float inverse_total = static_cast<float>(1.0 / exp_total);
-  update_row<false>(prob_row, x, split, p.vocab, [&](int, float logit, float) {
-    return __fmul_rn(expf(logit - max_logit), inverse_total);
-  });
   if (threadIdx.x == 0) {
+    p.row_stats[2 * row] = max_logit;
+    p.row_stats[2 * row + 1] = static_cast<float>(1.0 / exp_total);
     const int32_t target = p.targets[row];
     // log-sum-exp rather than -log(prob): a target probability that underflows in fp32
     // still gets a finite, accurate loss.
@@ -131,90 +126,102 @@ __global__ void cross_entropy_forward_kernel(CrossEntropyForwardParams<T> p) {
   }
 }
 
-// One block per row (the target is read once per row, and no element needs a 64-bit
-// division to find its row). The target element is updated in two fp32 roundings,
-// += scale*prob then -= scale, exactly as the CPU does; in bf16 or fp16 the fp32 result is
-// then rounded once.
+// One block per row (the target and the statistics are read once per row). Each element
+// rounds as the CPU does: prob = exp(x - max) * (1/sum) in fp32, times loss_scale, and
+// the target's minus loss_scale as a second fp32 rounding; in bf16 or fp16 the fp32
+// result is then rounded once.
 template <class T>
 __global__ void cross_entropy_backward_kernel(CrossEntropyBackwardParams<T> p) {
   const size_t row = blockIdx.x;
   const int32_t target = p.targets[row];
-  T* grads = p.dlogits + row * p.vocab;
-  const T* prob_row = p.probs + row * p.vocab;
-  const RowSplit split = split_row(static_cast<const T*>(grads), prob_row, p.vocab);
-  update_row<true>(grads, prob_row, split, p.vocab, [&](int v, float prob, float prior) {
-    float grad = __fadd_rn(prior, __fmul_rn(p.loss_scale, prob));
+  const float max_logit = p.row_stats[2 * row], inverse_total = p.row_stats[2 * row + 1];
+  T* grads = p.dlogits + row * p.row_stride;
+  const T* x = p.logits + row * p.row_stride;
+  const RowSplit split = split_row(static_cast<const T*>(grads), x, p.vocab);
+  update_row(grads, x, split, p.vocab, [&](int v, float logit) {
+    const float prob = __fmul_rn(expf(logit - max_logit), inverse_total);
+    float grad = __fmul_rn(p.loss_scale, prob);
     if (v == target) grad = __fsub_rn(grad, p.loss_scale);
     return grad;
   });
 }
 
-void check_shape(int rows, int vocab) {
+void check_shape(int rows, int vocab, int row_stride) {
   check_positive(rows, "cross-entropy rows");
   check_positive(vocab, "cross-entropy vocab");
+  SCALESTUDY_CHECK(row_stride >= vocab, "cross-entropy: row stride shorter than the vocabulary");
 }
 
 template <class T>
-void cross_entropy_forward(cudaStream_t stream, float* losses, T* probs, const T* logits,
-                           const int32_t* targets, int rows, int vocab) {
-  check_shape(rows, vocab);
+void cross_entropy_forward(cudaStream_t stream, float* losses, float* row_stats, const T* logits,
+                           const int32_t* targets, int rows, int vocab, int row_stride) {
+  check_shape(rows, vocab, row_stride);
   check_not_null(losses, "cross-entropy losses");
-  check_not_null(probs, "cross-entropy probs");
+  check_not_null(row_stats, "cross-entropy row statistics");
   check_not_null(logits, "cross-entropy logits");
   check_not_null(targets, "cross-entropy targets");
-  const CrossEntropyForwardParams<T> p{losses, probs, logits, targets, vocab};
+  const CrossEntropyForwardParams<T> p{losses, row_stats, logits, targets, vocab, row_stride};
   cross_entropy_forward_kernel<T><<<rows, kRowThreads, 0, stream>>>(p);
   CHECK_LAUNCH();
 }
 
 template <class T>
-void cross_entropy_backward(cudaStream_t stream, T* dlogits, const T* probs,
-                            const int32_t* targets, int rows, int vocab, float loss_scale) {
-  check_shape(rows, vocab);
+void cross_entropy_backward(cudaStream_t stream, T* dlogits, const T* logits,
+                            const float* row_stats, const int32_t* targets, int rows, int vocab,
+                            int row_stride, float loss_scale) {
+  check_shape(rows, vocab, row_stride);
   check_not_null(dlogits, "cross-entropy dlogits");
-  check_not_null(probs, "cross-entropy probs");
+  check_not_null(logits, "cross-entropy logits");
+  check_not_null(row_stats, "cross-entropy row statistics");
   check_not_null(targets, "cross-entropy targets");
-  const CrossEntropyBackwardParams<T> p{dlogits, probs, targets, vocab, loss_scale};
+  const CrossEntropyBackwardParams<T> p{dlogits,    logits, row_stats, targets, vocab,
+                                        row_stride, loss_scale};
   cross_entropy_backward_kernel<T><<<rows, kRowThreads, 0, stream>>>(p);
   CHECK_LAUNCH();
 }
 
 }  // namespace
 
-void launch_softmax_cross_entropy_forward(cudaStream_t stream, float* losses, float* probs,
+void launch_softmax_cross_entropy_forward(cudaStream_t stream, float* losses, float* row_stats,
                                           const float* logits, const int32_t* targets, int rows,
-                                          int vocab) {
-  cross_entropy_forward(stream, losses, probs, logits, targets, rows, vocab);
+                                          int vocab, int row_stride) {
+  cross_entropy_forward(stream, losses, row_stats, logits, targets, rows, vocab, row_stride);
 }
 
-void launch_softmax_cross_entropy_forward(cudaStream_t stream, float* losses, bf16* probs,
+void launch_softmax_cross_entropy_forward(cudaStream_t stream, float* losses, float* row_stats,
                                           const bf16* logits, const int32_t* targets, int rows,
-                                          int vocab) {
-  cross_entropy_forward(stream, losses, probs, logits, targets, rows, vocab);
+                                          int vocab, int row_stride) {
+  cross_entropy_forward(stream, losses, row_stats, logits, targets, rows, vocab, row_stride);
 }
 
-void launch_softmax_cross_entropy_forward(cudaStream_t stream, float* losses, fp16* probs,
+void launch_softmax_cross_entropy_forward(cudaStream_t stream, float* losses, float* row_stats,
                                           const fp16* logits, const int32_t* targets, int rows,
-                                          int vocab) {
-  cross_entropy_forward(stream, losses, probs, logits, targets, rows, vocab);
+                                          int vocab, int row_stride) {
+  cross_entropy_forward(stream, losses, row_stats, logits, targets, rows, vocab, row_stride);
 }
 
 void launch_softmax_cross_entropy_backward(cudaStream_t stream, float* dlogits,
-                                           const float* probs, const int32_t* targets, int rows,
-                                           int vocab, float loss_scale) {
-  cross_entropy_backward(stream, dlogits, probs, targets, rows, vocab, loss_scale);
+                                           const float* logits, const float* row_stats,
+                                           const int32_t* targets, int rows, int vocab,
+                                           int row_stride, float loss_scale) {
+  cross_entropy_backward(stream, dlogits, logits, row_stats, targets, rows, vocab, row_stride,
+                         loss_scale);
 }
 
-void launch_softmax_cross_entropy_backward(cudaStream_t stream, bf16* dlogits, const bf16* probs,
-                                           const int32_t* targets, int rows, int vocab,
+void launch_softmax_cross_entropy_backward(cudaStream_t stream, bf16* dlogits, const bf16* logits,
+                                           const float* row_stats, const int32_t* targets,
+                                           int rows, int vocab, int row_stride,
                                            float loss_scale) {
-  cross_entropy_backward(stream, dlogits, probs, targets, rows, vocab, loss_scale);
+  cross_entropy_backward(stream, dlogits, logits, row_stats, targets, rows, vocab, row_stride,
+                         loss_scale);
 }
 
-void launch_softmax_cross_entropy_backward(cudaStream_t stream, fp16* dlogits, const fp16* probs,
-                                           const int32_t* targets, int rows, int vocab,
+void launch_softmax_cross_entropy_backward(cudaStream_t stream, fp16* dlogits, const fp16* logits,
+                                           const float* row_stats, const int32_t* targets,
+                                           int rows, int vocab, int row_stride,
                                            float loss_scale) {
-  cross_entropy_backward(stream, dlogits, probs, targets, rows, vocab, loss_scale);
+  cross_entropy_backward(stream, dlogits, logits, row_stats, targets, rows, vocab, row_stride,
+                         loss_scale);
 }
 
 }  // namespace scalestudy::cuda

@@ -1,6 +1,8 @@
 #pragma once
-// Softmax cross-entropy over rows of V logits. logits, probs and dlogits are fp32, bf16 or
-// fp16 storage (fp32 arithmetic either way); losses are always fp32.
+// Softmax cross-entropy over rows of V logits, each row `row_stride` elements apart
+// (row_stride >= vocab; the elements past vocab are never read or written). logits and
+// dlogits are fp32, bf16 or fp16 storage (fp32 arithmetic either way); losses and the
+// per-row statistics are always fp32.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -9,27 +11,32 @@
 
 namespace scalestudy::cuda {
 
-// probs[n,:] = softmax(logits[n,:]); losses[n] = log(sum exp) + max - logits[n, target].
+// losses[n] = log(sum exp) + max - logits[n, target]; row_stats[2n] = the row's max,
+// row_stats[2n+1] = 1 / sum(exp(logit - max)). One read of the logits.
 // A target outside [0, vocab) cannot be checked on the host without a synchronisation;
 // it gives a NaN loss, which the first read of the loss makes visible.
-void launch_softmax_cross_entropy_forward(cudaStream_t stream, float* losses, float* probs,
+void launch_softmax_cross_entropy_forward(cudaStream_t stream, float* losses, float* row_stats,
                                           const float* logits, const int32_t* targets, int rows,
-                                          int vocab);
-void launch_softmax_cross_entropy_forward(cudaStream_t stream, float* losses,
-                                          __nv_bfloat16* probs, const __nv_bfloat16* logits,
-                                          const int32_t* targets, int rows, int vocab);
-void launch_softmax_cross_entropy_forward(cudaStream_t stream, float* losses, __half* probs,
+                                          int vocab, int row_stride);
+void launch_softmax_cross_entropy_forward(cudaStream_t stream, float* losses, float* row_stats,
+                                          const __nv_bfloat16* logits, const int32_t* targets,
+                                          int rows, int vocab, int row_stride);
+void launch_softmax_cross_entropy_forward(cudaStream_t stream, float* losses, float* row_stats,
                                           const __half* logits, const int32_t* targets, int rows,
-                                          int vocab);
-// dlogits[n,:] += loss_scale * (probs[n,:] - onehot(targets[n])).
+                                          int vocab, int row_stride);
+// dlogits[n,:] = loss_scale * (softmax(logits[n,:]) - onehot(targets[n])), the softmax
+// recomputed from row_stats. Overwrites; dlogits may be logits (one read, one write).
 void launch_softmax_cross_entropy_backward(cudaStream_t stream, float* dlogits,
-                                           const float* probs, const int32_t* targets, int rows,
-                                           int vocab, float loss_scale);
+                                           const float* logits, const float* row_stats,
+                                           const int32_t* targets, int rows, int vocab,
+                                           int row_stride, float loss_scale);
 void launch_softmax_cross_entropy_backward(cudaStream_t stream, __nv_bfloat16* dlogits,
-                                           const __nv_bfloat16* probs, const int32_t* targets,
-                                           int rows, int vocab, float loss_scale);
+                                           const __nv_bfloat16* logits, const float* row_stats,
+                                           const int32_t* targets, int rows, int vocab,
+                                           int row_stride, float loss_scale);
 void launch_softmax_cross_entropy_backward(cudaStream_t stream, __half* dlogits,
-                                           const __half* probs, const int32_t* targets, int rows,
-                                           int vocab, float loss_scale);
+                                           const __half* logits, const float* row_stats,
+                                           const int32_t* targets, int rows, int vocab,
+                                           int row_stride, float loss_scale);
 
 }  // namespace scalestudy::cuda

@@ -207,9 +207,47 @@ size_t matmul_backward_scratch_elems_padded(int rows, int out_channels) {
          matmul_backward_scratch_elems(rows, out_channels);
 }
 
+// out^T[OC, N] into rows of out_stride elements (ld out_stride, a multiple of 8 >= OC), as
+// two GEMMs: W's first OC0 rows, then its last OC - OC0 rows. Columns OC.. of each row
+// are not written.
+template <class T>
+void matmul_forward_strided(cublasHandle_t handle, T* out, int out_stride, const T* inp,
+                            const T* weight, int rows, int in_channels, int out_channels) {
+  const GemmTypes types = MatmulTypes<T>::activations;
+  const int aligned_channels = out_channels / kAlignedColumns * kAlignedColumns;
+  if (aligned_channels > 0)
+    gemm(handle, types, CUBLAS_OP_T, CUBLAS_OP_N, aligned_channels, rows, in_channels, 1.0f,
+         weight, in_channels, inp, in_channels, 0.0f, out, out_stride);
+  if (aligned_channels < out_channels)
+    gemm(handle, types, CUBLAS_OP_T, CUBLAS_OP_N, out_channels - aligned_channels, rows,
+         in_channels, 1.0f, weight + size_t(aligned_channels) * in_channels, in_channels, inp,
+         in_channels, 0.0f, out + aligned_channels, out_stride);
+}
+
+// The backward's GEMMs from dout rows of dout_stride elements (a multiple of 8 >= OC).
+// dinp takes two GEMMs (the first OC0 columns of dout with W's first OC0 rows, then the
+// rest), so it is rounded to T twice; dweight is one GEMM over all OC columns (n = OC is
+// not the contiguous dimension of its result, so it needs no alignment).
+template <class T>
+void matmul_backward_strided(cublasHandle_t handle, T* dinp, float* dweight, const T* dout,
+                             int dout_stride, const T* inp, const T* weight, int rows,
+                             int in_channels, int out_channels) {
+  const GemmTypes types = MatmulTypes<T>::activations;
+  const int aligned_channels = out_channels / kAlignedColumns * kAlignedColumns;
+  if (aligned_channels > 0)
+    gemm(handle, types, CUBLAS_OP_N, CUBLAS_OP_N, in_channels, rows, aligned_channels, 1.0f,
+         weight, in_channels, dout, dout_stride, 1.0f, dinp, in_channels);
+  if (aligned_channels < out_channels)
+    gemm(handle, types, CUBLAS_OP_N, CUBLAS_OP_N, in_channels, rows,
+         out_channels - aligned_channels, 1.0f, weight + size_t(aligned_channels) * in_channels,
+         in_channels, dout + aligned_channels, dout_stride, 1.0f, dinp, in_channels);
+  gemm(handle, MatmulTypes<T>::weight_gradient, CUBLAS_OP_N, CUBLAS_OP_T, in_channels,
+       out_channels, rows, 1.0f, inp, in_channels, dout, dout_stride, 1.0f, dweight,
+       in_channels);
+}
+
 // The 16-bit forward, T = bf16 or fp16. With padding: out^T[OC, N] is computed into
-// padded^T[OCp, N] (ld OCp) as two GEMMs, W's first OC0 rows and its last OC - OC0 rows,
-// then copied (adding the bias) into out.
+// padded^T[OCp, N] (ld OCp), then copied (adding the bias) into out.
 template <class T>
 void matmul_forward_16bit(cublasHandle_t handle, cudaStream_t stream, T* out, const T* inp,
                           const T* weight, const float* bias, int rows, int in_channels,
@@ -226,26 +264,17 @@ void matmul_forward_16bit(cublasHandle_t handle, cudaStream_t stream, T* out, co
   SCALESTUDY_CHECK(scratch_elems >= matmul_forward_scratch_elems_padded(rows, out_channels),
                    "matmul forward: scratch too small");
   check_handle_stream(handle, stream);
-  const GemmTypes types = MatmulTypes<T>::activations;
   const int padded_channels = padded_columns_of(out_channels);
-  const int aligned_channels = out_channels / kAlignedColumns * kAlignedColumns;
   auto* padded = reinterpret_cast<T*>(scratch);
-  if (aligned_channels > 0)
-    gemm(handle, types, CUBLAS_OP_T, CUBLAS_OP_N, aligned_channels, rows, in_channels, 1.0f,
-         weight, in_channels, inp, in_channels, 0.0f, padded, padded_channels);
-  gemm(handle, types, CUBLAS_OP_T, CUBLAS_OP_N, out_channels - aligned_channels, rows,
-       in_channels, 1.0f, weight + size_t(aligned_channels) * in_channels, in_channels, inp,
-       in_channels, 0.0f, padded + aligned_channels, padded_channels);
+  matmul_forward_strided(handle, padded, padded_channels, inp, weight, rows, in_channels,
+                         out_channels);
   unpad_rows_kernel<T><<<pack_blocks(rows, out_channels), kElementwiseThreads, 0, stream>>>(
       out, padded, bias, rows, out_channels, padded_channels);
   CHECK_LAUNCH();
 }
 
-// The 16-bit backward. With padding, dout is first copied into padded rows (ld OCp). dinp
-// takes two GEMMs (the first OC0 columns of dout with W's first OC0 rows, then the rest),
-// so it is rounded to T twice; dweight is one GEMM over all OC columns (n = OC is not the
-// contiguous dimension of its result, so it needs no padding). The bias partials follow
-// the padded rows in scratch.
+// The 16-bit backward. With padding, dout is first copied into padded rows (ld OCp) in
+// scratch; the bias partials follow the padded rows there.
 template <class T>
 void matmul_backward_16bit(cublasHandle_t handle, cudaStream_t stream, T* dinp, float* dweight,
                            float* dbias, const T* dout, const T* inp, const T* weight, int rows,
@@ -266,27 +295,53 @@ void matmul_backward_16bit(cublasHandle_t handle, cudaStream_t stream, T* dinp, 
   SCALESTUDY_CHECK(scratch_elems >= matmul_backward_scratch_elems_padded(rows, out_channels),
                    "matmul backward: scratch too small");
   check_handle_stream(handle, stream);
-  const GemmTypes types = MatmulTypes<T>::activations;
   const int padded_channels = padded_columns_of(out_channels);
-  const int aligned_channels = out_channels / kAlignedColumns * kAlignedColumns;
   auto* padded = reinterpret_cast<T*>(scratch);
   pad_rows_kernel<T><<<pack_blocks(rows, out_channels), kElementwiseThreads, 0, stream>>>(
       padded, dout, rows, out_channels, padded_channels);
   CHECK_LAUNCH();
-  if (aligned_channels > 0)
-    gemm(handle, types, CUBLAS_OP_N, CUBLAS_OP_N, in_channels, rows, aligned_channels, 1.0f,
-         weight, in_channels, padded, padded_channels, 1.0f, dinp, in_channels);
-  gemm(handle, types, CUBLAS_OP_N, CUBLAS_OP_N, in_channels, rows,
-       out_channels - aligned_channels, 1.0f, weight + size_t(aligned_channels) * in_channels,
-       in_channels, padded + aligned_channels, padded_channels, 1.0f, dinp, in_channels);
-  gemm(handle, MatmulTypes<T>::weight_gradient, CUBLAS_OP_N, CUBLAS_OP_T, in_channels,
-       out_channels, rows, 1.0f, inp, in_channels, padded, padded_channels, 1.0f, dweight,
-       in_channels);
+  matmul_backward_strided(handle, dinp, dweight, static_cast<const T*>(padded), padded_channels,
+                          inp, weight, rows, in_channels, out_channels);
   if (dbias != nullptr) {
     const size_t padded_floats = padded_rows_floats(rows, out_channels);
     launch_column_sums(stream, dbias, dout, rows, out_channels, scratch + padded_floats,
                        scratch_elems - padded_floats);
   }
+}
+
+void check_logits_stride(int vocab, int logits_stride) {
+  SCALESTUDY_CHECK(logits_stride == padded_columns_of(vocab),
+                   "classifier matmul: logits rows must be padded_logits_row_elems(vocab) apart");
+}
+
+// The tied LM head on logits rows already padded: no copy into or out of scratch.
+template <class T>
+void classifier_matmul_forward(cublasHandle_t handle, cudaStream_t stream, T* logits,
+                               int logits_stride, const T* inp, const T* weight, int rows,
+                               int in_channels, int vocab) {
+  check_shape(rows, in_channels, vocab);
+  check_logits_stride(vocab, logits_stride);
+  check_not_null(logits, "classifier logits");
+  check_not_null(inp, "classifier inp");
+  check_not_null(weight, "classifier weight");
+  check_handle_stream(handle, stream);
+  matmul_forward_strided(handle, logits, logits_stride, inp, weight, rows, in_channels, vocab);
+}
+
+template <class T>
+void classifier_matmul_backward(cublasHandle_t handle, cudaStream_t stream, T* dinp,
+                                float* dweight, const T* dlogits, int logits_stride, const T* inp,
+                                const T* weight, int rows, int in_channels, int vocab) {
+  check_shape(rows, in_channels, vocab);
+  check_logits_stride(vocab, logits_stride);
+  check_not_null(dinp, "classifier dinp");
+  check_not_null(dweight, "classifier dweight");
+  check_not_null(dlogits, "classifier dlogits");
+  check_not_null(inp, "classifier inp");
+  check_not_null(weight, "classifier weight");
+  check_handle_stream(handle, stream);
+  matmul_backward_strided(handle, dinp, dweight, dlogits, logits_stride, inp, weight, rows,
+                          in_channels, vocab);
 }
 
 }  // namespace
@@ -347,6 +402,38 @@ void launch_matmul_backward(cublasHandle_t handle, cudaStream_t stream, fp16* di
                             float* scratch, size_t scratch_elems) {
   matmul_backward_16bit(handle, stream, dinp, dweight, dbias, dout, inp, weight, rows,
                         in_channels, out_channels, scratch, scratch_elems);
+}
+
+int padded_logits_row_elems(int vocab) { return padded_columns_of(vocab); }
+
+void launch_classifier_matmul_forward(cublasHandle_t handle, cudaStream_t stream, bf16* logits,
+                                      int logits_stride, const bf16* inp, const bf16* weight,
+                                      int rows, int in_channels, int vocab) {
+  classifier_matmul_forward(handle, stream, logits, logits_stride, inp, weight, rows, in_channels,
+                            vocab);
+}
+
+void launch_classifier_matmul_forward(cublasHandle_t handle, cudaStream_t stream, fp16* logits,
+                                      int logits_stride, const fp16* inp, const fp16* weight,
+                                      int rows, int in_channels, int vocab) {
+  classifier_matmul_forward(handle, stream, logits, logits_stride, inp, weight, rows, in_channels,
+                            vocab);
+}
+
+void launch_classifier_matmul_backward(cublasHandle_t handle, cudaStream_t stream, bf16* dinp,
+                                       float* dweight, const bf16* dlogits, int logits_stride,
+                                       const bf16* inp, const bf16* weight, int rows,
+                                       int in_channels, int vocab) {
+  classifier_matmul_backward(handle, stream, dinp, dweight, dlogits, logits_stride, inp, weight,
+                             rows, in_channels, vocab);
+}
+
+void launch_classifier_matmul_backward(cublasHandle_t handle, cudaStream_t stream, fp16* dinp,
+                                       float* dweight, const fp16* dlogits, int logits_stride,
+                                       const fp16* inp, const fp16* weight, int rows,
+                                       int in_channels, int vocab) {
+  classifier_matmul_backward(handle, stream, dinp, dweight, dlogits, logits_stride, inp, weight,
+                             rows, in_channels, vocab);
 }
 
 }  // namespace scalestudy::cuda

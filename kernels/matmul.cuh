@@ -52,4 +52,27 @@ void launch_matmul_backward(cublasHandle_t handle, cudaStream_t stream, __half* 
                             const __half* weight, int rows, int in_channels, int out_channels,
                             float* scratch, size_t scratch_elems);
 
+// The tied LM head of the classifier in 16 bits, on logits whose rows are
+// padded_logits_row_elems(vocab) elements apart (a multiple of 8, so that the GEMMs stay on
+// cuBLAS's fast kernels without copies): logits = inp @ weight^T, and its backward with
+// dinp += dlogits @ weight, dweight += dlogits^T @ inp. The padding columns are never read
+// or written.
+int padded_logits_row_elems(int vocab);
+void launch_classifier_matmul_forward(cublasHandle_t handle, cudaStream_t stream,
+                                      __nv_bfloat16* logits, int logits_stride,
+                                      const __nv_bfloat16* inp, const __nv_bfloat16* weight,
+                                      int rows, int in_channels, int vocab);
+void launch_classifier_matmul_forward(cublasHandle_t handle, cudaStream_t stream, __half* logits,
+                                      int logits_stride, const __half* inp, const __half* weight,
+                                      int rows, int in_channels, int vocab);
+void launch_classifier_matmul_backward(cublasHandle_t handle, cudaStream_t stream,
+                                       __nv_bfloat16* dinp, float* dweight,
+                                       const __nv_bfloat16* dlogits, int logits_stride,
+                                       const __nv_bfloat16* inp, const __nv_bfloat16* weight,
+                                       int rows, int in_channels, int vocab);
+void launch_classifier_matmul_backward(cublasHandle_t handle, cudaStream_t stream, __half* dinp,
+                                       float* dweight, const __half* dlogits, int logits_stride,
+                                       const __half* inp, const __half* weight, int rows,
+                                       int in_channels, int vocab);
+
 }  // namespace scalestudy::cuda

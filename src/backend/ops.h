@@ -7,6 +7,7 @@
 // - Backward ops ACCUMULATE (+=) into every gradient they write, inputs and weights
 //   alike, so a tensor that feeds two consumers (the residual stream, the tied
 //   embedding) collects both contributions. Callers zero gradient buffers before use.
+//   The one exception, the cross-entropy's dlogits, says so.
 // - Scratch outputs of a forward op (LayerNorm mean/rstd, attention probabilities) are
 //   what its backward takes back.
 #include <cstddef>
@@ -124,14 +125,43 @@ class Ops {
   virtual void accumulate(float* dst, const float* src, size_t elems) = 0;
 
   // ---- softmax cross-entropy over rows of V logits ---------------------------------
-  // probs[N,V] = softmax(logits); losses[N] = -log probs[n, targets[n]].
-  virtual void softmax_cross_entropy_forward(float* losses, float* probs, const float* logits,
-                                             const int32_t* targets, int rows, int vocab) = 0;
-  // dlogits[n,:] += loss_scale * (probs[n,:] - onehot(targets[n])), for a loss that is
-  // loss_scale * sum_n losses[n] (loss_scale = 1/(rows*micro_batches) for the mean).
-  virtual void softmax_cross_entropy_backward(float* dlogits, const float* probs,
-                                              const int32_t* targets, int rows, int vocab,
-                                              float loss_scale) = 0;
+  // losses[N] = logsumexp(logits[n,:]) - logits[n, targets[n]]. row_stats[2N] (from
+  // allocate_statistics) keeps, per row, the max logit and 1 / sum(exp(logit - max)): the
+  // softmax that the backward recomputes, so no [N,V] probabilities are stored.
+  virtual void softmax_cross_entropy_forward(float* losses, float* row_stats,
+                                             const float* logits, const int32_t* targets,
+                                             int rows, int vocab) = 0;
+  // dlogits[n,:] = loss_scale * (softmax(logits[n,:]) - onehot(targets[n])), for a loss that
+  // is loss_scale * sum_n losses[n] (loss_scale = 1/(rows*micro_batches) for the mean).
+  // The one backward op that WRITES rather than accumulates: dlogits starts the chain and
+  // has no other contributor, and it may be logits itself (in place).
+  virtual void softmax_cross_entropy_backward(float* dlogits, const float* logits,
+                                              const float* row_stats, const int32_t* targets,
+                                              int rows, int vocab, float loss_scale) = 0;
+
+  // ---- the classifier: the tied LM head and the cross-entropy together ---------------
+  // logits[N,V] = inp[N,C] @ weight[V,C]^T (no bias), then the cross-entropy forward. The
+  // logits buffer comes from allocate_logits, whose row layout is the backend's: the CUDA
+  // backend pads 16-bit rows to a multiple of 8 elements, where cuBLAS's fast kernels
+  // need them, so nothing is copied to or from padded rows in the step.
+  virtual float* allocate_logits(int rows, int vocab) {
+    return allocate_floats(static_cast<size_t>(rows) * vocab, MemoryKind::activations);
+  }
+  virtual void classifier_forward(float* losses, float* row_stats, float* logits,
+                                  const float* inp, const float* weight, const int32_t* targets,
+                                  int rows, int channels, int vocab) {
+    matmul_forward(logits, inp, weight, nullptr, rows, channels, vocab);
+    softmax_cross_entropy_forward(losses, row_stats, logits, targets, rows, vocab);
+  }
+  // Overwrites logits with dlogits, then dinp += dlogits @ weight and dweight += dlogits^T
+  // @ inp: the logits of the last classifier_forward are gone afterwards.
+  virtual void classifier_backward(float* dinp, float* dweight, float* logits,
+                                   const float* row_stats, const float* inp, const float* weight,
+                                   const int32_t* targets, int rows, int channels, int vocab,
+                                   float loss_scale) {
+    softmax_cross_entropy_backward(logits, logits, row_stats, targets, rows, vocab, loss_scale);
+    matmul_backward(dinp, dweight, nullptr, logits, inp, weight, rows, channels, vocab);
+  }
   virtual double sum(const float* x, size_t elems) = 0;
 
   // ---- optimizer ------------------------------------------------------------------

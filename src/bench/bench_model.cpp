@@ -56,14 +56,14 @@ double residual_forward_bytes(double elems) { return A * 3 * elems; }
 double accumulate_bytes(double elems) { return A * 3 * elems; }
 double fill_zero_bytes(double elems) { return A * elems; }
 
-// Reads the logits and targets; writes the probabilities and the per-row losses.
+// Reads the logits and targets; writes the per-row losses and statistics (max, 1/sum).
 double softmax_cross_entropy_forward_bytes(double rows, double vocab) {
-  return A * (2 * rows * vocab + rows) + kTokenBytes * rows;
+  return A * (rows * vocab + 3 * rows) + kTokenBytes * rows;
 }
 
-// Reads the probabilities and targets; accumulates dlogits.
+// Reads the logits, their statistics and the targets; writes dlogits (in place).
 double softmax_cross_entropy_backward_bytes(double rows, double vocab) {
-  return A * (3 * rows * vocab) + kTokenBytes * rows;
+  return A * (2 * rows * vocab + 2 * rows) + kTokenBytes * rows;
 }
 
 // ---- the model: the op sequence of Gpt::forward and Gpt::backward -------------------------
@@ -81,7 +81,7 @@ double gpt_forward_bytes(const ModelShape& s, double b, double t) {
 
 double gpt_backward_bytes(const ModelShape& s, double b, double t) {
   const double n = b * t, c = s.channels, v = s.vocab, h = s.heads;
-  const double head = fill_zero_bytes(n * v) + softmax_cross_entropy_backward_bytes(n, v) + fill_zero_bytes(n * c) +
+  const double head = softmax_cross_entropy_backward_bytes(n, v) + fill_zero_bytes(n * c) +
                       matmul_backward_bytes(n, c, v, false) + fill_zero_bytes(n * c) + layernorm_backward_bytes(n, c);
   const double block = fill_zero_bytes(4 * n * c) + matmul_backward_bytes(n, 4 * c, c, true) +
                        fill_zero_bytes(4 * n * c) + gelu_backward_bytes(4 * n * c) + fill_zero_bytes(n * c) +
@@ -170,8 +170,9 @@ size_t gpt_allocation_bytes(const ModelShape& s, size_t b, size_t t, bool backwa
   // Per layer: ln1, atty, residual2, ln2, residual3 (5NC), qkv (3NC), fch and fch_gelu
   // (8NC), four row statistics and the attention probabilities. Outside the layers:
   // encoded, lnf, branch_out, dresidual, dln, datty (6NC), dqkv (3NC), dfch and
-  // dfch_gelu (8NC), logits, probs and dlogits (3NV), lnf mean/rstd and losses (3N).
-  size_t floats = params + layers * (16 * n * c + 4 * n + probs) + 17 * n * c + 3 * n * v + 3 * n;
+  // dfch_gelu (8NC), the logits (NV, which backward turns into their gradient in place),
+  // lnf mean/rstd, the losses and the logits' row statistics (5N).
+  size_t floats = params + layers * (16 * n * c + 4 * n + probs) + 17 * n * c + n * v + 5 * n;
   if (backward) floats += params + probs;  // the gradient buffer; attention backward's scratch
   return floats * sizeof(float) + 2 * n * sizeof(int32_t);
 }

@@ -20,10 +20,11 @@ struct Gpt::Activations {
   float* encoded = nullptr;
   std::vector<Layer> layers;
   float *lnf = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr;
-  float *logits = nullptr, *probs = nullptr, *losses = nullptr;
+  // logits turn into their own gradient in backward (classifier_backward).
+  float *logits = nullptr, *row_stats = nullptr, *losses = nullptr;
   // Scratch: one branch output in forward, and the gradients in backward.
   float *branch_out = nullptr, *dresidual = nullptr, *dln = nullptr, *dqkv = nullptr,
-        *datty = nullptr, *dfch = nullptr, *dfch_gelu = nullptr, *dlogits = nullptr;
+        *datty = nullptr, *dfch = nullptr, *dfch_gelu = nullptr;
   std::vector<void*> owned;
 };
 
@@ -130,8 +131,9 @@ Gpt::Gpt(Ops& ops, const ModelShape& shape, int micro_batch, int seq, size_t pad
   a.lnf = floats(N * C);
   a.lnf_mean = statistics(N);
   a.lnf_rstd = statistics(N);
-  a.logits = floats(N * V);
-  a.probs = floats(N * V);
+  a.logits = ops_.allocate_logits(static_cast<int>(N), static_cast<int>(V));
+  a.owned.push_back(a.logits);
+  a.row_stats = statistics(2 * N);
   a.losses = statistics(N);
   a.branch_out = floats(N * C);
   a.dresidual = floats(N * C);
@@ -140,7 +142,6 @@ Gpt::Gpt(Ops& ops, const ModelShape& shape, int micro_batch, int seq, size_t pad
   a.datty = floats(N * C);
   a.dfch = floats(N * 4 * C);
   a.dfch_gelu = floats(N * 4 * C);
-  a.dlogits = floats(N * V);
 }
 
 Gpt::~Gpt() {
@@ -189,8 +190,8 @@ void Gpt::forward(const int32_t* host_tokens, const int32_t* host_targets, Forwa
   ops_.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, last, p + layout_.lnf_weight,
                          p + layout_.lnf_bias, N, C);
   // The LM head is tied to the token embedding: logits = lnf @ wte^T, no bias.
-  ops_.matmul_forward(a.logits, a.lnf, p + layout_.wte, nullptr, N, C, V);
-  ops_.softmax_cross_entropy_forward(a.losses, a.probs, a.logits, a.targets, N, V);
+  ops_.classifier_forward(a.losses, a.row_stats, a.logits, a.lnf, p + layout_.wte, a.targets, N,
+                          C, V);
 }
 
 void Gpt::forward_block(int l) {
@@ -236,11 +237,9 @@ void Gpt::backward(GradientSink& sink, float loss_scale) {
   const int emb = layout_.embedding_segment();
   float* g_emb = sink.segment_gradients(emb);
 
-  ops_.fill_zero(a.dlogits, static_cast<size_t>(N) * V);
-  ops_.softmax_cross_entropy_backward(a.dlogits, a.probs, a.targets, N, V, loss_scale);
   ops_.fill_zero(a.dln, NC);
-  ops_.matmul_backward(a.dln, grad_at(g_emb, emb, layout_.wte), nullptr, a.dlogits, a.lnf,
-                       p + layout_.wte, N, C, V);
+  ops_.classifier_backward(a.dln, grad_at(g_emb, emb, layout_.wte), a.logits, a.row_stats, a.lnf,
+                           p + layout_.wte, a.targets, N, C, V, loss_scale);
 
   const int fin = layout_.final_norm_segment();
   float* g_fin = sink.segment_gradients(fin);

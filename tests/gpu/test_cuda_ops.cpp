@@ -324,20 +324,27 @@ TEST_P(CudaOpsShapes, SoftmaxCrossEntropy) {
   const int N = s.rows(), V = s.vocab;
   const auto logits = random_floats(size_t(N) * V, 70, -6.0f, 6.0f);
   const auto targets = random_ids(N, 71, V);
-  std::vector<float> losses(N), probs(logits.size());
-  float *d_losses = poisoned(N), *d_probs = poisoned(probs.size());
+  std::vector<float> losses(N), row_stats(2 * size_t(N));
+  float *d_losses = poisoned(N), *d_stats = poisoned(row_stats.size());
+  float* d_logits = upload(logits);
   const int32_t* d_targets = upload(targets);
-  cpu_.softmax_cross_entropy_forward(losses.data(), probs.data(), logits.data(), targets.data(), N, V);
-  gpu_->softmax_cross_entropy_forward(d_losses, d_probs, upload(logits), d_targets, N, V);
+  cpu_.softmax_cross_entropy_forward(losses.data(), row_stats.data(), logits.data(), targets.data(), N, V);
+  gpu_->softmax_cross_entropy_forward(d_losses, d_stats, d_logits, d_targets, N, V);
   EXPECT_TRUE(matches("cross-entropy losses", d_losses, losses, kSoftmax));
-  EXPECT_TRUE(matches("cross-entropy probs", d_probs, probs, kSoftmax));
+  EXPECT_TRUE(matches("cross-entropy row max and 1/sum", d_stats, row_stats, kSoftmax));
 
+  // The backward overwrites (the poison must go) and recomputes the softmax with expf.
   const float loss_scale = 1.0f / static_cast<float>(N);
-  auto dlogits = random_floats(logits.size(), 72);
-  float* d_dlogits = upload(dlogits);
-  cpu_.softmax_cross_entropy_backward(dlogits.data(), probs.data(), targets.data(), N, V, loss_scale);
-  gpu_->softmax_cross_entropy_backward(d_dlogits, upload(probs), d_targets, N, V, loss_scale);
-  EXPECT_TRUE(matches("cross-entropy dlogits", d_dlogits, dlogits, kBitExact));
+  std::vector<float> dlogits(logits.size());
+  float* d_dlogits = poisoned(logits.size());
+  cpu_.softmax_cross_entropy_backward(dlogits.data(), logits.data(), row_stats.data(), targets.data(), N, V,
+                                      loss_scale);
+  gpu_->softmax_cross_entropy_backward(d_dlogits, d_logits, upload(row_stats), d_targets, N, V, loss_scale);
+  EXPECT_TRUE(matches("cross-entropy dlogits", d_dlogits, dlogits, kSoftmax));
+  // In place, as the classifier runs it: the very same bits.
+  gpu_->softmax_cross_entropy_backward(d_logits, d_logits, upload(row_stats), d_targets, N, V, loss_scale);
+  EXPECT_TRUE(matches("cross-entropy dlogits in place", d_logits, download(d_dlogits, logits.size()),
+                      kBitExact));
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaOpsShapes, ::testing::ValuesIn(kShapes),

@@ -442,25 +442,89 @@ TEST_P(CudaOpsHalfShapes, SoftmaxCrossEntropy) {
   const int N = s.rows(), V = s.vocab;
   const auto logits = rounded(random_floats(size_t(N) * V, 70, -6.0f, 6.0f));
   const auto targets = random_ids(N, 71, V);
-  std::vector<float> losses(N), probs(logits.size());
+  std::vector<float> losses(N), row_stats(2 * size_t(N));
   float* d_losses = gpu_->allocate_statistics(N);
+  float* d_stats = gpu_->allocate_statistics(row_stats.size());
   owned_.push_back(d_losses);
-  float* d_probs = poisoned_activation(probs.size());
+  owned_.push_back(d_stats);
+  float* d_logits = activation(logits);
   const int32_t* d_targets = upload(targets);
-  cpu_.softmax_cross_entropy_forward(losses.data(), probs.data(), logits.data(), targets.data(), N, V);
-  gpu_->softmax_cross_entropy_forward(d_losses, d_probs, activation(logits), d_targets, N, V);
+  cpu_.softmax_cross_entropy_forward(losses.data(), row_stats.data(), logits.data(), targets.data(), N, V);
+  gpu_->softmax_cross_entropy_forward(d_losses, d_stats, d_logits, d_targets, N, V);
   expect_close("cross-entropy losses", d_losses, losses, kSoftmax);
-  expect_close("cross-entropy probs", d_probs, probs, tol_.probability);
+  expect_close("cross-entropy row max and 1/sum", d_stats, row_stats, kSoftmax);
 
+  // The gradient is computed in fp32 from the stored logits and rounded once: the nearest
+  // or the neighbouring 16-bit value of the CPU's, as for a probability.
   const float loss_scale = 1.0f / static_cast<float>(N);
-  const auto probs_rounded = rounded(probs);
-  auto dlogits = rounded(random_floats(logits.size(), 72));
-  float* d_dlogits = activation(dlogits);
-  cpu_.softmax_cross_entropy_backward(dlogits.data(), probs_rounded.data(), targets.data(), N, V,
+  std::vector<float> dlogits(logits.size());
+  float* d_dlogits = poisoned_activation(logits.size());
+  cpu_.softmax_cross_entropy_backward(dlogits.data(), logits.data(), row_stats.data(), targets.data(), N, V,
                                       loss_scale);
-  gpu_->softmax_cross_entropy_backward(d_dlogits, activation(probs_rounded), d_targets, N, V,
-                                       loss_scale);
-  expect_close("cross-entropy dlogits", d_dlogits, rounded(dlogits), kBitExact);
+  gpu_->softmax_cross_entropy_backward(d_dlogits, d_logits, d_stats, d_targets, N, V, loss_scale);
+  expect_close("cross-entropy dlogits", d_dlogits, dlogits, tol_.probability);
+  gpu_->softmax_cross_entropy_backward(d_logits, d_logits, d_stats, d_targets, N, V, loss_scale);
+  expect_close("cross-entropy dlogits in place", d_logits, download(d_dlogits, logits.size()), kBitExact);
+}
+
+// The classifier on logits from allocate_logits, whose rows are padded to a multiple of 8
+// (V = 517 and 11 here; 1000 needs none): against the same ops on a plain [N,V] buffer,
+// which run the same GEMMs on a padded copy, and against the CPU.
+TEST_P(CudaOpsHalfShapes, ClassifierOnPaddedLogits) {
+  const OpShape s = shape();
+  const int N = s.rows(), C = s.channels, V = s.vocab;
+  const size_t weight_at = 8;  // weights sit at offsets in the parameters, as the model's
+  const auto params = rounded(random_floats(weight_at + size_t(V) * C, 73));
+  float* d_params = upload(params, MemoryKind::parameters);
+  gpu_->parameters_changed(d_params, 0, params.size());
+  const float* d_weight = d_params + weight_at;
+  const auto inp = rounded(random_floats(size_t(N) * C, 74));
+  const auto targets = random_ids(N, 75, V);
+  const float* d_inp = activation(inp);
+  const int32_t* d_targets = upload(targets);
+  const float loss_scale = 1.0f / static_cast<float>(N);
+  auto statistics = [&](size_t elems) {
+    float* p = gpu_->allocate_statistics(elems);
+    owned_.push_back(p);
+    return p;
+  };
+
+  // The plain path: matmul into [N,V], cross-entropy, its backward, the matmul backward.
+  float* plain_logits = poisoned_activation(size_t(N) * V);
+  float *plain_losses = statistics(N), *plain_stats = statistics(2 * size_t(N));
+  gpu_->matmul_forward(plain_logits, d_inp, d_weight, nullptr, N, C, V);
+  gpu_->softmax_cross_entropy_forward(plain_losses, plain_stats, plain_logits, d_targets, N, V);
+  gpu_->softmax_cross_entropy_backward(plain_logits, plain_logits, plain_stats, d_targets, N, V, loss_scale);
+  const auto dinp_prior = rounded(random_floats(inp.size(), 76));
+  const auto dweight_prior = random_floats(size_t(V) * C, 77);
+  float *plain_dinp = activation(dinp_prior), *plain_dweight = upload(dweight_prior);
+  gpu_->matmul_backward(plain_dinp, plain_dweight, nullptr, plain_logits, d_inp, d_weight, N, C, V);
+
+  float* logits = gpu_->allocate_logits(N, V);
+  owned_.push_back(logits);
+  float *losses = statistics(N), *stats = statistics(2 * size_t(N));
+  float *dinp = activation(dinp_prior), *dweight = upload(dweight_prior);
+  gpu_->classifier_forward(losses, stats, logits, d_inp, d_weight, d_targets, N, C, V);
+  gpu_->classifier_backward(dinp, dweight, logits, stats, d_inp, d_weight, d_targets, N, C, V, loss_scale);
+  // The same GEMMs on the same operands; the row reductions may split a row differently.
+  expect_close("classifier losses vs plain", losses, download(plain_losses, N), kSoftmax);
+  expect_close("classifier row statistics vs plain", stats, download(plain_stats, 2 * size_t(N)), kSoftmax);
+  expect_close("classifier dinp vs plain", dinp, download(plain_dinp, inp.size()), kBitExact);
+  expect_close("classifier dweight vs plain", dweight, download(plain_dweight, dweight_prior.size()),
+               kBitExact);
+
+  // Against the CPU's fp32 classifier: the GPU rounds each logit to 16 bits (u relative),
+  // which moves a loss by at most 2u * max|logit|, and dinp as a GEMM of the gradients.
+  const float* weight = params.data() + weight_at;
+  std::vector<float> cpu_logits(size_t(N) * V), cpu_losses(N), cpu_stats(2 * size_t(N));
+  std::vector<float> cpu_dinp = dinp_prior, cpu_dweight = dweight_prior;
+  cpu_.classifier_forward(cpu_losses.data(), cpu_stats.data(), cpu_logits.data(), inp.data(), weight,
+                          targets.data(), N, C, V);
+  const double unit = precision_ == Precision::fp16 ? 0x1p-11 : 0x1p-8;
+  expect_close("classifier losses vs cpu", losses, cpu_losses, Tolerance{2 * unit * max_abs(cpu_logits), 0.0});
+  cpu_.classifier_backward(cpu_dinp.data(), cpu_dweight.data(), cpu_logits.data(), cpu_stats.data(), inp.data(),
+                           weight, targets.data(), N, C, V, loss_scale);
+  expect_close("classifier dinp vs cpu", dinp, cpu_dinp, gemm_tolerance(cpu_dinp));
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaOpsHalfShapes,
@@ -646,7 +710,9 @@ TEST_P(CudaOpsHalf, Gpt2SmallTimings) {
   float* grads = fp32(param_elems, MemoryKind::gradients);
   float *x = act(NC), *y = act(NC), *wide = act(4 * NC), *wide2 = act(4 * NC);
   float *qkv = act(3 * NC), *dqkv = act(3 * NC), *probs = act(size_t(B) * 12 * T * T);
-  float *logits = act(size_t(N) * V), *dlogits = act(size_t(N) * V), *vocab_probs = act(size_t(N) * V);
+  float *logits = act(size_t(N) * V), *dlogits = act(size_t(N) * V), *scratch_weight = act(size_t(V) * C);
+  float* padded_logits = ops.allocate_logits(N, V);
+  owned_.push_back(padded_logits);
   float *stats = ops.allocate_statistics(2 * size_t(N)), *losses = ops.allocate_statistics(N);
   owned_.push_back(stats);
   owned_.push_back(losses);
@@ -677,9 +743,10 @@ TEST_P(CudaOpsHalf, Gpt2SmallTimings) {
       {"gelu bwd", 10, [&] { ops.gelu_backward(wide2, wide, wide, 4 * NC); }},
       {"residual fwd", 10, [&] { ops.residual_forward(y, x, y, NC); }},
       {"fill_zero 4NC", 10, [&] { ops.fill_zero(wide, 4 * NC); }},
-      {"cross-entropy fwd", 3, [&] { ops.softmax_cross_entropy_forward(losses, vocab_probs, logits, d_targets, N, V); }},
-      {"cross-entropy bwd", 3, [&] { ops.softmax_cross_entropy_backward(dlogits, vocab_probs, d_targets, N, V, loss_scale); }},
-      {"fill_zero dlogits", 3, [&] { ops.fill_zero(dlogits, size_t(N) * V); }},
+      {"cross-entropy fwd", 3, [&] { ops.softmax_cross_entropy_forward(losses, stats, logits, d_targets, N, V); }},
+      {"cross-entropy bwd", 3, [&] { ops.softmax_cross_entropy_backward(dlogits, logits, stats, d_targets, N, V, loss_scale); }},
+      {"classifier fwd (padded logits)", 3, [&] { ops.classifier_forward(losses, stats, padded_logits, x, params, d_targets, N, C, V); }},
+      {"classifier bwd (padded logits)", 3, [&] { ops.classifier_backward(y, grads, padded_logits, stats, x, params, d_targets, N, C, V, loss_scale); }},
       {"parameters_changed 38.6M (wte + 4C)", 3, [&] { ops.parameters_changed(params, 0, param_elems); }},
   };
   for (const Timed& t : timed) {
@@ -696,7 +763,7 @@ TEST_P(CudaOpsHalf, Gpt2SmallTimings) {
   const float one = 1.0f, zero = 0.0f;
   const cublasHandle_t handle = ops.cublas_handle();
   const cudaDataType_t half_type = precision_ == Precision::fp16 ? CUDA_R_16F : CUDA_R_16BF;
-  const void* weight = vocab_probs;
+  const void* weight = scratch_weight;
   for (int ld : {V, padded_vocab}) {
     void* head_out = ld == V ? logits : padded;
     const void* lnf = x;

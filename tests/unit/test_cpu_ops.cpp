@@ -562,15 +562,28 @@ TEST(CpuOpsResidual, BackwardMatchesFiniteDifferences) {
 
 // ---- softmax cross-entropy ----------------------------------------------------------
 
+// The softmax that the backward recomputes from row_stats: with loss_scale 1 the backward
+// writes probs - onehot(target).
+std::vector<float> probs_from_backward(CpuOps& ops, const std::vector<float>& logits,
+                                       const std::vector<float>& row_stats,
+                                       const std::vector<int32_t>& targets, int rows, int vocab) {
+  std::vector<float> probs(logits.size(), -7.0f);  // overwritten, never read
+  ops.softmax_cross_entropy_backward(probs.data(), logits.data(), row_stats.data(),
+                                     targets.data(), rows, vocab, 1.0f);
+  for (int n = 0; n < rows; ++n) probs[static_cast<size_t>(n) * vocab + targets[n]] += 1.0f;
+  return probs;
+}
+
 TEST(CpuOpsCrossEntropy, ForwardHandValuesAndStability) {
   CpuOps ops;
   auto targets = random_ints(kRows, 45, kVocab);
-  std::vector<float> losses(kRows), probs(kRows * kVocab);
+  std::vector<float> losses(kRows), row_stats(2 * kRows);
   // Equal logits: every probability is 1/V and every loss log(V), at any offset.
   for (float offset : {0.0f, 1000.0f, -1000.0f}) {
     std::vector<float> logits(kRows * kVocab, offset);
-    ops.softmax_cross_entropy_forward(losses.data(), probs.data(), logits.data(),
+    ops.softmax_cross_entropy_forward(losses.data(), row_stats.data(), logits.data(),
                                       targets.data(), kRows, kVocab);
+    const auto probs = probs_from_backward(ops, logits, row_stats, targets, kRows, kVocab);
     EXPECT_TRUE(all_close("uniform probs", probs,
                           std::vector<double>(probs.size(), 1.0 / kVocab), kForwardTolerance));
     EXPECT_TRUE(all_close("uniform losses", losses,
@@ -581,12 +594,19 @@ TEST(CpuOpsCrossEntropy, ForwardHandValuesAndStability) {
   // yet the losses must stay finite and accurate.
   for (float spread : {4.0f, 300.0f}) {
     auto logits = random_floats(kRows * kVocab, 46, -spread, spread);
-    ops.softmax_cross_entropy_forward(losses.data(), probs.data(), logits.data(),
+    ops.softmax_cross_entropy_forward(losses.data(), row_stats.data(), logits.data(),
                                       targets.data(), kRows, kVocab);
-    std::vector<double> ref_losses, ref_probs, row_sums(kRows, 0.0);
+    std::vector<double> ref_losses, ref_probs, row_sums(kRows, 0.0), ref_max(kRows);
     cross_entropy_reference(ref_losses, ref_probs, to_double(logits), targets, kRows, kVocab);
     const std::string label = " (logits within +-" + std::to_string(int(spread)) + ")";
     EXPECT_TRUE(all_close("losses" + label, losses, ref_losses, kForwardTolerance));
+    std::vector<float> maxima(kRows);
+    for (int n = 0; n < kRows; ++n) {
+      maxima[n] = row_stats[2 * n];
+      ref_max[n] = *std::max_element(logits.begin() + n * kVocab, logits.begin() + (n + 1) * kVocab);
+    }
+    EXPECT_TRUE(all_close("row maxima" + label, maxima, ref_max, kExact));
+    const auto probs = probs_from_backward(ops, logits, row_stats, targets, kRows, kVocab);
     EXPECT_TRUE(all_close("probs" + label, probs, ref_probs, kForwardTolerance));
     for (size_t i = 0; i < probs.size(); ++i) row_sums[i / kVocab] += probs[i];
     EXPECT_TRUE(all_close("probs row sums" + label, row_sums, std::vector<double>(kRows, 1.0),
@@ -594,18 +614,19 @@ TEST(CpuOpsCrossEntropy, ForwardHandValuesAndStability) {
   }
 }
 
-TEST(CpuOpsCrossEntropy, BackwardMatchesFiniteDifferences) {
+TEST(CpuOpsCrossEntropy, BackwardMatchesFiniteDifferencesAndRunsInPlace) {
   CpuOps ops;
   auto targets = random_ints(kRows, 49, kVocab);
   auto logits = random_floats(kRows * kVocab, 50, -4.0f, 4.0f);
   const float loss_scale = 0.37f;  // not 1, so a dropped or doubled scale shows
-  std::vector<float> losses(kRows), probs(logits.size());
-  ops.softmax_cross_entropy_forward(losses.data(), probs.data(), logits.data(), targets.data(),
-                                    kRows, kVocab);
-  const auto dlogits_prior = random_floats(logits.size(), 51);
-  auto dlogits = dlogits_prior;
-  ops.softmax_cross_entropy_backward(dlogits.data(), probs.data(), targets.data(), kRows, kVocab,
-                                     loss_scale);
+  std::vector<float> losses(kRows), row_stats(2 * kRows);
+  ops.softmax_cross_entropy_forward(losses.data(), row_stats.data(), logits.data(),
+                                    targets.data(), kRows, kVocab);
+  // The backward writes: whatever dlogits held before is gone.
+  const std::vector<float> zeros(logits.size(), 0.0f);
+  auto dlogits = random_floats(logits.size(), 51);
+  ops.softmax_cross_entropy_backward(dlogits.data(), logits.data(), row_stats.data(),
+                                     targets.data(), kRows, kVocab, loss_scale);
   std::vector<double> logits_double = to_double(logits), ref_losses, ref_probs;
   auto objective = [&] {
     cross_entropy_reference(ref_losses, ref_probs, logits_double, targets, kRows, kVocab);
@@ -613,8 +634,48 @@ TEST(CpuOpsCrossEntropy, BackwardMatchesFiniteDifferences) {
     for (double loss : ref_losses) total += loss;
     return double{loss_scale} * total;
   };
-  EXPECT_TRUE(gradient_matches("dlogits", dlogits, dlogits_prior, logits_double, objective,
+  EXPECT_TRUE(gradient_matches("dlogits", dlogits, zeros, logits_double, objective,
                                kDoubleGradTolerance));
+  // In place, as the classifier runs it: the same bits.
+  auto in_place = logits;
+  ops.softmax_cross_entropy_backward(in_place.data(), in_place.data(), row_stats.data(),
+                                     targets.data(), kRows, kVocab, loss_scale);
+  EXPECT_EQ(in_place, dlogits);
+}
+
+// The default classifier is the LM head's matmul followed by the cross-entropy, and its
+// backward the cross-entropy's in place followed by the matmul's.
+TEST(CpuOpsCrossEntropy, ClassifierIsMatmulThenCrossEntropy) {
+  CpuOps ops;
+  constexpr int kChannels = 6;
+  const auto inp = random_floats(kRows * kChannels, 53);
+  const auto weight = random_floats(kVocab * kChannels, 54);
+  const auto targets = random_ints(kRows, 55, kVocab);
+  const float loss_scale = 0.25f;
+  std::vector<float> logits(kRows * kVocab), losses(kRows), row_stats(2 * kRows);
+  ops.matmul_forward(logits.data(), inp.data(), weight.data(), nullptr, kRows, kChannels, kVocab);
+  ops.softmax_cross_entropy_forward(losses.data(), row_stats.data(), logits.data(),
+                                    targets.data(), kRows, kVocab);
+  std::vector<float> dlogits(logits.size()), dinp(inp.size(), 0.5f), dweight(weight.size(), 0.5f);
+  ops.softmax_cross_entropy_backward(dlogits.data(), logits.data(), row_stats.data(),
+                                     targets.data(), kRows, kVocab, loss_scale);
+  ops.matmul_backward(dinp.data(), dweight.data(), nullptr, dlogits.data(), inp.data(),
+                      weight.data(), kRows, kChannels, kVocab);
+
+  float* fused_logits = ops.allocate_logits(kRows, kVocab);
+  std::vector<float> fused_losses(kRows), fused_stats(2 * kRows);
+  std::vector<float> fused_dinp(inp.size(), 0.5f), fused_dweight(weight.size(), 0.5f);
+  ops.classifier_forward(fused_losses.data(), fused_stats.data(), fused_logits, inp.data(),
+                         weight.data(), targets.data(), kRows, kChannels, kVocab);
+  EXPECT_EQ(fused_losses, losses);
+  EXPECT_EQ(std::vector<float>(fused_logits, fused_logits + logits.size()), logits);
+  ops.classifier_backward(fused_dinp.data(), fused_dweight.data(), fused_logits,
+                          fused_stats.data(), inp.data(), weight.data(), targets.data(), kRows,
+                          kChannels, kVocab, loss_scale);
+  EXPECT_EQ(std::vector<float>(fused_logits, fused_logits + logits.size()), dlogits);
+  EXPECT_EQ(fused_dinp, dinp);
+  EXPECT_EQ(fused_dweight, dweight);
+  ops.release(fused_logits);
 }
 
 // ---- reductions and optimizer -------------------------------------------------------

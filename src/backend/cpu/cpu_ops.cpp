@@ -421,7 +421,7 @@ void CpuOps::accumulate(float* dst, const float* src, size_t elems) {
 
 // ---- softmax cross-entropy ----------------------------------------------------------
 
-void CpuOps::softmax_cross_entropy_forward(float* losses, float* probs, const float* logits,
+void CpuOps::softmax_cross_entropy_forward(float* losses, float* row_stats, const float* logits,
                                            const int32_t* targets, int rows, int vocab) {
   check_positive(rows, "cross-entropy rows");
   check_positive(vocab, "cross-entropy vocab");
@@ -431,31 +431,33 @@ void CpuOps::softmax_cross_entropy_forward(float* losses, float* probs, const fl
                      "cross-entropy: target " + std::to_string(target) +
                          " outside the vocabulary of " + std::to_string(vocab));
     const float* row = logits + static_cast<size_t>(n) * vocab;
-    float* prob_row = probs + static_cast<size_t>(n) * vocab;
     float max_logit = row[0];
     for (int v = 1; v < vocab; ++v) max_logit = std::max(max_logit, row[v]);
     double exp_total = 0.0;
-    for (int v = 0; v < vocab; ++v) {
-      prob_row[v] = std::exp(row[v] - max_logit);
-      exp_total += prob_row[v];
-    }
-    const float inverse_total = static_cast<float>(1.0 / exp_total);
-    for (int v = 0; v < vocab; ++v) prob_row[v] *= inverse_total;
+    for (int v = 0; v < vocab; ++v) exp_total += std::exp(row[v] - max_logit);
+    row_stats[2 * n] = max_logit;
+    row_stats[2 * n + 1] = static_cast<float>(1.0 / exp_total);
     // log-sum-exp rather than -log(prob): a target probability that underflows in fp32
     // still gets a finite, accurate loss.
     losses[n] = static_cast<float>(std::log(exp_total) + max_logit - row[target]);
   }
 }
 
-void CpuOps::softmax_cross_entropy_backward(float* dlogits, const float* probs,
-                                            const int32_t* targets, int rows, int vocab,
-                                            float loss_scale) {
+// Each probability is rounded as exp(x - max) in fp32 times the fp32 1/sum, then scaled:
+// the CUDA kernels round the same way.
+void CpuOps::softmax_cross_entropy_backward(float* dlogits, const float* logits,
+                                            const float* row_stats, const int32_t* targets,
+                                            int rows, int vocab, float loss_scale) {
   check_positive(rows, "cross-entropy rows");
   check_positive(vocab, "cross-entropy vocab");
   for (int n = 0; n < rows; ++n) {
-    const float* prob_row = probs + static_cast<size_t>(n) * vocab;
+    const float* row = logits + static_cast<size_t>(n) * vocab;
     float* dlogit_row = dlogits + static_cast<size_t>(n) * vocab;
-    for (int v = 0; v < vocab; ++v) dlogit_row[v] += loss_scale * prob_row[v];
+    const float max_logit = row_stats[2 * n], inverse_total = row_stats[2 * n + 1];
+    for (int v = 0; v < vocab; ++v) {
+      const float prob = std::exp(row[v] - max_logit) * inverse_total;
+      dlogit_row[v] = loss_scale * prob;
+    }
     dlogit_row[targets[n]] -= loss_scale;
   }
 }

@@ -71,11 +71,11 @@ class CpuOps final : public Ops {
   void residual_forward(float* out, const float* a, const float* b, size_t elems) override;
   void accumulate(float* dst, const float* src, size_t elems) override;
 
-  void softmax_cross_entropy_forward(float* losses, float* probs, const float* logits,
+  void softmax_cross_entropy_forward(float* losses, float* row_stats, const float* logits,
                                      const int32_t* targets, int rows, int vocab) override;
-  void softmax_cross_entropy_backward(float* dlogits, const float* probs,
-                                      const int32_t* targets, int rows, int vocab,
-                                      float loss_scale) override;
+  void softmax_cross_entropy_backward(float* dlogits, const float* logits,
+                                      const float* row_stats, const int32_t* targets, int rows,
+                                      int vocab, float loss_scale) override;
   double sum(const float* x, size_t elems) override;
 
   double sum_of_squares(const float* x, size_t elems) override;

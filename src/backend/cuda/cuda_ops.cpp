@@ -656,36 +656,127 @@ void CudaOps::accumulate(float* dst, const float* src, size_t elems) {
   cuda::launch_accumulate(stream_, dst, src, elems);
 }
 
-void CudaOps::softmax_cross_entropy_forward(float* losses, float* probs, const float* logits,
+int CudaOps::padded_logits_stride(const float* logits, int rows, int vocab) const {
+  if (!half_mode() || logits == nullptr) return 0;
+  const Lookup lookup = find_allocation(logits);
+  if (!lookup.found || lookup.allocation.logits_row_elems == 0) return 0;
+  const int stride = lookup.allocation.logits_row_elems;
+  SCALESTUDY_CHECK(reinterpret_cast<uintptr_t>(logits) == lookup.base &&
+                       stride == cuda::padded_logits_row_elems(vocab) &&
+                       lookup.allocation.bytes >= size_t(rows) * stride * kHalfBytes,
+                   "cuda backend: a logits buffer from allocate_logits is used with other rows "
+                   "or another vocabulary than it was allocated for");
+  return stride;
+}
+
+void CudaOps::softmax_cross_entropy_forward(float* losses, float* row_stats, const float* logits,
                                             const int32_t* targets, int rows, int vocab) {
   ScopedKernelTag tag(KernelCategory::norm_elementwise);
   require_fp32(losses, "cross-entropy losses");
-  if (half_operands("softmax_cross_entropy_forward", {{probs, "probs"}, {logits, "logits"}})) {
+  require_fp32(row_stats, "cross-entropy row statistics");
+  SCALESTUDY_CHECK(padded_logits_stride(logits, rows, vocab) == 0,
+                   "cross-entropy: padded logits from allocate_logits go to classifier_forward");
+  if (stores_half(logits, "cross-entropy logits")) {
     with_half_type(precision_, [&](auto storage) {
       using Half = typename decltype(storage)::type;
-      cuda::launch_softmax_cross_entropy_forward(stream_, losses, as<Half>(probs),
-                                                 as<Half>(logits), targets, rows, vocab);
+      cuda::launch_softmax_cross_entropy_forward(stream_, losses, row_stats, as<Half>(logits),
+                                                 targets, rows, vocab, vocab);
     });
     return;
   }
-  cuda::launch_softmax_cross_entropy_forward(stream_, losses, probs, logits, targets, rows,
-                                             vocab);
+  cuda::launch_softmax_cross_entropy_forward(stream_, losses, row_stats, logits, targets, rows,
+                                             vocab, vocab);
 }
 
-void CudaOps::softmax_cross_entropy_backward(float* dlogits, const float* probs,
-                                             const int32_t* targets, int rows, int vocab,
-                                             float loss_scale) {
+void CudaOps::softmax_cross_entropy_backward(float* dlogits, const float* logits,
+                                             const float* row_stats, const int32_t* targets,
+                                             int rows, int vocab, float loss_scale) {
   ScopedKernelTag tag(KernelCategory::norm_elementwise);
-  if (half_operands("softmax_cross_entropy_backward", {{dlogits, "dlogits"}, {probs, "probs"}})) {
+  require_fp32(row_stats, "cross-entropy row statistics");
+  SCALESTUDY_CHECK(padded_logits_stride(logits, rows, vocab) == 0 &&
+                       padded_logits_stride(dlogits, rows, vocab) == 0,
+                   "cross-entropy: padded logits from allocate_logits go to classifier_backward");
+  if (half_operands("softmax_cross_entropy_backward", {{dlogits, "dlogits"}, {logits, "logits"}})) {
     with_half_type(precision_, [&](auto storage) {
       using Half = typename decltype(storage)::type;
-      cuda::launch_softmax_cross_entropy_backward(stream_, as<Half>(dlogits), as<Half>(probs),
-                                                  targets, rows, vocab, loss_scale);
+      cuda::launch_softmax_cross_entropy_backward(stream_, as<Half>(dlogits), as<Half>(logits),
+                                                  row_stats, targets, rows, vocab, vocab,
+                                                  loss_scale);
     });
     return;
   }
-  cuda::launch_softmax_cross_entropy_backward(stream_, dlogits, probs, targets, rows, vocab,
-                                              loss_scale);
+  cuda::launch_softmax_cross_entropy_backward(stream_, dlogits, logits, row_stats, targets, rows,
+                                              vocab, vocab, loss_scale);
+}
+
+float* CudaOps::allocate_logits(int rows, int vocab) {
+  if (!half_mode()) return Ops::allocate_logits(rows, vocab);
+  SCALESTUDY_CHECK(rows > 0 && vocab > 0, "allocate_logits: rows and vocab must be positive");
+  const int stride = cuda::padded_logits_row_elems(vocab);
+  float* logits = allocate_floats(size_t(rows) * stride, MemoryKind::activations);
+  // The padding columns are never read; zeroed, they hold no NaN for a debugger to find.
+  CHECK_CUDA(cudaMemsetAsync(logits, 0, size_t(rows) * stride * kHalfBytes, stream_));
+  std::lock_guard<std::mutex> lock(memory_mutex_);
+  allocations_.at(reinterpret_cast<uintptr_t>(logits)).logits_row_elems = stride;
+  return logits;
+}
+
+void CudaOps::classifier_forward(float* losses, float* row_stats, float* logits,
+                                 const float* inp, const float* weight, const int32_t* targets,
+                                 int rows, int channels, int vocab) {
+  const int stride = padded_logits_stride(logits, rows, vocab);
+  if (stride == 0) {
+    Ops::classifier_forward(losses, row_stats, logits, inp, weight, targets, rows, channels,
+                            vocab);
+    return;
+  }
+  require_fp32(losses, "cross-entropy losses");
+  require_fp32(row_stats, "cross-entropy row statistics");
+  SCALESTUDY_CHECK(stores_half(inp, "classifier inp"),
+                   "classifier_forward: inp must be an activation buffer like the logits");
+  const void* weight_copy = parameter_copy_of(weight);
+  with_half_type(precision_, [&](auto storage) {
+    using Half = typename decltype(storage)::type;
+    {
+      ScopedKernelTag tag(KernelCategory::gemm);
+      cuda::launch_classifier_matmul_forward(cublas_, stream_, as<Half>(logits), stride,
+                                             as<Half>(inp), as<Half>(weight_copy), rows, channels,
+                                             vocab);
+    }
+    ScopedKernelTag tag(KernelCategory::norm_elementwise);
+    cuda::launch_softmax_cross_entropy_forward(stream_, losses, row_stats, as<Half>(logits),
+                                               targets, rows, vocab, stride);
+  });
+}
+
+void CudaOps::classifier_backward(float* dinp, float* dweight, float* logits,
+                                  const float* row_stats, const float* inp, const float* weight,
+                                  const int32_t* targets, int rows, int channels, int vocab,
+                                  float loss_scale) {
+  const int stride = padded_logits_stride(logits, rows, vocab);
+  if (stride == 0) {
+    Ops::classifier_backward(dinp, dweight, logits, row_stats, inp, weight, targets, rows,
+                             channels, vocab, loss_scale);
+    return;
+  }
+  require_fp32(row_stats, "cross-entropy row statistics");
+  require_fp32(dweight, "classifier dweight");
+  SCALESTUDY_CHECK(stores_half(inp, "classifier inp") && stores_half(dinp, "classifier dinp"),
+                   "classifier_backward: inp and dinp must be activation buffers like the logits");
+  const void* weight_copy = parameter_copy_of(weight);
+  with_half_type(precision_, [&](auto storage) {
+    using Half = typename decltype(storage)::type;
+    {
+      ScopedKernelTag tag(KernelCategory::norm_elementwise);
+      cuda::launch_softmax_cross_entropy_backward(stream_, as<Half>(logits), as<Half>(logits),
+                                                  row_stats, targets, rows, vocab, stride,
+                                                  loss_scale);
+    }
+    ScopedKernelTag tag(KernelCategory::gemm);
+    cuda::launch_classifier_matmul_backward(cublas_, stream_, as<Half>(dinp), dweight,
+                                            as<Half>(logits), stride, as<Half>(inp),
+                                            as<Half>(weight_copy), rows, channels, vocab);
+  });
 }
 
 double CudaOps::read_device_double() {

@@ -126,11 +126,21 @@ class CudaOps final : public Ops {
   void residual_forward(float* out, const float* a, const float* b, size_t elems) override;
   void accumulate(float* dst, const float* src, size_t elems) override;
 
-  void softmax_cross_entropy_forward(float* losses, float* probs, const float* logits,
+  void softmax_cross_entropy_forward(float* losses, float* row_stats, const float* logits,
                                      const int32_t* targets, int rows, int vocab) override;
-  void softmax_cross_entropy_backward(float* dlogits, const float* probs,
-                                      const int32_t* targets, int rows, int vocab,
-                                      float loss_scale) override;
+  void softmax_cross_entropy_backward(float* dlogits, const float* logits,
+                                      const float* row_stats, const int32_t* targets, int rows,
+                                      int vocab, float loss_scale) override;
+  // In bf16/fp16 the logits' rows are padded to a multiple of 8 elements
+  // (cuda::padded_logits_row_elems), so that the LM head's GEMMs read and write them in
+  // place; in fp32 they are the plain [N,V] of the default.
+  float* allocate_logits(int rows, int vocab) override;
+  void classifier_forward(float* losses, float* row_stats, float* logits, const float* inp,
+                          const float* weight, const int32_t* targets, int rows, int channels,
+                          int vocab) override;
+  void classifier_backward(float* dinp, float* dweight, float* logits, const float* row_stats,
+                           const float* inp, const float* weight, const int32_t* targets,
+                           int rows, int channels, int vocab, float loss_scale) override;
   double sum(const float* x, size_t elems) override;
 
   double sum_of_squares(const float* x, size_t elems) override;
@@ -154,6 +164,7 @@ class CudaOps final : public Ops {
     bool half = false;                // the storage behind the float* handle is 16-bit
     void* parameter_copy = nullptr;   // 16-bit modes, parameters: the 16-bit copy
     size_t parameter_copy_bytes = 0;
+    int logits_row_elems = 0;         // 16-bit modes, allocate_logits: the padded row
   };
   // What the registry knows about a pointer: the allocation that contains it, if any.
   struct Lookup {
@@ -161,6 +172,9 @@ class CudaOps final : public Ops {
     uintptr_t base = 0;
     Allocation allocation;
   };
+  // The padded row stride of a 16-bit logits buffer from allocate_logits (checked against
+  // rows and vocab), or 0 for any other buffer.
+  int padded_logits_stride(const float* logits, int rows, int vocab) const;
   // An activation operand of an op, for the storage check.
   struct Operand {
     const void* ptr;
