@@ -1,7 +1,10 @@
 #include "matmul.cuh"
 
+#include <algorithm>
+
 #include "common.cuh"
 #include "gemm.cuh"
+#include "gemm_lt.cuh"
 #include "precision.cuh"
 #include "reductions.cuh"
 
@@ -125,6 +128,19 @@ void check_shape(int rows, int in_channels, int out_channels) {
   check_positive(out_channels, "matmul out_channels");
 }
 
+// GPT-2 small at batch 64 faulted with an illegal address in the LM head's forward GEMM,
+// whose output there is 65536 rows of 50264, 3.3e9 elements; every other GEMM operand of
+// the step stays below 2^31 elements. So the layers run their GEMMs on chunks of rows
+// that keep every operand below 2^31 elements. A weight gradient then sums over the
+// chunks one after another: a fixed order, still deterministic.
+template <class F>
+void for_each_row_chunk(int rows, int in_channels, int out_channels, F run_rows) {
+  constexpr long long kMaxGemmOperandElems = (1LL << 31) - 1;
+  const long long widest = std::max(in_channels, padded_columns_of(out_channels));
+  const int chunk = static_cast<int>(std::max(1LL, kMaxGemmOperandElems / widest));
+  for (int first = 0; first < rows; first += chunk) run_rows(first, std::min(chunk, rows - first));
+}
+
 // The GEMM storage types for activations of type T: the forward and the input gradient
 // stay in T; the weight gradient is always the fp32 gradient buffer.
 template <class T>
@@ -149,15 +165,20 @@ struct MatmulTypes<fp16> {
 // weight, row-major [OC, IC], is to cuBLAS W^T [IC, OC] with ld IC: op T gives W.
 // inp, row-major [N, IC], is inp^T [IC, N] with ld IC: op N.
 // out, row-major [N, OC], is out^T [OC, N] with ld OC.
+// With a bias_gemm (16-bit only), the bias goes into cuBLASLt's epilogue where it can.
 template <class T>
 void matmul_forward(cublasHandle_t handle, cudaStream_t stream, T* out, const T* inp,
                     const T* weight, const float* bias, int rows, int in_channels,
-                    int out_channels) {
+                    int out_channels, BiasGemm* bias_gemm = nullptr) {
   check_shape(rows, in_channels, out_channels);
   check_not_null(out, "matmul out");
   check_not_null(inp, "matmul inp");
   check_not_null(weight, "matmul weight");
   check_handle_stream(handle, stream);
+  if (bias != nullptr && bias_gemm != nullptr &&
+      bias_gemm->forward(stream, MatmulTypes<T>::activations.ab, out, inp, weight, bias, rows,
+                         in_channels, out_channels))
+    return;
   gemm(handle, MatmulTypes<T>::activations, CUBLAS_OP_T, CUBLAS_OP_N, out_channels, rows,
        in_channels, 1.0f, weight, in_channels, inp, in_channels, 0.0f, out, out_channels);
   if (bias != nullptr) {
@@ -251,9 +272,11 @@ void matmul_backward_strided(cublasHandle_t handle, T* dinp, float* dweight, con
 template <class T>
 void matmul_forward_16bit(cublasHandle_t handle, cudaStream_t stream, T* out, const T* inp,
                           const T* weight, const float* bias, int rows, int in_channels,
-                          int out_channels, float* scratch, size_t scratch_elems) {
+                          int out_channels, float* scratch, size_t scratch_elems,
+                          BiasGemm* bias_gemm) {
   if (!needs_padding(out_channels)) {
-    matmul_forward(handle, stream, out, inp, weight, bias, rows, in_channels, out_channels);
+    matmul_forward(handle, stream, out, inp, weight, bias, rows, in_channels, out_channels,
+                   bias_gemm);
     return;
   }
   check_shape(rows, in_channels, out_channels);
@@ -325,7 +348,10 @@ void classifier_matmul_forward(cublasHandle_t handle, cudaStream_t stream, T* lo
   check_not_null(inp, "classifier inp");
   check_not_null(weight, "classifier weight");
   check_handle_stream(handle, stream);
-  matmul_forward_strided(handle, logits, logits_stride, inp, weight, rows, in_channels, vocab);
+  for_each_row_chunk(rows, in_channels, vocab, [&](int first, int count) {
+    matmul_forward_strided(handle, logits + size_t(first) * logits_stride, logits_stride,
+                           inp + size_t(first) * in_channels, weight, count, in_channels, vocab);
+  });
 }
 
 template <class T>
@@ -340,8 +366,11 @@ void classifier_matmul_backward(cublasHandle_t handle, cudaStream_t stream, T* d
   check_not_null(inp, "classifier inp");
   check_not_null(weight, "classifier weight");
   check_handle_stream(handle, stream);
-  matmul_backward_strided(handle, dinp, dweight, dlogits, logits_stride, inp, weight, rows,
-                          in_channels, vocab);
+  for_each_row_chunk(rows, in_channels, vocab, [&](int first, int count) {
+    matmul_backward_strided(handle, dinp + size_t(first) * in_channels, dweight,
+                            dlogits + size_t(first) * logits_stride, logits_stride,
+                            inp + size_t(first) * in_channels, weight, count, in_channels, vocab);
+  });
 }
 
 }  // namespace
@@ -349,7 +378,11 @@ void classifier_matmul_backward(cublasHandle_t handle, cudaStream_t stream, T* d
 void launch_matmul_forward(cublasHandle_t handle, cudaStream_t stream, float* out,
                            const float* inp, const float* weight, const float* bias, int rows,
                            int in_channels, int out_channels) {
-  matmul_forward(handle, stream, out, inp, weight, bias, rows, in_channels, out_channels);
+  for_each_row_chunk(rows, in_channels, out_channels, [&](int first, int count) {
+    matmul_forward(handle, stream, out + size_t(first) * out_channels,
+                   inp + size_t(first) * in_channels, weight, bias, count, in_channels,
+                   out_channels);
+  });
 }
 
 size_t matmul_forward_scratch_elems_16bit(int rows, int out_channels) {
@@ -359,17 +392,23 @@ size_t matmul_forward_scratch_elems_16bit(int rows, int out_channels) {
 void launch_matmul_forward(cublasHandle_t handle, cudaStream_t stream, bf16* out,
                            const bf16* inp, const bf16* weight, const float* bias, int rows,
                            int in_channels, int out_channels, float* scratch,
-                           size_t scratch_elems) {
-  matmul_forward_16bit(handle, stream, out, inp, weight, bias, rows, in_channels, out_channels,
-                       scratch, scratch_elems);
+                           size_t scratch_elems, BiasGemm* bias_gemm) {
+  for_each_row_chunk(rows, in_channels, out_channels, [&](int first, int count) {
+    matmul_forward_16bit(handle, stream, out + size_t(first) * out_channels,
+                         inp + size_t(first) * in_channels, weight, bias, count, in_channels,
+                         out_channels, scratch, scratch_elems, bias_gemm);
+  });
 }
 
 void launch_matmul_forward(cublasHandle_t handle, cudaStream_t stream, fp16* out,
                            const fp16* inp, const fp16* weight, const float* bias, int rows,
                            int in_channels, int out_channels, float* scratch,
-                           size_t scratch_elems) {
-  matmul_forward_16bit(handle, stream, out, inp, weight, bias, rows, in_channels, out_channels,
-                       scratch, scratch_elems);
+                           size_t scratch_elems, BiasGemm* bias_gemm) {
+  for_each_row_chunk(rows, in_channels, out_channels, [&](int first, int count) {
+    matmul_forward_16bit(handle, stream, out + size_t(first) * out_channels,
+                         inp + size_t(first) * in_channels, weight, bias, count, in_channels,
+                         out_channels, scratch, scratch_elems, bias_gemm);
+  });
 }
 
 size_t matmul_backward_scratch_elems(int rows, int out_channels) {
@@ -380,8 +419,11 @@ void launch_matmul_backward(cublasHandle_t handle, cudaStream_t stream, float* d
                             float* dweight, float* dbias, const float* dout, const float* inp,
                             const float* weight, int rows, int in_channels, int out_channels,
                             float* scratch, size_t scratch_elems) {
-  matmul_backward(handle, stream, dinp, dweight, dbias, dout, inp, weight, rows, in_channels,
-                  out_channels, scratch, scratch_elems);
+  for_each_row_chunk(rows, in_channels, out_channels, [&](int first, int count) {
+    matmul_backward(handle, stream, dinp + size_t(first) * in_channels, dweight, dbias,
+                    dout + size_t(first) * out_channels, inp + size_t(first) * in_channels,
+                    weight, count, in_channels, out_channels, scratch, scratch_elems);
+  });
 }
 
 size_t matmul_backward_scratch_elems_16bit(int rows, int out_channels) {
@@ -392,16 +434,22 @@ void launch_matmul_backward(cublasHandle_t handle, cudaStream_t stream, bf16* di
                             float* dweight, float* dbias, const bf16* dout, const bf16* inp,
                             const bf16* weight, int rows, int in_channels, int out_channels,
                             float* scratch, size_t scratch_elems) {
-  matmul_backward_16bit(handle, stream, dinp, dweight, dbias, dout, inp, weight, rows,
-                        in_channels, out_channels, scratch, scratch_elems);
+  for_each_row_chunk(rows, in_channels, out_channels, [&](int first, int count) {
+    matmul_backward_16bit(handle, stream, dinp + size_t(first) * in_channels, dweight, dbias,
+                          dout + size_t(first) * out_channels, inp + size_t(first) * in_channels,
+                          weight, count, in_channels, out_channels, scratch, scratch_elems);
+  });
 }
 
 void launch_matmul_backward(cublasHandle_t handle, cudaStream_t stream, fp16* dinp,
                             float* dweight, float* dbias, const fp16* dout, const fp16* inp,
                             const fp16* weight, int rows, int in_channels, int out_channels,
                             float* scratch, size_t scratch_elems) {
-  matmul_backward_16bit(handle, stream, dinp, dweight, dbias, dout, inp, weight, rows,
-                        in_channels, out_channels, scratch, scratch_elems);
+  for_each_row_chunk(rows, in_channels, out_channels, [&](int first, int count) {
+    matmul_backward_16bit(handle, stream, dinp + size_t(first) * in_channels, dweight, dbias,
+                          dout + size_t(first) * out_channels, inp + size_t(first) * in_channels,
+                          weight, count, in_channels, out_channels, scratch, scratch_elems);
+  });
 }
 
 int padded_logits_row_elems(int vocab) { return padded_columns_of(vocab); }

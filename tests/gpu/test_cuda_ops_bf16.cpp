@@ -27,10 +27,13 @@
 #include <limits>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/half_host.h"
+#include "core/check.h"
 #include "cuda_test_support.h"
+#include "gemm_lt.cuh"
 
 namespace scalestudy {
 namespace {
@@ -366,6 +369,37 @@ TEST_P(CudaOpsHalfShapes, Matmul) {
     expect_close("matmul dinp" + label, d_dinp, dinp, gemm_tolerance(dinp));
     expect_close("matmul dweight" + label, d_dweight, dweight, kFp32DotProduct);
     expect_close("matmul dbias" + label, d_dbias, dbias, kColumnSum);
+  }
+}
+
+// GPT-2's dense layers take their bias in cuBLASLt's epilogue (no bias kernel): the
+// epilogue must accept their shapes, or the step silently keeps the slower fallback.
+// Where the operands are not 16-byte aligned it declines, and the GEMM-then-bias path
+// (the Matmul test's tiny shape) runs instead.
+TEST_P(CudaOpsHalf, BiasEpilogueTakesTheGpt2Shapes) {
+  cuda::BiasGemm bias_gemm;
+  cudaStream_t stream = nullptr;
+  CHECK_CUBLAS(cublasGetStream(gpu_->cublas_handle(), &stream));
+  const cudaDataType_t type = precision_ == Precision::fp16 ? CUDA_R_16F : CUDA_R_16BF;
+  const int N = 256;
+  for (const auto& [in_channels, out_channels] :
+       std::vector<std::pair<int, int>>{{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}}) {
+    const std::string label = " (" + std::to_string(in_channels) + "->" +
+                              std::to_string(out_channels) + ")";
+    const auto inp = rounded(random_floats(size_t(N) * in_channels, 37));
+    const auto weight = rounded(random_floats(size_t(out_channels) * in_channels, 38));
+    const auto bias = random_floats(size_t(out_channels), 39);
+    std::vector<float> out(size_t(N) * out_channels);
+    float* d_out = poisoned_activation(out.size());
+    float* d_bias = upload(bias);
+    ASSERT_TRUE(bias_gemm.forward(stream, type, d_out, activation(inp), activation(weight), d_bias,
+                                  N, in_channels, out_channels))
+        << "cuBLASLt declined the bias epilogue" << label;
+    cpu_.matmul_forward(out.data(), inp.data(), weight.data(), bias.data(), N, in_channels, out_channels);
+    expect_close("bias epilogue out" + label, d_out, out, gemm_tolerance(out));
+    EXPECT_FALSE(bias_gemm.forward(stream, type, d_out, activation(inp), activation(weight),
+                                   d_bias + 1, N, in_channels, out_channels))
+        << "a bias 4 bytes off 16-byte alignment must be declined" << label;
   }
 }
 

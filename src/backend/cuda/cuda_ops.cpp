@@ -19,6 +19,7 @@
 #include "core/check.h"
 #include "profile/kernel_tag.h"
 #include "cross_entropy.cuh"
+#include "gemm_lt.cuh"
 #include "elementwise.cuh"
 #include "embedding.cuh"
 #include "gelu.cuh"
@@ -90,6 +91,10 @@ CudaOps::CudaOps(int device, Precision precision) : device_(device), precision_(
           ? CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION
           : CUBLAS_DEFAULT_MATH;
   CHECK_CUBLAS(cublasSetMathMode(cublas_, static_cast<cublasMath_t>(math_mode)));
+  if (half_mode()) {
+    bias_gemm_ = std::make_unique<cuda::BiasGemm>();
+    bytes_by_kind_[static_cast<size_t>(MemoryKind::other)] += cuda::BiasGemm::kWorkspaceBytes;
+  }
 
   reduction_partials_elems_ = cuda::reduction_scratch_doubles();
   CHECK_CUDA(cudaMalloc(&reduction_partials_, reduction_partials_elems_ * sizeof(double)));
@@ -111,6 +116,7 @@ CudaOps::~CudaOps() {
   CHECK_CUDA(cudaFree(reduction_partials_));
   CHECK_CUDA(cudaFree(device_result_));
   CHECK_CUDA(cudaFreeHost(host_result_));
+  bias_gemm_.reset();
   CHECK_CUBLAS(cublasDestroy(cublas_));
   CHECK_CUDA(cudaStreamDestroy(stream_));
 }
@@ -502,7 +508,8 @@ void CudaOps::matmul_forward(float* out, const float* inp, const float* weight,
       using Half = typename decltype(storage)::type;
       cuda::launch_matmul_forward(cublas_, stream_, as<Half>(out), as<Half>(inp),
                                   as<Half>(weight_copy), bias, rows, in_channels, out_channels,
-                                  scratch, scratch != nullptr ? scratch_elems_ : 0);
+                                  scratch, scratch != nullptr ? scratch_elems_ : 0,
+                                  bias_gemm_.get());
     });
     return;
   }

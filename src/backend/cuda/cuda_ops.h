@@ -59,6 +59,10 @@
 #include "backend/ops.h"
 #include "config/run_config.h"
 
+namespace scalestudy::cuda {
+class BiasGemm;
+}
+
 namespace scalestudy {
 
 class CudaOps final : public Ops {
@@ -213,6 +217,8 @@ class CudaOps final : public Ops {
   Precision precision_ = Precision::fp32;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
+  // 16-bit modes: the dense layers' forward with the bias in cuBLASLt's epilogue.
+  std::unique_ptr<cuda::BiasGemm> bias_gemm_;
 
   float* scratch_ = nullptr;
   size_t scratch_elems_ = 0;
