@@ -55,7 +55,9 @@ fi
 if [ "${VS_TORCH:-1}" = 1 ]; then
   echo "== against PyTorch" | tee "$out/vs-torch.log"
   for model in ${MODELS:-gpt2-small}; do
-    python3 jobscripts/bench_vs_pytorch.py --binary "$binary" --model "$model" --gpus ${TORCH_GPUS:-1 2} \
+    seq=1024
+    case "$model" in bert-*) seq=512 ;; esac  # BERT's position table ends at 512
+    python3 jobscripts/bench_vs_pytorch.py --binary "$binary" --model "$model" --seq "$seq" --gpus ${TORCH_GPUS:-1 2} \
       --precision bf16 --batch-per-gpu "${TORCH_BATCH:-16}" --pytorch-gpus 1 \
       --pytorch-modes ${TORCH_MODES:-eager compile} --pytorch-precisions bf16 \
       --workdir "/tmp/vs-torch-$model" 2>&1 | tee -a "$out/vs-torch.log" | tail -14

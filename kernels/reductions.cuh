@@ -28,8 +28,8 @@ void launch_sum_of_squares(cudaStream_t stream, double* device_result, const flo
 
 // ---- column sums of a row-major [rows, columns] matrix ------------------------------
 // Two stages: fp32 partial sums over chunks of kColumnChunkRows rows, written as a
-// [column_partial_rows(rows), columns] matrix, then a double sum of the partials in chunk
-// order added into the destination.
+// [column_partial_rows(rows), columns] matrix, then a double sum of the partials (split
+// over chunks and combined in a fixed order) added into the destination.
 inline constexpr int kColumnChunkRows = 64;
 inline int column_partial_rows(int rows) {
   return (rows + kColumnChunkRows - 1) / kColumnChunkRows;
