@@ -1,9 +1,11 @@
 #pragma once
-// The dense layer's forward with its bias added in cuBLASLt's epilogue (CUBLASLT_EPILOGUE_
-// BIAS, an fp32 bias vector): the bias costs no pass of its own over the output, and the
-// 16-bit output is rounded once, from the fp32 accumulator plus the fp32 bias, as the CPU
-// rounds bias + dot. Plans (descriptors, layouts and the algorithm) are made once per
-// shape and kept.
+// The dense layer's forward with its bias added in cuBLASLt's epilogue
+// (CUBLASLT_EPILOGUE_BIAS): the bias costs no pass of its own over the output. cuBLASLt
+// takes the bias in the output's type (an fp32 bias vector with a bf16 output was refused
+// on an H200 with CUBLAS_STATUS_INVALID_VALUE), so the bias comes from the 16-bit copy
+// of the parameters, like the weight; the output is rounded once, from the fp32
+// accumulator plus that bias. Plans (descriptors, layouts and the algorithm) are made
+// once per shape and kept.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
@@ -22,12 +24,12 @@ class BiasGemm {
   BiasGemm(const BiasGemm&) = delete;
   BiasGemm& operator=(const BiasGemm&) = delete;
 
-  // out[N,OC] = inp[N,IC] @ weight[OC,IC]^T + bias[OC], with out, inp and weight of `type`
-  // (CUDA_R_16BF or CUDA_R_16F). Returns false, having done nothing, where cuBLASLt offers
-  // no algorithm or the operands are not 16-byte aligned: the caller then runs the GEMM and
-  // the bias kernel.
+  // out[N,OC] = inp[N,IC] @ weight[OC,IC]^T + bias[OC], with out, inp, weight and bias of
+  // `type` (CUDA_R_16BF or CUDA_R_16F). Returns false, having done nothing, where cuBLASLt
+  // offers no algorithm or the operands are not 16-byte aligned: the caller then runs the
+  // GEMM and the bias kernel.
   bool forward(cudaStream_t stream, cudaDataType_t type, void* out, const void* inp,
-               const void* weight, const float* bias, int rows, int in_channels,
+               const void* weight, const void* bias, int rows, int in_channels,
                int out_channels);
 
  private:

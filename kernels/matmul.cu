@@ -165,19 +165,21 @@ struct MatmulTypes<fp16> {
 // weight, row-major [OC, IC], is to cuBLAS W^T [IC, OC] with ld IC: op T gives W.
 // inp, row-major [N, IC], is inp^T [IC, N] with ld IC: op N.
 // out, row-major [N, OC], is out^T [OC, N] with ld OC.
-// With a bias_gemm (16-bit only), the bias goes into cuBLASLt's epilogue where it can.
+// With a bias_gemm and the bias's copy in T (16-bit only), the bias goes into cuBLASLt's
+// epilogue where it can.
 template <class T>
 void matmul_forward(cublasHandle_t handle, cudaStream_t stream, T* out, const T* inp,
                     const T* weight, const float* bias, int rows, int in_channels,
-                    int out_channels, BiasGemm* bias_gemm = nullptr) {
+                    int out_channels, BiasGemm* bias_gemm = nullptr,
+                    const T* bias_copy = nullptr) {
   check_shape(rows, in_channels, out_channels);
   check_not_null(out, "matmul out");
   check_not_null(inp, "matmul inp");
   check_not_null(weight, "matmul weight");
   check_handle_stream(handle, stream);
-  if (bias != nullptr && bias_gemm != nullptr &&
-      bias_gemm->forward(stream, MatmulTypes<T>::activations.ab, out, inp, weight, bias, rows,
-                         in_channels, out_channels))
+  if (bias != nullptr && bias_gemm != nullptr && bias_copy != nullptr &&
+      bias_gemm->forward(stream, MatmulTypes<T>::activations.ab, out, inp, weight, bias_copy,
+                         rows, in_channels, out_channels))
     return;
   gemm(handle, MatmulTypes<T>::activations, CUBLAS_OP_T, CUBLAS_OP_N, out_channels, rows,
        in_channels, 1.0f, weight, in_channels, inp, in_channels, 0.0f, out, out_channels);
@@ -273,10 +275,10 @@ template <class T>
 void matmul_forward_16bit(cublasHandle_t handle, cudaStream_t stream, T* out, const T* inp,
                           const T* weight, const float* bias, int rows, int in_channels,
                           int out_channels, float* scratch, size_t scratch_elems,
-                          BiasGemm* bias_gemm) {
+                          BiasGemm* bias_gemm, const T* bias_copy) {
   if (!needs_padding(out_channels)) {
     matmul_forward(handle, stream, out, inp, weight, bias, rows, in_channels, out_channels,
-                   bias_gemm);
+                   bias_gemm, bias_copy);
     return;
   }
   check_shape(rows, in_channels, out_channels);
@@ -392,22 +394,22 @@ size_t matmul_forward_scratch_elems_16bit(int rows, int out_channels) {
 void launch_matmul_forward(cublasHandle_t handle, cudaStream_t stream, bf16* out,
                            const bf16* inp, const bf16* weight, const float* bias, int rows,
                            int in_channels, int out_channels, float* scratch,
-                           size_t scratch_elems, BiasGemm* bias_gemm) {
+                           size_t scratch_elems, BiasGemm* bias_gemm, const bf16* bias_copy) {
   for_each_row_chunk(rows, in_channels, out_channels, [&](int first, int count) {
     matmul_forward_16bit(handle, stream, out + size_t(first) * out_channels,
                          inp + size_t(first) * in_channels, weight, bias, count, in_channels,
-                         out_channels, scratch, scratch_elems, bias_gemm);
+                         out_channels, scratch, scratch_elems, bias_gemm, bias_copy);
   });
 }
 
 void launch_matmul_forward(cublasHandle_t handle, cudaStream_t stream, fp16* out,
                            const fp16* inp, const fp16* weight, const float* bias, int rows,
                            int in_channels, int out_channels, float* scratch,
-                           size_t scratch_elems, BiasGemm* bias_gemm) {
+                           size_t scratch_elems, BiasGemm* bias_gemm, const fp16* bias_copy) {
   for_each_row_chunk(rows, in_channels, out_channels, [&](int first, int count) {
     matmul_forward_16bit(handle, stream, out + size_t(first) * out_channels,
                          inp + size_t(first) * in_channels, weight, bias, count, in_channels,
-                         out_channels, scratch, scratch_elems, bias_gemm);
+                         out_channels, scratch, scratch_elems, bias_gemm, bias_copy);
   });
 }
 

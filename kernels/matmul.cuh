@@ -22,17 +22,19 @@ void launch_matmul_forward(cublasHandle_t handle, cudaStream_t stream, float* ou
                            const float* inp, const float* weight, const float* bias, int rows,
                            int in_channels, int out_channels);
 // bf16 and fp16 need scratch when out_channels is not a multiple of 8 (rows padded for
-// cuBLAS's fast kernels); this many floats, possibly 0. With a bias and a bias_gemm, the
-// bias is added in cuBLASLt's epilogue where the shapes allow (gemm_lt.cuh).
+// cuBLAS's fast kernels); this many floats, possibly 0. With a bias, a bias_gemm and
+// bias_copy, the bias's 16-bit copy (among the parameters' copy), the bias is added in
+// cuBLASLt's epilogue where the shapes allow (gemm_lt.cuh).
 size_t matmul_forward_scratch_elems_16bit(int rows, int out_channels);
 void launch_matmul_forward(cublasHandle_t handle, cudaStream_t stream, __nv_bfloat16* out,
                            const __nv_bfloat16* inp, const __nv_bfloat16* weight,
                            const float* bias, int rows, int in_channels, int out_channels,
-                           float* scratch, size_t scratch_elems, BiasGemm* bias_gemm);
+                           float* scratch, size_t scratch_elems, BiasGemm* bias_gemm,
+                           const __nv_bfloat16* bias_copy);
 void launch_matmul_forward(cublasHandle_t handle, cudaStream_t stream, __half* out,
                            const __half* inp, const __half* weight, const float* bias, int rows,
                            int in_channels, int out_channels, float* scratch,
-                           size_t scratch_elems, BiasGemm* bias_gemm);
+                           size_t scratch_elems, BiasGemm* bias_gemm, const __half* bias_copy);
 
 // Floats of scratch that launch_matmul_backward needs (for the bias reduction).
 size_t matmul_backward_scratch_elems(int rows, int out_channels);

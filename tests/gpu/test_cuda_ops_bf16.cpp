@@ -388,18 +388,19 @@ TEST_P(CudaOpsHalf, BiasEpilogueTakesTheGpt2Shapes) {
                               std::to_string(out_channels) + ")";
     const auto inp = rounded(random_floats(size_t(N) * in_channels, 37));
     const auto weight = rounded(random_floats(size_t(out_channels) * in_channels, 38));
-    const auto bias = random_floats(size_t(out_channels), 39);
+    const auto bias = rounded(random_floats(size_t(out_channels), 39));
     std::vector<float> out(size_t(N) * out_channels);
     float* d_out = poisoned_activation(out.size());
-    float* d_bias = upload(bias);
+    float* d_bias = activation(bias);  // a 16-bit bias, as the parameters' copy holds it
     ASSERT_TRUE(bias_gemm.forward(stream, type, d_out, activation(inp), activation(weight), d_bias,
                                   N, in_channels, out_channels))
         << "cuBLASLt declined the bias epilogue" << label;
     cpu_.matmul_forward(out.data(), inp.data(), weight.data(), bias.data(), N, in_channels, out_channels);
     expect_close("bias epilogue out" + label, d_out, out, gemm_tolerance(out));
+    const auto* misaligned_bias = reinterpret_cast<const char*>(d_bias) + 2;
     EXPECT_FALSE(bias_gemm.forward(stream, type, d_out, activation(inp), activation(weight),
-                                   d_bias + 1, N, in_channels, out_channels))
-        << "a bias 4 bytes off 16-byte alignment must be declined" << label;
+                                   misaligned_bias, N, in_channels, out_channels))
+        << "a bias 2 bytes off 16-byte alignment must be declined" << label;
   }
 }
 

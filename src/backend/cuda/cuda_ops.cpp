@@ -253,6 +253,12 @@ void CudaOps::require_fp32(const void* ptr, const char* what) const {
                        " activation buffer");
 }
 
+const void* CudaOps::parameter_copy_or_null(const float* param) const {
+  const Lookup lookup = find_allocation(param);
+  if (!lookup.found || lookup.allocation.parameter_copy == nullptr) return nullptr;
+  return parameter_copy_of(param);
+}
+
 const void* CudaOps::parameter_copy_of(const float* weight) const {
   const Lookup lookup = find_allocation(weight);
   SCALESTUDY_CHECK(lookup.found && lookup.allocation.parameter_copy != nullptr,
@@ -504,12 +510,15 @@ void CudaOps::matmul_forward(float* out, const float* inp, const float* weight,
     const size_t scratch_elems = cuda::matmul_forward_scratch_elems_16bit(rows, out_channels);
     float* scratch = scratch_elems > 0 ? scratch_floats(scratch_elems) : nullptr;
     const void* weight_copy = parameter_copy_of(weight);
+    // A bias outside the parameters (none in the model) has no 16-bit copy: it takes the
+    // bias kernel.
+    const void* bias_copy = bias != nullptr ? parameter_copy_or_null(bias) : nullptr;
     with_half_type(precision_, [&](auto storage) {
       using Half = typename decltype(storage)::type;
       cuda::launch_matmul_forward(cublas_, stream_, as<Half>(out), as<Half>(inp),
                                   as<Half>(weight_copy), bias, rows, in_channels, out_channels,
                                   scratch, scratch != nullptr ? scratch_elems_ : 0,
-                                  bias_gemm_.get());
+                                  bias_gemm_.get(), as<Half>(bias_copy));
     });
     return;
   }

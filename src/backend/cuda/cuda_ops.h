@@ -204,6 +204,8 @@ class CudaOps final : public Ops {
   void require_fp32(const void* ptr, const char* what) const;
   // The 16-bit copy of the parameter `weight` points at.
   const void* parameter_copy_of(const float* weight) const;
+  // The same, or nullptr where `param` is not in the parameters allocation.
+  const void* parameter_copy_or_null(const float* param) const;
   void copy_host_to_device(void* dst, const void* host_src, size_t bytes);
   // A device buffer of at least `elems` floats, shared by every op that needs scratch:
   // ops run in stream order, so one op's use ends before the next op's begins. Grows
