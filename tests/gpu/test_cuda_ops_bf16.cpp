@@ -267,14 +267,17 @@ TEST_P(CudaOpsHalf, GemmsReadTheRefreshedParameterCopy) {
   forward();
   expect_close("matmul after parameters_changed", d_out, out, gemm_tolerance(out));
 
-  // New values everywhere, but only the first half of the weight rows announced: the
-  // GEMM must use new rows [0, OC/2) and old rows after.
+  // New values everywhere, but only the first half of the weight rows announced, and the
+  // bias: the GEMM must use new rows [0, OC/2) and old rows after. (The bias is announced
+  // because the 16-bit forward reads it from the copy in cuBLASLt's epilogue, and from the
+  // fp32 master in the bias kernel where the epilogue declines.)
   const auto fresh = rounded(random_floats(param_elems, 4));
   gpu_->copy_from_host(d_params, fresh.data(), param_elems);
   const size_t announced_end = weight_at + size_t(OC / 2) * IC;
   gpu_->parameters_changed(d_params + weight_at, 0, announced_end - weight_at);
+  gpu_->parameters_changed(d_params, bias_at, param_elems);
   std::copy(fresh.begin() + weight_at, fresh.begin() + announced_end, params.begin() + weight_at);
-  std::copy(fresh.begin() + bias_at, fresh.end(), params.begin() + bias_at);  // fp32 masters
+  std::copy(fresh.begin() + bias_at, fresh.end(), params.begin() + bias_at);
   forward();
   expect_close("matmul after a partial refresh", d_out, out, gemm_tolerance(out));
 }
