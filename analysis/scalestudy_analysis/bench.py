@@ -88,14 +88,16 @@ def gpt_forward_bytes(layers, hidden, heads, vocab, batch, seq):
              + matmul_forward_bytes(n, c, c, True) + matmul_forward_bytes(n, c, 4 * c, True)
              + A * 8 * n * c + matmul_forward_bytes(n, 4 * c, c, True) + 2 * A * 3 * n * c)
     embedding = A * n + A * (2 * n * c + t * c)
-    head = layernorm + matmul_forward_bytes(n, c, vocab, False) + A * (2 * n * vocab + n) + A * n
+    # The cross-entropy reads the logits once and writes the losses and the rows' max and 1/sum.
+    head = layernorm + matmul_forward_bytes(n, c, vocab, False) + A * (n * vocab + 3 * n) + A * n
     return embedding + layers * block + head
 
 
 def gpt_backward_bytes(layers, hidden, heads, vocab, batch, seq):
     n, c, b, t = batch * seq, hidden, batch, seq
     layernorm = A * (4 * n * c + 5 * c + 2 * n)
-    head = (A * n * vocab + A * 3 * n * vocab + A * n + A * n * c + matmul_backward_bytes(n, c, vocab, False)
+    # The cross-entropy backward reads the logits and writes their gradient in place.
+    head = (A * (2 * n * vocab + 2 * n) + A * n + A * n * c + matmul_backward_bytes(n, c, vocab, False)
             + A * n * c + layernorm)
     block = (A * 4 * n * c + matmul_backward_bytes(n, 4 * c, c, True) + A * 4 * n * c + A * 16 * n * c
              + A * n * c + matmul_backward_bytes(n, c, 4 * c, True) + layernorm + A * n * c
