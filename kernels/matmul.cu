@@ -249,8 +249,11 @@ void matmul_forward_strided(cublasHandle_t handle, T* out, int out_stride, const
 
 // The backward's GEMMs from dout rows of dout_stride elements (a multiple of 8 >= OC).
 // dinp takes two GEMMs (the first OC0 columns of dout with W's first OC0 rows, then the
-// rest), so it is rounded to T twice; dweight is one GEMM over all OC columns (n = OC is
-// not the contiguous dimension of its result, so it needs no alignment).
+// rest), so it is rounded to T twice. dweight is split the same way, into its first OC0
+// rows and the rest: each element still comes from one GEMM. As one GEMM over all
+// n = OC = 50257 columns of dout, cuBLAS ran the LM head's weight gradient on an sm_80
+// kernel at 1.24 ms per 8192 rows on an H200, against 0.86 ms for the forward's aligned
+// GEMM of the same size.
 template <class T>
 void matmul_backward_strided(cublasHandle_t handle, T* dinp, float* dweight, const T* dout,
                              int dout_stride, const T* inp, const T* weight, int rows,
@@ -264,9 +267,14 @@ void matmul_backward_strided(cublasHandle_t handle, T* dinp, float* dweight, con
     gemm(handle, types, CUBLAS_OP_N, CUBLAS_OP_N, in_channels, rows,
          out_channels - aligned_channels, 1.0f, weight + size_t(aligned_channels) * in_channels,
          in_channels, dout + aligned_channels, dout_stride, 1.0f, dinp, in_channels);
-  gemm(handle, MatmulTypes<T>::weight_gradient, CUBLAS_OP_N, CUBLAS_OP_T, in_channels,
-       out_channels, rows, 1.0f, inp, in_channels, dout, dout_stride, 1.0f, dweight,
-       in_channels);
+  const GemmTypes weight_types = MatmulTypes<T>::weight_gradient;
+  if (aligned_channels > 0)
+    gemm(handle, weight_types, CUBLAS_OP_N, CUBLAS_OP_T, in_channels, aligned_channels, rows,
+         1.0f, inp, in_channels, dout, dout_stride, 1.0f, dweight, in_channels);
+  if (aligned_channels < out_channels)
+    gemm(handle, weight_types, CUBLAS_OP_N, CUBLAS_OP_T, in_channels,
+         out_channels - aligned_channels, rows, 1.0f, inp, in_channels, dout + aligned_channels,
+         dout_stride, 1.0f, dweight + size_t(aligned_channels) * in_channels, in_channels);
 }
 
 // The 16-bit forward, T = bf16 or fp16. With padding: out^T[OC, N] is computed into
