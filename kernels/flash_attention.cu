@@ -180,6 +180,7 @@ struct FlashBackwardParams {
   bool causal;
   float score_scale;       // 1/sqrt(HS)
   float score_scale_log2;  // log2(e)/sqrt(HS)
+  bool accumulate;         // dqkv += the gradients; otherwise dqkv = them, unread
 };
 
 constexpr int kDsumThreads = 256;
@@ -204,21 +205,24 @@ __global__ void flash_backward_dsum_kernel(FlashBackwardParams<T> p, long long r
   p.dsum[(b * p.heads + h) * p.seq + t] = total;
 }
 
-// dst[rows of 64 x HS] += the fp32 staging tile, read, summed in fp32 and rounded once;
-// rows past seq are skipped. dst points at row 0, column 0 of the head in dqkv.
+// dst[rows of 64 x HS] += the fp32 staging tile, read, summed in fp32 and rounded once,
+// or, without accumulate, dst = the tile rounded once; rows past seq are skipped. dst
+// points at row 0, column 0 of the head in dqkv.
 template <class T>
-__device__ __forceinline__ void accumulate_staged_tile(T* dst, size_t ld, const float* stage,
-                                                       int row0, int seq) {
+__device__ __forceinline__ void write_staged_tile(T* dst, size_t ld, const float* stage, int row0,
+                                                  int seq, bool accumulate) {
   constexpr int kChunksPerRow = kHeadSize / Pack<T>::kCount;
 #pragma unroll 2
   for (int chunk = threadIdx.x; chunk < kTileRows * kChunksPerRow; chunk += kThreads) {
     const int r = chunk / kChunksPerRow, c = (chunk % kChunksPerRow) * Pack<T>::kCount;
     if (row0 + r >= seq) continue;
     T* at = dst + size_t(row0 + r) * ld + c;
-    Pack<T> sum = load_pack(at);
+    Pack<T> sum{};
+    if (accumulate) sum = load_pack(at);
     const float* staged = stage + r * kStageStride + c;
 #pragma unroll
-    for (int i = 0; i < Pack<T>::kCount; ++i) sum.set(i, sum.get(i) + staged[i]);
+    for (int i = 0; i < Pack<T>::kCount; ++i)
+      sum.set(i, accumulate ? sum.get(i) + staged[i] : staged[i]);
     store_pack(at, sum);
   }
 }
@@ -343,8 +347,8 @@ __global__ void __launch_bounds__(kThreads) flash_backward_key_value_kernel(
   stage_accumulators(dv_stage, dv, 1.0f);
   __syncthreads();
   T* dkey = p.dqkv + size_t(b) * p.seq * ld + p.channels + size_t(h) * kHeadSize;
-  accumulate_staged_tile(dkey, ld, dk_stage, k0, p.seq);
-  accumulate_staged_tile(dkey + p.channels, ld, dv_stage, k0, p.seq);
+  write_staged_tile(dkey, ld, dk_stage, k0, p.seq, p.accumulate);
+  write_staged_tile(dkey + p.channels, ld, dv_stage, k0, p.seq, p.accumulate);
 }
 
 constexpr size_t kQuerySmemBytes = 6 * kTileElems * 2;
@@ -427,8 +431,8 @@ __global__ void __launch_bounds__(kThreads) flash_backward_query_kernel(
   float* dq_stage = reinterpret_cast<float*>(q_tile);
   stage_accumulators(dq_stage, dq, p.score_scale);
   __syncthreads();
-  accumulate_staged_tile(p.dqkv + size_t(b) * p.seq * ld + size_t(h) * kHeadSize, ld, dq_stage,
-                         q0, p.seq);
+  write_staged_tile(p.dqkv + size_t(b) * p.seq * ld + size_t(h) * kHeadSize, ld, dq_stage, q0,
+                    p.seq, p.accumulate);
 }
 
 // ---- launchers --------------------------------------------------------------------------
@@ -493,7 +497,7 @@ size_t dsum_elems_of(const AttentionShape& shape) {
 template <class T>
 void flash_backward(cudaStream_t stream, T* dqkv, const T* dout, const T* qkv, const T* out,
                     const float* lse, const AttentionShape& shape, float* scratch,
-                    size_t scratch_elems) {
+                    size_t scratch_elems, bool accumulate_dqkv) {
   check_shape(shape);
   check_aligned(dqkv, "flash attention dqkv");
   check_aligned(dout, "flash attention dout");
@@ -505,7 +509,8 @@ void flash_backward(cudaStream_t stream, T* dqkv, const T* dout, const T* qkv, c
                    "flash attention backward: scratch too small");
   const float scale = score_scale_of();
   const FlashBackwardParams<T> p{dqkv, dout, qkv, out, lse, scratch, shape.seq, shape.channels,
-                                 shape.heads, shape.causal, scale, scale * kLog2e};
+                                 shape.heads, shape.causal, scale, scale * kLog2e,
+                                 accumulate_dqkv};
   const auto rows = static_cast<long long>(dsum_elems_of(shape));
   flash_backward_dsum_kernel<T><<<static_cast<unsigned>((rows + kDsumThreads - 1) / kDsumThreads),
                                   kDsumThreads, 0, stream>>>(p, rows);
@@ -537,15 +542,17 @@ size_t flash_attention_backward_scratch_elems(const AttentionShape& shape) {
 void launch_flash_attention_backward(cudaStream_t stream, bf16* dqkv, const bf16* dout,
                                      const bf16* qkv, const bf16* out, const float* lse,
                                      const AttentionShape& shape, float* scratch,
-                                     size_t scratch_elems) {
-  flash_backward(stream, dqkv, dout, qkv, out, lse, shape, scratch, scratch_elems);
+                                     size_t scratch_elems, bool accumulate_dqkv) {
+  flash_backward(stream, dqkv, dout, qkv, out, lse, shape, scratch, scratch_elems,
+                 accumulate_dqkv);
 }
 
 void launch_flash_attention_backward(cudaStream_t stream, fp16* dqkv, const fp16* dout,
                                      const fp16* qkv, const fp16* out, const float* lse,
                                      const AttentionShape& shape, float* scratch,
-                                     size_t scratch_elems) {
-  flash_backward(stream, dqkv, dout, qkv, out, lse, shape, scratch, scratch_elems);
+                                     size_t scratch_elems, bool accumulate_dqkv) {
+  flash_backward(stream, dqkv, dout, qkv, out, lse, shape, scratch, scratch_elems,
+                 accumulate_dqkv);
 }
 
 }  // namespace scalestudy::cuda

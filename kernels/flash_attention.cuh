@@ -36,16 +36,16 @@ void launch_flash_attention_forward(cudaStream_t stream, __half* out, float* lse
 size_t flash_attention_backward_scratch_elems(const AttentionShape& shape);
 
 // dqkv[B,T,3C] += the gradients of Q, K and V (each element read, summed in fp32 and
-// rounded once), from the forward's out and lse. Pointers of 16-bit tensors must be
-// 16-byte aligned.
+// rounded once), or with accumulate_dqkv false dqkv = them (dqkv never read), from the
+// forward's out and lse. Pointers of 16-bit tensors must be 16-byte aligned.
 void launch_flash_attention_backward(cudaStream_t stream, __nv_bfloat16* dqkv,
                                      const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
                                      const __nv_bfloat16* out, const float* lse,
                                      const AttentionShape& shape, float* scratch,
-                                     size_t scratch_elems);
+                                     size_t scratch_elems, bool accumulate_dqkv);
 void launch_flash_attention_backward(cudaStream_t stream, __half* dqkv, const __half* dout,
                                      const __half* qkv, const __half* out, const float* lse,
                                      const AttentionShape& shape, float* scratch,
-                                     size_t scratch_elems);
+                                     size_t scratch_elems, bool accumulate_dqkv);
 
 }  // namespace scalestudy::cuda

@@ -22,7 +22,8 @@ __device__ inline float gelu(float x) {
   return __fmul_rn(__fmul_rn(0.5f, x), __fadd_rn(1.0f, tanhf(gelu_inner(x))));
 }
 
-// dinp + gelu'(x) * dout.
+// gelu'(x) * dout, added to dinp where kAccumulate.
+template <bool kAccumulate>
 __device__ inline float gelu_backward(float dinp, float x, float dout) {
   const float tanh_inner = tanhf(gelu_inner(x));
   const float sech_squared = __fsub_rn(1.0f, __fmul_rn(tanh_inner, tanh_inner));
@@ -31,7 +32,8 @@ __device__ inline float gelu_backward(float dinp, float x, float dout) {
   const float local_grad =
       __fadd_rn(__fmul_rn(0.5f, __fadd_rn(1.0f, tanh_inner)),
                 __fmul_rn(__fmul_rn(__fmul_rn(0.5f, x), sech_squared), dinner));
-  return __fadd_rn(dinp, __fmul_rn(local_grad, dout));
+  const float grad = __fmul_rn(local_grad, dout);
+  return kAccumulate ? __fadd_rn(dinp, grad) : grad;
 }
 
 // No __restrict__: as on the CPU, an output may alias an input; each element (each
@@ -52,21 +54,26 @@ __global__ void gelu_forward_kernel(T* out, const T* inp, size_t elems, size_t p
     out[i] = from_float<T>(gelu(to_float(inp[i])));
 }
 
-template <class T>
+// Without kAccumulate dinp is only written: its old contents may be anything.
+template <class T, bool kAccumulate>
 __global__ void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, size_t elems,
                                      size_t packs) {
   constexpr int kCount = Pack<T>::kCount;
   const size_t first = blockIdx.x * size_t{blockDim.x} + threadIdx.x;
   const size_t stride = size_t{gridDim.x} * blockDim.x;
   for (size_t p = first; p < packs; p += stride) {
-    Pack<T> grad = load_pack(dinp + p * kCount);
+    Pack<T> grad{};
+    if (kAccumulate) grad = load_pack(dinp + p * kCount);
     const Pack<T> x = load_pack(inp + p * kCount), dy = load_pack(dout + p * kCount);
 #pragma unroll
-    for (int k = 0; k < kCount; ++k) grad.set(k, gelu_backward(grad.get(k), x.get(k), dy.get(k)));
+    for (int k = 0; k < kCount; ++k)
+      grad.set(k, gelu_backward<kAccumulate>(grad.get(k), x.get(k), dy.get(k)));
     store_pack(dinp + p * kCount, grad);
   }
-  for (size_t i = packs * kCount + first; i < elems; i += stride)
-    dinp[i] = from_float<T>(gelu_backward(to_float(dinp[i]), to_float(inp[i]), to_float(dout[i])));
+  for (size_t i = packs * kCount + first; i < elems; i += stride) {
+    const float old = kAccumulate ? to_float(dinp[i]) : 0.0f;
+    dinp[i] = from_float<T>(gelu_backward<kAccumulate>(old, to_float(inp[i]), to_float(dout[i])));
+  }
 }
 
 template <class T>
@@ -81,15 +88,18 @@ void gelu_forward(cudaStream_t stream, T* out, const T* inp, size_t elems) {
 }
 
 template <class T>
-void gelu_backward(cudaStream_t stream, T* dinp, const T* inp, const T* dout, size_t elems) {
+void gelu_backward(cudaStream_t stream, T* dinp, const T* inp, const T* dout, size_t elems,
+                   bool accumulate_dinp) {
   if (elems == 0) return;
   check_not_null(dinp, "gelu dinp");
   check_not_null(inp, "gelu inp");
   check_not_null(dout, "gelu dout");
   const size_t packs =
       pack_count<T>(elems, aligned16(dinp) && aligned16(inp) && aligned16(dout));
-  gelu_backward_kernel<T><<<packed_blocks<T>(elems, packs), kElementwiseThreads, 0, stream>>>(
-      dinp, inp, dout, elems, packs);
+  const auto kernel =
+      accumulate_dinp ? gelu_backward_kernel<T, true> : gelu_backward_kernel<T, false>;
+  kernel<<<packed_blocks<T>(elems, packs), kElementwiseThreads, 0, stream>>>(dinp, inp, dout,
+                                                                            elems, packs);
   CHECK_LAUNCH();
 }
 
@@ -108,18 +118,18 @@ void launch_gelu_forward(cudaStream_t stream, fp16* out, const fp16* inp, size_t
 }
 
 void launch_gelu_backward(cudaStream_t stream, float* dinp, const float* inp, const float* dout,
-                          size_t elems) {
-  gelu_backward(stream, dinp, inp, dout, elems);
+                          size_t elems, bool accumulate_dinp) {
+  gelu_backward(stream, dinp, inp, dout, elems, accumulate_dinp);
 }
 
 void launch_gelu_backward(cudaStream_t stream, bf16* dinp, const bf16* inp, const bf16* dout,
-                          size_t elems) {
-  gelu_backward(stream, dinp, inp, dout, elems);
+                          size_t elems, bool accumulate_dinp) {
+  gelu_backward(stream, dinp, inp, dout, elems, accumulate_dinp);
 }
 
 void launch_gelu_backward(cudaStream_t stream, fp16* dinp, const fp16* inp, const fp16* dout,
-                          size_t elems) {
-  gelu_backward(stream, dinp, inp, dout, elems);
+                          size_t elems, bool accumulate_dinp) {
+  gelu_backward(stream, dinp, inp, dout, elems, accumulate_dinp);
 }
 
 }  // namespace scalestudy::cuda

@@ -15,10 +15,10 @@ void launch_gelu_forward(cudaStream_t stream, __nv_bfloat16* out, const __nv_bfl
 void launch_gelu_forward(cudaStream_t stream, __half* out, const __half* inp, size_t elems);
 // dinp += gelu'(inp) * dout.
 void launch_gelu_backward(cudaStream_t stream, float* dinp, const float* inp, const float* dout,
-                          size_t elems);
+                          size_t elems, bool accumulate_dinp);
 void launch_gelu_backward(cudaStream_t stream, __nv_bfloat16* dinp, const __nv_bfloat16* inp,
-                          const __nv_bfloat16* dout, size_t elems);
+                          const __nv_bfloat16* dout, size_t elems, bool accumulate_dinp);
 void launch_gelu_backward(cudaStream_t stream, __half* dinp, const __half* inp,
-                          const __half* dout, size_t elems);
+                          const __half* dout, size_t elems, bool accumulate_dinp);
 
 }  // namespace scalestudy::cuda

@@ -1,5 +1,9 @@
 #include "layernorm.cuh"
 
+#include <algorithm>
+#include <initializer_list>
+#include <type_traits>
+
 #include "common.cuh"
 #include "precision.cuh"
 #include "reductions.cuh"
@@ -12,6 +16,19 @@ constexpr int kRowThreads = 128;
 constexpr int kColumnTile = 32;
 constexpr int kColumnRowLanes = 8;
 
+// The warp-per-row kernels hold a row in registers as 16-byte packs, lane l taking packs
+// l, l + 32, ...: at most kMaxPacksPerLane of them, which is 2048 channels in bf16 or
+// fp16 and 1024 in fp32. Wider rows (and rows that are not whole aligned packs) take the
+// block-per-row kernels.
+constexpr int kMaxPacksPerLane = 8;
+constexpr int kForwardWarps = 4;
+constexpr int kBackwardWarps = 8;
+// Rows of one backward block, whose parameter-gradient contributions become one partial
+// row: enough rows to keep the partials small next to the activations, few enough that
+// 8192 rows still give a wave of 256 blocks.
+constexpr int kBackwardChunkRows = 32;
+constexpr size_t kDefaultSharedBytes = 48 * 1024;
+
 // T is the storage of the activations (inp, out, dout, dinp): fp32, bf16 or fp16. weight, bias,
 // mean, rstd and the parameter gradients are fp32 whatever T is.
 template <class T>
@@ -22,6 +39,7 @@ struct LayerNormForwardParams {
   const T* inp;
   const float* weight;
   const float* bias;
+  int rows;
   int channels;
 };
 
@@ -35,6 +53,7 @@ struct LayerNormBackwardParams {
   const float* rstd;
   int rows;
   int channels;
+  bool accumulate_dinp;
 };
 
 // The __f*_rn intrinsics below are never fused into multiply-adds, so each per-element
@@ -70,6 +89,86 @@ __global__ void layernorm_forward_kernel(LayerNormForwardParams<T> p) {
   }
 }
 
+// kCount consecutive fp32 parameters from a 16-byte aligned address. They are read-only
+// for the whole launch, so they may come through the non-coherent cache.
+template <int kCount>
+__device__ __forceinline__ void load_parameters(float (&dst)[kCount], const float* src) {
+  static_assert(kCount % 4 == 0, "parameters are read a float4 at a time");
+#pragma unroll
+  for (int i = 0; i < kCount; i += 4) {
+    const float4 four = __ldg(reinterpret_cast<const float4*>(src + i));
+    dst[i] = four.x;
+    dst[i + 1] = four.y;
+    dst[i + 2] = four.z;
+    dst[i + 3] = four.w;
+  }
+}
+
+// One warp per row, the row in registers: the whole row's loads are in flight together
+// and the statistics need shuffles only, no block barrier. The row is widened to double
+// once and kept so, centred in place: Hopper converts between float and double at a
+// quarter of its double-add rate, and at four conversions an element (one a pass, two in
+// the last) the arithmetic would take about as long as the memory traffic; kept, it is
+// two. The operations are the block kernel's, element for element.
+template <class T, int kPacks>
+__global__ void __launch_bounds__(kForwardWarps * kWarpSize)
+    layernorm_forward_warp_kernel(LayerNormForwardParams<T> p) {
+  constexpr int kCount = Pack<T>::kCount;
+  const int lane = threadIdx.x % kWarpSize;
+  const int row = blockIdx.x * kForwardWarps + threadIdx.x / kWarpSize;
+  if (row >= p.rows) return;
+  const size_t offset = size_t(row) * p.channels;
+  Pack<T> packs[kPacks];
+#pragma unroll
+  for (int k = 0; k < kPacks; ++k) {
+    const int column = (k * kWarpSize + lane) * kCount;
+    if (column < p.channels) packs[k] = load_pack(p.inp + offset + column);
+  }
+  double values[kPacks][kCount];
+  double total = 0.0;
+#pragma unroll
+  for (int k = 0; k < kPacks; ++k) {
+    if ((k * kWarpSize + lane) * kCount >= p.channels) continue;
+#pragma unroll
+    for (int i = 0; i < kCount; ++i) {
+      values[k][i] = packs[k].get(i);
+      total += values[k][i];
+    }
+  }
+  const double row_mean = warp_reduce_sum(total) / p.channels;
+  double squared = 0.0;
+#pragma unroll
+  for (int k = 0; k < kPacks; ++k) {
+    if ((k * kWarpSize + lane) * kCount >= p.channels) continue;
+#pragma unroll
+    for (int i = 0; i < kCount; ++i) {
+      values[k][i] -= row_mean;
+      squared += values[k][i] * values[k][i];
+    }
+  }
+  const double variance = warp_reduce_sum(squared) / p.channels;
+  const double row_rstd = 1.0 / sqrt(variance + kLayerNormEpsilon);
+#pragma unroll
+  for (int k = 0; k < kPacks; ++k) {
+    const int column = (k * kWarpSize + lane) * kCount;
+    if (column >= p.channels) continue;
+    float weight[kCount], bias[kCount];
+    load_parameters(weight, p.weight + column);
+    load_parameters(bias, p.bias + column);
+    Pack<T> result;
+#pragma unroll
+    for (int i = 0; i < kCount; ++i) {
+      const float normed = static_cast<float>(values[k][i] * row_rstd);
+      result.set(i, __fadd_rn(__fmul_rn(normed, weight[i]), bias[i]));
+    }
+    store_pack(p.out + offset + column, result);
+  }
+  if (lane == 0) {
+    p.mean[row] = static_cast<float>(row_mean);
+    p.rstd[row] = static_cast<float>(row_rstd);
+  }
+}
+
 // One block per row: the input gradient, after the two projections that normalisation
 // removes (the mean of dnorm, and its component along the normalised input).
 template <class T>
@@ -96,7 +195,9 @@ __global__ void layernorm_backward_input_kernel(LayerNormBackwardParams<T> p) {
     const float normed = __fmul_rn(to_float(x[c]) - row_mean, row_rstd);
     const float dnorm = __fmul_rn(p.weight[c], to_float(dy[c]));
     const float centered = __fsub_rn(dnorm - dnorm_mean, __fmul_rn(normed, dnorm_norm_mean));
-    dx[c] = from_float<T>(__fadd_rn(to_float(dx[c]), __fmul_rn(row_rstd, centered)));
+    const float gradient = __fmul_rn(row_rstd, centered);
+    // Overwriting never reads dx, which may then hold anything, NaN included.
+    dx[c] = from_float<T>(p.accumulate_dinp ? __fadd_rn(to_float(dx[c]), gradient) : gradient);
   }
 }
 
@@ -135,10 +236,156 @@ __global__ void layernorm_backward_param_partials_kernel(float* __restrict__ wei
   }
 }
 
+// An empty asm statement that claims to change the pack: the compiler then recomputes
+// what it derived from the pack (a few fp32 operations an element) instead of keeping it
+// in registers across the row reduction.
+template <class T>
+__device__ __forceinline__ void hide_from_compiler(Pack<T>& pack) {
+  int4& words = reinterpret_cast<int4&>(pack);
+  asm volatile("" : "+r"(words.x), "+r"(words.y), "+r"(words.z), "+r"(words.w));
+}
+
+// The block's partial row of one parameter gradient: each warp's column sums go to its
+// own row of `warp_sums` ([kBackwardWarps, channels]), which are then added in warp order,
+// one column a thread so that the partial row is written coalesced. The closing barrier
+// lets the caller reuse `warp_sums` at once.
+template <int kPacks, int kCount>
+__device__ void write_block_partial_row(float* partial_row, const float (&sums)[kPacks][kCount],
+                                        float* warp_sums, int channels) {
+  const int lane = threadIdx.x % kWarpSize;
+  float* own_sums = warp_sums + size_t(threadIdx.x / kWarpSize) * channels;
+#pragma unroll
+  for (int k = 0; k < kPacks; ++k) {
+    const int column = (k * kWarpSize + lane) * kCount;
+    if (column >= channels) continue;
+#pragma unroll
+    for (int i = 0; i < kCount; i += 4) {
+      *reinterpret_cast<float4*>(own_sums + column + i) =
+          make_float4(sums[k][i], sums[k][i + 1], sums[k][i + 2], sums[k][i + 3]);
+    }
+  }
+  __syncthreads();
+  for (int c = threadIdx.x; c < channels; c += blockDim.x) {
+    float total = warp_sums[c];
+    for (int warp = 1; warp < kBackwardWarps; ++warp) {
+      total += warp_sums[size_t(warp) * channels + c];
+    }
+    partial_row[c] = total;
+  }
+  __syncthreads();
+}
+
+// The input gradient and the parameter-gradient partials in one pass over x and dy. A
+// block takes kBackwardChunkRows consecutive rows, warp w the rows w, w + 8, ... of them,
+// one at a time and whole in registers, with the arithmetic of the block-per-row kernels
+// above. Each lane keeps fp32 column sums of its own packs' columns across its rows; the
+// block then writes one partial row per gradient.
+template <class T, int kPacks>
+__global__ void __launch_bounds__(kBackwardWarps * kWarpSize)
+    layernorm_backward_warp_kernel(float* __restrict__ weight_partials,
+                                   float* __restrict__ bias_partials,
+                                   LayerNormBackwardParams<T> p) {
+  constexpr int kCount = Pack<T>::kCount;
+  extern __shared__ float4 shared_float4s[];  // float4 for the alignment of the stores
+  float* warp_sums = reinterpret_cast<float*>(shared_float4s);
+  const int lane = threadIdx.x % kWarpSize;
+  const int chunk = blockIdx.x;
+  const int row_end = min(p.rows, (chunk + 1) * kBackwardChunkRows);
+  float weight_sums[kPacks][kCount] = {};
+  float bias_sums[kPacks][kCount] = {};
+  for (int row = chunk * kBackwardChunkRows + threadIdx.x / kWarpSize; row < row_end;
+       row += kBackwardWarps) {
+    const size_t offset = size_t(row) * p.channels;
+    Pack<T> x[kPacks], dy[kPacks], dx[kPacks];
+#pragma unroll
+    for (int k = 0; k < kPacks; ++k) {
+      const int column = (k * kWarpSize + lane) * kCount;
+      if (column >= p.channels) continue;
+      x[k] = load_pack(p.inp + offset + column);
+      dy[k] = load_pack(p.dout + offset + column);
+      if (p.accumulate_dinp) dx[k] = load_pack(p.dinp + offset + column);
+    }
+    const float row_mean = p.mean[row];
+    const float row_rstd = p.rstd[row];
+    double dnorm_total = 0.0, dnorm_dot_norm = 0.0;
+#pragma unroll
+    for (int k = 0; k < kPacks; ++k) {
+      const int column = (k * kWarpSize + lane) * kCount;
+      if (column >= p.channels) continue;
+      float weight[kCount];
+      load_parameters(weight, p.weight + column);
+#pragma unroll
+      for (int i = 0; i < kCount; ++i) {
+        const float normed = __fmul_rn(x[k].get(i) - row_mean, row_rstd);
+        const float dnorm = __fmul_rn(weight[i], dy[k].get(i));
+        dnorm_total += dnorm;
+        dnorm_dot_norm += static_cast<double>(dnorm) * normed;
+      }
+    }
+    const float dnorm_mean = static_cast<float>(warp_reduce_sum(dnorm_total) / p.channels);
+    const float dnorm_norm_mean = static_cast<float>(warp_reduce_sum(dnorm_dot_norm) / p.channels);
+#pragma unroll
+    for (int k = 0; k < kPacks; ++k) {
+      if ((k * kWarpSize + lane) * kCount >= p.channels) continue;
+      hide_from_compiler(x[k]);
+      hide_from_compiler(dy[k]);
+    }
+#pragma unroll
+    for (int k = 0; k < kPacks; ++k) {
+      const int column = (k * kWarpSize + lane) * kCount;
+      if (column >= p.channels) continue;
+      float weight[kCount];
+      load_parameters(weight, p.weight + column);
+#pragma unroll
+      for (int i = 0; i < kCount; ++i) {
+        const float normed = __fmul_rn(x[k].get(i) - row_mean, row_rstd);
+        const float upstream = dy[k].get(i);
+        const float dnorm = __fmul_rn(weight[i], upstream);
+        const float centered = __fsub_rn(dnorm - dnorm_mean, __fmul_rn(normed, dnorm_norm_mean));
+        const float gradient = __fmul_rn(row_rstd, centered);
+        dx[k].set(i, p.accumulate_dinp ? __fadd_rn(dx[k].get(i), gradient) : gradient);
+        weight_sums[k][i] = __fadd_rn(weight_sums[k][i], __fmul_rn(normed, upstream));
+        bias_sums[k][i] += upstream;
+      }
+      store_pack(p.dinp + offset + column, dx[k]);
+    }
+  }
+  const size_t partial_offset = size_t(chunk) * p.channels;
+  write_block_partial_row(weight_partials + partial_offset, weight_sums, warp_sums, p.channels);
+  write_block_partial_row(bias_partials + partial_offset, bias_sums, warp_sums, p.channels);
+}
+
 void check_shape(int rows, int channels) {
   check_positive(rows, "layernorm rows");
   check_positive(channels, "layernorm channels");
 }
+
+// Packs per lane of a warp-per-row kernel, or 0 where the row cannot take one: C not a
+// whole number of packs, an operand not 16-byte aligned, or a row too wide for registers.
+template <class T>
+int warp_row_packs_per_lane(int channels, std::initializer_list<const void*> operands) {
+  if (channels % Pack<T>::kCount != 0) return 0;
+  for (const void* operand : operands) {
+    if (!aligned16(operand)) return 0;
+  }
+  const int packs_per_lane = (channels / Pack<T>::kCount + kWarpSize - 1) / kWarpSize;
+  return packs_per_lane <= kMaxPacksPerLane ? packs_per_lane : 0;
+}
+
+// Calls launch(std::integral_constant<int, n>{}) for n = packs_per_lane, in
+// 1..kMaxPacksPerLane: the kernels size their register arrays by it.
+template <int kPacks = 1, class Launch>
+void with_packs_per_lane(int packs_per_lane, const Launch& launch) {
+  if constexpr (kPacks < kMaxPacksPerLane) {
+    if (packs_per_lane > kPacks) {
+      with_packs_per_lane<kPacks + 1>(packs_per_lane, launch);
+      return;
+    }
+  }
+  launch(std::integral_constant<int, kPacks>{});
+}
+
+int backward_chunks(int rows) { return (rows + kBackwardChunkRows - 1) / kBackwardChunkRows; }
 
 template <class T>
 void layernorm_forward(cudaStream_t stream, T* out, float* mean, float* rstd, const T* inp,
@@ -150,16 +397,26 @@ void layernorm_forward(cudaStream_t stream, T* out, float* mean, float* rstd, co
   check_not_null(inp, "layernorm inp");
   check_not_null(weight, "layernorm weight");
   check_not_null(bias, "layernorm bias");
-  const LayerNormForwardParams<T> p{out, mean, rstd, inp, weight, bias, channels};
-  layernorm_forward_kernel<T><<<rows, kRowThreads, 0, stream>>>(p);
-  CHECK_LAUNCH();
+  const LayerNormForwardParams<T> p{out, mean, rstd, inp, weight, bias, rows, channels};
+  const int packs_per_lane = warp_row_packs_per_lane<T>(channels, {out, inp, weight, bias});
+  if (packs_per_lane == 0) {
+    layernorm_forward_kernel<T><<<rows, kRowThreads, 0, stream>>>(p);
+    CHECK_LAUNCH();
+    return;
+  }
+  const int blocks = (rows + kForwardWarps - 1) / kForwardWarps;
+  with_packs_per_lane(packs_per_lane, [&](auto packs) {
+    constexpr int kPacks = decltype(packs)::value;
+    layernorm_forward_warp_kernel<T, kPacks><<<blocks, kForwardWarps * kWarpSize, 0, stream>>>(p);
+    CHECK_LAUNCH();
+  });
 }
 
 template <class T>
 void layernorm_backward(cudaStream_t stream, T* dinp, float* dweight, float* dbias,
                         const T* dout, const T* inp, const float* weight, const float* mean,
                         const float* rstd, int rows, int channels, float* scratch,
-                        size_t scratch_elems) {
+                        size_t scratch_elems, bool accumulate_dinp) {
   check_shape(rows, channels);
   check_not_null(dinp, "layernorm dinp");
   check_not_null(dweight, "layernorm dweight");
@@ -172,20 +429,38 @@ void layernorm_backward(cudaStream_t stream, T* dinp, float* dweight, float* dbi
   check_not_null(scratch, "layernorm scratch");
   SCALESTUDY_CHECK(scratch_elems >= layernorm_backward_scratch_elems(rows, channels),
                    "layernorm backward: scratch too small");
-  const int partial_rows = column_partial_rows(rows);
-  SCALESTUDY_CHECK(partial_rows <= 65535, "layernorm backward: too many rows for the grid");
-  const LayerNormBackwardParams<T> p{dinp, dout, inp, weight, mean, rstd, rows, channels};
-
-  layernorm_backward_input_kernel<T><<<rows, kRowThreads, 0, stream>>>(p);
-  CHECK_LAUNCH();
-
+  SCALESTUDY_CHECK(column_partial_rows(rows) <= 65535,
+                   "layernorm backward: too many rows for the grid");
+  const LayerNormBackwardParams<T> p{dinp, dout, inp, weight, mean, rstd,
+                                     rows, channels, accumulate_dinp};
+  const int packs_per_lane = warp_row_packs_per_lane<T>(channels, {dinp, dout, inp, weight});
+  const int partial_rows = packs_per_lane > 0 ? backward_chunks(rows) : column_partial_rows(rows);
   float* weight_partials = scratch;
   float* bias_partials = scratch + size_t(partial_rows) * channels;
-  const dim3 grid((channels + kColumnTile - 1) / kColumnTile, partial_rows);
-  const dim3 block(kColumnTile, kColumnRowLanes);
-  layernorm_backward_param_partials_kernel<T><<<grid, block, 0, stream>>>(weight_partials,
-                                                                          bias_partials, p);
-  CHECK_LAUNCH();
+
+  if (packs_per_lane > 0) {
+    const size_t shared_bytes = size_t(kBackwardWarps) * channels * sizeof(float);
+    with_packs_per_lane(packs_per_lane, [&](auto packs) {
+      constexpr int kPacks = decltype(packs)::value;
+      const auto kernel = layernorm_backward_warp_kernel<T, kPacks>;
+      // Beyond 48 KiB a kernel must opt in; only rows over 1536 channels get there.
+      if (shared_bytes > kDefaultSharedBytes) {
+        CHECK_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(shared_bytes)));
+      }
+      kernel<<<partial_rows, kBackwardWarps * kWarpSize, shared_bytes, stream>>>(
+          weight_partials, bias_partials, p);
+      CHECK_LAUNCH();
+    });
+  } else {
+    layernorm_backward_input_kernel<T><<<rows, kRowThreads, 0, stream>>>(p);
+    CHECK_LAUNCH();
+    const dim3 grid((channels + kColumnTile - 1) / kColumnTile, partial_rows);
+    const dim3 block(kColumnTile, kColumnRowLanes);
+    layernorm_backward_param_partials_kernel<T><<<grid, block, 0, stream>>>(weight_partials,
+                                                                            bias_partials, p);
+    CHECK_LAUNCH();
+  }
   launch_add_column_partials(stream, dweight, weight_partials, partial_rows, channels);
   launch_add_column_partials(stream, dbias, bias_partials, partial_rows, channels);
 }
@@ -211,32 +486,33 @@ void launch_layernorm_forward(cudaStream_t stream, fp16* out, float* mean, float
 }
 
 size_t layernorm_backward_scratch_elems(int rows, int channels) {
-  return 2 * size_t(column_partial_rows(rows)) * size_t(channels);
+  // Either path may run, depending on the pointers' alignment.
+  const int partial_rows = std::max(column_partial_rows(rows), backward_chunks(rows));
+  return 2 * size_t(partial_rows) * size_t(channels);
 }
 
 void launch_layernorm_backward(cudaStream_t stream, float* dinp, float* dweight, float* dbias,
                                const float* dout, const float* inp, const float* weight,
                                const float* mean, const float* rstd, int rows, int channels,
-                               float* scratch, size_t scratch_elems) {
+                               float* scratch, size_t scratch_elems, bool accumulate_dinp) {
   layernorm_backward(stream, dinp, dweight, dbias, dout, inp, weight, mean, rstd, rows, channels,
-                     scratch, scratch_elems);
+                     scratch, scratch_elems, accumulate_dinp);
 }
 
 void launch_layernorm_backward(cudaStream_t stream, bf16* dinp, float* dweight, float* dbias,
                                const bf16* dout, const bf16* inp, const float* weight,
                                const float* mean, const float* rstd, int rows, int channels,
-                               float* scratch, size_t scratch_elems) {
+                               float* scratch, size_t scratch_elems, bool accumulate_dinp) {
   layernorm_backward(stream, dinp, dweight, dbias, dout, inp, weight, mean, rstd, rows, channels,
-                     scratch, scratch_elems);
+                     scratch, scratch_elems, accumulate_dinp);
 }
 
 void launch_layernorm_backward(cudaStream_t stream, fp16* dinp, float* dweight, float* dbias,
                                const fp16* dout, const fp16* inp, const float* weight,
                                const float* mean, const float* rstd, int rows, int channels,
-                               float* scratch, size_t scratch_elems) {
+                               float* scratch, size_t scratch_elems, bool accumulate_dinp) {
   layernorm_backward(stream, dinp, dweight, dbias, dout, inp, weight, mean, rstd, rows, channels,
-                     scratch, scratch_elems);
+                     scratch, scratch_elems, accumulate_dinp);
 }
 
 }  // namespace scalestudy::cuda
-

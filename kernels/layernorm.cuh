@@ -25,19 +25,22 @@ void launch_layernorm_forward(cudaStream_t stream, __half* out, float* mean, flo
 
 // Floats of scratch that launch_layernorm_backward needs for its column partials.
 size_t layernorm_backward_scratch_elems(int rows, int channels);
-// Accumulates (+=) into dinp, dweight and dbias. dweight and dbias are column sums over
-// rows, reduced deterministically in two stages through scratch.
+// Accumulates (+=) into dweight and dbias, column sums over rows reduced deterministically
+// in two stages through scratch. With accumulate_dinp, dinp += the input gradient;
+// without, dinp = the input gradient, and dinp is never read, so it may hold anything
+// (NaN included): the caller saves zeroing a buffer it is about to fill.
 void launch_layernorm_backward(cudaStream_t stream, float* dinp, float* dweight, float* dbias,
                                const float* dout, const float* inp, const float* weight,
                                const float* mean, const float* rstd, int rows, int channels,
-                               float* scratch, size_t scratch_elems);
+                               float* scratch, size_t scratch_elems, bool accumulate_dinp);
 void launch_layernorm_backward(cudaStream_t stream, __nv_bfloat16* dinp, float* dweight,
                                float* dbias, const __nv_bfloat16* dout, const __nv_bfloat16* inp,
                                const float* weight, const float* mean, const float* rstd,
-                               int rows, int channels, float* scratch, size_t scratch_elems);
+                               int rows, int channels, float* scratch, size_t scratch_elems,
+                               bool accumulate_dinp);
 void launch_layernorm_backward(cudaStream_t stream, __half* dinp, float* dweight, float* dbias,
                                const __half* dout, const __half* inp, const float* weight,
                                const float* mean, const float* rstd, int rows, int channels,
-                               float* scratch, size_t scratch_elems);
+                               float* scratch, size_t scratch_elems, bool accumulate_dinp);
 
 }  // namespace scalestudy::cuda

@@ -122,6 +122,8 @@ size_t padded_rows_floats(int rows, int columns) {
   return size_t(rows) * padded_columns_of(columns) / 2;
 }
 
+float dinp_beta(bool accumulate_dinp) { return accumulate_dinp ? 1.0f : 0.0f; }
+
 void check_shape(int rows, int in_channels, int out_channels) {
   check_positive(rows, "matmul rows");
   check_positive(in_channels, "matmul in_channels");
@@ -193,7 +195,8 @@ void matmul_forward(cublasHandle_t handle, cudaStream_t stream, T* out, const T*
   }
 }
 
-// Both GEMMs run with beta = 1, which is what makes them accumulate.
+// The weight gradient's GEMM runs with beta = 1, which is what makes it accumulate; the
+// input gradient's with beta = 1 or, to overwrite, beta = 0 (cuBLAS then never reads C).
 // dinp^T[IC, N] += W^T[IC, OC] · dout^T[OC, N]: weight is W^T with ld IC (op N), dout is
 //   dout^T with ld OC (op N), dinp is dinp^T with ld IC.
 // dweight^T[IC, OC] += inp^T[IC, N] · dout[N, OC]: inp is inp^T with ld IC (op N), dout
@@ -201,7 +204,8 @@ void matmul_forward(cublasHandle_t handle, cudaStream_t stream, T* out, const T*
 template <class T>
 void matmul_backward(cublasHandle_t handle, cudaStream_t stream, T* dinp, float* dweight,
                      float* dbias, const T* dout, const T* inp, const T* weight, int rows,
-                     int in_channels, int out_channels, float* scratch, size_t scratch_elems) {
+                     int in_channels, int out_channels, float* scratch, size_t scratch_elems,
+                     bool accumulate_dinp) {
   check_shape(rows, in_channels, out_channels);
   check_not_null(dinp, "matmul dinp");
   check_not_null(dweight, "matmul dweight");
@@ -210,7 +214,8 @@ void matmul_backward(cublasHandle_t handle, cudaStream_t stream, T* dinp, float*
   check_not_null(weight, "matmul weight");
   check_handle_stream(handle, stream);
   gemm(handle, MatmulTypes<T>::activations, CUBLAS_OP_N, CUBLAS_OP_N, in_channels, rows,
-       out_channels, 1.0f, weight, in_channels, dout, out_channels, 1.0f, dinp, in_channels);
+       out_channels, 1.0f, weight, in_channels, dout, out_channels, dinp_beta(accumulate_dinp),
+       dinp, in_channels);
   gemm(handle, MatmulTypes<T>::weight_gradient, CUBLAS_OP_N, CUBLAS_OP_T, in_channels,
        out_channels, rows, 1.0f, inp, in_channels, dout, out_channels, 1.0f, dweight,
        in_channels);
@@ -257,16 +262,19 @@ void matmul_forward_strided(cublasHandle_t handle, T* out, int out_stride, const
 template <class T>
 void matmul_backward_strided(cublasHandle_t handle, T* dinp, float* dweight, const T* dout,
                              int dout_stride, const T* inp, const T* weight, int rows,
-                             int in_channels, int out_channels) {
+                             int in_channels, int out_channels, bool accumulate_dinp) {
   const GemmTypes types = MatmulTypes<T>::activations;
   const int aligned_channels = out_channels / kAlignedColumns * kAlignedColumns;
   if (aligned_channels > 0)
     gemm(handle, types, CUBLAS_OP_N, CUBLAS_OP_N, in_channels, rows, aligned_channels, 1.0f,
-         weight, in_channels, dout, dout_stride, 1.0f, dinp, in_channels);
+         weight, in_channels, dout, dout_stride, dinp_beta(accumulate_dinp), dinp, in_channels);
+  // The tail adds to the main part's result, or starts dinp where there is no main part.
+  const bool tail_accumulates = accumulate_dinp || aligned_channels > 0;
   if (aligned_channels < out_channels)
     gemm(handle, types, CUBLAS_OP_N, CUBLAS_OP_N, in_channels, rows,
          out_channels - aligned_channels, 1.0f, weight + size_t(aligned_channels) * in_channels,
-         in_channels, dout + aligned_channels, dout_stride, 1.0f, dinp, in_channels);
+         in_channels, dout + aligned_channels, dout_stride, dinp_beta(tail_accumulates), dinp,
+         in_channels);
   const GemmTypes weight_types = MatmulTypes<T>::weight_gradient;
   if (aligned_channels > 0)
     gemm(handle, weight_types, CUBLAS_OP_N, CUBLAS_OP_T, in_channels, aligned_channels, rows,
@@ -312,10 +320,10 @@ template <class T>
 void matmul_backward_16bit(cublasHandle_t handle, cudaStream_t stream, T* dinp, float* dweight,
                            float* dbias, const T* dout, const T* inp, const T* weight, int rows,
                            int in_channels, int out_channels, float* scratch,
-                           size_t scratch_elems) {
+                           size_t scratch_elems, bool accumulate_dinp) {
   if (!needs_padding(out_channels)) {
     matmul_backward(handle, stream, dinp, dweight, dbias, dout, inp, weight, rows, in_channels,
-                    out_channels, scratch, scratch_elems);
+                    out_channels, scratch, scratch_elems, accumulate_dinp);
     return;
   }
   check_shape(rows, in_channels, out_channels);
@@ -334,7 +342,7 @@ void matmul_backward_16bit(cublasHandle_t handle, cudaStream_t stream, T* dinp, 
       padded, dout, rows, out_channels, padded_channels);
   CHECK_LAUNCH();
   matmul_backward_strided(handle, dinp, dweight, static_cast<const T*>(padded), padded_channels,
-                          inp, weight, rows, in_channels, out_channels);
+                          inp, weight, rows, in_channels, out_channels, accumulate_dinp);
   if (dbias != nullptr) {
     const size_t padded_floats = padded_rows_floats(rows, out_channels);
     launch_column_sums(stream, dbias, dout, rows, out_channels, scratch + padded_floats,
@@ -367,7 +375,8 @@ void classifier_matmul_forward(cublasHandle_t handle, cudaStream_t stream, T* lo
 template <class T>
 void classifier_matmul_backward(cublasHandle_t handle, cudaStream_t stream, T* dinp,
                                 float* dweight, const T* dlogits, int logits_stride, const T* inp,
-                                const T* weight, int rows, int in_channels, int vocab) {
+                                const T* weight, int rows, int in_channels, int vocab,
+                                bool accumulate_dinp) {
   check_shape(rows, in_channels, vocab);
   check_logits_stride(vocab, logits_stride);
   check_not_null(dinp, "classifier dinp");
@@ -379,7 +388,8 @@ void classifier_matmul_backward(cublasHandle_t handle, cudaStream_t stream, T* d
   for_each_row_chunk(rows, in_channels, vocab, [&](int first, int count) {
     matmul_backward_strided(handle, dinp + size_t(first) * in_channels, dweight,
                             dlogits + size_t(first) * logits_stride, logits_stride,
-                            inp + size_t(first) * in_channels, weight, count, in_channels, vocab);
+                            inp + size_t(first) * in_channels, weight, count, in_channels, vocab,
+                            accumulate_dinp);
   });
 }
 
@@ -428,11 +438,12 @@ size_t matmul_backward_scratch_elems(int rows, int out_channels) {
 void launch_matmul_backward(cublasHandle_t handle, cudaStream_t stream, float* dinp,
                             float* dweight, float* dbias, const float* dout, const float* inp,
                             const float* weight, int rows, int in_channels, int out_channels,
-                            float* scratch, size_t scratch_elems) {
+                            float* scratch, size_t scratch_elems, bool accumulate_dinp) {
   for_each_row_chunk(rows, in_channels, out_channels, [&](int first, int count) {
     matmul_backward(handle, stream, dinp + size_t(first) * in_channels, dweight, dbias,
                     dout + size_t(first) * out_channels, inp + size_t(first) * in_channels,
-                    weight, count, in_channels, out_channels, scratch, scratch_elems);
+                    weight, count, in_channels, out_channels, scratch, scratch_elems,
+                    accumulate_dinp);
   });
 }
 
@@ -443,22 +454,24 @@ size_t matmul_backward_scratch_elems_16bit(int rows, int out_channels) {
 void launch_matmul_backward(cublasHandle_t handle, cudaStream_t stream, bf16* dinp,
                             float* dweight, float* dbias, const bf16* dout, const bf16* inp,
                             const bf16* weight, int rows, int in_channels, int out_channels,
-                            float* scratch, size_t scratch_elems) {
+                            float* scratch, size_t scratch_elems, bool accumulate_dinp) {
   for_each_row_chunk(rows, in_channels, out_channels, [&](int first, int count) {
     matmul_backward_16bit(handle, stream, dinp + size_t(first) * in_channels, dweight, dbias,
                           dout + size_t(first) * out_channels, inp + size_t(first) * in_channels,
-                          weight, count, in_channels, out_channels, scratch, scratch_elems);
+                          weight, count, in_channels, out_channels, scratch, scratch_elems,
+                          accumulate_dinp);
   });
 }
 
 void launch_matmul_backward(cublasHandle_t handle, cudaStream_t stream, fp16* dinp,
                             float* dweight, float* dbias, const fp16* dout, const fp16* inp,
                             const fp16* weight, int rows, int in_channels, int out_channels,
-                            float* scratch, size_t scratch_elems) {
+                            float* scratch, size_t scratch_elems, bool accumulate_dinp) {
   for_each_row_chunk(rows, in_channels, out_channels, [&](int first, int count) {
     matmul_backward_16bit(handle, stream, dinp + size_t(first) * in_channels, dweight, dbias,
                           dout + size_t(first) * out_channels, inp + size_t(first) * in_channels,
-                          weight, count, in_channels, out_channels, scratch, scratch_elems);
+                          weight, count, in_channels, out_channels, scratch, scratch_elems,
+                          accumulate_dinp);
   });
 }
 
@@ -481,17 +494,17 @@ void launch_classifier_matmul_forward(cublasHandle_t handle, cudaStream_t stream
 void launch_classifier_matmul_backward(cublasHandle_t handle, cudaStream_t stream, bf16* dinp,
                                        float* dweight, const bf16* dlogits, int logits_stride,
                                        const bf16* inp, const bf16* weight, int rows,
-                                       int in_channels, int vocab) {
+                                       int in_channels, int vocab, bool accumulate_dinp) {
   classifier_matmul_backward(handle, stream, dinp, dweight, dlogits, logits_stride, inp, weight,
-                             rows, in_channels, vocab);
+                             rows, in_channels, vocab, accumulate_dinp);
 }
 
 void launch_classifier_matmul_backward(cublasHandle_t handle, cudaStream_t stream, fp16* dinp,
                                        float* dweight, const fp16* dlogits, int logits_stride,
                                        const fp16* inp, const fp16* weight, int rows,
-                                       int in_channels, int vocab) {
+                                       int in_channels, int vocab, bool accumulate_dinp) {
   classifier_matmul_backward(handle, stream, dinp, dweight, dlogits, logits_stride, inp, weight,
-                             rows, in_channels, vocab);
+                             rows, in_channels, vocab, accumulate_dinp);
 }
 
 }  // namespace scalestudy::cuda

@@ -38,12 +38,13 @@ void launch_matmul_forward(cublasHandle_t handle, cudaStream_t stream, __half* o
 
 // Floats of scratch that launch_matmul_backward needs (for the bias reduction).
 size_t matmul_backward_scratch_elems(int rows, int out_channels);
-// dinp += dout @ weight; dweight += dout^T @ inp; dbias += column sums of dout (dbias
-// may be null, and then nothing is reduced).
+// dinp += dout @ weight (accumulate_dinp) or dinp = dout @ weight (dinp not read);
+// dweight += dout^T @ inp; dbias += column sums of dout (dbias may be null, and then
+// nothing is reduced).
 void launch_matmul_backward(cublasHandle_t handle, cudaStream_t stream, float* dinp,
                             float* dweight, float* dbias, const float* dout, const float* inp,
                             const float* weight, int rows, int in_channels, int out_channels,
-                            float* scratch, size_t scratch_elems);
+                            float* scratch, size_t scratch_elems, bool accumulate_dinp);
 // Floats of scratch for the bf16 and fp16 backwards: padded rows where out_channels needs
 // them, and the bias reduction.
 size_t matmul_backward_scratch_elems_16bit(int rows, int out_channels);
@@ -51,17 +52,17 @@ void launch_matmul_backward(cublasHandle_t handle, cudaStream_t stream, __nv_bfl
                             float* dweight, float* dbias, const __nv_bfloat16* dout,
                             const __nv_bfloat16* inp, const __nv_bfloat16* weight, int rows,
                             int in_channels, int out_channels, float* scratch,
-                            size_t scratch_elems);
+                            size_t scratch_elems, bool accumulate_dinp);
 void launch_matmul_backward(cublasHandle_t handle, cudaStream_t stream, __half* dinp,
                             float* dweight, float* dbias, const __half* dout, const __half* inp,
                             const __half* weight, int rows, int in_channels, int out_channels,
-                            float* scratch, size_t scratch_elems);
+                            float* scratch, size_t scratch_elems, bool accumulate_dinp);
 
 // The tied LM head of the classifier in 16 bits, on logits whose rows are
 // padded_logits_row_elems(vocab) elements apart (a multiple of 8, so that the GEMMs stay on
 // cuBLAS's fast kernels without copies): logits = inp @ weight^T, and its backward with
-// dinp += dlogits @ weight, dweight += dlogits^T @ inp. The padding columns are never read
-// or written.
+// dinp (+)= dlogits @ weight as accumulate_dinp says, and dweight += dlogits^T @ inp. The
+// padding columns are never read or written.
 int padded_logits_row_elems(int vocab);
 void launch_classifier_matmul_forward(cublasHandle_t handle, cudaStream_t stream,
                                       __nv_bfloat16* logits, int logits_stride,
@@ -74,10 +75,11 @@ void launch_classifier_matmul_backward(cublasHandle_t handle, cudaStream_t strea
                                        __nv_bfloat16* dinp, float* dweight,
                                        const __nv_bfloat16* dlogits, int logits_stride,
                                        const __nv_bfloat16* inp, const __nv_bfloat16* weight,
-                                       int rows, int in_channels, int vocab);
+                                       int rows, int in_channels, int vocab,
+                                       bool accumulate_dinp);
 void launch_classifier_matmul_backward(cublasHandle_t handle, cudaStream_t stream, __half* dinp,
                                        float* dweight, const __half* dlogits, int logits_stride,
                                        const __half* inp, const __half* weight, int rows,
-                                       int in_channels, int vocab);
+                                       int in_channels, int vocab, bool accumulate_dinp);
 
 }  // namespace scalestudy::cuda

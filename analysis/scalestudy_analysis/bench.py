@@ -75,9 +75,14 @@ def matmul_forward_bytes(rows, in_ch, out_ch, bias):
     return A * (rows * in_ch + out_ch * in_ch + (out_ch if bias else 0) + rows * out_ch)
 
 
-def matmul_backward_bytes(rows, in_ch, out_ch, bias):
-    return A * (rows * out_ch + rows * in_ch + out_ch * in_ch + 2 * rows * in_ch + 2 * out_ch * in_ch
-                + (2 * out_ch if bias else 0))
+def _input_gradient_passes(accumulate):
+    """An accumulated input gradient is read and written; an overwritten one only written."""
+    return 2 if accumulate else 1
+
+
+def matmul_backward_bytes(rows, in_ch, out_ch, bias, accumulate_dinp):
+    return A * (rows * out_ch + rows * in_ch + out_ch * in_ch + _input_gradient_passes(accumulate_dinp) * rows * in_ch
+                + 2 * out_ch * in_ch + (2 * out_ch if bias else 0))
 
 
 def gpt_forward_bytes(layers, hidden, heads, vocab, batch, seq):
@@ -95,14 +100,20 @@ def gpt_forward_bytes(layers, hidden, heads, vocab, batch, seq):
 
 def gpt_backward_bytes(layers, hidden, heads, vocab, batch, seq):
     n, c, b, t = batch * seq, hidden, batch, seq
-    layernorm = A * (4 * n * c + 5 * c + 2 * n)
-    # The cross-entropy backward reads the logits and writes their gradient in place.
-    head = (A * (2 * n * vocab + 2 * n) + A * n + A * n * c + matmul_backward_bytes(n, c, vocab, False)
-            + A * n * c + layernorm)
-    block = (A * 4 * n * c + matmul_backward_bytes(n, 4 * c, c, True) + A * 4 * n * c + A * 16 * n * c
-             + A * n * c + matmul_backward_bytes(n, c, 4 * c, True) + layernorm + A * n * c
-             + matmul_backward_bytes(n, c, c, True) + A * 3 * n * c + A * (10 * n * c + b * heads * t * t)
-             + A * n * c + matmul_backward_bytes(n, c, 3 * c, True) + layernorm)
+
+    def layernorm(accumulate):
+        return A * ((2 + _input_gradient_passes(accumulate)) * n * c + 5 * c + 2 * n)
+
+    # Every input gradient is overwritten by its one writer, except the residual stream's,
+    # which the blocks' LayerNorm backwards accumulate. The cross-entropy backward reads the
+    # logits and writes their gradient in place.
+    head = (A * (2 * n * vocab + 2 * n) + A * n + matmul_backward_bytes(n, c, vocab, False, False)
+            + layernorm(False))
+    gelu = A * 3 * 4 * n * c
+    attention = A * (4 * n * c + b * heads * t * t + 3 * n * c)
+    block = (matmul_backward_bytes(n, 4 * c, c, True, False) + gelu + matmul_backward_bytes(n, c, 4 * c, True, False)
+             + layernorm(True) + matmul_backward_bytes(n, c, c, True, False) + attention
+             + matmul_backward_bytes(n, c, 3 * c, True, False) + layernorm(True))
     embedding = A * n + A * (3 * n * c + 2 * t * c)
     return head + layers * block + embedding
 

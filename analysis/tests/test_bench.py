@@ -199,7 +199,8 @@ def test_report_and_cli_write_tables_csvs_and_a_roofline_with_training_phases(tm
 
 def test_byte_model_is_the_cpp_one_on_known_numbers():
     assert bench.matmul_forward_bytes(2, 3, 4, True) == 4.0 * 30
-    assert bench.matmul_backward_bytes(2, 3, 4, True) == 4.0 * (8 + 6 + 12 + 12 + 24 + 8)
+    assert bench.matmul_backward_bytes(2, 3, 4, True, True) == 4.0 * (8 + 6 + 12 + 12 + 24 + 8)
+    assert bench.matmul_backward_bytes(2, 3, 4, True, False) == 4.0 * (8 + 6 + 12 + 6 + 24 + 8)
     one, two, three = (bench.gpt_forward_bytes(layers, 1024, 16, 30522, 4, 128) for layers in (1, 2, 3))
     assert three - two == pytest.approx(two - one)
     assert bench.gpt_backward_bytes(1, 32, 4, 64, 2, 8) > bench.gpt_forward_bytes(1, 32, 4, 64, 2, 8)

@@ -4,10 +4,13 @@
 //
 // Conventions that every implementation keeps:
 // - Row-major tensors. N is the number of rows (tokens: B*T), C the channels.
-// - Backward ops ACCUMULATE (+=) into every gradient they write, inputs and weights
-//   alike, so a tensor that feeds two consumers (the residual stream, the tied
-//   embedding) collects both contributions. Callers zero gradient buffers before use.
-//   The one exception, the cross-entropy's dlogits, says so.
+// - Backward ops ACCUMULATE (+=) into the parameter gradients, so a tensor that feeds
+//   two consumers (the tied embedding) collects both contributions; callers zero those
+//   buffers before use. The gradient of an op's input is accumulated or written over,
+//   as the caller's GradientWrite says: the residual stream collects the branches'
+//   contributions, while a buffer with one writer is simply written, with no zero fill
+//   before it and no read of its old contents. The cross-entropy's dlogits is always
+//   written, and says so.
 // - Scratch outputs of a forward op (LayerNorm mean/rstd, attention probabilities) are
 //   what its backward takes back.
 #include <cstddef>
@@ -24,6 +27,12 @@ namespace scalestudy {
 enum class MemoryKind { parameters, gradients, optimizer, activations, communication, other };
 inline constexpr int kMemoryKindCount = 6;
 const char* memory_kind_name(MemoryKind kind);
+
+// How a backward op writes the gradient of its input. accumulate: dinp += the
+// gradient. overwrite: dinp = the gradient, and dinp's old contents are never read (they
+// may be anything, NaN included); on every backend the result equals accumulating into
+// a zeroed buffer.
+enum class GradientWrite { accumulate, overwrite };
 
 struct AttentionShape {
   int batch = 0;      // B
@@ -85,7 +94,8 @@ class Ops {
                                  int channels) = 0;
   virtual void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                                   const float* inp, const float* weight, const float* mean,
-                                  const float* rstd, int rows, int channels) = 0;
+                                  const float* rstd, int rows, int channels,
+                                  GradientWrite dinp_write) = 0;
 
   // ---- dense layer: out[N,OC] = inp[N,IC] @ weight[OC,IC]^T + bias[OC] -------------
   // bias may be null (the tied LM head has none); then dbias is null too.
@@ -94,19 +104,21 @@ class Ops {
                               int out_channels) = 0;
   virtual void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                                const float* inp, const float* weight, int rows,
-                               int in_channels, int out_channels) = 0;
+                               int in_channels, int out_channels,
+                               GradientWrite dinp_write) = 0;
 
   // ---- multi-head attention -------------------------------------------------------
   // qkv[B,T,3C] holds Q, K, V side by side; out[B,T,C]. Scale 1/sqrt(head size); with
   // causal, key t2 > query t is masked. `state` is what the forward keeps for the
   // backward: the probabilities [B,NH,T,T] in a buffer of allocate_floats (every
   // backend), or whatever allocate_attention_state chose. The backward reads the
-  // forward's out as well, and adds the gradients of Q, K and V into dqkv.
+  // forward's out as well, and writes the gradients of Q, K and V into dqkv as
+  // dqkv_write says.
   virtual void attention_forward(float* out, float* state, const float* qkv,
                                  const AttentionShape& shape) = 0;
   virtual void attention_backward(float* dqkv, const float* dout, const float* qkv,
                                   const float* out, const float* state,
-                                  const AttentionShape& shape) = 0;
+                                  const AttentionShape& shape, GradientWrite dqkv_write) = 0;
   // The attention state of the model's layers: by default the probabilities; a backend
   // with fused attention keeps less (the CUDA backend in bf16/fp16: the rows'
   // log-sum-exp, [B,NH,T] fp32).
@@ -117,8 +129,8 @@ class Ops {
 
   // ---- tanh-approximated GELU, elementwise ---------------------------------------
   virtual void gelu_forward(float* out, const float* inp, size_t elems) = 0;
-  virtual void gelu_backward(float* dinp, const float* inp, const float* dout,
-                             size_t elems) = 0;
+  virtual void gelu_backward(float* dinp, const float* inp, const float* dout, size_t elems,
+                             GradientWrite dinp_write) = 0;
 
   // ---- residual: out = a + b; its backward is accumulate(da, dout) -----------------
   virtual void residual_forward(float* out, const float* a, const float* b, size_t elems) = 0;
@@ -153,14 +165,16 @@ class Ops {
     matmul_forward(logits, inp, weight, nullptr, rows, channels, vocab);
     softmax_cross_entropy_forward(losses, row_stats, logits, targets, rows, vocab);
   }
-  // Overwrites logits with dlogits, then dinp += dlogits @ weight and dweight += dlogits^T
-  // @ inp: the logits of the last classifier_forward are gone afterwards.
+  // Overwrites logits with dlogits, then dinp (+)= dlogits @ weight as dinp_write says and
+  // dweight += dlogits^T @ inp: the logits of the last classifier_forward are gone
+  // afterwards.
   virtual void classifier_backward(float* dinp, float* dweight, float* logits,
                                    const float* row_stats, const float* inp, const float* weight,
                                    const int32_t* targets, int rows, int channels, int vocab,
-                                   float loss_scale) {
+                                   float loss_scale, GradientWrite dinp_write) {
     softmax_cross_entropy_backward(logits, logits, row_stats, targets, rows, vocab, loss_scale);
-    matmul_backward(dinp, dweight, nullptr, logits, inp, weight, rows, channels, vocab);
+    matmul_backward(dinp, dweight, nullptr, logits, inp, weight, rows, channels, vocab,
+                    dinp_write);
   }
   virtual double sum(const float* x, size_t elems) = 0;
 

@@ -151,25 +151,30 @@ struct BlockBuffers {
   float* grads_ = nullptr;
 };
 
-// The ops one part runs, forward and backward. Backward accumulates into the gradient
-// buffers call after call; the inputs it reads do not change, so the values only grow
-// linearly and stay finite.
+// The ops one part runs, forward and backward. As in the model, the input gradients
+// are overwritten by their writer; the weight gradients accumulate call after call, and
+// since the inputs the backward reads do not change, they only grow linearly and stay
+// finite.
+constexpr GradientWrite kFirst = GradientWrite::overwrite;
+
 void part_passes(Ops& ops, BlockBuffers& m, Part part, const AttentionShape& att, std::function<void()>& forward,
                  std::function<void()>& backward) {
   const int n = att.batch * att.seq, c = att.channels;
   const size_t nc = static_cast<size_t>(n) * static_cast<size_t>(c);
   auto fc_forward = [&ops, &m, n, c] { ops.matmul_forward(m.fch, m.x, m.w_fc, m.b_fc, n, c, 4 * c); };
   auto fc_backward = [&ops, &m, n, c] {
-    ops.matmul_backward(m.dx, m.dw_fc, m.db_fc, m.dfch, m.x, m.w_fc, n, c, 4 * c);
+    ops.matmul_backward(m.dx, m.dw_fc, m.db_fc, m.dfch, m.x, m.w_fc, n, c, 4 * c, kFirst);
   };
   auto gelu_forward = [&ops, &m, nc] { ops.gelu_forward(m.fch_gelu, m.fch, 4 * nc); };
-  auto gelu_backward = [&ops, &m, nc] { ops.gelu_backward(m.dfch, m.fch, m.dfch_gelu, 4 * nc); };
+  auto gelu_backward = [&ops, &m, nc] { ops.gelu_backward(m.dfch, m.fch, m.dfch_gelu, 4 * nc, kFirst); };
   auto proj_forward = [&ops, &m, n, c] { ops.matmul_forward(m.out, m.fch_gelu, m.w_proj, m.b_proj, n, 4 * c, c); };
   auto proj_backward = [&ops, &m, n, c] {
-    ops.matmul_backward(m.dfch_gelu, m.dw_proj, m.db_proj, m.dout, m.fch_gelu, m.w_proj, n, 4 * c, c);
+    ops.matmul_backward(m.dfch_gelu, m.dw_proj, m.db_proj, m.dout, m.fch_gelu, m.w_proj, n, 4 * c, c, kFirst);
   };
   auto core_forward = [&ops, &m, att] { ops.attention_forward(m.atty, m.probs, m.qkv, att); };
-  auto core_backward = [&ops, &m, att] { ops.attention_backward(m.dqkv, m.datty, m.qkv, m.atty, m.probs, att); };
+  auto core_backward = [&ops, &m, att] {
+    ops.attention_backward(m.dqkv, m.datty, m.qkv, m.atty, m.probs, att, kFirst);
+  };
   switch (part) {
     case Part::ffn_dense:
       forward = fc_forward;
@@ -204,9 +209,9 @@ void part_passes(Ops& ops, BlockBuffers& m, Part part, const AttentionShape& att
         ops.matmul_forward(m.out, m.atty, m.w_attn, m.b_attn, n, c, c);
       };
       backward = [=, &ops, &m] {
-        ops.matmul_backward(m.datty, m.dw_attn, m.db_attn, m.dout, m.atty, m.w_attn, n, c, c);
+        ops.matmul_backward(m.datty, m.dw_attn, m.db_attn, m.dout, m.atty, m.w_attn, n, c, c, kFirst);
         core_backward();
-        ops.matmul_backward(m.dx, m.dw_qkv, m.db_qkv, m.dqkv, m.x, m.w_qkv, n, c, 3 * c);
+        ops.matmul_backward(m.dx, m.dw_qkv, m.db_qkv, m.dqkv, m.x, m.w_qkv, n, c, 3 * c, kFirst);
       };
       return;
     case Part::attention_core:

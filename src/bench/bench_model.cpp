@@ -7,6 +7,10 @@ namespace {
 
 constexpr double A = kActivationBytes;
 
+// An input gradient that accumulates is read and written; one that is overwritten is
+// only written.
+double input_gradient_passes(bool accumulate) { return accumulate ? 2.0 : 1.0; }
+
 }  // namespace
 
 // ---- ops: (elements read + elements written) × bytes ----------------------------------------
@@ -26,18 +30,21 @@ double embedding_backward_bytes(double b, double t, double c) {
 // Reads the input, weight and bias; writes the output and the per-row mean and rstd.
 double layernorm_forward_bytes(double rows, double c) { return A * (2 * rows * c + 2 * c + 2 * rows); }
 
-// Reads dout, the input, the weight, mean and rstd; accumulates dinp, dweight and dbias.
-double layernorm_backward_bytes(double rows, double c) {
-  return A * (2 * rows * c + c + 2 * rows + 2 * rows * c + 4 * c);
+// Reads dout, the input, the weight, mean and rstd; writes dinp; accumulates dweight and
+// dbias.
+double layernorm_backward_bytes(double rows, double c, bool accumulate_dinp) {
+  return A * (2 * rows * c + c + 2 * rows + input_gradient_passes(accumulate_dinp) * rows * c +
+              4 * c);
 }
 
 double matmul_forward_bytes(double rows, double in, double out, bool bias) {
   return A * (rows * in + out * in + (bias ? out : 0.0) + rows * out);
 }
 
-// Reads dout, the input and the weight; accumulates dinp, dweight and dbias.
-double matmul_backward_bytes(double rows, double in, double out, bool bias) {
-  return A * (rows * out + rows * in + out * in + 2 * rows * in + 2 * out * in + (bias ? 2 * out : 0.0));
+// Reads dout, the input and the weight; writes dinp; accumulates dweight and dbias.
+double matmul_backward_bytes(double rows, double in, double out, bool bias, bool accumulate_dinp) {
+  return A * (rows * out + rows * in + out * in + input_gradient_passes(accumulate_dinp) * rows * in +
+              2 * out * in + (bias ? 2 * out : 0.0));
 }
 
 // Reads qkv [B,T,3C]; writes the output [B,T,C] and the probabilities [B,NH,T,T].
@@ -45,13 +52,17 @@ double attention_forward_bytes(double b, double t, double c, double heads) {
   return A * (3 * b * t * c + b * t * c + b * heads * t * t);
 }
 
-// Reads dout, qkv and the probabilities; accumulates dqkv.
-double attention_backward_bytes(double b, double t, double c, double heads) {
-  return A * (b * t * c + 3 * b * t * c + b * heads * t * t + 6 * b * t * c);
+// Reads dout, qkv and the probabilities; writes dqkv.
+double attention_backward_bytes(double b, double t, double c, double heads, bool accumulate_dqkv) {
+  return A * (b * t * c + 3 * b * t * c + b * heads * t * t +
+              input_gradient_passes(accumulate_dqkv) * 3 * b * t * c);
 }
 
 double gelu_forward_bytes(double elems) { return A * 2 * elems; }
-double gelu_backward_bytes(double elems) { return A * 4 * elems; }  // inp, dout; dinp +=
+// Reads inp and dout; writes dinp.
+double gelu_backward_bytes(double elems, bool accumulate_dinp) {
+  return A * (2 + input_gradient_passes(accumulate_dinp)) * elems;
+}
 double residual_forward_bytes(double elems) { return A * 3 * elems; }
 double accumulate_bytes(double elems) { return A * 3 * elems; }
 double fill_zero_bytes(double elems) { return A * elems; }
@@ -81,14 +92,19 @@ double gpt_forward_bytes(const ModelShape& s, double b, double t) {
 
 double gpt_backward_bytes(const ModelShape& s, double b, double t) {
   const double n = b * t, c = s.channels, v = s.vocab, h = s.heads;
-  const double head = softmax_cross_entropy_backward_bytes(n, v) + fill_zero_bytes(n * c) +
-                      matmul_backward_bytes(n, c, v, false) + fill_zero_bytes(n * c) + layernorm_backward_bytes(n, c);
-  const double block = fill_zero_bytes(4 * n * c) + matmul_backward_bytes(n, 4 * c, c, true) +
-                       fill_zero_bytes(4 * n * c) + gelu_backward_bytes(4 * n * c) + fill_zero_bytes(n * c) +
-                       matmul_backward_bytes(n, c, 4 * c, true) + layernorm_backward_bytes(n, c) +
-                       fill_zero_bytes(n * c) + matmul_backward_bytes(n, c, c, true) + fill_zero_bytes(3 * n * c) +
-                       attention_backward_bytes(b, t, c, h) + fill_zero_bytes(n * c) +
-                       matmul_backward_bytes(n, c, 3 * c, true) + layernorm_backward_bytes(n, c);
+  // Every input gradient is overwritten by its one writer, except the residual stream's,
+  // which the blocks' LayerNorm backwards accumulate.
+  const double head = softmax_cross_entropy_backward_bytes(n, v) +
+                      matmul_backward_bytes(n, c, v, false, false) +
+                      layernorm_backward_bytes(n, c, false);
+  const double block = matmul_backward_bytes(n, 4 * c, c, true, false) +
+                       gelu_backward_bytes(4 * n * c, false) +
+                       matmul_backward_bytes(n, c, 4 * c, true, false) +
+                       layernorm_backward_bytes(n, c, true) +
+                       matmul_backward_bytes(n, c, c, true, false) +
+                       attention_backward_bytes(b, t, c, h, false) +
+                       matmul_backward_bytes(n, c, 3 * c, true, false) +
+                       layernorm_backward_bytes(n, c, true);
   return head + s.layers * block + embedding_backward_bytes(b, t, c);
 }
 
@@ -147,15 +163,18 @@ double part_forward_bytes(Part part, const ModelShape& s, double b, double t) {
 double part_backward_bytes(Part part, const ModelShape& s, double b, double t) {
   const double n = b * t, c = s.channels, h = s.heads;
   switch (part) {
-    case Part::ffn_dense: return matmul_backward_bytes(n, c, 4 * c, true);
-    case Part::ffn_dense_gelu: return gelu_backward_bytes(4 * n * c) + matmul_backward_bytes(n, c, 4 * c, true);
+    // As in the model, each part's input gradients are overwritten.
+    case Part::ffn_dense: return matmul_backward_bytes(n, c, 4 * c, true, false);
+    case Part::ffn_dense_gelu:
+      return gelu_backward_bytes(4 * n * c, false) + matmul_backward_bytes(n, c, 4 * c, true, false);
     case Part::ffn:
-      return matmul_backward_bytes(n, 4 * c, c, true) + gelu_backward_bytes(4 * n * c) +
-             matmul_backward_bytes(n, c, 4 * c, true);
+      return matmul_backward_bytes(n, 4 * c, c, true, false) + gelu_backward_bytes(4 * n * c, false) +
+             matmul_backward_bytes(n, c, 4 * c, true, false);
     case Part::attention:
-      return matmul_backward_bytes(n, c, c, true) + attention_backward_bytes(b, t, c, h) +
-             matmul_backward_bytes(n, c, 3 * c, true);
-    case Part::attention_core: return attention_backward_bytes(b, t, c, h);
+      return matmul_backward_bytes(n, c, c, true, false) +
+             attention_backward_bytes(b, t, c, h, false) +
+             matmul_backward_bytes(n, c, 3 * c, true, false);
+    case Part::attention_core: return attention_backward_bytes(b, t, c, h, false);
   }
   return 0.0;
 }

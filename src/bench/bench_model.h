@@ -29,13 +29,17 @@ inline constexpr double kTokenBytes = 4.0;       // int32 token ids
 double embedding_forward_bytes(double batch, double seq, double channels);
 double embedding_backward_bytes(double batch, double seq, double channels);
 double layernorm_forward_bytes(double rows, double channels);
-double layernorm_backward_bytes(double rows, double channels);
+// The backward ops' input gradient is read and written where it accumulates, only
+// written where it is overwritten (GradientWrite in backend/ops.h).
+double layernorm_backward_bytes(double rows, double channels, bool accumulate_dinp);
 double matmul_forward_bytes(double rows, double in_channels, double out_channels, bool bias);
-double matmul_backward_bytes(double rows, double in_channels, double out_channels, bool bias);
+double matmul_backward_bytes(double rows, double in_channels, double out_channels, bool bias,
+                             bool accumulate_dinp);
 double attention_forward_bytes(double batch, double seq, double channels, double heads);
-double attention_backward_bytes(double batch, double seq, double channels, double heads);
+double attention_backward_bytes(double batch, double seq, double channels, double heads,
+                                bool accumulate_dqkv);
 double gelu_forward_bytes(double elems);
-double gelu_backward_bytes(double elems);
+double gelu_backward_bytes(double elems, bool accumulate_dinp);
 double residual_forward_bytes(double elems);
 double accumulate_bytes(double elems);
 double fill_zero_bytes(double elems);

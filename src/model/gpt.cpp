@@ -237,17 +237,19 @@ void Gpt::backward(GradientSink& sink, float loss_scale) {
   const int emb = layout_.embedding_segment();
   float* g_emb = sink.segment_gradients(emb);
 
-  ops_.fill_zero(a.dln, NC);
+  // Every activation gradient but the residual stream's has one writer, which
+  // overwrites it: no zero fills, and no reads of stale contents.
+  constexpr GradientWrite kFirst = GradientWrite::overwrite;
+  constexpr GradientWrite kAdd = GradientWrite::accumulate;
   ops_.classifier_backward(a.dln, grad_at(g_emb, emb, layout_.wte), a.logits, a.row_stats, a.lnf,
-                           p + layout_.wte, a.targets, N, C, V, loss_scale);
+                           p + layout_.wte, a.targets, N, C, V, loss_scale, kFirst);
 
   const int fin = layout_.final_norm_segment();
   float* g_fin = sink.segment_gradients(fin);
   const float* last = s.layers > 0 ? a.layers.back().residual3 : a.encoded;
-  ops_.fill_zero(a.dresidual, NC);
   ops_.layernorm_backward(a.dresidual, grad_at(g_fin, fin, layout_.lnf_weight),
                           grad_at(g_fin, fin, layout_.lnf_bias), a.dln, last, p + layout_.lnf_weight,
-                          a.lnf_mean, a.lnf_rstd, N, C);
+                          a.lnf_mean, a.lnf_rstd, N, C, kFirst);
   sink.segment_done(fin);
 
   // dresidual holds d(residual3) on entry to each layer and d(its input) on exit: the
@@ -262,28 +264,22 @@ void Gpt::backward(GradientSink& sink, float loss_scale) {
     // block gets its own back here (rewriting residual3 with the same values).
     if (recompute_ && l != s.layers - 1) forward_block(l);
 
-    ops_.fill_zero(a.dfch_gelu, NC * 4);
     ops_.matmul_backward(a.dfch_gelu, grad_at(g, seg, w.fc_proj_weight), grad_at(g, seg, w.fc_proj_bias),
-                         a.dresidual, x.fch_gelu, p + w.fc_proj_weight, N, 4 * C, C);
-    ops_.fill_zero(a.dfch, NC * 4);
-    ops_.gelu_backward(a.dfch, x.fch, a.dfch_gelu, NC * 4);
-    ops_.fill_zero(a.dln, NC);
+                         a.dresidual, x.fch_gelu, p + w.fc_proj_weight, N, 4 * C, C, kFirst);
+    ops_.gelu_backward(a.dfch, x.fch, a.dfch_gelu, NC * 4, kFirst);
     ops_.matmul_backward(a.dln, grad_at(g, seg, w.fc_weight), grad_at(g, seg, w.fc_bias), a.dfch,
-                         x.ln2, p + w.fc_weight, N, C, 4 * C);
+                         x.ln2, p + w.fc_weight, N, C, 4 * C, kFirst);
     ops_.layernorm_backward(a.dresidual, grad_at(g, seg, w.ln2_weight), grad_at(g, seg, w.ln2_bias),
-                            a.dln, x.residual2, p + w.ln2_weight, x.ln2_mean, x.ln2_rstd, N, C);
+                            a.dln, x.residual2, p + w.ln2_weight, x.ln2_mean, x.ln2_rstd, N, C, kAdd);
 
-    ops_.fill_zero(a.datty, NC);
     ops_.matmul_backward(a.datty, grad_at(g, seg, w.attn_proj_weight),
                          grad_at(g, seg, w.attn_proj_bias), a.dresidual, x.atty,
-                         p + w.attn_proj_weight, N, C, C);
-    ops_.fill_zero(a.dqkv, NC * 3);
-    ops_.attention_backward(a.dqkv, a.datty, x.qkv, x.atty, x.att_probs, att);
-    ops_.fill_zero(a.dln, NC);
+                         p + w.attn_proj_weight, N, C, C, kFirst);
+    ops_.attention_backward(a.dqkv, a.datty, x.qkv, x.atty, x.att_probs, att, kFirst);
     ops_.matmul_backward(a.dln, grad_at(g, seg, w.qkv_weight), grad_at(g, seg, w.qkv_bias), a.dqkv,
-                         x.ln1, p + w.qkv_weight, N, C, 3 * C);
+                         x.ln1, p + w.qkv_weight, N, C, 3 * C, kFirst);
     ops_.layernorm_backward(a.dresidual, grad_at(g, seg, w.ln1_weight), grad_at(g, seg, w.ln1_bias),
-                            a.dln, residual, p + w.ln1_weight, x.ln1_mean, x.ln1_rstd, N, C);
+                            a.dln, residual, p + w.ln1_weight, x.ln1_mean, x.ln1_rstd, N, C, kAdd);
     sink.segment_done(seg);
   }
 

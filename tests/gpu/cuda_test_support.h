@@ -111,6 +111,14 @@ inline constexpr OpShape kShapes[] = {
     {"tiny", 1, 5, 6, 2, 11},
 };
 
+// Both ways a backward op writes its input gradient. The overwrite runs start the GPU's
+// input gradient as NaN, which the op must never read.
+inline constexpr GradientWrite kGradientWrites[] = {GradientWrite::accumulate,
+                                                    GradientWrite::overwrite};
+inline std::string write_label(GradientWrite write) {
+  return write == GradientWrite::accumulate ? " (accumulate)" : " (overwrite)";
+}
+
 // Owns a CudaOps of the given precision (skipping the test without a GPU) and every
 // device buffer a test uploads.
 class CudaOpsFixture : public ::testing::Test {

@@ -40,11 +40,13 @@ namespace {
 
 using gpu_test::all_close;
 using gpu_test::FullGradient;
+using gpu_test::kGradientWrites;
 using gpu_test::kShapes;
 using gpu_test::OpShape;
 using gpu_test::random_floats;
 using gpu_test::random_ids;
 using gpu_test::Tolerance;
+using gpu_test::write_label;
 
 // ---- tolerances that do not depend on the storage type -----------------------------------
 // Measured for bf16 on an H200 (sm_90, CUDA 13.0): every per-op check used at most 0.39 of
@@ -182,6 +184,38 @@ class CudaOpsHalfTest : public gpu_test::CudaOpsFixture {
                 << "\n";
   }
 
+  // LayerNorm forward and backward, both ways of writing dinp, against the CPU at one
+  // [rows, channels] shape.
+  void check_layernorm(int N, int C, const std::string& shape_label) {
+    const auto inp = rounded(random_floats(size_t(N) * C, 20, -3.0f, 5.0f));
+    const auto weight = random_floats(C, 21, 0.5f, 1.5f), bias = random_floats(C, 22);
+    std::vector<float> out(inp.size()), mean(N), rstd(N);
+    float *d_out = poisoned_activation(out.size()), *d_mean = poisoned(N), *d_rstd = poisoned(N);
+    const float *d_inp = activation(inp), *d_weight = upload(weight);
+    cpu_.layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), weight.data(), bias.data(), N, C);
+    gpu_->layernorm_forward(d_out, d_mean, d_rstd, d_inp, d_weight, upload(bias), N, C);
+    expect_close("layernorm out" + shape_label, d_out, out, tol_.rounding);
+    expect_close("layernorm mean" + shape_label, d_mean, mean, kRowStatistics);
+    expect_close("layernorm rstd" + shape_label, d_rstd, rstd, kRowStatistics);
+
+    const auto dout = rounded(random_floats(inp.size(), 23));
+    for (GradientWrite write : kGradientWrites) {
+      const std::string label = shape_label + write_label(write);
+      auto dinp = rounded(random_floats(inp.size(), 24));
+      auto dweight = random_floats(C, 25), dbias = random_floats(C, 26);
+      float* d_dinp =
+          write == GradientWrite::accumulate ? activation(dinp) : poisoned_activation(dinp.size());
+      float *d_dweight = upload(dweight), *d_dbias = upload(dbias);
+      cpu_.layernorm_backward(dinp.data(), dweight.data(), dbias.data(), dout.data(), inp.data(),
+                              weight.data(), mean.data(), rstd.data(), N, C, write);
+      gpu_->layernorm_backward(d_dinp, d_dweight, d_dbias, activation(dout), d_inp, d_weight,
+                               upload(mean), upload(rstd), N, C, write);
+      expect_close("layernorm dinp" + label, d_dinp, dinp, tol_.rounding);
+      expect_close("layernorm dweight" + label, d_dweight, dweight, kColumnSum);
+      expect_close("layernorm dbias" + label, d_dbias, dbias, kColumnSum);
+    }
+  }
+
   const HalfTolerances& tol_;
 };
 
@@ -307,29 +341,17 @@ TEST_P(CudaOpsHalfShapes, Embedding) {
 
 TEST_P(CudaOpsHalfShapes, LayerNorm) {
   const OpShape s = shape();
-  const int N = s.rows(), C = s.channels;
-  const auto inp = rounded(random_floats(size_t(N) * C, 20, -3.0f, 5.0f));
-  const auto weight = random_floats(C, 21, 0.5f, 1.5f), bias = random_floats(C, 22);
-  std::vector<float> out(inp.size()), mean(N), rstd(N);
-  float *d_out = poisoned_activation(out.size()), *d_mean = poisoned(N), *d_rstd = poisoned(N);
-  const float *d_inp = activation(inp), *d_weight = upload(weight);
-  cpu_.layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), weight.data(), bias.data(), N, C);
-  gpu_->layernorm_forward(d_out, d_mean, d_rstd, d_inp, d_weight, upload(bias), N, C);
-  expect_close("layernorm out", d_out, out, tol_.rounding);
-  expect_close("layernorm mean", d_mean, mean, kRowStatistics);
-  expect_close("layernorm rstd", d_rstd, rstd, kRowStatistics);
+  check_layernorm(s.rows(), s.channels, "");
+}
 
-  const auto dout = rounded(random_floats(inp.size(), 23));
-  auto dinp = rounded(random_floats(inp.size(), 24));
-  auto dweight = random_floats(C, 25), dbias = random_floats(C, 26);
-  float *d_dinp = activation(dinp), *d_dweight = upload(dweight), *d_dbias = upload(dbias);
-  cpu_.layernorm_backward(dinp.data(), dweight.data(), dbias.data(), dout.data(), inp.data(),
-                          weight.data(), mean.data(), rstd.data(), N, C);
-  gpu_->layernorm_backward(d_dinp, d_dweight, d_dbias, activation(dout), d_inp, d_weight,
-                           upload(mean), upload(rstd), N, C);
-  expect_close("layernorm dinp", d_dinp, dinp, tol_.rounding);
-  expect_close("layernorm dweight", d_dweight, dweight, kColumnSum);
-  expect_close("layernorm dbias", d_dbias, dbias, kColumnSum);
+// The kernels hold a row in registers up to 8 packs per lane (C <= 2048 in 16 bits), with
+// kernels compiled per pack count, and fall back to a block per row beyond: GPT-2's
+// widths (768, 1024, 1280, 1600), the widest register row (2048, whose backward needs
+// more than 48 KB of shared memory) and the first width past it. 70 rows leave the last
+// chunk of 32 rows partly empty.
+TEST_P(CudaOpsHalf, LayerNormAtModelWidths) {
+  for (int channels : {768, 1024, 1280, 1600, 2048, 2056})
+    check_layernorm(70, channels, " (C=" + std::to_string(channels) + ")");
 }
 
 TEST_P(CudaOpsHalfShapes, Matmul) {
@@ -362,16 +384,21 @@ TEST_P(CudaOpsHalfShapes, Matmul) {
     expect_close("matmul out" + label, d_out, out, gemm_tolerance(out));
 
     const auto dout = rounded(random_floats(out.size(), 33));
-    auto dinp = rounded(random_floats(inp.size(), 34));
-    auto dweight = random_floats(weight_elems, 35), dbias = random_floats(c.out_channels, 36);
-    float *d_dinp = activation(dinp), *d_dweight = upload(dweight), *d_dbias = upload(dbias);
-    cpu_.matmul_backward(dinp.data(), dweight.data(), c.bias ? dbias.data() : nullptr, dout.data(),
-                         inp.data(), weight, N, c.in_channels, c.out_channels);
-    gpu_->matmul_backward(d_dinp, d_dweight, c.bias ? d_dbias : nullptr, activation(dout), d_inp,
-                          d_params + weight_at, N, c.in_channels, c.out_channels);
-    expect_close("matmul dinp" + label, d_dinp, dinp, gemm_tolerance(dinp));
-    expect_close("matmul dweight" + label, d_dweight, dweight, kFp32DotProduct);
-    expect_close("matmul dbias" + label, d_dbias, dbias, kColumnSum);
+    for (GradientWrite write : kGradientWrites) {
+      const std::string labels = label + write_label(write);
+      auto dinp = rounded(random_floats(inp.size(), 34));
+      auto dweight = random_floats(weight_elems, 35), dbias = random_floats(c.out_channels, 36);
+      float* d_dinp =
+          write == GradientWrite::accumulate ? activation(dinp) : poisoned_activation(dinp.size());
+      float *d_dweight = upload(dweight), *d_dbias = upload(dbias);
+      cpu_.matmul_backward(dinp.data(), dweight.data(), c.bias ? dbias.data() : nullptr, dout.data(),
+                           inp.data(), weight, N, c.in_channels, c.out_channels, write);
+      gpu_->matmul_backward(d_dinp, d_dweight, c.bias ? d_dbias : nullptr, activation(dout), d_inp,
+                            d_params + weight_at, N, c.in_channels, c.out_channels, write);
+      expect_close("matmul dinp" + labels, d_dinp, dinp, gemm_tolerance(dinp));
+      expect_close("matmul dweight" + labels, d_dweight, dweight, kFp32DotProduct);
+      expect_close("matmul dbias" + labels, d_dbias, dbias, kColumnSum);
+    }
   }
 }
 
@@ -433,11 +460,16 @@ TEST_P(CudaOpsHalfShapes, Attention) {
     // Both sides take the 16-bit rounding of the CPU's probabilities.
     const auto probs_rounded = rounded(probs);
     const auto dout = rounded(random_floats(N * C, 41));
-    auto dqkv = rounded(random_floats(qkv.size(), 42));
-    float* d_dqkv = activation(dqkv);
-    cpu_.attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), probs_rounded.data(), shape);
-    gpu_->attention_backward(d_dqkv, activation(dout), d_qkv, d_out, activation(probs_rounded), shape);
-    expect_close("attention dqkv" + label, d_dqkv, dqkv, gemm_tolerance(dqkv));
+    for (GradientWrite write : kGradientWrites) {
+      auto dqkv = rounded(random_floats(qkv.size(), 42));
+      float* d_dqkv =
+          write == GradientWrite::accumulate ? activation(dqkv) : poisoned_activation(dqkv.size());
+      cpu_.attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), probs_rounded.data(),
+                              shape, write);
+      gpu_->attention_backward(d_dqkv, activation(dout), d_qkv, d_out, activation(probs_rounded),
+                               shape, write);
+      expect_close("attention dqkv" + label + write_label(write), d_dqkv, dqkv, gemm_tolerance(dqkv));
+    }
   }
 }
 
@@ -452,11 +484,13 @@ TEST_P(CudaOpsHalfShapes, Gelu) {
   gpu_->gelu_forward(d_out, d_inp, elems);
   expect_close("gelu out", d_out, out, tol_.rounding);
   const auto dout = rounded(random_floats(elems, 51));
-  auto dinp = rounded(random_floats(elems, 52));
-  float* d_dinp = activation(dinp);
-  cpu_.gelu_backward(dinp.data(), inp.data(), dout.data(), elems);
-  gpu_->gelu_backward(d_dinp, d_inp, activation(dout), elems);
-  expect_close("gelu dinp", d_dinp, dinp, tol_.gelu_backward);
+  for (GradientWrite write : kGradientWrites) {
+    auto dinp = rounded(random_floats(elems, 52));
+    float* d_dinp = write == GradientWrite::accumulate ? activation(dinp) : poisoned_activation(elems);
+    cpu_.gelu_backward(dinp.data(), inp.data(), dout.data(), elems, write);
+    gpu_->gelu_backward(d_dinp, d_inp, activation(dout), elems, write);
+    expect_close("gelu dinp" + write_label(write), d_dinp, dinp, tol_.gelu_backward);
+  }
 }
 
 TEST_P(CudaOpsHalfShapes, ResidualAndAccumulate) {
@@ -536,14 +570,16 @@ TEST_P(CudaOpsHalfShapes, ClassifierOnPaddedLogits) {
   const auto dinp_prior = rounded(random_floats(inp.size(), 76));
   const auto dweight_prior = random_floats(size_t(V) * C, 77);
   float *plain_dinp = activation(dinp_prior), *plain_dweight = upload(dweight_prior);
-  gpu_->matmul_backward(plain_dinp, plain_dweight, nullptr, plain_logits, d_inp, d_weight, N, C, V);
+  gpu_->matmul_backward(plain_dinp, plain_dweight, nullptr, plain_logits, d_inp, d_weight, N, C, V,
+                        GradientWrite::accumulate);
 
   float* logits = gpu_->allocate_logits(N, V);
   owned_.push_back(logits);
   float *losses = statistics(N), *stats = statistics(2 * size_t(N));
   float *dinp = activation(dinp_prior), *dweight = upload(dweight_prior);
   gpu_->classifier_forward(losses, stats, logits, d_inp, d_weight, d_targets, N, C, V);
-  gpu_->classifier_backward(dinp, dweight, logits, stats, d_inp, d_weight, d_targets, N, C, V, loss_scale);
+  gpu_->classifier_backward(dinp, dweight, logits, stats, d_inp, d_weight, d_targets, N, C, V, loss_scale,
+                            GradientWrite::accumulate);
   // The same GEMMs on the same operands; the row reductions may split a row differently.
   expect_close("classifier losses vs plain", losses, download(plain_losses, N), kSoftmax);
   expect_close("classifier row statistics vs plain", stats, download(plain_stats, 2 * size_t(N)), kSoftmax);
@@ -561,8 +597,27 @@ TEST_P(CudaOpsHalfShapes, ClassifierOnPaddedLogits) {
   const double unit = precision_ == Precision::fp16 ? 0x1p-11 : 0x1p-8;
   expect_close("classifier losses vs cpu", losses, cpu_losses, Tolerance{2 * unit * max_abs(cpu_logits), 0.0});
   cpu_.classifier_backward(cpu_dinp.data(), cpu_dweight.data(), cpu_logits.data(), cpu_stats.data(), inp.data(),
-                           weight, targets.data(), N, C, V, loss_scale);
+                           weight, targets.data(), N, C, V, loss_scale, GradientWrite::accumulate);
   expect_close("classifier dinp vs cpu", dinp, cpu_dinp, gemm_tolerance(cpu_dinp));
+
+  // Overwriting, the padded path writes dinp = dlogits @ weight into a NaN buffer, which
+  // it must never read: against the CPU's overwrite. dweight still accumulates, with the
+  // plain path's bits.
+  float* overwritten = poisoned_activation(inp.size());
+  float* scratch_dweight = upload(dweight_prior);
+  gpu_->classifier_forward(losses, stats, logits, d_inp, d_weight, d_targets, N, C, V);
+  gpu_->classifier_backward(overwritten, scratch_dweight, logits, stats, d_inp, d_weight, d_targets, N, C, V,
+                            loss_scale, GradientWrite::overwrite);
+  std::vector<float> cpu_overwritten(inp.size()), cpu_scratch_dweight = dweight_prior;
+  cpu_.classifier_forward(cpu_losses.data(), cpu_stats.data(), cpu_logits.data(), inp.data(), weight,
+                          targets.data(), N, C, V);
+  cpu_.classifier_backward(cpu_overwritten.data(), cpu_scratch_dweight.data(), cpu_logits.data(),
+                           cpu_stats.data(), inp.data(), weight, targets.data(), N, C, V, loss_scale,
+                           GradientWrite::overwrite);
+  expect_close("classifier dinp vs cpu" + write_label(GradientWrite::overwrite), overwritten, cpu_overwritten,
+               gemm_tolerance(cpu_overwritten));
+  expect_close("classifier dweight, overwriting dinp, vs plain", scratch_dweight,
+               download(plain_dweight, dweight_prior.size()), kBitExact);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaOpsHalfShapes,
@@ -758,6 +813,8 @@ TEST_P(CudaOpsHalf, Gpt2SmallTimings) {
   owned_.push_back(d_targets);
   ops.copy_ints_from_host(d_targets, targets.data(), N);
   const AttentionShape att{B, T, C, 12, true};
+  // The backward ops write their input gradients as the model's step does.
+  constexpr GradientWrite kFirst = GradientWrite::overwrite;
   struct Timed {
     const char* name;
     int reps;
@@ -765,26 +822,26 @@ TEST_P(CudaOpsHalf, Gpt2SmallTimings) {
   };
   const std::vector<Timed> timed = {
       {"matmul fwd 768->2304", 10, [&] { ops.matmul_forward(qkv, x, params, params + 1, N, C, 3 * C); }},
-      {"matmul bwd 768->2304", 10, [&] { ops.matmul_backward(x, grads, grads + 1, qkv, x, params, N, C, 3 * C); }},
+      {"matmul bwd 768->2304", 10, [&] { ops.matmul_backward(x, grads, grads + 1, qkv, x, params, N, C, 3 * C, kFirst); }},
       {"matmul fwd 768->3072", 10, [&] { ops.matmul_forward(wide, x, params, params + 1, N, C, 4 * C); }},
-      {"matmul bwd 768->3072", 10, [&] { ops.matmul_backward(x, grads, grads + 1, wide, x, params, N, C, 4 * C); }},
+      {"matmul bwd 768->3072", 10, [&] { ops.matmul_backward(x, grads, grads + 1, wide, x, params, N, C, 4 * C, kFirst); }},
       {"matmul fwd 3072->768", 10, [&] { ops.matmul_forward(x, wide, params, params + 1, N, 4 * C, C); }},
-      {"matmul bwd 3072->768", 10, [&] { ops.matmul_backward(wide, grads, grads + 1, x, wide, params, N, 4 * C, C); }},
+      {"matmul bwd 3072->768", 10, [&] { ops.matmul_backward(wide, grads, grads + 1, x, wide, params, N, 4 * C, C, kFirst); }},
       {"matmul fwd 768->768", 10, [&] { ops.matmul_forward(y, x, params, params + 1, N, C, C); }},
       {"matmul fwd LM head", 3, [&] { ops.matmul_forward(logits, x, params, nullptr, N, C, V); }},
-      {"matmul bwd LM head", 3, [&] { ops.matmul_backward(x, grads, nullptr, dlogits, x, params, N, C, V); }},
+      {"matmul bwd LM head", 3, [&] { ops.matmul_backward(x, grads, nullptr, dlogits, x, params, N, C, V, kFirst); }},
       {"attention fwd", 5, [&] { ops.attention_forward(y, probs, qkv, att); }},
-      {"attention bwd", 5, [&] { ops.attention_backward(dqkv, y, qkv, y, probs, att); }},
+      {"attention bwd", 5, [&] { ops.attention_backward(dqkv, y, qkv, y, probs, att, kFirst); }},
       {"layernorm fwd", 10, [&] { ops.layernorm_forward(y, stats, stats + N, x, params, params, N, C); }},
-      {"layernorm bwd", 10, [&] { ops.layernorm_backward(x, grads, grads + C, y, x, params, stats, stats + N, N, C); }},
+      {"layernorm bwd", 10, [&] { ops.layernorm_backward(x, grads, grads + C, y, x, params, stats, stats + N, N, C, kFirst); }},
       {"gelu fwd", 10, [&] { ops.gelu_forward(wide2, wide, 4 * NC); }},
-      {"gelu bwd", 10, [&] { ops.gelu_backward(wide2, wide, wide, 4 * NC); }},
+      {"gelu bwd", 10, [&] { ops.gelu_backward(wide2, wide, wide, 4 * NC, kFirst); }},
       {"residual fwd", 10, [&] { ops.residual_forward(y, x, y, NC); }},
       {"fill_zero 4NC", 10, [&] { ops.fill_zero(wide, 4 * NC); }},
       {"cross-entropy fwd", 3, [&] { ops.softmax_cross_entropy_forward(losses, stats, logits, d_targets, N, V); }},
       {"cross-entropy bwd", 3, [&] { ops.softmax_cross_entropy_backward(dlogits, logits, stats, d_targets, N, V, loss_scale); }},
       {"classifier fwd (padded logits)", 3, [&] { ops.classifier_forward(losses, stats, padded_logits, x, params, d_targets, N, C, V); }},
-      {"classifier bwd (padded logits)", 3, [&] { ops.classifier_backward(y, grads, padded_logits, stats, x, params, d_targets, N, C, V, loss_scale); }},
+      {"classifier bwd (padded logits)", 3, [&] { ops.classifier_backward(y, grads, padded_logits, stats, x, params, d_targets, N, C, V, loss_scale, kFirst); }},
       {"parameters_changed 38.6M (wte + 4C)", 3, [&] { ops.parameters_changed(params, 0, param_elems); }},
   };
   for (const Timed& t : timed) {
@@ -885,7 +942,8 @@ TEST_F(CudaOpsFp16Range, OverflowIsInfNotClampedAndReachesTheGradientNorm) {
   const auto inp = rounded(random_floats(size_t(N) * IC, 93, 0.5f, 1.0f));
   float* dinp = activation(std::vector<float>(inp.size(), 0.0f));
   float* dweight = upload(std::vector<float>(params.size(), 0.0f), MemoryKind::gradients);
-  gpu_->matmul_backward(dinp, dweight, nullptr, dout, activation(inp), d_params, N, IC, OC);
+  gpu_->matmul_backward(dinp, dweight, nullptr, dout, activation(inp), d_params, N, IC, OC,
+                        GradientWrite::accumulate);
   const auto gradient = download(dweight, params.size());
   for (int i = 0; i < IC; ++i) EXPECT_EQ(gradient[i], kInf) << "dweight[0, " << i << "]";
   for (size_t i = IC; i < gradient.size(); ++i)

@@ -124,16 +124,19 @@ void flash_forward(Precision precision, cudaStream_t stream, DeviceBuffer& out, 
 
 void flash_backward(Precision precision, cudaStream_t stream, DeviceBuffer& dqkv,
                     const DeviceBuffer& dout, const DeviceBuffer& qkv, const DeviceBuffer& out,
-                    const DeviceBuffer& lse, const AttentionShape& shape, DeviceBuffer& scratch) {
+                    const DeviceBuffer& lse, const AttentionShape& shape, DeviceBuffer& scratch,
+                    bool accumulate_dqkv = true) {
   const size_t scratch_elems = scratch.bytes() / sizeof(float);
   if (precision == Precision::bf16)
     cuda::launch_flash_attention_backward(
         stream, dqkv.as<__nv_bfloat16>(), dout.as<__nv_bfloat16>(), qkv.as<__nv_bfloat16>(),
-        out.as<__nv_bfloat16>(), lse.as<float>(), shape, scratch.as<float>(), scratch_elems);
+        out.as<__nv_bfloat16>(), lse.as<float>(), shape, scratch.as<float>(), scratch_elems,
+        accumulate_dqkv);
   else
     cuda::launch_flash_attention_backward(stream, dqkv.as<__half>(), dout.as<__half>(),
                                           qkv.as<__half>(), out.as<__half>(), lse.as<float>(),
-                                          shape, scratch.as<float>(), scratch_elems);
+                                          shape, scratch.as<float>(), scratch_elems,
+                                          accumulate_dqkv);
 }
 
 // ---- the reference and its bounds --------------------------------------------------------
@@ -317,7 +320,7 @@ TEST_P(FlashAttentionCases, MatchesCpuReference) {
   cpu.attention_forward(ref.out.data(), probs.data(), qkv.data(), shape);
   std::vector<float> grad(qkv_elems, 0.0f);
   cpu.attention_backward(grad.data(), dout.data(), qkv.data(), ref.out.data(), probs.data(),
-                         shape);
+                         shape, GradientWrite::accumulate);
   compute_bounds(precision, qkv, dout, shape, ref);
   // A prior of the gradient's own scale: the kernels must add to it (a prior of 1 would
   // hide the gradient's errors under the final rounding of the prior).
@@ -355,6 +358,19 @@ TEST_P(FlashAttentionCases, MatchesCpuReference) {
                             ref.lse_bound));
   EXPECT_TRUE(within_bounds(label + " dqkv", download_half(d_dqkv, precision, qkv_elems),
                             ref.dqkv, ref.dqkv_bound));
+
+  // Overwriting, the backward writes dqkv without reading it (it starts as NaN here), and
+  // gives the values of accumulating onto zeros: 0 + g is exact before the one rounding.
+  DeviceBuffer from_zero(qkv_elems * 2), overwritten(qkv_elems * 2);
+  CHECK_CUDA(cudaMemset(from_zero.as<void>(), 0, from_zero.bytes()));
+  overwritten.poison();
+  flash_backward(precision, stream_, from_zero, d_dout, d_qkv, d_out, d_lse, shape, scratch, true);
+  flash_backward(precision, stream_, overwritten, d_dout, d_qkv, d_out, d_lse, shape, scratch,
+                 false);
+  CHECK_CUDA(cudaStreamSynchronize(stream_));
+  EXPECT_EQ(download_half(overwritten, precision, qkv_elems),
+            download_half(from_zero, precision, qkv_elems))
+      << label << ": dqkv overwritten";
 }
 
 std::string case_name(const ::testing::TestParamInfo<std::tuple<Precision, FlashCase>>& info) {

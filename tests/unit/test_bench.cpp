@@ -217,7 +217,9 @@ TEST(MicrobenchModel, OpBytesCountEachTensorOnce) {
   // rows 2, in 3, out 4 with bias: inp 6 + weight 12 + bias 4 + out 8 elements.
   EXPECT_DOUBLE_EQ(bench_model::matmul_forward_bytes(2, 3, 4, true), 4.0 * 30);
   // dout 8 + inp 6 + weight 12, dinp 6 r+w, dweight 12 r+w, dbias 4 r+w.
-  EXPECT_DOUBLE_EQ(bench_model::matmul_backward_bytes(2, 3, 4, true), 4.0 * (8 + 6 + 12 + 12 + 24 + 8));
+  EXPECT_DOUBLE_EQ(bench_model::matmul_backward_bytes(2, 3, 4, true, true), 4.0 * (8 + 6 + 12 + 12 + 24 + 8));
+  // Overwritten, dinp is only written.
+  EXPECT_DOUBLE_EQ(bench_model::matmul_backward_bytes(2, 3, 4, true, false), 4.0 * (8 + 6 + 12 + 6 + 24 + 8));
   EXPECT_DOUBLE_EQ(bench_model::accumulate_bytes(10), 120.0);
   EXPECT_DOUBLE_EQ(bench_model::attention_forward_bytes(1, 2, 4, 2), 4.0 * (24 + 8 + 8));
 }

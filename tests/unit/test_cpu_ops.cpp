@@ -372,7 +372,7 @@ TEST(CpuOpsLayerNorm, BackwardMatchesFiniteDifferences) {
   const auto dbias_prior = random_floats(kChannels, 21);
   auto dinp = dinp_prior, dweight = dweight_prior, dbias = dbias_prior;
   ops.layernorm_backward(dinp.data(), dweight.data(), dbias.data(), r.data(), inp.data(),
-                         weight.data(), mean.data(), rstd.data(), kRows, kChannels);
+                         weight.data(), mean.data(), rstd.data(), kRows, kChannels, GradientWrite::accumulate);
   EXPECT_TRUE(gradient_matches("dinp", dinp, dinp_prior, inp, objective, kFp32GradTolerance));
   EXPECT_TRUE(
       gradient_matches("dweight", dweight, dweight_prior, weight, objective, kFp32GradTolerance));
@@ -429,7 +429,7 @@ TEST(CpuOpsMatmul, BackwardMatchesFiniteDifferences) {
     const auto dbias_prior = random_floats(bias.size(), 31);
     auto dinp = dinp_prior, dweight = dweight_prior, dbias = dbias_prior;
     ops.matmul_backward(dinp.data(), dweight.data(), with_bias ? dbias.data() : nullptr,
-                        r.data(), inp.data(), weight.data(), kRows, in_channels, out_channels);
+                        r.data(), inp.data(), weight.data(), kRows, in_channels, out_channels, GradientWrite::accumulate);
     const std::string label = with_bias ? " (bias)" : " (no bias)";
     EXPECT_TRUE(gradient_matches("dinp" + label, dinp, dinp_prior, inp, objective,
                                  kFp32GradTolerance));
@@ -490,7 +490,7 @@ TEST(CpuOpsAttention, BackwardMatchesFiniteDifferences) {
     ops.attention_forward(out.data(), probs.data(), qkv.data(), shape);
     const auto dqkv_prior = random_floats(qkv.size(), 36);
     auto dqkv = dqkv_prior;
-    ops.attention_backward(dqkv.data(), r.data(), qkv.data(), out.data(), probs.data(), shape);
+    ops.attention_backward(dqkv.data(), r.data(), qkv.data(), out.data(), probs.data(), shape, GradientWrite::accumulate);
     std::vector<double> qkv_double = to_double(qkv), ref_out, ref_probs;
     auto objective = [&] {
       attention_reference(ref_out, ref_probs, qkv_double, shape);
@@ -525,7 +525,7 @@ TEST(CpuOpsGelu, BackwardMatchesFiniteDifferences) {
   };
   const auto dinp_prior = random_floats(inp.size(), 39);
   auto dinp = dinp_prior;
-  ops.gelu_backward(dinp.data(), inp.data(), r.data(), inp.size());
+  ops.gelu_backward(dinp.data(), inp.data(), r.data(), inp.size(), GradientWrite::accumulate);
   EXPECT_TRUE(gradient_matches("dinp", dinp, dinp_prior, inp, objective, kFp32GradTolerance));
 }
 
@@ -660,7 +660,7 @@ TEST(CpuOpsCrossEntropy, ClassifierIsMatmulThenCrossEntropy) {
   ops.softmax_cross_entropy_backward(dlogits.data(), logits.data(), row_stats.data(),
                                      targets.data(), kRows, kVocab, loss_scale);
   ops.matmul_backward(dinp.data(), dweight.data(), nullptr, dlogits.data(), inp.data(),
-                      weight.data(), kRows, kChannels, kVocab);
+                      weight.data(), kRows, kChannels, kVocab, GradientWrite::accumulate);
 
   float* fused_logits = ops.allocate_logits(kRows, kVocab);
   std::vector<float> fused_losses(kRows), fused_stats(2 * kRows);
@@ -671,11 +671,77 @@ TEST(CpuOpsCrossEntropy, ClassifierIsMatmulThenCrossEntropy) {
   EXPECT_EQ(std::vector<float>(fused_logits, fused_logits + logits.size()), logits);
   ops.classifier_backward(fused_dinp.data(), fused_dweight.data(), fused_logits,
                           fused_stats.data(), inp.data(), weight.data(), targets.data(), kRows,
-                          kChannels, kVocab, loss_scale);
+                          kChannels, kVocab, loss_scale, GradientWrite::accumulate);
   EXPECT_EQ(std::vector<float>(fused_logits, fused_logits + logits.size()), dlogits);
   EXPECT_EQ(fused_dinp, dinp);
   EXPECT_EQ(fused_dweight, dweight);
   ops.release(fused_logits);
+}
+
+// ---- overwritten input gradients ----------------------------------------------------
+
+// GradientWrite::overwrite is defined as accumulating into a zeroed buffer, without
+// reading the buffer: run with a NaN-filled dinp, each op must give the zero-start
+// accumulation's bits, in dinp and in the weight gradients alike.
+template <class Op>
+void expect_overwrite_is_accumulation_into_zeros(const std::string& what, size_t dinp_elems,
+                                                 size_t dparam_elems, Op op) {
+  std::vector<float> from_zero(dinp_elems, 0.0f), dparams_accumulated(dparam_elems, 0.25f);
+  op(from_zero.data(), dparams_accumulated.data(), GradientWrite::accumulate);
+  std::vector<float> from_nan(dinp_elems, std::nanf("")), dparams_overwritten(dparam_elems, 0.25f);
+  op(from_nan.data(), dparams_overwritten.data(), GradientWrite::overwrite);
+  EXPECT_EQ(from_nan, from_zero) << what << ": dinp";
+  EXPECT_EQ(dparams_overwritten, dparams_accumulated) << what << ": the weight gradients";
+  // And accumulate does read: a NaN start stays NaN, or the check above proves nothing.
+  std::vector<float> nan_accumulated(dinp_elems, std::nanf("")), dparams(dparam_elems, 0.25f);
+  op(nan_accumulated.data(), dparams.data(), GradientWrite::accumulate);
+  EXPECT_TRUE(std::isnan(nan_accumulated[0])) << what;
+}
+
+TEST(CpuOpsGradientWrite, OverwriteEqualsAccumulatingIntoZeros) {
+  CpuOps ops;
+  const auto inp = random_floats(kRows * kChannels, 60);
+  const auto dout = random_floats(kRows * 3 * kChannels, 61);
+  const auto weight = random_floats(3 * kChannels * kChannels, 62);
+  const auto ln_weight = random_floats(kChannels, 63);
+  std::vector<float> normed(kRows * kChannels), mean(kRows), rstd(kRows);
+  ops.layernorm_forward(normed.data(), mean.data(), rstd.data(), inp.data(), ln_weight.data(),
+                        ln_weight.data(), kRows, kChannels);
+  expect_overwrite_is_accumulation_into_zeros(
+      "layernorm", inp.size(), 2 * kChannels, [&](float* dinp, float* dparams, GradientWrite w) {
+        ops.layernorm_backward(dinp, dparams, dparams + kChannels, dout.data(), inp.data(),
+                               ln_weight.data(), mean.data(), rstd.data(), kRows, kChannels, w);
+      });
+  expect_overwrite_is_accumulation_into_zeros(
+      "matmul", inp.size(), weight.size() + 3 * kChannels,
+      [&](float* dinp, float* dparams, GradientWrite w) {
+        ops.matmul_backward(dinp, dparams, dparams + weight.size(), dout.data(), inp.data(),
+                            weight.data(), kRows, kChannels, 3 * kChannels, w);
+      });
+  expect_overwrite_is_accumulation_into_zeros(
+      "gelu", inp.size(), 0, [&](float* dinp, float*, GradientWrite w) {
+        ops.gelu_backward(dinp, inp.data(), dout.data(), inp.size(), w);
+      });
+  const AttentionShape shape{kBatch, kSeq, kChannels, kHeads, true};
+  const auto qkv = random_floats(kRows * 3 * kChannels, 64);
+  std::vector<float> out(kRows * kChannels), probs(kBatch * kHeads * kSeq * kSeq);
+  ops.attention_forward(out.data(), probs.data(), qkv.data(), shape);
+  expect_overwrite_is_accumulation_into_zeros(
+      "attention", qkv.size(), 0, [&](float* dqkv, float*, GradientWrite w) {
+        ops.attention_backward(dqkv, dout.data(), qkv.data(), out.data(), probs.data(), shape, w);
+      });
+  const auto targets = random_ints(kRows, 65, kVocab);
+  const auto lm_weight = random_floats(kVocab * kChannels, 66);
+  expect_overwrite_is_accumulation_into_zeros(
+      "classifier", inp.size(), lm_weight.size(), [&](float* dinp, float* dparams, GradientWrite w) {
+        float* logits = ops.allocate_logits(kRows, kVocab);
+        std::vector<float> losses(kRows), stats(2 * kRows);
+        ops.classifier_forward(losses.data(), stats.data(), logits, inp.data(), lm_weight.data(),
+                               targets.data(), kRows, kChannels, kVocab);
+        ops.classifier_backward(dinp, dparams, logits, stats.data(), inp.data(), lm_weight.data(),
+                                targets.data(), kRows, kChannels, kVocab, 0.5f, w);
+        ops.release(logits);
+      });
 }
 
 // ---- reductions and optimizer -------------------------------------------------------

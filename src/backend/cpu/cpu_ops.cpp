@@ -58,6 +58,12 @@ void check_positive(int value, const char* what) {
                                   std::to_string(value));
 }
 
+// The reference's overwrite is a zero fill before accumulating: the definition of
+// GradientWrite::overwrite that every other backend is compared against.
+void start_input_gradient(float* dinp, size_t elems, GradientWrite dinp_write) {
+  if (dinp_write == GradientWrite::overwrite) std::fill_n(dinp, elems, 0.0f);
+}
+
 int head_size_of(const AttentionShape& shape) {
   check_positive(shape.batch, "attention batch");
   check_positive(shape.seq, "attention seq");
@@ -203,9 +209,11 @@ void CpuOps::layernorm_forward(float* out, float* mean, float* rstd, const float
 
 void CpuOps::layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                                 const float* inp, const float* weight, const float* mean,
-                                const float* rstd, int rows, int channels) {
+                                const float* rstd, int rows, int channels,
+                                GradientWrite dinp_write) {
   check_positive(rows, "layernorm rows");
   check_positive(channels, "layernorm channels");
+  start_input_gradient(dinp, static_cast<size_t>(rows) * channels, dinp_write);
   for (int n = 0; n < rows; ++n) {
     size_t offset = static_cast<size_t>(n) * channels;
     const float* x = inp + offset;
@@ -258,10 +266,11 @@ void CpuOps::matmul_forward(float* out, const float* inp, const float* weight,
 
 void CpuOps::matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                              const float* inp, const float* weight, int rows, int in_channels,
-                             int out_channels) {
+                             int out_channels, GradientWrite dinp_write) {
   check_positive(rows, "matmul rows");
   check_positive(in_channels, "matmul in_channels");
   check_positive(out_channels, "matmul out_channels");
+  start_input_gradient(dinp, static_cast<size_t>(rows) * in_channels, dinp_write);
   // dinp[n,:] += sum_o dout[n,o] * weight[o,:]: contiguous rows of the weight, summed in
   // increasing o for every element.
   for (int row_begin = 0; row_begin < rows; row_begin += kMatmulRowBlock) {
@@ -345,10 +354,12 @@ void CpuOps::attention_forward(float* out, float* probs, const float* qkv,
 
 // Softmax backward in its O(T) form: dscore[t2] = p[t2] * (dp[t2] - sum_t3 p[t3] dp[t3]).
 void CpuOps::attention_backward(float* dqkv, const float* dout, const float* qkv, const float* /*out*/,
-                                const float* probs, const AttentionShape& shape) {
+                                const float* probs, const AttentionShape& shape,
+                                GradientWrite dqkv_write) {
   const int head_size = head_size_of(shape);
   const int seq = shape.seq;
   const int channels = shape.channels;
+  start_input_gradient(dqkv, static_cast<size_t>(shape.batch) * seq * 3 * channels, dqkv_write);
   const size_t qkv_row_elems = 3 * static_cast<size_t>(channels);
   const float score_scale = 1.0f / std::sqrt(static_cast<float>(head_size));
   std::vector<float> dprobs(static_cast<size_t>(seq));
@@ -397,7 +408,9 @@ void CpuOps::gelu_forward(float* out, const float* inp, size_t elems) {
   }
 }
 
-void CpuOps::gelu_backward(float* dinp, const float* inp, const float* dout, size_t elems) {
+void CpuOps::gelu_backward(float* dinp, const float* inp, const float* dout, size_t elems,
+                           GradientWrite dinp_write) {
+  start_input_gradient(dinp, elems, dinp_write);
   for (size_t i = 0; i < elems; ++i) {
     float x = inp[i];
     float inner = kGeluScale * (x + kGeluCubic * x * x * x);

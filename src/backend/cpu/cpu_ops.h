@@ -52,21 +52,23 @@ class CpuOps final : public Ops {
                          int channels) override;
   void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                           const float* inp, const float* weight, const float* mean,
-                          const float* rstd, int rows, int channels) override;
+                          const float* rstd, int rows, int channels,
+                          GradientWrite dinp_write) override;
 
   void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
                       int rows, int in_channels, int out_channels) override;
   void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                        const float* inp, const float* weight, int rows, int in_channels,
-                       int out_channels) override;
+                       int out_channels, GradientWrite dinp_write) override;
 
   void attention_forward(float* out, float* probs, const float* qkv,
                          const AttentionShape& shape) override;
   void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* probs,
-                          const AttentionShape& shape) override;
+                          const AttentionShape& shape, GradientWrite dqkv_write) override;
 
   void gelu_forward(float* out, const float* inp, size_t elems) override;
-  void gelu_backward(float* dinp, const float* inp, const float* dout, size_t elems) override;
+  void gelu_backward(float* dinp, const float* inp, const float* dout, size_t elems,
+                     GradientWrite dinp_write) override;
 
   void residual_forward(float* out, const float* a, const float* b, size_t elems) override;
   void accumulate(float* dst, const float* src, size_t elems) override;

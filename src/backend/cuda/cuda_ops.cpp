@@ -482,8 +482,10 @@ void CudaOps::layernorm_forward(float* out, float* mean, float* rstd, const floa
 
 void CudaOps::layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                                  const float* inp, const float* weight, const float* mean,
-                                 const float* rstd, int rows, int channels) {
+                                 const float* rstd, int rows, int channels,
+                                 GradientWrite dinp_write) {
   ScopedKernelTag tag(KernelCategory::norm_elementwise);
+  const bool accumulate_dinp = dinp_write == GradientWrite::accumulate;
   require_fp32(mean, "layernorm mean");
   require_fp32(rstd, "layernorm rstd");
   const bool half =
@@ -495,12 +497,12 @@ void CudaOps::layernorm_backward(float* dinp, float* dweight, float* dbias, cons
       using Half = typename decltype(storage)::type;
       cuda::launch_layernorm_backward(stream_, as<Half>(dinp), dweight, dbias, as<Half>(dout),
                                       as<Half>(inp), weight, mean, rstd, rows, channels, scratch,
-                                      scratch_elems_);
+                                      scratch_elems_, accumulate_dinp);
     });
     return;
   }
   cuda::launch_layernorm_backward(stream_, dinp, dweight, dbias, dout, inp, weight, mean, rstd,
-                                  rows, channels, scratch, scratch_elems_);
+                                  rows, channels, scratch, scratch_elems_, accumulate_dinp);
 }
 
 void CudaOps::matmul_forward(float* out, const float* inp, const float* weight,
@@ -528,8 +530,9 @@ void CudaOps::matmul_forward(float* out, const float* inp, const float* weight,
 
 void CudaOps::matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                               const float* inp, const float* weight, int rows, int in_channels,
-                              int out_channels) {
+                              int out_channels, GradientWrite dinp_write) {
   ScopedKernelTag tag(KernelCategory::gemm);
+  const bool accumulate_dinp = dinp_write == GradientWrite::accumulate;
   require_fp32(dweight, "matmul dweight");
   require_fp32(dbias, "matmul dbias");
   const bool half =
@@ -543,7 +546,8 @@ void CudaOps::matmul_backward(float* dinp, float* dweight, float* dbias, const f
       using Half = typename decltype(storage)::type;
       cuda::launch_matmul_backward(cublas_, stream_, as<Half>(dinp), dweight, dbias,
                                    as<Half>(dout), as<Half>(inp), as<Half>(weight_copy), rows,
-                                   in_channels, out_channels, scratch, scratch_elems_);
+                                   in_channels, out_channels, scratch, scratch_elems_,
+                                   accumulate_dinp);
     });
     return;
   }
@@ -552,7 +556,8 @@ void CudaOps::matmul_backward(float* dinp, float* dweight, float* dbias, const f
     scratch = scratch_floats(cuda::matmul_backward_scratch_elems(rows, out_channels));
   const size_t scratch_elems = scratch != nullptr ? scratch_elems_ : 0;
   cuda::launch_matmul_backward(cublas_, stream_, dinp, dweight, dbias, dout, inp, weight, rows,
-                               in_channels, out_channels, scratch, scratch_elems);
+                               in_channels, out_channels, scratch, scratch_elems,
+                               accumulate_dinp);
 }
 
 float* CudaOps::allocate_attention_state(const AttentionShape& shape) {
@@ -595,8 +600,10 @@ void CudaOps::attention_forward(float* out, float* state, const float* qkv,
 }
 
 void CudaOps::attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
-                                 const float* state, const AttentionShape& shape) {
+                                 const float* state, const AttentionShape& shape,
+                                 GradientWrite dqkv_write) {
   ScopedKernelTag tag(KernelCategory::attention);
+  const bool accumulate_dqkv = dqkv_write == GradientWrite::accumulate;
   if (fused_attention_state(state, shape)) {
     SCALESTUDY_CHECK(half_operands("attention_backward", {{dqkv, "dqkv"}, {dout, "dout"}, {qkv, "qkv"}, {out, "out"}}),
                      "the fused attention needs 16-bit dqkv, dout, qkv and out");
@@ -604,10 +611,13 @@ void CudaOps::attention_backward(float* dqkv, const float* dout, const float* qk
     with_half_type(precision_, [&](auto storage) {
       using Half = typename decltype(storage)::type;
       cuda::launch_flash_attention_backward(stream_, as<Half>(dqkv), as<Half>(dout), as<Half>(qkv), as<Half>(out),
-                                            state, shape, scratch, scratch_elems_);
+                                            state, shape, scratch, scratch_elems_,
+                                            accumulate_dqkv);
     });
     return;
   }
+  if (!accumulate_dqkv)
+    fill_zero(dqkv, size_t(shape.batch) * shape.seq * 3 * size_t(shape.channels));
   if (half_operands("attention_backward",
                     {{dqkv, "dqkv"}, {dout, "dout"}, {qkv, "qkv"}, {state, "probs"}})) {
     float* scratch = scratch_floats(cuda::attention_backward_scratch_elems_16bit(shape));
@@ -636,16 +646,19 @@ void CudaOps::gelu_forward(float* out, const float* inp, size_t elems) {
   cuda::launch_gelu_forward(stream_, out, inp, elems);
 }
 
-void CudaOps::gelu_backward(float* dinp, const float* inp, const float* dout, size_t elems) {
+void CudaOps::gelu_backward(float* dinp, const float* inp, const float* dout, size_t elems,
+                            GradientWrite dinp_write) {
   ScopedKernelTag tag(KernelCategory::norm_elementwise);
+  const bool accumulate_dinp = dinp_write == GradientWrite::accumulate;
   if (half_operands("gelu_backward", {{dinp, "dinp"}, {inp, "inp"}, {dout, "dout"}})) {
     with_half_type(precision_, [&](auto storage) {
       using Half = typename decltype(storage)::type;
-      cuda::launch_gelu_backward(stream_, as<Half>(dinp), as<Half>(inp), as<Half>(dout), elems);
+      cuda::launch_gelu_backward(stream_, as<Half>(dinp), as<Half>(inp), as<Half>(dout), elems,
+                                 accumulate_dinp);
     });
     return;
   }
-  cuda::launch_gelu_backward(stream_, dinp, inp, dout, elems);
+  cuda::launch_gelu_backward(stream_, dinp, inp, dout, elems, accumulate_dinp);
 }
 
 void CudaOps::residual_forward(float* out, const float* a, const float* b, size_t elems) {
@@ -768,11 +781,11 @@ void CudaOps::classifier_forward(float* losses, float* row_stats, float* logits,
 void CudaOps::classifier_backward(float* dinp, float* dweight, float* logits,
                                   const float* row_stats, const float* inp, const float* weight,
                                   const int32_t* targets, int rows, int channels, int vocab,
-                                  float loss_scale) {
+                                  float loss_scale, GradientWrite dinp_write) {
   const int stride = padded_logits_stride(logits, rows, vocab);
   if (stride == 0) {
     Ops::classifier_backward(dinp, dweight, logits, row_stats, inp, weight, targets, rows,
-                             channels, vocab, loss_scale);
+                             channels, vocab, loss_scale, dinp_write);
     return;
   }
   require_fp32(row_stats, "cross-entropy row statistics");
@@ -791,7 +804,8 @@ void CudaOps::classifier_backward(float* dinp, float* dweight, float* logits,
     ScopedKernelTag tag(KernelCategory::gemm);
     cuda::launch_classifier_matmul_backward(cublas_, stream_, as<Half>(dinp), dweight,
                                             as<Half>(logits), stride, as<Half>(inp),
-                                            as<Half>(weight_copy), rows, channels, vocab);
+                                            as<Half>(weight_copy), rows, channels, vocab,
+                                            dinp_write == GradientWrite::accumulate);
   });
 }
 

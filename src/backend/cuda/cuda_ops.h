@@ -107,25 +107,29 @@ class CudaOps final : public Ops {
                          int channels) override;
   void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                           const float* inp, const float* weight, const float* mean,
-                          const float* rstd, int rows, int channels) override;
+                          const float* rstd, int rows, int channels,
+                          GradientWrite dinp_write) override;
 
   void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
                       int rows, int in_channels, int out_channels) override;
   void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                        const float* inp, const float* weight, int rows, int in_channels,
-                       int out_channels) override;
+                       int out_channels, GradientWrite dinp_write) override;
 
   // A `state` from allocate_attention_state in bf16/fp16 is the fused kernels' fp32
   // log-sum-exp (kernels/flash_attention.cuh, no T×T matrix); a 16-bit (or, in fp32, an
   // fp32) buffer of [B,NH,T,T] runs the cuBLAS path, which stores the probabilities.
   void attention_forward(float* out, float* state, const float* qkv,
                          const AttentionShape& shape) override;
+  // The cuBLAS path overwrites as a zero fill followed by its accumulating backward.
   void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
-                          const float* state, const AttentionShape& shape) override;
+                          const float* state, const AttentionShape& shape,
+                          GradientWrite dqkv_write) override;
   float* allocate_attention_state(const AttentionShape& shape) override;
 
   void gelu_forward(float* out, const float* inp, size_t elems) override;
-  void gelu_backward(float* dinp, const float* inp, const float* dout, size_t elems) override;
+  void gelu_backward(float* dinp, const float* inp, const float* dout, size_t elems,
+                     GradientWrite dinp_write) override;
 
   void residual_forward(float* out, const float* a, const float* b, size_t elems) override;
   void accumulate(float* dst, const float* src, size_t elems) override;
@@ -144,7 +148,8 @@ class CudaOps final : public Ops {
                           int vocab) override;
   void classifier_backward(float* dinp, float* dweight, float* logits, const float* row_stats,
                            const float* inp, const float* weight, const int32_t* targets,
-                           int rows, int channels, int vocab, float loss_scale) override;
+                           int rows, int channels, int vocab, float loss_scale,
+                           GradientWrite dinp_write) override;
   double sum(const float* x, size_t elems) override;
 
   double sum_of_squares(const float* x, size_t elems) override;
