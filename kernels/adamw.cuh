@@ -1,8 +1,12 @@
 #pragma once
-// One AdamW step over a contiguous range of fp32 master weights.
+// AdamW steps over fp32 master weights: one contiguous range, or a range cut into pieces
+// (a model's tensors) with their own weight decay, in one launch.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <vector>
 
 #include "backend/ops.h"
 
@@ -13,5 +17,36 @@ namespace scalestudy::cuda {
 // per-element step rounded as the CPU backend rounds it: the results are bit-identical.
 void launch_adamw_update(cudaStream_t stream, float* params, const float* grads, float* m,
                          float* v, size_t elems, const AdamWParams& hyper);
+
+// A piece as the pieces kernel reads it: its range, its weight decay, and the first of the
+// blocks that cover it, each block taking one tile of the piece.
+struct AdamWDevicePiece {
+  size_t begin_elems;
+  size_t end_elems;
+  unsigned first_block;
+  float weight_decay;
+};
+
+// The device table of `pieces` (empty pieces left out) and the blocks its launch takes.
+struct AdamWPieceTable {
+  std::vector<AdamWDevicePiece> pieces;
+  unsigned blocks = 0;
+};
+AdamWPieceTable make_adamw_piece_table(const std::vector<AdamWPiece>& pieces);
+
+// The step of launch_adamw_update, element for element, over every piece of `table` (on
+// the device, table_pieces entries, from make_adamw_piece_table) in one launch, hyper's
+// weight_decay replaced by each piece's. With a 16-bit `copy` (the parameters' compute
+// copy at params' offset, or null) each updated parameter is also written there, rounded
+// as launch_cast rounds it.
+void launch_adamw_update_pieces(cudaStream_t stream, float* params, const float* grads, float* m,
+                                float* v, const AdamWDevicePiece* table, int table_pieces,
+                                unsigned blocks, const AdamWParams& hyper);
+void launch_adamw_update_pieces(cudaStream_t stream, float* params, const float* grads, float* m,
+                                float* v, const AdamWDevicePiece* table, int table_pieces,
+                                unsigned blocks, const AdamWParams& hyper, __nv_bfloat16* copy);
+void launch_adamw_update_pieces(cudaStream_t stream, float* params, const float* grads, float* m,
+                                float* v, const AdamWDevicePiece* table, int table_pieces,
+                                unsigned blocks, const AdamWParams& hyper, __half* copy);
 
 }  // namespace scalestudy::cuda

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "profile/kernel_trace.h"
 #include "timing/step_timer.h"
@@ -49,6 +50,18 @@ struct AdamWParams {
   float epsilon = 1e-8f;
   float weight_decay = 0.0f;  // decoupled; 0 for tensors that are not decayed
   int step = 1;               // 1-based, for bias correction
+};
+
+// A piece [begin_elems, end_elems) of a range that adamw_update_pieces updates, offsets
+// from the range's start, with the weight decay of its tensor (0 for one not decayed).
+struct AdamWPiece {
+  size_t begin_elems = 0;
+  size_t end_elems = 0;
+  float weight_decay = 0.0f;
+  bool operator==(const AdamWPiece& other) const {
+    return begin_elems == other.begin_elems && end_elems == other.end_elems &&
+           weight_decay == other.weight_decay;
+  }
 };
 
 class Ops {
@@ -106,6 +119,38 @@ class Ops {
                                const float* inp, const float* weight, int rows,
                                int in_channels, int out_channels,
                                GradientWrite dinp_write) = 0;
+
+  // ---- a dense layer and a GELU together (GPT-2's MLP) --------------------------------
+  // A backend may fold the GELU into the GEMMs on either side of it (the CUDA backend in
+  // bf16/fp16: cuBLASLt epilogues), so that neither the GELU's output nor its gradient
+  // makes a pass over memory of its own; the defaults run the plain ops one after another.
+  //
+  // pre[N,OC] = inp[N,IC] @ weight[OC,IC]^T + bias[OC] and out[N,OC] = gelu(pre): both are
+  // written, pre for the backward and out for the next layer. bias may be null.
+  virtual void dense_gelu_forward(float* pre, float* out, const float* inp, const float* weight,
+                                  const float* bias, int rows, int in_channels,
+                                  int out_channels) {
+    matmul_forward(pre, inp, weight, bias, rows, in_channels, out_channels);
+    gelu_forward(out, pre, static_cast<size_t>(rows) * out_channels);
+  }
+  // The backward of a dense layer out[N,OC] = act[N,IC] @ weight[OC,IC]^T + bias[OC] whose
+  // input is act = gelu(pre), carried on through the GELU:
+  //   dpre[N,IC] = gelu'(pre) * (dout @ weight)   written, as GradientWrite::overwrite
+  //   dweight   += dout^T @ act                    accumulated
+  //   dbias     += column sums of dout             accumulated (dbias may be null)
+  // dpre has one writer in the model, so it is never accumulated into, and its old contents
+  // are never read. The gradient of act is not returned: dact_scratch [N,IC] holds it where
+  // a backend needs it in memory (the default does), and is unspecified afterwards.
+  virtual void dense_backward_through_gelu(float* dpre, float* dweight, float* dbias,
+                                           const float* dout, const float* act,
+                                           const float* pre, const float* weight, int rows,
+                                           int in_channels, int out_channels,
+                                           float* dact_scratch) {
+    matmul_backward(dact_scratch, dweight, dbias, dout, act, weight, rows, in_channels,
+                    out_channels, GradientWrite::overwrite);
+    gelu_backward(dpre, pre, dact_scratch, static_cast<size_t>(rows) * in_channels,
+                  GradientWrite::overwrite);
+  }
 
   // ---- multi-head attention -------------------------------------------------------
   // qkv[B,T,3C] holds Q, K, V side by side; out[B,T,C]. Scale 1/sqrt(head size); with
@@ -184,6 +229,22 @@ class Ops {
   // One AdamW step over a contiguous range. params are the fp32 master weights.
   virtual void adamw_update(float* params, const float* grads, float* m, float* v,
                             size_t elems, const AdamWParams& hyper) = 0;
+  // One AdamW step over a contiguous range cut into pieces (a model's tensors), each with
+  // its own weight decay. Returns true where the backend has also refreshed its
+  // lower-precision copy of the updated range in the same pass, so that the caller skips
+  // parameters_changed for it; false leaves that to the caller. The default runs
+  // adamw_update piece by piece and returns false.
+  virtual bool adamw_update_pieces(float* params, const float* grads, float* m, float* v,
+                                   const std::vector<AdamWPiece>& pieces,
+                                   const AdamWParams& hyper) {
+    for (const AdamWPiece& piece : pieces) {
+      AdamWParams piece_hyper = hyper;
+      piece_hyper.weight_decay = piece.weight_decay;
+      adamw_update(params + piece.begin_elems, grads + piece.begin_elems, m + piece.begin_elems,
+                   v + piece.begin_elems, piece.end_elems - piece.begin_elems, piece_hyper);
+    }
+    return false;
+  }
 
   // The master parameters [params + begin_elems, params + end_elems) changed (an optimizer
   // update, a parameter all-gather, a copy from the host): backends that compute from a

@@ -60,9 +60,9 @@ OptimizerStats DdpStrategy::optimizer_step(float learning_rate, int adam_step, f
   if (stats.skipped) return stats;
   if (stats.clip_factor != 1.0f) ops_.scale(grads_, plan_.padded_elems, stats.clip_factor);
   // fp32 compute: the parameters are their own master weights.
-  adamw_over_range(ops_, model_.layout(), 0, plan_.padded_elems, model_.params(), grads_, m_, v_,
-                   config_, learning_rate, adam_step);
-  ops_.parameters_changed(model_.params(), 0, plan_.padded_elems);
+  if (!adamw_over_range(ops_, model_.layout(), 0, plan_.padded_elems, model_.params(), grads_, m_,
+                        v_, config_, learning_rate, adam_step))
+    ops_.parameters_changed(model_.params(), 0, plan_.padded_elems);
   return stats;
 }
 

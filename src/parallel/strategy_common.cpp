@@ -2,13 +2,14 @@
 
 #include <cmath>
 #include <memory>
+#include <vector>
 
 #include "parallel/ddp_strategy.h"
 #include "parallel/zero2_strategy.h"
 
 namespace scalestudy {
 
-void adamw_over_range(Ops& ops, const ParameterLayout& layout, size_t param_begin,
+bool adamw_over_range(Ops& ops, const ParameterLayout& layout, size_t param_begin,
                       size_t param_end, float* master, const float* grads, float* m, float* v,
                       const RunConfig& config, float learning_rate, int adam_step) {
   AdamWParams hyper;
@@ -17,11 +18,12 @@ void adamw_over_range(Ops& ops, const ParameterLayout& layout, size_t param_begi
   hyper.beta2 = config.beta2;
   hyper.epsilon = config.epsilon;
   hyper.step = adam_step;
+  std::vector<AdamWPiece> pieces;
   for_each_tensor_piece(layout, param_begin, param_end, [&](size_t lo, size_t hi, bool decay) {
-    hyper.weight_decay = decay ? config.weight_decay : 0.0f;
-    const size_t at = lo - param_begin;
-    ops.adamw_update(master + at, grads + at, m + at, v + at, hi - lo, hyper);
+    pieces.push_back(AdamWPiece{lo - param_begin, hi - param_begin,
+                                decay ? config.weight_decay : 0.0f});
   });
+  return ops.adamw_update_pieces(master, grads, m, v, pieces, hyper);
 }
 
 float clip_factor(double grad_norm, float max_norm) {

@@ -9,9 +9,10 @@
 namespace scalestudy {
 
 // AdamW over the parameters [param_begin, param_end) of the flat buffer, with weight
-// decay on the matrices only. master, grads, m and v point at the element that
-// corresponds to param_begin.
-void adamw_over_range(Ops& ops, const ParameterLayout& layout, size_t param_begin,
+// decay on the matrices only, in one adamw_update_pieces call. master, grads, m and v
+// point at the element that corresponds to param_begin. Returns what that call returns:
+// true where the backend has refreshed its compute copy of the range already.
+bool adamw_over_range(Ops& ops, const ParameterLayout& layout, size_t param_begin,
                       size_t param_end, float* master, const float* grads, float* m, float* v,
                       const RunConfig& config, float learning_rate, int adam_step);
 

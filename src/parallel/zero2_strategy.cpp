@@ -156,6 +156,8 @@ OptimizerStats Zero2Strategy::optimizer_step(float learning_rate, int adam_step,
   for (int b = 0; b < static_cast<int>(plan_.buckets.size()); ++b) {
     const size_t begin = plan_.chunk_begin(b, rank_), offset = plan_.shard_offset(b);
     const size_t chunk = plan_.chunk_elems(b);
+    // The master shard has no compute copy (the result is false): the gathered parameters
+    // are refreshed in complete_gather.
     adamw_over_range(ops_, model_.layout(), begin, begin + chunk, master_ + offset,
                      shard_grads_ + offset, m_ + offset, v_ + offset, config_, learning_rate, adam_step);
     ops_.copy(model_.params() + begin, master_ + offset, chunk);

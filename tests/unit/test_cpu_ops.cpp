@@ -792,5 +792,18 @@ TEST(CpuOpsAdamW, MatchesHandComputedSteps) {
   }
 }
 
+// The pieces' step is adamw_update piece by piece, each with its own weight decay: the
+// hand-computed step above with decay 0.01 on the first element, none on the second.
+TEST(CpuOpsAdamW, PiecesTakeTheirOwnWeightDecay) {
+  CpuOps ops;
+  AdamWParams hyper{0.1f, 0.9f, 0.95f, 1e-8f, /*weight_decay=*/0.7f, 1};
+  std::vector<float> params = {1.0f, 1.0f}, grads = {0.5f, 0.5f}, m = {0, 0}, v = {0, 0};
+  const std::vector<AdamWPiece> pieces = {{0, 1, 0.01f}, {1, 1, 0.5f}, {1, 2, 0.0f}};
+  EXPECT_FALSE(ops.adamw_update_pieces(params.data(), grads.data(), m.data(), v.data(), pieces, hyper))
+      << "the CPU keeps no compute copy";
+  // p = 1 - 0.1*(0.5/(0.5+1e-8) + wd*1): 0.899000002 with decay 0.01, 0.900000002 without.
+  EXPECT_TRUE(all_close("params", params, std::vector<double>{0.899000002, 0.900000002}, kAdamWTolerance));
+}
+
 }  // namespace
 }  // namespace scalestudy

@@ -19,6 +19,7 @@
 #include "core/check.h"
 #include "profile/kernel_tag.h"
 #include "cross_entropy.cuh"
+#include "dense_gelu.cuh"
 #include "gemm_lt.cuh"
 #include "elementwise.cuh"
 #include "embedding.cuh"
@@ -92,8 +93,8 @@ CudaOps::CudaOps(int device, Precision precision) : device_(device), precision_(
           : CUBLAS_DEFAULT_MATH;
   CHECK_CUBLAS(cublasSetMathMode(cublas_, static_cast<cublasMath_t>(math_mode)));
   if (half_mode()) {
-    bias_gemm_ = std::make_unique<cuda::BiasGemm>();
-    bytes_by_kind_[static_cast<size_t>(MemoryKind::other)] += cuda::BiasGemm::kWorkspaceBytes;
+    epilogue_gemm_ = std::make_unique<cuda::EpilogueGemm>();
+    bytes_by_kind_[static_cast<size_t>(MemoryKind::other)] += cuda::EpilogueGemm::kWorkspaceBytes;
   }
 
   reduction_partials_elems_ = cuda::reduction_scratch_doubles();
@@ -112,11 +113,12 @@ CudaOps::~CudaOps() {
     CHECK_CUDA(cudaFree(reinterpret_cast<void*>(entry.first)));
     CHECK_CUDA(cudaFree(entry.second.parameter_copy));
   }
+  for (AdamWTable& table : adamw_tables_) CHECK_CUDA(cudaFree(table.device));
   CHECK_CUDA(cudaFree(scratch_));
   CHECK_CUDA(cudaFree(reduction_partials_));
   CHECK_CUDA(cudaFree(device_result_));
   CHECK_CUDA(cudaFreeHost(host_result_));
-  bias_gemm_.reset();
+  epilogue_gemm_.reset();
   CHECK_CUBLAS(cublasDestroy(cublas_));
   CHECK_CUDA(cudaStreamDestroy(stream_));
 }
@@ -520,7 +522,7 @@ void CudaOps::matmul_forward(float* out, const float* inp, const float* weight,
       cuda::launch_matmul_forward(cublas_, stream_, as<Half>(out), as<Half>(inp),
                                   as<Half>(weight_copy), bias, rows, in_channels, out_channels,
                                   scratch, scratch != nullptr ? scratch_elems_ : 0,
-                                  bias_gemm_.get(), as<Half>(bias_copy));
+                                  epilogue_gemm_.get(), as<Half>(bias_copy));
     });
     return;
   }
@@ -558,6 +560,70 @@ void CudaOps::matmul_backward(float* dinp, float* dweight, float* dbias, const f
   cuda::launch_matmul_backward(cublas_, stream_, dinp, dweight, dbias, dout, inp, weight, rows,
                                in_channels, out_channels, scratch, scratch_elems,
                                accumulate_dinp);
+}
+
+// The epilogue reads the bias from the parameters' 16-bit copy: a bias outside the
+// parameters (or none) takes the plain ops, as does any shape cuBLASLt declines.
+void CudaOps::dense_gelu_forward(float* pre, float* out, const float* inp, const float* weight,
+                                 const float* bias, int rows, int in_channels,
+                                 int out_channels) {
+  if (half_operands("dense_gelu_forward", {{pre, "pre"}, {out, "out"}, {inp, "inp"}}) &&
+      bias != nullptr) {
+    const void* bias_copy = parameter_copy_or_null(bias);
+    bool fused = false;
+    if (bias_copy != nullptr) {
+      const void* weight_copy = parameter_copy_of(weight);
+      ScopedKernelTag tag(KernelCategory::gemm);
+      with_half_type(precision_, [&](auto storage) {
+        using Half = typename decltype(storage)::type;
+        fused = cuda::launch_dense_gelu_forward(*epilogue_gemm_, stream_, as<Half>(pre),
+                                                as<Half>(out), as<Half>(inp),
+                                                as<Half>(weight_copy), as<Half>(bias_copy), rows,
+                                                in_channels, out_channels);
+      });
+    }
+    if (fused) {
+      ++gelu_epilogue_gemms_;
+      return;
+    }
+  }
+  Ops::dense_gelu_forward(pre, out, inp, weight, bias, rows, in_channels, out_channels);
+}
+
+// Where cuBLASLt declines the GELU's derivative in the epilogue nothing has been written,
+// and the plain ops run instead, through dact_scratch.
+void CudaOps::dense_backward_through_gelu(float* dpre, float* dweight, float* dbias,
+                                          const float* dout, const float* act, const float* pre,
+                                          const float* weight, int rows, int in_channels,
+                                          int out_channels, float* dact_scratch) {
+  if (half_operands("dense_backward_through_gelu", {{dpre, "dpre"}, {dout, "dout"}, {act, "act"},
+                                                    {pre, "pre"}, {dact_scratch, "dact_scratch"}})) {
+    require_fp32(dweight, "dense_backward_through_gelu dweight");
+    require_fp32(dbias, "dense_backward_through_gelu dbias");
+    float* scratch = nullptr;
+    if (dbias != nullptr)
+      scratch =
+          scratch_floats(cuda::dense_backward_through_gelu_scratch_elems(rows, out_channels));
+    const size_t scratch_elems = scratch != nullptr ? scratch_elems_ : 0;
+    const void* weight_copy = parameter_copy_of(weight);
+    bool fused = false;
+    {
+      ScopedKernelTag tag(KernelCategory::gemm);
+      with_half_type(precision_, [&](auto storage) {
+        using Half = typename decltype(storage)::type;
+        fused = cuda::launch_dense_backward_through_gelu(
+            *epilogue_gemm_, cublas_, stream_, as<Half>(dpre), dweight, dbias, as<Half>(dout),
+            as<Half>(act), as<Half>(pre), as<Half>(weight_copy), rows, in_channels, out_channels,
+            scratch, scratch_elems);
+      });
+    }
+    if (fused) {
+      ++gelu_epilogue_gemms_;
+      return;
+    }
+  }
+  Ops::dense_backward_through_gelu(dpre, dweight, dbias, dout, act, pre, weight, rows,
+                                   in_channels, out_channels, dact_scratch);
 }
 
 float* CudaOps::allocate_attention_state(const AttentionShape& shape) {
@@ -851,6 +917,45 @@ void CudaOps::adamw_update(float* params, const float* grads, float* m, float* v
   require_fp32(params, "adamw params");
   require_fp32(grads, "adamw grads");
   cuda::launch_adamw_update(stream_, params, grads, m, v, elems, hyper);
+}
+
+const CudaOps::AdamWTable& CudaOps::adamw_table_for(const std::vector<AdamWPiece>& pieces) {
+  for (const AdamWTable& table : adamw_tables_)
+    if (table.pieces == pieces) return table;
+  const cuda::AdamWPieceTable made = cuda::make_adamw_piece_table(pieces);
+  AdamWTable table{pieces, nullptr, static_cast<int>(made.pieces.size()), made.blocks};
+  if (!made.pieces.empty()) {
+    const size_t table_bytes = made.pieces.size() * sizeof(cuda::AdamWDevicePiece);
+    CHECK_CUDA(cudaMalloc(&table.device, table_bytes));
+    // Synchronous, once per distinct range: the host vector may go right after.
+    CHECK_CUDA(cudaMemcpy(table.device, made.pieces.data(), table_bytes, cudaMemcpyHostToDevice));
+    std::lock_guard<std::mutex> lock(memory_mutex_);
+    bytes_by_kind_[static_cast<size_t>(MemoryKind::optimizer)] += table_bytes;
+  }
+  adamw_tables_.push_back(std::move(table));
+  return adamw_tables_.back();
+}
+
+bool CudaOps::adamw_update_pieces(float* params, const float* grads, float* m, float* v,
+                                  const std::vector<AdamWPiece>& pieces,
+                                  const AdamWParams& hyper) {
+  ScopedKernelTag tag(KernelCategory::optimizer);
+  require_fp32(params, "adamw params");
+  require_fp32(grads, "adamw grads");
+  const AdamWTable& table = adamw_table_for(pieces);
+  // The copy is the backend's own, written here as parameters_changed writes it.
+  void* copy = half_mode() ? const_cast<void*>(parameter_copy_or_null(params)) : nullptr;
+  if (copy == nullptr) {
+    cuda::launch_adamw_update_pieces(stream_, params, grads, m, v, table.device,
+                                     table.device_pieces, table.blocks, hyper);
+    return false;
+  }
+  with_half_type(precision_, [&](auto storage) {
+    using Half = typename decltype(storage)::type;
+    cuda::launch_adamw_update_pieces(stream_, params, grads, m, v, table.device,
+                                     table.device_pieces, table.blocks, hyper, static_cast<Half*>(copy));
+  });
+  return true;
 }
 
 }  // namespace scalestudy

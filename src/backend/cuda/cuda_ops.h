@@ -60,7 +60,8 @@
 #include "config/run_config.h"
 
 namespace scalestudy::cuda {
-class BiasGemm;
+class EpilogueGemm;
+struct AdamWDevicePiece;
 }
 
 namespace scalestudy {
@@ -116,6 +117,20 @@ class CudaOps final : public Ops {
                        const float* inp, const float* weight, int rows, int in_channels,
                        int out_channels, GradientWrite dinp_write) override;
 
+  // bf16/fp16 with a bias among the parameters: one cuBLASLt GEMM each, the GELU in its
+  // epilogue (kernels/dense_gelu.cuh), where cuBLASLt takes the shapes; otherwise, and in
+  // fp32, the plain ops (Ops's defaults).
+  void dense_gelu_forward(float* pre, float* out, const float* inp, const float* weight,
+                          const float* bias, int rows, int in_channels,
+                          int out_channels) override;
+  void dense_backward_through_gelu(float* dpre, float* dweight, float* dbias, const float* dout,
+                                   const float* act, const float* pre, const float* weight,
+                                   int rows, int in_channels, int out_channels,
+                                   float* dact_scratch) override;
+  // GEMMs that ran with a GELU epilogue so far, forward and backward: how the GPU tests see
+  // that GPT-2's shapes take the fused path rather than the plain ops.
+  size_t gelu_epilogue_gemms() const { return gelu_epilogue_gemms_; }
+
   // A `state` from allocate_attention_state in bf16/fp16 is the fused kernels' fp32
   // log-sum-exp (kernels/flash_attention.cuh, no T×T matrix); a 16-bit (or, in fp32, an
   // fp32) buffer of [B,NH,T,T] runs the cuBLAS path, which stores the probabilities.
@@ -156,6 +171,11 @@ class CudaOps final : public Ops {
   void scale(float* x, size_t elems, float factor) override;
   void adamw_update(float* params, const float* grads, float* m, float* v, size_t elems,
                     const AdamWParams& hyper) override;
+  // One launch for all the pieces; in bf16/fp16, where params lie in the parameters
+  // allocation, the 16-bit copy of the range is written in the same pass (returns true).
+  bool adamw_update_pieces(float* params, const float* grads, float* m, float* v,
+                           const std::vector<AdamWPiece>& pieces,
+                           const AdamWParams& hyper) override;
 
   // bf16 / fp16: casts the range into the parameters' 16-bit copy, on the compute stream
   // (in fp16, masters beyond 65504 become +-inf there).
@@ -224,8 +244,10 @@ class CudaOps final : public Ops {
   Precision precision_ = Precision::fp32;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
-  // 16-bit modes: the dense layers' forward with the bias in cuBLASLt's epilogue.
-  std::unique_ptr<cuda::BiasGemm> bias_gemm_;
+  // 16-bit modes: the dense layers' GEMMs with the bias, or the GELU, in cuBLASLt's
+  // epilogue.
+  std::unique_ptr<cuda::EpilogueGemm> epilogue_gemm_;
+  size_t gelu_epilogue_gemms_ = 0;
 
   float* scratch_ = nullptr;
   size_t scratch_elems_ = 0;
@@ -235,6 +257,16 @@ class CudaOps final : public Ops {
   size_t reduction_partials_elems_ = 0;
   double* device_result_ = nullptr;
   double* host_result_ = nullptr;
+  // adamw_update_pieces' piece tables on the device, each uploaded once: a strategy
+  // passes the same few ranges every step.
+  struct AdamWTable {
+    std::vector<AdamWPiece> pieces;
+    cuda::AdamWDevicePiece* device = nullptr;
+    int device_pieces = 0;
+    unsigned blocks = 0;
+  };
+  const AdamWTable& adamw_table_for(const std::vector<AdamWPiece>& pieces);
+  std::vector<AdamWTable> adamw_tables_;
 
   // The comm thread may allocate or release staging buffers while the compute thread
   // does the same.
