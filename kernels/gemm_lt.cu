@@ -9,6 +9,9 @@ namespace scalestudy::cuda {
 namespace {
 
 constexpr uintptr_t kOperandAlignment = 16;
+// 16-bit columns of a multiple of 8 elements keep every column 16-byte aligned.
+constexpr int kAlignedColumns = 8;
+constexpr long long kMaxOperandElems = (1LL << 31) - 1;
 
 bool aligned(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % kOperandAlignment == 0; }
 
@@ -18,43 +21,61 @@ void set_attribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t att
   CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof(value)));
 }
 
+// Leading dimensions a multiple of 8 and no operand of 2^31 elements or more.
+bool shape_allowed(int m, int n, int k) {
+  const auto elems = [](int rows, int columns) { return static_cast<long long>(rows) * columns; };
+  return m % kAlignedColumns == 0 && k % kAlignedColumns == 0 && elems(m, n) <= kMaxOperandElems &&
+         elems(k, n) <= kMaxOperandElems && elems(m, k) <= kMaxOperandElems;
+}
+
 }  // namespace
 
-BiasGemm::BiasGemm() {
+EpilogueGemm::EpilogueGemm() {
   CHECK_CUBLAS(cublasLtCreate(&handle_));
   CHECK_CUDA(cudaMalloc(&workspace_, kWorkspaceBytes));
 }
 
-BiasGemm::~BiasGemm() {
+EpilogueGemm::~EpilogueGemm() {
   for (Plan& plan : plans_) {
-    CHECK_CUBLAS(cublasLtMatrixLayoutDestroy(plan.weight_layout));
-    CHECK_CUBLAS(cublasLtMatrixLayoutDestroy(plan.inp_layout));
-    CHECK_CUBLAS(cublasLtMatrixLayoutDestroy(plan.out_layout));
+    CHECK_CUBLAS(cublasLtMatrixLayoutDestroy(plan.a_layout));
+    CHECK_CUBLAS(cublasLtMatrixLayoutDestroy(plan.b_layout));
+    CHECK_CUBLAS(cublasLtMatrixLayoutDestroy(plan.d_layout));
     CHECK_CUBLAS(cublasLtMatmulDescDestroy(plan.desc));
   }
   CHECK_CUDA(cudaFree(workspace_));
   CHECK_CUBLAS(cublasLtDestroy(handle_));
 }
 
-// Column-major, as gemm.cuh explains: out^T[OC, N] = W[OC, IC] · inp^T[IC, N], W being
-// the row-major [OC, IC] weight seen as [IC, OC] (op T). The bias runs along OC, the rows
-// of out^T, which is what the epilogue broadcasts. Split-K may reduce in fp32 only (the
-// compute type), never in the 16-bit output type.
-BiasGemm::Plan& BiasGemm::plan_for(cudaDataType_t type, int rows, int in_channels,
-                                   int out_channels) {
+// Column-major, as gemm.cuh explains. The forwards compute out^T[OC, N] = W[OC, IC] ·
+// inp^T[IC, N]: A is the row-major [OC, IC] weight seen as [IC, OC] (op T), and the bias
+// runs along OC, the rows of out^T, which is what the epilogue broadcasts. The input
+// gradient computes dpre^T[IC, N] = W^T[IC, OC] · dout^T[OC, N]: A is the weight as is (op
+// N). The auxiliary matrix (pre^T) has D's shape and leading dimension. Split-K may reduce
+// in fp32 only (the compute type), never in the 16-bit output type.
+EpilogueGemm::Plan* EpilogueGemm::plan_for(Epilogue epilogue, cudaDataType_t type, int m, int n,
+                                           int k) {
   for (Plan& plan : plans_)
-    if (plan.type == type && plan.rows == rows && plan.in_channels == in_channels &&
-        plan.out_channels == out_channels)
-      return plan;
-  Plan plan{type, rows, in_channels, out_channels};
+    if (plan.epilogue == epilogue && plan.type == type && plan.m == m && plan.n == n &&
+        plan.k == k)
+      return plan.usable ? &plan : nullptr;
+  Plan plan{epilogue, type, m, n, k};
+  const bool transposed_a = epilogue != Epilogue::dgelu;
+  cublasLtEpilogue_t kind = CUBLASLT_EPILOGUE_BIAS;
+  if (epilogue == Epilogue::gelu_aux_bias) kind = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  if (epilogue == Epilogue::dgelu) kind = CUBLASLT_EPILOGUE_DGELU;
   CHECK_CUBLAS(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, cublasOperation_t{CUBLAS_OP_T});
+  set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA,
+                cublasOperation_t{transposed_a ? CUBLAS_OP_T : CUBLAS_OP_N});
   set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, cublasOperation_t{CUBLAS_OP_N});
-  set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, cublasLtEpilogue_t{CUBLASLT_EPILOGUE_BIAS});
-  CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&plan.weight_layout, type, in_channels, out_channels,
-                                          in_channels));
-  CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&plan.inp_layout, type, in_channels, rows, in_channels));
-  CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&plan.out_layout, type, out_channels, rows, out_channels));
+  set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, kind);
+  if (epilogue != Epilogue::bias)
+    set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, int64_t{m});
+  if (transposed_a)
+    CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&plan.a_layout, type, k, m, k));
+  else
+    CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&plan.a_layout, type, m, k, m));
+  CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&plan.b_layout, type, k, n, k));
+  CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&plan.d_layout, type, m, n, m));
 
   cublasLtMatmulPreference_t preference = nullptr;
   CHECK_CUBLAS(cublasLtMatmulPreferenceCreate(&preference));
@@ -73,31 +94,64 @@ BiasGemm::Plan& BiasGemm::plan_for(cudaDataType_t type, int rows, int in_channel
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   // A refusal (no algorithm, or a configuration this cuBLASLt does not take) is an answer,
-  // not a failure: the caller falls back to the GEMM and the bias kernel, and the GPU test
-  // BiasEpilogueTakesTheGpt2Shapes says so where it happens.
+  // not a failure: the caller falls back to the unfused kernels, and the GPU tests
+  // BiasEpilogueTakesTheGpt2Shapes and GeluEpiloguesTakeTheGpt2ShapesAndAreTheTanhGelu say
+  // so where it happens.
   const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
-      handle_, plan.desc, plan.weight_layout, plan.inp_layout, plan.out_layout, plan.out_layout,
-      preference, 1, &result, &found);
+      handle_, plan.desc, plan.a_layout, plan.b_layout, plan.d_layout, plan.d_layout, preference,
+      1, &result, &found);
   CHECK_CUBLAS(cublasLtMatmulPreferenceDestroy(preference));
   plan.usable = status == CUBLAS_STATUS_SUCCESS && found > 0;
   plan.algo = result.algo;
   plans_.push_back(plan);
-  return plans_.back();
+  return plans_.back().usable ? &plans_.back() : nullptr;
 }
 
-bool BiasGemm::forward(cudaStream_t stream, cudaDataType_t type, void* out, const void* inp,
-                       const void* weight, const void* bias, int rows, int in_channels,
-                       int out_channels) {
-  if (!aligned(out) || !aligned(inp) || !aligned(weight) || !aligned(bias) ||
-      in_channels % 8 != 0 || out_channels % 8 != 0)
-    return false;
-  Plan& plan = plan_for(type, rows, in_channels, out_channels);
-  if (!plan.usable) return false;
-  set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+// beta = 0, so D is only written: it is passed as C too, which cuBLASLt then never reads.
+void EpilogueGemm::run(Plan& plan, cudaStream_t stream, const void* a, const void* b, void* d) {
   const float alpha = 1.0f, beta = 0.0f;
-  CHECK_CUBLAS(cublasLtMatmul(handle_, plan.desc, &alpha, weight, plan.weight_layout, inp,
-                              plan.inp_layout, &beta, out, plan.out_layout, out, plan.out_layout,
-                              &plan.algo, workspace_, kWorkspaceBytes, stream));
+  CHECK_CUBLAS(cublasLtMatmul(handle_, plan.desc, &alpha, a, plan.a_layout, b, plan.b_layout,
+                              &beta, d, plan.d_layout, d, plan.d_layout, &plan.algo, workspace_,
+                              kWorkspaceBytes, stream));
+}
+
+bool EpilogueGemm::forward(cudaStream_t stream, cudaDataType_t type, void* out, const void* inp,
+                           const void* weight, const void* bias, int rows, int in_channels,
+                           int out_channels) {
+  if (!aligned(out) || !aligned(inp) || !aligned(weight) || !aligned(bias) ||
+      !shape_allowed(out_channels, rows, in_channels))
+    return false;
+  Plan* plan = plan_for(Epilogue::bias, type, out_channels, rows, in_channels);
+  if (plan == nullptr) return false;
+  set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+  run(*plan, stream, weight, inp, out);
+  return true;
+}
+
+bool EpilogueGemm::gelu_forward(cudaStream_t stream, cudaDataType_t type, void* pre, void* out,
+                                const void* inp, const void* weight, const void* bias, int rows,
+                                int in_channels, int out_channels) {
+  if (!aligned(pre) || !aligned(out) || !aligned(inp) || !aligned(weight) || !aligned(bias) ||
+      !shape_allowed(out_channels, rows, in_channels))
+    return false;
+  Plan* plan = plan_for(Epilogue::gelu_aux_bias, type, out_channels, rows, in_channels);
+  if (plan == nullptr) return false;
+  set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+  set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, pre);
+  run(*plan, stream, weight, inp, out);
+  return true;
+}
+
+bool EpilogueGemm::gelu_input_gradient(cudaStream_t stream, cudaDataType_t type, void* dpre,
+                                       const void* dout, const void* weight, const void* pre,
+                                       int rows, int in_channels, int out_channels) {
+  if (!aligned(dpre) || !aligned(dout) || !aligned(weight) || !aligned(pre) ||
+      !shape_allowed(in_channels, rows, out_channels))
+    return false;
+  Plan* plan = plan_for(Epilogue::dgelu, type, in_channels, rows, out_channels);
+  if (plan == nullptr) return false;
+  set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, pre);
+  run(*plan, stream, weight, dout, dpre);
   return true;
 }
 

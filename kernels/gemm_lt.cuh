@@ -1,11 +1,26 @@
 #pragma once
-// The dense layer's forward with its bias added in cuBLASLt's epilogue
-// (CUBLASLT_EPILOGUE_BIAS): the bias costs no pass of its own over the output. cuBLASLt
-// takes the bias in the output's type (an fp32 bias vector with a bf16 output was refused
-// on an H200 with CUBLAS_STATUS_INVALID_VALUE), so the bias comes from the 16-bit copy
-// of the parameters, like the weight; the output is rounded once, from the fp32
-// accumulator plus that bias. Plans (descriptors, layouts and the algorithm) are made
-// once per shape and kept.
+// The dense layers' GEMMs in cuBLASLt, with work folded into the epilogue so that it costs
+// no pass of its own over the output:
+// - the bias (CUBLASLT_EPILOGUE_BIAS), in every 16-bit dense layer's forward;
+// - the bias and GPT-2's GELU (CUBLASLT_EPILOGUE_GELU_AUX_BIAS), in the MLP's first dense
+//   layer, which also stores the GELU's input as the epilogue's auxiliary output;
+// - the GELU's derivative (CUBLASLT_EPILOGUE_DGELU), in the input gradient of the MLP's
+//   second dense layer, which reads that auxiliary matrix back.
+// cuBLASLt takes the bias in the output's type (an fp32 bias vector with a bf16 output was
+// refused on an H200 with CUBLAS_STATUS_INVALID_VALUE), so the bias comes from the 16-bit
+// copy of the parameters, like the weight; each output is rounded once, from the fp32
+// accumulator after the epilogue's arithmetic. The auxiliary matrix has the output's type
+// (cuBLASLt's default), which is the 16-bit storage of the activation it stands for.
+//
+// The fused GELU must be the tanh approximation that GPT-2 and kernels/gelu.cu use.
+// cuBLASLt's documentation names no formula for it, so the GPU test
+// GeluEpiloguesTakeTheGpt2ShapesAndAreTheTanhGelu checks the forward and the derivative
+// against the tanh form on inputs where the erf form fails the same check.
+//
+// Every call returns false, having done nothing, where cuBLASLt offers no algorithm, the
+// operands are not 16-byte aligned, or an operand has 2^31 elements or more (the limit
+// that matmul.cu's row chunks keep): the caller then runs the unfused kernels. Plans
+// (descriptors, layouts and the algorithm) are made once per epilogue and shape and kept.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
@@ -14,34 +29,49 @@
 
 namespace scalestudy::cuda {
 
-class BiasGemm {
+class EpilogueGemm {
  public:
   // The cuBLASLt workspace this object allocates.
   static constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 
-  BiasGemm();
-  ~BiasGemm();
-  BiasGemm(const BiasGemm&) = delete;
-  BiasGemm& operator=(const BiasGemm&) = delete;
+  EpilogueGemm();
+  ~EpilogueGemm();
+  EpilogueGemm(const EpilogueGemm&) = delete;
+  EpilogueGemm& operator=(const EpilogueGemm&) = delete;
 
-  // out[N,OC] = inp[N,IC] @ weight[OC,IC]^T + bias[OC], with out, inp, weight and bias of
-  // `type` (CUDA_R_16BF or CUDA_R_16F). Returns false, having done nothing, where cuBLASLt
-  // offers no algorithm or the operands are not 16-byte aligned: the caller then runs the
-  // GEMM and the bias kernel.
+  // Every operand below is of `type` (CUDA_R_16BF or CUDA_R_16F), row-major.
+
+  // out[N,OC] = inp[N,IC] @ weight[OC,IC]^T + bias[OC].
   bool forward(cudaStream_t stream, cudaDataType_t type, void* out, const void* inp,
                const void* weight, const void* bias, int rows, int in_channels,
                int out_channels);
+  // pre[N,OC] = inp[N,IC] @ weight[OC,IC]^T + bias[OC] and out = gelu(pre), both written;
+  // out is the GELU of the fp32 sum, before pre is rounded.
+  bool gelu_forward(cudaStream_t stream, cudaDataType_t type, void* pre, void* out,
+                    const void* inp, const void* weight, const void* bias, int rows,
+                    int in_channels, int out_channels);
+  // dpre[N,IC] = gelu'(pre[N,IC]) * (dout[N,OC] @ weight[OC,IC]), written (dpre's old
+  // contents are never read): the input gradient of a dense layer whose input was
+  // gelu(pre), carried on through the GELU.
+  bool gelu_input_gradient(cudaStream_t stream, cudaDataType_t type, void* dpre,
+                           const void* dout, const void* weight, const void* pre, int rows,
+                           int in_channels, int out_channels);
 
  private:
+  enum class Epilogue { bias, gelu_aux_bias, dgelu };
+  // One GEMM D[m,n] = op(A)[m,k] · B[k,n] in cuBLAS's column-major terms, B and D untransposed.
   struct Plan {
+    Epilogue epilogue;
     cudaDataType_t type;
-    int rows, in_channels, out_channels;
+    int m, n, k;
     bool usable = false;  // cuBLASLt had an algorithm for it
     cublasLtMatmulDesc_t desc = nullptr;
-    cublasLtMatrixLayout_t weight_layout = nullptr, inp_layout = nullptr, out_layout = nullptr;
+    cublasLtMatrixLayout_t a_layout = nullptr, b_layout = nullptr, d_layout = nullptr;
     cublasLtMatmulAlgo_t algo{};
   };
-  Plan& plan_for(cudaDataType_t type, int rows, int in_channels, int out_channels);
+  // The plan of a usable GEMM, or nullptr where this one declines.
+  Plan* plan_for(Epilogue epilogue, cudaDataType_t type, int m, int n, int k);
+  void run(Plan& plan, cudaStream_t stream, const void* a, const void* b, void* d);
 
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;

@@ -172,7 +172,7 @@ struct MatmulTypes<fp16> {
 template <class T>
 void matmul_forward(cublasHandle_t handle, cudaStream_t stream, T* out, const T* inp,
                     const T* weight, const float* bias, int rows, int in_channels,
-                    int out_channels, BiasGemm* bias_gemm = nullptr,
+                    int out_channels, EpilogueGemm* bias_gemm = nullptr,
                     const T* bias_copy = nullptr) {
   check_shape(rows, in_channels, out_channels);
   check_not_null(out, "matmul out");
@@ -202,6 +202,21 @@ void matmul_forward(cublasHandle_t handle, cudaStream_t stream, T* out, const T*
 // dweight^T[IC, OC] += inp^T[IC, N] · dout[N, OC]: inp is inp^T with ld IC (op N), dout
 //   is dout^T with ld OC (op T gives dout), dweight is dweight^T with ld IC.
 template <class T>
+void matmul_parameter_gradients(cublasHandle_t handle, cudaStream_t stream, float* dweight,
+                                float* dbias, const T* dout, const T* inp, int rows,
+                                int in_channels, int out_channels, float* scratch,
+                                size_t scratch_elems) {
+  gemm(handle, MatmulTypes<T>::weight_gradient, CUBLAS_OP_N, CUBLAS_OP_T, in_channels,
+       out_channels, rows, 1.0f, inp, in_channels, dout, out_channels, 1.0f, dweight,
+       in_channels);
+  if (dbias != nullptr) {
+    SCALESTUDY_CHECK(scratch_elems >= matmul_backward_scratch_elems(rows, out_channels),
+                     "matmul backward: scratch too small");
+    launch_column_sums(stream, dbias, dout, rows, out_channels, scratch, scratch_elems);
+  }
+}
+
+template <class T>
 void matmul_backward(cublasHandle_t handle, cudaStream_t stream, T* dinp, float* dweight,
                      float* dbias, const T* dout, const T* inp, const T* weight, int rows,
                      int in_channels, int out_channels, float* scratch, size_t scratch_elems,
@@ -216,14 +231,29 @@ void matmul_backward(cublasHandle_t handle, cudaStream_t stream, T* dinp, float*
   gemm(handle, MatmulTypes<T>::activations, CUBLAS_OP_N, CUBLAS_OP_N, in_channels, rows,
        out_channels, 1.0f, weight, in_channels, dout, out_channels, dinp_beta(accumulate_dinp),
        dinp, in_channels);
-  gemm(handle, MatmulTypes<T>::weight_gradient, CUBLAS_OP_N, CUBLAS_OP_T, in_channels,
-       out_channels, rows, 1.0f, inp, in_channels, dout, out_channels, 1.0f, dweight,
-       in_channels);
-  if (dbias != nullptr) {
-    SCALESTUDY_CHECK(scratch_elems >= matmul_backward_scratch_elems(rows, out_channels),
-                     "matmul backward: scratch too small");
-    launch_column_sums(stream, dbias, dout, rows, out_channels, scratch, scratch_elems);
-  }
+  matmul_parameter_gradients(handle, stream, dweight, dbias, dout, inp, rows, in_channels,
+                             out_channels, scratch, scratch_elems);
+}
+
+// The 16-bit parameter gradients alone, for a backward whose input gradient another GEMM
+// computes (dense_gelu.cuh); that GEMM reads dout in place, so its rows need no padding.
+template <class T>
+void matmul_parameter_gradients_16bit(cublasHandle_t handle, cudaStream_t stream, float* dweight,
+                                      float* dbias, const T* dout, const T* inp, int rows,
+                                      int in_channels, int out_channels, float* scratch,
+                                      size_t scratch_elems) {
+  check_shape(rows, in_channels, out_channels);
+  SCALESTUDY_CHECK(!needs_padding(out_channels),
+                   "matmul parameter gradients: out_channels must be a multiple of 8");
+  check_not_null(dweight, "matmul dweight");
+  check_not_null(dout, "matmul dout");
+  check_not_null(inp, "matmul inp");
+  check_handle_stream(handle, stream);
+  for_each_row_chunk(rows, in_channels, out_channels, [&](int first, int count) {
+    matmul_parameter_gradients(handle, stream, dweight, dbias, dout + size_t(first) * out_channels,
+                               inp + size_t(first) * in_channels, count, in_channels,
+                               out_channels, scratch, scratch_elems);
+  });
 }
 
 size_t matmul_forward_scratch_elems_padded(int rows, int out_channels) {
@@ -291,7 +321,7 @@ template <class T>
 void matmul_forward_16bit(cublasHandle_t handle, cudaStream_t stream, T* out, const T* inp,
                           const T* weight, const float* bias, int rows, int in_channels,
                           int out_channels, float* scratch, size_t scratch_elems,
-                          BiasGemm* bias_gemm, const T* bias_copy) {
+                          EpilogueGemm* bias_gemm, const T* bias_copy) {
   if (!needs_padding(out_channels)) {
     matmul_forward(handle, stream, out, inp, weight, bias, rows, in_channels, out_channels,
                    bias_gemm, bias_copy);
@@ -412,7 +442,7 @@ size_t matmul_forward_scratch_elems_16bit(int rows, int out_channels) {
 void launch_matmul_forward(cublasHandle_t handle, cudaStream_t stream, bf16* out,
                            const bf16* inp, const bf16* weight, const float* bias, int rows,
                            int in_channels, int out_channels, float* scratch,
-                           size_t scratch_elems, BiasGemm* bias_gemm, const bf16* bias_copy) {
+                           size_t scratch_elems, EpilogueGemm* bias_gemm, const bf16* bias_copy) {
   for_each_row_chunk(rows, in_channels, out_channels, [&](int first, int count) {
     matmul_forward_16bit(handle, stream, out + size_t(first) * out_channels,
                          inp + size_t(first) * in_channels, weight, bias, count, in_channels,
@@ -423,7 +453,7 @@ void launch_matmul_forward(cublasHandle_t handle, cudaStream_t stream, bf16* out
 void launch_matmul_forward(cublasHandle_t handle, cudaStream_t stream, fp16* out,
                            const fp16* inp, const fp16* weight, const float* bias, int rows,
                            int in_channels, int out_channels, float* scratch,
-                           size_t scratch_elems, BiasGemm* bias_gemm, const fp16* bias_copy) {
+                           size_t scratch_elems, EpilogueGemm* bias_gemm, const fp16* bias_copy) {
   for_each_row_chunk(rows, in_channels, out_channels, [&](int first, int count) {
     matmul_forward_16bit(handle, stream, out + size_t(first) * out_channels,
                          inp + size_t(first) * in_channels, weight, bias, count, in_channels,
@@ -473,6 +503,22 @@ void launch_matmul_backward(cublasHandle_t handle, cudaStream_t stream, fp16* di
                           weight, count, in_channels, out_channels, scratch, scratch_elems,
                           accumulate_dinp);
   });
+}
+
+void launch_matmul_parameter_gradients(cublasHandle_t handle, cudaStream_t stream,
+                                       float* dweight, float* dbias, const bf16* dout,
+                                       const bf16* inp, int rows, int in_channels,
+                                       int out_channels, float* scratch, size_t scratch_elems) {
+  matmul_parameter_gradients_16bit(handle, stream, dweight, dbias, dout, inp, rows, in_channels,
+                                   out_channels, scratch, scratch_elems);
+}
+
+void launch_matmul_parameter_gradients(cublasHandle_t handle, cudaStream_t stream,
+                                       float* dweight, float* dbias, const fp16* dout,
+                                       const fp16* inp, int rows, int in_channels,
+                                       int out_channels, float* scratch, size_t scratch_elems) {
+  matmul_parameter_gradients_16bit(handle, stream, dweight, dbias, dout, inp, rows, in_channels,
+                                   out_channels, scratch, scratch_elems);
 }
 
 int padded_logits_row_elems(int vocab) { return padded_columns_of(vocab); }

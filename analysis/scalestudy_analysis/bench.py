@@ -13,7 +13,7 @@ the fp32 GEMM rate is drawn dashed when it is lower) and the bandwidth roof the 
 measured elementwise rate. Points sit at their arithmetic intensity, FLOPs per byte moved,
 with the byte model of src/bench/bench_model.h: every tensor an op of the op interface
 reads is read once, every tensor it writes written once, accumulated tensors read and
-written, fp32. The same model (gpt_forward_bytes, gpt_backward_bytes below) places the
+written, fp32, with the MLP's GELU inside the dense layers around it. The same model (gpt_forward_bytes, gpt_backward_bytes below) places the
 forward and backward phases of training runs given with --runs.
 """
 import argparse
@@ -85,13 +85,25 @@ def matmul_backward_bytes(rows, in_ch, out_ch, bias, accumulate_dinp):
                 + 2 * out_ch * in_ch + (2 * out_ch if bias else 0))
 
 
+def dense_gelu_forward_bytes(rows, in_ch, out_ch):
+    """The dense layer with the GELU after it as one op: pre and out written, pre not read back."""
+    return A * (rows * in_ch + out_ch * in_ch + out_ch + 2 * rows * out_ch)
+
+
+def dense_backward_through_gelu_bytes(rows, in_ch, out_ch):
+    """The next dense layer's backward through the GELU: dout, act, weight and pre read, dpre
+    written, dweight and dbias accumulated; the gradient of act never reaches memory."""
+    return A * (rows * out_ch + rows * in_ch + out_ch * in_ch + rows * in_ch + rows * in_ch
+                + 2 * out_ch * in_ch + 2 * out_ch)
+
+
 def gpt_forward_bytes(layers, hidden, heads, vocab, batch, seq):
     n, c, b, t = batch * seq, hidden, batch, seq
     layernorm = A * (2 * n * c + 2 * c + 2 * n)
     attention = A * (4 * n * c + b * heads * t * t)
     block = (2 * layernorm + matmul_forward_bytes(n, c, 3 * c, True) + attention
-             + matmul_forward_bytes(n, c, c, True) + matmul_forward_bytes(n, c, 4 * c, True)
-             + A * 8 * n * c + matmul_forward_bytes(n, 4 * c, c, True) + 2 * A * 3 * n * c)
+             + matmul_forward_bytes(n, c, c, True) + dense_gelu_forward_bytes(n, c, 4 * c)
+             + matmul_forward_bytes(n, 4 * c, c, True) + 2 * A * 3 * n * c)
     embedding = A * n + A * (2 * n * c + t * c)
     # The cross-entropy reads the logits once and writes the losses and the rows' max and 1/sum.
     head = layernorm + matmul_forward_bytes(n, c, vocab, False) + A * (n * vocab + 3 * n) + A * n
@@ -109,9 +121,8 @@ def gpt_backward_bytes(layers, hidden, heads, vocab, batch, seq):
     # logits and writes their gradient in place.
     head = (A * (2 * n * vocab + 2 * n) + A * n + matmul_backward_bytes(n, c, vocab, False, False)
             + layernorm(False))
-    gelu = A * 3 * 4 * n * c
     attention = A * (4 * n * c + b * heads * t * t + 3 * n * c)
-    block = (matmul_backward_bytes(n, 4 * c, c, True, False) + gelu + matmul_backward_bytes(n, c, 4 * c, True, False)
+    block = (dense_backward_through_gelu_bytes(n, 4 * c, c) + matmul_backward_bytes(n, c, 4 * c, True, False)
              + layernorm(True) + matmul_backward_bytes(n, c, c, True, False) + attention
              + matmul_backward_bytes(n, c, 3 * c, True, False) + layernorm(True))
     embedding = A * n + A * (3 * n * c + 2 * t * c)

@@ -168,8 +168,13 @@ void part_passes(Ops& ops, BlockBuffers& m, Part part, const AttentionShape& att
   auto gelu_forward = [&ops, &m, nc] { ops.gelu_forward(m.fch_gelu, m.fch, 4 * nc); };
   auto gelu_backward = [&ops, &m, nc] { ops.gelu_backward(m.dfch, m.fch, m.dfch_gelu, 4 * nc, kFirst); };
   auto proj_forward = [&ops, &m, n, c] { ops.matmul_forward(m.out, m.fch_gelu, m.w_proj, m.b_proj, n, 4 * c, c); };
-  auto proj_backward = [&ops, &m, n, c] {
-    ops.matmul_backward(m.dfch_gelu, m.dw_proj, m.db_proj, m.dout, m.fch_gelu, m.w_proj, n, 4 * c, c, kFirst);
+  // The FFN as the model runs it: the GELU with the dense layers around it.
+  auto fc_gelu_forward = [&ops, &m, n, c] {
+    ops.dense_gelu_forward(m.fch, m.fch_gelu, m.x, m.w_fc, m.b_fc, n, c, 4 * c);
+  };
+  auto proj_backward_through_gelu = [&ops, &m, n, c] {
+    ops.dense_backward_through_gelu(m.dfch, m.dw_proj, m.db_proj, m.dout, m.fch_gelu, m.fch, m.w_proj, n, 4 * c,
+                                    c, m.dfch_gelu);
   };
   auto core_forward = [&ops, &m, att] { ops.attention_forward(m.atty, m.probs, m.qkv, att); };
   auto core_backward = [&ops, &m, att] {
@@ -192,13 +197,11 @@ void part_passes(Ops& ops, BlockBuffers& m, Part part, const AttentionShape& att
       return;
     case Part::ffn:
       forward = [=] {
-        fc_forward();
-        gelu_forward();
+        fc_gelu_forward();
         proj_forward();
       };
       backward = [=] {
-        proj_backward();
-        gelu_backward();
+        proj_backward_through_gelu();
         fc_backward();
       };
       return;

@@ -63,6 +63,17 @@ double gelu_forward_bytes(double elems) { return A * 2 * elems; }
 double gelu_backward_bytes(double elems, bool accumulate_dinp) {
   return A * (2 + input_gradient_passes(accumulate_dinp)) * elems;
 }
+// Reads the input, weight and bias; writes pre and out, with no read of pre between them.
+double dense_gelu_forward_bytes(double rows, double in, double out) {
+  return A * (rows * in + out * in + out + 2 * rows * out);
+}
+
+// Reads dout, the dense layer's input act and weight, and pre; writes dpre (overwritten);
+// accumulates dweight and dbias. The gradient of act never reaches memory.
+double dense_backward_through_gelu_bytes(double rows, double in, double out) {
+  return A * (rows * out + rows * in + out * in + rows * in + rows * in + 2 * out * in + 2 * out);
+}
+
 double residual_forward_bytes(double elems) { return A * 3 * elems; }
 double accumulate_bytes(double elems) { return A * 3 * elems; }
 double fill_zero_bytes(double elems) { return A * elems; }
@@ -84,7 +95,7 @@ double gpt_forward_bytes(const ModelShape& s, double b, double t) {
   const double block = layernorm_forward_bytes(n, c) + matmul_forward_bytes(n, c, 3 * c, true) +
                        attention_forward_bytes(b, t, c, h) + matmul_forward_bytes(n, c, c, true) +
                        residual_forward_bytes(n * c) + layernorm_forward_bytes(n, c) +
-                       matmul_forward_bytes(n, c, 4 * c, true) + gelu_forward_bytes(4 * n * c) +
+                       dense_gelu_forward_bytes(n, c, 4 * c) +
                        matmul_forward_bytes(n, 4 * c, c, true) + residual_forward_bytes(n * c);
   return embedding_forward_bytes(b, t, c) + s.layers * block + layernorm_forward_bytes(n, c) +
          matmul_forward_bytes(n, c, v, false) + softmax_cross_entropy_forward_bytes(n, v);
@@ -97,8 +108,7 @@ double gpt_backward_bytes(const ModelShape& s, double b, double t) {
   const double head = softmax_cross_entropy_backward_bytes(n, v) +
                       matmul_backward_bytes(n, c, v, false, false) +
                       layernorm_backward_bytes(n, c, false);
-  const double block = matmul_backward_bytes(n, 4 * c, c, true, false) +
-                       gelu_backward_bytes(4 * n * c, false) +
+  const double block = dense_backward_through_gelu_bytes(n, 4 * c, c) +
                        matmul_backward_bytes(n, c, 4 * c, true, false) +
                        layernorm_backward_bytes(n, c, true) +
                        matmul_backward_bytes(n, c, c, true, false) +
@@ -125,7 +135,9 @@ const char* part_description(Part part) {
   switch (part) {
     case Part::ffn_dense: return "the FFN's first dense layer, C -> 4C with bias";
     case Part::ffn_dense_gelu: return "that dense layer followed by the GELU";
-    case Part::ffn: return "the whole FFN: dense C -> 4C, GELU, dense 4C -> C";
+    case Part::ffn:
+      return "the whole FFN as the model runs it: dense C -> 4C with the GELU (dense_gelu_forward), then "
+             "dense 4C -> C; backward: dense_backward_through_gelu, then the first dense layer's backward";
     case Part::attention: return "the attention sub-layer: QKV projection, attention, output projection";
     case Part::attention_core: return "attention alone: softmax(QK^T/sqrt(d)) V from the packed qkv";
   }
@@ -149,9 +161,7 @@ double part_forward_bytes(Part part, const ModelShape& s, double b, double t) {
   switch (part) {
     case Part::ffn_dense: return matmul_forward_bytes(n, c, 4 * c, true);
     case Part::ffn_dense_gelu: return matmul_forward_bytes(n, c, 4 * c, true) + gelu_forward_bytes(4 * n * c);
-    case Part::ffn:
-      return matmul_forward_bytes(n, c, 4 * c, true) + gelu_forward_bytes(4 * n * c) +
-             matmul_forward_bytes(n, 4 * c, c, true);
+    case Part::ffn: return dense_gelu_forward_bytes(n, c, 4 * c) + matmul_forward_bytes(n, 4 * c, c, true);
     case Part::attention:
       return matmul_forward_bytes(n, c, 3 * c, true) + attention_forward_bytes(b, t, c, h) +
              matmul_forward_bytes(n, c, c, true);
@@ -168,8 +178,7 @@ double part_backward_bytes(Part part, const ModelShape& s, double b, double t) {
     case Part::ffn_dense_gelu:
       return gelu_backward_bytes(4 * n * c, false) + matmul_backward_bytes(n, c, 4 * c, true, false);
     case Part::ffn:
-      return matmul_backward_bytes(n, 4 * c, c, true, false) + gelu_backward_bytes(4 * n * c, false) +
-             matmul_backward_bytes(n, c, 4 * c, true, false);
+      return dense_backward_through_gelu_bytes(n, 4 * c, c) + matmul_backward_bytes(n, c, 4 * c, true, false);
     case Part::attention:
       return matmul_backward_bytes(n, c, c, true, false) +
              attention_backward_bytes(b, t, c, h, false) +

@@ -10,9 +10,11 @@
 // written once, and a tensor it accumulates into (+=) is read and written. Traffic
 // inside an op (attention's score matrix before the softmax, cuBLAS tiles, backward
 // scratch) is not counted, nor are the host-to-device copies of the token ids. So this is
-// the least traffic the unfused op sequence needs, and FLOPs / bytes is the arithmetic
-// intensity at which the roofline places each point. Tensors are fp32 (kActivationBytes);
-// token ids int32.
+// the least traffic the model's op sequence needs, and FLOPs / bytes is the arithmetic
+// intensity at which the roofline places each point. The MLP's GELU counts as part of the
+// dense layers around it (dense_gelu_forward, dense_backward_through_gelu), as the CUDA
+// backend runs it in 16 bits; backends that run those ops as the plain ones move more.
+// Tensors are fp32 (kActivationBytes); token ids int32.
 //
 // analysis/scalestudy_analysis/bench.py holds the same model for the training phases of
 // run files; its tests compare the two on files written by this binary.
@@ -40,6 +42,11 @@ double attention_backward_bytes(double batch, double seq, double channels, doubl
                                 bool accumulate_dqkv);
 double gelu_forward_bytes(double elems);
 double gelu_backward_bytes(double elems, bool accumulate_dinp);
+// The dense layer with the GELU after it, and the backward through that GELU of the
+// dense layer that follows it (Ops::dense_gelu_forward, Ops::dense_backward_through_gelu;
+// in_channels and out_channels are each op's own dense layer's).
+double dense_gelu_forward_bytes(double rows, double in_channels, double out_channels);
+double dense_backward_through_gelu_bytes(double rows, double in_channels, double out_channels);
 double residual_forward_bytes(double elems);
 double accumulate_bytes(double elems);
 double fill_zero_bytes(double elems);

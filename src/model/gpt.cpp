@@ -210,8 +210,7 @@ void Gpt::forward_block(int l) {
   ops_.matmul_forward(a.branch_out, x.atty, p + w.attn_proj_weight, p + w.attn_proj_bias, N, C, C);
   ops_.residual_forward(x.residual2, residual, a.branch_out, NC);
   ops_.layernorm_forward(x.ln2, x.ln2_mean, x.ln2_rstd, x.residual2, p + w.ln2_weight, p + w.ln2_bias, N, C);
-  ops_.matmul_forward(x.fch, x.ln2, p + w.fc_weight, p + w.fc_bias, N, C, 4 * C);
-  ops_.gelu_forward(x.fch_gelu, x.fch, NC * 4);
+  ops_.dense_gelu_forward(x.fch, x.fch_gelu, x.ln2, p + w.fc_weight, p + w.fc_bias, N, C, 4 * C);
   ops_.matmul_forward(a.branch_out, x.fch_gelu, p + w.fc_proj_weight, p + w.fc_proj_bias, N, 4 * C, C);
   ops_.residual_forward(x.residual3, x.residual2, a.branch_out, NC);
 }
@@ -225,7 +224,6 @@ void Gpt::backward(GradientSink& sink, float loss_scale) {
   Activations& a = *acts_;
   const ModelShape& s = layout_.shape;
   const int B = batch_, T = seq_, C = s.channels, V = s.vocab, N = B * T;
-  const size_t NC = static_cast<size_t>(N) * C;
   const float* p = params_;
   const AttentionShape att{B, T, C, s.heads, s.causal};
 
@@ -264,9 +262,11 @@ void Gpt::backward(GradientSink& sink, float loss_scale) {
     // block gets its own back here (rewriting residual3 with the same values).
     if (recompute_ && l != s.layers - 1) forward_block(l);
 
-    ops_.matmul_backward(a.dfch_gelu, grad_at(g, seg, w.fc_proj_weight), grad_at(g, seg, w.fc_proj_bias),
-                         a.dresidual, x.fch_gelu, p + w.fc_proj_weight, N, 4 * C, C, kFirst);
-    ops_.gelu_backward(a.dfch, x.fch, a.dfch_gelu, NC * 4, kFirst);
+    // dfch is written; dfch_gelu is the scratch a backend that does not fuse the GELU
+    // needs for the gradient of fch_gelu.
+    ops_.dense_backward_through_gelu(a.dfch, grad_at(g, seg, w.fc_proj_weight),
+                                     grad_at(g, seg, w.fc_proj_bias), a.dresidual, x.fch_gelu,
+                                     x.fch, p + w.fc_proj_weight, N, 4 * C, C, a.dfch_gelu);
     ops_.matmul_backward(a.dln, grad_at(g, seg, w.fc_weight), grad_at(g, seg, w.fc_bias), a.dfch,
                          x.ln2, p + w.fc_weight, N, C, 4 * C, kFirst);
     ops_.layernorm_backward(a.dresidual, grad_at(g, seg, w.ln2_weight), grad_at(g, seg, w.ln2_bias),

@@ -73,6 +73,9 @@ constexpr Tolerance kSoftmax{1e-7, 2e-6};
 constexpr Tolerance kFp32DotProduct{5e-5, 1e-5};
 // Whole-model sums in double of 16-bit values: as the fp32 suite (1e-11 of sum|x|).
 constexpr double kDoubleSumRelative = 1e-11;
+// The tanh GELU's slope lies in [-0.129, 1.129]: an error in its input moves its output by
+// at most 1.13 times as much.
+constexpr double kGeluMaxSlope = 1.13;
 
 // ---- tolerances set by the storage type ---------------------------------------------------
 struct HalfTolerances {
@@ -167,6 +170,16 @@ class CudaOpsHalfTest : public gpu_test::CudaOpsFixture {
   Tolerance gemm_tolerance(const std::vector<float>& ref) const {
     return Tolerance{tol_.gemm_scaled_atol * max_abs(ref), tol_.gemm_rtol};
   }
+  // The GELU of a GEMM result x, or the GELU's derivative times one: x's error (within
+  // gemm_tolerance, at most (gemm_scaled_atol + gemm_rtol) * max|x|) reaches the result at
+  // most kGeluMaxSlope times larger - relative to x's scale, not to the result's, which is
+  // ~100 times smaller than x past x = -3 - and the result is rounded once more (gemm_rtol).
+  // The fused path's GELU takes x before its 16-bit rounding, the plain path after it: both
+  // lie within this.
+  Tolerance gelu_of_gemm_tolerance(const std::vector<float>& gemm_ref) const {
+    return Tolerance{kGeluMaxSlope * (tol_.gemm_scaled_atol + tol_.gemm_rtol) * max_abs(gemm_ref),
+                     tol_.gemm_rtol};
+  }
   std::string name() const { return storage_name(precision_); }
 
   // A 16-bit activation buffer holding `values` (which should already be rounded).
@@ -244,6 +257,67 @@ class CudaOpsHalfTest : public gpu_test::CudaOpsFixture {
     expect_close("cross-entropy dlogits" + label, d_dlogits, dlogits, tol_.probability);
     gpu_->softmax_cross_entropy_backward(d_logits, d_logits, d_stats, d_targets, N, V, loss_scale);
     expect_close("cross-entropy dlogits in place" + label, d_logits, download(d_dlogits, logits.size()), kBitExact);
+  }
+
+  // GPT-2's MLP, C -> 4C -> C on N rows, through the dense-GELU pair against the CPU's (its
+  // defaults, the plain ops): the forward of the first layer, and the second layer's
+  // backward through the GELU. Weights sit at offsets in the parameters, as the model's do,
+  // scaled by 1/sqrt(fan-in) so that the GELU's input spreads over its curved part (about
+  // [-3, 3]) rather than its linear tails. Everything the ops write starts as NaN, the
+  // parameter gradients from a random prior. Returns how many of the two calls ran a GELU
+  // epilogue.
+  size_t check_dense_gelu(int N, int C, const std::string& label) {
+    const int H = 4 * C;
+    const size_t fc_weight_at = 8, fc_bias_at = fc_weight_at + size_t(H) * C;
+    const size_t proj_weight_at = fc_bias_at + H, proj_bias_at = proj_weight_at + size_t(C) * H;
+    std::vector<float> params(proj_bias_at + C, 0.0f);
+    auto fill = [&](size_t at, size_t elems, uint64_t seed, float bound) {
+      const auto values = rounded(random_floats(elems, seed, -bound, bound));
+      std::copy(values.begin(), values.end(), params.begin() + at);
+    };
+    fill(fc_weight_at, size_t(H) * C, 80, 2.0f / std::sqrt(float(C)));
+    fill(fc_bias_at, H, 81, 0.5f);
+    fill(proj_weight_at, size_t(C) * H, 82, 2.0f / std::sqrt(float(H)));
+    fill(proj_bias_at, C, 83, 0.5f);
+    float* d_params = upload(params, MemoryKind::parameters);
+    gpu_->parameters_changed(d_params, 0, params.size());
+    const size_t before = gpu_->gelu_epilogue_gemms();
+
+    const auto inp = rounded(random_floats(size_t(N) * C, 84));
+    std::vector<float> pre(size_t(N) * H), out(pre.size());
+    float *d_pre = poisoned_activation(pre.size()), *d_out = poisoned_activation(pre.size());
+    cpu_.dense_gelu_forward(pre.data(), out.data(), inp.data(), params.data() + fc_weight_at,
+                            params.data() + fc_bias_at, N, C, H);
+    gpu_->dense_gelu_forward(d_pre, d_out, activation(inp), d_params + fc_weight_at,
+                             d_params + fc_bias_at, N, C, H);
+    expect_close("dense gelu pre" + label, d_pre, pre, gemm_tolerance(pre));
+    expect_close("dense gelu out" + label, d_out, out, gelu_of_gemm_tolerance(pre));
+
+    // Both sides go backward from the same 16-bit pre and act = gelu(pre).
+    const auto pre_stored = rounded(pre);
+    std::vector<float> act(pre.size());
+    cpu_.gelu_forward(act.data(), pre_stored.data(), act.size());
+    act = rounded(act);
+    const auto dout = rounded(random_floats(size_t(N) * C, 85));
+    const float* proj_weight = params.data() + proj_weight_at;
+    // The gradient of act that the GELU's derivative multiplies, for the tolerance's scale.
+    std::vector<float> dact(act.size()), unused_dweight(size_t(C) * H);
+    cpu_.matmul_backward(dact.data(), unused_dweight.data(), nullptr, dout.data(), act.data(),
+                         proj_weight, N, H, C, GradientWrite::overwrite);
+    std::vector<float> dpre(pre.size()), scratch(pre.size());
+    auto dweight = random_floats(size_t(C) * H, 86), dbias = random_floats(C, 87);
+    float *d_dpre = poisoned_activation(pre.size()), *d_scratch = poisoned_activation(pre.size());
+    float *d_dweight = upload(dweight), *d_dbias = upload(dbias);
+    cpu_.dense_backward_through_gelu(dpre.data(), dweight.data(), dbias.data(), dout.data(),
+                                     act.data(), pre_stored.data(), proj_weight, N, H, C,
+                                     scratch.data());
+    gpu_->dense_backward_through_gelu(d_dpre, d_dweight, d_dbias, activation(dout), activation(act),
+                                      activation(pre_stored), d_params + proj_weight_at, N, H, C,
+                                      d_scratch);
+    expect_close("dense gelu dpre" + label, d_dpre, dpre, gelu_of_gemm_tolerance(dact));
+    expect_close("dense gelu dweight" + label, d_dweight, dweight, kFp32DotProduct);
+    expect_close("dense gelu dbias" + label, d_dbias, dbias, kColumnSum);
+    return gpu_->gelu_epilogue_gemms() - before;
   }
 
   const HalfTolerances& tol_;
@@ -437,7 +511,7 @@ TEST_P(CudaOpsHalfShapes, Matmul) {
 // Where the operands are not 16-byte aligned it declines, and the GEMM-then-bias path
 // (the Matmul test's tiny shape) runs instead.
 TEST_P(CudaOpsHalf, BiasEpilogueTakesTheGpt2Shapes) {
-  cuda::BiasGemm bias_gemm;
+  cuda::EpilogueGemm bias_gemm;
   cudaStream_t stream = nullptr;
   CHECK_CUBLAS(cublasGetStream(gpu_->cublas_handle(), &stream));
   const cudaDataType_t type = precision_ == Precision::fp16 ? CUDA_R_16F : CUDA_R_16BF;
@@ -974,6 +1048,150 @@ TEST_F(CudaOpsFp16Range, OverflowIsInfNotClampedAndReachesTheGradientNorm) {
   const auto big = download(big_out, size_t(N) * OC);
   EXPECT_TRUE(std::all_of(big.begin(), big.end(), [](float v) { return v == kInf; }))
       << "a GEMM result of 131072 must store inf, not 65504";
+}
+
+// ---- GPT-2's MLP GELU in cuBLASLt's epilogues ---------------------------------------------
+
+// The dense-GELU pair against the CPU at the op shapes. The medium and odd shapes' channels
+// are multiples of 8, which the epilogues need; the tiny shape's (C = 6) are not, so it
+// runs the plain ops, which must agree just as well.
+TEST_P(CudaOpsHalfShapes, DenseGelu) {
+  const OpShape s = shape();
+  const size_t fused = check_dense_gelu(s.rows(), s.channels, "");
+  std::cout << "  " << name() << " GELU epilogue GEMMs: " << fused << " of 2\n";
+  if (s.channels % 8 != 0) {
+    EXPECT_EQ(fused, 0u) << "channels that are not a multiple of 8 must take the plain ops";
+  }
+}
+
+// GPT-2 small's MLP (768 -> 3072 -> 768): both ops must run in cuBLASLt's GELU epilogues,
+// or the step silently keeps the GELU kernels and their passes over memory.
+TEST_P(CudaOpsHalf, DenseGeluTakesTheEpiloguesAtGpt2Small) {
+  EXPECT_EQ(check_dense_gelu(256, 768, " (GPT-2 small, 256 rows)"), 2u)
+      << "cuBLASLt declined a GELU epilogue at GPT-2 small's MLP shape";
+}
+
+// The two epilogues at GPT-2 small's shapes, on inputs that make every GEMM exact, so that
+// what is left to compare is the GELU itself: one-hot rows pick one weight (plus the bias)
+// as the GELU's input, and a one-hot dout with weights of +-1 makes the derivative's
+// multiplier exactly +-1. The fused GELU must be the tanh approximation (the CPU's); the
+// inputs span [-5, 5], where the erf GELU fails the same checks (its value differs by up
+// to 11 % near x = -3, its slope by more), which the test asserts as well.
+TEST_P(CudaOpsHalf, GeluEpiloguesTakeTheGpt2ShapesAndAreTheTanhGelu) {
+  cuda::EpilogueGemm epilogue_gemm;
+  cudaStream_t stream = nullptr;
+  CHECK_CUBLAS(cublasGetStream(gpu_->cublas_handle(), &stream));
+  const cudaDataType_t type = precision_ == Precision::fp16 ? CUDA_R_16F : CUDA_R_16BF;
+  const int N = 256, C = 768, H = 4 * C;
+  const size_t NH = size_t(N) * H;
+  const double sqrt_two = std::sqrt(2.0), sqrt_two_pi = std::sqrt(2.0 * std::acos(-1.0));
+  auto erf_gelu = [&](double x) { return 0.5 * x * (1.0 + std::erf(x / sqrt_two)); };
+  auto erf_gelu_slope = [&](double x) {
+    return 0.5 * (1.0 + std::erf(x / sqrt_two)) + x * std::exp(-0.5 * x * x) / sqrt_two_pi;
+  };
+
+  // Forward, 768 -> 3072: pre[n, o] = weight[o, n % C] + bias[o], exact in fp32.
+  std::vector<float> inp(size_t(N) * C, 0.0f);
+  for (int n = 0; n < N; ++n) inp[size_t(n) * C + n % C] = 1.0f;
+  const auto weight = rounded(random_floats(size_t(H) * C, 90, -4.0f, 4.0f));
+  const auto bias = rounded(random_floats(H, 91));
+  std::vector<float> pre(NH);
+  for (int n = 0; n < N; ++n)
+    for (int o = 0; o < H; ++o) pre[size_t(n) * H + o] = weight[size_t(o) * C + n % C] + bias[o];
+  float *d_pre = poisoned_activation(NH), *d_out = poisoned_activation(NH);
+  const float *d_inp = activation(inp), *d_weight = activation(weight), *d_bias = activation(bias);
+  ASSERT_TRUE(epilogue_gemm.gelu_forward(stream, type, d_pre, d_out, d_inp, d_weight, d_bias, N,
+                                         C, H))
+      << "cuBLASLt declined the GELU epilogue (768->3072)";
+  expect_close("GELU epilogue pre (its auxiliary output)", d_pre, rounded(pre), kBitExact);
+  std::vector<float> out(NH), erf_out(NH);
+  cpu_.gelu_forward(out.data(), pre.data(), NH);
+  for (size_t i = 0; i < NH; ++i) erf_out[i] = static_cast<float>(erf_gelu(pre[i]));
+  expect_close("GELU epilogue out", d_out, out, tol_.rounding);
+  EXPECT_FALSE(all_close("erf GELU", rounded(erf_out), out, tol_.rounding))
+      << "these inputs must tell the erf GELU from the tanh GELU";
+  void* misaligned_pre = reinterpret_cast<char*>(d_pre) + 2;
+  EXPECT_FALSE(epilogue_gemm.gelu_forward(stream, type, misaligned_pre, d_out, d_inp, d_weight,
+                                          d_bias, N, C, H))
+      << "an auxiliary output 2 bytes off 16-byte alignment must be declined";
+
+  // The input gradient of 3072 -> 768: dact[n, i] = proj_weight[n % C, i] = +-1.
+  std::vector<float> dout(size_t(N) * C, 0.0f);
+  for (int n = 0; n < N; ++n) dout[size_t(n) * C + n % C] = 1.0f;
+  const auto signs = random_ids(size_t(C) * H, 92, 2);
+  std::vector<float> proj_weight(signs.size());
+  for (size_t i = 0; i < signs.size(); ++i) proj_weight[i] = signs[i] == 0 ? -1.0f : 1.0f;
+  const auto gelu_input = rounded(random_floats(NH, 93, -5.0f, 5.0f));
+  std::vector<float> dact(NH);
+  for (int n = 0; n < N; ++n)
+    std::copy_n(proj_weight.begin() + size_t(n % C) * H, H, dact.begin() + size_t(n) * H);
+  std::vector<float> dpre(NH), erf_dpre(NH);
+  cpu_.gelu_backward(dpre.data(), gelu_input.data(), dact.data(), NH, GradientWrite::overwrite);
+  for (size_t i = 0; i < NH; ++i)
+    erf_dpre[i] = static_cast<float>(erf_gelu_slope(gelu_input[i]) * dact[i]);
+  float* d_dpre = poisoned_activation(NH);
+  const float *d_dout = activation(dout), *d_proj_weight = activation(proj_weight);
+  const float* d_gelu_input = activation(gelu_input);
+  ASSERT_TRUE(epilogue_gemm.gelu_input_gradient(stream, type, d_dpre, d_dout, d_proj_weight,
+                                                d_gelu_input, N, H, C))
+      << "cuBLASLt declined the GELU derivative's epilogue (3072->768)";
+  expect_close("GELU epilogue dpre", d_dpre, dpre, tol_.gelu_backward);
+  EXPECT_FALSE(all_close("erf GELU's derivative", rounded(erf_dpre), dpre, tol_.gelu_backward))
+      << "these inputs must tell the erf GELU's derivative from the tanh GELU's";
+  const void* misaligned_input = reinterpret_cast<const char*>(d_gelu_input) + 2;
+  EXPECT_FALSE(epilogue_gemm.gelu_input_gradient(stream, type, d_dpre, d_dout, d_proj_weight,
+                                                 misaligned_input, N, H, C))
+      << "an auxiliary input 2 bytes off 16-byte alignment must be declined";
+}
+
+// With SCALESTUDY_GPU_TIMING=1: GPT-2 small's MLP at batch 8, seq 1024, through the plain
+// ops and through the dense-GELU pair (per layer; the model has 12).
+TEST_P(CudaOpsHalf, DenseGeluTimings) {
+  const char* enabled = std::getenv("SCALESTUDY_GPU_TIMING");
+  if (enabled == nullptr || std::string(enabled) != "1")
+    GTEST_SKIP() << "set SCALESTUDY_GPU_TIMING=1 to time the MLP's GELU";
+  const int N = 8192, C = 768, H = 4 * C;
+  const size_t NH = size_t(N) * H;
+  const size_t fc_bias_at = size_t(H) * C, proj_weight_at = fc_bias_at + H;
+  const size_t param_elems = proj_weight_at + size_t(C) * H + C;
+  float* params = upload(rounded(random_floats(param_elems, 94, -0.05f, 0.05f)), MemoryKind::parameters);
+  gpu_->parameters_changed(params, 0, param_elems);
+  float* grads = upload(std::vector<float>(param_elems, 0.0f), MemoryKind::gradients);
+  const float *fc_weight = params, *fc_bias = params + fc_bias_at;
+  const float* proj_weight = params + proj_weight_at;
+  float *proj_dweight = grads + proj_weight_at, *proj_dbias = grads + proj_weight_at + size_t(C) * H;
+  const float* ln2 = activation(rounded(random_floats(size_t(N) * C, 95)));
+  const float* dout = activation(rounded(random_floats(size_t(N) * C, 96)));
+  float *fch = poisoned_activation(NH), *fch_gelu = poisoned_activation(NH);
+  float *dfch = poisoned_activation(NH), *dfch_gelu = poisoned_activation(NH);
+  constexpr GradientWrite kFirst = GradientWrite::overwrite;
+  struct Timed {
+    const char* name;
+    std::function<void()> work;
+  };
+  const std::vector<Timed> timed{
+      {"fc fwd + gelu fwd (plain)", [&] {
+         gpu_->matmul_forward(fch, ln2, fc_weight, fc_bias, N, C, H);
+         gpu_->gelu_forward(fch_gelu, fch, NH);
+       }},
+      {"dense_gelu_forward", [&] { gpu_->dense_gelu_forward(fch, fch_gelu, ln2, fc_weight, fc_bias, N, C, H); }},
+      {"fc_proj bwd + gelu bwd (plain)", [&] {
+         gpu_->matmul_backward(dfch_gelu, proj_dweight, proj_dbias, dout, fch_gelu, proj_weight, N, H, C, kFirst);
+         gpu_->gelu_backward(dfch, fch, dfch_gelu, NH, kFirst);
+       }},
+      {"dense_backward_through_gelu", [&] {
+         gpu_->dense_backward_through_gelu(dfch, proj_dweight, proj_dbias, dout, fch_gelu, fch, proj_weight, N, H,
+                                           C, dfch_gelu);
+       }},
+  };
+  const size_t before = gpu_->gelu_epilogue_gemms();
+  for (const Timed& t : timed) {
+    std::cout << "  " << name() << " " << t.name;
+    const double ms = median_ms(*gpu_, 10, t.work);
+    std::cout << ": " << ms << " ms\n";
+  }
+  std::cout << "  " << name() << " GELU epilogue GEMMs in the fused runs: "
+            << gpu_->gelu_epilogue_gemms() - before << "\n";
 }
 
 }  // namespace

@@ -1,0 +1,52 @@
+#pragma once
+// GPT-2's MLP GELU inside the GEMMs of the dense layers around it, in bf16 or fp16: the
+// first layer's forward applies the GELU in its epilogue and keeps the GELU's input (pre)
+// as the epilogue's auxiliary output; the second layer's input gradient applies the GELU's
+// derivative in its epilogue, reading pre back. Neither the GELU's output nor the
+// gradient of that output makes a round trip through memory of its own, and no GELU
+// kernel runs. The weight and the bias are the parameters' 16-bit copies; the weight and
+// bias gradients are fp32.
+//
+// Each launcher returns false, having done nothing, where cuBLASLt declines the epilogue
+// (gemm_lt.cuh): the caller then runs the dense layer and the GELU kernels one after the
+// other. handle must be bound to stream.
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+namespace scalestudy::cuda {
+
+class EpilogueGemm;
+
+// pre[N,OC] = inp[N,IC] @ weight[OC,IC]^T + bias[OC], out = gelu(pre); both written.
+bool launch_dense_gelu_forward(EpilogueGemm& epilogue_gemm, cudaStream_t stream,
+                               __nv_bfloat16* pre, __nv_bfloat16* out, const __nv_bfloat16* inp,
+                               const __nv_bfloat16* weight, const __nv_bfloat16* bias, int rows,
+                               int in_channels, int out_channels);
+bool launch_dense_gelu_forward(EpilogueGemm& epilogue_gemm, cudaStream_t stream, __half* pre,
+                               __half* out, const __half* inp, const __half* weight,
+                               const __half* bias, int rows, int in_channels, int out_channels);
+
+// Floats of scratch that launch_dense_backward_through_gelu needs (the bias reduction).
+size_t dense_backward_through_gelu_scratch_elems(int rows, int out_channels);
+// The backward of out[N,OC] = act[N,IC] @ weight[OC,IC]^T + bias with act = gelu(pre):
+// dpre = gelu'(pre) * (dout @ weight) written (its old contents never read); dweight +=
+// dout^T @ act and dbias += column sums of dout (dbias may be null) accumulated.
+bool launch_dense_backward_through_gelu(EpilogueGemm& epilogue_gemm, cublasHandle_t handle,
+                                        cudaStream_t stream, __nv_bfloat16* dpre,
+                                        float* dweight, float* dbias,
+                                        const __nv_bfloat16* dout, const __nv_bfloat16* act,
+                                        const __nv_bfloat16* pre, const __nv_bfloat16* weight,
+                                        int rows, int in_channels, int out_channels,
+                                        float* scratch, size_t scratch_elems);
+bool launch_dense_backward_through_gelu(EpilogueGemm& epilogue_gemm, cublasHandle_t handle,
+                                        cudaStream_t stream, __half* dpre, float* dweight,
+                                        float* dbias, const __half* dout, const __half* act,
+                                        const __half* pre, const __half* weight, int rows,
+                                        int in_channels, int out_channels, float* scratch,
+                                        size_t scratch_elems);
+
+}  // namespace scalestudy::cuda
