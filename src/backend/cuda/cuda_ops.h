@@ -130,6 +130,8 @@ class CudaOps final : public Ops {
   // GEMMs that ran with a GELU epilogue so far, forward and backward: how the GPU tests see
   // that GPT-2's shapes take the fused path rather than the plain ops.
   size_t gelu_epilogue_gemms() const { return gelu_epilogue_gemms_; }
+  // Whether the dense-GELU pair may run in cuBLASLt's GELU epilogues (bf16 only).
+  bool gelu_epilogues_allowed() const;
 
   // A `state` from allocate_attention_state in bf16/fp16 is the fused kernels' fp32
   // log-sum-exp (kernels/flash_attention.cuh, no T×T matrix); a 16-bit (or, in fp32, an
