@@ -41,10 +41,7 @@ NcclCommunicator::NcclCommunicator(MPI_Comm comm, cudaStream_t compute_stream, d
   if (rank_ == 0) CHECK_NCCL(ncclGetUniqueId(&id));
   CHECK_MPI(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, mpi_comm_));
   CHECK_NCCL(ncclCommInitRank(&nccl_, world_size_, id, rank_));
-  // The least priority: the compute stream has the greatest (cuda_ops.cpp).
-  int least_priority = 0, greatest_priority = 0;
-  CHECK_CUDA(cudaDeviceGetStreamPriorityRange(&least_priority, &greatest_priority));
-  CHECK_CUDA(cudaStreamCreateWithPriority(&comm_stream_, cudaStreamNonBlocking, least_priority));
+  CHECK_CUDA(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
   CHECK_CUDA(cudaMalloc(&device_barrier_, sizeof(int)));
   CHECK_CUDA(cudaMemset(device_barrier_, 0, sizeof(int)));
   device_doubles_elems_ = 64;

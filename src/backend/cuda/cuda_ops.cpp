@@ -81,12 +81,7 @@ CudaOps::CudaOps(int device, Precision precision) : device_(device), precision_(
                    "cuda backend: device " + std::to_string(device) + " requested, " +
                        std::to_string(count) + " visible");
   CHECK_CUDA(cudaSetDevice(device_));
-  // Compute at the greatest stream priority, communication (nccl_communicator.cpp) at the
-  // least: where both have blocks waiting, the compute kernels' go first, so the
-  // collectives that overlap backward take idle slots rather than the GEMMs'.
-  int least_priority = 0, greatest_priority = 0;
-  CHECK_CUDA(cudaDeviceGetStreamPriorityRange(&least_priority, &greatest_priority));
-  CHECK_CUDA(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, greatest_priority));
+  CHECK_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   CHECK_CUBLAS(cublasCreate(&cublas_));
   CHECK_CUBLAS(cublasSetStream(cublas_, stream_));
   // Plain fp32 arithmetic: no TF32 tensor-op shortcuts for fp32 GEMMs. (bf16 and fp16 GEMMs
