@@ -5,7 +5,8 @@
 // derivative in its epilogue, reading pre back. Neither the GELU's output nor the
 // gradient of that output makes a round trip through memory of its own, and no GELU
 // kernel runs. The weight and the bias are the parameters' 16-bit copies; the weight and
-// bias gradients are fp32.
+// bias gradients are fp32. The fp16 launchers work, but the backend takes them in bf16
+// only: cuBLASLt's fp16 GELU missed the fp16 rounding (CudaOps::gelu_epilogues_allowed).
 //
 // Each launcher returns false, having done nothing, where cuBLASLt declines the epilogue
 // (gemm_lt.cuh): the caller then runs the dense layer and the GELU kernels one after the

@@ -122,7 +122,7 @@ class Ops {
 
   // ---- a dense layer and a GELU together (GPT-2's MLP) --------------------------------
   // A backend may fold the GELU into the GEMMs on either side of it (the CUDA backend in
-  // bf16/fp16: cuBLASLt epilogues), so that neither the GELU's output nor its gradient
+  // bf16: cuBLASLt epilogues), so that neither the GELU's output nor its gradient
   // makes a pass over memory of its own; the defaults run the plain ops one after another.
   //
   // pre[N,OC] = inp[N,IC] @ weight[OC,IC]^T + bias[OC] and out[N,OC] = gelu(pre): both are

@@ -117,9 +117,9 @@ class CudaOps final : public Ops {
                        const float* inp, const float* weight, int rows, int in_channels,
                        int out_channels, GradientWrite dinp_write) override;
 
-  // bf16/fp16 with a bias among the parameters: one cuBLASLt GEMM each, the GELU in its
+  // bf16 with a bias among the parameters: one cuBLASLt GEMM each, the GELU in its
   // epilogue (kernels/dense_gelu.cuh), where cuBLASLt takes the shapes; otherwise, and in
-  // fp32, the plain ops (Ops's defaults).
+  // fp16 and fp32, the plain ops (Ops's defaults).
   void dense_gelu_forward(float* pre, float* out, const float* inp, const float* weight,
                           const float* bias, int rows, int in_channels,
                           int out_channels) override;
