@@ -1,6 +1,7 @@
 #include "matmul.cuh"
 
 #include <algorithm>
+#include <initializer_list>
 
 #include "common.cuh"
 #include "gemm.cuh"
@@ -130,6 +131,20 @@ void check_shape(int rows, int in_channels, int out_channels) {
   check_positive(out_channels, "matmul out_channels");
 }
 
+struct NamedOperand {
+  const void* pointer;
+  const char* name;
+};
+
+// What every GEMM path checks before it launches anything: the shape, the named operands
+// (none null) and the handle bound to the stream.
+void check_operands(cublasHandle_t handle, cudaStream_t stream, int rows, int in_channels,
+                    int out_channels, std::initializer_list<NamedOperand> operands) {
+  check_shape(rows, in_channels, out_channels);
+  for (const NamedOperand& operand : operands) check_not_null(operand.pointer, operand.name);
+  check_handle_stream(handle, stream);
+}
+
 // GPT-2 small at batch 64 faulted with an illegal address in the LM head's forward GEMM,
 // whose output there is 65536 rows of 50264, 3.3e9 elements; every other GEMM operand of
 // the step stays below 2^31 elements. So the layers run their GEMMs on chunks of rows
@@ -174,11 +189,8 @@ void matmul_forward(cublasHandle_t handle, cudaStream_t stream, T* out, const T*
                     const T* weight, const float* bias, int rows, int in_channels,
                     int out_channels, EpilogueGemm* bias_gemm = nullptr,
                     const T* bias_copy = nullptr) {
-  check_shape(rows, in_channels, out_channels);
-  check_not_null(out, "matmul out");
-  check_not_null(inp, "matmul inp");
-  check_not_null(weight, "matmul weight");
-  check_handle_stream(handle, stream);
+  check_operands(handle, stream, rows, in_channels, out_channels,
+                 {{out, "matmul out"}, {inp, "matmul inp"}, {weight, "matmul weight"}});
   if (bias != nullptr && bias_gemm != nullptr && bias_copy != nullptr &&
       bias_gemm->forward(stream, MatmulTypes<T>::activations.ab, out, inp, weight, bias_copy,
                          rows, in_channels, out_channels))
@@ -221,13 +233,9 @@ void matmul_backward(cublasHandle_t handle, cudaStream_t stream, T* dinp, float*
                      float* dbias, const T* dout, const T* inp, const T* weight, int rows,
                      int in_channels, int out_channels, float* scratch, size_t scratch_elems,
                      bool accumulate_dinp) {
-  check_shape(rows, in_channels, out_channels);
-  check_not_null(dinp, "matmul dinp");
-  check_not_null(dweight, "matmul dweight");
-  check_not_null(dout, "matmul dout");
-  check_not_null(inp, "matmul inp");
-  check_not_null(weight, "matmul weight");
-  check_handle_stream(handle, stream);
+  check_operands(handle, stream, rows, in_channels, out_channels,
+                 {{dinp, "matmul dinp"}, {dweight, "matmul dweight"}, {dout, "matmul dout"},
+                  {inp, "matmul inp"}, {weight, "matmul weight"}});
   gemm(handle, MatmulTypes<T>::activations, CUBLAS_OP_N, CUBLAS_OP_N, in_channels, rows,
        out_channels, 1.0f, weight, in_channels, dout, out_channels, dinp_beta(accumulate_dinp),
        dinp, in_channels);
@@ -242,13 +250,10 @@ void matmul_parameter_gradients_16bit(cublasHandle_t handle, cudaStream_t stream
                                       float* dbias, const T* dout, const T* inp, int rows,
                                       int in_channels, int out_channels, float* scratch,
                                       size_t scratch_elems) {
-  check_shape(rows, in_channels, out_channels);
+  check_operands(handle, stream, rows, in_channels, out_channels,
+                 {{dweight, "matmul dweight"}, {dout, "matmul dout"}, {inp, "matmul inp"}});
   SCALESTUDY_CHECK(!needs_padding(out_channels),
                    "matmul parameter gradients: out_channels must be a multiple of 8");
-  check_not_null(dweight, "matmul dweight");
-  check_not_null(dout, "matmul dout");
-  check_not_null(inp, "matmul inp");
-  check_handle_stream(handle, stream);
   for_each_row_chunk(rows, in_channels, out_channels, [&](int first, int count) {
     matmul_parameter_gradients(handle, stream, dweight, dbias, dout + size_t(first) * out_channels,
                                inp + size_t(first) * in_channels, count, in_channels,
@@ -327,14 +332,11 @@ void matmul_forward_16bit(cublasHandle_t handle, cudaStream_t stream, T* out, co
                    bias_gemm, bias_copy);
     return;
   }
-  check_shape(rows, in_channels, out_channels);
-  check_not_null(out, "matmul out");
-  check_not_null(inp, "matmul inp");
-  check_not_null(weight, "matmul weight");
-  check_not_null(scratch, "matmul scratch");
+  check_operands(handle, stream, rows, in_channels, out_channels,
+                 {{out, "matmul out"}, {inp, "matmul inp"}, {weight, "matmul weight"},
+                  {scratch, "matmul scratch"}});
   SCALESTUDY_CHECK(scratch_elems >= matmul_forward_scratch_elems_padded(rows, out_channels),
                    "matmul forward: scratch too small");
-  check_handle_stream(handle, stream);
   const int padded_channels = padded_columns_of(out_channels);
   auto* padded = reinterpret_cast<T*>(scratch);
   matmul_forward_strided(handle, padded, padded_channels, inp, weight, rows, in_channels,
@@ -356,16 +358,11 @@ void matmul_backward_16bit(cublasHandle_t handle, cudaStream_t stream, T* dinp, 
                     out_channels, scratch, scratch_elems, accumulate_dinp);
     return;
   }
-  check_shape(rows, in_channels, out_channels);
-  check_not_null(dinp, "matmul dinp");
-  check_not_null(dweight, "matmul dweight");
-  check_not_null(dout, "matmul dout");
-  check_not_null(inp, "matmul inp");
-  check_not_null(weight, "matmul weight");
-  check_not_null(scratch, "matmul scratch");
+  check_operands(handle, stream, rows, in_channels, out_channels,
+                 {{dinp, "matmul dinp"}, {dweight, "matmul dweight"}, {dout, "matmul dout"},
+                  {inp, "matmul inp"}, {weight, "matmul weight"}, {scratch, "matmul scratch"}});
   SCALESTUDY_CHECK(scratch_elems >= matmul_backward_scratch_elems_padded(rows, out_channels),
                    "matmul backward: scratch too small");
-  check_handle_stream(handle, stream);
   const int padded_channels = padded_columns_of(out_channels);
   auto* padded = reinterpret_cast<T*>(scratch);
   pad_rows_kernel<T><<<pack_blocks(rows, out_channels), kElementwiseThreads, 0, stream>>>(
@@ -390,12 +387,10 @@ template <class T>
 void classifier_matmul_forward(cublasHandle_t handle, cudaStream_t stream, T* logits,
                                int logits_stride, const T* inp, const T* weight, int rows,
                                int in_channels, int vocab) {
-  check_shape(rows, in_channels, vocab);
   check_logits_stride(vocab, logits_stride);
-  check_not_null(logits, "classifier logits");
-  check_not_null(inp, "classifier inp");
-  check_not_null(weight, "classifier weight");
-  check_handle_stream(handle, stream);
+  check_operands(handle, stream, rows, in_channels, vocab,
+                 {{logits, "classifier logits"}, {inp, "classifier inp"},
+                  {weight, "classifier weight"}});
   for_each_row_chunk(rows, in_channels, vocab, [&](int first, int count) {
     matmul_forward_strided(handle, logits + size_t(first) * logits_stride, logits_stride,
                            inp + size_t(first) * in_channels, weight, count, in_channels, vocab);
@@ -407,14 +402,11 @@ void classifier_matmul_backward(cublasHandle_t handle, cudaStream_t stream, T* d
                                 float* dweight, const T* dlogits, int logits_stride, const T* inp,
                                 const T* weight, int rows, int in_channels, int vocab,
                                 bool accumulate_dinp) {
-  check_shape(rows, in_channels, vocab);
   check_logits_stride(vocab, logits_stride);
-  check_not_null(dinp, "classifier dinp");
-  check_not_null(dweight, "classifier dweight");
-  check_not_null(dlogits, "classifier dlogits");
-  check_not_null(inp, "classifier inp");
-  check_not_null(weight, "classifier weight");
-  check_handle_stream(handle, stream);
+  check_operands(handle, stream, rows, in_channels, vocab,
+                 {{dinp, "classifier dinp"}, {dweight, "classifier dweight"},
+                  {dlogits, "classifier dlogits"}, {inp, "classifier inp"},
+                  {weight, "classifier weight"}});
   for_each_row_chunk(rows, in_channels, vocab, [&](int first, int count) {
     matmul_backward_strided(handle, dinp + size_t(first) * in_channels, dweight,
                             dlogits + size_t(first) * logits_stride, logits_stride,
