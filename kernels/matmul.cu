@@ -415,6 +415,34 @@ void classifier_matmul_backward(cublasHandle_t handle, cudaStream_t stream, T* d
   });
 }
 
+// The bf16 and fp16 launchers: the 16-bit paths over row chunks.
+template <class T>
+void matmul_forward_16bit_in_chunks(cublasHandle_t handle, cudaStream_t stream, T* out,
+                                    const T* inp, const T* weight, const float* bias, int rows,
+                                    int in_channels, int out_channels, float* scratch,
+                                    size_t scratch_elems, EpilogueGemm* bias_gemm,
+                                    const T* bias_copy) {
+  for_each_row_chunk(rows, in_channels, out_channels, [&](int first, int count) {
+    matmul_forward_16bit(handle, stream, out + size_t(first) * out_channels,
+                         inp + size_t(first) * in_channels, weight, bias, count, in_channels,
+                         out_channels, scratch, scratch_elems, bias_gemm, bias_copy);
+  });
+}
+
+template <class T>
+void matmul_backward_16bit_in_chunks(cublasHandle_t handle, cudaStream_t stream, T* dinp,
+                                     float* dweight, float* dbias, const T* dout, const T* inp,
+                                     const T* weight, int rows, int in_channels,
+                                     int out_channels, float* scratch, size_t scratch_elems,
+                                     bool accumulate_dinp) {
+  for_each_row_chunk(rows, in_channels, out_channels, [&](int first, int count) {
+    matmul_backward_16bit(handle, stream, dinp + size_t(first) * in_channels, dweight, dbias,
+                          dout + size_t(first) * out_channels, inp + size_t(first) * in_channels,
+                          weight, count, in_channels, out_channels, scratch, scratch_elems,
+                          accumulate_dinp);
+  });
+}
+
 }  // namespace
 
 void launch_matmul_forward(cublasHandle_t handle, cudaStream_t stream, float* out,
@@ -435,22 +463,16 @@ void launch_matmul_forward(cublasHandle_t handle, cudaStream_t stream, bf16* out
                            const bf16* inp, const bf16* weight, const float* bias, int rows,
                            int in_channels, int out_channels, float* scratch,
                            size_t scratch_elems, EpilogueGemm* bias_gemm, const bf16* bias_copy) {
-  for_each_row_chunk(rows, in_channels, out_channels, [&](int first, int count) {
-    matmul_forward_16bit(handle, stream, out + size_t(first) * out_channels,
-                         inp + size_t(first) * in_channels, weight, bias, count, in_channels,
-                         out_channels, scratch, scratch_elems, bias_gemm, bias_copy);
-  });
+  matmul_forward_16bit_in_chunks(handle, stream, out, inp, weight, bias, rows, in_channels,
+                                 out_channels, scratch, scratch_elems, bias_gemm, bias_copy);
 }
 
 void launch_matmul_forward(cublasHandle_t handle, cudaStream_t stream, fp16* out,
                            const fp16* inp, const fp16* weight, const float* bias, int rows,
                            int in_channels, int out_channels, float* scratch,
                            size_t scratch_elems, EpilogueGemm* bias_gemm, const fp16* bias_copy) {
-  for_each_row_chunk(rows, in_channels, out_channels, [&](int first, int count) {
-    matmul_forward_16bit(handle, stream, out + size_t(first) * out_channels,
-                         inp + size_t(first) * in_channels, weight, bias, count, in_channels,
-                         out_channels, scratch, scratch_elems, bias_gemm, bias_copy);
-  });
+  matmul_forward_16bit_in_chunks(handle, stream, out, inp, weight, bias, rows, in_channels,
+                                 out_channels, scratch, scratch_elems, bias_gemm, bias_copy);
 }
 
 size_t matmul_backward_scratch_elems(int rows, int out_channels) {
@@ -477,24 +499,18 @@ void launch_matmul_backward(cublasHandle_t handle, cudaStream_t stream, bf16* di
                             float* dweight, float* dbias, const bf16* dout, const bf16* inp,
                             const bf16* weight, int rows, int in_channels, int out_channels,
                             float* scratch, size_t scratch_elems, bool accumulate_dinp) {
-  for_each_row_chunk(rows, in_channels, out_channels, [&](int first, int count) {
-    matmul_backward_16bit(handle, stream, dinp + size_t(first) * in_channels, dweight, dbias,
-                          dout + size_t(first) * out_channels, inp + size_t(first) * in_channels,
-                          weight, count, in_channels, out_channels, scratch, scratch_elems,
-                          accumulate_dinp);
-  });
+  matmul_backward_16bit_in_chunks(handle, stream, dinp, dweight, dbias, dout, inp, weight, rows,
+                                  in_channels, out_channels, scratch, scratch_elems,
+                                  accumulate_dinp);
 }
 
 void launch_matmul_backward(cublasHandle_t handle, cudaStream_t stream, fp16* dinp,
                             float* dweight, float* dbias, const fp16* dout, const fp16* inp,
                             const fp16* weight, int rows, int in_channels, int out_channels,
                             float* scratch, size_t scratch_elems, bool accumulate_dinp) {
-  for_each_row_chunk(rows, in_channels, out_channels, [&](int first, int count) {
-    matmul_backward_16bit(handle, stream, dinp + size_t(first) * in_channels, dweight, dbias,
-                          dout + size_t(first) * out_channels, inp + size_t(first) * in_channels,
-                          weight, count, in_channels, out_channels, scratch, scratch_elems,
-                          accumulate_dinp);
-  });
+  matmul_backward_16bit_in_chunks(handle, stream, dinp, dweight, dbias, dout, inp, weight, rows,
+                                  in_channels, out_channels, scratch, scratch_elems,
+                                  accumulate_dinp);
 }
 
 void launch_matmul_parameter_gradients(cublasHandle_t handle, cudaStream_t stream,
