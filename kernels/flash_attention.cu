@@ -26,45 +26,67 @@ struct FlashForwardParams {
   float score_scale_log2;  // log2(e) / sqrt(HS): scores go straight into exp2
 };
 
-constexpr size_t kForwardSmemBytes = 5 * kTileElems * 2;  // Q, and K and V twice
+// The query-side kernels (forward, dQ) give each warp 32 query rows, so a block covers
+// 128 queries against 64-key tiles.
+constexpr int kQueryMTiles = 2;
+constexpr int kQueryBlockRows = kWarps * 16 * kQueryMTiles;
+constexpr int kQueryBlockElems = kQueryBlockRows * kSmemStride;
 
-// One block per (64-query tile, batch*head). The key/value tiles stream through a double
-// buffer (the next one is copied while this one is used). Per query row the running max
-// m and sum l of exp2(score - m) rescale the output accumulator whenever m grows; only
-// the tiles a row can see are visited, so causal blocks stop at their diagonal.
+constexpr size_t kForwardSmemBytes = (kQueryBlockElems + 4 * kTileElems) * 2;  // Q, K and V twice
+
+// Whether key tile j holds a key that a query of rows [row0, row0 + rows) must not see:
+// a later key (causal) or one past the sequence.
+__device__ __forceinline__ bool key_tile_masked(int j, int row0, int seq, bool causal) {
+  return (causal && (j + 1) * kTileRows - 1 > row0) || (j + 1) * kTileRows > seq;
+}
+
+// One block per (128-query block, batch*head). The key/value tiles stream through a
+// double buffer (the next one is copied while this one is used). Per query row the
+// running max m and sum l of exp2(score - m) rescale the output accumulator whenever m
+// grows; only the tiles a row can see are visited, so causal blocks stop at their
+// diagonal, and a warp skips the tiles that lie wholly after its rows.
 template <class T>
 __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FlashForwardParams<T> p) {
+  constexpr int kM = kQueryMTiles;
   extern __shared__ __align__(16) unsigned char smem[];
   T* q_tile = reinterpret_cast<T*>(smem);
-  T* k_tiles = q_tile + kTileElems;
+  T* k_tiles = q_tile + kQueryBlockElems;
   T* v_tiles = k_tiles + 2 * kTileElems;
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int bh = blockIdx.x, b = bh / p.heads, h = bh % p.heads;
-  // The last query tiles see the most keys: launch them first.
-  const int q_tile_index = gridDim.y - 1 - blockIdx.y;
-  const int q0 = q_tile_index * kTileRows;
+  // The last query blocks see the most keys: launch them first.
+  const int q_block = gridDim.y - 1 - blockIdx.y;
+  const int q0 = q_block * kQueryBlockRows;
+  const int warp_row0 = warp * 16 * kM;  // within the block
+  const int warp_last_query = q0 + warp_row0 + 16 * kM - 1;
   const size_t ld = 3 * size_t(p.channels);
   const T* q_base = p.qkv + size_t(b) * p.seq * ld + size_t(h) * kHeadSize;
   const T* k_base = q_base + p.channels;
   const T* v_base = q_base + 2 * p.channels;
-  const int kv_tiles = p.causal ? q_tile_index + 1 : ceil_div(p.seq, kTileRows);
-  // Only the last tile visited can hold masked keys: the causal diagonal, or the keys
-  // past the end of the sequence.
-  const bool last_tile_masked = p.causal || p.seq % kTileRows != 0;
+  const int seq_tiles = ceil_div(p.seq, kTileRows);
+  const int kv_tiles =
+      p.causal ? min(seq_tiles, ceil_div(q0 + kQueryBlockRows, kTileRows)) : seq_tiles;
 
-  load_tile_async(q_tile, q_base, q0, p.seq, ld);
+  load_tile_async<kQueryBlockRows>(q_tile, q_base, q0, p.seq, ld);
   copy_async_commit();
   load_tile_async(k_tiles, k_base, 0, p.seq, ld);
   load_tile_async(v_tiles, v_base, 0, p.seq, ld);
   copy_async_commit();
   copy_async_wait<1>();
   __syncthreads();
-  uint32_t q_frag[kKSteps][4];
-  load_a_fragments(q_frag, q_tile, warp * 16);
+  Fragments<kM> q_frag;
+  load_a_fragments<kM>(q_frag, q_tile, warp_row0);
 
-  float o[kNTiles][4] = {};
-  float row_max[2] = {-INFINITY, -INFINITY};  // in the log2 domain
-  float row_sum[2] = {0.0f, 0.0f};            // this lane's part; the quad's is summed last
+  Accumulators<kM> o = {};
+  float row_max[kM][2], row_sum[kM][2];  // row_max in the log2 domain; row_sum this lane's part
+#pragma unroll
+  for (int m = 0; m < kM; ++m) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      row_max[m][r] = -INFINITY;
+      row_sum[m][r] = 0.0f;
+    }
+  }
   for (int j = 0; j < kv_tiles; ++j) {
     // KeyValueStream::acquire written out: with nvcc 13.0 the struct form made this
     // kernel ~20% slower (different register allocation), the dQ kernel no slower.
@@ -78,79 +100,87 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FlashForwardPar
       copy_async_wait<0>();
     }
     __syncthreads();
-    const T* k_tile = k_tiles + (j % 2) * kTileElems;
-    const T* v_tile = v_tiles + (j % 2) * kTileElems;
-
-    float s[kNTiles][4] = {};
-    mma_a_tile_transposed(s, q_frag, k_tile);
-    const bool masked = last_tile_masked && j == kv_tiles - 1;
+    // Causal: a tile wholly after the warp's last query adds nothing to its rows.
+    if (!p.causal || j * kTileRows <= warp_last_query) {
+      const T* k_tile = k_tiles + (j % 2) * kTileElems;
+      const T* v_tile = v_tiles + (j % 2) * kTileElems;
+      Accumulators<kM> s = {};
+      mma_a_tile_transposed<kM>(s, q_frag, k_tile);
 #pragma unroll
-    for (int nt = 0; nt < kNTiles; ++nt) {
+      for (int m = 0; m < kM; ++m) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        s[nt][e] *= p.score_scale_log2;
-        if (masked && !visible(q0 + warp * 16 + accumulator_row(e),
-                               j * kTileRows + accumulator_column(nt, e), p.seq, p.causal))
-          s[nt][e] = -INFINITY;
+        for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[m][nt][e] *= p.score_scale_log2;
+        }
       }
-    }
-    float rescale[2], base[2];
+      if (key_tile_masked(j, q0 + warp_row0, p.seq, p.causal))
+        mask_scores<false>(s, q0 + warp_row0, j * kTileRows, p.seq, p.causal);
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float tile_max = row_max[r];
+      for (int m = 0; m < kM; ++m) {
+        float rescale[2], base[2];
 #pragma unroll
-      for (int nt = 0; nt < kNTiles; ++nt)
-        tile_max = fmaxf(tile_max, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
-      tile_max = quad_max(tile_max);
-      // A row with nothing visible yet keeps max -inf; exponentiating against 0 instead
-      // gives exact zeros rather than NaN from -inf - -inf.
-      base[r] = tile_max == -INFINITY ? 0.0f : tile_max;
-      rescale[r] = exp2f(row_max[r] - base[r]);
-      row_max[r] = tile_max;
-      row_sum[r] *= rescale[r];
-    }
+        for (int r = 0; r < 2; ++r) {
+          float tile_max = row_max[m][r];
 #pragma unroll
-    for (int nt = 0; nt < kNTiles; ++nt) {
+          for (int nt = 0; nt < kNTiles; ++nt)
+            tile_max = fmaxf(tile_max, fmaxf(s[m][nt][2 * r], s[m][nt][2 * r + 1]));
+          tile_max = quad_max(tile_max);
+          // A row with nothing visible yet keeps max -inf; exponentiating against 0
+          // instead gives exact zeros rather than NaN from -inf - -inf.
+          base[r] = tile_max == -INFINITY ? 0.0f : tile_max;
+          rescale[r] = exp2f(row_max[m][r] - base[r]);
+          row_max[m][r] = tile_max;
+          row_sum[m][r] *= rescale[r];
+        }
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        s[nt][e] = exp2f(s[nt][e] - base[e / 2]);
-        row_sum[e / 2] += s[nt][e];
-        o[nt][e] *= rescale[e / 2];
+        for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            s[m][nt][e] = exp2f(s[m][nt][e] - base[e / 2]);
+            row_sum[m][e / 2] += s[m][nt][e];
+            o[m][nt][e] *= rescale[e / 2];
+          }
+        }
       }
+      Fragments<kM> p_frag;
+      accumulators_to_a_fragments<T>(p_frag, s);
+      mma_a_tile<kM>(o, p_frag, v_tile);
     }
-    uint32_t p_frag[kKSteps][4];
-    accumulators_to_a_fragments<T>(p_frag, s);
-    mma_a_tile(o, p_frag, v_tile);
     // The next iteration's copies overwrite the buffer read here.
     __syncthreads();
   }
 
-  // Stage the warp's 16 output rows in its own rows of the Q tile (only this warp ever
-  // read them) so that the global stores are whole 16-byte row pieces.
-  float inverse_sum[2];
+  // Stage the warp's output rows in its own rows of the Q tile (only this warp ever read
+  // them) so that the global stores are whole 16-byte row pieces.
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const float total = quad_sum(row_sum[r]);
-    inverse_sum[r] = total > 0.0f ? 1.0f / total : 0.0f;
-    const int row = q0 + warp * 16 + accumulator_row(2 * r);
-    if (lane % 4 == 0 && row < p.seq)
-      p.lse[size_t(bh) * p.seq + row] = (row_max[r] + log2f(total)) * kLn2;
-  }
-#pragma unroll
-  for (int nt = 0; nt < kNTiles; ++nt) {
+  for (int m = 0; m < kM; ++m) {
+    float inverse_sum[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      *reinterpret_cast<uint32_t*>(q_tile + (warp * 16 + accumulator_row(2 * r)) * kSmemStride +
-                                   accumulator_column(nt, 0)) =
-          pack_pair<T>(o[nt][2 * r] * inverse_sum[r], o[nt][2 * r + 1] * inverse_sum[r]);
+      const float total = quad_sum(row_sum[m][r]);
+      inverse_sum[r] = total > 0.0f ? 1.0f / total : 0.0f;
+      const int row = q0 + warp_row0 + m * 16 + accumulator_row(2 * r);
+      if (lane % 4 == 0 && row < p.seq)
+        p.lse[size_t(bh) * p.seq + row] = (row_max[m][r] + log2f(total)) * kLn2;
+    }
+#pragma unroll
+    for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        *reinterpret_cast<uint32_t*>(
+            q_tile + (warp_row0 + m * 16 + accumulator_row(2 * r)) * kSmemStride +
+            accumulator_column(nt, 0)) =
+            pack_pair<T>(o[m][nt][2 * r] * inverse_sum[r], o[m][nt][2 * r + 1] * inverse_sum[r]);
+      }
     }
   }
   __syncwarp();
   constexpr int kChunksPerRow = kHeadSize / 8;
 #pragma unroll
-  for (int i = 0; i < 16 * kChunksPerRow / kWarpSize; ++i) {
+  for (int i = 0; i < 16 * kM * kChunksPerRow / kWarpSize; ++i) {
     const int chunk = lane + i * kWarpSize;
-    const int r = warp * 16 + chunk / kChunksPerRow, c = chunk % kChunksPerRow;
+    const int r = warp_row0 + chunk / kChunksPerRow, c = chunk % kChunksPerRow;
     const int row = q0 + r;
     if (row < p.seq) {
       T* dst = p.out + (size_t(b) * p.seq + row) * p.channels + size_t(h) * kHeadSize + c * 8;
@@ -205,15 +235,15 @@ __global__ void flash_backward_dsum_kernel(FlashBackwardParams<T> p, long long r
   p.dsum[(b * p.heads + h) * p.seq + t] = total;
 }
 
-// dst[rows of 64 x HS] += the fp32 staging tile, read, summed in fp32 and rounded once,
+// dst[kRows rows x HS] += the fp32 staging tile, read, summed in fp32 and rounded once,
 // or, without accumulate, dst = the tile rounded once; rows past seq are skipped. dst
 // points at row 0, column 0 of the head in dqkv.
-template <class T>
+template <int kRows, class T>
 __device__ __forceinline__ void write_staged_tile(T* dst, size_t ld, const float* stage, int row0,
                                                   int seq, bool accumulate) {
   constexpr int kChunksPerRow = kHeadSize / Pack<T>::kCount;
 #pragma unroll 2
-  for (int chunk = threadIdx.x; chunk < kTileRows * kChunksPerRow; chunk += kThreads) {
+  for (int chunk = threadIdx.x; chunk < kRows * kChunksPerRow; chunk += kThreads) {
     const int r = chunk / kChunksPerRow, c = (chunk % kChunksPerRow) * Pack<T>::kCount;
     if (row0 + r >= seq) continue;
     T* at = dst + size_t(row0 + r) * ld + c;
@@ -227,17 +257,23 @@ __device__ __forceinline__ void write_staged_tile(T* dst, size_t ld, const float
   }
 }
 
-// Writes a warp's accumulator tile [16 x 64] (scaled) into rows warp*16.. of the staging.
-__device__ __forceinline__ void stage_accumulators(float* stage, const float (&acc)[kNTiles][4],
+// Writes a warp's accumulator tiles [16kM x 64] (scaled) into rows warp*16kM.. of the
+// staging.
+template <int kM>
+__device__ __forceinline__ void stage_accumulators(float* stage, const Accumulators<kM>& acc,
                                                    float scale) {
   const int warp = threadIdx.x / kWarpSize;
 #pragma unroll
-  for (int nt = 0; nt < kNTiles; ++nt) {
+  for (int m = 0; m < kM; ++m) {
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      *reinterpret_cast<float2*>(stage + (warp * 16 + accumulator_row(2 * r)) * kStageStride +
-                                 accumulator_column(nt, 0)) =
-          make_float2(acc[nt][2 * r] * scale, acc[nt][2 * r + 1] * scale);
+    for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        *reinterpret_cast<float2*>(
+            stage + ((warp * kM + m) * 16 + accumulator_row(2 * r)) * kStageStride +
+            accumulator_column(nt, 0)) =
+            make_float2(acc[m][nt][2 * r] * scale, acc[m][nt][2 * r + 1] * scale);
+      }
     }
   }
 }
@@ -287,11 +323,11 @@ __global__ void __launch_bounds__(kThreads) flash_backward_key_value_kernel(
   copy_async_commit();
   copy_async_wait<1>();
   __syncthreads();
-  uint32_t k_frag[kKSteps][4], v_frag[kKSteps][4];
-  load_a_fragments(k_frag, k_tile, warp * 16);
-  load_a_fragments(v_frag, v_tile, warp * 16);
+  Fragments<1> k_frag, v_frag;
+  load_a_fragments<1>(k_frag, k_tile, warp * 16);
+  load_a_fragments<1>(v_frag, v_tile, warp * 16);
 
-  float dk[kNTiles][4] = {}, dv[kNTiles][4] = {};
+  Accumulators<1> dk = {}, dv = {};
   for (int i = first_q_tile; i < q_tiles_total; ++i) {
     const int buffer = (i - first_q_tile) % 2;
     if (i + 1 < q_tiles_total) {
@@ -309,8 +345,8 @@ __global__ void __launch_bounds__(kThreads) flash_backward_key_value_kernel(
     // Masks: the diagonal tile (causal) and a tile running past the sequence.
     const bool masked = (p.causal && i == key_tile_index) || (i + 1) * kTileRows > p.seq;
 
-    float s[kNTiles][4] = {};
-    mma_a_tile_transposed(s, k_frag, q_tile);
+    Accumulators<1> s = {};
+    mma_a_tile_transposed<1>(s, k_frag, q_tile);
     if (masked) mask_scores<true>(s, k0 + warp * 16, i * kTileRows, p.seq, p.causal);
 #pragma unroll
     for (int nt = 0; nt < kNTiles; ++nt) {
@@ -318,24 +354,24 @@ __global__ void __launch_bounds__(kThreads) flash_backward_key_value_kernel(
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const float query_lse = e % 2 == 0 ? lse.x : lse.y;
-        s[nt][e] = exp2f(fmaf(s[nt][e], p.score_scale_log2, -query_lse * kLog2e));
+        s[0][nt][e] = exp2f(fmaf(s[0][nt][e], p.score_scale_log2, -query_lse * kLog2e));
       }
     }
-    uint32_t frag[kKSteps][4];
+    Fragments<1> frag;
     accumulators_to_a_fragments<T>(frag, s);
-    mma_a_tile(dv, frag, dout_tile);
+    mma_a_tile<1>(dv, frag, dout_tile);
 
-    float dp[kNTiles][4] = {};
-    mma_a_tile_transposed(dp, v_frag, dout_tile);
+    Accumulators<1> dp = {};
+    mma_a_tile_transposed<1>(dp, v_frag, dout_tile);
 #pragma unroll
     for (int nt = 0; nt < kNTiles; ++nt) {
       const float2 dsum = *reinterpret_cast<const float2*>(dsum_tile + accumulator_column(nt, 0));
 #pragma unroll
       for (int e = 0; e < 4; ++e)
-        dp[nt][e] = s[nt][e] * (dp[nt][e] - (e % 2 == 0 ? dsum.x : dsum.y));
+        dp[0][nt][e] = s[0][nt][e] * (dp[0][nt][e] - (e % 2 == 0 ? dsum.x : dsum.y));
     }
     accumulators_to_a_fragments<T>(frag, dp);
-    mma_a_tile(dk, frag, q_tile);
+    mma_a_tile<1>(dk, frag, q_tile);
     // The next iteration's copies overwrite the buffers read here.
     __syncthreads();
   }
@@ -343,101 +379,124 @@ __global__ void __launch_bounds__(kThreads) flash_backward_key_value_kernel(
   // The loop ended with a barrier, so the Q and dO buffers are free for the fp32 staging.
   float* dk_stage = reinterpret_cast<float*>(q_tiles);
   float* dv_stage = dk_stage + kTileRows * kStageStride;
-  stage_accumulators(dk_stage, dk, p.score_scale);
-  stage_accumulators(dv_stage, dv, 1.0f);
+  stage_accumulators<1>(dk_stage, dk, p.score_scale);
+  stage_accumulators<1>(dv_stage, dv, 1.0f);
   __syncthreads();
   T* dkey = p.dqkv + size_t(b) * p.seq * ld + p.channels + size_t(h) * kHeadSize;
-  write_staged_tile(dkey, ld, dk_stage, k0, p.seq, p.accumulate);
-  write_staged_tile(dkey + p.channels, ld, dv_stage, k0, p.seq, p.accumulate);
+  write_staged_tile<kTileRows>(dkey, ld, dk_stage, k0, p.seq, p.accumulate);
+  write_staged_tile<kTileRows>(dkey + p.channels, ld, dv_stage, k0, p.seq, p.accumulate);
 }
 
-constexpr size_t kQuerySmemBytes = 6 * kTileElems * 2;
+constexpr size_t kQuerySmemBytes = (2 * kQueryBlockElems + 4 * kTileElems) * 2;
+static_assert(kQueryBlockRows * kStageStride * 4 <= 2 * kQueryBlockElems * 2,
+              "the dQ staging fits the Q and dO tiles");
 
-// dQ of one 64-query tile: one block per (query tile, batch*head), looping over the key
-// tiles it sees with K and V double buffered, as the forward does:
+// dQ of one 128-query block: one block per (query block, batch*head), looping over the
+// key tiles it sees with K and V double buffered, as the forward does:
 //   P = exp2(Q K^T * scale*log2e - lse*log2e);  dP = dO V^T;  dS = P (dP - D);  dQ += dS K
+// The Q and dO fragments are read from shared memory for every key tile rather than
+// held, which keeps the three 32x64 fp32 tiles in registers without spilling.
 template <class T>
 __global__ void __launch_bounds__(kThreads) flash_backward_query_kernel(
     FlashBackwardParams<T> p) {
+  constexpr int kM = kQueryMTiles;
   extern __shared__ __align__(16) unsigned char smem[];
   T* q_tile = reinterpret_cast<T*>(smem);
-  T* dout_tile = q_tile + kTileElems;
-  T* k_tiles = dout_tile + kTileElems;
+  T* dout_tile = q_tile + kQueryBlockElems;
+  T* k_tiles = dout_tile + kQueryBlockElems;
   T* v_tiles = k_tiles + 2 * kTileElems;
   const int warp = threadIdx.x / kWarpSize;
   const int bh = blockIdx.x, b = bh / p.heads, h = bh % p.heads;
-  const int q_tile_index = gridDim.y - 1 - blockIdx.y;
-  const int q0 = q_tile_index * kTileRows;
+  const int q_block = gridDim.y - 1 - blockIdx.y;
+  const int q0 = q_block * kQueryBlockRows;
+  const int warp_row0 = warp * 16 * kM;  // within the block
+  const int warp_last_query = q0 + warp_row0 + 16 * kM - 1;
   const size_t ld = 3 * size_t(p.channels);
   const T* q_base = p.qkv + size_t(b) * p.seq * ld + size_t(h) * kHeadSize;
-  const int kv_tiles = p.causal ? q_tile_index + 1 : ceil_div(p.seq, kTileRows);
+  const int seq_tiles = ceil_div(p.seq, kTileRows);
+  const int kv_tiles =
+      p.causal ? min(seq_tiles, ceil_div(q0 + kQueryBlockRows, kTileRows)) : seq_tiles;
   const KeyValueStream<T> kv{k_tiles, v_tiles, q_base + p.channels, q_base + 2 * p.channels,
                              p.seq,   ld,      kv_tiles};
-  const bool last_tile_masked = p.causal || p.seq % kTileRows != 0;
 
-  load_tile_async(q_tile, q_base, q0, p.seq, ld);
-  load_tile_async(dout_tile, p.dout + size_t(b) * p.seq * p.channels + size_t(h) * kHeadSize, q0,
-                  p.seq, size_t(p.channels));
+  load_tile_async<kQueryBlockRows>(q_tile, q_base, q0, p.seq, ld);
+  load_tile_async<kQueryBlockRows>(
+      dout_tile, p.dout + size_t(b) * p.seq * p.channels + size_t(h) * kHeadSize, q0, p.seq,
+      size_t(p.channels));
   copy_async_commit();
   kv.load(0);
   // The rows' lse (in the log2 domain) and D. Rows past seq get 0: whatever they compute
   // stays in their own rows of the products, which are never stored.
-  float row_lse2[2], row_dsum[2];
+  float row_lse2[kM][2], row_dsum[kM][2];
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int row = q0 + warp * 16 + accumulator_row(2 * r);
-    row_lse2[r] = row < p.seq ? p.lse[size_t(bh) * p.seq + row] * kLog2e : 0.0f;
-    row_dsum[r] = row < p.seq ? p.dsum[size_t(bh) * p.seq + row] : 0.0f;
+  for (int m = 0; m < kM; ++m) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = q0 + warp_row0 + m * 16 + accumulator_row(2 * r);
+      row_lse2[m][r] = row < p.seq ? p.lse[size_t(bh) * p.seq + row] * kLog2e : 0.0f;
+      row_dsum[m][r] = row < p.seq ? p.dsum[size_t(bh) * p.seq + row] : 0.0f;
+    }
   }
-  copy_async_wait<1>();
-  __syncthreads();
-  uint32_t q_frag[kKSteps][4], dout_frag[kKSteps][4];
-  load_a_fragments(q_frag, q_tile, warp * 16);
-  load_a_fragments(dout_frag, dout_tile, warp * 16);
 
-  float dq[kNTiles][4] = {};
+  Accumulators<kM> dq = {};
   for (int j = 0; j < kv_tiles; ++j) {
     kv.acquire(j);
-    float s[kNTiles][4] = {};
-    mma_a_tile_transposed(s, q_frag, kv.keys(j));
+    // Causal: a tile wholly after the warp's last query adds nothing to its rows.
+    if (!p.causal || j * kTileRows <= warp_last_query) {
+      Fragments<kM> frag;
+      load_a_fragments<kM>(frag, q_tile, warp_row0);
+      Accumulators<kM> s = {};
+      mma_a_tile_transposed<kM>(s, frag, kv.keys(j));
 #pragma unroll
-    for (int nt = 0; nt < kNTiles; ++nt) {
+      for (int m = 0; m < kM; ++m) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e)
-        s[nt][e] = fmaf(s[nt][e], p.score_scale_log2, -row_lse2[e / 2]);
+        for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            s[m][nt][e] = fmaf(s[m][nt][e], p.score_scale_log2, -row_lse2[m][e / 2]);
+        }
+      }
+      if (key_tile_masked(j, q0 + warp_row0, p.seq, p.causal))
+        mask_scores<false>(s, q0 + warp_row0, j * kTileRows, p.seq, p.causal);
+#pragma unroll
+      for (int m = 0; m < kM; ++m) {
+#pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[m][nt][e] = exp2f(s[m][nt][e]);
+        }
+      }
+      load_a_fragments<kM>(frag, dout_tile, warp_row0);
+      Accumulators<kM> dp = {};
+      mma_a_tile_transposed<kM>(dp, frag, kv.values(j));
+#pragma unroll
+      for (int m = 0; m < kM; ++m) {
+#pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            dp[m][nt][e] = s[m][nt][e] * (dp[m][nt][e] - row_dsum[m][e / 2]);
+        }
+      }
+      accumulators_to_a_fragments<T>(frag, dp);
+      mma_a_tile<kM>(dq, frag, kv.keys(j));
     }
-    if (last_tile_masked && j == kv_tiles - 1)
-      mask_scores<false>(s, q0 + warp * 16, j * kTileRows, p.seq, p.causal);
-#pragma unroll
-    for (int nt = 0; nt < kNTiles; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[nt][e] = exp2f(s[nt][e]);
-    }
-    float dp[kNTiles][4] = {};
-    mma_a_tile_transposed(dp, dout_frag, kv.values(j));
-#pragma unroll
-    for (int nt = 0; nt < kNTiles; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) dp[nt][e] = s[nt][e] * (dp[nt][e] - row_dsum[e / 2]);
-    }
-    uint32_t ds_frag[kKSteps][4];
-    accumulators_to_a_fragments<T>(ds_frag, dp);
-    mma_a_tile(dq, ds_frag, kv.keys(j));
     // The next iteration's copies overwrite the buffers read here.
     __syncthreads();
   }
 
   // The loop ended with a barrier, so the Q and dO tiles are free for the fp32 staging.
   float* dq_stage = reinterpret_cast<float*>(q_tile);
-  stage_accumulators(dq_stage, dq, p.score_scale);
+  stage_accumulators<kM>(dq_stage, dq, p.score_scale);
   __syncthreads();
-  write_staged_tile(p.dqkv + size_t(b) * p.seq * ld + size_t(h) * kHeadSize, ld, dq_stage, q0,
-                    p.seq, p.accumulate);
+  write_staged_tile<kQueryBlockRows>(p.dqkv + size_t(b) * p.seq * ld + size_t(h) * kHeadSize, ld,
+                                     dq_stage, q0, p.seq, p.accumulate);
 }
 
 // ---- launchers --------------------------------------------------------------------------
 
-// The limits of the launch geometry: batch*heads blocks in x, 64-row tiles in y.
+// The limits of the launch geometry: batch*heads blocks in x, 64-row tiles (or 128-query
+// blocks) in y.
 bool shape_fits(const AttentionShape& shape) {
   return shape.batch > 0 && shape.seq > 0 && shape.heads > 0 && shape.channels > 0 &&
          shape.channels % shape.heads == 0 && shape.channels / shape.heads == kHeadSize &&
@@ -461,20 +520,20 @@ void check_aligned(const void* ptr, const char* what) {
   SCALESTUDY_CHECK(aligned16(ptr), std::string(what) + " must be 16-byte aligned");
 }
 
-dim3 tile_grid(const AttentionShape& shape) {
+dim3 tile_grid(const AttentionShape& shape, int rows_per_block) {
   return dim3(static_cast<unsigned>(shape.batch * shape.heads),
-              static_cast<unsigned>(ceil_div(shape.seq, kTileRows)));
+              static_cast<unsigned>(ceil_div(shape.seq, rows_per_block)));
 }
 
 float score_scale_of() { return 1.0f / std::sqrt(static_cast<float>(kHeadSize)); }
 
 template <class Params>
-void launch_tiles(void (*kernel)(Params), size_t smem_bytes, cudaStream_t stream,
-                  const AttentionShape& shape, const Params& params) {
+void launch_tiles(void (*kernel)(Params), int rows_per_block, size_t smem_bytes,
+                  cudaStream_t stream, const AttentionShape& shape, const Params& params) {
   // Above 48 KB of dynamic shared memory a kernel has to opt in.
   CHECK_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   static_cast<int>(smem_bytes)));
-  kernel<<<tile_grid(shape), kThreads, smem_bytes, stream>>>(params);
+  kernel<<<tile_grid(shape, rows_per_block), kThreads, smem_bytes, stream>>>(params);
   CHECK_LAUNCH();
 }
 
@@ -487,7 +546,7 @@ void flash_forward(cudaStream_t stream, T* out, float* lse, const T* qkv,
   check_not_null(lse, "flash attention lse");
   const FlashForwardParams<T> p{out, lse, qkv, shape.seq, shape.channels, shape.heads,
                                 shape.causal, score_scale_of() * kLog2e};
-  launch_tiles(flash_forward_kernel<T>, kForwardSmemBytes, stream, shape, p);
+  launch_tiles(flash_forward_kernel<T>, kQueryBlockRows, kForwardSmemBytes, stream, shape, p);
 }
 
 size_t dsum_elems_of(const AttentionShape& shape) {
@@ -517,8 +576,10 @@ void flash_backward(cudaStream_t stream, T* dqkv, const T* dout, const T* qkv, c
   CHECK_LAUNCH();
   // The two kernels write disjoint parts of dqkv (K and V columns, Q columns), each
   // element once, so the order between them does not matter for the result.
-  launch_tiles(flash_backward_key_value_kernel<T>, kKeyValueSmemBytes, stream, shape, p);
-  launch_tiles(flash_backward_query_kernel<T>, kQuerySmemBytes, stream, shape, p);
+  launch_tiles(flash_backward_key_value_kernel<T>, kTileRows, kKeyValueSmemBytes, stream, shape,
+               p);
+  launch_tiles(flash_backward_query_kernel<T>, kQueryBlockRows, kQuerySmemBytes, stream, shape,
+               p);
 }
 
 }  // namespace

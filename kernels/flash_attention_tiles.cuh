@@ -11,14 +11,17 @@
 namespace scalestudy::cuda {
 namespace {
 
-// Tiling. Every kernel works on 64-row tiles of queries and keys with 4 warps, each warp
-// owning 16 rows of the block's own tile (queries in the forward and dQ kernels, keys in
-// the dK/dV kernel) and the whole 64-wide other side. With the head size also 64, every
-// warp-level product below is a 16x64 by 64x64 one: 4 k-steps by 8 n-tiles of
-// mma.m16n8k16, so one fragment layout serves all of them.
+// Tiling. Every kernel runs 4 warps over 64-row tiles of keys (and, in the dK/dV kernel,
+// of queries). A warp owns kM m-tiles of 16 rows of the block's own side (queries in the
+// forward and dQ kernels, keys in the dK/dV kernel) and the whole 64-wide other side.
+// With the head size also 64, every warp-level product below is kM 16x64 by 64x64 ones:
+// 4 k-steps by 8 n-tiles of mma.m16n8k16, so one fragment layout serves all of them.
+// Each B fragment read from shared memory feeds kM products: with kM = 1 the tensor cores
+// wait on shared memory (an ldmatrix.x4 of 512 bytes per two mma), so the query-side
+// kernels give each warp 32 rows.
 constexpr int kHeadSize = 64;
 constexpr int kTileRows = 64;
-constexpr int kWarps = kTileRows / 16;
+constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * kWarpSize;
 constexpr int kKSteps = kHeadSize / 16;   // k-steps of 16 in a product over the head
 constexpr int kNTiles = kTileRows / 8;    // n-tiles of 8 in a 64-wide result
@@ -113,14 +116,14 @@ __device__ __forceinline__ void copy_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(pending) : "memory");
 }
 
-// Rows [row0, row0 + 64) of one head of a [seq, ld] matrix (head columns at `base`) into a
-// padded tile; rows from seq on are zero-filled.
-template <class T>
+// Rows [row0, row0 + kRows) of one head of a [seq, ld] matrix (head columns at `base`)
+// into a padded tile; rows from seq on are zero-filled.
+template <int kRows = kTileRows, class T>
 __device__ __forceinline__ void load_tile_async(T* tile, const T* base, int row0, int seq,
                                                 size_t ld) {
   constexpr int kChunksPerRow = kHeadSize * int(sizeof(T)) / 16;
 #pragma unroll
-  for (int i = 0; i < kTileRows * kChunksPerRow / kThreads; ++i) {
+  for (int i = 0; i < kRows * kChunksPerRow / kThreads; ++i) {
     const int chunk = threadIdx.x + i * kThreads;
     const int r = chunk / kChunksPerRow, c = chunk % kChunksPerRow;
     const int row = row0 + r;
@@ -140,24 +143,32 @@ __device__ __forceinline__ void load_row_values_async(float* values, const float
   }
 }
 
-// A fragments (16 rows x the 64-wide head, as 4 k-steps) of rows [row0, row0 + 16).
-template <class T>
-__device__ __forceinline__ void load_a_fragments(uint32_t (&a)[kKSteps][4], const T* tile,
-                                                 int row0) {
+// A warp's operands and results: kM m-tiles of 16 rows, as A fragments over the 64-wide
+// head (4 k-steps) or as fp32 accumulators over 64 columns (8 n-tiles).
+template <int kM>
+using Fragments = uint32_t[kM][kKSteps][4];
+template <int kM>
+using Accumulators = float[kM][kNTiles][4];
+
+// A fragments of rows [row0, row0 + 16 kM) of a tile.
+template <int kM, class T>
+__device__ __forceinline__ void load_a_fragments(Fragments<kM>& a, const T* tile, int row0) {
   const int lane = threadIdx.x % kWarpSize;
 #pragma unroll
-  for (int kk = 0; kk < kKSteps; ++kk)
-    ldmatrix_x4<false>(a[kk],
-                       tile + (row0 + lane % 16) * kSmemStride + kk * 16 + (lane / 16) * 8);
+  for (int m = 0; m < kM; ++m) {
+#pragma unroll
+    for (int kk = 0; kk < kKSteps; ++kk)
+      ldmatrix_x4<false>(a[m][kk], tile + (row0 + m * 16 + lane % 16) * kSmemStride + kk * 16 +
+                                       (lane / 16) * 8);
+  }
 }
 
-// acc[16 x 64] += A[16 x 64] * tile^T, the tile holding the 64 columns of the result as its
-// rows (S = Q K^T, dP = dO V^T and their transposes). A B fragment (k = tile column,
-// n = tile row) is a plain ldmatrix of the tile.
-template <class T>
-__device__ __forceinline__ void mma_a_tile_transposed(float (&acc)[kNTiles][4],
-                                                      const uint32_t (&a)[kKSteps][4],
-                                                      const T* tile) {
+// acc[16kM x 64] += A[16kM x 64] * tile^T, the tile holding the 64 columns of the result
+// as its rows (S = Q K^T, dP = dO V^T and their transposes). A B fragment (k = tile
+// column, n = tile row) is a plain ldmatrix of the tile.
+template <int kM, class T>
+__device__ __forceinline__ void mma_a_tile_transposed(Accumulators<kM>& acc,
+                                                      const Fragments<kM>& a, const T* tile) {
   const int lane = threadIdx.x % kWarpSize;
   const T* lane_row = tile + ((lane % 8) + (lane / 16) * 8) * kSmemStride + ((lane / 8) % 2) * 8;
 #pragma unroll
@@ -166,17 +177,20 @@ __device__ __forceinline__ void mma_a_tile_transposed(float (&acc)[kNTiles][4],
     for (int pair = 0; pair < kNTiles / 2; ++pair) {
       uint32_t b[4];
       ldmatrix_x4<false>(b, lane_row + pair * 16 * kSmemStride + kk * 16);
-      mma_16816<T>(acc[2 * pair], a[kk], b[0], b[1]);
-      mma_16816<T>(acc[2 * pair + 1], a[kk], b[2], b[3]);
+#pragma unroll
+      for (int m = 0; m < kM; ++m) {
+        mma_16816<T>(acc[m][2 * pair], a[m][kk], b[0], b[1]);
+        mma_16816<T>(acc[m][2 * pair + 1], a[m][kk], b[2], b[3]);
+      }
     }
   }
 }
 
-// acc[16 x 64] += A[16 x 64] * tile, the tile's rows being the k dimension (O = P V,
+// acc[16kM x 64] += A[16kM x 64] * tile, the tile's rows being the k dimension (O = P V,
 // dV = P^T dO, dK = dS^T Q, dQ = dS K). The B fragment is a transposing ldmatrix.
-template <class T>
-__device__ __forceinline__ void mma_a_tile(float (&acc)[kNTiles][4],
-                                           const uint32_t (&a)[kKSteps][4], const T* tile) {
+template <int kM, class T>
+__device__ __forceinline__ void mma_a_tile(Accumulators<kM>& acc, const Fragments<kM>& a,
+                                           const T* tile) {
   const int lane = threadIdx.x % kWarpSize;
   const T* lane_row = tile + ((lane % 8) + ((lane / 8) % 2) * 8) * kSmemStride + (lane / 16) * 8;
 #pragma unroll
@@ -185,24 +199,30 @@ __device__ __forceinline__ void mma_a_tile(float (&acc)[kNTiles][4],
     for (int pair = 0; pair < kNTiles / 2; ++pair) {
       uint32_t b[4];
       ldmatrix_x4<true>(b, lane_row + kk * 16 * kSmemStride + pair * 16);
-      mma_16816<T>(acc[2 * pair], a[kk], b[0], b[1]);
-      mma_16816<T>(acc[2 * pair + 1], a[kk], b[2], b[3]);
+#pragma unroll
+      for (int m = 0; m < kM; ++m) {
+        mma_16816<T>(acc[m][2 * pair], a[m][kk], b[0], b[1]);
+        mma_16816<T>(acc[m][2 * pair + 1], a[m][kk], b[2], b[3]);
+      }
     }
   }
 }
 
-// An fp32 accumulator tile [16 x 64] as A fragments over its 64 columns, rounded to T: the
-// accumulator layout of two neighbouring n-tiles is the A layout of one k-step, so the
-// probabilities (or dS) never leave registers.
-template <class T>
-__device__ __forceinline__ void accumulators_to_a_fragments(uint32_t (&a)[kKSteps][4],
-                                                            const float (&acc)[kNTiles][4]) {
+// fp32 accumulator tiles [16 x 64] as A fragments over their 64 columns, rounded to T:
+// the accumulator layout of two neighbouring n-tiles is the A layout of one k-step, so
+// the probabilities (or dS) never leave registers.
+template <class T, int kM>
+__device__ __forceinline__ void accumulators_to_a_fragments(Fragments<kM>& a,
+                                                            const Accumulators<kM>& acc) {
 #pragma unroll
-  for (int kk = 0; kk < kKSteps; ++kk) {
-    a[kk][0] = pack_pair<T>(acc[2 * kk][0], acc[2 * kk][1]);
-    a[kk][1] = pack_pair<T>(acc[2 * kk][2], acc[2 * kk][3]);
-    a[kk][2] = pack_pair<T>(acc[2 * kk + 1][0], acc[2 * kk + 1][1]);
-    a[kk][3] = pack_pair<T>(acc[2 * kk + 1][2], acc[2 * kk + 1][3]);
+  for (int m = 0; m < kM; ++m) {
+#pragma unroll
+    for (int kk = 0; kk < kKSteps; ++kk) {
+      a[m][kk][0] = pack_pair<T>(acc[m][2 * kk][0], acc[m][2 * kk][1]);
+      a[m][kk][1] = pack_pair<T>(acc[m][2 * kk][2], acc[m][2 * kk][3]);
+      a[m][kk][2] = pack_pair<T>(acc[m][2 * kk + 1][0], acc[m][2 * kk + 1][1]);
+      a[m][kk][3] = pack_pair<T>(acc[m][2 * kk + 1][2], acc[m][2 * kk + 1][3]);
+    }
   }
 }
 
@@ -232,18 +252,23 @@ __device__ __forceinline__ bool visible(int query, int key, int seq, bool causal
 }
 
 // Hides (sets to -inf, which exp2 turns into exact zeros) the scores of a warp's
-// accumulator tile that the mask removes: keys after the query (causal), and keys or
-// queries past the sequence. kKeysAsRows: the tile is transposed (dK/dV kernel).
-template <bool kKeysAsRows>
-__device__ __forceinline__ void mask_scores(float (&s)[kNTiles][4], int row0, int column0,
-                                            int seq, bool causal) {
+// accumulator tiles (rows from row0) that the mask removes: keys after the query
+// (causal), and keys or queries past the sequence. kKeysAsRows: the tiles are transposed
+// (dK/dV kernel).
+template <bool kKeysAsRows, int kM>
+__device__ __forceinline__ void mask_scores(Accumulators<kM>& s, int row0, int column0, int seq,
+                                            bool causal) {
 #pragma unroll
-  for (int nt = 0; nt < kNTiles; ++nt) {
+  for (int m = 0; m < kM; ++m) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int row = row0 + accumulator_row(e), column = column0 + accumulator_column(nt, e);
-      if (!(kKeysAsRows ? visible(column, row, seq, causal) : visible(row, column, seq, causal)))
-        s[nt][e] = -INFINITY;
+    for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int row = row0 + m * 16 + accumulator_row(e);
+        const int column = column0 + accumulator_column(nt, e);
+        if (!(kKeysAsRows ? visible(column, row, seq, causal) : visible(row, column, seq, causal)))
+          s[m][nt][e] = -INFINITY;
+      }
     }
   }
 }
