@@ -54,6 +54,15 @@ class Communicator {
   // send == recv + rank * send_elems.
   virtual CommHandle start_allgather(const float* send, float* recv, size_t send_elems,
                                      const std::string& phase) = 0;
+  // The same two sums with bf16 on the wire, for gradients (--grad-reduce bf16): each
+  // rank's values are rounded to bf16 (to nearest even), every addition is done in fp32
+  // and rounded to bf16 again, as NCCL sums bf16, and the sum is widened back into the
+  // fp32 result. Half the bytes of the fp32 forms; records count the bf16 bytes.
+  virtual CommHandle start_allreduce_in_bf16(float* buffer, size_t elems,
+                                             const std::string& phase) = 0;
+  virtual CommHandle start_reduce_scatter_in_bf16(const float* send, float* recv,
+                                                  size_t recv_elems,
+                                                  const std::string& phase) = 0;
   virtual CommHandle start_broadcast(float* buffer, size_t elems, int root,
                                      const std::string& phase) = 0;
   virtual CommHandle start_barrier(const std::string& phase) = 0;
@@ -70,6 +79,8 @@ class Communicator {
   virtual std::vector<CollectiveRecord> take_records() = 0;
   // Total bytes ever sent through each kind of collective (payload, not wire bytes).
   virtual std::vector<size_t> payload_bytes_by_kind() const = 0;
+  // Bytes the communicator holds for staging (the bf16 wire buffers), at their peak.
+  virtual size_t staging_bytes() const { return 0; }
   // The device stream collectives run on (a cudaStream_t), for the kernel tracer to name;
   // nullptr when they run on the host.
   virtual void* native_stream() const { return nullptr; }

@@ -7,6 +7,7 @@
 #include <iterator>
 #include <utility>
 
+#include "core/bf16_host.h"
 #include "core/check.h"
 
 namespace scalestudy {
@@ -61,11 +62,57 @@ void check_buffer(const void* buffer, size_t elems, const char* what) {
                    std::string(what) + " is null but holds " + std::to_string(elems) + " elements");
 }
 
+// The sum of one MPI step over bf16 bits: each addition in fp32, rounded to bf16 (NCCL's
+// bf16 sum).
+void bf16_sum(void* in, void* inout, int* elems, MPI_Datatype* /*type*/) {
+  const auto* addend = static_cast<const uint16_t*>(in);
+  auto* sum = static_cast<uint16_t*>(inout);
+  for (int i = 0; i < *elems; ++i)
+    sum[i] = bf16_bits_from_float(float_from_bf16_bits(addend[i]) + float_from_bf16_bits(sum[i]));
+}
+
+std::vector<uint16_t> to_bf16_bits(const float* values, size_t elems) {
+  std::vector<uint16_t> bits(elems);
+  for (size_t i = 0; i < elems; ++i) bits[i] = bf16_bits_from_float(values[i]);
+  return bits;
+}
+
+void from_bf16_bits(float* values, const std::vector<uint16_t>& bits) {
+  for (size_t i = 0; i < bits.size(); ++i) values[i] = float_from_bf16_bits(bits[i]);
+}
+
+template <class T>
+void allreduce_in_pieces(MPI_Comm comm, T* buffer, size_t elems, size_t max_piece_elems,
+                         MPI_Datatype type, MPI_Op op) {
+  for_each_piece(elems, max_piece_elems, [&](size_t offset_elems, int piece_elems) {
+    CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, buffer + offset_elems, piece_elems, type, op, comm));
+  });
+}
+
 template <class T>
 void allreduce_in_pieces(MPI_Comm comm, T* buffer, size_t elems, size_t max_piece_elems) {
-  for_each_piece(elems, max_piece_elems, [&](size_t offset_elems, int piece_elems) {
-    CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, buffer + offset_elems, piece_elems, mpi_type<T>(),
-                            MPI_SUM, comm));
+  allreduce_in_pieces(comm, buffer, elems, max_piece_elems, mpi_type<T>(), MPI_SUM);
+}
+
+// Rank `rank` receives the sum of chunk `rank` of every rank's send ([world][recv_elems]).
+template <class T>
+void reduce_scatter_in_pieces(MPI_Comm comm, int world_size, int rank, const T* send, T* recv,
+                              size_t recv_elems, size_t max_piece_elems, MPI_Datatype type,
+                              MPI_Op op) {
+  if (recv_elems <= max_piece_elems) {
+    CHECK_MPI(MPI_Reduce_scatter_block(send, recv, static_cast<int>(recv_elems), type, op, comm));
+    return;
+  }
+  // A piece of every rank's chunk is strided in send, which MPI_Reduce_scatter_block
+  // cannot express without a derived datatype, and predefined reductions are only
+  // guaranteed on predefined types. One reduce per owner keeps every buffer contiguous;
+  // at these sizes the extra calls cost nothing measurable.
+  for_each_piece(recv_elems, max_piece_elems, [&](size_t offset_elems, int piece_elems) {
+    for (int owner = 0; owner < world_size; ++owner) {
+      const T* chunk = send + static_cast<size_t>(owner) * recv_elems + offset_elems;
+      CHECK_MPI(MPI_Reduce(chunk, owner == rank ? recv + offset_elems : nullptr, piece_elems, type,
+                           op, owner, comm));
+    }
   });
 }
 
@@ -77,6 +124,7 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, double timeout_s) : timeout_s_(t
   CHECK_MPI(MPI_Comm_dup(comm, &comm_));
   CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
   CHECK_MPI(MPI_Comm_size(comm_, &world_size_));
+  CHECK_MPI(MPI_Op_create(&bf16_sum, /*commute=*/1, &bf16_sum_));
   epoch_ = Clock::now();
   worker_ = std::thread(&MpiCommunicator::worker_loop, this);
 }
@@ -93,7 +141,10 @@ MpiCommunicator::~MpiCommunicator() {
   worker_.join();
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized) CHECK_MPI(MPI_Comm_free(&comm_));
+  if (!finalized) {
+    CHECK_MPI(MPI_Op_free(&bf16_sum_));
+    CHECK_MPI(MPI_Comm_free(&comm_));
+  }
 }
 
 void MpiCommunicator::set_max_elems_per_call(size_t elems) {
@@ -181,22 +232,41 @@ CommHandle MpiCommunicator::start_reduce_scatter(const float* send, float* recv,
   const int rank = rank_;
   const size_t max_piece_elems = max_elems_per_call_;
   return enqueue(CollectiveKind::reduce_scatter, phase, send_elems * sizeof(float), [=] {
-    if (recv_elems <= max_piece_elems) {
-      CHECK_MPI(MPI_Reduce_scatter_block(send, recv, static_cast<int>(recv_elems), MPI_FLOAT,
-                                         MPI_SUM, comm));
-      return;
-    }
-    // A piece of every rank's chunk is strided in send, which MPI_Reduce_scatter_block
-    // cannot express without a derived datatype, and predefined reductions are only
-    // guaranteed on predefined types. One reduce per owner keeps every buffer contiguous;
-    // at these sizes the extra calls cost nothing measurable.
-    for_each_piece(recv_elems, max_piece_elems, [&](size_t offset_elems, int piece_elems) {
-      for (int owner = 0; owner < world_size; ++owner) {
-        const float* chunk = send + static_cast<size_t>(owner) * recv_elems + offset_elems;
-        CHECK_MPI(MPI_Reduce(chunk, owner == rank ? recv + offset_elems : nullptr, piece_elems,
-                             MPI_FLOAT, MPI_SUM, owner, comm));
-      }
-    });
+    reduce_scatter_in_pieces(comm, world_size, rank, send, recv, recv_elems, max_piece_elems,
+                             MPI_FLOAT, MPI_SUM);
+  });
+}
+
+CommHandle MpiCommunicator::start_allreduce_in_bf16(float* buffer, size_t elems,
+                                                    const std::string& phase) {
+  check_buffer(buffer, elems, "allreduce buffer");
+  MPI_Comm comm = comm_;
+  MPI_Op op = bf16_sum_;
+  const size_t max_piece_elems = max_elems_per_call_;
+  return enqueue(CollectiveKind::allreduce, phase, elems * sizeof(uint16_t), [=] {
+    std::vector<uint16_t> wire = to_bf16_bits(buffer, elems);
+    allreduce_in_pieces(comm, wire.data(), elems, max_piece_elems, MPI_UINT16_T, op);
+    from_bf16_bits(buffer, wire);
+  });
+}
+
+CommHandle MpiCommunicator::start_reduce_scatter_in_bf16(const float* send, float* recv,
+                                                         size_t recv_elems,
+                                                         const std::string& phase) {
+  const size_t send_elems = recv_elems * static_cast<size_t>(world_size_);
+  check_buffer(send, send_elems, "reduce_scatter send buffer");
+  check_buffer(recv, recv_elems, "reduce_scatter recv buffer");
+  MPI_Comm comm = comm_;
+  MPI_Op op = bf16_sum_;
+  const int world_size = world_size_;
+  const int rank = rank_;
+  const size_t max_piece_elems = max_elems_per_call_;
+  return enqueue(CollectiveKind::reduce_scatter, phase, send_elems * sizeof(uint16_t), [=] {
+    const std::vector<uint16_t> wire_send = to_bf16_bits(send, send_elems);
+    std::vector<uint16_t> wire_recv(recv_elems);
+    reduce_scatter_in_pieces(comm, world_size, rank, wire_send.data(), wire_recv.data(), recv_elems,
+                             max_piece_elems, MPI_UINT16_T, op);
+    from_bf16_bits(recv, wire_recv);
   });
 }
 

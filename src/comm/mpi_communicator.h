@@ -59,6 +59,10 @@ class MpiCommunicator final : public Communicator {
                                   const std::string& phase) override;
   CommHandle start_allgather(const float* send, float* recv, size_t send_elems,
                              const std::string& phase) override;
+  CommHandle start_allreduce_in_bf16(float* buffer, size_t elems,
+                                     const std::string& phase) override;
+  CommHandle start_reduce_scatter_in_bf16(const float* send, float* recv, size_t recv_elems,
+                                          const std::string& phase) override;
   CommHandle start_broadcast(float* buffer, size_t elems, int root,
                              const std::string& phase) override;
   CommHandle start_barrier(const std::string& phase) override;
@@ -105,6 +109,7 @@ class MpiCommunicator final : public Communicator {
   double seconds_since_epoch(Clock::time_point when) const;
 
   MPI_Comm comm_ = MPI_COMM_NULL;
+  MPI_Op bf16_sum_ = MPI_OP_NULL;  // on MPI_UINT16_T holding bf16 bits
   int rank_ = 0;
   int world_size_ = 1;
   double timeout_s_ = 0.0;

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "core/check.h"
+#include "elementwise.cuh"
 
 namespace scalestudy {
 namespace {
@@ -59,6 +60,7 @@ NcclCommunicator::~NcclCommunicator() {
   for (cudaEvent_t event : all_events_) cudaEventDestroy(event);
   cudaFree(device_doubles_);
   cudaFree(device_barrier_);
+  cudaFree(wire_);
   cudaStreamDestroy(comm_stream_);
   ncclCommDestroy(nccl_);
   MPI_Comm_free(&mpi_comm_);
@@ -113,6 +115,47 @@ CommHandle NcclCommunicator::launch(CollectiveKind kind, const std::string& phas
 CommHandle NcclCommunicator::start_allreduce(float* buffer, size_t elems, const std::string& phase) {
   return launch(CollectiveKind::allreduce, phase, elems * sizeof(float), [&] {
     CHECK_NCCL(ncclAllReduce(buffer, buffer, elems, ncclFloat, ncclSum, nccl_, comm_stream_));
+  });
+}
+
+void* NcclCommunicator::wire_buffer(size_t elems) {
+  if (elems > wire_elems_) {
+    // The comm stream may still be reading the old buffer.
+    CHECK_CUDA(cudaStreamSynchronize(comm_stream_));
+    CHECK_CUDA(cudaFree(wire_));
+    CHECK_CUDA(cudaMalloc(&wire_, elems * 2));
+    wire_elems_ = elems;
+  }
+  return wire_;
+}
+
+CommHandle NcclCommunicator::start_allreduce_in_bf16(float* buffer, size_t elems, const std::string& phase) {
+  auto* wire = static_cast<__nv_bfloat16*>(wire_buffer(std::min(elems, kWirePieceElems)));
+  return launch(CollectiveKind::allreduce, phase, elems * 2, [&] {
+    for (size_t offset = 0; offset < elems; offset += kWirePieceElems) {
+      const size_t piece = std::min(kWirePieceElems, elems - offset);
+      cuda::launch_cast(comm_stream_, wire, buffer + offset, piece);
+      CHECK_NCCL(ncclAllReduce(wire, wire, piece, ncclBfloat16, ncclSum, nccl_, comm_stream_));
+      cuda::launch_cast(comm_stream_, buffer + offset, wire, piece);
+    }
+  });
+}
+
+CommHandle NcclCommunicator::start_reduce_scatter_in_bf16(const float* send, float* recv, size_t recv_elems,
+                                                          const std::string& phase) {
+  const size_t world = static_cast<size_t>(world_size_);
+  const size_t piece_limit = std::min(recv_elems, kWirePieceElems);
+  auto* wire = static_cast<__nv_bfloat16*>(wire_buffer(piece_limit * world));
+  return launch(CollectiveKind::reduce_scatter, phase, recv_elems * world * 2, [&] {
+    for (size_t offset = 0; offset < recv_elems; offset += kWirePieceElems) {
+      const size_t piece = std::min(kWirePieceElems, recv_elems - offset);
+      // Piece `offset` of every rank's chunk, side by side as NCCL's send layout wants.
+      for (size_t r = 0; r < world; ++r)
+        cuda::launch_cast(comm_stream_, wire + r * piece, send + r * recv_elems + offset, piece);
+      __nv_bfloat16* own = wire + static_cast<size_t>(rank_) * piece;  // in place
+      CHECK_NCCL(ncclReduceScatter(wire, own, piece, ncclBfloat16, ncclSum, nccl_, comm_stream_));
+      cuda::launch_cast(comm_stream_, recv + offset, own, piece);
+    }
   });
 }
 

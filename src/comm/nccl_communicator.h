@@ -22,6 +22,12 @@
 // double buffers are host memory (norms and losses): they travel through a device
 // scratch buffer, and finish() on them also makes the host wait.
 //
+// The bf16 forms run, all on the comm stream and in pieces of at most kWirePieceElems:
+// cast the piece to bf16 into a staging buffer, run the NCCL bf16 collective in place
+// there, cast the result back into the fp32 destination. The comm stream runs one piece
+// after another, so one staging buffer serves every collective; it grows to the largest
+// piece asked for (the first step's), and staging_bytes() reports it.
+//
 // A watchdog thread checks every collective in flight: one that has not finished within
 // the timeout, or an asynchronous NCCL error, ends the job with a message naming the
 // rank, the collective and its phase.
@@ -62,6 +68,9 @@ class NcclCommunicator final : public Communicator {
                                   const std::string& phase) override;
   CommHandle start_allgather(const float* send, float* recv, size_t send_elems,
                              const std::string& phase) override;
+  CommHandle start_allreduce_in_bf16(float* buffer, size_t elems, const std::string& phase) override;
+  CommHandle start_reduce_scatter_in_bf16(const float* send, float* recv, size_t recv_elems,
+                                          const std::string& phase) override;
   CommHandle start_broadcast(float* buffer, size_t elems, int root, const std::string& phase) override;
   CommHandle start_barrier(const std::string& phase) override;
 
@@ -71,7 +80,11 @@ class NcclCommunicator final : public Communicator {
   std::vector<CollectiveRecord> take_records() override;
   std::vector<size_t> payload_bytes_by_kind() const override;
 
+  size_t staging_bytes() const override { return wire_elems_ * 2; }
   cudaStream_t comm_stream() const { return comm_stream_; }
+  // Elements of the largest piece a bf16 collective sends at once (per rank's chunk, for
+  // reduce-scatter): 128 MiB of staging at most.
+  static constexpr size_t kWirePieceElems = size_t(64) << 20;
   void* native_stream() const override { return comm_stream_; }
   static std::string nccl_version();
 
@@ -93,6 +106,8 @@ class NcclCommunicator final : public Communicator {
   template <typename Launch>
   CommHandle launch(CollectiveKind kind, const std::string& phase, size_t payload_bytes, Launch&& nccl_call);
   cudaEvent_t take_event();
+  // The staging buffer, holding at least `elems` bf16 values (host side, before enqueueing).
+  void* wire_buffer(size_t elems);
   InFlight& find(uint64_t id);
   void watchdog_loop();
 
@@ -107,6 +122,8 @@ class NcclCommunicator final : public Communicator {
   double* device_doubles_ = nullptr;
   size_t device_doubles_elems_ = 0;
   int* device_barrier_ = nullptr;
+  void* wire_ = nullptr;  // bf16 staging of the bf16 collectives
+  size_t wire_elems_ = 0;
   uint64_t last_id_ = 0;
   std::array<size_t, kCollectiveKindCount> payload_bytes_by_kind_{};
 

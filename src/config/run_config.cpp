@@ -22,6 +22,7 @@ struct RawOptions {
   std::string scaling_unused;
   std::string strategy = "ddp";
   std::string overlap = "off";
+  std::string grad_reduce = "fp32";
   std::string precision = "auto";
   std::string loss_scaling = "auto";
   std::string attention;  // empty: the preset's
@@ -94,6 +95,9 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
       ("overlap", po::value(&raw.overlap)->default_value(raw.overlap),
        "on: communicate buckets while backward (and, for zero2, forward) runs")
       ("bucket-mb", po::value(&c.bucket_mb)->default_value(c.bucket_mb), "gradient bucket size in MiB")
+      ("grad-reduce", po::value(&raw.grad_reduce)->default_value(raw.grad_reduce),
+       "precision the gradients cross ranks in: fp32, or bf16 (half the bytes; each rank's "
+       "gradient and every partial sum are rounded to bf16, the result is fp32 again)")
       ("check-every", po::value(&c.check_every)->default_value(c.check_every),
        "compare a parameter checksum across ranks every N steps; 0 = never")
       ("comm-timeout", po::value(&c.comm_timeout_s)->default_value(c.comm_timeout_s),
@@ -238,6 +242,9 @@ void resolve_and_validate(RunConfig& c, const RawOptions& raw) {
   else if (raw.overlap == "off") c.overlap = false;
   else bad_value("overlap", raw.overlap, "must be on or off");
   require_positive("bucket-mb", c.bucket_mb);
+  if (raw.grad_reduce == "fp32") c.grad_reduce = Precision::fp32;
+  else if (raw.grad_reduce == "bf16") c.grad_reduce = Precision::bf16;
+  else bad_value("grad-reduce", raw.grad_reduce, "must be fp32 or bf16");
   if (c.check_every < 0) bad_value("check-every", text(c.check_every), "must not be negative");
   require_positive("comm-timeout", c.comm_timeout_s);
 
@@ -369,6 +376,7 @@ std::vector<std::pair<std::string, std::string>> describe_config(const RunConfig
       {"strategy", strategy_name(c.strategy)},
       {"overlap", c.overlap ? "on" : "off"},
       {"bucket_mb", text(c.bucket_mb)},
+      {"grad_reduce", precision_name(c.grad_reduce)},
       {"check_every", text(c.check_every)},
       {"comm_timeout", text(c.comm_timeout_s)},
       {"backend", c.backend},

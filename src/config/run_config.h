@@ -51,6 +51,7 @@ struct RunConfig {
   Strategy strategy = Strategy::ddp;
   bool overlap = false;
   double bucket_mb = 50.0;     // gradient bucket size, MiB of fp32 (docs/performance-notes.md)
+  Precision grad_reduce = Precision::fp32;  // what gradients cross ranks in: fp32 or bf16
   int check_every = 0;         // replica checksum every N steps; 0 = never
   double comm_timeout_s = 300.0;
 

@@ -41,14 +41,19 @@ void DdpStrategy::segment_done(int segment) {
   const size_t final_from = model_.layout().segments[segment].begin_elems;
   while (next_bucket_ >= 0 && plan_.buckets[next_bucket_].begin_elems >= final_from) {
     const Bucket& bucket = plan_.buckets[next_bucket_];
-    in_flight_.push_back(comm_.start_allreduce(grads_ + bucket.begin_elems, bucket.elems(), "grad-comm"));
+    in_flight_.push_back(start_allreduce(grads_ + bucket.begin_elems, bucket.elems()));
     --next_bucket_;
   }
 }
 
+CommHandle DdpStrategy::start_allreduce(float* gradients, size_t elems) {
+  if (config_.grad_reduce == Precision::bf16) return comm_.start_allreduce_in_bf16(gradients, elems, "grad-comm");
+  return comm_.start_allreduce(gradients, elems, "grad-comm");
+}
+
 void DdpStrategy::finish_gradient_sync() {
   if (!config_.overlap) {
-    in_flight_.push_back(comm_.start_allreduce(grads_, plan_.padded_elems, "grad-comm"));
+    in_flight_.push_back(start_allreduce(grads_, plan_.padded_elems));
   }
   for (CommHandle handle : in_flight_) comm_.finish(handle);
   in_flight_.clear();

@@ -31,6 +31,9 @@ class DdpStrategy final : public GradientStrategy {
   const float* gradients() const { return grads_; }
 
  private:
+  // Starts the sum of a range of the gradients, in the --grad-reduce precision.
+  CommHandle start_allreduce(float* gradients, size_t elems);
+
   const RunConfig& config_;
   Ops& ops_;
   Communicator& comm_;

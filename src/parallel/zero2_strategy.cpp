@@ -115,7 +115,11 @@ void Zero2Strategy::start_reduce(int b) {
     ops_.fill_zero(state.staging, plan_.buckets[b].elems());
   }
   state.received = acquire_buffer(free_received_, plan_.bucket_elems / plan_.world_size);
-  state.reduce = comm_.start_reduce_scatter(state.staging, state.received, plan_.chunk_elems(b), "grad-comm");
+  state.reduce = config_.grad_reduce == Precision::bf16
+                     ? comm_.start_reduce_scatter_in_bf16(state.staging, state.received,
+                                                          plan_.chunk_elems(b), "grad-comm")
+                     : comm_.start_reduce_scatter(state.staging, state.received,
+                                                  plan_.chunk_elems(b), "grad-comm");
   state.reducing = true;
   reducing_.push_back(b);
   if (!config_.overlap) {

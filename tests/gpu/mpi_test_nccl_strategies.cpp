@@ -1,8 +1,11 @@
 // On 2 GPUs: ddp, ddp+overlap, zero2 and zero2+overlap over NCCL train the same model as
-// each other and as the one-rank CPU reference.
+// each other and as the one-rank CPU reference; the NCCL communicator's bf16 sums are
+// the MPI communicator's.
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -14,6 +17,7 @@
 #include "comm/mpi_runtime.h"
 #include "comm/nccl_communicator.h"
 #include "config/run_config.h"
+#include "core/check.h"
 #include "train/trainer.h"
 
 namespace scalestudy {
@@ -61,11 +65,14 @@ struct GpuRun {
   std::vector<float> initial, final;
 };
 
-GpuRun train_on_gpus(const std::string& strategy, const std::string& overlap, Precision precision = Precision::fp32) {
+GpuRun train_on_gpus(const std::string& strategy, const std::string& overlap, Precision precision = Precision::fp32,
+                     Precision grad_reduce = Precision::fp32) {
   const ProcessPlacement where = discover_placement(MPI_COMM_WORLD);
   CudaOps ops(where.local_rank, precision);
   NcclCommunicator comm(MPI_COMM_WORLD, ops.stream(), 120.0);
-  Trainer trainer(make_config("cuda", strategy, overlap, precision_name(precision)), ops, comm, MPI_COMM_WORLD);
+  RunConfig config = make_config("cuda", strategy, overlap, precision_name(precision));
+  config.grad_reduce = grad_reduce;
+  Trainer trainer(config, ops, comm, MPI_COMM_WORLD);
   GpuRun run;
   run.initial = trainer.parameters_on_host();
   trainer.run(nullptr);
@@ -132,6 +139,88 @@ TEST(NcclStrategies, Bf16StrategiesAgreeWithEachOtherAndWithTheCpu) {
     EXPECT_LE(difference, kBf16StrategyUpdateTolerance) << strategy << " overlap " << overlap << " bf16 against ddp";
     if (::testing::Test::HasFailure()) break;
   }
+}
+
+// --grad-reduce bf16 on 2 GPUs against the fp32 CPU reference, with the bounds (and
+// their reasons) of tests/mpi/test_strategies.cpp: the 99th percentile of the parameter
+// differences within kSteps * lr * 2^-5, every one within 2 * kSteps * lr; and the
+// rounding happened (most parameters differ from the fp32-reduced GPU run).
+TEST(NcclStrategies, GradReduceBf16StaysWithinBf16RoundingOfTheCpu) {
+  if (!have_two_gpus()) GTEST_SKIP() << "needs 2 ranks with a visible GPU each: multi-GPU tests skipped";
+  constexpr double kLearningRate = 1e-3;  // make_config's --lr
+  const std::vector<float>& ref = cpu_reference();
+  for (const auto& [strategy, overlap] : std::vector<std::pair<std::string, std::string>>{
+           {"ddp", "off"}, {"ddp", "on"}, {"zero2", "on"}}) {
+    const std::string label = strategy + " overlap " + overlap + ", --grad-reduce bf16";
+    const std::vector<float> bf16 = train_on_gpus(strategy, overlap, Precision::fp32, Precision::bf16).final;
+    ASSERT_EQ(bf16.size(), ref.size());
+    std::vector<double> diffs(bf16.size());
+    for (size_t i = 0; i < bf16.size(); ++i) diffs[i] = std::fabs(static_cast<double>(bf16[i]) - ref[i]);
+    std::sort(diffs.begin(), diffs.end());
+    EXPECT_LE(diffs[diffs.size() * 99 / 100], kSteps * kLearningRate * 0x1p-5) << label << ": 99th percentile";
+    EXPECT_LE(diffs.back(), 2.0 * kSteps * kLearningRate) << label << ": largest difference";
+    const std::vector<float> fp32 = train_on_gpus(strategy, overlap).final;
+    size_t differing = 0;
+    for (size_t i = 0; i < fp32.size(); ++i) differing += fp32[i] != bf16[i];
+    EXPECT_GT(differing, fp32.size() / 2) << label << ": parameters that differ from the fp32-reduced run";
+  }
+}
+
+// The bf16 sums on device buffers, with the inputs of tests/mpi/test_communicator.cpp:
+// integers plus 2^-10, which bf16 rounds away, so the exact integer sums come back only
+// if each rank's values were rounded first; and 1 + 2^-8, a tie that rounds to 1. The
+// allreduce is longer than one staging piece, so it also runs in two pieces.
+TEST(NcclCommunicator, Bf16SumsRoundLikeTheMpiCommunicator) {
+  if (!have_two_gpus()) GTEST_SKIP() << "needs 2 ranks with a visible GPU each: multi-GPU tests skipped";
+  const ProcessPlacement where = discover_placement(MPI_COMM_WORLD);
+  CHECK_CUDA(cudaSetDevice(where.local_rank));
+  cudaStream_t stream;
+  CHECK_CUDA(cudaStreamCreate(&stream));
+  const int rank = where.rank;
+  const size_t elems = NcclCommunicator::kWirePieceElems + 1000;
+  std::vector<float> host(elems);
+  for (size_t i = 0; i < elems; ++i) host[i] = static_cast<float>((rank + 1) * (i % 7 + 1)) + 0x1p-10f;
+  const size_t recv_elems = 4099;
+  std::vector<float> send_host(2 * recv_elems);
+  for (size_t i = 0; i < send_host.size(); ++i)
+    send_host[i] = static_cast<float>((rank + 1) * (i / recv_elems + 1) + i % 5) + 0x1p-10f;
+  float *buffer = nullptr, *send = nullptr, *recv = nullptr, *tie = nullptr;
+  CHECK_CUDA(cudaMalloc(&buffer, elems * 4));
+  CHECK_CUDA(cudaMalloc(&send, send_host.size() * 4));
+  CHECK_CUDA(cudaMalloc(&recv, recv_elems * 4));
+  CHECK_CUDA(cudaMalloc(&tie, 64 * 4));
+  CHECK_CUDA(cudaMemcpy(buffer, host.data(), elems * 4, cudaMemcpyHostToDevice));
+  CHECK_CUDA(cudaMemcpy(send, send_host.data(), send_host.size() * 4, cudaMemcpyHostToDevice));
+  const std::vector<float> tie_host(64, rank == 0 ? 1.0f : 0x1p-8f);
+  CHECK_CUDA(cudaMemcpy(tie, tie_host.data(), 64 * 4, cudaMemcpyHostToDevice));
+  {
+    NcclCommunicator comm(MPI_COMM_WORLD, stream, 120.0);
+    comm.start_allreduce_in_bf16(buffer, elems, "test");
+    comm.start_reduce_scatter_in_bf16(send, recv, recv_elems, "test");
+    comm.start_allreduce_in_bf16(tie, 64, "test");
+    comm.finish_all();
+    CHECK_CUDA(cudaStreamSynchronize(stream));
+    const std::vector<CollectiveRecord> records = comm.take_records();
+    ASSERT_EQ(records.size(), 3u);
+    EXPECT_EQ(records[0].payload_bytes, elems * 2) << "bf16 collectives send 2 bytes per element";
+  }
+  CHECK_CUDA(cudaMemcpy(host.data(), buffer, elems * 4, cudaMemcpyDeviceToHost));
+  size_t wrong = 0;
+  for (size_t i = 0; i < elems; ++i) wrong += host[i] != 3.0f * static_cast<float>(i % 7 + 1);
+  EXPECT_EQ(wrong, 0u) << "allreduce in bf16: elements not the exact integer sum";
+  std::vector<float> got(recv_elems);
+  CHECK_CUDA(cudaMemcpy(got.data(), recv, recv_elems * 4, cudaMemcpyDeviceToHost));
+  wrong = 0;
+  for (size_t i = 0; i < recv_elems; ++i) {
+    const size_t j = static_cast<size_t>(rank) * recv_elems + i;  // this rank's chunk
+    wrong += got[i] != static_cast<float>(3 * (rank + 1) + 2 * (j % 5));
+  }
+  EXPECT_EQ(wrong, 0u) << "reduce_scatter in bf16: elements not the exact integer sum";
+  std::vector<float> tie_got(64);
+  CHECK_CUDA(cudaMemcpy(tie_got.data(), tie, 64 * 4, cudaMemcpyDeviceToHost));
+  EXPECT_EQ(std::count(tie_got.begin(), tie_got.end(), 1.0f), 64) << "1 + 2^-8 in bf16 is 1";
+  for (float* p : {buffer, send, recv, tie}) CHECK_CUDA(cudaFree(p));
+  CHECK_CUDA(cudaStreamDestroy(stream));
 }
 
 }  // namespace

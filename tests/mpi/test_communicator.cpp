@@ -155,6 +155,46 @@ TEST(MpiCommunicator, ReduceScatterIsExact) {
   expect_exact<float>(recv, reduce_scatter_expected, "reduce_scatter");
 }
 
+// The bf16 sums. Each rank adds 2^-10 to the integer values above: bf16 (8 significant
+// bits) rounds it away from every integer from 1 to 255, so the exact integer sums come
+// back if, and only if, each rank's values were rounded to bf16 before they were summed.
+constexpr float kBelowBf16 = 0x1p-10f;
+
+TEST(MpiCommunicator, AllreduceInBf16RoundsEachRanksValues) {
+  MpiCommunicator comm(MPI_COMM_WORLD, kTimeoutS);
+  const size_t elems = 10007;
+  std::vector<float> buffer(elems);
+  for (size_t i = 0; i < elems; ++i)
+    buffer[i] = static_cast<float>((world_rank() + 1) * (i % 7 + 1)) + kBelowBf16;
+  comm.finish(comm.start_allreduce_in_bf16(buffer.data(), elems, "test"));
+  expect_exact<float>(buffer, [](size_t i) { return rank_sum() * static_cast<float>(i % 7 + 1); },
+                      "allreduce in bf16");
+  const std::vector<CollectiveRecord> records = comm.take_records();
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_EQ(records[0].payload_bytes, elems * 2) << "bf16 collectives send 2 bytes per element";
+}
+
+// 1 + 2^-8 lies half-way between the bf16 values 1 and 1 + 2^-7 and rounds to the even 1:
+// a sum that kept fp32 partial sums would return 1 + 2^-8.
+TEST(MpiCommunicator, AllreduceInBf16RoundsEveryPartialSum) {
+  MpiCommunicator comm(MPI_COMM_WORLD, kTimeoutS);
+  const size_t elems = 64;
+  const float own = world_rank() == 0 ? 1.0f : world_rank() == 1 ? 0x1p-8f : 0.0f;
+  std::vector<float> buffer(elems, own);
+  comm.finish(comm.start_allreduce_in_bf16(buffer.data(), elems, "test"));
+  expect_exact<float>(buffer, [](size_t) { return 1.0f; }, "allreduce in bf16, a tie");
+}
+
+TEST(MpiCommunicator, ReduceScatterInBf16RoundsEachRanksValues) {
+  MpiCommunicator comm(MPI_COMM_WORLD, kTimeoutS);
+  const size_t recv_elems = 2053;
+  std::vector<float> send = reduce_scatter_input(recv_elems);
+  for (float& value : send) value += kBelowBf16;
+  std::vector<float> recv(recv_elems, -1.0f);
+  comm.finish(comm.start_reduce_scatter_in_bf16(send.data(), recv.data(), recv_elems, "test"));
+  expect_exact<float>(recv, reduce_scatter_expected, "reduce_scatter in bf16");
+}
+
 float allgather_value(int owner, size_t i) {
   return static_cast<float>(owner * 100000 + static_cast<int>(i));
 }
@@ -246,6 +286,13 @@ TEST(MpiCommunicator, CollectivesLargerThanOneCallAreCutIntoPieces) {
   comm.start_reduce_scatter(scatter_send.data(), scatter_recv.data(), elems, "pieces");
   comm.start_allgather(gather_send.data(), gather_recv.data(), elems, "pieces");
   comm.start_allgather(own_chunk, gather_in_place.data(), elems, "pieces");
+  // Small values: every partial sum of these is an integer below 256, exact in bf16.
+  std::vector<float> sum_bf16(elems);
+  for (size_t i = 0; i < elems; ++i)
+    sum_bf16[i] = static_cast<float>((world_rank() + 1) * static_cast<int>(i % 7 + 1)) + kBelowBf16;
+  std::vector<float> scatter_recv_bf16(elems, -1.0f);
+  comm.start_allreduce_in_bf16(sum_bf16.data(), elems, "pieces");
+  comm.start_reduce_scatter_in_bf16(scatter_send.data(), scatter_recv_bf16.data(), elems, "pieces");
   comm.finish_all();
 
   expect_exact<float>(sum, [](size_t i) { return rank_sum() * static_cast<float>(i + 1); }, "allreduce float in pieces");
@@ -253,6 +300,9 @@ TEST(MpiCommunicator, CollectivesLargerThanOneCallAreCutIntoPieces) {
                        "allreduce double in pieces");
   expect_exact<float>(broadcast, [](size_t i) { return static_cast<float>(i * 3); }, "broadcast in pieces");
   expect_exact<float>(scatter_recv, reduce_scatter_expected, "reduce_scatter in pieces");
+  expect_exact<float>(sum_bf16, [](size_t i) { return rank_sum() * static_cast<float>(i % 7 + 1); },
+                      "allreduce in bf16 in pieces");
+  expect_exact<float>(scatter_recv_bf16, reduce_scatter_expected, "reduce_scatter in bf16 in pieces");
   const auto gathered = [&](size_t i) { return allgather_value(static_cast<int>(i / elems), i % elems); };
   expect_exact<float>(gather_recv, gathered, "allgather out of place in pieces");
   expect_exact<float>(gather_in_place, gathered, "allgather in place in pieces");

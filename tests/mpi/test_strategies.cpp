@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 #include <string>
@@ -112,6 +113,48 @@ std::vector<StrategyCase> all_cases() {
 
 INSTANTIATE_TEST_SUITE_P(AllStrategies, StrategyEquivalence, ::testing::ValuesIn(all_cases()),
                          [](const auto& info) { return info.param.label(); });
+
+// --grad-reduce bf16 rounds each rank's gradients and every partial sum to bf16, a
+// relative error of 2^-9 per rounding. AdamW's step is lr * m/sqrt(v), so a gradient off
+// by a relative e moves its parameter by about lr * e per step. Where the ranks'
+// contributions to a gradient nearly cancel, though, the rounded sum can be off by more
+// than the sum itself, and AdamW turns a flipped sign into a whole step of lr: at 2 and 4
+// ranks about 0.2 % of the parameters end up near lr apart. So the test bounds
+//   - the 99th percentile of |bf16 - reference| by kSteps * lr * 2^-5 (measured: 1.7e-5 at
+//     2 ranks, 2.6e-5 at 4, against 1.6e-4): a misplaced or missing sum moves most
+//     parameters by about lr per step;
+//   - every parameter by 2 * kSteps * lr, the most two AdamW runs can drift apart;
+//   - at one rank, where nothing can cancel, every parameter by the percentile's bound
+//     (measured 7.2e-6).
+constexpr double kLearningRate = 1e-3;  // make_config's --lr
+constexpr double kBf16TypicalAtol = kSteps * kLearningRate * 0x1p-5;
+constexpr double kBf16WorstAtol = 2.0 * kSteps * kLearningRate;
+
+TEST(GradReduceBf16, EveryStrategyStaysWithinBf16RoundingOfTheOneRankRun) {
+  const std::vector<float>& ref = reference_parameters();
+  for (const char* strategy : {"ddp", "zero2"}) {
+    for (const char* overlap : {"off", "on"}) {
+      RunConfig config = make_config(strategy, overlap, 1, 0.002);
+      config.grad_reduce = Precision::bf16;
+      const std::vector<float> bf16 = train(config, MPI_COMM_WORLD);
+      const std::string label = std::string(strategy) + "+overlap " + overlap + ", --grad-reduce bf16 at " +
+                                std::to_string(world_size()) + " ranks";
+      ASSERT_EQ(bf16.size(), ref.size());
+      std::vector<double> diffs(bf16.size());
+      for (size_t i = 0; i < bf16.size(); ++i) diffs[i] = std::fabs(static_cast<double>(bf16[i]) - ref[i]);
+      std::sort(diffs.begin(), diffs.end());
+      const double q99 = diffs[diffs.size() * 99 / 100], worst = diffs.back();
+      EXPECT_LE(q99, kBf16TypicalAtol) << label << ": 99th percentile of the differences";
+      EXPECT_LE(worst, world_size() == 1 ? kBf16TypicalAtol : kBf16WorstAtol) << label << ": largest difference";
+      // The rounding happened: most parameters differ from the fp32 run of the same world.
+      config.grad_reduce = Precision::fp32;
+      const std::vector<float> fp32 = train(config, MPI_COMM_WORLD);
+      size_t differing = 0;
+      for (size_t i = 0; i < fp32.size(); ++i) differing += fp32[i] != bf16[i];
+      EXPECT_GT(differing, fp32.size() / 2) << label << ": parameters that differ from the fp32 run";
+    }
+  }
+}
 
 TEST(StrategyEquivalence, StrategiesMatchEachOther) {
   const std::vector<float> ddp = train(make_config("ddp", "on", 1, 0.01), MPI_COMM_WORLD);

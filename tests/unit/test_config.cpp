@@ -85,12 +85,14 @@ TEST(Config, DefaultsResolveFromThePreset) {
 TEST(Config, OverridesWin) {
   const RunConfig c = parse({"--model", "gpt2-small", "--layers", "3", "--hidden", "128", "--heads", "8",
                              "--seq", "64", "--attention", "bidirectional", "--strategy", "zero2",
-                             "--overlap", "on", "--global-batch", "8"});
+                             "--overlap", "on", "--global-batch", "8", "--grad-reduce", "bf16"});
   EXPECT_EQ(c.shape.layers, 3);
   EXPECT_EQ(c.shape.channels, 128);
   EXPECT_FALSE(c.shape.causal);
   EXPECT_EQ(c.strategy, Strategy::zero2);
   EXPECT_TRUE(c.overlap);
+  EXPECT_EQ(c.grad_reduce, Precision::bf16);
+  EXPECT_EQ(parse({}).grad_reduce, Precision::fp32);
   EXPECT_EQ(c.scaling, Scaling::strong);
 }
 
@@ -125,6 +127,7 @@ TEST(Config, BadInputNamesTheOptionAndValue) {
                      {"--token-file /nonexistent/tokens.bin"});
   expect_usage_error({"--precision", "bf16"}, {"--precision bf16", "cpu"});
   expect_usage_error({"--bucket-mb", "0"}, {"--bucket-mb 0"});
+  expect_usage_error({"--grad-reduce", "fp16"}, {"--grad-reduce fp16"});
 }
 
 TEST(Config, KernelProfileIsRefusedOnTheCpuAndItsWindowChecked) {
@@ -171,7 +174,7 @@ TEST(Config, HashSeesEveryOption) {
 TEST(Config, HelpComesFromTheDeclarations) {
   const std::string help = train_help();
   for (const char* option : {"--model", "--global-batch", "--batch-per-rank", "--grad-accum", "--strategy",
-                             "--overlap", "--bucket-mb", "--check-every", "--config", "--token-file",
+                             "--overlap", "--bucket-mb", "--grad-reduce", "--check-every", "--config", "--token-file",
                              "--profile-kernels", "--profile-window"})
     EXPECT_NE(help.find(option), std::string::npos) << option;
 }

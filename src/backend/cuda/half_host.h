@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "backend/cuda/bf16_host.h"
+#include "core/bf16_host.h"
 #include "config/run_config.h"
 
 namespace scalestudy {

@@ -1,7 +1,8 @@
 #pragma once
 // bf16 on the host: the bit-level conversions that copy_to_host / copy_from_host apply to
-// bf16 activations, and that tests use to give the CPU reference the same inputs as the
-// GPU. Round to nearest even, as __float2bfloat16_rn does on the device; NaN stays NaN.
+// bf16 activations, that the MPI communicator's bf16 sums use, and that tests use to give
+// the CPU reference the same inputs as the GPU. Round to nearest even, as
+// __float2bfloat16_rn does on the device; NaN stays NaN.
 #include <cstdint>
 #include <cstring>
 
