@@ -43,6 +43,7 @@ NcclCommunicator::NcclCommunicator(MPI_Comm comm, cudaStream_t compute_stream, d
   CHECK_MPI(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, mpi_comm_));
   CHECK_NCCL(ncclCommInitRank(&nccl_, world_size_, id, rank_));
   CHECK_CUDA(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
+  CHECK_CUDA(cudaStreamCreateWithFlags(&marker_stream_, cudaStreamNonBlocking));
   CHECK_CUDA(cudaMalloc(&device_barrier_, sizeof(int)));
   CHECK_CUDA(cudaMemset(device_barrier_, 0, sizeof(int)));
   device_doubles_elems_ = 64;
@@ -62,6 +63,7 @@ NcclCommunicator::~NcclCommunicator() {
   cudaFree(device_barrier_);
   cudaFree(wire_);
   cudaStreamDestroy(comm_stream_);
+  cudaStreamDestroy(marker_stream_);
   ncclCommDestroy(nccl_);
   MPI_Comm_free(&mpi_comm_);
 }
@@ -94,6 +96,7 @@ CommHandle NcclCommunicator::launch(CollectiveKind kind, const std::string& phas
   entry.payload_bytes = payload_bytes;
   entry.epoch = epoch_;
   entry.begin = take_event();
+  entry.enqueued = take_event();
   entry.end = take_event();
   cudaEvent_t ready = take_event();
   // The hand-off: the comm stream starts only after everything compute has issued so far.
@@ -105,7 +108,16 @@ CommHandle NcclCommunicator::launch(CollectiveKind kind, const std::string& phas
     std::lock_guard<std::mutex> lock(mutex_);
     in_flight_.push_back(entry);
   }
-  nccl_call();
+  // Recorded on the idle marker stream, the event passes at about the moment the host has
+  // enqueued the collective's first operation: a call of several operations marks it
+  // after the first; for one operation, the mark after the call is that moment.
+  bool marked = false;
+  const auto first_enqueued = [&] {
+    if (!marked) CHECK_CUDA(cudaEventRecord(entry.enqueued, marker_stream_));
+    marked = true;
+  };
+  nccl_call(first_enqueued);
+  first_enqueued();
   CHECK_CUDA(cudaEventRecord(entry.end, comm_stream_));
   free_events_.push_back(ready);  // reusable once recorded: later waits use their own copy
   payload_bytes_by_kind_[static_cast<int>(kind)] += payload_bytes;
@@ -113,7 +125,7 @@ CommHandle NcclCommunicator::launch(CollectiveKind kind, const std::string& phas
 }
 
 CommHandle NcclCommunicator::start_allreduce(float* buffer, size_t elems, const std::string& phase) {
-  return launch(CollectiveKind::allreduce, phase, elems * sizeof(float), [&] {
+  return launch(CollectiveKind::allreduce, phase, elems * sizeof(float), [&](const auto&) {
     CHECK_NCCL(ncclAllReduce(buffer, buffer, elems, ncclFloat, ncclSum, nccl_, comm_stream_));
   });
 }
@@ -131,10 +143,11 @@ void* NcclCommunicator::wire_buffer(size_t elems) {
 
 CommHandle NcclCommunicator::start_allreduce_in_bf16(float* buffer, size_t elems, const std::string& phase) {
   auto* wire = static_cast<__nv_bfloat16*>(wire_buffer(std::min(elems, kWirePieceElems)));
-  return launch(CollectiveKind::allreduce, phase, elems * 2, [&] {
+  return launch(CollectiveKind::allreduce, phase, elems * 2, [&](const auto& first_enqueued) {
     for (size_t offset = 0; offset < elems; offset += kWirePieceElems) {
       const size_t piece = std::min(kWirePieceElems, elems - offset);
       cuda::launch_cast(comm_stream_, wire, buffer + offset, piece);
+      first_enqueued();
       CHECK_NCCL(ncclAllReduce(wire, wire, piece, ncclBfloat16, ncclSum, nccl_, comm_stream_));
       cuda::launch_cast(comm_stream_, buffer + offset, wire, piece);
     }
@@ -146,12 +159,13 @@ CommHandle NcclCommunicator::start_reduce_scatter_in_bf16(const float* send, flo
   const size_t world = static_cast<size_t>(world_size_);
   const size_t piece_limit = std::min(recv_elems, kWirePieceElems);
   auto* wire = static_cast<__nv_bfloat16*>(wire_buffer(piece_limit * world));
-  return launch(CollectiveKind::reduce_scatter, phase, recv_elems * world * 2, [&] {
+  return launch(CollectiveKind::reduce_scatter, phase, recv_elems * world * 2, [&](const auto& first_enqueued) {
     for (size_t offset = 0; offset < recv_elems; offset += kWirePieceElems) {
       const size_t piece = std::min(kWirePieceElems, recv_elems - offset);
       // Piece `offset` of every rank's chunk, side by side as NCCL's send layout wants.
       for (size_t r = 0; r < world; ++r)
         cuda::launch_cast(comm_stream_, wire + r * piece, send + r * recv_elems + offset, piece);
+      first_enqueued();
       __nv_bfloat16* own = wire + static_cast<size_t>(rank_) * piece;  // in place
       CHECK_NCCL(ncclReduceScatter(wire, own, piece, ncclBfloat16, ncclSum, nccl_, comm_stream_));
       cuda::launch_cast(comm_stream_, recv + offset, own, piece);
@@ -166,9 +180,11 @@ CommHandle NcclCommunicator::start_allreduce(double* host_buffer, size_t elems, 
     device_doubles_elems_ = elems;
     CHECK_CUDA(cudaMalloc(&device_doubles_, elems * sizeof(double)));
   }
-  const CommHandle handle = launch(CollectiveKind::allreduce, phase, elems * sizeof(double), [&] {
+  const CommHandle handle = launch(CollectiveKind::allreduce, phase, elems * sizeof(double),
+                                   [&](const auto& first_enqueued) {
     CHECK_CUDA(cudaMemcpyAsync(device_doubles_, host_buffer, elems * sizeof(double), cudaMemcpyHostToDevice,
                                comm_stream_));
+    first_enqueued();
     CHECK_NCCL(ncclAllReduce(device_doubles_, device_doubles_, elems, ncclDouble, ncclSum, nccl_, comm_stream_));
   });
   std::lock_guard<std::mutex> lock(mutex_);
@@ -180,26 +196,26 @@ CommHandle NcclCommunicator::start_allreduce(double* host_buffer, size_t elems, 
 
 CommHandle NcclCommunicator::start_reduce_scatter(const float* send, float* recv, size_t recv_elems,
                                                   const std::string& phase) {
-  return launch(CollectiveKind::reduce_scatter, phase, recv_elems * world_size_ * sizeof(float), [&] {
+  return launch(CollectiveKind::reduce_scatter, phase, recv_elems * world_size_ * sizeof(float), [&](const auto&) {
     CHECK_NCCL(ncclReduceScatter(send, recv, recv_elems, ncclFloat, ncclSum, nccl_, comm_stream_));
   });
 }
 
 CommHandle NcclCommunicator::start_allgather(const float* send, float* recv, size_t send_elems,
                                              const std::string& phase) {
-  return launch(CollectiveKind::allgather, phase, send_elems * world_size_ * sizeof(float), [&] {
+  return launch(CollectiveKind::allgather, phase, send_elems * world_size_ * sizeof(float), [&](const auto&) {
     CHECK_NCCL(ncclAllGather(send, recv, send_elems, ncclFloat, nccl_, comm_stream_));
   });
 }
 
 CommHandle NcclCommunicator::start_broadcast(float* buffer, size_t elems, int root, const std::string& phase) {
-  return launch(CollectiveKind::broadcast, phase, elems * sizeof(float), [&] {
+  return launch(CollectiveKind::broadcast, phase, elems * sizeof(float), [&](const auto&) {
     CHECK_NCCL(ncclBroadcast(buffer, buffer, elems, ncclFloat, root, nccl_, comm_stream_));
   });
 }
 
 CommHandle NcclCommunicator::start_barrier(const std::string& phase) {
-  return launch(CollectiveKind::barrier, phase, 0, [&] {
+  return launch(CollectiveKind::barrier, phase, 0, [&](const auto&) {
     CHECK_NCCL(ncclAllReduce(device_barrier_, device_barrier_, 1, ncclInt, ncclSum, nccl_, comm_stream_));
   });
 }
@@ -260,13 +276,17 @@ std::vector<CollectiveRecord> NcclCommunicator::take_records() {
     record.kind = entry.kind;
     record.phase = entry.phase;
     record.payload_bytes = entry.payload_bytes;
-    record.begin_s = elapsed_s(entry.epoch, entry.begin);
     record.end_s = elapsed_s(entry.epoch, entry.end);
+    // The comm stream passes `begin` once compute has handed over; when it was idle, that
+    // can be before the host had enqueued the collective, so the later of the two counts.
+    record.begin_s = std::min(record.end_s, std::max(elapsed_s(entry.epoch, entry.begin),
+                                                     elapsed_s(entry.epoch, entry.enqueued)));
     record.wait_begin_s = elapsed_s(entry.epoch, entry.wait_begin);
     record.wait_end_s = elapsed_s(entry.epoch, entry.wait_end);
     records.push_back(record);
     in_flight_.pop_front();
-    for (cudaEvent_t event : {entry.begin, entry.end, entry.wait_begin, entry.wait_end}) free_events_.push_back(event);
+    for (cudaEvent_t event : {entry.begin, entry.enqueued, entry.end, entry.wait_begin, entry.wait_end})
+      free_events_.push_back(event);
     if (entry.epoch != epoch_ && std::none_of(in_flight_.begin(), in_flight_.end(),
                                               [&](const InFlight& e) { return e.epoch == entry.epoch; }) &&
         std::find(free_events_.begin(), free_events_.end(), entry.epoch) == free_events_.end())

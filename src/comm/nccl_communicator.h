@@ -11,11 +11,12 @@
 //             runs the NCCL call, records `end`. The host returns at once.
 //
 //   `begin` is passed as soon as the comm stream reaches it. When the comm stream is idle
-//   that can be before the host has finished enqueuing the NCCL call, so the interval
-//   then includes the host's enqueue time; the kernel profile (--profile-kernels) shows
-//   how much. Holding the stream until the enqueue returns (a stream wait on a host word
-//   set after ncclAllReduce) hung the 2-GPU tests under NCCL 2.28: its enqueue seems to
-//   wait for the stream.
+//   that can be before the host has enqueued the NCCL call, whose kernel then starts
+//   later. So an `enqueued` event is also recorded, on an idle stream of its own, right
+//   after the host has enqueued the collective's first operation, and the record's begin
+//   is the later of the two. (Holding the comm stream until the enqueue returns, with a
+//   stream wait on a host word set after ncclAllReduce, hung the 2-GPU tests under NCCL
+//   2.28: its enqueue seems to wait for the stream.)
 //   finish:   the compute stream waits for `end` (recording `wait_begin`/`wait_end`
 //             around the wait); the host returns at once.
 //
@@ -94,7 +95,7 @@ class NcclCommunicator final : public Communicator {
     CollectiveKind kind = CollectiveKind::barrier;
     std::string phase;
     size_t payload_bytes = 0;
-    cudaEvent_t begin = nullptr, end = nullptr;
+    cudaEvent_t begin = nullptr, enqueued = nullptr, end = nullptr;
     cudaEvent_t wait_begin = nullptr, wait_end = nullptr;  // null until finish()
     cudaEvent_t epoch = nullptr;  // the step origin in force when it started
     std::chrono::steady_clock::time_point started_at{};
@@ -117,6 +118,7 @@ class NcclCommunicator final : public Communicator {
   ncclComm_t nccl_ = nullptr;
   cudaStream_t compute_stream_;
   cudaStream_t comm_stream_ = nullptr;
+  cudaStream_t marker_stream_ = nullptr;  // only ever records the `enqueued` events
   cudaEvent_t epoch_ = nullptr;
   std::vector<cudaEvent_t> all_events_, free_events_;
   double* device_doubles_ = nullptr;
