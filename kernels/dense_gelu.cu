@@ -53,7 +53,7 @@ bool dense_backward_through_gelu(EpilogueGemm& epilogue_gemm, cublasHandle_t han
                                          in_channels, out_channels))
     return false;
   launch_matmul_parameter_gradients(handle, stream, dweight, dbias, dout, act, rows, in_channels,
-                                    out_channels, scratch, scratch_elems, &epilogue_gemm);
+                                    out_channels, scratch, scratch_elems);
   return true;
 }
 

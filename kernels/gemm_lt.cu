@@ -50,11 +50,8 @@ EpilogueGemm::~EpilogueGemm() {
 // inp^T[IC, N]: A is the row-major [OC, IC] weight seen as [IC, OC] (op T), and the bias
 // runs along OC, the rows of out^T, which is what the epilogue broadcasts. The input
 // gradient computes dpre^T[IC, N] = W^T[IC, OC] · dout^T[OC, N]: A is the weight as is (op
-// N). The auxiliary matrix (pre^T) has D's shape and leading dimension. The weight
-// gradient computes dweight^T[IC, OC] += inp^T[IC, N] · dout[N, OC]: A is inp as is (op N),
-// B is dout^T [OC, N] (op T), D is fp32, and BGRADB sums op(B) over k (the rows) into the
-// bias gradient. Split-K may reduce in fp32 only (the compute type), never in a 16-bit
-// output type.
+// N). The auxiliary matrix (pre^T) has D's shape and leading dimension. Split-K may reduce
+// in fp32 only (the compute type), never in the 16-bit output type.
 EpilogueGemm::Plan* EpilogueGemm::plan_for(Epilogue epilogue, cudaDataType_t type, int m, int n,
                                            int k) {
   for (Plan& plan : plans_)
@@ -62,31 +59,23 @@ EpilogueGemm::Plan* EpilogueGemm::plan_for(Epilogue epilogue, cudaDataType_t typ
         plan.k == k)
       return plan.usable ? &plan : nullptr;
   Plan plan{epilogue, type, m, n, k};
-  const bool bias_gradient = epilogue == Epilogue::bias_gradient;
-  const bool transposed_a = epilogue == Epilogue::bias || epilogue == Epilogue::gelu_aux_bias;
+  const bool transposed_a = epilogue != Epilogue::dgelu;
   cublasLtEpilogue_t kind = CUBLASLT_EPILOGUE_BIAS;
   if (epilogue == Epilogue::gelu_aux_bias) kind = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
   if (epilogue == Epilogue::dgelu) kind = CUBLASLT_EPILOGUE_DGELU;
-  if (bias_gradient) kind = CUBLASLT_EPILOGUE_BGRADB;
   CHECK_CUBLAS(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA,
                 cublasOperation_t{transposed_a ? CUBLAS_OP_T : CUBLAS_OP_N});
-  set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB,
-                cublasOperation_t{bias_gradient ? CUBLAS_OP_T : CUBLAS_OP_N});
+  set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, cublasOperation_t{CUBLAS_OP_N});
   set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, kind);
-  if (epilogue == Epilogue::gelu_aux_bias || epilogue == Epilogue::dgelu)
+  if (epilogue != Epilogue::bias)
     set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, int64_t{m});
-  if (bias_gradient) set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, cudaDataType_t{CUDA_R_32F});
   if (transposed_a)
     CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&plan.a_layout, type, k, m, k));
   else
     CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&plan.a_layout, type, m, k, m));
-  if (bias_gradient)
-    CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&plan.b_layout, type, n, k, n));
-  else
-    CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&plan.b_layout, type, k, n, k));
-  CHECK_CUBLAS(
-      cublasLtMatrixLayoutCreate(&plan.d_layout, bias_gradient ? CUDA_R_32F : type, m, n, m));
+  CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&plan.b_layout, type, k, n, k));
+  CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&plan.d_layout, type, m, n, m));
 
   cublasLtMatmulPreference_t preference = nullptr;
   CHECK_CUBLAS(cublasLtMatmulPreferenceCreate(&preference));
@@ -118,11 +107,9 @@ EpilogueGemm::Plan* EpilogueGemm::plan_for(Epilogue epilogue, cudaDataType_t typ
   return plans_.back().usable ? &plans_.back() : nullptr;
 }
 
-// D is passed as C too: with beta = 0 cuBLASLt never reads it, with beta = 1 it
-// accumulates into it.
-void EpilogueGemm::run(Plan& plan, cudaStream_t stream, const void* a, const void* b, void* d,
-                       float beta) {
-  const float alpha = 1.0f;
+// beta = 0, so D is only written: it is passed as C too, which cuBLASLt then never reads.
+void EpilogueGemm::run(Plan& plan, cudaStream_t stream, const void* a, const void* b, void* d) {
+  const float alpha = 1.0f, beta = 0.0f;
   CHECK_CUBLAS(cublasLtMatmul(handle_, plan.desc, &alpha, a, plan.a_layout, b, plan.b_layout,
                               &beta, d, plan.d_layout, d, plan.d_layout, &plan.algo, workspace_,
                               kWorkspaceBytes, stream));
@@ -165,20 +152,6 @@ bool EpilogueGemm::gelu_input_gradient(cudaStream_t stream, cudaDataType_t type,
   if (plan == nullptr) return false;
   set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, pre);
   run(*plan, stream, weight, dout, dpre);
-  return true;
-}
-
-bool EpilogueGemm::weight_gradient_with_bias(cudaStream_t stream, cudaDataType_t type,
-                                             float* dweight, float* dbias, const void* dout,
-                                             const void* inp, int rows, int in_channels,
-                                             int out_channels) {
-  if (!aligned(dweight) || !aligned(dbias) || !aligned(dout) || !aligned(inp) ||
-      !shape_allowed(in_channels, out_channels, rows) || out_channels % kAlignedColumns != 0)
-    return false;
-  Plan* plan = plan_for(Epilogue::bias_gradient, type, in_channels, out_channels, rows);
-  if (plan == nullptr) return false;
-  set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<void*>(dbias));
-  run(*plan, stream, inp, dout, dweight, 1.0f);
   return true;
 }
 

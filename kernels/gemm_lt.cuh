@@ -56,17 +56,10 @@ class EpilogueGemm {
   bool gelu_input_gradient(cudaStream_t stream, cudaDataType_t type, void* dpre,
                            const void* dout, const void* weight, const void* pre, int rows,
                            int in_channels, int out_channels);
-  // dweight[OC,IC] += dout[N,OC]^T @ inp[N,IC] (fp32, accumulated) and dbias[OC] = the
-  // column sums of dout (fp32, written, not accumulated): the weight gradient with the
-  // bias gradient in its epilogue (BGRADB), so that no pass of its own reads dout.
-  bool weight_gradient_with_bias(cudaStream_t stream, cudaDataType_t type, float* dweight,
-                                 float* dbias, const void* dout, const void* inp, int rows,
-                                 int in_channels, int out_channels);
 
  private:
-  enum class Epilogue { bias, gelu_aux_bias, dgelu, bias_gradient };
-  // One GEMM D[m,n] = op(A)[m,k] · op(B)[k,n] in cuBLAS's column-major terms, D
-  // untransposed; B is transposed for the bias gradient only, whose D is fp32.
+  enum class Epilogue { bias, gelu_aux_bias, dgelu };
+  // One GEMM D[m,n] = op(A)[m,k] · B[k,n] in cuBLAS's column-major terms, B and D untransposed.
   struct Plan {
     Epilogue epilogue;
     cudaDataType_t type;
@@ -78,8 +71,7 @@ class EpilogueGemm {
   };
   // The plan of a usable GEMM, or nullptr where this one declines.
   Plan* plan_for(Epilogue epilogue, cudaDataType_t type, int m, int n, int k);
-  void run(Plan& plan, cudaStream_t stream, const void* a, const void* b, void* d,
-           float beta = 0.0f);
+  void run(Plan& plan, cudaStream_t stream, const void* a, const void* b, void* d);
 
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;

@@ -4,7 +4,6 @@
 #include <initializer_list>
 
 #include "common.cuh"
-#include "elementwise.cuh"
 #include "gemm.cuh"
 #include "gemm_lt.cuh"
 #include "precision.cuh"
@@ -214,21 +213,11 @@ void matmul_forward(cublasHandle_t handle, cudaStream_t stream, T* out, const T*
 //   dout^T with ld OC (op N), dinp is dinp^T with ld IC.
 // dweight^T[IC, OC] += inp^T[IC, N] · dout[N, OC]: inp is inp^T with ld IC (op N), dout
 //   is dout^T with ld OC (op T gives dout), dweight is dweight^T with ld IC.
-// With a gradient_gemm (16-bit only) the bias gradient comes out of the weight
-// gradient's epilogue into scratch, where cuBLASLt takes the shapes, and is added to
-// dbias from there.
 template <class T>
 void matmul_parameter_gradients(cublasHandle_t handle, cudaStream_t stream, float* dweight,
                                 float* dbias, const T* dout, const T* inp, int rows,
                                 int in_channels, int out_channels, float* scratch,
-                                size_t scratch_elems, EpilogueGemm* gradient_gemm = nullptr) {
-  if (dbias != nullptr && gradient_gemm != nullptr && scratch_elems >= size_t(out_channels) &&
-      gradient_gemm->weight_gradient_with_bias(stream, MatmulTypes<T>::activations.ab, dweight,
-                                               scratch, dout, inp, rows, in_channels,
-                                               out_channels)) {
-    launch_accumulate(stream, dbias, scratch, size_t(out_channels));
-    return;
-  }
+                                size_t scratch_elems) {
   gemm(handle, MatmulTypes<T>::weight_gradient, CUBLAS_OP_N, CUBLAS_OP_T, in_channels,
        out_channels, rows, 1.0f, inp, in_channels, dout, out_channels, 1.0f, dweight,
        in_channels);
@@ -243,7 +232,7 @@ template <class T>
 void matmul_backward(cublasHandle_t handle, cudaStream_t stream, T* dinp, float* dweight,
                      float* dbias, const T* dout, const T* inp, const T* weight, int rows,
                      int in_channels, int out_channels, float* scratch, size_t scratch_elems,
-                     bool accumulate_dinp, EpilogueGemm* gradient_gemm = nullptr) {
+                     bool accumulate_dinp) {
   check_operands(handle, stream, rows, in_channels, out_channels,
                  {{dinp, "matmul dinp"}, {dweight, "matmul dweight"}, {dout, "matmul dout"},
                   {inp, "matmul inp"}, {weight, "matmul weight"}});
@@ -251,7 +240,7 @@ void matmul_backward(cublasHandle_t handle, cudaStream_t stream, T* dinp, float*
        out_channels, 1.0f, weight, in_channels, dout, out_channels, dinp_beta(accumulate_dinp),
        dinp, in_channels);
   matmul_parameter_gradients(handle, stream, dweight, dbias, dout, inp, rows, in_channels,
-                             out_channels, scratch, scratch_elems, gradient_gemm);
+                             out_channels, scratch, scratch_elems);
 }
 
 // The 16-bit parameter gradients alone, for a backward whose input gradient another GEMM
@@ -260,7 +249,7 @@ template <class T>
 void matmul_parameter_gradients_16bit(cublasHandle_t handle, cudaStream_t stream, float* dweight,
                                       float* dbias, const T* dout, const T* inp, int rows,
                                       int in_channels, int out_channels, float* scratch,
-                                      size_t scratch_elems, EpilogueGemm* gradient_gemm) {
+                                      size_t scratch_elems) {
   check_operands(handle, stream, rows, in_channels, out_channels,
                  {{dweight, "matmul dweight"}, {dout, "matmul dout"}, {inp, "matmul inp"}});
   SCALESTUDY_CHECK(!needs_padding(out_channels),
@@ -268,7 +257,7 @@ void matmul_parameter_gradients_16bit(cublasHandle_t handle, cudaStream_t stream
   for_each_row_chunk(rows, in_channels, out_channels, [&](int first, int count) {
     matmul_parameter_gradients(handle, stream, dweight, dbias, dout + size_t(first) * out_channels,
                                inp + size_t(first) * in_channels, count, in_channels,
-                               out_channels, scratch, scratch_elems, gradient_gemm);
+                               out_channels, scratch, scratch_elems);
   });
 }
 
@@ -363,11 +352,10 @@ template <class T>
 void matmul_backward_16bit(cublasHandle_t handle, cudaStream_t stream, T* dinp, float* dweight,
                            float* dbias, const T* dout, const T* inp, const T* weight, int rows,
                            int in_channels, int out_channels, float* scratch,
-                           size_t scratch_elems, bool accumulate_dinp,
-                           EpilogueGemm* gradient_gemm) {
+                           size_t scratch_elems, bool accumulate_dinp) {
   if (!needs_padding(out_channels)) {
     matmul_backward(handle, stream, dinp, dweight, dbias, dout, inp, weight, rows, in_channels,
-                    out_channels, scratch, scratch_elems, accumulate_dinp, gradient_gemm);
+                    out_channels, scratch, scratch_elems, accumulate_dinp);
     return;
   }
   check_operands(handle, stream, rows, in_channels, out_channels,
@@ -446,12 +434,12 @@ void matmul_backward_16bit_in_chunks(cublasHandle_t handle, cudaStream_t stream,
                                      float* dweight, float* dbias, const T* dout, const T* inp,
                                      const T* weight, int rows, int in_channels,
                                      int out_channels, float* scratch, size_t scratch_elems,
-                                     bool accumulate_dinp, EpilogueGemm* gradient_gemm) {
+                                     bool accumulate_dinp) {
   for_each_row_chunk(rows, in_channels, out_channels, [&](int first, int count) {
     matmul_backward_16bit(handle, stream, dinp + size_t(first) * in_channels, dweight, dbias,
                           dout + size_t(first) * out_channels, inp + size_t(first) * in_channels,
                           weight, count, in_channels, out_channels, scratch, scratch_elems,
-                          accumulate_dinp, gradient_gemm);
+                          accumulate_dinp);
   });
 }
 
@@ -510,39 +498,35 @@ size_t matmul_backward_scratch_elems_16bit(int rows, int out_channels) {
 void launch_matmul_backward(cublasHandle_t handle, cudaStream_t stream, bf16* dinp,
                             float* dweight, float* dbias, const bf16* dout, const bf16* inp,
                             const bf16* weight, int rows, int in_channels, int out_channels,
-                            float* scratch, size_t scratch_elems, bool accumulate_dinp,
-                            EpilogueGemm* gradient_gemm) {
+                            float* scratch, size_t scratch_elems, bool accumulate_dinp) {
   matmul_backward_16bit_in_chunks(handle, stream, dinp, dweight, dbias, dout, inp, weight, rows,
                                   in_channels, out_channels, scratch, scratch_elems,
-                                  accumulate_dinp, gradient_gemm);
+                                  accumulate_dinp);
 }
 
 void launch_matmul_backward(cublasHandle_t handle, cudaStream_t stream, fp16* dinp,
                             float* dweight, float* dbias, const fp16* dout, const fp16* inp,
                             const fp16* weight, int rows, int in_channels, int out_channels,
-                            float* scratch, size_t scratch_elems, bool accumulate_dinp,
-                            EpilogueGemm* gradient_gemm) {
+                            float* scratch, size_t scratch_elems, bool accumulate_dinp) {
   matmul_backward_16bit_in_chunks(handle, stream, dinp, dweight, dbias, dout, inp, weight, rows,
                                   in_channels, out_channels, scratch, scratch_elems,
-                                  accumulate_dinp, gradient_gemm);
+                                  accumulate_dinp);
 }
 
 void launch_matmul_parameter_gradients(cublasHandle_t handle, cudaStream_t stream,
                                        float* dweight, float* dbias, const bf16* dout,
                                        const bf16* inp, int rows, int in_channels,
-                                       int out_channels, float* scratch, size_t scratch_elems,
-                                       EpilogueGemm* gradient_gemm) {
+                                       int out_channels, float* scratch, size_t scratch_elems) {
   matmul_parameter_gradients_16bit(handle, stream, dweight, dbias, dout, inp, rows, in_channels,
-                                   out_channels, scratch, scratch_elems, gradient_gemm);
+                                   out_channels, scratch, scratch_elems);
 }
 
 void launch_matmul_parameter_gradients(cublasHandle_t handle, cudaStream_t stream,
                                        float* dweight, float* dbias, const fp16* dout,
                                        const fp16* inp, int rows, int in_channels,
-                                       int out_channels, float* scratch, size_t scratch_elems,
-                                       EpilogueGemm* gradient_gemm) {
+                                       int out_channels, float* scratch, size_t scratch_elems) {
   matmul_parameter_gradients_16bit(handle, stream, dweight, dbias, dout, inp, rows, in_channels,
-                                   out_channels, scratch, scratch_elems, gradient_gemm);
+                                   out_channels, scratch, scratch_elems);
 }
 
 int padded_logits_row_elems(int vocab) { return padded_columns_of(vocab); }

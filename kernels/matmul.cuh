@@ -40,8 +40,7 @@ void launch_matmul_forward(cublasHandle_t handle, cudaStream_t stream, __half* o
 size_t matmul_backward_scratch_elems(int rows, int out_channels);
 // dinp += dout @ weight (accumulate_dinp) or dinp = dout @ weight (dinp not read);
 // dweight += dout^T @ inp; dbias += column sums of dout (dbias may be null, and then
-// nothing is reduced). In 16 bits, with a gradient_gemm, the column sums come out of the
-// weight gradient's cuBLASLt epilogue where the shapes allow (gemm_lt.cuh).
+// nothing is reduced).
 void launch_matmul_backward(cublasHandle_t handle, cudaStream_t stream, float* dinp,
                             float* dweight, float* dbias, const float* dout, const float* inp,
                             const float* weight, int rows, int in_channels, int out_channels,
@@ -53,13 +52,11 @@ void launch_matmul_backward(cublasHandle_t handle, cudaStream_t stream, __nv_bfl
                             float* dweight, float* dbias, const __nv_bfloat16* dout,
                             const __nv_bfloat16* inp, const __nv_bfloat16* weight, int rows,
                             int in_channels, int out_channels, float* scratch,
-                            size_t scratch_elems, bool accumulate_dinp,
-                            EpilogueGemm* gradient_gemm);
+                            size_t scratch_elems, bool accumulate_dinp);
 void launch_matmul_backward(cublasHandle_t handle, cudaStream_t stream, __half* dinp,
                             float* dweight, float* dbias, const __half* dout, const __half* inp,
                             const __half* weight, int rows, int in_channels, int out_channels,
-                            float* scratch, size_t scratch_elems, bool accumulate_dinp,
-                            EpilogueGemm* gradient_gemm);
+                            float* scratch, size_t scratch_elems, bool accumulate_dinp);
 
 // The parameter gradients of the 16-bit backward without its input gradient, for a
 // backward that computes that elsewhere: dweight += dout^T @ inp, dbias += column sums of
@@ -68,13 +65,11 @@ void launch_matmul_backward(cublasHandle_t handle, cudaStream_t stream, __half* 
 void launch_matmul_parameter_gradients(cublasHandle_t handle, cudaStream_t stream,
                                        float* dweight, float* dbias, const __nv_bfloat16* dout,
                                        const __nv_bfloat16* inp, int rows, int in_channels,
-                                       int out_channels, float* scratch, size_t scratch_elems,
-                                       EpilogueGemm* gradient_gemm);
+                                       int out_channels, float* scratch, size_t scratch_elems);
 void launch_matmul_parameter_gradients(cublasHandle_t handle, cudaStream_t stream,
                                        float* dweight, float* dbias, const __half* dout,
                                        const __half* inp, int rows, int in_channels,
-                                       int out_channels, float* scratch, size_t scratch_elems,
-                                       EpilogueGemm* gradient_gemm);
+                                       int out_channels, float* scratch, size_t scratch_elems);
 
 // The tied LM head of the classifier in 16 bits, on logits whose rows are
 // padded_logits_row_elems(vocab) elements apart (a multiple of 8, so that the GEMMs stay on

@@ -543,37 +543,6 @@ TEST_P(CudaOpsHalf, BiasEpilogueTakesTheGpt2Shapes) {
   }
 }
 
-// GPT-2's weight gradients take their bias gradient from cuBLASLt's BGRADB epilogue (no
-// column-sum kernels): the epilogue must accept their shapes, accumulate the weight
-// gradient and write the bias gradient (which starts as NaN here).
-TEST_P(CudaOpsHalf, BiasGradientEpilogueTakesTheGpt2Shapes) {
-  cuda::EpilogueGemm gradient_gemm;
-  cudaStream_t stream = nullptr;
-  CHECK_CUBLAS(cublasGetStream(gpu_->cublas_handle(), &stream));
-  const cudaDataType_t type = precision_ == Precision::fp16 ? CUDA_R_16F : CUDA_R_16BF;
-  const int N = 256;
-  for (const auto& [in_channels, out_channels] :
-       std::vector<std::pair<int, int>>{{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}}) {
-    const std::string label = " (" + std::to_string(in_channels) + "->" +
-                              std::to_string(out_channels) + ")";
-    const auto inp = rounded(random_floats(size_t(N) * in_channels, 47));
-    const auto dout = rounded(random_floats(size_t(N) * out_channels, 48));
-    const auto weight = rounded(random_floats(size_t(out_channels) * in_channels, 49));
-    auto dweight = random_floats(size_t(out_channels) * in_channels, 50);
-    std::vector<float> dbias(size_t(out_channels), 0.0f), dinp(size_t(N) * in_channels);
-    float* d_dweight = upload(dweight);
-    float* d_dbias = upload(std::vector<float>(size_t(out_channels), NAN));
-    ASSERT_TRUE(gradient_gemm.weight_gradient_with_bias(stream, type, d_dweight, d_dbias,
-                                                        activation(dout), activation(inp), N,
-                                                        in_channels, out_channels))
-        << "cuBLASLt declined the bias-gradient epilogue" << label;
-    cpu_.matmul_backward(dinp.data(), dweight.data(), dbias.data(), dout.data(), inp.data(),
-                         weight.data(), N, in_channels, out_channels, GradientWrite::overwrite);
-    expect_close("bias-gradient epilogue dweight" + label, d_dweight, dweight, kFp32DotProduct);
-    expect_close("bias-gradient epilogue dbias" + label, d_dbias, dbias, kColumnSum);
-  }
-}
-
 TEST_P(CudaOpsHalfShapes, Attention) {
   const OpShape s = shape();
   const size_t N = s.rows(), C = s.channels, T = s.seq;

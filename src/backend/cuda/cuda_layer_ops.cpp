@@ -145,7 +145,7 @@ void CudaOps::matmul_backward(float* dinp, float* dweight, float* dbias, const f
       cuda::launch_matmul_backward(cublas_, stream_, as<Half>(dinp), dweight, dbias,
                                    as<Half>(dout), as<Half>(inp), as<Half>(weight_copy), rows,
                                    in_channels, out_channels, scratch, scratch_elems_,
-                                   accumulate_dinp, epilogue_gemm_.get());
+                                   accumulate_dinp);
     });
     return;
   }
