@@ -10,7 +10,7 @@ ldd "$binary" | grep "not found" && echo "missing libraries" | tee -a "$out/mach
 
 if [ "${TESTS:-1}" = 1 ]; then
 echo "== GPU tests" | tee "$out/gpu-tests.log"
-for test in test_cuda_ops test_cuda_ops_bf16; do
+for test in test_cuda_ops test_cuda_ops_bf16 test_cuda_ops_half_gpt2; do
   $mpirun -np 1 "$bundle/$test" 2>&1 | tee -a "$out/gpu-tests.log" | grep -E "PASSED|FAILED|SKIPPED|tests ran"
 done
 if [ "$gpus" -ge 2 ]; then

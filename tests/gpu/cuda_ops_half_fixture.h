@@ -1,0 +1,339 @@
+#pragma once
+// The fixture of the 16-bit CUDA suites (test_cuda_ops_bf16.cpp and
+// test_cuda_ops_half_gpt2.cpp): the tolerances, each derived next to its name, and a
+// CudaOps in bf16 or fp16 with the helpers that round like its storage.
+//
+// Inputs that the GPU stores in 16 bits are rounded to that type on the host first, so the
+// CPU reference computes from exactly the values the GPU holds. What remains is the GPU's
+// own rounding. bf16 keeps 8 significant bits: rounding to nearest has relative error at
+// most u = 2^-8 = 3.9e-3, and 1 ulp is at most 2^-7 = 7.8e-3 relative. fp16 keeps 11:
+// u = 2^-11 = 4.9e-4, 1 ulp <= 2^-10 = 9.8e-4 relative, for normal numbers (from 2^-14 =
+// 6.1e-5); below that fp16's subnormals are spaced 2^-24 = 6.0e-8 apart, an absolute
+// error. Each check below is |gpu - cpu| <= atol + rtol*|cpu| against the CPU's fp32
+// result, with the bound derived next to its name. Outputs are NaN-poisoned and gradients
+// start from a shared random prior, as in test_cuda_ops.cpp, so unwritten elements and
+// overwriting backwards fail.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <functional>
+#include <iostream>
+#include <limits>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "backend/cuda/half_host.h"
+#include "core/check.h"
+#include "cuda_test_support.h"
+#include "gemm_lt.cuh"
+
+namespace scalestudy::gpu_test {
+
+// ---- tolerances that do not depend on the storage type -----------------------------------
+// Measured for bf16 on an H200 (sm_90, CUDA 13.0): every per-op check used at most 0.39 of
+// its bound (the pure-rounding ones sit at u/1e-2 = 0.39: no result landed on a
+// neighbouring bf16 value); the bf16 model's loss was within 1.5e-5 of the fp32 CPU's, its
+// gradients within 7.7e-3 norm-wise (block0.ln1.weight the worst). fp16's bounds are
+// bf16's divided by 8 = 2^(11-8) wherever the storage rounding sets them, so the same
+// derivation leaves the same margins. The fp16 suite passed on an H200 at d418548f457c
+// (docs/measurements/2026-11-22-h200x2-fp16); its margins were not recorded separately.
+//
+// Compared with gpu == round(cpu) in the storage type: ops whose fp32 arithmetic is the
+// same sequence of operations on both sides, rounded once on the GPU (embedding, residual,
+// accumulate, the cross-entropy backward); and fp32 results whose fp32 counterparts are
+// bit-identical (the embedding gradients, summed in the CPU's order from the same values).
+constexpr Tolerance kBitExact{0.0, 0.0};
+// fp32 results of identical 16-bit inputs keep the fp32 suite's bounds (test_cuda_ops.cpp
+// explains them): LayerNorm mean/rstd, LayerNorm and matmul bias gradients, cross-entropy
+// losses (log-sum-exp in double of the stored logits). Weight gradients are fp32 GEMMs of
+// 16-bit operands: the products (8x8 or 11x11 significant bits) are exact in fp32 and the
+// tensor cores accumulate in fp32, so the fp32 dot-product bound applies.
+constexpr Tolerance kRowStatistics{1e-6, 1e-6};
+constexpr Tolerance kColumnSum{5e-5, 1e-5};
+constexpr Tolerance kSoftmax{1e-7, 2e-6};
+constexpr Tolerance kFp32DotProduct{5e-5, 1e-5};
+// Whole-model sums in double of 16-bit values: as the fp32 suite (1e-11 of sum|x|).
+constexpr double kDoubleSumRelative = 1e-11;
+// The tanh GELU's slope lies in [-0.129, 1.129]: an error in its input moves its output by
+// at most 1.13 times as much.
+constexpr double kGeluMaxSlope = 1.13;
+
+// ---- tolerances set by the storage type ---------------------------------------------------
+struct HalfTolerances {
+  // One rounding of an fp32 value that differs from the CPU's by a few fp32 ulps (tanhf,
+  // expf, or sums in another order): the nearest or the neighbouring 16-bit value, within
+  // 1 ulp relative (rtol: 1e-2 >= 2^-7 for bf16, 1.25e-3 >= 2^-10 for fp16); atol keeps
+  // the fp32 suite's absolute allowance for results near zero (LayerNorm 1e-6; GELU's
+  // backward 5e-6, where 1 - tanh^2 cancels in fp32 on both sides), which also covers
+  // fp16's subnormal spacing (6e-8).
+  Tolerance rounding;
+  Tolerance gelu_backward;
+  // Probabilities (attention, cross-entropy): one rounding of a value within a few fp32
+  // ulps of the CPU's, rtol as above; atol only for probabilities below the normal range:
+  // bf16 has fp32's range (1e-30 covers underflow), fp16's subnormals below 6.1e-5 are
+  // 2^-24 = 5.96e-8 apart (atol 6e-8 = one subnormal step).
+  Tolerance probability;
+  // Attention output: the GPU multiplies V by the 16-bit-rounded probabilities, each off
+  // by u relative, so |error| <= u*sum_t2 p*|v| <= u*max|v| = u for v in [-1, 1], plus the
+  // final rounding: atol >= u (5e-3 for bf16, 6.25e-4 for fp16), rtol as `rounding`.
+  Tolerance attention_out;
+  // 16-bit GEMM results (matmul out and dinp, attention dqkv): an fp32 dot product rounded
+  // once (u relative to the result), but also intermediate roundings that are relative to
+  // a term rather than to the result: the GEMM output before the bias add (u*|x.w|, with
+  // |x.w| <= |out| + |bias|), dS before the dQ/dK GEMMs (u*sum|dS||K|), and (bf16 only;
+  // the fp16 handle keeps them in fp32) split-K partial sums reduced in the output type.
+  // So atol is relative to the tensor's scale, max|ref|: 2.56u of it (1e-2 for bf16,
+  // 1.25e-3 for fp16); a wrong index or a lost accumulation is O(1) of it.
+  double gemm_scaled_atol;
+  double gemm_rtol;
+  // Whole model (2 layers, GPT-2 initialisation) against the fp32 CPU model: ~20 ops,
+  // each adding roundings of about u relative to its outputs. The loss must agree to
+  // model_loss_relative; each parameter tensor's gradient to model_gradient_norm_relative
+  // in norm, ||g - g_ref|| / ||g_ref|| (element-wise bounds mean little after 20
+  // roundings; a wrong or missing term changes the norm at O(1)).
+  double model_loss_relative;
+  double model_gradient_norm_relative;
+  // The model's backward runs with loss_scale = model_loss_scale / (batch*seq), on the CPU
+  // as on the GPU (the norm-wise comparison does not depend on it). fp16 scales by 2^10,
+  // as the trainer's loss scaling would: unscaled, this small model's activation
+  // gradients (~1e-5) would sit in fp16's subnormals, where the storage keeps absolute
+  // rather than relative precision; scaled they are ~1e-2, and the largest (dlogits) ~20.
+  float model_loss_scale;
+};
+
+constexpr HalfTolerances kBf16Tolerances{
+    /*rounding=*/{1e-6, 1e-2},
+    /*gelu_backward=*/{5e-6, 1e-2},
+    /*probability=*/{1e-30, 1e-2},
+    /*attention_out=*/{5e-3, 1e-2},
+    /*gemm_scaled_atol=*/1e-2,
+    /*gemm_rtol=*/1e-2,
+    /*model_loss_relative=*/1e-2,
+    /*model_gradient_norm_relative=*/5e-2,
+    /*model_loss_scale=*/1.0f,
+};
+
+constexpr HalfTolerances kFp16Tolerances{
+    /*rounding=*/{1e-6, 1.25e-3},
+    /*gelu_backward=*/{5e-6, 1.25e-3},
+    /*probability=*/{6e-8, 1.25e-3},
+    /*attention_out=*/{6.25e-4, 1.25e-3},
+    /*gemm_scaled_atol=*/1.25e-3,
+    /*gemm_rtol=*/1.25e-3,
+    /*model_loss_relative=*/1.25e-3,
+    /*model_gradient_norm_relative=*/6.25e-3,
+    /*model_loss_scale=*/1024.0f,
+};
+
+inline const HalfTolerances& tolerances_of(Precision precision) {
+  return precision == Precision::fp16 ? kFp16Tolerances : kBf16Tolerances;
+}
+
+inline double max_abs(const std::vector<float>& values) {
+  double largest = 0.0;
+  for (float value : values) largest = std::max(largest, double{std::fabs(value)});
+  return largest;
+}
+
+inline const char* storage_name(Precision precision) { return precision_name(precision); }
+
+// A CudaOps in one of the 16-bit modes, with the helpers that round like its storage.
+class CudaOpsHalfTest : public gpu_test::CudaOpsFixture {
+ protected:
+  explicit CudaOpsHalfTest(Precision precision)
+      : CudaOpsFixture(precision), tol_(tolerances_of(precision)) {}
+
+  // The values the 16-bit storage holds for `values`.
+  std::vector<float> rounded(std::vector<float> values) const {
+    for (float& value : values) value = round_to_storage(precision_, value);
+    return values;
+  }
+  Tolerance gemm_tolerance(const std::vector<float>& ref) const {
+    return Tolerance{tol_.gemm_scaled_atol * max_abs(ref), tol_.gemm_rtol};
+  }
+  // The GELU of a GEMM result x, or the GELU's derivative times one: x's error (within
+  // gemm_tolerance, at most (gemm_scaled_atol + gemm_rtol) * max|x|) reaches the result at
+  // most kGeluMaxSlope times larger - relative to x's scale, not to the result's, which is
+  // ~100 times smaller than x past x = -3 - and the result is rounded once more (gemm_rtol).
+  // The fused path's GELU takes x before its 16-bit rounding, the plain path after it: both
+  // lie within this.
+  Tolerance gelu_of_gemm_tolerance(const std::vector<float>& gemm_ref) const {
+    return Tolerance{kGeluMaxSlope * (tol_.gemm_scaled_atol + tol_.gemm_rtol) * max_abs(gemm_ref),
+                     tol_.gemm_rtol};
+  }
+  std::string name() const { return storage_name(precision_); }
+
+  // A 16-bit activation buffer holding `values` (which should already be rounded).
+  float* activation(const std::vector<float>& values) {
+    return upload(values, MemoryKind::activations);
+  }
+  float* poisoned_activation(size_t elems) { return poisoned(elems, MemoryKind::activations); }
+  // The check, printing how much of the bound the worst element used.
+  void expect_close(const std::string& what, const float* device, const std::vector<float>& ref,
+                    Tolerance tolerance) {
+    const auto result = all_close(what, download(device, ref.size()), ref, tolerance);
+    EXPECT_TRUE(result);
+    if (result)
+      std::cout << "  " << name() << " " << what << ": worst error/bound " << result.message()
+                << "\n";
+  }
+
+  // LayerNorm forward and backward, both ways of writing dinp, against the CPU at one
+  // [rows, channels] shape.
+  void check_layernorm(int N, int C, const std::string& shape_label) {
+    const auto inp = rounded(random_floats(size_t(N) * C, 20, -3.0f, 5.0f));
+    const auto weight = random_floats(C, 21, 0.5f, 1.5f), bias = random_floats(C, 22);
+    std::vector<float> out(inp.size()), mean(N), rstd(N);
+    float *d_out = poisoned_activation(out.size()), *d_mean = poisoned(N), *d_rstd = poisoned(N);
+    const float *d_inp = activation(inp), *d_weight = upload(weight);
+    cpu_.layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), weight.data(), bias.data(), N, C);
+    gpu_->layernorm_forward(d_out, d_mean, d_rstd, d_inp, d_weight, upload(bias), N, C);
+    expect_close("layernorm out" + shape_label, d_out, out, tol_.rounding);
+    expect_close("layernorm mean" + shape_label, d_mean, mean, kRowStatistics);
+    expect_close("layernorm rstd" + shape_label, d_rstd, rstd, kRowStatistics);
+
+    const auto dout = rounded(random_floats(inp.size(), 23));
+    for (GradientWrite write : kGradientWrites) {
+      const std::string label = shape_label + write_label(write);
+      auto dinp = rounded(random_floats(inp.size(), 24));
+      auto dweight = random_floats(C, 25), dbias = random_floats(C, 26);
+      float* d_dinp =
+          write == GradientWrite::accumulate ? activation(dinp) : poisoned_activation(dinp.size());
+      float *d_dweight = upload(dweight), *d_dbias = upload(dbias);
+      cpu_.layernorm_backward(dinp.data(), dweight.data(), dbias.data(), dout.data(), inp.data(),
+                              weight.data(), mean.data(), rstd.data(), N, C, write);
+      gpu_->layernorm_backward(d_dinp, d_dweight, d_dbias, activation(dout), d_inp, d_weight,
+                               upload(mean), upload(rstd), N, C, write);
+      expect_close("layernorm dinp" + label, d_dinp, dinp, tol_.rounding);
+      expect_close("layernorm dweight" + label, d_dweight, dweight, kColumnSum);
+      expect_close("layernorm dbias" + label, d_dbias, dbias, kColumnSum);
+    }
+  }
+
+  // The cross-entropy forward and backward (out of place and in place) against the CPU
+  // on [N, V] logits.
+  void check_cross_entropy(int N, int V, const std::string& label) {
+    const auto logits = rounded(random_floats(size_t(N) * V, 70, -6.0f, 6.0f));
+    const auto targets = random_ids(N, 71, V);
+    std::vector<float> losses(N), row_stats(2 * size_t(N));
+    float* d_losses = gpu_->allocate_statistics(N);
+    float* d_stats = gpu_->allocate_statistics(row_stats.size());
+    owned_.push_back(d_losses);
+    owned_.push_back(d_stats);
+    float* d_logits = activation(logits);
+    const int32_t* d_targets = upload(targets);
+    cpu_.softmax_cross_entropy_forward(losses.data(), row_stats.data(), logits.data(), targets.data(), N, V);
+    gpu_->softmax_cross_entropy_forward(d_losses, d_stats, d_logits, d_targets, N, V);
+    expect_close("cross-entropy losses" + label, d_losses, losses, kSoftmax);
+    expect_close("cross-entropy row max and 1/sum" + label, d_stats, row_stats, kSoftmax);
+
+    // The gradient is computed in fp32 from the stored logits and rounded once: the nearest
+    // or the neighbouring 16-bit value of the CPU's, as for a probability.
+    const float loss_scale = 1.0f / static_cast<float>(N);
+    std::vector<float> dlogits(logits.size());
+    float* d_dlogits = poisoned_activation(logits.size());
+    cpu_.softmax_cross_entropy_backward(dlogits.data(), logits.data(), row_stats.data(), targets.data(), N, V,
+                                        loss_scale);
+    gpu_->softmax_cross_entropy_backward(d_dlogits, d_logits, d_stats, d_targets, N, V, loss_scale);
+    expect_close("cross-entropy dlogits" + label, d_dlogits, dlogits, tol_.probability);
+    gpu_->softmax_cross_entropy_backward(d_logits, d_logits, d_stats, d_targets, N, V, loss_scale);
+    expect_close("cross-entropy dlogits in place" + label, d_logits, download(d_dlogits, logits.size()), kBitExact);
+  }
+
+  // GPT-2's MLP, C -> 4C -> C on N rows, through the dense-GELU pair against the CPU's (its
+  // defaults, the plain ops): the forward of the first layer, and the second layer's
+  // backward through the GELU. Weights sit at offsets in the parameters, as the model's do,
+  // scaled by 1/sqrt(fan-in) so that the GELU's input spreads over its curved part (about
+  // [-3, 3]) rather than its linear tails. Everything the ops write starts as NaN, the
+  // parameter gradients from a random prior. Returns how many of the two calls ran a GELU
+  // epilogue.
+  size_t check_dense_gelu(int N, int C, const std::string& label) {
+    const int H = 4 * C;
+    const size_t fc_weight_at = 8, fc_bias_at = fc_weight_at + size_t(H) * C;
+    const size_t proj_weight_at = fc_bias_at + H, proj_bias_at = proj_weight_at + size_t(C) * H;
+    std::vector<float> params(proj_bias_at + C, 0.0f);
+    auto fill = [&](size_t at, size_t elems, uint64_t seed, float bound) {
+      const auto values = rounded(random_floats(elems, seed, -bound, bound));
+      std::copy(values.begin(), values.end(), params.begin() + at);
+    };
+    fill(fc_weight_at, size_t(H) * C, 80, 2.0f / std::sqrt(float(C)));
+    fill(fc_bias_at, H, 81, 0.5f);
+    fill(proj_weight_at, size_t(C) * H, 82, 2.0f / std::sqrt(float(H)));
+    fill(proj_bias_at, C, 83, 0.5f);
+    float* d_params = upload(params, MemoryKind::parameters);
+    gpu_->parameters_changed(d_params, 0, params.size());
+    const size_t before = gpu_->gelu_epilogue_gemms();
+
+    const auto inp = rounded(random_floats(size_t(N) * C, 84));
+    std::vector<float> pre(size_t(N) * H), out(pre.size());
+    float *d_pre = poisoned_activation(pre.size()), *d_out = poisoned_activation(pre.size());
+    cpu_.dense_gelu_forward(pre.data(), out.data(), inp.data(), params.data() + fc_weight_at,
+                            params.data() + fc_bias_at, N, C, H);
+    gpu_->dense_gelu_forward(d_pre, d_out, activation(inp), d_params + fc_weight_at,
+                             d_params + fc_bias_at, N, C, H);
+    expect_close("dense gelu pre" + label, d_pre, pre, gemm_tolerance(pre));
+    expect_close("dense gelu out" + label, d_out, out, gelu_of_gemm_tolerance(pre));
+
+    // Both sides go backward from the same 16-bit pre and act = gelu(pre).
+    const auto pre_stored = rounded(pre);
+    std::vector<float> act(pre.size());
+    cpu_.gelu_forward(act.data(), pre_stored.data(), act.size());
+    act = rounded(act);
+    const auto dout = rounded(random_floats(size_t(N) * C, 85));
+    const float* proj_weight = params.data() + proj_weight_at;
+    // The gradient of act that the GELU's derivative multiplies, for the tolerance's scale.
+    std::vector<float> dact(act.size()), unused_dweight(size_t(C) * H);
+    cpu_.matmul_backward(dact.data(), unused_dweight.data(), nullptr, dout.data(), act.data(),
+                         proj_weight, N, H, C, GradientWrite::overwrite);
+    std::vector<float> dpre(pre.size()), scratch(pre.size());
+    auto dweight = random_floats(size_t(C) * H, 86), dbias = random_floats(C, 87);
+    float *d_dpre = poisoned_activation(pre.size()), *d_scratch = poisoned_activation(pre.size());
+    float *d_dweight = upload(dweight), *d_dbias = upload(dbias);
+    cpu_.dense_backward_through_gelu(dpre.data(), dweight.data(), dbias.data(), dout.data(),
+                                     act.data(), pre_stored.data(), proj_weight, N, H, C,
+                                     scratch.data());
+    gpu_->dense_backward_through_gelu(d_dpre, d_dweight, d_dbias, activation(dout), activation(act),
+                                      activation(pre_stored), d_params + proj_weight_at, N, H, C,
+                                      d_scratch);
+    expect_close("dense gelu dpre" + label, d_dpre, dpre, gelu_of_gemm_tolerance(dact));
+    expect_close("dense gelu dweight" + label, d_dweight, dweight, kFp32DotProduct);
+    expect_close("dense gelu dbias" + label, d_dbias, dbias, kColumnSum);
+    return gpu_->gelu_epilogue_gemms() - before;
+  }
+
+  const HalfTolerances& tol_;
+};
+
+class CudaOpsBf16 : public CudaOpsHalfTest {
+ protected:
+  CudaOpsBf16() : CudaOpsHalfTest(Precision::bf16) {}
+};
+
+// WithParamInterface comes first so that GetParam() is usable in the constructor.
+class CudaOpsHalf : public ::testing::WithParamInterface<Precision>, public CudaOpsHalfTest {
+ protected:
+  CudaOpsHalf() : CudaOpsHalfTest(GetParam()) {}
+};
+
+class CudaOpsHalfShapes : public ::testing::WithParamInterface<std::tuple<Precision, OpShape>>,
+                          public CudaOpsHalfTest {
+ protected:
+  CudaOpsHalfShapes() : CudaOpsHalfTest(std::get<0>(GetParam())) {}
+  OpShape shape() const { return std::get<1>(GetParam()); }
+};
+
+constexpr Precision kHalfPrecisions[] = {Precision::bf16, Precision::fp16};
+
+// CudaOpsHalfShapes' test names: the storage, then the shape (bf16_medium).
+inline std::string half_shape_test_name(
+    const ::testing::TestParamInfo<std::tuple<Precision, OpShape>>& info) {
+  return std::string(storage_name(std::get<0>(info.param))) + "_" + std::get<1>(info.param).name;
+}
+
+}  // namespace scalestudy::gpu_test

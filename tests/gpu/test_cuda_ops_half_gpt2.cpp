@@ -1,0 +1,398 @@
+// The 16-bit CUDA suites at GPT-2's sizes: LayerNorm at the model widths, the
+// cross-entropy at GPT-2's vocabulary, the bias and GELU epilogues of cuBLASLt at GPT-2's
+// dense shapes, and, with SCALESTUDY_GPU_TIMING=1, the timings of GPT-2 small's ops. The
+// tolerances and the fixture are those of test_cuda_ops_bf16.cpp (cuda_ops_half_fixture.h).
+#include "cuda_ops_half_fixture.h"
+
+namespace scalestudy::gpu_test {
+namespace {
+
+// The kernels hold a row in registers up to 8 packs per lane (C <= 2048 in 16 bits), with
+// kernels compiled per pack count, and fall back to a block per row beyond: GPT-2's
+// widths (768, 1024, 1280, 1600), the widest register row (2048, whose backward needs
+// more than 48 KB of shared memory) and the first width past it. 70 rows leave the last
+// chunk of 32 rows partly empty.
+TEST_P(CudaOpsHalf, LayerNormAtModelWidths) {
+  for (int channels : {768, 1024, 1280, 1600, 2048, 2056})
+    check_layernorm(70, channels, " (C=" + std::to_string(channels) + ")");
+}
+
+// GPT-2's dense layers take their bias in cuBLASLt's epilogue (no bias kernel): the
+// epilogue must accept their shapes, or the step silently keeps the slower fallback.
+// Where the operands are not 16-byte aligned it declines, and the GEMM-then-bias path
+// (the Matmul test's tiny shape) runs instead.
+TEST_P(CudaOpsHalf, BiasEpilogueTakesTheGpt2Shapes) {
+  cuda::EpilogueGemm bias_gemm;
+  cudaStream_t stream = nullptr;
+  CHECK_CUBLAS(cublasGetStream(gpu_->cublas_handle(), &stream));
+  const cudaDataType_t type = precision_ == Precision::fp16 ? CUDA_R_16F : CUDA_R_16BF;
+  const int N = 256;
+  for (const auto& [in_channels, out_channels] :
+       std::vector<std::pair<int, int>>{{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}}) {
+    const std::string label = " (" + std::to_string(in_channels) + "->" +
+                              std::to_string(out_channels) + ")";
+    const auto inp = rounded(random_floats(size_t(N) * in_channels, 37));
+    const auto weight = rounded(random_floats(size_t(out_channels) * in_channels, 38));
+    const auto bias = rounded(random_floats(size_t(out_channels), 39));
+    std::vector<float> out(size_t(N) * out_channels);
+    float* d_out = poisoned_activation(out.size());
+    float* d_bias = activation(bias);  // a 16-bit bias, as the parameters' copy holds it
+    ASSERT_TRUE(bias_gemm.forward(stream, type, d_out, activation(inp), activation(weight), d_bias,
+                                  N, in_channels, out_channels))
+        << "cuBLASLt declined the bias epilogue" << label;
+    cpu_.matmul_forward(out.data(), inp.data(), weight.data(), bias.data(), N, in_channels, out_channels);
+    expect_close("bias epilogue out" + label, d_out, out, gemm_tolerance(out));
+    const auto* misaligned_bias = reinterpret_cast<const char*>(d_bias) + 2;
+    EXPECT_FALSE(bias_gemm.forward(stream, type, d_out, activation(inp), activation(weight),
+                                   misaligned_bias, N, in_channels, out_channels))
+        << "a bias 2 bytes off 16-byte alignment must be declined" << label;
+  }
+}
+
+// GPT-2's vocabulary on enough rows that each row gets one warp, whose row spans many
+// chunks of loads (the running max moves between them), at every alignment of a row.
+TEST_P(CudaOpsHalf, SoftmaxCrossEntropyAtGpt2Vocabulary) {
+  check_cross_entropy(4096, 50257, " (4096 x 50257)");
+}
+
+// ---- timings (SCALESTUDY_GPU_TIMING=1) ----------------------------------------------------
+
+// Median milliseconds per call of `work` over 5 trials of `reps` calls, after one warm-up
+// trial, timed with events on the compute stream.
+double median_ms(CudaOps& ops, int reps, const std::function<void()>& work) {
+  cudaEvent_t begin, end;
+  EXPECT_EQ(cudaEventCreate(&begin), cudaSuccess);
+  EXPECT_EQ(cudaEventCreate(&end), cudaSuccess);
+  std::vector<double> trials;
+  for (int trial = 0; trial < 6; ++trial) {
+    cudaEventRecord(begin, ops.stream());
+    for (int r = 0; r < reps; ++r) work();
+    cudaEventRecord(end, ops.stream());
+    cudaEventSynchronize(end);
+    float ms = 0.0f;
+    cudaEventElapsedTime(&ms, begin, end);
+    if (trial > 0) trials.push_back(ms / reps);
+  }
+  cudaEventDestroy(begin);
+  cudaEventDestroy(end);
+  std::sort(trials.begin(), trials.end());
+  std::cout << "    (spread " << trials.front() << " .. " << trials.back() << " ms)";
+  return trials[trials.size() / 2];
+}
+
+// GPT-2 small (124M) at batch 8, seq 1024: the forward + backward of one micro-batch in
+// the 16-bit precision (and, in the bf16 instance, fp32), and the 16-bit ops one by one.
+TEST_P(CudaOpsHalf, Gpt2SmallTimings) {
+  const char* enabled = std::getenv("SCALESTUDY_GPU_TIMING");
+  if (enabled == nullptr || std::string(enabled) != "1")
+    GTEST_SKIP() << "set SCALESTUDY_GPU_TIMING=1 to time GPT-2 small";
+  const ModelShape shape{12, 768, 12, 50257, 1024, true};
+  const int B = 8, T = 1024, N = B * T, C = 768, V = 50257;
+  const auto inputs = random_ids(size_t(N), 100, V), targets = random_ids(size_t(N), 101, V);
+  const float loss_scale = tol_.model_loss_scale / static_cast<float>(N);
+  std::vector<Precision> precisions{precision_};
+  if (precision_ == Precision::bf16) precisions.push_back(Precision::fp32);
+  for (Precision precision : precisions) {
+    CudaOps ops(0, precision);
+    const ParameterLayout layout = make_parameter_layout(shape);
+    Gpt model(ops, shape, B, T, layout.param_elems);
+    model.initialize(1);
+    ops.parameters_changed(model.params(), 0, layout.param_elems);
+    float* grads = ops.allocate_floats(layout.param_elems, MemoryKind::gradients);
+    ops.fill_zero(grads, layout.param_elems);
+    FullGradient sink(layout, grads);
+    const std::string mode = storage_name(precision);
+    std::cout << "  " << mode << " forward";
+    const double forward_ms =
+        median_ms(ops, 1, [&] { model.forward(inputs.data(), targets.data(), nullptr); });
+    std::cout << "\n  " << mode << " forward+backward";
+    const double step_ms = median_ms(ops, 1, [&] {
+      model.forward(inputs.data(), targets.data(), nullptr);
+      model.backward(sink, loss_scale);
+    });
+    // A whole ddp step on one GPU: zeroed gradients, the gradient norm, AdamW, and the
+    // refresh of the parameters' 16-bit copy.
+    float* m = ops.allocate_floats(layout.param_elems, MemoryKind::optimizer);
+    float* v = ops.allocate_floats(layout.param_elems, MemoryKind::optimizer);
+    ops.fill_zero(m, layout.param_elems);
+    ops.fill_zero(v, layout.param_elems);
+    AdamWParams hyper;
+    hyper.learning_rate = 1e-4f;
+    std::cout << "\n  " << mode << " full step";
+    const double full_ms = median_ms(ops, 1, [&] {
+      ops.fill_zero(grads, layout.param_elems);
+      model.forward(inputs.data(), targets.data(), nullptr);
+      model.backward(sink, loss_scale);
+      (void)ops.sum_of_squares(grads, layout.param_elems);
+      ops.adamw_update(model.params(), grads, m, v, layout.param_elems, hyper);
+      ops.parameters_changed(model.params(), 0, layout.param_elems);
+    });
+    std::cout << "\n  " << mode << ": forward " << forward_ms << " ms, forward+backward " << step_ms
+              << " ms = " << N / (step_ms * 1e-3) << " tokens/s; full step " << full_ms
+              << " ms = " << N / (full_ms * 1e-3) << " tokens/s (loss " << model.mean_loss()
+              << ")\n";
+    ops.release(m);
+    ops.release(v);
+    ops.release(grads);
+  }
+
+  // The 16-bit ops at GPT-2 small shapes.
+  CudaOps& ops = *gpu_;
+  auto act = [&](size_t elems) {
+    float* p = ops.allocate_floats(elems, MemoryKind::activations);
+    owned_.push_back(p);
+    ops.fill_zero(p, elems);
+    return p;
+  };
+  auto fp32 = [&](size_t elems, MemoryKind kind) {
+    float* p = ops.allocate_floats(elems, kind);
+    owned_.push_back(p);
+    ops.fill_zero(p, elems);
+    return p;
+  };
+  const size_t NC = size_t(N) * C, param_elems = size_t(V) * C + 4 * C;
+  float* params = fp32(param_elems, MemoryKind::parameters);
+  ops.parameters_changed(params, 0, param_elems);
+  float* grads = fp32(param_elems, MemoryKind::gradients);
+  float *x = act(NC), *y = act(NC), *wide = act(4 * NC), *wide2 = act(4 * NC);
+  float *qkv = act(3 * NC), *dqkv = act(3 * NC), *probs = act(size_t(B) * 12 * T * T);
+  float *logits = act(size_t(N) * V), *dlogits = act(size_t(N) * V), *scratch_weight = act(size_t(V) * C);
+  float* padded_logits = ops.allocate_logits(N, V);
+  owned_.push_back(padded_logits);
+  float *stats = ops.allocate_statistics(2 * size_t(N)), *losses = ops.allocate_statistics(N);
+  owned_.push_back(stats);
+  owned_.push_back(losses);
+  int32_t* d_targets = ops.allocate_ints(N, MemoryKind::activations);
+  owned_.push_back(d_targets);
+  ops.copy_ints_from_host(d_targets, targets.data(), N);
+  const AttentionShape att{B, T, C, 12, true};
+  // The backward ops write their input gradients as the model's step does.
+  constexpr GradientWrite kFirst = GradientWrite::overwrite;
+  struct Timed {
+    const char* name;
+    int reps;
+    std::function<void()> work;
+  };
+  const std::vector<Timed> timed = {
+      {"matmul fwd 768->2304", 10, [&] { ops.matmul_forward(qkv, x, params, params + 1, N, C, 3 * C); }},
+      {"matmul bwd 768->2304", 10, [&] { ops.matmul_backward(x, grads, grads + 1, qkv, x, params, N, C, 3 * C, kFirst); }},
+      {"matmul fwd 768->3072", 10, [&] { ops.matmul_forward(wide, x, params, params + 1, N, C, 4 * C); }},
+      {"matmul bwd 768->3072", 10, [&] { ops.matmul_backward(x, grads, grads + 1, wide, x, params, N, C, 4 * C, kFirst); }},
+      {"matmul fwd 3072->768", 10, [&] { ops.matmul_forward(x, wide, params, params + 1, N, 4 * C, C); }},
+      {"matmul bwd 3072->768", 10, [&] { ops.matmul_backward(wide, grads, grads + 1, x, wide, params, N, 4 * C, C, kFirst); }},
+      {"matmul fwd 768->768", 10, [&] { ops.matmul_forward(y, x, params, params + 1, N, C, C); }},
+      {"matmul fwd LM head", 3, [&] { ops.matmul_forward(logits, x, params, nullptr, N, C, V); }},
+      {"matmul bwd LM head", 3, [&] { ops.matmul_backward(x, grads, nullptr, dlogits, x, params, N, C, V, kFirst); }},
+      {"attention fwd", 5, [&] { ops.attention_forward(y, probs, qkv, att); }},
+      {"attention bwd", 5, [&] { ops.attention_backward(dqkv, y, qkv, y, probs, att, kFirst); }},
+      {"layernorm fwd", 10, [&] { ops.layernorm_forward(y, stats, stats + N, x, params, params, N, C); }},
+      {"layernorm bwd", 10, [&] { ops.layernorm_backward(x, grads, grads + C, y, x, params, stats, stats + N, N, C, kFirst); }},
+      {"gelu fwd", 10, [&] { ops.gelu_forward(wide2, wide, 4 * NC); }},
+      {"gelu bwd", 10, [&] { ops.gelu_backward(wide2, wide, wide, 4 * NC, kFirst); }},
+      {"residual fwd", 10, [&] { ops.residual_forward(y, x, y, NC); }},
+      {"fill_zero 4NC", 10, [&] { ops.fill_zero(wide, 4 * NC); }},
+      {"cross-entropy fwd", 3, [&] { ops.softmax_cross_entropy_forward(losses, stats, logits, d_targets, N, V); }},
+      {"cross-entropy bwd", 3, [&] { ops.softmax_cross_entropy_backward(dlogits, logits, stats, d_targets, N, V, loss_scale); }},
+      {"classifier fwd (padded logits)", 3, [&] { ops.classifier_forward(losses, stats, padded_logits, x, params, d_targets, N, C, V); }},
+      {"classifier bwd (padded logits)", 3, [&] { ops.classifier_backward(y, grads, padded_logits, stats, x, params, d_targets, N, C, V, loss_scale, kFirst); }},
+      {"parameters_changed 38.6M (wte + 4C)", 3, [&] { ops.parameters_changed(params, 0, param_elems); }},
+  };
+  for (const Timed& t : timed) {
+    std::cout << "  " << name() << " " << t.name;
+    const double ms = median_ms(ops, t.reps, t.work);
+    std::cout << ": " << ms << " ms\n";
+  }
+
+  // The LM head's rows are V = 50257 16-bit values long, not a multiple of 16 bytes; the
+  // same three GEMMs with rows padded to a multiple of 8 show what that alignment costs.
+  // The buffers are untyped here: only the cuBLAS data type says bf16 or fp16.
+  const int padded_vocab = (V + 7) / 8 * 8;
+  float* padded = act(size_t(N) * padded_vocab);
+  const float one = 1.0f, zero = 0.0f;
+  const cublasHandle_t handle = ops.cublas_handle();
+  const cudaDataType_t half_type = precision_ == Precision::fp16 ? CUDA_R_16F : CUDA_R_16BF;
+  const void* weight = scratch_weight;
+  for (int ld : {V, padded_vocab}) {
+    void* head_out = ld == V ? logits : padded;
+    const void* lnf = x;
+    void* dlnf = y;
+    const std::string label = " (ld " + std::to_string(ld) + ")";
+    std::cout << "  raw GEMM LM head fwd" << label;
+    std::cout << ": " << median_ms(ops, 3, [&] {
+      cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, V, N, C, &one, weight, half_type, C, lnf,
+                   half_type, C, &zero, head_out, half_type, ld, CUBLAS_COMPUTE_32F,
+                   CUBLAS_GEMM_DEFAULT);
+    }) << " ms\n";
+    std::cout << "  raw GEMM LM head dinp" << label;
+    std::cout << ": " << median_ms(ops, 3, [&] {
+      cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, C, N, V, &one, weight, half_type, C,
+                   head_out, half_type, ld, &one, dlnf, half_type, C, CUBLAS_COMPUTE_32F,
+                   CUBLAS_GEMM_DEFAULT);
+    }) << " ms\n";
+    std::cout << "  raw GEMM LM head dweight" << label;
+    std::cout << ": " << median_ms(ops, 3, [&] {
+      cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_T, C, V, N, &one, lnf, half_type, C,
+                   head_out, half_type, ld, &one, grads, CUDA_R_32F, C, CUBLAS_COMPUTE_32F,
+                   CUBLAS_GEMM_DEFAULT);
+    }) << " ms\n";
+  }
+}
+
+// ---- GPT-2's MLP GELU in cuBLASLt's epilogues ---------------------------------------------
+
+// The dense-GELU pair against the CPU at the op shapes. The medium and odd shapes' channels
+// are multiples of 8, which the epilogues need; the tiny shape's (C = 6) are not, so it
+// runs the plain ops, which must agree just as well.
+TEST_P(CudaOpsHalfShapes, DenseGelu) {
+  const OpShape s = shape();
+  const size_t fused = check_dense_gelu(s.rows(), s.channels, "");
+  std::cout << "  " << name() << " GELU epilogue GEMMs: " << fused << " of 2\n";
+  if (s.channels % 8 != 0 || precision_ == Precision::fp16) {
+    EXPECT_EQ(fused, 0u) << "fp16, and channels that are not a multiple of 8, take the plain ops";
+  }
+}
+
+// GPT-2 small's MLP (768 -> 3072 -> 768): in bf16 both ops must run in cuBLASLt's GELU
+// epilogues, or the step silently keeps the GELU kernels and their passes over memory.
+// fp16 keeps the GELU kernels: cuBLASLt's fp16 GELU misses the fp16 rounding
+// (CudaOps::gelu_epilogues_allowed).
+TEST_P(CudaOpsHalf, DenseGeluTakesTheEpiloguesAtGpt2Small) {
+  const size_t expected = precision_ == Precision::bf16 ? 2 : 0;
+  EXPECT_EQ(check_dense_gelu(256, 768, " (GPT-2 small, 256 rows)"), expected)
+      << "bf16 must take both GELU epilogues at GPT-2 small's MLP shape, fp16 neither";
+}
+
+// The two epilogues at GPT-2 small's shapes, on inputs that make every GEMM exact, so that
+// what is left to compare is the GELU itself: one-hot rows pick one weight (plus the bias)
+// as the GELU's input, and a one-hot dout with weights of +-1 makes the derivative's
+// multiplier exactly +-1. The fused GELU must be the tanh approximation (the CPU's); the
+// inputs span [-5, 5], where the erf GELU fails the same checks (its value differs by up
+// to 11 % near x = -3, its slope by more), which the test asserts as well. bf16 only: in
+// fp16 cuBLASLt's GELU misses the fp16 rounding, so the backend keeps fp16 off these
+// epilogues (CudaOps::gelu_epilogues_allowed).
+TEST_F(CudaOpsBf16, GeluEpiloguesTakeTheGpt2ShapesAndAreTheTanhGelu) {
+  cuda::EpilogueGemm epilogue_gemm;
+  cudaStream_t stream = nullptr;
+  CHECK_CUBLAS(cublasGetStream(gpu_->cublas_handle(), &stream));
+  const cudaDataType_t type = precision_ == Precision::fp16 ? CUDA_R_16F : CUDA_R_16BF;
+  const int N = 256, C = 768, H = 4 * C;
+  const size_t NH = size_t(N) * H;
+  const double sqrt_two = std::sqrt(2.0), sqrt_two_pi = std::sqrt(2.0 * std::acos(-1.0));
+  auto erf_gelu = [&](double x) { return 0.5 * x * (1.0 + std::erf(x / sqrt_two)); };
+  auto erf_gelu_slope = [&](double x) {
+    return 0.5 * (1.0 + std::erf(x / sqrt_two)) + x * std::exp(-0.5 * x * x) / sqrt_two_pi;
+  };
+
+  // Forward, 768 -> 3072: pre[n, o] = weight[o, n % C] + bias[o], exact in fp32.
+  std::vector<float> inp(size_t(N) * C, 0.0f);
+  for (int n = 0; n < N; ++n) inp[size_t(n) * C + n % C] = 1.0f;
+  const auto weight = rounded(random_floats(size_t(H) * C, 90, -4.0f, 4.0f));
+  const auto bias = rounded(random_floats(H, 91));
+  std::vector<float> pre(NH);
+  for (int n = 0; n < N; ++n)
+    for (int o = 0; o < H; ++o) pre[size_t(n) * H + o] = weight[size_t(o) * C + n % C] + bias[o];
+  float *d_pre = poisoned_activation(NH), *d_out = poisoned_activation(NH);
+  const float *d_inp = activation(inp), *d_weight = activation(weight), *d_bias = activation(bias);
+  ASSERT_TRUE(epilogue_gemm.gelu_forward(stream, type, d_pre, d_out, d_inp, d_weight, d_bias, N,
+                                         C, H))
+      << "cuBLASLt declined the GELU epilogue (768->3072)";
+  expect_close("GELU epilogue pre (its auxiliary output)", d_pre, rounded(pre), kBitExact);
+  std::vector<float> out(NH), erf_out(NH);
+  cpu_.gelu_forward(out.data(), pre.data(), NH);
+  for (size_t i = 0; i < NH; ++i) erf_out[i] = static_cast<float>(erf_gelu(pre[i]));
+  expect_close("GELU epilogue out", d_out, out, tol_.rounding);
+  EXPECT_FALSE(all_close("erf GELU", rounded(erf_out), out, tol_.rounding))
+      << "these inputs must tell the erf GELU from the tanh GELU";
+  void* misaligned_pre = reinterpret_cast<char*>(d_pre) + 2;
+  EXPECT_FALSE(epilogue_gemm.gelu_forward(stream, type, misaligned_pre, d_out, d_inp, d_weight,
+                                          d_bias, N, C, H))
+      << "an auxiliary output 2 bytes off 16-byte alignment must be declined";
+
+  // The input gradient of 3072 -> 768: dact[n, i] = proj_weight[n % C, i] = +-1.
+  std::vector<float> dout(size_t(N) * C, 0.0f);
+  for (int n = 0; n < N; ++n) dout[size_t(n) * C + n % C] = 1.0f;
+  const auto signs = random_ids(size_t(C) * H, 92, 2);
+  std::vector<float> proj_weight(signs.size());
+  for (size_t i = 0; i < signs.size(); ++i) proj_weight[i] = signs[i] == 0 ? -1.0f : 1.0f;
+  const auto gelu_input = rounded(random_floats(NH, 93, -5.0f, 5.0f));
+  std::vector<float> dact(NH);
+  for (int n = 0; n < N; ++n)
+    std::copy_n(proj_weight.begin() + size_t(n % C) * H, H, dact.begin() + size_t(n) * H);
+  std::vector<float> dpre(NH), erf_dpre(NH);
+  cpu_.gelu_backward(dpre.data(), gelu_input.data(), dact.data(), NH, GradientWrite::overwrite);
+  for (size_t i = 0; i < NH; ++i)
+    erf_dpre[i] = static_cast<float>(erf_gelu_slope(gelu_input[i]) * dact[i]);
+  float* d_dpre = poisoned_activation(NH);
+  const float *d_dout = activation(dout), *d_proj_weight = activation(proj_weight);
+  const float* d_gelu_input = activation(gelu_input);
+  ASSERT_TRUE(epilogue_gemm.gelu_input_gradient(stream, type, d_dpre, d_dout, d_proj_weight,
+                                                d_gelu_input, N, H, C))
+      << "cuBLASLt declined the GELU derivative's epilogue (3072->768)";
+  expect_close("GELU epilogue dpre", d_dpre, dpre, tol_.gelu_backward);
+  EXPECT_FALSE(all_close("erf GELU's derivative", rounded(erf_dpre), dpre, tol_.gelu_backward))
+      << "these inputs must tell the erf GELU's derivative from the tanh GELU's";
+  const void* misaligned_input = reinterpret_cast<const char*>(d_gelu_input) + 2;
+  EXPECT_FALSE(epilogue_gemm.gelu_input_gradient(stream, type, d_dpre, d_dout, d_proj_weight,
+                                                 misaligned_input, N, H, C))
+      << "an auxiliary input 2 bytes off 16-byte alignment must be declined";
+}
+
+// With SCALESTUDY_GPU_TIMING=1: GPT-2 small's MLP at batch 8, seq 1024, through the plain
+// ops and through the dense-GELU pair (per layer; the model has 12).
+TEST_P(CudaOpsHalf, DenseGeluTimings) {
+  const char* enabled = std::getenv("SCALESTUDY_GPU_TIMING");
+  if (enabled == nullptr || std::string(enabled) != "1")
+    GTEST_SKIP() << "set SCALESTUDY_GPU_TIMING=1 to time the MLP's GELU";
+  const int N = 8192, C = 768, H = 4 * C;
+  const size_t NH = size_t(N) * H;
+  const size_t fc_bias_at = size_t(H) * C, proj_weight_at = fc_bias_at + H;
+  const size_t param_elems = proj_weight_at + size_t(C) * H + C;
+  float* params = upload(rounded(random_floats(param_elems, 94, -0.05f, 0.05f)), MemoryKind::parameters);
+  gpu_->parameters_changed(params, 0, param_elems);
+  float* grads = upload(std::vector<float>(param_elems, 0.0f), MemoryKind::gradients);
+  const float *fc_weight = params, *fc_bias = params + fc_bias_at;
+  const float* proj_weight = params + proj_weight_at;
+  float *proj_dweight = grads + proj_weight_at, *proj_dbias = grads + proj_weight_at + size_t(C) * H;
+  const float* ln2 = activation(rounded(random_floats(size_t(N) * C, 95)));
+  const float* dout = activation(rounded(random_floats(size_t(N) * C, 96)));
+  float *fch = poisoned_activation(NH), *fch_gelu = poisoned_activation(NH);
+  float *dfch = poisoned_activation(NH), *dfch_gelu = poisoned_activation(NH);
+  constexpr GradientWrite kFirst = GradientWrite::overwrite;
+  struct Timed {
+    const char* name;
+    std::function<void()> work;
+  };
+  const std::vector<Timed> timed{
+      {"fc fwd + gelu fwd (plain)", [&] {
+         gpu_->matmul_forward(fch, ln2, fc_weight, fc_bias, N, C, H);
+         gpu_->gelu_forward(fch_gelu, fch, NH);
+       }},
+      {"dense_gelu_forward", [&] { gpu_->dense_gelu_forward(fch, fch_gelu, ln2, fc_weight, fc_bias, N, C, H); }},
+      {"fc_proj bwd + gelu bwd (plain)", [&] {
+         gpu_->matmul_backward(dfch_gelu, proj_dweight, proj_dbias, dout, fch_gelu, proj_weight, N, H, C, kFirst);
+         gpu_->gelu_backward(dfch, fch, dfch_gelu, NH, kFirst);
+       }},
+      {"dense_backward_through_gelu", [&] {
+         gpu_->dense_backward_through_gelu(dfch, proj_dweight, proj_dbias, dout, fch_gelu, fch, proj_weight, N, H,
+                                           C, dfch_gelu);
+       }},
+  };
+  const size_t before = gpu_->gelu_epilogue_gemms();
+  for (const Timed& t : timed) {
+    std::cout << "  " << name() << " " << t.name;
+    const double ms = median_ms(*gpu_, 10, t.work);
+    std::cout << ": " << ms << " ms\n";
+  }
+  std::cout << "  " << name() << " GELU epilogue GEMMs in the fused runs: "
+            << gpu_->gelu_epilogue_gemms() - before << "\n";
+}
+
+INSTANTIATE_TEST_SUITE_P(Precisions, CudaOpsHalf, ::testing::ValuesIn(kHalfPrecisions),
+                         [](const auto& info) { return std::string(storage_name(info.param)); });
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaOpsHalfShapes,
+                         ::testing::Combine(::testing::ValuesIn(kHalfPrecisions),
+                                            ::testing::ValuesIn(kShapes)),
+                         half_shape_test_name);
+}  // namespace
+}  // namespace scalestudy::gpu_test
