@@ -6,18 +6,7 @@
 set -uo pipefail
 binary=$1
 mpiexec=$2
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-
-expect_exit() {  # expected-code grep-pattern command...
-  local expected=$1 pattern=$2; shift 2
-  local output code
-  output=$("$@" 2>&1); code=$?
-  if [ "$code" != "$expected" ]; then fail "'$*' exited $code, expected $expected"; echo "$output" | tail -5; return; fi
-  if [ -n "$pattern" ] && ! grep -q -- "$pattern" <<<"$output"; then
-    fail "'$*' output lacks '$pattern'"; echo "$output" | tail -5
-  fi
-}
+source "$(dirname "$0")/cli_checks.sh"
 
 # The file opens, is complete, and holds the bench group; prints nothing on success.
 # (h5dump's output is captured before grep reads it: grep -q leaving a pipe early would
@@ -90,5 +79,4 @@ expect_exit 2 "no-such-option" "$binary" bench bandwidth --no-such-option 1
 expect_exit 2 "runs on one rank" timeout 120 "$mpiexec" --oversubscribe --allow-run-as-root -np 2 \
   "$binary" bench gemm --sizes 16
 
-echo "$failures failed"
-[ "$failures" = 0 ]
+finish

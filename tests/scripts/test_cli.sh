@@ -4,18 +4,7 @@
 set -uo pipefail
 binary=$1
 mpiexec=$2
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-
-expect_exit() {  # expected-code grep-pattern command...
-  local expected=$1 pattern=$2; shift 2
-  local output code
-  output=$("$@" 2>&1); code=$?
-  if [ "$code" != "$expected" ]; then fail "'$*' exited $code, expected $expected"; echo "$output" | tail -5; return; fi
-  if [ -n "$pattern" ] && ! grep -q -- "$pattern" <<<"$output"; then
-    fail "'$*' output lacks '$pattern'"; echo "$output" | tail -5
-  fi
-}
+source "$(dirname "$0")/cli_checks.sh"
 
 expect_exit 0 "Usage: scalestudy train" "$binary" train --help
 expect_exit 0 "--strategy" "$binary" train --help
@@ -36,6 +25,7 @@ expect_exit 2 "steps" "$binary" train --steps ten
 expect_exit 2 "\-\-config /nonexistent.ini" "$binary" train --config /nonexistent.ini
 expect_exit 2 "\-\-token-file /nonexistent.bin" "$binary" train --data file --token-file /nonexistent.bin
 expect_exit 2 "\-\-output /proc/no-such-folder/run.h5" "$binary" train --output /proc/no-such-folder/run.h5
+expect_exit 2 "\-\-grad-reduce fp8" "$binary" train --grad-reduce fp8
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -50,9 +40,12 @@ expect_exit 0 "strategy zero2" "$binary" train --config "$tmp/good.ini"
 expect_exit 2 "\-\-global-batch 8" "$mpiexec" --oversubscribe --allow-run-as-root -np 3 \
   "$binary" train --global-batch 8 --steps 2
 
+# Gradients crossing 2 ranks in bf16 (zero2 with overlap: reduce-scatters in bf16).
+expect_exit 0 "gradients reduced in bf16" "$mpiexec" --oversubscribe --allow-run-as-root -np 2 \
+  "$binary" train --model tiny --steps 4 --grad-reduce bf16 --strategy zero2 --overlap on
+
 # Ranks started with different options end the job with a message, not a hang.
 expect_exit 2 "different configuration" timeout 120 "$mpiexec" --oversubscribe --allow-run-as-root \
   -np 1 "$binary" train --steps 2 --seed 1 : -np 1 "$binary" train --steps 2 --seed 2
 
-echo "$failures failed"
-[ "$failures" = 0 ]
+finish
