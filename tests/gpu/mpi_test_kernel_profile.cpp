@@ -28,7 +28,8 @@ namespace {
 // launch, so a step whose kernels are short becomes launch-bound and its phases fill with
 // idle gaps that no kernel accounts for. At batch 8 the traced step was launch-bound
 // (kernels/phases 0.95 on the compute stream, 0.41-0.54 on the comm stream, where the
-// idle comm stream passed `begin` while the host was still enqueuing the NCCL call);
+// idle comm stream passed `begin` while the host was still enqueuing the NCCL call; a
+// collective's interval now starts no earlier than its enqueue, nccl_communicator.h);
 // batch 16 doubles every kernel's length against the same host time per launch.
 constexpr double kBusyTolerance = 0.05;
 constexpr int kSteps = 7, kTraceFirst = 3, kTraceLast = 5;
