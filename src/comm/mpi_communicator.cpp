@@ -243,6 +243,10 @@ CommHandle MpiCommunicator::start_allreduce_in_bf16(float* buffer, size_t elems,
   MPI_Comm comm = comm_;
   MPI_Op op = bf16_sum_;
   const size_t max_piece_elems = max_elems_per_call_;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    staging_bytes_ = std::max(staging_bytes_, elems * sizeof(uint16_t));
+  }
   return enqueue(CollectiveKind::allreduce, phase, elems * sizeof(uint16_t), [=] {
     std::vector<uint16_t> wire = to_bf16_bits(buffer, elems);
     allreduce_in_pieces(comm, wire.data(), elems, max_piece_elems, MPI_UINT16_T, op);
@@ -261,6 +265,10 @@ CommHandle MpiCommunicator::start_reduce_scatter_in_bf16(const float* send, floa
   const int world_size = world_size_;
   const int rank = rank_;
   const size_t max_piece_elems = max_elems_per_call_;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    staging_bytes_ = std::max(staging_bytes_, (send_elems + recv_elems) * sizeof(uint16_t));
+  }
   return enqueue(CollectiveKind::reduce_scatter, phase, send_elems * sizeof(uint16_t), [=] {
     const std::vector<uint16_t> wire_send = to_bf16_bits(send, send_elems);
     std::vector<uint16_t> wire_recv(recv_elems);
@@ -383,6 +391,11 @@ std::vector<CollectiveRecord> MpiCommunicator::take_records() {
     records.push_back(std::move(record));
   }
   return records;
+}
+
+size_t MpiCommunicator::staging_bytes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return staging_bytes_;
 }
 
 std::vector<size_t> MpiCommunicator::payload_bytes_by_kind() const {

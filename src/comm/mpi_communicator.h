@@ -72,6 +72,8 @@ class MpiCommunicator final : public Communicator {
 
   std::vector<CollectiveRecord> take_records() override;
   std::vector<size_t> payload_bytes_by_kind() const override;
+  // The bf16 forms' host copies of their buffers in bf16, at their largest.
+  size_t staging_bytes() const override;
 
   Clock::time_point epoch() const { return epoch_; }
   // Affects the records handed over by later take_records() calls, including those of
@@ -130,6 +132,7 @@ class MpiCommunicator final : public Communicator {
   uint64_t finished_through_ = 0;
   std::vector<FinishedStamp> finished_;
   std::array<size_t, kCollectiveKindCount> payload_bytes_by_kind_{};
+  size_t staging_bytes_ = 0;
   bool stopping_ = false;
 
   std::thread worker_;

@@ -172,6 +172,7 @@ TEST(MpiCommunicator, AllreduceInBf16RoundsEachRanksValues) {
   const std::vector<CollectiveRecord> records = comm.take_records();
   ASSERT_EQ(records.size(), 1u);
   EXPECT_EQ(records[0].payload_bytes, elems * 2) << "bf16 collectives send 2 bytes per element";
+  EXPECT_EQ(comm.staging_bytes(), elems * 2) << "the bf16 copy of the buffer is staging";
 }
 
 // 1 + 2^-8 lies half-way between the bf16 values 1 and 1 + 2^-7 and rounds to the even 1:
