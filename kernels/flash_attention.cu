@@ -106,14 +106,7 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FlashForwardPar
       const T* v_tile = v_tiles + (j % 2) * kTileElems;
       Accumulators<kM> s = {};
       mma_a_tile_transposed<kM>(s, q_frag, k_tile);
-#pragma unroll
-      for (int m = 0; m < kM; ++m) {
-#pragma unroll
-        for (int nt = 0; nt < kNTiles; ++nt) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) s[m][nt][e] *= p.score_scale_log2;
-        }
-      }
+      for_each_element(s, [&](float& x, int, int) { x *= p.score_scale_log2; });
       if (key_tile_masked(j, q0 + warp_row0, p.seq, p.causal))
         mask_scores<false>(s, q0 + warp_row0, j * kTileRows, p.seq, p.causal);
 #pragma unroll
@@ -447,25 +440,12 @@ __global__ void __launch_bounds__(kThreads) flash_backward_query_kernel(
       load_a_fragments<kM>(frag, q_tile, warp_row0);
       Accumulators<kM> s = {};
       mma_a_tile_transposed<kM>(s, frag, kv.keys(j));
-#pragma unroll
-      for (int m = 0; m < kM; ++m) {
-#pragma unroll
-        for (int nt = 0; nt < kNTiles; ++nt) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            s[m][nt][e] = fmaf(s[m][nt][e], p.score_scale_log2, -row_lse2[m][e / 2]);
-        }
-      }
+      for_each_element(s, [&](float& x, int m, int r) {
+        x = fmaf(x, p.score_scale_log2, -row_lse2[m][r]);
+      });
       if (key_tile_masked(j, q0 + warp_row0, p.seq, p.causal))
         mask_scores<false>(s, q0 + warp_row0, j * kTileRows, p.seq, p.causal);
-#pragma unroll
-      for (int m = 0; m < kM; ++m) {
-#pragma unroll
-        for (int nt = 0; nt < kNTiles; ++nt) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) s[m][nt][e] = exp2f(s[m][nt][e]);
-        }
-      }
+      for_each_element(s, [](float& x, int, int) { x = exp2f(x); });
       load_a_fragments<kM>(frag, dout_tile, warp_row0);
       Accumulators<kM> dp = {};
       mma_a_tile_transposed<kM>(dp, frag, kv.values(j));

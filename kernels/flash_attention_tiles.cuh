@@ -209,6 +209,20 @@ __device__ __forceinline__ void mma_a_tile(Accumulators<kM>& acc, const Fragment
   }
 }
 
+// Calls f(value, m, r) on every element of a warp's accumulator tiles, r (0 or 1) naming
+// which of the lane's two rows of m-tile m the element lies in.
+template <int kM, class F>
+__device__ __forceinline__ void for_each_element(Accumulators<kM>& acc, F f) {
+#pragma unroll
+  for (int m = 0; m < kM; ++m) {
+#pragma unroll
+    for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) f(acc[m][nt][e], m, e / 2);
+    }
+  }
+}
+
 // fp32 accumulator tiles [16 x 64] as A fragments over their 64 columns, rounded to T:
 // the accumulator layout of two neighbouring n-tiles is the A layout of one k-step, so
 // the probabilities (or dS) never leave registers.
