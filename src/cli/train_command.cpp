@@ -23,11 +23,11 @@ void print_header(const RunConfig& c, const Trainer& trainer, const ProcessPlace
               c.model.c_str(), c.shape.layers, c.shape.channels, c.shape.heads, c.shape.vocab,
               c.shape.causal ? "causal" : "bidirectional", layout.param_elems);
   std::printf("  %d rank(s) on %d node(s), backend %s %s, strategy %s, overlap %s, %zu bucket(s) of %.2f MiB, "
-              "gradients reduced in %s\n",
+              "gradients reduced in %s%s\n",
               where.world_size, where.node_count, c.backend.c_str(), precision_name(c.precision),
               strategy_name(c.strategy), c.overlap ? "on" : "off", trainer.plan().buckets.size(),
               static_cast<double>(trainer.plan().bucket_elems) * sizeof(float) / (1024.0 * 1024.0),
-              precision_name(c.grad_reduce));
+              precision_name(c.grad_reduce), c.comm_engine == CommEngine::copy ? " by the copy engines" : "");
   std::printf("  %s scaling: global batch %d = %d rank(s) x %d, %d micro-batch(es) of %d, seq %d; data %s\n",
               scaling_name(c.scaling), c.global_batch, where.world_size, c.batch_per_rank, c.grad_accum,
               c.micro_batch(), c.seq, trainer.data().describe().c_str());

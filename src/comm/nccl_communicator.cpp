@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <utility>
 
 #include "core/check.h"
 #include "elementwise.cuh"
@@ -33,7 +34,8 @@ std::string NcclCommunicator::nccl_version() {
          std::to_string(version % 100);
 }
 
-NcclCommunicator::NcclCommunicator(MPI_Comm comm, cudaStream_t compute_stream, double timeout_s)
+NcclCommunicator::NcclCommunicator(MPI_Comm comm, cudaStream_t compute_stream, double timeout_s,
+                                   bool copy_engines)
     : timeout_s_(timeout_s), compute_stream_(compute_stream) {
   CHECK_MPI(MPI_Comm_dup(comm, &mpi_comm_));
   CHECK_MPI(MPI_Comm_rank(mpi_comm_, &rank_));
@@ -42,6 +44,11 @@ NcclCommunicator::NcclCommunicator(MPI_Comm comm, cudaStream_t compute_stream, d
   if (rank_ == 0) CHECK_NCCL(ncclGetUniqueId(&id));
   CHECK_MPI(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, mpi_comm_));
   CHECK_NCCL(ncclCommInitRank(&nccl_, world_size_, id, rank_));
+  if (copy_engines) {
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.CTAPolicy = NCCL_CTA_POLICY_ZERO;
+    CHECK_NCCL(ncclCommSplit(nccl_, 0, rank_, &copy_comm_, &config));
+  }
   CHECK_CUDA(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
   CHECK_CUDA(cudaStreamCreateWithFlags(&marker_stream_, cudaStreamNonBlocking));
   CHECK_CUDA(cudaMalloc(&device_barrier_, sizeof(int)));
@@ -62,6 +69,13 @@ NcclCommunicator::~NcclCommunicator() {
   cudaFree(device_doubles_);
   cudaFree(device_barrier_);
   cudaFree(wire_);
+  if (copy_comm_) {
+    for (ncclWindow_t window : {window_a_, window_b_})
+      if (window) ncclCommWindowDeregister(copy_comm_, window);
+    ncclMemFree(stage_a_);
+    ncclMemFree(stage_b_);
+    ncclCommDestroy(copy_comm_);
+  }
   cudaStreamDestroy(comm_stream_);
   cudaStreamDestroy(marker_stream_);
   ncclCommDestroy(nccl_);
@@ -125,9 +139,80 @@ CommHandle NcclCommunicator::launch(CollectiveKind kind, const std::string& phas
 }
 
 CommHandle NcclCommunicator::start_allreduce(float* buffer, size_t elems, const std::string& phase) {
+  if (copy_comm_) {
+    const size_t world = static_cast<size_t>(world_size_);
+    ensure_copy_stages(std::min(copy_chunk_limit(), (elems + world - 1) / world) * world);
+    return launch(CollectiveKind::allreduce, phase, elems * sizeof(float),
+                  [&](const auto&) { enqueue_copy_allreduce(buffer, elems); });
+  }
   return launch(CollectiveKind::allreduce, phase, elems * sizeof(float), [&](const auto&) {
     CHECK_NCCL(ncclAllReduce(buffer, buffer, elems, ncclFloat, ncclSum, nccl_, comm_stream_));
   });
+}
+
+void NcclCommunicator::ensure_copy_stages(size_t elems) {
+  if (elems <= stage_elems_) return;
+  // The comm stream may still be using the old windows.
+  CHECK_CUDA(cudaStreamSynchronize(comm_stream_));
+  const size_t bytes = elems * sizeof(float);
+  for (auto [stage, window] : {std::pair{&stage_a_, &window_a_}, std::pair{&stage_b_, &window_b_}}) {
+    if (*window) CHECK_NCCL(ncclCommWindowDeregister(copy_comm_, *window));
+    if (*stage) CHECK_NCCL(ncclMemFree(*stage));
+    void* memory = nullptr;
+    CHECK_NCCL(ncclMemAlloc(&memory, bytes));
+    CHECK_NCCL(ncclCommWindowRegister(copy_comm_, memory, bytes, window, NCCL_WIN_COLL_SYMMETRIC));
+    *stage = static_cast<float*>(memory);
+  }
+  stage_elems_ = elems;
+}
+
+void NcclCommunicator::sum_staged_chunks(float* out, size_t chunk_elems) {
+  if (out != stage_b_)
+    CHECK_CUDA(cudaMemcpyAsync(out, stage_b_, chunk_elems * sizeof(float), cudaMemcpyDeviceToDevice, comm_stream_));
+  for (int r = 1; r < world_size_; ++r)
+    cuda::launch_accumulate(comm_stream_, out, stage_b_ + static_cast<size_t>(r) * chunk_elems, chunk_elems);
+}
+
+void NcclCommunicator::enqueue_copy_allreduce(float* buffer, size_t elems) {
+  const size_t world = static_cast<size_t>(world_size_);
+  for (size_t offset = 0; offset < elems; offset += copy_chunk_limit() * world) {
+    const size_t piece = std::min(copy_chunk_limit() * world, elems - offset);
+    const size_t chunk = (piece + world - 1) / world;
+    // The last chunk's padding is summed too, and never copied out.
+    if (chunk * world > piece)
+      CHECK_CUDA(cudaMemsetAsync(stage_a_ + piece, 0, (chunk * world - piece) * sizeof(float), comm_stream_));
+    CHECK_CUDA(cudaMemcpyAsync(stage_a_, buffer + offset, piece * sizeof(float), cudaMemcpyDeviceToDevice,
+                               comm_stream_));
+    CHECK_NCCL(ncclAlltoAll(stage_a_, stage_b_, chunk, ncclFloat, copy_comm_, comm_stream_));
+    sum_staged_chunks(stage_b_, chunk);
+    CHECK_NCCL(ncclAllGather(stage_b_, stage_a_, chunk, ncclFloat, copy_comm_, comm_stream_));
+    CHECK_CUDA(cudaMemcpyAsync(buffer + offset, stage_a_, piece * sizeof(float), cudaMemcpyDeviceToDevice,
+                               comm_stream_));
+  }
+}
+
+void NcclCommunicator::enqueue_copy_reduce_scatter(const float* send, float* recv, size_t recv_elems) {
+  for (size_t offset = 0; offset < recv_elems; offset += copy_chunk_limit()) {
+    const size_t piece = std::min(copy_chunk_limit(), recv_elems - offset);
+    // Piece `offset` of every rank's chunk, side by side.
+    for (int r = 0; r < world_size_; ++r)
+      CHECK_CUDA(cudaMemcpyAsync(stage_a_ + r * piece, send + r * recv_elems + offset, piece * sizeof(float),
+                                 cudaMemcpyDeviceToDevice, comm_stream_));
+    CHECK_NCCL(ncclAlltoAll(stage_a_, stage_b_, piece, ncclFloat, copy_comm_, comm_stream_));
+    sum_staged_chunks(recv + offset, piece);
+  }
+}
+
+void NcclCommunicator::enqueue_copy_allgather(const float* send, float* recv, size_t send_elems) {
+  for (size_t offset = 0; offset < send_elems; offset += copy_chunk_limit()) {
+    const size_t piece = std::min(copy_chunk_limit(), send_elems - offset);
+    CHECK_CUDA(cudaMemcpyAsync(stage_a_, send + offset, piece * sizeof(float), cudaMemcpyDeviceToDevice,
+                               comm_stream_));
+    CHECK_NCCL(ncclAllGather(stage_a_, stage_b_, piece, ncclFloat, copy_comm_, comm_stream_));
+    for (int r = 0; r < world_size_; ++r)
+      CHECK_CUDA(cudaMemcpyAsync(recv + r * send_elems + offset, stage_b_ + r * piece, piece * sizeof(float),
+                                 cudaMemcpyDeviceToDevice, comm_stream_));
+  }
 }
 
 void* NcclCommunicator::wire_buffer(size_t elems) {
@@ -196,6 +281,11 @@ CommHandle NcclCommunicator::start_allreduce(double* host_buffer, size_t elems, 
 
 CommHandle NcclCommunicator::start_reduce_scatter(const float* send, float* recv, size_t recv_elems,
                                                   const std::string& phase) {
+  if (copy_comm_) {
+    ensure_copy_stages(std::min(copy_chunk_limit(), recv_elems) * world_size_);
+    return launch(CollectiveKind::reduce_scatter, phase, recv_elems * world_size_ * sizeof(float),
+                  [&](const auto&) { enqueue_copy_reduce_scatter(send, recv, recv_elems); });
+  }
   return launch(CollectiveKind::reduce_scatter, phase, recv_elems * world_size_ * sizeof(float), [&](const auto&) {
     CHECK_NCCL(ncclReduceScatter(send, recv, recv_elems, ncclFloat, ncclSum, nccl_, comm_stream_));
   });
@@ -203,6 +293,11 @@ CommHandle NcclCommunicator::start_reduce_scatter(const float* send, float* recv
 
 CommHandle NcclCommunicator::start_allgather(const float* send, float* recv, size_t send_elems,
                                              const std::string& phase) {
+  if (copy_comm_) {
+    ensure_copy_stages(std::min(copy_chunk_limit(), send_elems) * world_size_);
+    return launch(CollectiveKind::allgather, phase, send_elems * world_size_ * sizeof(float),
+                  [&](const auto&) { enqueue_copy_allgather(send, recv, send_elems); });
+  }
   return launch(CollectiveKind::allgather, phase, send_elems * world_size_ * sizeof(float), [&](const auto&) {
     CHECK_NCCL(ncclAllGather(send, recv, send_elems, ncclFloat, nccl_, comm_stream_));
   });
@@ -302,11 +397,13 @@ std::vector<size_t> NcclCommunicator::payload_bytes_by_kind() const {
 void NcclCommunicator::watchdog_loop() {
   while (!stopping_) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    ncclResult_t async_error = ncclSuccess;
-    if (ncclCommGetAsyncError(nccl_, &async_error) == ncclSuccess && async_error != ncclSuccess &&
-        async_error != ncclInProgress) {
-      abort_job(__FILE__, __LINE__, "NCCL asynchronous error",
-                std::string(ncclGetErrorString(async_error)) + " on rank " + std::to_string(rank_));
+    for (ncclComm_t comm : {nccl_, copy_comm_}) {
+      ncclResult_t async_error = ncclSuccess;
+      if (comm && ncclCommGetAsyncError(comm, &async_error) == ncclSuccess && async_error != ncclSuccess &&
+          async_error != ncclInProgress) {
+        abort_job(__FILE__, __LINE__, "NCCL asynchronous error",
+                  std::string(ncclGetErrorString(async_error)) + " on rank " + std::to_string(rank_));
+      }
     }
     std::lock_guard<std::mutex> lock(mutex_);
     const auto now = std::chrono::steady_clock::now();
@@ -315,6 +412,7 @@ void NcclCommunicator::watchdog_loop() {
       const double waited = std::chrono::duration<double>(now - entry.started_at).count();
       if (waited < timeout_s_) continue;
       ncclCommAbort(nccl_);
+      if (copy_comm_) ncclCommAbort(copy_comm_);
       abort_job(__FILE__, __LINE__, "collective timed out",
                 std::string("collective ") + collective_kind_name(entry.kind) + " #" + std::to_string(entry.id) +
                     " (phase " + entry.phase + ", " + format_mib(entry.payload_bytes) + ") did not finish within " +

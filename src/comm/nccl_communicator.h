@@ -29,6 +29,25 @@
 // after another, so one staging buffer serves every collective; it grows to the largest
 // piece asked for (the first step's), and staging_bytes() reports it.
 //
+// Copy engines (--comm-engine copy). NCCL's sums run as kernels that hold multiprocessors
+// for as long as a collective lasts, and overlapped with backward they slow its GEMMs
+// (docs/performance-notes.md). On one node NCCL 2.28 can move data with the copy engines
+// instead, for its collectives that do no arithmetic (all-to-all, allgather), when the
+// communicator has the zero-CTA policy and both buffers are symmetric windows. So the
+// float collectives become, per piece of at most kCopyStageElems per buffer, on the comm
+// stream:
+//
+//   allreduce:      copy in -> A;  all-to-all A -> B;  sum B's chunks -> B[0];
+//                   allgather B[0] -> A;  copy A -> out
+//   reduce-scatter: copy in (2-D) -> A;  all-to-all A -> B;  sum B's chunks -> out
+//   allgather:      copy in -> A;  allgather A -> B;  copy B (2-D) -> out
+//
+// A and B are this communicator's two staging windows (staging_bytes() counts them), on
+// a second NCCL communicator split off with the zero-CTA policy. Chunk j of B holds rank
+// j's values, and the sum adds them in rank order, so every rank's chunk of the result
+// is the same on every rank whatever the path. The sum is a memory-bound kernel of ours:
+// the only multiprocessor time these collectives take.
+//
 // A watchdog thread checks every collective in flight: one that has not finished within
 // the timeout, or an asynchronous NCCL error, ends the job with a message naming the
 // rank, the collective and its phase.
@@ -54,7 +73,9 @@ namespace scalestudy {
 class NcclCommunicator final : public Communicator {
  public:
   // The current CUDA device must already be set; compute_stream is the backend's.
-  NcclCommunicator(MPI_Comm comm, cudaStream_t compute_stream, double timeout_s);
+  // copy_engines: the float collectives go through the copy engines (above); every rank
+  // must be on one node.
+  NcclCommunicator(MPI_Comm comm, cudaStream_t compute_stream, double timeout_s, bool copy_engines = false);
   ~NcclCommunicator() override;
   NcclCommunicator(const NcclCommunicator&) = delete;
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
@@ -81,11 +102,13 @@ class NcclCommunicator final : public Communicator {
   std::vector<CollectiveRecord> take_records() override;
   std::vector<size_t> payload_bytes_by_kind() const override;
 
-  size_t staging_bytes() const override { return wire_elems_ * 2; }
+  size_t staging_bytes() const override { return wire_elems_ * 2 + 2 * stage_elems_ * sizeof(float); }
   cudaStream_t comm_stream() const { return comm_stream_; }
   // Elements of the largest piece a bf16 collective sends at once (per rank's chunk, for
   // reduce-scatter): 128 MiB of staging at most.
   static constexpr size_t kWirePieceElems = size_t(64) << 20;
+  // Floats in each of the two copy-engine staging windows, at most: 128 MiB.
+  static constexpr size_t kCopyStageElems = size_t(32) << 20;
   void* native_stream() const override { return comm_stream_; }
   static std::string nccl_version();
 
@@ -109,6 +132,15 @@ class NcclCommunicator final : public Communicator {
   cudaEvent_t take_event();
   // The staging buffer, holding at least `elems` bf16 values (host side, before enqueueing).
   void* wire_buffer(size_t elems);
+  // Both staging windows, holding at least `elems` floats each (host side, before
+  // enqueueing; collective over the ranks, which all ask for the same sizes in turn).
+  void ensure_copy_stages(size_t elems);
+  // Elements of one rank's chunk that one piece of a copy-engine collective moves.
+  size_t copy_chunk_limit() const { return kCopyStageElems / static_cast<size_t>(world_size_); }
+  void enqueue_copy_allreduce(float* buffer, size_t elems);
+  void enqueue_copy_reduce_scatter(const float* send, float* recv, size_t recv_elems);
+  void enqueue_copy_allgather(const float* send, float* recv, size_t send_elems);
+  void sum_staged_chunks(float* out, size_t chunk_elems);
   InFlight& find(uint64_t id);
   void watchdog_loop();
 
@@ -125,6 +157,11 @@ class NcclCommunicator final : public Communicator {
   size_t device_doubles_elems_ = 0;
   int* device_barrier_ = nullptr;
   void* wire_ = nullptr;  // bf16 staging of the bf16 collectives
+  ncclComm_t copy_comm_ = nullptr;  // zero-CTA policy; null without copy engines
+  float* stage_a_ = nullptr;
+  float* stage_b_ = nullptr;
+  ncclWindow_t window_a_ = nullptr, window_b_ = nullptr;
+  size_t stage_elems_ = 0;
   size_t wire_elems_ = 0;
   uint64_t last_id_ = 0;
   std::array<size_t, kCollectiveKindCount> payload_bytes_by_kind_{};

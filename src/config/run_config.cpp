@@ -23,6 +23,7 @@ struct RawOptions {
   std::string strategy = "ddp";
   std::string overlap = "off";
   std::string grad_reduce = "fp32";
+  std::string comm_engine = "sm";
   std::string precision = "auto";
   std::string loss_scaling = "auto";
   std::string attention;  // empty: the preset's
@@ -98,6 +99,11 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
       ("grad-reduce", po::value(&raw.grad_reduce)->default_value(raw.grad_reduce),
        "precision the gradients cross ranks in: fp32, or bf16 (half the bytes; each rank's "
        "gradient and every partial sum are rounded to bf16, the result is fp32 again)")
+      ("comm-engine", po::value(&raw.comm_engine)->default_value(raw.comm_engine),
+       "what moves the gradient and parameter collectives on cuda: sm (NCCL's kernels, which hold "
+       "multiprocessors while they overlap compute) or copy (the GPUs' copy engines, through NCCL's "
+       "zero-CTA all-to-all and allgather on symmetric memory, with the sums in a kernel; one node only, "
+       "fp32 gradients only, 2 x 128 MiB of staging at most)")
       ("check-every", po::value(&c.check_every)->default_value(c.check_every),
        "compare a parameter checksum across ranks every N steps; 0 = never")
       ("comm-timeout", po::value(&c.comm_timeout_s)->default_value(c.comm_timeout_s),
@@ -245,6 +251,11 @@ void resolve_and_validate(RunConfig& c, const RawOptions& raw) {
   if (raw.grad_reduce == "fp32") c.grad_reduce = Precision::fp32;
   else if (raw.grad_reduce == "bf16") c.grad_reduce = Precision::bf16;
   else bad_value("grad-reduce", raw.grad_reduce, "must be fp32 or bf16");
+  if (raw.comm_engine == "sm") c.comm_engine = CommEngine::sm;
+  else if (raw.comm_engine == "copy") c.comm_engine = CommEngine::copy;
+  else bad_value("comm-engine", raw.comm_engine, "must be sm or copy");
+  if (c.comm_engine == CommEngine::copy && c.grad_reduce != Precision::fp32)
+    bad_value("comm-engine", raw.comm_engine, "sums fp32 gradients only; leave --grad-reduce at fp32");
   if (c.check_every < 0) bad_value("check-every", text(c.check_every), "must not be negative");
   require_positive("comm-timeout", c.comm_timeout_s);
 
@@ -262,6 +273,8 @@ void resolve_and_validate(RunConfig& c, const RawOptions& raw) {
   if (c.backend == "cpu") {
     if (c.precision != Precision::fp32)
       bad_value("precision", raw.precision, "the cpu backend computes in fp32 only");
+    if (c.comm_engine == CommEngine::copy)
+      bad_value("comm-engine", raw.comm_engine, "needs --backend cuda (the cpu backend communicates through MPI)");
   } else if (c.backend == "cuda") {
     if (!SCALESTUDY_HAVE_CUDA) bad_value("backend", c.backend, "this build has no CUDA backend");
   } else {
@@ -293,6 +306,8 @@ const char* precision_name(Precision p) {
   }
   return "?";
 }
+
+const char* comm_engine_name(CommEngine engine) { return engine == CommEngine::sm ? "sm" : "copy"; }
 
 bool parse_train_config(int argc, const char* const* argv, RunConfig& config) {
   RawOptions raw;
@@ -377,6 +392,7 @@ std::vector<std::pair<std::string, std::string>> describe_config(const RunConfig
       {"overlap", c.overlap ? "on" : "off"},
       {"bucket_mb", text(c.bucket_mb)},
       {"grad_reduce", precision_name(c.grad_reduce)},
+      {"comm_engine", comm_engine_name(c.comm_engine)},
       {"check_every", text(c.check_every)},
       {"comm_timeout", text(c.comm_timeout_s)},
       {"backend", c.backend},

@@ -12,6 +12,9 @@ namespace scalestudy {
 enum class Strategy { ddp, zero2 };
 enum class Scaling { strong, weak };
 enum class Precision { fp32, bf16, fp16 };
+// What moves the float collectives' data on cuda: NCCL's kernels on the multiprocessors,
+// or the GPUs' copy engines (comm/nccl_communicator.h).
+enum class CommEngine { sm, copy };
 
 struct RunConfig {
   // ---- model ------------------------------------------------------------------------
@@ -52,6 +55,7 @@ struct RunConfig {
   bool overlap = false;
   double bucket_mb = 50.0;     // gradient bucket size, MiB of fp32 (docs/performance-notes.md)
   Precision grad_reduce = Precision::fp32;  // what gradients cross ranks in: fp32 or bf16
+  CommEngine comm_engine = CommEngine::sm;
   int check_every = 0;         // replica checksum every N steps; 0 = never
   double comm_timeout_s = 300.0;
 
@@ -77,6 +81,7 @@ struct RunConfig {
 const char* strategy_name(Strategy strategy);
 const char* scaling_name(Scaling scaling);
 const char* precision_name(Precision precision);
+const char* comm_engine_name(CommEngine engine);
 
 // Parses `scalestudy train` arguments (argv[0] is the subcommand) together with the
 // optional --config INI file; the command line wins. Throws UsageError on bad input.

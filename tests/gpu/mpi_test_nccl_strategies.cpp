@@ -1,12 +1,13 @@
 // On 2 GPUs: ddp, ddp+overlap, zero2 and zero2+overlap over NCCL train the same model as
 // each other and as the one-rank CPU reference; the NCCL communicator's bf16 sums are
-// the MPI communicator's.
+// the MPI communicator's; its copy-engine collectives give NCCL's kernels' results.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 #include <mpi.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -66,12 +67,13 @@ struct GpuRun {
 };
 
 GpuRun train_on_gpus(const std::string& strategy, const std::string& overlap, Precision precision = Precision::fp32,
-                     Precision grad_reduce = Precision::fp32) {
+                     Precision grad_reduce = Precision::fp32, CommEngine engine = CommEngine::sm) {
   const ProcessPlacement where = discover_placement(MPI_COMM_WORLD);
   CudaOps ops(where.local_rank, precision);
-  NcclCommunicator comm(MPI_COMM_WORLD, ops.stream(), 120.0);
+  NcclCommunicator comm(MPI_COMM_WORLD, ops.stream(), 120.0, engine == CommEngine::copy);
   RunConfig config = make_config("cuda", strategy, overlap, precision_name(precision));
   config.grad_reduce = grad_reduce;
+  config.comm_engine = engine;
   Trainer trainer(config, ops, comm, MPI_COMM_WORLD);
   GpuRun run;
   run.initial = trainer.parameters_on_host();
@@ -138,6 +140,23 @@ TEST(NcclStrategies, Bf16StrategiesAgreeWithEachOtherAndWithTheCpu) {
     const double difference = update_difference(run.final, ddp.final, ddp.initial);
     EXPECT_LE(difference, kBf16StrategyUpdateTolerance) << strategy << " overlap " << overlap << " bf16 against ddp";
     if (::testing::Test::HasFailure()) break;
+  }
+}
+
+// On two ranks every element of a sum is one addition, a + b, which is the same number in
+// either order: so the copy engines' collectives, whose sums are a kernel of ours, must
+// train bit for bit as NCCL's kernels do, for every strategy.
+TEST(NcclStrategies, CopyEnginesTrainBitForBitAsNcclKernels) {
+  if (!have_two_gpus()) GTEST_SKIP() << "needs 2 ranks with a visible GPU each: multi-GPU tests skipped";
+  for (const auto& [strategy, overlap] : std::vector<std::pair<std::string, std::string>>{
+           {"ddp", "off"}, {"ddp", "on"}, {"zero2", "off"}, {"zero2", "on"}}) {
+    const std::vector<float> kernels = train_on_gpus(strategy, overlap).final;
+    const std::vector<float> copies =
+        train_on_gpus(strategy, overlap, Precision::fp32, Precision::fp32, CommEngine::copy).final;
+    ASSERT_EQ(copies.size(), kernels.size());
+    size_t differing = 0;
+    for (size_t i = 0; i < kernels.size(); ++i) differing += copies[i] != kernels[i];
+    EXPECT_EQ(differing, 0u) << strategy << " overlap " << overlap << ": parameters that differ";
   }
 }
 
@@ -220,6 +239,93 @@ TEST(NcclCommunicator, Bf16SumsRoundLikeTheMpiCommunicator) {
   CHECK_CUDA(cudaMemcpy(tie_got.data(), tie, 64 * 4, cudaMemcpyDeviceToHost));
   EXPECT_EQ(std::count(tie_got.begin(), tie_got.end(), 1.0f), 64) << "1 + 2^-8 in bf16 is 1";
   for (float* p : {buffer, send, recv, tie}) CHECK_CUDA(cudaFree(p));
+  CHECK_CUDA(cudaStreamDestroy(stream));
+}
+
+// The copy-engine collectives on device buffers, each longer than one staging piece, so
+// they run in two pieces, and the allreduce's last chunk is padded: allreduce, reduce-
+// scatter and allgather (out of place and in place) give exactly what NCCL's kernels give
+// on random values, and the exact integer sums.
+TEST(NcclCommunicator, CopyEngineCollectivesMatchNcclKernels) {
+  if (!have_two_gpus()) GTEST_SKIP() << "needs 2 ranks with a visible GPU each: multi-GPU tests skipped";
+  const ProcessPlacement where = discover_placement(MPI_COMM_WORLD);
+  CHECK_CUDA(cudaSetDevice(where.local_rank));
+  cudaStream_t stream;
+  CHECK_CUDA(cudaStreamCreate(&stream));
+  const int rank = where.rank;
+  const size_t chunk_limit = NcclCommunicator::kCopyStageElems / 2;
+  const size_t reduce_elems = 2 * chunk_limit + 1001;  // two pieces; odd, so the last chunk is padded
+  const size_t part_elems = chunk_limit + 77;          // a rank's chunk, two pieces
+  // Random-looking values with all mantissa bits (the sum's rounding is exercised) and
+  // small integers (the exact sum is known).
+  auto random_value = [rank](size_t i) {
+    const uint32_t h = static_cast<uint32_t>((i + 1) * 2654435761u) ^ static_cast<uint32_t>(rank * 40503 + 17);
+    return static_cast<float>(h % 1000003) / 1000003.0f - 0.5f;
+  };
+  auto integer_value = [rank](size_t i) { return static_cast<float>((rank + 1) * (i % 251 + 1)); };
+
+  std::vector<float> host(reduce_elems);
+  float *reduce_a = nullptr, *reduce_b = nullptr, *exact = nullptr;
+  float *scatter_send = nullptr, *scatter_a = nullptr, *scatter_b = nullptr;
+  float *gather_send = nullptr, *gather_a = nullptr, *gather_b = nullptr, *gather_in_place = nullptr;
+  for (float** p : {&reduce_a, &reduce_b, &exact}) CHECK_CUDA(cudaMalloc(p, reduce_elems * 4));
+  for (float** p : {&scatter_send, &gather_a, &gather_b, &gather_in_place}) CHECK_CUDA(cudaMalloc(p, 2 * part_elems * 4));
+  for (float** p : {&scatter_a, &scatter_b, &gather_send}) CHECK_CUDA(cudaMalloc(p, part_elems * 4));
+  for (size_t i = 0; i < reduce_elems; ++i) host[i] = random_value(i);
+  CHECK_CUDA(cudaMemcpy(reduce_a, host.data(), reduce_elems * 4, cudaMemcpyHostToDevice));
+  CHECK_CUDA(cudaMemcpy(reduce_b, host.data(), reduce_elems * 4, cudaMemcpyHostToDevice));
+  CHECK_CUDA(cudaMemcpy(scatter_send, host.data(), 2 * part_elems * 4, cudaMemcpyHostToDevice));
+  CHECK_CUDA(cudaMemcpy(gather_send, host.data() + rank * part_elems, part_elems * 4, cudaMemcpyHostToDevice));
+  CHECK_CUDA(cudaMemcpy(gather_in_place + rank * part_elems, host.data() + rank * part_elems, part_elems * 4,
+                        cudaMemcpyHostToDevice));
+  for (size_t i = 0; i < reduce_elems; ++i) host[i] = integer_value(i);
+  CHECK_CUDA(cudaMemcpy(exact, host.data(), reduce_elems * 4, cudaMemcpyHostToDevice));
+  {
+    NcclCommunicator kernels(MPI_COMM_WORLD, stream, 120.0, false);
+    kernels.start_allreduce(reduce_a, reduce_elems, "test");
+    kernels.start_reduce_scatter(scatter_send, scatter_a, part_elems, "test");
+    kernels.start_allgather(gather_send, gather_a, part_elems, "test");
+    kernels.finish_all();
+    CHECK_CUDA(cudaStreamSynchronize(stream));
+  }
+  {
+    NcclCommunicator copies(MPI_COMM_WORLD, stream, 120.0, true);
+    copies.start_allreduce(reduce_b, reduce_elems, "test");
+    copies.start_reduce_scatter(scatter_send, scatter_b, part_elems, "test");
+    copies.start_allgather(gather_send, gather_b, part_elems, "test");
+    copies.start_allgather(gather_in_place + rank * part_elems, gather_in_place, part_elems, "test");
+    copies.start_allreduce(exact, reduce_elems, "test");
+    copies.finish_all();
+    CHECK_CUDA(cudaStreamSynchronize(stream));
+    EXPECT_EQ(copies.staging_bytes(), 2 * NcclCommunicator::kCopyStageElems * sizeof(float));
+    const std::vector<CollectiveRecord> records = copies.take_records();
+    ASSERT_EQ(records.size(), 5u);
+    EXPECT_EQ(records[0].payload_bytes, reduce_elems * 4);
+  }
+  auto download = [](const float* device, size_t elems) {
+    std::vector<float> out(elems);
+    CHECK_CUDA(cudaMemcpy(out.data(), device, elems * 4, cudaMemcpyDeviceToHost));
+    return out;
+  };
+  auto count_differing = [](const std::vector<float>& a, const std::vector<float>& b) {
+    size_t differing = 0;
+    for (size_t i = 0; i < a.size(); ++i) differing += a[i] != b[i];
+    return differing;
+  };
+  EXPECT_EQ(count_differing(download(reduce_b, reduce_elems), download(reduce_a, reduce_elems)), 0u) << "allreduce";
+  EXPECT_EQ(count_differing(download(scatter_b, part_elems), download(scatter_a, part_elems)), 0u)
+      << "reduce_scatter";
+  EXPECT_EQ(count_differing(download(gather_b, 2 * part_elems), download(gather_a, 2 * part_elems)), 0u)
+      << "allgather";
+  EXPECT_EQ(count_differing(download(gather_in_place, 2 * part_elems), download(gather_a, 2 * part_elems)), 0u)
+      << "allgather in place";
+  const std::vector<float> sums = download(exact, reduce_elems);
+  size_t wrong = 0;
+  for (size_t i = 0; i < reduce_elems; ++i) wrong += sums[i] != 3.0f * static_cast<float>(i % 251 + 1);
+  EXPECT_EQ(wrong, 0u) << "allreduce: elements not the exact integer sum";
+  for (float* p : {reduce_a, reduce_b, exact, scatter_send, scatter_a, scatter_b, gather_send, gather_a, gather_b,
+                   gather_in_place})
+    CHECK_CUDA(cudaFree(p));
   CHECK_CUDA(cudaStreamDestroy(stream));
 }
 
