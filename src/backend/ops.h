@@ -19,15 +19,11 @@
 #include <string>
 #include <vector>
 
+#include "core/memory_kind.h"
 #include "profile/kernel_trace.h"
 #include "timing/step_timer.h"
 
 namespace scalestudy {
-
-// What a block of backend memory holds, for per-rank memory accounting.
-enum class MemoryKind { parameters, gradients, optimizer, activations, communication, other };
-inline constexpr int kMemoryKindCount = 6;
-const char* memory_kind_name(MemoryKind kind);
 
 // How a backward op writes the gradient of its input. accumulate: dinp += the
 // gradient. overwrite: dinp = the gradient, and dinp's old contents are never read (they

@@ -70,6 +70,10 @@ NcclCommunicator::~NcclCommunicator() {
   cudaFree(device_barrier_);
   cudaFree(wire_);
   if (copy_comm_) {
+    for (const Window& owned : owned_) {
+      ncclCommWindowDeregister(copy_comm_, owned.handle);
+      ncclMemFree(owned.base);
+    }
     for (ncclWindow_t window : {window_a_, window_b_})
       if (window) ncclCommWindowDeregister(copy_comm_, window);
     ncclMemFree(stage_a_);
@@ -166,6 +170,42 @@ void NcclCommunicator::ensure_copy_stages(size_t elems) {
   stage_elems_ = elems;
 }
 
+float* NcclCommunicator::allocate_owned_buffer(size_t elems, MemoryKind kind) {
+  if (!copy_comm_ || elems == 0) return nullptr;
+  Window owned;
+  owned.elems = elems;
+  owned.kind = kind;
+  void* memory = nullptr;
+  CHECK_NCCL(ncclMemAlloc(&memory, elems * sizeof(float)));
+  CHECK_NCCL(ncclCommWindowRegister(copy_comm_, memory, elems * sizeof(float), &owned.handle, NCCL_WIN_COLL_SYMMETRIC));
+  owned.base = static_cast<float*>(memory);
+  owned_.push_back(owned);
+  return owned.base;
+}
+
+bool NcclCommunicator::release_owned_buffer(float* buffer) {
+  auto owned = std::find_if(owned_.begin(), owned_.end(), [&](const Window& w) { return w.base == buffer; });
+  if (owned == owned_.end()) return false;
+  CHECK_CUDA(cudaStreamSynchronize(comm_stream_));
+  CHECK_NCCL(ncclCommWindowDeregister(copy_comm_, owned->handle));
+  CHECK_NCCL(ncclMemFree(owned->base));
+  owned_.erase(owned);
+  return true;
+}
+
+size_t NcclCommunicator::owned_bytes(MemoryKind kind) const {
+  size_t bytes = 0;
+  for (const Window& owned : owned_)
+    if (owned.kind == kind) bytes += owned.elems * sizeof(float);
+  return bytes;
+}
+
+const NcclCommunicator::Window* NcclCommunicator::owned_window(const float* begin, size_t elems) const {
+  for (const Window& owned : owned_)
+    if (begin >= owned.base && begin + elems <= owned.base + owned.elems) return &owned;
+  return nullptr;
+}
+
 void NcclCommunicator::sum_staged_chunks(float* out, size_t chunk_elems) {
   if (out != stage_b_)
     CHECK_CUDA(cudaMemcpyAsync(out, stage_b_, chunk_elems * sizeof(float), cudaMemcpyDeviceToDevice, comm_stream_));
@@ -175,6 +215,15 @@ void NcclCommunicator::sum_staged_chunks(float* out, size_t chunk_elems) {
 
 void NcclCommunicator::enqueue_copy_allreduce(float* buffer, size_t elems) {
   const size_t world = static_cast<size_t>(world_size_);
+  if (owned_window(buffer, elems) && elems % world == 0) {
+    for (size_t offset = 0; offset < elems; offset += copy_chunk_limit() * world) {
+      const size_t chunk = std::min(copy_chunk_limit() * world, elems - offset) / world;
+      CHECK_NCCL(ncclAlltoAll(buffer + offset, stage_b_, chunk, ncclFloat, copy_comm_, comm_stream_));
+      sum_staged_chunks(stage_b_, chunk);
+      CHECK_NCCL(ncclAllGather(stage_b_, buffer + offset, chunk, ncclFloat, copy_comm_, comm_stream_));
+    }
+    return;
+  }
   for (size_t offset = 0; offset < elems; offset += copy_chunk_limit() * world) {
     const size_t piece = std::min(copy_chunk_limit() * world, elems - offset);
     const size_t chunk = (piece + world - 1) / world;
@@ -192,6 +241,11 @@ void NcclCommunicator::enqueue_copy_allreduce(float* buffer, size_t elems) {
 }
 
 void NcclCommunicator::enqueue_copy_reduce_scatter(const float* send, float* recv, size_t recv_elems) {
+  if (recv_elems <= copy_chunk_limit() && owned_window(send, recv_elems * world_size_)) {
+    CHECK_NCCL(ncclAlltoAll(send, stage_b_, recv_elems, ncclFloat, copy_comm_, comm_stream_));
+    sum_staged_chunks(recv, recv_elems);
+    return;
+  }
   for (size_t offset = 0; offset < recv_elems; offset += copy_chunk_limit()) {
     const size_t piece = std::min(copy_chunk_limit(), recv_elems - offset);
     // Piece `offset` of every rank's chunk, side by side.

@@ -43,7 +43,10 @@
 //   allgather:      copy in -> A;  allgather A -> B;  copy B (2-D) -> out
 //
 // A and B are this communicator's two staging windows (staging_bytes() counts them), on
-// a second NCCL communicator split off with the zero-CTA policy. Chunk j of B holds rank
+// a second NCCL communicator split off with the zero-CTA policy. Buffers from
+// allocate_owned_buffer are windows too, and need no staging copies: an allreduce on one
+// is all-to-all it -> B, sum -> B[0], allgather B[0] -> it; a reduce-scatter from one of
+// at most copy_chunk_limit() per rank starts with the all-to-all. Chunk j of B holds rank
 // j's values, and the sum adds them in rank order, so every rank's chunk of the result
 // is the same on every rank whatever the path. The sum is a memory-bound kernel of ours:
 // the only multiprocessor time these collectives take.
@@ -103,6 +106,9 @@ class NcclCommunicator final : public Communicator {
   std::vector<size_t> payload_bytes_by_kind() const override;
 
   size_t staging_bytes() const override { return wire_elems_ * 2 + 2 * stage_elems_ * sizeof(float); }
+  float* allocate_owned_buffer(size_t elems, MemoryKind kind) override;
+  bool release_owned_buffer(float* buffer) override;
+  size_t owned_bytes(MemoryKind kind) const override;
   cudaStream_t comm_stream() const { return comm_stream_; }
   // Elements of the largest piece a bf16 collective sends at once (per rank's chunk, for
   // reduce-scatter): 128 MiB of staging at most.
@@ -137,6 +143,14 @@ class NcclCommunicator final : public Communicator {
   void ensure_copy_stages(size_t elems);
   // Elements of one rank's chunk that one piece of a copy-engine collective moves.
   size_t copy_chunk_limit() const { return kCopyStageElems / static_cast<size_t>(world_size_); }
+  struct Window {
+    float* base = nullptr;
+    size_t elems = 0;
+    MemoryKind kind = MemoryKind::other;
+    ncclWindow_t handle = nullptr;
+  };
+  // The owned buffer that holds [begin, begin + elems), or null.
+  const Window* owned_window(const float* begin, size_t elems) const;
   void enqueue_copy_allreduce(float* buffer, size_t elems);
   void enqueue_copy_reduce_scatter(const float* send, float* recv, size_t recv_elems);
   void enqueue_copy_allgather(const float* send, float* recv, size_t send_elems);
@@ -162,6 +176,7 @@ class NcclCommunicator final : public Communicator {
   float* stage_b_ = nullptr;
   ncclWindow_t window_a_ = nullptr, window_b_ = nullptr;
   size_t stage_elems_ = 0;
+  std::vector<Window> owned_;  // allocate_owned_buffer's, registered on copy_comm_
   size_t wire_elems_ = 0;
   uint64_t last_id_ = 0;
   std::array<size_t, kCollectiveKindCount> payload_bytes_by_kind_{};

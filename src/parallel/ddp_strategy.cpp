@@ -7,7 +7,7 @@ namespace scalestudy {
 DdpStrategy::DdpStrategy(const RunConfig& config, Ops& ops, Communicator& comm, Gpt& model,
                          const BucketPlan& plan)
     : config_(config), ops_(ops), comm_(comm), model_(model), plan_(plan) {
-  grads_ = ops_.allocate_floats(plan_.padded_elems, MemoryKind::gradients);
+  grads_ = allocate_collective_buffer(ops_, comm_, plan_.padded_elems, MemoryKind::gradients);
   m_ = ops_.allocate_floats(plan_.padded_elems, MemoryKind::optimizer);
   v_ = ops_.allocate_floats(plan_.padded_elems, MemoryKind::optimizer);
   ops_.fill_zero(grads_, plan_.padded_elems);
@@ -17,7 +17,7 @@ DdpStrategy::DdpStrategy(const RunConfig& config, Ops& ops, Communicator& comm, 
 
 DdpStrategy::~DdpStrategy() {
   comm_.finish_all();
-  ops_.release(grads_);
+  release_collective_buffer(ops_, comm_, grads_);
   ops_.release(m_);
   ops_.release(v_);
 }

@@ -26,6 +26,15 @@ bool adamw_over_range(Ops& ops, const ParameterLayout& layout, size_t param_begi
   return ops.adamw_update_pieces(master, grads, m, v, pieces, hyper);
 }
 
+float* allocate_collective_buffer(Ops& ops, Communicator& comm, size_t elems, MemoryKind kind) {
+  float* owned = comm.allocate_owned_buffer(elems, kind);
+  return owned ? owned : ops.allocate_floats(elems, kind);
+}
+
+void release_collective_buffer(Ops& ops, Communicator& comm, float* buffer) {
+  if (!comm.release_owned_buffer(buffer)) ops.release(buffer);
+}
+
 float clip_factor(double grad_norm, float max_norm) {
   if (max_norm <= 0.0f || grad_norm <= max_norm) return 1.0f;
   return static_cast<float>(max_norm / (grad_norm + 1e-6));

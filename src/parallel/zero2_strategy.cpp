@@ -38,7 +38,7 @@ Zero2Strategy::Zero2Strategy(const RunConfig& config, Ops& ops, Communicator& co
 
 Zero2Strategy::~Zero2Strategy() {
   comm_.finish_all();
-  for (float* buffer : all_buffers_) ops_.release(buffer);
+  for (float* buffer : all_buffers_) release_collective_buffer(ops_, comm_, buffer);
   for (float* buffer : {shard_grads_, master_, m_, v_, embedding_scratch_, block_scratch_})
     ops_.release(buffer);
 }
@@ -50,7 +50,7 @@ float* Zero2Strategy::acquire_buffer(std::vector<float*>& pool, size_t elems) {
     return buffer;
   }
   // Every buffer of a pool is sized for the largest bucket (or chunk), so any can be reused.
-  float* buffer = ops_.allocate_floats(elems, MemoryKind::communication);
+  float* buffer = allocate_collective_buffer(ops_, comm_, elems, MemoryKind::communication);
   all_buffers_.push_back(buffer);
   comm_buffer_bytes_ += elems * sizeof(float);
   return buffer;

@@ -245,7 +245,8 @@ TEST(NcclCommunicator, Bf16SumsRoundLikeTheMpiCommunicator) {
 // The copy-engine collectives on device buffers, each longer than one staging piece, so
 // they run in two pieces, and the allreduce's last chunk is padded: allreduce, reduce-
 // scatter and allgather (out of place and in place) give exactly what NCCL's kernels give
-// on random values, and the exact integer sums.
+// on random values, and the exact integer sums. So do the allreduce and reduce-scatter
+// on buffers the communicator owns, which skip the staging copies.
 TEST(NcclCommunicator, CopyEngineCollectivesMatchNcclKernels) {
   if (!have_two_gpus()) GTEST_SKIP() << "needs 2 ranks with a visible GPU each: multi-GPU tests skipped";
   const ProcessPlacement where = discover_placement(MPI_COMM_WORLD);
@@ -278,10 +279,20 @@ TEST(NcclCommunicator, CopyEngineCollectivesMatchNcclKernels) {
   CHECK_CUDA(cudaMemcpy(gather_send, host.data() + rank * part_elems, part_elems * 4, cudaMemcpyHostToDevice));
   CHECK_CUDA(cudaMemcpy(gather_in_place + rank * part_elems, host.data() + rank * part_elems, part_elems * 4,
                         cudaMemcpyHostToDevice));
+  const size_t owned_elems = reduce_elems - 1;  // even: each rank's chunk in place, two pieces
+  const size_t owned_part_elems = 4099;         // one piece
+  float *owned_reference = nullptr, *owned_scatter_reference = nullptr, *owned_scatter_recv = nullptr;
+  CHECK_CUDA(cudaMalloc(&owned_reference, owned_elems * 4));
+  CHECK_CUDA(cudaMalloc(&owned_scatter_reference, owned_part_elems * 4));
+  CHECK_CUDA(cudaMalloc(&owned_scatter_recv, owned_part_elems * 4));
+  CHECK_CUDA(cudaMemcpy(owned_reference, reduce_a, owned_elems * 4, cudaMemcpyDeviceToDevice));
   for (size_t i = 0; i < reduce_elems; ++i) host[i] = integer_value(i);
   CHECK_CUDA(cudaMemcpy(exact, host.data(), reduce_elems * 4, cudaMemcpyHostToDevice));
   {
     NcclCommunicator kernels(MPI_COMM_WORLD, stream, 120.0, false);
+    EXPECT_EQ(kernels.allocate_owned_buffer(16, MemoryKind::gradients), nullptr) << "without copy engines";
+    kernels.start_reduce_scatter(owned_reference, owned_scatter_reference, owned_part_elems, "test");
+    kernels.start_allreduce(owned_reference, owned_elems, "test");
     kernels.start_allreduce(reduce_a, reduce_elems, "test");
     kernels.start_reduce_scatter(scatter_send, scatter_a, part_elems, "test");
     kernels.start_allgather(gather_send, gather_a, part_elems, "test");
@@ -290,6 +301,26 @@ TEST(NcclCommunicator, CopyEngineCollectivesMatchNcclKernels) {
   }
   {
     NcclCommunicator copies(MPI_COMM_WORLD, stream, 120.0, true);
+    float* owned = copies.allocate_owned_buffer(owned_elems, MemoryKind::gradients);
+    ASSERT_NE(owned, nullptr);
+    EXPECT_EQ(copies.owned_bytes(MemoryKind::gradients), owned_elems * 4);
+    CHECK_CUDA(cudaMemcpy(owned, reduce_b, owned_elems * 4, cudaMemcpyDeviceToDevice));
+    copies.start_reduce_scatter(owned, owned_scatter_recv, owned_part_elems, "test");
+    copies.start_allreduce(owned, owned_elems, "test");
+    copies.finish_all();
+    CHECK_CUDA(cudaStreamSynchronize(stream));
+    std::vector<float> got(owned_elems), want(owned_elems);
+    CHECK_CUDA(cudaMemcpy(got.data(), owned, owned_elems * 4, cudaMemcpyDeviceToHost));
+    CHECK_CUDA(cudaMemcpy(want.data(), owned_reference, owned_elems * 4, cudaMemcpyDeviceToHost));
+    EXPECT_TRUE(got == want) << "allreduce of an owned buffer";
+    got.resize(owned_part_elems);
+    want.resize(owned_part_elems);
+    CHECK_CUDA(cudaMemcpy(got.data(), owned_scatter_recv, owned_part_elems * 4, cudaMemcpyDeviceToHost));
+    CHECK_CUDA(cudaMemcpy(want.data(), owned_scatter_reference, owned_part_elems * 4, cudaMemcpyDeviceToHost));
+    EXPECT_TRUE(got == want) << "reduce_scatter from an owned buffer";
+    EXPECT_TRUE(copies.release_owned_buffer(owned));
+    EXPECT_EQ(copies.owned_bytes(MemoryKind::gradients), 0u);
+    copies.take_records();
     copies.start_allreduce(reduce_b, reduce_elems, "test");
     copies.start_reduce_scatter(scatter_send, scatter_b, part_elems, "test");
     copies.start_allgather(gather_send, gather_b, part_elems, "test");
@@ -324,7 +355,7 @@ TEST(NcclCommunicator, CopyEngineCollectivesMatchNcclKernels) {
   for (size_t i = 0; i < reduce_elems; ++i) wrong += sums[i] != 3.0f * static_cast<float>(i % 251 + 1);
   EXPECT_EQ(wrong, 0u) << "allreduce: elements not the exact integer sum";
   for (float* p : {reduce_a, reduce_b, exact, scatter_send, scatter_a, scatter_b, gather_send, gather_a, gather_b,
-                   gather_in_place})
+                   gather_in_place, owned_reference, owned_scatter_reference, owned_scatter_recv})
     CHECK_CUDA(cudaFree(p));
   CHECK_CUDA(cudaStreamDestroy(stream));
 }

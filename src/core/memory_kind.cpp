@@ -1,4 +1,4 @@
-#include "backend/ops.h"
+#include "core/memory_kind.h"
 
 namespace scalestudy {
 
