@@ -70,14 +70,9 @@ NcclCommunicator::~NcclCommunicator() {
   cudaFree(device_barrier_);
   cudaFree(wire_);
   if (copy_comm_) {
-    for (const Window& owned : owned_) {
-      ncclCommWindowDeregister(copy_comm_, owned.handle);
-      ncclMemFree(owned.base);
-    }
-    for (ncclWindow_t window : {window_a_, window_b_})
-      if (window) ncclCommWindowDeregister(copy_comm_, window);
-    ncclMemFree(stage_a_);
-    ncclMemFree(stage_b_);
+    for (Window& window : owned_) free_window(window);
+    free_window(stage_a_);
+    free_window(stage_b_);
     ncclCommDestroy(copy_comm_);
   }
   cudaStreamDestroy(comm_stream_);
@@ -145,126 +140,137 @@ CommHandle NcclCommunicator::launch(CollectiveKind kind, const std::string& phas
 CommHandle NcclCommunicator::start_allreduce(float* buffer, size_t elems, const std::string& phase) {
   if (copy_comm_) {
     const size_t world = static_cast<size_t>(world_size_);
-    ensure_copy_stages(std::min(copy_chunk_limit(), (elems + world - 1) / world) * world);
+    const size_t piece_chunk = std::min(copy_chunk_limit(), (elems + world - 1) / world);
+    const bool direct = direct_allreduce(buffer, elems);
+    ensure_stage(stage_b_, piece_chunk * world);
+    if (!direct) ensure_stage(stage_a_, piece_chunk * world);
     return launch(CollectiveKind::allreduce, phase, elems * sizeof(float),
-                  [&](const auto&) { enqueue_copy_allreduce(buffer, elems); });
+                  [&](const auto&) { enqueue_copy_allreduce(buffer, elems, direct); });
   }
   return launch(CollectiveKind::allreduce, phase, elems * sizeof(float), [&](const auto&) {
     CHECK_NCCL(ncclAllReduce(buffer, buffer, elems, ncclFloat, ncclSum, nccl_, comm_stream_));
   });
 }
 
-void NcclCommunicator::ensure_copy_stages(size_t elems) {
-  if (elems <= stage_elems_) return;
-  // The comm stream may still be using the old windows.
+void NcclCommunicator::ensure_stage(Window& stage, size_t elems) {
+  if (elems <= stage.elems) return;
+  // The comm stream may still be using the old window.
   CHECK_CUDA(cudaStreamSynchronize(comm_stream_));
-  const size_t bytes = elems * sizeof(float);
-  for (auto [stage, window] : {std::pair{&stage_a_, &window_a_}, std::pair{&stage_b_, &window_b_}}) {
-    if (*window) CHECK_NCCL(ncclCommWindowDeregister(copy_comm_, *window));
-    if (*stage) CHECK_NCCL(ncclMemFree(*stage));
-    void* memory = nullptr;
-    CHECK_NCCL(ncclMemAlloc(&memory, bytes));
-    CHECK_NCCL(ncclCommWindowRegister(copy_comm_, memory, bytes, window, NCCL_WIN_COLL_SYMMETRIC));
-    *stage = static_cast<float*>(memory);
-  }
-  stage_elems_ = elems;
+  free_window(stage);
+  void* memory = nullptr;
+  CHECK_NCCL(ncclMemAlloc(&memory, elems * sizeof(float)));
+  CHECK_NCCL(ncclCommWindowRegister(copy_comm_, memory, elems * sizeof(float), &stage.handle, NCCL_WIN_COLL_SYMMETRIC));
+  stage.base = static_cast<float*>(memory);
+  stage.elems = elems;
+}
+
+void NcclCommunicator::free_window(Window& window) {
+  if (window.handle) CHECK_NCCL(ncclCommWindowDeregister(copy_comm_, window.handle));
+  if (window.base) CHECK_NCCL(ncclMemFree(window.base));
+  window.handle = nullptr;
+  window.base = nullptr;
+  window.elems = 0;
 }
 
 float* NcclCommunicator::allocate_owned_buffer(size_t elems, MemoryKind kind) {
   if (!copy_comm_ || elems == 0) return nullptr;
-  Window owned;
-  owned.elems = elems;
-  owned.kind = kind;
-  void* memory = nullptr;
-  CHECK_NCCL(ncclMemAlloc(&memory, elems * sizeof(float)));
-  CHECK_NCCL(ncclCommWindowRegister(copy_comm_, memory, elems * sizeof(float), &owned.handle, NCCL_WIN_COLL_SYMMETRIC));
-  owned.base = static_cast<float*>(memory);
-  owned_.push_back(owned);
-  return owned.base;
+  Window buffer;
+  ensure_stage(buffer, elems);
+  buffer.kind = kind;
+  owned_.push_back(buffer);
+  return buffer.base;
 }
 
 bool NcclCommunicator::release_owned_buffer(float* buffer) {
-  auto owned = std::find_if(owned_.begin(), owned_.end(), [&](const Window& w) { return w.base == buffer; });
-  if (owned == owned_.end()) return false;
+  auto window = std::find_if(owned_.begin(), owned_.end(), [&](const Window& w) { return w.base == buffer; });
+  if (window == owned_.end()) return false;
   CHECK_CUDA(cudaStreamSynchronize(comm_stream_));
-  CHECK_NCCL(ncclCommWindowDeregister(copy_comm_, owned->handle));
-  CHECK_NCCL(ncclMemFree(owned->base));
-  owned_.erase(owned);
+  free_window(*window);
+  owned_.erase(window);
   return true;
 }
 
 size_t NcclCommunicator::owned_bytes(MemoryKind kind) const {
   size_t bytes = 0;
-  for (const Window& owned : owned_)
-    if (owned.kind == kind) bytes += owned.elems * sizeof(float);
+  for (const Window& window : owned_)
+    if (window.kind == kind) bytes += window.elems * sizeof(float);
   return bytes;
 }
 
-const NcclCommunicator::Window* NcclCommunicator::owned_window(const float* begin, size_t elems) const {
-  for (const Window& owned : owned_)
-    if (begin >= owned.base && begin + elems <= owned.base + owned.elems) return &owned;
-  return nullptr;
+bool NcclCommunicator::owned(const float* begin, size_t elems) const {
+  return std::any_of(owned_.begin(), owned_.end(), [&](const Window& w) {
+    return begin >= w.base && begin + elems <= w.base + w.elems;
+  });
+}
+
+bool NcclCommunicator::direct_allreduce(const float* buffer, size_t elems) const {
+  return elems % static_cast<size_t>(world_size_) == 0 && owned(buffer, elems);
+}
+
+bool NcclCommunicator::direct_reduce_scatter(const float* send, size_t recv_elems) const {
+  // One piece only: the pieces of a longer one would not be contiguous in `send`.
+  return recv_elems <= copy_chunk_limit() && owned(send, recv_elems * world_size_);
 }
 
 void NcclCommunicator::sum_staged_chunks(float* out, size_t chunk_elems) {
-  if (out != stage_b_)
-    CHECK_CUDA(cudaMemcpyAsync(out, stage_b_, chunk_elems * sizeof(float), cudaMemcpyDeviceToDevice, comm_stream_));
+  float* const chunks = stage_b_.base;
+  if (out != chunks)
+    CHECK_CUDA(cudaMemcpyAsync(out, chunks, chunk_elems * sizeof(float), cudaMemcpyDeviceToDevice, comm_stream_));
   for (int r = 1; r < world_size_; ++r)
-    cuda::launch_accumulate(comm_stream_, out, stage_b_ + static_cast<size_t>(r) * chunk_elems, chunk_elems);
+    cuda::launch_accumulate(comm_stream_, out, chunks + static_cast<size_t>(r) * chunk_elems, chunk_elems);
 }
 
-void NcclCommunicator::enqueue_copy_allreduce(float* buffer, size_t elems) {
+void NcclCommunicator::enqueue_copy_allreduce(float* buffer, size_t elems, bool direct) {
   const size_t world = static_cast<size_t>(world_size_);
-  if (owned_window(buffer, elems) && elems % world == 0) {
-    for (size_t offset = 0; offset < elems; offset += copy_chunk_limit() * world) {
-      const size_t chunk = std::min(copy_chunk_limit() * world, elems - offset) / world;
-      CHECK_NCCL(ncclAlltoAll(buffer + offset, stage_b_, chunk, ncclFloat, copy_comm_, comm_stream_));
-      sum_staged_chunks(stage_b_, chunk);
-      CHECK_NCCL(ncclAllGather(stage_b_, buffer + offset, chunk, ncclFloat, copy_comm_, comm_stream_));
-    }
-    return;
-  }
+  float* const a = stage_a_.base;
+  float* const b = stage_b_.base;
   for (size_t offset = 0; offset < elems; offset += copy_chunk_limit() * world) {
     const size_t piece = std::min(copy_chunk_limit() * world, elems - offset);
     const size_t chunk = (piece + world - 1) / world;
+    if (direct) {
+      CHECK_NCCL(ncclAlltoAll(buffer + offset, b, chunk, ncclFloat, copy_comm_, comm_stream_));
+      sum_staged_chunks(b, chunk);
+      CHECK_NCCL(ncclAllGather(b, buffer + offset, chunk, ncclFloat, copy_comm_, comm_stream_));
+      continue;
+    }
     // The last chunk's padding is summed too, and never copied out.
     if (chunk * world > piece)
-      CHECK_CUDA(cudaMemsetAsync(stage_a_ + piece, 0, (chunk * world - piece) * sizeof(float), comm_stream_));
-    CHECK_CUDA(cudaMemcpyAsync(stage_a_, buffer + offset, piece * sizeof(float), cudaMemcpyDeviceToDevice,
-                               comm_stream_));
-    CHECK_NCCL(ncclAlltoAll(stage_a_, stage_b_, chunk, ncclFloat, copy_comm_, comm_stream_));
-    sum_staged_chunks(stage_b_, chunk);
-    CHECK_NCCL(ncclAllGather(stage_b_, stage_a_, chunk, ncclFloat, copy_comm_, comm_stream_));
-    CHECK_CUDA(cudaMemcpyAsync(buffer + offset, stage_a_, piece * sizeof(float), cudaMemcpyDeviceToDevice,
-                               comm_stream_));
+      CHECK_CUDA(cudaMemsetAsync(a + piece, 0, (chunk * world - piece) * sizeof(float), comm_stream_));
+    CHECK_CUDA(cudaMemcpyAsync(a, buffer + offset, piece * sizeof(float), cudaMemcpyDeviceToDevice, comm_stream_));
+    CHECK_NCCL(ncclAlltoAll(a, b, chunk, ncclFloat, copy_comm_, comm_stream_));
+    sum_staged_chunks(b, chunk);
+    CHECK_NCCL(ncclAllGather(b, a, chunk, ncclFloat, copy_comm_, comm_stream_));
+    CHECK_CUDA(cudaMemcpyAsync(buffer + offset, a, piece * sizeof(float), cudaMemcpyDeviceToDevice, comm_stream_));
   }
 }
 
-void NcclCommunicator::enqueue_copy_reduce_scatter(const float* send, float* recv, size_t recv_elems) {
-  if (recv_elems <= copy_chunk_limit() && owned_window(send, recv_elems * world_size_)) {
-    CHECK_NCCL(ncclAlltoAll(send, stage_b_, recv_elems, ncclFloat, copy_comm_, comm_stream_));
+void NcclCommunicator::enqueue_copy_reduce_scatter(const float* send, float* recv, size_t recv_elems, bool direct) {
+  if (direct) {
+    CHECK_NCCL(ncclAlltoAll(send, stage_b_.base, recv_elems, ncclFloat, copy_comm_, comm_stream_));
     sum_staged_chunks(recv, recv_elems);
     return;
   }
+  float* const a = stage_a_.base;
   for (size_t offset = 0; offset < recv_elems; offset += copy_chunk_limit()) {
     const size_t piece = std::min(copy_chunk_limit(), recv_elems - offset);
     // Piece `offset` of every rank's chunk, side by side.
     for (int r = 0; r < world_size_; ++r)
-      CHECK_CUDA(cudaMemcpyAsync(stage_a_ + r * piece, send + r * recv_elems + offset, piece * sizeof(float),
+      CHECK_CUDA(cudaMemcpyAsync(a + r * piece, send + r * recv_elems + offset, piece * sizeof(float),
                                  cudaMemcpyDeviceToDevice, comm_stream_));
-    CHECK_NCCL(ncclAlltoAll(stage_a_, stage_b_, piece, ncclFloat, copy_comm_, comm_stream_));
+    CHECK_NCCL(ncclAlltoAll(a, stage_b_.base, piece, ncclFloat, copy_comm_, comm_stream_));
     sum_staged_chunks(recv + offset, piece);
   }
 }
 
 void NcclCommunicator::enqueue_copy_allgather(const float* send, float* recv, size_t send_elems) {
+  float* const a = stage_a_.base;
+  float* const b = stage_b_.base;
   for (size_t offset = 0; offset < send_elems; offset += copy_chunk_limit()) {
     const size_t piece = std::min(copy_chunk_limit(), send_elems - offset);
-    CHECK_CUDA(cudaMemcpyAsync(stage_a_, send + offset, piece * sizeof(float), cudaMemcpyDeviceToDevice,
-                               comm_stream_));
-    CHECK_NCCL(ncclAllGather(stage_a_, stage_b_, piece, ncclFloat, copy_comm_, comm_stream_));
+    CHECK_CUDA(cudaMemcpyAsync(a, send + offset, piece * sizeof(float), cudaMemcpyDeviceToDevice, comm_stream_));
+    CHECK_NCCL(ncclAllGather(a, b, piece, ncclFloat, copy_comm_, comm_stream_));
     for (int r = 0; r < world_size_; ++r)
-      CHECK_CUDA(cudaMemcpyAsync(recv + r * send_elems + offset, stage_b_ + r * piece, piece * sizeof(float),
+      CHECK_CUDA(cudaMemcpyAsync(recv + r * send_elems + offset, b + r * piece, piece * sizeof(float),
                                  cudaMemcpyDeviceToDevice, comm_stream_));
   }
 }
@@ -336,9 +342,11 @@ CommHandle NcclCommunicator::start_allreduce(double* host_buffer, size_t elems, 
 CommHandle NcclCommunicator::start_reduce_scatter(const float* send, float* recv, size_t recv_elems,
                                                   const std::string& phase) {
   if (copy_comm_) {
-    ensure_copy_stages(std::min(copy_chunk_limit(), recv_elems) * world_size_);
+    const bool direct = direct_reduce_scatter(send, recv_elems);
+    ensure_stage(stage_b_, std::min(copy_chunk_limit(), recv_elems) * world_size_);
+    if (!direct) ensure_stage(stage_a_, std::min(copy_chunk_limit(), recv_elems) * world_size_);
     return launch(CollectiveKind::reduce_scatter, phase, recv_elems * world_size_ * sizeof(float),
-                  [&](const auto&) { enqueue_copy_reduce_scatter(send, recv, recv_elems); });
+                  [&](const auto&) { enqueue_copy_reduce_scatter(send, recv, recv_elems, direct); });
   }
   return launch(CollectiveKind::reduce_scatter, phase, recv_elems * world_size_ * sizeof(float), [&](const auto&) {
     CHECK_NCCL(ncclReduceScatter(send, recv, recv_elems, ncclFloat, ncclSum, nccl_, comm_stream_));
@@ -348,7 +356,8 @@ CommHandle NcclCommunicator::start_reduce_scatter(const float* send, float* recv
 CommHandle NcclCommunicator::start_allgather(const float* send, float* recv, size_t send_elems,
                                              const std::string& phase) {
   if (copy_comm_) {
-    ensure_copy_stages(std::min(copy_chunk_limit(), send_elems) * world_size_);
+    ensure_stage(stage_a_, std::min(copy_chunk_limit(), send_elems));
+    ensure_stage(stage_b_, std::min(copy_chunk_limit(), send_elems) * world_size_);
     return launch(CollectiveKind::allgather, phase, send_elems * world_size_ * sizeof(float),
                   [&](const auto&) { enqueue_copy_allgather(send, recv, send_elems); });
   }

@@ -105,7 +105,9 @@ class NcclCommunicator final : public Communicator {
   std::vector<CollectiveRecord> take_records() override;
   std::vector<size_t> payload_bytes_by_kind() const override;
 
-  size_t staging_bytes() const override { return wire_elems_ * 2 + 2 * stage_elems_ * sizeof(float); }
+  size_t staging_bytes() const override {
+    return wire_elems_ * 2 + (stage_a_.elems + stage_b_.elems) * sizeof(float);
+  }
   float* allocate_owned_buffer(size_t elems, MemoryKind kind) override;
   bool release_owned_buffer(float* buffer) override;
   size_t owned_bytes(MemoryKind kind) const override;
@@ -138,21 +140,25 @@ class NcclCommunicator final : public Communicator {
   cudaEvent_t take_event();
   // The staging buffer, holding at least `elems` bf16 values (host side, before enqueueing).
   void* wire_buffer(size_t elems);
-  // Both staging windows, holding at least `elems` floats each (host side, before
-  // enqueueing; collective over the ranks, which all ask for the same sizes in turn).
-  void ensure_copy_stages(size_t elems);
-  // Elements of one rank's chunk that one piece of a copy-engine collective moves.
-  size_t copy_chunk_limit() const { return kCopyStageElems / static_cast<size_t>(world_size_); }
   struct Window {
     float* base = nullptr;
     size_t elems = 0;
-    MemoryKind kind = MemoryKind::other;
+    MemoryKind kind = MemoryKind::communication;
     ncclWindow_t handle = nullptr;
   };
-  // The owned buffer that holds [begin, begin + elems), or null.
-  const Window* owned_window(const float* begin, size_t elems) const;
-  void enqueue_copy_allreduce(float* buffer, size_t elems);
-  void enqueue_copy_reduce_scatter(const float* send, float* recv, size_t recv_elems);
+  // A staging window holding at least `elems` floats (host side, before enqueueing;
+  // collective over the ranks, which all ask for the same sizes in turn).
+  void ensure_stage(Window& stage, size_t elems);
+  void free_window(Window& window);
+  // Elements of one rank's chunk that one piece of a copy-engine collective moves.
+  size_t copy_chunk_limit() const { return kCopyStageElems / static_cast<size_t>(world_size_); }
+  // Whether [begin, begin + elems) lies in an owned buffer.
+  bool owned(const float* begin, size_t elems) const;
+  // The forms that skip the staging copies, for owned buffers.
+  bool direct_allreduce(const float* buffer, size_t elems) const;
+  bool direct_reduce_scatter(const float* send, size_t recv_elems) const;
+  void enqueue_copy_allreduce(float* buffer, size_t elems, bool direct);
+  void enqueue_copy_reduce_scatter(const float* send, float* recv, size_t recv_elems, bool direct);
   void enqueue_copy_allgather(const float* send, float* recv, size_t send_elems);
   void sum_staged_chunks(float* out, size_t chunk_elems);
   InFlight& find(uint64_t id);
@@ -172,10 +178,7 @@ class NcclCommunicator final : public Communicator {
   int* device_barrier_ = nullptr;
   void* wire_ = nullptr;  // bf16 staging of the bf16 collectives
   ncclComm_t copy_comm_ = nullptr;  // zero-CTA policy; null without copy engines
-  float* stage_a_ = nullptr;
-  float* stage_b_ = nullptr;
-  ncclWindow_t window_a_ = nullptr, window_b_ = nullptr;
-  size_t stage_elems_ = 0;
+  Window stage_a_, stage_b_;  // the staging windows A and B (above)
   std::vector<Window> owned_;  // allocate_owned_buffer's, registered on copy_comm_
   size_t wire_elems_ = 0;
   uint64_t last_id_ = 0;
