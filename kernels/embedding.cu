@@ -1,6 +1,9 @@
 #include "embedding.cuh"
 
+#include <cub/device/device_radix_sort.cuh>
+
 #include <cmath>
+#include <string>
 
 #include "common.cuh"
 #include "precision.cuh"
@@ -50,56 +53,53 @@ __global__ void embedding_backward_wpe_kernel(float* __restrict__ dwpe,
 
 constexpr int kWteThreads = 256;
 
-// Repeated tokens would make a row-parallel scatter race. Instead one block per row n
-// decides whether n is the first occurrence of its token (the row's "leader"); only the
-// leader's block writes that dwte row, adding the dout rows of every occurrence in
-// increasing n. No atomics, a fixed order, and work proportional to the distinct tokens;
-// the price is that each block scans the token array, which is small and cache-resident.
+// Rows 0..rows-1, the values the sort carries along with the token ids.
+__global__ void row_indices_kernel(int32_t* __restrict__ rows_out, int rows) {
+  for (int r = blockIdx.x * blockDim.x + threadIdx.x; r < rows; r += gridDim.x * blockDim.x) rows_out[r] = r;
+}
+
+// Repeated tokens would make a row-parallel scatter race. The (token, row) pairs are
+// sorted by token first, stably, so each token's rows stay in increasing order; block i
+// owns the run of equal tokens that starts at sorted position i (every other block
+// returns at once) and writes that dwte row, adding the dout rows of the run in turn. No
+// atomics, the fixed order of increasing rows, and dout read once.
 template <class T>
 __global__ void embedding_backward_wte_kernel(float* __restrict__ dwte,
                                               const T* __restrict__ dout,
-                                              const int32_t* __restrict__ tokens, int rows,
+                                              const int32_t* __restrict__ sorted_tokens,
+                                              const int32_t* __restrict__ sorted_rows, int rows,
                                               int channels) {
-  __shared__ int matches[kWteThreads];
-  __shared__ int warp_counts[kWteThreads / kWarpSize];
-  const int n = blockIdx.x;
-  const int32_t token = tokens[n];
-  if (token < 0) return;
-  for (int start = 0; start < n; start += blockDim.x) {
-    const int r = start + threadIdx.x;
-    const bool earlier = r < n && tokens[r] == token;
-    if (__syncthreads_or(earlier)) return;
-  }
-
-  const int lane = threadIdx.x % kWarpSize;
-  const int warp = threadIdx.x / kWarpSize;
-  const int warps = blockDim.x / kWarpSize;
+  const int first = blockIdx.x;
+  const int32_t token = sorted_tokens[first];
+  if (token < 0 || (first > 0 && sorted_tokens[first - 1] == token)) return;
+  int end = first + 1;
+  while (end < rows && sorted_tokens[end] == token) ++end;
   float* dwte_row = dwte + size_t(token) * channels;
-  for (int start = n; start < rows; start += blockDim.x) {
-    const int r = start + threadIdx.x;
-    const bool hit = r < rows && tokens[r] == token;
-    const unsigned ballot = __ballot_sync(kFullWarpMask, hit);
-    if (lane == 0) warp_counts[warp] = __popc(ballot);
-    __syncthreads();
-    // The matches of this tile, compacted in increasing row order.
-    int offset = 0, total = 0;
-    for (int w = 0; w < warps; ++w) {
-      offset += w < warp ? warp_counts[w] : 0;
-      total += warp_counts[w];
-    }
-    if (hit) matches[offset + __popc(ballot & ((1u << lane) - 1u))] = r;
-    __syncthreads();
-    if (total > 0) {
-      for (int c = threadIdx.x; c < channels; c += blockDim.x) {
-        float value = dwte_row[c];
-        for (int k = 0; k < total; ++k)
-          value += to_float(dout[size_t(matches[k]) * channels + c]);
-        dwte_row[c] = value;
-      }
-    }
-    // matches and warp_counts are rewritten by the next tile.
-    __syncthreads();
+  for (int c = threadIdx.x; c < channels; c += blockDim.x) {
+    float value = dwte_row[c];
+    for (int k = first; k < end; ++k) value += to_float(dout[size_t(sorted_rows[k]) * channels + c]);
+    dwte_row[c] = value;
   }
+}
+
+// The scratch of the wte backward, each part starting on a 256-byte boundary as CUB
+// expects of its temporary storage: the sorted tokens, the rows, the sorted rows, then
+// CUB's own.
+struct WteScratch {
+  size_t ids_bytes = 0, sort_bytes = 0;
+  size_t total_bytes() const { return 3 * ids_bytes + sort_bytes; }
+};
+
+size_t round_up_256(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+WteScratch wte_scratch(int rows) {
+  WteScratch scratch;
+  scratch.ids_bytes = round_up_256(size_t(rows) * sizeof(int32_t));
+  CHECK_CUDA(cub::DeviceRadixSort::SortPairs(nullptr, scratch.sort_bytes, static_cast<const int32_t*>(nullptr),
+                                             static_cast<int32_t*>(nullptr), static_cast<const int32_t*>(nullptr),
+                                             static_cast<int32_t*>(nullptr), rows));
+  scratch.sort_bytes = round_up_256(scratch.sort_bytes);
+  return scratch;
 }
 
 void check_shape(int batch, int seq, int channels) {
@@ -127,19 +127,36 @@ void embedding_forward(cudaStream_t stream, T* out, const int32_t* tokens, const
 
 template <class T>
 void embedding_backward(cudaStream_t stream, float* dwte, float* dwpe, const T* dout,
-                        const int32_t* tokens, int batch, int seq, int channels) {
+                        const int32_t* tokens, int batch, int seq, int channels, float* scratch,
+                        size_t scratch_elems) {
   check_shape(batch, seq, channels);
   check_not_null(dwte, "embedding dwte");
   check_not_null(dwpe, "embedding dwpe");
   check_not_null(dout, "embedding dout");
   check_not_null(tokens, "embedding tokens");
+  check_not_null(scratch, "embedding scratch");
+  const int rows = batch * seq;
+  const WteScratch sizes = wte_scratch(rows);
+  SCALESTUDY_CHECK(scratch_elems * sizeof(float) >= sizes.total_bytes(),
+                   "embedding backward: scratch of " + std::to_string(scratch_elems) + " floats, needs " +
+                       std::to_string(sizes.total_bytes() / sizeof(float)));
   const EmbeddingParams p{batch, seq, channels};
   const size_t position_elems = size_t(seq) * channels;
   embedding_backward_wpe_kernel<T><<<elementwise_blocks(position_elems), kElementwiseThreads,
                                      0, stream>>>(dwpe, dout, p);
   CHECK_LAUNCH();
-  embedding_backward_wte_kernel<T><<<batch * seq, kWteThreads, 0, stream>>>(
-      dwte, dout, tokens, batch * seq, channels);
+  char* base = reinterpret_cast<char*>(scratch);
+  auto* sorted_tokens = reinterpret_cast<int32_t*>(base);
+  auto* row_ids = reinterpret_cast<int32_t*>(base + sizes.ids_bytes);
+  auto* sorted_rows = reinterpret_cast<int32_t*>(base + 2 * sizes.ids_bytes);
+  void* sort_storage = base + 3 * sizes.ids_bytes;
+  row_indices_kernel<<<elementwise_blocks(rows), kElementwiseThreads, 0, stream>>>(row_ids, rows);
+  CHECK_LAUNCH();
+  size_t sort_bytes = sizes.sort_bytes;
+  CHECK_CUDA(cub::DeviceRadixSort::SortPairs(sort_storage, sort_bytes, tokens, sorted_tokens, row_ids, sorted_rows,
+                                             rows, 0, static_cast<int>(8 * sizeof(int32_t)), stream));
+  embedding_backward_wte_kernel<T><<<rows, kWteThreads, 0, stream>>>(dwte, dout, sorted_tokens, sorted_rows, rows,
+                                                                     channels);
   CHECK_LAUNCH();
 }
 
@@ -163,19 +180,28 @@ void launch_embedding_forward(cudaStream_t stream, fp16* out, const int32_t* tok
   embedding_forward(stream, out, tokens, wte, wpe, batch, seq, channels);
 }
 
+size_t embedding_backward_scratch_elems(int batch, int seq) {
+  check_positive(batch, "embedding batch");
+  check_positive(seq, "embedding seq");
+  return (wte_scratch(batch * seq).total_bytes() + sizeof(float) - 1) / sizeof(float);
+}
+
 void launch_embedding_backward(cudaStream_t stream, float* dwte, float* dwpe, const float* dout,
-                               const int32_t* tokens, int batch, int seq, int channels) {
-  embedding_backward(stream, dwte, dwpe, dout, tokens, batch, seq, channels);
+                               const int32_t* tokens, int batch, int seq, int channels, float* scratch,
+                               size_t scratch_elems) {
+  embedding_backward(stream, dwte, dwpe, dout, tokens, batch, seq, channels, scratch, scratch_elems);
 }
 
 void launch_embedding_backward(cudaStream_t stream, float* dwte, float* dwpe, const bf16* dout,
-                               const int32_t* tokens, int batch, int seq, int channels) {
-  embedding_backward(stream, dwte, dwpe, dout, tokens, batch, seq, channels);
+                               const int32_t* tokens, int batch, int seq, int channels, float* scratch,
+                               size_t scratch_elems) {
+  embedding_backward(stream, dwte, dwpe, dout, tokens, batch, seq, channels, scratch, scratch_elems);
 }
 
 void launch_embedding_backward(cudaStream_t stream, float* dwte, float* dwpe, const fp16* dout,
-                               const int32_t* tokens, int batch, int seq, int channels) {
-  embedding_backward(stream, dwte, dwpe, dout, tokens, batch, seq, channels);
+                               const int32_t* tokens, int batch, int seq, int channels, float* scratch,
+                               size_t scratch_elems) {
+  embedding_backward(stream, dwte, dwpe, dout, tokens, batch, seq, channels, scratch, scratch_elems);
 }
 
 }  // namespace scalestudy::cuda

@@ -5,6 +5,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace scalestudy::cuda {
@@ -23,13 +24,18 @@ void launch_embedding_forward(cudaStream_t stream, __half* out, const int32_t* t
                               int channels);
 // dwte[tokens[n],:] += dout[n,:] and dwpe[t,:] += dout[b,t,:], deterministically: every
 // gradient row is summed in increasing row order, the CPU backend's order, so the
-// results are bit-identical to it (given the same dout values).
+// results are bit-identical to it (given the same dout values). Rows with a negative
+// token add nothing to dwte. The token ids are sorted in scratch, of at least
+// embedding_backward_scratch_elems floats.
+size_t embedding_backward_scratch_elems(int batch, int seq);
 void launch_embedding_backward(cudaStream_t stream, float* dwte, float* dwpe, const float* dout,
-                               const int32_t* tokens, int batch, int seq, int channels);
+                               const int32_t* tokens, int batch, int seq, int channels, float* scratch,
+                               size_t scratch_elems);
 void launch_embedding_backward(cudaStream_t stream, float* dwte, float* dwpe,
                                const __nv_bfloat16* dout, const int32_t* tokens, int batch,
-                               int seq, int channels);
+                               int seq, int channels, float* scratch, size_t scratch_elems);
 void launch_embedding_backward(cudaStream_t stream, float* dwte, float* dwpe, const __half* dout,
-                               const int32_t* tokens, int batch, int seq, int channels);
+                               const int32_t* tokens, int batch, int seq, int channels, float* scratch,
+                               size_t scratch_elems);
 
 }  // namespace scalestudy::cuda

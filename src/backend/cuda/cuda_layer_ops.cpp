@@ -50,15 +50,17 @@ void CudaOps::embedding_backward(float* dwte, float* dwpe, const float* dout,
   ScopedKernelTag tag(KernelCategory::norm_elementwise);
   require_fp32(dwte, "embedding dwte");
   require_fp32(dwpe, "embedding dwpe");
+  float* scratch = scratch_floats(cuda::embedding_backward_scratch_elems(batch, seq));
   if (stores_half(dout, "embedding dout")) {
     with_half_type(precision_, [&](auto storage) {
       using Half = typename decltype(storage)::type;
       cuda::launch_embedding_backward(stream_, dwte, dwpe, as<Half>(dout), tokens, batch, seq,
-                                      channels);
+                                      channels, scratch, scratch_elems_);
     });
     return;
   }
-  cuda::launch_embedding_backward(stream_, dwte, dwpe, dout, tokens, batch, seq, channels);
+  cuda::launch_embedding_backward(stream_, dwte, dwpe, dout, tokens, batch, seq, channels, scratch,
+                                  scratch_elems_);
 }
 
 void CudaOps::layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
