@@ -185,17 +185,28 @@ TEST(NcclStrategies, GradReduceBf16StaysWithinBf16RoundingOfTheCpu) {
   }
 }
 
+// This rank's GPU made current, and a stream on it, for the tests on raw device buffers.
+struct RankDevice {
+  RankDevice() : where(discover_placement(MPI_COMM_WORLD)) {
+    CHECK_CUDA(cudaSetDevice(where.local_rank));
+    CHECK_CUDA(cudaStreamCreate(&stream));
+  }
+  ~RankDevice() { CHECK_CUDA(cudaStreamDestroy(stream)); }
+  RankDevice(const RankDevice&) = delete;
+  RankDevice& operator=(const RankDevice&) = delete;
+  ProcessPlacement where;
+  cudaStream_t stream = nullptr;
+};
+
 // The bf16 sums on device buffers, with the inputs of tests/mpi/test_communicator.cpp:
 // integers plus 2^-10, which bf16 rounds away, so the exact integer sums come back only
 // if each rank's values were rounded first; and 1 + 2^-8, a tie that rounds to 1. The
 // allreduce is longer than one staging piece, so it also runs in two pieces.
 TEST(NcclCommunicator, Bf16SumsRoundLikeTheMpiCommunicator) {
   if (!have_two_gpus()) GTEST_SKIP() << "needs 2 ranks with a visible GPU each: multi-GPU tests skipped";
-  const ProcessPlacement where = discover_placement(MPI_COMM_WORLD);
-  CHECK_CUDA(cudaSetDevice(where.local_rank));
-  cudaStream_t stream;
-  CHECK_CUDA(cudaStreamCreate(&stream));
-  const int rank = where.rank;
+  const RankDevice device;
+  const cudaStream_t stream = device.stream;
+  const int rank = device.where.rank;
   const size_t elems = NcclCommunicator::kWirePieceElems + 1000;
   std::vector<float> host(elems);
   for (size_t i = 0; i < elems; ++i) host[i] = static_cast<float>((rank + 1) * (i % 7 + 1)) + 0x1p-10f;
@@ -239,7 +250,6 @@ TEST(NcclCommunicator, Bf16SumsRoundLikeTheMpiCommunicator) {
   CHECK_CUDA(cudaMemcpy(tie_got.data(), tie, 64 * 4, cudaMemcpyDeviceToHost));
   EXPECT_EQ(std::count(tie_got.begin(), tie_got.end(), 1.0f), 64) << "1 + 2^-8 in bf16 is 1";
   for (float* p : {buffer, send, recv, tie}) CHECK_CUDA(cudaFree(p));
-  CHECK_CUDA(cudaStreamDestroy(stream));
 }
 
 // The copy-engine collectives on device buffers, each longer than one staging piece, so
@@ -249,11 +259,9 @@ TEST(NcclCommunicator, Bf16SumsRoundLikeTheMpiCommunicator) {
 // on buffers the communicator owns, which skip the staging copies.
 TEST(NcclCommunicator, CopyEngineCollectivesMatchNcclKernels) {
   if (!have_two_gpus()) GTEST_SKIP() << "needs 2 ranks with a visible GPU each: multi-GPU tests skipped";
-  const ProcessPlacement where = discover_placement(MPI_COMM_WORLD);
-  CHECK_CUDA(cudaSetDevice(where.local_rank));
-  cudaStream_t stream;
-  CHECK_CUDA(cudaStreamCreate(&stream));
-  const int rank = where.rank;
+  const RankDevice device;
+  const cudaStream_t stream = device.stream;
+  const int rank = device.where.rank;
   const size_t chunk_limit = NcclCommunicator::kCopyStageElems / 2;
   const size_t reduce_elems = 2 * chunk_limit + 1001;  // two pieces; odd, so the last chunk is padded
   const size_t part_elems = chunk_limit + 77;          // a rank's chunk, two pieces
@@ -357,7 +365,6 @@ TEST(NcclCommunicator, CopyEngineCollectivesMatchNcclKernels) {
   for (float* p : {reduce_a, reduce_b, exact, scatter_send, scatter_a, scatter_b, gather_send, gather_a, gather_b,
                    gather_in_place, owned_reference, owned_scatter_reference, owned_scatter_recv})
     CHECK_CUDA(cudaFree(p));
-  CHECK_CUDA(cudaStreamDestroy(stream));
 }
 
 }  // namespace
