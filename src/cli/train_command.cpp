@@ -31,7 +31,7 @@ void print_header(const RunConfig& c, const Trainer& trainer, const ProcessPlace
   std::printf("  %s scaling: global batch %d = %d rank(s) x %d, %d micro-batch(es) of %d, seq %d; data %s\n",
               scaling_name(c.scaling), c.global_batch, where.world_size, c.batch_per_rank, c.grad_accum,
               c.micro_batch(), c.seq, trainer.data().describe().c_str());
-  std::printf("  %s\n", trainer.memory_summary().c_str());
+  std::printf("  %s\n", trainer.memory_summary("before the first step").c_str());
   std::fflush(stdout);
 }
 
@@ -102,8 +102,10 @@ int run_train_command(int argc, const char* const* argv) {
   const double peak_mib = static_cast<double>(memory.peak_bytes) / (1024.0 * 1024.0);
   double largest_peak_mib = 0.0;
   CHECK_MPI(MPI_Reduce(&peak_mib, &largest_peak_mib, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD));
+  const std::string memory_line = trainer.memory_summary("after the last step");
   if (where.rank == 0) {
     print_summary(trainer, recorder, summary);
+    std::printf("  %s\n", memory_line.c_str());
     std::printf("  peak memory %.1f MiB on the largest rank (%s)\n", largest_peak_mib, memory.peak_source.c_str());
   }
   return 0;

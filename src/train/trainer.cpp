@@ -171,10 +171,10 @@ MemoryReport Trainer::memory() const {
   return report;
 }
 
-std::string Trainer::memory_summary() const {
+std::string Trainer::memory_summary(const std::string& when) const {
   const MemoryReport report = memory();
   std::ostringstream out;
-  out << "memory per rank (MiB):";
+  out << "memory per rank (MiB) " << when << ":";
   for (int k = 0; k < kMemoryKindCount; ++k)
     out << " " << memory_kind_name(static_cast<MemoryKind>(k)) << " "
         << static_cast<double>(report.bytes[k]) / (1024.0 * 1024.0);

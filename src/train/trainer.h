@@ -65,7 +65,10 @@ class Trainer {
   // The whole parameter vector (unpadded), after any pending parameter sync.
   std::vector<float> parameters_on_host();
   MemoryReport memory() const;
-  std::string memory_summary() const;
+  // "memory per rank (MiB) <when>: parameters ... other ...", memory() as it is now.
+  // Before the first step it leaves out the buffers that grow on first use (zero2's
+  // bucket staging, the communicator's staging).
+  std::string memory_summary(const std::string& when) const;
   const RunConfig& config() const { return config_; }
   const TokenSource& data() const { return *data_; }
   const GradientStrategy& strategy() const { return *strategy_; }
