@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <utility>
 
 #include "core/check.h"
 #include "elementwise.cuh"
@@ -142,8 +141,8 @@ CommHandle NcclCommunicator::start_allreduce(float* buffer, size_t elems, const 
     const size_t world = static_cast<size_t>(world_size_);
     const size_t piece_chunk = std::min(copy_chunk_limit(), (elems + world - 1) / world);
     const bool direct = direct_allreduce(buffer, elems);
-    ensure_stage(stage_b_, piece_chunk * world);
-    if (!direct) ensure_stage(stage_a_, piece_chunk * world);
+    ensure_window(stage_b_, piece_chunk * world);
+    if (!direct) ensure_window(stage_a_, piece_chunk * world);
     return launch(CollectiveKind::allreduce, phase, elems * sizeof(float),
                   [&](const auto&) { enqueue_copy_allreduce(buffer, elems, direct); });
   }
@@ -152,16 +151,16 @@ CommHandle NcclCommunicator::start_allreduce(float* buffer, size_t elems, const 
   });
 }
 
-void NcclCommunicator::ensure_stage(Window& stage, size_t elems) {
-  if (elems <= stage.elems) return;
-  // The comm stream may still be using the old window.
+void NcclCommunicator::ensure_window(Window& window, size_t elems) {
+  if (elems <= window.elems) return;
+  // The comm stream may still be using the old memory.
   CHECK_CUDA(cudaStreamSynchronize(comm_stream_));
-  free_window(stage);
+  free_window(window);
   void* memory = nullptr;
   CHECK_NCCL(ncclMemAlloc(&memory, elems * sizeof(float)));
-  CHECK_NCCL(ncclCommWindowRegister(copy_comm_, memory, elems * sizeof(float), &stage.handle, NCCL_WIN_COLL_SYMMETRIC));
-  stage.base = static_cast<float*>(memory);
-  stage.elems = elems;
+  CHECK_NCCL(ncclCommWindowRegister(copy_comm_, memory, elems * sizeof(float), &window.handle, NCCL_WIN_COLL_SYMMETRIC));
+  window.base = static_cast<float*>(memory);
+  window.elems = elems;
 }
 
 void NcclCommunicator::free_window(Window& window) {
@@ -175,7 +174,7 @@ void NcclCommunicator::free_window(Window& window) {
 float* NcclCommunicator::allocate_owned_buffer(size_t elems, MemoryKind kind) {
   if (!copy_comm_ || elems == 0) return nullptr;
   Window buffer;
-  ensure_stage(buffer, elems);
+  ensure_window(buffer, elems);
   buffer.kind = kind;
   owned_.push_back(buffer);
   return buffer.base;
@@ -343,8 +342,8 @@ CommHandle NcclCommunicator::start_reduce_scatter(const float* send, float* recv
                                                   const std::string& phase) {
   if (copy_comm_) {
     const bool direct = direct_reduce_scatter(send, recv_elems);
-    ensure_stage(stage_b_, std::min(copy_chunk_limit(), recv_elems) * world_size_);
-    if (!direct) ensure_stage(stage_a_, std::min(copy_chunk_limit(), recv_elems) * world_size_);
+    ensure_window(stage_b_, std::min(copy_chunk_limit(), recv_elems) * world_size_);
+    if (!direct) ensure_window(stage_a_, std::min(copy_chunk_limit(), recv_elems) * world_size_);
     return launch(CollectiveKind::reduce_scatter, phase, recv_elems * world_size_ * sizeof(float),
                   [&](const auto&) { enqueue_copy_reduce_scatter(send, recv, recv_elems, direct); });
   }
@@ -356,8 +355,8 @@ CommHandle NcclCommunicator::start_reduce_scatter(const float* send, float* recv
 CommHandle NcclCommunicator::start_allgather(const float* send, float* recv, size_t send_elems,
                                              const std::string& phase) {
   if (copy_comm_) {
-    ensure_stage(stage_a_, std::min(copy_chunk_limit(), send_elems));
-    ensure_stage(stage_b_, std::min(copy_chunk_limit(), send_elems) * world_size_);
+    ensure_window(stage_a_, std::min(copy_chunk_limit(), send_elems));
+    ensure_window(stage_b_, std::min(copy_chunk_limit(), send_elems) * world_size_);
     return launch(CollectiveKind::allgather, phase, send_elems * world_size_ * sizeof(float),
                   [&](const auto&) { enqueue_copy_allgather(send, recv, send_elems); });
   }

@@ -146,9 +146,10 @@ class NcclCommunicator final : public Communicator {
     MemoryKind kind = MemoryKind::communication;
     ncclWindow_t handle = nullptr;
   };
-  // A staging window holding at least `elems` floats (host side, before enqueueing;
-  // collective over the ranks, which all ask for the same sizes in turn).
-  void ensure_stage(Window& stage, size_t elems);
+  // Grows `window` to hold at least `elems` floats: NCCL memory, registered as a
+  // symmetric window on copy_comm_ (host side, before enqueueing; collective over the
+  // ranks, which all ask for the same sizes in turn).
+  void ensure_window(Window& window, size_t elems);
   void free_window(Window& window);
   // Elements of one rank's chunk that one piece of a copy-engine collective moves.
   size_t copy_chunk_limit() const { return kCopyStageElems / static_cast<size_t>(world_size_); }
