@@ -1,0 +1,143 @@
+// Strategies run their collectives on buffers the communicator owns when it offers them
+// (the NCCL communicator does with --comm-engine copy): the training is the same bit for
+// bit, every owned buffer is released, and the memory report counts them under their
+// kind. Run by ctest at 1, 2, 3 and 4 ranks, on the MPI communicator with an owner of
+// host buffers around it.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_ops.h"
+#include "comm/mpi_communicator.h"
+#include "config/run_config.h"
+#include "train/trainer.h"
+
+namespace scalestudy {
+namespace {
+
+// Every collective goes to `inner`; the buffers it is offered come from here, filled
+// with NaN, since their contents start undefined and a strategy must not rely on them.
+class OwningCommunicator final : public Communicator {
+ public:
+  explicit OwningCommunicator(Communicator& inner) : inner_(inner) {}
+
+  std::string name() const override { return inner_.name(); }
+  int rank() const override { return inner_.rank(); }
+  int world_size() const override { return inner_.world_size(); }
+  CommHandle start_allreduce(float* buffer, size_t elems, const std::string& phase) override {
+    return inner_.start_allreduce(buffer, elems, phase);
+  }
+  CommHandle start_allreduce(double* buffer, size_t elems, const std::string& phase) override {
+    return inner_.start_allreduce(buffer, elems, phase);
+  }
+  CommHandle start_reduce_scatter(const float* send, float* recv, size_t recv_elems,
+                                  const std::string& phase) override {
+    return inner_.start_reduce_scatter(send, recv, recv_elems, phase);
+  }
+  CommHandle start_allgather(const float* send, float* recv, size_t send_elems, const std::string& phase) override {
+    return inner_.start_allgather(send, recv, send_elems, phase);
+  }
+  CommHandle start_allreduce_in_bf16(float* buffer, size_t elems, const std::string& phase) override {
+    return inner_.start_allreduce_in_bf16(buffer, elems, phase);
+  }
+  CommHandle start_reduce_scatter_in_bf16(const float* send, float* recv, size_t recv_elems,
+                                          const std::string& phase) override {
+    return inner_.start_reduce_scatter_in_bf16(send, recv, recv_elems, phase);
+  }
+  CommHandle start_broadcast(float* buffer, size_t elems, int root, const std::string& phase) override {
+    return inner_.start_broadcast(buffer, elems, root, phase);
+  }
+  CommHandle start_barrier(const std::string& phase) override { return inner_.start_barrier(phase); }
+  void finish(CommHandle handle) override { inner_.finish(handle); }
+  void finish_all() override { inner_.finish_all(); }
+  void set_epoch(std::chrono::steady_clock::time_point epoch) override { inner_.set_epoch(epoch); }
+  std::vector<CollectiveRecord> take_records() override { return inner_.take_records(); }
+  std::vector<size_t> payload_bytes_by_kind() const override { return inner_.payload_bytes_by_kind(); }
+  size_t staging_bytes() const override { return inner_.staging_bytes(); }
+
+  float* allocate_owned_buffer(size_t elems, MemoryKind kind) override {
+    auto buffer = std::make_unique<float[]>(elems);
+    std::fill(buffer.get(), buffer.get() + elems, std::numeric_limits<float>::quiet_NaN());
+    float* address = buffer.get();
+    owned_[address] = Owned{std::move(buffer), elems, kind};
+    ++allocations_;
+    return address;
+  }
+  bool release_owned_buffer(float* buffer) override { return owned_.erase(buffer) == 1; }
+  size_t owned_bytes(MemoryKind kind) const override {
+    size_t bytes = 0;
+    for (const auto& [address, owned] : owned_)
+      if (owned.kind == kind) bytes += owned.elems * sizeof(float);
+    return bytes;
+  }
+
+  size_t allocations() const { return allocations_; }
+  size_t live_buffers() const { return owned_.size(); }
+
+ private:
+  struct Owned {
+    std::unique_ptr<float[]> memory;
+    size_t elems = 0;
+    MemoryKind kind = MemoryKind::other;
+  };
+  Communicator& inner_;
+  std::map<float*, Owned> owned_;
+  size_t allocations_ = 0;
+};
+
+RunConfig make_config(const std::string& strategy, const std::string& overlap) {
+  const std::vector<std::string> args = {"train", "--model", "tiny", "--layers", "2", "--seq", "16",
+                                         "--global-batch", "24", "--steps", "4", "--warmup-steps", "0",
+                                         "--strategy", strategy, "--overlap", overlap, "--grad-accum", "2",
+                                         "--bucket-mb", "0.01", "--lr", "1e-3"};
+  std::vector<const char*> argv;
+  for (const auto& a : args) argv.push_back(a.c_str());
+  RunConfig config;
+  EXPECT_TRUE(parse_train_config(static_cast<int>(argv.size()), argv.data(), config));
+  return config;
+}
+
+struct Trained {
+  std::vector<float> params;
+  MemoryReport memory;
+};
+
+Trained train(const RunConfig& config, Communicator& comm, CpuOps& ops) {
+  Trainer trainer(config, ops, comm, MPI_COMM_WORLD);
+  trainer.run(nullptr);
+  return {trainer.parameters_on_host(), trainer.memory()};
+}
+
+TEST(OwnedBuffers, StrategiesTrainTheSameOnBuffersTheCommunicatorOwns) {
+  for (const char* strategy : {"ddp", "zero2"}) {
+    for (const char* overlap : {"off", "on"}) {
+      const std::string label = std::string(strategy) + "+overlap " + overlap;
+      const RunConfig config = make_config(strategy, overlap);
+      MpiCommunicator mpi(MPI_COMM_WORLD, 120.0);
+      CpuOps plain_ops;
+      const Trained plain = train(config, mpi, plain_ops);
+      OwningCommunicator owning(mpi);
+      CpuOps owned_ops;
+      const Trained owned = train(config, owning, owned_ops);
+
+      ASSERT_EQ(owned.params.size(), plain.params.size());
+      size_t differing = 0;
+      for (size_t i = 0; i < plain.params.size(); ++i) differing += owned.params[i] != plain.params[i];
+      EXPECT_EQ(differing, 0u) << label << ": parameters that differ";
+      EXPECT_GT(owning.allocations(), 0u) << label << ": the strategy never asked for an owned buffer";
+      EXPECT_EQ(owning.live_buffers(), 0u) << label << ": owned buffers not released";
+      for (int k = 0; k < kMemoryKindCount; ++k)
+        EXPECT_EQ(owned.memory.bytes[k], plain.memory.bytes[k])
+            << label << ": memory report of " << memory_kind_name(static_cast<MemoryKind>(k));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace scalestudy
