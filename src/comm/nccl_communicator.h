@@ -39,8 +39,8 @@
 //
 //   allreduce:      copy in -> A;  all-to-all A -> B;  sum B's chunks -> B[0];
 //                   allgather B[0] -> A;  copy A -> out
-//   reduce-scatter: copy in (2-D) -> A;  all-to-all A -> B;  sum B's chunks -> out
-//   allgather:      copy in -> A;  allgather A -> B;  copy B (2-D) -> out
+//   reduce-scatter: copy in, chunk by chunk -> A;  all-to-all A -> B;  sum B's chunks -> out
+//   allgather:      copy in -> A;  allgather A -> B;  copy B, chunk by chunk -> out
 //
 // A and B are this communicator's two staging windows (staging_bytes() counts them), on
 // a second NCCL communicator split off with the zero-CTA policy. Buffers from
