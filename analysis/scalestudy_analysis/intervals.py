@@ -142,6 +142,9 @@ class StepQuantities:
     comm_per_rank: np.ndarray      # [S, R]
     exposed_per_rank: np.ndarray   # [S, R]
     pieces: CommPieces
+    # [S, R] |forward ∪ backward| less the time blocked in it waiting for collectives:
+    # what each rank's own compute took, whatever the other ranks did.
+    compute_busy_per_rank: np.ndarray = None
 
 
 def _phase_intervals(intervals, names):
@@ -187,6 +190,8 @@ def step_quantities(intervals, coll_row, coll_rank, coll_begin, coll_end, coll_k
     exposed_len = (uncovered_length(*comm, *covering, n_groups)
                    + triple_intersection_length(comm, covering, waits, n_groups))
     compute_len = union_length(*forward_backward, n_groups)
+    compute_busy_len = np.maximum(
+        compute_len - intersection_length(forward_backward, waits, n_groups), 0.0)
     optimizer_len = uncovered_length(*covering, *forward_backward, n_groups)
 
     comm_len = comm_len.reshape(n_rows, n_ranks)
@@ -217,4 +222,5 @@ def step_quantities(intervals, coll_row, coll_rank, coll_begin, coll_end, coll_k
         comm_per_rank=comm_len,
         exposed_per_rank=exposed_len,
         pieces=pieces,
+        compute_busy_per_rank=compute_busy_len.reshape(n_rows, n_ranks),
     )

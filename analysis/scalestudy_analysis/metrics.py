@@ -135,6 +135,23 @@ def _pooled(runs, name):
     return np.concatenate(arrays) if arrays else np.zeros(0)
 
 
+def _compute_spread(runs):
+    """Per measured step, how much longer the slowest rank's own compute took than the
+    fastest rank's (max / min - 1 of forward ∪ backward less the waits in it), pooled
+    over the runs; 0 on one rank. Unequal devices show here: a data-parallel step waits
+    for its slowest rank."""
+    spreads = []
+    for run in runs:
+        busy = np.asarray(run.quantities.compute_busy_per_rank, dtype=np.float64)[run.measured]
+        if busy.size == 0:
+            continue
+        with np.errstate(divide="ignore", invalid="ignore"):
+            spreads.append(busy.max(axis=1) / busy.min(axis=1) - 1.0)
+    values = np.concatenate(spreads) if spreads else np.zeros(0)
+    values = values[np.isfinite(values)]
+    return float(np.median(values)) if values.size else math.nan
+
+
 def _first_finite(values):
     for value in values:
         if value is not None and np.isfinite(value):
@@ -173,6 +190,7 @@ def point_metrics(runs, world_size):
         "peak_tflops_per_gpu": peak,
         "mfu": ratio(tflops, peak),
         "compute_mean_s": float(np.mean(_pooled(runs, "compute"))),
+        "compute_spread": _compute_spread(runs),
         "exposed_comm_mean_s": float(np.mean(_pooled(runs, "exposed_on_critical"))),
         "optimizer_mean_s": float(np.mean(_pooled(runs, "optimizer"))),
         "other_mean_s": float(np.mean(_pooled(runs, "other"))),

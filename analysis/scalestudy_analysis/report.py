@@ -32,6 +32,10 @@ DEFINITIONS = """\
 - **Breakdown**: mean per-step time on the slowest rank of each step, split into compute
   (forward ∪ backward), optimizer (outside compute), exposed communication, and other
   (the rest of the step: data loading, waiting).
+- **Compute spread**: per step, the slowest rank's own compute time (forward ∪ backward,
+  less the time blocked in it waiting for collectives) over the fastest rank's, minus 1;
+  the median over measured steps. Devices of unequal speed show here, and a
+  data-parallel step waits for the slowest.
 - **MFU**: model TFLOP/s per GPU (FLOPs per step / median step time / N) over the peak
   rate recorded in the file."""
 
@@ -57,10 +61,11 @@ def _series_table(series):
 
 def _breakdown_table(series):
     header = ["N", "step (ms)", "compute (ms)", "exposed comm (ms)", "optimizer (ms)",
-              "other (ms)"]
+              "other (ms)", "compute spread over ranks"]
     rows = [[str(int(p["N"]))] + [_fmt(1e3 * p[c]) for c in
             ("step_time_mean_s", "compute_mean_s", "exposed_comm_mean_s", "optimizer_mean_s",
-             "other_mean_s")] for _, p in series.table.iterrows()]
+             "other_mean_s")] + [_percent(p["compute_spread"]) if p["N"] > 1 else "—"]
+            for _, p in series.table.iterrows()]
     return _table(header, rows)
 
 

@@ -117,3 +117,16 @@ def test_a_wait_outside_compute_is_not_counted_twice():
               "optimizer": (0.9, 0.95)}
     quantities = step_quantities(one_step(1.0, phases), **rows)
     assert quantities.exposed_comm[0] == pytest.approx(0.1, abs=1e-12)
+
+
+def test_each_ranks_own_compute_leaves_out_its_waits():
+    # Rank 0 computes 0.1–0.8 but sat 0.5–0.6 waiting for a collective (rank 1's part of
+    # it); rank 1 computes 0.1–0.9 without waiting. Their own compute: 0.6 and 0.8.
+    phases = {"data": (0.0, 0.1), "forward": (0.1, 0.4), "backward": (0.4, 0.8),
+              "optimizer": (0.9, 1.0)}
+    intervals = one_step(1.0, phases, ranks=2)
+    intervals[0, 1, PHASES.index("backward")] = (0.4, 0.9)
+    rows = comm_rows([(0.45, 0.65)], rank=0)
+    rows.update(coll_wait_begin=np.array([0.5]), coll_wait_end=np.array([0.6]))
+    quantities = step_quantities(intervals, **rows)
+    assert quantities.compute_busy_per_rank[0].tolist() == pytest.approx([0.6, 0.8], abs=1e-12)

@@ -82,6 +82,17 @@ def test_breakdown_parts_sum_to_the_step_and_mfu(tmp_path):
     assert point["mfu"] == pytest.approx(2.0, rel=1e-12)
 
 
+def test_compute_spread_is_the_slowest_ranks_compute_over_the_fastest(tmp_path):
+    # Rank 1's steps, and so its phases, are 2 % longer than rank 0's in every step.
+    lengths = np.tile([[0.5, 0.51]], (6, 1))
+    write_run(tmp_path / "n2.h5", world_size=2, step_times=lengths)
+    write_run(tmp_path / "n1.h5", world_size=1, step_times=0.5)
+    (series,), _ = series_from(tmp_path)
+    spread = series.table.set_index("N")["compute_spread"]
+    assert spread[2] == pytest.approx(0.02, rel=1e-9)
+    assert spread[1] == 0.0
+
+
 def test_strategies_form_separate_series(tmp_path):
     for strategy in ("ddp", "zero2"):
         for n in (1, 2):
