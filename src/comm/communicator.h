@@ -83,12 +83,13 @@ class Communicator {
   virtual std::vector<size_t> payload_bytes_by_kind() const = 0;
   // Bytes the communicator holds for staging (the bf16 wire buffers), at their peak.
   virtual size_t staging_bytes() const { return 0; }
-  // Device memory for a buffer that collectives will run on in place (ddp's gradients,
-  // zero2's bucket staging), when this communicator wants to own it: the copy engines
-  // move only memory registered with NCCL. nullptr when it does not, and the caller
-  // allocates the buffer itself (allocate_collective_buffer in parallel/ does both).
-  // Every rank must make the same requests in the same order. The contents start
-  // undefined.
+  // Device memory for a buffer that collectives will run on (ddp's gradients, zero2's
+  // bucket staging and receive buffers), when this communicator wants to own it: the
+  // copy engines move only memory registered with NCCL. nullptr when it does not, and
+  // the caller allocates the buffer itself (allocate_collective_buffer in parallel/ does
+  // both). Every rank must make the same requests in the same order. The contents
+  // start undefined. Staging memory (staging_bytes) is another thing: the communicator's
+  // own, which no caller sees.
   virtual float* allocate_owned_buffer(size_t elems, MemoryKind kind) {
     (void)elems, (void)kind;
     return nullptr;
