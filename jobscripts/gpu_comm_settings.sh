@@ -10,13 +10,10 @@ set -uo pipefail
 source "$(dirname "$0")/gpu_env.sh" /tmp/scalestudy-comm-settings
 log="$out/comm-settings.log"
 "$binary" --version | tee "$log"
-batch=${BATCH:-32}
-train="train --backend cuda --model gpt2-small --seq 1024 --batch-per-rank $batch --steps 14
-       --warmup-steps 4 --log-every 1000"
 report() { grep -E "median step|communication" | sed "s/^/[$1] /" | tee -a "$log"; }
 
 for repeat in $(seq "${REPEATS:-1}"); do
-  $mpirun -np 1 "$binary" $train 2>&1 | report "1 GPU"
+  $mpirun -np 1 "$binary" $timed_train 2>&1 | report "1 GPU"
 done
 IFS=';' read -ra settings <<<"${SETTINGS:-default;NCCL_CTA_POLICY=1}"
 for setting in "${settings[@]}"; do
@@ -33,7 +30,7 @@ for setting in "${settings[@]}"; do
   for repeat in $(seq "${REPEATS:-1}"); do
     for run in "ddp off" "ddp on" "zero2 on"; do
       set -- $run
-      $mpirun "${exports[@]}" -np 2 "$binary" $train "${options[@]}" --strategy "$1" --overlap "$2" 2>&1 |
+      $mpirun "${exports[@]}" -np 2 "$binary" $timed_train "${options[@]}" --strategy "$1" --overlap "$2" 2>&1 |
         report "$setting, $1 overlap $2"
     done
   done

@@ -10,27 +10,24 @@ source "$(dirname "$0")/gpu_env.sh" /tmp/scalestudy-overlap-check
 mkdir -p "$out/runs"
 log="$out/overlap-check.log"
 "$binary" --version | tee "$log"
-batch=${BATCH:-32}
-train="train --backend cuda --model gpt2-small --seq 1024 --batch-per-rank $batch --steps 14
-       --warmup-steps 4 --log-every 1000"
 report() { grep -E "median step|communication" | sed "s/^/$1: /" | tee -a "$log"; }
 
 for gpu in 0 1; do
-  CUDA_VISIBLE_DEVICES=$gpu $mpirun -np 1 -x CUDA_VISIBLE_DEVICES "$binary" $train \
+  CUDA_VISIBLE_DEVICES=$gpu $mpirun -np 1 -x CUDA_VISIBLE_DEVICES "$binary" $timed_train \
     --output "$out/runs/alone-gpu$gpu.h5" 2>&1 | report "1 GPU alone (GPU $gpu)"
 done
 for gpu in 0 1; do
-  CUDA_VISIBLE_DEVICES=$gpu $mpirun -np 1 -x CUDA_VISIBLE_DEVICES "$binary" $train \
+  CUDA_VISIBLE_DEVICES=$gpu $mpirun -np 1 -x CUDA_VISIBLE_DEVICES "$binary" $timed_train \
     --output "$out/runs/together-gpu$gpu.h5" >"$out/together-gpu$gpu.txt" 2>&1 &
 done
 wait
 for gpu in 0 1; do report "1 GPU while the other GPU trains too (GPU $gpu)" <"$out/together-gpu$gpu.txt"; done
 for overlap in off on; do
-  $mpirun -np 2 "$binary" $train --strategy ddp --overlap $overlap \
+  $mpirun -np 2 "$binary" $timed_train --strategy ddp --overlap $overlap \
     --output "$out/runs/ddp-overlap-$overlap.h5" 2>&1 | report "2 GPUs ddp, overlap $overlap"
 done
 for n in 1 2; do
-  $mpirun -np $n "$binary" $train --strategy ddp --overlap on --profile-kernels --profile-window 6-8 \
+  $mpirun -np $n "$binary" $timed_train --strategy ddp --overlap on --profile-kernels --profile-window 6-8 \
     --output "$out/runs/profile-n$n.h5" 2>&1 | report "$n GPU(s) ddp+overlap, kernels traced"
 done
 (cd "$out" && tar czf runs.tgz runs && rm -rf runs together-gpu*.txt)

@@ -9,11 +9,9 @@ source "$(dirname "$0")/gpu_env.sh" /tmp/scalestudy-per-device
 log="$out/per-device.log"
 "$binary" --version | tee "$log"
 nvidia-smi --query-gpu=index,name,pci.bus_id,clocks.max.sm,power.limit --format=csv | tee -a "$log"
-train="train --backend cuda --model gpt2-small --seq 1024 --batch-per-rank ${BATCH:-32} --steps 14
-       --warmup-steps 4 --log-every 1000"
 for repeat in $(seq "${REPEATS:-3}"); do
   for gpu in $(nvidia-smi --query-gpu=index --format=csv,noheader); do
-    CUDA_VISIBLE_DEVICES=$gpu $mpirun -x CUDA_VISIBLE_DEVICES -np 1 "$binary" $train 2>&1 |
+    CUDA_VISIBLE_DEVICES=$gpu $mpirun -x CUDA_VISIBLE_DEVICES -np 1 "$binary" $timed_train 2>&1 |
       grep "median step" | sed "s/^/[GPU $gpu alone] /" | tee -a "$log"
   done
 done
