@@ -39,4 +39,19 @@ void launch_softmax_cross_entropy_backward(cudaStream_t stream, __half* dlogits,
                                            const int32_t* targets, int rows, int vocab,
                                            int row_stride, float loss_scale);
 
+// The forward and then the backward in place, in one pass over the logits: losses and
+// row_stats as the forward defines them, and the logits overwritten with dlogits, which
+// are bit for bit the backward's for those row_stats. A row is read once and written once
+// (two passes of the memory where the two launchers take three). The row sums are added
+// in another order than the forward's, so the statistics may differ from the forward's in
+// their last bits. 16-bit logits only; vocabularies past 102400 run the two launchers.
+void launch_softmax_cross_entropy_forward_backward(cudaStream_t stream, float* losses,
+                                                   float* row_stats, __nv_bfloat16* logits,
+                                                   const int32_t* targets, int rows, int vocab,
+                                                   int row_stride, float loss_scale);
+void launch_softmax_cross_entropy_forward_backward(cudaStream_t stream, float* losses,
+                                                   float* row_stats, __half* logits,
+                                                   const int32_t* targets, int rows, int vocab,
+                                                   int row_stride, float loss_scale);
+
 }  // namespace scalestudy::cuda

@@ -1,10 +1,12 @@
 #pragma once
 // The tiles of the fused attention (flash_attention.cu): its shape constants and the
-// warp-level building blocks (mma.m16n8k16, ldmatrix, cp.async, the fragment layouts,
-// masking) that its kernels share. Included by flash_attention.cu only.
+// warp-level building blocks (mma.m16n8k16, ldmatrix, the fragment layouts, masking)
+// that its kernels share; its cp.async copies are async_copy.cuh's. Included by
+// flash_attention.cu only.
 #include <cstdint>
 #include <type_traits>
 
+#include "async_copy.cuh"
 #include "common.cuh"
 #include "precision.cuh"
 
@@ -89,32 +91,6 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem) 
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(address));
-}
-
-// Asynchronous copies into shared memory. With valid false nothing is read and the
-// destination is zero-filled: rows past the sequence must hold zeros, not stale values,
-// because a probability of 0 times a NaN left there would still be NaN.
-__device__ __forceinline__ void copy_async_16(void* smem, const void* global, bool valid) {
-  const auto address = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(address), "l"(global),
-               "r"(valid ? 16 : 0)
-               : "memory");
-}
-__device__ __forceinline__ void copy_async_4(void* smem, const void* global, bool valid) {
-  const auto address = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(address), "l"(global),
-               "r"(valid ? 4 : 0)
-               : "memory");
-}
-__device__ __forceinline__ void copy_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-// Waits until at most `pending` of this thread's committed groups are still in flight
-// (groups complete in commit order); a __syncthreads must follow before other threads'
-// copies are read.
-template <int pending>
-__device__ __forceinline__ void copy_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(pending) : "memory");
 }
 
 // Rows [row0, row0 + kRows) of one head of a [seq, ld] matrix (head columns at `base`)

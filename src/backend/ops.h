@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -200,22 +201,38 @@ class Ops {
   virtual float* allocate_logits(int rows, int vocab) {
     return allocate_floats(static_cast<size_t>(rows) * vocab, MemoryKind::activations);
   }
+  // With dlogits_scale, a training step's loss_scale, the cross-entropy's backward runs
+  // here too: the logits are left holding dlogits, and the step's backward starts at
+  // classifier_backward_from_dlogits. The CUDA backend then reads the logits once for the
+  // loss and their gradient together.
   virtual void classifier_forward(float* losses, float* row_stats, float* logits,
                                   const float* inp, const float* weight, const int32_t* targets,
-                                  int rows, int channels, int vocab) {
+                                  int rows, int channels, int vocab,
+                                  std::optional<float> dlogits_scale) {
     matmul_forward(logits, inp, weight, nullptr, rows, channels, vocab);
     softmax_cross_entropy_forward(losses, row_stats, logits, targets, rows, vocab);
+    if (dlogits_scale)
+      softmax_cross_entropy_backward(logits, logits, row_stats, targets, rows, vocab,
+                                     *dlogits_scale);
   }
-  // Overwrites logits with dlogits, then dinp (+)= dlogits @ weight as dinp_write says and
-  // dweight += dlogits^T @ inp: the logits of the last classifier_forward are gone
-  // afterwards.
+  // The LM head's backward from the dlogits that classifier_forward left in the logits
+  // buffer: dinp (+)= dlogits @ weight as dinp_write says, dweight += dlogits^T @ inp.
+  virtual void classifier_backward_from_dlogits(float* dinp, float* dweight, const float* dlogits,
+                                                const float* inp, const float* weight, int rows,
+                                                int channels, int vocab,
+                                                GradientWrite dinp_write) {
+    matmul_backward(dinp, dweight, nullptr, dlogits, inp, weight, rows, channels, vocab,
+                    dinp_write);
+  }
+  // After a classifier_forward without dlogits_scale: overwrites logits with dlogits, then
+  // runs classifier_backward_from_dlogits. The logits of that forward are gone afterwards.
   virtual void classifier_backward(float* dinp, float* dweight, float* logits,
                                    const float* row_stats, const float* inp, const float* weight,
                                    const int32_t* targets, int rows, int channels, int vocab,
                                    float loss_scale, GradientWrite dinp_write) {
     softmax_cross_entropy_backward(logits, logits, row_stats, targets, rows, vocab, loss_scale);
-    matmul_backward(dinp, dweight, nullptr, logits, inp, weight, rows, channels, vocab,
-                    dinp_write);
+    classifier_backward_from_dlogits(dinp, dweight, logits, inp, weight, rows, channels, vocab,
+                                     dinp_write);
   }
   virtual double sum(const float* x, size_t elems) = 0;
 

@@ -20,7 +20,7 @@ struct Gpt::Activations {
   float* encoded = nullptr;
   std::vector<Layer> layers;
   float *lnf = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr;
-  // logits turn into their own gradient in backward (classifier_backward).
+  // logits turn into their own gradient: in a training step's forward, or in backward.
   float *logits = nullptr, *row_stats = nullptr, *losses = nullptr;
   // Scratch: one branch output in forward, and the gradients in backward.
   float *branch_out = nullptr, *dresidual = nullptr, *dln = nullptr, *dqkv = nullptr,
@@ -169,7 +169,8 @@ void Gpt::initialize(uint64_t seed) {
   ops_.copy_from_host(params_, host.data(), padded_param_elems_);
 }
 
-void Gpt::forward(const int32_t* host_tokens, const int32_t* host_targets, ForwardHooks* hooks) {
+void Gpt::forward(const int32_t* host_tokens, const int32_t* host_targets, ForwardHooks* hooks,
+                  std::optional<float> backward_loss_scale) {
   Activations& a = *acts_;
   const ModelShape& s = layout_.shape;
   const int B = batch_, T = seq_, C = s.channels, V = s.vocab, N = B * T;
@@ -191,7 +192,8 @@ void Gpt::forward(const int32_t* host_tokens, const int32_t* host_targets, Forwa
                          p + layout_.lnf_bias, N, C);
   // The LM head is tied to the token embedding: logits = lnf @ wte^T, no bias.
   ops_.classifier_forward(a.losses, a.row_stats, a.logits, a.lnf, p + layout_.wte, a.targets, N,
-                          C, V);
+                          C, V, backward_loss_scale);
+  dlogits_scale_ = backward_loss_scale;
 }
 
 void Gpt::forward_block(int l) {
@@ -239,8 +241,17 @@ void Gpt::backward(GradientSink& sink, float loss_scale) {
   // overwrites it: no zero fills, and no reads of stale contents.
   constexpr GradientWrite kFirst = GradientWrite::overwrite;
   constexpr GradientWrite kAdd = GradientWrite::accumulate;
-  ops_.classifier_backward(a.dln, grad_at(g_emb, emb, layout_.wte), a.logits, a.row_stats, a.lnf,
-                           p + layout_.wte, a.targets, N, C, V, loss_scale, kFirst);
+  if (dlogits_scale_) {
+    SCALESTUDY_CHECK(*dlogits_scale_ == loss_scale,
+                     "Gpt::backward: loss_scale differs from the one its forward was given");
+    ops_.classifier_backward_from_dlogits(a.dln, grad_at(g_emb, emb, layout_.wte), a.logits, a.lnf,
+                                          p + layout_.wte, N, C, V, kFirst);
+  } else {
+    ops_.classifier_backward(a.dln, grad_at(g_emb, emb, layout_.wte), a.logits, a.row_stats,
+                             a.lnf, p + layout_.wte, a.targets, N, C, V, loss_scale, kFirst);
+  }
+  // The logits now hold dlogits either way; another backward needs another forward.
+  dlogits_scale_.reset();
 
   const int fin = layout_.final_norm_segment();
   float* g_fin = sink.segment_gradients(fin);

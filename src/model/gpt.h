@@ -6,6 +6,7 @@
 // backward it asks a GradientSink where each segment's gradients go, and tells it when
 // they are final, which is how bucketed strategies learn when to communicate.
 #include <cstdint>
+#include <optional>
 
 #include "backend/ops.h"
 #include "model/parameter_layout.h"
@@ -51,8 +52,11 @@ class Gpt {
   void initialize(uint64_t seed);
 
   // tokens and targets are host arrays of micro_batch*seq. Returns nothing: the loss
-  // is read with mean_loss() after forward.
-  void forward(const int32_t* host_tokens, const int32_t* host_targets, ForwardHooks* hooks);
+  // is read with mean_loss() after forward. A training step passes the loss_scale its
+  // backward will take: the classifier then computes the logits' gradient together with
+  // the loss (Ops::classifier_forward), and backward must follow with the same scale.
+  void forward(const int32_t* host_tokens, const int32_t* host_targets, ForwardHooks* hooks,
+               std::optional<float> backward_loss_scale = std::nullopt);
   // Mean cross-entropy of the last forward, in nats.
   double mean_loss();
   // loss_scale multiplies d(sum of token losses): 1/(tokens per rank * micro-batches *
@@ -68,6 +72,8 @@ class Gpt {
   int batch_, seq_;
   size_t padded_param_elems_;
   bool recompute_ = false;
+  // The loss_scale of the dlogits that the last forward left in the logits, if it did.
+  std::optional<float> dlogits_scale_;
   float* params_ = nullptr;
   Activations* acts_ = nullptr;
 };

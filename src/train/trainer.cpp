@@ -79,7 +79,7 @@ StepRecord Trainer::train_step(int step) {
     }
     {
       ScopedPhase phase(clock_, Phase::forward);
-      model_->forward(host_inputs_.data(), host_targets_.data(), strategy_.get());
+      model_->forward(host_inputs_.data(), host_targets_.data(), strategy_.get(), loss_scale);
       loss_sum += model_->mean_loss();
     }
     {

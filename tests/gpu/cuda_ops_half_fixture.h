@@ -30,6 +30,7 @@
 
 #include "backend/cuda/half_host.h"
 #include "core/check.h"
+#include "cross_entropy.cuh"
 #include "cuda_test_support.h"
 #include "gemm_lt.cuh"
 
@@ -244,6 +245,33 @@ class CudaOpsHalfTest : public gpu_test::CudaOpsFixture {
     expect_close("cross-entropy dlogits" + label, d_dlogits, dlogits, tol_.probability);
     gpu_->softmax_cross_entropy_backward(d_logits, d_logits, d_stats, d_targets, N, V, loss_scale);
     expect_close("cross-entropy dlogits in place" + label, d_logits, download(d_dlogits, logits.size()), kBitExact);
+
+    // The forward and the backward in one kernel, in place on [N, V] rows at every
+    // alignment: the statistics within the forward's bounds of the CPU's, and dlogits bit
+    // for bit the backward kernel's from the statistics the fused kernel wrote.
+    float* d_fused = activation(logits);
+    float* d_fused_losses = gpu_->allocate_statistics(N);
+    float* d_fused_stats = gpu_->allocate_statistics(row_stats.size());
+    owned_.push_back(d_fused_losses);
+    owned_.push_back(d_fused_stats);
+    cudaStream_t stream = nullptr;
+    CHECK_CUBLAS(cublasGetStream(gpu_->cublas_handle(), &stream));
+    if (precision_ == Precision::fp16)
+      cuda::launch_softmax_cross_entropy_forward_backward(stream, d_fused_losses, d_fused_stats,
+                                                          reinterpret_cast<__half*>(d_fused),
+                                                          d_targets, N, V, V, loss_scale);
+    else
+      cuda::launch_softmax_cross_entropy_forward_backward(stream, d_fused_losses, d_fused_stats,
+                                                          reinterpret_cast<__nv_bfloat16*>(d_fused),
+                                                          d_targets, N, V, V, loss_scale);
+    expect_close("fused cross-entropy losses" + label, d_fused_losses, losses, kSoftmax);
+    expect_close("fused cross-entropy row max and 1/sum" + label, d_fused_stats, row_stats, kSoftmax);
+    float* d_from_fused_stats = poisoned_activation(logits.size());
+    gpu_->softmax_cross_entropy_backward(d_from_fused_stats, activation(logits), d_fused_stats, d_targets, N,
+                                         V, loss_scale);
+    expect_close("fused cross-entropy dlogits vs the backward kernel's" + label, d_fused,
+                 download(d_from_fused_stats, logits.size()), kBitExact);
+    expect_close("fused cross-entropy dlogits" + label, d_fused, dlogits, tol_.probability);
   }
 
   // GPT-2's MLP, C -> 4C -> C on N rows, through the dense-GELU pair against the CPU's (its

@@ -287,7 +287,7 @@ TEST_P(CudaOpsHalfShapes, ClassifierOnPaddedLogits) {
   owned_.push_back(logits);
   float *losses = statistics(N), *stats = statistics(2 * size_t(N));
   float *dinp = activation(dinp_prior), *dweight = upload(dweight_prior);
-  gpu_->classifier_forward(losses, stats, logits, d_inp, d_weight, d_targets, N, C, V);
+  gpu_->classifier_forward(losses, stats, logits, d_inp, d_weight, d_targets, N, C, V, std::nullopt);
   gpu_->classifier_backward(dinp, dweight, logits, stats, d_inp, d_weight, d_targets, N, C, V, loss_scale,
                             GradientWrite::accumulate);
   // The same GEMMs on the same operands; the row reductions may split a row differently.
@@ -303,7 +303,7 @@ TEST_P(CudaOpsHalfShapes, ClassifierOnPaddedLogits) {
   std::vector<float> cpu_logits(size_t(N) * V), cpu_losses(N), cpu_stats(2 * size_t(N));
   std::vector<float> cpu_dinp = dinp_prior, cpu_dweight = dweight_prior;
   cpu_.classifier_forward(cpu_losses.data(), cpu_stats.data(), cpu_logits.data(), inp.data(), weight,
-                          targets.data(), N, C, V);
+                          targets.data(), N, C, V, std::nullopt);
   const double unit = precision_ == Precision::fp16 ? 0x1p-11 : 0x1p-8;
   expect_close("classifier losses vs cpu", losses, cpu_losses, Tolerance{2 * unit * max_abs(cpu_logits), 0.0});
   cpu_.classifier_backward(cpu_dinp.data(), cpu_dweight.data(), cpu_logits.data(), cpu_stats.data(), inp.data(),
@@ -315,12 +315,12 @@ TEST_P(CudaOpsHalfShapes, ClassifierOnPaddedLogits) {
   // plain path's bits.
   float* overwritten = poisoned_activation(inp.size());
   float* scratch_dweight = upload(dweight_prior);
-  gpu_->classifier_forward(losses, stats, logits, d_inp, d_weight, d_targets, N, C, V);
+  gpu_->classifier_forward(losses, stats, logits, d_inp, d_weight, d_targets, N, C, V, std::nullopt);
   gpu_->classifier_backward(overwritten, scratch_dweight, logits, stats, d_inp, d_weight, d_targets, N, C, V,
                             loss_scale, GradientWrite::overwrite);
   std::vector<float> cpu_overwritten(inp.size()), cpu_scratch_dweight = dweight_prior;
   cpu_.classifier_forward(cpu_losses.data(), cpu_stats.data(), cpu_logits.data(), inp.data(), weight,
-                          targets.data(), N, C, V);
+                          targets.data(), N, C, V, std::nullopt);
   cpu_.classifier_backward(cpu_overwritten.data(), cpu_scratch_dweight.data(), cpu_logits.data(),
                            cpu_stats.data(), inp.data(), weight, targets.data(), N, C, V, loss_scale,
                            GradientWrite::overwrite);
@@ -328,6 +328,32 @@ TEST_P(CudaOpsHalfShapes, ClassifierOnPaddedLogits) {
                gemm_tolerance(cpu_overwritten));
   expect_close("classifier dweight, overwriting dinp, vs plain", scratch_dweight,
                download(plain_dweight, dweight_prior.size()), kBitExact);
+
+  // A training step's form: the forward computes dlogits with the loss in one kernel, the
+  // backward only multiplies. Its statistics may differ from the forward kernel's in the
+  // last bits, so the reference is the plain path run from the statistics it wrote: the
+  // same dlogits bits, hence the same GEMM results.
+  float *early_losses = statistics(N), *early_stats = statistics(2 * size_t(N));
+  float *early_dinp = activation(dinp_prior), *early_dweight = upload(dweight_prior);
+  gpu_->classifier_forward(early_losses, early_stats, logits, d_inp, d_weight, d_targets, N, C, V, loss_scale);
+  gpu_->classifier_backward_from_dlogits(early_dinp, early_dweight, logits, d_inp, d_weight, N, C, V,
+                                         GradientWrite::accumulate);
+  expect_close("classifier with dlogits in forward: losses vs plain", early_losses, download(plain_losses, N),
+               kSoftmax);
+  expect_close("classifier with dlogits in forward: row statistics vs plain", early_stats,
+               download(plain_stats, 2 * size_t(N)), kSoftmax);
+  float* replay_logits = poisoned_activation(size_t(N) * V);
+  float *replay_dinp = activation(dinp_prior), *replay_dweight = upload(dweight_prior);
+  gpu_->matmul_forward(replay_logits, d_inp, d_weight, nullptr, N, C, V);
+  gpu_->softmax_cross_entropy_backward(replay_logits, replay_logits, early_stats, d_targets, N, V, loss_scale);
+  gpu_->matmul_backward(replay_dinp, replay_dweight, nullptr, replay_logits, d_inp, d_weight, N, C, V,
+                        GradientWrite::accumulate);
+  expect_close("classifier with dlogits in forward: dinp vs plain", early_dinp,
+               download(replay_dinp, inp.size()), kBitExact);
+  expect_close("classifier with dlogits in forward: dweight vs plain", early_dweight,
+               download(replay_dweight, dweight_prior.size()), kBitExact);
+  expect_close("classifier with dlogits in forward: dinp vs cpu", early_dinp, cpu_dinp,
+               gemm_tolerance(cpu_dinp));
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaOpsHalfShapes,
@@ -379,25 +405,29 @@ TEST_P(CudaOpsHalf, WholeModelLossAndGradientsMatchTheFp32Cpu) {
     gpu_model.backward(gpu_sink, loss_scale);
     const auto gpu_grads = download(d_grads, param_elems);
 
-    double worst = 0.0;
-    std::string worst_name;
-    for (const TensorSpec& tensor : layout.tensors) {
-      double difference = 0.0, reference = 0.0;
-      for (size_t i = tensor.offset_elems; i < tensor.offset_elems + tensor.elems; ++i) {
-        const double delta = double{gpu_grads[i]} - double{cpu_grads[i]};
-        difference += delta * delta;
-        reference += double{cpu_grads[i]} * cpu_grads[i];
+    // Every tensor's gradient within the norm-wise bound of the CPU's.
+    auto check_gradients = [&](const std::vector<float>& grads, const std::string& form) {
+      double worst = 0.0;
+      std::string worst_name;
+      for (const TensorSpec& tensor : layout.tensors) {
+        double difference = 0.0, reference = 0.0;
+        for (size_t i = tensor.offset_elems; i < tensor.offset_elems + tensor.elems; ++i) {
+          const double delta = double{grads[i]} - double{cpu_grads[i]};
+          difference += delta * delta;
+          reference += double{cpu_grads[i]} * cpu_grads[i];
+        }
+        ASSERT_GT(reference, 0.0) << tensor.name << label << ": an all-zero gradient tests nothing";
+        const double relative = std::sqrt(difference / reference);
+        EXPECT_LE(relative, tol_.model_gradient_norm_relative) << "gradient of " << tensor.name << form << label;
+        if (relative > worst) {
+          worst = relative;
+          worst_name = tensor.name;
+        }
       }
-      ASSERT_GT(reference, 0.0) << tensor.name << label << ": an all-zero gradient tests nothing";
-      const double relative = std::sqrt(difference / reference);
-      EXPECT_LE(relative, tol_.model_gradient_norm_relative) << "gradient of " << tensor.name << label;
-      if (relative > worst) {
-        worst = relative;
-        worst_name = tensor.name;
-      }
-    }
-    std::cout << "  gradients" << label << ": worst norm-wise relative error " << worst << " ("
-              << worst_name << ")\n";
+      std::cout << "  gradients" << form << label << ": worst norm-wise relative error " << worst << " ("
+                << worst_name << ")\n";
+    };
+    check_gradients(gpu_grads, "");
 
     // Deterministic in 16 bits too: the same step gives the same bits.
     gpu_model.forward(inputs.data(), targets.data(), nullptr);
@@ -405,6 +435,25 @@ TEST_P(CudaOpsHalf, WholeModelLossAndGradientsMatchTheFp32Cpu) {
     gpu_->fill_zero(d_grads, param_elems);
     gpu_model.backward(gpu_sink, loss_scale);
     EXPECT_TRUE(all_close("repeated backward" + label, download(d_grads, param_elems), gpu_grads,
+                          kBitExact));
+
+    // A training step's form: forward takes the loss scale and computes the logits'
+    // gradient with the loss in one kernel. The same bounds against the CPU, and the same
+    // bits when repeated.
+    const std::string early = " (dlogits in forward)";
+    gpu_model.forward(inputs.data(), targets.data(), nullptr, loss_scale);
+    const double early_loss = gpu_model.mean_loss();
+    EXPECT_LE(std::fabs(early_loss - cpu_loss) / std::fabs(cpu_loss), tol_.model_loss_relative)
+        << "loss" << early << label << ": gpu " << early_loss << ", cpu " << cpu_loss;
+    gpu_->fill_zero(d_grads, param_elems);
+    gpu_model.backward(gpu_sink, loss_scale);
+    const auto early_grads = download(d_grads, param_elems);
+    check_gradients(early_grads, early);
+    gpu_model.forward(inputs.data(), targets.data(), nullptr, loss_scale);
+    EXPECT_EQ(gpu_model.mean_loss(), early_loss) << "repeated forward" << early << label;
+    gpu_->fill_zero(d_grads, param_elems);
+    gpu_model.backward(gpu_sink, loss_scale);
+    EXPECT_TRUE(all_close("repeated backward" + early + label, download(d_grads, param_elems), early_grads,
                           kBitExact));
   }
 }

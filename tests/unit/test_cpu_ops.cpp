@@ -644,7 +644,8 @@ TEST(CpuOpsCrossEntropy, BackwardMatchesFiniteDifferencesAndRunsInPlace) {
 }
 
 // The default classifier is the LM head's matmul followed by the cross-entropy, and its
-// backward the cross-entropy's in place followed by the matmul's.
+// backward the cross-entropy's in place followed by the matmul's; given a loss scale, the
+// forward runs the cross-entropy's backward too.
 TEST(CpuOpsCrossEntropy, ClassifierIsMatmulThenCrossEntropy) {
   CpuOps ops;
   constexpr int kChannels = 6;
@@ -666,7 +667,7 @@ TEST(CpuOpsCrossEntropy, ClassifierIsMatmulThenCrossEntropy) {
   std::vector<float> fused_losses(kRows), fused_stats(2 * kRows);
   std::vector<float> fused_dinp(inp.size(), 0.5f), fused_dweight(weight.size(), 0.5f);
   ops.classifier_forward(fused_losses.data(), fused_stats.data(), fused_logits, inp.data(),
-                         weight.data(), targets.data(), kRows, kChannels, kVocab);
+                         weight.data(), targets.data(), kRows, kChannels, kVocab, std::nullopt);
   EXPECT_EQ(fused_losses, losses);
   EXPECT_EQ(std::vector<float>(fused_logits, fused_logits + logits.size()), logits);
   ops.classifier_backward(fused_dinp.data(), fused_dweight.data(), fused_logits,
@@ -675,6 +676,20 @@ TEST(CpuOpsCrossEntropy, ClassifierIsMatmulThenCrossEntropy) {
   EXPECT_EQ(std::vector<float>(fused_logits, fused_logits + logits.size()), dlogits);
   EXPECT_EQ(fused_dinp, dinp);
   EXPECT_EQ(fused_dweight, dweight);
+
+  // A training step's form: the forward leaves dlogits, the backward only multiplies.
+  std::vector<float> early_losses(kRows), early_stats(2 * kRows);
+  std::vector<float> early_dinp(inp.size(), 0.5f), early_dweight(weight.size(), 0.5f);
+  ops.classifier_forward(early_losses.data(), early_stats.data(), fused_logits, inp.data(),
+                         weight.data(), targets.data(), kRows, kChannels, kVocab, loss_scale);
+  EXPECT_EQ(early_losses, losses);
+  EXPECT_EQ(early_stats, row_stats);
+  EXPECT_EQ(std::vector<float>(fused_logits, fused_logits + logits.size()), dlogits);
+  ops.classifier_backward_from_dlogits(early_dinp.data(), early_dweight.data(), fused_logits,
+                                       inp.data(), weight.data(), kRows, kChannels, kVocab,
+                                       GradientWrite::accumulate);
+  EXPECT_EQ(early_dinp, dinp);
+  EXPECT_EQ(early_dweight, dweight);
   ops.release(fused_logits);
 }
 
@@ -737,7 +752,7 @@ TEST(CpuOpsGradientWrite, OverwriteEqualsAccumulatingIntoZeros) {
         float* logits = ops.allocate_logits(kRows, kVocab);
         std::vector<float> losses(kRows), stats(2 * kRows);
         ops.classifier_forward(losses.data(), stats.data(), logits, inp.data(), lm_weight.data(),
-                               targets.data(), kRows, kChannels, kVocab);
+                               targets.data(), kRows, kChannels, kVocab, std::nullopt);
         ops.classifier_backward(dinp, dparams, logits, stats.data(), inp.data(), lm_weight.data(),
                                 targets.data(), kRows, kChannels, kVocab, 0.5f, w);
         ops.release(logits);

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
@@ -25,6 +26,17 @@ class FullGradient : public GradientSink {
   const ParameterLayout& layout_;
   std::vector<float> grads;
   std::vector<int> done;
+};
+
+// Random inputs and targets of one micro-batch.
+struct TokenBatch {
+  TokenBatch(int vocab, int count, unsigned seed) : inputs(count), targets(count) {
+    std::mt19937 rng(seed);
+    std::uniform_int_distribution<int> token(0, vocab - 1);
+    for (auto& t : inputs) t = token(rng);
+    for (auto& t : targets) t = token(rng);
+  }
+  std::vector<int32_t> inputs, targets;
 };
 
 struct GradientCase {
@@ -104,6 +116,46 @@ INSTANTIATE_TEST_SUITE_P(Attention, WholeModelGradient,
                          ::testing::Values(GradientCase{true}, GradientCase{false}),
                          [](const auto& info) { return info.param.causal ? "causal" : "bidirectional"; });
 
+// A training step hands forward its loss scale, so that the classifier leaves the
+// logits' gradient behind with the loss (Ops::classifier_forward). On the CPU that is
+// the cross-entropy's backward run earlier, on the same values: the loss and every
+// gradient must be bit-identical to forward-then-backward, over two micro-batches.
+TEST(TrainingForward, LossScaleInForwardGivesTheSameLossAndGradientsBitForBit) {
+  const ModelShape shape{2, 16, 2, 23, 12, true};
+  const int batch = 3, seq = 9;
+  const ParameterLayout layout = make_parameter_layout(shape);
+  const TokenBatch tokens(shape.vocab, batch * seq, 8);
+  const std::vector<int32_t>& inputs = tokens.inputs;
+  const std::vector<int32_t>& targets = tokens.targets;
+  const float loss_scale = 0.5f;
+
+  auto run = [&](bool scale_in_forward) {
+    CpuOps ops;
+    Gpt model(ops, shape, batch, seq, layout.param_elems);
+    model.initialize(99);
+    FullGradient sink(layout, layout.param_elems);
+    std::vector<double> losses;
+    for (int micro = 0; micro < 2; ++micro) {
+      if (scale_in_forward)
+        model.forward(inputs.data(), targets.data(), nullptr, loss_scale);
+      else
+        model.forward(inputs.data(), targets.data(), nullptr);
+      losses.push_back(model.mean_loss());
+      model.backward(sink, loss_scale);
+    }
+    return std::make_pair(losses, sink.grads);
+  };
+  const auto plain = run(false), early = run(true);
+  EXPECT_EQ(early.first, plain.first);
+  ASSERT_EQ(early.second.size(), plain.second.size());
+  size_t differing = 0;
+  for (size_t i = 0; i < plain.second.size(); ++i) differing += early.second[i] != plain.second[i];
+  EXPECT_EQ(differing, 0u) << "gradient elements that differ with the loss scale in forward";
+  double gradient_norm = 0.0;
+  for (float g : plain.second) gradient_norm += double{g} * g;
+  EXPECT_GT(gradient_norm, 0.0) << "all-zero gradients would test nothing";
+}
+
 // Recomputation runs the same ops on the same inputs in the same order, so the loss and
 // every gradient must be bit-identical to the run that kept its activations, and the
 // backward must hand the sink the same segments in the same order.
@@ -111,11 +163,9 @@ TEST(Recomputation, SameLossAndGradientsBitForBitWithLessActivationMemory) {
   const ModelShape shape{4, 16, 2, 23, 12, true};
   const int batch = 3, seq = 9;
   const ParameterLayout layout = make_parameter_layout(shape);
-  std::mt19937 rng(7);
-  std::uniform_int_distribution<int> token(0, shape.vocab - 1);
-  std::vector<int32_t> inputs(batch * seq), targets(batch * seq);
-  for (auto& t : inputs) t = token(rng);
-  for (auto& t : targets) t = token(rng);
+  const TokenBatch tokens(shape.vocab, batch * seq, 7);
+  const std::vector<int32_t>& inputs = tokens.inputs;
+  const std::vector<int32_t>& targets = tokens.targets;
 
   struct Result {
     double loss;

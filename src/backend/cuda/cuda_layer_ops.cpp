@@ -425,11 +425,12 @@ float* CudaOps::allocate_logits(int rows, int vocab) {
 
 void CudaOps::classifier_forward(float* losses, float* row_stats, float* logits,
                                  const float* inp, const float* weight, const int32_t* targets,
-                                 int rows, int channels, int vocab) {
+                                 int rows, int channels, int vocab,
+                                 std::optional<float> dlogits_scale) {
   const int stride = padded_logits_stride(logits, rows, vocab);
   if (stride == 0) {
     Ops::classifier_forward(losses, row_stats, logits, inp, weight, targets, rows, channels,
-                            vocab);
+                            vocab, dlogits_scale);
     return;
   }
   require_fp32(losses, "cross-entropy losses");
@@ -446,8 +447,37 @@ void CudaOps::classifier_forward(float* losses, float* row_stats, float* logits,
                                              vocab);
     }
     ScopedKernelTag tag(KernelCategory::norm_elementwise);
-    cuda::launch_softmax_cross_entropy_forward(stream_, losses, row_stats, as<Half>(logits),
-                                               targets, rows, vocab, stride);
+    if (dlogits_scale)
+      cuda::launch_softmax_cross_entropy_forward_backward(stream_, losses, row_stats,
+                                                          as<Half>(logits), targets, rows, vocab,
+                                                          stride, *dlogits_scale);
+    else
+      cuda::launch_softmax_cross_entropy_forward(stream_, losses, row_stats, as<Half>(logits),
+                                                 targets, rows, vocab, stride);
+  });
+}
+
+void CudaOps::classifier_backward_from_dlogits(float* dinp, float* dweight, const float* dlogits,
+                                               const float* inp, const float* weight, int rows,
+                                               int channels, int vocab,
+                                               GradientWrite dinp_write) {
+  const int stride = padded_logits_stride(dlogits, rows, vocab);
+  if (stride == 0) {
+    Ops::classifier_backward_from_dlogits(dinp, dweight, dlogits, inp, weight, rows, channels,
+                                          vocab, dinp_write);
+    return;
+  }
+  require_fp32(dweight, "classifier dweight");
+  SCALESTUDY_CHECK(stores_half(inp, "classifier inp") && stores_half(dinp, "classifier dinp"),
+                   "classifier_backward: inp and dinp must be activation buffers like the logits");
+  const void* weight_copy = parameter_copy_of(weight);
+  with_half_type(precision_, [&](auto storage) {
+    using Half = typename decltype(storage)::type;
+    ScopedKernelTag tag(KernelCategory::gemm);
+    cuda::launch_classifier_matmul_backward(cublas_, stream_, as<Half>(dinp), dweight,
+                                            as<Half>(dlogits), stride, as<Half>(inp),
+                                            as<Half>(weight_copy), rows, channels, vocab,
+                                            dinp_write == GradientWrite::accumulate);
   });
 }
 
@@ -462,24 +492,15 @@ void CudaOps::classifier_backward(float* dinp, float* dweight, float* logits,
     return;
   }
   require_fp32(row_stats, "cross-entropy row statistics");
-  require_fp32(dweight, "classifier dweight");
-  SCALESTUDY_CHECK(stores_half(inp, "classifier inp") && stores_half(dinp, "classifier dinp"),
-                   "classifier_backward: inp and dinp must be activation buffers like the logits");
-  const void* weight_copy = parameter_copy_of(weight);
   with_half_type(precision_, [&](auto storage) {
     using Half = typename decltype(storage)::type;
-    {
-      ScopedKernelTag tag(KernelCategory::norm_elementwise);
-      cuda::launch_softmax_cross_entropy_backward(stream_, as<Half>(logits), as<Half>(logits),
-                                                  row_stats, targets, rows, vocab, stride,
-                                                  loss_scale);
-    }
-    ScopedKernelTag tag(KernelCategory::gemm);
-    cuda::launch_classifier_matmul_backward(cublas_, stream_, as<Half>(dinp), dweight,
-                                            as<Half>(logits), stride, as<Half>(inp),
-                                            as<Half>(weight_copy), rows, channels, vocab,
-                                            dinp_write == GradientWrite::accumulate);
+    ScopedKernelTag tag(KernelCategory::norm_elementwise);
+    cuda::launch_softmax_cross_entropy_backward(stream_, as<Half>(logits), as<Half>(logits),
+                                                row_stats, targets, rows, vocab, stride,
+                                                loss_scale);
   });
+  classifier_backward_from_dlogits(dinp, dweight, logits, inp, weight, rows, channels, vocab,
+                                   dinp_write);
 }
 
 }  // namespace scalestudy

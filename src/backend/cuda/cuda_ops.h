@@ -160,9 +160,15 @@ class CudaOps final : public Ops {
   // (cuda::padded_logits_row_elems), so that the LM head's GEMMs read and write them in
   // place; in fp32 they are the plain [N,V] of the default.
   float* allocate_logits(int rows, int vocab) override;
+  // With dlogits_scale and padded logits, one kernel computes the loss and dlogits
+  // (cuda::launch_softmax_cross_entropy_forward_backward).
   void classifier_forward(float* losses, float* row_stats, float* logits, const float* inp,
                           const float* weight, const int32_t* targets, int rows, int channels,
-                          int vocab) override;
+                          int vocab, std::optional<float> dlogits_scale) override;
+  void classifier_backward_from_dlogits(float* dinp, float* dweight, const float* dlogits,
+                                        const float* inp, const float* weight, int rows,
+                                        int channels, int vocab,
+                                        GradientWrite dinp_write) override;
   void classifier_backward(float* dinp, float* dweight, float* logits, const float* row_stats,
                            const float* inp, const float* weight, const int32_t* targets,
                            int rows, int channels, int vocab, float loss_scale,
