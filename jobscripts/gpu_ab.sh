@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# One call on a GPU machine: the one-GPU step of GPT-2 small bf16 at BATCH per GPU
+# (default 32) for each of BINARIES (executables in .gpu-bundle/, default "scalestudy"),
+# alternated ROUNDS times (default 2), so that a change is measured against the binary
+# before it on the same GPU in the same call. Expects .gpu-bundle/ as
+# jobscripts/gpu_check.sh does; writes ab.log under $OUT.
+set -uo pipefail
+source "$(dirname "$0")/gpu_env.sh" /tmp/scalestudy-ab
+log="$out/ab.log"
+nvidia-smi --query-gpu=index,name,uuid --format=csv | tee "$log"
+for name in ${BINARIES:-scalestudy}; do
+  echo "$name: $("$bundle/$name" --version)" | tee -a "$log"
+done
+for round in $(seq "${ROUNDS:-2}"); do
+  for name in ${BINARIES:-scalestudy}; do
+    $mpirun -np 1 "$bundle/$name" $timed_train 2>&1 | grep "median step" | sed "s/^/[$name] /" |
+      tee -a "$log"
+  done
+done
