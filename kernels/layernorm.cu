@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "common.cuh"
+#include "elementwise.cuh"
 #include "precision.cuh"
 #include "reductions.cuh"
 
@@ -41,6 +42,11 @@ struct LayerNormForwardParams {
   const float* bias;
   int rows;
   int channels;
+  // Set by the residual + LayerNorm launch only: sum = addend_a + addend_b is written
+  // first, and it is the inp that is normalised.
+  T* sum = nullptr;
+  const T* addend_a = nullptr;
+  const T* addend_b = nullptr;
 };
 
 template <class T>
@@ -110,7 +116,10 @@ __device__ __forceinline__ void load_parameters(float (&dst)[kCount], const floa
 // quarter of its double-add rate, and at four conversions an element (one a pass, two in
 // the last) the arithmetic would take about as long as the memory traffic; kept, it is
 // two. The operations are the block kernel's, element for element.
-template <class T, int kPacks>
+// With kResidual the row is first the sum of two rows, each element's fp32 sum rounded
+// once as the residual kernel rounds it (elementwise.cu), and written as inp: the
+// normalisation then starts from the values the separate kernels would read back.
+template <class T, int kPacks, bool kResidual>
 __global__ void __launch_bounds__(kForwardWarps * kWarpSize)
     layernorm_forward_warp_kernel(LayerNormForwardParams<T> p) {
   constexpr int kCount = Pack<T>::kCount;
@@ -119,10 +128,29 @@ __global__ void __launch_bounds__(kForwardWarps * kWarpSize)
   if (row >= p.rows) return;
   const size_t offset = size_t(row) * p.channels;
   Pack<T> packs[kPacks];
+  if constexpr (kResidual) {
+    Pack<T> addends[kPacks];
 #pragma unroll
-  for (int k = 0; k < kPacks; ++k) {
-    const int column = (k * kWarpSize + lane) * kCount;
-    if (column < p.channels) packs[k] = load_pack(p.inp + offset + column);
+    for (int k = 0; k < kPacks; ++k) {
+      const int column = (k * kWarpSize + lane) * kCount;
+      if (column >= p.channels) continue;
+      packs[k] = load_pack(p.addend_a + offset + column);
+      addends[k] = load_pack(p.addend_b + offset + column);
+    }
+#pragma unroll
+    for (int k = 0; k < kPacks; ++k) {
+      const int column = (k * kWarpSize + lane) * kCount;
+      if (column >= p.channels) continue;
+#pragma unroll
+      for (int i = 0; i < kCount; ++i) packs[k].set(i, packs[k].get(i) + addends[k].get(i));
+      store_pack(p.sum + offset + column, packs[k]);
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < kPacks; ++k) {
+      const int column = (k * kWarpSize + lane) * kCount;
+      if (column < p.channels) packs[k] = load_pack(p.inp + offset + column);
+    }
   }
   double values[kPacks][kCount];
   double total = 0.0;
@@ -387,9 +415,14 @@ void with_packs_per_lane(int packs_per_lane, const Launch& launch) {
 
 int backward_chunks(int rows) { return (rows + kBackwardChunkRows - 1) / kBackwardChunkRows; }
 
+// out = layernorm(inp); with addends (the residual + LayerNorm launch), inp is first
+// written as their sum. Where the rows cannot take the warp kernel, the residual kernel
+// runs before the block kernel, with the same results.
 template <class T>
 void layernorm_forward(cudaStream_t stream, T* out, float* mean, float* rstd, const T* inp,
-                       const float* weight, const float* bias, int rows, int channels) {
+                       const float* weight, const float* bias, int rows, int channels,
+                       T* sum = nullptr, const T* addend_a = nullptr,
+                       const T* addend_b = nullptr) {
   check_shape(rows, channels);
   check_not_null(out, "layernorm out");
   check_not_null(mean, "layernorm mean");
@@ -397,9 +430,18 @@ void layernorm_forward(cudaStream_t stream, T* out, float* mean, float* rstd, co
   check_not_null(inp, "layernorm inp");
   check_not_null(weight, "layernorm weight");
   check_not_null(bias, "layernorm bias");
-  const LayerNormForwardParams<T> p{out, mean, rstd, inp, weight, bias, rows, channels};
-  const int packs_per_lane = warp_row_packs_per_lane<T>(channels, {out, inp, weight, bias});
+  const bool residual = sum != nullptr;
+  if (residual) {
+    check_not_null(addend_a, "residual a");
+    check_not_null(addend_b, "residual b");
+  }
+  const LayerNormForwardParams<T> p{out,      mean, rstd,     inp,      weight, bias,
+                                    rows, channels, sum,  addend_a, addend_b};
+  const int packs_per_lane = warp_row_packs_per_lane<T>(
+      channels, {out, inp, weight, bias, residual ? addend_a : inp, residual ? addend_b : inp});
   if (packs_per_lane == 0) {
+    if (residual)
+      launch_residual_forward(stream, sum, addend_a, addend_b, size_t(rows) * size_t(channels));
     layernorm_forward_kernel<T><<<rows, kRowThreads, 0, stream>>>(p);
     CHECK_LAUNCH();
     return;
@@ -407,7 +449,9 @@ void layernorm_forward(cudaStream_t stream, T* out, float* mean, float* rstd, co
   const int blocks = (rows + kForwardWarps - 1) / kForwardWarps;
   with_packs_per_lane(packs_per_lane, [&](auto packs) {
     constexpr int kPacks = decltype(packs)::value;
-    layernorm_forward_warp_kernel<T, kPacks><<<blocks, kForwardWarps * kWarpSize, 0, stream>>>(p);
+    const auto kernel = residual ? layernorm_forward_warp_kernel<T, kPacks, true>
+                                 : layernorm_forward_warp_kernel<T, kPacks, false>;
+    kernel<<<blocks, kForwardWarps * kWarpSize, 0, stream>>>(p);
     CHECK_LAUNCH();
   });
 }
@@ -483,6 +527,30 @@ void launch_layernorm_forward(cudaStream_t stream, fp16* out, float* mean, float
                               const fp16* inp, const float* weight, const float* bias, int rows,
                               int channels) {
   layernorm_forward(stream, out, mean, rstd, inp, weight, bias, rows, channels);
+}
+
+void launch_residual_layernorm_forward(cudaStream_t stream, float* residual, float* out,
+                                       float* mean, float* rstd, const float* a, const float* b,
+                                       const float* weight, const float* bias, int rows,
+                                       int channels) {
+  layernorm_forward(stream, out, mean, rstd, residual, weight, bias, rows, channels, residual, a,
+                    b);
+}
+
+void launch_residual_layernorm_forward(cudaStream_t stream, bf16* residual, bf16* out,
+                                       float* mean, float* rstd, const bf16* a, const bf16* b,
+                                       const float* weight, const float* bias, int rows,
+                                       int channels) {
+  layernorm_forward(stream, out, mean, rstd, residual, weight, bias, rows, channels, residual, a,
+                    b);
+}
+
+void launch_residual_layernorm_forward(cudaStream_t stream, fp16* residual, fp16* out,
+                                       float* mean, float* rstd, const fp16* a, const fp16* b,
+                                       const float* weight, const float* bias, int rows,
+                                       int channels) {
+  layernorm_forward(stream, out, mean, rstd, residual, weight, bias, rows, channels, residual, a,
+                    b);
 }
 
 size_t layernorm_backward_scratch_elems(int rows, int channels) {

@@ -23,6 +23,24 @@ void launch_layernorm_forward(cudaStream_t stream, __half* out, float* mean, flo
                               const __half* inp, const float* weight, const float* bias,
                               int rows, int channels);
 
+// residual = a + b (each element's fp32 sum rounded once, as launch_residual_forward),
+// then out = layernorm(residual) as launch_layernorm_forward, bit for bit the two launches
+// in turn. One pass where the rows allow it: a and b are read once and the residual is
+// not read back.
+void launch_residual_layernorm_forward(cudaStream_t stream, float* residual, float* out,
+                                       float* mean, float* rstd, const float* a, const float* b,
+                                       const float* weight, const float* bias, int rows,
+                                       int channels);
+void launch_residual_layernorm_forward(cudaStream_t stream, __nv_bfloat16* residual,
+                                       __nv_bfloat16* out, float* mean, float* rstd,
+                                       const __nv_bfloat16* a, const __nv_bfloat16* b,
+                                       const float* weight, const float* bias, int rows,
+                                       int channels);
+void launch_residual_layernorm_forward(cudaStream_t stream, __half* residual, __half* out,
+                                       float* mean, float* rstd, const __half* a, const __half* b,
+                                       const float* weight, const float* bias, int rows,
+                                       int channels);
+
 // Floats of scratch that launch_layernorm_backward needs for its column partials.
 size_t layernorm_backward_scratch_elems(int rows, int channels);
 // Accumulates (+=) into dweight and dbias, column sums over rows reduced deterministically

@@ -176,6 +176,15 @@ class Ops {
 
   // ---- residual: out = a + b; its backward is accumulate(da, dout) -----------------
   virtual void residual_forward(float* out, const float* a, const float* b, size_t elems) = 0;
+  // residual = a + b, then out = layernorm(residual): the residual stream's add and the
+  // LayerNorm that reads it, which the CUDA backend does in one pass (the sum is not read
+  // back), with the results of the two ops.
+  virtual void residual_layernorm_forward(float* residual, float* out, float* mean, float* rstd,
+                                          const float* a, const float* b, const float* weight,
+                                          const float* bias, int rows, int channels) {
+    residual_forward(residual, a, b, static_cast<size_t>(rows) * channels);
+    layernorm_forward(out, mean, rstd, residual, weight, bias, rows, channels);
+  }
   virtual void accumulate(float* dst, const float* src, size_t elems) = 0;
 
   // ---- softmax cross-entropy over rows of V logits ---------------------------------

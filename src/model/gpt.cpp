@@ -181,40 +181,82 @@ void Gpt::forward(const int32_t* host_tokens, const int32_t* host_targets, Forwa
   if (hooks) hooks->before_segment_forward(layout_.embedding_segment());
   ops_.embedding_forward(a.encoded, a.tokens, p + layout_.wte, p + layout_.wpe, B, T, C);
 
+  // Every LayerNorm after a residual add runs with it (Ops::residual_layernorm_forward):
+  // the one that opens block l + 1, or the final one, ends block l, after its segment's
+  // hook. Only the first LayerNorm reads the embedding alone.
+  if (s.layers == 0) {
+    if (hooks) hooks->before_segment_forward(layout_.final_norm_segment());
+    ops_.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, a.encoded, p + layout_.lnf_weight,
+                           p + layout_.lnf_bias, N, C);
+  } else {
+    if (hooks) hooks->before_segment_forward(layout_.block_segment(0));
+    first_layernorm(0);
+  }
   for (int l = 0; l < s.layers; ++l) {
-    if (hooks) hooks->before_segment_forward(layout_.block_segment(l));
-    forward_block(l);
+    forward_block_body(l);
+    finish_block(l, hooks);
   }
 
-  if (hooks) hooks->before_segment_forward(layout_.final_norm_segment());
-  const float* last = s.layers > 0 ? a.layers.back().residual3 : a.encoded;
-  ops_.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, last, p + layout_.lnf_weight,
-                         p + layout_.lnf_bias, N, C);
   // The LM head is tied to the token embedding: logits = lnf @ wte^T, no bias.
   ops_.classifier_forward(a.losses, a.row_stats, a.logits, a.lnf, p + layout_.wte, a.targets, N,
                           C, V, backward_loss_scale);
   dlogits_scale_ = backward_loss_scale;
 }
 
-void Gpt::forward_block(int l) {
+const float* Gpt::block_input(int l) const {
+  return l == 0 ? acts_->encoded : acts_->layers[l - 1].residual3;
+}
+
+void Gpt::first_layernorm(int l) {
+  const int N = batch_ * seq_, C = layout_.shape.channels;
+  const BlockOffsets& w = layout_.blocks[l];
+  Activations::Layer& x = acts_->layers[l];
+  ops_.layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, block_input(l), params_ + w.ln1_weight,
+                         params_ + w.ln1_bias, N, C);
+}
+
+void Gpt::forward_block_body(int l) {
   Activations& a = *acts_;
   const ModelShape& s = layout_.shape;
   const int B = batch_, T = seq_, C = s.channels, N = B * T;
-  const size_t NC = static_cast<size_t>(N) * C;
   const float* p = params_;
   const AttentionShape att{B, T, C, s.heads, s.causal};
   const BlockOffsets& w = layout_.blocks[l];
   Activations::Layer& x = a.layers[l];
-  const float* residual = l == 0 ? a.encoded : a.layers[l - 1].residual3;
-  ops_.layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, residual, p + w.ln1_weight, p + w.ln1_bias, N, C);
   ops_.matmul_forward(x.qkv, x.ln1, p + w.qkv_weight, p + w.qkv_bias, N, C, 3 * C);
   ops_.attention_forward(x.atty, x.att_probs, x.qkv, att);
   ops_.matmul_forward(a.branch_out, x.atty, p + w.attn_proj_weight, p + w.attn_proj_bias, N, C, C);
-  ops_.residual_forward(x.residual2, residual, a.branch_out, NC);
-  ops_.layernorm_forward(x.ln2, x.ln2_mean, x.ln2_rstd, x.residual2, p + w.ln2_weight, p + w.ln2_bias, N, C);
+  ops_.residual_layernorm_forward(x.residual2, x.ln2, x.ln2_mean, x.ln2_rstd, block_input(l),
+                                  a.branch_out, p + w.ln2_weight, p + w.ln2_bias, N, C);
   ops_.dense_gelu_forward(x.fch, x.fch_gelu, x.ln2, p + w.fc_weight, p + w.fc_bias, N, C, 4 * C);
   ops_.matmul_forward(a.branch_out, x.fch_gelu, p + w.fc_proj_weight, p + w.fc_proj_bias, N, 4 * C, C);
-  ops_.residual_forward(x.residual3, x.residual2, a.branch_out, NC);
+}
+
+void Gpt::finish_block(int l, ForwardHooks* hooks) {
+  Activations& a = *acts_;
+  const int N = batch_ * seq_, C = layout_.shape.channels;
+  const float* p = params_;
+  Activations::Layer& x = a.layers[l];
+  const bool last = l + 1 == layout_.shape.layers;
+  if (hooks)
+    hooks->before_segment_forward(last ? layout_.final_norm_segment() : layout_.block_segment(l + 1));
+  if (last) {
+    ops_.residual_layernorm_forward(x.residual3, a.lnf, a.lnf_mean, a.lnf_rstd, x.residual2,
+                                    a.branch_out, p + layout_.lnf_weight, p + layout_.lnf_bias, N, C);
+    return;
+  }
+  Activations::Layer& next = a.layers[l + 1];
+  const BlockOffsets& w = layout_.blocks[l + 1];
+  ops_.residual_layernorm_forward(x.residual3, next.ln1, next.ln1_mean, next.ln1_rstd, x.residual2,
+                                  a.branch_out, p + w.ln1_weight, p + w.ln1_bias, N, C);
+}
+
+void Gpt::recompute_block(int l) {
+  const size_t NC = static_cast<size_t>(batch_) * seq_ * layout_.shape.channels;
+  Activations::Layer& x = acts_->layers[l];
+  first_layernorm(l);
+  forward_block_body(l);
+  ops_.residual_forward(x.residual3, x.residual2, acts_->branch_out, NC);
 }
 
 double Gpt::mean_loss() {
@@ -268,10 +310,10 @@ void Gpt::backward(GradientSink& sink, float loss_scale) {
     float* g = sink.segment_gradients(seg);
     const BlockOffsets& w = layout_.blocks[l];
     Activations::Layer& x = a.layers[l];
-    const float* residual = l == 0 ? a.encoded : a.layers[l - 1].residual3;
+    const float* residual = block_input(l);
     // The shared buffers hold the last block's activations after forward; every other
     // block gets its own back here (rewriting residual3 with the same values).
-    if (recompute_ && l != s.layers - 1) forward_block(l);
+    if (recompute_ && l != s.layers - 1) recompute_block(l);
 
     // dfch is written; dfch_gelu is the scratch a backend that does not fuse the GELU
     // needs for the gradient of fch_gelu.

@@ -65,8 +65,19 @@ class Gpt {
 
  private:
   struct Activations;
-  // One block's forward, from its input to its output residual3.
-  void forward_block(int layer);
+  // The input of block `layer`: the embedding's output, or the block before's residual3.
+  const float* block_input(int layer) const;
+  // The block's first LayerNorm, of its input alone.
+  void first_layernorm(int layer);
+  // One block's forward from its first LayerNorm's output to branch_out, the MLP's output
+  // that the residual add ending the block takes.
+  void forward_block_body(int layer);
+  // The end of a block in forward: residual3 with the LayerNorm after it (the next block's
+  // first, or the final one), after that LayerNorm's segment hook.
+  void finish_block(int layer, ForwardHooks* hooks);
+  // A block's activations again in backward (--recompute): its first LayerNorm, its body
+  // and residual3, the ops and values of its forward.
+  void recompute_block(int layer);
   Ops& ops_;
   ParameterLayout layout_;
   int batch_, seq_;

@@ -98,6 +98,25 @@ class CudaOpsTest : public gpu_test::CudaOpsFixture {
     EXPECT_TRUE(matches("layernorm mean" + shape_label, d_mean, mean, kRowStatistics));
     EXPECT_TRUE(matches("layernorm rstd" + shape_label, d_rstd, rstd, kRowStatistics));
 
+    // The residual add before it, in the same op: bit for bit the two ops in turn.
+    const auto addend = random_floats(inp.size(), 23, -1.0f, 1.0f);
+    const float* d_addend = upload(addend);
+    float *d_sum = poisoned(inp.size()), *d_fused_out = poisoned(out.size());
+    float *d_fused_mean = poisoned(N), *d_fused_rstd = poisoned(N);
+    gpu_->residual_layernorm_forward(d_sum, d_fused_out, d_fused_mean, d_fused_rstd, d_inp, d_addend,
+                                     d_weight, upload(bias), N, C);
+    float* d_plain_sum = poisoned(inp.size());
+    gpu_->residual_forward(d_plain_sum, d_inp, d_addend, inp.size());
+    gpu_->layernorm_forward(d_out, d_mean, d_rstd, d_plain_sum, d_weight, upload(bias), N, C);
+    EXPECT_TRUE(matches("residual + layernorm sum" + shape_label, d_sum, download(d_plain_sum, inp.size()),
+                        kBitExact));
+    EXPECT_TRUE(matches("residual + layernorm out" + shape_label, d_fused_out, download(d_out, out.size()),
+                        kBitExact));
+    EXPECT_TRUE(matches("residual + layernorm mean" + shape_label, d_fused_mean, download(d_mean, N),
+                        kBitExact));
+    EXPECT_TRUE(matches("residual + layernorm rstd" + shape_label, d_fused_rstd, download(d_rstd, N),
+                        kBitExact));
+
     // The backward reads the CPU's mean and rstd on both sides: one op at a time.
     const auto dout = random_floats(inp.size(), 23);
     for (GradientWrite write : kGradientWrites) {

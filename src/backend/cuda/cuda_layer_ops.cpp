@@ -346,6 +346,26 @@ void CudaOps::residual_forward(float* out, const float* a, const float* b, size_
   cuda::launch_residual_forward(stream_, out, a, b, elems);
 }
 
+void CudaOps::residual_layernorm_forward(float* residual, float* out, float* mean, float* rstd,
+                                         const float* a, const float* b, const float* weight,
+                                         const float* bias, int rows, int channels) {
+  ScopedKernelTag tag(KernelCategory::norm_elementwise);
+  require_fp32(mean, "layernorm mean");
+  require_fp32(rstd, "layernorm rstd");
+  if (half_operands("residual_layernorm_forward",
+                    {{residual, "residual"}, {out, "out"}, {a, "a"}, {b, "b"}})) {
+    with_half_type(precision_, [&](auto storage) {
+      using Half = typename decltype(storage)::type;
+      cuda::launch_residual_layernorm_forward(stream_, as<Half>(residual), as<Half>(out), mean,
+                                              rstd, as<Half>(a), as<Half>(b), weight, bias, rows,
+                                              channels);
+    });
+    return;
+  }
+  cuda::launch_residual_layernorm_forward(stream_, residual, out, mean, rstd, a, b, weight, bias,
+                                          rows, channels);
+}
+
 void CudaOps::accumulate(float* dst, const float* src, size_t elems) {
   ScopedKernelTag tag(KernelCategory::norm_elementwise);
   if (half_operands("accumulate", {{dst, "dst"}, {src, "src"}})) {

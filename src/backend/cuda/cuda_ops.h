@@ -149,6 +149,9 @@ class CudaOps final : public Ops {
                      GradientWrite dinp_write) override;
 
   void residual_forward(float* out, const float* a, const float* b, size_t elems) override;
+  void residual_layernorm_forward(float* residual, float* out, float* mean, float* rstd,
+                                  const float* a, const float* b, const float* weight,
+                                  const float* bias, int rows, int channels) override;
   void accumulate(float* dst, const float* src, size_t elems) override;
 
   void softmax_cross_entropy_forward(float* losses, float* row_stats, const float* logits,
