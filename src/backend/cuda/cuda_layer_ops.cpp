@@ -29,20 +29,16 @@ using namespace cuda_storage;
 // ---- ops ----------------------------------------------------------------------------
 // Each op asks the registry whether its activation operands are 16-bit (always false in
 // fp32 mode, where nothing is looked up) and runs the matching kernels: with_half_type
-// picks the instantiation for the precision's 16-bit type, bf16 or fp16.
+// picks the instantiation for the precision's 16-bit type, bf16 or fp16, and
+// with_storage_type also fp32's, where the launchers take the same arguments.
 
 void CudaOps::embedding_forward(float* out, const int32_t* tokens, const float* wte,
                                 const float* wpe, int batch, int seq, int channels) {
   ScopedKernelTag tag(KernelCategory::norm_elementwise);
-  if (stores_half(out, "embedding out")) {
-    with_half_type(precision_, [&](auto storage) {
-      using Half = typename decltype(storage)::type;
-      cuda::launch_embedding_forward(stream_, as<Half>(out), tokens, wte, wpe, batch, seq,
-                                     channels);
-    });
-    return;
-  }
-  cuda::launch_embedding_forward(stream_, out, tokens, wte, wpe, batch, seq, channels);
+  with_storage_type(stores_half(out, "embedding out"), precision_, [&](auto storage) {
+    using T = typename decltype(storage)::type;
+    cuda::launch_embedding_forward(stream_, as<T>(out), tokens, wte, wpe, batch, seq, channels);
+  });
 }
 
 void CudaOps::embedding_backward(float* dwte, float* dwpe, const float* dout,
@@ -51,16 +47,11 @@ void CudaOps::embedding_backward(float* dwte, float* dwpe, const float* dout,
   require_fp32(dwte, "embedding dwte");
   require_fp32(dwpe, "embedding dwpe");
   float* scratch = scratch_floats(cuda::embedding_backward_scratch_elems(batch, seq));
-  if (stores_half(dout, "embedding dout")) {
-    with_half_type(precision_, [&](auto storage) {
-      using Half = typename decltype(storage)::type;
-      cuda::launch_embedding_backward(stream_, dwte, dwpe, as<Half>(dout), tokens, batch, seq,
-                                      channels, scratch, scratch_elems_);
-    });
-    return;
-  }
-  cuda::launch_embedding_backward(stream_, dwte, dwpe, dout, tokens, batch, seq, channels, scratch,
-                                  scratch_elems_);
+  with_storage_type(stores_half(dout, "embedding dout"), precision_, [&](auto storage) {
+    using T = typename decltype(storage)::type;
+    cuda::launch_embedding_backward(stream_, dwte, dwpe, as<T>(dout), tokens, batch, seq, channels,
+                                    scratch, scratch_elems_);
+  });
 }
 
 void CudaOps::layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
@@ -69,15 +60,12 @@ void CudaOps::layernorm_forward(float* out, float* mean, float* rstd, const floa
   ScopedKernelTag tag(KernelCategory::norm_elementwise);
   require_fp32(mean, "layernorm mean");
   require_fp32(rstd, "layernorm rstd");
-  if (half_operands("layernorm_forward", {{out, "out"}, {inp, "inp"}})) {
-    with_half_type(precision_, [&](auto storage) {
-      using Half = typename decltype(storage)::type;
-      cuda::launch_layernorm_forward(stream_, as<Half>(out), mean, rstd, as<Half>(inp), weight,
-                                     bias, rows, channels);
-    });
-    return;
-  }
-  cuda::launch_layernorm_forward(stream_, out, mean, rstd, inp, weight, bias, rows, channels);
+  const bool half = half_operands("layernorm_forward", {{out, "out"}, {inp, "inp"}});
+  with_storage_type(half, precision_, [&](auto storage) {
+    using T = typename decltype(storage)::type;
+    cuda::launch_layernorm_forward(stream_, as<T>(out), mean, rstd, as<T>(inp), weight, bias, rows,
+                                   channels);
+  });
 }
 
 void CudaOps::layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
@@ -92,17 +80,12 @@ void CudaOps::layernorm_backward(float* dinp, float* dweight, float* dbias, cons
       half_operands("layernorm_backward", {{dinp, "dinp"}, {dout, "dout"}, {inp, "inp"}});
   const size_t scratch_elems = cuda::layernorm_backward_scratch_elems(rows, channels);
   float* scratch = scratch_floats(scratch_elems);
-  if (half) {
-    with_half_type(precision_, [&](auto storage) {
-      using Half = typename decltype(storage)::type;
-      cuda::launch_layernorm_backward(stream_, as<Half>(dinp), dweight, dbias, as<Half>(dout),
-                                      as<Half>(inp), weight, mean, rstd, rows, channels, scratch,
-                                      scratch_elems_, accumulate_dinp);
-    });
-    return;
-  }
-  cuda::launch_layernorm_backward(stream_, dinp, dweight, dbias, dout, inp, weight, mean, rstd,
-                                  rows, channels, scratch, scratch_elems_, accumulate_dinp);
+  with_storage_type(half, precision_, [&](auto storage) {
+    using T = typename decltype(storage)::type;
+    cuda::launch_layernorm_backward(stream_, as<T>(dinp), dweight, dbias, as<T>(dout), as<T>(inp),
+                                    weight, mean, rstd, rows, channels, scratch, scratch_elems_,
+                                    accumulate_dinp);
+  });
 }
 
 void CudaOps::matmul_forward(float* out, const float* inp, const float* weight,
@@ -309,41 +292,32 @@ void CudaOps::attention_backward(float* dqkv, const float* dout, const float* qk
 
 void CudaOps::gelu_forward(float* out, const float* inp, size_t elems) {
   ScopedKernelTag tag(KernelCategory::norm_elementwise);
-  if (half_operands("gelu_forward", {{out, "out"}, {inp, "inp"}})) {
-    with_half_type(precision_, [&](auto storage) {
-      using Half = typename decltype(storage)::type;
-      cuda::launch_gelu_forward(stream_, as<Half>(out), as<Half>(inp), elems);
-    });
-    return;
-  }
-  cuda::launch_gelu_forward(stream_, out, inp, elems);
+  const bool half = half_operands("gelu_forward", {{out, "out"}, {inp, "inp"}});
+  with_storage_type(half, precision_, [&](auto storage) {
+    using T = typename decltype(storage)::type;
+    cuda::launch_gelu_forward(stream_, as<T>(out), as<T>(inp), elems);
+  });
 }
 
 void CudaOps::gelu_backward(float* dinp, const float* inp, const float* dout, size_t elems,
                             GradientWrite dinp_write) {
   ScopedKernelTag tag(KernelCategory::norm_elementwise);
   const bool accumulate_dinp = dinp_write == GradientWrite::accumulate;
-  if (half_operands("gelu_backward", {{dinp, "dinp"}, {inp, "inp"}, {dout, "dout"}})) {
-    with_half_type(precision_, [&](auto storage) {
-      using Half = typename decltype(storage)::type;
-      cuda::launch_gelu_backward(stream_, as<Half>(dinp), as<Half>(inp), as<Half>(dout), elems,
-                                 accumulate_dinp);
-    });
-    return;
-  }
-  cuda::launch_gelu_backward(stream_, dinp, inp, dout, elems, accumulate_dinp);
+  const bool half = half_operands("gelu_backward", {{dinp, "dinp"}, {inp, "inp"}, {dout, "dout"}});
+  with_storage_type(half, precision_, [&](auto storage) {
+    using T = typename decltype(storage)::type;
+    cuda::launch_gelu_backward(stream_, as<T>(dinp), as<T>(inp), as<T>(dout), elems,
+                               accumulate_dinp);
+  });
 }
 
 void CudaOps::residual_forward(float* out, const float* a, const float* b, size_t elems) {
   ScopedKernelTag tag(KernelCategory::norm_elementwise);
-  if (half_operands("residual_forward", {{out, "out"}, {a, "a"}, {b, "b"}})) {
-    with_half_type(precision_, [&](auto storage) {
-      using Half = typename decltype(storage)::type;
-      cuda::launch_residual_forward(stream_, as<Half>(out), as<Half>(a), as<Half>(b), elems);
-    });
-    return;
-  }
-  cuda::launch_residual_forward(stream_, out, a, b, elems);
+  const bool half = half_operands("residual_forward", {{out, "out"}, {a, "a"}, {b, "b"}});
+  with_storage_type(half, precision_, [&](auto storage) {
+    using T = typename decltype(storage)::type;
+    cuda::launch_residual_forward(stream_, as<T>(out), as<T>(a), as<T>(b), elems);
+  });
 }
 
 void CudaOps::residual_layernorm_forward(float* residual, float* out, float* mean, float* rstd,
@@ -352,30 +326,22 @@ void CudaOps::residual_layernorm_forward(float* residual, float* out, float* mea
   ScopedKernelTag tag(KernelCategory::norm_elementwise);
   require_fp32(mean, "layernorm mean");
   require_fp32(rstd, "layernorm rstd");
-  if (half_operands("residual_layernorm_forward",
-                    {{residual, "residual"}, {out, "out"}, {a, "a"}, {b, "b"}})) {
-    with_half_type(precision_, [&](auto storage) {
-      using Half = typename decltype(storage)::type;
-      cuda::launch_residual_layernorm_forward(stream_, as<Half>(residual), as<Half>(out), mean,
-                                              rstd, as<Half>(a), as<Half>(b), weight, bias, rows,
-                                              channels);
-    });
-    return;
-  }
-  cuda::launch_residual_layernorm_forward(stream_, residual, out, mean, rstd, a, b, weight, bias,
-                                          rows, channels);
+  const bool half = half_operands("residual_layernorm_forward",
+                                  {{residual, "residual"}, {out, "out"}, {a, "a"}, {b, "b"}});
+  with_storage_type(half, precision_, [&](auto storage) {
+    using T = typename decltype(storage)::type;
+    cuda::launch_residual_layernorm_forward(stream_, as<T>(residual), as<T>(out), mean, rstd,
+                                            as<T>(a), as<T>(b), weight, bias, rows, channels);
+  });
 }
 
 void CudaOps::accumulate(float* dst, const float* src, size_t elems) {
   ScopedKernelTag tag(KernelCategory::norm_elementwise);
-  if (half_operands("accumulate", {{dst, "dst"}, {src, "src"}})) {
-    with_half_type(precision_, [&](auto storage) {
-      using Half = typename decltype(storage)::type;
-      cuda::launch_accumulate(stream_, as<Half>(dst), as<Half>(src), elems);
-    });
-    return;
-  }
-  cuda::launch_accumulate(stream_, dst, src, elems);
+  const bool half = half_operands("accumulate", {{dst, "dst"}, {src, "src"}});
+  with_storage_type(half, precision_, [&](auto storage) {
+    using T = typename decltype(storage)::type;
+    cuda::launch_accumulate(stream_, as<T>(dst), as<T>(src), elems);
+  });
 }
 
 int CudaOps::padded_logits_stride(const float* logits, int rows, int vocab) const {
@@ -398,16 +364,11 @@ void CudaOps::softmax_cross_entropy_forward(float* losses, float* row_stats, con
   require_fp32(row_stats, "cross-entropy row statistics");
   SCALESTUDY_CHECK(padded_logits_stride(logits, rows, vocab) == 0,
                    "cross-entropy: padded logits from allocate_logits go to classifier_forward");
-  if (stores_half(logits, "cross-entropy logits")) {
-    with_half_type(precision_, [&](auto storage) {
-      using Half = typename decltype(storage)::type;
-      cuda::launch_softmax_cross_entropy_forward(stream_, losses, row_stats, as<Half>(logits),
-                                                 targets, rows, vocab, vocab);
-    });
-    return;
-  }
-  cuda::launch_softmax_cross_entropy_forward(stream_, losses, row_stats, logits, targets, rows,
-                                             vocab, vocab);
+  with_storage_type(stores_half(logits, "cross-entropy logits"), precision_, [&](auto storage) {
+    using T = typename decltype(storage)::type;
+    cuda::launch_softmax_cross_entropy_forward(stream_, losses, row_stats, as<T>(logits), targets,
+                                               rows, vocab, vocab);
+  });
 }
 
 void CudaOps::softmax_cross_entropy_backward(float* dlogits, const float* logits,
@@ -418,17 +379,13 @@ void CudaOps::softmax_cross_entropy_backward(float* dlogits, const float* logits
   SCALESTUDY_CHECK(padded_logits_stride(logits, rows, vocab) == 0 &&
                        padded_logits_stride(dlogits, rows, vocab) == 0,
                    "cross-entropy: padded logits from allocate_logits go to classifier_backward");
-  if (half_operands("softmax_cross_entropy_backward", {{dlogits, "dlogits"}, {logits, "logits"}})) {
-    with_half_type(precision_, [&](auto storage) {
-      using Half = typename decltype(storage)::type;
-      cuda::launch_softmax_cross_entropy_backward(stream_, as<Half>(dlogits), as<Half>(logits),
-                                                  row_stats, targets, rows, vocab, vocab,
-                                                  loss_scale);
-    });
-    return;
-  }
-  cuda::launch_softmax_cross_entropy_backward(stream_, dlogits, logits, row_stats, targets, rows,
-                                              vocab, vocab, loss_scale);
+  const bool half = half_operands("softmax_cross_entropy_backward",
+                                  {{dlogits, "dlogits"}, {logits, "logits"}});
+  with_storage_type(half, precision_, [&](auto storage) {
+    using T = typename decltype(storage)::type;
+    cuda::launch_softmax_cross_entropy_backward(stream_, as<T>(dlogits), as<T>(logits), row_stats,
+                                                targets, rows, vocab, vocab, loss_scale);
+  });
 }
 
 float* CudaOps::allocate_logits(int rows, int vocab) {

@@ -403,16 +403,11 @@ double CudaOps::read_device_double() {
 
 double CudaOps::sum(const float* x, size_t elems) {
   ScopedKernelTag tag(KernelCategory::norm_elementwise);
-  if (stores_half(x, "sum input")) {
-    with_half_type(precision_, [&](auto storage) {
-      using Half = typename decltype(storage)::type;
-      cuda::launch_sum(stream_, device_result_, as<Half>(x), elems, reduction_partials_,
-                       reduction_partials_elems_);
-    });
-  } else {
-    cuda::launch_sum(stream_, device_result_, x, elems, reduction_partials_,
+  with_storage_type(stores_half(x, "sum input"), precision_, [&](auto storage) {
+    using T = typename decltype(storage)::type;
+    cuda::launch_sum(stream_, device_result_, as<T>(x), elems, reduction_partials_,
                      reduction_partials_elems_);
-  }
+  });
   return read_device_double();
 }
 

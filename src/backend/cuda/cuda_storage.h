@@ -31,7 +31,18 @@ void with_half_type(Precision precision, F&& f) {
     f(Storage<__nv_bfloat16>{});
 }
 
-// Typed views of float* handles whose storage the registry reported as 16-bit.
+// Calls f(Storage<T>{}) with T the 16-bit type of `precision` where `half`, and with T =
+// float where not: for the ops whose fp32 and 16-bit launchers take the same arguments.
+template <class F>
+void with_storage_type(bool half, Precision precision, F&& f) {
+  if (half)
+    with_half_type(precision, f);
+  else
+    f(Storage<float>{});
+}
+
+// Typed views of float* handles whose storage the registry reported as 16-bit (or, with
+// T = float, the handles themselves).
 template <class T>
 T* as(float* ptr) {
   return reinterpret_cast<T*>(ptr);
