@@ -107,6 +107,14 @@ EpilogueGemm::Plan* EpilogueGemm::plan_for(Epilogue epilogue, cudaDataType_t typ
   return plans_.back().usable ? &plans_.back() : nullptr;
 }
 
+EpilogueGemm::Plan* EpilogueGemm::aligned_plan_for(Epilogue epilogue, cudaDataType_t type, int m,
+                                                   int n, int k,
+                                                   std::initializer_list<const void*> operands) {
+  for (const void* operand : operands)
+    if (!aligned(operand)) return nullptr;
+  return shape_allowed(m, n, k) ? plan_for(epilogue, type, m, n, k) : nullptr;
+}
+
 // beta = 0, so D is only written: it is passed as C too, which cuBLASLt then never reads.
 void EpilogueGemm::run(Plan& plan, cudaStream_t stream, const void* a, const void* b, void* d) {
   const float alpha = 1.0f, beta = 0.0f;
@@ -118,10 +126,8 @@ void EpilogueGemm::run(Plan& plan, cudaStream_t stream, const void* a, const voi
 bool EpilogueGemm::forward(cudaStream_t stream, cudaDataType_t type, void* out, const void* inp,
                            const void* weight, const void* bias, int rows, int in_channels,
                            int out_channels) {
-  if (!aligned(out) || !aligned(inp) || !aligned(weight) || !aligned(bias) ||
-      !shape_allowed(out_channels, rows, in_channels))
-    return false;
-  Plan* plan = plan_for(Epilogue::bias, type, out_channels, rows, in_channels);
+  Plan* plan = aligned_plan_for(Epilogue::bias, type, out_channels, rows, in_channels,
+                                {out, inp, weight, bias});
   if (plan == nullptr) return false;
   set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
   run(*plan, stream, weight, inp, out);
@@ -131,10 +137,8 @@ bool EpilogueGemm::forward(cudaStream_t stream, cudaDataType_t type, void* out, 
 bool EpilogueGemm::gelu_forward(cudaStream_t stream, cudaDataType_t type, void* pre, void* out,
                                 const void* inp, const void* weight, const void* bias, int rows,
                                 int in_channels, int out_channels) {
-  if (!aligned(pre) || !aligned(out) || !aligned(inp) || !aligned(weight) || !aligned(bias) ||
-      !shape_allowed(out_channels, rows, in_channels))
-    return false;
-  Plan* plan = plan_for(Epilogue::gelu_aux_bias, type, out_channels, rows, in_channels);
+  Plan* plan = aligned_plan_for(Epilogue::gelu_aux_bias, type, out_channels, rows, in_channels,
+                                {pre, out, inp, weight, bias});
   if (plan == nullptr) return false;
   set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
   set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, pre);
@@ -145,10 +149,8 @@ bool EpilogueGemm::gelu_forward(cudaStream_t stream, cudaDataType_t type, void* 
 bool EpilogueGemm::gelu_input_gradient(cudaStream_t stream, cudaDataType_t type, void* dpre,
                                        const void* dout, const void* weight, const void* pre,
                                        int rows, int in_channels, int out_channels) {
-  if (!aligned(dpre) || !aligned(dout) || !aligned(weight) || !aligned(pre) ||
-      !shape_allowed(in_channels, rows, out_channels))
-    return false;
-  Plan* plan = plan_for(Epilogue::dgelu, type, in_channels, rows, out_channels);
+  Plan* plan = aligned_plan_for(Epilogue::dgelu, type, in_channels, rows, out_channels,
+                                {dpre, dout, weight, pre});
   if (plan == nullptr) return false;
   set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, pre);
   run(*plan, stream, weight, dout, dpre);

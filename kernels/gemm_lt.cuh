@@ -25,6 +25,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <initializer_list>
 #include <vector>
 
 namespace scalestudy::cuda {
@@ -71,6 +72,10 @@ class EpilogueGemm {
   };
   // The plan of a usable GEMM, or nullptr where this one declines.
   Plan* plan_for(Epilogue epilogue, cudaDataType_t type, int m, int n, int k);
+  // plan_for, or nullptr where an operand is not 16-byte aligned or the shape is not one
+  // the plans take.
+  Plan* aligned_plan_for(Epilogue epilogue, cudaDataType_t type, int m, int n, int k,
+                         std::initializer_list<const void*> operands);
   void run(Plan& plan, cudaStream_t stream, const void* a, const void* b, void* d);
 
   cublasLtHandle_t handle_ = nullptr;
