@@ -513,8 +513,8 @@ void layernorm_backward(cudaStream_t stream, T* dinp, float* dweight, float* dbi
                                                                             bias_partials, p);
     CHECK_LAUNCH();
   }
-  launch_add_column_partials(stream, dweight, weight_partials, partial_rows, channels);
-  launch_add_column_partials(stream, dbias, bias_partials, partial_rows, channels);
+  launch_add_column_partials(stream, dweight, weight_partials, partial_rows, channels, dbias,
+                             bias_partials);
 }
 
 }  // namespace

@@ -183,14 +183,24 @@ constexpr int kPartialRowLanes = 32;
 // at a time made the kernel a chain of memory latencies (5 µs a call at 768 columns).
 constexpr int kPartialLoads = 16;
 
+// One matrix of partials and the sums it adds into.
+struct ColumnPartials {
+  float* dst;
+  const float* partials;
+};
+
 // Block (kColumnTile, kPartialRowLanes): row lane j sums partial rows j, j + 32, ... of
 // its column in double, in that order, which splits each column's serial chain of loads
 // and adds (a few hundred columns would otherwise give a few blocks of long chains); the
-// lanes are then combined in lane order.
+// lanes are then combined in lane order. blockIdx.y picks the matrix: two of the same
+// shape (a LayerNorm's weight and bias partials) take one launch.
 __global__ void __launch_bounds__(kColumnTile * kPartialRowLanes)
-    add_column_partials_kernel(float* __restrict__ dst, const float* __restrict__ partials,
+    add_column_partials_kernel(ColumnPartials first_matrix, ColumnPartials second_matrix,
                                int partial_rows, int columns) {
   __shared__ double tile[kPartialRowLanes][kColumnTile];
+  const ColumnPartials matrix = blockIdx.y == 0 ? first_matrix : second_matrix;
+  float* __restrict__ dst = matrix.dst;
+  const float* __restrict__ partials = matrix.partials;
   const int c = blockIdx.x * kColumnTile + threadIdx.x;
   double total = 0.0;
   if (c < columns) {
@@ -283,14 +293,20 @@ void launch_column_sums(cudaStream_t stream, float* dst, const fp16* x, int rows
 }
 
 void launch_add_column_partials(cudaStream_t stream, float* dst, const float* partials,
-                                int partial_rows, int columns) {
+                                int partial_rows, int columns, float* second_dst,
+                                const float* second_partials) {
   check_positive(partial_rows, "column partials rows");
   check_positive(columns, "column partials columns");
   check_not_null(dst, "column partials dst");
   check_not_null(partials, "column partials");
-  const dim3 grid((columns + kColumnTile - 1) / kColumnTile);
+  const bool second = second_dst != nullptr;
+  if (second) check_not_null(second_partials, "second column partials");
+  const dim3 grid((columns + kColumnTile - 1) / kColumnTile, second ? 2 : 1);
   const dim3 block(kColumnTile, kPartialRowLanes);
-  add_column_partials_kernel<<<grid, block, 0, stream>>>(dst, partials, partial_rows, columns);
+  const ColumnPartials first_matrix{dst, partials};
+  add_column_partials_kernel<<<grid, block, 0, stream>>>(
+      first_matrix, second ? ColumnPartials{second_dst, second_partials} : first_matrix,
+      partial_rows, columns);
   CHECK_LAUNCH();
 }
 

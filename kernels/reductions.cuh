@@ -44,8 +44,10 @@ void launch_column_sums(cudaStream_t stream, float* dst, const __nv_bfloat16* x,
 void launch_column_sums(cudaStream_t stream, float* dst, const __half* x, int rows, int columns,
                         float* scratch, size_t scratch_elems);
 // dst[c] += sum_k partials[k, c], the second stage on its own, for kernels that write
-// their partials in the layout above.
+// their partials in the layout above; and, given second_dst, the same for a second matrix
+// of partials of the same shape in the same launch.
 void launch_add_column_partials(cudaStream_t stream, float* dst, const float* partials,
-                                int partial_rows, int columns);
+                                int partial_rows, int columns, float* second_dst = nullptr,
+                                const float* second_partials = nullptr);
 
 }  // namespace scalestudy::cuda
