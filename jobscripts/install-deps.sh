@@ -4,7 +4,8 @@
 set -euo pipefail
 
 SCALESTUDY_PACKAGES=(build-essential cmake git openmpi-bin libopenmpi-dev libhdf5-dev hdf5-tools
-                     libboost-program-options-dev libgtest-dev python3 python3-venv python3-pip)
+                     libboost-program-options-dev libgtest-dev python3 python3-venv python3-pip
+                     xz-utils)
 
 missing_packages() {
   local missing=()
