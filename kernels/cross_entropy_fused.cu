@@ -56,7 +56,9 @@ __device__ __forceinline__ float pack_exp_sum_pairwise(const Words& pack, float 
 // the backward kernel computes it from those statistics (RowGradient): given the same
 // row max and 1/sum, dlogits are bit for bit the backward kernel's. The sums are added
 // in a fixed order (each thread's packs in turn, then block_reduce_sum), so a row's
-// statistics depend on its values alone.
+// statistics depend on its values and on where its packs start: unlike the forward
+// kernel's double per term, the pairwise pack sums group the terms by alignment. The
+// classifier's padded logits align every row alike.
 template <class T>
 __global__ void __launch_bounds__(kFusedThreads, kFusedMinBlocks)
     cross_entropy_fused_kernel(CrossEntropyFusedParams<T> p) {

@@ -117,8 +117,9 @@ __device__ __forceinline__ void load_parameters(float (&dst)[kCount], const floa
 // the last) the arithmetic would take about as long as the memory traffic; kept, it is
 // two. The operations are the block kernel's, element for element.
 // With kResidual the row is first the sum of two rows, each element's fp32 sum rounded
-// once as the residual kernel rounds it (elementwise.cu), and written as inp: the
-// normalisation then starts from the values the separate kernels would read back.
+// once as the residual kernel rounds it (elementwise.cu), and stored to p.sum (the
+// launcher's inp): the normalisation then starts from the values that the separate
+// kernels would read back.
 template <class T, int kPacks, bool kResidual>
 __global__ void __launch_bounds__(kForwardWarps * kWarpSize)
     layernorm_forward_warp_kernel(LayerNormForwardParams<T> p) {
