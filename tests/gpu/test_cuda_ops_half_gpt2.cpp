@@ -221,21 +221,21 @@ TEST_P(CudaOpsHalf, Gpt2SmallTimings) {
     const std::string label = " (ld " + std::to_string(ld) + ")";
     std::cout << "  raw GEMM LM head fwd" << label;
     std::cout << ": " << median_ms(ops, 3, [&] {
-      cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, V, N, C, &one, weight, half_type, C, lnf,
-                   half_type, C, &zero, head_out, half_type, ld, CUBLAS_COMPUTE_32F,
-                   CUBLAS_GEMM_DEFAULT);
+      CHECK_CUBLAS(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, V, N, C, &one, weight,
+                                half_type, C, lnf, half_type, C, &zero, head_out, half_type,
+                                ld, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     }) << " ms\n";
     std::cout << "  raw GEMM LM head dinp" << label;
     std::cout << ": " << median_ms(ops, 3, [&] {
-      cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, C, N, V, &one, weight, half_type, C,
-                   head_out, half_type, ld, &one, dlnf, half_type, C, CUBLAS_COMPUTE_32F,
-                   CUBLAS_GEMM_DEFAULT);
+      CHECK_CUBLAS(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, C, N, V, &one, weight,
+                                half_type, C, head_out, half_type, ld, &one, dlnf, half_type,
+                                C, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     }) << " ms\n";
     std::cout << "  raw GEMM LM head dweight" << label;
     std::cout << ": " << median_ms(ops, 3, [&] {
-      cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_T, C, V, N, &one, lnf, half_type, C,
-                   head_out, half_type, ld, &one, grads, CUDA_R_32F, C, CUBLAS_COMPUTE_32F,
-                   CUBLAS_GEMM_DEFAULT);
+      CHECK_CUBLAS(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_T, C, V, N, &one, lnf,
+                                half_type, C, head_out, half_type, ld, &one, grads,
+                                CUDA_R_32F, C, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     }) << " ms\n";
   }
 }
