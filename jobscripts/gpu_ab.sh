@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One call on a GPU machine: the one-GPU step of GPT-2 small bf16 at BATCH per GPU
 # (default 32) for each of BINARIES (executables in .gpu-bundle/, default "scalestudy"),
+# each with each of VARIANTS (train options, variants separated by "|"; default none),
 # alternated ROUNDS times (default 2), so that a change is measured against the binary
-# before it on the same GPU in the same call. Expects .gpu-bundle/ as
+# or the option before it on the same GPU in the same call. Expects .gpu-bundle/ as
 # jobscripts/gpu_check.sh does; writes ab.log under $OUT.
 set -uo pipefail
 source "$(dirname "$0")/gpu_env.sh" /tmp/scalestudy-ab
@@ -11,9 +12,16 @@ nvidia-smi --query-gpu=index,name,uuid --format=csv | tee "$log"
 for name in ${BINARIES:-scalestudy}; do
   echo "$name: $("$bundle/$name" --version)" | tee -a "$log"
 done
+IFS='|' read -r -a variants <<< "${VARIANTS:-}"
+[ ${#variants[@]} -eq 0 ] && variants=("")
 for round in $(seq "${ROUNDS:-2}"); do
   for name in ${BINARIES:-scalestudy}; do
-    $mpirun -np 1 "$bundle/$name" $timed_train 2>&1 | grep "median step" | sed "s/^/[$name] /" |
-      tee -a "$log"
+    for variant in "${variants[@]}"; do
+      # The first round also keeps the GEMM algorithms each run chose.
+      keep="median step"
+      [ "$round" = 1 ] && keep="median step|GEMM algorithms|^    (bias|gelu|dgelu)"
+      $mpirun -np 1 "$bundle/$name" $timed_train $variant 2>&1 | grep -E "$keep" |
+        sed "s/^/[$name${variant:+ $variant}] /" | tee -a "$log"
+    done
   done
 done
