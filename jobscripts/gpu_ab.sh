@@ -17,10 +17,7 @@ IFS='|' read -r -a variants <<< "${VARIANTS:-}"
 for round in $(seq "${ROUNDS:-2}"); do
   for name in ${BINARIES:-scalestudy}; do
     for variant in "${variants[@]}"; do
-      # The first round also keeps the GEMM algorithms each run chose.
-      keep="median step"
-      [ "$round" = 1 ] && keep="median step|GEMM algorithms|^    (bias|gelu|dgelu)"
-      $mpirun -np 1 "$bundle/$name" $timed_train $variant 2>&1 | grep -E "$keep" |
+      $mpirun -np 1 "$bundle/$name" $timed_train $variant 2>&1 | grep "median step" |
         sed "s/^/[$name${variant:+ $variant}] /" | tee -a "$log"
     done
   done

@@ -24,7 +24,6 @@ struct RawOptions {
   std::string overlap = "off";
   std::string grad_reduce = "fp32";
   std::string comm_engine = "sm";
-  std::string gemm_algos = "timed";
   std::string precision = "auto";
   std::string loss_scaling = "auto";
   std::string attention;  // empty: the preset's
@@ -114,12 +113,7 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
   backend.add_options()
       ("backend", po::value(&c.backend)->default_value(c.backend), "cpu or cuda")
       ("precision", po::value(&raw.precision)->default_value(raw.precision),
-       "fp32, bf16 or fp16 (the last two cuda only); auto: bf16 on cuda, fp32 on cpu")
-      ("gemm-algos", po::value(&raw.gemm_algos)->default_value(raw.gemm_algos),
-       "how cuda picks the algorithm of each cuBLASLt GEMM with an epilogue (bf16 and fp16): timed (the "
-       "fastest of cuBLASLt's candidates, timed in the first step, kept only where 3% faster than the "
-       "heuristic's first; another run may pick another where two are within timing noise) or heuristic "
-       "(cuBLASLt's first, the same bits on every run)");
+       "fp32, bf16 or fp16 (the last two cuda only); auto: bf16 on cuda, fp32 on cpu");
 
   po::options_description output("Output");
   output.add_options()
@@ -270,9 +264,6 @@ void resolve_and_validate(RunConfig& c, const RawOptions& raw) {
   else if (raw.precision == "bf16") c.precision = Precision::bf16;
   else if (raw.precision == "fp16") c.precision = Precision::fp16;
   else bad_value("precision", raw.precision, "must be auto, fp32, bf16 or fp16");
-  if (raw.gemm_algos == "timed") c.gemm_algos = GemmAlgos::timed;
-  else if (raw.gemm_algos == "heuristic") c.gemm_algos = GemmAlgos::heuristic;
-  else bad_value("gemm-algos", raw.gemm_algos, "must be timed or heuristic");
   if (raw.loss_scaling == "auto") c.loss_scaling = c.precision == Precision::fp16;
   else if (raw.loss_scaling == "on") c.loss_scaling = true;
   else if (raw.loss_scaling == "off") c.loss_scaling = false;
@@ -317,7 +308,6 @@ const char* precision_name(Precision p) {
 }
 
 const char* comm_engine_name(CommEngine engine) { return engine == CommEngine::sm ? "sm" : "copy"; }
-const char* gemm_algos_name(GemmAlgos algos) { return algos == GemmAlgos::timed ? "timed" : "heuristic"; }
 
 bool parse_train_config(int argc, const char* const* argv, RunConfig& config) {
   RawOptions raw;
@@ -407,7 +397,6 @@ std::vector<std::pair<std::string, std::string>> describe_config(const RunConfig
       {"comm_timeout", text(c.comm_timeout_s)},
       {"backend", c.backend},
       {"precision", precision_name(c.precision)},
-      {"gemm_algos", gemm_algos_name(c.gemm_algos)},
       {"output", c.output},
       {"flush_every", text(c.flush_every)},
       {"experiment", c.experiment},

@@ -20,68 +20,33 @@ TEST_P(CudaOpsHalf, LayerNormAtModelWidths) {
 // GPT-2's dense layers take their bias in cuBLASLt's epilogue (no bias kernel): the
 // epilogue must accept their shapes, or the step silently keeps the slower fallback.
 // Where the operands are not 16-byte aligned it declines, and the GEMM-then-bias path
-// (the Matmul test's tiny shape) runs instead. A timed choice of algorithm leaves the
-// kept algorithm's results, as the heuristic's does.
+// (the Matmul test's tiny shape) runs instead.
 TEST_P(CudaOpsHalf, BiasEpilogueTakesTheGpt2Shapes) {
-  for (const auto choice : {cuda::AlgorithmChoice::heuristic, cuda::AlgorithmChoice::timed}) {
-    cuda::EpilogueGemm bias_gemm(choice);
-    cudaStream_t stream = nullptr;
-    CHECK_CUBLAS(cublasGetStream(gpu_->cublas_handle(), &stream));
-    const cudaDataType_t type = precision_ == Precision::fp16 ? CUDA_R_16F : CUDA_R_16BF;
-    const int N = 256;
-    for (const auto& [in_channels, out_channels] :
-         std::vector<std::pair<int, int>>{{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}}) {
-      const std::string label = " (" + std::to_string(in_channels) + "->" +
-                                std::to_string(out_channels) +
-                                (choice == cuda::AlgorithmChoice::timed ? ", timed" : "") + ")";
-      const auto inp = rounded(random_floats(size_t(N) * in_channels, 37));
-      const auto weight = rounded(random_floats(size_t(out_channels) * in_channels, 38));
-      const auto bias = rounded(random_floats(size_t(out_channels), 39));
-      std::vector<float> out(size_t(N) * out_channels);
-      float* d_out = poisoned_activation(out.size());
-      float* d_bias = activation(bias);  // a 16-bit bias, as the parameters' copy holds it
-      ASSERT_TRUE(bias_gemm.forward(stream, type, d_out, activation(inp), activation(weight), d_bias,
-                                    N, in_channels, out_channels))
-          << "cuBLASLt declined the bias epilogue" << label;
-      cpu_.matmul_forward(out.data(), inp.data(), weight.data(), bias.data(), N, in_channels, out_channels);
-      expect_close("bias epilogue out" + label, d_out, out, gemm_tolerance(out));
-      const auto* misaligned_bias = reinterpret_cast<const char*>(d_bias) + 2;
-      EXPECT_FALSE(bias_gemm.forward(stream, type, d_out, activation(inp), activation(weight),
-                                     misaligned_bias, N, in_channels, out_channels))
-          << "a bias 2 bytes off 16-byte alignment must be declined" << label;
-    }
-  }
-}
-
-// Every EpilogueGemm of a process runs the algorithm that the first timed choice kept, so
-// two of them compute the same bits and report the same choices.
-TEST_P(CudaOpsHalf, TimedAlgorithmChoiceIsMadeOncePerProcess) {
+  cuda::EpilogueGemm bias_gemm;
   cudaStream_t stream = nullptr;
   CHECK_CUBLAS(cublasGetStream(gpu_->cublas_handle(), &stream));
   const cudaDataType_t type = precision_ == Precision::fp16 ? CUDA_R_16F : CUDA_R_16BF;
-  const int N = 4096, C = 768, OC = 3 * C;
-  const float* d_inp = activation(rounded(random_floats(size_t(N) * C, 110)));
-  const float* d_weight = activation(rounded(random_floats(size_t(OC) * C, 111)));
-  const float* d_bias = activation(rounded(random_floats(size_t(OC), 112)));
-  std::vector<std::vector<float>> outs;
-  std::vector<std::vector<std::string>> reports;
-  for (int instance = 0; instance < 2; ++instance) {
-    cuda::EpilogueGemm timed(cuda::AlgorithmChoice::timed);
-    float* d_out = poisoned_activation(size_t(N) * OC);
-    ASSERT_TRUE(timed.forward(stream, type, d_out, d_inp, d_weight, d_bias, N, C, OC));
-    outs.push_back(download(d_out, size_t(N) * OC));
-    reports.push_back(timed.algorithm_report());
+  const int N = 256;
+  for (const auto& [in_channels, out_channels] :
+       std::vector<std::pair<int, int>>{{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}}) {
+    const std::string label = " (" + std::to_string(in_channels) + "->" +
+                              std::to_string(out_channels) + ")";
+    const auto inp = rounded(random_floats(size_t(N) * in_channels, 37));
+    const auto weight = rounded(random_floats(size_t(out_channels) * in_channels, 38));
+    const auto bias = rounded(random_floats(size_t(out_channels), 39));
+    std::vector<float> out(size_t(N) * out_channels);
+    float* d_out = poisoned_activation(out.size());
+    float* d_bias = activation(bias);  // a 16-bit bias, as the parameters' copy holds it
+    ASSERT_TRUE(bias_gemm.forward(stream, type, d_out, activation(inp), activation(weight), d_bias,
+                                  N, in_channels, out_channels))
+        << "cuBLASLt declined the bias epilogue" << label;
+    cpu_.matmul_forward(out.data(), inp.data(), weight.data(), bias.data(), N, in_channels, out_channels);
+    expect_close("bias epilogue out" + label, d_out, out, gemm_tolerance(out));
+    const auto* misaligned_bias = reinterpret_cast<const char*>(d_bias) + 2;
+    EXPECT_FALSE(bias_gemm.forward(stream, type, d_out, activation(inp), activation(weight),
+                                   misaligned_bias, N, in_channels, out_channels))
+        << "a bias 2 bytes off 16-byte alignment must be declined" << label;
   }
-  ASSERT_EQ(reports[0].size(), 1u);
-  EXPECT_NE(reports[0][0].find("candidate"), std::string::npos) << reports[0][0];
-  EXPECT_EQ(reports[0], reports[1]);
-  std::cout << "  " << name() << " " << reports[0][0] << "\n";
-  EXPECT_TRUE(all_close("second timed EpilogueGemm", outs[1], outs[0], kBitExact));
-  cuda::EpilogueGemm heuristic(cuda::AlgorithmChoice::heuristic);
-  float* d_out = poisoned_activation(size_t(N) * OC);
-  ASSERT_TRUE(heuristic.forward(stream, type, d_out, d_inp, d_weight, d_bias, N, C, OC));
-  ASSERT_EQ(heuristic.algorithm_report().size(), 1u);
-  EXPECT_NE(heuristic.algorithm_report()[0].find("the heuristic's first"), std::string::npos);
 }
 
 // GPT-2's vocabulary on enough rows that each row gets one warp, whose row spans many
@@ -306,11 +271,9 @@ TEST_P(CudaOpsHalf, DenseGeluTakesTheEpiloguesAtGpt2Small) {
 // inputs span [-5, 5], where the erf GELU fails the same checks (its value differs by up
 // to 11 % near x = -3, its slope by more), which the test asserts as well. bf16 only: in
 // fp16 cuBLASLt's GELU misses the fp16 rounding, so the backend keeps fp16 off these
-// epilogues (CudaOps::gelu_epilogues_allowed). The algorithms are timed: every candidate
-// runs on these operands, and the outputs checked are the kept one's. (The model tests
-// run the heuristic's choice.)
+// epilogues (CudaOps::gelu_epilogues_allowed).
 TEST_F(CudaOpsBf16, GeluEpiloguesTakeTheGpt2ShapesAndAreTheTanhGelu) {
-  cuda::EpilogueGemm epilogue_gemm(cuda::AlgorithmChoice::timed);
+  cuda::EpilogueGemm epilogue_gemm;
   cudaStream_t stream = nullptr;
   CHECK_CUBLAS(cublasGetStream(gpu_->cublas_handle(), &stream));
   const cudaDataType_t type = precision_ == Precision::fp16 ? CUDA_R_16F : CUDA_R_16BF;
