@@ -22,7 +22,7 @@ void print_header(const RunConfig& c, const Trainer& trainer, const ProcessPlace
   std::printf("scalestudy train: model %s (%d layers, hidden %d, %d heads, vocab %d, %s), %zu parameters\n",
               c.model.c_str(), c.shape.layers, c.shape.channels, c.shape.heads, c.shape.vocab,
               c.shape.causal ? "causal" : "bidirectional", layout.param_elems);
-  std::printf("  %d rank(s) on %d node(s), backend %s %s, strategy %s, overlap %s, %zu bucket(s) of %.2f MiB, "
+  std::printf("  %d rank(s) on %d node(s), backend %s %s, strategy %s, overlap %s, %zu bucket(s) of at most %.2f MiB, "
               "gradients reduced in %s%s\n",
               where.world_size, where.node_count, c.backend.c_str(), precision_name(c.precision),
               strategy_name(c.strategy), c.overlap ? "on" : "off", trainer.plan().buckets.size(),

@@ -1,13 +1,17 @@
 #include "parallel/bucket_plan.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/check.h"
 
 namespace scalestudy {
 
-BucketPlan make_bucket_plan(size_t param_elems, double bucket_bytes, int world_size) {
-  SCALESTUDY_CHECK(world_size > 0 && param_elems > 0 && bucket_bytes > 0, "bad bucket plan input");
+BucketPlan make_bucket_plan(size_t param_elems, double bucket_bytes, int world_size,
+                            size_t last_finished_elems) {
+  SCALESTUDY_CHECK(world_size > 0 && param_elems > 0 && bucket_bytes > 0 &&
+                       last_finished_elems <= param_elems,
+                   "bad bucket plan input");
   BucketPlan plan;
   plan.world_size = world_size;
   plan.param_elems = param_elems;
@@ -15,14 +19,22 @@ BucketPlan make_bucket_plan(size_t param_elems, double bucket_bytes, int world_s
   auto round_up = [granule](size_t elems) { return (elems + granule - 1) / granule * granule; };
   plan.padded_elems = round_up(param_elems);
   const double requested = std::ceil(bucket_bytes / sizeof(float));
-  size_t bucket_elems = requested >= static_cast<double>(plan.padded_elems)
+  const size_t bucket_elems = requested >= static_cast<double>(plan.padded_elems)
                             ? plan.padded_elems
                             : round_up(static_cast<size_t>(requested));
-  plan.bucket_elems = bucket_elems;
-  for (size_t begin = 0; begin < plan.padded_elems; begin += bucket_elems) {
+  // The region finished last, in equal buckets of whole chunks (their sizes differ by one
+  // chunk at most), none larger than bucket_elems.
+  const size_t region_end = round_up(last_finished_elems);
+  const size_t region_chunks = region_end / granule;
+  const size_t pieces = (region_end + bucket_elems - 1) / bucket_elems;
+  for (size_t piece = 0; piece < pieces; ++piece)
+    plan.buckets.push_back({region_chunks * piece / pieces * granule,
+                            region_chunks * (piece + 1) / pieces * granule});
+  for (size_t begin = region_end; begin < plan.padded_elems; begin += bucket_elems) {
     const size_t end = begin + bucket_elems < plan.padded_elems ? begin + bucket_elems : plan.padded_elems;
     plan.buckets.push_back({begin, end});
   }
+  for (const Bucket& bucket : plan.buckets) plan.bucket_elems = std::max(plan.bucket_elems, bucket.elems());
   return plan;
 }
 

@@ -5,6 +5,12 @@
 // splits into world_size equal chunks, and rank r's shard is its chunk of every bucket,
 // back to back: bucket b's chunk starts at shard offset begin/world_size. The buffer is
 // padded (with zeros that stay zero) to make this hold for any world size, odd ones too.
+//
+// The embeddings' gradients, at the start of the buffer, are finished last: the tied wte
+// collects the LM head's gradient first and the embedding's at the very end of backward.
+// Their buckets end where the embeddings end (rounded up to whole chunks), so that no
+// block's gradients wait with them for the end of backward, to be communicated in the
+// tail that backward cannot hide.
 #include <cstddef>
 #include <vector>
 
@@ -21,7 +27,7 @@ struct BucketPlan {
   int world_size = 1;
   size_t param_elems = 0;   // unpadded
   size_t padded_elems = 0;
-  size_t bucket_elems = 0;  // every bucket but possibly the last
+  size_t bucket_elems = 0;  // the largest bucket
   std::vector<Bucket> buckets;
 
   size_t shard_elems() const { return padded_elems / static_cast<size_t>(world_size); }
@@ -34,7 +40,11 @@ struct BucketPlan {
 };
 
 // bucket_bytes is rounded up to whole chunks; a bucket larger than the model gives one
-// bucket, a bucket smaller than one tensor gives many.
-BucketPlan make_bucket_plan(size_t param_elems, double bucket_bytes, int world_size);
+// bucket per region, a bucket smaller than one tensor gives many. last_finished_elems
+// (the embeddings' end; 0 for none) splits the buffer in two regions: the one below is
+// cut into as few buckets of equal size as bucket_bytes allows, the one above into
+// buckets of bucket_bytes from its start, the last one shorter.
+BucketPlan make_bucket_plan(size_t param_elems, double bucket_bytes, int world_size,
+                            size_t last_finished_elems = 0);
 
 }  // namespace scalestudy

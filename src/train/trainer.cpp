@@ -22,7 +22,8 @@ Trainer::Trainer(const RunConfig& config, Ops& ops, Communicator& comm, MPI_Comm
     throw UsageError("--vocab " + std::to_string(config_.shape.vocab) + ": smaller than the data's vocabulary (" +
                      std::to_string(data_->vocab_size()) + ")");
   const ParameterLayout layout = make_parameter_layout(config_.shape);
-  plan_ = make_bucket_plan(layout.param_elems, config_.bucket_mb * 1024.0 * 1024.0, comm_.world_size());
+  plan_ = make_bucket_plan(layout.param_elems, config_.bucket_mb * 1024.0 * 1024.0, comm_.world_size(),
+                           layout.segments[layout.embedding_segment()].end_elems);
   model_ = std::make_unique<Gpt>(ops_, config_.shape, config_.micro_batch(), config_.seq, plan_.padded_elems,
                                  config_.recompute);
   model_->initialize(config_.seed);

@@ -1,6 +1,7 @@
 // The command line, the presets, the parameter layout and the FLOP accounting.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -198,6 +199,43 @@ TEST(BucketPlan, EveryBucketSplitsEvenlyForAnyWorldSize) {
       EXPECT_EQ(cursor, plan.padded_elems);
       if (bucket_bytes >= 1e9) {
         EXPECT_EQ(plan.buckets.size(), 1u);
+      }
+    }
+  }
+}
+
+// The embeddings' gradients are finished last: their buckets hold nothing else but the
+// padding to a whole chunk, so no block's gradient waits with them.
+TEST(BucketPlan, TheEmbeddingsBucketsEndWhereTheEmbeddingsEnd) {
+  const size_t param_elems = 29568 + 13, embedding_elems = 1000 + 7;
+  for (int world : {1, 2, 3, 4, 7}) {
+    const size_t granule = static_cast<size_t>(world) * BucketPlan::kAlignElems;
+    const size_t embedding_end = (embedding_elems + granule - 1) / granule * granule;
+    for (double bucket_bytes : {100.0, 1024.0, 4096.0, 1e9}) {
+      const BucketPlan plan = make_bucket_plan(param_elems, bucket_bytes, world, embedding_elems);
+      const size_t requested = (static_cast<size_t>(bucket_bytes / sizeof(float)) + granule - 1) / granule * granule;
+      size_t cursor = 0, largest = 0, smallest_below = plan.padded_elems, largest_below = 0;
+      bool ends_at_embedding_end = false;
+      for (const Bucket& bucket : plan.buckets) {
+        EXPECT_EQ(bucket.begin_elems, cursor);
+        EXPECT_EQ(bucket.elems() % granule, 0u);
+        EXPECT_LE(bucket.elems(), requested) << "world " << world << ", " << bucket_bytes << " bytes";
+        EXPECT_FALSE(bucket.begin_elems < embedding_end && bucket.end_elems > embedding_end)
+            << "a bucket straddles the embeddings' end";
+        ends_at_embedding_end = ends_at_embedding_end || bucket.end_elems == embedding_end;
+        if (bucket.end_elems <= embedding_end) {
+          smallest_below = std::min(smallest_below, bucket.elems());
+          largest_below = std::max(largest_below, bucket.elems());
+        }
+        largest = std::max(largest, bucket.elems());
+        cursor = bucket.end_elems;
+      }
+      EXPECT_EQ(cursor, plan.padded_elems);
+      EXPECT_TRUE(ends_at_embedding_end);
+      EXPECT_LE(largest_below - smallest_below, granule) << "the embeddings' buckets are of equal size";
+      EXPECT_EQ(plan.bucket_elems, largest);
+      if (bucket_bytes >= 1e9) {
+        EXPECT_EQ(plan.buckets.size(), 2u);
       }
     }
   }
