@@ -30,10 +30,15 @@ BucketPlan make_bucket_plan(size_t param_elems, double bucket_bytes, int world_s
   for (size_t piece = 0; piece < pieces; ++piece)
     plan.buckets.push_back({region_chunks * piece / pieces * granule,
                             region_chunks * (piece + 1) / pieces * granule});
-  for (size_t begin = region_end; begin < plan.padded_elems; begin += bucket_elems) {
-    const size_t end = begin + bucket_elems < plan.padded_elems ? begin + bucket_elems : plan.padded_elems;
-    plan.buckets.push_back({begin, end});
+  // The rest from the buffer's end, where backward starts, down: the shorter bucket is
+  // the lowest, the one started last, that backward's remaining compute hides least.
+  std::vector<Bucket> above;
+  for (size_t end = plan.padded_elems; end > region_end;) {
+    const size_t begin = end - region_end > bucket_elems ? end - bucket_elems : region_end;
+    above.push_back({begin, end});
+    end = begin;
   }
+  plan.buckets.insert(plan.buckets.end(), above.rbegin(), above.rend());
   for (const Bucket& bucket : plan.buckets) plan.bucket_elems = std::max(plan.bucket_elems, bucket.elems());
   return plan;
 }

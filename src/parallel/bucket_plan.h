@@ -43,7 +43,7 @@ struct BucketPlan {
 // bucket per region, a bucket smaller than one tensor gives many. last_finished_elems
 // (the embeddings' end; 0 for none) splits the buffer in two regions: the one below is
 // cut into as few buckets of equal size as bucket_bytes allows, the one above into
-// buckets of bucket_bytes from its start, the last one shorter.
+// buckets of bucket_bytes from its end down, the lowest one shorter.
 BucketPlan make_bucket_plan(size_t param_elems, double bucket_bytes, int world_size,
                             size_t last_finished_elems = 0);
 

@@ -205,7 +205,8 @@ TEST(BucketPlan, EveryBucketSplitsEvenlyForAnyWorldSize) {
 }
 
 // The embeddings' gradients are finished last: their buckets hold nothing else but the
-// padding to a whole chunk, so no block's gradient waits with them.
+// padding to a whole chunk, so no block's gradient waits with them. Above them the buckets
+// are cut from the end, where backward starts: only the lowest, started last, is shorter.
 TEST(BucketPlan, TheEmbeddingsBucketsEndWhereTheEmbeddingsEnd) {
   const size_t param_elems = 29568 + 13, embedding_elems = 1000 + 7;
   for (int world : {1, 2, 3, 4, 7}) {
@@ -223,6 +224,9 @@ TEST(BucketPlan, TheEmbeddingsBucketsEndWhereTheEmbeddingsEnd) {
         EXPECT_FALSE(bucket.begin_elems < embedding_end && bucket.end_elems > embedding_end)
             << "a bucket straddles the embeddings' end";
         ends_at_embedding_end = ends_at_embedding_end || bucket.end_elems == embedding_end;
+        if (bucket.begin_elems > embedding_end) {
+          EXPECT_EQ(bucket.elems(), requested) << "only the lowest bucket above the embeddings is shorter";
+        }
         if (bucket.end_elems <= embedding_end) {
           smallest_below = std::min(smallest_below, bucket.elems());
           largest_below = std::max(largest_below, bucket.elems());
