@@ -84,7 +84,7 @@ BackendSetup make_backend(const RunConfig& config, const ProcessPlacement& where
                      " nodes; copy engines reach the GPUs of one node only");
   auto ops = std::make_unique<CudaOps>(where.local_rank, config.precision);
   setup.comm = std::make_unique<NcclCommunicator>(MPI_COMM_WORLD, ops->stream(), config.comm_timeout_s,
-                                                  copy_engines);
+                                                  copy_engines, config.overlapped_ctas);
   setup.identity.backend = "cuda";
   setup.identity.device_name = cuda_device_description(where.local_rank);
   setup.identity.cuda_version = cuda_runtime_version();

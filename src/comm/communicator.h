@@ -24,6 +24,13 @@ struct CommHandle {
   uint64_t id = 0;
 };
 
+// What a collective runs beside. overlapped: compute that is expected to hide it, such as a
+// bucket started while backward still has whole blocks to run; a communicator may give it
+// fewer of the GPU's multiprocessors, so that the compute beside it slows less (NCCL's
+// kernels hold them for as long as a collective lasts). awaited: compute will wait for it
+// soon, so it runs as fast as it can.
+enum class CommLane { awaited, overlapped };
+
 // What the comm stream did for one collective, for timing and byte accounting.
 // Times are seconds on the steady clock since Communicator::epoch().
 struct CollectiveRecord {
@@ -68,6 +75,10 @@ class Communicator {
   virtual CommHandle start_broadcast(float* buffer, size_t elems, int root,
                                      const std::string& phase) = 0;
   virtual CommHandle start_barrier(const std::string& phase) = 0;
+
+  // The lane of the float collectives started from now on (LaneScope sets it for a scope);
+  // awaited until set. Every rank must start the same collectives in the same lanes.
+  virtual void set_lane(CommLane lane) { (void)lane; }
 
   // Waits for a collective. A collective that does not finish within the timeout ends
   // the job with a message naming the rank, the collective and its phase.
@@ -119,6 +130,18 @@ class Communicator {
     finish(start_broadcast(buffer, elems, root, phase));
   }
   void barrier(const std::string& phase) { finish(start_barrier(phase)); }
+};
+
+// Starts the collectives of its scope in `lane`, and the later ones awaited again.
+class LaneScope {
+ public:
+  LaneScope(Communicator& comm, CommLane lane) : comm_(comm) { comm_.set_lane(lane); }
+  ~LaneScope() { comm_.set_lane(CommLane::awaited); }
+  LaneScope(const LaneScope&) = delete;
+  LaneScope& operator=(const LaneScope&) = delete;
+
+ private:
+  Communicator& comm_;
 };
 
 }  // namespace scalestudy

@@ -34,7 +34,7 @@ std::string NcclCommunicator::nccl_version() {
 }
 
 NcclCommunicator::NcclCommunicator(MPI_Comm comm, cudaStream_t compute_stream, double timeout_s,
-                                   bool copy_engines)
+                                   bool copy_engines, int overlapped_ctas)
     : timeout_s_(timeout_s), compute_stream_(compute_stream) {
   CHECK_MPI(MPI_Comm_dup(comm, &mpi_comm_));
   CHECK_MPI(MPI_Comm_rank(mpi_comm_, &rank_));
@@ -47,6 +47,11 @@ NcclCommunicator::NcclCommunicator(MPI_Comm comm, cudaStream_t compute_stream, d
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.CTAPolicy = NCCL_CTA_POLICY_ZERO;
     CHECK_NCCL(ncclCommSplit(nccl_, 0, rank_, &copy_comm_, &config));
+  }
+  if (overlapped_ctas > 0) {
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.maxCTAs = overlapped_ctas;
+    CHECK_NCCL(ncclCommSplit(nccl_, 0, rank_, &overlapped_comm_, &config));
   }
   CHECK_CUDA(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
   CHECK_CUDA(cudaStreamCreateWithFlags(&marker_stream_, cudaStreamNonBlocking));
@@ -74,6 +79,7 @@ NcclCommunicator::~NcclCommunicator() {
     free_window(stage_b_);
     ncclCommDestroy(copy_comm_);
   }
+  if (overlapped_comm_) ncclCommDestroy(overlapped_comm_);
   cudaStreamDestroy(comm_stream_);
   cudaStreamDestroy(marker_stream_);
   ncclCommDestroy(nccl_);
@@ -147,7 +153,7 @@ CommHandle NcclCommunicator::start_allreduce(float* buffer, size_t elems, const 
                   [&](const auto&) { enqueue_copy_allreduce(buffer, elems, direct); });
   }
   return launch(CollectiveKind::allreduce, phase, elems * sizeof(float), [&](const auto&) {
-    CHECK_NCCL(ncclAllReduce(buffer, buffer, elems, ncclFloat, ncclSum, nccl_, comm_stream_));
+    CHECK_NCCL(ncclAllReduce(buffer, buffer, elems, ncclFloat, ncclSum, lane_comm(), comm_stream_));
   });
 }
 
@@ -292,7 +298,7 @@ CommHandle NcclCommunicator::start_allreduce_in_bf16(float* buffer, size_t elems
       const size_t piece = std::min(kWirePieceElems, elems - offset);
       cuda::launch_cast(comm_stream_, wire, buffer + offset, piece);
       first_enqueued();
-      CHECK_NCCL(ncclAllReduce(wire, wire, piece, ncclBfloat16, ncclSum, nccl_, comm_stream_));
+      CHECK_NCCL(ncclAllReduce(wire, wire, piece, ncclBfloat16, ncclSum, lane_comm(), comm_stream_));
       cuda::launch_cast(comm_stream_, buffer + offset, wire, piece);
     }
   });
@@ -311,7 +317,7 @@ CommHandle NcclCommunicator::start_reduce_scatter_in_bf16(const float* send, flo
         cuda::launch_cast(comm_stream_, wire + r * piece, send + r * recv_elems + offset, piece);
       first_enqueued();
       __nv_bfloat16* own = wire + static_cast<size_t>(rank_) * piece;  // in place
-      CHECK_NCCL(ncclReduceScatter(wire, own, piece, ncclBfloat16, ncclSum, nccl_, comm_stream_));
+      CHECK_NCCL(ncclReduceScatter(wire, own, piece, ncclBfloat16, ncclSum, lane_comm(), comm_stream_));
       cuda::launch_cast(comm_stream_, recv + offset, own, piece);
     }
   });
@@ -348,7 +354,7 @@ CommHandle NcclCommunicator::start_reduce_scatter(const float* send, float* recv
                   [&](const auto&) { enqueue_copy_reduce_scatter(send, recv, recv_elems, direct); });
   }
   return launch(CollectiveKind::reduce_scatter, phase, recv_elems * world_size_ * sizeof(float), [&](const auto&) {
-    CHECK_NCCL(ncclReduceScatter(send, recv, recv_elems, ncclFloat, ncclSum, nccl_, comm_stream_));
+    CHECK_NCCL(ncclReduceScatter(send, recv, recv_elems, ncclFloat, ncclSum, lane_comm(), comm_stream_));
   });
 }
 
@@ -361,7 +367,7 @@ CommHandle NcclCommunicator::start_allgather(const float* send, float* recv, siz
                   [&](const auto&) { enqueue_copy_allgather(send, recv, send_elems); });
   }
   return launch(CollectiveKind::allgather, phase, send_elems * world_size_ * sizeof(float), [&](const auto&) {
-    CHECK_NCCL(ncclAllGather(send, recv, send_elems, ncclFloat, nccl_, comm_stream_));
+    CHECK_NCCL(ncclAllGather(send, recv, send_elems, ncclFloat, lane_comm(), comm_stream_));
   });
 }
 
@@ -459,7 +465,7 @@ std::vector<size_t> NcclCommunicator::payload_bytes_by_kind() const {
 void NcclCommunicator::watchdog_loop() {
   while (!stopping_) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    for (ncclComm_t comm : {nccl_, copy_comm_}) {
+    for (ncclComm_t comm : {nccl_, copy_comm_, overlapped_comm_}) {
       ncclResult_t async_error = ncclSuccess;
       if (comm && ncclCommGetAsyncError(comm, &async_error) == ncclSuccess && async_error != ncclSuccess &&
           async_error != ncclInProgress) {

@@ -51,6 +51,12 @@
 // is the same on every rank whatever the path. The sum is a memory-bound kernel of ours:
 // the only multiprocessor time these collectives take.
 //
+// Lanes (--overlapped-ctas). A float collective started in CommLane::overlapped runs on a
+// second NCCL communicator, split off with at most overlapped_ctas CTAs, when there is
+// one: NCCL's kernels then hold fewer multiprocessors beside the compute that hides them.
+// Both communicators run on the comm stream, one collective after another, in the order
+// they were started.
+//
 // A watchdog thread checks every collective in flight: one that has not finished within
 // the timeout, or an asynchronous NCCL error, ends the job with a message naming the
 // rank, the collective and its phase.
@@ -77,8 +83,10 @@ class NcclCommunicator final : public Communicator {
  public:
   // The current CUDA device must already be set; compute_stream is the backend's.
   // copy_engines: the float collectives go through the copy engines (above); every rank
-  // must be on one node.
-  NcclCommunicator(MPI_Comm comm, cudaStream_t compute_stream, double timeout_s, bool copy_engines = false);
+  // must be on one node. overlapped_ctas: the CTAs of the overlapped lane's NCCL kernels,
+  // at most (above); 0 runs both lanes alike.
+  NcclCommunicator(MPI_Comm comm, cudaStream_t compute_stream, double timeout_s, bool copy_engines = false,
+                   int overlapped_ctas = 0);
   ~NcclCommunicator() override;
   NcclCommunicator(const NcclCommunicator&) = delete;
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
@@ -99,6 +107,7 @@ class NcclCommunicator final : public Communicator {
   CommHandle start_broadcast(float* buffer, size_t elems, int root, const std::string& phase) override;
   CommHandle start_barrier(const std::string& phase) override;
 
+  void set_lane(CommLane lane) override { lane_ = lane; }
   void finish(CommHandle handle) override;
   void finish_all() override;
   void set_epoch(std::chrono::steady_clock::time_point epoch) override;
@@ -112,6 +121,8 @@ class NcclCommunicator final : public Communicator {
   bool release_owned_buffer(float* buffer) override;
   size_t owned_bytes(MemoryKind kind) const override;
   cudaStream_t comm_stream() const { return comm_stream_; }
+  // NCCL calls made on the overlapped lane's communicator so far.
+  size_t overlapped_calls() const { return overlapped_calls_; }
   // Elements of the largest piece a bf16 collective sends at once (per rank's chunk, for
   // reduce-scatter): 128 MiB of staging at most.
   static constexpr size_t kWirePieceElems = size_t(64) << 20;
@@ -163,6 +174,12 @@ class NcclCommunicator final : public Communicator {
   void enqueue_copy_allgather(const float* send, float* recv, size_t send_elems);
   void sum_staged_chunks(float* out, size_t chunk_elems);
   InFlight& find(uint64_t id);
+  // The NCCL communicator of the lane in force, for one NCCL call.
+  ncclComm_t lane_comm() {
+    if (lane_ != CommLane::overlapped || !overlapped_comm_) return nccl_;
+    ++overlapped_calls_;
+    return overlapped_comm_;
+  }
   void watchdog_loop();
 
   MPI_Comm mpi_comm_ = MPI_COMM_NULL;
@@ -179,6 +196,9 @@ class NcclCommunicator final : public Communicator {
   int* device_barrier_ = nullptr;
   void* wire_ = nullptr;  // bf16 staging of the bf16 collectives
   ncclComm_t copy_comm_ = nullptr;  // zero-CTA policy; null without copy engines
+  ncclComm_t overlapped_comm_ = nullptr;  // at most overlapped_ctas CTAs; null without
+  CommLane lane_ = CommLane::awaited;
+  size_t overlapped_calls_ = 0;
   Window stage_a_, stage_b_;  // the staging windows A and B (above)
   std::vector<Window> owned_;  // allocate_owned_buffer's, registered on copy_comm_
   size_t wire_elems_ = 0;

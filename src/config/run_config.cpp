@@ -104,6 +104,10 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
        "multiprocessors while they overlap compute) or copy (the GPUs' copy engines, through NCCL's "
        "zero-CTA all-to-all and allgather on symmetric memory, with the sums in a kernel; one node only, "
        "fp32 gradients only, 2 x 128 MiB of staging at most)")
+      ("overlapped-ctas", po::value(&c.overlapped_ctas)->default_value(c.overlapped_ctas),
+       "with --overlap on, on cuda: the most CTAs (multiprocessors) NCCL's kernels take for the buckets that "
+       "backward still has whole blocks to hide, through a second NCCL communicator, so that the GEMMs beside "
+       "them slow less; the buckets that compute soon waits for keep NCCL's choice; 0: every bucket keeps it")
       ("check-every", po::value(&c.check_every)->default_value(c.check_every),
        "compare a parameter checksum across ranks every N steps; 0 = never")
       ("comm-timeout", po::value(&c.comm_timeout_s)->default_value(c.comm_timeout_s),
@@ -256,6 +260,9 @@ void resolve_and_validate(RunConfig& c, const RawOptions& raw) {
   else bad_value("comm-engine", raw.comm_engine, "must be sm or copy");
   if (c.comm_engine == CommEngine::copy && c.grad_reduce != Precision::fp32)
     bad_value("comm-engine", raw.comm_engine, "sums fp32 gradients only; leave --grad-reduce at fp32");
+  if (c.overlapped_ctas < 0) bad_value("overlapped-ctas", text(c.overlapped_ctas), "must not be negative");
+  if (c.overlapped_ctas > 0 && c.comm_engine == CommEngine::copy)
+    bad_value("overlapped-ctas", text(c.overlapped_ctas), "applies to NCCL's kernels, not to --comm-engine copy");
   if (c.check_every < 0) bad_value("check-every", text(c.check_every), "must not be negative");
   require_positive("comm-timeout", c.comm_timeout_s);
 
@@ -275,6 +282,8 @@ void resolve_and_validate(RunConfig& c, const RawOptions& raw) {
       bad_value("precision", raw.precision, "the cpu backend computes in fp32 only");
     if (c.comm_engine == CommEngine::copy)
       bad_value("comm-engine", raw.comm_engine, "needs --backend cuda (the cpu backend communicates through MPI)");
+    if (c.overlapped_ctas > 0)
+      bad_value("overlapped-ctas", text(c.overlapped_ctas), "needs --backend cuda (the cpu backend communicates through MPI)");
   } else if (c.backend == "cuda") {
     if (!SCALESTUDY_HAVE_CUDA) bad_value("backend", c.backend, "this build has no CUDA backend");
   } else {
@@ -393,6 +402,7 @@ std::vector<std::pair<std::string, std::string>> describe_config(const RunConfig
       {"bucket_mb", text(c.bucket_mb)},
       {"grad_reduce", precision_name(c.grad_reduce)},
       {"comm_engine", comm_engine_name(c.comm_engine)},
+      {"overlapped_ctas", text(c.overlapped_ctas)},
       {"check_every", text(c.check_every)},
       {"comm_timeout", text(c.comm_timeout_s)},
       {"backend", c.backend},

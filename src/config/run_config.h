@@ -56,6 +56,7 @@ struct RunConfig {
   double bucket_mb = 50.0;     // gradient bucket size, MiB of fp32 (docs/performance-notes.md)
   Precision grad_reduce = Precision::fp32;  // what gradients cross ranks in: fp32 or bf16
   CommEngine comm_engine = CommEngine::sm;
+  int overlapped_ctas = 0;     // cuda: CTAs of the overlapped buckets' NCCL kernels; 0 = NCCL's choice
   int check_every = 0;         // replica checksum every N steps; 0 = never
   double comm_timeout_s = 300.0;
 

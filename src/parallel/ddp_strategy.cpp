@@ -39,6 +39,7 @@ void DdpStrategy::segment_done(int segment) {
   // Backward finishes segments from the end of the buffer down, so every gradient at or
   // above this segment's start is final.
   const size_t final_from = model_.layout().segments[segment].begin_elems;
+  LaneScope lane(comm_, lane_after_segment(model_.layout(), segment));
   while (next_bucket_ >= 0 && plan_.buckets[next_bucket_].begin_elems >= final_from) {
     const Bucket& bucket = plan_.buckets[next_bucket_];
     in_flight_.push_back(start_allreduce(grads_ + bucket.begin_elems, bucket.elems()));

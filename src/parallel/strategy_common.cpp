@@ -35,6 +35,10 @@ void release_collective_buffer(Ops& ops, Communicator& comm, float* buffer) {
   if (!comm.release_owned_buffer(buffer)) ops.release(buffer);
 }
 
+CommLane lane_after_segment(const ParameterLayout& layout, int segment) {
+  return segment > layout.block_segment(0) ? CommLane::overlapped : CommLane::awaited;
+}
+
 float clip_factor(double grad_norm, float max_norm) {
   if (max_norm <= 0.0f || grad_norm <= max_norm) return 1.0f;
   return static_cast<float>(max_norm / (grad_norm + 1e-6));

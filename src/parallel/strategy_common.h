@@ -21,6 +21,11 @@ bool adamw_over_range(Ops& ops, const ParameterLayout& layout, size_t param_begi
 float* allocate_collective_buffer(Ops& ops, Communicator& comm, size_t elems, MemoryKind kind);
 void release_collective_buffer(Ops& ops, Communicator& comm, float* buffer);
 
+// The lane of the buckets that `segment`'s backward completes: overlapped while whole
+// blocks of backward follow it, awaited for block 0's and the embeddings', which only the
+// short embedding backward, or nothing, follows.
+CommLane lane_after_segment(const ParameterLayout& layout, int segment);
+
 // The factor that brings the global gradient norm down to max_norm (1 when below it
 // or when clipping is off).
 float clip_factor(double grad_norm, float max_norm);

@@ -82,6 +82,8 @@ void Zero2Strategy::segment_done(int segment) {
   const ParameterLayout& layout = model_.layout();
   const Segment& seg = layout.segments[segment];
   const float* scratch = segment == layout.embedding_segment() ? embedding_scratch_ : block_scratch_;
+  // Without overlap each reduction is waited for at once.
+  LaneScope lane(comm_, config_.overlap ? lane_after_segment(layout, segment) : CommLane::awaited);
   // From the top bucket down, so each bucket that this segment completes is started
   // before the next one is staged: staging never holds more than the buckets in flight
   // and the one being filled.

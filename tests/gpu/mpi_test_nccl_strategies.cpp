@@ -64,21 +64,25 @@ RunConfig make_config(const std::string& backend, const std::string& strategy, c
 
 struct GpuRun {
   std::vector<float> initial, final;
+  size_t overlapped_calls = 0;  // NCCL calls on the overlapped lane's communicator
 };
 
 GpuRun train_on_gpus(const std::string& strategy, const std::string& overlap, Precision precision = Precision::fp32,
-                     Precision grad_reduce = Precision::fp32, CommEngine engine = CommEngine::sm) {
+                     Precision grad_reduce = Precision::fp32, CommEngine engine = CommEngine::sm,
+                     int overlapped_ctas = 0) {
   const ProcessPlacement where = discover_placement(MPI_COMM_WORLD);
   CudaOps ops(where.local_rank, precision);
-  NcclCommunicator comm(MPI_COMM_WORLD, ops.stream(), 120.0, engine == CommEngine::copy);
+  NcclCommunicator comm(MPI_COMM_WORLD, ops.stream(), 120.0, engine == CommEngine::copy, overlapped_ctas);
   RunConfig config = make_config("cuda", strategy, overlap, precision_name(precision));
   config.grad_reduce = grad_reduce;
   config.comm_engine = engine;
+  config.overlapped_ctas = overlapped_ctas;
   Trainer trainer(config, ops, comm, MPI_COMM_WORLD);
   GpuRun run;
   run.initial = trainer.parameters_on_host();
   trainer.run(nullptr);
   run.final = trainer.parameters_on_host();
+  run.overlapped_calls = comm.overlapped_calls();
   return run;
 }
 
@@ -157,6 +161,22 @@ TEST(NcclStrategies, CopyEnginesTrainBitForBitAsNcclKernels) {
     size_t differing = 0;
     for (size_t i = 0; i < kernels.size(); ++i) differing += copies[i] != kernels[i];
     EXPECT_EQ(differing, 0u) << strategy << " overlap " << overlap << ": parameters that differ";
+  }
+}
+
+// The overlapped lane's NCCL communicator runs the same sums with fewer CTAs: on two ranks
+// each is one addition, so training is bit for bit the one-lane run's.
+TEST(NcclStrategies, OverlappedLaneTrainsBitForBitAsOneLane) {
+  if (!have_two_gpus()) GTEST_SKIP() << "needs 2 ranks with a visible GPU each: multi-GPU tests skipped";
+  for (const std::string strategy : {"ddp", "zero2"}) {
+    const GpuRun one = train_on_gpus(strategy, "on");
+    const GpuRun two = train_on_gpus(strategy, "on", Precision::fp32, Precision::fp32, CommEngine::sm, 2);
+    EXPECT_EQ(one.overlapped_calls, 0u);
+    EXPECT_GT(two.overlapped_calls, 0u) << strategy << ": no bucket ran in the overlapped lane";
+    ASSERT_EQ(two.final.size(), one.final.size());
+    size_t differing = 0;
+    for (size_t i = 0; i < one.final.size(); ++i) differing += two.final[i] != one.final[i];
+    EXPECT_EQ(differing, 0u) << strategy << " overlap on, --overlapped-ctas 2: parameters that differ";
   }
 }
 

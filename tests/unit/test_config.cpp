@@ -115,6 +115,8 @@ TEST(Config, BadInputNamesTheOptionAndValue) {
   expect_usage_error({"--comm-engine", "copy"}, {"--comm-engine copy", "needs --backend cuda"});
   expect_usage_error({"--comm-engine", "copy", "--grad-reduce", "bf16"}, {"--comm-engine copy", "fp32"});
   EXPECT_EQ(parse({}).comm_engine, CommEngine::sm);
+  expect_usage_error({"--overlapped-ctas", "-1"}, {"--overlapped-ctas -1", "negative"});
+  expect_usage_error({"--overlapped-ctas", "8"}, {"--overlapped-ctas 8", "needs --backend cuda"});
   expect_usage_error({"--no-such-option"}, {"no-such-option"});
   expect_usage_error({"--steps", "abc"}, {"steps", "abc"});
   expect_usage_error({"--steps", "0"}, {"--steps 0"});
@@ -179,7 +181,7 @@ TEST(Config, HashSeesEveryOption) {
 TEST(Config, HelpComesFromTheDeclarations) {
   const std::string help = train_help();
   for (const char* option : {"--model", "--global-batch", "--batch-per-rank", "--grad-accum", "--strategy",
-                             "--overlap", "--bucket-mb", "--grad-reduce", "--comm-engine", "--check-every", "--config", "--token-file",
+                             "--overlap", "--bucket-mb", "--grad-reduce", "--comm-engine", "--overlapped-ctas", "--check-every", "--config", "--token-file",
                              "--profile-kernels", "--profile-window"})
     EXPECT_NE(help.find(option), std::string::npos) << option;
 }
