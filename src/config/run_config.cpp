@@ -24,6 +24,7 @@ struct RawOptions {
   std::string overlap = "off";
   std::string grad_reduce = "fp32";
   std::string comm_engine = "sm";
+  std::string overlapped_ctas = "auto";
   std::string precision = "auto";
   std::string loss_scaling = "auto";
   std::string attention;  // empty: the preset's
@@ -104,10 +105,11 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
        "multiprocessors while they overlap compute) or copy (the GPUs' copy engines, through NCCL's "
        "zero-CTA all-to-all and allgather on symmetric memory, with the sums in a kernel; one node only, "
        "fp32 gradients only, 2 x 128 MiB of staging at most)")
-      ("overlapped-ctas", po::value(&c.overlapped_ctas)->default_value(c.overlapped_ctas),
+      ("overlapped-ctas", po::value(&raw.overlapped_ctas)->default_value(raw.overlapped_ctas),
        "with --overlap on, on cuda: the most CTAs (multiprocessors) NCCL's kernels take for the buckets that "
        "backward still has whole blocks to hide, through a second NCCL communicator, so that the GEMMs beside "
-       "them slow less; the buckets that compute soon waits for keep NCCL's choice; 0: every bucket keeps it")
+       "them slow less; the buckets that compute soon waits for keep NCCL's choice; 0: every bucket keeps it; "
+       "auto: 4 on cuda with --comm-engine sm (docs/performance-notes.md, change 20), else 0")
       ("check-every", po::value(&c.check_every)->default_value(c.check_every),
        "compare a parameter checksum across ranks every N steps; 0 = never")
       ("comm-timeout", po::value(&c.comm_timeout_s)->default_value(c.comm_timeout_s),
@@ -149,6 +151,18 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
 [[noreturn]] void bad_value(const std::string& option, const std::string& value,
                             const std::string& why) {
   throw UsageError("--" + option + " " + value + ": " + why);
+}
+
+int parse_whole_number(const std::string& option, const std::string& value) {
+  size_t used = 0;
+  int number = 0;
+  try {
+    number = std::stoi(value, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (value.empty() || used != value.size()) bad_value(option, value, "must be auto or a whole number");
+  return number;
 }
 
 void resolve_profile_window(RunConfig& c, const std::string& window) {
@@ -260,9 +274,13 @@ void resolve_and_validate(RunConfig& c, const RawOptions& raw) {
   else bad_value("comm-engine", raw.comm_engine, "must be sm or copy");
   if (c.comm_engine == CommEngine::copy && c.grad_reduce != Precision::fp32)
     bad_value("comm-engine", raw.comm_engine, "sums fp32 gradients only; leave --grad-reduce at fp32");
-  if (c.overlapped_ctas < 0) bad_value("overlapped-ctas", text(c.overlapped_ctas), "must not be negative");
-  if (c.overlapped_ctas > 0 && c.comm_engine == CommEngine::copy)
-    bad_value("overlapped-ctas", text(c.overlapped_ctas), "applies to NCCL's kernels, not to --comm-engine copy");
+  const bool auto_ctas = raw.overlapped_ctas == "auto";
+  if (!auto_ctas) {
+    c.overlapped_ctas = parse_whole_number("overlapped-ctas", raw.overlapped_ctas);
+    if (c.overlapped_ctas < 0) bad_value("overlapped-ctas", raw.overlapped_ctas, "must not be negative");
+    if (c.overlapped_ctas > 0 && c.comm_engine == CommEngine::copy)
+      bad_value("overlapped-ctas", raw.overlapped_ctas, "applies to NCCL's kernels, not to --comm-engine copy");
+  }
   if (c.check_every < 0) bad_value("check-every", text(c.check_every), "must not be negative");
   require_positive("comm-timeout", c.comm_timeout_s);
 
@@ -283,9 +301,10 @@ void resolve_and_validate(RunConfig& c, const RawOptions& raw) {
     if (c.comm_engine == CommEngine::copy)
       bad_value("comm-engine", raw.comm_engine, "needs --backend cuda (the cpu backend communicates through MPI)");
     if (c.overlapped_ctas > 0)
-      bad_value("overlapped-ctas", text(c.overlapped_ctas), "needs --backend cuda (the cpu backend communicates through MPI)");
+      bad_value("overlapped-ctas", raw.overlapped_ctas, "needs --backend cuda (the cpu backend communicates through MPI)");
   } else if (c.backend == "cuda") {
     if (!SCALESTUDY_HAVE_CUDA) bad_value("backend", c.backend, "this build has no CUDA backend");
+    if (auto_ctas && c.comm_engine == CommEngine::sm) c.overlapped_ctas = kAutoOverlappedCtas;
   } else {
     bad_value("backend", c.backend, "must be cpu or cuda");
   }

@@ -117,6 +117,16 @@ TEST(Config, BadInputNamesTheOptionAndValue) {
   EXPECT_EQ(parse({}).comm_engine, CommEngine::sm);
   expect_usage_error({"--overlapped-ctas", "-1"}, {"--overlapped-ctas -1", "negative"});
   expect_usage_error({"--overlapped-ctas", "8"}, {"--overlapped-ctas 8", "needs --backend cuda"});
+  expect_usage_error({"--overlapped-ctas", "four"}, {"--overlapped-ctas four", "auto or a whole number"});
+  expect_usage_error({"--overlapped-ctas", "4x"}, {"--overlapped-ctas 4x", "auto or a whole number"});
+  EXPECT_EQ(parse({}).overlapped_ctas, 0) << "auto is 0 on the cpu backend";
+  EXPECT_EQ(parse({"--overlapped-ctas", "0"}).overlapped_ctas, 0);
+  if (SCALESTUDY_HAVE_CUDA) {
+    EXPECT_EQ(parse({"--backend", "cuda"}).overlapped_ctas, kAutoOverlappedCtas);
+    EXPECT_EQ(parse({"--backend", "cuda", "--comm-engine", "copy"}).overlapped_ctas, 0)
+        << "the copy engines take no multiprocessors to spare";
+    EXPECT_EQ(parse({"--backend", "cuda", "--overlapped-ctas", "0"}).overlapped_ctas, 0);
+  }
   expect_usage_error({"--no-such-option"}, {"no-such-option"});
   expect_usage_error({"--steps", "abc"}, {"steps", "abc"});
   expect_usage_error({"--steps", "0"}, {"--steps 0"});
