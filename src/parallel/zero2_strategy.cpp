@@ -174,8 +174,15 @@ OptimizerStats Zero2Strategy::optimizer_step(float learning_rate, int adam_step,
 }
 
 void Zero2Strategy::start_gathers() {
+  // Forward reads the embeddings and block 0 at once; the later blocks' buckets it reads
+  // after whole blocks of forward, which hide them.
+  const ParameterLayout& layout = model_.layout();
+  const size_t hidden_from = layout.shape.layers > 1 ? layout.segments[layout.block_segment(1)].begin_elems
+                                                     : plan_.padded_elems;
   // In bucket order, which is the order forward reads them.
   for (int b = 0; b < static_cast<int>(plan_.buckets.size()); ++b) {
+    const bool hidden = config_.overlap && plan_.buckets[b].begin_elems >= hidden_from;
+    LaneScope lane(comm_, hidden ? CommLane::overlapped : CommLane::awaited);
     float* bucket = model_.params() + plan_.buckets[b].begin_elems;
     buckets_[b].gather = comm_.start_allgather(model_.params() + plan_.chunk_begin(b, rank_), bucket,
                                                plan_.chunk_elems(b), "param-gather");
