@@ -107,8 +107,9 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
        "fp32 gradients only, 2 x 128 MiB of staging at most)")
       ("overlapped-ctas", po::value(&raw.overlapped_ctas)->default_value(raw.overlapped_ctas),
        "with --overlap on, on cuda: the most CTAs (multiprocessors) NCCL's kernels take for the buckets that "
-       "backward still has whole blocks to hide, through a second NCCL communicator, so that the GEMMs beside "
-       "them slow less; the buckets that compute soon waits for keep NCCL's choice; 0: every bucket keeps it; "
+       "backward (and, for zero2's parameters, forward) still has whole blocks to hide, through a second NCCL "
+       "communicator, so that the GEMMs beside them slow less; the buckets that compute soon waits for keep "
+       "NCCL's choice; 0: every bucket keeps it; "
        "auto: 4 on cuda with --comm-engine sm (docs/performance-notes.md, change 20), else 0")
       ("check-every", po::value(&c.check_every)->default_value(c.check_every),
        "compare a parameter checksum across ranks every N steps; 0 = never")
