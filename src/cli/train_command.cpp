@@ -28,8 +28,8 @@ void print_header(const RunConfig& c, const Trainer& trainer, const ProcessPlace
               strategy_name(c.strategy), c.overlap ? "on" : "off", trainer.plan().buckets.size(),
               static_cast<double>(trainer.plan().bucket_elems) * sizeof(float) / (1024.0 * 1024.0),
               precision_name(c.grad_reduce), c.comm_engine == CommEngine::copy ? " by the copy engines" : "");
-  if (c.overlap && c.overlapped_ctas > 0)
-    std::printf("  buckets that backward still hides run NCCL's kernels on at most %d CTAs (--overlapped-ctas)\n",
+  if (c.overlapped_ctas > 0)
+    std::printf("  collectives that compute still hides run NCCL's kernels on at most %d CTAs (--overlapped-ctas)\n",
                 c.overlapped_ctas);
   std::printf("  %s scaling: global batch %d = %d rank(s) x %d, %d micro-batch(es) of %d, seq %d; data %s\n",
               scaling_name(c.scaling), c.global_batch, where.world_size, c.batch_per_rank, c.grad_accum,

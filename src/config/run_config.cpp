@@ -110,7 +110,7 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
        "backward (and, for zero2's parameters, forward) still has whole blocks to hide, through a second NCCL "
        "communicator, so that the GEMMs beside them slow less; the buckets that compute soon waits for keep "
        "NCCL's choice; 0: every bucket keeps it; "
-       "auto: 4 on cuda with --comm-engine sm (docs/performance-notes.md, change 20), else 0")
+       "auto: 4 on cuda with --comm-engine sm and --overlap on (docs/performance-notes.md, change 20), else 0")
       ("check-every", po::value(&c.check_every)->default_value(c.check_every),
        "compare a parameter checksum across ranks every N steps; 0 = never")
       ("comm-timeout", po::value(&c.comm_timeout_s)->default_value(c.comm_timeout_s),
@@ -281,6 +281,8 @@ void resolve_and_validate(RunConfig& c, const RawOptions& raw) {
     if (c.overlapped_ctas < 0) bad_value("overlapped-ctas", raw.overlapped_ctas, "must not be negative");
     if (c.overlapped_ctas > 0 && c.comm_engine == CommEngine::copy)
       bad_value("overlapped-ctas", raw.overlapped_ctas, "applies to NCCL's kernels, not to --comm-engine copy");
+    if (c.overlapped_ctas > 0 && !c.overlap)
+      bad_value("overlapped-ctas", raw.overlapped_ctas, "needs --overlap on (without it compute waits for every collective)");
   }
   if (c.check_every < 0) bad_value("check-every", text(c.check_every), "must not be negative");
   require_positive("comm-timeout", c.comm_timeout_s);
@@ -305,7 +307,7 @@ void resolve_and_validate(RunConfig& c, const RawOptions& raw) {
       bad_value("overlapped-ctas", raw.overlapped_ctas, "needs --backend cuda (the cpu backend communicates through MPI)");
   } else if (c.backend == "cuda") {
     if (!SCALESTUDY_HAVE_CUDA) bad_value("backend", c.backend, "this build has no CUDA backend");
-    if (auto_ctas && c.comm_engine == CommEngine::sm) c.overlapped_ctas = kAutoOverlappedCtas;
+    if (auto_ctas && c.comm_engine == CommEngine::sm && c.overlap) c.overlapped_ctas = kAutoOverlappedCtas;
   } else {
     bad_value("backend", c.backend, "must be cpu or cuda");
   }

@@ -16,8 +16,8 @@ enum class Precision { fp32, bf16, fp16 };
 // or the GPUs' copy engines (comm/nccl_communicator.h).
 enum class CommEngine { sm, copy };
 
-// --overlapped-ctas auto on cuda with NCCL's kernels: the fastest 2-GPU step of those
-// measured (docs/performance-notes.md, change 20).
+// --overlapped-ctas auto on cuda with NCCL's kernels and overlap: the fastest 2-GPU step
+// of those measured (docs/performance-notes.md, change 20).
 inline constexpr int kAutoOverlappedCtas = 4;
 
 struct RunConfig {

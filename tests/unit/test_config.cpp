@@ -116,14 +116,16 @@ TEST(Config, BadInputNamesTheOptionAndValue) {
   expect_usage_error({"--comm-engine", "copy", "--grad-reduce", "bf16"}, {"--comm-engine copy", "fp32"});
   EXPECT_EQ(parse({}).comm_engine, CommEngine::sm);
   expect_usage_error({"--overlapped-ctas", "-1"}, {"--overlapped-ctas -1", "negative"});
-  expect_usage_error({"--overlapped-ctas", "8"}, {"--overlapped-ctas 8", "needs --backend cuda"});
+  expect_usage_error({"--overlapped-ctas", "8", "--overlap", "on"}, {"--overlapped-ctas 8", "needs --backend cuda"});
   expect_usage_error({"--overlapped-ctas", "four"}, {"--overlapped-ctas four", "auto or a whole number"});
   expect_usage_error({"--overlapped-ctas", "4x"}, {"--overlapped-ctas 4x", "auto or a whole number"});
   EXPECT_EQ(parse({}).overlapped_ctas, 0) << "auto is 0 on the cpu backend";
   EXPECT_EQ(parse({"--overlapped-ctas", "0"}).overlapped_ctas, 0);
   if (SCALESTUDY_HAVE_CUDA) {
-    EXPECT_EQ(parse({"--backend", "cuda"}).overlapped_ctas, kAutoOverlappedCtas);
-    EXPECT_EQ(parse({"--backend", "cuda", "--comm-engine", "copy"}).overlapped_ctas, 0)
+    EXPECT_EQ(parse({"--backend", "cuda", "--overlap", "on"}).overlapped_ctas, kAutoOverlappedCtas);
+    EXPECT_EQ(parse({"--backend", "cuda"}).overlapped_ctas, 0) << "without overlap every collective is awaited";
+    expect_usage_error({"--backend", "cuda", "--overlapped-ctas", "4"}, {"--overlapped-ctas 4", "needs --overlap on"});
+    EXPECT_EQ(parse({"--backend", "cuda", "--overlap", "on", "--comm-engine", "copy"}).overlapped_ctas, 0)
         << "the copy engines take no multiprocessors to spare";
     EXPECT_EQ(parse({"--backend", "cuda", "--overlapped-ctas", "0"}).overlapped_ctas, 0);
   }
