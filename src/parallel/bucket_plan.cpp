@@ -20,8 +20,8 @@ BucketPlan make_bucket_plan(size_t param_elems, double bucket_bytes, int world_s
   plan.padded_elems = round_up(param_elems);
   const double requested = std::ceil(bucket_bytes / sizeof(float));
   const size_t bucket_elems = requested >= static_cast<double>(plan.padded_elems)
-                            ? plan.padded_elems
-                            : round_up(static_cast<size_t>(requested));
+                                  ? plan.padded_elems
+                                  : round_up(static_cast<size_t>(requested));
   // The region finished last, in equal buckets of whole chunks (their sizes differ by one
   // chunk at most), none larger than bucket_elems.
   const size_t region_end = round_up(last_finished_elems);
