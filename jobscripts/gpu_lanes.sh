@@ -11,22 +11,23 @@ log="$out/lanes.log"
 nvidia-smi --query-gpu=index,name,uuid --format=csv | tee "$log"
 echo "scalestudy: $("$binary" --version)" | tee -a "$log"
 IFS=';' read -r -a runs <<< "${RUNS:-ddp 0;ddp 4}"
+# mpirun's -x for each ENV=VALUE of a run.
+exports_of() {
+  local assignment
+  for assignment in $1; do printf -- ' -x %s' "$assignment"; done
+}
 for round in $(seq "${ROUNDS:-2}"); do
   for run in "${runs[@]}"; do
     read -r strategy ctas envs <<< "$run"
     bin="$binary" options="--overlapped-ctas $ctas"
     [ "$ctas" = "-" ] && bin="$bundle/${BASE:-scalestudy}" options=""
-    exports=""
-    for assignment in ${envs:-}; do exports="$exports -x $assignment"; done
-    line=$($mpirun -np 2 $exports "$bin" $timed_train --strategy "$strategy" --overlap on $options 2>&1 |
-           grep -E "median step|exposed" | tr -s ' ' | tr '\n' ' ')
+    line=$($mpirun -np 2 $(exports_of "${envs:-}") "$bin" $timed_train --strategy "$strategy" --overlap on \
+             $options 2>&1 | grep -E "median step|exposed" | tr -s ' ' | tr '\n' ' ')
     echo "[$run] $line" | tee -a "$log"
   done
 done
 if [ "${PROFILE:-0}" = 1 ]; then
   read -r strategy ctas envs <<< "${runs[0]}"
-  exports=""
-  for assignment in ${envs:-}; do exports="$exports -x $assignment"; done
-  $mpirun -np 2 $exports "$binary" $timed_train --strategy "$strategy" --overlap on --overlapped-ctas "$ctas" \
+  $mpirun -np 2 $(exports_of "${envs:-}") "$binary" $timed_train --strategy "$strategy" --overlap on --overlapped-ctas "$ctas" \
     --profile-kernels --profile-window 6-8 -o "$out/lanes-trace.h5" 2>&1 | grep -E "median step|exposed" | tee -a "$log"
 fi
