@@ -287,17 +287,15 @@ void matmul_forward_strided(cublasHandle_t handle, T* out, int out_stride, const
          in_channels, 0.0f, out + aligned_channels, out_stride);
 }
 
-// The backward's GEMMs from dout rows of dout_stride elements (a multiple of 8 >= OC).
-// dinp takes two GEMMs (the first OC0 columns of dout with W's first OC0 rows, then the
-// rest), so it is rounded to T twice. dweight is split the same way, into its first OC0
-// rows and the rest: each element still comes from one GEMM. As one GEMM over all
-// n = OC = 50257 columns of dout, cuBLAS ran the LM head's weight gradient on an sm_80
-// kernel at 1.24 ms per 8192 rows on an H200, against 0.86 ms for the forward's aligned
-// GEMM of the same size.
+// The backward's GEMMs from dout rows of dout_stride elements (a multiple of 8 >= OC, or
+// OC itself). dinp takes two GEMMs (the first OC0 columns of dout with W's first OC0 rows,
+// then the rest), so it is rounded to T twice. As one GEMM over all n = OC = 50257 columns
+// of dout, cuBLAS ran the LM head's weight gradient on an sm_80 kernel at 1.24 ms per 8192
+// rows on an H200, against 0.86 ms for the forward's aligned GEMM of the same size.
 template <class T>
-void matmul_backward_strided(cublasHandle_t handle, T* dinp, float* dweight, const T* dout,
-                             int dout_stride, const T* inp, const T* weight, int rows,
-                             int in_channels, int out_channels, bool accumulate_dinp) {
+void input_gradient_strided(cublasHandle_t handle, T* dinp, const T* dout, int dout_stride,
+                            const T* weight, int rows, int in_channels, int out_channels,
+                            bool accumulate_dinp) {
   const GemmTypes types = MatmulTypes<T>::activations;
   const int aligned_channels = out_channels / kAlignedColumns * kAlignedColumns;
   if (aligned_channels > 0)
@@ -310,14 +308,28 @@ void matmul_backward_strided(cublasHandle_t handle, T* dinp, float* dweight, con
          out_channels - aligned_channels, 1.0f, weight + size_t(aligned_channels) * in_channels,
          in_channels, dout + aligned_channels, dout_stride, dinp_beta(tail_accumulates), dinp,
          in_channels);
+}
+
+// dweight's rows [column_begin, column_end) += dout[:, those columns]^T @ inp, split like
+// the input gradient at OC0: each element still comes from one GEMM, whatever the range.
+// dweight points at row 0; column_begin is a multiple of 8 (16-byte aligned 16-bit columns).
+template <class T>
+void weight_gradient_strided(cublasHandle_t handle, float* dweight, const T* dout,
+                             int dout_stride, const T* inp, int rows, int in_channels,
+                             int out_channels, int column_begin, int column_end) {
+  SCALESTUDY_CHECK(column_begin >= 0 && column_begin < column_end && column_end <= out_channels &&
+                       column_begin % kAlignedColumns == 0,
+                   "weight gradient: columns must be a non-empty range from a multiple of 8");
   const GemmTypes weight_types = MatmulTypes<T>::weight_gradient;
-  if (aligned_channels > 0)
-    gemm(handle, weight_types, CUBLAS_OP_N, CUBLAS_OP_T, in_channels, aligned_channels, rows,
-         1.0f, inp, in_channels, dout, dout_stride, 1.0f, dweight, in_channels);
-  if (aligned_channels < out_channels)
-    gemm(handle, weight_types, CUBLAS_OP_N, CUBLAS_OP_T, in_channels,
-         out_channels - aligned_channels, rows, 1.0f, inp, in_channels, dout + aligned_channels,
-         dout_stride, 1.0f, dweight + size_t(aligned_channels) * in_channels, in_channels);
+  const int aligned_channels = out_channels / kAlignedColumns * kAlignedColumns;
+  auto columns = [&](int begin, int end) {
+    if (begin < end)
+      gemm(handle, weight_types, CUBLAS_OP_N, CUBLAS_OP_T, in_channels, end - begin, rows, 1.0f,
+           inp, in_channels, dout + begin, dout_stride, 1.0f,
+           dweight + size_t(begin) * in_channels, in_channels);
+  };
+  columns(column_begin, std::min(column_end, aligned_channels));
+  columns(std::max(column_begin, aligned_channels), column_end);
 }
 
 // The 16-bit forward, T = bf16 or fp16. With padding: out^T[OC, N] is computed into
@@ -368,8 +380,10 @@ void matmul_backward_16bit(cublasHandle_t handle, cudaStream_t stream, T* dinp, 
   pad_rows_kernel<T><<<pack_blocks(rows, out_channels), kElementwiseThreads, 0, stream>>>(
       padded, dout, rows, out_channels, padded_channels);
   CHECK_LAUNCH();
-  matmul_backward_strided(handle, dinp, dweight, static_cast<const T*>(padded), padded_channels,
-                          inp, weight, rows, in_channels, out_channels, accumulate_dinp);
+  input_gradient_strided(handle, dinp, static_cast<const T*>(padded), padded_channels, weight,
+                         rows, in_channels, out_channels, accumulate_dinp);
+  weight_gradient_strided(handle, dweight, static_cast<const T*>(padded), padded_channels, inp,
+                          rows, in_channels, out_channels, 0, out_channels);
   if (dbias != nullptr) {
     const size_t padded_floats = padded_rows_floats(rows, out_channels);
     launch_column_sums(stream, dbias, dout, rows, out_channels, scratch + padded_floats,
@@ -380,6 +394,15 @@ void matmul_backward_16bit(cublasHandle_t handle, cudaStream_t stream, T* dinp, 
 void check_logits_stride(int vocab, int logits_stride) {
   SCALESTUDY_CHECK(logits_stride == padded_columns_of(vocab),
                    "classifier matmul: logits rows must be padded_logits_row_elems(vocab) apart");
+}
+
+// fp32 logits are never padded; 16-bit ones always are.
+void check_classifier_logits_stride(const float*, int vocab, int logits_stride) {
+  SCALESTUDY_CHECK(logits_stride == vocab, "classifier matmul: fp32 logits rows must be vocab apart");
+}
+template <class T>
+void check_classifier_logits_stride(const T*, int vocab, int logits_stride) {
+  check_logits_stride(vocab, logits_stride);
 }
 
 // The tied LM head on logits rows already padded: no copy into or out of scratch.
@@ -397,21 +420,33 @@ void classifier_matmul_forward(cublasHandle_t handle, cudaStream_t stream, T* lo
   });
 }
 
+// The LM head's backward on logits rows logits_stride apart (padded in 16 bits, the vocabulary
+// in fp32), in the two parts that the model runs apart.
 template <class T>
-void classifier_matmul_backward(cublasHandle_t handle, cudaStream_t stream, T* dinp,
-                                float* dweight, const T* dlogits, int logits_stride, const T* inp,
-                                const T* weight, int rows, int in_channels, int vocab,
-                                bool accumulate_dinp) {
-  check_logits_stride(vocab, logits_stride);
+void classifier_input_gradient(cublasHandle_t handle, cudaStream_t stream, T* dinp,
+                               const T* dlogits, int logits_stride, const T* weight, int rows,
+                               int in_channels, int vocab, bool accumulate_dinp) {
   check_operands(handle, stream, rows, in_channels, vocab,
-                 {{dinp, "classifier dinp"}, {dweight, "classifier dweight"},
-                  {dlogits, "classifier dlogits"}, {inp, "classifier inp"},
+                 {{dinp, "classifier dinp"}, {dlogits, "classifier dlogits"},
                   {weight, "classifier weight"}});
   for_each_row_chunk(rows, in_channels, vocab, [&](int first, int count) {
-    matmul_backward_strided(handle, dinp + size_t(first) * in_channels, dweight,
-                            dlogits + size_t(first) * logits_stride, logits_stride,
-                            inp + size_t(first) * in_channels, weight, count, in_channels, vocab,
-                            accumulate_dinp);
+    input_gradient_strided(handle, dinp + size_t(first) * in_channels,
+                           dlogits + size_t(first) * logits_stride, logits_stride, weight, count,
+                           in_channels, vocab, accumulate_dinp);
+  });
+}
+
+template <class T>
+void classifier_weight_gradient(cublasHandle_t handle, cudaStream_t stream, float* dweight,
+                                const T* dlogits, int logits_stride, const T* inp, int rows,
+                                int in_channels, int vocab, int vocab_begin, int vocab_end) {
+  check_operands(handle, stream, rows, in_channels, vocab,
+                 {{dweight, "classifier dweight"}, {dlogits, "classifier dlogits"},
+                  {inp, "classifier inp"}});
+  for_each_row_chunk(rows, in_channels, vocab, [&](int first, int count) {
+    weight_gradient_strided(handle, dweight, dlogits + size_t(first) * logits_stride,
+                            logits_stride, inp + size_t(first) * in_channels, count, in_channels,
+                            vocab, vocab_begin, vocab_end);
   });
 }
 
@@ -545,20 +580,55 @@ void launch_classifier_matmul_forward(cublasHandle_t handle, cudaStream_t stream
                             vocab);
 }
 
-void launch_classifier_matmul_backward(cublasHandle_t handle, cudaStream_t stream, bf16* dinp,
-                                       float* dweight, const bf16* dlogits, int logits_stride,
-                                       const bf16* inp, const bf16* weight, int rows,
-                                       int in_channels, int vocab, bool accumulate_dinp) {
-  classifier_matmul_backward(handle, stream, dinp, dweight, dlogits, logits_stride, inp, weight,
-                             rows, in_channels, vocab, accumulate_dinp);
+void launch_classifier_input_gradient(cublasHandle_t handle, cudaStream_t stream, float* dinp,
+                                      const float* dlogits, int logits_stride, const float* weight,
+                                      int rows, int in_channels, int vocab, bool accumulate_dinp) {
+  check_classifier_logits_stride(dlogits, vocab, logits_stride);
+  classifier_input_gradient(handle, stream, dinp, dlogits, logits_stride, weight, rows,
+                            in_channels, vocab, accumulate_dinp);
 }
 
-void launch_classifier_matmul_backward(cublasHandle_t handle, cudaStream_t stream, fp16* dinp,
+void launch_classifier_weight_gradient(cublasHandle_t handle, cudaStream_t stream,
+                                       float* dweight, const float* dlogits, int logits_stride,
+                                       const float* inp, int rows, int in_channels, int vocab,
+                                       int vocab_begin, int vocab_end) {
+  check_classifier_logits_stride(dlogits, vocab, logits_stride);
+  classifier_weight_gradient(handle, stream, dweight, dlogits, logits_stride, inp, rows,
+                             in_channels, vocab, vocab_begin, vocab_end);
+}
+
+void launch_classifier_input_gradient(cublasHandle_t handle, cudaStream_t stream, bf16* dinp,
+                                      const bf16* dlogits, int logits_stride, const bf16* weight,
+                                      int rows, int in_channels, int vocab, bool accumulate_dinp) {
+  check_classifier_logits_stride(dlogits, vocab, logits_stride);
+  classifier_input_gradient(handle, stream, dinp, dlogits, logits_stride, weight, rows,
+                            in_channels, vocab, accumulate_dinp);
+}
+
+void launch_classifier_weight_gradient(cublasHandle_t handle, cudaStream_t stream,
+                                       float* dweight, const bf16* dlogits, int logits_stride,
+                                       const bf16* inp, int rows, int in_channels, int vocab,
+                                       int vocab_begin, int vocab_end) {
+  check_classifier_logits_stride(dlogits, vocab, logits_stride);
+  classifier_weight_gradient(handle, stream, dweight, dlogits, logits_stride, inp, rows,
+                             in_channels, vocab, vocab_begin, vocab_end);
+}
+
+void launch_classifier_input_gradient(cublasHandle_t handle, cudaStream_t stream, fp16* dinp,
+                                      const fp16* dlogits, int logits_stride, const fp16* weight,
+                                      int rows, int in_channels, int vocab, bool accumulate_dinp) {
+  check_classifier_logits_stride(dlogits, vocab, logits_stride);
+  classifier_input_gradient(handle, stream, dinp, dlogits, logits_stride, weight, rows,
+                            in_channels, vocab, accumulate_dinp);
+}
+
+void launch_classifier_weight_gradient(cublasHandle_t handle, cudaStream_t stream,
                                        float* dweight, const fp16* dlogits, int logits_stride,
-                                       const fp16* inp, const fp16* weight, int rows,
-                                       int in_channels, int vocab, bool accumulate_dinp) {
-  classifier_matmul_backward(handle, stream, dinp, dweight, dlogits, logits_stride, inp, weight,
-                             rows, in_channels, vocab, accumulate_dinp);
+                                       const fp16* inp, int rows, int in_channels, int vocab,
+                                       int vocab_begin, int vocab_end) {
+  check_classifier_logits_stride(dlogits, vocab, logits_stride);
+  classifier_weight_gradient(handle, stream, dweight, dlogits, logits_stride, inp, rows,
+                             in_channels, vocab, vocab_begin, vocab_end);
 }
 
 }  // namespace scalestudy::cuda

@@ -224,24 +224,27 @@ class Ops {
       softmax_cross_entropy_backward(logits, logits, row_stats, targets, rows, vocab,
                                      *dlogits_scale);
   }
-  // The LM head's backward from the dlogits that classifier_forward left in the logits
-  // buffer: dinp (+)= dlogits @ weight as dinp_write says, dweight += dlogits^T @ inp.
-  virtual void classifier_backward_from_dlogits(float* dinp, float* dweight, const float* dlogits,
-                                                const float* inp, const float* weight, int rows,
-                                                int channels, int vocab,
-                                                GradientWrite dinp_write) {
-    matmul_backward(dinp, dweight, nullptr, dlogits, inp, weight, rows, channels, vocab,
-                    dinp_write);
-  }
+  // The LM head's backward, in two parts that the model runs apart: the weight gradient
+  // last in backward, in pieces that a strategy communicates while the next is computed.
+  // From the dlogits that classifier_forward left in the logits buffer:
+  //   classifier_backward_from_dlogits: dinp (+)= dlogits @ weight as dinp_write says;
+  //   classifier_weight_backward: dweight's rows [vocab_begin, vocab_end) += their columns
+  //   of dlogits^T @ inp. dweight points at row 0, vocab_begin is a multiple of 8, and a
+  //   row's gradient does not depend on the range it was computed in.
+  virtual void classifier_backward_from_dlogits(float* dinp, const float* dlogits,
+                                                const float* weight, int rows, int channels,
+                                                int vocab, GradientWrite dinp_write) = 0;
+  virtual void classifier_weight_backward(float* dweight, const float* dlogits, const float* inp,
+                                          int rows, int channels, int vocab, int vocab_begin,
+                                          int vocab_end) = 0;
   // After a classifier_forward without dlogits_scale: overwrites logits with dlogits, then
   // runs classifier_backward_from_dlogits. The logits of that forward are gone afterwards.
-  virtual void classifier_backward(float* dinp, float* dweight, float* logits,
-                                   const float* row_stats, const float* inp, const float* weight,
-                                   const int32_t* targets, int rows, int channels, int vocab,
-                                   float loss_scale, GradientWrite dinp_write) {
+  virtual void classifier_backward(float* dinp, float* logits, const float* row_stats,
+                                   const float* weight, const int32_t* targets, int rows,
+                                   int channels, int vocab, float loss_scale,
+                                   GradientWrite dinp_write) {
     softmax_cross_entropy_backward(logits, logits, row_stats, targets, rows, vocab, loss_scale);
-    classifier_backward_from_dlogits(dinp, dweight, logits, inp, weight, rows, channels, vocab,
-                                     dinp_write);
+    classifier_backward_from_dlogits(dinp, logits, weight, rows, channels, vocab, dinp_write);
   }
   virtual double sum(const float* x, size_t elems) = 0;
 

@@ -286,13 +286,13 @@ void Gpt::backward(GradientSink& sink, float loss_scale) {
   if (dlogits_scale_) {
     SCALESTUDY_CHECK(*dlogits_scale_ == loss_scale,
                      "Gpt::backward: loss_scale differs from the one its forward was given");
-    ops_.classifier_backward_from_dlogits(a.dln, grad_at(g_emb, emb, layout_.wte), a.logits, a.lnf,
-                                          p + layout_.wte, N, C, V, kFirst);
+    ops_.classifier_backward_from_dlogits(a.dln, a.logits, p + layout_.wte, N, C, V, kFirst);
   } else {
-    ops_.classifier_backward(a.dln, grad_at(g_emb, emb, layout_.wte), a.logits, a.row_stats,
-                             a.lnf, p + layout_.wte, a.targets, N, C, V, loss_scale, kFirst);
+    ops_.classifier_backward(a.dln, a.logits, a.row_stats, p + layout_.wte, a.targets, N, C, V,
+                             loss_scale, kFirst);
   }
-  // The logits now hold dlogits either way; another backward needs another forward.
+  // The logits now hold dlogits either way, kept for the LM head's weight gradient at the
+  // end; another backward needs another forward.
   dlogits_scale_.reset();
 
   const int fin = layout_.final_norm_segment();
@@ -338,6 +338,37 @@ void Gpt::backward(GradientSink& sink, float loss_scale) {
 
   ops_.embedding_backward(grad_at(g_emb, emb, layout_.wte), grad_at(g_emb, emb, layout_.wpe),
                           a.dresidual, a.tokens, B, T, C);
+  lm_head_weight_backward(sink, g_emb);
+}
+
+// The LM head's weight gradient is wte's other half. Taken first, as the classifier's
+// backward would, it left all of wte's gradient to wait for the embedding backward, at the
+// end, and nothing hid its communication. Taken last, in parts from the last vocabulary
+// rows down, each part's buckets are communicated while the next part is computed, and
+// only the part with row 0 is left for the tail.
+void Gpt::lm_head_weight_backward(GradientSink& sink, float* embedding_grads) {
+  const int emb = layout_.embedding_segment();
+  const size_t wte_offset = layout_.wte - layout_.segments[emb].begin_elems;
+  const int C = layout_.shape.channels, V = layout_.shape.vocab, N = batch_ * seq_;
+  float* dwte = embedding_grads + wte_offset;
+  constexpr int kRowAlign = 8;  // Ops::classifier_weight_backward's vocab_begin
+  const std::vector<size_t> cuts = sink.segment_cuts(emb);
+  int rows_end = V;
+  for (auto cut = cuts.rbegin(); cut != cuts.rend(); ++cut) {
+    if (*cut <= wte_offset) break;
+    // wpe, after wte, is final already.
+    if (*cut >= wte_offset + static_cast<size_t>(V) * C) {
+      sink.segment_done_from(emb, *cut);
+      continue;
+    }
+    // The part starts at or below the cut, on a whole row: the bucket from the cut is final.
+    const int rows_begin = static_cast<int>((*cut - wte_offset) / C / kRowAlign * kRowAlign);
+    if (rows_begin == 0 || rows_begin >= rows_end) continue;
+    ops_.classifier_weight_backward(dwte, acts_->logits, acts_->lnf, N, C, V, rows_begin, rows_end);
+    sink.segment_done_from(emb, wte_offset + static_cast<size_t>(rows_begin) * C);
+    rows_end = rows_begin;
+  }
+  ops_.classifier_weight_backward(dwte, acts_->logits, acts_->lnf, N, C, V, 0, rows_end);
   sink.segment_done(emb);
 }
 

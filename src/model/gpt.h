@@ -7,6 +7,7 @@
 // they are final, which is how bucketed strategies learn when to communicate.
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "backend/ops.h"
 #include "model/parameter_layout.h"
@@ -22,6 +23,13 @@ class GradientSink {
   virtual float* segment_gradients(int segment) = 0;
   // The segment's gradients for this micro-batch are complete.
   virtual void segment_done(int segment) = 0;
+  // Backward can finish the embeddings in parts: the tied LM head's weight gradient comes
+  // last, a range of vocabulary rows at a time, from the last rows down. The sink names the
+  // offsets into the segment where it would like a part to end (where its buckets begin),
+  // ascending; backward then reports each part that it has finished, from offset_elems to
+  // the segment's end, before segment_done.
+  virtual std::vector<size_t> segment_cuts(int /*segment*/) const { return {}; }
+  virtual void segment_done_from(int /*segment*/, size_t /*offset_elems*/) {}
 };
 
 class ForwardHooks {
@@ -78,6 +86,8 @@ class Gpt {
   // A block's activations again in backward (--recompute): its first LayerNorm, its body
   // and residual3, the ops and values of its forward.
   void recompute_block(int layer);
+  // The tied LM head's weight gradient, the end of backward, in the parts the sink asks for.
+  void lm_head_weight_backward(GradientSink& sink, float* embedding_grads);
   Ops& ops_;
   ParameterLayout layout_;
   int batch_, seq_;

@@ -5,7 +5,8 @@
 // Order: wte, wpe, then block 0 .. L-1, then the final LayerNorm. Backward finishes
 // gradients from the end of the buffer towards the start (final LayerNorm, block L-1,
 // ..., block 0, and last the embeddings, whose tied wte also collects the LM head's
-// gradient), so buckets taken from the end fill up in the order backward produces them.
+// gradient, from its last rows down), so buckets taken from the end fill up in the order
+// backward produces them.
 #include <cstddef>
 #include <string>
 #include <vector>

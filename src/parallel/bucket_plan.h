@@ -6,11 +6,12 @@
 // back to back: bucket b's chunk starts at shard offset begin/world_size. The buffer is
 // padded (with zeros that stay zero) to make this hold for any world size, odd ones too.
 //
-// The embeddings' gradients, at the start of the buffer, are finished last: the tied wte
-// collects the LM head's gradient first and the embedding's at the very end of backward.
+// The embeddings' gradients, at the start of the buffer, are finished last: the embedding
+// backward and then the tied LM head's weight gradient, which the model computes in parts
+// that end where these buckets begin (GradientSink::segment_cuts), from the last rows down.
 // Their buckets end where the embeddings end (rounded up to whole chunks), so that no
-// block's gradients wait with them for the end of backward, to be communicated in the
-// tail that backward cannot hide.
+// block's gradients wait with them for the end of backward, and only the lowest one is
+// left for the tail that backward cannot hide.
 #include <cstddef>
 #include <vector>
 

@@ -34,12 +34,16 @@ float* DdpStrategy::segment_gradients(int segment) {
   return grads_ + model_.layout().segments[segment].begin_elems;
 }
 
-void DdpStrategy::segment_done(int segment) {
+std::vector<size_t> DdpStrategy::segment_cuts(int segment) const {
+  return bucket_cuts(plan_, model_.layout().segments[segment]);
+}
+
+void DdpStrategy::segment_done_from(int segment, size_t offset_elems) {
   if (!config_.overlap || !last_micro_batch_) return;
-  // Backward finishes segments from the end of the buffer down, so every gradient at or
-  // above this segment's start is final.
-  const size_t final_from = model_.layout().segments[segment].begin_elems;
-  LaneScope lane(comm_, lane_after_segment(model_.layout(), segment));
+  // Backward finishes gradients from the end of the buffer down, so every gradient at or
+  // above this point is final.
+  const size_t final_from = model_.layout().segments[segment].begin_elems + offset_elems;
+  LaneScope lane(comm_, lane_after_segment(model_.layout(), segment, offset_elems));
   while (next_bucket_ >= 0 && plan_.buckets[next_bucket_].begin_elems >= final_from) {
     const Bucket& bucket = plan_.buckets[next_bucket_];
     in_flight_.push_back(start_allreduce(grads_ + bucket.begin_elems, bucket.elems()));

@@ -18,7 +18,9 @@ class DdpStrategy final : public GradientStrategy {
   const char* name() const override { return "ddp"; }
   const BucketPlan& plan() const override { return plan_; }
   float* segment_gradients(int segment) override;
-  void segment_done(int segment) override;
+  void segment_done(int segment) override { segment_done_from(segment, 0); }
+  std::vector<size_t> segment_cuts(int segment) const override;
+  void segment_done_from(int segment, size_t offset_elems) override;
   void before_segment_forward(int) override {}
 
   void begin_step() override {}

@@ -35,8 +35,17 @@ void release_collective_buffer(Ops& ops, Communicator& comm, float* buffer) {
   if (!comm.release_owned_buffer(buffer)) ops.release(buffer);
 }
 
-CommLane lane_after_segment(const ParameterLayout& layout, int segment) {
-  return segment > layout.block_segment(0) ? CommLane::overlapped : CommLane::awaited;
+std::vector<size_t> bucket_cuts(const BucketPlan& plan, const Segment& segment) {
+  std::vector<size_t> cuts;
+  for (const Bucket& bucket : plan.buckets)
+    if (bucket.begin_elems > segment.begin_elems && bucket.begin_elems < segment.end_elems)
+      cuts.push_back(bucket.begin_elems - segment.begin_elems);
+  return cuts;
+}
+
+CommLane lane_after_segment(const ParameterLayout& layout, int segment, size_t offset_elems) {
+  return segment == layout.embedding_segment() && offset_elems == 0 ? CommLane::awaited
+                                                                     : CommLane::overlapped;
 }
 
 float clip_factor(double grad_norm, float max_norm) {

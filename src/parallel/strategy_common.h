@@ -1,5 +1,7 @@
 #pragma once
 // Pieces that ddp and zero2 share.
+#include <vector>
+
 #include "backend/ops.h"
 #include "comm/communicator.h"
 #include "config/run_config.h"
@@ -21,10 +23,15 @@ bool adamw_over_range(Ops& ops, const ParameterLayout& layout, size_t param_begi
 float* allocate_collective_buffer(Ops& ops, Communicator& comm, size_t elems, MemoryKind kind);
 void release_collective_buffer(Ops& ops, Communicator& comm, float* buffer);
 
-// The lane of the buckets that `segment`'s backward completes: overlapped while whole
-// blocks of backward follow it, awaited for block 0's and the embeddings', which only the
-// short embedding backward, or nothing, follows.
-CommLane lane_after_segment(const ParameterLayout& layout, int segment);
+// The offsets into `segment` where buckets of the plan begin, ascending (GradientSink::
+// segment_cuts).
+std::vector<size_t> bucket_cuts(const BucketPlan& plan, const Segment& segment);
+
+// The lane of the buckets that backward's report of `segment`, from offset_elems to its end,
+// completes: overlapped while backward still has compute to hide them behind (the LM
+// head's weight gradient follows every block and every part of the embeddings), awaited
+// for the embeddings' last part, which nothing follows.
+CommLane lane_after_segment(const ParameterLayout& layout, int segment, size_t offset_elems);
 
 // The factor that brings the global gradient norm down to max_norm (1 when below it
 // or when clipping is off).

@@ -78,17 +78,27 @@ float* Zero2Strategy::segment_gradients(int segment) {
   return scratch;
 }
 
-void Zero2Strategy::segment_done(int segment) {
+std::vector<size_t> Zero2Strategy::segment_cuts(int segment) const {
+  return bucket_cuts(plan_, model_.layout().segments[segment]);
+}
+
+void Zero2Strategy::segment_done_from(int segment, size_t offset_elems) {
   const ParameterLayout& layout = model_.layout();
   const Segment& seg = layout.segments[segment];
   const float* scratch = segment == layout.embedding_segment() ? embedding_scratch_ : block_scratch_;
+  // The part reported now: from offset_elems up to where the segment's last report began.
+  const size_t lo = seg.begin_elems + offset_elems;
+  const size_t hi = segment == reported_segment_ ? reported_from_elems_ : seg.end_elems;
+  SCALESTUDY_CHECK(lo < hi, "segment parts must be reported from the segment's end down");
+  reported_segment_ = offset_elems == 0 ? -1 : segment;
+  reported_from_elems_ = lo;
   // Without overlap each reduction is waited for at once.
-  LaneScope lane(comm_, config_.overlap ? lane_after_segment(layout, segment) : CommLane::awaited);
-  // From the top bucket down, so each bucket that this segment completes is started
-  // before the next one is staged: staging never holds more than the buckets in flight
-  // and the one being filled.
+  LaneScope lane(comm_, config_.overlap ? lane_after_segment(layout, segment, offset_elems) : CommLane::awaited);
+  // From the top bucket down, so each bucket that this part completes is started before
+  // the next one is staged: staging never holds more than the buckets in flight and the
+  // one being filled.
   for (int b = static_cast<int>(plan_.buckets.size()) - 1; b >= 0; --b) {
-    if (overlaps(b, seg.begin_elems, seg.end_elems)) {
+    if (overlaps(b, lo, hi)) {
       BucketState& state = buckets_[b];
       const Bucket& bucket = plan_.buckets[b];
       // The previous micro-batch's reduction of this bucket still reads its staging.
@@ -97,12 +107,12 @@ void Zero2Strategy::segment_done(int segment) {
         state.staging = acquire_buffer(free_staging_, plan_.bucket_elems);
         ops_.fill_zero(state.staging, bucket.elems());
       }
-      const size_t lo = std::max(seg.begin_elems, bucket.begin_elems);
-      const size_t hi = std::min(seg.end_elems, bucket.end_elems);
-      ops_.copy(state.staging + (lo - bucket.begin_elems), scratch + (lo - seg.begin_elems), hi - lo);
+      const size_t from = std::max(lo, bucket.begin_elems);
+      const size_t to = std::min(hi, bucket.end_elems);
+      ops_.copy(state.staging + (from - bucket.begin_elems), scratch + (from - seg.begin_elems), to - from);
     }
-    // Segments finish from the end of the buffer down: everything from here up is final.
-    if (b == next_bucket_ && plan_.buckets[b].begin_elems >= seg.begin_elems) {
+    // Gradients finish from the end of the buffer down: everything from here up is final.
+    if (b == next_bucket_ && plan_.buckets[b].begin_elems >= lo) {
       start_reduce(b);
       --next_bucket_;
     }

@@ -7,9 +7,8 @@
 // bucket that is then complete is reduce-scattered into the shard. At most
 // kMaxBucketsInFlight buckets are held at once. Gradient memory is therefore the shard,
 // the scratch, and a few buckets. The scratch is one block's gradient plus the tied
-// embedding's: the LM head writes wte's gradient first and the embedding backward
-// finishes it last, so it is held through the whole backward (as it is by any ZeRO-2
-// with tied weights).
+// embedding's, which backward reports in parts (GradientSink::segment_done_from): the
+// embedding backward and then the LM head's weight gradient, a range of rows at a time.
 //
 // After the update each rank's chunk is allgathered back into every replica's
 // parameters. Without overlap that happens at the end of optimizer_step; with overlap
@@ -33,7 +32,9 @@ class Zero2Strategy final : public GradientStrategy {
   const char* name() const override { return "zero2"; }
   const BucketPlan& plan() const override { return plan_; }
   float* segment_gradients(int segment) override;
-  void segment_done(int segment) override;
+  void segment_done(int segment) override { segment_done_from(segment, 0); }
+  std::vector<size_t> segment_cuts(int segment) const override;
+  void segment_done_from(int segment, size_t offset_elems) override;
   void before_segment_forward(int segment) override;
 
   void begin_step() override;
@@ -82,6 +83,9 @@ class Zero2Strategy final : public GradientStrategy {
   size_t comm_buffer_bytes_ = 0;
   std::deque<int> reducing_;
   int next_bucket_ = -1;
+  // The segment whose parts backward is reporting (-1 for none) and where its last part began.
+  int reported_segment_ = -1;
+  size_t reported_from_elems_ = 0;
   bool gather_pending_ = false;
 };
 

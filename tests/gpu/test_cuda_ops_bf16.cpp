@@ -288,8 +288,9 @@ TEST_P(CudaOpsHalfShapes, ClassifierOnPaddedLogits) {
   float *losses = statistics(N), *stats = statistics(2 * size_t(N));
   float *dinp = activation(dinp_prior), *dweight = upload(dweight_prior);
   gpu_->classifier_forward(losses, stats, logits, d_inp, d_weight, d_targets, N, C, V, std::nullopt);
-  gpu_->classifier_backward(dinp, dweight, logits, stats, d_inp, d_weight, d_targets, N, C, V, loss_scale,
+  gpu_->classifier_backward(dinp, logits, stats, d_weight, d_targets, N, C, V, loss_scale,
                             GradientWrite::accumulate);
+  gpu_->classifier_weight_backward(dweight, logits, d_inp, N, C, V, 0, V);
   // The same GEMMs on the same operands; the row reductions may split a row differently.
   expect_close("classifier losses vs plain", losses, download(plain_losses, N), kSoftmax);
   expect_close("classifier row statistics vs plain", stats, download(plain_stats, 2 * size_t(N)), kSoftmax);
@@ -306,8 +307,9 @@ TEST_P(CudaOpsHalfShapes, ClassifierOnPaddedLogits) {
                           targets.data(), N, C, V, std::nullopt);
   const double unit = precision_ == Precision::fp16 ? 0x1p-11 : 0x1p-8;
   expect_close("classifier losses vs cpu", losses, cpu_losses, Tolerance{2 * unit * max_abs(cpu_logits), 0.0});
-  cpu_.classifier_backward(cpu_dinp.data(), cpu_dweight.data(), cpu_logits.data(), cpu_stats.data(), inp.data(),
-                           weight, targets.data(), N, C, V, loss_scale, GradientWrite::accumulate);
+  cpu_.classifier_backward(cpu_dinp.data(), cpu_logits.data(), cpu_stats.data(), weight, targets.data(), N, C,
+                           V, loss_scale, GradientWrite::accumulate);
+  cpu_.classifier_weight_backward(cpu_dweight.data(), cpu_logits.data(), inp.data(), N, C, V, 0, V);
   expect_close("classifier dinp vs cpu", dinp, cpu_dinp, gemm_tolerance(cpu_dinp));
 
   // Overwriting, the padded path writes dinp = dlogits @ weight into a NaN buffer, which
@@ -316,14 +318,15 @@ TEST_P(CudaOpsHalfShapes, ClassifierOnPaddedLogits) {
   float* overwritten = poisoned_activation(inp.size());
   float* scratch_dweight = upload(dweight_prior);
   gpu_->classifier_forward(losses, stats, logits, d_inp, d_weight, d_targets, N, C, V, std::nullopt);
-  gpu_->classifier_backward(overwritten, scratch_dweight, logits, stats, d_inp, d_weight, d_targets, N, C, V,
-                            loss_scale, GradientWrite::overwrite);
+  gpu_->classifier_backward(overwritten, logits, stats, d_weight, d_targets, N, C, V, loss_scale,
+                            GradientWrite::overwrite);
+  gpu_->classifier_weight_backward(scratch_dweight, logits, d_inp, N, C, V, 0, V);
   std::vector<float> cpu_overwritten(inp.size()), cpu_scratch_dweight = dweight_prior;
   cpu_.classifier_forward(cpu_losses.data(), cpu_stats.data(), cpu_logits.data(), inp.data(), weight,
                           targets.data(), N, C, V, std::nullopt);
-  cpu_.classifier_backward(cpu_overwritten.data(), cpu_scratch_dweight.data(), cpu_logits.data(),
-                           cpu_stats.data(), inp.data(), weight, targets.data(), N, C, V, loss_scale,
-                           GradientWrite::overwrite);
+  cpu_.classifier_backward(cpu_overwritten.data(), cpu_logits.data(), cpu_stats.data(), weight,
+                           targets.data(), N, C, V, loss_scale, GradientWrite::overwrite);
+  cpu_.classifier_weight_backward(cpu_scratch_dweight.data(), cpu_logits.data(), inp.data(), N, C, V, 0, V);
   expect_close("classifier dinp vs cpu" + write_label(GradientWrite::overwrite), overwritten, cpu_overwritten,
                gemm_tolerance(cpu_overwritten));
   expect_close("classifier dweight, overwriting dinp, vs plain", scratch_dweight,
@@ -336,8 +339,8 @@ TEST_P(CudaOpsHalfShapes, ClassifierOnPaddedLogits) {
   float *early_losses = statistics(N), *early_stats = statistics(2 * size_t(N));
   float *early_dinp = activation(dinp_prior), *early_dweight = upload(dweight_prior);
   gpu_->classifier_forward(early_losses, early_stats, logits, d_inp, d_weight, d_targets, N, C, V, loss_scale);
-  gpu_->classifier_backward_from_dlogits(early_dinp, early_dweight, logits, d_inp, d_weight, N, C, V,
-                                         GradientWrite::accumulate);
+  gpu_->classifier_backward_from_dlogits(early_dinp, logits, d_weight, N, C, V, GradientWrite::accumulate);
+  gpu_->classifier_weight_backward(early_dweight, logits, d_inp, N, C, V, 0, V);
   expect_close("classifier with dlogits in forward: losses vs plain", early_losses, download(plain_losses, N),
                kSoftmax);
   expect_close("classifier with dlogits in forward: row statistics vs plain", early_stats,
@@ -354,6 +357,21 @@ TEST_P(CudaOpsHalfShapes, ClassifierOnPaddedLogits) {
                download(replay_dweight, dweight_prior.size()), kBitExact);
   expect_close("classifier with dlogits in forward: dinp vs cpu", early_dinp, cpu_dinp,
                gemm_tolerance(cpu_dinp));
+
+  // The weight gradient in parts, from the last rows down as the model takes it, ending
+  // at rows 8 and (V / 16) * 8, against the whole range, both from zeros: a part's GEMMs may
+  // sum in another order (fp32 rounding, far inside the GEMM tolerance), while a part
+  // missed or taken twice is off by the whole gradient.
+  const std::vector<float> zeros(dweight_prior.size(), 0.0f);
+  float *whole_dweight = upload(zeros), *parts_dweight = upload(zeros);
+  gpu_->classifier_weight_backward(whole_dweight, logits, d_inp, N, C, V, 0, V);
+  const int middle = V / 16 * 8;
+  if (middle > 8) gpu_->classifier_weight_backward(parts_dweight, logits, d_inp, N, C, V, middle, V);
+  gpu_->classifier_weight_backward(parts_dweight, logits, d_inp, N, C, V, 8, middle > 8 ? middle : V);
+  gpu_->classifier_weight_backward(parts_dweight, logits, d_inp, N, C, V, 0, 8);
+  const std::vector<float> whole = download(whole_dweight, zeros.size());
+  ASSERT_GT(max_abs(whole), 0.0) << "an all-zero gradient would test nothing";
+  expect_close("classifier dweight in parts vs the whole range", parts_dweight, whole, gemm_tolerance(whole));
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaOpsHalfShapes,

@@ -194,9 +194,14 @@ TEST_P(CudaOpsHalf, Gpt2SmallTimings) {
       {"cross-entropy fwd", 3, [&] { ops.softmax_cross_entropy_forward(losses, stats, logits, d_targets, N, V); }},
       {"cross-entropy bwd", 3, [&] { ops.softmax_cross_entropy_backward(dlogits, logits, stats, d_targets, N, V, loss_scale); }},
       {"classifier fwd (padded logits)", 3, [&] { ops.classifier_forward(losses, stats, padded_logits, x, params, d_targets, N, C, V, std::nullopt); }},
-      {"classifier bwd (padded logits)", 3, [&] { ops.classifier_backward(y, grads, padded_logits, stats, x, params, d_targets, N, C, V, loss_scale, kFirst); }},
+      {"classifier bwd (padded logits)", 3, [&] { ops.classifier_backward(y, padded_logits, stats, params, d_targets, N, C, V, loss_scale, kFirst); }},
       {"classifier fwd with dlogits (padded logits)", 3, [&] { ops.classifier_forward(losses, stats, padded_logits, x, params, d_targets, N, C, V, loss_scale); }},
-      {"classifier bwd from dlogits (padded logits)", 3, [&] { ops.classifier_backward_from_dlogits(y, grads, padded_logits, x, params, N, C, V, kFirst); }},
+      {"classifier bwd from dlogits (padded logits)", 3, [&] { ops.classifier_backward_from_dlogits(y, padded_logits, params, N, C, V, kFirst); }},
+      {"classifier weight bwd (padded logits)", 3, [&] { ops.classifier_weight_backward(grads, padded_logits, x, N, C, V, 0, V); }},
+      {"classifier weight bwd in 4 parts", 3, [&] {
+         for (int part = 3; part >= 0; --part)
+           ops.classifier_weight_backward(grads, padded_logits, x, N, C, V, V * part / 32 * 8, part == 3 ? V : V * (part + 1) / 32 * 8);
+       }},
       {"parameters_changed 38.6M (wte + 4C)", 3, [&] { ops.parameters_changed(params, 0, param_elems); }},
   };
   for (const Timed& t : timed) {

@@ -670,11 +670,13 @@ TEST(CpuOpsCrossEntropy, ClassifierIsMatmulThenCrossEntropy) {
                          weight.data(), targets.data(), kRows, kChannels, kVocab, std::nullopt);
   EXPECT_EQ(fused_losses, losses);
   EXPECT_EQ(std::vector<float>(fused_logits, fused_logits + logits.size()), logits);
-  ops.classifier_backward(fused_dinp.data(), fused_dweight.data(), fused_logits,
-                          fused_stats.data(), inp.data(), weight.data(), targets.data(), kRows,
-                          kChannels, kVocab, loss_scale, GradientWrite::accumulate);
+  ops.classifier_backward(fused_dinp.data(), fused_logits, fused_stats.data(), weight.data(),
+                          targets.data(), kRows, kChannels, kVocab, loss_scale,
+                          GradientWrite::accumulate);
   EXPECT_EQ(std::vector<float>(fused_logits, fused_logits + logits.size()), dlogits);
   EXPECT_EQ(fused_dinp, dinp);
+  ops.classifier_weight_backward(fused_dweight.data(), fused_logits, inp.data(), kRows, kChannels,
+                                 kVocab, 0, kVocab);
   EXPECT_EQ(fused_dweight, dweight);
 
   // A training step's form: the forward leaves dlogits, the backward only multiplies.
@@ -685,10 +687,16 @@ TEST(CpuOpsCrossEntropy, ClassifierIsMatmulThenCrossEntropy) {
   EXPECT_EQ(early_losses, losses);
   EXPECT_EQ(early_stats, row_stats);
   EXPECT_EQ(std::vector<float>(fused_logits, fused_logits + logits.size()), dlogits);
-  ops.classifier_backward_from_dlogits(early_dinp.data(), early_dweight.data(), fused_logits,
-                                       inp.data(), weight.data(), kRows, kChannels, kVocab,
-                                       GradientWrite::accumulate);
+  ops.classifier_backward_from_dlogits(early_dinp.data(), fused_logits, weight.data(), kRows,
+                                       kChannels, kVocab, GradientWrite::accumulate);
   EXPECT_EQ(early_dinp, dinp);
+  // The weight gradient in parts, from the last rows down as the model takes it: each
+  // row's bits are those of the whole range.
+  ops.classifier_weight_backward(early_dweight.data(), fused_logits, inp.data(), kRows, kChannels,
+                                 kVocab, 8, kVocab);
+  EXPECT_NE(early_dweight, dweight);
+  ops.classifier_weight_backward(early_dweight.data(), fused_logits, inp.data(), kRows, kChannels,
+                                 kVocab, 0, 8);
   EXPECT_EQ(early_dweight, dweight);
   ops.release(fused_logits);
 }
@@ -753,8 +761,10 @@ TEST(CpuOpsGradientWrite, OverwriteEqualsAccumulatingIntoZeros) {
         std::vector<float> losses(kRows), stats(2 * kRows);
         ops.classifier_forward(losses.data(), stats.data(), logits, inp.data(), lm_weight.data(),
                                targets.data(), kRows, kChannels, kVocab, std::nullopt);
-        ops.classifier_backward(dinp, dparams, logits, stats.data(), inp.data(), lm_weight.data(),
-                                targets.data(), kRows, kChannels, kVocab, 0.5f, w);
+        ops.classifier_backward(dinp, logits, stats.data(), lm_weight.data(), targets.data(),
+                                kRows, kChannels, kVocab, 0.5f, w);
+        ops.classifier_weight_backward(dparams, logits, inp.data(), kRows, kChannels, kVocab, 0,
+                                       kVocab);
         ops.release(logits);
       });
 }

@@ -156,6 +156,59 @@ TEST(TrainingForward, LossScaleInForwardGivesTheSameLossAndGradientsBitForBit) {
   EXPECT_GT(gradient_norm, 0.0) << "all-zero gradients would test nothing";
 }
 
+// A sink that asks for the embeddings in parts. At each part's report it checks that the
+// gradients from the part's start to the segment's end already hold their final values.
+class PartsSink : public FullGradient {
+ public:
+  PartsSink(const ParameterLayout& layout, std::vector<size_t> cuts, const std::vector<float>& final_grads)
+      : FullGradient(layout, final_grads.size()), cuts_(std::move(cuts)), final_(final_grads) {}
+  std::vector<size_t> segment_cuts(int segment) const override {
+    return segment == layout_.embedding_segment() ? cuts_ : std::vector<size_t>{};
+  }
+  void segment_done_from(int segment, size_t offset_elems) override {
+    parts.push_back(offset_elems);
+    const Segment& seg = layout_.segments[segment];
+    for (size_t i = seg.begin_elems + offset_elems; i < seg.end_elems; ++i)
+      if (grads[i] != final_[i]) ++early_reports;
+  }
+  std::vector<size_t> parts;
+  size_t early_reports = 0;  // elements reported final before they were
+
+ private:
+  std::vector<size_t> cuts_;
+  const std::vector<float>& final_;
+};
+
+// The LM head's weight gradient, last in backward, comes in parts from the last vocabulary
+// rows down, each starting on a whole row, a multiple of 8, at or below a cut; a cut in wpe
+// is final at once, and a cut below row 8 makes no part. The gradient is the uncut one,
+// bit for bit.
+TEST(EmbeddingsInParts, ReportedFromTheEndDownOnWholeRowsWithTheUncutGradient) {
+  const ModelShape shape{2, 8, 2, 43, 6, true};
+  const int batch = 2, seq = 6;
+  const ParameterLayout layout = make_parameter_layout(shape);
+  ASSERT_EQ(layout.wte, layout.segments[layout.embedding_segment()].begin_elems);
+  const TokenBatch tokens(shape.vocab, batch * seq, 17);
+  const size_t wpe_at = static_cast<size_t>(shape.vocab) * shape.channels;  // 344
+  auto run = [&](GradientSink& sink) {
+    CpuOps ops;
+    Gpt model(ops, shape, batch, seq, layout.param_elems);
+    model.initialize(5);
+    model.forward(tokens.inputs.data(), tokens.targets.data(), nullptr, 0.25f);
+    model.backward(sink, 0.25f);
+  };
+  FullGradient uncut(layout, layout.param_elems);
+  run(uncut);
+  // Rows 0, 12 and 25 of C = 8, and 5 elements into wpe.
+  PartsSink parts(layout, {3, 100, 200, wpe_at + 5}, uncut.grads);
+  run(parts);
+  // Row 25 gives the part from row 24, row 12 the one from row 8.
+  EXPECT_EQ(parts.parts, (std::vector<size_t>{wpe_at + 5, 24 * 8, 8 * 8}));
+  EXPECT_EQ(parts.early_reports, 0u);
+  EXPECT_EQ(parts.done.back(), layout.embedding_segment());
+  EXPECT_EQ(parts.grads, uncut.grads);
+}
+
 // Recomputation runs the same ops on the same inputs in the same order, so the loss and
 // every gradient must be bit-identical to the run that kept its activations, and the
 // backward must hand the sink the same segments in the same order.

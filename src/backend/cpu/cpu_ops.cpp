@@ -264,15 +264,12 @@ void CpuOps::matmul_forward(float* out, const float* inp, const float* weight,
   }
 }
 
-void CpuOps::matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                             const float* inp, const float* weight, int rows, int in_channels,
-                             int out_channels, GradientWrite dinp_write) {
-  check_positive(rows, "matmul rows");
-  check_positive(in_channels, "matmul in_channels");
-  check_positive(out_channels, "matmul out_channels");
-  start_input_gradient(dinp, static_cast<size_t>(rows) * in_channels, dinp_write);
-  // dinp[n,:] += sum_o dout[n,o] * weight[o,:]: contiguous rows of the weight, summed in
-  // increasing o for every element.
+namespace {
+
+// dinp[n,:] += sum_o dout[n,o] * weight[o,:]: contiguous rows of the weight, summed in
+// increasing o for every element.
+void add_input_gradient(float* dinp, const float* dout, const float* weight, int rows,
+                        int in_channels, int out_channels) {
   for (int row_begin = 0; row_begin < rows; row_begin += kMatmulRowBlock) {
     int row_end = std::min(rows, row_begin + kMatmulRowBlock);
     for (int o = 0; o < out_channels; ++o) {
@@ -283,10 +280,15 @@ void CpuOps::matmul_backward(float* dinp, float* dweight, float* dbias, const fl
       }
     }
   }
-  // dweight[o,:] += sum_n dout[n,o] * inp[n,:], summed in increasing n whatever the block.
+}
+
+// dweight[o,:] += sum_n dout[n,o] * inp[n,:] for o in [out_begin, out_end), summed in
+// increasing n whatever the block or the range.
+void add_weight_gradient(float* dweight, const float* dout, const float* inp, int rows,
+                         int in_channels, int out_channels, int out_begin, int out_end) {
   for (int row_begin = 0; row_begin < rows; row_begin += kWeightGradRowBlock) {
     int row_end = std::min(rows, row_begin + kWeightGradRowBlock);
-    for (int o = 0; o < out_channels; ++o) {
+    for (int o = out_begin; o < out_end; ++o) {
       float* dweight_row = dweight + static_cast<size_t>(o) * in_channels;
       for (int n = row_begin; n < row_end; ++n) {
         float factor = dout[static_cast<size_t>(n) * out_channels + o];
@@ -294,6 +296,19 @@ void CpuOps::matmul_backward(float* dinp, float* dweight, float* dbias, const fl
       }
     }
   }
+}
+
+}  // namespace
+
+void CpuOps::matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                             const float* inp, const float* weight, int rows, int in_channels,
+                             int out_channels, GradientWrite dinp_write) {
+  check_positive(rows, "matmul rows");
+  check_positive(in_channels, "matmul in_channels");
+  check_positive(out_channels, "matmul out_channels");
+  start_input_gradient(dinp, static_cast<size_t>(rows) * in_channels, dinp_write);
+  add_input_gradient(dinp, dout, weight, rows, in_channels, out_channels);
+  add_weight_gradient(dweight, dout, inp, rows, in_channels, out_channels, 0, out_channels);
   if (dbias != nullptr) {
     std::vector<double> bias_totals(static_cast<size_t>(out_channels), 0.0);
     for (int n = 0; n < rows; ++n) {
@@ -302,6 +317,27 @@ void CpuOps::matmul_backward(float* dinp, float* dweight, float* dbias, const fl
     }
     for (int o = 0; o < out_channels; ++o) dbias[o] += static_cast<float>(bias_totals[o]);
   }
+}
+
+void CpuOps::classifier_backward_from_dlogits(float* dinp, const float* dlogits,
+                                              const float* weight, int rows, int channels,
+                                              int vocab, GradientWrite dinp_write) {
+  check_positive(rows, "classifier rows");
+  check_positive(channels, "classifier channels");
+  check_positive(vocab, "classifier vocab");
+  start_input_gradient(dinp, static_cast<size_t>(rows) * channels, dinp_write);
+  add_input_gradient(dinp, dlogits, weight, rows, channels, vocab);
+}
+
+void CpuOps::classifier_weight_backward(float* dweight, const float* dlogits, const float* inp,
+                                        int rows, int channels, int vocab, int vocab_begin,
+                                        int vocab_end) {
+  check_positive(rows, "classifier rows");
+  check_positive(channels, "classifier channels");
+  SCALESTUDY_CHECK(vocab_begin >= 0 && vocab_begin < vocab_end && vocab_end <= vocab &&
+                       vocab_begin % 8 == 0,
+                   "classifier_weight_backward: rows must be a non-empty range from a multiple of 8");
+  add_weight_gradient(dweight, dlogits, inp, rows, channels, vocab, vocab_begin, vocab_end);
 }
 
 // ---- attention ----------------------------------------------------------------------

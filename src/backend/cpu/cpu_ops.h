@@ -60,6 +60,12 @@ class CpuOps final : public Ops {
   void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                        const float* inp, const float* weight, int rows, int in_channels,
                        int out_channels, GradientWrite dinp_write) override;
+  void classifier_backward_from_dlogits(float* dinp, const float* dlogits, const float* weight,
+                                        int rows, int channels, int vocab,
+                                        GradientWrite dinp_write) override;
+  void classifier_weight_backward(float* dweight, const float* dlogits, const float* inp,
+                                  int rows, int channels, int vocab, int vocab_begin,
+                                  int vocab_end) override;
 
   void attention_forward(float* out, float* probs, const float* qkv,
                          const AttentionShape& shape) override;

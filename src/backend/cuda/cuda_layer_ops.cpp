@@ -434,38 +434,65 @@ void CudaOps::classifier_forward(float* losses, float* row_stats, float* logits,
   });
 }
 
-void CudaOps::classifier_backward_from_dlogits(float* dinp, float* dweight, const float* dlogits,
-                                               const float* inp, const float* weight, int rows,
-                                               int channels, int vocab,
-                                               GradientWrite dinp_write) {
-  const int stride = padded_logits_stride(dlogits, rows, vocab);
-  if (stride == 0) {
-    Ops::classifier_backward_from_dlogits(dinp, dweight, dlogits, inp, weight, rows, channels,
-                                          vocab, dinp_write);
+// fp32 logits are the plain [N,V]; 16-bit ones come from allocate_logits, padded.
+int CudaOps::classifier_logits_stride(const float* logits, int rows, int vocab) const {
+  if (!half_mode()) return vocab;
+  const int stride = padded_logits_stride(logits, rows, vocab);
+  SCALESTUDY_CHECK(stride != 0, "classifier backward: 16-bit logits must come from allocate_logits");
+  return stride;
+}
+
+void CudaOps::classifier_backward_from_dlogits(float* dinp, const float* dlogits,
+                                               const float* weight, int rows, int channels,
+                                               int vocab, GradientWrite dinp_write) {
+  ScopedKernelTag tag(KernelCategory::gemm);
+  const int stride = classifier_logits_stride(dlogits, rows, vocab);
+  const bool accumulate = dinp_write == GradientWrite::accumulate;
+  if (!half_mode()) {
+    cuda::launch_classifier_input_gradient(cublas_, stream_, dinp, dlogits, stride, weight, rows,
+                                           channels, vocab, accumulate);
     return;
   }
-  require_fp32(dweight, "classifier dweight");
-  SCALESTUDY_CHECK(stores_half(inp, "classifier inp") && stores_half(dinp, "classifier dinp"),
-                   "classifier_backward: inp and dinp must be activation buffers like the logits");
+  SCALESTUDY_CHECK(stores_half(dinp, "classifier dinp"),
+                   "classifier_backward: dinp must be an activation buffer like the logits");
   const void* weight_copy = parameter_copy_of(weight);
   with_half_type(precision_, [&](auto storage) {
     using Half = typename decltype(storage)::type;
-    ScopedKernelTag tag(KernelCategory::gemm);
-    cuda::launch_classifier_matmul_backward(cublas_, stream_, as<Half>(dinp), dweight,
-                                            as<Half>(dlogits), stride, as<Half>(inp),
-                                            as<Half>(weight_copy), rows, channels, vocab,
-                                            dinp_write == GradientWrite::accumulate);
+    cuda::launch_classifier_input_gradient(cublas_, stream_, as<Half>(dinp), as<Half>(dlogits),
+                                           stride, as<Half>(weight_copy), rows, channels, vocab,
+                                           accumulate);
   });
 }
 
-void CudaOps::classifier_backward(float* dinp, float* dweight, float* logits,
-                                  const float* row_stats, const float* inp, const float* weight,
-                                  const int32_t* targets, int rows, int channels, int vocab,
-                                  float loss_scale, GradientWrite dinp_write) {
+void CudaOps::classifier_weight_backward(float* dweight, const float* dlogits, const float* inp,
+                                         int rows, int channels, int vocab, int vocab_begin,
+                                         int vocab_end) {
+  ScopedKernelTag tag(KernelCategory::gemm);
+  require_fp32(dweight, "classifier dweight");
+  const int stride = classifier_logits_stride(dlogits, rows, vocab);
+  if (!half_mode()) {
+    cuda::launch_classifier_weight_gradient(cublas_, stream_, dweight, dlogits, stride, inp, rows,
+                                            channels, vocab, vocab_begin, vocab_end);
+    return;
+  }
+  SCALESTUDY_CHECK(stores_half(inp, "classifier inp"),
+                   "classifier_weight_backward: inp must be an activation buffer like the logits");
+  with_half_type(precision_, [&](auto storage) {
+    using Half = typename decltype(storage)::type;
+    cuda::launch_classifier_weight_gradient(cublas_, stream_, dweight, as<Half>(dlogits), stride,
+                                            as<Half>(inp), rows, channels, vocab, vocab_begin,
+                                            vocab_end);
+  });
+}
+
+void CudaOps::classifier_backward(float* dinp, float* logits, const float* row_stats,
+                                  const float* weight, const int32_t* targets, int rows,
+                                  int channels, int vocab, float loss_scale,
+                                  GradientWrite dinp_write) {
   const int stride = padded_logits_stride(logits, rows, vocab);
   if (stride == 0) {
-    Ops::classifier_backward(dinp, dweight, logits, row_stats, inp, weight, targets, rows,
-                             channels, vocab, loss_scale, dinp_write);
+    Ops::classifier_backward(dinp, logits, row_stats, weight, targets, rows, channels, vocab,
+                             loss_scale, dinp_write);
     return;
   }
   require_fp32(row_stats, "cross-entropy row statistics");
@@ -476,8 +503,7 @@ void CudaOps::classifier_backward(float* dinp, float* dweight, float* logits,
                                                 row_stats, targets, rows, vocab, stride,
                                                 loss_scale);
   });
-  classifier_backward_from_dlogits(dinp, dweight, logits, inp, weight, rows, channels, vocab,
-                                   dinp_write);
+  classifier_backward_from_dlogits(dinp, logits, weight, rows, channels, vocab, dinp_write);
 }
 
 }  // namespace scalestudy

@@ -168,14 +168,15 @@ class CudaOps final : public Ops {
   void classifier_forward(float* losses, float* row_stats, float* logits, const float* inp,
                           const float* weight, const int32_t* targets, int rows, int channels,
                           int vocab, std::optional<float> dlogits_scale) override;
-  void classifier_backward_from_dlogits(float* dinp, float* dweight, const float* dlogits,
-                                        const float* inp, const float* weight, int rows,
-                                        int channels, int vocab,
+  void classifier_backward_from_dlogits(float* dinp, const float* dlogits, const float* weight,
+                                        int rows, int channels, int vocab,
                                         GradientWrite dinp_write) override;
-  void classifier_backward(float* dinp, float* dweight, float* logits, const float* row_stats,
-                           const float* inp, const float* weight, const int32_t* targets,
-                           int rows, int channels, int vocab, float loss_scale,
-                           GradientWrite dinp_write) override;
+  void classifier_weight_backward(float* dweight, const float* dlogits, const float* inp,
+                                  int rows, int channels, int vocab, int vocab_begin,
+                                  int vocab_end) override;
+  void classifier_backward(float* dinp, float* logits, const float* row_stats,
+                           const float* weight, const int32_t* targets, int rows, int channels,
+                           int vocab, float loss_scale, GradientWrite dinp_write) override;
   double sum(const float* x, size_t elems) override;
 
   double sum_of_squares(const float* x, size_t elems) override;
@@ -215,6 +216,8 @@ class CudaOps final : public Ops {
   // The padded row stride of a 16-bit logits buffer from allocate_logits (checked against
   // rows and vocab), or 0 for any other buffer.
   int padded_logits_stride(const float* logits, int rows, int vocab) const;
+  // The classifier's backward reads logits rows this many elements apart.
+  int classifier_logits_stride(const float* logits, int rows, int vocab) const;
   // An activation operand of an op, for the storage check.
   struct Operand {
     const void* ptr;
