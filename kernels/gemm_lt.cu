@@ -56,9 +56,9 @@ EpilogueGemm::Plan* EpilogueGemm::plan_for(Epilogue epilogue, cudaDataType_t typ
                                            int k) {
   for (Plan& plan : plans_)
     if (plan.epilogue == epilogue && plan.type == type && plan.m == m && plan.n == n &&
-        plan.k == k)
+        plan.k == k && plan.multiprocessor_target == multiprocessor_target_)
       return plan.usable ? &plan : nullptr;
-  Plan plan{epilogue, type, m, n, k};
+  Plan plan{epilogue, type, m, n, k, multiprocessor_target_};
   const bool transposed_a = epilogue != Epilogue::dgelu;
   cublasLtEpilogue_t kind = CUBLASLT_EPILOGUE_BIAS;
   if (epilogue == Epilogue::gelu_aux_bias) kind = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
@@ -70,6 +70,8 @@ EpilogueGemm::Plan* EpilogueGemm::plan_for(Epilogue epilogue, cudaDataType_t typ
   set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, kind);
   if (epilogue != Epilogue::bias)
     set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, int64_t{m});
+  if (multiprocessor_target_ > 0)
+    set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, int32_t{multiprocessor_target_});
   if (transposed_a)
     CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&plan.a_layout, type, k, m, k));
   else

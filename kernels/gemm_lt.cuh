@@ -57,6 +57,9 @@ class EpilogueGemm {
   bool gelu_input_gradient(cudaStream_t stream, cudaDataType_t type, void* dpre,
                            const void* dout, const void* weight, const void* pre, int rows,
                            int in_channels, int out_channels);
+  // The multiprocessors the GEMMs from now on are sized for (cuBLASLt's SM count target),
+  // where other kernels hold the rest; 0 for the whole device. Each target has its plans.
+  void set_multiprocessor_target(int multiprocessors) { multiprocessor_target_ = multiprocessors; }
 
  private:
   enum class Epilogue { bias, gelu_aux_bias, dgelu };
@@ -65,6 +68,7 @@ class EpilogueGemm {
     Epilogue epilogue;
     cudaDataType_t type;
     int m, n, k;
+    int multiprocessor_target;
     bool usable = false;  // cuBLASLt had an algorithm for it
     cublasLtMatmulDesc_t desc = nullptr;
     cublasLtMatrixLayout_t a_layout = nullptr, b_layout = nullptr, d_layout = nullptr;
@@ -81,6 +85,7 @@ class EpilogueGemm {
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   std::vector<Plan> plans_;
+  int multiprocessor_target_ = 0;
 };
 
 }  // namespace scalestudy::cuda

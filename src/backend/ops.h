@@ -202,6 +202,12 @@ class Ops {
                                               const float* row_stats, const int32_t* targets,
                                               int rows, int vocab, float loss_scale) = 0;
 
+  // From now on, communication kernels may run beside this backend's on up to `count` of
+  // the device's multiprocessors (0: none). A backend whose kernels fill the device sizes
+  // them for the rest, so that none of their blocks waits for a multiprocessor that the
+  // communication holds.
+  virtual void reserve_multiprocessors(int count) { (void)count; }
+
   // ---- the classifier: the tied LM head and the cross-entropy together ---------------
   // logits[N,V] = inp[N,C] @ weight[V,C]^T (no bias), then the cross-entropy forward. The
   // logits buffer comes from allocate_logits, whose row layout is the backend's: the CUDA

@@ -79,6 +79,9 @@ class Communicator {
   // The lane of the float collectives started from now on (LaneScope sets it for a scope);
   // awaited until set. Every rank must start the same collectives in the same lanes.
   virtual void set_lane(CommLane lane) { (void)lane; }
+  // The most multiprocessors an overlapped-lane collective's kernels hold on this rank's
+  // GPU, where the communicator bounds them; 0 where it does not (or runs none).
+  virtual int overlapped_lane_multiprocessors() const { return 0; }
 
   // Waits for a collective. A collective that does not finish within the timeout ends
   // the job with a message naming the rank, the collective and its phase.

@@ -35,7 +35,7 @@ std::string NcclCommunicator::nccl_version() {
 
 NcclCommunicator::NcclCommunicator(MPI_Comm comm, cudaStream_t compute_stream, double timeout_s,
                                    bool copy_engines, int overlapped_ctas)
-    : timeout_s_(timeout_s), compute_stream_(compute_stream) {
+    : timeout_s_(timeout_s), compute_stream_(compute_stream), overlapped_ctas_(overlapped_ctas) {
   CHECK_MPI(MPI_Comm_dup(comm, &mpi_comm_));
   CHECK_MPI(MPI_Comm_rank(mpi_comm_, &rank_));
   CHECK_MPI(MPI_Comm_size(mpi_comm_, &world_size_));

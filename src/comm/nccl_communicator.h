@@ -108,6 +108,9 @@ class NcclCommunicator final : public Communicator {
   CommHandle start_barrier(const std::string& phase) override;
 
   void set_lane(CommLane lane) override { lane_ = lane; }
+  int overlapped_lane_multiprocessors() const override {
+    return overlapped_comm_ && world_size_ > 1 ? overlapped_ctas_ : 0;
+  }
   void finish(CommHandle handle) override;
   void finish_all() override;
   void set_epoch(std::chrono::steady_clock::time_point epoch) override;
@@ -197,6 +200,7 @@ class NcclCommunicator final : public Communicator {
   void* wire_ = nullptr;  // bf16 staging of the bf16 collectives
   ncclComm_t copy_comm_ = nullptr;  // zero-CTA policy; null without copy engines
   ncclComm_t overlapped_comm_ = nullptr;  // at most overlapped_ctas CTAs; null without
+  int overlapped_ctas_ = 0;
   CommLane lane_ = CommLane::awaited;
   size_t overlapped_calls_ = 0;
   Window stage_a_, stage_b_;  // the staging windows A and B (above)

@@ -28,6 +28,8 @@ void DdpStrategy::begin_micro_batch(int micro_batch, int micro_batches) {
   if (micro_batch == 0) ops_.fill_zero(grads_, plan_.padded_elems);
   last_micro_batch_ = micro_batch == micro_batches - 1;
   next_bucket_ = static_cast<int>(plan_.buckets.size()) - 1;
+  // The last backward runs beside the buckets' allreduces.
+  if (config_.overlap && last_micro_batch_) reserve_for_overlapped_lane(ops_, comm_, true);
 }
 
 float* DdpStrategy::segment_gradients(int segment) {
@@ -62,6 +64,7 @@ void DdpStrategy::finish_gradient_sync() {
   }
   for (CommHandle handle : in_flight_) comm_.finish(handle);
   in_flight_.clear();
+  reserve_for_overlapped_lane(ops_, comm_, false);
 }
 
 OptimizerStats DdpStrategy::optimizer_step(float learning_rate, int adam_step, float grad_scale) {

@@ -48,6 +48,10 @@ CommLane lane_after_segment(const ParameterLayout& layout, int segment, size_t o
                                                                      : CommLane::overlapped;
 }
 
+void reserve_for_overlapped_lane(Ops& ops, const Communicator& comm, bool overlapping) {
+  ops.reserve_multiprocessors(overlapping ? comm.overlapped_lane_multiprocessors() : 0);
+}
+
 float clip_factor(double grad_norm, float max_norm) {
   if (max_norm <= 0.0f || grad_norm <= max_norm) return 1.0f;
   return static_cast<float>(max_norm / (grad_norm + 1e-6));

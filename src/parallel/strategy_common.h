@@ -33,6 +33,10 @@ std::vector<size_t> bucket_cuts(const BucketPlan& plan, const Segment& segment);
 // for the embeddings' last part, which nothing follows.
 CommLane lane_after_segment(const ParameterLayout& layout, int segment, size_t offset_elems);
 
+// Sizes the backend's kernels for the multiprocessors that the overlapped lane's
+// collectives leave free, from now until the call with `overlapping` false.
+void reserve_for_overlapped_lane(Ops& ops, const Communicator& comm, bool overlapping);
+
 // The factor that brings the global gradient norm down to max_norm (1 when below it
 // or when clipping is off).
 float clip_factor(double grad_norm, float max_norm);

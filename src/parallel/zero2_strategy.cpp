@@ -61,6 +61,9 @@ bool Zero2Strategy::overlaps(int bucket, size_t begin, size_t end) const {
 }
 
 void Zero2Strategy::begin_step() {
+  // With overlap, forward runs beside the parameter allgathers and backward beside the
+  // reduce-scatters.
+  if (config_.overlap) reserve_for_overlapped_lane(ops_, comm_, true);
   if (gather_pending_) start_gathers();
 }
 
@@ -155,6 +158,7 @@ void Zero2Strategy::complete_reduce(int b) {
 void Zero2Strategy::finish_gradient_sync() {
   SCALESTUDY_CHECK(next_bucket_ < 0, "backward ended with buckets never reduced");
   while (!reducing_.empty()) complete_reduce(reducing_.front());
+  reserve_for_overlapped_lane(ops_, comm_, false);
 }
 
 OptimizerStats Zero2Strategy::optimizer_step(float learning_rate, int adam_step, float grad_scale) {

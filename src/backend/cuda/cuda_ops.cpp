@@ -45,6 +45,7 @@ CudaOps::CudaOps(int device, Precision precision) : device_(device), precision_(
                    "cuda backend: device " + std::to_string(device) + " requested, " +
                        std::to_string(count) + " visible");
   CHECK_CUDA(cudaSetDevice(device_));
+  CHECK_CUDA(cudaDeviceGetAttribute(&multiprocessors_, cudaDevAttrMultiProcessorCount, device_));
   CHECK_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   CHECK_CUBLAS(cublasCreate(&cublas_));
   CHECK_CUBLAS(cublasSetStream(cublas_, stream_));
@@ -68,6 +69,23 @@ CudaOps::CudaOps(int device, Precision precision) : device_(device), precision_(
   bytes_by_kind_[static_cast<size_t>(MemoryKind::other)] +=
       (reduction_partials_elems_ + 1) * sizeof(double);
   sample_device_usage();
+}
+
+// The overlapped lane's NCCL kernels hold their multiprocessors for as long as a collective
+// lasts. cuBLAS's Hopper GEMMs launch about one block a multiprocessor: sized for all of
+// them, the blocks that find theirs held wait for the collective to end, and the whole GEMM
+// with them. On 2 H200s at 8afc68c, GEMMs sized for 128 of 132 multiprocessors beside
+// 4-CTA collectives made the ddp+overlap step 0.5-0.6 ms shorter, sized for 120 2.8 ms
+// longer (docs/performance-notes.md, change 24).
+void CudaOps::reserve_multiprocessors(int count) {
+  SCALESTUDY_CHECK(count >= 0 && count < multiprocessors_,
+                   "reserve_multiprocessors: " + std::to_string(count) + " of " +
+                       std::to_string(multiprocessors_) + " multiprocessors");
+  const int target = count > 0 ? multiprocessors_ - count : 0;
+  if (target == multiprocessor_target_) return;
+  multiprocessor_target_ = target;
+  CHECK_CUBLAS(cublasSetSmCountTarget(cublas_, target));
+  if (epilogue_gemm_) epilogue_gemm_->set_multiprocessor_target(target);
 }
 
 CudaOps::~CudaOps() {

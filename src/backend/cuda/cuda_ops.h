@@ -178,6 +178,8 @@ class CudaOps final : public Ops {
                            const float* weight, const int32_t* targets, int rows, int channels,
                            int vocab, float loss_scale, GradientWrite dinp_write) override;
   double sum(const float* x, size_t elems) override;
+  // cuBLAS's and cuBLASLt's SM count target: GEMMs sized for the multiprocessors left.
+  void reserve_multiprocessors(int count) override;
 
   double sum_of_squares(const float* x, size_t elems) override;
   void scale(float* x, size_t elems, float factor) override;
@@ -255,6 +257,8 @@ class CudaOps final : public Ops {
   void sample_device_usage() const;
 
   int device_ = 0;
+  int multiprocessors_ = 0;        // the device's
+  int multiprocessor_target_ = 0;  // the GEMMs' (0: all of them)
   Precision precision_ = Precision::fp32;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
