@@ -14,6 +14,9 @@ namespace scalestudy {
 
 Trainer::Trainer(const RunConfig& config, Ops& ops, Communicator& comm, MPI_Comm control)
     : config_(config), ops_(ops), comm_(comm), control_(control), timer_(ops.make_step_timer()), clock_(*timer_) {
+  int control_size = 0;
+  CHECK_MPI(MPI_Comm_size(control_, &control_size));
+  SCALESTUDY_CHECK(control_size == comm_.world_size(), "the control communicator must hold the same ranks");
   resolve_batch_for_world(config_, comm_.world_size());
   check_same_config(control_, config_hash(config_));
 
@@ -102,8 +105,11 @@ StepRecord Trainer::train_step(int step) {
     stats = strategy_->optimizer_step(record.learning_rate, applied_updates_ + 1, 1.0f / record.loss_scale);
   }
   loss_sum += model_->mean_loss();
-  double global_loss = loss_sum / micro_batches;
-  comm_.allreduce(&global_loss, 1, phase_name(Phase::step));
+  // The loss is on the host already: summed there, it costs the device no round trip
+  // through a device collective at the end of the step.
+  const double local_loss = loss_sum / micro_batches;
+  double global_loss = 0.0;
+  CHECK_MPI(MPI_Allreduce(&local_loss, &global_loss, 1, MPI_DOUBLE, MPI_SUM, control_));
   record.loss = global_loss / comm_.world_size();
   record.grad_norm = stats.grad_norm;
   record.skipped = stats.skipped;

@@ -67,12 +67,27 @@ struct GpuRun {
   size_t overlapped_calls = 0;  // NCCL calls on the overlapped lane's communicator
 };
 
+// An NCCL communicator that tells the strategies to size the GPU's kernels as beside an
+// overlapped lane of `reported` CTAs, whether it has one or not.
+class ReportingNcclCommunicator final : public NcclCommunicator {
+ public:
+  ReportingNcclCommunicator(cudaStream_t stream, bool copy_engines, int overlapped_ctas, int reported)
+      : NcclCommunicator(MPI_COMM_WORLD, stream, 120.0, copy_engines, overlapped_ctas), reported_(reported) {}
+  int overlapped_lane_multiprocessors() const override {
+    return reported_ >= 0 ? reported_ : NcclCommunicator::overlapped_lane_multiprocessors();
+  }
+
+ private:
+  int reported_;
+};
+
+// reported_multiprocessors >= 0 overrides the communicator's overlapped_lane_multiprocessors.
 GpuRun train_on_gpus(const std::string& strategy, const std::string& overlap, Precision precision = Precision::fp32,
                      Precision grad_reduce = Precision::fp32, CommEngine engine = CommEngine::sm,
-                     int overlapped_ctas = 0) {
+                     int overlapped_ctas = 0, int reported_multiprocessors = -1) {
   const ProcessPlacement where = discover_placement(MPI_COMM_WORLD);
   CudaOps ops(where.local_rank, precision);
-  NcclCommunicator comm(MPI_COMM_WORLD, ops.stream(), 120.0, engine == CommEngine::copy, overlapped_ctas);
+  ReportingNcclCommunicator comm(ops.stream(), engine == CommEngine::copy, overlapped_ctas, reported_multiprocessors);
   RunConfig config = make_config("cuda", strategy, overlap, precision_name(precision));
   config.grad_reduce = grad_reduce;
   config.comm_engine = engine;
@@ -130,6 +145,12 @@ TEST(NcclStrategies, AllStrategiesAgreeWithEachOtherAndWithTheCpu) {
     const std::vector<float> params = train_on_gpus(strategy, overlap).final;
     expect_close(params, ddp, kStrategyRtol, kStrategyAtol, strategy + " overlap " + overlap + " against ddp");
   }
+  // With an overlapped lane of 2 CTAs, whose GEMMs are sized for the multiprocessors left.
+  for (const std::string strategy : {"ddp", "zero2"}) {
+    const std::vector<float> params =
+        train_on_gpus(strategy, "on", Precision::fp32, Precision::fp32, CommEngine::sm, 2).final;
+    expect_close(params, ddp, kStrategyRtol, kStrategyAtol, strategy + " overlap on, 2 overlapped CTAs, against ddp");
+  }
 }
 
 TEST(NcclStrategies, Bf16StrategiesAgreeWithEachOtherAndWithTheCpu) {
@@ -165,11 +186,12 @@ TEST(NcclStrategies, CopyEnginesTrainBitForBitAsNcclKernels) {
 }
 
 // The overlapped lane's NCCL communicator runs the same sums with fewer CTAs: on two ranks
-// each is one addition, so training is bit for bit the one-lane run's.
+// each is one addition, so training is bit for bit the one-lane run's, when that run's GEMMs
+// are sized for the same multiprocessors (a GEMM sized for fewer may sum in another order).
 TEST(NcclStrategies, OverlappedLaneTrainsBitForBitAsOneLane) {
   if (!have_two_gpus()) GTEST_SKIP() << "needs 2 ranks with a visible GPU each: multi-GPU tests skipped";
   for (const std::string strategy : {"ddp", "zero2"}) {
-    const GpuRun one = train_on_gpus(strategy, "on");
+    const GpuRun one = train_on_gpus(strategy, "on", Precision::fp32, Precision::fp32, CommEngine::sm, 0, 2);
     const GpuRun two = train_on_gpus(strategy, "on", Precision::fp32, Precision::fp32, CommEngine::sm, 2);
     EXPECT_EQ(one.overlapped_calls, 0u);
     EXPECT_GT(two.overlapped_calls, 0u) << strategy << ": no bucket ran in the overlapped lane";
