@@ -145,11 +145,14 @@ TEST(NcclStrategies, AllStrategiesAgreeWithEachOtherAndWithTheCpu) {
     const std::vector<float> params = train_on_gpus(strategy, overlap).final;
     expect_close(params, ddp, kStrategyRtol, kStrategyAtol, strategy + " overlap " + overlap + " against ddp");
   }
-  // With an overlapped lane of 2 CTAs, whose GEMMs are sized for the multiprocessors left.
+  // With an overlapped lane of 2 CTAs, whose GEMMs are sized for the multiprocessors left:
+  // other GEMM kernels add the dot products in other orders, as cuBLAS and the CPU do, so
+  // within the CPU comparison's bounds (at 9802efb, 3 of the tiny model's parameters, near
+  // zero after AdamW, differed from ddp's by 1.04e-6, beyond kStrategyAtol).
   for (const std::string strategy : {"ddp", "zero2"}) {
     const std::vector<float> params =
         train_on_gpus(strategy, "on", Precision::fp32, Precision::fp32, CommEngine::sm, 2).final;
-    expect_close(params, ddp, kStrategyRtol, kStrategyAtol, strategy + " overlap on, 2 overlapped CTAs, against ddp");
+    expect_close(params, ddp, kCpuRtol, kCpuAtol, strategy + " overlap on, 2 overlapped CTAs, against ddp");
   }
 }
 
