@@ -75,7 +75,7 @@ CudaOps::CudaOps(int device, Precision precision) : device_(device), precision_(
 // lasts. cuBLAS's Hopper GEMMs launch about one block a multiprocessor: sized for all of
 // them, the blocks that find theirs held wait for the collective to end, and the whole GEMM
 // with them. On 2 H200s at 8afc68c, GEMMs sized for 128 of 132 multiprocessors beside
-// 4-CTA collectives made the ddp+overlap step 0.5-0.6 ms shorter, sized for 120 2.8 ms
+// 4-CTA collectives made the ddp+overlap step 0.5-0.6 ms shorter, sized for 120 2.8-3.1 ms
 // longer (docs/performance-notes.md, change 24).
 void CudaOps::reserve_multiprocessors(int count) {
   SCALESTUDY_CHECK(count >= 0 && count < multiprocessors_,
