@@ -53,13 +53,7 @@ NcclCommunicator::NcclCommunicator(MPI_Comm comm, cudaStream_t compute_stream, d
     config.maxCTAs = overlapped_ctas;
     CHECK_NCCL(ncclCommSplit(nccl_, 0, rank_, &overlapped_comm_, &config));
   }
-  // The greatest priority: a collective's CTAs take the next multiprocessor that frees up,
-  // ahead of the blocks of a GEMM launched before it. At the default priority, the last
-  // overlapped bucket of wte started 0.45 ms after it was ready, once the LM head's last
-  // part had dispatched its last wave (call 8 of measurements/2026-11-22-h200x2-lm-head-parts/).
-  int least_priority = 0, greatest_priority = 0;
-  CHECK_CUDA(cudaDeviceGetStreamPriorityRange(&least_priority, &greatest_priority));
-  CHECK_CUDA(cudaStreamCreateWithPriority(&comm_stream_, cudaStreamNonBlocking, greatest_priority));
+  CHECK_CUDA(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
   CHECK_CUDA(cudaStreamCreateWithFlags(&marker_stream_, cudaStreamNonBlocking));
   CHECK_CUDA(cudaMalloc(&device_barrier_, sizeof(int)));
   CHECK_CUDA(cudaMemset(device_barrier_, 0, sizeof(int)));
