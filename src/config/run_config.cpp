@@ -108,9 +108,10 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
       ("overlapped-ctas", po::value(&raw.overlapped_ctas)->default_value(raw.overlapped_ctas),
        "with --overlap on, on cuda: the most CTAs (multiprocessors) NCCL's kernels take for the buckets that "
        "backward (and, for zero2's parameters, forward) still has whole blocks to hide, through a second NCCL "
-       "communicator, so that the GEMMs beside them slow less; the buckets that compute soon waits for keep "
-       "NCCL's choice; 0: every bucket keeps it; "
-       "auto: 4 on cuda with --comm-engine sm and --overlap on (docs/performance-notes.md, change 20), else 0")
+       "communicator, so that the GEMMs beside them slow less, sized for the multiprocessors left; the buckets "
+       "that compute soon waits for keep NCCL's choice; 0: every bucket keeps it; at most 64; "
+       "auto: 4 on cuda with --comm-engine sm and --overlap on (docs/performance-notes.md, changes 20 and 24), "
+       "else 0")
       ("check-every", po::value(&c.check_every)->default_value(c.check_every),
        "compare a parameter checksum across ranks every N steps; 0 = never")
       ("comm-timeout", po::value(&c.comm_timeout_s)->default_value(c.comm_timeout_s),
@@ -279,6 +280,9 @@ void resolve_and_validate(RunConfig& c, const RawOptions& raw) {
   if (!auto_ctas) {
     c.overlapped_ctas = parse_whole_number("overlapped-ctas", raw.overlapped_ctas);
     if (c.overlapped_ctas < 0) bad_value("overlapped-ctas", raw.overlapped_ctas, "must not be negative");
+    // A lane of more CTAs than NCCL's own choice (24 on 2 H200s) takes more of the GPU, not less.
+    if (c.overlapped_ctas > kMaxOverlappedCtas)
+      bad_value("overlapped-ctas", raw.overlapped_ctas, "must be at most " + std::to_string(kMaxOverlappedCtas));
     if (c.overlapped_ctas > 0 && c.comm_engine == CommEngine::copy)
       bad_value("overlapped-ctas", raw.overlapped_ctas, "applies to NCCL's kernels, not to --comm-engine copy");
     if (c.overlapped_ctas > 0 && !c.overlap)

@@ -19,6 +19,7 @@ enum class CommEngine { sm, copy };
 // --overlapped-ctas auto on cuda with NCCL's kernels and overlap: the fastest 2-GPU step
 // of those measured (docs/performance-notes.md, change 20).
 inline constexpr int kAutoOverlappedCtas = 4;
+inline constexpr int kMaxOverlappedCtas = 64;
 
 struct RunConfig {
   // ---- model ------------------------------------------------------------------------

@@ -116,6 +116,7 @@ TEST(Config, BadInputNamesTheOptionAndValue) {
   expect_usage_error({"--comm-engine", "copy", "--grad-reduce", "bf16"}, {"--comm-engine copy", "fp32"});
   EXPECT_EQ(parse({}).comm_engine, CommEngine::sm);
   expect_usage_error({"--overlapped-ctas", "-1"}, {"--overlapped-ctas -1", "negative"});
+  expect_usage_error({"--overlapped-ctas", "65"}, {"--overlapped-ctas 65", "at most 64"});
   expect_usage_error({"--overlapped-ctas", "8", "--overlap", "on"}, {"--overlapped-ctas 8", "needs --backend cuda"});
   expect_usage_error({"--overlapped-ctas", "four"}, {"--overlapped-ctas four", "auto or a whole number"});
   expect_usage_error({"--overlapped-ctas", "4x"}, {"--overlapped-ctas 4x", "auto or a whole number"});
