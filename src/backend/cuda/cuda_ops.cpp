@@ -72,11 +72,11 @@ CudaOps::CudaOps(int device, Precision precision) : device_(device), precision_(
 }
 
 // The overlapped lane's NCCL kernels hold their multiprocessors for as long as a collective
-// lasts. cuBLAS's Hopper GEMMs launch about one block a multiprocessor: sized for all of
-// them, the blocks that find theirs held wait for the collective to end, and the whole GEMM
-// with them. On 2 H200s at 8afc68c, GEMMs sized for 128 of 132 multiprocessors beside
-// 4-CTA collectives made the ddp+overlap step 0.5-0.6 ms shorter, sized for 120 2.8-3.1 ms
-// longer (docs/performance-notes.md, change 24).
+// lasts, and GEMMs sized for the whole device slow down beside them far more than that
+// share: on 2 H200s the LM head's weight gradient took 4.07 ms in parts beside 4-CTA
+// collectives, 3.19 ms whole and alone, and 3.47 ms in parts sized for the 128 of 132
+// multiprocessors left. The ddp+overlap step was 0.5-0.6 ms shorter sized for 128, and
+// 2.8-3.1 ms longer sized for 120 (docs/performance-notes.md, change 24).
 void CudaOps::reserve_multiprocessors(int count) {
   SCALESTUDY_CHECK(count >= 0 && count < multiprocessors_,
                    "reserve_multiprocessors: " + std::to_string(count) + " of " +
