@@ -203,9 +203,8 @@ class Ops {
                                               int rows, int vocab, float loss_scale) = 0;
 
   // From now on, communication kernels may run beside this backend's on up to `count` of
-  // the device's multiprocessors (0: none). A backend whose kernels fill the device sizes
-  // them for the rest, so that none of their blocks waits for a multiprocessor that the
-  // communication holds.
+  // the device's multiprocessors (0: none). A backend may size its kernels for the rest
+  // (the CUDA backend: its GEMMs, through cuBLAS's SM count target).
   virtual void reserve_multiprocessors(int count) { (void)count; }
 
   // ---- the classifier: the tied LM head and the cross-entropy together ---------------
