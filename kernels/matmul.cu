@@ -426,6 +426,7 @@ template <class T>
 void classifier_input_gradient(cublasHandle_t handle, cudaStream_t stream, T* dinp,
                                const T* dlogits, int logits_stride, const T* weight, int rows,
                                int in_channels, int vocab, bool accumulate_dinp) {
+  check_classifier_logits_stride(dlogits, vocab, logits_stride);
   check_operands(handle, stream, rows, in_channels, vocab,
                  {{dinp, "classifier dinp"}, {dlogits, "classifier dlogits"},
                   {weight, "classifier weight"}});
@@ -440,6 +441,7 @@ template <class T>
 void classifier_weight_gradient(cublasHandle_t handle, cudaStream_t stream, float* dweight,
                                 const T* dlogits, int logits_stride, const T* inp, int rows,
                                 int in_channels, int vocab, int vocab_begin, int vocab_end) {
+  check_classifier_logits_stride(dlogits, vocab, logits_stride);
   check_operands(handle, stream, rows, in_channels, vocab,
                  {{dweight, "classifier dweight"}, {dlogits, "classifier dlogits"},
                   {inp, "classifier inp"}});
@@ -583,7 +585,6 @@ void launch_classifier_matmul_forward(cublasHandle_t handle, cudaStream_t stream
 void launch_classifier_input_gradient(cublasHandle_t handle, cudaStream_t stream, float* dinp,
                                       const float* dlogits, int logits_stride, const float* weight,
                                       int rows, int in_channels, int vocab, bool accumulate_dinp) {
-  check_classifier_logits_stride(dlogits, vocab, logits_stride);
   classifier_input_gradient(handle, stream, dinp, dlogits, logits_stride, weight, rows,
                             in_channels, vocab, accumulate_dinp);
 }
@@ -592,7 +593,6 @@ void launch_classifier_weight_gradient(cublasHandle_t handle, cudaStream_t strea
                                        float* dweight, const float* dlogits, int logits_stride,
                                        const float* inp, int rows, int in_channels, int vocab,
                                        int vocab_begin, int vocab_end) {
-  check_classifier_logits_stride(dlogits, vocab, logits_stride);
   classifier_weight_gradient(handle, stream, dweight, dlogits, logits_stride, inp, rows,
                              in_channels, vocab, vocab_begin, vocab_end);
 }
@@ -600,7 +600,6 @@ void launch_classifier_weight_gradient(cublasHandle_t handle, cudaStream_t strea
 void launch_classifier_input_gradient(cublasHandle_t handle, cudaStream_t stream, bf16* dinp,
                                       const bf16* dlogits, int logits_stride, const bf16* weight,
                                       int rows, int in_channels, int vocab, bool accumulate_dinp) {
-  check_classifier_logits_stride(dlogits, vocab, logits_stride);
   classifier_input_gradient(handle, stream, dinp, dlogits, logits_stride, weight, rows,
                             in_channels, vocab, accumulate_dinp);
 }
@@ -609,7 +608,6 @@ void launch_classifier_weight_gradient(cublasHandle_t handle, cudaStream_t strea
                                        float* dweight, const bf16* dlogits, int logits_stride,
                                        const bf16* inp, int rows, int in_channels, int vocab,
                                        int vocab_begin, int vocab_end) {
-  check_classifier_logits_stride(dlogits, vocab, logits_stride);
   classifier_weight_gradient(handle, stream, dweight, dlogits, logits_stride, inp, rows,
                              in_channels, vocab, vocab_begin, vocab_end);
 }
@@ -617,7 +615,6 @@ void launch_classifier_weight_gradient(cublasHandle_t handle, cudaStream_t strea
 void launch_classifier_input_gradient(cublasHandle_t handle, cudaStream_t stream, fp16* dinp,
                                       const fp16* dlogits, int logits_stride, const fp16* weight,
                                       int rows, int in_channels, int vocab, bool accumulate_dinp) {
-  check_classifier_logits_stride(dlogits, vocab, logits_stride);
   classifier_input_gradient(handle, stream, dinp, dlogits, logits_stride, weight, rows,
                             in_channels, vocab, accumulate_dinp);
 }
@@ -626,7 +623,6 @@ void launch_classifier_weight_gradient(cublasHandle_t handle, cudaStream_t strea
                                        float* dweight, const fp16* dlogits, int logits_stride,
                                        const fp16* inp, int rows, int in_channels, int vocab,
                                        int vocab_begin, int vocab_end) {
-  check_classifier_logits_stride(dlogits, vocab, logits_stride);
   classifier_weight_gradient(handle, stream, dweight, dlogits, logits_stride, inp, rows,
                              in_channels, vocab, vocab_begin, vocab_end);
 }

@@ -58,6 +58,14 @@ void check_positive(int value, const char* what) {
                                   std::to_string(value));
 }
 
+// The sizes of a dense layer's GEMMs: rows by in_channels into out_channels.
+void check_gemm_shape(const std::string& layer, int rows, int in_channels, int out_channels) {
+  if (rows > 0 && in_channels > 0 && out_channels > 0) return;
+  check_positive(rows, (layer + " rows").c_str());
+  check_positive(in_channels, (layer + " in_channels").c_str());
+  check_positive(out_channels, (layer + " out_channels").c_str());
+}
+
 // The reference's overwrite is a zero fill before accumulating: the definition of
 // GradientWrite::overwrite that every other backend is compared against.
 void start_input_gradient(float* dinp, size_t elems, GradientWrite dinp_write) {
@@ -247,9 +255,7 @@ void CpuOps::layernorm_backward(float* dinp, float* dweight, float* dbias, const
 
 void CpuOps::matmul_forward(float* out, const float* inp, const float* weight,
                             const float* bias, int rows, int in_channels, int out_channels) {
-  check_positive(rows, "matmul rows");
-  check_positive(in_channels, "matmul in_channels");
-  check_positive(out_channels, "matmul out_channels");
+  check_gemm_shape("matmul", rows, in_channels, out_channels);
   for (int row_begin = 0; row_begin < rows; row_begin += kMatmulRowBlock) {
     int row_end = std::min(rows, row_begin + kMatmulRowBlock);
     for (int o = 0; o < out_channels; ++o) {
@@ -303,9 +309,7 @@ void add_weight_gradient(float* dweight, const float* dout, const float* inp, in
 void CpuOps::matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                              const float* inp, const float* weight, int rows, int in_channels,
                              int out_channels, GradientWrite dinp_write) {
-  check_positive(rows, "matmul rows");
-  check_positive(in_channels, "matmul in_channels");
-  check_positive(out_channels, "matmul out_channels");
+  check_gemm_shape("matmul", rows, in_channels, out_channels);
   start_input_gradient(dinp, static_cast<size_t>(rows) * in_channels, dinp_write);
   add_input_gradient(dinp, dout, weight, rows, in_channels, out_channels);
   add_weight_gradient(dweight, dout, inp, rows, in_channels, out_channels, 0, out_channels);
@@ -322,9 +326,7 @@ void CpuOps::matmul_backward(float* dinp, float* dweight, float* dbias, const fl
 void CpuOps::classifier_backward_from_dlogits(float* dinp, const float* dlogits,
                                               const float* weight, int rows, int channels,
                                               int vocab, GradientWrite dinp_write) {
-  check_positive(rows, "classifier rows");
-  check_positive(channels, "classifier channels");
-  check_positive(vocab, "classifier vocab");
+  check_gemm_shape("classifier", rows, channels, vocab);
   start_input_gradient(dinp, static_cast<size_t>(rows) * channels, dinp_write);
   add_input_gradient(dinp, dlogits, weight, rows, channels, vocab);
 }
@@ -332,8 +334,7 @@ void CpuOps::classifier_backward_from_dlogits(float* dinp, const float* dlogits,
 void CpuOps::classifier_weight_backward(float* dweight, const float* dlogits, const float* inp,
                                         int rows, int channels, int vocab, int vocab_begin,
                                         int vocab_end) {
-  check_positive(rows, "classifier rows");
-  check_positive(channels, "classifier channels");
+  check_gemm_shape("classifier", rows, channels, vocab);
   SCALESTUDY_CHECK(vocab_begin >= 0 && vocab_begin < vocab_end && vocab_end <= vocab &&
                        vocab_begin % 8 == 0,
                    "classifier_weight_backward: rows must be a non-empty range from a multiple of 8");
