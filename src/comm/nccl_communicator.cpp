@@ -51,6 +51,7 @@ NcclCommunicator::NcclCommunicator(MPI_Comm comm, cudaStream_t compute_stream, d
   if (overlapped_ctas > 0) {
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.maxCTAs = overlapped_ctas;
+    config.cgaClusterSize = kOverlappedClusterCtas;
     CHECK_NCCL(ncclCommSplit(nccl_, 0, rank_, &overlapped_comm_, &config));
   }
   CHECK_CUDA(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));

@@ -54,6 +54,13 @@
 // Lanes (--overlapped-ctas). A float collective started in CommLane::overlapped runs on a
 // second NCCL communicator, split off with at most overlapped_ctas CTAs, when there is
 // one: NCCL's kernels then hold fewer multiprocessors beside the compute that hides them.
+// That communicator launches its kernels in clusters of kOverlappedClusterCtas CTAs.
+// On sm90 NCCL's default is 4, and a cluster must fit within one GPC. The GEMMs beside
+// the lane run in clusters of 2, so a 4-CTA cluster launched after one of them found no GPC
+// with 4 free multiprocessors. It waited about 0.45 ms for the GEMM's first tiles to end.
+// Clusters of 1 start at once, but they split the GEMMs' multiprocessor pairs, and the
+// step was 0.8 ms longer (docs/performance-notes.md, change 27). NCCL_CGA_CLUSTER_SIZE
+// overrides this value, as it does for every communicator.
 // Both communicators run on the comm stream, one collective after another, in the order
 // they were started.
 //
@@ -131,6 +138,8 @@ class NcclCommunicator : public Communicator {
   static constexpr size_t kWirePieceElems = size_t(64) << 20;
   // Floats in each of the two copy-engine staging windows, at most: 128 MiB.
   static constexpr size_t kCopyStageElems = size_t(32) << 20;
+  // The CTAs of one cluster of the overlapped lane's kernels (see "Lanes" above).
+  static constexpr int kOverlappedClusterCtas = 2;
   void* native_stream() const override { return comm_stream_; }
   static std::string nccl_version();
 

@@ -61,8 +61,8 @@ bool Zero2Strategy::overlaps(int bucket, size_t begin, size_t end) const {
 }
 
 void Zero2Strategy::begin_step() {
-  // With overlap, forward runs beside the parameter allgathers and backward beside the
-  // reduce-scatters.
+  // With overlap, forward runs beside the parameter allgathers until it has waited for
+  // the last of them, and backward beside the reduce-scatters from the first one on.
   if (config_.overlap) reserve_for_overlapped_lane(ops_, comm_, true);
   if (gather_pending_) start_gathers();
 }
@@ -130,6 +130,7 @@ void Zero2Strategy::start_reduce(int b) {
     ops_.fill_zero(state.staging, plan_.buckets[b].elems());
   }
   state.received = acquire_buffer(free_received_, plan_.bucket_elems / plan_.world_size);
+  if (config_.overlap) reserve_for_overlapped_lane(ops_, comm_, true);
   state.reduce = config_.grad_reduce == Precision::bf16
                      ? comm_.start_reduce_scatter_in_bf16(state.staging, state.received,
                                                           plan_.chunk_elems(b), "grad-comm")
@@ -214,8 +215,14 @@ void Zero2Strategy::complete_gather(int b) {
 
 void Zero2Strategy::before_segment_forward(int segment) {
   const Segment& seg = model_.layout().segments[segment];
-  for (int b = 0; b < static_cast<int>(buckets_.size()); ++b)
+  bool parameters_gathering = false;
+  for (int b = 0; b < static_cast<int>(buckets_.size()); ++b) {
     if (buckets_[b].gathering && overlaps(b, seg.begin_elems, seg.end_elems)) complete_gather(b);
+    // Buckets of padding only are waited for by the optimizer, not by forward.
+    parameters_gathering |= buckets_[b].gathering && plan_.buckets[b].begin_elems < plan_.param_elems;
+  }
+  if (config_.overlap && !parameters_gathering && reducing_.empty())
+    reserve_for_overlapped_lane(ops_, comm_, false);
 }
 
 void Zero2Strategy::finish_param_sync() {
