@@ -29,7 +29,6 @@ Zero2Strategy::Zero2Strategy(const RunConfig& config, Ops& ops, Communicator& co
   block_scratch_ = ops_.allocate_floats(block_scratch_elems_, MemoryKind::gradients);
 
   buckets_.resize(plan_.buckets.size());
-  gathers_started_ = static_cast<int>(plan_.buckets.size());
   // The master weights start as this rank's chunks of the initial parameters.
   for (int b = 0; b < static_cast<int>(plan_.buckets.size()); ++b) {
     ops_.copy(master_ + plan_.shard_offset(b), model_.params() + plan_.chunk_begin(b, rank_),
@@ -65,7 +64,7 @@ void Zero2Strategy::begin_step() {
   // With overlap, forward runs beside the parameter allgathers until it has waited for
   // the last of them, and backward beside the reduce-scatters from the first one on.
   if (config_.overlap) reserve_for_overlapped_lane(ops_, comm_, true);
-  start_gathers(static_cast<int>(plan_.buckets.size()));
+  if (gather_pending_) start_gathers();
 }
 
 void Zero2Strategy::begin_micro_batch(int micro_batch, int /*micro_batches*/) {
@@ -175,7 +174,6 @@ OptimizerStats Zero2Strategy::optimizer_step(float learning_rate, int adam_step,
   if (stats.skipped) return stats;
   if (stats.clip_factor != 1.0f) ops_.scale(shard_grads_, plan_.shard_elems(), stats.clip_factor);
 
-  gathers_started_ = 0;
   for (int b = 0; b < static_cast<int>(plan_.buckets.size()); ++b) {
     const size_t begin = plan_.chunk_begin(b, rank_), offset = plan_.shard_offset(b);
     const size_t chunk = plan_.chunk_elems(b);
@@ -184,35 +182,28 @@ OptimizerStats Zero2Strategy::optimizer_step(float learning_rate, int adam_step,
     adamw_over_range(ops_, model_.layout(), begin, begin + chunk, master_ + offset,
                      shard_grads_ + offset, m_ + offset, v_ + offset, config_, learning_rate, adam_step);
     ops_.copy(model_.params() + begin, master_ + offset, chunk);
-    // With overlap, the buckets that forward reads at once are gathered here, beside the
-    // rest of the update, rather than at the start of the next step with nothing to hide
-    // them. They are a prefix of the buckets.
-    if (config_.overlap && plan_.buckets[b].begin_elems < first_hidden_elems()) start_gathers(b + 1);
   }
+  gather_pending_ = true;
   if (!config_.overlap) finish_param_sync();
-  else
-    for (int b = 0; b < gathers_started_; ++b) complete_gather(b);
   return stats;
 }
 
-size_t Zero2Strategy::first_hidden_elems() const {
+void Zero2Strategy::start_gathers() {
   // Forward reads the embeddings and block 0 at once; the later blocks' buckets it reads
   // after whole blocks of forward, which hide them.
   const ParameterLayout& layout = model_.layout();
-  return layout.shape.layers > 1 ? layout.segments[layout.block_segment(1)].begin_elems : plan_.padded_elems;
-}
-
-void Zero2Strategy::start_gathers(int end_bucket) {
+  const size_t hidden_from = layout.shape.layers > 1 ? layout.segments[layout.block_segment(1)].begin_elems
+                                                     : plan_.padded_elems;
   // In bucket order, which is the order forward reads them.
-  for (; gathers_started_ < end_bucket; ++gathers_started_) {
-    const int b = gathers_started_;
-    const bool hidden = config_.overlap && plan_.buckets[b].begin_elems >= first_hidden_elems();
+  for (int b = 0; b < static_cast<int>(plan_.buckets.size()); ++b) {
+    const bool hidden = config_.overlap && plan_.buckets[b].begin_elems >= hidden_from;
     LaneScope lane(comm_, hidden ? CommLane::overlapped : CommLane::awaited);
     float* bucket = model_.params() + plan_.buckets[b].begin_elems;
     buckets_[b].gather = comm_.start_allgather(model_.params() + plan_.chunk_begin(b, rank_), bucket,
                                                plan_.chunk_elems(b), "param-gather");
     buckets_[b].gathering = true;
   }
+  gather_pending_ = false;
 }
 
 void Zero2Strategy::complete_gather(int b) {
@@ -235,7 +226,7 @@ void Zero2Strategy::before_segment_forward(int segment) {
 }
 
 void Zero2Strategy::finish_param_sync() {
-  start_gathers(static_cast<int>(plan_.buckets.size()));
+  if (gather_pending_) start_gathers();
   for (int b = 0; b < static_cast<int>(buckets_.size()); ++b)
     if (buckets_[b].gathering) complete_gather(b);
 }

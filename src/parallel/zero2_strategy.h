@@ -11,11 +11,9 @@
 // embedding backward and then the LM head's weight gradient, a range of rows at a time.
 //
 // After the update each rank's chunk is allgathered back into every replica's
-// parameters. Without overlap that happens at the end of optimizer_step. With overlap,
-// the buckets that forward reads at once (the embeddings and block 0) are gathered within
-// optimizer_step, each started after its own update and beside the updates of the
-// buckets after it. The others are started at the next begin_step(), and forward waits
-// for each one just before the first segment that reads it.
+// parameters. Without overlap that happens at the end of optimizer_step; with overlap
+// the allgathers are started at the next begin_step() and forward waits for each
+// bucket just before the first segment that reads it.
 #include <deque>
 #include <vector>
 
@@ -60,10 +58,7 @@ class Zero2Strategy final : public GradientStrategy {
   float* acquire_buffer(std::vector<float*>& pool, size_t elems);
   void start_reduce(int bucket);
   void complete_reduce(int bucket);
-  // Starts the allgathers of the buckets from the first not yet started up to end_bucket.
-  void start_gathers(int end_bucket);
-  // Where the buckets begin that forward reads only after whole blocks of it.
-  size_t first_hidden_elems() const;
+  void start_gathers();
   void complete_gather(int bucket);
   bool overlaps(int bucket, size_t begin, size_t end) const;
 
@@ -91,9 +86,7 @@ class Zero2Strategy final : public GradientStrategy {
   // The segment whose parts backward is reporting (-1 for none) and where its last part began.
   int reported_segment_ = -1;
   size_t reported_from_elems_ = 0;
-  // Buckets whose allgather of the updated parameters has been started, in bucket order;
-  // all of them until the first update.
-  int gathers_started_ = 0;
+  bool gather_pending_ = false;
 };
 
 }  // namespace scalestudy
