@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 
 #include "core/check.h"
 #include "elementwise.cuh"
@@ -58,8 +59,6 @@ NcclCommunicator::NcclCommunicator(MPI_Comm comm, cudaStream_t compute_stream, d
   CHECK_CUDA(cudaStreamCreateWithFlags(&marker_stream_, cudaStreamNonBlocking));
   CHECK_CUDA(cudaMalloc(&device_barrier_, sizeof(int)));
   CHECK_CUDA(cudaMemset(device_barrier_, 0, sizeof(int)));
-  device_doubles_elems_ = 64;
-  CHECK_CUDA(cudaMalloc(&device_doubles_, device_doubles_elems_ * sizeof(double)));
   epoch_ = take_event();
   CHECK_CUDA(cudaEventRecord(epoch_, compute_stream_));
   watchdog_ = std::thread([this] { watchdog_loop(); });
@@ -71,7 +70,6 @@ NcclCommunicator::~NcclCommunicator() {
   stopping_ = true;
   watchdog_.join();
   for (cudaEvent_t event : all_events_) cudaEventDestroy(event);
-  cudaFree(device_doubles_);
   cudaFree(device_barrier_);
   cudaFree(wire_);
   if (copy_comm_) {
@@ -325,24 +323,26 @@ CommHandle NcclCommunicator::start_reduce_scatter_in_bf16(const float* send, flo
 }
 
 CommHandle NcclCommunicator::start_allreduce(double* host_buffer, size_t elems, const std::string& phase) {
-  if (elems > device_doubles_elems_) {
-    CHECK_CUDA(cudaStreamSynchronize(comm_stream_));
-    CHECK_CUDA(cudaFree(device_doubles_));
-    device_doubles_elems_ = elems;
-    CHECK_CUDA(cudaMalloc(&device_doubles_, elems * sizeof(double)));
-  }
-  const CommHandle handle = launch(CollectiveKind::allreduce, phase, elems * sizeof(double),
-                                   [&](const auto& first_enqueued) {
-    CHECK_CUDA(cudaMemcpyAsync(device_doubles_, host_buffer, elems * sizeof(double), cudaMemcpyHostToDevice,
-                               comm_stream_));
+  // The values and their sum are on the host, so MPI sums them there. Through NCCL they
+  // took a copy to the device, a kernel and a synchronised copy back: about 0.25 ms between
+  // zero2's gradient norm and its update (docs/performance-notes.md, change 28).
+  SCALESTUDY_CHECK(elems <= static_cast<size_t>(std::numeric_limits<int>::max()),
+                   "a host allreduce of " + std::to_string(elems) + " doubles is more than MPI counts");
+  return launch(CollectiveKind::allreduce, phase, elems * sizeof(double), [&](const auto& first_enqueued) {
+    MPI_Request request;
+    CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, host_buffer, static_cast<int>(elems), MPI_DOUBLE, MPI_SUM, mpi_comm_,
+                             &request));
     first_enqueued();
-    CHECK_NCCL(ncclAllReduce(device_doubles_, device_doubles_, elems, ncclDouble, ncclSum, nccl_, comm_stream_));
+    const auto started = std::chrono::steady_clock::now();
+    for (int done = 0; !done;) {
+      CHECK_MPI(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
+      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+      if (!done && waited >= timeout_s_) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        abort_timed_out(find(last_id_));
+      }
+    }
   });
-  std::lock_guard<std::mutex> lock(mutex_);
-  InFlight& entry = find(handle.id);
-  entry.host_result = host_buffer;
-  entry.host_elems = elems;
-  return handle;
 }
 
 CommHandle NcclCommunicator::start_reduce_scatter(const float* send, float* recv, size_t recv_elems,
@@ -385,28 +385,15 @@ CommHandle NcclCommunicator::start_barrier(const std::string& phase) {
 }
 
 void NcclCommunicator::finish(CommHandle handle) {
-  double* host_result = nullptr;
-  size_t host_elems = 0;
-  cudaEvent_t end = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    InFlight& entry = find(handle.id);
-    if (entry.finished) return;
-    entry.finished = true;
-    entry.wait_begin = take_event();
-    entry.wait_end = take_event();
-    CHECK_CUDA(cudaEventRecord(entry.wait_begin, compute_stream_));
-    CHECK_CUDA(cudaStreamWaitEvent(compute_stream_, entry.end, 0));
-    CHECK_CUDA(cudaEventRecord(entry.wait_end, compute_stream_));
-    host_result = entry.host_result;
-    host_elems = entry.host_elems;
-    end = entry.end;
-  }
-  if (host_result) {
-    // The caller reads the result on the host; the watchdog bounds this wait.
-    CHECK_CUDA(cudaEventSynchronize(end));
-    CHECK_CUDA(cudaMemcpy(host_result, device_doubles_, host_elems * sizeof(double), cudaMemcpyDeviceToHost));
-  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  InFlight& entry = find(handle.id);
+  if (entry.finished) return;
+  entry.finished = true;
+  entry.wait_begin = take_event();
+  entry.wait_end = take_event();
+  CHECK_CUDA(cudaEventRecord(entry.wait_begin, compute_stream_));
+  CHECK_CUDA(cudaStreamWaitEvent(compute_stream_, entry.end, 0));
+  CHECK_CUDA(cudaEventRecord(entry.wait_end, compute_stream_));
 }
 
 void NcclCommunicator::finish_all() {
@@ -480,15 +467,19 @@ void NcclCommunicator::watchdog_loop() {
       if (cudaEventQuery(entry.end) != cudaErrorNotReady) continue;
       const double waited = std::chrono::duration<double>(now - entry.started_at).count();
       if (waited < timeout_s_) continue;
-      ncclCommAbort(nccl_);
-      if (copy_comm_) ncclCommAbort(copy_comm_);
-      abort_job(__FILE__, __LINE__, "collective timed out",
-                std::string("collective ") + collective_kind_name(entry.kind) + " #" + std::to_string(entry.id) +
-                    " (phase " + entry.phase + ", " + format_mib(entry.payload_bytes) + ") did not finish within " +
-                    std::to_string(static_cast<int>(timeout_s_)) + " s on rank " + std::to_string(rank_) +
-                    " -- a peer may have died or be stuck");
+      abort_timed_out(entry);
     }
   }
+}
+
+void NcclCommunicator::abort_timed_out(const InFlight& entry) {
+  ncclCommAbort(nccl_);
+  if (copy_comm_) ncclCommAbort(copy_comm_);
+  abort_job(__FILE__, __LINE__, "collective timed out",
+            std::string("collective ") + collective_kind_name(entry.kind) + " #" + std::to_string(entry.id) +
+                " (phase " + entry.phase + ", " + format_mib(entry.payload_bytes) + ") did not finish within " +
+                std::to_string(static_cast<int>(timeout_s_)) + " s on rank " + std::to_string(rank_) +
+                " -- a peer may have died or be stuck");
 }
 
 }  // namespace scalestudy

@@ -20,8 +20,9 @@
 //   finish:   the compute stream waits for `end` (recording `wait_begin`/`wait_end`
 //             around the wait); the host returns at once.
 //
-// double buffers are host memory (norms and losses): they travel through a device
-// scratch buffer, and finish() on them also makes the host wait.
+// double buffers are host memory (norms): MPI sums them on the host, and start_allreduce
+// returns with the result in place. Their record's interval is the host's time in MPI, as
+// seen by the idle comm stream.
 //
 // The bf16 forms run, all on the comm stream and in pieces of at most kWirePieceElems:
 // cast the piece to bf16 into a staging buffer, run the NCCL bf16 collective in place
@@ -153,8 +154,6 @@ class NcclCommunicator : public Communicator {
     cudaEvent_t wait_begin = nullptr, wait_end = nullptr;  // null until finish()
     cudaEvent_t epoch = nullptr;  // the step origin in force when it started
     std::chrono::steady_clock::time_point started_at{};
-    double* host_result = nullptr;  // for host (double) collectives
-    size_t host_elems = 0;
     bool finished = false;
   };
 
@@ -193,6 +192,8 @@ class NcclCommunicator : public Communicator {
     return overlapped_comm_;
   }
   void watchdog_loop();
+  // Ends the job for a collective that did not finish within the timeout (mutex_ held).
+  [[noreturn]] void abort_timed_out(const InFlight& entry);
 
   MPI_Comm mpi_comm_ = MPI_COMM_NULL;
   int rank_ = 0, world_size_ = 1;
@@ -203,8 +204,6 @@ class NcclCommunicator : public Communicator {
   cudaStream_t marker_stream_ = nullptr;  // only ever records the `enqueued` events
   cudaEvent_t epoch_ = nullptr;
   std::vector<cudaEvent_t> all_events_, free_events_;
-  double* device_doubles_ = nullptr;
-  size_t device_doubles_elems_ = 0;
   int* device_barrier_ = nullptr;
   void* wire_ = nullptr;  // bf16 staging of the bf16 collectives
   ncclComm_t copy_comm_ = nullptr;  // zero-CTA policy; null without copy engines

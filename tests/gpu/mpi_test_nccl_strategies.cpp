@@ -297,6 +297,27 @@ TEST(NcclCommunicator, Bf16SumsRoundLikeTheMpiCommunicator) {
   for (float* p : {buffer, send, recv, tie}) CHECK_CUDA(cudaFree(p));
 }
 
+// Host doubles (zero2's gradient norm) are summed over the ranks on the host, exactly for
+// these integers, and recorded as one allreduce of their bytes.
+TEST(NcclCommunicator, HostDoublesSumExactlyAndAreRecorded) {
+  if (!have_two_gpus()) GTEST_SKIP() << "needs 2 ranks with a visible GPU each: multi-GPU tests skipped";
+  const RankDevice device;
+  const int rank = device.where.rank;
+  std::vector<double> values(5);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = (rank + 1) * 1000.0 + static_cast<double>(i);
+  NcclCommunicator comm(MPI_COMM_WORLD, device.stream, 120.0);
+  comm.finish(comm.start_allreduce(values.data(), values.size(), "norm"));
+  comm.finish_all();
+  CHECK_CUDA(cudaStreamSynchronize(device.stream));
+  for (size_t i = 0; i < values.size(); ++i)
+    EXPECT_EQ(values[i], 3000.0 + 2.0 * static_cast<double>(i)) << "element " << i;
+  const std::vector<CollectiveRecord> records = comm.take_records();
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_EQ(records[0].kind, CollectiveKind::allreduce);
+  EXPECT_EQ(records[0].payload_bytes, values.size() * sizeof(double));
+  EXPECT_LE(records[0].begin_s, records[0].end_s);
+}
+
 // The copy-engine collectives on device buffers, each longer than one staging piece, so
 // they run in two pieces, and the allreduce's last chunk is padded: allreduce, reduce-
 // scatter and allgather (out of place and in place) give exactly what NCCL's kernels give
