@@ -69,9 +69,19 @@ void Zero2Strategy::begin_step() {
 
 void Zero2Strategy::begin_micro_batch(int micro_batch, int /*micro_batches*/) {
   // Unlike ddp there is no full gradient to accumulate into: every micro-batch's buckets
-  // are reduce-scattered, and the shard accumulates them.
-  if (micro_batch == 0) ops_.fill_zero(shard_grads_, plan_.shard_elems());
+  // are reduce-scattered. The first micro-batch's land in the shard itself, which they
+  // cover whole, and later ones are added to it.
+  first_micro_batch_ = micro_batch == 0;
   next_bucket_ = static_cast<int>(plan_.buckets.size()) - 1;
+}
+
+void Zero2Strategy::zero_bucket_padding(int b, float* staging) {
+  // Backward's segments cover every parameter, so only the padding beyond the last one
+  // is never written.
+  const Bucket& bucket = plan_.buckets[b];
+  const size_t padding_from = std::max(bucket.begin_elems, plan_.param_elems);
+  if (padding_from < bucket.end_elems)
+    ops_.fill_zero(staging + (padding_from - bucket.begin_elems), bucket.end_elems - padding_from);
 }
 
 float* Zero2Strategy::segment_gradients(int segment) {
@@ -108,7 +118,7 @@ void Zero2Strategy::segment_done_from(int segment, size_t offset_elems) {
       if (state.reducing) complete_reduce(b);
       if (!state.staging) {
         state.staging = acquire_buffer(free_staging_, plan_.bucket_elems);
-        ops_.fill_zero(state.staging, bucket.elems());
+        zero_bucket_padding(b, state.staging);
       }
       const size_t from = std::max(lo, bucket.begin_elems);
       const size_t to = std::min(hi, bucket.end_elems);
@@ -127,15 +137,17 @@ void Zero2Strategy::start_reduce(int b) {
   if (state.reducing) complete_reduce(b);
   if (!state.staging) {  // a bucket of padding only
     state.staging = acquire_buffer(free_staging_, plan_.bucket_elems);
-    ops_.fill_zero(state.staging, plan_.buckets[b].elems());
+    zero_bucket_padding(b, state.staging);
   }
-  state.received = acquire_buffer(free_received_, plan_.bucket_elems / plan_.world_size);
+  // The first micro-batch's reduced chunk is the shard's; later ones are added to it.
+  float* shard_chunk = shard_grads_ + plan_.shard_offset(b);
+  state.received =
+      first_micro_batch_ ? nullptr : acquire_buffer(free_received_, plan_.bucket_elems / plan_.world_size);
+  float* destination = state.received ? state.received : shard_chunk;
   if (config_.overlap) reserve_for_overlapped_lane(ops_, comm_, true);
   state.reduce = config_.grad_reduce == Precision::bf16
-                     ? comm_.start_reduce_scatter_in_bf16(state.staging, state.received,
-                                                          plan_.chunk_elems(b), "grad-comm")
-                     : comm_.start_reduce_scatter(state.staging, state.received,
-                                                  plan_.chunk_elems(b), "grad-comm");
+                     ? comm_.start_reduce_scatter_in_bf16(state.staging, destination, plan_.chunk_elems(b), "grad-comm")
+                     : comm_.start_reduce_scatter(state.staging, destination, plan_.chunk_elems(b), "grad-comm");
   state.reducing = true;
   reducing_.push_back(b);
   if (!config_.overlap) {
@@ -148,9 +160,11 @@ void Zero2Strategy::start_reduce(int b) {
 void Zero2Strategy::complete_reduce(int b) {
   BucketState& state = buckets_[b];
   comm_.finish(state.reduce);
-  ops_.accumulate(shard_grads_ + plan_.shard_offset(b), state.received, plan_.chunk_elems(b));
+  if (state.received) {
+    ops_.accumulate(shard_grads_ + plan_.shard_offset(b), state.received, plan_.chunk_elems(b));
+    free_received_.push_back(state.received);
+  }
   free_staging_.push_back(state.staging);
-  free_received_.push_back(state.received);
   state.staging = state.received = nullptr;
   state.reducing = false;
   reducing_.erase(std::find(reducing_.begin(), reducing_.end(), b));

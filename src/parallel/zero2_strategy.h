@@ -49,7 +49,7 @@ class Zero2Strategy final : public GradientStrategy {
  private:
   struct BucketState {
     float* staging = nullptr;  // the bucket's gradients, all ranks' chunks
-    float* received = nullptr; // this rank's reduced chunk
+    float* received = nullptr; // this rank's reduced chunk, after the first micro-batch
     CommHandle reduce{};
     CommHandle gather{};
     bool reducing = false;
@@ -57,6 +57,8 @@ class Zero2Strategy final : public GradientStrategy {
   };
   float* acquire_buffer(std::vector<float*>& pool, size_t elems);
   void start_reduce(int bucket);
+  // Zeroes the part of a bucket's staging that lies beyond the model's parameters.
+  void zero_bucket_padding(int bucket, float* staging);
   void complete_reduce(int bucket);
   void start_gathers();
   void complete_gather(int bucket);
@@ -83,6 +85,7 @@ class Zero2Strategy final : public GradientStrategy {
   size_t comm_buffer_bytes_ = 0;
   std::deque<int> reducing_;
   int next_bucket_ = -1;
+  bool first_micro_batch_ = true;
   // The segment whose parts backward is reporting (-1 for none) and where its last part began.
   int reported_segment_ = -1;
   size_t reported_from_elems_ = 0;
