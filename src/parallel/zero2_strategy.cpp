@@ -14,7 +14,6 @@ Zero2Strategy::Zero2Strategy(const RunConfig& config, Ops& ops, Communicator& co
   SCALESTUDY_CHECK(plan_.world_size == comm.world_size(), "bucket plan for another world size");
   const size_t shard = plan_.shard_elems();
   shard_grads_ = ops_.allocate_floats(shard, MemoryKind::gradients);
-  master_ = ops_.allocate_floats(shard, MemoryKind::optimizer);
   m_ = ops_.allocate_floats(shard, MemoryKind::optimizer);
   v_ = ops_.allocate_floats(shard, MemoryKind::optimizer);
   ops_.fill_zero(shard_grads_, shard);
@@ -29,17 +28,12 @@ Zero2Strategy::Zero2Strategy(const RunConfig& config, Ops& ops, Communicator& co
   block_scratch_ = ops_.allocate_floats(block_scratch_elems_, MemoryKind::gradients);
 
   buckets_.resize(plan_.buckets.size());
-  // The master weights start as this rank's chunks of the initial parameters.
-  for (int b = 0; b < static_cast<int>(plan_.buckets.size()); ++b) {
-    ops_.copy(master_ + plan_.shard_offset(b), model_.params() + plan_.chunk_begin(b, rank_),
-              plan_.chunk_elems(b));
-  }
 }
 
 Zero2Strategy::~Zero2Strategy() {
   comm_.finish_all();
   for (float* buffer : all_buffers_) release_collective_buffer(ops_, comm_, buffer);
-  for (float* buffer : {shard_grads_, master_, m_, v_, embedding_scratch_, block_scratch_})
+  for (float* buffer : {shard_grads_, m_, v_, embedding_scratch_, block_scratch_})
     ops_.release(buffer);
 }
 
@@ -191,11 +185,11 @@ OptimizerStats Zero2Strategy::optimizer_step(float learning_rate, int adam_step,
   for (int b = 0; b < static_cast<int>(plan_.buckets.size()); ++b) {
     const size_t begin = plan_.chunk_begin(b, rank_), offset = plan_.shard_offset(b);
     const size_t chunk = plan_.chunk_elems(b);
-    // The master shard has no compute copy (the result is false): the gathered parameters
-    // are refreshed in complete_gather.
-    adamw_over_range(ops_, model_.layout(), begin, begin + chunk, master_ + offset,
+    // The master weights are this rank's chunks of the fp32 parameters, which the
+    // allgathers leave as they are. complete_gather refreshes the compute copy of every
+    // gathered bucket, this chunk included.
+    adamw_over_range(ops_, model_.layout(), begin, begin + chunk, model_.params() + begin,
                      shard_grads_ + offset, m_ + offset, v_ + offset, config_, learning_rate, adam_step);
-    ops_.copy(model_.params() + begin, master_ + offset, chunk);
   }
   gather_pending_ = true;
   if (!config_.overlap) finish_param_sync();
@@ -250,7 +244,7 @@ StrategyMemory Zero2Strategy::memory() const {
   StrategyMemory memory;
   memory.gradient_bytes = (plan_.shard_elems() + layout.segments[layout.embedding_segment()].elems() +
                            block_scratch_elems_) * sizeof(float);
-  memory.optimizer_bytes = 3 * plan_.shard_elems() * sizeof(float);
+  memory.optimizer_bytes = 2 * plan_.shard_elems() * sizeof(float);
   memory.communication_bytes = comm_buffer_bytes_;
   return memory;
 }

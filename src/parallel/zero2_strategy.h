@@ -1,6 +1,8 @@
 #pragma once
 // zero2: each rank owns one shard of the padded buffer (its chunk of every bucket). It
-// keeps the gradients, fp32 master weights and AdamW moments of that shard only.
+// keeps the gradients and AdamW moments of that shard only. Its fp32 master weights are
+// its chunks of the fp32 parameters, as ddp's are the whole of them: every replica holds
+// them, and the allgathers overwrite only the other ranks' chunks.
 //
 // Backward writes a segment's gradients into a scratch buffer; when the segment is
 // done they are copied into the staging buffers of the buckets they fall in, and each
@@ -72,7 +74,6 @@ class Zero2Strategy final : public GradientStrategy {
   int rank_ = 0;
 
   float* shard_grads_ = nullptr;
-  float* master_ = nullptr;
   float* m_ = nullptr;
   float* v_ = nullptr;
   float* embedding_scratch_ = nullptr;
