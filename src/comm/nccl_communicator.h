@@ -87,7 +87,7 @@
 
 namespace scalestudy {
 
-class NcclCommunicator : public Communicator {
+class NcclCommunicator final : public Communicator {
  public:
   // The current CUDA device must already be set; compute_stream is the backend's.
   // copy_engines: the float collectives go through the copy engines (above); every rank

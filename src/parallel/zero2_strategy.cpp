@@ -139,9 +139,10 @@ void Zero2Strategy::start_reduce(int b) {
       first_micro_batch_ ? nullptr : acquire_buffer(free_received_, plan_.bucket_elems / plan_.world_size);
   float* destination = state.received ? state.received : shard_chunk;
   if (config_.overlap) reserve_for_overlapped_lane(ops_, comm_, true);
+  const size_t chunk_elems = plan_.chunk_elems(b);
   state.reduce = config_.grad_reduce == Precision::bf16
-                     ? comm_.start_reduce_scatter_in_bf16(state.staging, destination, plan_.chunk_elems(b), "grad-comm")
-                     : comm_.start_reduce_scatter(state.staging, destination, plan_.chunk_elems(b), "grad-comm");
+                     ? comm_.start_reduce_scatter_in_bf16(state.staging, destination, chunk_elems, "grad-comm")
+                     : comm_.start_reduce_scatter(state.staging, destination, chunk_elems, "grad-comm");
   state.reducing = true;
   reducing_.push_back(b);
   if (!config_.overlap) {

@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -67,17 +68,57 @@ struct GpuRun {
   size_t overlapped_calls = 0;  // NCCL calls on the overlapped lane's communicator
 };
 
-// An NCCL communicator that tells the strategies to size the GPU's kernels as beside an
-// overlapped lane of `reported` CTAs, whether it has one or not.
-class ReportingNcclCommunicator final : public NcclCommunicator {
+// A communicator that passes every call to an NCCL communicator, and tells the strategies
+// to size the GPU's kernels as beside an overlapped lane of `reported` CTAs, whether that
+// communicator has one or not.
+class LaneReportingCommunicator final : public Communicator {
  public:
-  ReportingNcclCommunicator(cudaStream_t stream, bool copy_engines, int overlapped_ctas, int reported)
-      : NcclCommunicator(MPI_COMM_WORLD, stream, 120.0, copy_engines, overlapped_ctas), reported_(reported) {}
-  int overlapped_lane_multiprocessors() const override {
-    return reported_ >= 0 ? reported_ : NcclCommunicator::overlapped_lane_multiprocessors();
+  LaneReportingCommunicator(NcclCommunicator& inner, int reported) : inner_(inner), reported_(reported) {}
+  int overlapped_lane_multiprocessors() const override { return reported_; }
+
+  std::string name() const override { return inner_.name(); }
+  int rank() const override { return inner_.rank(); }
+  int world_size() const override { return inner_.world_size(); }
+  CommHandle start_allreduce(float* buffer, size_t elems, const std::string& phase) override {
+    return inner_.start_allreduce(buffer, elems, phase);
   }
+  CommHandle start_allreduce(double* buffer, size_t elems, const std::string& phase) override {
+    return inner_.start_allreduce(buffer, elems, phase);
+  }
+  CommHandle start_reduce_scatter(const float* send, float* recv, size_t recv_elems,
+                                  const std::string& phase) override {
+    return inner_.start_reduce_scatter(send, recv, recv_elems, phase);
+  }
+  CommHandle start_allgather(const float* send, float* recv, size_t send_elems, const std::string& phase) override {
+    return inner_.start_allgather(send, recv, send_elems, phase);
+  }
+  CommHandle start_allreduce_in_bf16(float* buffer, size_t elems, const std::string& phase) override {
+    return inner_.start_allreduce_in_bf16(buffer, elems, phase);
+  }
+  CommHandle start_reduce_scatter_in_bf16(const float* send, float* recv, size_t recv_elems,
+                                          const std::string& phase) override {
+    return inner_.start_reduce_scatter_in_bf16(send, recv, recv_elems, phase);
+  }
+  CommHandle start_broadcast(float* buffer, size_t elems, int root, const std::string& phase) override {
+    return inner_.start_broadcast(buffer, elems, root, phase);
+  }
+  CommHandle start_barrier(const std::string& phase) override { return inner_.start_barrier(phase); }
+  void set_lane(CommLane lane) override { inner_.set_lane(lane); }
+  void finish(CommHandle handle) override { inner_.finish(handle); }
+  void finish_all() override { inner_.finish_all(); }
+  void set_epoch(std::chrono::steady_clock::time_point epoch) override { inner_.set_epoch(epoch); }
+  std::vector<CollectiveRecord> take_records() override { return inner_.take_records(); }
+  std::vector<size_t> payload_bytes_by_kind() const override { return inner_.payload_bytes_by_kind(); }
+  size_t staging_bytes() const override { return inner_.staging_bytes(); }
+  float* allocate_owned_buffer(size_t elems, MemoryKind kind) override {
+    return inner_.allocate_owned_buffer(elems, kind);
+  }
+  bool release_owned_buffer(float* buffer) override { return inner_.release_owned_buffer(buffer); }
+  size_t owned_bytes(MemoryKind kind) const override { return inner_.owned_bytes(kind); }
+  void* native_stream() const override { return inner_.native_stream(); }
 
  private:
+  NcclCommunicator& inner_;
   int reported_;
 };
 
@@ -87,7 +128,9 @@ GpuRun train_on_gpus(const std::string& strategy, const std::string& overlap, Pr
                      int overlapped_ctas = 0, int reported_multiprocessors = -1) {
   const ProcessPlacement where = discover_placement(MPI_COMM_WORLD);
   CudaOps ops(where.local_rank, precision);
-  ReportingNcclCommunicator comm(ops.stream(), engine == CommEngine::copy, overlapped_ctas, reported_multiprocessors);
+  NcclCommunicator nccl(MPI_COMM_WORLD, ops.stream(), 120.0, engine == CommEngine::copy, overlapped_ctas);
+  LaneReportingCommunicator comm(nccl, reported_multiprocessors >= 0 ? reported_multiprocessors
+                                                                     : nccl.overlapped_lane_multiprocessors());
   RunConfig config = make_config("cuda", strategy, overlap, precision_name(precision));
   config.grad_reduce = grad_reduce;
   config.comm_engine = engine;
@@ -97,7 +140,7 @@ GpuRun train_on_gpus(const std::string& strategy, const std::string& overlap, Pr
   run.initial = trainer.parameters_on_host();
   trainer.run(nullptr);
   run.final = trainer.parameters_on_host();
-  run.overlapped_calls = comm.overlapped_calls();
+  run.overlapped_calls = nccl.overlapped_calls();
   return run;
 }
 
