@@ -16,6 +16,7 @@
 #include "backend/cpu/cpu_ops.h"
 #include "comm/mpi_communicator.h"
 #include "config/run_config.h"
+#include "forwarding_communicator.h"
 #include "train/trainer.h"
 
 namespace scalestudy {
@@ -23,43 +24,9 @@ namespace {
 
 // Every collective goes to `inner`; the buffers it is offered come from here, filled
 // with NaN, since their contents start undefined and a strategy must not rely on them.
-class OwningCommunicator final : public Communicator {
+class OwningCommunicator final : public ForwardingCommunicator {
  public:
-  explicit OwningCommunicator(Communicator& inner) : inner_(inner) {}
-
-  std::string name() const override { return inner_.name(); }
-  int rank() const override { return inner_.rank(); }
-  int world_size() const override { return inner_.world_size(); }
-  CommHandle start_allreduce(float* buffer, size_t elems, const std::string& phase) override {
-    return inner_.start_allreduce(buffer, elems, phase);
-  }
-  CommHandle start_allreduce(double* buffer, size_t elems, const std::string& phase) override {
-    return inner_.start_allreduce(buffer, elems, phase);
-  }
-  CommHandle start_reduce_scatter(const float* send, float* recv, size_t recv_elems,
-                                  const std::string& phase) override {
-    return inner_.start_reduce_scatter(send, recv, recv_elems, phase);
-  }
-  CommHandle start_allgather(const float* send, float* recv, size_t send_elems, const std::string& phase) override {
-    return inner_.start_allgather(send, recv, send_elems, phase);
-  }
-  CommHandle start_allreduce_in_bf16(float* buffer, size_t elems, const std::string& phase) override {
-    return inner_.start_allreduce_in_bf16(buffer, elems, phase);
-  }
-  CommHandle start_reduce_scatter_in_bf16(const float* send, float* recv, size_t recv_elems,
-                                          const std::string& phase) override {
-    return inner_.start_reduce_scatter_in_bf16(send, recv, recv_elems, phase);
-  }
-  CommHandle start_broadcast(float* buffer, size_t elems, int root, const std::string& phase) override {
-    return inner_.start_broadcast(buffer, elems, root, phase);
-  }
-  CommHandle start_barrier(const std::string& phase) override { return inner_.start_barrier(phase); }
-  void finish(CommHandle handle) override { inner_.finish(handle); }
-  void finish_all() override { inner_.finish_all(); }
-  void set_epoch(std::chrono::steady_clock::time_point epoch) override { inner_.set_epoch(epoch); }
-  std::vector<CollectiveRecord> take_records() override { return inner_.take_records(); }
-  std::vector<size_t> payload_bytes_by_kind() const override { return inner_.payload_bytes_by_kind(); }
-  size_t staging_bytes() const override { return inner_.staging_bytes(); }
+  explicit OwningCommunicator(Communicator& inner) : ForwardingCommunicator(inner) {}
 
   float* allocate_owned_buffer(size_t elems, MemoryKind kind) override {
     auto buffer = std::make_unique<float[]>(elems);
@@ -86,7 +53,6 @@ class OwningCommunicator final : public Communicator {
     size_t elems = 0;
     MemoryKind kind = MemoryKind::other;
   };
-  Communicator& inner_;
   std::map<float*, Owned> owned_;
   size_t allocations_ = 0;
 };
