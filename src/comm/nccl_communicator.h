@@ -56,12 +56,12 @@
 // second NCCL communicator, split off with at most overlapped_ctas CTAs, when there is
 // one: NCCL's kernels then hold fewer multiprocessors beside the compute that hides them.
 // That communicator launches its kernels in clusters of kOverlappedClusterCtas CTAs.
-// On sm90 NCCL's default is 4, and a cluster must fit within one GPC. The GEMMs beside
-// the lane run in clusters of 2, so a 4-CTA cluster launched after one of them found no GPC
-// with 4 free multiprocessors. It waited about 0.45 ms for the GEMM's first tiles to end.
-// Clusters of 1 start at once, but they split the GEMMs' multiprocessor pairs, and the
-// step was 0.8 ms longer (docs/performance-notes.md, change 27). NCCL_CGA_CLUSTER_SIZE
-// overrides this value, as it does for every communicator.
+// On sm90 NCCL's default is 4, a cluster must fit within one GPC, and the GEMMs beside the
+// lane run in clusters of 2. A 4-CTA cluster launched after one of those GEMMs waited about
+// 0.45 ms, for the GEMM's first tiles to end. Clusters of 1 started at once, but the step
+// was 0.8 ms longer; clusters of 2 made it 0.3 ms shorter (docs/performance-notes.md,
+// change 27). NCCL_CGA_CLUSTER_SIZE overrides this value, as it does for every
+// communicator.
 // Both communicators run on the comm stream, one collective after another, in the order
 // they were started.
 //
