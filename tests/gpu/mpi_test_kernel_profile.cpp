@@ -18,6 +18,7 @@
 #include "config/run_config.h"
 #include "results/run_summary.h"
 #include "train/trainer.h"
+#include "train_args.h"
 
 namespace scalestudy {
 namespace {
@@ -44,15 +45,11 @@ bool have_two_gpus() {
 
 RunConfig profile_config() {
   const std::vector<std::string> args = {
-      "train", "--model", "gpt2-small", "--layers", "4", "--seq", "1024", "--batch-per-rank", "16",
+      "--model", "gpt2-small", "--layers", "4", "--seq", "1024", "--batch-per-rank", "16",
       "--steps", std::to_string(kSteps), "--warmup-steps", "2", "--strategy", "ddp", "--overlap", "off",
       "--backend", "cuda", "--precision", "bf16", "--profile-kernels",
       "--profile-window", std::to_string(kTraceFirst) + "-" + std::to_string(kTraceLast)};
-  std::vector<const char*> argv;
-  for (const auto& a : args) argv.push_back(a.c_str());
-  RunConfig config;
-  EXPECT_TRUE(parse_train_config(static_cast<int>(argv.size()), argv.data(), config));
-  return config;
+  return parse_train_options(args);
 }
 
 class KeepRecords final : public StepObserver {

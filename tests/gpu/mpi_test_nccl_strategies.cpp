@@ -21,6 +21,7 @@
 #include "core/check.h"
 #include "forwarding_communicator.h"
 #include "train/trainer.h"
+#include "train_args.h"
 
 namespace scalestudy {
 namespace {
@@ -50,17 +51,13 @@ bool have_two_gpus() {
 
 RunConfig make_config(const std::string& backend, const std::string& strategy, const std::string& overlap,
                       const std::string& precision = "fp32") {
-  const std::vector<std::string> args = {"train", "--model", "tiny", "--layers", "3", "--hidden", "64",
+  const std::vector<std::string> args = {"--model", "tiny", "--layers", "3", "--hidden", "64",
                                          "--heads", "4", "--vocab", "128", "--seq", "32", "--global-batch", "8",
                                          "--steps", std::to_string(kSteps), "--warmup-steps", "0",
                                          "--strategy", strategy, "--overlap", overlap, "--bucket-mb", "0.05",
                                          "--backend", backend, "--check-every", "1", "--lr", "1e-3",
                                          "--precision", precision};
-  std::vector<const char*> argv;
-  for (const auto& a : args) argv.push_back(a.c_str());
-  RunConfig config;
-  EXPECT_TRUE(parse_train_config(static_cast<int>(argv.size()), argv.data(), config));
-  return config;
+  return parse_train_options(args);
 }
 
 struct GpuRun {

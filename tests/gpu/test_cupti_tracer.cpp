@@ -16,6 +16,7 @@
 #include "comm/nccl_communicator.h"
 #include "config/run_config.h"
 #include "train/trainer.h"
+#include "train_args.h"
 
 namespace scalestudy {
 namespace {
@@ -23,15 +24,11 @@ namespace {
 constexpr int kTraceFirst = 1, kTraceLast = 2;
 
 RunConfig small_config(const char* precision) {
-  const std::vector<std::string> args = {"train", "--model", "tiny", "--layers", "2", "--hidden", "128",
+  const std::vector<std::string> args = {"--model", "tiny", "--layers", "2", "--hidden", "128",
                                          "--heads", "4", "--vocab", "512", "--seq", "64", "--batch-per-rank", "4",
                                          "--steps", "4", "--warmup-steps", "1", "--backend", "cuda",
                                          "--precision", precision, "--profile-kernels", "--profile-window", "1-2"};
-  std::vector<const char*> argv;
-  for (const auto& a : args) argv.push_back(a.c_str());
-  RunConfig config;
-  EXPECT_TRUE(parse_train_config(static_cast<int>(argv.size()), argv.data(), config));
-  return config;
+  return parse_train_options(args);
 }
 
 RankTrace traced_run(const char* precision) {

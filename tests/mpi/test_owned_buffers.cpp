@@ -18,6 +18,7 @@
 #include "config/run_config.h"
 #include "forwarding_communicator.h"
 #include "train/trainer.h"
+#include "train_args.h"
 
 namespace scalestudy {
 namespace {
@@ -58,15 +59,11 @@ class OwningCommunicator final : public ForwardingCommunicator {
 };
 
 RunConfig make_config(const std::string& strategy, const std::string& overlap) {
-  const std::vector<std::string> args = {"train", "--model", "tiny", "--layers", "2", "--seq", "16",
+  const std::vector<std::string> args = {"--model", "tiny", "--layers", "2", "--seq", "16",
                                          "--global-batch", "24", "--steps", "4", "--warmup-steps", "0",
                                          "--strategy", strategy, "--overlap", overlap, "--grad-accum", "2",
                                          "--bucket-mb", "0.01", "--lr", "1e-3"};
-  std::vector<const char*> argv;
-  for (const auto& a : args) argv.push_back(a.c_str());
-  RunConfig config;
-  EXPECT_TRUE(parse_train_config(static_cast<int>(argv.size()), argv.data(), config));
-  return config;
+  return parse_train_options(args);
 }
 
 struct Trained {

@@ -14,6 +14,7 @@
 #include "config/run_config.h"
 #include "parallel/zero2_strategy.h"
 #include "train/trainer.h"
+#include "train_args.h"
 
 namespace scalestudy {
 namespace {
@@ -38,18 +39,14 @@ int world_size() {
 
 RunConfig make_config(const std::string& strategy, const std::string& overlap, int grad_accum,
                       double bucket_mb, int layers = 2) {
-  std::vector<std::string> args = {"train", "--model", "tiny", "--layers", std::to_string(layers),
+  std::vector<std::string> args = {"--model", "tiny", "--layers", std::to_string(layers),
                                    "--seq", "16", "--global-batch", std::to_string(kGlobalBatch),
                                    "--steps", std::to_string(kSteps), "--warmup-steps", "0",
                                    "--strategy", strategy, "--overlap", overlap,
                                    "--grad-accum", std::to_string(grad_accum),
                                    "--bucket-mb", std::to_string(bucket_mb), "--check-every", "1",
                                    "--lr", "1e-3", "--lr-warmup-steps", "2", "--grad-clip", "1.0"};
-  std::vector<const char*> argv;
-  for (const auto& a : args) argv.push_back(a.c_str());
-  RunConfig config;
-  EXPECT_TRUE(parse_train_config(static_cast<int>(argv.size()), argv.data(), config));
-  return config;
+  return parse_train_options(args);
 }
 
 std::vector<float> train(const RunConfig& config, MPI_Comm comm_world) {

@@ -12,18 +12,12 @@
 #include "model/flops.h"
 #include "model/parameter_layout.h"
 #include "parallel/bucket_plan.h"
+#include "train_args.h"
 
 namespace scalestudy {
 namespace {
 
-RunConfig parse(std::vector<std::string> args) {
-  args.insert(args.begin(), "train");
-  std::vector<const char*> argv;
-  for (const auto& a : args) argv.push_back(a.c_str());
-  RunConfig config;
-  EXPECT_TRUE(parse_train_config(static_cast<int>(argv.size()), argv.data(), config));
-  return config;
-}
+RunConfig parse(const std::vector<std::string>& args) { return parse_train_options(args); }
 
 // Expects a UsageError whose one-line message contains every fragment.
 void expect_usage_error(std::vector<std::string> args, const std::vector<std::string>& fragments) {

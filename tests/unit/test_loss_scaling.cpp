@@ -14,19 +14,16 @@
 #include "optim/loss_scaler.h"
 #include "parallel/ddp_strategy.h"
 #include "train/trainer.h"
+#include "train_args.h"
 
 namespace scalestudy {
 namespace {
 
 RunConfig make_config(std::vector<std::string> extra) {
-  std::vector<std::string> args = {"train", "--model", "tiny", "--seq", "16", "--batch-per-rank", "4",
+  std::vector<std::string> args = {"--model", "tiny", "--seq", "16", "--batch-per-rank", "4",
                                    "--steps", "4", "--warmup-steps", "0"};
   args.insert(args.end(), extra.begin(), extra.end());
-  std::vector<const char*> argv;
-  for (const auto& a : args) argv.push_back(a.c_str());
-  RunConfig config;
-  EXPECT_TRUE(parse_train_config(static_cast<int>(argv.size()), argv.data(), config));
-  return config;
+  return parse_train_options(args);
 }
 
 TEST(LossScaler, HalvesOnOverflowAndDoublesAfterAGoodRun) {
