@@ -187,10 +187,10 @@ OptimizerStats Zero2Strategy::optimizer_step(float learning_rate, int adam_step,
     const size_t begin = plan_.chunk_begin(b, rank_), offset = plan_.shard_offset(b);
     const size_t chunk = plan_.chunk_elems(b);
     // The master weights are this rank's chunks of the fp32 parameters, which the
-    // allgathers leave as they are. complete_gather refreshes the compute copy of every
-    // gathered bucket, this chunk included.
-    adamw_over_range(ops_, model_.layout(), begin, begin + chunk, model_.params() + begin,
-                     shard_grads_ + offset, m_ + offset, v_ + offset, config_, learning_rate, adam_step);
+    // allgathers leave as they are.
+    own_chunks_refreshed_ =
+        adamw_over_range(ops_, model_.layout(), begin, begin + chunk, model_.params() + begin,
+                         shard_grads_ + offset, m_ + offset, v_ + offset, config_, learning_rate, adam_step);
   }
   gather_pending_ = true;
   if (!config_.overlap) finish_param_sync();
@@ -219,7 +219,15 @@ void Zero2Strategy::complete_gather(int b) {
   comm_.finish(buckets_[b].gather);
   buckets_[b].gathering = false;
   // In stream order after the wait: a lower-precision compute copy sees the new values.
-  ops_.parameters_changed(model_.params(), plan_.buckets[b].begin_elems, plan_.buckets[b].end_elems);
+  // Where AdamW refreshed this rank's chunk already, only the other ranks' chunks are new.
+  const Bucket& bucket = plan_.buckets[b];
+  if (!own_chunks_refreshed_) {
+    ops_.parameters_changed(model_.params(), bucket.begin_elems, bucket.end_elems);
+    return;
+  }
+  const size_t own_begin = plan_.chunk_begin(b, rank_), own_end = own_begin + plan_.chunk_elems(b);
+  ops_.parameters_changed(model_.params(), bucket.begin_elems, own_begin);
+  ops_.parameters_changed(model_.params(), own_end, bucket.end_elems);
 }
 
 void Zero2Strategy::before_segment_forward(int segment) {

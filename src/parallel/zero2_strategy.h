@@ -91,6 +91,8 @@ class Zero2Strategy final : public GradientStrategy {
   int reported_segment_ = -1;
   size_t reported_from_elems_ = 0;
   bool gather_pending_ = false;
+  // The last optimizer step refreshed the compute copy of this rank's chunks itself.
+  bool own_chunks_refreshed_ = false;
 };
 
 }  // namespace scalestudy
