@@ -45,9 +45,7 @@ FlatGradients::FlatGradients(Ops& ops, const Gpt& model) : ops_(ops), model_(mod
 
 FlatGradients::~FlatGradients() { ops_.release(grads_); }
 
-float* FlatGradients::segment_gradients(int segment) {
-  return grads_ + model_.layout().segments[static_cast<size_t>(segment)].begin_elems;
-}
+float* FlatGradients::tensor_gradients(size_t tensor_begin_elems) { return grads_ + tensor_begin_elems; }
 
 // The parameters are fp32 master weights (MemoryKind::parameters), so copying them in
 // and out is exact on every backend; a backend that computes from a lower-precision

@@ -26,7 +26,7 @@ class FlatGradients final : public GradientSink {
   ~FlatGradients() override;
   FlatGradients(const FlatGradients&) = delete;
   FlatGradients& operator=(const FlatGradients&) = delete;
-  float* segment_gradients(int segment) override;
+  float* tensor_gradients(size_t tensor_begin_elems) override;
   void segment_done(int) override {}
 
  private:

@@ -271,13 +271,7 @@ void Gpt::backward(GradientSink& sink, float loss_scale) {
   const float* p = params_;
   const AttentionShape att{B, T, C, s.heads, s.causal};
 
-  // Segment gradient buffers are indexed from their segment's start.
-  auto grad_at = [&](float* segment_grads, int segment, size_t offset) {
-    return segment_grads + (offset - layout_.segments[segment].begin_elems);
-  };
-
-  const int emb = layout_.embedding_segment();
-  float* g_emb = sink.segment_gradients(emb);
+  auto grad_of = [&sink](size_t tensor_offset) { return sink.tensor_gradients(tensor_offset); };
 
   // Every activation gradient but the residual stream's has one writer, which
   // overwrites it: no zero fills, and no reads of stale contents.
@@ -296,18 +290,17 @@ void Gpt::backward(GradientSink& sink, float loss_scale) {
   dlogits_scale_.reset();
 
   const int fin = layout_.final_norm_segment();
-  float* g_fin = sink.segment_gradients(fin);
+  sink.begin_segment(fin);
   const float* last = s.layers > 0 ? a.layers.back().residual3 : a.encoded;
-  ops_.layernorm_backward(a.dresidual, grad_at(g_fin, fin, layout_.lnf_weight),
-                          grad_at(g_fin, fin, layout_.lnf_bias), a.dln, last, p + layout_.lnf_weight,
-                          a.lnf_mean, a.lnf_rstd, N, C, kFirst);
+  ops_.layernorm_backward(a.dresidual, grad_of(layout_.lnf_weight), grad_of(layout_.lnf_bias), a.dln,
+                          last, p + layout_.lnf_weight, a.lnf_mean, a.lnf_rstd, N, C, kFirst);
   sink.segment_done(fin);
 
   // dresidual holds d(residual3) on entry to each layer and d(its input) on exit: the
   // LayerNorm backwards accumulate the branch contributions into it.
   for (int l = s.layers - 1; l >= 0; --l) {
     const int seg = layout_.block_segment(l);
-    float* g = sink.segment_gradients(seg);
+    sink.begin_segment(seg);
     const BlockOffsets& w = layout_.blocks[l];
     Activations::Layer& x = a.layers[l];
     const float* residual = block_input(l);
@@ -317,28 +310,27 @@ void Gpt::backward(GradientSink& sink, float loss_scale) {
 
     // dfch is written; dfch_gelu is the scratch a backend that does not fuse the GELU
     // needs for the gradient of fch_gelu.
-    ops_.dense_backward_through_gelu(a.dfch, grad_at(g, seg, w.fc_proj_weight),
-                                     grad_at(g, seg, w.fc_proj_bias), a.dresidual, x.fch_gelu,
-                                     x.fch, p + w.fc_proj_weight, N, 4 * C, C, a.dfch_gelu);
-    ops_.matmul_backward(a.dln, grad_at(g, seg, w.fc_weight), grad_at(g, seg, w.fc_bias), a.dfch,
-                         x.ln2, p + w.fc_weight, N, C, 4 * C, kFirst);
-    ops_.layernorm_backward(a.dresidual, grad_at(g, seg, w.ln2_weight), grad_at(g, seg, w.ln2_bias),
-                            a.dln, x.residual2, p + w.ln2_weight, x.ln2_mean, x.ln2_rstd, N, C, kAdd);
+    ops_.dense_backward_through_gelu(a.dfch, grad_of(w.fc_proj_weight), grad_of(w.fc_proj_bias),
+                                     a.dresidual, x.fch_gelu, x.fch, p + w.fc_proj_weight, N, 4 * C, C,
+                                     a.dfch_gelu);
+    ops_.matmul_backward(a.dln, grad_of(w.fc_weight), grad_of(w.fc_bias), a.dfch, x.ln2, p + w.fc_weight,
+                         N, C, 4 * C, kFirst);
+    ops_.layernorm_backward(a.dresidual, grad_of(w.ln2_weight), grad_of(w.ln2_bias), a.dln, x.residual2,
+                            p + w.ln2_weight, x.ln2_mean, x.ln2_rstd, N, C, kAdd);
 
-    ops_.matmul_backward(a.datty, grad_at(g, seg, w.attn_proj_weight),
-                         grad_at(g, seg, w.attn_proj_bias), a.dresidual, x.atty,
-                         p + w.attn_proj_weight, N, C, C, kFirst);
+    ops_.matmul_backward(a.datty, grad_of(w.attn_proj_weight), grad_of(w.attn_proj_bias), a.dresidual,
+                         x.atty, p + w.attn_proj_weight, N, C, C, kFirst);
     ops_.attention_backward(a.dqkv, a.datty, x.qkv, x.atty, x.att_probs, att, kFirst);
-    ops_.matmul_backward(a.dln, grad_at(g, seg, w.qkv_weight), grad_at(g, seg, w.qkv_bias), a.dqkv,
-                         x.ln1, p + w.qkv_weight, N, C, 3 * C, kFirst);
-    ops_.layernorm_backward(a.dresidual, grad_at(g, seg, w.ln1_weight), grad_at(g, seg, w.ln1_bias),
-                            a.dln, residual, p + w.ln1_weight, x.ln1_mean, x.ln1_rstd, N, C, kAdd);
+    ops_.matmul_backward(a.dln, grad_of(w.qkv_weight), grad_of(w.qkv_bias), a.dqkv, x.ln1, p + w.qkv_weight,
+                         N, C, 3 * C, kFirst);
+    ops_.layernorm_backward(a.dresidual, grad_of(w.ln1_weight), grad_of(w.ln1_bias), a.dln, residual,
+                            p + w.ln1_weight, x.ln1_mean, x.ln1_rstd, N, C, kAdd);
     sink.segment_done(seg);
   }
 
-  ops_.embedding_backward(grad_at(g_emb, emb, layout_.wte), grad_at(g_emb, emb, layout_.wpe),
-                          a.dresidual, a.tokens, B, T, C);
-  lm_head_weight_backward(sink, g_emb);
+  sink.begin_segment(layout_.embedding_segment());
+  ops_.embedding_backward(grad_of(layout_.wte), grad_of(layout_.wpe), a.dresidual, a.tokens, B, T, C);
+  lm_head_weight_backward(sink, grad_of(layout_.wte));
 }
 
 // The LM head's weight gradient is wte's other half. Taken first, as the classifier's
@@ -346,11 +338,10 @@ void Gpt::backward(GradientSink& sink, float loss_scale) {
 // end, and nothing hid its communication. Taken last, in parts from the last vocabulary
 // rows down, each part's buckets are communicated while the next part is computed, and
 // only the part with row 0 is left for the tail.
-void Gpt::lm_head_weight_backward(GradientSink& sink, float* embedding_grads) {
+void Gpt::lm_head_weight_backward(GradientSink& sink, float* dwte) {
   const int emb = layout_.embedding_segment();
   const size_t wte_offset = layout_.wte - layout_.segments[emb].begin_elems;
   const int C = layout_.shape.channels, V = layout_.shape.vocab, N = batch_ * seq_;
-  float* dwte = embedding_grads + wte_offset;
   constexpr int kRowAlign = 8;  // Ops::classifier_weight_backward's vocab_begin
   const std::vector<size_t> cuts = sink.segment_cuts(emb);
   int rows_end = V;

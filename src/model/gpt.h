@@ -17,10 +17,14 @@ namespace scalestudy {
 class GradientSink {
  public:
   virtual ~GradientSink() = default;
-  // Where backward accumulates the gradients of a segment: element i of the returned
-  // buffer is the gradient of parameter segment.begin_elems + i. Zeroed by the sink
-  // before the first micro-batch that writes it, and accumulated into after that.
-  virtual float* segment_gradients(int segment) = 0;
+  // Backward is about to write the gradients of a segment. The sink has them zeroed before
+  // the first micro-batch that writes them, and accumulated into after that.
+  virtual void begin_segment(int /*segment*/) {}
+  // Where backward accumulates the gradients of the tensor (ParameterLayout::tensors) that
+  // starts at parameter tensor_begin_elems, in the segment begun last: element i is the
+  // gradient of parameter tensor_begin_elems + i. Each tensor's gradients are contiguous;
+  // two tensors' need not be.
+  virtual float* tensor_gradients(size_t tensor_begin_elems) = 0;
   // The segment's gradients for this micro-batch are complete.
   virtual void segment_done(int segment) = 0;
   // Backward can finish the embeddings in parts: the tied LM head's weight gradient comes
@@ -87,7 +91,7 @@ class Gpt {
   // and residual3, the ops and values of its forward.
   void recompute_block(int layer);
   // The tied LM head's weight gradient, the end of backward, in the parts the sink asks for.
-  void lm_head_weight_backward(GradientSink& sink, float* embedding_grads);
+  void lm_head_weight_backward(GradientSink& sink, float* dwte);
   Ops& ops_;
   ParameterLayout layout_;
   int batch_, seq_;

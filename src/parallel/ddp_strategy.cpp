@@ -30,9 +30,7 @@ void DdpStrategy::begin_micro_batch(int micro_batch, int micro_batches) {
   next_bucket_ = static_cast<int>(plan_.buckets.size()) - 1;
 }
 
-float* DdpStrategy::segment_gradients(int segment) {
-  return grads_ + model_.layout().segments[segment].begin_elems;
-}
+float* DdpStrategy::tensor_gradients(size_t tensor_begin_elems) { return grads_ + tensor_begin_elems; }
 
 std::vector<size_t> DdpStrategy::segment_cuts(int segment) const {
   return bucket_cuts(plan_, model_.layout().segments[segment]);

@@ -17,7 +17,7 @@ class DdpStrategy final : public GradientStrategy {
 
   const char* name() const override { return "ddp"; }
   const BucketPlan& plan() const override { return plan_; }
-  float* segment_gradients(int segment) override;
+  float* tensor_gradients(size_t tensor_begin_elems) override;
   void segment_done(int segment) override { segment_done_from(segment, 0); }
   std::vector<size_t> segment_cuts(int segment) const override;
   void segment_done_from(int segment, size_t offset_elems) override;

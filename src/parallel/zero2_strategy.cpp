@@ -78,11 +78,67 @@ void Zero2Strategy::zero_bucket_padding(int b, float* staging) {
     ops_.fill_zero(staging + (padding_from - bucket.begin_elems), bucket.end_elems - padding_from);
 }
 
-float* Zero2Strategy::segment_gradients(int segment) {
+int Zero2Strategy::bucket_of(size_t elem) const {
+  const auto after = std::upper_bound(plan_.buckets.begin(), plan_.buckets.end(), elem,
+                                      [](size_t e, const Bucket& bucket) { return e < bucket.begin_elems; });
+  return static_cast<int>(after - plan_.buckets.begin()) - 1;
+}
+
+float* Zero2Strategy::staging_for(int b) {
+  BucketState& state = buckets_[b];
+  // The previous micro-batch's reduction of this bucket still reads its staging.
+  if (state.reducing) complete_reduce(b);
+  if (!state.staging) {
+    state.staging = acquire_buffer(free_staging_, plan_.bucket_elems);
+    zero_bucket_padding(b, state.staging);
+  }
+  return state.staging;
+}
+
+void Zero2Strategy::begin_segment(int segment) {
   const ParameterLayout& layout = model_.layout();
+  const Segment& seg = layout.segments[segment];
   float* scratch = segment == layout.embedding_segment() ? embedding_scratch_ : block_scratch_;
-  ops_.fill_zero(scratch, layout.segments[segment].elems());
-  return scratch;
+  if (bucket_of(seg.end_elems - 1) - bucket_of(seg.begin_elems) >= static_cast<int>(kMaxBucketsFilled)) {
+    // Written straight into staging, a segment over more buckets would hold them all.
+    ops_.fill_zero(scratch, seg.elems());
+    scratch_ranges_.push_back({segment, seg.begin_elems, seg.end_elems, scratch});
+    return;
+  }
+  // A tensor that lies in one bucket is written straight into that bucket's staging. One
+  // that crosses a bucket's edge is written into scratch, and copied into the staging of
+  // its buckets when backward reports it done.
+  size_t direct_from = seg.end_elems;  // the direct tensors above, not zeroed yet
+  auto zero_direct_below = [&](size_t direct_to) {
+    // Zeroed one bucket at a time: a bucket's staging is contiguous, two buckets' are not.
+    for (size_t end = direct_from; end > direct_to;) {
+      const int b = bucket_of(end - 1);
+      const size_t begin = std::max(direct_to, plan_.buckets[b].begin_elems);
+      ops_.fill_zero(staging_for(b) + (begin - plan_.buckets[b].begin_elems), end - begin);
+      end = begin;
+    }
+  };
+  // From the segment's end down, as backward finishes it, so staging is taken in that order.
+  for (auto tensor = layout.tensors.rbegin(); tensor != layout.tensors.rend(); ++tensor) {
+    if (tensor->segment != segment) continue;
+    const size_t begin = tensor->offset_elems, end = begin + tensor->elems;
+    if (bucket_of(begin) == bucket_of(end - 1)) continue;
+    zero_direct_below(end);
+    float* tensor_scratch = scratch + (begin - seg.begin_elems);
+    ops_.fill_zero(tensor_scratch, tensor->elems);
+    scratch_ranges_.push_back({segment, begin, end, tensor_scratch});
+    direct_from = begin;
+  }
+  zero_direct_below(seg.begin_elems);
+}
+
+float* Zero2Strategy::tensor_gradients(size_t tensor_begin_elems) {
+  for (const ScratchRange& range : scratch_ranges_)
+    if (range.begin_elems <= tensor_begin_elems && tensor_begin_elems < range.end_elems)
+      return range.scratch + (tensor_begin_elems - range.begin_elems);
+  const int b = bucket_of(tensor_begin_elems);
+  SCALESTUDY_CHECK(buckets_[b].staging != nullptr, "tensor_gradients: the tensor's segment was not begun");
+  return buckets_[b].staging + (tensor_begin_elems - plan_.buckets[b].begin_elems);
 }
 
 std::vector<size_t> Zero2Strategy::segment_cuts(int segment) const {
@@ -92,7 +148,6 @@ std::vector<size_t> Zero2Strategy::segment_cuts(int segment) const {
 void Zero2Strategy::segment_done_from(int segment, size_t offset_elems) {
   const ParameterLayout& layout = model_.layout();
   const Segment& seg = layout.segments[segment];
-  const float* scratch = segment == layout.embedding_segment() ? embedding_scratch_ : block_scratch_;
   // The part reported now: from offset_elems up to where the segment's last report began.
   const size_t lo = seg.begin_elems + offset_elems;
   const size_t hi = segment == reported_segment_ ? reported_from_elems_ : seg.end_elems;
@@ -103,36 +158,31 @@ void Zero2Strategy::segment_done_from(int segment, size_t offset_elems) {
   LaneScope lane(comm_, config_.overlap ? lane_after_segment(layout, segment, offset_elems) : CommLane::awaited);
   // From the top bucket down, so each bucket that this part completes is started before
   // the next one is staged: staging never holds more than the buckets in flight and the
-  // one being filled.
+  // ones being filled.
   for (int b = static_cast<int>(plan_.buckets.size()) - 1; b >= 0; --b) {
-    if (overlaps(b, lo, hi)) {
-      BucketState& state = buckets_[b];
-      const Bucket& bucket = plan_.buckets[b];
-      // The previous micro-batch's reduction of this bucket still reads its staging.
-      if (state.reducing) complete_reduce(b);
-      if (!state.staging) {
-        state.staging = acquire_buffer(free_staging_, plan_.bucket_elems);
-        zero_bucket_padding(b, state.staging);
-      }
-      const size_t from = std::max(lo, bucket.begin_elems);
-      const size_t to = std::min(hi, bucket.end_elems);
-      ops_.copy(state.staging + (from - bucket.begin_elems), scratch + (from - seg.begin_elems), to - from);
+    const Bucket& bucket = plan_.buckets[b];
+    for (const ScratchRange& range : scratch_ranges_) {
+      const size_t from = std::max({lo, bucket.begin_elems, range.begin_elems});
+      const size_t to = std::min({hi, bucket.end_elems, range.end_elems});
+      if (from < to)
+        ops_.copy(staging_for(b) + (from - bucket.begin_elems), range.scratch + (from - range.begin_elems),
+                  to - from);
     }
     // Gradients finish from the end of the buffer down: everything from here up is final.
-    if (b == next_bucket_ && plan_.buckets[b].begin_elems >= lo) {
+    if (b == next_bucket_ && bucket.begin_elems >= lo) {
       start_reduce(b);
       --next_bucket_;
     }
   }
+  if (offset_elems == 0)
+    scratch_ranges_.erase(std::remove_if(scratch_ranges_.begin(), scratch_ranges_.end(),
+                                         [segment](const ScratchRange& r) { return r.segment == segment; }),
+                          scratch_ranges_.end());
 }
 
 void Zero2Strategy::start_reduce(int b) {
   BucketState& state = buckets_[b];
-  if (state.reducing) complete_reduce(b);
-  if (!state.staging) {  // a bucket of padding only
-    state.staging = acquire_buffer(free_staging_, plan_.bucket_elems);
-    zero_bucket_padding(b, state.staging);
-  }
+  staging_for(b);  // taken here for a bucket of padding only
   // The first micro-batch's reduced chunk is the shard's; later ones are added to it.
   float* shard_chunk = shard_grads_ + plan_.shard_offset(b);
   state.received =

@@ -4,11 +4,12 @@
 // its chunks of the fp32 parameters, as ddp's are the whole of them: every replica holds
 // them, and the allgathers overwrite only the other ranks' chunks.
 //
-// Backward writes a segment's gradients into a scratch buffer; when the segment is
-// done they are copied into the staging buffers of the buckets they fall in, and each
-// bucket that is then complete is reduce-scattered into the shard. At most
-// kMaxBucketsInFlight buckets are held at once. Gradient memory is therefore the shard,
-// the scratch, and a few buckets. The scratch is one block's gradient plus the tied
+// Backward writes each tensor's gradients straight into the staging buffer of the bucket
+// it lies in. The few tensors that cross a bucket's edge (the tied embedding always), and
+// segments over more than kMaxBucketsFilled buckets, go to a scratch buffer instead,
+// copied into staging when backward reports them done. Each bucket that is then complete
+// is reduce-scattered into the shard. At most kMaxBucketsInFlight buckets are reduced at
+// once. Gradient memory is therefore the shard, the scratch, and a few buckets. The scratch is one block's gradient plus the tied
 // embedding's, which backward reports in parts (GradientSink::segment_done_from): the
 // embedding backward and then the LM head's weight gradient, a range of rows at a time.
 //
@@ -27,13 +28,17 @@ namespace scalestudy {
 class Zero2Strategy final : public GradientStrategy {
  public:
   static constexpr size_t kMaxBucketsInFlight = 2;
+  // Staging written by backward but not yet reduced: a block's gradients fall in two
+  // buckets at most, or go through scratch.
+  static constexpr size_t kMaxBucketsFilled = 2;
 
   Zero2Strategy(const RunConfig& config, Ops& ops, Communicator& comm, Gpt& model, const BucketPlan& plan);
   ~Zero2Strategy() override;
 
   const char* name() const override { return "zero2"; }
   const BucketPlan& plan() const override { return plan_; }
-  float* segment_gradients(int segment) override;
+  void begin_segment(int segment) override;
+  float* tensor_gradients(size_t tensor_begin_elems) override;
   void segment_done(int segment) override { segment_done_from(segment, 0); }
   std::vector<size_t> segment_cuts(int segment) const override;
   void segment_done_from(int segment, size_t offset_elems) override;
@@ -57,7 +62,17 @@ class Zero2Strategy final : public GradientStrategy {
     bool reducing = false;
     bool gathering = false;
   };
+  // Gradients of a begun segment that backward writes into scratch: a tensor that crosses
+  // a bucket's edge, or a whole segment over more than kMaxBucketsFilled buckets.
+  struct ScratchRange {
+    int segment = 0;
+    size_t begin_elems = 0, end_elems = 0;
+    float* scratch = nullptr;
+  };
   float* acquire_buffer(std::vector<float*>& pool, size_t elems);
+  int bucket_of(size_t elem) const;
+  // The bucket's staging for this micro-batch, taken (and its padding zeroed) on first use.
+  float* staging_for(int bucket);
   void start_reduce(int bucket);
   // Zeroes the part of a bucket's staging that lies beyond the model's parameters.
   void zero_bucket_padding(int bucket, float* staging);
@@ -81,6 +96,7 @@ class Zero2Strategy final : public GradientStrategy {
   size_t block_scratch_elems_ = 0;
 
   std::vector<BucketState> buckets_;
+  std::vector<ScratchRange> scratch_ranges_;
   std::vector<float*> free_staging_, free_received_;
   std::vector<float*> all_buffers_;
   size_t comm_buffer_bytes_ = 0;

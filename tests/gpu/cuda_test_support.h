@@ -170,14 +170,11 @@ class CudaOpsFixture : public ::testing::Test {
 // One gradient buffer for the whole model (as ddp uses), on whichever backend owns it.
 class FullGradient : public GradientSink {
  public:
-  FullGradient(const ParameterLayout& layout, float* grads) : layout_(layout), grads_(grads) {}
-  float* segment_gradients(int segment) override {
-    return grads_ + layout_.segments[segment].begin_elems;
-  }
+  explicit FullGradient(float* grads) : grads_(grads) {}
+  float* tensor_gradients(size_t tensor_begin_elems) override { return grads_ + tensor_begin_elems; }
   void segment_done(int) override {}
 
  private:
-  const ParameterLayout& layout_;
   float* grads_;
 };
 

@@ -556,10 +556,10 @@ TEST_F(CudaOpsTest, WholeModelLossAndGradientsMatchTheCpu) {
 
     const float loss_scale = 1.0f / static_cast<float>(batch * seq);
     std::vector<float> cpu_grads(param_elems, 0.0f);
-    FullGradient cpu_sink(layout, cpu_grads.data());
+    FullGradient cpu_sink(cpu_grads.data());
     cpu_model.backward(cpu_sink, loss_scale);
     float* d_grads = upload(std::vector<float>(param_elems, 0.0f));
-    FullGradient gpu_sink(layout, d_grads);
+    FullGradient gpu_sink(d_grads);
     gpu_model.backward(gpu_sink, loss_scale);
     const auto gpu_grads = download(d_grads, param_elems);
 

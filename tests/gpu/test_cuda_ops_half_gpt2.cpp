@@ -100,7 +100,7 @@ TEST_P(CudaOpsHalf, Gpt2SmallTimings) {
     ops.parameters_changed(model.params(), 0, layout.param_elems);
     float* grads = ops.allocate_floats(layout.param_elems, MemoryKind::gradients);
     ops.fill_zero(grads, layout.param_elems);
-    FullGradient sink(layout, grads);
+    FullGradient sink(grads);
     const std::string mode = storage_name(precision);
     std::cout << "  " << mode << " forward";
     const double forward_ms =

@@ -78,7 +78,7 @@ TEST(LossScaling, NonFiniteGradientsSkipTheUpdate) {
   strategy.begin_micro_batch(0, 1);
   model.backward(strategy, 1.0f / 64);
   strategy.finish_gradient_sync();
-  strategy.segment_gradients(1)[7] = std::numeric_limits<float>::infinity();
+  strategy.tensor_gradients(layout.segments[1].begin_elems)[7] = std::numeric_limits<float>::infinity();
 
   std::vector<float> before(layout.param_elems), after(layout.param_elems);
   ops.copy_to_host(before.data(), model.params(), before.size());

@@ -20,10 +20,9 @@ namespace {
 // Hands backward one full gradient buffer, as ddp does.
 class FullGradient : public GradientSink {
  public:
-  FullGradient(const ParameterLayout& layout, size_t elems) : layout_(layout), grads(elems, 0.0f) {}
-  float* segment_gradients(int segment) override { return grads.data() + layout_.segments[segment].begin_elems; }
+  explicit FullGradient(size_t elems) : grads(elems, 0.0f) {}
+  float* tensor_gradients(size_t tensor_begin_elems) override { return grads.data() + tensor_begin_elems; }
   void segment_done(int segment) override { done.push_back(segment); }
-  const ParameterLayout& layout_;
   std::vector<float> grads;
   std::vector<int> done;
 };
@@ -80,7 +79,7 @@ TEST_P(WholeModelGradient, MatchesCentralFiniteDifferences) {
   };
 
   loss_at(params);
-  FullGradient sink(layout, layout.param_elems);
+  FullGradient sink(layout.param_elems);
   model.backward(sink, 1.0f / static_cast<float>(batch * seq));
   // Segments finish from the end of the buffer down, the embeddings last.
   ASSERT_EQ(sink.done.size(), layout.segments.size());
@@ -133,7 +132,7 @@ TEST(TrainingForward, LossScaleInForwardGivesTheSameLossAndGradientsBitForBit) {
     CpuOps ops;
     Gpt model(ops, shape, batch, seq, layout.param_elems);
     model.initialize(99);
-    FullGradient sink(layout, layout.param_elems);
+    FullGradient sink(layout.param_elems);
     std::vector<double> losses;
     for (int micro = 0; micro < 2; ++micro) {
       if (scale_in_forward)
@@ -161,7 +160,7 @@ TEST(TrainingForward, LossScaleInForwardGivesTheSameLossAndGradientsBitForBit) {
 class PartsSink : public FullGradient {
  public:
   PartsSink(const ParameterLayout& layout, std::vector<size_t> cuts, const std::vector<float>& final_grads)
-      : FullGradient(layout, final_grads.size()), cuts_(std::move(cuts)), final_(final_grads) {}
+      : FullGradient(final_grads.size()), layout_(layout), cuts_(std::move(cuts)), final_(final_grads) {}
   std::vector<size_t> segment_cuts(int segment) const override {
     return segment == layout_.embedding_segment() ? cuts_ : std::vector<size_t>{};
   }
@@ -175,6 +174,7 @@ class PartsSink : public FullGradient {
   size_t early_reports = 0;  // elements reported final before they were
 
  private:
+  const ParameterLayout& layout_;
   std::vector<size_t> cuts_;
   const std::vector<float>& final_;
 };
@@ -197,7 +197,7 @@ TEST(EmbeddingsInParts, ReportedFromTheEndDownOnWholeRowsWithTheUncutGradient) {
     model.forward(tokens.inputs.data(), tokens.targets.data(), nullptr, 0.25f);
     model.backward(sink, 0.25f);
   };
-  FullGradient uncut(layout, layout.param_elems);
+  FullGradient uncut(layout.param_elems);
   run(uncut);
   // Rows 0, 12 and 25 of C = 8, and 5 elements into wpe.
   PartsSink parts(layout, {3, 100, 200, wpe_at + 5}, uncut.grads);
@@ -230,7 +230,7 @@ TEST(Recomputation, SameLossAndGradientsBitForBitWithLessActivationMemory) {
     CpuOps ops;
     Gpt model(ops, shape, batch, seq, layout.param_elems, recompute);
     model.initialize(99);
-    FullGradient sink(layout, layout.param_elems);
+    FullGradient sink(layout.param_elems);
     Result result{};
     // Two micro-batches: the second backward accumulates over the first, as with
     // gradient accumulation.
