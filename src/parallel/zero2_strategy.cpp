@@ -21,8 +21,21 @@ Zero2Strategy::Zero2Strategy(const RunConfig& config, Ops& ops, Communicator& co
   ops_.fill_zero(v_, shard);
 
   const ParameterLayout& layout = model_.layout();
-  embedding_scratch_ = ops_.allocate_floats(layout.segments[layout.embedding_segment()].elems(),
-                                            MemoryKind::gradients);
+  // The buckets below the embeddings' end, rounded up to whole chunks (the plan's region
+  // finished last), are staged in the embedding scratch itself, which covers them whole:
+  // backward's largest tensor needs no copy, and collectives run on that scratch.
+  const Segment& embeddings = layout.segments[layout.embedding_segment()];
+  SCALESTUDY_CHECK(embeddings.begin_elems == 0, "zero2 expects the embeddings first in the buffer");
+  const size_t granule = static_cast<size_t>(plan_.world_size) * BucketPlan::kAlignElems;
+  const size_t embeddings_chunk_end = (embeddings.end_elems + granule - 1) / granule * granule;
+  int staged = 0;
+  while (staged < static_cast<int>(plan_.buckets.size()) && plan_.buckets[staged].end_elems <= embeddings_chunk_end)
+    ++staged;
+  // Without the region, the embeddings end in a bucket that block 0 shares: scratch as usual.
+  if (staged > 0 && plan_.buckets[staged - 1].end_elems >= embeddings.end_elems) embedding_staged_buckets_ = staged;
+  embedding_scratch_elems_ =
+      embedding_staged_buckets_ > 0 ? plan_.buckets[embedding_staged_buckets_ - 1].end_elems : embeddings.elems();
+  embedding_scratch_ = allocate_collective_buffer(ops_, comm_, embedding_scratch_elems_, MemoryKind::gradients);
   for (size_t s = 1; s < layout.segments.size(); ++s)
     block_scratch_elems_ = std::max(block_scratch_elems_, layout.segments[s].elems());
   block_scratch_ = ops_.allocate_floats(block_scratch_elems_, MemoryKind::gradients);
@@ -33,8 +46,8 @@ Zero2Strategy::Zero2Strategy(const RunConfig& config, Ops& ops, Communicator& co
 Zero2Strategy::~Zero2Strategy() {
   comm_.finish_all();
   for (float* buffer : all_buffers_) release_collective_buffer(ops_, comm_, buffer);
-  for (float* buffer : {shard_grads_, m_, v_, embedding_scratch_, block_scratch_})
-    ops_.release(buffer);
+  release_collective_buffer(ops_, comm_, embedding_scratch_);
+  for (float* buffer : {shard_grads_, m_, v_, block_scratch_}) ops_.release(buffer);
 }
 
 float* Zero2Strategy::acquire_buffer(std::vector<float*>& pool, size_t elems) {
@@ -89,7 +102,8 @@ float* Zero2Strategy::staging_for(int b) {
   // The previous micro-batch's reduction of this bucket still reads its staging.
   if (state.reducing) complete_reduce(b);
   if (!state.staging) {
-    state.staging = acquire_buffer(free_staging_, plan_.bucket_elems);
+    state.staging = b < embedding_staged_buckets_ ? embedding_scratch_ + plan_.buckets[b].begin_elems
+                                                  : acquire_buffer(free_staging_, plan_.bucket_elems);
     zero_bucket_padding(b, state.staging);
   }
   return state.staging;
@@ -99,6 +113,12 @@ void Zero2Strategy::begin_segment(int segment) {
   const ParameterLayout& layout = model_.layout();
   const Segment& seg = layout.segments[segment];
   float* scratch = segment == layout.embedding_segment() ? embedding_scratch_ : block_scratch_;
+  if (segment == layout.embedding_segment() && embedding_staged_buckets_ > 0) {
+    // Staged in the scratch: the part above the embeddings is block 0's, written already.
+    for (int b = 0; b < embedding_staged_buckets_; ++b) staging_for(b);
+    ops_.fill_zero(embedding_scratch_, seg.elems());
+    return;
+  }
   if (bucket_of(seg.end_elems - 1) - bucket_of(seg.begin_elems) >= static_cast<int>(kMaxBucketsFilled)) {
     // Written straight into staging, a segment over more buckets would hold them all.
     ops_.fill_zero(scratch, seg.elems());
@@ -209,7 +229,7 @@ void Zero2Strategy::complete_reduce(int b) {
     ops_.accumulate(shard_grads_ + plan_.shard_offset(b), state.received, plan_.chunk_elems(b));
     free_received_.push_back(state.received);
   }
-  free_staging_.push_back(state.staging);
+  if (b >= embedding_staged_buckets_) free_staging_.push_back(state.staging);
   state.staging = state.received = nullptr;
   state.reducing = false;
   reducing_.erase(std::find(reducing_.begin(), reducing_.end(), b));
@@ -299,10 +319,8 @@ void Zero2Strategy::finish_param_sync() {
 }
 
 StrategyMemory Zero2Strategy::memory() const {
-  const ParameterLayout& layout = model_.layout();
   StrategyMemory memory;
-  memory.gradient_bytes = (plan_.shard_elems() + layout.segments[layout.embedding_segment()].elems() +
-                           block_scratch_elems_) * sizeof(float);
+  memory.gradient_bytes = (plan_.shard_elems() + embedding_scratch_elems_ + block_scratch_elems_) * sizeof(float);
   memory.optimizer_bytes = 2 * plan_.shard_elems() * sizeof(float);
   memory.communication_bytes = comm_buffer_bytes_;
   return memory;

@@ -5,9 +5,10 @@
 // them, and the allgathers overwrite only the other ranks' chunks.
 //
 // Backward writes each tensor's gradients straight into the staging buffer of the bucket
-// it lies in. The few tensors that cross a bucket's edge (the tied embedding always), and
-// segments over more than kMaxBucketsFilled buckets, go to a scratch buffer instead,
-// copied into staging when backward reports them done. Each bucket that is then complete
+// it lies in. The few tensors that cross a bucket's edge, and segments over more than
+// kMaxBucketsFilled buckets, go to a scratch buffer instead, copied into staging when
+// backward reports them done. The buckets of the embeddings alone (BucketPlan's region
+// finished last) are staged in the embedding scratch, so the tied embedding needs no copy. Each bucket that is then complete
 // is reduce-scattered into the shard. At most kMaxBucketsInFlight buckets are reduced at
 // once. Gradient memory is therefore the shard, the scratch, and a few buckets. The scratch is one block's gradient plus the tied
 // embedding's, which backward reports in parts (GradientSink::segment_done_from): the
@@ -92,6 +93,8 @@ class Zero2Strategy final : public GradientStrategy {
   float* m_ = nullptr;
   float* v_ = nullptr;
   float* embedding_scratch_ = nullptr;
+  size_t embedding_scratch_elems_ = 0;
+  int embedding_staged_buckets_ = 0;  // the lowest buckets, staged in embedding_scratch_
   float* block_scratch_ = nullptr;
   size_t block_scratch_elems_ = 0;
 
