@@ -27,13 +27,7 @@ void DdpStrategy::begin_micro_batch(int micro_batch, int micro_batches) {
   // backward communicates.
   if (micro_batch == 0) ops_.fill_zero(grads_, plan_.padded_elems);
   last_micro_batch_ = micro_batch == micro_batches - 1;
-  started_since_segment_ = false;
   next_bucket_ = static_cast<int>(plan_.buckets.size()) - 1;
-}
-
-void DdpStrategy::begin_segment(int /*segment*/) {
-  if (!started_since_segment_) reserve_for_overlapped_lane(ops_, comm_, false);
-  started_since_segment_ = false;
 }
 
 float* DdpStrategy::tensor_gradients(size_t tensor_begin_elems) { return grads_ + tensor_begin_elems; }
@@ -49,10 +43,8 @@ void DdpStrategy::segment_done_from(int segment, size_t offset_elems) {
   const size_t final_from = model_.layout().segments[segment].begin_elems + offset_elems;
   LaneScope lane(comm_, lane_after_segment(model_.layout(), segment, offset_elems));
   while (next_bucket_ >= 0 && plan_.buckets[next_bucket_].begin_elems >= final_from) {
-    // The segment backward begins next runs beside the bucket's allreduce (see
-    // reserve_for_overlapped_lane).
-    reserve_for_overlapped_lane(ops_, comm_, true);
-    started_since_segment_ = true;
+    // The rest of backward runs beside the buckets' allreduces.
+    if (in_flight_.empty()) reserve_for_overlapped_lane(ops_, comm_, true);
     const Bucket& bucket = plan_.buckets[next_bucket_];
     in_flight_.push_back(start_allreduce(grads_ + bucket.begin_elems, bucket.elems()));
     --next_bucket_;

@@ -17,7 +17,6 @@ class DdpStrategy final : public GradientStrategy {
 
   const char* name() const override { return "ddp"; }
   const BucketPlan& plan() const override { return plan_; }
-  void begin_segment(int segment) override;
   float* tensor_gradients(size_t tensor_begin_elems) override;
   void segment_done(int segment) override { segment_done_from(segment, 0); }
   std::vector<size_t> segment_cuts(int segment) const override;
@@ -48,7 +47,6 @@ class DdpStrategy final : public GradientStrategy {
   bool last_micro_batch_ = true;
   int next_bucket_ = -1;  // buckets are started from the last one down to 0
   std::vector<CommHandle> in_flight_;
-  bool started_since_segment_ = false;  // a bucket started since backward began a segment
 };
 
 }  // namespace scalestudy

@@ -34,10 +34,7 @@ std::vector<size_t> bucket_cuts(const BucketPlan& plan, const Segment& segment);
 CommLane lane_after_segment(const ParameterLayout& layout, int segment, size_t offset_elems);
 
 // Sizes the backend's kernels for the multiprocessors that the overlapped lane's
-// collectives leave free, from now until the call with `overlapping` false. In backward a
-// bucket's collective is shorter than the backward of a segment (a block), so the
-// strategies hold the reservation through the segment that follows a bucket's start, and
-// release it when backward begins one that follows none.
+// collectives leave free, from now until the call with `overlapping` false.
 void reserve_for_overlapped_lane(Ops& ops, const Communicator& comm, bool overlapping);
 
 // The factor that brings the global gradient norm down to max_norm (1 when below it

@@ -79,7 +79,6 @@ void Zero2Strategy::begin_micro_batch(int micro_batch, int /*micro_batches*/) {
   // are reduce-scattered. The first micro-batch's land in the shard itself, which they
   // cover whole, and later ones are added to it.
   first_micro_batch_ = micro_batch == 0;
-  started_since_segment_ = false;
   next_bucket_ = static_cast<int>(plan_.buckets.size()) - 1;
 }
 
@@ -111,8 +110,6 @@ float* Zero2Strategy::staging_for(int b) {
 }
 
 void Zero2Strategy::begin_segment(int segment) {
-  if (!started_since_segment_) reserve_for_overlapped_lane(ops_, comm_, false);
-  started_since_segment_ = false;
   const ParameterLayout& layout = model_.layout();
   const Segment& seg = layout.segments[segment];
   float* scratch = segment == layout.embedding_segment() ? embedding_scratch_ : block_scratch_;
@@ -212,7 +209,6 @@ void Zero2Strategy::start_reduce(int b) {
       first_micro_batch_ ? nullptr : acquire_buffer(free_received_, plan_.bucket_elems / plan_.world_size);
   float* destination = state.received ? state.received : shard_chunk;
   if (config_.overlap) reserve_for_overlapped_lane(ops_, comm_, true);
-  started_since_segment_ = true;
   const size_t chunk_elems = plan_.chunk_elems(b);
   state.reduce = config_.grad_reduce == Precision::bf16
                      ? comm_.start_reduce_scatter_in_bf16(state.staging, destination, chunk_elems, "grad-comm")

@@ -110,7 +110,6 @@ class Zero2Strategy final : public GradientStrategy {
   int reported_segment_ = -1;
   size_t reported_from_elems_ = 0;
   bool gather_pending_ = false;
-  bool started_since_segment_ = false;  // a bucket started since backward began a segment
   // The last optimizer step refreshed the compute copy of this rank's chunks itself.
   bool own_chunks_refreshed_ = false;
 };
