@@ -29,10 +29,11 @@ Zero2Strategy::Zero2Strategy(const RunConfig& config, Ops& ops, Communicator& co
   const size_t granule = static_cast<size_t>(plan_.world_size) * BucketPlan::kAlignElems;
   const size_t embeddings_chunk_end = (embeddings.end_elems + granule - 1) / granule * granule;
   int staged = 0;
-  while (staged < static_cast<int>(plan_.buckets.size()) && plan_.buckets[staged].end_elems <= embeddings_chunk_end)
-    ++staged;
+  const int buckets = static_cast<int>(plan_.buckets.size());
+  while (staged < buckets && plan_.buckets[staged].end_elems <= embeddings_chunk_end) ++staged;
   // Without the region, the embeddings end in a bucket that block 0 shares: scratch as usual.
-  if (staged > 0 && plan_.buckets[staged - 1].end_elems >= embeddings.end_elems) embedding_staged_buckets_ = staged;
+  if (staged > 0 && plan_.buckets[staged - 1].end_elems >= embeddings.end_elems)
+    embedding_staged_buckets_ = staged;
   embedding_scratch_elems_ =
       embedding_staged_buckets_ > 0 ? plan_.buckets[embedding_staged_buckets_ - 1].end_elems : embeddings.elems();
   embedding_scratch_ = allocate_collective_buffer(ops_, comm_, embedding_scratch_elems_, MemoryKind::gradients);

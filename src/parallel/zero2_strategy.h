@@ -8,11 +8,13 @@
 // it lies in. The few tensors that cross a bucket's edge, and segments over more than
 // kMaxBucketsFilled buckets, go to a scratch buffer instead, copied into staging when
 // backward reports them done. The buckets of the embeddings alone (BucketPlan's region
-// finished last) are staged in the embedding scratch, so the tied embedding needs no copy. Each bucket that is then complete
-// is reduce-scattered into the shard. At most kMaxBucketsInFlight buckets are reduced at
-// once. Gradient memory is therefore the shard, the scratch, and a few buckets. The scratch is one block's gradient plus the tied
-// embedding's, which backward reports in parts (GradientSink::segment_done_from): the
-// embedding backward and then the LM head's weight gradient, a range of rows at a time.
+// finished last) are staged in the embedding scratch, so the tied embedding needs no
+// copy. Each bucket that is then complete is reduce-scattered into the shard. At most
+// kMaxBucketsInFlight buckets are reduced at once. Gradient memory is therefore the
+// shard, the scratch, and a few buckets. The scratch is one block's gradient plus the
+// tied embedding's, which backward reports in parts (GradientSink::segment_done_from):
+// the embedding backward and then the LM head's weight gradient, a range of rows at a
+// time.
 //
 // After the update each rank's chunk is allgathered back into every replica's
 // parameters. Without overlap that happens at the end of optimizer_step; with overlap
