@@ -405,53 +405,6 @@ void check_classifier_logits_stride(const T*, int vocab, int logits_stride) {
   check_logits_stride(vocab, logits_stride);
 }
 
-// The tied LM head on logits rows already padded: no copy into or out of scratch.
-template <class T>
-void classifier_matmul_forward(cublasHandle_t handle, cudaStream_t stream, T* logits,
-                               int logits_stride, const T* inp, const T* weight, int rows,
-                               int in_channels, int vocab) {
-  check_logits_stride(vocab, logits_stride);
-  check_operands(handle, stream, rows, in_channels, vocab,
-                 {{logits, "classifier logits"}, {inp, "classifier inp"},
-                  {weight, "classifier weight"}});
-  for_each_row_chunk(rows, in_channels, vocab, [&](int first, int count) {
-    matmul_forward_strided(handle, logits + size_t(first) * logits_stride, logits_stride,
-                           inp + size_t(first) * in_channels, weight, count, in_channels, vocab);
-  });
-}
-
-// The LM head's backward on logits rows logits_stride apart (padded in 16 bits, the vocabulary
-// in fp32), in the two parts that the model runs apart.
-template <class T>
-void classifier_input_gradient(cublasHandle_t handle, cudaStream_t stream, T* dinp,
-                               const T* dlogits, int logits_stride, const T* weight, int rows,
-                               int in_channels, int vocab, bool accumulate_dinp) {
-  check_classifier_logits_stride(dlogits, vocab, logits_stride);
-  check_operands(handle, stream, rows, in_channels, vocab,
-                 {{dinp, "classifier dinp"}, {dlogits, "classifier dlogits"},
-                  {weight, "classifier weight"}});
-  for_each_row_chunk(rows, in_channels, vocab, [&](int first, int count) {
-    input_gradient_strided(handle, dinp + size_t(first) * in_channels,
-                           dlogits + size_t(first) * logits_stride, logits_stride, weight, count,
-                           in_channels, vocab, accumulate_dinp);
-  });
-}
-
-template <class T>
-void classifier_weight_gradient(cublasHandle_t handle, cudaStream_t stream, float* dweight,
-                                const T* dlogits, int logits_stride, const T* inp, int rows,
-                                int in_channels, int vocab, int vocab_begin, int vocab_end) {
-  check_classifier_logits_stride(dlogits, vocab, logits_stride);
-  check_operands(handle, stream, rows, in_channels, vocab,
-                 {{dweight, "classifier dweight"}, {dlogits, "classifier dlogits"},
-                  {inp, "classifier inp"}});
-  for_each_row_chunk(rows, in_channels, vocab, [&](int first, int count) {
-    weight_gradient_strided(handle, dweight, dlogits + size_t(first) * logits_stride,
-                            logits_stride, inp + size_t(first) * in_channels, count, in_channels,
-                            vocab, vocab_begin, vocab_end);
-  });
-}
-
 // The bf16 and fp16 launchers: the 16-bit paths over row chunks.
 template <class T>
 void matmul_forward_16bit_in_chunks(cublasHandle_t handle, cudaStream_t stream, T* out,
@@ -568,63 +521,70 @@ void launch_matmul_parameter_gradients(cublasHandle_t handle, cudaStream_t strea
 
 int padded_logits_row_elems(int vocab) { return padded_columns_of(vocab); }
 
-void launch_classifier_matmul_forward(cublasHandle_t handle, cudaStream_t stream, bf16* logits,
-                                      int logits_stride, const bf16* inp, const bf16* weight,
-                                      int rows, int in_channels, int vocab) {
-  classifier_matmul_forward(handle, stream, logits, logits_stride, inp, weight, rows, in_channels,
-                            vocab);
+// The tied LM head on logits rows already padded: no copy into or out of scratch.
+template <class T>
+void launch_classifier_matmul_forward(cublasHandle_t handle, cudaStream_t stream, T* logits,
+                                      int logits_stride, const T* inp, const T* weight, int rows,
+                                      int in_channels, int vocab) {
+  check_logits_stride(vocab, logits_stride);
+  check_operands(handle, stream, rows, in_channels, vocab,
+                 {{logits, "classifier logits"}, {inp, "classifier inp"},
+                  {weight, "classifier weight"}});
+  for_each_row_chunk(rows, in_channels, vocab, [&](int first, int count) {
+    matmul_forward_strided(handle, logits + size_t(first) * logits_stride, logits_stride,
+                           inp + size_t(first) * in_channels, weight, count, in_channels, vocab);
+  });
 }
 
-void launch_classifier_matmul_forward(cublasHandle_t handle, cudaStream_t stream, fp16* logits,
-                                      int logits_stride, const fp16* inp, const fp16* weight,
-                                      int rows, int in_channels, int vocab) {
-  classifier_matmul_forward(handle, stream, logits, logits_stride, inp, weight, rows, in_channels,
-                            vocab);
-}
-
-void launch_classifier_input_gradient(cublasHandle_t handle, cudaStream_t stream, float* dinp,
-                                      const float* dlogits, int logits_stride, const float* weight,
+// The LM head's backward on logits rows logits_stride apart (padded in 16 bits, the vocabulary
+// in fp32), in the two parts that the model runs apart.
+template <class T>
+void launch_classifier_input_gradient(cublasHandle_t handle, cudaStream_t stream, T* dinp,
+                                      const T* dlogits, int logits_stride, const T* weight,
                                       int rows, int in_channels, int vocab, bool accumulate_dinp) {
-  classifier_input_gradient(handle, stream, dinp, dlogits, logits_stride, weight, rows,
-                            in_channels, vocab, accumulate_dinp);
+  check_classifier_logits_stride(dlogits, vocab, logits_stride);
+  check_operands(handle, stream, rows, in_channels, vocab,
+                 {{dinp, "classifier dinp"}, {dlogits, "classifier dlogits"},
+                  {weight, "classifier weight"}});
+  for_each_row_chunk(rows, in_channels, vocab, [&](int first, int count) {
+    input_gradient_strided(handle, dinp + size_t(first) * in_channels,
+                           dlogits + size_t(first) * logits_stride, logits_stride, weight, count,
+                           in_channels, vocab, accumulate_dinp);
+  });
 }
 
+template <class T>
 void launch_classifier_weight_gradient(cublasHandle_t handle, cudaStream_t stream,
-                                       float* dweight, const float* dlogits, int logits_stride,
-                                       const float* inp, int rows, int in_channels, int vocab,
+                                       float* dweight, const T* dlogits, int logits_stride,
+                                       const T* inp, int rows, int in_channels, int vocab,
                                        int vocab_begin, int vocab_end) {
-  classifier_weight_gradient(handle, stream, dweight, dlogits, logits_stride, inp, rows,
-                             in_channels, vocab, vocab_begin, vocab_end);
+  check_classifier_logits_stride(dlogits, vocab, logits_stride);
+  check_operands(handle, stream, rows, in_channels, vocab,
+                 {{dweight, "classifier dweight"}, {dlogits, "classifier dlogits"},
+                  {inp, "classifier inp"}});
+  for_each_row_chunk(rows, in_channels, vocab, [&](int first, int count) {
+    weight_gradient_strided(handle, dweight, dlogits + size_t(first) * logits_stride,
+                            logits_stride, inp + size_t(first) * in_channels, count, in_channels,
+                            vocab, vocab_begin, vocab_end);
+  });
 }
 
-void launch_classifier_input_gradient(cublasHandle_t handle, cudaStream_t stream, bf16* dinp,
-                                      const bf16* dlogits, int logits_stride, const bf16* weight,
-                                      int rows, int in_channels, int vocab, bool accumulate_dinp) {
-  classifier_input_gradient(handle, stream, dinp, dlogits, logits_stride, weight, rows,
-                            in_channels, vocab, accumulate_dinp);
-}
-
-void launch_classifier_weight_gradient(cublasHandle_t handle, cudaStream_t stream,
-                                       float* dweight, const bf16* dlogits, int logits_stride,
-                                       const bf16* inp, int rows, int in_channels, int vocab,
-                                       int vocab_begin, int vocab_end) {
-  classifier_weight_gradient(handle, stream, dweight, dlogits, logits_stride, inp, rows,
-                             in_channels, vocab, vocab_begin, vocab_end);
-}
-
-void launch_classifier_input_gradient(cublasHandle_t handle, cudaStream_t stream, fp16* dinp,
-                                      const fp16* dlogits, int logits_stride, const fp16* weight,
-                                      int rows, int in_channels, int vocab, bool accumulate_dinp) {
-  classifier_input_gradient(handle, stream, dinp, dlogits, logits_stride, weight, rows,
-                            in_channels, vocab, accumulate_dinp);
-}
-
-void launch_classifier_weight_gradient(cublasHandle_t handle, cudaStream_t stream,
-                                       float* dweight, const fp16* dlogits, int logits_stride,
-                                       const fp16* inp, int rows, int in_channels, int vocab,
-                                       int vocab_begin, int vocab_end) {
-  classifier_weight_gradient(handle, stream, dweight, dlogits, logits_stride, inp, rows,
-                             in_channels, vocab, vocab_begin, vocab_end);
-}
+// The storage types the backend runs the classifier in.
+template void launch_classifier_matmul_forward(cublasHandle_t, cudaStream_t, bf16*, int, const bf16*,
+                                               const bf16*, int, int, int);
+template void launch_classifier_matmul_forward(cublasHandle_t, cudaStream_t, fp16*, int, const fp16*,
+                                               const fp16*, int, int, int);
+template void launch_classifier_input_gradient(cublasHandle_t, cudaStream_t, float*, const float*, int,
+                                               const float*, int, int, int, bool);
+template void launch_classifier_input_gradient(cublasHandle_t, cudaStream_t, bf16*, const bf16*, int,
+                                               const bf16*, int, int, int, bool);
+template void launch_classifier_input_gradient(cublasHandle_t, cudaStream_t, fp16*, const fp16*, int,
+                                               const fp16*, int, int, int, bool);
+template void launch_classifier_weight_gradient(cublasHandle_t, cudaStream_t, float*, const float*, int,
+                                                const float*, int, int, int, int, int);
+template void launch_classifier_weight_gradient(cublasHandle_t, cudaStream_t, float*, const bf16*, int,
+                                                const bf16*, int, int, int, int, int);
+template void launch_classifier_weight_gradient(cublasHandle_t, cudaStream_t, float*, const fp16*, int,
+                                                const fp16*, int, int, int, int, int);
 
 }  // namespace scalestudy::cuda

@@ -76,43 +76,26 @@ void launch_matmul_parameter_gradients(cublasHandle_t handle, cudaStream_t strea
 // cuBLAS's fast kernels without copies): logits = inp @ weight^T. The padding columns are
 // never read or written.
 int padded_logits_row_elems(int vocab);
-void launch_classifier_matmul_forward(cublasHandle_t handle, cudaStream_t stream,
-                                      __nv_bfloat16* logits, int logits_stride,
-                                      const __nv_bfloat16* inp, const __nv_bfloat16* weight,
-                                      int rows, int in_channels, int vocab);
-void launch_classifier_matmul_forward(cublasHandle_t handle, cudaStream_t stream, __half* logits,
-                                      int logits_stride, const __half* inp, const __half* weight,
-                                      int rows, int in_channels, int vocab);
+// T is __nv_bfloat16 or __half.
+template <class T>
+void launch_classifier_matmul_forward(cublasHandle_t handle, cudaStream_t stream, T* logits,
+                                      int logits_stride, const T* inp, const T* weight, int rows,
+                                      int in_channels, int vocab);
 // The backward in the two parts that the model runs apart, on dlogits rows logits_stride
 // apart (padded_logits_row_elems(vocab) in 16 bits, vocab in fp32):
 //   dinp (+)= dlogits @ weight, as accumulate_dinp says;
 //   dweight's rows [vocab_begin, vocab_end) += dlogits[:, those columns]^T @ inp, with
 //   dweight pointing at row 0 and vocab_begin a multiple of 8. Each element of dweight
 //   comes from one GEMM whatever the range, so a range's rows do not depend on the cut.
-void launch_classifier_input_gradient(cublasHandle_t handle, cudaStream_t stream, float* dinp,
-                                      const float* dlogits, int logits_stride,
-                                      const float* weight, int rows, int in_channels, int vocab,
-                                      bool accumulate_dinp);
-void launch_classifier_input_gradient(cublasHandle_t handle, cudaStream_t stream,
-                                      __nv_bfloat16* dinp, const __nv_bfloat16* dlogits,
-                                      int logits_stride, const __nv_bfloat16* weight, int rows,
-                                      int in_channels, int vocab, bool accumulate_dinp);
-void launch_classifier_input_gradient(cublasHandle_t handle, cudaStream_t stream, __half* dinp,
-                                      const __half* dlogits, int logits_stride,
-                                      const __half* weight, int rows, int in_channels, int vocab,
-                                      bool accumulate_dinp);
+// T is float, __nv_bfloat16 or __half.
+template <class T>
+void launch_classifier_input_gradient(cublasHandle_t handle, cudaStream_t stream, T* dinp,
+                                      const T* dlogits, int logits_stride, const T* weight,
+                                      int rows, int in_channels, int vocab, bool accumulate_dinp);
+template <class T>
 void launch_classifier_weight_gradient(cublasHandle_t handle, cudaStream_t stream,
-                                       float* dweight, const float* dlogits, int logits_stride,
-                                       const float* inp, int rows, int in_channels, int vocab,
-                                       int vocab_begin, int vocab_end);
-void launch_classifier_weight_gradient(cublasHandle_t handle, cudaStream_t stream,
-                                       float* dweight, const __nv_bfloat16* dlogits,
-                                       int logits_stride, const __nv_bfloat16* inp, int rows,
-                                       int in_channels, int vocab, int vocab_begin,
-                                       int vocab_end);
-void launch_classifier_weight_gradient(cublasHandle_t handle, cudaStream_t stream,
-                                       float* dweight, const __half* dlogits, int logits_stride,
-                                       const __half* inp, int rows, int in_channels, int vocab,
+                                       float* dweight, const T* dlogits, int logits_stride,
+                                       const T* inp, int rows, int in_channels, int vocab,
                                        int vocab_begin, int vocab_end);
 
 }  // namespace scalestudy::cuda
