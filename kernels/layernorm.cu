@@ -520,44 +520,16 @@ void layernorm_backward(cudaStream_t stream, T* dinp, float* dweight, float* dbi
 
 }  // namespace
 
-void launch_layernorm_forward(cudaStream_t stream, float* out, float* mean, float* rstd,
-                              const float* inp, const float* weight, const float* bias, int rows,
-                              int channels) {
+template <class T>
+void launch_layernorm_forward(cudaStream_t stream, T* out, float* mean, float* rstd, const T* inp,
+                              const float* weight, const float* bias, int rows, int channels) {
   layernorm_forward(stream, out, mean, rstd, inp, weight, bias, rows, channels);
 }
 
-void launch_layernorm_forward(cudaStream_t stream, bf16* out, float* mean, float* rstd,
-                              const bf16* inp, const float* weight, const float* bias, int rows,
-                              int channels) {
-  layernorm_forward(stream, out, mean, rstd, inp, weight, bias, rows, channels);
-}
-
-void launch_layernorm_forward(cudaStream_t stream, fp16* out, float* mean, float* rstd,
-                              const fp16* inp, const float* weight, const float* bias, int rows,
-                              int channels) {
-  layernorm_forward(stream, out, mean, rstd, inp, weight, bias, rows, channels);
-}
-
-void launch_residual_layernorm_forward(cudaStream_t stream, float* residual, float* out,
-                                       float* mean, float* rstd, const float* a, const float* b,
-                                       const float* weight, const float* bias, int rows,
-                                       int channels) {
-  layernorm_forward(stream, out, mean, rstd, residual, weight, bias, rows, channels, residual, a,
-                    b);
-}
-
-void launch_residual_layernorm_forward(cudaStream_t stream, bf16* residual, bf16* out,
-                                       float* mean, float* rstd, const bf16* a, const bf16* b,
-                                       const float* weight, const float* bias, int rows,
-                                       int channels) {
-  layernorm_forward(stream, out, mean, rstd, residual, weight, bias, rows, channels, residual, a,
-                    b);
-}
-
-void launch_residual_layernorm_forward(cudaStream_t stream, fp16* residual, fp16* out,
-                                       float* mean, float* rstd, const fp16* a, const fp16* b,
-                                       const float* weight, const float* bias, int rows,
-                                       int channels) {
+template <class T>
+void launch_residual_layernorm_forward(cudaStream_t stream, T* residual, T* out, float* mean,
+                                       float* rstd, const T* a, const T* b, const float* weight,
+                                       const float* bias, int rows, int channels) {
   layernorm_forward(stream, out, mean, rstd, residual, weight, bias, rows, channels, residual, a,
                     b);
 }
@@ -568,28 +540,36 @@ size_t layernorm_backward_scratch_elems(int rows, int channels) {
   return 2 * size_t(partial_rows) * size_t(channels);
 }
 
-void launch_layernorm_backward(cudaStream_t stream, float* dinp, float* dweight, float* dbias,
-                               const float* dout, const float* inp, const float* weight,
-                               const float* mean, const float* rstd, int rows, int channels,
-                               float* scratch, size_t scratch_elems, bool accumulate_dinp) {
+template <class T>
+void launch_layernorm_backward(cudaStream_t stream, T* dinp, float* dweight, float* dbias,
+                               const T* dout, const T* inp, const float* weight, const float* mean,
+                               const float* rstd, int rows, int channels, float* scratch,
+                               size_t scratch_elems, bool accumulate_dinp) {
   layernorm_backward(stream, dinp, dweight, dbias, dout, inp, weight, mean, rstd, rows, channels,
                      scratch, scratch_elems, accumulate_dinp);
 }
 
-void launch_layernorm_backward(cudaStream_t stream, bf16* dinp, float* dweight, float* dbias,
-                               const bf16* dout, const bf16* inp, const float* weight,
-                               const float* mean, const float* rstd, int rows, int channels,
-                               float* scratch, size_t scratch_elems, bool accumulate_dinp) {
-  layernorm_backward(stream, dinp, dweight, dbias, dout, inp, weight, mean, rstd, rows, channels,
-                     scratch, scratch_elems, accumulate_dinp);
-}
-
-void launch_layernorm_backward(cudaStream_t stream, fp16* dinp, float* dweight, float* dbias,
-                               const fp16* dout, const fp16* inp, const float* weight,
-                               const float* mean, const float* rstd, int rows, int channels,
-                               float* scratch, size_t scratch_elems, bool accumulate_dinp) {
-  layernorm_backward(stream, dinp, dweight, dbias, dout, inp, weight, mean, rstd, rows, channels,
-                     scratch, scratch_elems, accumulate_dinp);
-}
+// The storage types the backend runs LayerNorm in.
+template void launch_layernorm_forward(cudaStream_t, float*, float*, float*, const float*, const float*,
+                                       const float*, int, int);
+template void launch_layernorm_forward(cudaStream_t, bf16*, float*, float*, const bf16*, const float*,
+                                       const float*, int, int);
+template void launch_layernorm_forward(cudaStream_t, fp16*, float*, float*, const fp16*, const float*,
+                                       const float*, int, int);
+template void launch_residual_layernorm_forward(cudaStream_t, float*, float*, float*, float*, const float*,
+                                                const float*, const float*, const float*, int, int);
+template void launch_residual_layernorm_forward(cudaStream_t, bf16*, bf16*, float*, float*, const bf16*,
+                                                const bf16*, const float*, const float*, int, int);
+template void launch_residual_layernorm_forward(cudaStream_t, fp16*, fp16*, float*, float*, const fp16*,
+                                                const fp16*, const float*, const float*, int, int);
+template void launch_layernorm_backward(cudaStream_t, float*, float*, float*, const float*, const float*,
+                                        const float*, const float*, const float*, int, int, float*, size_t,
+                                        bool);
+template void launch_layernorm_backward(cudaStream_t, bf16*, float*, float*, const bf16*, const bf16*,
+                                        const float*, const float*, const float*, int, int, float*, size_t,
+                                        bool);
+template void launch_layernorm_backward(cudaStream_t, fp16*, float*, float*, const fp16*, const fp16*,
+                                        const float*, const float*, const float*, int, int, float*, size_t,
+                                        bool);
 
 }  // namespace scalestudy::cuda

@@ -13,33 +13,19 @@ namespace scalestudy::cuda {
 
 // out[n,:] = (inp[n,:] - mean[n]) * rstd[n] * weight + bias; mean and rstd are kept for
 // the backward.
-void launch_layernorm_forward(cudaStream_t stream, float* out, float* mean, float* rstd,
-                              const float* inp, const float* weight, const float* bias, int rows,
-                              int channels);
-void launch_layernorm_forward(cudaStream_t stream, __nv_bfloat16* out, float* mean, float* rstd,
-                              const __nv_bfloat16* inp, const float* weight, const float* bias,
-                              int rows, int channels);
-void launch_layernorm_forward(cudaStream_t stream, __half* out, float* mean, float* rstd,
-                              const __half* inp, const float* weight, const float* bias,
-                              int rows, int channels);
+// T is float, __nv_bfloat16 or __half, as for every launcher below.
+template <class T>
+void launch_layernorm_forward(cudaStream_t stream, T* out, float* mean, float* rstd, const T* inp,
+                              const float* weight, const float* bias, int rows, int channels);
 
 // residual = a + b (each element's fp32 sum rounded once, as launch_residual_forward),
 // then out = layernorm(residual) as launch_layernorm_forward, bit for bit the two launches
 // in turn. One pass where the rows allow it: a and b are read once and the residual is
 // not read back.
-void launch_residual_layernorm_forward(cudaStream_t stream, float* residual, float* out,
-                                       float* mean, float* rstd, const float* a, const float* b,
-                                       const float* weight, const float* bias, int rows,
-                                       int channels);
-void launch_residual_layernorm_forward(cudaStream_t stream, __nv_bfloat16* residual,
-                                       __nv_bfloat16* out, float* mean, float* rstd,
-                                       const __nv_bfloat16* a, const __nv_bfloat16* b,
-                                       const float* weight, const float* bias, int rows,
-                                       int channels);
-void launch_residual_layernorm_forward(cudaStream_t stream, __half* residual, __half* out,
-                                       float* mean, float* rstd, const __half* a, const __half* b,
-                                       const float* weight, const float* bias, int rows,
-                                       int channels);
+template <class T>
+void launch_residual_layernorm_forward(cudaStream_t stream, T* residual, T* out, float* mean,
+                                       float* rstd, const T* a, const T* b, const float* weight,
+                                       const float* bias, int rows, int channels);
 
 // Floats of scratch that launch_layernorm_backward needs for its column partials.
 size_t layernorm_backward_scratch_elems(int rows, int channels);
@@ -47,18 +33,10 @@ size_t layernorm_backward_scratch_elems(int rows, int channels);
 // in two stages through scratch. With accumulate_dinp, dinp += the input gradient;
 // without, dinp = the input gradient, and dinp is never read, so it may hold anything
 // (NaN included): the caller saves zeroing a buffer it is about to fill.
-void launch_layernorm_backward(cudaStream_t stream, float* dinp, float* dweight, float* dbias,
-                               const float* dout, const float* inp, const float* weight,
-                               const float* mean, const float* rstd, int rows, int channels,
-                               float* scratch, size_t scratch_elems, bool accumulate_dinp);
-void launch_layernorm_backward(cudaStream_t stream, __nv_bfloat16* dinp, float* dweight,
-                               float* dbias, const __nv_bfloat16* dout, const __nv_bfloat16* inp,
-                               const float* weight, const float* mean, const float* rstd,
-                               int rows, int channels, float* scratch, size_t scratch_elems,
-                               bool accumulate_dinp);
-void launch_layernorm_backward(cudaStream_t stream, __half* dinp, float* dweight, float* dbias,
-                               const __half* dout, const __half* inp, const float* weight,
-                               const float* mean, const float* rstd, int rows, int channels,
-                               float* scratch, size_t scratch_elems, bool accumulate_dinp);
+template <class T>
+void launch_layernorm_backward(cudaStream_t stream, T* dinp, float* dweight, float* dbias,
+                               const T* dout, const T* inp, const float* weight, const float* mean,
+                               const float* rstd, int rows, int channels, float* scratch,
+                               size_t scratch_elems, bool accumulate_dinp);
 
 }  // namespace scalestudy::cuda
