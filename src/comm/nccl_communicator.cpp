@@ -473,8 +473,9 @@ void NcclCommunicator::watchdog_loop() {
 }
 
 void NcclCommunicator::abort_timed_out(const InFlight& entry) {
-  ncclCommAbort(nccl_);
-  if (copy_comm_) ncclCommAbort(copy_comm_);
+  // Every communicator the watchdog watches, so that none leaves a kernel spinning.
+  for (ncclComm_t comm : {nccl_, copy_comm_, overlapped_comm_})
+    if (comm) ncclCommAbort(comm);
   abort_job(__FILE__, __LINE__, "collective timed out",
             std::string("collective ") + collective_kind_name(entry.kind) + " #" + std::to_string(entry.id) +
                 " (phase " + entry.phase + ", " + format_mib(entry.payload_bytes) + ") did not finish within " +
