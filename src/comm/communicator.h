@@ -83,8 +83,11 @@ class Communicator {
   // GPU, where the communicator bounds them; 0 where it does not (or runs none).
   virtual int overlapped_lane_multiprocessors() const { return 0; }
 
-  // Waits for a collective. A collective that does not finish within the timeout ends
-  // the job with a message naming the rank, the collective and its phase.
+  // Waits for a collective, and so for every one started before it: a communicator runs
+  // its collectives in the order they start, so one wait for the latest covers them all,
+  // and those earlier ones record no wait of their own. A collective that does not finish
+  // within the timeout ends the job with a message naming the rank, the collective and
+  // its phase.
   virtual void finish(CommHandle handle) = 0;
   // Waits for every collective started so far.
   virtual void finish_all() = 0;

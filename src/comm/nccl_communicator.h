@@ -151,7 +151,8 @@ class NcclCommunicator final : public Communicator {
     std::string phase;
     size_t payload_bytes = 0;
     cudaEvent_t begin = nullptr, enqueued = nullptr, end = nullptr;
-    cudaEvent_t wait_begin = nullptr, wait_end = nullptr;  // null until finish()
+    // Null until finish(), and for good when a later collective's finish() covered it.
+    cudaEvent_t wait_begin = nullptr, wait_end = nullptr;
     cudaEvent_t epoch = nullptr;  // the step origin in force when it started
     std::chrono::steady_clock::time_point started_at{};
     bool finished = false;

@@ -60,7 +60,8 @@ void DdpStrategy::finish_gradient_sync() {
   if (!config_.overlap) {
     in_flight_.push_back(start_allreduce(grads_, plan_.padded_elems));
   }
-  for (CommHandle handle : in_flight_) comm_.finish(handle);
+  // The latest one's wait covers the rest (Communicator::finish).
+  if (!in_flight_.empty()) comm_.finish(in_flight_.back());
   in_flight_.clear();
   reserve_for_overlapped_lane(ops_, comm_, false);
 }

@@ -238,6 +238,8 @@ void Zero2Strategy::complete_reduce(int b) {
 
 void Zero2Strategy::finish_gradient_sync() {
   SCALESTUDY_CHECK(next_bucket_ < 0, "backward ended with buckets never reduced");
+  // The latest one's wait covers the rest (Communicator::finish).
+  if (!reducing_.empty()) comm_.finish(buckets_[reducing_.back()].reduce);
   while (!reducing_.empty()) complete_reduce(reducing_.front());
   reserve_for_overlapped_lane(ops_, comm_, false);
 }

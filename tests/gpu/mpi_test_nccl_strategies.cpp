@@ -316,6 +316,41 @@ TEST(NcclCommunicator, HostDoublesSumExactlyAndAreRecorded) {
   EXPECT_LE(records[0].begin_s, records[0].end_s);
 }
 
+// One finish() of the latest collective makes compute wait for all of them (they run in
+// the order started), and only that one records a wait.
+TEST(NcclCommunicator, FinishingTheLatestCoversTheEarlierOnes) {
+  if (!have_two_gpus()) GTEST_SKIP() << "needs 2 ranks with a visible GPU each: multi-GPU tests skipped";
+  const RankDevice device;
+  const int rank = device.where.rank;
+  constexpr int kCollectives = 3;
+  constexpr size_t kElems = 1 << 20;
+  std::vector<float*> buffers(kCollectives);
+  std::vector<float> host(kElems);
+  std::vector<CommHandle> handles;
+  NcclCommunicator comm(MPI_COMM_WORLD, device.stream, 120.0);
+  for (int c = 0; c < kCollectives; ++c) {
+    CHECK_CUDA(cudaMalloc(&buffers[c], kElems * 4));
+    std::fill(host.begin(), host.end(), static_cast<float>((rank + 1) * (c + 1)));
+    CHECK_CUDA(cudaMemcpy(buffers[c], host.data(), kElems * 4, cudaMemcpyHostToDevice));
+    handles.push_back(comm.start_allreduce(buffers[c], kElems, "test"));
+  }
+  comm.finish(handles.back());
+  // Compute's stream order alone, after the wait, must see every sum.
+  std::vector<float> sums(kCollectives);
+  for (int c = 0; c < kCollectives; ++c)
+    CHECK_CUDA(cudaMemcpyAsync(&sums[c], buffers[c] + kElems - 1, 4, cudaMemcpyDeviceToHost, device.stream));
+  CHECK_CUDA(cudaStreamSynchronize(device.stream));
+  for (int c = 0; c < kCollectives; ++c) EXPECT_EQ(sums[c], 3.0f * static_cast<float>(c + 1)) << "collective " << c;
+  comm.finish(handles.front());  // covered already: records nothing more
+  const std::vector<CollectiveRecord> records = comm.take_records();
+  ASSERT_EQ(records.size(), static_cast<size_t>(kCollectives));
+  for (int c = 0; c + 1 < kCollectives; ++c)
+    EXPECT_TRUE(std::isnan(records[c].wait_begin_s)) << "collective " << c << " recorded a wait of its own";
+  EXPECT_FALSE(std::isnan(records.back().wait_begin_s));
+  EXPECT_LE(records.back().wait_begin_s, records.back().wait_end_s);
+  for (float* buffer : buffers) CHECK_CUDA(cudaFree(buffer));
+}
+
 // The copy-engine collectives on device buffers, each longer than one staging piece, so
 // they run in two pieces, and the allreduce's last chunk is padded: allreduce, reduce-
 // scatter and allgather (out of place and in place) give exactly what NCCL's kernels give
