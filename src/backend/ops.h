@@ -83,6 +83,7 @@ class Ops {
   virtual void copy(float* dst, const float* src, size_t elems) = 0;
   virtual void copy_to_host(float* host_dst, const float* src, size_t elems) = 0;
   virtual void copy_from_host(float* dst, const float* host_src, size_t elems) = 0;
+  // In stream order, without waiting for the stream; host_src may be reused at once.
   virtual void copy_ints_from_host(int32_t* dst, const int32_t* host_src, size_t elems) = 0;
   // Bytes currently allocated through this backend, by kind.
   virtual size_t allocated_bytes(MemoryKind kind) const = 0;

@@ -35,9 +35,9 @@ Trainer::Trainer(const RunConfig& config, Ops& ops, Communicator& comm, MPI_Comm
   schedule_ = {config_.learning_rate, config_.min_lr_ratio, config_.lr_warmup_steps, config_.steps};
   scaler_ = DynamicLossScaler(config_.loss_scaling, config_.loss_scale_init, config_.loss_scale_growth_interval);
 
-  const size_t tokens = static_cast<size_t>(config_.micro_batch()) * config_.seq;
-  host_inputs_.resize(tokens);
-  host_targets_.resize(tokens);
+  batches_ = std::make_unique<MicroBatchLoader>(
+      *data_, MicroBatchShape{comm_.rank(), config_.global_batch, config_.batch_per_rank,
+                              config_.micro_batch(), config_.seq});
   const auto bytes = comm_.payload_bytes_by_kind();
   for (int k = 0; k < kCollectiveKindCount; ++k) bytes_before_[k] = bytes[static_cast<size_t>(k)];
 }
@@ -46,18 +46,6 @@ Trainer::~Trainer() {
   comm_.finish_all();
   strategy_.reset();
   model_.reset();
-}
-
-void Trainer::load_micro_batch(int step, int micro_batch) {
-  // Sample indices depend only on the global batch, never on the world size, so every
-  // strategy at every N trains on exactly the same samples.
-  const int64_t first = static_cast<int64_t>(step) * config_.global_batch +
-                        static_cast<int64_t>(comm_.rank()) * config_.batch_per_rank +
-                        static_cast<int64_t>(micro_batch) * config_.micro_batch();
-  for (int i = 0; i < config_.micro_batch(); ++i) {
-    const size_t at = static_cast<size_t>(i) * config_.seq;
-    data_->fill_sample(first + i, config_.seq, host_inputs_.data() + at, host_targets_.data() + at);
-  }
 }
 
 StepRecord Trainer::train_step(int step) {
@@ -79,17 +67,19 @@ StepRecord Trainer::train_step(int step) {
   for (int micro = 0; micro < micro_batches; ++micro) {
     {
       ScopedPhase phase(clock_, Phase::data);
-      load_micro_batch(step, micro);
+      batches_->load(step, micro);
     }
     {
       ScopedPhase phase(clock_, Phase::forward);
-      model_->forward(host_inputs_.data(), host_targets_.data(), strategy_.get(), loss_scale);
+      model_->forward(batches_->inputs(), batches_->targets(), strategy_.get(), loss_scale);
     }
     {
       ScopedPhase phase(clock_, Phase::backward);
       strategy_->begin_micro_batch(micro, micro_batches);
       model_->backward(*strategy_, loss_scale);
     }
+    // While the device runs the backward just queued (MicroBatchLoader says why).
+    if (micro + 1 == micro_batches && step + 1 < config_.steps) batches_->prefetch(step + 1);
     // Reading the loss makes the host wait for the device, which then idles until the host
     // has queued more work: read right after forward, that idle time fell between forward
     // and backward. It is read as late as the next forward allows, the last micro-batch's

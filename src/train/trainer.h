@@ -17,6 +17,7 @@
 #include "optim/lr_schedule.h"
 #include "parallel/strategy.h"
 #include "timing/phases.h"
+#include "train/micro_batch_loader.h"
 
 namespace scalestudy {
 
@@ -75,7 +76,6 @@ class Trainer {
   const BucketPlan& plan() const { return plan_; }
 
  private:
-  void load_micro_batch(int step, int micro_batch);
   void print_progress(const StepRecord& record) const;
 
   RunConfig config_;
@@ -91,7 +91,7 @@ class Trainer {
   int applied_updates_ = 0;
   std::unique_ptr<StepTimer> timer_;
   StepClock clock_;
-  std::vector<int32_t> host_inputs_, host_targets_;
+  std::unique_ptr<MicroBatchLoader> batches_;
   std::array<size_t, kCollectiveKindCount> bytes_before_{};
   KernelTracer* tracer_ = nullptr;
   int trace_first_ = -1, trace_last_ = -1;

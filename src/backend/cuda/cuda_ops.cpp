@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <iterator>
 #include <string>
 #include <vector>
@@ -100,6 +101,11 @@ CudaOps::~CudaOps() {
   CHECK_CUDA(cudaFree(reduction_partials_));
   CHECK_CUDA(cudaFree(device_result_));
   CHECK_CUDA(cudaFreeHost(host_result_));
+  for (PinnedSlot& slot : pinned_slots_) {
+    if (slot.copied) CHECK_CUDA(cudaEventSynchronize(slot.copied));
+    if (slot.copied) CHECK_CUDA(cudaEventDestroy(slot.copied));
+    if (slot.host) CHECK_CUDA(cudaFreeHost(slot.host));
+  }
   epilogue_gemm_.reset();
   CHECK_CUBLAS(cublasDestroy(cublas_));
   CHECK_CUDA(cudaStreamDestroy(stream_));
@@ -397,7 +403,22 @@ void CudaOps::copy_from_host(float* dst, const float* host_src, size_t elems) {
 
 void CudaOps::copy_ints_from_host(int32_t* dst, const int32_t* host_src, size_t elems) {
   ScopedKernelTag tag(KernelCategory::memory);
-  copy_host_to_device(dst, host_src, elems * sizeof(int32_t));
+  const size_t bytes = elems * sizeof(int32_t);
+  if (bytes == 0) return;
+  PinnedSlot& slot = pinned_slots_[next_pinned_slot_];
+  next_pinned_slot_ = (next_pinned_slot_ + 1) % kPinnedSlots;
+  if (slot.copied)
+    CHECK_CUDA(cudaEventSynchronize(slot.copied));
+  else
+    CHECK_CUDA(cudaEventCreateWithFlags(&slot.copied, cudaEventDisableTiming));
+  if (slot.bytes < bytes) {
+    if (slot.host) CHECK_CUDA(cudaFreeHost(slot.host));
+    CHECK_CUDA(cudaMallocHost(&slot.host, bytes));
+    slot.bytes = bytes;
+  }
+  std::memcpy(slot.host, host_src, bytes);
+  CHECK_CUDA(cudaMemcpyAsync(dst, slot.host, bytes, cudaMemcpyHostToDevice, stream_));
+  CHECK_CUDA(cudaEventRecord(slot.copied, stream_));
 }
 
 void CudaOps::synchronize() { CHECK_CUDA(cudaStreamSynchronize(stream_)); }

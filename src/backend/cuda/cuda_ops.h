@@ -275,6 +275,17 @@ class CudaOps final : public Ops {
   size_t reduction_partials_elems_ = 0;
   double* device_result_ = nullptr;
   double* host_result_ = nullptr;
+  // Token ids travel through pinned staging, so that their copy neither waits for the
+  // stream nor makes it wait for the host. A slot is refilled kPinnedSlots copies later,
+  // once its last copy has passed (`copied`): a step's tokens and targets take two.
+  struct PinnedSlot {
+    void* host = nullptr;
+    size_t bytes = 0;
+    cudaEvent_t copied = nullptr;
+  };
+  static constexpr int kPinnedSlots = 4;
+  std::array<PinnedSlot, kPinnedSlots> pinned_slots_{};
+  int next_pinned_slot_ = 0;
   // adamw_update_pieces' piece tables on the device, each uploaded once: a strategy
   // passes the same few ranges every step.
   struct AdamWTable {
