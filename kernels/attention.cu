@@ -111,25 +111,7 @@ size_t probs_elems_of(const AttentionShape& shape) {
   return size_t(shape.batch) * shape.heads * shape.seq * shape.seq;
 }
 
-// The GEMM storage types: Q, K, V, P, dY and dS in T; scores and dP always fp32.
-template <class T>
-struct AttentionTypes;
-template <>
-struct AttentionTypes<float> {
-  static constexpr GemmTypes to_scores = kGemmFp32;
-  static constexpr GemmTypes activations = kGemmFp32;
-};
-template <>
-struct AttentionTypes<bf16> {
-  static constexpr GemmTypes to_scores = kGemmBf16ToFp32;
-  static constexpr GemmTypes activations = kGemmBf16;
-};
-template <>
-struct AttentionTypes<fp16> {
-  static constexpr GemmTypes to_scores = kGemmFp16ToFp32;
-  static constexpr GemmTypes activations = kGemmFp16;
-};
-
+// Q, K, V, P, dY and dS are in T, the scores and dP always in fp32 (GemmTypesOf).
 // Per batch b, one strided-batched GEMM over the NH heads. Head h of Q, K or V is the
 // row-major [T, hs] matrix at qkv + b*T*3C + part*C + h*hs with row stride 3C, so the
 // heads are hs apart and no permuted copy is needed. In cuBLAS's column-major view
@@ -155,7 +137,7 @@ void attention_forward(cublasHandle_t handle, cudaStream_t stream, T* out, T* pr
     const T* query = qkv + size_t(b) * T_ * qkv_ld;
     const T* key = query + C;
     float* scores_batch = scores + size_t(b) * NH * probs_head_stride;
-    gemm_strided_batched(handle, AttentionTypes<T>::to_scores, CUBLAS_OP_T, CUBLAS_OP_N, T_, T_,
+    gemm_strided_batched(handle, GemmTypesOf<T>::to_fp32, CUBLAS_OP_T, CUBLAS_OP_N, T_, T_,
                          head_size, score_scale_of(head_size), key, qkv_ld, head_stride, query,
                          qkv_ld, head_stride, 0.0f, scores_batch, T_, probs_head_stride, NH);
   }
@@ -166,7 +148,7 @@ void attention_forward(cublasHandle_t handle, cudaStream_t stream, T* out, T* pr
     const T* value = qkv + size_t(b) * T_ * qkv_ld + 2 * C;
     const T* probs_batch = probs + size_t(b) * NH * probs_head_stride;
     T* out_batch = out + size_t(b) * T_ * C;
-    gemm_strided_batched(handle, AttentionTypes<T>::activations, CUBLAS_OP_N, CUBLAS_OP_N,
+    gemm_strided_batched(handle, GemmTypesOf<T>::same, CUBLAS_OP_N, CUBLAS_OP_N,
                          head_size, T_, T_, 1.0f, value, qkv_ld, head_stride, probs_batch, T_,
                          probs_head_stride, 0.0f, out_batch, C, head_stride, NH);
   }
@@ -198,10 +180,10 @@ void attention_backward(cublasHandle_t handle, cudaStream_t stream, T* dqkv, con
     const T* probs_batch = probs + size_t(b) * NH * probs_head_stride;
     float* dprobs_batch = dprobs + size_t(b) * NH * probs_head_stride;
     T* dvalue = dqkv + size_t(b) * T_ * qkv_ld + 2 * C;
-    gemm_strided_batched(handle, AttentionTypes<T>::to_scores, CUBLAS_OP_T, CUBLAS_OP_N, T_, T_,
+    gemm_strided_batched(handle, GemmTypesOf<T>::to_fp32, CUBLAS_OP_T, CUBLAS_OP_N, T_, T_,
                          head_size, 1.0f, value, qkv_ld, head_stride, dout_batch, C, head_stride,
                          0.0f, dprobs_batch, T_, probs_head_stride, NH);
-    gemm_strided_batched(handle, AttentionTypes<T>::activations, CUBLAS_OP_N, CUBLAS_OP_T,
+    gemm_strided_batched(handle, GemmTypesOf<T>::same, CUBLAS_OP_N, CUBLAS_OP_T,
                          head_size, T_, T_, 1.0f, dout_batch, C, head_stride, probs_batch, T_,
                          probs_head_stride, 1.0f, dvalue, qkv_ld, head_stride, NH);
   }
@@ -215,10 +197,10 @@ void attention_backward(cublasHandle_t handle, cudaStream_t stream, T* dqkv, con
     const T* dscores_batch = dscores + size_t(b) * NH * probs_head_stride;
     T* dquery = dqkv + size_t(b) * T_ * qkv_ld;
     T* dkey = dquery + C;
-    gemm_strided_batched(handle, AttentionTypes<T>::activations, CUBLAS_OP_N, CUBLAS_OP_N,
+    gemm_strided_batched(handle, GemmTypesOf<T>::same, CUBLAS_OP_N, CUBLAS_OP_N,
                          head_size, T_, T_, 1.0f, key, qkv_ld, head_stride, dscores_batch, T_,
                          probs_head_stride, 1.0f, dquery, qkv_ld, head_stride, NH);
-    gemm_strided_batched(handle, AttentionTypes<T>::activations, CUBLAS_OP_N, CUBLAS_OP_T,
+    gemm_strided_batched(handle, GemmTypesOf<T>::same, CUBLAS_OP_N, CUBLAS_OP_T,
                          head_size, T_, T_, 1.0f, query, qkv_ld, head_stride, dscores_batch, T_,
                          probs_head_stride, 1.0f, dkey, qkv_ld, head_stride, NH);
   }

@@ -16,6 +16,8 @@
 // in fp32; the result is rounded once to its storage type (including alpha*AB + beta*C
 // when beta = 1 accumulates into C). In fp16 a result beyond 65504 rounds to +-inf.
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include "core/check.h"
@@ -28,11 +30,27 @@ struct GemmTypes {
   cudaDataType_t ab;
   cudaDataType_t c;
 };
-inline constexpr GemmTypes kGemmFp32{CUDA_R_32F, CUDA_R_32F};
-inline constexpr GemmTypes kGemmBf16{CUDA_R_16BF, CUDA_R_16BF};
-inline constexpr GemmTypes kGemmBf16ToFp32{CUDA_R_16BF, CUDA_R_32F};
-inline constexpr GemmTypes kGemmFp16{CUDA_R_16F, CUDA_R_16F};
-inline constexpr GemmTypes kGemmFp16ToFp32{CUDA_R_16F, CUDA_R_32F};
+
+// The storage of the GEMMs over operands of type T: `same` keeps the result in T (the
+// forwards, the input gradients); `to_fp32` writes it in fp32 (the weight gradients into
+// the fp32 gradient buffer, the attention's scores).
+template <class T>
+struct GemmTypesOf;
+template <>
+struct GemmTypesOf<float> {
+  static constexpr GemmTypes same{CUDA_R_32F, CUDA_R_32F};
+  static constexpr GemmTypes to_fp32 = same;
+};
+template <>
+struct GemmTypesOf<__nv_bfloat16> {
+  static constexpr GemmTypes same{CUDA_R_16BF, CUDA_R_16BF};
+  static constexpr GemmTypes to_fp32{CUDA_R_16BF, CUDA_R_32F};
+};
+template <>
+struct GemmTypesOf<__half> {
+  static constexpr GemmTypes same{CUDA_R_16F, CUDA_R_16F};
+  static constexpr GemmTypes to_fp32{CUDA_R_16F, CUDA_R_32F};
+};
 
 inline void gemm(cublasHandle_t handle, GemmTypes types, cublasOperation_t op_a,
                  cublasOperation_t op_b, int m, int n, int k, float alpha, const void* a, int lda,

@@ -158,26 +158,6 @@ void for_each_row_chunk(int rows, int in_channels, int out_channels, F run_rows)
   for (int first = 0; first < rows; first += chunk) run_rows(first, std::min(chunk, rows - first));
 }
 
-// The GEMM storage types for activations of type T: the forward and the input gradient
-// stay in T; the weight gradient is always the fp32 gradient buffer.
-template <class T>
-struct MatmulTypes;
-template <>
-struct MatmulTypes<float> {
-  static constexpr GemmTypes activations = kGemmFp32;
-  static constexpr GemmTypes weight_gradient = kGemmFp32;
-};
-template <>
-struct MatmulTypes<bf16> {
-  static constexpr GemmTypes activations = kGemmBf16;
-  static constexpr GemmTypes weight_gradient = kGemmBf16ToFp32;
-};
-template <>
-struct MatmulTypes<fp16> {
-  static constexpr GemmTypes activations = kGemmFp16;
-  static constexpr GemmTypes weight_gradient = kGemmFp16ToFp32;
-};
-
 // Column-major view (see gemm.cuh): out^T[OC, N] = W[OC, IC] · inp^T[IC, N].
 // weight, row-major [OC, IC], is to cuBLAS W^T [IC, OC] with ld IC: op T gives W.
 // inp, row-major [N, IC], is inp^T [IC, N] with ld IC: op N.
@@ -192,10 +172,10 @@ void matmul_forward(cublasHandle_t handle, cudaStream_t stream, T* out, const T*
   check_operands(handle, stream, rows, in_channels, out_channels,
                  {{out, "matmul out"}, {inp, "matmul inp"}, {weight, "matmul weight"}});
   if (bias != nullptr && bias_gemm != nullptr && bias_copy != nullptr &&
-      bias_gemm->forward(stream, MatmulTypes<T>::activations.ab, out, inp, weight, bias_copy,
+      bias_gemm->forward(stream, GemmTypesOf<T>::same.ab, out, inp, weight, bias_copy,
                          rows, in_channels, out_channels))
     return;
-  gemm(handle, MatmulTypes<T>::activations, CUBLAS_OP_T, CUBLAS_OP_N, out_channels, rows,
+  gemm(handle, GemmTypesOf<T>::same, CUBLAS_OP_T, CUBLAS_OP_N, out_channels, rows,
        in_channels, 1.0f, weight, in_channels, inp, in_channels, 0.0f, out, out_channels);
   if (bias != nullptr) {
     const size_t elems = size_t(rows) * out_channels;
@@ -218,7 +198,7 @@ void matmul_parameter_gradients(cublasHandle_t handle, cudaStream_t stream, floa
                                 float* dbias, const T* dout, const T* inp, int rows,
                                 int in_channels, int out_channels, float* scratch,
                                 size_t scratch_elems) {
-  gemm(handle, MatmulTypes<T>::weight_gradient, CUBLAS_OP_N, CUBLAS_OP_T, in_channels,
+  gemm(handle, GemmTypesOf<T>::to_fp32, CUBLAS_OP_N, CUBLAS_OP_T, in_channels,
        out_channels, rows, 1.0f, inp, in_channels, dout, out_channels, 1.0f, dweight,
        in_channels);
   if (dbias != nullptr) {
@@ -236,7 +216,7 @@ void matmul_backward(cublasHandle_t handle, cudaStream_t stream, T* dinp, float*
   check_operands(handle, stream, rows, in_channels, out_channels,
                  {{dinp, "matmul dinp"}, {dweight, "matmul dweight"}, {dout, "matmul dout"},
                   {inp, "matmul inp"}, {weight, "matmul weight"}});
-  gemm(handle, MatmulTypes<T>::activations, CUBLAS_OP_N, CUBLAS_OP_N, in_channels, rows,
+  gemm(handle, GemmTypesOf<T>::same, CUBLAS_OP_N, CUBLAS_OP_N, in_channels, rows,
        out_channels, 1.0f, weight, in_channels, dout, out_channels, dinp_beta(accumulate_dinp),
        dinp, in_channels);
   matmul_parameter_gradients(handle, stream, dweight, dbias, dout, inp, rows, in_channels,
@@ -276,7 +256,7 @@ size_t matmul_backward_scratch_elems_padded(int rows, int out_channels) {
 template <class T>
 void matmul_forward_strided(cublasHandle_t handle, T* out, int out_stride, const T* inp,
                             const T* weight, int rows, int in_channels, int out_channels) {
-  const GemmTypes types = MatmulTypes<T>::activations;
+  const GemmTypes types = GemmTypesOf<T>::same;
   const int aligned_channels = out_channels / kAlignedColumns * kAlignedColumns;
   if (aligned_channels > 0)
     gemm(handle, types, CUBLAS_OP_T, CUBLAS_OP_N, aligned_channels, rows, in_channels, 1.0f,
@@ -296,7 +276,7 @@ template <class T>
 void input_gradient_strided(cublasHandle_t handle, T* dinp, const T* dout, int dout_stride,
                             const T* weight, int rows, int in_channels, int out_channels,
                             bool accumulate_dinp) {
-  const GemmTypes types = MatmulTypes<T>::activations;
+  const GemmTypes types = GemmTypesOf<T>::same;
   const int aligned_channels = out_channels / kAlignedColumns * kAlignedColumns;
   if (aligned_channels > 0)
     gemm(handle, types, CUBLAS_OP_N, CUBLAS_OP_N, in_channels, rows, aligned_channels, 1.0f,
@@ -320,7 +300,7 @@ void weight_gradient_strided(cublasHandle_t handle, float* dweight, const T* dou
   SCALESTUDY_CHECK(column_begin >= 0 && column_begin < column_end && column_end <= out_channels &&
                        column_begin % kAlignedColumns == 0,
                    "weight gradient: columns must be a non-empty range from a multiple of 8");
-  const GemmTypes weight_types = MatmulTypes<T>::weight_gradient;
+  const GemmTypes weight_types = GemmTypesOf<T>::to_fp32;
   const int aligned_channels = out_channels / kAlignedColumns * kAlignedColumns;
   auto columns = [&](int begin, int end) {
     if (begin < end)
