@@ -60,8 +60,12 @@ __global__ void cast_kernel(To* __restrict__ dst, const From* __restrict__ src, 
     dst[i] = from_float<To>(to_float(src[i]));
 }
 
+}  // namespace
+
+// An empty range is a valid request (an empty tensor piece) and launches nothing.
+
 template <class T>
-void residual_forward(cudaStream_t stream, T* out, const T* a, const T* b, size_t elems) {
+void launch_residual_forward(cudaStream_t stream, T* out, const T* a, const T* b, size_t elems) {
   if (elems == 0) return;
   check_not_null(out, "residual out");
   check_not_null(a, "residual a");
@@ -73,7 +77,7 @@ void residual_forward(cudaStream_t stream, T* out, const T* a, const T* b, size_
 }
 
 template <class T>
-void accumulate(cudaStream_t stream, T* dst, const T* src, size_t elems) {
+void launch_accumulate(cudaStream_t stream, T* dst, const T* src, size_t elems) {
   if (elems == 0) return;
   check_not_null(dst, "accumulate dst");
   check_not_null(src, "accumulate src");
@@ -84,44 +88,13 @@ void accumulate(cudaStream_t stream, T* dst, const T* src, size_t elems) {
 }
 
 template <class To, class From>
-void cast(cudaStream_t stream, To* dst, const From* src, size_t elems) {
+void launch_cast(cudaStream_t stream, To* dst, const From* src, size_t elems) {
   if (elems == 0) return;
   check_not_null(dst, "cast dst");
   check_not_null(src, "cast src");
   cast_kernel<To, From><<<elementwise_blocks(elems), kElementwiseThreads, 0, stream>>>(dst, src,
                                                                                      elems);
   CHECK_LAUNCH();
-}
-
-}  // namespace
-
-// An empty range is a valid request (an empty tensor piece) and launches nothing.
-
-void launch_residual_forward(cudaStream_t stream, float* out, const float* a, const float* b,
-                             size_t elems) {
-  residual_forward(stream, out, a, b, elems);
-}
-
-void launch_residual_forward(cudaStream_t stream, bf16* out, const bf16* a, const bf16* b,
-                             size_t elems) {
-  residual_forward(stream, out, a, b, elems);
-}
-
-void launch_residual_forward(cudaStream_t stream, fp16* out, const fp16* a, const fp16* b,
-                             size_t elems) {
-  residual_forward(stream, out, a, b, elems);
-}
-
-void launch_accumulate(cudaStream_t stream, float* dst, const float* src, size_t elems) {
-  accumulate(stream, dst, src, elems);
-}
-
-void launch_accumulate(cudaStream_t stream, bf16* dst, const bf16* src, size_t elems) {
-  accumulate(stream, dst, src, elems);
-}
-
-void launch_accumulate(cudaStream_t stream, fp16* dst, const fp16* src, size_t elems) {
-  accumulate(stream, dst, src, elems);
 }
 
 void launch_scale(cudaStream_t stream, float* x, size_t elems, float factor) {
@@ -138,20 +111,15 @@ void launch_fill(cudaStream_t stream, float* dst, size_t elems, float value) {
   CHECK_LAUNCH();
 }
 
-void launch_cast(cudaStream_t stream, bf16* dst, const float* src, size_t elems) {
-  cast(stream, dst, src, elems);
-}
-
-void launch_cast(cudaStream_t stream, float* dst, const bf16* src, size_t elems) {
-  cast(stream, dst, src, elems);
-}
-
-void launch_cast(cudaStream_t stream, fp16* dst, const float* src, size_t elems) {
-  cast(stream, dst, src, elems);
-}
-
-void launch_cast(cudaStream_t stream, float* dst, const fp16* src, size_t elems) {
-  cast(stream, dst, src, elems);
-}
+template void launch_residual_forward(cudaStream_t, float*, const float*, const float*, size_t);
+template void launch_residual_forward(cudaStream_t, bf16*, const bf16*, const bf16*, size_t);
+template void launch_residual_forward(cudaStream_t, fp16*, const fp16*, const fp16*, size_t);
+template void launch_accumulate(cudaStream_t, float*, const float*, size_t);
+template void launch_accumulate(cudaStream_t, bf16*, const bf16*, size_t);
+template void launch_accumulate(cudaStream_t, fp16*, const fp16*, size_t);
+template void launch_cast(cudaStream_t, bf16*, const float*, size_t);
+template void launch_cast(cudaStream_t, float*, const bf16*, size_t);
+template void launch_cast(cudaStream_t, fp16*, const float*, size_t);
+template void launch_cast(cudaStream_t, float*, const fp16*, size_t);
 
 }  // namespace scalestudy::cuda

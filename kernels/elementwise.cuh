@@ -13,27 +13,21 @@
 
 namespace scalestudy::cuda {
 
+// T is float, __nv_bfloat16 or __half, for every launcher below that takes one.
 // out = a + b. out may alias a or b.
-void launch_residual_forward(cudaStream_t stream, float* out, const float* a, const float* b,
-                             size_t elems);
-void launch_residual_forward(cudaStream_t stream, __nv_bfloat16* out, const __nv_bfloat16* a,
-                             const __nv_bfloat16* b, size_t elems);
-void launch_residual_forward(cudaStream_t stream, __half* out, const __half* a, const __half* b,
-                             size_t elems);
+template <class T>
+void launch_residual_forward(cudaStream_t stream, T* out, const T* a, const T* b, size_t elems);
 // dst += src.
-void launch_accumulate(cudaStream_t stream, float* dst, const float* src, size_t elems);
-void launch_accumulate(cudaStream_t stream, __nv_bfloat16* dst, const __nv_bfloat16* src,
-                       size_t elems);
-void launch_accumulate(cudaStream_t stream, __half* dst, const __half* src, size_t elems);
+template <class T>
+void launch_accumulate(cudaStream_t stream, T* dst, const T* src, size_t elems);
 // x *= factor.
 void launch_scale(cudaStream_t stream, float* x, size_t elems, float factor);
 // dst = value.
 void launch_fill(cudaStream_t stream, float* dst, size_t elems, float value);
 // dst = src converted: fp32 -> bf16 or fp16 rounds to nearest even (fp16: magnitudes from
 // 65520 up become +-inf); bf16 or fp16 -> fp32 is exact. dst and src must not overlap.
-void launch_cast(cudaStream_t stream, __nv_bfloat16* dst, const float* src, size_t elems);
-void launch_cast(cudaStream_t stream, float* dst, const __nv_bfloat16* src, size_t elems);
-void launch_cast(cudaStream_t stream, __half* dst, const float* src, size_t elems);
-void launch_cast(cudaStream_t stream, float* dst, const __half* src, size_t elems);
+// One of To and From is float, the other __nv_bfloat16 or __half.
+template <class To, class From>
+void launch_cast(cudaStream_t stream, To* dst, const From* src, size_t elems);
 
 }  // namespace scalestudy::cuda

@@ -76,8 +76,10 @@ __global__ void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, size_
   }
 }
 
+}  // namespace
+
 template <class T>
-void gelu_forward(cudaStream_t stream, T* out, const T* inp, size_t elems) {
+void launch_gelu_forward(cudaStream_t stream, T* out, const T* inp, size_t elems) {
   if (elems == 0) return;
   check_not_null(out, "gelu out");
   check_not_null(inp, "gelu inp");
@@ -88,8 +90,8 @@ void gelu_forward(cudaStream_t stream, T* out, const T* inp, size_t elems) {
 }
 
 template <class T>
-void gelu_backward(cudaStream_t stream, T* dinp, const T* inp, const T* dout, size_t elems,
-                   bool accumulate_dinp) {
+void launch_gelu_backward(cudaStream_t stream, T* dinp, const T* inp, const T* dout, size_t elems,
+                          bool accumulate_dinp) {
   if (elems == 0) return;
   check_not_null(dinp, "gelu dinp");
   check_not_null(inp, "gelu inp");
@@ -103,33 +105,11 @@ void gelu_backward(cudaStream_t stream, T* dinp, const T* inp, const T* dout, si
   CHECK_LAUNCH();
 }
 
-}  // namespace
-
-void launch_gelu_forward(cudaStream_t stream, float* out, const float* inp, size_t elems) {
-  gelu_forward(stream, out, inp, elems);
-}
-
-void launch_gelu_forward(cudaStream_t stream, bf16* out, const bf16* inp, size_t elems) {
-  gelu_forward(stream, out, inp, elems);
-}
-
-void launch_gelu_forward(cudaStream_t stream, fp16* out, const fp16* inp, size_t elems) {
-  gelu_forward(stream, out, inp, elems);
-}
-
-void launch_gelu_backward(cudaStream_t stream, float* dinp, const float* inp, const float* dout,
-                          size_t elems, bool accumulate_dinp) {
-  gelu_backward(stream, dinp, inp, dout, elems, accumulate_dinp);
-}
-
-void launch_gelu_backward(cudaStream_t stream, bf16* dinp, const bf16* inp, const bf16* dout,
-                          size_t elems, bool accumulate_dinp) {
-  gelu_backward(stream, dinp, inp, dout, elems, accumulate_dinp);
-}
-
-void launch_gelu_backward(cudaStream_t stream, fp16* dinp, const fp16* inp, const fp16* dout,
-                          size_t elems, bool accumulate_dinp) {
-  gelu_backward(stream, dinp, inp, dout, elems, accumulate_dinp);
-}
+template void launch_gelu_forward(cudaStream_t, float*, const float*, size_t);
+template void launch_gelu_forward(cudaStream_t, bf16*, const bf16*, size_t);
+template void launch_gelu_forward(cudaStream_t, fp16*, const fp16*, size_t);
+template void launch_gelu_backward(cudaStream_t, float*, const float*, const float*, size_t, bool);
+template void launch_gelu_backward(cudaStream_t, bf16*, const bf16*, const bf16*, size_t, bool);
+template void launch_gelu_backward(cudaStream_t, fp16*, const fp16*, const fp16*, size_t, bool);
 
 }  // namespace scalestudy::cuda

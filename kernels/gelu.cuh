@@ -9,16 +9,12 @@
 
 namespace scalestudy::cuda {
 
-void launch_gelu_forward(cudaStream_t stream, float* out, const float* inp, size_t elems);
-void launch_gelu_forward(cudaStream_t stream, __nv_bfloat16* out, const __nv_bfloat16* inp,
-                         size_t elems);
-void launch_gelu_forward(cudaStream_t stream, __half* out, const __half* inp, size_t elems);
-// dinp += gelu'(inp) * dout.
-void launch_gelu_backward(cudaStream_t stream, float* dinp, const float* inp, const float* dout,
-                          size_t elems, bool accumulate_dinp);
-void launch_gelu_backward(cudaStream_t stream, __nv_bfloat16* dinp, const __nv_bfloat16* inp,
-                          const __nv_bfloat16* dout, size_t elems, bool accumulate_dinp);
-void launch_gelu_backward(cudaStream_t stream, __half* dinp, const __half* inp,
-                          const __half* dout, size_t elems, bool accumulate_dinp);
+// T is float, __nv_bfloat16 or __half.
+template <class T>
+void launch_gelu_forward(cudaStream_t stream, T* out, const T* inp, size_t elems);
+// dinp += gelu'(inp) * dout, or dinp = gelu'(inp) * dout without accumulate_dinp.
+template <class T>
+void launch_gelu_backward(cudaStream_t stream, T* dinp, const T* inp, const T* dout, size_t elems,
+                          bool accumulate_dinp);
 
 }  // namespace scalestudy::cuda
