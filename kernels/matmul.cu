@@ -223,24 +223,6 @@ void matmul_backward(cublasHandle_t handle, cudaStream_t stream, T* dinp, float*
                              out_channels, scratch, scratch_elems);
 }
 
-// The 16-bit parameter gradients alone, for a backward whose input gradient another GEMM
-// computes (dense_gelu.cuh); that GEMM reads dout in place, so its rows need no padding.
-template <class T>
-void matmul_parameter_gradients_16bit(cublasHandle_t handle, cudaStream_t stream, float* dweight,
-                                      float* dbias, const T* dout, const T* inp, int rows,
-                                      int in_channels, int out_channels, float* scratch,
-                                      size_t scratch_elems) {
-  check_operands(handle, stream, rows, in_channels, out_channels,
-                 {{dweight, "matmul dweight"}, {dout, "matmul dout"}, {inp, "matmul inp"}});
-  SCALESTUDY_CHECK(!needs_padding(out_channels),
-                   "matmul parameter gradients: out_channels must be a multiple of 8");
-  for_each_row_chunk(rows, in_channels, out_channels, [&](int first, int count) {
-    matmul_parameter_gradients(handle, stream, dweight, dbias, dout + size_t(first) * out_channels,
-                               inp + size_t(first) * in_channels, count, in_channels,
-                               out_channels, scratch, scratch_elems);
-  });
-}
-
 size_t matmul_forward_scratch_elems_padded(int rows, int out_channels) {
   return needs_padding(out_channels) ? padded_rows_floats(rows, out_channels) : 0;
 }
@@ -385,34 +367,6 @@ void check_classifier_logits_stride(const T*, int vocab, int logits_stride) {
   check_logits_stride(vocab, logits_stride);
 }
 
-// The bf16 and fp16 launchers: the 16-bit paths over row chunks.
-template <class T>
-void matmul_forward_16bit_in_chunks(cublasHandle_t handle, cudaStream_t stream, T* out,
-                                    const T* inp, const T* weight, const float* bias, int rows,
-                                    int in_channels, int out_channels, float* scratch,
-                                    size_t scratch_elems, EpilogueGemm* bias_gemm,
-                                    const T* bias_copy) {
-  for_each_row_chunk(rows, in_channels, out_channels, [&](int first, int count) {
-    matmul_forward_16bit(handle, stream, out + size_t(first) * out_channels,
-                         inp + size_t(first) * in_channels, weight, bias, count, in_channels,
-                         out_channels, scratch, scratch_elems, bias_gemm, bias_copy);
-  });
-}
-
-template <class T>
-void matmul_backward_16bit_in_chunks(cublasHandle_t handle, cudaStream_t stream, T* dinp,
-                                     float* dweight, float* dbias, const T* dout, const T* inp,
-                                     const T* weight, int rows, int in_channels,
-                                     int out_channels, float* scratch, size_t scratch_elems,
-                                     bool accumulate_dinp) {
-  for_each_row_chunk(rows, in_channels, out_channels, [&](int first, int count) {
-    matmul_backward_16bit(handle, stream, dinp + size_t(first) * in_channels, dweight, dbias,
-                          dout + size_t(first) * out_channels, inp + size_t(first) * in_channels,
-                          weight, count, in_channels, out_channels, scratch, scratch_elems,
-                          accumulate_dinp);
-  });
-}
-
 }  // namespace
 
 void launch_matmul_forward(cublasHandle_t handle, cudaStream_t stream, float* out,
@@ -429,20 +383,16 @@ size_t matmul_forward_scratch_elems_16bit(int rows, int out_channels) {
   return matmul_forward_scratch_elems_padded(rows, out_channels);
 }
 
-void launch_matmul_forward(cublasHandle_t handle, cudaStream_t stream, bf16* out,
-                           const bf16* inp, const bf16* weight, const float* bias, int rows,
-                           int in_channels, int out_channels, float* scratch,
-                           size_t scratch_elems, EpilogueGemm* bias_gemm, const bf16* bias_copy) {
-  matmul_forward_16bit_in_chunks(handle, stream, out, inp, weight, bias, rows, in_channels,
-                                 out_channels, scratch, scratch_elems, bias_gemm, bias_copy);
-}
-
-void launch_matmul_forward(cublasHandle_t handle, cudaStream_t stream, fp16* out,
-                           const fp16* inp, const fp16* weight, const float* bias, int rows,
-                           int in_channels, int out_channels, float* scratch,
-                           size_t scratch_elems, EpilogueGemm* bias_gemm, const fp16* bias_copy) {
-  matmul_forward_16bit_in_chunks(handle, stream, out, inp, weight, bias, rows, in_channels,
-                                 out_channels, scratch, scratch_elems, bias_gemm, bias_copy);
+template <class Half>
+void launch_matmul_forward(cublasHandle_t handle, cudaStream_t stream, Half* out, const Half* inp,
+                           const Half* weight, const float* bias, int rows, int in_channels,
+                           int out_channels, float* scratch, size_t scratch_elems,
+                           EpilogueGemm* bias_gemm, const Half* bias_copy) {
+  for_each_row_chunk(rows, in_channels, out_channels, [&](int first, int count) {
+    matmul_forward_16bit(handle, stream, out + size_t(first) * out_channels,
+                         inp + size_t(first) * in_channels, weight, bias, count, in_channels,
+                         out_channels, scratch, scratch_elems, bias_gemm, bias_copy);
+  });
 }
 
 size_t matmul_backward_scratch_elems(int rows, int out_channels) {
@@ -465,38 +415,35 @@ size_t matmul_backward_scratch_elems_16bit(int rows, int out_channels) {
   return matmul_backward_scratch_elems_padded(rows, out_channels);
 }
 
-void launch_matmul_backward(cublasHandle_t handle, cudaStream_t stream, bf16* dinp,
-                            float* dweight, float* dbias, const bf16* dout, const bf16* inp,
-                            const bf16* weight, int rows, int in_channels, int out_channels,
-                            float* scratch, size_t scratch_elems, bool accumulate_dinp) {
-  matmul_backward_16bit_in_chunks(handle, stream, dinp, dweight, dbias, dout, inp, weight, rows,
-                                  in_channels, out_channels, scratch, scratch_elems,
-                                  accumulate_dinp);
+template <class Half>
+void launch_matmul_backward(cublasHandle_t handle, cudaStream_t stream, Half* dinp, float* dweight,
+                            float* dbias, const Half* dout, const Half* inp, const Half* weight,
+                            int rows, int in_channels, int out_channels, float* scratch,
+                            size_t scratch_elems, bool accumulate_dinp) {
+  for_each_row_chunk(rows, in_channels, out_channels, [&](int first, int count) {
+    matmul_backward_16bit(handle, stream, dinp + size_t(first) * in_channels, dweight, dbias,
+                          dout + size_t(first) * out_channels, inp + size_t(first) * in_channels,
+                          weight, count, in_channels, out_channels, scratch, scratch_elems,
+                          accumulate_dinp);
+  });
 }
 
-void launch_matmul_backward(cublasHandle_t handle, cudaStream_t stream, fp16* dinp,
-                            float* dweight, float* dbias, const fp16* dout, const fp16* inp,
-                            const fp16* weight, int rows, int in_channels, int out_channels,
-                            float* scratch, size_t scratch_elems, bool accumulate_dinp) {
-  matmul_backward_16bit_in_chunks(handle, stream, dinp, dweight, dbias, dout, inp, weight, rows,
-                                  in_channels, out_channels, scratch, scratch_elems,
-                                  accumulate_dinp);
-}
-
-void launch_matmul_parameter_gradients(cublasHandle_t handle, cudaStream_t stream,
-                                       float* dweight, float* dbias, const bf16* dout,
-                                       const bf16* inp, int rows, int in_channels,
-                                       int out_channels, float* scratch, size_t scratch_elems) {
-  matmul_parameter_gradients_16bit(handle, stream, dweight, dbias, dout, inp, rows, in_channels,
-                                   out_channels, scratch, scratch_elems);
-}
-
-void launch_matmul_parameter_gradients(cublasHandle_t handle, cudaStream_t stream,
-                                       float* dweight, float* dbias, const fp16* dout,
-                                       const fp16* inp, int rows, int in_channels,
-                                       int out_channels, float* scratch, size_t scratch_elems) {
-  matmul_parameter_gradients_16bit(handle, stream, dweight, dbias, dout, inp, rows, in_channels,
-                                   out_channels, scratch, scratch_elems);
+// The 16-bit parameter gradients alone, for a backward whose input gradient another GEMM
+// computes (dense_gelu.cuh); that GEMM reads dout in place, so its rows need no padding.
+template <class T>
+void launch_matmul_parameter_gradients(cublasHandle_t handle, cudaStream_t stream, float* dweight,
+                                       float* dbias, const T* dout, const T* inp, int rows,
+                                       int in_channels, int out_channels, float* scratch,
+                                       size_t scratch_elems) {
+  check_operands(handle, stream, rows, in_channels, out_channels,
+                 {{dweight, "matmul dweight"}, {dout, "matmul dout"}, {inp, "matmul inp"}});
+  SCALESTUDY_CHECK(!needs_padding(out_channels),
+                   "matmul parameter gradients: out_channels must be a multiple of 8");
+  for_each_row_chunk(rows, in_channels, out_channels, [&](int first, int count) {
+    matmul_parameter_gradients(handle, stream, dweight, dbias, dout + size_t(first) * out_channels,
+                               inp + size_t(first) * in_channels, count, in_channels,
+                               out_channels, scratch, scratch_elems);
+  });
 }
 
 int padded_logits_row_elems(int vocab) { return padded_columns_of(vocab); }
@@ -550,6 +497,18 @@ void launch_classifier_weight_gradient(cublasHandle_t handle, cudaStream_t strea
 }
 
 // The storage types the backend runs the classifier in.
+template void launch_matmul_forward(cublasHandle_t, cudaStream_t, bf16*, const bf16*, const bf16*, const float*,
+                                    int, int, int, float*, size_t, EpilogueGemm*, const bf16*);
+template void launch_matmul_forward(cublasHandle_t, cudaStream_t, fp16*, const fp16*, const fp16*, const float*,
+                                    int, int, int, float*, size_t, EpilogueGemm*, const fp16*);
+template void launch_matmul_backward(cublasHandle_t, cudaStream_t, bf16*, float*, float*, const bf16*, const bf16*,
+                                     const bf16*, int, int, int, float*, size_t, bool);
+template void launch_matmul_backward(cublasHandle_t, cudaStream_t, fp16*, float*, float*, const fp16*, const fp16*,
+                                     const fp16*, int, int, int, float*, size_t, bool);
+template void launch_matmul_parameter_gradients(cublasHandle_t, cudaStream_t, float*, float*, const bf16*,
+                                                const bf16*, int, int, int, float*, size_t);
+template void launch_matmul_parameter_gradients(cublasHandle_t, cudaStream_t, float*, float*, const fp16*,
+                                                const fp16*, int, int, int, float*, size_t);
 template void launch_classifier_matmul_forward(cublasHandle_t, cudaStream_t, bf16*, int, const bf16*,
                                                const bf16*, int, int, int);
 template void launch_classifier_matmul_forward(cublasHandle_t, cudaStream_t, fp16*, int, const fp16*,

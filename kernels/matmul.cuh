@@ -26,15 +26,12 @@ void launch_matmul_forward(cublasHandle_t handle, cudaStream_t stream, float* ou
 // bias_copy, the bias's 16-bit copy (among the parameters' copy), the bias is added in
 // cuBLASLt's epilogue where the shapes allow (gemm_lt.cuh).
 size_t matmul_forward_scratch_elems_16bit(int rows, int out_channels);
-void launch_matmul_forward(cublasHandle_t handle, cudaStream_t stream, __nv_bfloat16* out,
-                           const __nv_bfloat16* inp, const __nv_bfloat16* weight,
-                           const float* bias, int rows, int in_channels, int out_channels,
-                           float* scratch, size_t scratch_elems, EpilogueGemm* bias_gemm,
-                           const __nv_bfloat16* bias_copy);
-void launch_matmul_forward(cublasHandle_t handle, cudaStream_t stream, __half* out,
-                           const __half* inp, const __half* weight, const float* bias, int rows,
-                           int in_channels, int out_channels, float* scratch,
-                           size_t scratch_elems, EpilogueGemm* bias_gemm, const __half* bias_copy);
+// Half is __nv_bfloat16 or __half, here and below.
+template <class Half>
+void launch_matmul_forward(cublasHandle_t handle, cudaStream_t stream, Half* out, const Half* inp,
+                           const Half* weight, const float* bias, int rows, int in_channels,
+                           int out_channels, float* scratch, size_t scratch_elems,
+                           EpilogueGemm* bias_gemm, const Half* bias_copy);
 
 // Floats of scratch that launch_matmul_backward needs (for the bias reduction).
 size_t matmul_backward_scratch_elems(int rows, int out_channels);
@@ -48,28 +45,21 @@ void launch_matmul_backward(cublasHandle_t handle, cudaStream_t stream, float* d
 // Floats of scratch for the bf16 and fp16 backwards: padded rows where out_channels needs
 // them, and the bias reduction.
 size_t matmul_backward_scratch_elems_16bit(int rows, int out_channels);
-void launch_matmul_backward(cublasHandle_t handle, cudaStream_t stream, __nv_bfloat16* dinp,
-                            float* dweight, float* dbias, const __nv_bfloat16* dout,
-                            const __nv_bfloat16* inp, const __nv_bfloat16* weight, int rows,
-                            int in_channels, int out_channels, float* scratch,
+template <class Half>
+void launch_matmul_backward(cublasHandle_t handle, cudaStream_t stream, Half* dinp, float* dweight,
+                            float* dbias, const Half* dout, const Half* inp, const Half* weight,
+                            int rows, int in_channels, int out_channels, float* scratch,
                             size_t scratch_elems, bool accumulate_dinp);
-void launch_matmul_backward(cublasHandle_t handle, cudaStream_t stream, __half* dinp,
-                            float* dweight, float* dbias, const __half* dout, const __half* inp,
-                            const __half* weight, int rows, int in_channels, int out_channels,
-                            float* scratch, size_t scratch_elems, bool accumulate_dinp);
 
 // The parameter gradients of the 16-bit backward without its input gradient, for a
 // backward that computes that elsewhere: dweight += dout^T @ inp, dbias += column sums of
 // dout (dbias may be null), with out_channels a multiple of 8 and
 // matmul_backward_scratch_elems(rows, out_channels) floats of scratch where dbias is given.
-void launch_matmul_parameter_gradients(cublasHandle_t handle, cudaStream_t stream,
-                                       float* dweight, float* dbias, const __nv_bfloat16* dout,
-                                       const __nv_bfloat16* inp, int rows, int in_channels,
-                                       int out_channels, float* scratch, size_t scratch_elems);
-void launch_matmul_parameter_gradients(cublasHandle_t handle, cudaStream_t stream,
-                                       float* dweight, float* dbias, const __half* dout,
-                                       const __half* inp, int rows, int in_channels,
-                                       int out_channels, float* scratch, size_t scratch_elems);
+template <class Half>
+void launch_matmul_parameter_gradients(cublasHandle_t handle, cudaStream_t stream, float* dweight,
+                                       float* dbias, const Half* dout, const Half* inp, int rows,
+                                       int in_channels, int out_channels, float* scratch,
+                                       size_t scratch_elems);
 
 // The tied LM head of the classifier in 16 bits, on logits whose rows are
 // padded_logits_row_elems(vocab) elements apart (a multiple of 8, so that the GEMMs stay on
