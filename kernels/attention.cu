@@ -216,28 +216,6 @@ size_t backward_scratch_elems_16bit(const AttentionShape& shape) {
   return dscores_offset_elems_16bit(shape) + (probs_elems_of(shape) + 1) / 2;
 }
 
-template <class T>
-void attention_forward_16bit(cublasHandle_t handle, cudaStream_t stream, T* out, T* probs,
-                             const T* qkv, const AttentionShape& shape, float* scratch,
-                             size_t scratch_elems) {
-  check_not_null(scratch, "attention scratch");
-  SCALESTUDY_CHECK(scratch_elems >= probs_elems_of(shape), "attention forward: scratch too small");
-  attention_forward(handle, stream, out, probs, qkv, shape, scratch);
-}
-
-template <class T>
-void attention_backward_16bit(cublasHandle_t handle, cudaStream_t stream, T* dqkv,
-                              const T* dout, const T* qkv, const T* probs,
-                              const AttentionShape& shape, float* scratch,
-                              size_t scratch_elems) {
-  static_assert(sizeof(T) == 2, "the scratch layout assumes 2-byte storage");
-  check_not_null(scratch, "attention scratch");
-  SCALESTUDY_CHECK(scratch_elems >= backward_scratch_elems_16bit(shape),
-                   "attention backward: scratch too small");
-  T* dscores = reinterpret_cast<T*>(scratch + dscores_offset_elems_16bit(shape));
-  attention_backward(handle, stream, dqkv, dout, qkv, probs, shape, scratch, dscores);
-}
-
 }  // namespace
 
 void launch_attention_forward(cublasHandle_t handle, cudaStream_t stream, float* out,
@@ -249,16 +227,13 @@ size_t attention_forward_scratch_elems_16bit(const AttentionShape& shape) {
   return probs_elems_of(shape);
 }
 
-void launch_attention_forward(cublasHandle_t handle, cudaStream_t stream, bf16* out, bf16* probs,
-                              const bf16* qkv, const AttentionShape& shape, float* scratch,
+template <class T>
+void launch_attention_forward(cublasHandle_t handle, cudaStream_t stream, T* out, T* probs,
+                              const T* qkv, const AttentionShape& shape, float* scratch,
                               size_t scratch_elems) {
-  attention_forward_16bit(handle, stream, out, probs, qkv, shape, scratch, scratch_elems);
-}
-
-void launch_attention_forward(cublasHandle_t handle, cudaStream_t stream, fp16* out, fp16* probs,
-                              const fp16* qkv, const AttentionShape& shape, float* scratch,
-                              size_t scratch_elems) {
-  attention_forward_16bit(handle, stream, out, probs, qkv, shape, scratch, scratch_elems);
+  check_not_null(scratch, "attention scratch");
+  SCALESTUDY_CHECK(scratch_elems >= probs_elems_of(shape), "attention forward: scratch too small");
+  attention_forward(handle, stream, out, probs, qkv, shape, scratch);
 }
 
 size_t attention_backward_scratch_elems(const AttentionShape& shape) {
@@ -279,20 +254,26 @@ size_t attention_backward_scratch_elems_16bit(const AttentionShape& shape) {
   return backward_scratch_elems_16bit(shape);
 }
 
-void launch_attention_backward(cublasHandle_t handle, cudaStream_t stream, bf16* dqkv,
-                               const bf16* dout, const bf16* qkv, const bf16* probs,
+template <class T>
+void launch_attention_backward(cublasHandle_t handle, cudaStream_t stream, T* dqkv,
+                               const T* dout, const T* qkv, const T* probs,
                                const AttentionShape& shape, float* scratch,
                                size_t scratch_elems) {
-  attention_backward_16bit(handle, stream, dqkv, dout, qkv, probs, shape, scratch,
-                           scratch_elems);
+  static_assert(sizeof(T) == 2, "the scratch layout assumes 2-byte storage");
+  check_not_null(scratch, "attention scratch");
+  SCALESTUDY_CHECK(scratch_elems >= backward_scratch_elems_16bit(shape),
+                   "attention backward: scratch too small");
+  T* dscores = reinterpret_cast<T*>(scratch + dscores_offset_elems_16bit(shape));
+  attention_backward(handle, stream, dqkv, dout, qkv, probs, shape, scratch, dscores);
 }
 
-void launch_attention_backward(cublasHandle_t handle, cudaStream_t stream, fp16* dqkv,
-                               const fp16* dout, const fp16* qkv, const fp16* probs,
-                               const AttentionShape& shape, float* scratch,
-                               size_t scratch_elems) {
-  attention_backward_16bit(handle, stream, dqkv, dout, qkv, probs, shape, scratch,
-                           scratch_elems);
-}
+template void launch_attention_forward(cublasHandle_t, cudaStream_t, bf16*, bf16*, const bf16*,
+                                       const AttentionShape&, float*, size_t);
+template void launch_attention_forward(cublasHandle_t, cudaStream_t, fp16*, fp16*, const fp16*,
+                                       const AttentionShape&, float*, size_t);
+template void launch_attention_backward(cublasHandle_t, cudaStream_t, bf16*, const bf16*, const bf16*,
+                                        const bf16*, const AttentionShape&, float*, size_t);
+template void launch_attention_backward(cublasHandle_t, cudaStream_t, fp16*, const fp16*, const fp16*,
+                                        const fp16*, const AttentionShape&, float*, size_t);
 
 }  // namespace scalestudy::cuda

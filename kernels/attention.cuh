@@ -22,12 +22,11 @@ void launch_attention_forward(cublasHandle_t handle, cudaStream_t stream, float*
                               float* probs, const float* qkv, const AttentionShape& shape);
 // Floats of scratch the bf16 and fp16 forwards need: the fp32 scores, [B,NH,T,T].
 size_t attention_forward_scratch_elems_16bit(const AttentionShape& shape);
-void launch_attention_forward(cublasHandle_t handle, cudaStream_t stream, __nv_bfloat16* out,
-                              __nv_bfloat16* probs, const __nv_bfloat16* qkv,
-                              const AttentionShape& shape, float* scratch, size_t scratch_elems);
-void launch_attention_forward(cublasHandle_t handle, cudaStream_t stream, __half* out,
-                              __half* probs, const __half* qkv, const AttentionShape& shape,
-                              float* scratch, size_t scratch_elems);
+// Half is __nv_bfloat16 or __half, here and below.
+template <class Half>
+void launch_attention_forward(cublasHandle_t handle, cudaStream_t stream, Half* out, Half* probs,
+                              const Half* qkv, const AttentionShape& shape, float* scratch,
+                              size_t scratch_elems);
 
 // Floats of scratch that the fp32 launch_attention_backward needs: one [B,NH,T,T]
 // buffer for the gradient of the probabilities, turned in place into the gradient of
@@ -41,13 +40,9 @@ void launch_attention_backward(cublasHandle_t handle, cudaStream_t stream, float
 // Floats of scratch the bf16 and fp16 backwards need: fp32 d(probs) and 16-bit d(scores),
 // each [B,NH,T,T].
 size_t attention_backward_scratch_elems_16bit(const AttentionShape& shape);
-void launch_attention_backward(cublasHandle_t handle, cudaStream_t stream, __nv_bfloat16* dqkv,
-                               const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
-                               const __nv_bfloat16* probs, const AttentionShape& shape,
-                               float* scratch, size_t scratch_elems);
-void launch_attention_backward(cublasHandle_t handle, cudaStream_t stream, __half* dqkv,
-                               const __half* dout, const __half* qkv, const __half* probs,
-                               const AttentionShape& shape, float* scratch,
-                               size_t scratch_elems);
+template <class Half>
+void launch_attention_backward(cublasHandle_t handle, cudaStream_t stream, Half* dqkv,
+                               const Half* dout, const Half* qkv, const Half* probs,
+                               const AttentionShape& shape, float* scratch, size_t scratch_elems);
 
 }  // namespace scalestudy::cuda
