@@ -184,10 +184,10 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FlashForwardPar
 }
 
 // ---- backward ---------------------------------------------------------------------------
-// Three kernels: D = rowsum(dout * out); dK and dV per key tile; dQ per query tile. Each
-// gradient element is then owned by one thread and summed in a fixed order (no atomics,
-// so the result is bit-reproducible), at the price of computing S and dP in both of the
-// last two kernels.
+// Two kernels: dQ per query tile, which also computes the softmax backward's per-row term
+// D = rowsum(dout * out) of its rows; then dK and dV per key tile, which reads D. Each
+// gradient element is owned by one thread and summed in a fixed order (no atomics, so the
+// result is bit-reproducible), at the price of computing S and dP in both kernels.
 
 template <class T>
 struct FlashBackwardParams {
@@ -196,7 +196,7 @@ struct FlashBackwardParams {
   const T* qkv;
   const T* out;
   const float* lse;
-  float* dsum;  // D = rowsum(dout * out), [B*NH, seq], in the scratch
+  float* dsum;  // D = rowsum(dout * out), [B*NH, seq], in the scratch; the dQ kernel writes it
   int seq;
   int channels;
   int heads;
@@ -205,28 +205,6 @@ struct FlashBackwardParams {
   float score_scale_log2;  // log2(e)/sqrt(HS)
   bool accumulate;         // dqkv += the gradients; otherwise dqkv = them, unread
 };
-
-constexpr int kDsumThreads = 256;
-
-// D[b,h,t] = sum_d dout * out, the softmax backward's per-row term, which equals
-// sum_t2 P dP. One thread per (b, t, h), h fastest so that a warp reads whole rows.
-template <class T>
-__global__ void flash_backward_dsum_kernel(FlashBackwardParams<T> p, long long rows) {
-  const long long index = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x;
-  if (index >= rows) return;
-  const int h = static_cast<int>(index % p.heads);
-  const long long token = index / p.heads;  // b*seq + t
-  const size_t offset = size_t(token) * p.channels + size_t(h) * kHeadSize;
-  float total = 0.0f;
-#pragma unroll
-  for (int c = 0; c < kHeadSize; c += Pack<T>::kCount) {
-    const Pack<T> dy = load_pack(p.dout + offset + c), y = load_pack(p.out + offset + c);
-#pragma unroll
-    for (int i = 0; i < Pack<T>::kCount; ++i) total = fmaf(dy.get(i), y.get(i), total);
-  }
-  const long long b = token / p.seq, t = token % p.seq;
-  p.dsum[(b * p.heads + h) * p.seq + t] = total;
-}
 
 // dst[kRows rows x HS] += the fp32 staging tile, read, summed in fp32 and rounded once,
 // or, without accumulate, dst = the tile rounded once; rows past seq are skipped. dst
@@ -380,13 +358,15 @@ __global__ void __launch_bounds__(kThreads) flash_backward_key_value_kernel(
   write_staged_tile<kTileRows>(dkey + p.channels, ld, dv_stage, k0, p.seq, p.accumulate);
 }
 
-constexpr size_t kQuerySmemBytes = (2 * kQueryBlockElems + 4 * kTileElems) * 2;
+constexpr size_t kQuerySmemBytes = (2 * kQueryBlockElems + 4 * kTileElems) * 2 + kQueryBlockRows * 4;
 static_assert(kQueryBlockRows * kStageStride * 4 <= 2 * kQueryBlockElems * 2,
               "the dQ staging fits the Q and dO tiles");
 
 // dQ of one 128-query block: one block per (query block, batch*head), looping over the
 // key tiles it sees with K and V double buffered, as the forward does:
 //   P = exp2(Q K^T * scale*log2e - lse*log2e);  dP = dO V^T;  dS = P (dP - D);  dQ += dS K
+// D of the block's rows comes first, from the dO tile and the forward's output, and is
+// also written for the dK/dV kernel: a kernel of its own, it read dO a second time.
 // The Q and dO fragments are read from shared memory for every key tile rather than
 // held, which keeps the three 32x64 fp32 tiles in registers without spilling.
 template <class T>
@@ -398,6 +378,7 @@ __global__ void __launch_bounds__(kThreads) flash_backward_query_kernel(
   T* dout_tile = q_tile + kQueryBlockElems;
   T* k_tiles = dout_tile + kQueryBlockElems;
   T* v_tiles = k_tiles + 2 * kTileElems;
+  float* block_dsum = reinterpret_cast<float*>(v_tiles + 2 * kTileElems);  // [kQueryBlockRows]
   const int warp = threadIdx.x / kWarpSize;
   const int bh = blockIdx.x, b = bh / p.heads, h = bh % p.heads;
   const int q_block = gridDim.y - 1 - blockIdx.y;
@@ -418,6 +399,28 @@ __global__ void __launch_bounds__(kThreads) flash_backward_query_kernel(
       size_t(p.channels));
   copy_async_commit();
   kv.load(0);
+  // D, one row per thread, once the Q and dO tiles are in (the first K/V tile may still
+  // be on its way).
+  static_assert(kQueryBlockRows == kThreads, "one row of D per thread");
+  copy_async_wait<1>();
+  __syncthreads();
+  {
+    const int row = q0 + threadIdx.x;
+    float total = 0.0f;
+    if (row < p.seq) {
+      const T* out_row = p.out + (size_t(b) * p.seq + row) * p.channels + size_t(h) * kHeadSize;
+      const T* dout_row = dout_tile + threadIdx.x * kSmemStride;
+#pragma unroll
+      for (int c = 0; c < kHeadSize; c += Pack<T>::kCount) {
+        const Pack<T> dy = load_pack(dout_row + c), y = load_pack(out_row + c);
+#pragma unroll
+        for (int i = 0; i < Pack<T>::kCount; ++i) total = fmaf(dy.get(i), y.get(i), total);
+      }
+      p.dsum[size_t(bh) * p.seq + row] = total;
+    }
+    block_dsum[threadIdx.x] = total;
+  }
+  __syncthreads();
   // The rows' lse (in the log2 domain) and D. Rows past seq get 0: whatever they compute
   // stays in their own rows of the products, which are never stored.
   float row_lse2[kM][2], row_dsum[kM][2];
@@ -425,9 +428,9 @@ __global__ void __launch_bounds__(kThreads) flash_backward_query_kernel(
   for (int m = 0; m < kM; ++m) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const int row = q0 + warp_row0 + m * 16 + accumulator_row(2 * r);
+      const int block_row = warp_row0 + m * 16 + accumulator_row(2 * r), row = q0 + block_row;
       row_lse2[m][r] = row < p.seq ? p.lse[size_t(bh) * p.seq + row] * kLog2e : 0.0f;
-      row_dsum[m][r] = row < p.seq ? p.dsum[size_t(bh) * p.seq + row] : 0.0f;
+      row_dsum[m][r] = block_dsum[block_row];
     }
   }
 
@@ -550,15 +553,11 @@ void flash_backward(cudaStream_t stream, T* dqkv, const T* dout, const T* qkv, c
   const FlashBackwardParams<T> p{dqkv, dout, qkv, out, lse, scratch, shape.seq, shape.channels,
                                  shape.heads, shape.causal, scale, scale * kLog2e,
                                  accumulate_dqkv};
-  const auto rows = static_cast<long long>(dsum_elems_of(shape));
-  flash_backward_dsum_kernel<T><<<static_cast<unsigned>((rows + kDsumThreads - 1) / kDsumThreads),
-                                  kDsumThreads, 0, stream>>>(p, rows);
-  CHECK_LAUNCH();
-  // The two kernels write disjoint parts of dqkv (K and V columns, Q columns), each
-  // element once, so the order between them does not matter for the result.
-  launch_tiles(flash_backward_key_value_kernel<T>, kTileRows, kKeyValueSmemBytes, stream, shape,
-               p);
+  // The two kernels write disjoint parts of dqkv (Q columns, K and V columns), each element
+  // once; the dK/dV kernel reads the D that the dQ kernel writes, so it runs second.
   launch_tiles(flash_backward_query_kernel<T>, kQueryBlockRows, kQuerySmemBytes, stream, shape,
+               p);
+  launch_tiles(flash_backward_key_value_kernel<T>, kTileRows, kKeyValueSmemBytes, stream, shape,
                p);
 }
 
