@@ -65,6 +65,9 @@ class Ops {
  public:
   virtual ~Ops() = default;
   virtual std::string name() const = 0;
+  // Whether ops return before their work is done (a device stream runs it), so that host
+  // work between them runs beside it.
+  virtual bool runs_asynchronously() const = 0;
 
   // ---- memory ---------------------------------------------------------------------
   // Buffers of `elems` elements. Activations (MemoryKind::activations) are handles whose

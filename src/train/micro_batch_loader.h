@@ -1,8 +1,8 @@
 #pragma once
 // A rank's micro-batches of tokens on the host, in the order the trainer asks for them.
-// The trainer reads the next step's first micro-batch ahead (prefetch) while the device
-// runs the backward it has just queued: read at the step's start, after the previous
-// step's waits for the device, it left the device idle while the host read it.
+// On a device, the trainer reads the next step's first micro-batch ahead (prefetch) while
+// the device runs the backward it has just queued: read at the step's start, after the
+// previous step's waits for the device, it left the device idle while the host read it.
 #include <cstdint>
 #include <vector>
 

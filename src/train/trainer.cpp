@@ -78,8 +78,11 @@ StepRecord Trainer::train_step(int step) {
       strategy_->begin_micro_batch(micro, micro_batches);
       model_->backward(*strategy_, loss_scale);
     }
-    // While the device runs the backward just queued (MicroBatchLoader says why).
-    if (micro + 1 == micro_batches && step + 1 < config_.steps) batches_->prefetch(step + 1);
+    // While the device runs the backward just queued (MicroBatchLoader says why). Where
+    // the ops run on the calling thread, nothing would run beside the read, and it stays
+    // in the next step's data phase.
+    if (ops_.runs_asynchronously() && micro + 1 == micro_batches && step + 1 < config_.steps)
+      batches_->prefetch(step + 1);
     // Reading the loss makes the host wait for the device, which then idles until the host
     // has queued more work: read right after forward, that idle time fell between forward
     // and backward. It is read as late as the next forward allows, the last micro-batch's

@@ -27,6 +27,7 @@ class CpuOps final : public Ops {
   CpuOps& operator=(const CpuOps&) = delete;
 
   std::string name() const override { return "cpu"; }
+  bool runs_asynchronously() const override { return false; }
 
   float* allocate_floats(size_t elems, MemoryKind kind) override;
   // Activations are fp32 here, so statistics are ordinary activation buffers.

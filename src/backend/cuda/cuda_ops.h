@@ -75,6 +75,7 @@ class CudaOps final : public Ops {
   CudaOps& operator=(const CudaOps&) = delete;
 
   std::string name() const override { return "cuda"; }
+  bool runs_asynchronously() const override { return true; }
   int device() const { return device_; }
   Precision precision() const { return precision_; }
   // The compute stream: every op of this backend runs on it, in issue order.
