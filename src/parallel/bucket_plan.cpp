@@ -16,7 +16,7 @@ BucketPlan make_bucket_plan(size_t param_elems, double bucket_bytes, int world_s
   plan.world_size = world_size;
   plan.param_elems = param_elems;
   const size_t granule = static_cast<size_t>(world_size) * BucketPlan::kAlignElems;
-  auto round_up = [granule](size_t elems) { return (elems + granule - 1) / granule * granule; };
+  auto round_up = [&plan](size_t elems) { return plan.round_up_to_chunks(elems); };
   plan.padded_elems = round_up(param_elems);
   const double requested = std::ceil(bucket_bytes / sizeof(float));
   const size_t bucket_elems = requested >= static_cast<double>(plan.padded_elems)

@@ -32,6 +32,11 @@ struct BucketPlan {
   std::vector<Bucket> buckets;
 
   size_t shard_elems() const { return padded_elems / static_cast<size_t>(world_size); }
+  // elems rounded up to whole chunks: a multiple of world_size * kAlignElems.
+  size_t round_up_to_chunks(size_t elems) const {
+    const size_t granule = static_cast<size_t>(world_size) * kAlignElems;
+    return (elems + granule - 1) / granule * granule;
+  }
   size_t chunk_elems(int bucket) const { return buckets[bucket].elems() / static_cast<size_t>(world_size); }
   // Rank r's chunk of bucket b, in the flat buffer.
   size_t chunk_begin(int bucket, int rank) const {

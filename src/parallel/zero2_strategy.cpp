@@ -26,8 +26,7 @@ Zero2Strategy::Zero2Strategy(const RunConfig& config, Ops& ops, Communicator& co
   // backward's largest tensor needs no copy, and collectives run on that scratch.
   const Segment& embeddings = layout.segments[layout.embedding_segment()];
   SCALESTUDY_CHECK(embeddings.begin_elems == 0, "zero2 expects the embeddings first in the buffer");
-  const size_t granule = static_cast<size_t>(plan_.world_size) * BucketPlan::kAlignElems;
-  const size_t embeddings_chunk_end = (embeddings.end_elems + granule - 1) / granule * granule;
+  const size_t embeddings_chunk_end = plan_.round_up_to_chunks(embeddings.end_elems);
   int staged = 0;
   const int buckets = static_cast<int>(plan_.buckets.size());
   while (staged < buckets && plan_.buckets[staged].end_elems <= embeddings_chunk_end) ++staged;
