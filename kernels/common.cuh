@@ -38,6 +38,16 @@ inline void check_not_null(const void* ptr, const char* what) {
   SCALESTUDY_CHECK(ptr != nullptr, std::string(what) + " must not be null");
 }
 
+// 2^x in one MUFU.EX2 instruction. exp2f is that instruction plus a test and two
+// rescaling multiplies that keep results below 2^-126 as subnormals; here they flush to
+// zero. Both are within 2 ulp above that. The callers exponentiate differences to a
+// maximum (x <= 0), where a flushed term is under 1e-38 of the largest.
+__device__ __forceinline__ float exp2_flush_to_zero(float x) {
+  float result;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(result) : "f"(x));
+  return result;
+}
+
 template <class Real>
 __device__ inline Real warp_reduce_sum(Real value) {
   for (int offset = kWarpSize / 2; offset > 0; offset /= 2)

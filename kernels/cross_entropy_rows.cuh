@@ -34,10 +34,7 @@ __device__ __forceinline__ float row_exp(float d) {
   if constexpr (std::is_same_v<T, float>) {
     return expf(d);
   } else {
-    const float exponent = __fmaf_rn(d, kLog2eHigh, __fmul_rn(d, kLog2eLow));
-    float result;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(result) : "f"(exponent));
-    return result;
+    return exp2_flush_to_zero(__fmaf_rn(d, kLog2eHigh, __fmul_rn(d, kLog2eLow)));
   }
 }
 

@@ -106,23 +106,24 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FlashForwardPar
       const T* v_tile = v_tiles + (j % 2) * kTileElems;
       Accumulators<kM> s = {};
       mma_a_tile_transposed<kM>(s, q_frag, k_tile);
-      for_each_element(s, [&](float& x, int, int) { x *= p.score_scale_log2; });
       if (key_tile_masked(j, q0 + warp_row0, p.seq, p.causal))
         mask_scores<false>(s, q0 + warp_row0, j * kTileRows, p.seq, p.causal);
+      // The scores stay unscaled: the scale (> 0) keeps their order, so the maximum is
+      // taken first and scaled once, and each exponent is one fma of score and scale.
 #pragma unroll
       for (int m = 0; m < kM; ++m) {
         float rescale[2], base[2];
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          float tile_max = row_max[m][r];
+          float tile_max = -INFINITY;
 #pragma unroll
           for (int nt = 0; nt < kNTiles; ++nt)
             tile_max = fmaxf(tile_max, fmaxf(s[m][nt][2 * r], s[m][nt][2 * r + 1]));
-          tile_max = quad_max(tile_max);
+          tile_max = fmaxf(row_max[m][r], quad_max(tile_max) * p.score_scale_log2);
           // A row with nothing visible yet keeps max -inf; exponentiating against 0
           // instead gives exact zeros rather than NaN from -inf - -inf.
           base[r] = tile_max == -INFINITY ? 0.0f : tile_max;
-          rescale[r] = exp2f(row_max[m][r] - base[r]);
+          rescale[r] = exp2_flush_to_zero(row_max[m][r] - base[r]);
           row_max[m][r] = tile_max;
           row_sum[m][r] *= rescale[r];
         }
@@ -130,7 +131,8 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FlashForwardPar
         for (int nt = 0; nt < kNTiles; ++nt) {
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            s[m][nt][e] = exp2f(s[m][nt][e] - base[e / 2]);
+            s[m][nt][e] =
+                exp2_flush_to_zero(fmaf(s[m][nt][e], p.score_scale_log2, -base[e / 2]));
             row_sum[m][e / 2] += s[m][nt][e];
             o[m][nt][e] *= rescale[e / 2];
           }
@@ -325,7 +327,8 @@ __global__ void __launch_bounds__(kThreads) flash_backward_key_value_kernel(
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const float query_lse = e % 2 == 0 ? lse.x : lse.y;
-        s[0][nt][e] = exp2f(fmaf(s[0][nt][e], p.score_scale_log2, -query_lse * kLog2e));
+        s[0][nt][e] =
+            exp2_flush_to_zero(fmaf(s[0][nt][e], p.score_scale_log2, -query_lse * kLog2e));
       }
     }
     Fragments<1> frag;
@@ -448,7 +451,7 @@ __global__ void __launch_bounds__(kThreads) flash_backward_query_kernel(
       });
       if (key_tile_masked(j, q0 + warp_row0, p.seq, p.causal))
         mask_scores<false>(s, q0 + warp_row0, j * kTileRows, p.seq, p.causal);
-      for_each_element(s, [](float& x, int, int) { x = exp2f(x); });
+      for_each_element(s, [](float& x, int, int) { x = exp2_flush_to_zero(x); });
       load_a_fragments<kM>(frag, dout_tile, warp_row0);
       Accumulators<kM> dp = {};
       mma_a_tile_transposed<kM>(dp, frag, kv.values(j));
