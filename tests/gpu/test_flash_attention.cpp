@@ -51,6 +51,10 @@ struct FlashCase {
   int batch, seq, channels, heads;
   bool causal;
   float input_range;  // qkv uniform in [-range, range]; 4 makes the softmax peaky
+  // Key t is scaled by 1 + (key_growth - 1) t / seq, so later key tiles raise a row's
+  // maximum score by more than the forward's rescale slack (2^8): the accumulators are
+  // rescaled on tiles after the first, not only on the first.
+  float key_growth = 1.0f;
 };
 
 const FlashCase kCases[] = {
@@ -63,6 +67,9 @@ const FlashCase kCases[] = {
     {"odd_bidirectional_large_scores", 1, 150, 192, 3, false, 4.0f},
     {"single_token", 3, 1, 64, 1, true, 1.0f},
     {"gpt2_layer_causal", 1, 1024, 768, 12, true, 1.0f},
+    // Scores (log2 units) of spread about 2 at the first keys and 16 at the last.
+    {"rising_scores_causal", 2, 256, 128, 2, true, 2.0f, 8.0f},
+    {"rising_scores_bidirectional", 2, 256, 128, 2, false, 2.0f, 8.0f},
 };
 
 // ---- device buffers --------------------------------------------------------------------
@@ -310,7 +317,12 @@ TEST_P(FlashAttentionCases, MatchesCpuReference) {
     for (float& value : values) value = round_to_storage(precision, value);
     return values;
   };
-  const auto qkv = rounded(random_floats(qkv_elems, 70, -c.input_range, c.input_range));
+  auto raw_qkv = random_floats(qkv_elems, 70, -c.input_range, c.input_range);
+  for (size_t token = 0; token < tokens; ++token) {
+    const float growth = 1.0f + (c.key_growth - 1.0f) * float(token % c.seq) / float(c.seq);
+    for (size_t k = 0; k < C; ++k) raw_qkv[token * 3 * C + C + k] *= growth;
+  }
+  const auto qkv = rounded(raw_qkv);
   const auto dout = rounded(random_floats(out_elems, 71));
 
   Reference ref;
