@@ -40,19 +40,11 @@ __device__ __forceinline__ bool key_tile_masked(int j, int row0, int seq, bool c
   return (causal && (j + 1) * kTileRows - 1 > row0) || (j + 1) * kTileRows > seq;
 }
 
-// How far (log2 units) a row's scores may exceed the base its exponentials are taken
-// against before the base moves. The probabilities then stay below 2^8, which fp32 sums
-// and 16-bit P hold at their full relative precision (fp16 up to 65504). Only moving a
-// base rescales the accumulator, and after a row's first tiles a base seldom moves.
-// FlashAttention-4 (Dao et al., 2025) rescales conditionally in the same way.
-constexpr float kRescaleSlack = 8.0f;
-
 // One block per (128-query block, batch*head). The key/value tiles stream through a
-// double buffer (the next one is copied while this one is used). Per query row, a base m
-// (at least the row's max so far, less kRescaleSlack) and the sum l of exp2(score - m)
-// rescale the output accumulator whenever m moves; only the tiles a row can see are
-// visited, so causal blocks stop at their diagonal, and a warp skips the tiles that lie
-// wholly after its rows.
+// double buffer (the next one is copied while this one is used). Per query row the
+// running max m and sum l of exp2(score - m) rescale the output accumulator whenever m
+// grows; only the tiles a row can see are visited, so causal blocks stop at their
+// diagonal, and a warp skips the tiles that lie wholly after its rows.
 template <class T>
 __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FlashForwardParams<T> p) {
   constexpr int kM = kQueryMTiles;
@@ -118,48 +110,23 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FlashForwardPar
         mask_scores<false>(s, q0 + warp_row0, j * kTileRows, p.seq, p.causal);
       // The scores stay unscaled: the scale (> 0) keeps their order, so the maximum is
       // taken first and scaled once, and each exponent is one fma of score and scale.
-      float tile_max[kM][2];
-      bool moves_base = false;
 #pragma unroll
       for (int m = 0; m < kM; ++m) {
+        float rescale[2], base[2];
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          float x = -INFINITY;
+          float tile_max = -INFINITY;
 #pragma unroll
           for (int nt = 0; nt < kNTiles; ++nt)
-            x = fmaxf(x, fmaxf(s[m][nt][2 * r], s[m][nt][2 * r + 1]));
-          tile_max[m][r] = quad_max(x) * p.score_scale_log2;
-          moves_base |= tile_max[m][r] > row_max[m][r] + kRescaleSlack;
+            tile_max = fmaxf(tile_max, fmaxf(s[m][nt][2 * r], s[m][nt][2 * r + 1]));
+          tile_max = fmaxf(row_max[m][r], quad_max(tile_max) * p.score_scale_log2);
+          // A row with nothing visible yet keeps max -inf; exponentiating against 0
+          // instead gives exact zeros rather than NaN from -inf - -inf.
+          base[r] = tile_max == -INFINITY ? 0.0f : tile_max;
+          rescale[r] = exp2_flush_to_zero(row_max[m][r] - base[r]);
+          row_max[m][r] = tile_max;
+          row_sum[m][r] *= rescale[r];
         }
-      }
-      // Rescaling costs a multiply per score; only a warp with a row whose base moves
-      // pays it, and then moves every base of its rows to their maximum so far.
-      if (__any_sync(kFullWarpMask, moves_base)) {
-#pragma unroll
-        for (int m = 0; m < kM; ++m) {
-          float rescale[2];
-#pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const float new_max = fmaxf(row_max[m][r], tile_max[m][r]);
-            // A row with nothing visible yet keeps max -inf: exponentiating against 0
-            // instead gives exact zeros rather than NaN from -inf - -inf.
-            const float new_base = new_max == -INFINITY ? 0.0f : new_max;
-            rescale[r] = exp2_flush_to_zero(row_max[m][r] - new_base);
-            row_max[m][r] = new_max;
-            row_sum[m][r] *= rescale[r];
-          }
-#pragma unroll
-          for (int nt = 0; nt < kNTiles; ++nt) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) o[m][nt][e] *= rescale[e / 2];
-          }
-        }
-      }
-#pragma unroll
-      for (int m = 0; m < kM; ++m) {
-        float base[2];
-#pragma unroll
-        for (int r = 0; r < 2; ++r) base[r] = row_max[m][r] == -INFINITY ? 0.0f : row_max[m][r];
 #pragma unroll
         for (int nt = 0; nt < kNTiles; ++nt) {
 #pragma unroll
@@ -167,6 +134,7 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FlashForwardPar
             s[m][nt][e] =
                 exp2_flush_to_zero(fmaf(s[m][nt][e], p.score_scale_log2, -base[e / 2]));
             row_sum[m][e / 2] += s[m][nt][e];
+            o[m][nt][e] *= rescale[e / 2];
           }
         }
       }

@@ -52,8 +52,8 @@ struct FlashCase {
   bool causal;
   float input_range;  // qkv uniform in [-range, range]; 4 makes the softmax peaky
   // Key t is scaled by 1 + (key_growth - 1) t / seq, so later key tiles raise a row's
-  // maximum score by more than the forward's rescale slack (2^8): the accumulators are
-  // rescaled on tiles after the first, not only on the first.
+  // maximum score by large steps (often more than 8 in log2 units): the forward rescales
+  // its accumulators by factors far below 1 on tiles after the first.
   float key_growth = 1.0f;
 };
 
