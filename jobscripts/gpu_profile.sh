@@ -12,7 +12,7 @@ source "$(dirname "$0")/gpu_env.sh" /tmp/scalestudy-gpu-profile
 
 if [ "${TESTS:-1}" = 1 ]; then
   echo "== GPU tests" | tee "$out/gpu-tests.log"
-  for test in ${GPU_TESTS:-test_cuda_ops test_cuda_ops_bf16 test_cuda_ops_half_gpt2 test_flash_attention test_cupti_tracer}; do
+  for test in ${GPU_TESTS:-test_cuda_ops test_cuda_ops_bf16 test_cuda_ops_half_gpt2 test_flash_attention test_cupti_tracer test_nvml_telemetry}; do
     timeout 300 $mpirun -np 1 "$bundle/$test" >>"$out/gpu-tests.log" 2>&1
     echo "$test: exit $?" | tee -a "$out/gpu-tests.log"
   done

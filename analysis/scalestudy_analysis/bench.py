@@ -201,7 +201,7 @@ def read_bench_file(path):
                                f"{', '.join(BENCH_NAMES)})")
             if int(bench.attrs.get("schema_version", -1)) not in SUPPORTED_SCHEMA_VERSIONS:
                 raise KeyError(f"schema_version {bench.attrs.get('schema_version')}, this analysis reads "
-                               + " and ".join(map(str, SUPPORTED_SCHEMA_VERSIONS)))
+                               + ", ".join(map(str, SUPPORTED_SCHEMA_VERSIONS)))
             status = bench.attrs.get("status", "")
             if status != "complete":
                 reason = bench.attrs.get("failure_reason", "") or f"status {status!r}"

@@ -1,4 +1,4 @@
-"""Reading result files (schema v1 and v2) into RunRecords and one pandas row per run."""
+"""Reading result files (schema v1, v2 and v3) into RunRecords and one pandas row per run."""
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -7,6 +7,7 @@ import h5py
 import numpy as np
 import pandas as pd
 
+from .gpu_state import GpuState, read_gpu_state
 from .h5text import attributes as _attributes, text_list as _text_list
 from .intervals import StepQuantities, step_quantities
 from .kernel_trace import KernelTrace, read_kernel_trace
@@ -39,6 +40,7 @@ class RunRecord:
     peak_bytes: np.ndarray = None
     kernel_trace: KernelTrace = None    # None without /kernel_trace or when it is malformed
     kernel_trace_found: bool = False    # the group exists, even when it proved malformed
+    gpu_state: GpuState = None          # /steps/gpu_*; None before version 3, missing or malformed
     stored_summary: dict = field(default_factory=dict)
     quantities: StepQuantities = None
     summary: dict = field(default_factory=dict)   # recomputed by the analysis
@@ -129,12 +131,13 @@ def _read_traced(handle, run):
     if "/steps/traced" in handle:
         run.traced = _dataset(handle, "/steps/traced", np.uint8)
         return
-    # Version 1 predates tracing. A version 2 file without it is read the same way, but
+    # Version 1 predates tracing. A later file without it is read the same way, but
     # named: its summary would count traced steps if there were any.
     run.traced = np.zeros(run.warmup.shape, dtype=np.uint8)
     if run.schema_version >= 2:
         run.problems.append(Problem(run.path, "missing field", "no /steps/traced in a schema "
-                                    "version 2 file; read as no traced steps", False))
+                                    f"version {run.schema_version} file; read as no traced "
+                                    "steps", False))
 
 
 def _read_collectives(handle, run):
@@ -176,6 +179,9 @@ def _read_body(handle, run):
     run.hostnames = list(_dataset(handle, "/ranks/hostname"))
     run.devices = list(_dataset(handle, "/ranks/device"))
     _read_steps(handle, run)
+    run.gpu_state, problems = read_gpu_state(handle, run.path, run.schema_version,
+                                             run.intervals.shape[0], run.world_size)
+    run.problems.extend(problems)
     _read_collectives(handle, run)
     if "/memory/bytes" in handle:
         run.memory_bytes = _dataset(handle, "/memory/bytes", np.int64)
@@ -221,7 +227,7 @@ def read_run(path):
             if run.schema_version not in SUPPORTED_SCHEMA_VERSIONS:
                 run.problems.append(Problem(run.path, "schema", "schema_version "
                                             f"{run.attrs['schema_version']}, this analysis "
-                                            "reads " + " and ".join(
+                                            "reads " + ", ".join(
                                                 map(str, SUPPORTED_SCHEMA_VERSIONS)), True))
                 return run
             status_problem = _status_problem(run, handle)

@@ -1,11 +1,14 @@
-"""The markdown report and runs.csv: what was loaded, per-series tables and figures, and
-every problem found on the way."""
-from collections import Counter
+"""The markdown report and runs.csv: what was loaded, per-series tables and figures, the
+GPUs' state, and every problem found on the way."""
+from collections import Counter, defaultdict
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
+import pandas as pd
+
 from . import __version__, plots
+from .gpu_state import gpu_metrics, has_samples, reason_names
 from .kernel_report import kernel_section
 from .load import load_results
 from .markdown import (figure_markdown as _figure_markdown, fmt as _fmt, percent as _percent,
@@ -38,6 +41,22 @@ DEFINITIONS = """\
   data-parallel step waits for the slowest.
 - **MFU**: model TFLOP/s per GPU (FLOPs per step / median step time / N) over the peak
   rate recorded in the file."""
+
+GPU_STATE_DEFINITIONS = """\
+- Source: `/steps/gpu_*` (schema version 3): each rank samples its GPU through NVML every
+  `gpu_telemetry_ms` ms, and the file holds per step and rank the samples' count, mean and
+  lowest SM clock, mean board power, highest temperature, the fraction at the software
+  power cap and the clock event reasons seen. The steps are those of the timing tables:
+  warm-up and traced steps are left out. Runs without samples (CPU backend,
+  `--gpu-telemetry-ms 0`, no NVML, files older than version 3) are left out here.
+- **SM clock, slowest rank**: per step the lowest of the ranks' mean SM clocks, as a
+  data-parallel step waits for its slowest GPU; the median over the steps of all runs at
+  one N. **All ranks**: the median over every step and rank. **Lowest**: the lowest sample.
+- **Power**: median over every step and rank of the mean board power (NVML's
+  instantaneous reading). **Highest temperature**: the highest sample.
+- **Power-capped**: the share of the samples whose clock event reasons include the
+  software power cap (each step and rank weighted by its sample count).
+- **Clock event reasons**: every reason any sample gave (NVML's bits, OR over everything)."""
 
 
 def _series_table(series):
@@ -123,6 +142,61 @@ def _series_section(series, figures, results_dir):
     return "\n".join(parts)
 
 
+def _gpu_state_row(metrics):
+    return [_fmt(metrics["samples"]), _fmt(metrics["sm_clock_slowest_rank_median_mhz"]),
+            _fmt(metrics["sm_clock_median_mhz"]), _fmt(metrics["sm_clock_lowest_mhz"]),
+            _fmt(metrics["power_median_w"]), _fmt(metrics["temperature_highest_c"]),
+            _percent(metrics["power_capped_fraction"]),
+            ", ".join(reason_names(metrics["clock_event_reasons"])) or "none"]
+
+
+def _gpu_state_csv_rows(series, sampled, results_dir):
+    rows = []
+    for run in sampled:
+        metrics = gpu_metrics([run])
+        rows.append({"series": series.index, "path": _relative(run.path, results_dir),
+                     "N": run.world_size, "repeat": run.repeat,
+                     "gpu_telemetry_ms": run.config.get("gpu_telemetry_ms", ""), **metrics,
+                     "clock_event_reasons": f"{metrics['clock_event_reasons']:#x}",
+                     "clock_event_reason_names": "; ".join(
+                         reason_names(metrics["clock_event_reasons"]))})
+    return rows
+
+
+def _gpu_state_section(series_list, runs, out_dir, results_dir):
+    """The "GPU state" section; writes gpu_state.csv (one row per run with samples) when
+    any run used has samples."""
+    used = [run for run in runs if run.usable]
+    sampled = [run for run in used if has_samples(run)]
+    parts = ["## GPU state", ""]
+    if not sampled:
+        return "\n".join(parts + ["No run used has GPU samples (CPU backend, "
+                                   "`--gpu-telemetry-ms 0`, no NVML, or files older than "
+                                   "schema version 3)."])
+    parts += [GPU_STATE_DEFINITIONS, "",
+              f"- Runs with GPU samples: {len(sampled)} of {len(used)} used runs; one row per "
+              "run in `gpu_state.csv`.", ""]
+    header = ["N", "runs", "samples", "SM clock, slowest rank (MHz)",
+              "SM clock, all ranks (MHz)", "lowest SM clock (MHz)", "power (W)",
+              "highest temperature (°C)", "power-capped", "clock event reasons"]
+    csv_rows = []
+    for series in series_list:
+        by_n = defaultdict(list)
+        for run in series.runs:
+            if has_samples(run):
+                by_n[run.world_size].append(run)
+        if not by_n:
+            continue
+        rows = [[str(n), str(len(by_n[n]))] + _gpu_state_row(gpu_metrics(by_n[n]))
+                for n in sorted(by_n)]
+        parts += [f"### {series.index}. {series.label}", "", _table(header, rows), ""]
+        ordered = [run for n in sorted(by_n)
+                   for run in sorted(by_n[n], key=lambda run: run.path)]
+        csv_rows += _gpu_state_csv_rows(series, ordered, results_dir)
+    pd.DataFrame(csv_rows).to_csv(out_dir / "gpu_state.csv", index=False)
+    return "\n".join(parts).rstrip()
+
+
 def _csv_frame(frame):
     frame = frame.copy()
     if "step_times_s" in frame:
@@ -132,8 +206,8 @@ def _csv_frame(frame):
 
 
 def write_report(results_dir, out_dir):
-    """Loads results_dir, writes report.md, runs.csv and the PNGs into out_dir. Returns
-    the report path. The caller has checked that result files exist."""
+    """Loads results_dir, writes report.md, runs.csv, the PNGs and the sections' CSVs into
+    out_dir. Returns the report path. The caller has checked that result files exist."""
     results_dir, out_dir = Path(results_dir), Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     runs, frame, problems = load_results(results_dir)
@@ -168,6 +242,7 @@ def write_report(results_dir, out_dir):
     for series in series_list:
         figures = [plots.breakdown(series, out_dir), timeline(series, out_dir)]
         sections += [_series_section(series, figures, results_dir), ""]
+    sections += [_gpu_state_section(series_list, runs, out_dir, results_dir), ""]
     kernels = kernel_section(series_list, runs, out_dir, results_dir)
     if kernels is not None:
         sections += [kernels, ""]

@@ -1,9 +1,10 @@
-"""Names and conventions of result schema v2, in one place (docs/results-schema.md)."""
+"""Names and conventions of result schema v3, in one place (docs/results-schema.md)."""
 
-SCHEMA_VERSION = 2
-# Version 1 reads as version 2 with no traced steps and no /kernel_trace, so the analysis
-# reads both; anything else may mean something this code does not know.
-SUPPORTED_SCHEMA_VERSIONS = (1, 2)
+SCHEMA_VERSION = 3
+# Version 1 reads as version 2 with no traced steps and no /kernel_trace, and versions 1
+# and 2 read as version 3 without the GPUs' state, so the analysis reads all three;
+# anything else may mean something this code does not know.
+SUPPORTED_SCHEMA_VERSIONS = (1, 2, 3)
 
 PHASE_NAMES = ("data", "forward", "backward", "grad-comm", "optimizer", "param-gather", "step")
 PHASE = {name: index for index, name in enumerate(PHASE_NAMES)}
@@ -26,8 +27,11 @@ SERIES_KEYS = ("experiment", "model", "scaling", "strategy", "overlap", "grad_ac
 BATCH_KEY = {"strong": "global_batch", "weak": "batch_per_rank"}
 
 # Keys that legitimately differ between the runs of one series.
+# gpu_telemetry_ms only sets how often a side thread samples the GPU, not what is
+# measured, and files before version 3 lack it.
 PER_RUN_KEYS = frozenset({"repeat", "output", "seed", "global_batch", "batch_per_rank",
-                          "config_hash", "world_size", "nodes", "ranks_per_node"})
+                          "config_hash", "world_size", "nodes", "ranks_per_node",
+                          "gpu_telemetry_ms"})
 
 SUMMARY_FLOAT_KEYS = (
     "step_time_median_s", "step_time_q1_s", "step_time_q3_s", "tokens_per_s",
@@ -52,3 +56,23 @@ KERNEL_RECORD_DATASETS = ("step", "kind", "category", "name", "stream", "start_n
 KERNEL_LAUNCH_DATASETS = ("grid", "block")   # [N, 3]
 KERNEL_TRACE_OVERHEAD_KEYS = ("traced_step_time_mean_s", "untraced_step_time_median_s",
                               "tracing_overhead")
+
+# /steps/gpu_* (version 3): the GPUs' state per step and rank, every dataset [S, R].
+GPU_STATE_VERSION = 3
+GPU_SAMPLES_DATASET = "gpu_samples"                           # int64
+GPU_STATE_FLOAT_DATASETS = ("gpu_sm_clock_mhz", "gpu_sm_clock_min_mhz", "gpu_power_w",
+                            "gpu_temperature_c", "gpu_power_capped")   # NaN without samples
+GPU_CLOCK_EVENT_REASONS_DATASET = "gpu_clock_event_reasons"   # int64, OR of the bits below
+GPU_STATE_DATASETS = ((GPU_SAMPLES_DATASET,) + GPU_STATE_FLOAT_DATASETS
+                      + (GPU_CLOCK_EVENT_REASONS_DATASET,))
+# NVML's clock event reasons (nvmlDeviceGetCurrentClocksEventReasons), by bit.
+CLOCK_EVENT_REASON_NAMES = {
+    0x1: "idle",
+    0x2: "application clocks setting",
+    0x4: "software power cap",
+    0x8: "hardware slowdown",
+    0x10: "sync boost",
+    0x20: "software thermal slowdown",
+    0x40: "hardware thermal slowdown",
+    0x80: "power brake",
+}

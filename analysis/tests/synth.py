@@ -1,5 +1,5 @@
-"""Writes synthetic result files (schema v2, or v1 on request) with h5py, for tests with
-known answers.
+"""Writes synthetic result files (schema v3, or v1 and v2 on request) with h5py, for tests
+with known answers.
 
 The stored /summary is computed here by a deliberately naive reference (Python loops over
 intervals), independent of the package's vectorised code, so that the summary check in
@@ -18,6 +18,16 @@ KERNEL_CATEGORIES = ["gemm", "attention", "norm_elementwise", "optimizer", "comm
                      "memory", "other"]
 KERNEL_KINDS = ["kernel", "memcpy", "memset"]
 STREAMS = ["compute", "comm", "stream 7"]
+# /steps/gpu_* (version 3) with their dtype, units and value where a step has no samples.
+GPU_DATASETS = {
+    "gpu_samples": (np.int64, None, 0),
+    "gpu_sm_clock_mhz": (np.float64, "MHz", math.nan),
+    "gpu_sm_clock_min_mhz": (np.float64, "MHz", math.nan),
+    "gpu_power_w": (np.float64, "W", math.nan),
+    "gpu_temperature_c": (np.float64, "degC", math.nan),
+    "gpu_power_capped": (np.float64, None, math.nan),
+    "gpu_clock_event_reasons": (np.int64, None, 0),
+}
 
 # Fractions of the step: ddp without overlap, so the allreduce is fully exposed.
 DEFAULT_LAYOUT = {"data": (0.0, 0.05), "forward": (0.05, 0.35), "backward": (0.35, 0.85),
@@ -182,6 +192,21 @@ def write_kernel_trace(handle, ranks, window, step_time_of, measured_median):
         sub.create_dataset("stream_names", data=np.array(STREAMS, dtype=object), dtype=text)
 
 
+def write_gpu_state(group, steps, world_size, values):
+    """/steps/gpu_*: values maps a dataset name to anything that broadcasts to [S, R];
+    the datasets not named hold what a run without samples writes (CPU backend,
+    telemetry off)."""
+    unknown = set(values) - set(GPU_DATASETS)
+    assert not unknown, f"not a /steps/gpu_* dataset: {sorted(unknown)}"
+    for name, (dtype, units, empty) in GPU_DATASETS.items():
+        data = np.broadcast_to(np.asarray(values.get(name, empty), dtype=dtype),
+                               (steps, world_size))
+        created = group.create_dataset(name, data=data, maxshape=(None, world_size),
+                                       chunks=(1, world_size))
+        if units is not None:
+            created.attrs["units"] = units
+
+
 def step_lengths(step_times, steps, world_size):
     values = np.asarray(step_times, dtype=float)
     if values.ndim == 0:
@@ -205,15 +230,23 @@ def write_run(path, *, world_size=1, step_times=0.1, steps=6, warmup_steps=1,
               status="complete", git_sha="abc1234", config=None, tokens_per_step=None,
               flops_per_step=1e12, peak=math.nan, peak_source="none", backend="cpu",
               intervals=None, collectives=None, summary="reference", failure_reason="",
-              hostnames=None, schema_version=2, traced_steps=(), kernel_trace=None):
+              hostnames=None, schema_version=3, traced_steps=(), kernel_trace=None,
+              gpu_state=None):
     """Writes one run. step_times: scalar, [S] or [S, R] step lengths; intervals and
     collectives (rows of step, rank, kind, phase, begin, end, bytes) override the default
     layout. summary: "reference" (written for complete runs), None (not written) or a
-    dict to store verbatim. schema_version 1 writes no /steps/traced. traced_steps: the
-    step indices of the traced window; kernel_trace: per rank, records (step, name,
-    category, duration_ns) for /kernel_trace (see write_kernel_trace)."""
+    dict to store verbatim. schema_version 1 writes no /steps/traced, and versions 1 and 2
+    no /steps/gpu_* and no gpu_telemetry_ms in /config. traced_steps: the step indices of
+    the traced window; kernel_trace: per rank, records (step, name, category, duration_ns)
+    for /kernel_trace (see write_kernel_trace); gpu_state: values of /steps/gpu_* (see
+    write_gpu_state), all "no samples" when None."""
     assert schema_version >= 2 or not (traced_steps or kernel_trace), "v1 has no tracing"
+    assert schema_version >= 3 or gpu_state is None, "the GPU state is new in v3"
     config = dict(config or base_config())
+    if schema_version >= 3:
+        config.setdefault("gpu_telemetry_ms", "10" if backend == "cuda" else "0")
+    else:
+        config.pop("gpu_telemetry_ms", None)
     if config.get("scaling") == "weak":
         config["global_batch"] = str(int(config["batch_per_rank"]) * world_size)
     else:
@@ -268,6 +301,8 @@ def write_run(path, *, world_size=1, step_times=0.1, steps=6, warmup_steps=1,
         if schema_version >= 2:
             group.create_dataset("traced", data=traced, maxshape=(None,))
         group.create_dataset("step_index", data=step_index, maxshape=(None,))
+        if schema_version >= 3:
+            write_gpu_state(group, steps, world_size, gpu_state or {})
         comm_bytes = np.zeros((steps, len(COLLECTIVES)), dtype=np.int64)
         for step, rank, kind, _, _, _, payload, *_ in collectives:
             if rank == 0:

@@ -179,14 +179,16 @@ def test_version_1_files_still_read(tmp_path):
     assert run.summary["steps_measured"] == 5
 
 
-def test_version_2_file_without_traced_is_read_and_named(tmp_path):
-    path = write_run(tmp_path / "run.h5", world_size=1, step_times=0.1)
+@pytest.mark.parametrize("version", [2, 3])
+def test_version_2_or_3_file_without_traced_is_read_and_named(tmp_path, version):
+    path = write_run(tmp_path / "run.h5", world_size=1, step_times=0.1, schema_version=version)
     with h5py.File(path, "r+") as handle:
         del handle["steps/traced"]
     run = read_run(path)
     assert run.usable and run.summary["steps_measured"] == 5
     assert [(p.kind, p.excluded) for p in run.problems] == [("missing field", False)]
     assert "/steps/traced" in run.problems[0].message
+    assert f"schema version {version} file" in run.problems[0].message
 
 
 def _drop(name):

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <vector>
 #include <string>
 
@@ -13,6 +14,7 @@
 #if SCALESTUDY_HAVE_CUDA
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/device_info.h"
+#include "backend/cuda/nvml_telemetry.h"
 #include "comm/nccl_communicator.h"
 #endif
 
@@ -91,6 +93,14 @@ BackendSetup make_backend(const RunConfig& config, const ProcessPlacement& where
   setup.identity.nccl_version = NcclCommunicator::nccl_version();
   set_datasheet_peak(setup.identity, config.precision);
   setup.ops = std::move(ops);
+  if (config.gpu_telemetry_ms > 0) {
+    std::string why_not;
+    setup.telemetry =
+        make_nvml_telemetry(where.local_rank, std::chrono::milliseconds(config.gpu_telemetry_ms), why_not);
+    if (!setup.telemetry)
+      std::fprintf(stderr, "rank %d on %s: --gpu-telemetry-ms %d: no GPU state is recorded: %s\n", where.rank,
+                   where.host.c_str(), config.gpu_telemetry_ms, why_not.c_str());
+  }
   return setup;
 #else
   (void)where;

@@ -6,6 +6,7 @@
 #include "comm/communicator.h"
 #include "comm/mpi_runtime.h"
 #include "config/run_config.h"
+#include "profile/gpu_state.h"
 #include "results/run_recorder.h"
 
 namespace scalestudy {
@@ -14,10 +15,12 @@ struct BackendSetup {
   std::unique_ptr<Ops> ops;
   std::unique_ptr<Communicator> comm;
   RunIdentity identity;  // without argv
+  std::unique_ptr<GpuTelemetry> telemetry;  // --gpu-telemetry-ms; null when off or without NVML
 };
 
 // cpu: CpuOps and the MPI communicator. cuda: the device is the node-local rank (from
-// MPI_Comm_split_type, so srun and mpirun agree), CudaOps, and NCCL.
+// MPI_Comm_split_type, so srun and mpirun agree), CudaOps, NCCL, and the device's NVML
+// sampler; a rank whose NVML fails prints why and runs without it.
 BackendSetup make_backend(const RunConfig& config, const ProcessPlacement& where);
 
 }  // namespace scalestudy

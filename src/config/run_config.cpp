@@ -31,6 +31,7 @@ struct RawOptions {
   int layers = 0, hidden = 0, heads = 0, vocab = 0, max_seq = 0;
   std::string config_file;
   std::string profile_window = "auto";
+  std::string gpu_telemetry_ms = "auto";
   std::string recompute = "off";
 };
 
@@ -140,13 +141,21 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
       ("profile-window", po::value(&raw.profile_window)->default_value(raw.profile_window),
        "FIRST-LAST, the steps to trace (0-based, inclusive); auto: the first three steps after warm-up");
 
+  po::options_description gpu_state("GPU state (cuda)");
+  gpu_state.add_options()
+      ("gpu-telemetry-ms", po::value(&raw.gpu_telemetry_ms)->default_value(raw.gpu_telemetry_ms),
+       "sample each rank's GPU (SM clock, instantaneous power, temperature, why its clocks are held) through "
+       "NVML every N ms on a thread of its own, summarised per step into the result file's /steps/gpu_*; "
+       "0: off; at most 1000; auto: 10 on cuda, 0 on cpu. A rank without NVML says so and records nothing");
+
   po::options_description general("General");
   general.add_options()
       ("help,h", "print this help and exit")
       ("config", po::value(&raw.config_file), "INI file of these options; the command line wins");
 
   po::options_description all;
-  all.add(model).add(batch).add(schedule).add(data).add(parallel).add(backend).add(output).add(profile).add(general);
+  all.add(model).add(batch).add(schedule).add(data).add(parallel).add(backend).add(output).add(profile).add(gpu_state)
+      .add(general);
   return all;
 }
 
@@ -316,6 +325,18 @@ void resolve_and_validate(RunConfig& c, const RawOptions& raw) {
     bad_value("backend", c.backend, "must be cpu or cuda");
   }
 
+  if (raw.gpu_telemetry_ms == "auto") {
+    c.gpu_telemetry_ms = c.backend == "cuda" ? kAutoGpuTelemetryMs : 0;
+  } else {
+    c.gpu_telemetry_ms = parse_whole_number("gpu-telemetry-ms", raw.gpu_telemetry_ms);
+    if (c.gpu_telemetry_ms < 0 || c.gpu_telemetry_ms > kMaxGpuTelemetryMs)
+      bad_value("gpu-telemetry-ms", raw.gpu_telemetry_ms,
+                "must be 0 (off) to " + std::to_string(kMaxGpuTelemetryMs) + " ms");
+    if (c.gpu_telemetry_ms > 0 && c.backend != "cuda")
+      bad_value("gpu-telemetry-ms", raw.gpu_telemetry_ms, "needs --backend cuda (the " + c.backend +
+                                                              " backend has no GPU to sample)");
+  }
+
   if (!c.output.empty()) {
     const std::filesystem::path folder = std::filesystem::absolute(c.output).parent_path();
     std::error_code error;
@@ -439,6 +460,7 @@ std::vector<std::pair<std::string, std::string>> describe_config(const RunConfig
       {"repeat", text(c.repeat)},
       {"profile_kernels", c.profile_kernels ? "on" : "off"},
       {"profile_window", c.profile_kernels ? text(c.profile_first) + "-" + text(c.profile_last) : ""},
+      {"gpu_telemetry_ms", text(c.gpu_telemetry_ms)},
       {"world_size", text(c.world_size)},
   };
   return out;

@@ -34,6 +34,23 @@ int phase_index(const std::string& phase) {
   return static_cast<int>(Phase::step);
 }
 
+// The GPU state's float datasets under /steps (docs/results-schema.md, "The GPUs' state").
+struct GpuQuantity {
+  const char* dataset;
+  const char* units;  // "" for a fraction
+  double StepGpuState::*member;
+};
+const std::array<GpuQuantity, 5>& gpu_quantities() {
+  static const std::array<GpuQuantity, 5> quantities{{
+      {"gpu_sm_clock_mhz", "MHz", &StepGpuState::sm_clock_mhz},
+      {"gpu_sm_clock_min_mhz", "MHz", &StepGpuState::sm_clock_min_mhz},
+      {"gpu_power_w", "W", &StepGpuState::power_w},
+      {"gpu_temperature_c", "degC", &StepGpuState::temperature_c},
+      {"gpu_power_capped", "", &StepGpuState::power_capped},
+  }};
+  return quantities;
+}
+
 // Strings of every rank, gathered to rank 0 through fixed-size slots.
 std::vector<std::string> to_strings(const auto& names) { return {std::begin(names), std::end(names)}; }
 
@@ -127,6 +144,15 @@ class RunRecorder::File {
     skipped_ = std::make_unique<h5::GrowingDataset>(steps, "skipped", H5T_NATIVE_UINT8, std::vector<hsize_t>{}, 256);
     comm_bytes_ = std::make_unique<h5::GrowingDataset>(steps, "comm_bytes", H5T_NATIVE_INT64,
                                                        std::vector<hsize_t>{kCollectiveKindCount}, 256);
+    const std::vector<hsize_t> per_rank{R};
+    gpu_samples_ = std::make_unique<h5::GrowingDataset>(steps, "gpu_samples", H5T_NATIVE_INT64, per_rank, 64);
+    gpu_reasons_ =
+        std::make_unique<h5::GrowingDataset>(steps, "gpu_clock_event_reasons", H5T_NATIVE_INT64, per_rank, 64);
+    for (const GpuQuantity& quantity : gpu_quantities()) {
+      gpu_values_.push_back(
+          std::make_unique<h5::GrowingDataset>(steps, quantity.dataset, H5T_NATIVE_DOUBLE, per_rank, 64));
+      if (*quantity.units) h5::set_attribute(gpu_values_.back()->id(), "units", quantity.units);
+    }
     h5::set_attribute(comm_bytes_->id(), "units", "bytes");
     h5::set_attribute(comm_bytes_->id(), "collective_names", collective_names());
 
@@ -171,6 +197,17 @@ class RunRecorder::File {
     std::array<int64_t, kCollectiveKindCount> bytes{};
     for (int k = 0; k < kCollectiveKindCount; ++k) bytes[k] = static_cast<int64_t>(comm_bytes[k]);
     comm_bytes_->append(bytes.data(), 1);
+    std::vector<int64_t> samples, reasons;
+    std::vector<std::vector<double>> values(gpu_values_.size());
+    for (const StepGpuState& state : step.gpu_state) {
+      samples.push_back(state.samples);
+      reasons.push_back(state.clock_event_reasons);
+      const auto& quantities = gpu_quantities();
+      for (size_t q = 0; q < quantities.size(); ++q) values[q].push_back(state.*quantities[q].member);
+    }
+    gpu_samples_->append(samples.data(), 1);
+    gpu_reasons_->append(reasons.data(), 1);
+    for (size_t q = 0; q < values.size(); ++q) gpu_values_[q]->append(values[q].data(), 1);
 
     std::vector<int64_t> c_step, c_bytes;
     std::vector<int32_t> c_rank, c_kind, c_phase;
@@ -248,6 +285,9 @@ class RunRecorder::File {
     for (auto* dataset : {&intervals_, &loss_, &tokens_, &warmup_, &traced_, &step_index_, &loss_scale_, &skipped_, &comm_bytes_, &c_step_, &c_rank_,
                           &c_kind_, &c_phase_, &c_begin_, &c_end_, &c_bytes_, &c_wait_begin_, &c_wait_end_})
       dataset->reset();
+    gpu_samples_.reset();
+    gpu_reasons_.reset();
+    gpu_values_.clear();
     steps_group_.reset();
     collectives_group_.reset();
     file_.reset();
@@ -259,7 +299,8 @@ class RunRecorder::File {
   int world_;
   h5::Handle file_, steps_group_, collectives_group_;
   std::unique_ptr<h5::GrowingDataset> intervals_, loss_, tokens_, warmup_, traced_, step_index_, loss_scale_, skipped_,
-      comm_bytes_;
+      comm_bytes_, gpu_samples_, gpu_reasons_;
+  std::vector<std::unique_ptr<h5::GrowingDataset>> gpu_values_;  // gpu_quantities()'s, in order
   std::unique_ptr<h5::GrowingDataset> c_step_, c_rank_, c_kind_, c_phase_, c_begin_, c_end_, c_bytes_,
       c_wait_begin_, c_wait_end_;
 };
@@ -302,14 +343,22 @@ void RunRecorder::on_step(const StepRecord& record) {
   step.skipped = record.skipped;
   step.traced = record.traced;
 
-  std::array<double, 2 * kPhaseCount> mine{};
+  // Per rank: the intervals, then the GPU state (its counts and bits are exact in a double).
+  constexpr int kGpuStateDoubles = 7;
+  constexpr int kRankDoubles = 2 * kPhaseCount + kGpuStateDoubles;
+  std::array<double, kRankDoubles> mine{};
   for (int p = 0; p < kPhaseCount; ++p) {
     mine[2 * p] = record.intervals[p].begin;
     mine[2 * p + 1] = record.intervals[p].end;
   }
-  std::vector<double> all_intervals(rank_ == 0 ? mine.size() * world_size_ : 0);
-  CHECK_MPI(MPI_Gather(mine.data(), 2 * kPhaseCount, MPI_DOUBLE, all_intervals.data(), 2 * kPhaseCount,
-                       MPI_DOUBLE, 0, control_));
+  const StepGpuState& gpu = record.gpu_state;
+  const std::array<double, kGpuStateDoubles> gpu_doubles{
+      static_cast<double>(gpu.samples), gpu.sm_clock_mhz, gpu.sm_clock_min_mhz, gpu.power_w,
+      gpu.temperature_c, gpu.power_capped, static_cast<double>(gpu.clock_event_reasons)};
+  std::copy(gpu_doubles.begin(), gpu_doubles.end(), mine.begin() + 2 * kPhaseCount);
+  std::vector<double> all_ranks(rank_ == 0 ? mine.size() * world_size_ : 0);
+  CHECK_MPI(MPI_Gather(mine.data(), kRankDoubles, MPI_DOUBLE, all_ranks.data(), kRankDoubles, MPI_DOUBLE, 0,
+                       control_));
 
   std::vector<double> packed;
   for (const CollectiveRecord& c : record.collectives) {
@@ -332,12 +381,23 @@ void RunRecorder::on_step(const StepRecord& record) {
 
   const auto& names = phase_names();
   for (int r = 0; r < world_size_; ++r) {
+    const double* theirs = all_ranks.data() + static_cast<size_t>(r) * kRankDoubles;
     PhaseIntervals intervals{};
     for (int p = 0; p < kPhaseCount; ++p) {
-      intervals[p].begin = all_intervals[static_cast<size_t>(r) * 2 * kPhaseCount + 2 * p];
-      intervals[p].end = all_intervals[static_cast<size_t>(r) * 2 * kPhaseCount + 2 * p + 1];
+      intervals[p].begin = theirs[2 * p];
+      intervals[p].end = theirs[2 * p + 1];
     }
     step.intervals.push_back(intervals);
+    const double* their_gpu = theirs + 2 * kPhaseCount;
+    StepGpuState state;
+    state.samples = static_cast<int64_t>(their_gpu[0]);
+    state.sm_clock_mhz = their_gpu[1];
+    state.sm_clock_min_mhz = their_gpu[2];
+    state.power_w = their_gpu[3];
+    state.temperature_c = their_gpu[4];
+    state.power_capped = their_gpu[5];
+    state.clock_event_reasons = static_cast<int64_t>(their_gpu[6]);
+    step.gpu_state.push_back(state);
     std::vector<CollectiveRecord> collectives;
     for (int at = offsets[r]; at < offsets[r] + counts[r]; at += kRecordDoubles) {
       const double* v = all_packed.data() + at;

@@ -102,6 +102,31 @@ TracingCost tracing_cost(const std::vector<GatheredStep>& steps) {
   return cost;
 }
 
+GpuStateSummary summarize_gpu_state(const std::vector<GatheredStep>& steps) {
+  std::vector<double> clocks, powers;
+  GpuStateSummary s;
+  s.sm_clock_min_mhz = s.temperature_max_c = kNaN;
+  double capped_samples = 0.0;
+  for (const GatheredStep& step : steps) {
+    if (step.warmup || step.traced) continue;
+    for (const StepGpuState& rank : step.gpu_state) {
+      if (rank.samples == 0) continue;
+      s.samples += rank.samples;
+      s.clock_event_reasons |= rank.clock_event_reasons;
+      if (!std::isnan(rank.sm_clock_mhz)) clocks.push_back(rank.sm_clock_mhz);
+      if (!std::isnan(rank.power_w)) powers.push_back(rank.power_w);
+      // fmin and fmax keep the number where one side is NaN.
+      s.sm_clock_min_mhz = std::fmin(s.sm_clock_min_mhz, rank.sm_clock_min_mhz);
+      s.temperature_max_c = std::fmax(s.temperature_max_c, rank.temperature_c);
+      if (!std::isnan(rank.power_capped)) capped_samples += rank.power_capped * static_cast<double>(rank.samples);
+    }
+  }
+  s.sm_clock_median_mhz = clocks.empty() ? kNaN : median(clocks);
+  s.power_median_w = powers.empty() ? kNaN : median(powers);
+  s.power_capped = s.samples > 0 ? capped_samples / static_cast<double>(s.samples) : kNaN;
+  return s;
+}
+
 RunSummary summarize(const std::vector<GatheredStep>& steps, int world_size, double flops_per_step,
                      double peak_tflops_per_gpu, const std::string& peak_source) {
   std::vector<double> step_times, tokens, comm_times, exposed_times;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "profile/gpu_state.h"
 #include "timing/phases.h"
 
 namespace scalestudy {
@@ -33,6 +34,7 @@ struct GatheredStep {
   bool traced = false;  // inside the --profile-kernels window
   std::vector<PhaseIntervals> intervals;                   // [rank]
   std::vector<std::vector<CollectiveRecord>> collectives;  // [rank]
+  std::vector<StepGpuState> gpu_state;                     // [rank]
 };
 
 struct StepComm {
@@ -71,5 +73,16 @@ struct TracingCost {
   double traced_step_time_mean_s = 0, untraced_step_time_median_s = 0;
 };
 TracingCost tracing_cost(const std::vector<GatheredStep>& steps);
+
+// The GPUs' state over the measured steps, every rank's: medians of the per-step means
+// (NaN where no step had samples), the lowest clock, and the share of all samples whose
+// clocks the software power cap held.
+struct GpuStateSummary {
+  int64_t samples = 0;
+  double sm_clock_median_mhz = 0, sm_clock_min_mhz = 0, power_median_w = 0;
+  double temperature_max_c = 0, power_capped = 0;
+  int64_t clock_event_reasons = 0;
+};
+GpuStateSummary summarize_gpu_state(const std::vector<GatheredStep>& steps);
 
 }  // namespace scalestudy

@@ -117,6 +117,7 @@ StepRecord Trainer::train_step(int step) {
   comm_.finish_all();
   record.collectives = comm_.take_records();
   record.intervals = clock_.finish_step(record.collectives);
+  if (telemetry_) record.gpu_state = telemetry_->close_step();
   for (const CollectiveRecord& collective : record.collectives)
     if (!std::isnan(collective.wait_begin_s)) record.comm_wait_s += collective.wait_end_s - collective.wait_begin_s;
   const auto bytes = comm_.payload_bytes_by_kind();
@@ -140,6 +141,8 @@ void Trainer::set_kernel_tracer(KernelTracer* tracer, int first, int last) {
 }
 
 void Trainer::run(StepObserver* observer) {
+  // The samples taken while the run was set up belong to no step.
+  if (telemetry_) telemetry_->close_step();
   for (int step = 0; step < config_.steps; ++step) {
     const StepRecord record = train_step(step);
     if (observer) observer->on_step(record);

@@ -16,6 +16,7 @@
 #include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
 #include "parallel/strategy.h"
+#include "profile/gpu_state.h"
 #include "timing/phases.h"
 #include "train/micro_batch_loader.h"
 
@@ -35,6 +36,7 @@ struct StepRecord {
   double comm_wait_s = 0.0;    // time this rank's compute stream was blocked on collectives
   std::vector<CollectiveRecord> collectives;
   std::array<size_t, kCollectiveKindCount> comm_bytes{};
+  StepGpuState gpu_state;      // this rank's GPU over the step; no samples without telemetry
 };
 
 struct MemoryReport {
@@ -59,6 +61,9 @@ class Trainer {
   // Traces the kernels of steps first..last with `tracer` (--profile-kernels); the
   // tracer outlives the run.
   void set_kernel_tracer(KernelTracer* tracer, int first, int last);
+  // Closes a step of `telemetry`'s samples at the end of every step (--gpu-telemetry-ms)
+  // into its record; the telemetry outlives the run.
+  void set_gpu_telemetry(GpuTelemetry* telemetry) { telemetry_ = telemetry; }
   // Runs every step, telling the observer about each; prints progress on rank 0.
   void run(StepObserver* observer);
   StepRecord train_step(int step);
@@ -95,6 +100,7 @@ class Trainer {
   std::array<size_t, kCollectiveKindCount> bytes_before_{};
   KernelTracer* tracer_ = nullptr;
   int trace_first_ = -1, trace_last_ = -1;
+  GpuTelemetry* telemetry_ = nullptr;
 };
 
 }  // namespace scalestudy

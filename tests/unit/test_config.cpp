@@ -144,6 +144,23 @@ TEST(Config, BadInputNamesTheOptionAndValue) {
   expect_usage_error({"--grad-reduce", "fp16"}, {"--grad-reduce fp16"});
 }
 
+TEST(Config, GpuTelemetryIsOnByDefaultOnCudaAndRefusedOnTheCpu) {
+  EXPECT_EQ(parse({}).gpu_telemetry_ms, 0) << "auto is off on the cpu";
+  EXPECT_EQ(parse({"--gpu-telemetry-ms", "0"}).gpu_telemetry_ms, 0);
+  expect_usage_error({"--gpu-telemetry-ms", "10"}, {"--gpu-telemetry-ms 10", "needs --backend cuda", "cpu"});
+  expect_usage_error({"--gpu-telemetry-ms", "-1"}, {"--gpu-telemetry-ms -1", "0 (off) to 1000"});
+  expect_usage_error({"--gpu-telemetry-ms", "1001"}, {"--gpu-telemetry-ms 1001", "0 (off) to 1000"});
+  expect_usage_error({"--gpu-telemetry-ms", "often"}, {"--gpu-telemetry-ms often", "whole number"});
+  const auto described = describe_config(parse({}));
+  EXPECT_TRUE(std::any_of(described.begin(), described.end(),
+                          [](const auto& entry) { return entry.first == "gpu_telemetry_ms" && entry.second == "0"; }));
+  if (SCALESTUDY_HAVE_CUDA) {
+    EXPECT_EQ(parse({"--backend", "cuda"}).gpu_telemetry_ms, kAutoGpuTelemetryMs);
+    EXPECT_EQ(parse({"--backend", "cuda", "--gpu-telemetry-ms", "0"}).gpu_telemetry_ms, 0);
+    EXPECT_EQ(parse({"--backend", "cuda", "--gpu-telemetry-ms", "1000"}).gpu_telemetry_ms, 1000);
+  }
+}
+
 TEST(Config, KernelProfileIsRefusedOnTheCpuAndItsWindowChecked) {
   expect_usage_error({"--profile-kernels"}, {"--profile-kernels", "--backend cuda", "cpu"});
   expect_usage_error({"--profile-window", "2-3"}, {"--profile-window 2-3", "needs --profile-kernels"});

@@ -1,0 +1,67 @@
+#pragma once
+// The GPU's state over a training step, from samples a backend takes while the step
+// runs (NVML on cuda: src/backend/cuda/nvml_telemetry.h): its SM clock, power,
+// temperature and the reasons its clocks were held. A scaling study needs them to tell
+// an efficiency lost to communication from one lost to the power budget: two busy GPUs
+// of one board may run at lower clocks than one.
+#include <cstdint>
+#include <limits>
+
+namespace scalestudy {
+
+// NVML's clock event reasons (nvmlClocksEventReasons): why the clocks are below the
+// application clocks. Only the software power cap is counted on its own.
+inline constexpr int64_t kClockEventSoftwarePowerCap = 0x4;
+
+// One reading of the GPU. A quantity NVML refused to read is NaN (its reasons: absent).
+struct GpuSample {
+  double sm_clock_mhz = std::numeric_limits<double>::quiet_NaN();
+  double power_w = std::numeric_limits<double>::quiet_NaN();
+  double temperature_c = std::numeric_limits<double>::quiet_NaN();
+  bool has_clock_event_reasons = false;
+  int64_t clock_event_reasons = 0;
+};
+
+// A step's samples summarised (docs/results-schema.md, "The GPUs' state"). Every
+// quantity's mean or extreme covers only the samples that read it; NaN where none did.
+struct StepGpuState {
+  int64_t samples = 0;
+  double sm_clock_mhz = std::numeric_limits<double>::quiet_NaN();      // mean
+  double sm_clock_min_mhz = std::numeric_limits<double>::quiet_NaN();  // lowest
+  double power_w = std::numeric_limits<double>::quiet_NaN();           // mean
+  double temperature_c = std::numeric_limits<double>::quiet_NaN();     // highest
+  double power_capped = std::numeric_limits<double>::quiet_NaN();      // fraction of samples
+  int64_t clock_event_reasons = 0;                                     // bitwise OR
+};
+
+// Sums samples until take() summarises and restarts. Not thread-safe: the sampler
+// guards it.
+class GpuStateAccumulator {
+ public:
+  void add(const GpuSample& sample);
+  StepGpuState take();
+
+ private:
+  struct Sum {
+    int64_t count = 0;
+    double total = 0.0;
+    double low = std::numeric_limits<double>::infinity();
+    double high = -std::numeric_limits<double>::infinity();
+    void add(double value);
+    double mean() const;
+  };
+  int64_t samples_ = 0;
+  Sum sm_clock_, power_, temperature_;
+  int64_t reason_reads_ = 0, power_capped_reads_ = 0;
+  int64_t reasons_ = 0;
+};
+
+// A source of per-step GPU state. close_step() summarises the samples taken since the
+// previous call (or since the source started) and starts the next step's.
+class GpuTelemetry {
+ public:
+  virtual ~GpuTelemetry() = default;
+  virtual StepGpuState close_step() = 0;
+};
+
+}  // namespace scalestudy
