@@ -56,6 +56,11 @@ def test_two_rank_file_carries_every_field(tmp_path, strategy):
         assert handle["steps/loss"].shape == (5,) and handle["steps/warmup"][...].tolist() == [1, 0, 0, 0, 0]
         # Nothing is traced on the CPU (--profile-kernels needs CUDA), so no /kernel_trace.
         assert handle["steps/traced"][...].tolist() == [0] * 5 and "kernel_trace" not in handle
+        # The CPU backend has no GPU to sample: every rank's steps hold no samples.
+        assert handle["config"].attrs["gpu_telemetry_ms"] == "0"
+        assert handle["steps/gpu_samples"].shape == (5, 2) and not handle["steps/gpu_samples"][...].any()
+        assert np.all(np.isnan(handle["steps/gpu_sm_clock_mhz"][...]))
+        assert handle["steps/gpu_power_w"].attrs["units"] == "W"
         comm_bytes = handle["steps/comm_bytes"][...]
         assert comm_bytes.shape == (5, 5)
         main_kind = 0 if strategy == "ddp" else 1  # allreduce, or reduce_scatter

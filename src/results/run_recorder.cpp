@@ -197,6 +197,7 @@ class RunRecorder::File {
     std::array<int64_t, kCollectiveKindCount> bytes{};
     for (int k = 0; k < kCollectiveKindCount; ++k) bytes[k] = static_cast<int64_t>(comm_bytes[k]);
     comm_bytes_->append(bytes.data(), 1);
+    SCALESTUDY_CHECK(step.gpu_state.size() == static_cast<size_t>(world_), "a step's GPU state must hold every rank");
     std::vector<int64_t> samples, reasons;
     std::vector<std::vector<double>> values(gpu_values_.size());
     for (const StepGpuState& state : step.gpu_state) {
