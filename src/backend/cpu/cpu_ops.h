@@ -19,7 +19,9 @@
 
 namespace scalestudy {
 
-class CpuOps final : public Ops {
+// Not final: tests derive from it to watch the calls a strategy makes
+// (tests/mpi/test_multiprocessor_reservation.cpp).
+class CpuOps : public Ops {
  public:
   CpuOps() = default;
   ~CpuOps() override;

@@ -1,0 +1,101 @@
+// When the strategies hold multiprocessors back for the overlapped lane's collectives
+// (Ops::reserve_multiprocessors, docs/performance-notes.md changes 20 and 24): only with
+// --overlap on, from the first overlapped bucket on, and never while the optimizer runs.
+// On the CPU the reservation changes nothing, so the ops here only record it; the
+// communicator around the MPI one reports a lane of kLaneMultiprocessors, as the NCCL one
+// does with --overlapped-ctas. Run by ctest at 1, 2, 3 and 4 ranks.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_ops.h"
+#include "comm/mpi_communicator.h"
+#include "config/run_config.h"
+#include "forwarding_communicator.h"
+#include "train/trainer.h"
+#include "train_args.h"
+
+namespace scalestudy {
+namespace {
+
+constexpr int kLaneMultiprocessors = 4;
+
+class LaneCommunicator final : public ForwardingCommunicator {
+ public:
+  explicit LaneCommunicator(Communicator& inner) : ForwardingCommunicator(inner) {}
+  int overlapped_lane_multiprocessors() const override { return kLaneMultiprocessors; }
+};
+
+// CpuOps that count the backward GEMMs and optimizer updates run with and without a
+// reservation in force.
+class ReservationRecordingOps final : public CpuOps {
+ public:
+  void reserve_multiprocessors(int count) override {
+    reserved_ = count;
+    requests.push_back(count);
+  }
+  void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                       const float* weight, int rows, int in_channels, int out_channels,
+                       GradientWrite dinp_write) override {
+    ++(reserved_ > 0 ? backward_reserved : backward_unreserved);
+    CpuOps::matmul_backward(dinp, dweight, dbias, dout, inp, weight, rows, in_channels, out_channels, dinp_write);
+  }
+  void adamw_update(float* params, const float* grads, float* m, float* v, size_t elems,
+                    const AdamWParams& hyper) override {
+    ++(reserved_ > 0 ? updates_reserved : updates_unreserved);
+    CpuOps::adamw_update(params, grads, m, v, elems, hyper);
+  }
+  int reserved() const { return reserved_; }
+
+  std::vector<int> requests;
+  int backward_reserved = 0, backward_unreserved = 0;
+  int updates_reserved = 0, updates_unreserved = 0;
+
+ private:
+  int reserved_ = 0;
+};
+
+RunConfig make_config(const std::string& strategy, const std::string& overlap) {
+  // Buckets of 0.01 MiB: several per step, so backward has GEMMs left after the first.
+  return parse_train_options({"--model", "tiny", "--layers", "2", "--seq", "16", "--global-batch", "24",
+                              "--steps", "3", "--warmup-steps", "0", "--strategy", strategy, "--overlap",
+                              overlap, "--bucket-mb", "0.01"});
+}
+
+TEST(MultiprocessorReservation, HeldWhileBucketsOverlapBackwardAndNeverForTheOptimizer) {
+  for (const char* strategy : {"ddp", "zero2"}) {
+    for (const char* overlap : {"off", "on"}) {
+      const std::string label = std::string(strategy) + "+overlap " + overlap;
+      MpiCommunicator mpi(MPI_COMM_WORLD, 120.0);
+      LaneCommunicator comm(mpi);
+      ReservationRecordingOps ops;
+      {
+        Trainer trainer(make_config(strategy, overlap), ops, comm, MPI_COMM_WORLD);
+        trainer.run(nullptr);
+      }
+      EXPECT_EQ(ops.reserved(), 0) << label << ": a reservation outlived the run";
+      EXPECT_GT(ops.updates_unreserved, 0) << label;
+      EXPECT_EQ(ops.updates_reserved, 0) << label << ": the optimizer ran on fewer multiprocessors";
+      if (std::string(overlap) == "off") {
+        for (int count : ops.requests) EXPECT_EQ(count, 0) << label << ": nothing overlaps, nothing is held";
+        EXPECT_EQ(ops.backward_reserved, 0) << label;
+        continue;
+      }
+      int held = 0;
+      for (int count : ops.requests) {
+        EXPECT_TRUE(count == 0 || count == kLaneMultiprocessors) << label << ": reserved " << count;
+        held += count > 0;
+      }
+      EXPECT_GE(held, 3) << label << ": a reservation in each of the 3 steps";
+      // Before the first bucket is final, backward's GEMMs have the whole GPU; after it,
+      // they run beside the lane.
+      EXPECT_GT(ops.backward_unreserved, 0) << label;
+      EXPECT_GT(ops.backward_reserved, 0) << label;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace scalestudy
