@@ -144,6 +144,8 @@ class RunRecorder::File {
     skipped_ = std::make_unique<h5::GrowingDataset>(steps, "skipped", H5T_NATIVE_UINT8, std::vector<hsize_t>{}, 256);
     comm_bytes_ = std::make_unique<h5::GrowingDataset>(steps, "comm_bytes", H5T_NATIVE_INT64,
                                                        std::vector<hsize_t>{kCollectiveKindCount}, 256);
+    h5::set_attribute(comm_bytes_->id(), "units", "bytes");
+    h5::set_attribute(comm_bytes_->id(), "collective_names", collective_names());
     const std::vector<hsize_t> per_rank{R};
     gpu_samples_ = std::make_unique<h5::GrowingDataset>(steps, "gpu_samples", H5T_NATIVE_INT64, per_rank, 64);
     gpu_reasons_ =
@@ -153,8 +155,6 @@ class RunRecorder::File {
           std::make_unique<h5::GrowingDataset>(steps, quantity.dataset, H5T_NATIVE_DOUBLE, per_rank, 64));
       if (*quantity.units) h5::set_attribute(gpu_values_.back()->id(), "units", quantity.units);
     }
-    h5::set_attribute(comm_bytes_->id(), "units", "bytes");
-    h5::set_attribute(comm_bytes_->id(), "collective_names", collective_names());
 
     collectives_group_ = h5::create_group(root, "collectives");
     const hid_t coll = collectives_group_.get();
