@@ -31,6 +31,9 @@ void print_header(const RunConfig& c, const Trainer& trainer, const ProcessPlace
   if (c.overlapped_ctas > 0)
     std::printf("  collectives that compute still hides run NCCL's kernels on at most %d CTAs (--overlapped-ctas)\n",
                 c.overlapped_ctas);
+  if (c.overlap_after > 0)
+    std::printf("  buckets start once backward has finished %.0f%% of the gradients (--overlap-after %g)\n",
+                100.0 * c.overlap_after, c.overlap_after);
   std::printf("  %s scaling: global batch %d = %d rank(s) x %d, %d micro-batch(es) of %d, seq %d; data %s\n",
               scaling_name(c.scaling), c.global_batch, where.world_size, c.batch_per_rank, c.grad_accum,
               c.micro_batch(), c.seq, trainer.data().describe().c_str());

@@ -25,6 +25,7 @@ struct RawOptions {
   std::string grad_reduce = "fp32";
   std::string comm_engine = "sm";
   std::string overlapped_ctas = "auto";
+  std::string overlap_after = "auto";
   std::string precision = "auto";
   std::string loss_scaling = "auto";
   std::string attention;  // empty: the preset's
@@ -113,6 +114,13 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
        "that compute soon waits for keep NCCL's choice; 0: every bucket keeps it; at most 64; "
        "auto: 4 on cuda with --comm-engine sm and --overlap on (docs/performance-notes.md, changes 20 and 24), "
        "else 0")
+      ("overlap-after", po::value(&raw.overlap_after)->default_value(raw.overlap_after),
+       "with --overlap on, ddp: the share of the gradients (0 to 1, by elements) that backward finishes before "
+       "the first bucket starts; the buckets finished by then start together, and each later one as soon as "
+       "it is finished. 0: every bucket as soon as it is finished. Communication that starts later leaves the "
+       "earlier part of backward alone, at the risk of a longer tail. zero2 takes only 0: it reduces each "
+       "bucket as it fills, to keep its gradients sharded. auto: 0.5 for ddp with --overlap on "
+       "(docs/performance-notes.md, change 43), else 0")
       ("check-every", po::value(&c.check_every)->default_value(c.check_every),
        "compare a parameter checksum across ranks every N steps; 0 = never")
       ("comm-timeout", po::value(&c.comm_timeout_s)->default_value(c.comm_timeout_s),
@@ -173,6 +181,20 @@ int parse_whole_number(const std::string& option, const std::string& value) {
     used = 0;
   }
   if (value.empty() || used != value.size()) bad_value(option, value, "must be auto or a whole number");
+  return number;
+}
+
+// A number in [0, 1), written in full.
+double parse_fraction(const std::string& option, const std::string& value) {
+  size_t used = 0;
+  double number = -1.0;
+  try {
+    number = std::stod(value, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (value.empty() || used != value.size() || !(number >= 0.0 && number < 1.0))
+    bad_value(option, value, "must be auto or a number from 0 up to (not including) 1");
   return number;
 }
 
@@ -296,6 +318,16 @@ void resolve_and_validate(RunConfig& c, const RawOptions& raw) {
       bad_value("overlapped-ctas", raw.overlapped_ctas, "applies to NCCL's kernels, not to --comm-engine copy");
     if (c.overlapped_ctas > 0 && !c.overlap)
       bad_value("overlapped-ctas", raw.overlapped_ctas, "needs --overlap on (without it compute waits for every collective)");
+  }
+  if (raw.overlap_after == "auto") {
+    c.overlap_after = c.strategy == Strategy::ddp && c.overlap ? kAutoOverlapAfter : 0.0;
+  } else {
+    c.overlap_after = parse_fraction("overlap-after", raw.overlap_after);
+    if (c.overlap_after > 0 && !c.overlap)
+      bad_value("overlap-after", raw.overlap_after, "needs --overlap on (without it one collective follows backward)");
+    if (c.overlap_after > 0 && c.strategy == Strategy::zero2)
+      bad_value("overlap-after", raw.overlap_after,
+                "applies to ddp; zero2 reduces each bucket as it fills, to keep its gradients sharded");
   }
   if (c.check_every < 0) bad_value("check-every", text(c.check_every), "must not be negative");
   require_positive("comm-timeout", c.comm_timeout_s);
@@ -450,6 +482,7 @@ std::vector<std::pair<std::string, std::string>> describe_config(const RunConfig
       {"grad_reduce", precision_name(c.grad_reduce)},
       {"comm_engine", comm_engine_name(c.comm_engine)},
       {"overlapped_ctas", text(c.overlapped_ctas)},
+      {"overlap_after", text(c.overlap_after)},
       {"check_every", text(c.check_every)},
       {"comm_timeout", text(c.comm_timeout_s)},
       {"backend", c.backend},

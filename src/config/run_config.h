@@ -21,6 +21,10 @@ enum class CommEngine { sm, copy };
 inline constexpr int kAutoOverlappedCtas = 4;
 inline constexpr int kMaxOverlappedCtas = 64;
 
+// --overlap-after auto for ddp with overlap: the fastest 2-GPU step of those measured
+// (docs/performance-notes.md, change 43).
+inline constexpr double kAutoOverlapAfter = 0.5;
+
 // --gpu-telemetry-ms auto on cuda: about ten samples of GPT-2 small's step on an H200.
 inline constexpr int kAutoGpuTelemetryMs = 10;
 inline constexpr int kMaxGpuTelemetryMs = 1000;
@@ -66,6 +70,7 @@ struct RunConfig {
   Precision grad_reduce = Precision::fp32;  // what gradients cross ranks in: fp32 or bf16
   CommEngine comm_engine = CommEngine::sm;
   int overlapped_ctas = 0;     // cuda: CTAs of the overlapped buckets' NCCL kernels; 0 = NCCL's choice
+  double overlap_after = 0.0;  // ddp+overlap: share of the gradients final before any bucket starts
   int check_every = 0;         // replica checksum every N steps; 0 = never
   double comm_timeout_s = 300.0;
 

@@ -6,7 +6,8 @@ namespace scalestudy {
 
 DdpStrategy::DdpStrategy(const RunConfig& config, Ops& ops, Communicator& comm, Gpt& model,
                          const BucketPlan& plan)
-    : config_(config), ops_(ops), comm_(comm), model_(model), plan_(plan) {
+    : config_(config), ops_(ops), comm_(comm), model_(model), plan_(plan),
+      hold_until_elems_(static_cast<size_t>((1.0 - config.overlap_after) * static_cast<double>(plan.padded_elems))) {
   grads_ = allocate_collective_buffer(ops_, comm_, plan_.padded_elems, MemoryKind::gradients);
   m_ = ops_.allocate_floats(plan_.padded_elems, MemoryKind::optimizer);
   v_ = ops_.allocate_floats(plan_.padded_elems, MemoryKind::optimizer);
@@ -41,6 +42,9 @@ void DdpStrategy::segment_done_from(int segment, size_t offset_elems) {
   // Backward finishes gradients from the end of the buffer down, so every gradient at or
   // above this point is final.
   const size_t final_from = model_.layout().segments[segment].begin_elems + offset_elems;
+  // Held until backward has finished the --overlap-after share (change 43); the final
+  // report of backward, at offset 0 of the embeddings, starts whatever is left.
+  if (final_from > hold_until_elems_) return;
   LaneScope lane(comm_, lane_after_segment(model_.layout(), segment, offset_elems));
   while (next_bucket_ >= 0 && plan_.buckets[next_bucket_].begin_elems >= final_from) {
     // The rest of backward runs beside the buckets' allreduces.

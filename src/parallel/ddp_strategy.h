@@ -2,7 +2,8 @@
 // ddp: every rank holds the whole gradient and the whole optimizer state; gradients are
 // summed with allreduce (the loss scale already divides by the world size). Without
 // overlap one allreduce covers the buffer after backward; with overlap each bucket is
-// started as soon as backward has finished every gradient in it.
+// started as soon as backward has finished every gradient in it, and the buffer's top
+// --overlap-after share of it is final: the buckets finished before that start together.
 #include <vector>
 
 #include "parallel/strategy.h"
@@ -46,6 +47,8 @@ class DdpStrategy final : public GradientStrategy {
   float* v_ = nullptr;
   bool last_micro_batch_ = true;
   int next_bucket_ = -1;  // buckets are started from the last one down to 0
+  // Buckets start once backward's final gradients reach down to here (--overlap-after).
+  size_t hold_until_elems_ = 0;
   std::vector<CommHandle> in_flight_;
 };
 

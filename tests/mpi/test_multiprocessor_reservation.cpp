@@ -59,9 +59,11 @@ class ReservationRecordingOps final : public CpuOps {
 
 RunConfig make_config(const std::string& strategy, const std::string& overlap) {
   // Buckets of 0.01 MiB: several per step, so backward has GEMMs left after the first.
+  // ddp starts its first bucket as soon as it is final (--overlap-after 0): held for half
+  // of the buffer, it would start with the tiny model's embeddings, after the last GEMM.
   return parse_train_options({"--model", "tiny", "--layers", "2", "--seq", "16", "--global-batch", "24",
                               "--steps", "3", "--warmup-steps", "0", "--strategy", strategy, "--overlap",
-                              overlap, "--bucket-mb", "0.01"});
+                              overlap, "--bucket-mb", "0.01", "--overlap-after", "0"});
 }
 
 TEST(MultiprocessorReservation, HeldWhileBucketsOverlapBackwardAndNeverForTheOptimizer) {

@@ -124,6 +124,20 @@ TEST(Config, BadInputNamesTheOptionAndValue) {
         << "the copy engines take no multiprocessors to spare";
     EXPECT_EQ(parse({"--backend", "cuda", "--overlapped-ctas", "0"}).overlapped_ctas, 0);
   }
+  expect_usage_error({"--overlap-after", "1", "--overlap", "on"}, {"--overlap-after 1", "up to (not including) 1"});
+  expect_usage_error({"--overlap-after", "-0.1", "--overlap", "on"}, {"--overlap-after -0.1", "from 0"});
+  expect_usage_error({"--overlap-after", "half", "--overlap", "on"}, {"--overlap-after half", "auto or a number"});
+  expect_usage_error({"--overlap-after", "0.5x", "--overlap", "on"}, {"--overlap-after 0.5x", "auto or a number"});
+  expect_usage_error({"--overlap-after", "nan", "--overlap", "on"}, {"--overlap-after nan", "auto or a number"});
+  expect_usage_error({"--overlap-after", "0.5"}, {"--overlap-after 0.5", "needs --overlap on"});
+  expect_usage_error({"--overlap-after", "0.5", "--overlap", "on", "--strategy", "zero2"},
+                     {"--overlap-after 0.5", "applies to ddp"});
+  EXPECT_EQ(parse({"--overlap", "on"}).overlap_after, kAutoOverlapAfter) << "auto, ddp with overlap";
+  EXPECT_EQ(parse({}).overlap_after, 0.0) << "auto without overlap";
+  EXPECT_EQ(parse({"--overlap", "on", "--strategy", "zero2"}).overlap_after, 0.0) << "auto for zero2";
+  EXPECT_EQ(parse({"--overlap", "on", "--overlap-after", "0"}).overlap_after, 0.0);
+  EXPECT_EQ(parse({"--overlap", "on", "--overlap-after", "0.25"}).overlap_after, 0.25);
+  EXPECT_EQ(parse({"--overlap-after", "0", "--strategy", "zero2"}).overlap_after, 0.0) << "0 asks for nothing";
   expect_usage_error({"--no-such-option"}, {"no-such-option"});
   expect_usage_error({"--steps", "abc"}, {"steps", "abc"});
   expect_usage_error({"--steps", "0"}, {"--steps 0"});
@@ -205,7 +219,7 @@ TEST(Config, HashSeesEveryOption) {
 TEST(Config, HelpComesFromTheDeclarations) {
   const std::string help = train_help();
   for (const char* option : {"--model", "--global-batch", "--batch-per-rank", "--grad-accum", "--strategy",
-                             "--overlap", "--bucket-mb", "--grad-reduce", "--comm-engine", "--overlapped-ctas", "--check-every", "--config", "--token-file",
+                             "--overlap", "--bucket-mb", "--grad-reduce", "--comm-engine", "--overlapped-ctas", "--overlap-after", "--check-every", "--config", "--token-file",
                              "--profile-kernels", "--profile-window"})
     EXPECT_NE(help.find(option), std::string::npos) << option;
 }
