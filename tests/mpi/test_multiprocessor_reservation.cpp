@@ -1,6 +1,7 @@
 // When the strategies hold multiprocessors back for the overlapped lane's collectives
-// (Ops::reserve_multiprocessors, docs/performance-notes.md changes 20 and 24): only with
-// --overlap on, from the first overlapped bucket on, and never while the optimizer runs.
+// (Ops::reserve_multiprocessors, docs/performance-notes.md changes 20, 24 and 44): only
+// with --overlap on, from backward's first overlapped bucket on, and never while forward
+// or the optimizer runs (one micro-batch per step here).
 // On the CPU the reservation changes nothing, so the ops here only record it; the
 // communicator around the MPI one reports a lane of kLaneMultiprocessors, as the NCCL one
 // does with --overlapped-ctas. Run by ctest at 1, 2, 3 and 4 ranks.
@@ -36,6 +37,11 @@ class ReservationRecordingOps final : public CpuOps {
     reserved_ = count;
     requests.push_back(count);
   }
+  void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int rows,
+                      int in_channels, int out_channels) override {
+    ++(reserved_ > 0 ? forward_reserved : forward_unreserved);
+    CpuOps::matmul_forward(out, inp, weight, bias, rows, in_channels, out_channels);
+  }
   void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                        const float* weight, int rows, int in_channels, int out_channels,
                        GradientWrite dinp_write) override {
@@ -50,6 +56,7 @@ class ReservationRecordingOps final : public CpuOps {
   int reserved() const { return reserved_; }
 
   std::vector<int> requests;
+  int forward_reserved = 0, forward_unreserved = 0;
   int backward_reserved = 0, backward_unreserved = 0;
   int updates_reserved = 0, updates_unreserved = 0;
 
@@ -66,7 +73,7 @@ RunConfig make_config(const std::string& strategy, const std::string& overlap) {
                               overlap, "--bucket-mb", "0.01", "--overlap-after", "0"});
 }
 
-TEST(MultiprocessorReservation, HeldWhileBucketsOverlapBackwardAndNeverForTheOptimizer) {
+TEST(MultiprocessorReservation, HeldWhileBucketsOverlapBackwardNeverInForwardOrTheOptimizer) {
   for (const char* strategy : {"ddp", "zero2"}) {
     for (const char* overlap : {"off", "on"}) {
       const std::string label = std::string(strategy) + "+overlap " + overlap;
@@ -80,6 +87,8 @@ TEST(MultiprocessorReservation, HeldWhileBucketsOverlapBackwardAndNeverForTheOpt
       EXPECT_EQ(ops.reserved(), 0) << label << ": a reservation outlived the run";
       EXPECT_GT(ops.updates_unreserved, 0) << label;
       EXPECT_EQ(ops.updates_reserved, 0) << label << ": the optimizer ran on fewer multiprocessors";
+      EXPECT_GT(ops.forward_unreserved, 0) << label;
+      EXPECT_EQ(ops.forward_reserved, 0) << label << ": forward ran on fewer multiprocessors";
       if (std::string(overlap) == "off") {
         for (int count : ops.requests) EXPECT_EQ(count, 0) << label << ": nothing overlaps, nothing is held";
         EXPECT_EQ(ops.backward_reserved, 0) << label;
