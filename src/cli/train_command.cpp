@@ -2,6 +2,7 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "cli/backend_setup.h"
@@ -57,11 +58,21 @@ void print_summary(const Trainer& trainer, const RunRecorder& recorder, const Ru
     std::printf("  MFU %.1f%% of %.3f TFLOP/s (%s)\n", 100.0 * s.mfu, s.peak_tflops_per_gpu, s.peak_source.c_str());
   std::printf("  communication %.2f ms per step, %.2f ms of it exposed (%.0f%%)\n", s.comm_time_median_s * 1e3,
               s.exposed_comm_median_s * 1e3, 100.0 * s.exposed_comm_fraction);
-  if (const GpuStateSummary gpu = summarize_gpu_state(steps); gpu.samples > 0)
+  if (const GpuStateSummary gpu = summarize_gpu_state(steps); gpu.samples > 0) {
     std::printf("  GPU state over the measured steps, %lld samples: SM clock %.0f MHz (median of the steps' means; "
                 "lowest %.0f), power %.0f W, hottest %.0f C, clocks held by the power cap in %.0f%% of samples\n",
                 static_cast<long long>(gpu.samples), gpu.sm_clock_median_mhz, gpu.sm_clock_min_mhz, gpu.power_median_w,
                 gpu.temperature_max_c, 100.0 * gpu.power_capped);
+    std::string by_phase;
+    for (Phase phase : {Phase::forward, Phase::backward, Phase::grad_comm, Phase::optimizer, Phase::param_gather}) {
+      const double clock = gpu.phase_sm_clock_median_mhz[static_cast<size_t>(phase)];
+      if (std::isnan(clock)) continue;
+      char part[64];
+      std::snprintf(part, sizeof(part), "%s%s %.0f", by_phase.empty() ? "" : ", ", phase_name(phase), clock);
+      by_phase += part;
+    }
+    if (!by_phase.empty()) std::printf("  SM clock by phase (MHz, median of the steps' means): %s\n", by_phase.c_str());
+  }
   if (trainer.config().profile_kernels) {
     const TracingCost cost = tracing_cost(steps);
     std::printf("  kernel tracing: traced steps %.2f ms (mean) against %.2f ms (median untraced), %+.1f%%\n",

@@ -45,4 +45,29 @@ StepGpuState GpuStateAccumulator::take() {
   return state;
 }
 
+StepGpuState summarize_gpu_samples(const std::vector<GpuSample>& samples) {
+  GpuStateAccumulator accumulator;
+  for (const GpuSample& sample : samples) accumulator.add(sample);
+  return accumulator.take();
+}
+
+PhaseGpuStates summarize_gpu_samples_by_phase(const std::vector<GpuSample>& samples,
+                                              std::chrono::steady_clock::time_point origin,
+                                              const PhaseIntervals& intervals) {
+  std::array<GpuStateAccumulator, kPhaseCount> phases;
+  for (const GpuSample& sample : samples) {
+    const double at_s = std::chrono::duration<double>(sample.taken_at - origin).count();
+    for (int p = 0; p < kPhaseCount; ++p) {
+      const Interval& interval = intervals[static_cast<size_t>(p)];
+      if (!interval.empty() && interval.begin <= at_s && at_s <= interval.end) phases[static_cast<size_t>(p)].add(sample);
+    }
+  }
+  PhaseGpuStates states;
+  for (int p = 0; p < kPhaseCount; ++p) {
+    const StepGpuState state = phases[static_cast<size_t>(p)].take();
+    states[static_cast<size_t>(p)] = {state.samples, state.sm_clock_mhz, state.power_w};
+  }
+  return states;
+}
+
 }  // namespace scalestudy

@@ -4,8 +4,13 @@
 // temperature and the reasons its clocks were held. A scaling study needs them to tell
 // an efficiency lost to communication from one lost to the power budget: two busy GPUs
 // of one board may run at lower clocks than one.
+#include <array>
+#include <chrono>
 #include <cstdint>
 #include <limits>
+#include <vector>
+
+#include "timing/phases.h"
 
 namespace scalestudy {
 
@@ -15,6 +20,7 @@ inline constexpr int64_t kClockEventSoftwarePowerCap = 0x4;
 
 // One reading of the GPU. A quantity NVML refused to read is NaN (its reasons: absent).
 struct GpuSample {
+  std::chrono::steady_clock::time_point taken_at{};  // the host's clock, as the step's origin
   double sm_clock_mhz = std::numeric_limits<double>::quiet_NaN();
   double power_w = std::numeric_limits<double>::quiet_NaN();
   double temperature_c = std::numeric_limits<double>::quiet_NaN();
@@ -56,12 +62,30 @@ class GpuStateAccumulator {
   int64_t reasons_ = 0;
 };
 
-// A source of per-step GPU state. close_step() summarises the samples taken since the
-// previous call (or since the source started) and starts the next step's.
+// The step's summary of its samples.
+StepGpuState summarize_gpu_samples(const std::vector<GpuSample>& samples);
+
+// The GPU's state while one phase of a step ran (docs/results-schema.md, "The GPUs' state
+// by phase").
+struct PhaseGpuState {
+  int64_t samples = 0;
+  double sm_clock_mhz = std::numeric_limits<double>::quiet_NaN();  // mean
+  double power_w = std::numeric_limits<double>::quiet_NaN();       // mean
+};
+using PhaseGpuStates = std::array<PhaseGpuState, kPhaseCount>;
+
+// Each sample counts towards every phase whose interval (seconds from `origin`, the
+// step's start on the host's clock) holds its time; phases that overlap share samples.
+PhaseGpuStates summarize_gpu_samples_by_phase(const std::vector<GpuSample>& samples,
+                                              std::chrono::steady_clock::time_point origin,
+                                              const PhaseIntervals& intervals);
+
+// A source of GPU samples. take_samples() hands over those taken since the previous call
+// (or since the source started).
 class GpuTelemetry {
  public:
   virtual ~GpuTelemetry() = default;
-  virtual StepGpuState close_step() = 0;
+  virtual std::vector<GpuSample> take_samples() = 0;
 };
 
 }  // namespace scalestudy

@@ -155,6 +155,15 @@ class RunRecorder::File {
           std::make_unique<h5::GrowingDataset>(steps, quantity.dataset, H5T_NATIVE_DOUBLE, per_rank, 64));
       if (*quantity.units) h5::set_attribute(gpu_values_.back()->id(), "units", quantity.units);
     }
+    const std::vector<hsize_t> per_rank_phase{R, kPhaseCount};
+    gpu_phase_samples_ =
+        std::make_unique<h5::GrowingDataset>(steps, "gpu_phase_samples", H5T_NATIVE_INT64, per_rank_phase, 64);
+    gpu_phase_clock_ =
+        std::make_unique<h5::GrowingDataset>(steps, "gpu_phase_sm_clock_mhz", H5T_NATIVE_DOUBLE, per_rank_phase, 64);
+    h5::set_attribute(gpu_phase_clock_->id(), "units", "MHz");
+    gpu_phase_power_ =
+        std::make_unique<h5::GrowingDataset>(steps, "gpu_phase_power_w", H5T_NATIVE_DOUBLE, per_rank_phase, 64);
+    h5::set_attribute(gpu_phase_power_->id(), "units", "W");
 
     collectives_group_ = h5::create_group(root, "collectives");
     const hid_t coll = collectives_group_.get();
@@ -209,6 +218,18 @@ class RunRecorder::File {
     gpu_samples_->append(samples.data(), 1);
     gpu_reasons_->append(reasons.data(), 1);
     for (size_t q = 0; q < values.size(); ++q) gpu_values_[q]->append(values[q].data(), 1);
+    SCALESTUDY_CHECK(step.gpu_phases.size() == static_cast<size_t>(world_), "a step's GPU phases must hold every rank");
+    std::vector<int64_t> phase_samples;
+    std::vector<double> phase_clock, phase_power;
+    for (const PhaseGpuStates& rank : step.gpu_phases)
+      for (const PhaseGpuState& phase : rank) {
+        phase_samples.push_back(phase.samples);
+        phase_clock.push_back(phase.sm_clock_mhz);
+        phase_power.push_back(phase.power_w);
+      }
+    gpu_phase_samples_->append(phase_samples.data(), 1);
+    gpu_phase_clock_->append(phase_clock.data(), 1);
+    gpu_phase_power_->append(phase_power.data(), 1);
 
     std::vector<int64_t> c_step, c_bytes;
     std::vector<int32_t> c_rank, c_kind, c_phase;
@@ -289,6 +310,9 @@ class RunRecorder::File {
     gpu_samples_.reset();
     gpu_reasons_.reset();
     gpu_values_.clear();
+    gpu_phase_samples_.reset();
+    gpu_phase_clock_.reset();
+    gpu_phase_power_.reset();
     steps_group_.reset();
     collectives_group_.reset();
     file_.reset();
@@ -302,6 +326,7 @@ class RunRecorder::File {
   std::unique_ptr<h5::GrowingDataset> intervals_, loss_, tokens_, warmup_, traced_, step_index_, loss_scale_, skipped_,
       comm_bytes_, gpu_samples_, gpu_reasons_;
   std::vector<std::unique_ptr<h5::GrowingDataset>> gpu_values_;  // gpu_quantities()'s, in order
+  std::unique_ptr<h5::GrowingDataset> gpu_phase_samples_, gpu_phase_clock_, gpu_phase_power_;
   std::unique_ptr<h5::GrowingDataset> c_step_, c_rank_, c_kind_, c_phase_, c_begin_, c_end_, c_bytes_,
       c_wait_begin_, c_wait_end_;
 };
@@ -344,9 +369,11 @@ void RunRecorder::on_step(const StepRecord& record) {
   step.skipped = record.skipped;
   step.traced = record.traced;
 
-  // Per rank: the intervals, then the GPU state (its counts and bits are exact in a double).
+  // Per rank: the intervals, the GPU state, then its phases' (counts and bits are exact in a
+  // double).
   constexpr int kGpuStateDoubles = 7;
-  constexpr int kRankDoubles = 2 * kPhaseCount + kGpuStateDoubles;
+  constexpr int kGpuPhaseDoubles = 3 * kPhaseCount;
+  constexpr int kRankDoubles = 2 * kPhaseCount + kGpuStateDoubles + kGpuPhaseDoubles;
   std::array<double, kRankDoubles> mine{};
   for (int p = 0; p < kPhaseCount; ++p) {
     mine[2 * p] = record.intervals[p].begin;
@@ -357,6 +384,13 @@ void RunRecorder::on_step(const StepRecord& record) {
       static_cast<double>(gpu.samples), gpu.sm_clock_mhz, gpu.sm_clock_min_mhz, gpu.power_w,
       gpu.temperature_c, gpu.power_capped, static_cast<double>(gpu.clock_event_reasons)};
   std::copy(gpu_doubles.begin(), gpu_doubles.end(), mine.begin() + 2 * kPhaseCount);
+  for (int p = 0; p < kPhaseCount; ++p) {
+    const PhaseGpuState& phase = record.gpu_phases[static_cast<size_t>(p)];
+    double* slot = mine.data() + 2 * kPhaseCount + kGpuStateDoubles + 3 * p;
+    slot[0] = static_cast<double>(phase.samples);
+    slot[1] = phase.sm_clock_mhz;
+    slot[2] = phase.power_w;
+  }
   std::vector<double> all_ranks(rank_ == 0 ? mine.size() * world_size_ : 0);
   CHECK_MPI(MPI_Gather(mine.data(), kRankDoubles, MPI_DOUBLE, all_ranks.data(), kRankDoubles, MPI_DOUBLE, 0,
                        control_));
@@ -399,6 +433,12 @@ void RunRecorder::on_step(const StepRecord& record) {
     state.power_capped = their_gpu[5];
     state.clock_event_reasons = static_cast<int64_t>(their_gpu[6]);
     step.gpu_state.push_back(state);
+    PhaseGpuStates phases;
+    for (int p = 0; p < kPhaseCount; ++p) {
+      const double* slot = their_gpu + kGpuStateDoubles + 3 * p;
+      phases[static_cast<size_t>(p)] = {static_cast<int64_t>(slot[0]), slot[1], slot[2]};
+    }
+    step.gpu_phases.push_back(phases);
     std::vector<CollectiveRecord> collectives;
     for (int at = offsets[r]; at < offsets[r] + counts[r]; at += kRecordDoubles) {
       const double* v = all_packed.data() + at;

@@ -107,8 +107,15 @@ GpuStateSummary summarize_gpu_state(const std::vector<GatheredStep>& steps) {
   GpuStateSummary s;
   s.sm_clock_min_mhz = s.temperature_max_c = kNaN;
   double capped_samples = 0.0;
+  std::array<std::vector<double>, kPhaseCount> phase_clocks;
   for (const GatheredStep& step : steps) {
     if (step.warmup || step.traced) continue;
+    for (const PhaseGpuStates& rank : step.gpu_phases)
+      for (int p = 0; p < kPhaseCount; ++p) {
+        const PhaseGpuState& phase = rank[static_cast<size_t>(p)];
+        if (phase.samples > 0 && !std::isnan(phase.sm_clock_mhz))
+          phase_clocks[static_cast<size_t>(p)].push_back(phase.sm_clock_mhz);
+      }
     for (const StepGpuState& rank : step.gpu_state) {
       if (rank.samples == 0) continue;
       s.samples += rank.samples;
@@ -124,6 +131,10 @@ GpuStateSummary summarize_gpu_state(const std::vector<GatheredStep>& steps) {
   s.sm_clock_median_mhz = clocks.empty() ? kNaN : median(clocks);
   s.power_median_w = powers.empty() ? kNaN : median(powers);
   s.power_capped = s.samples > 0 ? capped_samples / static_cast<double>(s.samples) : kNaN;
+  for (int p = 0; p < kPhaseCount; ++p) {
+    const std::vector<double>& clocks_of_phase = phase_clocks[static_cast<size_t>(p)];
+    s.phase_sm_clock_median_mhz[static_cast<size_t>(p)] = clocks_of_phase.empty() ? kNaN : median(clocks_of_phase);
+  }
   return s;
 }
 

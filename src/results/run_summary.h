@@ -3,6 +3,7 @@
 // docs/results-schema.md (/summary) defines it; the analysis package recomputes it from
 // the file and must agree.
 #include <cstdint>
+#include <array>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,7 @@ struct GatheredStep {
   std::vector<PhaseIntervals> intervals;                   // [rank]
   std::vector<std::vector<CollectiveRecord>> collectives;  // [rank]
   std::vector<StepGpuState> gpu_state;                     // [rank]
+  std::vector<PhaseGpuStates> gpu_phases;                  // [rank]
 };
 
 struct StepComm {
@@ -82,6 +84,8 @@ struct GpuStateSummary {
   double sm_clock_median_mhz = 0, sm_clock_min_mhz = 0, power_median_w = 0;
   double temperature_max_c = 0, power_capped = 0;
   int64_t clock_event_reasons = 0;
+  // Per phase, the median of the steps' means over the steps and ranks that sampled it.
+  std::array<double, kPhaseCount> phase_sm_clock_median_mhz{};
 };
 GpuStateSummary summarize_gpu_state(const std::vector<GatheredStep>& steps);
 

@@ -117,7 +117,11 @@ StepRecord Trainer::train_step(int step) {
   comm_.finish_all();
   record.collectives = comm_.take_records();
   record.intervals = clock_.finish_step(record.collectives);
-  if (telemetry_) record.gpu_state = telemetry_->close_step();
+  if (telemetry_) {
+    const std::vector<GpuSample> samples = telemetry_->take_samples();
+    record.gpu_state = summarize_gpu_samples(samples);
+    record.gpu_phases = summarize_gpu_samples_by_phase(samples, clock_.host_origin(), record.intervals);
+  }
   for (const CollectiveRecord& collective : record.collectives)
     if (!std::isnan(collective.wait_begin_s)) record.comm_wait_s += collective.wait_end_s - collective.wait_begin_s;
   const auto bytes = comm_.payload_bytes_by_kind();
@@ -142,7 +146,7 @@ void Trainer::set_kernel_tracer(KernelTracer* tracer, int first, int last) {
 
 void Trainer::run(StepObserver* observer) {
   // The samples taken while the run was set up belong to no step.
-  if (telemetry_) telemetry_->close_step();
+  if (telemetry_) (void)telemetry_->take_samples();
   for (int step = 0; step < config_.steps; ++step) {
     const StepRecord record = train_step(step);
     if (observer) observer->on_step(record);

@@ -37,6 +37,7 @@ struct StepRecord {
   std::vector<CollectiveRecord> collectives;
   std::array<size_t, kCollectiveKindCount> comm_bytes{};
   StepGpuState gpu_state;      // this rank's GPU over the step; no samples without telemetry
+  PhaseGpuStates gpu_phases{};  // the same samples by the phase that ran when each was taken
 };
 
 struct MemoryReport {

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/device_info.h"
@@ -29,7 +30,7 @@ TEST(NvmlTelemetry, SamplesABusyGpuAtItsPeriod) {
   std::string why_not;
   const auto telemetry = make_nvml_telemetry(0, kPeriod, why_not);
   ASSERT_NE(telemetry, nullptr) << why_not;
-  (void)telemetry->close_step();  // the idle GPU before the work
+  (void)telemetry->take_samples();  // the idle GPU before the work
   const auto begin = std::chrono::steady_clock::now();
   double elapsed_s = 0.0;
   while (elapsed_s < 0.5) {
@@ -37,7 +38,9 @@ TEST(NvmlTelemetry, SamplesABusyGpuAtItsPeriod) {
     ops.synchronize();
     elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
   }
-  const StepGpuState busy = telemetry->close_step();
+  const auto end = std::chrono::steady_clock::now();
+  const std::vector<GpuSample> samples = telemetry->take_samples();
+  const StepGpuState busy = summarize_gpu_samples(samples);
   std::printf("NVML: %lld samples in %.3f s (period %lld ms): SM clock %.0f MHz (lowest %.0f), power %.0f W, "
               "%.0f C, power-capped %.2f, reasons 0x%llx\n",
               static_cast<long long>(busy.samples), elapsed_s, static_cast<long long>(kPeriod.count()),
@@ -59,9 +62,18 @@ TEST(NvmlTelemetry, SamplesABusyGpuAtItsPeriod) {
   EXPECT_GE(busy.power_capped, 0.0);
   EXPECT_LE(busy.power_capped, 1.0);
   EXPECT_EQ(busy.clock_event_reasons & 0x1, 0) << "the GPU was never idle while it multiplied";
+  // Each sample carries the host time it was taken at, in order, on the clock the step's
+  // phases are placed on; the first may predate the work by one period.
+  for (size_t i = 0; i < samples.size(); ++i) {
+    EXPECT_GE(samples[i].taken_at, begin - kPeriod) << "sample " << i;
+    EXPECT_LE(samples[i].taken_at, end) << "sample " << i;
+    if (i > 0) {
+      EXPECT_GT(samples[i].taken_at, samples[i - 1].taken_at) << "sample " << i;
+    }
+  }
 
-  // close_step starts the next step: right after one, at most a sample or two are in.
-  EXPECT_LE(telemetry->close_step().samples, 2);
+  // take_samples hands over what it has: right after one, at most a sample or two are in.
+  EXPECT_LE(telemetry->take_samples().size(), 2u);
   for (float* p : {a, w, out}) ops.release(p);
 }
 

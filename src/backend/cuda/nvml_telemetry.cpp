@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <mutex>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "core/check.h"
 
@@ -103,14 +105,15 @@ class NvmlTelemetry final : public GpuTelemetry {
     thread_.join();
   }
 
-  StepGpuState close_step() override {
+  std::vector<GpuSample> take_samples() override {
     std::lock_guard<std::mutex> lock(mutex_);
-    return accumulator_.take();
+    return std::exchange(samples_, {});
   }
 
  private:
   GpuSample sample() const {
     GpuSample s;
+    s.taken_at = std::chrono::steady_clock::now();
     unsigned value = 0;
     if (api_.clock_info(device_, kNvmlClockSm, &value) == kNvmlSuccess) s.sm_clock_mhz = value;
     if (api_.temperature(device_, kNvmlTemperatureGpu, &value) == kNvmlSuccess) s.temperature_c = value;
@@ -133,7 +136,7 @@ class NvmlTelemetry final : public GpuTelemetry {
       lock.unlock();
       const GpuSample s = sample();
       lock.lock();
-      accumulator_.add(s);
+      samples_.push_back(s);
       wake_.wait_for(lock, period_, [this] { return stopping_; });
     }
   }
@@ -144,7 +147,7 @@ class NvmlTelemetry final : public GpuTelemetry {
   std::mutex mutex_;
   std::condition_variable wake_;
   bool stopping_ = false;
-  GpuStateAccumulator accumulator_;
+  std::vector<GpuSample> samples_;
   std::thread thread_;  // last: it starts once the members it uses exist
 };
 
