@@ -3,9 +3,9 @@
 # 64) on GPU 0 alone, on GPU 1 alone, with ddp+overlap at each --overlap-after of VALUES
 # (default "0 0.4 0.5 0.6"), with ddp and overlap off, and with zero2+overlap, alternated
 # ROUNDS times (default 3), each rank's GPU state sampled every 10 ms. Prints each run's
-# median step, communication and GPU-state lines into overlap-after.log and keeps the
-# result files in overlap-after-h5.tgz (read them with scalestudy-report DIR). Expects
-# .gpu-bundle/ as jobscripts/gpu_check.sh does; writes under $OUT.
+# median step, communication, GPU state and clock by phase into overlap-after.log and
+# keeps the result files in overlap-after-h5.tgz (read them with scalestudy-report DIR).
+# Expects .gpu-bundle/ as jobscripts/gpu_check.sh does; writes under $OUT.
 set -uo pipefail
 export BATCH=${BATCH:-64}
 source "$(dirname "$0")/gpu_env.sh" /tmp/scalestudy-overlap-after
@@ -15,7 +15,7 @@ rm -rf "$h5" && mkdir -p "$h5"
 nvidia-smi --query-gpu=index,name,uuid,power.limit --format=csv | tee "$log"
 echo "scalestudy: $("$binary" --version), batch $BATCH per GPU" | tee -a "$log"
 lines() {  # lines LABEL: the run's figures, labelled
-  grep -E "median step|communication [0-9]|GPU state" | sed "s/^/[$1] /" | tee -a "$log"
+  grep -E "median step|communication [0-9]|GPU state|SM clock by phase" | sed "s/^/[$1] /" | tee -a "$log"
 }
 run() {  # run LABEL FILE RANKS [options]: RANKS 0 or 1 is that GPU alone, 2 both GPUs
   local label=$1 file=$2 ranks=$3

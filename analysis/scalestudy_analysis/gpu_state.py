@@ -27,6 +27,9 @@ class GpuState:
     temperature_c: np.ndarray           # the highest sample
     power_capped: np.ndarray            # fraction of the samples at the software power cap
     clock_event_reasons: np.ndarray     # int64, OR of the samples' reason bits
+    # A gpu_phase_state.GpuPhaseState of /steps/gpu_phase_*, read once these have proved
+    # sound; None before version 4, or when those datasets are missing or malformed.
+    phases: object = None
 
 
 _FIELD_OF_DATASET = {name: name[len("gpu_"):] for name in GPU_STATE_DATASETS}

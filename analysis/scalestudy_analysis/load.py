@@ -1,4 +1,4 @@
-"""Reading result files (schema v1, v2 and v3) into RunRecords and one pandas row per run."""
+"""Reading result files (schema v1 to v4) into RunRecords and one pandas row per run."""
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -7,6 +7,7 @@ import h5py
 import numpy as np
 import pandas as pd
 
+from .gpu_phase_state import read_gpu_phase_state
 from .gpu_state import GpuState, read_gpu_state
 from .h5text import attributes as _attributes, text_list as _text_list
 from .intervals import StepQuantities, step_quantities
@@ -41,6 +42,7 @@ class RunRecord:
     kernel_trace: KernelTrace = None    # None without /kernel_trace or when it is malformed
     kernel_trace_found: bool = False    # the group exists, even when it proved malformed
     gpu_state: GpuState = None          # /steps/gpu_*; None before version 3, missing or malformed
+                                        # (its .phases: /steps/gpu_phase_*, version 4)
     stored_summary: dict = field(default_factory=dict)
     quantities: StepQuantities = None
     summary: dict = field(default_factory=dict)   # recomputed by the analysis
@@ -182,6 +184,12 @@ def _read_body(handle, run):
     run.gpu_state, problems = read_gpu_state(handle, run.path, run.schema_version,
                                              run.intervals.shape[0], run.world_size)
     run.problems.extend(problems)
+    # The by-phase figures split the per-step samples; where those were left out, that
+    # problem names the run already and the by-phase datasets are not read.
+    if run.gpu_state is not None:
+        run.gpu_state.phases, problems = read_gpu_phase_state(
+            handle, run.path, run.schema_version, run.intervals.shape[0], run.world_size)
+        run.problems.extend(problems)
     _read_collectives(handle, run)
     if "/memory/bytes" in handle:
         run.memory_bytes = _dataset(handle, "/memory/bytes", np.int64)

@@ -1,10 +1,11 @@
-"""Names and conventions of result schema v3, in one place (docs/results-schema.md)."""
+"""Names and conventions of result schema v4, in one place (docs/results-schema.md)."""
 
-SCHEMA_VERSION = 3
-# Version 1 reads as version 2 with no traced steps and no /kernel_trace, and versions 1
-# and 2 read as version 3 without the GPUs' state, so the analysis reads all three;
-# anything else may mean something this code does not know.
-SUPPORTED_SCHEMA_VERSIONS = (1, 2, 3)
+SCHEMA_VERSION = 4
+# Version 1 reads as version 2 with no traced steps and no /kernel_trace, versions 1 and 2
+# read as version 3 without the GPUs' state, and versions 1 to 3 as version 4 without the
+# GPUs' state by phase, so the analysis reads all four; anything else may mean something
+# this code does not know.
+SUPPORTED_SCHEMA_VERSIONS = (1, 2, 3, 4)
 
 PHASE_NAMES = ("data", "forward", "backward", "grad-comm", "optimizer", "param-gather", "step")
 PHASE = {name: index for index, name in enumerate(PHASE_NAMES)}
@@ -76,3 +77,13 @@ CLOCK_EVENT_REASON_NAMES = {
     0x40: "hardware thermal slowdown",
     0x80: "power brake",
 }
+
+# /steps/gpu_phase_* (version 4): the same samples attributed to the phases whose intervals
+# hold them, every dataset [S, R, P] with the phases in PHASE_NAMES order.
+GPU_PHASE_STATE_VERSION = 4
+GPU_PHASE_SAMPLES_DATASET = "gpu_phase_samples"                     # int64
+GPU_PHASE_FLOAT_DATASETS = ("gpu_phase_sm_clock_mhz", "gpu_phase_power_w")    # NaN: no samples
+GPU_PHASE_STATE_DATASETS = (GPU_PHASE_SAMPLES_DATASET,) + GPU_PHASE_FLOAT_DATASETS
+# The phases the report shows by phase: "data" is mostly the host's wait for tokens, and
+# "step" spans the whole step, which the per-step figures already give.
+GPU_STATE_REPORT_PHASES = ("forward", "backward", "grad-comm", "optimizer", "param-gather")

@@ -1,4 +1,4 @@
-"""Writes synthetic result files (schema v3, or v1 and v2 on request) with h5py, for tests
+"""Writes synthetic result files (schema v4, or v1 to v3 on request) with h5py, for tests
 with known answers.
 
 The stored /summary is computed here by a deliberately naive reference (Python loops over
@@ -27,6 +27,12 @@ GPU_DATASETS = {
     "gpu_temperature_c": (np.float64, "degC", math.nan),
     "gpu_power_capped": (np.float64, None, math.nan),
     "gpu_clock_event_reasons": (np.int64, None, 0),
+}
+# /steps/gpu_phase_* (version 4), likewise; each [S, R, P] with P in PHASES order.
+GPU_PHASE_DATASETS = {
+    "gpu_phase_samples": (np.int64, None, 0),
+    "gpu_phase_sm_clock_mhz": (np.float64, "MHz", math.nan),
+    "gpu_phase_power_w": (np.float64, "W", math.nan),
 }
 
 # Fractions of the step: ddp without overlap, so the allreduce is fully exposed.
@@ -207,6 +213,20 @@ def write_gpu_state(group, steps, world_size, values):
             created.attrs["units"] = units
 
 
+def write_gpu_phase_state(group, steps, world_size, values):
+    """/steps/gpu_phase_*: values maps a dataset name to anything that broadcasts to
+    [S, R, P]; the datasets not named hold what a run without samples writes."""
+    unknown = set(values) - set(GPU_PHASE_DATASETS)
+    assert not unknown, f"not a /steps/gpu_phase_* dataset: {sorted(unknown)}"
+    shape = (steps, world_size, len(PHASES))
+    for name, (dtype, units, empty) in GPU_PHASE_DATASETS.items():
+        data = np.broadcast_to(np.asarray(values.get(name, empty), dtype=dtype), shape)
+        created = group.create_dataset(name, data=data, maxshape=(None,) + shape[1:],
+                                       chunks=(1,) + shape[1:])
+        if units is not None:
+            created.attrs["units"] = units
+
+
 def step_lengths(step_times, steps, world_size):
     values = np.asarray(step_times, dtype=float)
     if values.ndim == 0:
@@ -230,18 +250,21 @@ def write_run(path, *, world_size=1, step_times=0.1, steps=6, warmup_steps=1,
               status="complete", git_sha="abc1234", config=None, tokens_per_step=None,
               flops_per_step=1e12, peak=math.nan, peak_source="none", backend="cpu",
               intervals=None, collectives=None, summary="reference", failure_reason="",
-              hostnames=None, schema_version=3, traced_steps=(), kernel_trace=None,
-              gpu_state=None):
+              hostnames=None, schema_version=4, traced_steps=(), kernel_trace=None,
+              gpu_state=None, gpu_phase_state=None):
     """Writes one run. step_times: scalar, [S] or [S, R] step lengths; intervals and
     collectives (rows of step, rank, kind, phase, begin, end, bytes) override the default
     layout. summary: "reference" (written for complete runs), None (not written) or a
-    dict to store verbatim. schema_version 1 writes no /steps/traced, and versions 1 and 2
-    no /steps/gpu_* and no gpu_telemetry_ms in /config. traced_steps: the step indices of
+    dict to store verbatim. schema_version 1 writes no /steps/traced, versions 1 and 2
+    no /steps/gpu_* and no gpu_telemetry_ms in /config, and versions 1 to 3 no
+    /steps/gpu_phase_*. traced_steps: the step indices of
     the traced window; kernel_trace: per rank, records (step, name, category, duration_ns)
     for /kernel_trace (see write_kernel_trace); gpu_state: values of /steps/gpu_* (see
-    write_gpu_state), all "no samples" when None."""
+    write_gpu_state), all "no samples" when None; gpu_phase_state: values of
+    /steps/gpu_phase_* (see write_gpu_phase_state), likewise, written from version 4."""
     assert schema_version >= 2 or not (traced_steps or kernel_trace), "v1 has no tracing"
     assert schema_version >= 3 or gpu_state is None, "the GPU state is new in v3"
+    assert schema_version >= 4 or gpu_phase_state is None, "the state by phase is new in v4"
     config = dict(config or base_config())
     if schema_version >= 3:
         config.setdefault("gpu_telemetry_ms", "10" if backend == "cuda" else "0")
@@ -303,6 +326,8 @@ def write_run(path, *, world_size=1, step_times=0.1, steps=6, warmup_steps=1,
         group.create_dataset("step_index", data=step_index, maxshape=(None,))
         if schema_version >= 3:
             write_gpu_state(group, steps, world_size, gpu_state or {})
+        if schema_version >= 4:
+            write_gpu_phase_state(group, steps, world_size, gpu_phase_state or {})
         comm_bytes = np.zeros((steps, len(COLLECTIVES)), dtype=np.int64)
         for step, rank, kind, _, _, _, payload, *_ in collectives:
             if rank == 0:

@@ -1,5 +1,6 @@
-"""The GPUs' state (/steps/gpu_*, schema v3): reading v1, v2 and v3 files, the numbers of
-the report's "GPU state" section against hand-computed values, and malformed datasets."""
+"""The GPUs' state per step (/steps/gpu_*, schema v3): reading v1 to v4 files, the numbers
+of the report's "GPU state" section against hand-computed values, and malformed datasets.
+The state by phase (v4) is in test_gpu_state_by_phase.py."""
 import math
 
 import h5py
@@ -64,8 +65,8 @@ def assert_expected(metrics):
         assert metrics[key] == pytest.approx(value, rel=RTOL), key
 
 
-@pytest.mark.parametrize("version", [1, 2, 3])
-def test_version_1_2_and_3_files_load(tmp_path, version):
+@pytest.mark.parametrize("version", [1, 2, 3, 4])
+def test_version_1_to_4_files_load(tmp_path, version):
     gpu_state = KNOWN if version >= 3 else None
     path = write_run(tmp_path / f"v{version}.h5", world_size=2, steps=STEPS,
                      warmup_steps=WARMUP_STEPS, backend="cuda", schema_version=version,
@@ -88,7 +89,7 @@ def test_version_1_2_and_3_files_load(tmp_path, version):
     assert has_samples(run)
 
 
-def test_a_version_3_run_without_samples_has_a_state_but_no_samples(tmp_path):
+def test_a_run_without_samples_has_a_state_but_no_samples(tmp_path):
     run = read_run(write_run(tmp_path / "cpu.h5", world_size=2))
     assert run.usable and run.problems == []
     assert run.gpu_state is not None and not has_samples(run)
@@ -197,15 +198,16 @@ def test_a_malformed_gpu_dataset_is_a_problem_and_the_run_stays(tmp_path, case):
     assert message in report.split("## Problems", 1)[1]
 
 
-def test_a_version_3_file_without_any_gpu_dataset_is_named(tmp_path):
-    path = write_known(tmp_path / "run.h5")
+@pytest.mark.parametrize("version", [3, 4])
+def test_a_version_3_or_4_file_without_any_gpu_dataset_is_named(tmp_path, version):
+    path = write_known(tmp_path / "run.h5", schema_version=version)
     with h5py.File(path, "r+") as handle:
         for name in GPU_DATASETS:
             del handle[f"steps/{name}"]
     run = read_run(path)
     assert run.usable and run.gpu_state is None
     assert [(p.kind, p.excluded) for p in run.problems] == [("missing field", False)]
-    assert "no /steps/gpu_* in a schema version 3 file" in run.problems[0].message
+    assert f"no /steps/gpu_* in a schema version {version} file" in run.problems[0].message
 
 
 def test_a_version_2_and_a_version_3_run_form_one_series(tmp_path):

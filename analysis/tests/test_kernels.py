@@ -179,8 +179,8 @@ def test_version_1_files_still_read(tmp_path):
     assert run.summary["steps_measured"] == 5
 
 
-@pytest.mark.parametrize("version", [2, 3])
-def test_version_2_or_3_file_without_traced_is_read_and_named(tmp_path, version):
+@pytest.mark.parametrize("version", [2, 3, 4])
+def test_version_2_to_4_file_without_traced_is_read_and_named(tmp_path, version):
     path = write_run(tmp_path / "run.h5", world_size=1, step_times=0.1, schema_version=version)
     with h5py.File(path, "r+") as handle:
         del handle["steps/traced"]

@@ -61,6 +61,13 @@ def test_two_rank_file_carries_every_field(tmp_path, strategy):
         assert handle["steps/gpu_samples"].shape == (5, 2) and not handle["steps/gpu_samples"][...].any()
         assert np.all(np.isnan(handle["steps/gpu_sm_clock_mhz"][...]))
         assert handle["steps/gpu_power_w"].attrs["units"] == "W"
+        # Version 4's state by phase: [S, R, P], likewise without samples.
+        phase_samples = handle["steps/gpu_phase_samples"]
+        assert phase_samples.shape == (5, 2, 7) and phase_samples.dtype == np.int64
+        assert not phase_samples[...].any()
+        for name, units in (("gpu_phase_sm_clock_mhz", "MHz"), ("gpu_phase_power_w", "W")):
+            assert handle[f"steps/{name}"].shape == (5, 2, 7) and handle[f"steps/{name}"].attrs["units"] == units
+            assert np.all(np.isnan(handle[f"steps/{name}"][...])), name
         comm_bytes = handle["steps/comm_bytes"][...]
         assert comm_bytes.shape == (5, 5)
         main_kind = 0 if strategy == "ddp" else 1  # allreduce, or reduce_scatter
