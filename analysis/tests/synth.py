@@ -381,3 +381,25 @@ def write_run(path, *, world_size=1, step_times=0.1, steps=6, warmup_steps=1,
             write_kernel_trace(handle, kernel_trace, (min(traced_steps), max(traced_steps)),
                                lambda i: reference_step_time(intervals, i), median)
     return path
+
+
+# Changes to a written run's /steps datasets, for the tests of malformed files: each
+# returns a function of the open file.
+def replace_steps_dataset(name, data):
+    def change(handle):
+        del handle[f"steps/{name}"]
+        handle.create_dataset(f"steps/{name}", data=data)
+    return change
+
+
+def reshape_steps_dataset(name, shape):
+    def change(handle):
+        values = handle[f"steps/{name}"][()]
+        replace_steps_dataset(name, np.resize(values, shape))(handle)
+    return change
+
+
+def drop_steps_dataset(name):
+    def change(handle):
+        del handle[f"steps/{name}"]
+    return change

@@ -12,7 +12,8 @@ from scalestudy_analysis.gpu_state import gpu_metrics, has_samples, reason_names
 from scalestudy_analysis.load import load_results, read_run
 from scalestudy_analysis.metrics import group_series
 from scalestudy_analysis.report import write_report
-from synth import GPU_DATASETS, base_config, write_run
+from synth import (GPU_DATASETS, base_config, drop_steps_dataset, replace_steps_dataset,
+                   reshape_steps_dataset, write_run)
 
 # Every expected value below is a median, minimum or maximum of stored numbers, or one
 # weighted mean of seven terms, so they agree to rounding.
@@ -148,32 +149,18 @@ def test_warmup_and_traced_steps_are_left_out(tmp_path):
         assert counted[key] != pytest.approx(EXPECTED[key], rel=RTOL), key
 
 
-def _reshape(name, shape):
-    def change(handle):
-        values = handle[f"steps/{name}"][()]
-        del handle[f"steps/{name}"]
-        handle.create_dataset(f"steps/{name}", data=np.resize(values, shape))
-    return change
-
-
-def _drop(name):
-    def change(handle):
-        del handle[f"steps/{name}"]
-    return change
-
-
 def _negative_samples(handle):
     handle["steps/gpu_samples"][2, 1] = -3
 
 
 MALFORMED = {
-    "one rank too many": (_reshape("gpu_power_w", (STEPS, 3)),
+    "one rank too many": (reshape_steps_dataset("gpu_power_w", (STEPS, 3)),
                           "/steps/gpu_power_w has shape [7, 3], expected [S, R] = [7, 2]"),
-    "one step short": (_reshape("gpu_samples", (STEPS - 1, 2)),
+    "one step short": (reshape_steps_dataset("gpu_samples", (STEPS - 1, 2)),
                        "/steps/gpu_samples has shape [6, 2], expected [S, R] = [7, 2]"),
-    "one dimension": (_reshape("gpu_clock_event_reasons", (STEPS,)),
+    "one dimension": (reshape_steps_dataset("gpu_clock_event_reasons", (STEPS,)),
                       "/steps/gpu_clock_event_reasons has shape [7], expected"),
-    "missing dataset": (_drop("gpu_temperature_c"), "missing /steps/gpu_temperature_c"),
+    "missing dataset": (drop_steps_dataset("gpu_temperature_c"), "missing /steps/gpu_temperature_c"),
     "negative samples": (_negative_samples,
                          "/steps/gpu_samples is negative in 1 step-rank cells"),
 }
