@@ -117,8 +117,9 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
       ("overlap-after", po::value(&raw.overlap_after)->default_value(raw.overlap_after),
        "with --overlap on, ddp: the share of the gradients (0 to 1, by elements) that backward finishes before "
        "the first bucket starts; the buckets finished by then start together, and each later one as soon as "
-       "it is finished. 0: every bucket as soon as it is finished. Communication that starts later leaves the "
-       "earlier part of backward alone, at the risk of a longer tail. zero2 takes only 0: it reduces each "
+       "it is finished. 0: every bucket as soon as it is finished. On power-capped GPUs, communication beside "
+       "compute costs clock in the whole step; started later it cost less, at the risk of a longer tail. "
+       "zero2 takes only 0: it reduces each "
        "bucket as it fills, to keep its gradients sharded. auto: 0.5 for ddp with --overlap on "
        "(docs/performance-notes.md, change 43), else 0")
       ("check-every", po::value(&c.check_every)->default_value(c.check_every),

@@ -20,7 +20,7 @@ inline constexpr int64_t kClockEventSoftwarePowerCap = 0x4;
 
 // One reading of the GPU. A quantity NVML refused to read is NaN (its reasons: absent).
 struct GpuSample {
-  std::chrono::steady_clock::time_point taken_at{};  // the host's clock, as the step's origin
+  std::chrono::steady_clock::time_point taken_at{};  // the host's steady clock, as StepTimer's origin
   double sm_clock_mhz = std::numeric_limits<double>::quiet_NaN();
   double power_w = std::numeric_limits<double>::quiet_NaN();
   double temperature_c = std::numeric_limits<double>::quiet_NaN();
