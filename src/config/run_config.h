@@ -21,10 +21,6 @@ enum class CommEngine { sm, copy };
 inline constexpr int kAutoOverlappedCtas = 4;
 inline constexpr int kMaxOverlappedCtas = 64;
 
-// --overlap-after auto for ddp with overlap: the fastest 2-GPU step of those measured
-// (docs/performance-notes.md, change 43).
-inline constexpr double kAutoOverlapAfter = 0.5;
-
 // --gpu-telemetry-ms auto on cuda: about ten samples of GPT-2 small's step on an H200.
 inline constexpr int kAutoGpuTelemetryMs = 10;
 inline constexpr int kMaxGpuTelemetryMs = 1000;
