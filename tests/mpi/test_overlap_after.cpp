@@ -16,6 +16,7 @@
 #include "parallel/bucket_plan.h"
 #include "parallel/ddp_strategy.h"
 #include "train/trainer.h"
+#include "cpu_training.h"
 #include "train_args.h"
 
 namespace scalestudy {
@@ -108,23 +109,13 @@ TEST(OverlapAfter, BucketsWaitForTheShareThenStartAsTheyFinish) {
   }
 }
 
-std::vector<float> train(const RunConfig& config) {
-  CpuOps ops;
-  MpiCommunicator comm(MPI_COMM_WORLD, 120.0);
-  Trainer trainer(config, ops, comm, MPI_COMM_WORLD);
-  trainer.run(nullptr);
-  return trainer.parameters_on_host();
-}
-
 // The same buckets are summed the same way, whenever they start: bit-identical training.
 TEST(OverlapAfter, TrainsBitIdenticallyWheneverTheBucketsStart) {
-  const std::vector<float> reference = train(make_config("0", 2));
+  const std::vector<float> reference = train_on_cpu(make_config("0", 2));
   for (const char* overlap_after : {"0.5", "0.9"}) {
-    const std::vector<float> held = train(make_config(overlap_after, 2));
+    const std::vector<float> held = train_on_cpu(make_config(overlap_after, 2));
     ASSERT_EQ(held.size(), reference.size());
-    size_t differing = 0;
-    for (size_t i = 0; i < held.size(); ++i) differing += held[i] != reference[i];
-    EXPECT_EQ(differing, 0u) << "--overlap-after " << overlap_after << ": parameters that differ from 0";
+    EXPECT_EQ(count_differing(held, reference), 0u) << "--overlap-after " << overlap_after << ": parameters that differ from 0";
   }
 }
 

@@ -14,6 +14,7 @@
 #include "config/run_config.h"
 #include "parallel/zero2_strategy.h"
 #include "train/trainer.h"
+#include "cpu_training.h"
 #include "train_args.h"
 
 namespace scalestudy {
@@ -49,16 +50,8 @@ RunConfig make_config(const std::string& strategy, const std::string& overlap, i
   return parse_train_options(args);
 }
 
-std::vector<float> train(const RunConfig& config, MPI_Comm comm_world) {
-  CpuOps ops;
-  MpiCommunicator comm(comm_world, 120.0);
-  Trainer trainer(config, ops, comm, comm_world);
-  trainer.run(nullptr);
-  return trainer.parameters_on_host();
-}
-
 const std::vector<float>& reference_parameters() {
-  static const std::vector<float> reference = train(make_config("ddp", "off", 1, 1000.0), MPI_COMM_SELF);
+  static const std::vector<float> reference = train_on_cpu(make_config("ddp", "off", 1, 1000.0), MPI_COMM_SELF);
   return reference;
 }
 
@@ -100,7 +93,7 @@ TEST_P(StrategyEquivalence, MatchesTheOneRankRun) {
   // most of its tensors straight into staging and the one across a bucket's edge through
   // scratch.
   const RunConfig config = make_config(c.strategy, c.overlap, c.grad_accum, c.bucket_mb);
-  const std::vector<float> params = train(config, MPI_COMM_WORLD);
+  const std::vector<float> params = train_on_cpu(config, MPI_COMM_WORLD);
   expect_close(params, reference_parameters(), c.label() + " at " + std::to_string(world_size()) + " ranks");
 }
 
@@ -138,7 +131,7 @@ TEST(GradReduceBf16, EveryStrategyStaysWithinBf16RoundingOfTheOneRankRun) {
     for (const char* overlap : {"off", "on"}) {
       RunConfig config = make_config(strategy, overlap, 1, 0.002);
       config.grad_reduce = Precision::bf16;
-      const std::vector<float> bf16 = train(config, MPI_COMM_WORLD);
+      const std::vector<float> bf16 = train_on_cpu(config, MPI_COMM_WORLD);
       const std::string label = std::string(strategy) + "+overlap " + overlap + ", --grad-reduce bf16 at " +
                                 std::to_string(world_size()) + " ranks";
       ASSERT_EQ(bf16.size(), ref.size());
@@ -150,17 +143,15 @@ TEST(GradReduceBf16, EveryStrategyStaysWithinBf16RoundingOfTheOneRankRun) {
       EXPECT_LE(worst, world_size() == 1 ? kBf16TypicalAtol : kBf16WorstAtol) << label << ": largest difference";
       // The rounding happened: most parameters differ from the fp32 run of the same world.
       config.grad_reduce = Precision::fp32;
-      const std::vector<float> fp32 = train(config, MPI_COMM_WORLD);
-      size_t differing = 0;
-      for (size_t i = 0; i < fp32.size(); ++i) differing += fp32[i] != bf16[i];
-      EXPECT_GT(differing, fp32.size() / 2) << label << ": parameters that differ from the fp32 run";
+      const std::vector<float> fp32 = train_on_cpu(config, MPI_COMM_WORLD);
+      EXPECT_GT(count_differing(fp32, bf16), fp32.size() / 2) << label << ": parameters that differ from the fp32 run";
     }
   }
 }
 
 TEST(StrategyEquivalence, StrategiesMatchEachOther) {
-  const std::vector<float> ddp = train(make_config("ddp", "on", 1, 0.01), MPI_COMM_WORLD);
-  const std::vector<float> zero2 = train(make_config("zero2", "on", 1, 0.01), MPI_COMM_WORLD);
+  const std::vector<float> ddp = train_on_cpu(make_config("ddp", "on", 1, 0.01), MPI_COMM_WORLD);
+  const std::vector<float> zero2 = train_on_cpu(make_config("zero2", "on", 1, 0.01), MPI_COMM_WORLD);
   expect_close(zero2, ddp, "zero2 against ddp");
 }
 
@@ -171,11 +162,9 @@ TEST(Recomputation, EveryOverlappedStrategyTrainsBitIdentically) {
     RunConfig kept = make_config(strategy, "on", 2, 0.01, 3);
     RunConfig recomputed = kept;
     recomputed.recompute = true;
-    const std::vector<float> a = train(kept, MPI_COMM_WORLD), b = train(recomputed, MPI_COMM_WORLD);
+    const std::vector<float> a = train_on_cpu(kept, MPI_COMM_WORLD), b = train_on_cpu(recomputed, MPI_COMM_WORLD);
     ASSERT_EQ(a.size(), b.size());
-    size_t differing = 0;
-    for (size_t i = 0; i < a.size(); ++i) differing += a[i] != b[i];
-    EXPECT_EQ(differing, 0u) << strategy << "+overlap: parameters that differ with --recompute on";
+    EXPECT_EQ(count_differing(a, b), 0u) << strategy << "+overlap: parameters that differ with --recompute on";
   }
 }
 

@@ -14,6 +14,7 @@
 #include "optim/loss_scaler.h"
 #include "parallel/ddp_strategy.h"
 #include "train/trainer.h"
+#include "cpu_training.h"
 #include "train_args.h"
 
 namespace scalestudy {
@@ -45,23 +46,14 @@ TEST(LossScaler, DefaultsFollowThePrecision) {
   EXPECT_TRUE(make_config({"--loss-scaling", "on"}).loss_scaling);
 }
 
-std::vector<float> train(const RunConfig& config) {
-  CpuOps ops;
-  MpiCommunicator comm(MPI_COMM_SELF, 60.0);
-  Trainer trainer(config, ops, comm, MPI_COMM_SELF);
-  trainer.run(nullptr);
-  return trainer.parameters_on_host();
-}
-
 TEST(LossScaling, APowerOfTwoScaleChangesNothingWithoutOverflow) {
   // Scaling by 2^10 and unscaling by 2^-10 are exact in fp32 away from overflow and
   // underflow, so the parameters must match bit for bit.
-  const std::vector<float> plain = train(make_config({}));
-  const std::vector<float> scaled = train(make_config({"--loss-scaling", "on", "--loss-scale-init", "1024"}));
+  const std::vector<float> plain = train_on_cpu(make_config({}), MPI_COMM_SELF);
+  const std::vector<float> scaled =
+      train_on_cpu(make_config({"--loss-scaling", "on", "--loss-scale-init", "1024"}), MPI_COMM_SELF);
   ASSERT_EQ(plain.size(), scaled.size());
-  size_t differing = 0;
-  for (size_t i = 0; i < plain.size(); ++i) differing += plain[i] != scaled[i];
-  EXPECT_EQ(differing, 0u);
+  EXPECT_EQ(count_differing(plain, scaled), 0u);
 }
 
 TEST(LossScaling, NonFiniteGradientsSkipTheUpdate) {

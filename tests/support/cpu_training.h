@@ -1,0 +1,32 @@
+#pragma once
+// A whole training run on the CPU backend, and the comparison the tests make of its result.
+#include <mpi.h>
+
+#include <cstddef>
+#include <vector>
+
+#include "backend/cpu/cpu_ops.h"
+#include "comm/mpi_communicator.h"
+#include "config/run_config.h"
+#include "train/trainer.h"
+
+namespace scalestudy {
+
+// Trains `config` on the ranks of `comm_world` (MPI_COMM_SELF: this rank alone) and returns
+// this rank's parameters after the last step.
+inline std::vector<float> train_on_cpu(const RunConfig& config, MPI_Comm comm_world = MPI_COMM_WORLD) {
+  CpuOps ops;
+  MpiCommunicator comm(comm_world, 120.0);
+  Trainer trainer(config, ops, comm, comm_world);
+  trainer.run(nullptr);
+  return trainer.parameters_on_host();
+}
+
+// Elements that are not bit-for-bit equal (a NaN counts as differing); a and b are the same size.
+inline size_t count_differing(const std::vector<float>& a, const std::vector<float>& b) {
+  size_t differing = 0;
+  for (size_t i = 0; i < a.size(); ++i) differing += a[i] != b[i];
+  return differing;
+}
+
+}  // namespace scalestudy
