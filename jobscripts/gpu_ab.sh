@@ -17,7 +17,10 @@ IFS='|' read -r -a variants <<< "${VARIANTS:-}"
 for round in $(seq "${ROUNDS:-2}"); do
   for name in ${BINARIES:-scalestudy}; do
     for variant in "${variants[@]}"; do
-      $mpirun -np "${GPUS:-1}" "$bundle/$name" $timed_train $variant 2>&1 | grep "median step" |
+      # The first round also keeps the GEMM algorithms each run chose.
+      keep="median step"
+      [ "$round" = 1 ] && keep="median step|GEMM algorithms|^    (bias|gelu|dgelu)"
+      $mpirun -np "${GPUS:-1}" "$bundle/$name" $timed_train $variant 2>&1 | grep -E "$keep" |
         sed "s/^/[$name${variant:+ $variant}] /" | tee -a "$log"
     done
   done

@@ -1,8 +1,14 @@
 #include "gemm_lt.cuh"
 
+#include <algorithm>
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <tuple>
 
 #include "common.cuh"
+#include "config/run_config.h"
 #include "core/check.h"
 
 namespace scalestudy::cuda {
@@ -28,9 +34,22 @@ bool shape_allowed(int m, int n, int k) {
          elems(k, n) <= kMaxOperandElems && elems(m, k) <= kMaxOperandElems;
 }
 
+// Timed choices, one per device, epilogue, type, shape and multiprocessor target, shared by every EpilogueGemm
+// of the process.
+using ChoiceKey = std::tuple<int, int, int, int, int, int, int>;
+struct ProcessChoice {
+  cublasLtMatmulAlgo_t algo;
+  std::string description;
+};
+std::mutex process_choices_mutex;
+std::map<ChoiceKey, ProcessChoice> process_choices;
+
+constexpr int kTimedTrials = 5;
+constexpr int kCallsPerTrial = 3;
+
 }  // namespace
 
-EpilogueGemm::EpilogueGemm() {
+EpilogueGemm::EpilogueGemm(AlgorithmChoice choice) : choice_(choice) {
   CHECK_CUBLAS(cublasLtCreate(&handle_));
   CHECK_CUDA(cudaMalloc(&workspace_, kWorkspaceBytes));
 }
@@ -93,7 +112,7 @@ EpilogueGemm::Plan* EpilogueGemm::plan_for(Epilogue epilogue, cudaDataType_t typ
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
     CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(preference, attribute, &alignment,
                                                       sizeof(alignment)));
-  cublasLtMatmulHeuristicResult_t result{};
+  std::vector<cublasLtMatmulHeuristicResult_t> results(kCandidates);
   int found = 0;
   // A refusal (no algorithm, or a configuration this cuBLASLt does not take) is an answer,
   // not a failure: the caller falls back to the unfused kernels, and the GPU tests
@@ -101,10 +120,13 @@ EpilogueGemm::Plan* EpilogueGemm::plan_for(Epilogue epilogue, cudaDataType_t typ
   // so where it happens.
   const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
       handle_, plan.desc, plan.a_layout, plan.b_layout, plan.d_layout, plan.d_layout, preference,
-      1, &result, &found);
+      kCandidates, results.data(), &found);
   CHECK_CUBLAS(cublasLtMatmulPreferenceDestroy(preference));
   plan.usable = status == CUBLAS_STATUS_SUCCESS && found > 0;
-  plan.algo = result.algo;
+  if (plan.usable) {
+    for (int i = 0; i < found; ++i) plan.candidates.push_back(results[i].algo);
+    plan.algo = plan.candidates.front();
+  }
   plans_.push_back(plan);
   return plans_.back().usable ? &plans_.back() : nullptr;
 }
@@ -118,11 +140,100 @@ EpilogueGemm::Plan* EpilogueGemm::aligned_plan_for(Epilogue epilogue, cudaDataTy
 }
 
 // beta = 0, so D is only written: it is passed as C too, which cuBLASLt then never reads.
-void EpilogueGemm::run(Plan& plan, cudaStream_t stream, const void* a, const void* b, void* d) {
+cublasStatus_t EpilogueGemm::launch(Plan& plan, const cublasLtMatmulAlgo_t& algo,
+                                    cudaStream_t stream, const void* a, const void* b, void* d) {
   const float alpha = 1.0f, beta = 0.0f;
-  CHECK_CUBLAS(cublasLtMatmul(handle_, plan.desc, &alpha, a, plan.a_layout, b, plan.b_layout,
-                              &beta, d, plan.d_layout, d, plan.d_layout, &plan.algo, workspace_,
-                              kWorkspaceBytes, stream));
+  return cublasLtMatmul(handle_, plan.desc, &alpha, a, plan.a_layout, b, plan.b_layout, &beta, d,
+                        plan.d_layout, d, plan.d_layout, &algo, workspace_, kWorkspaceBytes,
+                        stream);
+}
+
+void EpilogueGemm::run(Plan& plan, cudaStream_t stream, const void* a, const void* b, void* d) {
+  if (!plan.chosen) choose_algorithm(plan, stream, a, b, d);
+  CHECK_CUBLAS(launch(plan, plan.algo, stream, a, b, d));
+}
+
+double EpilogueGemm::time_candidate(Plan& plan, const cublasLtMatmulAlgo_t& algo,
+                                    cudaStream_t stream, const void* a, const void* b, void* d) {
+  // A candidate the heuristic offered may still be refused at launch: it is then not one.
+  if (launch(plan, algo, stream, a, b, d) != CUBLAS_STATUS_SUCCESS) return -1.0;
+  cudaEvent_t begin = nullptr, end = nullptr;
+  CHECK_CUDA(cudaEventCreate(&begin));
+  CHECK_CUDA(cudaEventCreate(&end));
+  std::vector<double> trials;
+  for (int trial = 0; trial < kTimedTrials; ++trial) {
+    CHECK_CUDA(cudaEventRecord(begin, stream));
+    for (int call = 0; call < kCallsPerTrial; ++call) CHECK_CUBLAS(launch(plan, algo, stream, a, b, d));
+    CHECK_CUDA(cudaEventRecord(end, stream));
+    CHECK_CUDA(cudaEventSynchronize(end));
+    float ms = 0.0f;
+    CHECK_CUDA(cudaEventElapsedTime(&ms, begin, end));
+    trials.push_back(static_cast<double>(ms) / kCallsPerTrial);
+  }
+  CHECK_CUDA(cudaEventDestroy(begin));
+  CHECK_CUDA(cudaEventDestroy(end));
+  std::sort(trials.begin(), trials.end());
+  return trials[trials.size() / 2];
+}
+
+void EpilogueGemm::choose_algorithm(Plan& plan, cudaStream_t stream, const void* a,
+                                    const void* b, void* d) {
+  plan.chosen = true;
+  const int offered = static_cast<int>(plan.candidates.size());
+  if (choice_ == AlgorithmChoice::heuristic || offered == 1) {
+    plan.choice = "the heuristic's first of " + std::to_string(offered);
+    return;
+  }
+  int device = 0;
+  CHECK_CUDA(cudaGetDevice(&device));
+  const ChoiceKey key{device, static_cast<int>(plan.epilogue), static_cast<int>(plan.type),
+                      plan.m, plan.n, plan.k, plan.multiprocessor_target};
+  // Held while timing, so that two threads of a process never time the same plan at once.
+  std::lock_guard<std::mutex> lock(process_choices_mutex);
+  const auto earlier = process_choices.find(key);
+  if (earlier != process_choices.end()) {
+    plan.algo = earlier->second.algo;
+    plan.choice = earlier->second.description;
+    return;
+  }
+  std::vector<double> ms;
+  for (const cublasLtMatmulAlgo_t& candidate : plan.candidates)
+    ms.push_back(time_candidate(plan, candidate, stream, a, b, d));
+  int fastest = -1;
+  for (int i = 0; i < offered; ++i)
+    if (ms[i] >= 0.0 && (fastest < 0 || ms[i] < ms[fastest])) fastest = i;
+  SCALESTUDY_CHECK(fastest >= 0, "cuBLASLt refused to run every candidate it offered");
+  const bool first_runs = ms[0] >= 0.0;
+  const double required_gain = kTimedGemmRequiredGainPercent / 100.0;
+  const int kept = first_runs && ms[fastest] > (1.0 - required_gain) * ms[0] ? 0 : fastest;
+  std::ostringstream description;
+  description.precision(4);
+  description << "candidate " << kept + 1 << " of " << offered << ", timed " << ms[kept] << " ms";
+  if (kept != 0) {
+    description << " against " << ms[0] << " ms for the heuristic's first";
+    if (!first_runs) description << " (refused)";
+  }
+  plan.algo = plan.candidates[static_cast<size_t>(kept)];
+  plan.choice = description.str();
+  process_choices[key] = ProcessChoice{plan.algo, plan.choice};
+}
+
+std::vector<std::string> EpilogueGemm::algorithm_report() const {
+  std::vector<std::string> lines;
+  for (const Plan& plan : plans_) {
+    if (!plan.usable || !plan.chosen) continue;
+    const char* epilogue = plan.epilogue == Epilogue::bias            ? "bias"
+                           : plan.epilogue == Epilogue::gelu_aux_bias ? "gelu_aux_bias"
+                                                                      : "dgelu";
+    lines.push_back(std::string(epilogue) + (plan.type == CUDA_R_16BF ? " bf16" : " fp16") +
+                    " m=" + std::to_string(plan.m) + " n=" + std::to_string(plan.n) +
+                    " k=" + std::to_string(plan.k) +
+                    (plan.multiprocessor_target > 0
+                         ? " on " + std::to_string(plan.multiprocessor_target) + " multiprocessors"
+                         : std::string()) +
+                    ": " + plan.choice);
+  }
+  return lines;
 }
 
 bool EpilogueGemm::forward(cudaStream_t stream, cudaDataType_t type, void* out, const void* inp,

@@ -21,21 +21,41 @@
 // operands are not 16-byte aligned, or an operand has 2^31 elements or more (the limit
 // that matmul.cu's row chunks keep): the caller then runs the unfused kernels. Plans
 // (descriptors, layouts and the algorithm) are made once per epilogue and shape and kept.
+//
+// The algorithm. cuBLASLt's heuristic ranks its candidates without running them. On
+// GPT-2 small's shapes its first is up to 15 % slower than another of its first eight,
+// a gain that did not carry into the step (docs/performance-notes.md, change 19); on GPT-2
+// medium's DGELU GEMM, sized for all 132 multiprocessors of an H200, its first is an
+// sm80 kernel that takes 1.77 times as long as the sm90 kernel it picks for 128 (change
+// 45). With AlgorithmChoice::timed the first call of a plan runs each candidate on that
+// call's own operands, every one of which overwrites its outputs from inputs it does not
+// change, and keeps the fastest only where it beats the heuristic's first by
+// kTimedGemmRequiredGainPercent (config/run_config.h); the call's results are then the
+// kept algorithm's. The choice is made once per process for each device, epilogue, shape
+// and multiprocessor target, so every EpilogueGemm in a process computes the same bits.
+// Another process may choose another algorithm where a candidate's gain lies within
+// timing noise of that threshold: AlgorithmChoice::heuristic gives the same algorithm,
+// and so the same bits, on every run.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
 #include <initializer_list>
+#include <string>
 #include <vector>
 
 namespace scalestudy::cuda {
+
+enum class AlgorithmChoice { heuristic, timed };
 
 class EpilogueGemm {
  public:
   // The cuBLASLt workspace this object allocates.
   static constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+  // The heuristic's candidates that a timed choice runs, at most.
+  static constexpr int kCandidates = 16;
 
-  EpilogueGemm();
+  explicit EpilogueGemm(AlgorithmChoice choice = AlgorithmChoice::heuristic);
   ~EpilogueGemm();
   EpilogueGemm(const EpilogueGemm&) = delete;
   EpilogueGemm& operator=(const EpilogueGemm&) = delete;
@@ -61,6 +81,10 @@ class EpilogueGemm {
   // where other kernels hold the rest; 0 for the whole device. Each target has its plans.
   void set_multiprocessor_target(int multiprocessors) { multiprocessor_target_ = multiprocessors; }
 
+  // One line per plan that has run: its epilogue and shape, and the algorithm it runs
+  // (with a timed choice, the candidate's rank and both times).
+  std::vector<std::string> algorithm_report() const;
+
  private:
   enum class Epilogue { bias, gelu_aux_bias, dgelu };
   // One GEMM D[m,n] = op(A)[m,k] · B[k,n] in cuBLAS's column-major terms, B and D untransposed.
@@ -72,7 +96,10 @@ class EpilogueGemm {
     bool usable = false;  // cuBLASLt had an algorithm for it
     cublasLtMatmulDesc_t desc = nullptr;
     cublasLtMatrixLayout_t a_layout = nullptr, b_layout = nullptr, d_layout = nullptr;
+    std::vector<cublasLtMatmulAlgo_t> candidates;  // the heuristic's, best ranked first
     cublasLtMatmulAlgo_t algo{};
+    bool chosen = false;  // algo is final
+    std::string choice;   // how algo was chosen, for algorithm_report
   };
   // The plan of a usable GEMM, or nullptr where this one declines.
   Plan* plan_for(Epilogue epilogue, cudaDataType_t type, int m, int n, int k);
@@ -81,7 +108,17 @@ class EpilogueGemm {
   Plan* aligned_plan_for(Epilogue epilogue, cudaDataType_t type, int m, int n, int k,
                          std::initializer_list<const void*> operands);
   void run(Plan& plan, cudaStream_t stream, const void* a, const void* b, void* d);
+  // Sets plan.algo for good: the process's earlier choice for this plan, or (timed) the
+  // fastest candidate on these operands, or the heuristic's first.
+  void choose_algorithm(Plan& plan, cudaStream_t stream, const void* a, const void* b, void* d);
+  // Milliseconds per call of one candidate on these operands (median of a few trials), or
+  // a negative value where cuBLASLt refuses to run it.
+  double time_candidate(Plan& plan, const cublasLtMatmulAlgo_t& algo, cudaStream_t stream,
+                        const void* a, const void* b, void* d);
+  cublasStatus_t launch(Plan& plan, const cublasLtMatmulAlgo_t& algo, cudaStream_t stream,
+                        const void* a, const void* b, void* d);
 
+  AlgorithmChoice choice_;
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   std::vector<Plan> plans_;

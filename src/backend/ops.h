@@ -294,6 +294,9 @@ class Ops {
   // A tracer of the kernels this backend runs (--profile-kernels), with the compute
   // stream named; nullptr when the backend has no kernels to trace (the CPU).
   virtual std::unique_ptr<KernelTracer> make_kernel_tracer() { return nullptr; }
+  // One line per library algorithm this backend chose (cuda: its cuBLASLt GEMMs with an
+  // epilogue, and how each algorithm was picked); empty where it chose none.
+  virtual std::vector<std::string> algorithm_choices() const { return {}; }
 };
 
 }  // namespace scalestudy

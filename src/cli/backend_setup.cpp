@@ -84,7 +84,7 @@ BackendSetup make_backend(const RunConfig& config, const ProcessPlacement& where
   if (copy_engines && where.node_count > 1)
     throw UsageError("--comm-engine copy: the job has ranks on " + std::to_string(where.node_count) +
                      " nodes; copy engines reach the GPUs of one node only");
-  auto ops = std::make_unique<CudaOps>(where.local_rank, config.precision);
+  auto ops = std::make_unique<CudaOps>(where.local_rank, config.precision, config.gemm_algos);
   setup.comm = std::make_unique<NcclCommunicator>(MPI_COMM_WORLD, ops->stream(), config.comm_timeout_s,
                                                   copy_engines, config.overlapped_ctas);
   setup.identity.backend = "cuda";

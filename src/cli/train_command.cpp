@@ -130,6 +130,9 @@ int run_train_command(int argc, const char* const* argv) {
     print_summary(trainer, recorder, summary);
     std::printf("  %s\n", memory_line.c_str());
     std::printf("  peak memory %.1f MiB on the largest rank (%s)\n", largest_peak_mib, memory.peak_source.c_str());
+    const std::vector<std::string> choices = backend.ops->algorithm_choices();
+    if (!choices.empty()) std::printf("  GEMM algorithms on rank 0 (--gemm-algos %s):\n", gemm_algos_name(config.gemm_algos));
+    for (const std::string& choice : choices) std::printf("    %s\n", choice.c_str());
   }
   return 0;
 }

@@ -26,6 +26,7 @@ struct RawOptions {
   std::string comm_engine = "sm";
   std::string overlapped_ctas = "auto";
   std::string overlap_after = "0";
+  std::string gemm_algos = "timed";
   std::string precision = "auto";
   std::string loss_scaling = "auto";
   std::string attention;  // empty: the preset's
@@ -130,7 +131,14 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
   backend.add_options()
       ("backend", po::value(&c.backend)->default_value(c.backend), "cpu or cuda")
       ("precision", po::value(&raw.precision)->default_value(raw.precision),
-       "fp32, bf16 or fp16 (the last two cuda only); auto: bf16 on cuda, fp32 on cpu");
+       "fp32, bf16 or fp16 (the last two cuda only); auto: bf16 on cuda, fp32 on cpu")
+      ("gemm-algos", po::value(&raw.gemm_algos)->default_value(raw.gemm_algos),
+       ("how cuda picks the algorithm of each cuBLASLt GEMM with an epilogue (bf16 and fp16): timed (the "
+        "fastest of cuBLASLt's candidates, timed in the step that first runs the GEMM's shape, kept only "
+        "where " + std::to_string(kTimedGemmRequiredGainPercent) +
+        "% faster than the heuristic's first; another run may pick another where a gain is within "
+        "timing noise of that) or heuristic (cuBLASLt's first, the same bits on every run)")
+           .c_str());
 
   po::options_description output("Output");
   output.add_options()
@@ -333,6 +341,9 @@ void resolve_and_validate(RunConfig& c, const RawOptions& raw) {
   else if (raw.precision == "bf16") c.precision = Precision::bf16;
   else if (raw.precision == "fp16") c.precision = Precision::fp16;
   else bad_value("precision", raw.precision, "must be auto, fp32, bf16 or fp16");
+  if (raw.gemm_algos == "timed") c.gemm_algos = GemmAlgos::timed;
+  else if (raw.gemm_algos == "heuristic") c.gemm_algos = GemmAlgos::heuristic;
+  else bad_value("gemm-algos", raw.gemm_algos, "must be timed or heuristic");
   if (raw.loss_scaling == "auto") c.loss_scaling = c.precision == Precision::fp16;
   else if (raw.loss_scaling == "on") c.loss_scaling = true;
   else if (raw.loss_scaling == "off") c.loss_scaling = false;
@@ -392,6 +403,7 @@ const char* precision_name(Precision p) {
 }
 
 const char* comm_engine_name(CommEngine engine) { return engine == CommEngine::sm ? "sm" : "copy"; }
+const char* gemm_algos_name(GemmAlgos algos) { return algos == GemmAlgos::timed ? "timed" : "heuristic"; }
 
 bool parse_train_config(int argc, const char* const* argv, RunConfig& config) {
   RawOptions raw;
@@ -483,6 +495,7 @@ std::vector<std::pair<std::string, std::string>> describe_config(const RunConfig
       {"comm_timeout", text(c.comm_timeout_s)},
       {"backend", c.backend},
       {"precision", precision_name(c.precision)},
+      {"gemm_algos", gemm_algos_name(c.gemm_algos)},
       {"output", c.output},
       {"flush_every", text(c.flush_every)},
       {"experiment", c.experiment},

@@ -15,6 +15,13 @@ enum class Precision { fp32, bf16, fp16 };
 // What moves the float collectives' data on cuda: NCCL's kernels on the multiprocessors,
 // or the GPUs' copy engines (comm/nccl_communicator.h).
 enum class CommEngine { sm, copy };
+// How cuda picks each cuBLASLt GEMM's algorithm: the heuristic's first, the same on every
+// run, or the fastest candidate timed in the run's first step (kernels/gemm_lt.cuh).
+enum class GemmAlgos { heuristic, timed };
+// How much faster than cuBLASLt's first a timed candidate must run to be kept (per cent):
+// far above the few per cent that change 19 found not to carry from back-to-back timing
+// into the step, far below GPT-2 medium's 43 % on its DGELU GEMM (change 45).
+inline constexpr int kTimedGemmRequiredGainPercent = 10;
 
 // --overlapped-ctas auto on cuda with NCCL's kernels and overlap: the fastest 2-GPU step
 // of those measured (docs/performance-notes.md, change 20).
@@ -73,6 +80,7 @@ struct RunConfig {
   // ---- backend ----------------------------------------------------------------------
   std::string backend = "cpu";
   Precision precision = Precision::fp32;
+  GemmAlgos gemm_algos = GemmAlgos::timed;
 
   // ---- output -----------------------------------------------------------------------
   std::string output;          // HDF5 result file; empty = none
@@ -96,6 +104,7 @@ const char* strategy_name(Strategy strategy);
 const char* scaling_name(Scaling scaling);
 const char* precision_name(Precision precision);
 const char* comm_engine_name(CommEngine engine);
+const char* gemm_algos_name(GemmAlgos algos);
 
 // Parses `scalestudy train` arguments (argv[0] is the subcommand) together with the
 // optional --config INI file; the command line wins. Throws UsageError on bad input.

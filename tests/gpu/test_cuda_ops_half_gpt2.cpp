@@ -20,33 +20,68 @@ TEST_P(CudaOpsHalf, LayerNormAtModelWidths) {
 // GPT-2's dense layers take their bias in cuBLASLt's epilogue (no bias kernel): the
 // epilogue must accept their shapes, or the step silently keeps the slower fallback.
 // Where the operands are not 16-byte aligned it declines, and the GEMM-then-bias path
-// (the Matmul test's tiny shape) runs instead.
+// (the Matmul test's tiny shape) runs instead. A timed choice of algorithm leaves the
+// kept algorithm's results, as the heuristic's does.
 TEST_P(CudaOpsHalf, BiasEpilogueTakesTheGpt2Shapes) {
-  cuda::EpilogueGemm bias_gemm;
+  for (const auto choice : {cuda::AlgorithmChoice::heuristic, cuda::AlgorithmChoice::timed}) {
+    cuda::EpilogueGemm bias_gemm(choice);
+    cudaStream_t stream = nullptr;
+    CHECK_CUBLAS(cublasGetStream(gpu_->cublas_handle(), &stream));
+    const cudaDataType_t type = precision_ == Precision::fp16 ? CUDA_R_16F : CUDA_R_16BF;
+    const int N = 256;
+    for (const auto& [in_channels, out_channels] :
+         std::vector<std::pair<int, int>>{{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}}) {
+      const std::string label = " (" + std::to_string(in_channels) + "->" +
+                                std::to_string(out_channels) +
+                                (choice == cuda::AlgorithmChoice::timed ? ", timed" : "") + ")";
+      const auto inp = rounded(random_floats(size_t(N) * in_channels, 37));
+      const auto weight = rounded(random_floats(size_t(out_channels) * in_channels, 38));
+      const auto bias = rounded(random_floats(size_t(out_channels), 39));
+      std::vector<float> out(size_t(N) * out_channels);
+      float* d_out = poisoned_activation(out.size());
+      float* d_bias = activation(bias);  // a 16-bit bias, as the parameters' copy holds it
+      ASSERT_TRUE(bias_gemm.forward(stream, type, d_out, activation(inp), activation(weight), d_bias,
+                                    N, in_channels, out_channels))
+          << "cuBLASLt declined the bias epilogue" << label;
+      cpu_.matmul_forward(out.data(), inp.data(), weight.data(), bias.data(), N, in_channels, out_channels);
+      expect_close("bias epilogue out" + label, d_out, out, gemm_tolerance(out));
+      const auto* misaligned_bias = reinterpret_cast<const char*>(d_bias) + 2;
+      EXPECT_FALSE(bias_gemm.forward(stream, type, d_out, activation(inp), activation(weight),
+                                     misaligned_bias, N, in_channels, out_channels))
+          << "a bias 2 bytes off 16-byte alignment must be declined" << label;
+    }
+  }
+}
+
+// Every EpilogueGemm of a process runs the algorithm that the first timed choice kept, so
+// two of them compute the same bits and report the same choices.
+TEST_P(CudaOpsHalf, TimedAlgorithmChoiceIsMadeOncePerProcess) {
   cudaStream_t stream = nullptr;
   CHECK_CUBLAS(cublasGetStream(gpu_->cublas_handle(), &stream));
   const cudaDataType_t type = precision_ == Precision::fp16 ? CUDA_R_16F : CUDA_R_16BF;
-  const int N = 256;
-  for (const auto& [in_channels, out_channels] :
-       std::vector<std::pair<int, int>>{{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}}) {
-    const std::string label = " (" + std::to_string(in_channels) + "->" +
-                              std::to_string(out_channels) + ")";
-    const auto inp = rounded(random_floats(size_t(N) * in_channels, 37));
-    const auto weight = rounded(random_floats(size_t(out_channels) * in_channels, 38));
-    const auto bias = rounded(random_floats(size_t(out_channels), 39));
-    std::vector<float> out(size_t(N) * out_channels);
-    float* d_out = poisoned_activation(out.size());
-    float* d_bias = activation(bias);  // a 16-bit bias, as the parameters' copy holds it
-    ASSERT_TRUE(bias_gemm.forward(stream, type, d_out, activation(inp), activation(weight), d_bias,
-                                  N, in_channels, out_channels))
-        << "cuBLASLt declined the bias epilogue" << label;
-    cpu_.matmul_forward(out.data(), inp.data(), weight.data(), bias.data(), N, in_channels, out_channels);
-    expect_close("bias epilogue out" + label, d_out, out, gemm_tolerance(out));
-    const auto* misaligned_bias = reinterpret_cast<const char*>(d_bias) + 2;
-    EXPECT_FALSE(bias_gemm.forward(stream, type, d_out, activation(inp), activation(weight),
-                                   misaligned_bias, N, in_channels, out_channels))
-        << "a bias 2 bytes off 16-byte alignment must be declined" << label;
+  const int N = 4096, C = 768, OC = 3 * C;
+  const float* d_inp = activation(rounded(random_floats(size_t(N) * C, 110)));
+  const float* d_weight = activation(rounded(random_floats(size_t(OC) * C, 111)));
+  const float* d_bias = activation(rounded(random_floats(size_t(OC), 112)));
+  std::vector<std::vector<float>> outs;
+  std::vector<std::vector<std::string>> reports;
+  for (int instance = 0; instance < 2; ++instance) {
+    cuda::EpilogueGemm timed(cuda::AlgorithmChoice::timed);
+    float* d_out = poisoned_activation(size_t(N) * OC);
+    ASSERT_TRUE(timed.forward(stream, type, d_out, d_inp, d_weight, d_bias, N, C, OC));
+    outs.push_back(download(d_out, size_t(N) * OC));
+    reports.push_back(timed.algorithm_report());
   }
+  ASSERT_EQ(reports[0].size(), 1u);
+  EXPECT_NE(reports[0][0].find("candidate"), std::string::npos) << reports[0][0];
+  EXPECT_EQ(reports[0], reports[1]);
+  std::cout << "  " << name() << " " << reports[0][0] << "\n";
+  EXPECT_TRUE(all_close("second timed EpilogueGemm", outs[1], outs[0], kBitExact));
+  cuda::EpilogueGemm heuristic(cuda::AlgorithmChoice::heuristic);
+  float* d_out = poisoned_activation(size_t(N) * OC);
+  ASSERT_TRUE(heuristic.forward(stream, type, d_out, d_inp, d_weight, d_bias, N, C, OC));
+  ASSERT_EQ(heuristic.algorithm_report().size(), 1u);
+  EXPECT_NE(heuristic.algorithm_report()[0].find("the heuristic's first"), std::string::npos);
 }
 
 // GPT-2's vocabulary on enough rows that each row gets one warp, whose row spans many
@@ -276,9 +311,11 @@ TEST_P(CudaOpsHalf, DenseGeluTakesTheEpiloguesAtGpt2Small) {
 // inputs span [-5, 5], where the erf GELU fails the same checks (its value differs by up
 // to 11 % near x = -3, its slope by more), which the test asserts as well. bf16 only: in
 // fp16 cuBLASLt's GELU misses the fp16 rounding, so the backend keeps fp16 off these
-// epilogues (CudaOps::gelu_epilogues_allowed).
+// epilogues (CudaOps::gelu_epilogues_allowed). The algorithms are timed: every candidate
+// runs on these operands, and the outputs checked are the kept one's. (The model tests
+// run the heuristic's choice.)
 TEST_F(CudaOpsBf16, GeluEpiloguesTakeTheGpt2ShapesAndAreTheTanhGelu) {
-  cuda::EpilogueGemm epilogue_gemm;
+  cuda::EpilogueGemm epilogue_gemm(cuda::AlgorithmChoice::timed);
   cudaStream_t stream = nullptr;
   CHECK_CUBLAS(cublasGetStream(gpu_->cublas_handle(), &stream));
   const cudaDataType_t type = precision_ == Precision::fp16 ? CUDA_R_16F : CUDA_R_16BF;
@@ -395,14 +432,17 @@ TEST_P(CudaOpsHalf, DenseGeluTimings) {
 }
 
 // With SCALESTUDY_GPU_TIMING=1: every algorithm cuBLASLt's heuristic offers for GPT-2
-// small's dense GEMMs at batch 32 (32768 rows), in bf16, with the epilogues the step uses,
-// timed one by one, with each algorithm's configuration. The step takes the first.
+// small's and medium's dense GEMMs at 32768 rows, in bf16, with the epilogues the step
+// uses, sized for the whole device and for the multiprocessors the overlapped lane leaves,
+// timed one by one, with each algorithm's configuration. With --gemm-algos heuristic the
+// step takes the first.
 TEST_P(CudaOpsHalf, EpilogueGemmCandidateTimings) {
   const char* enabled = std::getenv("SCALESTUDY_GPU_TIMING");
   if (enabled == nullptr || std::string(enabled) != "1" || precision_ != Precision::bf16)
     GTEST_SKIP() << "set SCALESTUDY_GPU_TIMING=1 to time the candidates (bf16 instance)";
-  const int N = 32768, C = 768, H = 4 * C;
-  const size_t largest_elems = size_t(N) * H;
+  // GPT-2 small's and medium's widths, at 32768 rows.
+  const int N = 32768, widest = 1024;
+  const size_t largest_elems = size_t(N) * 4 * widest;
   Rng rng(120);
   std::vector<uint16_t> host(largest_elems);
   for (uint16_t& value : host) value = bf16_bits_from_float(rng.uniform(-1.0f, 1.0f));
@@ -412,8 +452,11 @@ TEST_P(CudaOpsHalf, EpilogueGemmCandidateTimings) {
     CHECK_CUDA(cudaMemcpy(buffer, host.data(), elems * sizeof(uint16_t), cudaMemcpyHostToDevice));
     return buffer;
   };
-  void *a = device_bf16(size_t(H) * C), *b = device_bf16(size_t(N) * H);
-  void *d = device_bf16(largest_elems), *aux = device_bf16(largest_elems), *bias = device_bf16(H);
+  void *a = device_bf16(size_t(4) * widest * widest), *b = device_bf16(largest_elems);
+  void *d = device_bf16(largest_elems), *aux = device_bf16(largest_elems),
+       *bias = device_bf16(size_t(4) * widest);
+  int multiprocessors = 0;
+  CHECK_CUDA(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, 0));
   void* workspace = nullptr;
   const size_t workspace_bytes = cuda::EpilogueGemm::kWorkspaceBytes;
   CHECK_CUDA(cudaMalloc(&workspace, workspace_bytes));
@@ -426,14 +469,18 @@ TEST_P(CudaOpsHalf, EpilogueGemmCandidateTimings) {
     bool transposed_a;
     int m, n, k;
   };
-  const std::vector<Shape> shapes{
-      {"fc forward, GELU_AUX_BIAS", CUBLASLT_EPILOGUE_GELU_AUX_BIAS, true, H, N, C},
-      {"fc forward, BIAS only", CUBLASLT_EPILOGUE_BIAS, true, H, N, C},
-      {"fc_proj input gradient, DGELU", CUBLASLT_EPILOGUE_DGELU, false, H, N, C},
-      {"fc_proj input gradient, no epilogue", CUBLASLT_EPILOGUE_DEFAULT, false, H, N, C},
-      {"fc_proj forward, BIAS", CUBLASLT_EPILOGUE_BIAS, true, C, N, H},
-      {"qkv forward, BIAS", CUBLASLT_EPILOGUE_BIAS, true, 3 * C, N, C},
-  };
+  std::vector<Shape> shapes;
+  for (const int C : {768, widest}) {
+    const int H = 4 * C;
+    shapes.insert(shapes.end(), {
+        {"fc forward, GELU_AUX_BIAS", CUBLASLT_EPILOGUE_GELU_AUX_BIAS, true, H, N, C},
+        {"fc forward, BIAS only", CUBLASLT_EPILOGUE_BIAS, true, H, N, C},
+        {"fc_proj input gradient, DGELU", CUBLASLT_EPILOGUE_DGELU, false, H, N, C},
+        {"fc_proj input gradient, no epilogue", CUBLASLT_EPILOGUE_DEFAULT, false, H, N, C},
+        {"fc_proj forward, BIAS", CUBLASLT_EPILOGUE_BIAS, true, C, N, H},
+        {"qkv forward, BIAS", CUBLASLT_EPILOGUE_BIAS, true, 3 * C, N, C},
+    });
+  }
   auto config_of = [](const cublasLtMatmulAlgo_t& algo) {
     std::ostringstream text;
     const std::pair<cublasLtMatmulAlgoConfigAttributes_t, const char*> attributes[] = {
@@ -455,6 +502,9 @@ TEST_P(CudaOpsHalf, EpilogueGemmCandidateTimings) {
     }
     return text.str();
   };
+  // Each shape sized for the whole device and for the multiprocessors that the overlapped
+  // lane's 4 CTAs leave (cuBLASLt's SM count target, CudaOps::reserve_multiprocessors).
+  for (const int target : {0, multiprocessors - 4})
   for (const Shape& shape : shapes) {
     cublasLtMatmulDesc_t desc = nullptr;
     CHECK_CUBLAS(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -463,6 +513,9 @@ TEST_P(CudaOpsHalf, EpilogueGemmCandidateTimings) {
     CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
     CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &shape.epilogue,
                                                 sizeof(shape.epilogue)));
+    if (target > 0)
+      CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &target,
+                                                  sizeof(target)));
     const bool has_bias = shape.epilogue == CUBLASLT_EPILOGUE_BIAS ||
                           shape.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
     const bool has_aux = shape.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
@@ -502,7 +555,8 @@ TEST_P(CudaOpsHalf, EpilogueGemmCandidateTimings) {
                                                 results.data(), &found));
     const double flops = 2.0 * shape.m * shape.n * shape.k;
     std::cout << "  " << shape.name << " (m=" << shape.m << " n=" << shape.n << " k=" << shape.k
-              << "): " << found << " candidates\n";
+              << ", sized for " << (target > 0 ? target : multiprocessors) << " multiprocessors): " << found
+              << " candidates\n";
     for (int i = 0; i < found; ++i) {
       const float alpha = 1.0f, beta = 0.0f;
       std::cout << "    #" << i << config_of(results[i].algo) << " waves=" << results[i].wavesCount

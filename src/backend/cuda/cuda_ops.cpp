@@ -40,7 +40,8 @@ constexpr double kScratchGrowth = 1.5;
 
 }  // namespace
 
-CudaOps::CudaOps(int device, Precision precision) : device_(device), precision_(precision) {
+CudaOps::CudaOps(int device, Precision precision, GemmAlgos gemm_algos)
+    : device_(device), precision_(precision) {
   const int count = cuda_device_count();
   SCALESTUDY_CHECK(device >= 0 && device < count,
                    "cuda backend: device " + std::to_string(device) + " requested, " +
@@ -59,7 +60,9 @@ CudaOps::CudaOps(int device, Precision precision) : device_(device), precision_(
           : CUBLAS_DEFAULT_MATH;
   CHECK_CUBLAS(cublasSetMathMode(cublas_, static_cast<cublasMath_t>(math_mode)));
   if (half_mode()) {
-    epilogue_gemm_ = std::make_unique<cuda::EpilogueGemm>();
+    epilogue_gemm_ = std::make_unique<cuda::EpilogueGemm>(gemm_algos == GemmAlgos::timed
+                                                              ? cuda::AlgorithmChoice::timed
+                                                              : cuda::AlgorithmChoice::heuristic);
     bytes_by_kind_[static_cast<size_t>(MemoryKind::other)] += cuda::EpilogueGemm::kWorkspaceBytes;
   }
 
@@ -431,6 +434,10 @@ std::unique_ptr<KernelTracer> CudaOps::make_kernel_tracer() {
   std::unique_ptr<KernelTracer> tracer = make_cupti_tracer(cuda_device_description(device_));
   tracer->name_stream("compute", stream_);
   return tracer;
+}
+
+std::vector<std::string> CudaOps::algorithm_choices() const {
+  return epilogue_gemm_ ? epilogue_gemm_->algorithm_report() : std::vector<std::string>{};
 }
 
 double CudaOps::read_device_double() {

@@ -69,7 +69,10 @@ namespace scalestudy {
 class CudaOps final : public Ops {
  public:
   // Makes `device` current for the calling thread and creates the stream and handle.
-  explicit CudaOps(int device, Precision precision = Precision::fp32);
+  // gemm_algos: how the cuBLASLt GEMMs with an epilogue pick their algorithm (RunConfig's
+  // --gemm-algos). The default, heuristic, gives the same bits on every run.
+  explicit CudaOps(int device, Precision precision = Precision::fp32,
+                   GemmAlgos gemm_algos = GemmAlgos::heuristic);
   ~CudaOps() override;
   CudaOps(const CudaOps&) = delete;
   CudaOps& operator=(const CudaOps&) = delete;
@@ -200,6 +203,7 @@ class CudaOps final : public Ops {
   std::unique_ptr<StepTimer> make_step_timer() override;
   // CUPTI (cupti_tracer.h), loaded by this call.
   std::unique_ptr<KernelTracer> make_kernel_tracer() override;
+  std::vector<std::string> algorithm_choices() const override;
 
  private:
   struct Allocation {
