@@ -34,11 +34,11 @@ bool shape_allowed(int m, int n, int k) {
          elems(k, n) <= kMaxOperandElems && elems(m, k) <= kMaxOperandElems;
 }
 
-// Timed choices, one per device, epilogue, type, shape and multiprocessor target, shared by every EpilogueGemm
-// of the process.
-using ChoiceKey = std::tuple<int, int, int, int, int, int, int>;
+// Timed choices, one per device, epilogue, type and shape, shared by every EpilogueGemm
+// of the process: whether the sizing for fewer multiprocessors was kept, and the report.
+using ChoiceKey = std::tuple<int, int, int, int, int, int>;
 struct ProcessChoice {
-  cublasLtMatmulAlgo_t algo;
+  bool fewer_kept;
   std::string description;
 };
 std::mutex process_choices_mutex;
@@ -50,6 +50,9 @@ constexpr int kCallsPerTrial = 3;
 }  // namespace
 
 EpilogueGemm::EpilogueGemm(AlgorithmChoice choice) : choice_(choice) {
+  int device = 0;
+  CHECK_CUDA(cudaGetDevice(&device));
+  CHECK_CUDA(cudaDeviceGetAttribute(&device_multiprocessors_, cudaDevAttrMultiProcessorCount, device));
   CHECK_CUBLAS(cublasLtCreate(&handle_));
   CHECK_CUDA(cudaMalloc(&workspace_, kWorkspaceBytes));
 }
@@ -59,7 +62,8 @@ EpilogueGemm::~EpilogueGemm() {
     CHECK_CUBLAS(cublasLtMatrixLayoutDestroy(plan.a_layout));
     CHECK_CUBLAS(cublasLtMatrixLayoutDestroy(plan.b_layout));
     CHECK_CUBLAS(cublasLtMatrixLayoutDestroy(plan.d_layout));
-    CHECK_CUBLAS(cublasLtMatmulDescDestroy(plan.desc));
+    for (Sizing* sizing : {&plan.sizing, &plan.fewer})
+      if (sizing->desc) CHECK_CUBLAS(cublasLtMatmulDescDestroy(sizing->desc));
   }
   CHECK_CUDA(cudaFree(workspace_));
   CHECK_CUBLAS(cublasLtDestroy(handle_));
@@ -76,27 +80,37 @@ EpilogueGemm::Plan* EpilogueGemm::plan_for(Epilogue epilogue, cudaDataType_t typ
   for (Plan& plan : plans_)
     if (plan.epilogue == epilogue && plan.type == type && plan.m == m && plan.n == n &&
         plan.k == k && plan.multiprocessor_target == multiprocessor_target_)
-      return plan.usable ? &plan : nullptr;
+      return plan.sizing.usable ? &plan : nullptr;
   Plan plan{epilogue, type, m, n, k, multiprocessor_target_};
-  const bool transposed_a = epilogue != Epilogue::dgelu;
-  cublasLtEpilogue_t kind = CUBLASLT_EPILOGUE_BIAS;
-  if (epilogue == Epilogue::gelu_aux_bias) kind = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-  if (epilogue == Epilogue::dgelu) kind = CUBLASLT_EPILOGUE_DGELU;
-  CHECK_CUBLAS(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA,
-                cublasOperation_t{transposed_a ? CUBLAS_OP_T : CUBLAS_OP_N});
-  set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, cublasOperation_t{CUBLAS_OP_N});
-  set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, kind);
-  if (epilogue != Epilogue::bias)
-    set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, int64_t{m});
-  if (multiprocessor_target_ > 0)
-    set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, int32_t{multiprocessor_target_});
-  if (transposed_a)
+  if (epilogue_is_transposed_a(epilogue))
     CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&plan.a_layout, type, k, m, k));
   else
     CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&plan.a_layout, type, m, k, m));
   CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&plan.b_layout, type, k, n, k));
   CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&plan.d_layout, type, m, n, m));
+  plan.sizing = size_for(plan, multiprocessor_target_);
+  if (plan.sizing.usable && choice_ == AlgorithmChoice::timed && multiprocessor_target_ == 0)
+    plan.fewer = size_for(plan, device_multiprocessors_ - kFewerMultiprocessors);
+  plans_.push_back(plan);
+  return plans_.back().sizing.usable ? &plans_.back() : nullptr;
+}
+
+bool EpilogueGemm::epilogue_is_transposed_a(Epilogue epilogue) { return epilogue != Epilogue::dgelu; }
+
+EpilogueGemm::Sizing EpilogueGemm::size_for(const Plan& plan, int multiprocessors) {
+  Sizing sizing{multiprocessors};
+  cublasLtEpilogue_t kind = CUBLASLT_EPILOGUE_BIAS;
+  if (plan.epilogue == Epilogue::gelu_aux_bias) kind = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  if (plan.epilogue == Epilogue::dgelu) kind = CUBLASLT_EPILOGUE_DGELU;
+  CHECK_CUBLAS(cublasLtMatmulDescCreate(&sizing.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  set_attribute(sizing.desc, CUBLASLT_MATMUL_DESC_TRANSA,
+                cublasOperation_t{epilogue_is_transposed_a(plan.epilogue) ? CUBLAS_OP_T : CUBLAS_OP_N});
+  set_attribute(sizing.desc, CUBLASLT_MATMUL_DESC_TRANSB, cublasOperation_t{CUBLAS_OP_N});
+  set_attribute(sizing.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, kind);
+  if (plan.epilogue != Epilogue::bias)
+    set_attribute(sizing.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, int64_t{plan.m});
+  if (multiprocessors > 0)
+    set_attribute(sizing.desc, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, int32_t{multiprocessors});
 
   cublasLtMatmulPreference_t preference = nullptr;
   CHECK_CUBLAS(cublasLtMatmulPreferenceCreate(&preference));
@@ -112,23 +126,19 @@ EpilogueGemm::Plan* EpilogueGemm::plan_for(Epilogue epilogue, cudaDataType_t typ
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
     CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(preference, attribute, &alignment,
                                                       sizeof(alignment)));
-  std::vector<cublasLtMatmulHeuristicResult_t> results(kCandidates);
+  cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   // A refusal (no algorithm, or a configuration this cuBLASLt does not take) is an answer,
   // not a failure: the caller falls back to the unfused kernels, and the GPU tests
   // BiasEpilogueTakesTheGpt2Shapes and GeluEpiloguesTakeTheGpt2ShapesAndAreTheTanhGelu say
   // so where it happens.
   const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
-      handle_, plan.desc, plan.a_layout, plan.b_layout, plan.d_layout, plan.d_layout, preference,
-      kCandidates, results.data(), &found);
+      handle_, sizing.desc, plan.a_layout, plan.b_layout, plan.d_layout, plan.d_layout, preference,
+      1, &result, &found);
   CHECK_CUBLAS(cublasLtMatmulPreferenceDestroy(preference));
-  plan.usable = status == CUBLAS_STATUS_SUCCESS && found > 0;
-  if (plan.usable) {
-    for (int i = 0; i < found; ++i) plan.candidates.push_back(results[i].algo);
-    plan.algo = plan.candidates.front();
-  }
-  plans_.push_back(plan);
-  return plans_.back().usable ? &plans_.back() : nullptr;
+  sizing.usable = status == CUBLAS_STATUS_SUCCESS && found > 0;
+  sizing.algo = result.algo;
+  return sizing;
 }
 
 EpilogueGemm::Plan* EpilogueGemm::aligned_plan_for(Epilogue epilogue, cudaDataType_t type, int m,
@@ -140,30 +150,31 @@ EpilogueGemm::Plan* EpilogueGemm::aligned_plan_for(Epilogue epilogue, cudaDataTy
 }
 
 // beta = 0, so D is only written: it is passed as C too, which cuBLASLt then never reads.
-cublasStatus_t EpilogueGemm::launch(Plan& plan, const cublasLtMatmulAlgo_t& algo,
-                                    cudaStream_t stream, const void* a, const void* b, void* d) {
+cublasStatus_t EpilogueGemm::launch(const Plan& plan, const Sizing& sizing, cudaStream_t stream,
+                                    const void* a, const void* b, void* d) {
   const float alpha = 1.0f, beta = 0.0f;
-  return cublasLtMatmul(handle_, plan.desc, &alpha, a, plan.a_layout, b, plan.b_layout, &beta, d,
-                        plan.d_layout, d, plan.d_layout, &algo, workspace_, kWorkspaceBytes,
+  return cublasLtMatmul(handle_, sizing.desc, &alpha, a, plan.a_layout, b, plan.b_layout, &beta, d,
+                        plan.d_layout, d, plan.d_layout, &sizing.algo, workspace_, kWorkspaceBytes,
                         stream);
 }
 
 void EpilogueGemm::run(Plan& plan, cudaStream_t stream, const void* a, const void* b, void* d) {
-  if (!plan.chosen) choose_algorithm(plan, stream, a, b, d);
-  CHECK_CUBLAS(launch(plan, plan.algo, stream, a, b, d));
+  if (!plan.chosen) choose_sizing(plan, stream, a, b, d);
+  CHECK_CUBLAS(launch(plan, plan.sizing, stream, a, b, d));
 }
 
-double EpilogueGemm::time_candidate(Plan& plan, const cublasLtMatmulAlgo_t& algo,
-                                    cudaStream_t stream, const void* a, const void* b, void* d) {
-  // A candidate the heuristic offered may still be refused at launch: it is then not one.
-  if (launch(plan, algo, stream, a, b, d) != CUBLAS_STATUS_SUCCESS) return -1.0;
+double EpilogueGemm::time_sizing(const Plan& plan, const Sizing& sizing, cudaStream_t stream,
+                                 const void* a, const void* b, void* d) {
+  // An algorithm the heuristic offered may still be refused at launch: it then does not run.
+  if (launch(plan, sizing, stream, a, b, d) != CUBLAS_STATUS_SUCCESS) return -1.0;
   cudaEvent_t begin = nullptr, end = nullptr;
   CHECK_CUDA(cudaEventCreate(&begin));
   CHECK_CUDA(cudaEventCreate(&end));
   std::vector<double> trials;
   for (int trial = 0; trial < kTimedTrials; ++trial) {
     CHECK_CUDA(cudaEventRecord(begin, stream));
-    for (int call = 0; call < kCallsPerTrial; ++call) CHECK_CUBLAS(launch(plan, algo, stream, a, b, d));
+    for (int call = 0; call < kCallsPerTrial; ++call)
+      CHECK_CUBLAS(launch(plan, sizing, stream, a, b, d));
     CHECK_CUDA(cudaEventRecord(end, stream));
     CHECK_CUDA(cudaEventSynchronize(end));
     float ms = 0.0f;
@@ -176,52 +187,46 @@ double EpilogueGemm::time_candidate(Plan& plan, const cublasLtMatmulAlgo_t& algo
   return trials[trials.size() / 2];
 }
 
-void EpilogueGemm::choose_algorithm(Plan& plan, cudaStream_t stream, const void* a,
-                                    const void* b, void* d) {
+void EpilogueGemm::choose_sizing(Plan& plan, cudaStream_t stream, const void* a, const void* b,
+                                 void* d) {
   plan.chosen = true;
-  const int offered = static_cast<int>(plan.candidates.size());
-  if (choice_ == AlgorithmChoice::heuristic || offered == 1) {
-    plan.choice = "the heuristic's first of " + std::to_string(offered);
-    return;
-  }
+  plan.choice = "cuBLASLt's first";
+  if (!plan.fewer.usable) return;
   int device = 0;
   CHECK_CUDA(cudaGetDevice(&device));
   const ChoiceKey key{device, static_cast<int>(plan.epilogue), static_cast<int>(plan.type),
-                      plan.m, plan.n, plan.k, plan.multiprocessor_target};
+                      plan.m, plan.n, plan.k};
   // Held while timing, so that two threads of a process never time the same plan at once.
   std::lock_guard<std::mutex> lock(process_choices_mutex);
-  const auto earlier = process_choices.find(key);
-  if (earlier != process_choices.end()) {
-    plan.algo = earlier->second.algo;
-    plan.choice = earlier->second.description;
-    return;
+  auto earlier = process_choices.find(key);
+  if (earlier == process_choices.end()) {
+    const double whole_ms = time_sizing(plan, plan.sizing, stream, a, b, d);
+    const double fewer_ms = time_sizing(plan, plan.fewer, stream, a, b, d);
+    SCALESTUDY_CHECK(whole_ms >= 0.0 || fewer_ms >= 0.0,
+                     "cuBLASLt refused to run the algorithms its heuristic offered");
+    const double required_gain = kTimedGemmRequiredGainPercent / 100.0;
+    const bool fewer_kept =
+        fewer_ms >= 0.0 && (whole_ms < 0.0 || fewer_ms <= (1.0 - required_gain) * whole_ms);
+    std::ostringstream description;
+    description.precision(4);
+    description << "cuBLASLt's first for " << (fewer_kept ? plan.fewer.multiprocessors : device_multiprocessors_)
+                << " multiprocessors, timed " << (fewer_kept ? fewer_ms : whole_ms) << " ms; for "
+                << (fewer_kept ? device_multiprocessors_ : plan.fewer.multiprocessors) << ": ";
+    const double other_ms = fewer_kept ? whole_ms : fewer_ms;
+    if (other_ms < 0.0) description << "refused";
+    else description << other_ms << " ms";
+    earlier = process_choices.emplace(key, ProcessChoice{fewer_kept, description.str()}).first;
   }
-  std::vector<double> ms;
-  for (const cublasLtMatmulAlgo_t& candidate : plan.candidates)
-    ms.push_back(time_candidate(plan, candidate, stream, a, b, d));
-  int fastest = -1;
-  for (int i = 0; i < offered; ++i)
-    if (ms[i] >= 0.0 && (fastest < 0 || ms[i] < ms[fastest])) fastest = i;
-  SCALESTUDY_CHECK(fastest >= 0, "cuBLASLt refused to run every candidate it offered");
-  const bool first_runs = ms[0] >= 0.0;
-  const double required_gain = kTimedGemmRequiredGainPercent / 100.0;
-  const int kept = first_runs && ms[fastest] > (1.0 - required_gain) * ms[0] ? 0 : fastest;
-  std::ostringstream description;
-  description.precision(4);
-  description << "candidate " << kept + 1 << " of " << offered << ", timed " << ms[kept] << " ms";
-  if (kept != 0) {
-    description << " against " << ms[0] << " ms for the heuristic's first";
-    if (!first_runs) description << " (refused)";
-  }
-  plan.algo = plan.candidates[static_cast<size_t>(kept)];
-  plan.choice = description.str();
-  process_choices[key] = ProcessChoice{plan.algo, plan.choice};
+  if (earlier->second.fewer_kept) std::swap(plan.sizing, plan.fewer);
+  plan.choice = earlier->second.description;
+  CHECK_CUBLAS(cublasLtMatmulDescDestroy(plan.fewer.desc));
+  plan.fewer = Sizing{};
 }
 
 std::vector<std::string> EpilogueGemm::algorithm_report() const {
   std::vector<std::string> lines;
   for (const Plan& plan : plans_) {
-    if (!plan.usable || !plan.chosen) continue;
+    if (!plan.sizing.usable || !plan.chosen) continue;
     const char* epilogue = plan.epilogue == Epilogue::bias            ? "bias"
                            : plan.epilogue == Epilogue::gelu_aux_bias ? "gelu_aux_bias"
                                                                       : "dgelu";
@@ -236,13 +241,19 @@ std::vector<std::string> EpilogueGemm::algorithm_report() const {
   return lines;
 }
 
+void EpilogueGemm::set_pointer(Plan& plan, cublasLtMatmulDescAttributes_t attribute,
+                               const void* pointer) {
+  for (Sizing* sizing : {&plan.sizing, &plan.fewer})
+    if (sizing->desc) set_attribute(sizing->desc, attribute, pointer);
+}
+
 bool EpilogueGemm::forward(cudaStream_t stream, cudaDataType_t type, void* out, const void* inp,
                            const void* weight, const void* bias, int rows, int in_channels,
                            int out_channels) {
   Plan* plan = aligned_plan_for(Epilogue::bias, type, out_channels, rows, in_channels,
                                 {out, inp, weight, bias});
   if (plan == nullptr) return false;
-  set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+  set_pointer(*plan, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
   run(*plan, stream, weight, inp, out);
   return true;
 }
@@ -253,8 +264,8 @@ bool EpilogueGemm::gelu_forward(cudaStream_t stream, cudaDataType_t type, void* 
   Plan* plan = aligned_plan_for(Epilogue::gelu_aux_bias, type, out_channels, rows, in_channels,
                                 {pre, out, inp, weight, bias});
   if (plan == nullptr) return false;
-  set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
-  set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, pre);
+  set_pointer(*plan, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+  set_pointer(*plan, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, pre);
   run(*plan, stream, weight, inp, out);
   return true;
 }
@@ -265,7 +276,7 @@ bool EpilogueGemm::gelu_input_gradient(cudaStream_t stream, cudaDataType_t type,
   Plan* plan = aligned_plan_for(Epilogue::dgelu, type, in_channels, rows, out_channels,
                                 {dpre, dout, weight, pre});
   if (plan == nullptr) return false;
-  set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, pre);
+  set_pointer(*plan, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, pre);
   run(*plan, stream, weight, dout, dpre);
   return true;
 }

@@ -22,20 +22,22 @@
 // that matmul.cu's row chunks keep): the caller then runs the unfused kernels. Plans
 // (descriptors, layouts and the algorithm) are made once per epilogue and shape and kept.
 //
-// The algorithm. cuBLASLt's heuristic ranks its candidates without running them. On
-// GPT-2 small's shapes its first is up to 15 % slower than another of its first eight,
-// a gain that did not carry into the step (docs/performance-notes.md, change 19); on GPT-2
-// medium's DGELU GEMM, sized for all 132 multiprocessors of an H200, its first is an
-// sm80 kernel that takes 1.77 times as long as the sm90 kernel it picks for 128 (change
-// 45). With AlgorithmChoice::timed the first call of a plan runs each candidate on that
-// call's own operands, every one of which overwrites its outputs from inputs it does not
-// change, and keeps the fastest only where it beats the heuristic's first by
-// kTimedGemmRequiredGainPercent (config/run_config.h); the call's results are then the
-// kept algorithm's. The choice is made once per process for each device, epilogue, shape
-// and multiprocessor target, so every EpilogueGemm in a process computes the same bits.
-// Another process may choose another algorithm where a candidate's gain lies within
-// timing noise of that threshold: AlgorithmChoice::heuristic gives the same algorithm,
-// and so the same bits, on every run.
+// The algorithm. cuBLASLt's heuristic picks one without running it, and the SM count target
+// (the multiprocessors a GEMM is sized for) changes what it offers. For GPT-2 medium's
+// DGELU GEMM on an H200 it offers a single algorithm sized for all 132 multiprocessors,
+// an sm80 kernel, and for 128 an sm90 kernel that takes 0.60 of its time
+// (docs/performance-notes.md, change 45). With AlgorithmChoice::timed, each plan sized for
+// the whole device also asks for an algorithm sized for kFewerMultiprocessors fewer, and
+// its first call times both on that call's own operands (each overwrites its outputs from
+// inputs it does not change). The fewer-multiprocessor one is kept only where it is
+// kTimedGemmRequiredGainPercent (config/run_config.h) faster: back-to-back timing misleads
+// by more than the few per cent that separate most candidates (change 19, and change 45's
+// first attempt, which kept any of the heuristic's first sixteen that timed 10 % faster
+// and made GPT-2 small's step 2 ms longer). The call's results are the kept algorithm's.
+// The choice is made once per process for each device, epilogue and shape, so every
+// EpilogueGemm in a process computes the same bits. Another process may choose otherwise
+// where a gain lies within timing noise of the threshold: AlgorithmChoice::heuristic
+// gives the same algorithm, and so the same bits, on every run.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
@@ -52,8 +54,9 @@ class EpilogueGemm {
  public:
   // The cuBLASLt workspace this object allocates.
   static constexpr size_t kWorkspaceBytes = size_t{32} << 20;
-  // The heuristic's candidates that a timed choice runs, at most.
-  static constexpr int kCandidates = 16;
+  // A timed choice's other sizing: this many multiprocessors fewer than the device has,
+  // the sizing that the overlapped lane's 4 CTAs leave (CudaOps::reserve_multiprocessors).
+  static constexpr int kFewerMultiprocessors = 4;
 
   explicit EpilogueGemm(AlgorithmChoice choice = AlgorithmChoice::heuristic);
   ~EpilogueGemm();
@@ -81,48 +84,60 @@ class EpilogueGemm {
   // where other kernels hold the rest; 0 for the whole device. Each target has its plans.
   void set_multiprocessor_target(int multiprocessors) { multiprocessor_target_ = multiprocessors; }
 
-  // One line per plan that has run: its epilogue and shape, and the algorithm it runs
-  // (with a timed choice, the candidate's rank and both times).
+  // One line per plan that has run: its epilogue, shape and sizing, and (timed) both
+  // sizings' times.
   std::vector<std::string> algorithm_report() const;
 
  private:
   enum class Epilogue { bias, gelu_aux_bias, dgelu };
+  // One algorithm for a plan, sized for `multiprocessors` (cuBLASLt's SM count target; 0:
+  // the whole device).
+  struct Sizing {
+    int multiprocessors = 0;
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+    bool usable = false;  // cuBLASLt had an algorithm for it
+  };
   // One GEMM D[m,n] = op(A)[m,k] · B[k,n] in cuBLAS's column-major terms, B and D untransposed.
   struct Plan {
     Epilogue epilogue;
     cudaDataType_t type;
     int m, n, k;
-    int multiprocessor_target;
-    bool usable = false;  // cuBLASLt had an algorithm for it
-    cublasLtMatmulDesc_t desc = nullptr;
+    int multiprocessor_target;  // set_multiprocessor_target's, when the plan was made
     cublasLtMatrixLayout_t a_layout = nullptr, b_layout = nullptr, d_layout = nullptr;
-    std::vector<cublasLtMatmulAlgo_t> candidates;  // the heuristic's, best ranked first
-    cublasLtMatmulAlgo_t algo{};
-    bool chosen = false;  // algo is final
-    std::string choice;   // how algo was chosen, for algorithm_report
+    Sizing sizing;        // what runs
+    Sizing fewer;         // timed, until the first call has chosen: the other sizing
+    bool chosen = false;  // sizing is final
+    std::string choice;   // how it was chosen, for algorithm_report
   };
+  static bool epilogue_is_transposed_a(Epilogue epilogue);
   // The plan of a usable GEMM, or nullptr where this one declines.
   Plan* plan_for(Epilogue epilogue, cudaDataType_t type, int m, int n, int k);
   // plan_for, or nullptr where an operand is not 16-byte aligned or the shape is not one
   // the plans take.
   Plan* aligned_plan_for(Epilogue epilogue, cudaDataType_t type, int m, int n, int k,
                          std::initializer_list<const void*> operands);
+  // A descriptor with the plan's epilogue, and cuBLASLt's first algorithm for it.
+  Sizing size_for(const Plan& plan, int multiprocessors);
+  // A bias or auxiliary pointer, on every descriptor the plan holds.
+  static void set_pointer(Plan& plan, cublasLtMatmulDescAttributes_t attribute, const void* pointer);
   void run(Plan& plan, cudaStream_t stream, const void* a, const void* b, void* d);
-  // Sets plan.algo for good: the process's earlier choice for this plan, or (timed) the
-  // fastest candidate on these operands, or the heuristic's first.
-  void choose_algorithm(Plan& plan, cudaStream_t stream, const void* a, const void* b, void* d);
-  // Milliseconds per call of one candidate on these operands (median of a few trials), or
-  // a negative value where cuBLASLt refuses to run it.
-  double time_candidate(Plan& plan, const cublasLtMatmulAlgo_t& algo, cudaStream_t stream,
-                        const void* a, const void* b, void* d);
-  cublasStatus_t launch(Plan& plan, const cublasLtMatmulAlgo_t& algo, cudaStream_t stream,
-                        const void* a, const void* b, void* d);
+  // Sets plan.sizing for good: the process's earlier choice for this plan, or (timed) the
+  // faster sizing on these operands where it clears the threshold.
+  void choose_sizing(Plan& plan, cudaStream_t stream, const void* a, const void* b, void* d);
+  // Milliseconds per call of one sizing on these operands (median of a few trials), or a
+  // negative value where cuBLASLt refuses to run it.
+  double time_sizing(const Plan& plan, const Sizing& sizing, cudaStream_t stream, const void* a,
+                     const void* b, void* d);
+  cublasStatus_t launch(const Plan& plan, const Sizing& sizing, cudaStream_t stream, const void* a,
+                        const void* b, void* d);
 
   AlgorithmChoice choice_;
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   std::vector<Plan> plans_;
   int multiprocessor_target_ = 0;
+  int device_multiprocessors_ = 0;
 };
 
 }  // namespace scalestudy::cuda

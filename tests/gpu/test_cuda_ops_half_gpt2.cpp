@@ -53,8 +53,8 @@ TEST_P(CudaOpsHalf, BiasEpilogueTakesTheGpt2Shapes) {
   }
 }
 
-// Every EpilogueGemm of a process runs the algorithm that the first timed choice kept, so
-// two of them compute the same bits and report the same choices.
+// Every EpilogueGemm of a process runs the sizing that the first timed choice kept, so two
+// of them compute the same bits and report the same choices, with both sizings' times.
 TEST_P(CudaOpsHalf, TimedAlgorithmChoiceIsMadeOncePerProcess) {
   cudaStream_t stream = nullptr;
   CHECK_CUBLAS(cublasGetStream(gpu_->cublas_handle(), &stream));
@@ -73,7 +73,7 @@ TEST_P(CudaOpsHalf, TimedAlgorithmChoiceIsMadeOncePerProcess) {
     reports.push_back(timed.algorithm_report());
   }
   ASSERT_EQ(reports[0].size(), 1u);
-  EXPECT_NE(reports[0][0].find("candidate"), std::string::npos) << reports[0][0];
+  EXPECT_NE(reports[0][0].find(" ms; for "), std::string::npos) << "both sizings timed: " << reports[0][0];
   EXPECT_EQ(reports[0], reports[1]);
   std::cout << "  " << name() << " " << reports[0][0] << "\n";
   EXPECT_TRUE(all_close("second timed EpilogueGemm", outs[1], outs[0], kBitExact));
@@ -81,7 +81,17 @@ TEST_P(CudaOpsHalf, TimedAlgorithmChoiceIsMadeOncePerProcess) {
   float* d_out = poisoned_activation(size_t(N) * OC);
   ASSERT_TRUE(heuristic.forward(stream, type, d_out, d_inp, d_weight, d_bias, N, C, OC));
   ASSERT_EQ(heuristic.algorithm_report().size(), 1u);
-  EXPECT_NE(heuristic.algorithm_report()[0].find("the heuristic's first"), std::string::npos);
+  EXPECT_EQ(heuristic.algorithm_report()[0].find("timed"), std::string::npos) << heuristic.algorithm_report()[0];
+  EXPECT_NE(heuristic.algorithm_report()[0].find(": cuBLASLt's first"), std::string::npos);
+  // A plan already sized for fewer multiprocessors (beside the overlapped lane) has no
+  // other sizing to time.
+  cuda::EpilogueGemm beside_lane(cuda::AlgorithmChoice::timed);
+  int multiprocessors = 0;
+  CHECK_CUDA(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, 0));
+  beside_lane.set_multiprocessor_target(multiprocessors - cuda::EpilogueGemm::kFewerMultiprocessors);
+  ASSERT_TRUE(beside_lane.forward(stream, type, d_out, d_inp, d_weight, d_bias, N, C, OC));
+  ASSERT_EQ(beside_lane.algorithm_report().size(), 1u);
+  EXPECT_EQ(beside_lane.algorithm_report()[0].find("timed"), std::string::npos) << beside_lane.algorithm_report()[0];
 }
 
 // GPT-2's vocabulary on enough rows that each row gets one warp, whose row spans many
