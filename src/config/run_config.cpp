@@ -25,7 +25,7 @@ struct RawOptions {
   std::string grad_reduce = "fp32";
   std::string comm_engine = "sm";
   std::string overlapped_ctas = "auto";
-  std::string overlap_after = "0";
+  std::string overlap_after = "auto";
   std::string gemm_algos = "timed";
   std::string precision = "auto";
   std::string loss_scaling = "auto";
@@ -118,10 +118,11 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
       ("overlap-after", po::value(&raw.overlap_after)->default_value(raw.overlap_after),
        "with --overlap on, ddp: the share of the gradients (0 to 1, by elements) that backward finishes before "
        "the first bucket starts; the buckets finished by then start together, and each later one as soon as "
-       "it is finished. 0: every bucket as soon as it is finished. On 2 power-capped H200s, 0.5 made GPT-2 "
-       "small's step 0.6-1.4 ms shorter and GPT-2 medium's 3.6 ms longer (docs/performance-notes.md, change "
-       "43): measure it for your model. zero2 takes only 0: it reduces each bucket as it fills, to keep its "
-       "gradients sharded")
+       "it is finished. 0: every bucket as soon as it is finished. On power-capped GPUs, communication beside "
+       "compute costs clock in the whole step; started later it costs less, at the risk of a longer tail. "
+       "zero2 takes only 0: it reduces each bucket as it fills, to keep its gradients sharded. auto: 0.5 for "
+       "ddp with --overlap on, else 0; on 2 H200s 0.5 made GPT-2 small's and (with --gemm-algos timed) GPT-2 "
+       "medium's steps shorter (docs/performance-notes.md, changes 43 and 45)")
       ("check-every", po::value(&c.check_every)->default_value(c.check_every),
        "compare a parameter checksum across ranks every N steps; 0 = never")
       ("comm-timeout", po::value(&c.comm_timeout_s)->default_value(c.comm_timeout_s),
@@ -203,7 +204,7 @@ double parse_fraction(const std::string& option, const std::string& value) {
     used = 0;
   }
   if (value.empty() || used != value.size() || !(number >= 0.0 && number < 1.0))
-    bad_value(option, value, "must be a number from 0 up to (not including) 1");
+    bad_value(option, value, "must be auto or a number from 0 up to (not including) 1");
   return number;
 }
 
@@ -328,12 +329,16 @@ void resolve_and_validate(RunConfig& c, const RawOptions& raw) {
     if (c.overlapped_ctas > 0 && !c.overlap)
       bad_value("overlapped-ctas", raw.overlapped_ctas, "needs --overlap on (without it compute waits for every collective)");
   }
-  c.overlap_after = parse_fraction("overlap-after", raw.overlap_after);
-  if (c.overlap_after > 0 && !c.overlap)
-    bad_value("overlap-after", raw.overlap_after, "needs --overlap on (without it one collective follows backward)");
-  if (c.overlap_after > 0 && c.strategy == Strategy::zero2)
-    bad_value("overlap-after", raw.overlap_after,
-              "applies to ddp; zero2 reduces each bucket as it fills, to keep its gradients sharded");
+  if (raw.overlap_after == "auto") {
+    c.overlap_after = c.strategy == Strategy::ddp && c.overlap ? kAutoOverlapAfter : 0.0;
+  } else {
+    c.overlap_after = parse_fraction("overlap-after", raw.overlap_after);
+    if (c.overlap_after > 0 && !c.overlap)
+      bad_value("overlap-after", raw.overlap_after, "needs --overlap on (without it one collective follows backward)");
+    if (c.overlap_after > 0 && c.strategy == Strategy::zero2)
+      bad_value("overlap-after", raw.overlap_after,
+                "applies to ddp; zero2 reduces each bucket as it fills, to keep its gradients sharded");
+  }
   if (c.check_every < 0) bad_value("check-every", text(c.check_every), "must not be negative");
   require_positive("comm-timeout", c.comm_timeout_s);
 

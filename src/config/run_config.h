@@ -30,6 +30,11 @@ inline constexpr int kTimedGemmRequiredGainPercent = 25;
 inline constexpr int kAutoOverlappedCtas = 4;
 inline constexpr int kMaxOverlappedCtas = 64;
 
+// --overlap-after auto for ddp with overlap: the shorter 2-GPU step for GPT-2 small and,
+// once its DGELU GEMM no longer ran an sm80 kernel while unreserved, for GPT-2 medium too
+// (docs/performance-notes.md, changes 43 and 45).
+inline constexpr double kAutoOverlapAfter = 0.5;
+
 // --gpu-telemetry-ms auto on cuda: about ten samples of GPT-2 small's step on an H200.
 inline constexpr int kAutoGpuTelemetryMs = 10;
 inline constexpr int kMaxGpuTelemetryMs = 1000;

@@ -126,15 +126,15 @@ TEST(Config, BadInputNamesTheOptionAndValue) {
   }
   expect_usage_error({"--overlap-after", "1", "--overlap", "on"}, {"--overlap-after 1", "up to (not including) 1"});
   expect_usage_error({"--overlap-after", "-0.1", "--overlap", "on"}, {"--overlap-after -0.1", "from 0"});
-  expect_usage_error({"--overlap-after", "half", "--overlap", "on"}, {"--overlap-after half", "must be a number"});
-  expect_usage_error({"--overlap-after", "0.5x", "--overlap", "on"}, {"--overlap-after 0.5x", "must be a number"});
-  expect_usage_error({"--overlap-after", "nan", "--overlap", "on"}, {"--overlap-after nan", "must be a number"});
-  expect_usage_error({"--overlap-after", "auto", "--overlap", "on"}, {"--overlap-after auto", "must be a number"});
+  expect_usage_error({"--overlap-after", "half", "--overlap", "on"}, {"--overlap-after half", "auto or a number"});
+  expect_usage_error({"--overlap-after", "0.5x", "--overlap", "on"}, {"--overlap-after 0.5x", "auto or a number"});
+  expect_usage_error({"--overlap-after", "nan", "--overlap", "on"}, {"--overlap-after nan", "auto or a number"});
   expect_usage_error({"--overlap-after", "0.5"}, {"--overlap-after 0.5", "needs --overlap on"});
   expect_usage_error({"--overlap-after", "0.5", "--overlap", "on", "--strategy", "zero2"},
                      {"--overlap-after 0.5", "applies to ddp"});
-  EXPECT_EQ(parse({"--overlap", "on"}).overlap_after, 0.0) << "held for GPT-2 medium, the step was slower";
-  EXPECT_EQ(parse({"--overlap", "on", "--strategy", "zero2"}).overlap_after, 0.0);
+  EXPECT_EQ(parse({"--overlap", "on"}).overlap_after, kAutoOverlapAfter) << "auto, ddp with overlap";
+  EXPECT_EQ(parse({}).overlap_after, 0.0) << "auto without overlap";
+  EXPECT_EQ(parse({"--overlap", "on", "--strategy", "zero2"}).overlap_after, 0.0) << "auto for zero2";
   EXPECT_EQ(parse({"--overlap", "on", "--overlap-after", "0"}).overlap_after, 0.0);
   EXPECT_EQ(parse({"--overlap", "on", "--overlap-after", "0.25"}).overlap_after, 0.25);
   EXPECT_EQ(parse({"--overlap-after", "0", "--strategy", "zero2"}).overlap_after, 0.0) << "0 asks for nothing";
