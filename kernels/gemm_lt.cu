@@ -191,7 +191,13 @@ void EpilogueGemm::choose_sizing(Plan& plan, cudaStream_t stream, const void* a,
                                  void* d) {
   plan.chosen = true;
   plan.choice = "cuBLASLt's first";
-  if (!plan.fewer.usable) return;
+  if (plan.fewer.usable) keep_faster_sizing(plan, stream, a, b, d);
+  if (plan.fewer.desc) CHECK_CUBLAS(cublasLtMatmulDescDestroy(plan.fewer.desc));
+  plan.fewer = Sizing{};
+}
+
+void EpilogueGemm::keep_faster_sizing(Plan& plan, cudaStream_t stream, const void* a, const void* b,
+                                      void* d) {
   int device = 0;
   CHECK_CUDA(cudaGetDevice(&device));
   const ChoiceKey key{device, static_cast<int>(plan.epilogue), static_cast<int>(plan.type),
@@ -219,8 +225,6 @@ void EpilogueGemm::choose_sizing(Plan& plan, cudaStream_t stream, const void* a,
   }
   if (earlier->second.fewer_kept) std::swap(plan.sizing, plan.fewer);
   plan.choice = earlier->second.description;
-  CHECK_CUBLAS(cublasLtMatmulDescDestroy(plan.fewer.desc));
-  plan.fewer = Sizing{};
 }
 
 std::vector<std::string> EpilogueGemm::algorithm_report() const {

@@ -125,6 +125,9 @@ class EpilogueGemm {
   // Sets plan.sizing for good: the process's earlier choice for this plan, or (timed) the
   // faster sizing on these operands where it clears the threshold.
   void choose_sizing(Plan& plan, cudaStream_t stream, const void* a, const void* b, void* d);
+  // Swaps plan.fewer into plan.sizing where the process's choice for this shape, made now
+  // if it has none, kept it.
+  void keep_faster_sizing(Plan& plan, cudaStream_t stream, const void* a, const void* b, void* d);
   // Milliseconds per call of one sizing on these operands (median of a few trials), or a
   // negative value where cuBLASLt refuses to run it.
   double time_sizing(const Plan& plan, const Sizing& sizing, cudaStream_t stream, const void* a,

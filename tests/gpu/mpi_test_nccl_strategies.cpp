@@ -82,11 +82,12 @@ GpuRun train_on_gpus(const std::string& strategy, const std::string& overlap, Pr
                      Precision grad_reduce = Precision::fp32, CommEngine engine = CommEngine::sm,
                      int overlapped_ctas = 0, int reported_multiprocessors = -1) {
   const ProcessPlacement where = discover_placement(MPI_COMM_WORLD);
-  CudaOps ops(where.local_rank, precision);
+  RunConfig config = make_config("cuda", strategy, overlap, precision_name(precision));
+  // The GEMMs pick their algorithms as a run with the default --gemm-algos does.
+  CudaOps ops(where.local_rank, precision, config.gemm_algos);
   NcclCommunicator nccl(MPI_COMM_WORLD, ops.stream(), 120.0, engine == CommEngine::copy, overlapped_ctas);
   LaneReportingCommunicator comm(nccl, reported_multiprocessors >= 0 ? reported_multiprocessors
                                                                      : nccl.overlapped_lane_multiprocessors());
-  RunConfig config = make_config("cuda", strategy, overlap, precision_name(precision));
   config.grad_reduce = grad_reduce;
   config.comm_engine = engine;
   config.overlapped_ctas = overlapped_ctas;

@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backend/cuda/dynamic_symbol.h"
 #include "core/check.h"
 #include "profile/kernel_tag.h"
 
@@ -49,8 +50,7 @@ std::vector<std::string> cupti_candidates() {
 
 template <class Fn>
 void resolve(void* library, const char* symbol, Fn& fn) {
-  fn = reinterpret_cast<Fn>(dlsym(library, symbol));
-  if (!fn) abort_job(__FILE__, __LINE__, std::string("dlsym ") + symbol, dlerror());
+  if (!load_symbol(library, symbol, fn)) abort_job(__FILE__, __LINE__, std::string("dlsym ") + symbol, dlerror());
 }
 
 // Loaded once and never unloaded: CUPTI keeps threads and callbacks for the process's life.

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "backend/cuda/dynamic_symbol.h"
 #include "core/check.h"
 
 namespace scalestudy {
@@ -52,12 +53,6 @@ struct NvmlApi {
   NvmlReturn (*clock_event_reasons)(NvmlDevice, unsigned long long*) = nullptr;
 };
 
-template <class Fn>
-bool resolve(void* library, const char* symbol, Fn& fn) {
-  fn = reinterpret_cast<Fn>(dlsym(library, symbol));
-  return fn != nullptr;
-}
-
 // Opened and initialised once, and kept for the process's life.
 const NvmlApi* nvml(std::string& why_not) {
   static std::string failure;
@@ -68,19 +63,19 @@ const NvmlApi* nvml(std::string& why_not) {
       return nullptr;
     }
     static NvmlApi loaded;
-    const bool complete = resolve(library, "nvmlInit_v2", loaded.init) &&
-                          resolve(library, "nvmlErrorString", loaded.error_string) &&
-                          resolve(library, "nvmlDeviceGetHandleByPciBusId_v2", loaded.handle_by_pci_bus_id) &&
-                          resolve(library, "nvmlDeviceGetClockInfo", loaded.clock_info) &&
-                          resolve(library, "nvmlDeviceGetTemperature", loaded.temperature) &&
-                          resolve(library, "nvmlDeviceGetFieldValues", loaded.field_values);
+    const bool complete = load_symbol(library, "nvmlInit_v2", loaded.init) &&
+                          load_symbol(library, "nvmlErrorString", loaded.error_string) &&
+                          load_symbol(library, "nvmlDeviceGetHandleByPciBusId_v2", loaded.handle_by_pci_bus_id) &&
+                          load_symbol(library, "nvmlDeviceGetClockInfo", loaded.clock_info) &&
+                          load_symbol(library, "nvmlDeviceGetTemperature", loaded.temperature) &&
+                          load_symbol(library, "nvmlDeviceGetFieldValues", loaded.field_values);
     if (!complete) {
       failure = "libnvidia-ml.so.1 lacks an entry point this build uses";
       return nullptr;
     }
     // Drivers from R535 on name it "event"; older ones only "throttle".
-    if (!resolve(library, "nvmlDeviceGetCurrentClocksEventReasons", loaded.clock_event_reasons))
-      resolve(library, "nvmlDeviceGetCurrentClocksThrottleReasons", loaded.clock_event_reasons);
+    if (!load_symbol(library, "nvmlDeviceGetCurrentClocksEventReasons", loaded.clock_event_reasons))
+      load_symbol(library, "nvmlDeviceGetCurrentClocksThrottleReasons", loaded.clock_event_reasons);
     if (const NvmlReturn result = loaded.init(); result != kNvmlSuccess) {
       failure = std::string("nvmlInit_v2: ") + loaded.error_string(result);
       return nullptr;
