@@ -90,7 +90,7 @@ EpilogueGemm::Plan* EpilogueGemm::plan_for(Epilogue epilogue, cudaDataType_t typ
   CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&plan.d_layout, type, m, n, m));
   plan.sizing = size_for(plan, multiprocessor_target_);
   if (plan.sizing.usable && choice_ == AlgorithmChoice::timed && multiprocessor_target_ == 0)
-    plan.fewer = size_for(plan, device_multiprocessors_ - kFewerMultiprocessors);
+    plan.fewer = size_for(plan, device_multiprocessors_ - kTimedGemmFewerMultiprocessors);
   plans_.push_back(plan);
   return plans_.back().sizing.usable ? &plans_.back() : nullptr;
 }

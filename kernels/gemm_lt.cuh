@@ -27,10 +27,10 @@
 // DGELU GEMM on an H200 it offers a single algorithm sized for all 132 multiprocessors,
 // an sm80 kernel, and for 128 an sm90 kernel that takes 0.60 of its time
 // (docs/performance-notes.md, change 45). With AlgorithmChoice::timed, each plan sized for
-// the whole device also asks for an algorithm sized for kFewerMultiprocessors fewer, and
-// its first call times both on that call's own operands (each overwrites its outputs from
-// inputs it does not change). The fewer-multiprocessor one is kept only where it is
-// kTimedGemmRequiredGainPercent (config/run_config.h) faster: back-to-back timing misleads
+// the whole device also asks for an algorithm sized for kTimedGemmFewerMultiprocessors
+// fewer (config/run_config.h), and its first call times both on that call's own operands
+// (each overwrites its outputs from inputs it does not change). The fewer-multiprocessor
+// one is kept only where it is kTimedGemmRequiredGainPercent faster: back-to-back timing misleads
 // by more than the few per cent that separate most candidates (change 19, and change 45's
 // first attempt, which kept any of the heuristic's first sixteen that timed 10 % faster
 // and made GPT-2 small's step 2 ms longer). The call's results are the kept algorithm's.
@@ -54,9 +54,6 @@ class EpilogueGemm {
  public:
   // The cuBLASLt workspace this object allocates.
   static constexpr size_t kWorkspaceBytes = size_t{32} << 20;
-  // A timed choice's other sizing: this many multiprocessors fewer than the device has,
-  // the sizing that the overlapped lane's 4 CTAs leave (CudaOps::reserve_multiprocessors).
-  static constexpr int kFewerMultiprocessors = 4;
 
   explicit EpilogueGemm(AlgorithmChoice choice = AlgorithmChoice::heuristic);
   ~EpilogueGemm();

@@ -135,7 +135,8 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
        "fp32, bf16 or fp16 (the last two cuda only); auto: bf16 on cuda, fp32 on cpu")
       ("gemm-algos", po::value(&raw.gemm_algos)->default_value(raw.gemm_algos),
        ("how cuda picks the algorithm of each cuBLASLt GEMM with an epilogue (bf16 and fp16): timed (cuBLASLt's "
-        "first for the whole device, or its first for 4 multiprocessors fewer where that runs " +
+        "first for the whole device, or its first for " + std::to_string(kTimedGemmFewerMultiprocessors) +
+        " multiprocessors fewer where that runs " +
         std::to_string(kTimedGemmRequiredGainPercent) +
         "% faster, both timed in the step that first runs the GEMM's shape; another run may choose otherwise "
         "where a gain is within timing noise of that) or heuristic (cuBLASLt's first, the same bits on every "

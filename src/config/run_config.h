@@ -19,16 +19,20 @@ enum class CommEngine { sm, copy };
 // run, or also the heuristic's first for fewer multiprocessors where it times clearly
 // faster in the run's first step (kernels/gemm_lt.cuh).
 enum class GemmAlgos { heuristic, timed };
-// How much faster a timed GEMM sized for fewer multiprocessors must run than cuBLASLt's
-// first for the whole device, to be kept (per cent): above the 10-17 % by which
-// back-to-back timing favoured algorithms that did not shorten GPT-2 small's step
-// (changes 19 and 45), below the 40 % that GPT-2 medium's DGELU GEMM gains (change 45).
-inline constexpr int kTimedGemmRequiredGainPercent = 25;
 
 // --overlapped-ctas auto on cuda with NCCL's kernels and overlap: the fastest 2-GPU step
 // of those measured (docs/performance-notes.md, change 20).
 inline constexpr int kAutoOverlappedCtas = 4;
 inline constexpr int kMaxOverlappedCtas = 64;
+
+// How much faster a timed GEMM sized for fewer multiprocessors must run than cuBLASLt's
+// first for the whole device, to be kept (per cent): above the 10-17 % by which
+// back-to-back timing favoured algorithms that did not shorten GPT-2 small's step
+// (changes 19 and 45), below the 40 % that GPT-2 medium's DGELU GEMM gains (change 45).
+inline constexpr int kTimedGemmRequiredGainPercent = 25;
+// A timed GEMM's other sizing: this many multiprocessors fewer than the device has, the
+// sizing that the overlapped lane's CTAs leave (CudaOps::reserve_multiprocessors).
+inline constexpr int kTimedGemmFewerMultiprocessors = kAutoOverlappedCtas;
 
 // --overlap-after auto for ddp with overlap: the shorter 2-GPU step for GPT-2 small and,
 // once its DGELU GEMM no longer ran an sm80 kernel while unreserved, for GPT-2 medium too
