@@ -116,13 +116,13 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
        "auto: 4 on cuda with --comm-engine sm and --overlap on (docs/performance-notes.md, changes 20 and 24), "
        "else 0")
       ("overlap-after", po::value(&raw.overlap_after)->default_value(raw.overlap_after),
-       "with --overlap on, ddp: the share of the gradients (0 to 1, by elements) that backward finishes before "
+       "with --overlap on: the share of the gradients (0 to 1, by elements) that backward finishes before "
        "the first bucket starts; the buckets finished by then start together, and each later one as soon as "
        "it is finished. 0: every bucket as soon as it is finished. On power-capped GPUs, communication beside "
        "compute costs clock in the whole step; started later it costs less, at the risk of a longer tail. "
-       "zero2 takes only 0: it reduces each bucket as it fills, to keep its gradients sharded. auto: 0.5 for "
-       "ddp with --overlap on, else 0; on 2 H200s 0.5 made GPT-2 small's and (with --gemm-algos timed) GPT-2 "
-       "medium's steps shorter (docs/performance-notes.md, changes 43 and 45)")
+       "zero2 keeps the held buckets' gradients unsharded until they start: about this share of a full fp32 "
+       "gradient more memory. auto: 0.5 for ddp with --overlap on, else 0; on 2 H200s 0.5 made GPT-2 small's "
+       "and (with --gemm-algos timed) GPT-2 medium's steps shorter (docs/performance-notes.md, changes 43 and 45)")
       ("check-every", po::value(&c.check_every)->default_value(c.check_every),
        "compare a parameter checksum across ranks every N steps; 0 = never")
       ("comm-timeout", po::value(&c.comm_timeout_s)->default_value(c.comm_timeout_s),
@@ -336,9 +336,6 @@ void resolve_and_validate(RunConfig& c, const RawOptions& raw) {
     c.overlap_after = parse_fraction("overlap-after", raw.overlap_after);
     if (c.overlap_after > 0 && !c.overlap)
       bad_value("overlap-after", raw.overlap_after, "needs --overlap on (without it one collective follows backward)");
-    if (c.overlap_after > 0 && c.strategy == Strategy::zero2)
-      bad_value("overlap-after", raw.overlap_after,
-                "applies to ddp; zero2 reduces each bucket as it fills, to keep its gradients sharded");
   }
   if (c.check_every < 0) bad_value("check-every", text(c.check_every), "must not be negative");
   require_positive("comm-timeout", c.comm_timeout_s);

@@ -84,7 +84,7 @@ struct RunConfig {
   Precision grad_reduce = Precision::fp32;  // what gradients cross ranks in: fp32 or bf16
   CommEngine comm_engine = CommEngine::sm;
   int overlapped_ctas = 0;     // cuda: CTAs of the overlapped buckets' NCCL kernels; 0 = NCCL's choice
-  double overlap_after = 0.0;  // ddp+overlap: share of the gradients final before any bucket starts
+  double overlap_after = 0.0;  // with overlap: share of the gradients final before any bucket starts
   int check_every = 0;         // replica checksum every N steps; 0 = never
   double comm_timeout_s = 300.0;
 

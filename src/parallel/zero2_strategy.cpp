@@ -10,7 +10,8 @@ namespace scalestudy {
 Zero2Strategy::Zero2Strategy(const RunConfig& config, Ops& ops, Communicator& comm, Gpt& model,
                              const BucketPlan& plan)
     : config_(config), ops_(ops), comm_(comm), model_(model), plan_(plan),
-      rank_(comm.rank()) {
+      rank_(comm.rank()),
+      hold_until_elems_(static_cast<size_t>((1.0 - config.overlap_after) * static_cast<double>(plan.padded_elems))) {
   SCALESTUDY_CHECK(plan_.world_size == comm.world_size(), "bucket plan for another world size");
   const size_t shard = plan_.shard_elems();
   shard_grads_ = ops_.allocate_floats(shard, MemoryKind::gradients);
@@ -174,6 +175,9 @@ void Zero2Strategy::segment_done_from(int segment, size_t offset_elems) {
   SCALESTUDY_CHECK(lo < hi, "segment parts must be reported from the segment's end down");
   reported_segment_ = offset_elems == 0 ? -1 : segment;
   reported_from_elems_ = lo;
+  // The buckets held so far all start in this report, beside each other: bounding them
+  // by kMaxBucketsInFlight would make backward wait for them.
+  const bool releasing_held = lo <= hold_until_elems_ && hi > hold_until_elems_ && config_.overlap_after > 0;
   // Without overlap each reduction is waited for at once.
   LaneScope lane(comm_, config_.overlap ? lane_after_segment(layout, segment, offset_elems) : CommLane::awaited);
   // From the top bucket down, so each bucket that this part completes is started before
@@ -189,8 +193,10 @@ void Zero2Strategy::segment_done_from(int segment, size_t offset_elems) {
                   to - from);
     }
     // Gradients finish from the end of the buffer down: everything from here up is final.
-    if (b == next_bucket_ && bucket.begin_elems >= lo) {
-      start_reduce(b);
+    // Until backward has finished the --overlap-after share, final buckets wait in their
+    // staging; the report that finishes it starts them all, from the top down.
+    if (b == next_bucket_ && bucket.begin_elems >= lo && lo <= hold_until_elems_) {
+      start_reduce(b, releasing_held);
       --next_bucket_;
     }
   }
@@ -200,7 +206,7 @@ void Zero2Strategy::segment_done_from(int segment, size_t offset_elems) {
                           scratch_ranges_.end());
 }
 
-void Zero2Strategy::start_reduce(int b) {
+void Zero2Strategy::start_reduce(int b, bool unbounded) {
   BucketState& state = buckets_[b];
   staging_for(b);  // taken here for a bucket of padding only
   // The first micro-batch's reduced chunk is the shard's; later ones are added to it.
@@ -219,6 +225,7 @@ void Zero2Strategy::start_reduce(int b) {
     complete_reduce(b);
     return;
   }
+  if (unbounded) return;
   while (reducing_.size() > kMaxBucketsInFlight) complete_reduce(reducing_.front());
 }
 

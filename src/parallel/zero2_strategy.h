@@ -76,7 +76,8 @@ class Zero2Strategy final : public GradientStrategy {
   int bucket_of(size_t elem) const;
   // The bucket's staging for this micro-batch, taken (and its padding zeroed) on first use.
   float* staging_for(int bucket);
-  void start_reduce(int bucket);
+  // unbounded: leaves more than kMaxBucketsInFlight in flight (the held buckets' release).
+  void start_reduce(int bucket, bool unbounded = false);
   // Zeroes the part of a bucket's staging that lies beyond the model's parameters.
   void zero_bucket_padding(int bucket, float* staging);
   void complete_reduce(int bucket);
@@ -90,6 +91,8 @@ class Zero2Strategy final : public GradientStrategy {
   Gpt& model_;
   BucketPlan plan_;
   int rank_ = 0;
+  // --overlap-after: no bucket is reduced until backward's gradients are final from here up.
+  size_t hold_until_elems_ = 0;
 
   float* shard_grads_ = nullptr;
   float* m_ = nullptr;

@@ -80,7 +80,7 @@ class LaneReportingCommunicator final : public ForwardingCommunicator {
 // reported_multiprocessors >= 0 overrides the communicator's overlapped_lane_multiprocessors.
 GpuRun train_on_gpus(const std::string& strategy, const std::string& overlap, Precision precision = Precision::fp32,
                      Precision grad_reduce = Precision::fp32, CommEngine engine = CommEngine::sm,
-                     int overlapped_ctas = 0, int reported_multiprocessors = -1) {
+                     int overlapped_ctas = 0, int reported_multiprocessors = -1, double overlap_after = 0.0) {
   const ProcessPlacement where = discover_placement(MPI_COMM_WORLD);
   RunConfig config = make_config("cuda", strategy, overlap, precision_name(precision));
   // The GEMMs pick their algorithms as a run with the default --gemm-algos does.
@@ -91,6 +91,7 @@ GpuRun train_on_gpus(const std::string& strategy, const std::string& overlap, Pr
   config.grad_reduce = grad_reduce;
   config.comm_engine = engine;
   config.overlapped_ctas = overlapped_ctas;
+  config.overlap_after = overlap_after;
   Trainer trainer(config, ops, comm, MPI_COMM_WORLD);
   GpuRun run;
   run.initial = trainer.parameters_on_host();
@@ -202,6 +203,23 @@ TEST(NcclStrategies, OverlappedLaneTrainsBitForBitAsOneLane) {
     for (size_t i = 0; i < one.final.size(); ++i) differing += two.final[i] != one.final[i];
     EXPECT_EQ(differing, 0u) << strategy << " overlap on, --overlapped-ctas 2: parameters that differ";
   }
+}
+
+// --overlap-after changes when the buckets start, not what they sum: with no overlapped
+// lane every GEMM keeps the whole GPU either way, so training is bit for bit the same.
+TEST(NcclStrategies, HeldBucketsTrainBitForBitAsUnheld) {
+  if (!have_two_gpus()) GTEST_SKIP() << "needs 2 ranks with a visible GPU each: multi-GPU tests skipped";
+  for (const std::string strategy : {"ddp", "zero2"})
+    for (const Precision precision : {Precision::fp32, Precision::bf16}) {
+      const std::vector<float> unheld = train_on_gpus(strategy, "on", precision).final;
+      const std::vector<float> held =
+          train_on_gpus(strategy, "on", precision, Precision::fp32, CommEngine::sm, 0, -1, 0.5).final;
+      ASSERT_EQ(held.size(), unheld.size());
+      size_t differing = 0;
+      for (size_t i = 0; i < held.size(); ++i) differing += held[i] != unheld[i];
+      EXPECT_EQ(differing, 0u) << strategy << " overlap on, " << precision_name(precision)
+                               << ", --overlap-after 0.5: parameters that differ";
+    }
 }
 
 // --grad-reduce bf16 on 2 GPUs against the fp32 CPU reference, with the bounds (and

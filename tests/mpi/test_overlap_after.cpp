@@ -1,10 +1,13 @@
-// ddp with --overlap on and --overlap-after F (docs/performance-notes.md, change 43): no
+// --overlap on with --overlap-after F (docs/performance-notes.md, changes 43 and 46): no
 // bucket starts until backward has finished the top F share of the gradient buffer; then
-// every bucket finished so far starts, and each later one as soon as it is finished. When
-// a bucket starts changes nothing that is summed. Run by ctest at 1, 2, 3 and 4 ranks.
+// every bucket finished so far starts, and each later one as soon as it is finished. ddp
+// holds its buckets in the gradient buffer, zero2 in their staging. When a bucket starts
+// changes nothing that is summed. Run by ctest at 1, 2, 3 and 4 ranks.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <functional>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -15,6 +18,7 @@
 #include "model/gpt.h"
 #include "parallel/bucket_plan.h"
 #include "parallel/ddp_strategy.h"
+#include "parallel/zero2_strategy.h"
 #include "train/trainer.h"
 #include "cpu_training.h"
 #include "train_args.h"
@@ -22,7 +26,8 @@
 namespace scalestudy {
 namespace {
 
-// Records where each gradient allreduce begins, as an offset into the gradient buffer.
+// Records where each gradient collective begins: ddp's allreduce buffer, or the shard
+// chunk that zero2's first micro-batch reduce-scatters into.
 class StartRecordingCommunicator final : public ForwardingCommunicator {
  public:
   explicit StartRecordingCommunicator(Communicator& inner) : ForwardingCommunicator(inner) {}
@@ -30,14 +35,21 @@ class StartRecordingCommunicator final : public ForwardingCommunicator {
     if (phase == "grad-comm") started.push_back(buffer);
     return ForwardingCommunicator::start_allreduce(buffer, elems, phase);
   }
+  CommHandle start_reduce_scatter(const float* send, float* recv, size_t recv_elems,
+                                  const std::string& phase) override {
+    if (phase == "grad-comm") started.push_back(recv);
+    return ForwardingCommunicator::start_reduce_scatter(send, recv, recv_elems, phase);
+  }
   std::vector<const float*> started;
 };
 
-RunConfig make_config(const std::string& overlap_after, int layers) {
+RunConfig make_config(const std::string& strategy, const std::string& overlap_after, int layers,
+                      int grad_accum = 1) {
   // Buckets of 0.01 MiB: several per block of the tiny model.
   return parse_train_options({"--model", "tiny", "--layers", std::to_string(layers), "--seq", "16",
-                              "--global-batch", "24", "--steps", "3", "--warmup-steps", "0", "--strategy", "ddp",
-                              "--overlap", "on", "--bucket-mb", "0.01", "--overlap-after", overlap_after});
+                              "--global-batch", "24", "--grad-accum", std::to_string(grad_accum), "--steps", "3",
+                              "--warmup-steps", "0", "--strategy", strategy, "--overlap", "on", "--bucket-mb",
+                              "0.01", "--overlap-after", overlap_after});
 }
 
 // Backward's reports, in the order the model makes them: the final norm, the blocks from
@@ -62,60 +74,135 @@ std::vector<Report> backward_reports(const ParameterLayout& layout, const Gradie
 }
 
 TEST(OverlapAfter, BucketsWaitForTheShareThenStartAsTheyFinish) {
-  for (const char* overlap_after : {"0", "0.3", "0.5", "0.8", "0.99"}) {
-    RunConfig config = make_config(overlap_after, 4);
-    CpuOps ops;
-    MpiCommunicator mpi(MPI_COMM_WORLD, 120.0);
-    StartRecordingCommunicator comm(mpi);
-    resolve_batch_for_world(config, comm.world_size());
-    const ParameterLayout layout = make_parameter_layout(config.shape);
-    const BucketPlan plan = make_bucket_plan(layout.param_elems, config.bucket_mb * 1024.0 * 1024.0,
-                                             comm.world_size(), layout.segments[layout.embedding_segment()].end_elems);
-    ASSERT_GE(plan.buckets.size(), 8u) << "the test needs buckets throughout the buffer";
-    Gpt model(ops, config.shape, config.micro_batch(), config.seq, plan.padded_elems);
-    DdpStrategy ddp(config, ops, comm, model, plan);
-    const size_t hold_until_elems =
-        static_cast<size_t>((1.0 - config.overlap_after) * static_cast<double>(plan.padded_elems));
-
-    ddp.begin_micro_batch(0, 1);
-    bool held_some = false;
-    std::set<size_t> all_started;  // bucket offsets started so far in this backward
-    for (const Report& report : backward_reports(layout, ddp)) {
-      comm.started.clear();
-      ddp.segment_done_from(report.segment, report.offset_elems);
-      std::set<size_t> started;
-      for (const float* buffer : comm.started) started.insert(static_cast<size_t>(buffer - ddp.gradients()));
-      const std::string label = std::string("--overlap-after ") + overlap_after + ", gradients final from " +
-                                std::to_string(report.final_from_elems) + " of " +
-                                std::to_string(plan.padded_elems);
-      if (report.final_from_elems > hold_until_elems) {
-        EXPECT_TRUE(started.empty()) << label << ": a bucket started before the share was finished";
-        held_some = true;
-        continue;
+  for (const char* strategy : {"ddp", "zero2"})
+    for (const char* overlap_after : {"0", "0.3", "0.5", "0.8", "0.99"}) {
+      RunConfig config = make_config(strategy, overlap_after, 4);
+      CpuOps ops;
+      MpiCommunicator mpi(MPI_COMM_WORLD, 120.0);
+      StartRecordingCommunicator comm(mpi);
+      resolve_batch_for_world(config, comm.world_size());
+      const ParameterLayout layout = make_parameter_layout(config.shape);
+      const BucketPlan plan = make_bucket_plan(layout.param_elems, config.bucket_mb * 1024.0 * 1024.0,
+                                               comm.world_size(), layout.segments[layout.embedding_segment()].end_elems);
+      ASSERT_GE(plan.buckets.size(), 8u) << "the test needs buckets throughout the buffer";
+      Gpt model(ops, config.shape, config.micro_batch(), config.seq, plan.padded_elems);
+      std::unique_ptr<GradientStrategy> gradients;
+      // Where a recorded start lies in the gradient buffer: ddp's buffer is the whole of it;
+      // zero2's shard holds chunk b of every bucket at begin_elems / world_size.
+      std::function<size_t(const float*)> bucket_begin;
+      if (config.strategy == Strategy::ddp) {
+        auto ddp = std::make_unique<DdpStrategy>(config, ops, comm, model, plan);
+        const float* base = ddp->gradients();
+        bucket_begin = [base](const float* p) { return static_cast<size_t>(p - base); };
+        gradients = std::move(ddp);
+      } else {
+        auto zero2 = std::make_unique<Zero2Strategy>(config, ops, comm, model, plan);
+        const float* base = zero2->shard_gradients();
+        const size_t world = static_cast<size_t>(comm.world_size());
+        bucket_begin = [base, world](const float* p) { return static_cast<size_t>(p - base) * world; };
+        gradients = std::move(zero2);
       }
-      // Every bucket wholly final by now has started, in this report or an earlier one.
-      size_t expected_new = 0;
-      for (const Bucket& bucket : plan.buckets)
-        if (bucket.begin_elems >= report.final_from_elems && !all_started.count(bucket.begin_elems)) {
-          ++expected_new;
-          EXPECT_TRUE(started.count(bucket.begin_elems)) << label << ": bucket at " << bucket.begin_elems;
+      const size_t hold_until_elems =
+          static_cast<size_t>((1.0 - config.overlap_after) * static_cast<double>(plan.padded_elems));
+
+      gradients->begin_micro_batch(0, 1);
+      bool held_some = false;
+      std::set<size_t> all_started;  // bucket offsets started so far in this backward
+      for (const Report& report : backward_reports(layout, *gradients)) {
+        comm.started.clear();
+        // zero2 stages a segment's gradients from when backward begins it.
+        gradients->begin_segment(report.segment);
+        gradients->segment_done_from(report.segment, report.offset_elems);
+        std::set<size_t> started;
+        for (const float* buffer : comm.started) started.insert(bucket_begin(buffer));
+        const std::string label = std::string(strategy) + " --overlap-after " + overlap_after +
+                                  ", gradients final from " + std::to_string(report.final_from_elems) + " of " +
+                                  std::to_string(plan.padded_elems);
+        if (report.final_from_elems > hold_until_elems) {
+          EXPECT_TRUE(started.empty()) << label << ": a bucket started before the share was finished";
+          held_some = true;
+          continue;
         }
-      EXPECT_EQ(started.size(), expected_new) << label << ": buckets not yet final started";
-      all_started.insert(started.begin(), started.end());
+        // Every bucket wholly final by now has started, in this report or an earlier one.
+        size_t expected_new = 0;
+        for (const Bucket& bucket : plan.buckets)
+          if (bucket.begin_elems >= report.final_from_elems && !all_started.count(bucket.begin_elems)) {
+            ++expected_new;
+            EXPECT_TRUE(started.count(bucket.begin_elems)) << label << ": bucket at " << bucket.begin_elems;
+          }
+        EXPECT_EQ(started.size(), expected_new) << label << ": buckets not yet final started";
+        all_started.insert(started.begin(), started.end());
+      }
+      EXPECT_EQ(all_started.size(), plan.buckets.size()) << strategy << " " << overlap_after << ": buckets never started";
+      EXPECT_EQ(held_some, config.overlap_after > 0) << strategy << " " << overlap_after;
+      gradients->finish_gradient_sync();
     }
-    EXPECT_EQ(all_started.size(), plan.buckets.size()) << overlap_after << ": buckets never started";
-    EXPECT_EQ(held_some, config.overlap_after > 0) << overlap_after;
-    ddp.finish_gradient_sync();
-  }
 }
 
-// The same buckets are summed the same way, whenever they start: bit-identical training.
+// The same buckets are summed the same way, whenever they start: bit-identical training,
+// over two micro-batches too (zero2 reduces each one's buckets).
 TEST(OverlapAfter, TrainsBitIdenticallyWheneverTheBucketsStart) {
-  const std::vector<float> reference = train_on_cpu(make_config("0", 2));
-  for (const char* overlap_after : {"0.5", "0.9"}) {
-    const std::vector<float> held = train_on_cpu(make_config(overlap_after, 2));
-    ASSERT_EQ(held.size(), reference.size());
-    EXPECT_EQ(count_differing(held, reference), 0u) << "--overlap-after " << overlap_after << ": parameters that differ from 0";
+  for (const char* strategy : {"ddp", "zero2"})
+    for (int grad_accum : {1, 2}) {
+      const std::vector<float> reference = train_on_cpu(make_config(strategy, "0", 2, grad_accum));
+      for (const char* overlap_after : {"0.5", "0.9"}) {
+        const std::vector<float> held = train_on_cpu(make_config(strategy, overlap_after, 2, grad_accum));
+        ASSERT_EQ(held.size(), reference.size());
+        EXPECT_EQ(count_differing(held, reference), 0u)
+            << strategy << " --grad-accum " << grad_accum << " --overlap-after " << overlap_after
+            << ": parameters that differ from 0";
+      }
+    }
+}
+
+// zero2 pays for the hold in staging: the held buckets' gradients are all staged at once
+// when they start, and the memory report counts them.
+TEST(OverlapAfter, Zero2StagesTheHeldBucketsAndReportsThem) {
+  const int world = [] {
+    int size = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    return size;
+  }();
+  for (const char* overlap_after : {"0", "0.5", "0.9"}) {
+    const RunConfig config = make_config("zero2", overlap_after, 8);
+    CpuOps ops;
+    MpiCommunicator comm(MPI_COMM_WORLD, 120.0);
+    Trainer trainer(config, ops, comm, MPI_COMM_WORLD);
+    trainer.run(nullptr);
+    const BucketPlan& plan = trainer.plan();
+    const size_t hold_until_elems =
+        static_cast<size_t>((1.0 - config.overlap_after) * static_cast<double>(plan.padded_elems));
+    // The held buckets start in the first report that makes the gradients final below the
+    // share; until then each one that is final waits in its staging. The embeddings'
+    // buckets take none (they are staged in the embedding scratch).
+    const ParameterLayout layout = make_parameter_layout(config.shape);
+    size_t release_from = 0;
+    for (const Report& report : backward_reports(layout, trainer.strategy()))
+      if (report.final_from_elems <= hold_until_elems) {
+        release_from = report.final_from_elems;
+        break;
+      }
+    const size_t embedding_chunks_end = plan.round_up_to_chunks(layout.segments[layout.embedding_segment()].end_elems);
+    size_t held = 0, staged_at_release = 0;
+    for (const Bucket& bucket : plan.buckets) {
+      if (bucket.begin_elems < embedding_chunks_end) continue;
+      held += bucket.begin_elems > hold_until_elems;
+      staged_at_release += bucket.end_elems > release_from;
+    }
+    const size_t staging_bytes = plan.bucket_elems * sizeof(float);
+    const size_t received_bytes = plan.bucket_elems / world * sizeof(float);
+    const size_t communication_bytes = trainer.strategy().memory().communication_bytes;
+    const std::string label = std::string("--overlap-after ") + overlap_after + ", " + std::to_string(held) +
+                              " of " + std::to_string(plan.buckets.size()) + " buckets held";
+    EXPECT_GE(communication_bytes, held * staging_bytes) << label << ": the held buckets' staging is not reported";
+    EXPECT_LE(communication_bytes,
+              (staged_at_release + Zero2Strategy::kMaxBucketsInFlight + Zero2Strategy::kMaxBucketsFilled) *
+                  (staging_bytes + received_bytes))
+        << label;
+    EXPECT_EQ(ops.allocated_bytes(MemoryKind::communication), communication_bytes) << label;
+    if (config.overlap_after >= 0.5) {
+      EXPECT_GE(held, plan.buckets.size() / 3) << label << ": the test holds too little";
+    }
   }
 }
 
