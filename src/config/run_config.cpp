@@ -121,8 +121,9 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
        "it is finished. 0: every bucket as soon as it is finished. On power-capped GPUs, communication beside "
        "compute costs clock in the whole step; started later it costs less, at the risk of a longer tail. "
        "zero2 keeps the held buckets' gradients unsharded until they start: about this share of a full fp32 "
-       "gradient more memory. auto: 0.5 for ddp with --overlap on, else 0; on 2 H200s 0.5 made GPT-2 small's "
-       "and (with --gemm-algos timed) GPT-2 medium's steps shorter (docs/performance-notes.md, changes 43 and 45)")
+       "gradient more memory. auto: with --overlap on 0.5, for zero2 on N ranks at most 1/N (the held "
+       "gradients never exceed its shard), else 0; on 2 H200s 0.5 made GPT-2 small's step shorter with both "
+       "strategies, and GPT-2 medium's with ddp (docs/performance-notes.md, changes 43, 45 and 46)")
       ("check-every", po::value(&c.check_every)->default_value(c.check_every),
        "compare a parameter checksum across ranks every N steps; 0 = never")
       ("comm-timeout", po::value(&c.comm_timeout_s)->default_value(c.comm_timeout_s),
@@ -331,7 +332,9 @@ void resolve_and_validate(RunConfig& c, const RawOptions& raw) {
       bad_value("overlapped-ctas", raw.overlapped_ctas, "needs --overlap on (without it compute waits for every collective)");
   }
   if (raw.overlap_after == "auto") {
-    c.overlap_after = c.strategy == Strategy::ddp && c.overlap ? kAutoOverlapAfter : 0.0;
+    // zero2's share also depends on the world size: resolve_for_world bounds it.
+    c.overlap_after = c.overlap ? kAutoOverlapAfter : 0.0;
+    c.overlap_after_auto = true;
   } else {
     c.overlap_after = parse_fraction("overlap-after", raw.overlap_after);
     if (c.overlap_after > 0 && !c.overlap)
@@ -442,8 +445,12 @@ std::string train_help() {
   return out.str();
 }
 
-void resolve_batch_for_world(RunConfig& c, int world_size) {
+void resolve_for_world(RunConfig& c, int world_size) {
   c.world_size = world_size;
+  // zero2 stages the held buckets' gradients unsharded: at most one shard's worth of them,
+  // so that its gradient memory still shrinks with the world.
+  if (c.overlap_after_auto && c.strategy == Strategy::zero2)
+    c.overlap_after = std::min(c.overlap_after, 1.0 / static_cast<double>(world_size));
   if (c.scaling == Scaling::strong) {
     if (c.global_batch % world_size != 0)
       bad_value("global-batch", text(c.global_batch),

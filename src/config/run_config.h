@@ -34,9 +34,10 @@ inline constexpr int kTimedGemmRequiredGainPercent = 25;
 // sizing that the overlapped lane's CTAs leave (CudaOps::reserve_multiprocessors).
 inline constexpr int kTimedGemmFewerMultiprocessors = kAutoOverlappedCtas;
 
-// --overlap-after auto for ddp with overlap: the shorter 2-GPU step for GPT-2 small and,
-// once its DGELU GEMM no longer ran an sm80 kernel while unreserved, for GPT-2 medium too
-// (docs/performance-notes.md, changes 43 and 45).
+// --overlap-after auto with overlap: the shorter 2-GPU step for GPT-2 small with ddp and
+// zero2 and, once its DGELU GEMM no longer ran an sm80 kernel while unreserved, for GPT-2
+// medium with ddp (docs/performance-notes.md, changes 43, 45 and 46). zero2 on N ranks
+// holds at most 1/N (resolve_for_world).
 inline constexpr double kAutoOverlapAfter = 0.5;
 
 // --gpu-telemetry-ms auto on cuda: about ten samples of GPT-2 small's step on an H200.
@@ -85,6 +86,7 @@ struct RunConfig {
   CommEngine comm_engine = CommEngine::sm;
   int overlapped_ctas = 0;     // cuda: CTAs of the overlapped buckets' NCCL kernels; 0 = NCCL's choice
   double overlap_after = 0.0;  // with overlap: share of the gradients final before any bucket starts
+  bool overlap_after_auto = false;  // --overlap-after auto: resolve_for_world bounds zero2's share
   int check_every = 0;         // replica checksum every N steps; 0 = never
   double comm_timeout_s = 300.0;
 
@@ -125,9 +127,9 @@ bool parse_train_config(int argc, const char* const* argv, RunConfig& config);
 // The --help text of `scalestudy train`.
 std::string train_help();
 
-// Checks the combinations that depend on the world size (divisibility of the global
-// batch). Throws UsageError naming the option and value.
-void resolve_batch_for_world(RunConfig& config, int world_size);
+// Resolves what depends on the world size: the batch (checking that the global batch
+// divides), and zero2's --overlap-after auto. Throws UsageError naming the option and value.
+void resolve_for_world(RunConfig& config, int world_size);
 
 // Every resolved field as (name, value) text pairs, in declaration order: printed at
 // start, stored in result files, and hashed to prove every rank runs the same config.

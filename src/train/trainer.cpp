@@ -17,7 +17,7 @@ Trainer::Trainer(const RunConfig& config, Ops& ops, Communicator& comm, MPI_Comm
   int control_size = 0;
   CHECK_MPI(MPI_Comm_size(control_, &control_size));
   SCALESTUDY_CHECK(control_size == comm_.world_size(), "the control communicator must hold the same ranks");
-  resolve_batch_for_world(config_, comm_.world_size());
+  resolve_for_world(config_, comm_.world_size());
   check_same_config(control_, config_hash(config_));
 
   data_ = make_token_source(config_.data, config_.shape.vocab, config_.seed, config_.token_file);

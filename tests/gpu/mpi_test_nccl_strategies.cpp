@@ -77,10 +77,11 @@ class LaneReportingCommunicator final : public ForwardingCommunicator {
   int reported_;
 };
 
-// reported_multiprocessors >= 0 overrides the communicator's overlapped_lane_multiprocessors.
+// reported_multiprocessors >= 0 overrides the communicator's overlapped_lane_multiprocessors;
+// overlap_after >= 0 overrides --overlap-after auto.
 GpuRun train_on_gpus(const std::string& strategy, const std::string& overlap, Precision precision = Precision::fp32,
                      Precision grad_reduce = Precision::fp32, CommEngine engine = CommEngine::sm,
-                     int overlapped_ctas = 0, int reported_multiprocessors = -1, double overlap_after = 0.0) {
+                     int overlapped_ctas = 0, int reported_multiprocessors = -1, double overlap_after = -1.0) {
   const ProcessPlacement where = discover_placement(MPI_COMM_WORLD);
   RunConfig config = make_config("cuda", strategy, overlap, precision_name(precision));
   // The GEMMs pick their algorithms as a run with the default --gemm-algos does.
@@ -91,7 +92,10 @@ GpuRun train_on_gpus(const std::string& strategy, const std::string& overlap, Pr
   config.grad_reduce = grad_reduce;
   config.comm_engine = engine;
   config.overlapped_ctas = overlapped_ctas;
-  config.overlap_after = overlap_after;
+  if (overlap_after >= 0) {
+    config.overlap_after = overlap_after;
+    config.overlap_after_auto = false;
+  }
   Trainer trainer(config, ops, comm, MPI_COMM_WORLD);
   GpuRun run;
   run.initial = trainer.parameters_on_host();
@@ -211,7 +215,8 @@ TEST(NcclStrategies, HeldBucketsTrainBitForBitAsUnheld) {
   if (!have_two_gpus()) GTEST_SKIP() << "needs 2 ranks with a visible GPU each: multi-GPU tests skipped";
   for (const std::string strategy : {"ddp", "zero2"})
     for (const Precision precision : {Precision::fp32, Precision::bf16}) {
-      const std::vector<float> unheld = train_on_gpus(strategy, "on", precision).final;
+      const std::vector<float> unheld =
+          train_on_gpus(strategy, "on", precision, Precision::fp32, CommEngine::sm, 0, -1, 0.0).final;
       const std::vector<float> held =
           train_on_gpus(strategy, "on", precision, Precision::fp32, CommEngine::sm, 0, -1, 0.5).final;
       ASSERT_EQ(held.size(), unheld.size());

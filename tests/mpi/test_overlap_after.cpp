@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <set>
@@ -80,7 +81,7 @@ TEST(OverlapAfter, BucketsWaitForTheShareThenStartAsTheyFinish) {
       CpuOps ops;
       MpiCommunicator mpi(MPI_COMM_WORLD, 120.0);
       StartRecordingCommunicator comm(mpi);
-      resolve_batch_for_world(config, comm.world_size());
+      resolve_for_world(config, comm.world_size());
       const ParameterLayout layout = make_parameter_layout(config.shape);
       const BucketPlan plan = make_bucket_plan(layout.param_elems, config.bucket_mb * 1024.0 * 1024.0,
                                                comm.world_size(), layout.segments[layout.embedding_segment()].end_elems);
@@ -163,12 +164,12 @@ TEST(OverlapAfter, Zero2StagesTheHeldBucketsAndReportsThem) {
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     return size;
   }();
-  for (const char* overlap_after : {"0", "0.5", "0.9"}) {
-    const RunConfig config = make_config("zero2", overlap_after, 8);
+  for (const char* overlap_after : {"0", "0.5", "0.9", "auto"}) {
     CpuOps ops;
     MpiCommunicator comm(MPI_COMM_WORLD, 120.0);
-    Trainer trainer(config, ops, comm, MPI_COMM_WORLD);
+    Trainer trainer(make_config("zero2", overlap_after, 8), ops, comm, MPI_COMM_WORLD);
     trainer.run(nullptr);
+    const RunConfig& config = trainer.config();
     const BucketPlan& plan = trainer.plan();
     const size_t hold_until_elems =
         static_cast<size_t>((1.0 - config.overlap_after) * static_cast<double>(plan.padded_elems));
@@ -200,6 +201,12 @@ TEST(OverlapAfter, Zero2StagesTheHeldBucketsAndReportsThem) {
                   (staging_bytes + received_bytes))
         << label;
     EXPECT_EQ(ops.allocated_bytes(MemoryKind::communication), communication_bytes) << label;
+    if (std::string(overlap_after) == "auto") {
+      // auto holds half the gradients, and on N ranks at most 1/N: no more than the shard.
+      EXPECT_EQ(config.overlap_after, std::min(kAutoOverlapAfter, 1.0 / world)) << label;
+      EXPECT_LE(held * staging_bytes, plan.shard_elems() * sizeof(float)) << label << ": held more than the shard";
+      EXPECT_GT(held, 0u) << label;
+    }
     if (config.overlap_after >= 0.5) {
       EXPECT_GE(held, plan.buckets.size() / 3) << label << ": the test holds too little";
     }

@@ -134,7 +134,18 @@ TEST(Config, BadInputNamesTheOptionAndValue) {
       << "zero2 holds its buckets too, at the price of their staging";
   EXPECT_EQ(parse({"--overlap", "on"}).overlap_after, kAutoOverlapAfter) << "auto, ddp with overlap";
   EXPECT_EQ(parse({}).overlap_after, 0.0) << "auto without overlap";
-  EXPECT_EQ(parse({"--overlap", "on", "--strategy", "zero2"}).overlap_after, 0.0) << "auto for zero2";
+  for (const int world : {1, 2, 4, 8}) {
+    RunConfig zero2 = parse({"--overlap", "on", "--strategy", "zero2"});
+    resolve_for_world(zero2, world);
+    EXPECT_EQ(zero2.overlap_after, std::min(kAutoOverlapAfter, 1.0 / world))
+        << "auto for zero2 on " << world << " ranks: at most one shard of gradients held";
+    RunConfig ddp = parse({"--overlap", "on"});
+    resolve_for_world(ddp, world);
+    EXPECT_EQ(ddp.overlap_after, kAutoOverlapAfter) << "auto for ddp on " << world << " ranks";
+    RunConfig chosen = parse({"--overlap", "on", "--strategy", "zero2", "--overlap-after", "0.75"});
+    resolve_for_world(chosen, world);
+    EXPECT_EQ(chosen.overlap_after, 0.75) << "a chosen share stays, on " << world << " ranks";
+  }
   EXPECT_EQ(parse({"--overlap", "on", "--overlap-after", "0"}).overlap_after, 0.0);
   EXPECT_EQ(parse({"--overlap", "on", "--overlap-after", "0.25"}).overlap_after, 0.25);
   EXPECT_EQ(parse({"--overlap-after", "0", "--strategy", "zero2"}).overlap_after, 0.0) << "0 asks for nothing";
@@ -201,17 +212,17 @@ TEST(Config, KernelProfileIsRefusedOnTheCpuAndItsWindowChecked) {
 
 TEST(Config, StrongScalingMustDivideOverTheWorld) {
   RunConfig c = parse({"--global-batch", "12"});
-  resolve_batch_for_world(c, 4);
+  resolve_for_world(c, 4);
   EXPECT_EQ(c.batch_per_rank, 3);
   RunConfig odd = parse({"--global-batch", "12"});
   try {
-    resolve_batch_for_world(odd, 5);
+    resolve_for_world(odd, 5);
     ADD_FAILURE() << "expected a UsageError";
   } catch (const UsageError& error) {
     EXPECT_NE(std::string(error.what()).find("--global-batch 12"), std::string::npos);
   }
   RunConfig accum = parse({"--batch-per-rank", "3", "--grad-accum", "2"});
-  EXPECT_THROW(resolve_batch_for_world(accum, 1), UsageError);
+  EXPECT_THROW(resolve_for_world(accum, 1), UsageError);
 }
 
 TEST(Config, HashSeesEveryOption) {
