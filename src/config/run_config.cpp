@@ -120,8 +120,8 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
        "the first bucket starts; the buckets finished by then start together, and each later one as soon as "
        "it is finished. 0: every bucket as soon as it is finished. On power-capped GPUs, communication beside "
        "compute costs clock in the whole step; started later it costs less, at the risk of a longer tail. "
-       "zero2 keeps the held buckets' gradients unsharded until they start: about this share of a full fp32 "
-       "gradient more memory. auto: with --overlap on 0.5, for zero2 on N ranks at most 1/N (the held "
+       "zero2 keeps the held buckets' gradients unsharded, in staging, until they start: up to this share of "
+       "a full fp32 gradient. auto: with --overlap on 0.5, for zero2 on N ranks at most 1/N (the held "
        "gradients never exceed its shard), else 0; on 2 H200s 0.5 made GPT-2 small's step shorter with both "
        "strategies, and GPT-2 medium's with ddp (docs/performance-notes.md, changes 43, 45 and 46)")
       ("check-every", po::value(&c.check_every)->default_value(c.check_every),

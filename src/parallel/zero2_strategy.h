@@ -11,12 +11,14 @@
 // finished last) are staged in the embedding scratch, so the tied embedding needs no
 // copy. Each bucket that is then complete is reduce-scattered into the shard. At most
 // kMaxBucketsInFlight buckets are reduced at once. Gradient memory is therefore the
-// shard, the scratch, and a few buckets. With --overlap-after F the complete buckets
-// wait in their staging until backward has finished the top F share of the buffer, and
-// then start together: those buckets are held too (auto holds at most one shard's worth). The scratch is one block's gradient plus the
+// shard, the scratch, and a few buckets. The scratch is one block's gradient plus the
 // tied embedding's, which backward reports in parts (GradientSink::segment_done_from):
 // the embedding backward and then the LM head's weight gradient, a range of rows at a
 // time.
+//
+// With --overlap-after F, complete buckets wait in their staging until backward has
+// finished the top F share of the buffer, and then start together: gradient memory then
+// also holds those buckets (under auto, at most one shard's worth).
 //
 // After the update each rank's chunk is allgathered back into every replica's
 // parameters. Without overlap that happens at the end of optimizer_step; with overlap
