@@ -99,7 +99,9 @@ StepRecord Trainer::train_step(int step) {
   }
   loss_sum += model_->mean_loss();
   // The loss is on the host already: summed there, it costs the device no round trip
-  // through a device collective at the end of the step.
+  // through a device collective at the end of the step. It is bookkeeping, so it goes
+  // over the control plane and not through the communicator, whose collectives are the
+  // step's timed communication (zero2's gradient norm, part of the update, goes there).
   const double local_loss = loss_sum / micro_batches;
   double global_loss = 0.0;
   CHECK_MPI(MPI_Allreduce(&local_loss, &global_loss, 1, MPI_DOUBLE, MPI_SUM, control_));
