@@ -81,6 +81,7 @@ void Zero2Strategy::begin_micro_batch(int micro_batch, int /*micro_batches*/) {
   // cover whole, and later ones are added to it.
   first_micro_batch_ = micro_batch == 0;
   next_bucket_ = static_cast<int>(plan_.buckets.size()) - 1;
+  released_ = 0;
 }
 
 void Zero2Strategy::zero_bucket_padding(int b, float* staging) {
@@ -175,8 +176,10 @@ void Zero2Strategy::segment_done_from(int segment, size_t offset_elems) {
   SCALESTUDY_CHECK(lo < hi, "segment parts must be reported from the segment's end down");
   reported_segment_ = offset_elems == 0 ? -1 : segment;
   reported_from_elems_ = lo;
-  // The buckets held so far all start in this report, beside each other: bounding them
-  // by kMaxBucketsInFlight would make backward wait for them.
+  // The buckets held so far all start in this report, beside each other. Bounded by
+  // kMaxBucketsInFlight alone, the next bucket would make backward wait for all but two of
+  // them; so for the rest of this micro-batch the bound counts them on top (their staging
+  // is taken already).
   const bool releasing_held = lo <= hold_until_elems_ && hi > hold_until_elems_ && config_.overlap_after > 0;
   // Without overlap each reduction is waited for at once.
   LaneScope lane(comm_, config_.overlap ? lane_after_segment(layout, segment, offset_elems) : CommLane::awaited);
@@ -196,7 +199,8 @@ void Zero2Strategy::segment_done_from(int segment, size_t offset_elems) {
     // Until backward has finished the --overlap-after share, final buckets wait in their
     // staging; the report that finishes it starts them all, from the top down.
     if (b == next_bucket_ && bucket.begin_elems >= lo && lo <= hold_until_elems_) {
-      start_reduce(b, releasing_held);
+      if (releasing_held) ++released_;
+      start_reduce(b);
       --next_bucket_;
     }
   }
@@ -206,7 +210,7 @@ void Zero2Strategy::segment_done_from(int segment, size_t offset_elems) {
                           scratch_ranges_.end());
 }
 
-void Zero2Strategy::start_reduce(int b, bool unbounded) {
+void Zero2Strategy::start_reduce(int b) {
   BucketState& state = buckets_[b];
   staging_for(b);  // taken here for a bucket of padding only
   // The first micro-batch's reduced chunk is the shard's; later ones are added to it.
@@ -225,8 +229,7 @@ void Zero2Strategy::start_reduce(int b, bool unbounded) {
     complete_reduce(b);
     return;
   }
-  if (unbounded) return;
-  while (reducing_.size() > kMaxBucketsInFlight) complete_reduce(reducing_.front());
+  while (reducing_.size() > kMaxBucketsInFlight + released_) complete_reduce(reducing_.front());
 }
 
 void Zero2Strategy::complete_reduce(int b) {

@@ -17,8 +17,9 @@
 // time.
 //
 // With --overlap-after F, complete buckets wait in their staging until backward has
-// finished the top F share of the buffer, and then start together: gradient memory then
-// also holds those buckets (under auto, at most one shard's worth).
+// finished the top F share of the buffer, and then start together, in flight on top of
+// kMaxBucketsInFlight: gradient memory then also holds those buckets (under auto, at
+// most one shard's worth).
 //
 // After the update each rank's chunk is allgathered back into every replica's
 // parameters. Without overlap that happens at the end of optimizer_step; with overlap
@@ -80,8 +81,7 @@ class Zero2Strategy final : public GradientStrategy {
   int bucket_of(size_t elem) const;
   // The bucket's staging for this micro-batch, taken (and its padding zeroed) on first use.
   float* staging_for(int bucket);
-  // unbounded: leaves more than kMaxBucketsInFlight in flight (the held buckets' release).
-  void start_reduce(int bucket, bool unbounded = false);
+  void start_reduce(int bucket);
   // Zeroes the part of a bucket's staging that lies beyond the model's parameters.
   void zero_bucket_padding(int bucket, float* staging);
   void complete_reduce(int bucket);
@@ -97,6 +97,8 @@ class Zero2Strategy final : public GradientStrategy {
   int rank_ = 0;
   // --overlap-after: no bucket is reduced until backward's gradients are final from here up.
   size_t hold_until_elems_ = 0;
+  // Buckets this micro-batch started when the hold ended: in flight on top of the bound.
+  size_t released_ = 0;
 
   float* shard_grads_ = nullptr;
   float* m_ = nullptr;

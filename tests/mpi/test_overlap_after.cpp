@@ -27,21 +27,36 @@
 namespace scalestudy {
 namespace {
 
-// Records where each gradient collective begins: ddp's allreduce buffer, or the shard
-// chunk that zero2's first micro-batch reduce-scatters into.
+// Records where each gradient collective begins (ddp's allreduce buffer, or the shard
+// chunk that zero2's first micro-batch reduce-scatters into), and how many of them were
+// in flight whenever compute waited for one.
 class StartRecordingCommunicator final : public ForwardingCommunicator {
  public:
   explicit StartRecordingCommunicator(Communicator& inner) : ForwardingCommunicator(inner) {}
   CommHandle start_allreduce(float* buffer, size_t elems, const std::string& phase) override {
-    if (phase == "grad-comm") started.push_back(buffer);
-    return ForwardingCommunicator::start_allreduce(buffer, elems, phase);
+    return record(phase, buffer, ForwardingCommunicator::start_allreduce(buffer, elems, phase));
   }
   CommHandle start_reduce_scatter(const float* send, float* recv, size_t recv_elems,
                                   const std::string& phase) override {
-    if (phase == "grad-comm") started.push_back(recv);
-    return ForwardingCommunicator::start_reduce_scatter(send, recv, recv_elems, phase);
+    return record(phase, recv, ForwardingCommunicator::start_reduce_scatter(send, recv, recv_elems, phase));
+  }
+  void finish(CommHandle handle) override {
+    if (open_.count(handle.id)) in_flight_at_waits.push_back(open_.size());
+    open_.erase(handle.id);
+    ForwardingCommunicator::finish(handle);
   }
   std::vector<const float*> started;
+  std::vector<size_t> in_flight_at_waits;
+
+ private:
+  CommHandle record(const std::string& phase, const float* buffer, CommHandle handle) {
+    if (phase == "grad-comm") {
+      started.push_back(buffer);
+      open_.insert(handle.id);
+    }
+    return handle;
+  }
+  std::set<uint64_t> open_;  // gradient collectives started and not yet waited for
 };
 
 RunConfig make_config(const std::string& strategy, const std::string& overlap_after, int layers,
@@ -108,10 +123,12 @@ TEST(OverlapAfter, BucketsWaitForTheShareThenStartAsTheyFinish) {
 
       gradients->begin_micro_batch(0, 1);
       bool held_some = false;
+      size_t released = 0;  // buckets started by the report that ends the hold
       std::set<size_t> all_started;  // bucket offsets started so far in this backward
       int begun_segment = -1;
       for (const Report& report : backward_reports(layout, *gradients)) {
         comm.started.clear();
+        comm.in_flight_at_waits.clear();
         // Begun once, before its first part, as backward does: zero2 takes staging then.
         if (report.segment != begun_segment) gradients->begin_segment(report.segment);
         begun_segment = report.segment;
@@ -134,7 +151,14 @@ TEST(OverlapAfter, BucketsWaitForTheShareThenStartAsTheyFinish) {
             EXPECT_TRUE(started.count(bucket.begin_elems)) << label << ": bucket at " << bucket.begin_elems;
           }
         EXPECT_EQ(started.size(), expected_new) << label << ": buckets not yet final started";
+        if (held_some && all_started.empty()) released = started.size();
         all_started.insert(started.begin(), started.end());
+        // Backward waits for a bucket only beyond zero2's bound, and the released buckets
+        // count on top of it: waiting for them would hold backward up (ddp never waits).
+        for (size_t in_flight : comm.in_flight_at_waits)
+          EXPECT_GT(in_flight, Zero2Strategy::kMaxBucketsInFlight + released)
+              << label << ": backward waited with " << in_flight << " buckets in flight, " << released
+              << " of them released";
       }
       EXPECT_EQ(all_started.size(), plan.buckets.size()) << strategy << " " << overlap_after << ": buckets never started";
       EXPECT_EQ(held_some, config.overlap_after > 0) << strategy << " " << overlap_after;
