@@ -7,7 +7,7 @@ namespace scalestudy {
 DdpStrategy::DdpStrategy(const RunConfig& config, Ops& ops, Communicator& comm, Gpt& model,
                          const BucketPlan& plan)
     : config_(config), ops_(ops), comm_(comm), model_(model), plan_(plan),
-      hold_until_elems_(static_cast<size_t>((1.0 - config.overlap_after) * static_cast<double>(plan.padded_elems))) {
+      hold_until_elems_(hold_until_elems(config.overlap_after, plan)) {
   grads_ = allocate_collective_buffer(ops_, comm_, plan_.padded_elems, MemoryKind::gradients);
   m_ = ops_.allocate_floats(plan_.padded_elems, MemoryKind::optimizer);
   v_ = ops_.allocate_floats(plan_.padded_elems, MemoryKind::optimizer);

@@ -43,6 +43,10 @@ std::vector<size_t> bucket_cuts(const BucketPlan& plan, const Segment& segment) 
   return cuts;
 }
 
+size_t hold_until_elems(double overlap_after, const BucketPlan& plan) {
+  return static_cast<size_t>((1.0 - overlap_after) * static_cast<double>(plan.padded_elems));
+}
+
 CommLane lane_after_segment(const ParameterLayout& layout, int segment, size_t offset_elems) {
   return segment == layout.embedding_segment() && offset_elems == 0 ? CommLane::awaited
                                                                      : CommLane::overlapped;

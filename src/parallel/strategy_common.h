@@ -33,6 +33,10 @@ std::vector<size_t> bucket_cuts(const BucketPlan& plan, const Segment& segment);
 // for the embeddings' last part, which nothing follows.
 CommLane lane_after_segment(const ParameterLayout& layout, int segment, size_t offset_elems);
 
+// --overlap-after: no bucket starts while backward's gradients are final only above this
+// offset of the plan's buffer (the whole buffer at 0: nothing is held).
+size_t hold_until_elems(double overlap_after, const BucketPlan& plan);
+
 // Sizes the backend's kernels for the multiprocessors that the overlapped lane's
 // collectives leave free, from now until the call with `overlapping` false.
 void reserve_for_overlapped_lane(Ops& ops, const Communicator& comm, bool overlapping);

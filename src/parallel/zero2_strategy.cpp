@@ -11,7 +11,7 @@ Zero2Strategy::Zero2Strategy(const RunConfig& config, Ops& ops, Communicator& co
                              const BucketPlan& plan)
     : config_(config), ops_(ops), comm_(comm), model_(model), plan_(plan),
       rank_(comm.rank()),
-      hold_until_elems_(static_cast<size_t>((1.0 - config.overlap_after) * static_cast<double>(plan.padded_elems))) {
+      hold_until_elems_(hold_until_elems(config.overlap_after, plan)) {
   SCALESTUDY_CHECK(plan_.world_size == comm.world_size(), "bucket plan for another world size");
   const size_t shard = plan_.shard_elems();
   shard_grads_ = ops_.allocate_floats(shard, MemoryKind::gradients);

@@ -68,6 +68,11 @@ RunConfig make_config(const std::string& strategy, const std::string& overlap_af
                               "0.01", "--overlap-after", overlap_after});
 }
 
+// Where the share ends, from the buffer's top: the buckets wholly above wait for it.
+size_t expected_hold_until(const RunConfig& config, const BucketPlan& plan) {
+  return static_cast<size_t>((1.0 - config.overlap_after) * static_cast<double>(plan.padded_elems));
+}
+
 // Backward's reports, in the order the model makes them: the final norm, the blocks from
 // the last down, then the embeddings from their top down in the parts the strategy asks
 // for, the last at offset 0. Each is given with the lowest offset it makes final.
@@ -118,8 +123,7 @@ TEST(OverlapAfter, BucketsWaitForTheShareThenStartAsTheyFinish) {
         bucket_begin = [base, world](const float* p) { return static_cast<size_t>(p - base) * world; };
         gradients = std::move(zero2);
       }
-      const size_t hold_until_elems =
-          static_cast<size_t>((1.0 - config.overlap_after) * static_cast<double>(plan.padded_elems));
+      const size_t hold_until_elems = expected_hold_until(config, plan);
 
       gradients->begin_micro_batch(0, 1);
       bool held_some = false;
@@ -193,8 +197,7 @@ TEST(OverlapAfter, Zero2StagesTheHeldBucketsAndReportsThem) {
     trainer.run(nullptr);
     const RunConfig& config = trainer.config();
     const BucketPlan& plan = trainer.plan();
-    const size_t hold_until_elems =
-        static_cast<size_t>((1.0 - config.overlap_after) * static_cast<double>(plan.padded_elems));
+    const size_t hold_until_elems = expected_hold_until(config, plan);
     // The held buckets start in the first report that makes the gradients final below the
     // share; until then each one that is final waits in its staging. The embeddings'
     // buckets take none (they are staged in the embedding scratch).
