@@ -20,8 +20,8 @@ struct EmbeddingParams {
 template <class T>
 __global__ void embedding_forward_kernel(T* __restrict__ out,
                                          const int32_t* __restrict__ tokens,
-                                         const float* __restrict__ wte,
-                                         const float* __restrict__ wpe, EmbeddingParams p) {
+                                         const T* __restrict__ wte,
+                                         const T* __restrict__ wpe, EmbeddingParams p) {
   const size_t elems = size_t(p.batch) * p.seq * p.channels;
   for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < elems;
        i += size_t{gridDim.x} * blockDim.x) {
@@ -29,8 +29,8 @@ __global__ void embedding_forward_kernel(T* __restrict__ out,
     const int c = static_cast<int>(i - row * p.channels);
     const int t = static_cast<int>(row % p.seq);
     const int32_t token = tokens[row];
-    out[i] = from_float<T>(token >= 0 ? wte[size_t(token) * p.channels + c] +
-                                            wpe[size_t(t) * p.channels + c]
+    out[i] = from_float<T>(token >= 0 ? to_float(wte[size_t(token) * p.channels + c]) +
+                                            to_float(wpe[size_t(t) * p.channels + c])
                                       : NAN);
   }
 }
@@ -111,8 +111,8 @@ void check_shape(int batch, int seq, int channels) {
 }
 
 template <class T>
-void embedding_forward(cudaStream_t stream, T* out, const int32_t* tokens, const float* wte,
-                       const float* wpe, int batch, int seq, int channels) {
+void embedding_forward(cudaStream_t stream, T* out, const int32_t* tokens, const T* wte,
+                       const T* wpe, int batch, int seq, int channels) {
   check_shape(batch, seq, channels);
   check_not_null(out, "embedding out");
   check_not_null(tokens, "embedding tokens");
@@ -169,13 +169,13 @@ void launch_embedding_forward(cudaStream_t stream, float* out, const int32_t* to
 }
 
 void launch_embedding_forward(cudaStream_t stream, bf16* out, const int32_t* tokens,
-                              const float* wte, const float* wpe, int batch, int seq,
+                              const bf16* wte, const bf16* wpe, int batch, int seq,
                               int channels) {
   embedding_forward(stream, out, tokens, wte, wpe, batch, seq, channels);
 }
 
 void launch_embedding_forward(cudaStream_t stream, fp16* out, const int32_t* tokens,
-                              const float* wte, const float* wpe, int batch, int seq,
+                              const fp16* wte, const fp16* wpe, int batch, int seq,
                               int channels) {
   embedding_forward(stream, out, tokens, wte, wpe, batch, seq, channels);
 }

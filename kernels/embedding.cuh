@@ -1,6 +1,7 @@
 #pragma once
-// Token + position embedding: out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]. The tables and
-// their gradients are fp32; out (and the backward's dout) is fp32, bf16 or fp16 storage.
+// Token + position embedding: out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]. out and the tables
+// it reads are fp32, bf16 or fp16 storage alike (16-bit tables being the backend's copy of
+// the fp32 parameters); the backward's dout is out's storage, and the gradients are fp32.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -17,10 +18,10 @@ void launch_embedding_forward(cudaStream_t stream, float* out, const int32_t* to
                               const float* wte, const float* wpe, int batch, int seq,
                               int channels);
 void launch_embedding_forward(cudaStream_t stream, __nv_bfloat16* out, const int32_t* tokens,
-                              const float* wte, const float* wpe, int batch, int seq,
+                              const __nv_bfloat16* wte, const __nv_bfloat16* wpe, int batch, int seq,
                               int channels);
 void launch_embedding_forward(cudaStream_t stream, __half* out, const int32_t* tokens,
-                              const float* wte, const float* wpe, int batch, int seq,
+                              const __half* wte, const __half* wpe, int batch, int seq,
                               int channels);
 // dwte[tokens[n],:] += dout[n,:] and dwpe[t,:] += dout[b,t,:], deterministically: every
 // gradient row is summed in increasing row order, the CPU backend's order, so the

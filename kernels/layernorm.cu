@@ -30,16 +30,17 @@ constexpr int kBackwardWarps = 8;
 constexpr int kBackwardChunkRows = 32;
 constexpr size_t kDefaultSharedBytes = 48 * 1024;
 
-// T is the storage of the activations (inp, out, dout, dinp): fp32, bf16 or fp16. weight, bias,
-// mean, rstd and the parameter gradients are fp32 whatever T is.
+// T is the storage of the activations (inp, out, dout, dinp) and of the parameters read
+// (weight, bias: in bf16 or fp16, the backend's 16-bit copy of the parameters): fp32, bf16
+// or fp16. mean, rstd and the parameter gradients are fp32 whatever T is.
 template <class T>
 struct LayerNormForwardParams {
   T* out;
   float* mean;
   float* rstd;
   const T* inp;
-  const float* weight;
-  const float* bias;
+  const T* weight;
+  const T* bias;
   int rows;
   int channels;
   // Set by the residual + LayerNorm launch only: sum = addend_a + addend_b is written
@@ -54,7 +55,7 @@ struct LayerNormBackwardParams {
   T* dinp;
   const T* dout;
   const T* inp;
-  const float* weight;
+  const T* weight;
   const float* mean;
   const float* rstd;
   int rows;
@@ -87,7 +88,7 @@ __global__ void layernorm_forward_kernel(LayerNormForwardParams<T> p) {
   const double row_rstd = 1.0 / sqrt(variance + kLayerNormEpsilon);
   for (int c = threadIdx.x; c < p.channels; c += blockDim.x) {
     const float normed = static_cast<float>((to_float(x[c]) - row_mean) * row_rstd);
-    y[c] = from_float<T>(__fadd_rn(__fmul_rn(normed, p.weight[c]), p.bias[c]));
+    y[c] = from_float<T>(__fadd_rn(__fmul_rn(normed, to_float(p.weight[c])), to_float(p.bias[c])));
   }
   if (threadIdx.x == 0) {
     p.mean[row] = static_cast<float>(row_mean);
@@ -95,18 +96,19 @@ __global__ void layernorm_forward_kernel(LayerNormForwardParams<T> p) {
   }
 }
 
-// kCount consecutive fp32 parameters from a 16-byte aligned address. They are read-only
-// for the whole launch, so they may come through the non-coherent cache.
-template <int kCount>
-__device__ __forceinline__ void load_parameters(float (&dst)[kCount], const float* src) {
-  static_assert(kCount % 4 == 0, "parameters are read a float4 at a time");
+// kCount consecutive parameters of storage T from a 16-byte aligned address, widened to
+// fp32: one 16-byte pack for 16-bit T (kCount = 8), kCount / 4 of them for fp32. They are
+// read-only for the whole launch, so they may come through the non-coherent cache.
+template <int kCount, class T>
+__device__ __forceinline__ void load_parameters(float (&dst)[kCount], const T* src) {
+  constexpr int kPerPack = Pack<T>::kCount;
+  static_assert(kCount % kPerPack == 0, "parameters are read a 16-byte pack at a time");
 #pragma unroll
-  for (int i = 0; i < kCount; i += 4) {
-    const float4 four = __ldg(reinterpret_cast<const float4*>(src + i));
-    dst[i] = four.x;
-    dst[i + 1] = four.y;
-    dst[i + 2] = four.z;
-    dst[i + 3] = four.w;
+  for (int i = 0; i < kCount; i += kPerPack) {
+    Pack<T> pack;
+    *reinterpret_cast<int4*>(&pack) = __ldg(reinterpret_cast<const int4*>(src + i));
+#pragma unroll
+    for (int j = 0; j < kPerPack; ++j) dst[i + j] = pack.get(j);
   }
 }
 
@@ -213,7 +215,7 @@ __global__ void layernorm_backward_input_kernel(LayerNormBackwardParams<T> p) {
   double dnorm_total = 0.0, dnorm_dot_norm = 0.0;
   for (int c = threadIdx.x; c < p.channels; c += blockDim.x) {
     const float normed = __fmul_rn(to_float(x[c]) - row_mean, row_rstd);
-    const float dnorm = __fmul_rn(p.weight[c], to_float(dy[c]));
+    const float dnorm = __fmul_rn(to_float(p.weight[c]), to_float(dy[c]));
     dnorm_total += dnorm;
     dnorm_dot_norm += static_cast<double>(dnorm) * normed;
   }
@@ -222,7 +224,7 @@ __global__ void layernorm_backward_input_kernel(LayerNormBackwardParams<T> p) {
       static_cast<float>(block_reduce_sum(dnorm_dot_norm, shared) / p.channels);
   for (int c = threadIdx.x; c < p.channels; c += blockDim.x) {
     const float normed = __fmul_rn(to_float(x[c]) - row_mean, row_rstd);
-    const float dnorm = __fmul_rn(p.weight[c], to_float(dy[c]));
+    const float dnorm = __fmul_rn(to_float(p.weight[c]), to_float(dy[c]));
     const float centered = __fsub_rn(dnorm - dnorm_mean, __fmul_rn(normed, dnorm_norm_mean));
     const float gradient = __fmul_rn(row_rstd, centered);
     // Overwriting never reads dx, which may then hold anything, NaN included.
@@ -429,7 +431,7 @@ int backward_chunks(int rows) { return (rows + kBackwardChunkRows - 1) / kBackwa
 // runs before the block kernel, with the same results.
 template <class T>
 void layernorm_forward(cudaStream_t stream, T* out, float* mean, float* rstd, const T* inp,
-                       const float* weight, const float* bias, int rows, int channels,
+                       const T* weight, const T* bias, int rows, int channels,
                        T* sum = nullptr, const T* addend_a = nullptr,
                        const T* addend_b = nullptr) {
   check_shape(rows, channels);
@@ -467,7 +469,7 @@ void layernorm_forward(cudaStream_t stream, T* out, float* mean, float* rstd, co
 
 template <class T>
 void layernorm_backward(cudaStream_t stream, T* dinp, float* dweight, float* dbias,
-                        const T* dout, const T* inp, const float* weight, const float* mean,
+                        const T* dout, const T* inp, const T* weight, const float* mean,
                         const float* rstd, int rows, int channels, float* scratch,
                         size_t scratch_elems, bool accumulate_dinp) {
   check_shape(rows, channels);
@@ -522,14 +524,14 @@ void layernorm_backward(cudaStream_t stream, T* dinp, float* dweight, float* dbi
 
 template <class T>
 void launch_layernorm_forward(cudaStream_t stream, T* out, float* mean, float* rstd, const T* inp,
-                              const float* weight, const float* bias, int rows, int channels) {
+                              const T* weight, const T* bias, int rows, int channels) {
   layernorm_forward(stream, out, mean, rstd, inp, weight, bias, rows, channels);
 }
 
 template <class T>
 void launch_residual_layernorm_forward(cudaStream_t stream, T* residual, T* out, float* mean,
-                                       float* rstd, const T* a, const T* b, const float* weight,
-                                       const float* bias, int rows, int channels) {
+                                       float* rstd, const T* a, const T* b, const T* weight,
+                                       const T* bias, int rows, int channels) {
   layernorm_forward(stream, out, mean, rstd, residual, weight, bias, rows, channels, residual, a,
                     b);
 }
@@ -542,7 +544,7 @@ size_t layernorm_backward_scratch_elems(int rows, int channels) {
 
 template <class T>
 void launch_layernorm_backward(cudaStream_t stream, T* dinp, float* dweight, float* dbias,
-                               const T* dout, const T* inp, const float* weight, const float* mean,
+                               const T* dout, const T* inp, const T* weight, const float* mean,
                                const float* rstd, int rows, int channels, float* scratch,
                                size_t scratch_elems, bool accumulate_dinp) {
   layernorm_backward(stream, dinp, dweight, dbias, dout, inp, weight, mean, rstd, rows, channels,
@@ -550,26 +552,17 @@ void launch_layernorm_backward(cudaStream_t stream, T* dinp, float* dweight, flo
 }
 
 // The storage types the backend runs LayerNorm in.
-template void launch_layernorm_forward(cudaStream_t, float*, float*, float*, const float*, const float*,
-                                       const float*, int, int);
-template void launch_layernorm_forward(cudaStream_t, bf16*, float*, float*, const bf16*, const float*,
-                                       const float*, int, int);
-template void launch_layernorm_forward(cudaStream_t, fp16*, float*, float*, const fp16*, const float*,
-                                       const float*, int, int);
-template void launch_residual_layernorm_forward(cudaStream_t, float*, float*, float*, float*, const float*,
-                                                const float*, const float*, const float*, int, int);
-template void launch_residual_layernorm_forward(cudaStream_t, bf16*, bf16*, float*, float*, const bf16*,
-                                                const bf16*, const float*, const float*, int, int);
-template void launch_residual_layernorm_forward(cudaStream_t, fp16*, fp16*, float*, float*, const fp16*,
-                                                const fp16*, const float*, const float*, int, int);
-template void launch_layernorm_backward(cudaStream_t, float*, float*, float*, const float*, const float*,
-                                        const float*, const float*, const float*, int, int, float*, size_t,
-                                        bool);
-template void launch_layernorm_backward(cudaStream_t, bf16*, float*, float*, const bf16*, const bf16*,
-                                        const float*, const float*, const float*, int, int, float*, size_t,
-                                        bool);
-template void launch_layernorm_backward(cudaStream_t, fp16*, float*, float*, const fp16*, const fp16*,
-                                        const float*, const float*, const float*, int, int, float*, size_t,
-                                        bool);
+#define SCALESTUDY_LAYERNORM_INSTANCES(T)                                                          \
+  template void launch_layernorm_forward(cudaStream_t, T*, float*, float*, const T*, const T*,     \
+                                         const T*, int, int);                                       \
+  template void launch_residual_layernorm_forward(cudaStream_t, T*, T*, float*, float*, const T*,  \
+                                                  const T*, const T*, const T*, int, int);          \
+  template void launch_layernorm_backward(cudaStream_t, T*, float*, float*, const T*, const T*,    \
+                                          const T*, const float*, const float*, int, int, float*,  \
+                                          size_t, bool);
+SCALESTUDY_LAYERNORM_INSTANCES(float)
+SCALESTUDY_LAYERNORM_INSTANCES(bf16)
+SCALESTUDY_LAYERNORM_INSTANCES(fp16)
+#undef SCALESTUDY_LAYERNORM_INSTANCES
 
 }  // namespace scalestudy::cuda

@@ -1,8 +1,9 @@
 #pragma once
 // LayerNorm over rows of C channels, eps 1e-5, with the CPU backend's arithmetic: row
 // statistics in double, and per-element expressions rounded step by step as the CPU
-// rounds them. The activations (inp, out, dout, dinp) are fp32, bf16 or fp16 storage; weight,
-// bias, mean, rstd and the parameter gradients are fp32 either way.
+// rounds them. The activations (inp, out, dout, dinp) and the parameters read (weight, bias)
+// are fp32, bf16 or fp16 storage alike, the 16-bit parameters being the backend's copy of
+// the fp32 ones; mean, rstd and the parameter gradients are fp32 either way.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -16,7 +17,7 @@ namespace scalestudy::cuda {
 // T is float, __nv_bfloat16 or __half, as for every launcher below.
 template <class T>
 void launch_layernorm_forward(cudaStream_t stream, T* out, float* mean, float* rstd, const T* inp,
-                              const float* weight, const float* bias, int rows, int channels);
+                              const T* weight, const T* bias, int rows, int channels);
 
 // residual = a + b (each element's fp32 sum rounded once, as launch_residual_forward),
 // then out = layernorm(residual) as launch_layernorm_forward, bit for bit the two launches
@@ -24,8 +25,8 @@ void launch_layernorm_forward(cudaStream_t stream, T* out, float* mean, float* r
 // not read back.
 template <class T>
 void launch_residual_layernorm_forward(cudaStream_t stream, T* residual, T* out, float* mean,
-                                       float* rstd, const T* a, const T* b, const float* weight,
-                                       const float* bias, int rows, int channels);
+                                       float* rstd, const T* a, const T* b, const T* weight,
+                                       const T* bias, int rows, int channels);
 
 // Floats of scratch that launch_layernorm_backward needs for its column partials.
 size_t layernorm_backward_scratch_elems(int rows, int channels);
@@ -35,7 +36,7 @@ size_t layernorm_backward_scratch_elems(int rows, int channels);
 // (NaN included): the caller saves zeroing a buffer it is about to fill.
 template <class T>
 void launch_layernorm_backward(cudaStream_t stream, T* dinp, float* dweight, float* dbias,
-                               const T* dout, const T* inp, const float* weight, const float* mean,
+                               const T* dout, const T* inp, const T* weight, const float* mean,
                                const float* rstd, int rows, int channels, float* scratch,
                                size_t scratch_elems, bool accumulate_dinp);
 

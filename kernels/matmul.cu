@@ -12,11 +12,12 @@
 namespace scalestudy::cuda {
 namespace {
 
-// out[n, o] += bias[o], in fp32 and rounded once to T. Addition commutes exactly, so in
-// fp32 this rounds as the CPU's bias + dot does. Packs never straddle a row: they are
+// out[n, o] += bias[o], in fp32 and rounded once to T; the bias is T too (in 16 bits, the
+// parameters' copy). Addition commutes exactly, so in fp32 this rounds as the CPU's
+// bias + dot does. Packs never straddle a row: they are
 // used only when out_channels is a multiple of the pack.
 template <class T>
-__global__ void add_bias_kernel(T* __restrict__ out, const float* __restrict__ bias, int rows,
+__global__ void add_bias_kernel(T* __restrict__ out, const T* __restrict__ bias, int rows,
                                 int out_channels, size_t packs) {
   constexpr int kCount = Pack<T>::kCount;
   const size_t elems = size_t(rows) * out_channels;
@@ -26,11 +27,11 @@ __global__ void add_bias_kernel(T* __restrict__ out, const float* __restrict__ b
     Pack<T> values = load_pack(out + p * kCount);
     const int column = static_cast<int>((p * kCount) % out_channels);
 #pragma unroll
-    for (int k = 0; k < kCount; ++k) values.set(k, values.get(k) + bias[column + k]);
+    for (int k = 0; k < kCount; ++k) values.set(k, values.get(k) + to_float(bias[column + k]));
     store_pack(out + p * kCount, values);
   }
   for (size_t i = packs * kCount + first; i < elems; i += stride)
-    out[i] = from_float<T>(to_float(out[i]) + bias[i % out_channels]);
+    out[i] = from_float<T>(to_float(out[i]) + to_float(bias[i % out_channels]));
 }
 
 // ---- 16-bit rows that cuBLAS's fast kernels cannot take -------------------------------
@@ -55,7 +56,7 @@ bool needs_padding(int columns) { return columns % kAlignedColumns != 0; }
 // or fp16.
 template <class T>
 __global__ void unpad_rows_kernel(T* __restrict__ out, const T* __restrict__ padded,
-                                  const float* __restrict__ bias, int rows, int columns,
+                                  const T* __restrict__ bias, int rows, int columns,
                                   int padded_columns) {
   constexpr int kCount = Pack<T>::kCount;
   const size_t elems = size_t(rows) * columns, packs = (elems + kCount - 1) / kCount;
@@ -68,7 +69,7 @@ __global__ void unpad_rows_kernel(T* __restrict__ out, const T* __restrict__ pad
     const int count = static_cast<int>(min(size_t{kCount}, elems - first));
     for (int k = 0; k < count; ++k) {
       const float value = to_float(padded[row * padded_columns + column]);
-      values.set(k, bias != nullptr ? value + bias[column] : value);
+      values.set(k, bias != nullptr ? value + to_float(bias[column]) : value);
       if (++column == columns) {
         column = 0;
         ++row;
@@ -162,17 +163,15 @@ void for_each_row_chunk(int rows, int in_channels, int out_channels, F run_rows)
 // weight, row-major [OC, IC], is to cuBLAS W^T [IC, OC] with ld IC: op T gives W.
 // inp, row-major [N, IC], is inp^T [IC, N] with ld IC: op N.
 // out, row-major [N, OC], is out^T [OC, N] with ld OC.
-// With a bias_gemm and the bias's copy in T (16-bit only), the bias goes into cuBLASLt's
-// epilogue where it can.
+// With a bias_gemm (16-bit only), the bias goes into cuBLASLt's epilogue where it can.
 template <class T>
 void matmul_forward(cublasHandle_t handle, cudaStream_t stream, T* out, const T* inp,
-                    const T* weight, const float* bias, int rows, int in_channels,
-                    int out_channels, EpilogueGemm* bias_gemm = nullptr,
-                    const T* bias_copy = nullptr) {
+                    const T* weight, const T* bias, int rows, int in_channels,
+                    int out_channels, EpilogueGemm* bias_gemm = nullptr) {
   check_operands(handle, stream, rows, in_channels, out_channels,
                  {{out, "matmul out"}, {inp, "matmul inp"}, {weight, "matmul weight"}});
-  if (bias != nullptr && bias_gemm != nullptr && bias_copy != nullptr &&
-      bias_gemm->forward(stream, GemmTypesOf<T>::same.ab, out, inp, weight, bias_copy,
+  if (bias != nullptr && bias_gemm != nullptr &&
+      bias_gemm->forward(stream, GemmTypesOf<T>::same.ab, out, inp, weight, bias,
                          rows, in_channels, out_channels))
     return;
   gemm(handle, GemmTypesOf<T>::same, CUBLAS_OP_T, CUBLAS_OP_N, out_channels, rows,
@@ -298,12 +297,12 @@ void weight_gradient_strided(cublasHandle_t handle, float* dweight, const T* dou
 // padded^T[OCp, N] (ld OCp), then copied (adding the bias) into out.
 template <class T>
 void matmul_forward_16bit(cublasHandle_t handle, cudaStream_t stream, T* out, const T* inp,
-                          const T* weight, const float* bias, int rows, int in_channels,
+                          const T* weight, const T* bias, int rows, int in_channels,
                           int out_channels, float* scratch, size_t scratch_elems,
-                          EpilogueGemm* bias_gemm, const T* bias_copy) {
+                          EpilogueGemm* bias_gemm) {
   if (!needs_padding(out_channels)) {
     matmul_forward(handle, stream, out, inp, weight, bias, rows, in_channels, out_channels,
-                   bias_gemm, bias_copy);
+                   bias_gemm);
     return;
   }
   check_operands(handle, stream, rows, in_channels, out_channels,
@@ -385,13 +384,13 @@ size_t matmul_forward_scratch_elems_16bit(int rows, int out_channels) {
 
 template <class Half>
 void launch_matmul_forward(cublasHandle_t handle, cudaStream_t stream, Half* out, const Half* inp,
-                           const Half* weight, const float* bias, int rows, int in_channels,
+                           const Half* weight, const Half* bias, int rows, int in_channels,
                            int out_channels, float* scratch, size_t scratch_elems,
-                           EpilogueGemm* bias_gemm, const Half* bias_copy) {
+                           EpilogueGemm* bias_gemm) {
   for_each_row_chunk(rows, in_channels, out_channels, [&](int first, int count) {
     matmul_forward_16bit(handle, stream, out + size_t(first) * out_channels,
                          inp + size_t(first) * in_channels, weight, bias, count, in_channels,
-                         out_channels, scratch, scratch_elems, bias_gemm, bias_copy);
+                         out_channels, scratch, scratch_elems, bias_gemm);
   });
 }
 
@@ -497,10 +496,10 @@ void launch_classifier_weight_gradient(cublasHandle_t handle, cudaStream_t strea
 }
 
 // The storage types the backend runs the classifier in.
-template void launch_matmul_forward(cublasHandle_t, cudaStream_t, bf16*, const bf16*, const bf16*, const float*,
-                                    int, int, int, float*, size_t, EpilogueGemm*, const bf16*);
-template void launch_matmul_forward(cublasHandle_t, cudaStream_t, fp16*, const fp16*, const fp16*, const float*,
-                                    int, int, int, float*, size_t, EpilogueGemm*, const fp16*);
+template void launch_matmul_forward(cublasHandle_t, cudaStream_t, bf16*, const bf16*, const bf16*, const bf16*,
+                                    int, int, int, float*, size_t, EpilogueGemm*);
+template void launch_matmul_forward(cublasHandle_t, cudaStream_t, fp16*, const fp16*, const fp16*, const fp16*,
+                                    int, int, int, float*, size_t, EpilogueGemm*);
 template void launch_matmul_backward(cublasHandle_t, cudaStream_t, bf16*, float*, float*, const bf16*, const bf16*,
                                      const bf16*, int, int, int, float*, size_t, bool);
 template void launch_matmul_backward(cublasHandle_t, cudaStream_t, fp16*, float*, float*, const fp16*, const fp16*,

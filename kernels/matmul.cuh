@@ -2,8 +2,8 @@
 // The dense layer out[N,OC] = inp[N,IC] @ weight[OC,IC]^T + bias[OC], as a cuBLAS GEMM
 // plus a bias kernel; backward as two accumulating GEMMs and a deterministic column
 // reduction for the bias. In fp32 every operand is fp32. In bf16 (fp16) the activations
-// and the weight are bf16 (fp16) - the weight from the backend's 16-bit copy of the
-// parameters -, the bias is the fp32 master, and the weight and bias gradients are fp32:
+// and the weight and bias are bf16 (fp16) - the parameters from the backend's 16-bit copy
+// of them -, and the weight and bias gradients are fp32:
 // the GEMMs accumulate in fp32 and round once to their result's storage. The 16-bit
 // launchers of both types share their scratch sizes (the _16bit functions).
 #include <cublas_v2.h>
@@ -22,16 +22,16 @@ void launch_matmul_forward(cublasHandle_t handle, cudaStream_t stream, float* ou
                            const float* inp, const float* weight, const float* bias, int rows,
                            int in_channels, int out_channels);
 // bf16 and fp16 need scratch when out_channels is not a multiple of 8 (rows padded for
-// cuBLAS's fast kernels); this many floats, possibly 0. With a bias, a bias_gemm and
-// bias_copy, the bias's 16-bit copy (among the parameters' copy), the bias is added in
-// cuBLASLt's epilogue where the shapes allow (gemm_lt.cuh).
+// cuBLAS's fast kernels); this many floats, possibly 0. With a bias and a bias_gemm, the
+// bias is added in cuBLASLt's epilogue where the shapes allow (gemm_lt.cuh), and by a
+// kernel otherwise.
 size_t matmul_forward_scratch_elems_16bit(int rows, int out_channels);
 // Half is __nv_bfloat16 or __half, here and below.
 template <class Half>
 void launch_matmul_forward(cublasHandle_t handle, cudaStream_t stream, Half* out, const Half* inp,
-                           const Half* weight, const float* bias, int rows, int in_channels,
+                           const Half* weight, const Half* bias, int rows, int in_channels,
                            int out_channels, float* scratch, size_t scratch_elems,
-                           EpilogueGemm* bias_gemm, const Half* bias_copy);
+                           EpilogueGemm* bias_gemm);
 
 // Floats of scratch that launch_matmul_backward needs (for the bias reduction).
 size_t matmul_backward_scratch_elems(int rows, int out_channels);

@@ -286,6 +286,15 @@ class Ops {
   // `params` lies in the MemoryKind::parameters allocation. A no-op for fp32 backends.
   virtual void parameters_changed(const float* params, size_t begin_elems,
                                   size_t end_elems) = 0;
+  // The lower-precision copy that this backend's ops read in place of the parameters at
+  // `params` (in the MemoryKind::parameters allocation), as 16-bit words at the same
+  // element offsets; nullptr where the ops read the fp32 parameters themselves. A
+  // strategy may write the copy itself (zero2 gathers it from the other ranks), and then
+  // owes no parameters_changed for what it wrote.
+  virtual uint16_t* compute_copy_of(float* params) {
+    (void)params;
+    return nullptr;
+  }
 
   // Waits until every op issued so far has finished (a no-op on the CPU).
   virtual void synchronize() = 0;

@@ -63,6 +63,10 @@ class Communicator {
   // send == recv + rank * send_elems.
   virtual CommHandle start_allgather(const float* send, float* recv, size_t send_elems,
                                      const std::string& phase) = 0;
+  // The same gather of 16-bit words (a backend's 16-bit copy of the parameters), moved
+  // unchanged: 2 bytes a word on the wire and in the records.
+  virtual CommHandle start_allgather_16bit(const uint16_t* send, uint16_t* recv, size_t send_elems,
+                                           const std::string& phase) = 0;
   // The same two sums with bf16 on the wire, for gradients (--grad-reduce bf16): each
   // rank's values are rounded to bf16 (to nearest even), every addition is done in fp32
   // and rounded to bf16 again, as NCCL sums bf16, and the sum is widened back into the

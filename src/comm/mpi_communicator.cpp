@@ -23,6 +23,10 @@ template <>
 MPI_Datatype mpi_type<double>() {
   return MPI_DOUBLE;
 }
+template <>
+MPI_Datatype mpi_type<uint16_t>() {
+  return MPI_UINT16_T;
+}
 
 // Calls body(offset_elems, piece_elems) over [0, elems) in pieces that fit an MPI int count.
 template <class Body>
@@ -280,23 +284,33 @@ CommHandle MpiCommunicator::start_reduce_scatter_in_bf16(const float* send, floa
 
 CommHandle MpiCommunicator::start_allgather(const float* send, float* recv, size_t send_elems,
                                             const std::string& phase) {
+  return start_allgather_of(send, recv, send_elems, phase);
+}
+
+CommHandle MpiCommunicator::start_allgather_16bit(const uint16_t* send, uint16_t* recv, size_t send_elems,
+                                                  const std::string& phase) {
+  return start_allgather_of(send, recv, send_elems, phase);
+}
+
+template <class T>
+CommHandle MpiCommunicator::start_allgather_of(const T* send, T* recv, size_t send_elems,
+                                               const std::string& phase) {
   const size_t recv_elems = send_elems * static_cast<size_t>(world_size_);
   check_buffer(send, send_elems, "allgather send buffer");
   check_buffer(recv, recv_elems, "allgather recv buffer");
-  float* own_chunk = recv + static_cast<size_t>(rank_) * send_elems;
+  T* own_chunk = recv + static_cast<size_t>(rank_) * send_elems;
   const bool in_place = send == own_chunk;
-  SCALESTUDY_CHECK(in_place || !ranges_overlap(send, send_elems * sizeof(float), recv,
-                                               recv_elems * sizeof(float)),
+  SCALESTUDY_CHECK(in_place || !ranges_overlap(send, send_elems * sizeof(T), recv, recv_elems * sizeof(T)),
                    "allgather: the send buffer overlaps the recv buffer but is not this rank's "
                    "chunk of it (phase " + phase + ")");
   MPI_Comm comm = comm_;
   const int world_size = world_size_;
   const size_t max_piece_elems = max_elems_per_call_;
-  return enqueue(CollectiveKind::allgather, phase, recv_elems * sizeof(float), [=] {
+  return enqueue(CollectiveKind::allgather, phase, recv_elems * sizeof(T), [=] {
+    const MPI_Datatype type = mpi_type<T>();
     if (send_elems <= max_piece_elems) {
       const int count = static_cast<int>(send_elems);
-      CHECK_MPI(MPI_Allgather(in_place ? MPI_IN_PLACE : send, count, MPI_FLOAT, recv, count,
-                              MPI_FLOAT, comm));
+      CHECK_MPI(MPI_Allgather(in_place ? MPI_IN_PLACE : send, count, type, recv, count, type, comm));
       return;
     }
     // Chunks larger than an int count: each owner broadcasts its chunk piece by piece,
@@ -304,8 +318,8 @@ CommHandle MpiCommunicator::start_allgather(const float* send, float* recv, size
     if (!in_place) std::copy(send, send + send_elems, own_chunk);
     for_each_piece(send_elems, max_piece_elems, [&](size_t offset_elems, int piece_elems) {
       for (int owner = 0; owner < world_size; ++owner) {
-        float* chunk = recv + static_cast<size_t>(owner) * send_elems + offset_elems;
-        CHECK_MPI(MPI_Bcast(chunk, piece_elems, MPI_FLOAT, owner, comm));
+        T* chunk = recv + static_cast<size_t>(owner) * send_elems + offset_elems;
+        CHECK_MPI(MPI_Bcast(chunk, piece_elems, type, owner, comm));
       }
     });
   });

@@ -59,6 +59,8 @@ class MpiCommunicator final : public Communicator {
                                   const std::string& phase) override;
   CommHandle start_allgather(const float* send, float* recv, size_t send_elems,
                              const std::string& phase) override;
+  CommHandle start_allgather_16bit(const uint16_t* send, uint16_t* recv, size_t send_elems,
+                                   const std::string& phase) override;
   CommHandle start_allreduce_in_bf16(float* buffer, size_t elems,
                                      const std::string& phase) override;
   CommHandle start_reduce_scatter_in_bf16(const float* send, float* recv, size_t recv_elems,
@@ -104,6 +106,8 @@ class MpiCommunicator final : public Communicator {
     Clock::time_point end;
   };
 
+  template <class T>
+  CommHandle start_allgather_of(const T* send, T* recv, size_t send_elems, const std::string& phase);
   CommHandle enqueue(CollectiveKind kind, const std::string& phase, size_t payload_bytes,
                      std::function<void()> run);
   void worker_loop();

@@ -372,6 +372,15 @@ CommHandle NcclCommunicator::start_allgather(const float* send, float* recv, siz
   });
 }
 
+CommHandle NcclCommunicator::start_allgather_16bit(const uint16_t* send, uint16_t* recv, size_t send_elems,
+                                                   const std::string& phase) {
+  // On NCCL's kernels whatever the engine: the copy engines carry the float collectives.
+  // A gather does no arithmetic, so any 16-bit type moves the words unchanged.
+  return launch(CollectiveKind::allgather, phase, send_elems * world_size_ * sizeof(uint16_t), [&](const auto&) {
+    CHECK_NCCL(ncclAllGather(send, recv, send_elems, ncclFloat16, lane_comm(), comm_stream_));
+  });
+}
+
 CommHandle NcclCommunicator::start_broadcast(float* buffer, size_t elems, int root, const std::string& phase) {
   return launch(CollectiveKind::broadcast, phase, elems * sizeof(float), [&](const auto&) {
     CHECK_NCCL(ncclBroadcast(buffer, buffer, elems, ncclFloat, root, nccl_, comm_stream_));

@@ -109,6 +109,8 @@ class NcclCommunicator final : public Communicator {
                                   const std::string& phase) override;
   CommHandle start_allgather(const float* send, float* recv, size_t send_elems,
                              const std::string& phase) override;
+  CommHandle start_allgather_16bit(const uint16_t* send, uint16_t* recv, size_t send_elems,
+                                   const std::string& phase) override;
   CommHandle start_allreduce_in_bf16(float* buffer, size_t elems, const std::string& phase) override;
   CommHandle start_reduce_scatter_in_bf16(const float* send, float* recv, size_t recv_elems,
                                           const std::string& phase) override;

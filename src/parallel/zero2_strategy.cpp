@@ -11,7 +11,8 @@ Zero2Strategy::Zero2Strategy(const RunConfig& config, Ops& ops, Communicator& co
                              const BucketPlan& plan)
     : config_(config), ops_(ops), comm_(comm), model_(model), plan_(plan),
       rank_(comm.rank()),
-      hold_until_elems_(hold_until_elems(config.overlap_after, plan)) {
+      hold_until_elems_(hold_until_elems(config.overlap_after, plan)),
+      compute_copy_(ops.compute_copy_of(model.params())) {
   SCALESTUDY_CHECK(plan_.world_size == comm.world_size(), "bucket plan for another world size");
   const size_t shard = plan_.shard_elems();
   shard_grads_ = ops_.allocate_floats(shard, MemoryKind::gradients);
@@ -275,7 +276,7 @@ OptimizerStats Zero2Strategy::optimizer_step(float learning_rate, int adam_step,
                          shard_grads_ + offset, m_ + offset, v_ + offset, config_, learning_rate, adam_step);
   }
   gather_pending_ = true;
-  if (!config_.overlap) finish_param_sync();
+  if (!config_.overlap) sync_forward_parameters();
   return stats;
 }
 
@@ -289,17 +290,27 @@ void Zero2Strategy::start_gathers() {
   for (int b = 0; b < static_cast<int>(plan_.buckets.size()); ++b) {
     const bool hidden = config_.overlap && plan_.buckets[b].begin_elems >= hidden_from;
     LaneScope lane(comm_, hidden ? CommLane::overlapped : CommLane::awaited);
-    float* bucket = model_.params() + plan_.buckets[b].begin_elems;
-    buckets_[b].gather = comm_.start_allgather(model_.params() + plan_.chunk_begin(b, rank_), bucket,
-                                               plan_.chunk_elems(b), "param-gather");
+    const size_t own_begin = plan_.chunk_begin(b, rank_), chunk = plan_.chunk_elems(b);
+    const size_t bucket_begin = plan_.buckets[b].begin_elems;
+    if (compute_copy_) {
+      if (!own_chunks_refreshed_) ops_.parameters_changed(model_.params(), own_begin, own_begin + chunk);
+      buckets_[b].gather = comm_.start_allgather_16bit(compute_copy_ + own_begin, compute_copy_ + bucket_begin,
+                                                       chunk, "param-gather");
+    } else {
+      buckets_[b].gather = comm_.start_allgather(model_.params() + own_begin, model_.params() + bucket_begin,
+                                                 chunk, "param-gather");
+    }
     buckets_[b].gathering = true;
   }
   gather_pending_ = false;
+  masters_behind_ = masters_behind_ || compute_copy_ != nullptr;
 }
 
 void Zero2Strategy::complete_gather(int b) {
   comm_.finish(buckets_[b].gather);
   buckets_[b].gathering = false;
+  // A gathered copy is what the ops read already.
+  if (compute_copy_) return;
   // In stream order after the wait: a lower-precision compute copy sees the new values.
   // Where AdamW refreshed this rank's chunk already, only the other ranks' chunks are new.
   const Bucket& bucket = plan_.buckets[b];
@@ -321,10 +332,24 @@ void Zero2Strategy::before_segment_forward(int segment) {
   if (config_.overlap && reducing_.empty()) reserve_for_overlapped_lane(ops_, comm_, false);
 }
 
-void Zero2Strategy::finish_param_sync() {
+void Zero2Strategy::sync_forward_parameters() {
   if (gather_pending_) start_gathers();
   for (int b = 0; b < static_cast<int>(buckets_.size()); ++b)
     if (buckets_[b].gathering) complete_gather(b);
+}
+
+void Zero2Strategy::finish_param_sync() {
+  sync_forward_parameters();
+  if (!masters_behind_) return;
+  // Each rank's fp32 chunks are its masters, as current as the copy; the whole parameters
+  // are read only from here on (results, tests), so they are gathered once, now.
+  CommHandle last{};
+  for (int b = 0; b < static_cast<int>(plan_.buckets.size()); ++b)
+    last = comm_.start_allgather(model_.params() + plan_.chunk_begin(b, rank_),
+                                 model_.params() + plan_.buckets[b].begin_elems, plan_.chunk_elems(b),
+                                 "param-gather");
+  comm_.finish(last);  // the latest covers the earlier ones (Communicator::finish)
+  masters_behind_ = false;
 }
 
 StrategyMemory Zero2Strategy::memory() const {

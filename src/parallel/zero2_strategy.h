@@ -21,10 +21,15 @@
 // kMaxBucketsInFlight: gradient memory then also holds those buckets (under auto, at
 // most one shard's worth).
 //
-// After the update each rank's chunk is allgathered back into every replica's
-// parameters. Without overlap that happens at the end of optimizer_step; with overlap
-// the allgathers are started at the next begin_step() and forward waits for each
-// bucket just before the first segment that reads it.
+// After the update each rank's chunk is allgathered back into every replica. Where the
+// backend's ops read a 16-bit copy of the parameters (Ops::compute_copy_of: bf16, fp16),
+// the gathers move that copy, 2 bytes a parameter, which the fused AdamW wrote for this
+// rank's chunks; the other ranks' chunks of the fp32 parameters, which nothing reads
+// during training, then fall behind until finish_param_sync() gathers them. Otherwise
+// the fp32 parameters themselves are gathered. Without overlap that happens at the end of
+// optimizer_step; with overlap the allgathers are started at the next begin_step() and
+// forward waits for each bucket just before the first segment that reads it.
+#include <cstdint>
 #include <deque>
 #include <vector>
 
@@ -87,6 +92,9 @@ class Zero2Strategy final : public GradientStrategy {
   void complete_reduce(int bucket);
   void start_gathers();
   void complete_gather(int bucket);
+  // Starts the gathers still pending and waits for them: the parameters that forward reads
+  // are then whole.
+  void sync_forward_parameters();
   bool overlaps(int bucket, size_t begin, size_t end) const;
 
   const RunConfig& config_;
@@ -121,6 +129,12 @@ class Zero2Strategy final : public GradientStrategy {
   int reported_segment_ = -1;
   size_t reported_from_elems_ = 0;
   bool gather_pending_ = false;
+  // The 16-bit copy that the backend's ops read, which the gathers then move; nullptr
+  // where they read the fp32 parameters.
+  uint16_t* compute_copy_ = nullptr;
+  // The gathers moved the copy only: the other ranks' chunks of the fp32 parameters are
+  // older than it until finish_param_sync().
+  bool masters_behind_ = false;
   // The last optimizer step refreshed the compute copy of this rank's chunks itself.
   bool own_chunks_refreshed_ = false;
 };

@@ -175,6 +175,14 @@ class CudaOpsHalfTest : public gpu_test::CudaOpsFixture {
     return upload(values, MemoryKind::activations);
   }
   float* poisoned_activation(size_t elems) { return poisoned(elems, MemoryKind::activations); }
+  // Parameters as the model keeps them: fp32 masters in a MemoryKind::parameters
+  // allocation, whose 16-bit copy (refreshed here) is what the ops read. So the CPU
+  // reference takes rounded(values).
+  float* parameters(const std::vector<float>& values) {
+    float* device = upload(values, MemoryKind::parameters);
+    gpu_->parameters_changed(device, 0, values.size());
+    return device;
+  }
   // The check, printing how much of the bound the worst element used.
   void expect_close(const std::string& what, const float* device, const std::vector<float>& ref,
                     Tolerance tolerance) {
@@ -189,12 +197,14 @@ class CudaOpsHalfTest : public gpu_test::CudaOpsFixture {
   // [rows, channels] shape.
   void check_layernorm(int N, int C, const std::string& shape_label) {
     const auto inp = rounded(random_floats(size_t(N) * C, 20, -3.0f, 5.0f));
-    const auto weight = random_floats(C, 21, 0.5f, 1.5f), bias = random_floats(C, 22);
+    // The GPU reads the parameters' 16-bit copy, the CPU the same rounded values.
+    const auto master_weight = random_floats(C, 21, 0.5f, 1.5f), master_bias = random_floats(C, 22);
+    const auto weight = rounded(master_weight), bias = rounded(master_bias);
     std::vector<float> out(inp.size()), mean(N), rstd(N);
     float *d_out = poisoned_activation(out.size()), *d_mean = poisoned(N), *d_rstd = poisoned(N);
-    const float *d_inp = activation(inp), *d_weight = upload(weight);
+    const float *d_inp = activation(inp), *d_weight = parameters(master_weight), *d_bias = parameters(master_bias);
     cpu_.layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), weight.data(), bias.data(), N, C);
-    gpu_->layernorm_forward(d_out, d_mean, d_rstd, d_inp, d_weight, upload(bias), N, C);
+    gpu_->layernorm_forward(d_out, d_mean, d_rstd, d_inp, d_weight, d_bias, N, C);
     expect_close("layernorm out" + shape_label, d_out, out, tol_.rounding);
     expect_close("layernorm mean" + shape_label, d_mean, mean, kRowStatistics);
     expect_close("layernorm rstd" + shape_label, d_rstd, rstd, kRowStatistics);
@@ -205,10 +215,10 @@ class CudaOpsHalfTest : public gpu_test::CudaOpsFixture {
     float *d_sum = poisoned_activation(inp.size()), *d_fused_out = poisoned_activation(out.size());
     float *d_fused_mean = poisoned(N), *d_fused_rstd = poisoned(N);
     gpu_->residual_layernorm_forward(d_sum, d_fused_out, d_fused_mean, d_fused_rstd, d_inp, d_addend,
-                                     d_weight, upload(bias), N, C);
+                                     d_weight, d_bias, N, C);
     float* d_plain_sum = poisoned_activation(inp.size());
     gpu_->residual_forward(d_plain_sum, d_inp, d_addend, inp.size());
-    gpu_->layernorm_forward(d_out, d_mean, d_rstd, d_plain_sum, d_weight, upload(bias), N, C);
+    gpu_->layernorm_forward(d_out, d_mean, d_rstd, d_plain_sum, d_weight, d_bias, N, C);
     expect_close("residual + layernorm sum" + shape_label, d_sum, download(d_plain_sum, inp.size()), kBitExact);
     expect_close("residual + layernorm out" + shape_label, d_fused_out, download(d_out, out.size()), kBitExact);
     expect_close("residual + layernorm mean" + shape_label, d_fused_mean, download(d_mean, N), kBitExact);

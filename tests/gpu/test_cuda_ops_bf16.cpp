@@ -80,8 +80,8 @@ TEST_P(CudaOpsHalf, GemmsReadTheRefreshedParameterCopy) {
 
   // New values everywhere, but only the first half of the weight rows announced, and the
   // bias: the GEMM must use new rows [0, OC/2) and old rows after. (The bias is announced
-  // because the 16-bit forward reads it from the copy in cuBLASLt's epilogue, and from the
-  // fp32 master in the bias kernel where the epilogue declines.)
+  // because the 16-bit forward reads it from the copy too, in cuBLASLt's epilogue or in the
+  // bias kernel.)
   const auto fresh = rounded(random_floats(param_elems, 4));
   gpu_->copy_from_host(d_params, fresh.data(), param_elems);
   const size_t announced_end = weight_at + size_t(OC / 2) * IC;
@@ -93,18 +93,80 @@ TEST_P(CudaOpsHalf, GemmsReadTheRefreshedParameterCopy) {
   expect_close("matmul after a partial refresh", d_out, out, gemm_tolerance(out));
 }
 
+// Every op that reads a parameter reads the 16-bit copy, never the fp32 master: zero2
+// gathers only the copy, so the masters of other ranks' chunks are stale while it trains.
+// Each op runs once with the masters as refreshed and once with them overwritten by NaN
+// (not announced): the results must be the same bits.
+TEST_P(CudaOpsHalf, OpsReadTheParameterCopyNotTheMasters) {
+  const int B = 2, T = 8, C = 64, V = 40;
+  const int N = B * T;
+  // One allocation, as the model's: wte, wpe, LayerNorm weight and bias, and a dense
+  // layer's weight and bias of OC outputs. OC = 20 is not a multiple of 8, so its bias is
+  // added by the kernel that unpads the GEMM's rows; 24 takes cuBLASLt's epilogue.
+  const int kDenseOutputs[] = {24, 20};
+  const size_t wte_at = 0, wpe_at = size_t(V) * C, ln_w_at = wpe_at + size_t(T) * C, ln_b_at = ln_w_at + C;
+  const size_t dense_w_at = ln_b_at + C, dense_b_at = dense_w_at + size_t(24) * C;
+  const size_t param_elems = dense_b_at + 24;
+  const auto masters = random_floats(param_elems, 31, 0.5f, 1.5f);
+  float* d_params = parameters(masters);
+  const float *wte = d_params + wte_at, *wpe = d_params + wpe_at;
+  const float *ln_w = d_params + ln_w_at, *ln_b = d_params + ln_b_at;
+  const auto tokens = random_ids(N, 32, V);
+  const int32_t* d_tokens = upload(tokens);
+  const float* d_inp = activation(rounded(random_floats(size_t(N) * C, 33, -3.0f, 3.0f)));
+  const float* d_addend = activation(rounded(random_floats(size_t(N) * C, 34)));
+  const float* d_dout = activation(rounded(random_floats(size_t(N) * C, 35)));
+
+  auto run_all = [&] {
+    std::vector<std::vector<float>> results;
+    float* emb = poisoned_activation(size_t(N) * C);
+    gpu_->embedding_forward(emb, d_tokens, wte, wpe, B, T, C);
+    results.push_back(download(emb, size_t(N) * C));
+    float *out = poisoned_activation(size_t(N) * C), *mean = poisoned(N), *rstd = poisoned(N);
+    gpu_->layernorm_forward(out, mean, rstd, d_inp, ln_w, ln_b, N, C);
+    results.push_back(download(out, size_t(N) * C));
+    float *sum = poisoned_activation(size_t(N) * C), *fused = poisoned_activation(size_t(N) * C);
+    gpu_->residual_layernorm_forward(sum, fused, mean, rstd, d_inp, d_addend, ln_w, ln_b, N, C);
+    results.push_back(download(fused, size_t(N) * C));
+    float* dinp = poisoned_activation(size_t(N) * C);
+    float *dweight = upload(std::vector<float>(C, 0.0f)), *dbias = upload(std::vector<float>(C, 0.0f));
+    gpu_->layernorm_backward(dinp, dweight, dbias, d_dout, d_inp, ln_w, mean, rstd, N, C,
+                             GradientWrite::overwrite);
+    results.push_back(download(dinp, size_t(N) * C));
+    for (int outputs : kDenseOutputs) {
+      float* dense = poisoned_activation(size_t(N) * outputs);
+      gpu_->matmul_forward(dense, d_inp, d_params + dense_w_at, d_params + dense_b_at, N, C, outputs);
+      results.push_back(download(dense, size_t(N) * outputs));
+    }
+    return results;
+  };
+  const auto refreshed = run_all();
+  gpu_->copy_from_host(d_params, std::vector<float>(param_elems, NAN).data(), param_elems);
+  const auto stale_masters = run_all();
+  const char* names[] = {"embedding out", "layernorm out", "residual + layernorm out", "layernorm dinp",
+                         "dense 64->24 with bias", "dense 64->20 with bias"};
+  for (size_t r = 0; r < refreshed.size(); ++r) {
+    EXPECT_TRUE(std::none_of(refreshed[r].begin(), refreshed[r].end(), [](float v) { return std::isnan(v); }))
+        << names[r];
+    EXPECT_TRUE(all_close(std::string(names[r]) + " with NaN masters", stale_masters[r], refreshed[r], kBitExact));
+  }
+}
+
 // ---- per-op comparisons -------------------------------------------------------------
 
 TEST_P(CudaOpsHalfShapes, Embedding) {
   const OpShape s = shape();
   const size_t N = s.rows(), C = s.channels;
   const auto tokens = random_ids(N, 10, s.vocab);
-  const auto wte = random_floats(s.vocab * C, 11), wpe = random_floats(s.seq * C, 12);
+  // The GPU reads the tables' 16-bit copy: the CPU adds the same rounded values, in fp32.
+  const auto master_wte = random_floats(s.vocab * C, 11), master_wpe = random_floats(s.seq * C, 12);
+  const auto wte = rounded(master_wte), wpe = rounded(master_wpe);
   std::vector<float> out(N * C);
   float* d_out = poisoned_activation(out.size());
   const int32_t* d_tokens = upload(tokens);
   cpu_.embedding_forward(out.data(), tokens.data(), wte.data(), wpe.data(), s.batch, s.seq, s.channels);
-  gpu_->embedding_forward(d_out, d_tokens, upload(wte), upload(wpe), s.batch, s.seq, s.channels);
+  gpu_->embedding_forward(d_out, d_tokens, parameters(master_wte), parameters(master_wpe), s.batch, s.seq,
+                          s.channels);
   expect_close("embedding out", d_out, rounded(out), kBitExact);
 
   const auto dout = rounded(random_floats(N * C, 13));

@@ -224,6 +224,29 @@ TEST(MpiCommunicator, AllgatherInPlaceIsExact) {
   }, "allgather in place");
 }
 
+// 16-bit words (a backend's parameter copy) arrive as they were sent, every bit pattern
+// included, in place and in pieces; the record counts 2 bytes a word.
+TEST(MpiCommunicator, Allgather16BitMovesTheWordsUnchanged) {
+  MpiCommunicator comm(MPI_COMM_WORLD, kTimeoutS);
+  const size_t send_elems = 1031;
+  auto word = [](int owner, size_t i) { return static_cast<uint16_t>((owner * 40503u + i * 7919u) & 0xffffu); };
+  for (size_t max_piece : {send_elems, size_t{7}}) {
+    comm.set_max_elems_per_call(max_piece);
+    std::vector<uint16_t> recv(send_elems * static_cast<size_t>(world_size()), 0xdead);
+    uint16_t* own_chunk = recv.data() + static_cast<size_t>(world_rank()) * send_elems;
+    for (size_t i = 0; i < send_elems; ++i) own_chunk[i] = word(world_rank(), i);
+    comm.finish(comm.start_allgather_16bit(own_chunk, recv.data(), send_elems, "test"));
+    size_t wrong = 0;
+    for (size_t i = 0; i < recv.size(); ++i)
+      wrong += recv[i] != word(static_cast<int>(i / send_elems), i % send_elems);
+    EXPECT_EQ(wrong, 0u) << "16-bit allgather in place, pieces of " << max_piece;
+    const std::vector<CollectiveRecord> records = comm.take_records();
+    ASSERT_EQ(records.size(), 1u);
+    EXPECT_EQ(records[0].kind, CollectiveKind::allgather);
+    EXPECT_EQ(records[0].payload_bytes, recv.size() * 2);
+  }
+}
+
 TEST(MpiCommunicator, BroadcastFromEachRoot) {
   MpiCommunicator comm(MPI_COMM_WORLD, kTimeoutS);
   const size_t elems = 777;

@@ -29,6 +29,10 @@ class ForwardingCommunicator : public Communicator {
   CommHandle start_allgather(const float* send, float* recv, size_t send_elems, const std::string& phase) override {
     return inner_.start_allgather(send, recv, send_elems, phase);
   }
+  CommHandle start_allgather_16bit(const uint16_t* send, uint16_t* recv, size_t send_elems,
+                                   const std::string& phase) override {
+    return inner_.start_allgather_16bit(send, recv, send_elems, phase);
+  }
   CommHandle start_allreduce_in_bf16(float* buffer, size_t elems, const std::string& phase) override {
     return inner_.start_allreduce_in_bf16(buffer, elems, phase);
   }

@@ -37,7 +37,8 @@ void CudaOps::embedding_forward(float* out, const int32_t* tokens, const float* 
   ScopedKernelTag tag(KernelCategory::norm_elementwise);
   with_storage_type(stores_half(out, "embedding out"), precision_, [&](auto storage) {
     using T = typename decltype(storage)::type;
-    cuda::launch_embedding_forward(stream_, as<T>(out), tokens, wte, wpe, batch, seq, channels);
+    cuda::launch_embedding_forward(stream_, as<T>(out), tokens, parameter_as<T>(wte),
+                                   parameter_as<T>(wpe), batch, seq, channels);
   });
 }
 
@@ -63,8 +64,8 @@ void CudaOps::layernorm_forward(float* out, float* mean, float* rstd, const floa
   const bool half = half_operands("layernorm_forward", {{out, "out"}, {inp, "inp"}});
   with_storage_type(half, precision_, [&](auto storage) {
     using T = typename decltype(storage)::type;
-    cuda::launch_layernorm_forward(stream_, as<T>(out), mean, rstd, as<T>(inp), weight, bias, rows,
-                                   channels);
+    cuda::launch_layernorm_forward(stream_, as<T>(out), mean, rstd, as<T>(inp), parameter_as<T>(weight),
+                                   parameter_as<T>(bias), rows, channels);
   });
 }
 
@@ -83,8 +84,8 @@ void CudaOps::layernorm_backward(float* dinp, float* dweight, float* dbias, cons
   with_storage_type(half, precision_, [&](auto storage) {
     using T = typename decltype(storage)::type;
     cuda::launch_layernorm_backward(stream_, as<T>(dinp), dweight, dbias, as<T>(dout), as<T>(inp),
-                                    weight, mean, rstd, rows, channels, scratch, scratch_elems_,
-                                    accumulate_dinp);
+                                    parameter_as<T>(weight), mean, rstd, rows, channels, scratch,
+                                    scratch_elems_, accumulate_dinp);
   });
 }
 
@@ -94,16 +95,12 @@ void CudaOps::matmul_forward(float* out, const float* inp, const float* weight,
   if (half_operands("matmul_forward", {{out, "out"}, {inp, "inp"}})) {
     const size_t scratch_elems = cuda::matmul_forward_scratch_elems_16bit(rows, out_channels);
     float* scratch = scratch_elems > 0 ? scratch_floats(scratch_elems) : nullptr;
-    const void* weight_copy = parameter_copy_of(weight);
-    // A bias outside the parameters (none in the model) has no 16-bit copy: it takes the
-    // bias kernel.
-    const void* bias_copy = bias != nullptr ? parameter_copy_or_null(bias) : nullptr;
     with_half_type(precision_, [&](auto storage) {
       using Half = typename decltype(storage)::type;
-      cuda::launch_matmul_forward(cublas_, stream_, as<Half>(out), as<Half>(inp),
-                                  as<Half>(weight_copy), bias, rows, in_channels, out_channels,
-                                  scratch, scratch != nullptr ? scratch_elems_ : 0,
-                                  epilogue_gemm_.get(), as<Half>(bias_copy));
+      cuda::launch_matmul_forward(cublas_, stream_, as<Half>(out), as<Half>(inp), parameter_as<Half>(weight),
+                                  bias != nullptr ? parameter_as<Half>(bias) : nullptr, rows, in_channels,
+                                  out_channels, scratch, scratch != nullptr ? scratch_elems_ : 0,
+                                  epilogue_gemm_.get());
     });
     return;
   }
@@ -331,7 +328,8 @@ void CudaOps::residual_layernorm_forward(float* residual, float* out, float* mea
   with_storage_type(half, precision_, [&](auto storage) {
     using T = typename decltype(storage)::type;
     cuda::launch_residual_layernorm_forward(stream_, as<T>(residual), as<T>(out), mean, rstd,
-                                            as<T>(a), as<T>(b), weight, bias, rows, channels);
+                                            as<T>(a), as<T>(b), parameter_as<T>(weight),
+                                            parameter_as<T>(bias), rows, channels);
   });
 }
 

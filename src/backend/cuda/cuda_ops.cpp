@@ -256,8 +256,8 @@ const void* CudaOps::parameter_copy_of(const float* weight) const {
   const Lookup lookup = find_allocation(weight);
   SCALESTUDY_CHECK(lookup.found && lookup.allocation.parameter_copy != nullptr,
                    std::string("cuda backend (") + mode_name() +
-                       "): a GEMM weight must lie in the MemoryKind::parameters allocation, "
-                       "whose 16-bit copy the GEMM reads");
+                       "): a parameter that an op reads must lie in the MemoryKind::parameters "
+                       "allocation, whose 16-bit copy the op reads");
   const size_t offset_bytes = reinterpret_cast<uintptr_t>(weight) - lookup.base;
   SCALESTUDY_CHECK(offset_bytes % sizeof(float) == 0, "cuda backend: misaligned weight pointer");
   return static_cast<const char*>(lookup.allocation.parameter_copy) +
@@ -282,6 +282,12 @@ void CudaOps::parameters_changed(const float* params, size_t begin_elems, size_t
         static_cast<Half*>(lookup.allocation.parameter_copy) + offset_bytes / sizeof(float);
     cuda::launch_cast(stream_, copy + begin_elems, params + begin_elems, end_elems - begin_elems);
   });
+}
+
+uint16_t* CudaOps::compute_copy_of(float* params) {
+  if (!half_mode()) return nullptr;
+  static_assert(kHalfBytes == sizeof(uint16_t), "the 16-bit copy is handed out as 16-bit words");
+  return static_cast<uint16_t*>(const_cast<void*>(parameter_copy_of(params)));
 }
 
 void CudaOps::sample_device_usage() const {

@@ -26,11 +26,14 @@
 //   an error. fill_zero, copy, copy_to_host and copy_from_host convert between 16-bit
 //   storage and fp32 values (on the host with half_host.h's conversions, which round as
 //   the device does).
-// - The MemoryKind::parameters allocation gets a 16-bit copy of the same length. GEMMs
-//   read their weights from it (at the weight's offset in the parameters); embedding,
-//   LayerNorm and bias adds read the fp32 masters. The copy is refreshed only by
-//   parameters_changed(); until the first call it holds NaN, so a forgotten refresh
-//   shows up as a NaN loss rather than as silently stale weights.
+// - The MemoryKind::parameters allocation gets a 16-bit copy of the same length. Every op
+//   that reads a parameter (GEMM weights and biases, embedding tables, LayerNorm weights
+//   and biases) reads it from the copy, at the parameter's offset: forward and backward
+//   see the rounded parameters only, and the fp32 masters are the optimizer's. So a
+//   strategy that moves parameters between ranks moves the copy (compute_copy_of); zero2
+//   gathers 16 bits a parameter. The copy is refreshed by parameters_changed(), by the
+//   fused AdamW, or by such a gather; until the first refresh it holds NaN, so a
+//   forgotten one shows up as a NaN loss rather than as silently stale weights.
 // - GEMMs (cublasGemmEx, CUDA_R_16BF or CUDA_R_16F operands, CUBLAS_COMPUTE_32F) take
 //   16-bit operands and accumulate in fp32: activations and their gradients come out
 //   16-bit, weight gradients fp32 (accumulated into the fp32 gradient buffer). Attention
@@ -55,6 +58,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <type_traits>
 
 #include "backend/ops.h"
 #include "config/run_config.h"
@@ -198,6 +202,7 @@ class CudaOps final : public Ops {
   // bf16 / fp16: casts the range into the parameters' 16-bit copy, on the compute stream
   // (in fp16, masters beyond 65504 become +-inf there).
   void parameters_changed(const float* params, size_t begin_elems, size_t end_elems) override;
+  uint16_t* compute_copy_of(float* params) override;
   void synchronize() override;
   // Events on the compute stream.
   std::unique_ptr<StepTimer> make_step_timer() override;
@@ -250,6 +255,16 @@ class CudaOps final : public Ops {
   void require_fp32(const void* ptr, const char* what) const;
   // The 16-bit copy of the parameter `weight` points at.
   const void* parameter_copy_of(const float* weight) const;
+  // The parameter as ops whose activations are of storage T read it: the fp32 master
+  // itself, or in bf16 and fp16 its 16-bit copy.
+  template <class T>
+  const T* parameter_as(const float* param) const {
+    if constexpr (std::is_same_v<T, float>) {
+      return param;
+    } else {
+      return static_cast<const T*>(parameter_copy_of(param));
+    }
+  }
   // The same, or nullptr where `param` is not in the parameters allocation.
   const void* parameter_copy_or_null(const float* param) const;
   void copy_host_to_device(void* dst, const void* host_src, size_t bytes);
