@@ -102,7 +102,8 @@ TEST_P(CudaOpsHalf, OpsReadTheParameterCopyNotTheMasters) {
   const int N = B * T;
   // One allocation, as the model's: wte, wpe, LayerNorm weight and bias, and a dense
   // layer's weight and bias of OC outputs. OC = 20 is not a multiple of 8, so its bias is
-  // added by the kernel that unpads the GEMM's rows; 24 takes cuBLASLt's epilogue.
+  // added by the kernel that unpads the GEMM's rows; at 24 cuBLASLt's epilogue adds it
+  // where it takes the shape, and the bias kernel otherwise.
   const int kDenseOutputs[] = {24, 20};
   const size_t wte_at = 0, wpe_at = size_t(V) * C, ln_w_at = wpe_at + size_t(T) * C, ln_b_at = ln_w_at + C;
   const size_t dense_w_at = ln_b_at + C, dense_b_at = dense_w_at + size_t(24) * C;
