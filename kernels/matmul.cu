@@ -14,8 +14,8 @@ namespace {
 
 // out[n, o] += bias[o], in fp32 and rounded once to T; the bias is T too (in 16 bits, the
 // parameters' copy). Addition commutes exactly, so in fp32 this rounds as the CPU's
-// bias + dot does. Packs never straddle a row: they are
-// used only when out_channels is a multiple of the pack.
+// bias + dot does. Packs never straddle a row: they are used only when out_channels is a
+// multiple of the pack.
 template <class T>
 __global__ void add_bias_kernel(T* __restrict__ out, const T* __restrict__ bias, int rows,
                                 int out_channels, size_t packs) {
