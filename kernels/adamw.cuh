@@ -8,7 +8,7 @@
 #include <cstddef>
 #include <vector>
 
-#include "backend/ops.h"
+#include "core/op_params.h"
 
 namespace scalestudy::cuda {
 

@@ -12,7 +12,7 @@
 
 #include <cstddef>
 
-#include "backend/ops.h"
+#include "core/op_params.h"
 
 namespace scalestudy::cuda {
 

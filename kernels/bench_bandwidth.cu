@@ -2,7 +2,7 @@
 // loads and the stores, so that its rate is the memory system's. 16-byte accesses halve
 // the instructions per byte against scalar ones, and a grid-stride loop over a capped
 // grid keeps every multiprocessor streaming whatever the size.
-#include "bench/bench_kernels.h"
+#include "bench_bandwidth.cuh"
 #include "common.cuh"
 
 namespace scalestudy::cuda {

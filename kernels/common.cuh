@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <string>
 
-#include "core/check.h"
+#include "cuda_check.h"
 
 // Every launch is checked where it happens, so that a bad configuration is reported
 // with the launcher's file:line instead of surfacing at some later synchronisation.

@@ -15,7 +15,7 @@
 
 #include <cstddef>
 
-#include "backend/ops.h"
+#include "core/op_params.h"
 
 namespace scalestudy::cuda {
 

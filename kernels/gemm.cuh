@@ -20,7 +20,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include "core/check.h"
+#include "cuda_check.h"
 
 namespace scalestudy::cuda {
 

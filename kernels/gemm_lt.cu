@@ -8,8 +8,7 @@
 #include <tuple>
 
 #include "common.cuh"
-#include "config/run_config.h"
-#include "core/check.h"
+#include "cuda_check.h"
 
 namespace scalestudy::cuda {
 namespace {

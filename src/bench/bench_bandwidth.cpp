@@ -9,7 +9,7 @@
 
 #if SCALESTUDY_HAVE_CUDA
 #include "backend/cuda/cuda_ops.h"
-#include "bench/bench_kernels.h"
+#include "bench_bandwidth.cuh"
 #endif
 
 namespace scalestudy {

@@ -15,7 +15,7 @@
 #include <sstream>
 
 #include "build_info.h"
-#include "core/check.h"
+#include "results/hdf5_check.h"
 #include "core/usage_error.h"
 #include "results/hdf5_io.h"
 #include "results/kernel_trace_writer.h"
@@ -24,6 +24,8 @@
 
 #if SCALESTUDY_HAVE_CUDA
 #include <cuda_runtime.h>
+
+#include "cuda_check.h"
 #endif
 
 namespace scalestudy {

@@ -21,7 +21,7 @@
 #include "backend/ops.h"
 #include "comm/communicator.h"
 #include "config/run_config.h"
-#include "model/model_shape.h"
+#include "core/model_shape.h"
 #include "results/run_recorder.h"
 #include "timing/step_timer.h"
 

@@ -16,6 +16,7 @@
 #include <cuda_runtime.h>
 
 #include "backend/cuda/cuda_ops.h"
+#include "cuda_check.h"
 #endif
 
 namespace scalestudy {

@@ -20,7 +20,7 @@
 // run files; its tests compare the two on files written by this binary.
 #include <cstddef>
 
-#include "model/model_shape.h"
+#include "core/model_shape.h"
 
 namespace scalestudy::bench_model {
 

@@ -8,17 +8,13 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <limits>
 #include <string>
 #include <vector>
 
 #include "core/memory_kind.h"
+#include "timing/collective_record.h"
 
 namespace scalestudy {
-
-enum class CollectiveKind { allreduce, reduce_scatter, allgather, broadcast, barrier };
-inline constexpr int kCollectiveKindCount = 5;
-const char* collective_kind_name(CollectiveKind kind);
 
 struct CommHandle {
   uint64_t id = 0;
@@ -30,21 +26,6 @@ struct CommHandle {
 // kernels hold them for as long as a collective lasts). awaited: compute will wait for it
 // soon, so it runs as fast as it can.
 enum class CommLane { awaited, overlapped };
-
-// What the comm stream did for one collective, for timing and byte accounting.
-// Times are seconds on the steady clock since Communicator::epoch().
-struct CollectiveRecord {
-  CollectiveKind kind = CollectiveKind::barrier;
-  std::string phase;        // the training phase that started it, e.g. "grad-comm"
-  size_t payload_bytes = 0; // bytes of the full (unsharded) buffer the collective covers
-  double begin_s = 0.0;
-  double end_s = 0.0;
-  // When the compute stream was blocked in finish() waiting for this collective; NaN
-  // when it never waited (the collective was done, or hidden, by then). Blocked time
-  // inside a compute phase is communication that compute did not hide.
-  double wait_begin_s = std::numeric_limits<double>::quiet_NaN();
-  double wait_end_s = std::numeric_limits<double>::quiet_NaN();
-};
 
 class Communicator {
  public:

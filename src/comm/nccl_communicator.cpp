@@ -6,7 +6,8 @@
 #include <cstdio>
 #include <limits>
 
-#include "core/check.h"
+#include "comm/nccl_check.h"
+#include "cuda_check.h"
 #include "elementwise.cuh"
 
 namespace scalestudy {

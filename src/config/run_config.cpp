@@ -113,8 +113,7 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
        "backward (and, for zero2's parameters, forward) still has whole blocks to hide, through a second NCCL "
        "communicator, so that the GEMMs beside them slow less, sized for the multiprocessors left; the buckets "
        "that compute soon waits for keep NCCL's choice; 0: every bucket keeps it; at most 64; "
-       "auto: 4 on cuda with --comm-engine sm and --overlap on (docs/performance-notes.md, changes 20 and 24), "
-       "else 0")
+       "auto: 4 on cuda with --comm-engine sm and --overlap on, else 0")
       ("overlap-after", po::value(&raw.overlap_after)->default_value(raw.overlap_after),
        "with --overlap on: the share of the gradients (0 to 1, by elements) that backward finishes before "
        "the first bucket starts; the buckets finished by then start together, and each later one as soon as "
@@ -122,8 +121,7 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
        "compute costs clock in the whole step; started later it costs less, at the risk of a longer tail. "
        "zero2 keeps the held buckets' gradients unsharded, in staging, until they start: up to this share of "
        "a full fp32 gradient. auto: with --overlap on 0.5, for zero2 on N ranks at most 1/N (the held "
-       "gradients never exceed its shard), else 0; on 2 H200s 0.5 made GPT-2 small's step shorter with both "
-       "strategies, and GPT-2 medium's with ddp (docs/performance-notes.md, changes 43, 45 and 46)")
+       "gradients never exceed its shard), else 0")
       ("check-every", po::value(&c.check_every)->default_value(c.check_every),
        "compare a parameter checksum across ranks every N steps; 0 = never")
       ("comm-timeout", po::value(&c.comm_timeout_s)->default_value(c.comm_timeout_s),
@@ -135,14 +133,9 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
       ("precision", po::value(&raw.precision)->default_value(raw.precision),
        "fp32, bf16 or fp16 (the last two cuda only); auto: bf16 on cuda, fp32 on cpu")
       ("gemm-algos", po::value(&raw.gemm_algos)->default_value(raw.gemm_algos),
-       ("how cuda picks the algorithm of each cuBLASLt GEMM with an epilogue (bf16 and fp16): timed (cuBLASLt's "
-        "first for the whole device, or its first for " + std::to_string(kTimedGemmFewerMultiprocessors) +
-        " multiprocessors fewer where that runs " +
-        std::to_string(kTimedGemmRequiredGainPercent) +
-        "% faster, both timed in the step that first runs the GEMM's shape; another run may choose otherwise "
-        "where a gain is within timing noise of that) or heuristic (cuBLASLt's first, the same bits on every "
-        "run)")
-           .c_str());
+       "cuda, bf16/fp16: how each cuBLASLt GEMM with an epilogue picks its algorithm. timed: also times "
+       "cuBLASLt's pick for a few multiprocessors fewer in the first step, and keeps it where clearly faster; "
+       "heuristic: cuBLASLt's first pick, the same bits on every run");
 
   po::options_description output("Output");
   output.add_options()
@@ -400,17 +393,7 @@ void resolve_and_validate(RunConfig& c, const RawOptions& raw) {
 
 const char* strategy_name(Strategy s) { return s == Strategy::ddp ? "ddp" : "zero2"; }
 const char* scaling_name(Scaling s) { return s == Scaling::strong ? "strong" : "weak"; }
-const char* precision_name(Precision p) {
-  switch (p) {
-    case Precision::fp32: return "fp32";
-    case Precision::bf16: return "bf16";
-    case Precision::fp16: return "fp16";
-  }
-  return "?";
-}
-
 const char* comm_engine_name(CommEngine engine) { return engine == CommEngine::sm ? "sm" : "copy"; }
-const char* gemm_algos_name(GemmAlgos algos) { return algos == GemmAlgos::timed ? "timed" : "heuristic"; }
 
 bool parse_train_config(int argc, const char* const* argv, RunConfig& config) {
   RawOptions raw;

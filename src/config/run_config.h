@@ -5,39 +5,26 @@
 #include <string>
 #include <vector>
 
-#include "model/model_shape.h"
+#include "core/model_shape.h"
+#include "core/precision.h"
 
 namespace scalestudy {
 
 enum class Strategy { ddp, zero2 };
 enum class Scaling { strong, weak };
-enum class Precision { fp32, bf16, fp16 };
 // What moves the float collectives' data on cuda: NCCL's kernels on the multiprocessors,
 // or the GPUs' copy engines (comm/nccl_communicator.h).
 enum class CommEngine { sm, copy };
-// How cuda picks each cuBLASLt GEMM's algorithm: the heuristic's first, the same on every
-// run, or also the heuristic's first for fewer multiprocessors where it times clearly
-// faster in the run's first step (kernels/gemm_lt.cuh).
-enum class GemmAlgos { heuristic, timed };
 
-// --overlapped-ctas auto on cuda with NCCL's kernels and overlap: the fastest 2-GPU step
-// of those measured (docs/performance-notes.md, change 20).
+// --overlapped-ctas auto on cuda with overlap: of 0 (NCCL's choice), 2, 4, 8 and 16 CTAs,
+// 4 gave ddp+overlap the shortest GPT-2 small step on two H200s (0.4-0.8 ms of 62 ms).
 inline constexpr int kAutoOverlappedCtas = 4;
 inline constexpr int kMaxOverlappedCtas = 64;
 
-// How much faster a timed GEMM sized for fewer multiprocessors must run than cuBLASLt's
-// first for the whole device, to be kept (per cent): above the 10-17 % by which
-// back-to-back timing favoured algorithms that did not shorten GPT-2 small's step
-// (changes 19 and 45), below the 40 % that GPT-2 medium's DGELU GEMM gains (change 45).
-inline constexpr int kTimedGemmRequiredGainPercent = 25;
-// A timed GEMM's other sizing: this many multiprocessors fewer than the device has, the
-// sizing that the overlapped lane's CTAs leave (CudaOps::reserve_multiprocessors).
-inline constexpr int kTimedGemmFewerMultiprocessors = kAutoOverlappedCtas;
-
-// --overlap-after auto with overlap: the shorter 2-GPU step for GPT-2 small with ddp and
-// zero2 and, once its DGELU GEMM no longer ran an sm80 kernel while unreserved, for GPT-2
-// medium with ddp (docs/performance-notes.md, changes 43, 45 and 46). zero2 on N ranks
-// holds at most 1/N (resolve_for_world).
+// --overlap-after auto with overlap: on two H200s, holding the buckets until backward has
+// finished half of the gradients made GPT-2 small's step (ddp and zero2) and GPT-2
+// medium's (ddp) 1-2 ms shorter than starting each at once. zero2 on N ranks holds at most
+// 1/N (resolve_for_world).
 inline constexpr double kAutoOverlapAfter = 0.5;
 
 // --gpu-telemetry-ms auto on cuda: about ten samples of GPT-2 small's step on an H200.
@@ -81,7 +68,7 @@ struct RunConfig {
   // ---- parallelism ------------------------------------------------------------------
   Strategy strategy = Strategy::ddp;
   bool overlap = false;
-  double bucket_mb = 50.0;     // gradient bucket size, MiB of fp32 (docs/performance-notes.md)
+  double bucket_mb = 50.0;     // gradient bucket size, MiB of fp32
   Precision grad_reduce = Precision::fp32;  // what gradients cross ranks in: fp32 or bf16
   CommEngine comm_engine = CommEngine::sm;
   int overlapped_ctas = 0;     // cuda: CTAs of the overlapped buckets' NCCL kernels; 0 = NCCL's choice
@@ -115,9 +102,7 @@ struct RunConfig {
 
 const char* strategy_name(Strategy strategy);
 const char* scaling_name(Scaling scaling);
-const char* precision_name(Precision precision);
 const char* comm_engine_name(CommEngine engine);
-const char* gemm_algos_name(GemmAlgos algos);
 
 // Parses `scalestudy train` arguments (argv[0] is the subcommand) together with the
 // optional --config INI file; the command line wins. Throws UsageError on bad input.

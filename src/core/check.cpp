@@ -16,14 +16,6 @@ std::string host_name() {
   return name;
 }
 
-herr_t collect_hdf5_error(unsigned, const H5E_error2_t* error, void* out) {
-  auto* text = static_cast<std::string*>(out);
-  if (!text->empty()) *text += "; ";
-  *text += error->desc ? error->desc : "?";
-  if (error->func_name) *text += std::string(" (in ") + error->func_name + ")";
-  return 0;
-}
-
 std::atomic<AbortHook> abort_hook{nullptr};
 
 }  // namespace
@@ -35,12 +27,6 @@ std::string mpi_error_string(int code) {
   int length = 0;
   if (MPI_Error_string(code, text.data(), &length) != MPI_SUCCESS) return "MPI error " + std::to_string(code);
   return std::string(text.data(), static_cast<size_t>(length));
-}
-
-std::string hdf5_error_string() {
-  std::string text;
-  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, collect_hdf5_error, &text);
-  return text.empty() ? "HDF5 call failed (no error stack)" : text;
 }
 
 void abort_job(const char* file, int line, const std::string& what, const std::string& detail,

@@ -1,18 +1,13 @@
 #pragma once
-// One checking macro per library. Each failure reports rank, host, file:line and the
-// library's own message, then aborts the whole job: a half-failed collective on one
-// rank would otherwise leave its peers waiting forever.
+// How every failed check ends the job: it reports rank, host, file:line and the
+// library's own message, then aborts the whole job, since a half-failed collective on one
+// rank would otherwise leave its peers waiting forever. This header holds the generic
+// check and MPI's; each library target that calls another library has its own check
+// header on top of abort_job: kernels/cuda_check.h (CUDA, cuBLAS), comm/nccl_check.h,
+// results/hdf5_check.h, and CUPTI's in backend/cuda/cupti_tracer.cpp.
 #include <mpi.h>
-#include <hdf5.h>
 
 #include <string>
-
-#if SCALESTUDY_HAVE_CUDA
-#include <cublasLt.h>
-#include <cublas_v2.h>
-#include <cuda_runtime.h>
-#include <nccl.h>
-#endif
 
 namespace scalestudy {
 
@@ -27,12 +22,6 @@ using AbortHook = void (*)(const std::string& reason);
 void set_abort_hook(AbortHook hook);
 
 std::string mpi_error_string(int code);
-std::string hdf5_error_string();
-#if SCALESTUDY_HAVE_CUDA
-// CUPTI's own message for a CUptiResult (CUPTI is loaded at run time, only by the kernel
-// tracer: src/backend/cuda/cupti_tracer.cpp).
-std::string cupti_error_string(int code);
-#endif
 
 }  // namespace scalestudy
 
@@ -48,45 +37,3 @@ std::string cupti_error_string(int code);
       ::scalestudy::abort_job(__FILE__, __LINE__, #call,                                 \
                               ::scalestudy::mpi_error_string(check_mpi_rc_));            \
   } while (0)
-
-// HDF5 calls return a negative herr_t or hid_t on failure; the value is passed through.
-#define CHECK_HDF5(call)                                                                 \
-  ([&]() {                                                                               \
-    auto check_hdf5_rc_ = (call);                                                        \
-    if (check_hdf5_rc_ < 0)                                                              \
-      ::scalestudy::abort_job(__FILE__, __LINE__, #call, ::scalestudy::hdf5_error_string()); \
-    return check_hdf5_rc_;                                                               \
-  }())
-
-#if SCALESTUDY_HAVE_CUDA
-#define CHECK_CUDA(call)                                                                 \
-  do {                                                                                   \
-    cudaError_t check_cuda_rc_ = (call);                                                 \
-    if (check_cuda_rc_ != cudaSuccess)                                                   \
-      ::scalestudy::abort_job(__FILE__, __LINE__, #call, cudaGetErrorString(check_cuda_rc_)); \
-  } while (0)
-
-#define CHECK_CUBLAS(call)                                                               \
-  do {                                                                                   \
-    cublasStatus_t check_cublas_rc_ = (call);                                            \
-    if (check_cublas_rc_ != CUBLAS_STATUS_SUCCESS)                                       \
-      ::scalestudy::abort_job(__FILE__, __LINE__, #call,                                 \
-                              cublasGetStatusString(check_cublas_rc_));                  \
-  } while (0)
-
-#define CHECK_NCCL(call)                                                                 \
-  do {                                                                                   \
-    ncclResult_t check_nccl_rc_ = (call);                                                \
-    if (check_nccl_rc_ != ncclSuccess)                                                   \
-      ::scalestudy::abort_job(__FILE__, __LINE__, #call, ncclGetErrorString(check_nccl_rc_)); \
-  } while (0)
-
-// CUPTI_SUCCESS is 0.
-#define CHECK_CUPTI(call)                                                                \
-  do {                                                                                   \
-    int check_cupti_rc_ = static_cast<int>(call);                                        \
-    if (check_cupti_rc_ != 0)                                                            \
-      ::scalestudy::abort_job(__FILE__, __LINE__, #call,                                 \
-                              ::scalestudy::cupti_error_string(check_cupti_rc_));        \
-  } while (0)
-#endif

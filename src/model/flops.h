@@ -9,7 +9,7 @@
 // counts that as 4 × forward, but the logits layer is not recomputed here, so the extra
 // work is recompute_flops, the blocks' forward alone (about 0.73 × forward for GPT-2
 // small at seq 1024).
-#include "model/model_shape.h"
+#include "core/model_shape.h"
 
 namespace scalestudy {
 

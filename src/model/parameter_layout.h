@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "model/model_shape.h"
+#include "core/model_shape.h"
 
 namespace scalestudy {
 

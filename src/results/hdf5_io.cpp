@@ -1,6 +1,6 @@
 #include "results/hdf5_io.h"
 
-#include "core/check.h"
+#include "results/hdf5_check.h"
 
 namespace scalestudy::h5 {
 namespace {

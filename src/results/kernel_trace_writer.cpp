@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "core/check.h"
+#include "results/hdf5_check.h"
 #include "results/hdf5_io.h"
 
 namespace scalestudy {

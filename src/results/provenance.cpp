@@ -7,7 +7,7 @@
 #include <array>
 #include <ctime>
 
-#include "core/check.h"
+#include "results/hdf5_check.h"
 
 namespace scalestudy {
 

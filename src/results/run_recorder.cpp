@@ -14,7 +14,7 @@
 #include <sstream>
 
 #include "build_info.h"
-#include "core/check.h"
+#include "results/hdf5_check.h"
 #include "model/flops.h"
 #include "results/hdf5_io.h"
 #include "results/kernel_trace_writer.h"

@@ -15,7 +15,7 @@
 #include "config/run_config.h"
 #include "profile/kernel_trace.h"
 #include "results/run_summary.h"
-#include "train/trainer.h"
+#include "results/step_record.h"
 
 namespace scalestudy {
 

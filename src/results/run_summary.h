@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/communicator.h"
+#include "timing/collective_record.h"
 #include "profile/gpu_state.h"
 #include "timing/phases.h"
 

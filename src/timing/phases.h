@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/communicator.h"
+#include "timing/collective_record.h"
 #include "timing/step_timer.h"
 
 namespace scalestudy {

@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "backend/cuda/half_host.h"
-#include "core/check.h"
+#include "cuda_check.h"
 #include "cross_entropy.cuh"
 #include "cuda_test_support.h"
 #include "gemm_lt.cuh"

@@ -18,7 +18,7 @@
 #include "comm/mpi_runtime.h"
 #include "comm/nccl_communicator.h"
 #include "config/run_config.h"
-#include "core/check.h"
+#include "cuda_check.h"
 #include "forwarding_communicator.h"
 #include "train/trainer.h"
 #include "train_args.h"

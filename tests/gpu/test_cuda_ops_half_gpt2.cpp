@@ -88,7 +88,7 @@ TEST_P(CudaOpsHalf, TimedAlgorithmChoiceIsMadeOncePerProcess) {
   cuda::EpilogueGemm beside_lane(cuda::AlgorithmChoice::timed);
   int multiprocessors = 0;
   CHECK_CUDA(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, 0));
-  beside_lane.set_multiprocessor_target(multiprocessors - kTimedGemmFewerMultiprocessors);
+  beside_lane.set_multiprocessor_target(multiprocessors - cuda::kTimedGemmFewerMultiprocessors);
   ASSERT_TRUE(beside_lane.forward(stream, type, d_out, d_inp, d_weight, d_bias, N, C, OC));
   ASSERT_EQ(beside_lane.algorithm_report().size(), 1u);
   EXPECT_EQ(beside_lane.algorithm_report()[0].find("timed"), std::string::npos) << beside_lane.algorithm_report()[0];

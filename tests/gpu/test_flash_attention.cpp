@@ -37,7 +37,7 @@
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cuda/device_info.h"
 #include "backend/cuda/half_host.h"
-#include "core/check.h"
+#include "cuda_check.h"
 #include "cuda_test_support.h"
 #include "flash_attention.cuh"
 

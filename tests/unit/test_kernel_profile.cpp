@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "core/check.h"
+#include "results/hdf5_check.h"
 #include "profile/kernel_category.h"
 #include "profile/kernel_trace.h"
 #include "results/hdf5_io.h"

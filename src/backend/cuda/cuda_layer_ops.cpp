@@ -8,7 +8,7 @@
 
 #include "attention.cuh"
 #include "backend/cuda/cuda_storage.h"
-#include "core/check.h"
+#include "cuda_check.h"
 #include "cross_entropy.cuh"
 #include "dense_gelu.cuh"
 #include "elementwise.cuh"

@@ -16,7 +16,7 @@
 #include "backend/cuda/cupti_tracer.h"
 #include "backend/cuda/device_info.h"
 #include "backend/cuda/half_host.h"
-#include "core/check.h"
+#include "cuda_check.h"
 #include "elementwise.cuh"
 #include "gemm_lt.cuh"
 #include "profile/kernel_tag.h"

@@ -61,7 +61,7 @@
 #include <type_traits>
 
 #include "backend/ops.h"
-#include "config/run_config.h"
+#include "core/precision.h"
 
 namespace scalestudy::cuda {
 class EpilogueGemm;

@@ -1,6 +1,6 @@
 #include "backend/cuda/cuda_step_timer.h"
 
-#include "core/check.h"
+#include "cuda_check.h"
 
 namespace scalestudy {
 

@@ -7,7 +7,7 @@
 
 #include <cstddef>
 
-#include "config/run_config.h"
+#include "core/precision.h"
 
 namespace scalestudy::cuda_storage {
 

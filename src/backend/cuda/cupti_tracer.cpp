@@ -20,6 +20,21 @@
 #include "profile/kernel_tag.h"
 
 namespace scalestudy {
+// CUPTI's own message for a CUptiResult; CUPTI is loaded at run time, so its message
+// comes through the loaded library too.
+std::string cupti_error_string(int code);
+}  // namespace scalestudy
+
+// CUPTI_SUCCESS is 0.
+#define CHECK_CUPTI(call)                                                                \
+  do {                                                                                   \
+    int check_cupti_rc_ = static_cast<int>(call);                                        \
+    if (check_cupti_rc_ != 0)                                                            \
+      ::scalestudy::abort_job(__FILE__, __LINE__, #call,                                 \
+                              ::scalestudy::cupti_error_string(check_cupti_rc_));        \
+  } while (0)
+
+namespace scalestudy {
 namespace {
 
 // The CUPTI entry points the tracer uses, resolved from the dlopen'd library.

@@ -2,6 +2,8 @@
 
 #include <cuda_runtime.h>
 
+#include "cuda_check.h"
+
 #include <cstdio>
 
 namespace scalestudy {

@@ -13,7 +13,7 @@
 #include <cstring>
 
 #include "core/bf16_host.h"
-#include "config/run_config.h"
+#include "core/precision.h"
 
 namespace scalestudy {
 
@@ -73,10 +73,6 @@ inline float round_to_fp16(float value) {
 }
 
 // ---- by precision: bf16 or fp16 storage ------------------------------------------------
-
-inline bool is_16bit(Precision precision) {
-  return precision == Precision::bf16 || precision == Precision::fp16;
-}
 
 // precision must be bf16 or fp16.
 inline uint16_t half_bits_from_float(Precision precision, float value) {

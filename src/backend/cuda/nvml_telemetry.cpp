@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "backend/cuda/dynamic_symbol.h"
-#include "core/check.h"
+#include "cuda_check.h"
 
 namespace scalestudy {
 namespace {

@@ -1,4 +1,4 @@
-#include "comm/communicator.h"
+#include "timing/collective_record.h"
 
 namespace scalestudy {
 

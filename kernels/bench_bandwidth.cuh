@@ -1,5 +1,5 @@
 #pragma once
-// The CUDA kernels of the benchmarks (kernels/bench_bandwidth.cu). Kept apart from the
+// The CUDA kernels of the benchmarks (bench_bandwidth.cu). Kept apart from the
 // benchmarks' headers so that nvcc compiles no more host code than the launchers need.
 #include <cuda_runtime.h>
 

@@ -1,4 +1,4 @@
-#include "model/model_shape.h"
+#include "core/model_shape.h"
 
 #include "core/usage_error.h"
 
