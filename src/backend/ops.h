@@ -1,6 +1,7 @@
 #pragma once
-// The op interface that the model's forward and backward are written against, once, for
-// every backend. Pointers are the backend's own memory (host on cpu, device on cuda).
+// The math of the model: the op interface that its forward and backward are written
+// against, once, for every backend. Pointers are the backend's own memory (host on cpu,
+// device on cuda), from its DeviceMemory (backend/device_memory.h).
 //
 // Conventions that every implementation keeps:
 // - Row-major tensors. N is the number of rows (tokens: B*T), C the channels.
@@ -15,52 +16,16 @@
 //   what its backward takes back.
 #include <cstddef>
 #include <cstdint>
-#include <memory>
 #include <optional>
-#include <string>
 #include <vector>
 
-#include "core/memory_kind.h"
 #include "core/op_params.h"
-#include "profile/kernel_trace.h"
-#include "timing/step_timer.h"
 
 namespace scalestudy {
 
 class Ops {
  public:
   virtual ~Ops() = default;
-  virtual std::string name() const = 0;
-  // Whether ops return before their work is done (a device stream runs it), so that host
-  // work between them runs beside it.
-  virtual bool runs_asynchronously() const = 0;
-
-  // ---- memory ---------------------------------------------------------------------
-  // Buffers of `elems` elements. Activations (MemoryKind::activations) are handles whose
-  // storage precision is the backend's business: a backend that computes in bf16 stores
-  // them as bf16 behind the float* type, so callers never dereference them or offset
-  // them; they pass them to ops, to fill_zero/copy/copy_to_host/copy_from_host (which
-  // convert), and release them. Every other kind is plain fp32.
-  virtual float* allocate_floats(size_t elems, MemoryKind kind) = 0;
-  // fp32 per-row statistics and losses (LayerNorm mean/rstd, per-token losses), whatever
-  // the activation precision: counted as activations, but always fp32, because rstd
-  // rounded to bf16 would bias every backward through it.
-  virtual float* allocate_statistics(size_t elems) = 0;
-  virtual int32_t* allocate_ints(size_t elems, MemoryKind kind) = 0;
-  virtual void release(void* ptr) = 0;
-  virtual void fill_zero(float* dst, size_t elems) = 0;
-  virtual void copy(float* dst, const float* src, size_t elems) = 0;
-  virtual void copy_to_host(float* host_dst, const float* src, size_t elems) = 0;
-  virtual void copy_from_host(float* dst, const float* host_src, size_t elems) = 0;
-  // In stream order, without waiting for the stream; host_src may be reused at once.
-  virtual void copy_ints_from_host(int32_t* dst, const int32_t* host_src, size_t elems) = 0;
-  // Bytes currently allocated through this backend, by kind.
-  virtual size_t allocated_bytes(MemoryKind kind) const = 0;
-  // The measured peak memory of this rank where the backend computes, and the name of
-  // the measurement ("VmHWM" on the CPU, "cudaMemGetInfo" on a GPU).
-  virtual size_t measured_peak_bytes() const = 0;
-  virtual std::string peak_source() const = 0;
-
   // ---- embedding ------------------------------------------------------------------
   // out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]
   virtual void embedding_forward(float* out, const int32_t* tokens, const float* wte,
@@ -122,8 +87,8 @@ class Ops {
   // ---- multi-head attention -------------------------------------------------------
   // qkv[B,T,3C] holds Q, K, V side by side; out[B,T,C]. Scale 1/sqrt(head size); with
   // causal, key t2 > query t is masked. `state` is what the forward keeps for the
-  // backward: the probabilities [B,NH,T,T] in a buffer of allocate_floats (every
-  // backend), or whatever allocate_attention_state chose. The backward reads the
+  // backward: the probabilities [B,NH,T,T] in an activation buffer (every backend), or
+  // whatever allocate_attention_state chose. The backward reads the
   // forward's out as well, and writes the gradients of Q, K and V into dqkv as
   // dqkv_write says.
   virtual void attention_forward(float* out, float* state, const float* qkv,
@@ -131,13 +96,10 @@ class Ops {
   virtual void attention_backward(float* dqkv, const float* dout, const float* qkv,
                                   const float* out, const float* state,
                                   const AttentionShape& shape, GradientWrite dqkv_write) = 0;
-  // The attention state of the model's layers: by default the probabilities; a backend
-  // with fused attention keeps less (the CUDA backend in bf16/fp16: the rows'
-  // log-sum-exp, [B,NH,T] fp32).
-  virtual float* allocate_attention_state(const AttentionShape& shape) {
-    return allocate_floats(static_cast<size_t>(shape.batch) * shape.heads * shape.seq * shape.seq,
-                           MemoryKind::activations);
-  }
+  // The attention state of the model's layers, a buffer that DeviceMemory::release
+  // frees: the probabilities on the CPU; a backend with fused attention keeps less (the
+  // CUDA backend in bf16/fp16: the rows' log-sum-exp, [B,NH,T] fp32).
+  virtual float* allocate_attention_state(const AttentionShape& shape) = 0;
 
   // ---- tanh-approximated GELU, elementwise ---------------------------------------
   virtual void gelu_forward(float* out, const float* inp, size_t elems) = 0;
@@ -172,19 +134,13 @@ class Ops {
                                               const float* row_stats, const int32_t* targets,
                                               int rows, int vocab, float loss_scale) = 0;
 
-  // From now on, communication kernels may run beside this backend's on up to `count` of
-  // the device's multiprocessors (0: none). A backend may size its kernels for the rest
-  // (the CUDA backend: its GEMMs, through cuBLAS's SM count target).
-  virtual void reserve_multiprocessors(int count) { (void)count; }
-
   // ---- the classifier: the tied LM head and the cross-entropy together ---------------
   // logits[N,V] = inp[N,C] @ weight[V,C]^T (no bias), then the cross-entropy forward. The
   // logits buffer comes from allocate_logits, whose row layout is the backend's: the CUDA
   // backend pads 16-bit rows to a multiple of 8 elements, where cuBLAS's fast kernels
-  // need them, so nothing is copied to or from padded rows in the step.
-  virtual float* allocate_logits(int rows, int vocab) {
-    return allocate_floats(static_cast<size_t>(rows) * vocab, MemoryKind::activations);
-  }
+  // need them, so nothing is copied to or from padded rows in the step. The CPU's are the
+  // plain [N,V]. DeviceMemory::release frees them.
+  virtual float* allocate_logits(int rows, int vocab) = 0;
   // With dlogits_scale, a training step's loss_scale, the cross-entropy's backward runs
   // here too: the logits are left holding dlogits, and the step's backward starts at
   // classifier_backward_from_dlogits. The CUDA backend then reads the logits once for the
@@ -261,17 +217,6 @@ class Ops {
     (void)params;
     return nullptr;
   }
-
-  // Waits until every op issued so far has finished (a no-op on the CPU).
-  virtual void synchronize() = 0;
-  // A timer of the compute stream, for phase intervals.
-  virtual std::unique_ptr<StepTimer> make_step_timer() = 0;
-  // A tracer of the kernels this backend runs (--profile-kernels), with the compute
-  // stream named; nullptr when the backend has no kernels to trace (the CPU).
-  virtual std::unique_ptr<KernelTracer> make_kernel_tracer() { return nullptr; }
-  // One line per library algorithm this backend chose (cuda: its cuBLASLt GEMMs with an
-  // epilogue, and how each algorithm was picked); empty where it chose none.
-  virtual std::vector<std::string> algorithm_choices() const { return {}; }
 };
 
 }  // namespace scalestudy

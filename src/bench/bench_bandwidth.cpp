@@ -41,18 +41,18 @@ void report(BenchContext& context, size_t row) {
 // The call that one point times.
 std::function<void()> kernel_call(BenchContext& context, const std::string& kernel, float* dst, const float* src,
                                   size_t elems) {
-  Ops& ops = context.ops;
-  if (kernel == "accumulate") return [&ops, dst, src, elems] { ops.accumulate(dst, src, elems); };
+  Backend& backend = context.backend;
+  if (kernel == "accumulate") return [&backend, dst, src, elems] { backend.accumulate(dst, src, elems); };
 #if SCALESTUDY_HAVE_CUDA
-  if (ops.name() == "cuda") {
-    const cudaStream_t stream = dynamic_cast<CudaOps&>(ops).stream();
+  if (backend.name() == "cuda") {
+    const cudaStream_t stream = dynamic_cast<CudaOps&>(backend).stream();
     return [stream, dst, src, elems] {
       ScopedKernelTag tag(KernelCategory::memory);
       cuda::launch_bench_copy(stream, dst, src, elems);
     };
   }
 #endif
-  return [&ops, dst, src, elems] { ops.copy(dst, src, elems); };
+  return [&backend, dst, src, elems] { backend.copy(dst, src, elems); };
 }
 
 }  // namespace
@@ -66,7 +66,7 @@ void run_bandwidth_bench(BenchContext& context) {
   table.add_float("flops", "FLOP", "0 (copy) or 1 per element (accumulate)");
   table.add_float("arithmetic_intensity", "FLOP/byte", "flops / bytes");
   table.add_float("gb_per_s", "10^9 bytes/s", "bytes / time_median_s / 1e9");
-  const bool cuda = context.ops.name() == "cuda";
+  const bool cuda = context.backend.name() == "cuda";
   context.method["timing"] = context.timer_description();
   context.method["kernel_copy"] = cuda ? "float4 grid-stride copy, kernels/bench_bandwidth.cu" : "CpuOps::copy (memmove)";
   context.method["kernel_accumulate"] = cuda ? "CudaOps::accumulate" : "CpuOps::accumulate";
@@ -84,21 +84,21 @@ void run_bandwidth_bench(BenchContext& context) {
       table.set(row, "arithmetic_intensity",
                 bandwidth_flops_per_elem(kernel) / bandwidth_bytes_per_elem(kernel));
       const size_t needed = 2 * elems * sizeof(float);
-      if (memory_with_headroom(needed) > available_memory_bytes(context.ops, config)) {
+      if (memory_with_headroom(needed) > available_memory_bytes(context.backend, config)) {
         table.set_status(row, PointStatus::oom, "needs " + std::to_string(needed) + " bytes and head-room");
         report(context, row);
         continue;
       }
       // MemoryKind::other: plain fp32 buffers on every backend, whatever its activations.
-      float* src = allocate_random(context.ops, elems, MemoryKind::other, 21);
-      float* dst = allocate_random(context.ops, elems, MemoryKind::other, 22);
-      std::unique_ptr<StepTimer> timer = context.ops.make_step_timer();
+      float* src = allocate_random(context.backend, elems, MemoryKind::other, 21);
+      float* dst = allocate_random(context.backend, elems, MemoryKind::other, 22);
+      std::unique_ptr<StepTimer> timer = context.backend.make_step_timer();
       const TimedCalls timed = time_calls(*timer, kernel_call(context, kernel, dst, src, elems), config.warmup,
                                           config.repeats, config.min_sample_s, context.trace_hooks(row));
       table.set_timing(row, timed);
       table.set(row, "gb_per_s", static_cast<double>(table.integer(row, "bytes")) / timed.stats.median_s / 1e9);
-      context.ops.release(src);
-      context.ops.release(dst);
+      context.backend.release(src);
+      context.backend.release(dst);
       report(context, row);
     }
   }

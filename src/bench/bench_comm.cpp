@@ -39,17 +39,18 @@ void report(BenchContext& context, size_t row) {
 
 // The send and receive buffers of one collective at one size.
 struct CommBuffers {
-  CommBuffers(Ops& ops, CollectiveKind kind, size_t payload_elems, int world_size) : ops_(ops), kind_(kind) {
+  CommBuffers(DeviceMemory& memory, CollectiveKind kind, size_t payload_elems, int world_size)
+      : memory_(memory), kind_(kind) {
     payload = payload_elems;
     per_rank = payload_elems / static_cast<size_t>(world_size);
     send_elems = kind == CollectiveKind::allgather ? per_rank : payload_elems;
     recv_elems = kind == CollectiveKind::reduce_scatter ? per_rank : payload_elems;
-    send = ops_.allocate_floats(send_elems, MemoryKind::communication);
-    recv = kind == CollectiveKind::allreduce ? send : ops_.allocate_floats(recv_elems, MemoryKind::communication);
+    send = memory_.allocate_floats(send_elems, MemoryKind::communication);
+    recv = kind == CollectiveKind::allreduce ? send : memory_.allocate_floats(recv_elems, MemoryKind::communication);
   }
   ~CommBuffers() {
-    if (recv != send) ops_.release(recv);
-    ops_.release(send);
+    if (recv != send) memory_.release(recv);
+    memory_.release(send);
   }
   CommBuffers(const CommBuffers&) = delete;
   CommBuffers& operator=(const CommBuffers&) = delete;
@@ -69,7 +70,7 @@ struct CommBuffers {
   float* recv = nullptr;
 
  private:
-  Ops& ops_;
+  DeviceMemory& memory_;
   CollectiveKind kind_;
 };
 
@@ -82,11 +83,11 @@ size_t predicted_bytes(CollectiveKind kind, size_t payload_elems, int world_size
 int64_t check_point(BenchContext& context, CommBuffers& buffers, CollectiveKind kind) {
   std::vector<float> host(buffers.send_elems);
   for (size_t i = 0; i < host.size(); ++i) host[i] = comm_input(context.rank, i);
-  context.ops.copy_from_host(buffers.send, host.data(), host.size());
-  if (buffers.recv != buffers.send) context.ops.fill_zero(buffers.recv, buffers.recv_elems);
+  context.backend.copy_from_host(buffers.send, host.data(), host.size());
+  if (buffers.recv != buffers.send) context.backend.fill_zero(buffers.recv, buffers.recv_elems);
   buffers.run(*context.comm);
   std::vector<float> result(buffers.recv_elems);
-  context.ops.copy_to_host(result.data(), buffers.recv, result.size());
+  context.backend.copy_to_host(result.data(), buffers.recv, result.size());
   int64_t wrong = static_cast<int64_t>(count_wrong_elems(kind, context.rank, context.world_size, buffers.payload, result));
   int64_t total = 0;
   CHECK_MPI(MPI_Allreduce(&wrong, &total, 1, MPI_INT64_T, MPI_SUM, context.world));
@@ -96,12 +97,12 @@ int64_t check_point(BenchContext& context, CommBuffers& buffers, CollectiveKind 
 TimedCalls time_point(BenchContext& context, CommBuffers& buffers, size_t row) {
   const BenchConfig& config = context.config;
   Communicator& comm = *context.comm;
-  context.ops.fill_zero(buffers.send, buffers.send_elems);
-  if (buffers.recv != buffers.send) context.ops.fill_zero(buffers.recv, buffers.recv_elems);
+  context.backend.fill_zero(buffers.send, buffers.send_elems);
+  if (buffers.recv != buffers.send) context.backend.fill_zero(buffers.recv, buffers.recv_elems);
   TimingHooks hooks = context.trace_hooks(row);
   // Every rank starts each sample together, with nothing of the last one still queued.
   hooks.before_sample = [&] {
-    context.ops.synchronize();
+    context.backend.synchronize();
     (void)comm.take_records();  // the records are not needed, only kept from growing
     CHECK_MPI(MPI_Barrier(context.world));
   };
@@ -110,10 +111,10 @@ TimedCalls time_point(BenchContext& context, CommBuffers& buffers, size_t row) {
     CHECK_MPI(MPI_Allreduce(&calls, &agreed, 1, MPI_INT, MPI_MAX, context.world));
     return agreed;
   };
-  std::unique_ptr<StepTimer> timer = context.ops.make_step_timer();
+  std::unique_ptr<StepTimer> timer = context.backend.make_step_timer();
   TimedCalls timed = time_calls(*timer, [&] { buffers.run(comm); }, config.warmup, config.repeats,
                                 config.min_sample_s, hooks);
-  context.ops.synchronize();
+  context.backend.synchronize();
   (void)comm.take_records();
   std::vector<double> slowest(timed.samples_s.size());
   CHECK_MPI(MPI_Allreduce(timed.samples_s.data(), slowest.data(), static_cast<int>(slowest.size()), MPI_DOUBLE,
@@ -201,14 +202,14 @@ void run_comm_bench(BenchContext& context) {
       table.set(row, "bus_factor", bus_bandwidth_factor(kind, context.world_size));
       // Every rank must take the same branch, or the others would wait in a collective.
       const size_t needed = predicted_bytes(kind, elems, context.world_size);
-      int oom = memory_with_headroom(needed) > available_memory_bytes(context.ops, config) ? 1 : 0;
+      int oom = memory_with_headroom(needed) > available_memory_bytes(context.backend, config) ? 1 : 0;
       CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &oom, 1, MPI_INT, MPI_MAX, context.world));
       if (oom) {
         table.set_status(row, PointStatus::oom, "needs " + std::to_string(needed) + " bytes per rank and head-room");
         report(context, row);
         continue;
       }
-      CommBuffers buffers(context.ops, kind, elems, context.world_size);
+      CommBuffers buffers(context.backend, kind, elems, context.world_size);
       const int64_t wrong = check_point(context, buffers, kind);
       const TimedCalls timed = time_point(context, buffers, row);
       table.set_timing(row, timed);

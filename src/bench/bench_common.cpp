@@ -211,16 +211,16 @@ TimedCalls time_calls(StepTimer& timer, const std::function<void()>& call, int w
 
 // ---- memory -------------------------------------------------------------------------------
 
-size_t available_memory_bytes(Ops& ops, const BenchConfig& config) {
+size_t available_memory_bytes(Backend& backend, const BenchConfig& config) {
   size_t available = 0;
 #if SCALESTUDY_HAVE_CUDA
-  if (ops.name() == "cuda") {
+  if (backend.name() == "cuda") {
     size_t free_bytes = 0, total_bytes = 0;
     CHECK_CUDA(cudaMemGetInfo(&free_bytes, &total_bytes));
     available = free_bytes;
   }
 #endif
-  if (ops.name() != "cuda") available = host_available_bytes();
+  if (backend.name() != "cuda") available = host_available_bytes();
   if (config.memory_limit_bytes > 0) available = std::min(available, config.memory_limit_bytes);
   return available;
 }
@@ -377,7 +377,7 @@ void BenchContext::progress(const std::string& line) const {
 }
 
 std::string BenchContext::timer_description() const {
-  if (ops.name() == "cuda") return "CUDA events recorded on the compute stream around the calls";
+  if (backend.name() == "cuda") return "CUDA events recorded on the compute stream around the calls";
   return "std::chrono::steady_clock on the calling thread around the calls";
 }
 

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/ops.h"
+#include "backend/backend.h"
 #include "comm/communicator.h"
 #include "config/run_config.h"
 #include "core/model_shape.h"
@@ -118,7 +118,7 @@ int calls_for(double seconds_per_call, double min_sample_s);
 
 // Bytes that may be allocated now: free device memory (cudaMemGetInfo) on cuda,
 // MemAvailable on the cpu; never more than config.memory_limit_bytes when that is set.
-size_t available_memory_bytes(Ops& ops, const BenchConfig& config);
+size_t available_memory_bytes(Backend& backend, const BenchConfig& config);
 // Head-room kept free beyond a point's predicted allocations: the backend's scratch
 // buffers, cuBLAS workspaces and the allocator's rounding are not in the prediction.
 size_t memory_with_headroom(size_t predicted_bytes);
@@ -184,7 +184,7 @@ class PointTable {
 
 struct BenchContext {
   const BenchConfig& config;
-  Ops& ops;
+  Backend& backend;
   Communicator* comm = nullptr;  // comm only
   MPI_Comm world = MPI_COMM_WORLD;
   int rank = 0, world_size = 1;

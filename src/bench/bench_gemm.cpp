@@ -46,22 +46,22 @@ void report(BenchContext& context, size_t row, const std::string& precision, int
 // Times `call` and fills the row's timing and rate.
 void time_point(BenchContext& context, size_t row, const std::function<void()>& call) {
   const BenchConfig& c = context.config;
-  std::unique_ptr<StepTimer> timer = context.ops.make_step_timer();
+  std::unique_ptr<StepTimer> timer = context.backend.make_step_timer();
   const TimedCalls timed = time_calls(*timer, call, c.warmup, c.repeats, c.min_sample_s, context.trace_hooks(row));
   context.table.set_timing(row, timed);
   context.table.set(row, "tflops", context.table.number(row, "flops") / timed.stats.median_s / 1e12);
 }
 
 void run_cpu_point(BenchContext& context, size_t row, int64_t n) {
-  Ops& ops = context.ops;
+  Backend& backend = context.backend;
   const size_t elems = static_cast<size_t>(n) * static_cast<size_t>(n);
   // matmul_forward computes out = inp · weightᵀ: the same n³ multiply-adds as A·B.
-  float* inp = allocate_random(ops, elems, MemoryKind::activations, kSeedA);
-  float* weight = allocate_random(ops, elems, MemoryKind::parameters, kSeedB);
-  float* out = ops.allocate_floats(elems, MemoryKind::activations);
+  float* inp = allocate_random(backend, elems, MemoryKind::activations, kSeedA);
+  float* weight = allocate_random(backend, elems, MemoryKind::parameters, kSeedB);
+  float* out = backend.allocate_floats(elems, MemoryKind::activations);
   const int size = static_cast<int>(n);
-  time_point(context, row, [&] { ops.matmul_forward(out, inp, weight, nullptr, size, size, size); });
-  for (float* buffer : {inp, weight, out}) ops.release(buffer);
+  time_point(context, row, [&] { backend.matmul_forward(out, inp, weight, nullptr, size, size, size); });
+  for (float* buffer : {inp, weight, out}) backend.release(buffer);
 }
 
 #if SCALESTUDY_HAVE_CUDA
@@ -166,7 +166,7 @@ void run_cuda_point(BenchContext& context, CudaGemm& gemm, size_t row, const std
     context.table.set_status(row, PointStatus::oom, "cudaMalloc of the three matrices failed");
     return;
   }
-  const cudaStream_t stream = dynamic_cast<CudaOps&>(context.ops).stream();
+  const cudaStream_t stream = dynamic_cast<CudaOps&>(context.backend).stream();
   upload(stream, a.get(), host_a, precision);
   upload(stream, b.get(), host_b, precision);
   const int size = static_cast<int>(n);
@@ -174,7 +174,7 @@ void run_cuda_point(BenchContext& context, CudaGemm& gemm, size_t row, const std
     ScopedKernelTag tag(KernelCategory::gemm);
     gemm.run(precision, size, a.get(), b.get(), c.get());
   });
-  context.ops.synchronize();
+  context.backend.synchronize();
 }
 
 #endif
@@ -194,7 +194,7 @@ void run_gemm_bench(BenchContext& context) {
   table.add_float("bytes", "bytes", "3·n²·element bytes: A and B read once, C written once");
   table.add_float("arithmetic_intensity", "FLOP/byte", "flops / bytes");
   table.add_float("tflops", "10^12 FLOP/s", "flops / time_median_s / 1e12");
-  const bool cuda = context.ops.name() == "cuda";
+  const bool cuda = context.backend.name() == "cuda";
   context.method["timing"] = context.timer_description();
   context.method["kernel"] = cuda ? "cublasGemmEx, CUBLAS_GEMM_DEFAULT, 32 MiB workspace, column-major NN"
                                   : "CpuOps::matmul_forward (out = inp·weightᵀ, fp32, single thread)";
@@ -204,7 +204,7 @@ void run_gemm_bench(BenchContext& context) {
 
 #if SCALESTUDY_HAVE_CUDA
   std::unique_ptr<CudaGemm> gemm;
-  if (cuda) gemm = std::make_unique<CudaGemm>(dynamic_cast<CudaOps&>(context.ops).stream());
+  if (cuda) gemm = std::make_unique<CudaGemm>(dynamic_cast<CudaOps&>(context.backend).stream());
 #endif
   for (int64_t n : config.gemm_sizes) {
     std::vector<float> host_a, host_b;  // drawn once per size, shared by the precisions
@@ -219,7 +219,7 @@ void run_gemm_bench(BenchContext& context) {
       const size_t needed = static_cast<size_t>(table.number(row, "bytes"));
       if (!cuda && precision != "fp32") {
         table.set_status(row, PointStatus::unavailable, "not available on cpu");
-      } else if (memory_with_headroom(needed) > available_memory_bytes(context.ops, config)) {
+      } else if (memory_with_headroom(needed) > available_memory_bytes(context.backend, config)) {
         table.set_status(row, PointStatus::oom, "needs " + std::to_string(needed) + " bytes and head-room");
       } else if (!cuda) {
         run_cpu_point(context, row, n);

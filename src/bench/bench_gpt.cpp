@@ -24,10 +24,10 @@ std::vector<float> random_nonzero(size_t elems, uint64_t seed) {
   return values;
 }
 
-float* allocate_random(Ops& ops, size_t elems, MemoryKind kind, uint64_t seed) {
-  float* buffer = ops.allocate_floats(elems, kind);
+float* allocate_random(DeviceMemory& memory, size_t elems, MemoryKind kind, uint64_t seed) {
+  float* buffer = memory.allocate_floats(elems, kind);
   const std::vector<float> values = random_nonzero(elems, seed);
-  ops.copy_from_host(buffer, values.data(), elems);
+  memory.copy_from_host(buffer, values.data(), elems);
   return buffer;
 }
 
@@ -38,28 +38,28 @@ std::vector<int32_t> random_tokens(size_t count, int vocab, uint64_t seed) {
   return tokens;
 }
 
-FlatGradients::FlatGradients(Ops& ops, const Gpt& model) : ops_(ops), model_(model) {
-  grads_ = ops_.allocate_floats(model_.padded_param_elems(), MemoryKind::gradients);
-  ops_.fill_zero(grads_, model_.padded_param_elems());
+FlatGradients::FlatGradients(DeviceMemory& memory, const Gpt& model) : memory_(memory), model_(model) {
+  grads_ = memory_.allocate_floats(model_.padded_param_elems(), MemoryKind::gradients);
+  memory_.fill_zero(grads_, model_.padded_param_elems());
 }
 
-FlatGradients::~FlatGradients() { ops_.release(grads_); }
+FlatGradients::~FlatGradients() { memory_.release(grads_); }
 
 float* FlatGradients::tensor_gradients(size_t tensor_begin_elems) { return grads_ + tensor_begin_elems; }
 
 // The parameters are fp32 master weights (MemoryKind::parameters), so copying them in
 // and out is exact on every backend; a backend that computes from a lower-precision
 // copy of them refreshes it in parameters_changed.
-void ParameterCache::initialize(Ops& ops, Gpt& model) {
+void ParameterCache::initialize(Backend& backend, Gpt& model) {
   const size_t elems = model.padded_param_elems();
   if (host_params_.size() != elems) {
     model.initialize(seed_);
     host_params_.resize(elems);
-    ops.copy_to_host(host_params_.data(), model.params(), elems);
+    backend.copy_to_host(host_params_.data(), model.params(), elems);
   } else {
-    ops.copy_from_host(model.params(), host_params_.data(), elems);
+    backend.copy_from_host(model.params(), host_params_.data(), elems);
   }
-  ops.parameters_changed(model.params(), 0, elems);
+  backend.parameters_changed(model.params(), 0, elems);
 }
 
 }  // namespace scalestudy

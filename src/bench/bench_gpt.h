@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "backend/ops.h"
+#include "backend/backend.h"
 #include "model/gpt.h"
 
 namespace scalestudy {
@@ -14,7 +14,7 @@ namespace scalestudy {
 // zeros it might take a faster path on (or draw less power for).
 std::vector<float> random_nonzero(size_t elems, uint64_t seed);
 // A backend buffer of `elems` floats of `kind`, filled with random_nonzero values.
-float* allocate_random(Ops& ops, size_t elems, MemoryKind kind, uint64_t seed);
+float* allocate_random(DeviceMemory& memory, size_t elems, MemoryKind kind, uint64_t seed);
 // Token ids uniform in [0, vocab).
 std::vector<int32_t> random_tokens(size_t count, int vocab, uint64_t seed);
 
@@ -22,7 +22,7 @@ std::vector<int32_t> random_tokens(size_t count, int vocab, uint64_t seed);
 // it call after call, which costs what zeroing per call would not add to the timing.
 class FlatGradients final : public GradientSink {
  public:
-  FlatGradients(Ops& ops, const Gpt& model);
+  FlatGradients(DeviceMemory& memory, const Gpt& model);
   ~FlatGradients() override;
   FlatGradients(const FlatGradients&) = delete;
   FlatGradients& operator=(const FlatGradients&) = delete;
@@ -30,7 +30,7 @@ class FlatGradients final : public GradientSink {
   void segment_done(int) override {}
 
  private:
-  Ops& ops_;
+  DeviceMemory& memory_;
   const Gpt& model_;
   float* grads_ = nullptr;
 };
@@ -41,7 +41,7 @@ class FlatGradients final : public GradientSink {
 class ParameterCache {
  public:
   explicit ParameterCache(uint64_t seed) : seed_(seed) {}
-  void initialize(Ops& ops, Gpt& model);
+  void initialize(Backend& backend, Gpt& model);
 
  private:
   uint64_t seed_;

@@ -78,17 +78,17 @@ void run_inference_bench(BenchContext& context) {
         report(context, row);
         continue;
       }
-      if (memory_with_headroom(memory) > available_memory_bytes(context.ops, config)) {
+      if (memory_with_headroom(memory) > available_memory_bytes(context.backend, config)) {
         table.set_status(row, PointStatus::oom, "predicted to need " + std::to_string(memory) + " bytes and head-room");
         report(context, row);
         continue;
       }
-      Gpt model(context.ops, shape, batch, seq, make_parameter_layout(shape).param_elems);
-      parameters.initialize(context.ops, model);
+      Gpt model(context.backend, shape, batch, seq, make_parameter_layout(shape).param_elems);
+      parameters.initialize(context.backend, model);
       const size_t tokens_count = static_cast<size_t>(batch) * static_cast<size_t>(seq);
       const std::vector<int32_t> tokens = random_tokens(tokens_count, shape.vocab, 51);
       const std::vector<int32_t> targets = random_tokens(tokens_count, shape.vocab, 52);
-      std::unique_ptr<StepTimer> timer = context.ops.make_step_timer();
+      std::unique_ptr<StepTimer> timer = context.backend.make_step_timer();
       const TimedCalls timed = time_calls(
           *timer, [&] { model.forward(tokens.data(), targets.data(), nullptr); }, config.warmup, config.repeats,
           config.min_sample_s, context.trace_hooks(row));

@@ -48,7 +48,7 @@ size_t add_point(PointTable& table, const std::string& part, const std::string& 
 
 void time_row(BenchContext& context, size_t row, const std::function<void()>& call) {
   const BenchConfig& c = context.config;
-  std::unique_ptr<StepTimer> timer = context.ops.make_step_timer();
+  std::unique_ptr<StepTimer> timer = context.backend.make_step_timer();
   const TimedCalls timed = time_calls(*timer, call, c.warmup, c.repeats, c.min_sample_s, context.trace_hooks(row));
   context.table.set_timing(row, timed);
   context.table.set(row, "tflops", context.table.number(row, "flops") / timed.stats.median_s / 1e12);
@@ -56,7 +56,7 @@ void time_row(BenchContext& context, size_t row, const std::function<void()>& ca
 }
 
 bool fits(BenchContext& context, size_t predicted_bytes) {
-  return memory_with_headroom(predicted_bytes) <= available_memory_bytes(context.ops, context.config);
+  return memory_with_headroom(predicted_bytes) <= available_memory_bytes(context.backend, context.config);
 }
 
 std::string oom_detail(size_t predicted_bytes) {
@@ -81,9 +81,9 @@ void run_block(BenchContext& context, ParameterCache& parameters, const ModelSha
     }
     return;
   }
-  Gpt model(context.ops, shape, batch, seq, make_parameter_layout(shape).param_elems);
-  parameters.initialize(context.ops, model);
-  FlatGradients gradients(context.ops, model);
+  Gpt model(context.backend, shape, batch, seq, make_parameter_layout(shape).param_elems);
+  parameters.initialize(context.backend, model);
+  FlatGradients gradients(context.backend, model);
   const size_t tokens_count = static_cast<size_t>(batch) * static_cast<size_t>(seq);
   const std::vector<int32_t> tokens = random_tokens(tokens_count, shape.vocab, 31);
   const std::vector<int32_t> targets = random_tokens(tokens_count, shape.vocab, 32);
@@ -98,12 +98,12 @@ void run_block(BenchContext& context, ParameterCache& parameters, const ModelSha
 // Every tensor of one block, shared by the parts; weights in one parameter buffer and
 // their gradients in one gradient buffer, as the model keeps them.
 struct BlockBuffers {
-  BlockBuffers(Ops& ops, const ModelShape& shape, size_t batch, size_t seq) : ops_(ops) {
+  BlockBuffers(Backend& backend, const ModelShape& shape, size_t batch, size_t seq) : backend_(backend) {
     const size_t n = batch * seq, c = static_cast<size_t>(shape.channels);
     const size_t probs_elems = batch * static_cast<size_t>(shape.heads) * seq * seq;
     uint64_t seed = 41;
     auto activation = [&](size_t elems) {
-      float* p = allocate_random(ops_, elems, MemoryKind::activations, seed++);
+      float* p = allocate_random(backend_, elems, MemoryKind::activations, seed++);
       owned_.push_back(p);
       return p;
     };
@@ -120,10 +120,10 @@ struct BlockBuffers {
       offsets[i] = total;
       total += sizes[i];
     }
-    weights_ = allocate_random(ops_, total, MemoryKind::parameters, seed++);
-    ops_.parameters_changed(weights_, 0, total);
-    grads_ = ops_.allocate_floats(total, MemoryKind::gradients);
-    ops_.fill_zero(grads_, total);
+    weights_ = allocate_random(backend_, total, MemoryKind::parameters, seed++);
+    backend_.parameters_changed(weights_, 0, total);
+    grads_ = backend_.allocate_floats(total, MemoryKind::gradients);
+    backend_.fill_zero(grads_, total);
     float** weight_views[] = {&w_fc, &b_fc, &w_proj, &b_proj, &w_qkv, &b_qkv, &w_attn, &b_attn};
     float** grad_views[] = {&dw_fc, &db_fc, &dw_proj, &db_proj, &dw_qkv, &db_qkv, &dw_attn, &db_attn};
     for (int i = 0; i < 8; ++i) {
@@ -132,9 +132,9 @@ struct BlockBuffers {
     }
   }
   ~BlockBuffers() {
-    for (float* p : owned_) ops_.release(p);
-    ops_.release(weights_);
-    ops_.release(grads_);
+    for (float* p : owned_) backend_.release(p);
+    backend_.release(weights_);
+    backend_.release(grads_);
   }
   BlockBuffers(const BlockBuffers&) = delete;
   BlockBuffers& operator=(const BlockBuffers&) = delete;
@@ -145,7 +145,7 @@ struct BlockBuffers {
   float *dw_fc, *db_fc, *dw_proj, *db_proj, *dw_qkv, *db_qkv, *dw_attn, *db_attn;
 
  private:
-  Ops& ops_;
+  Backend& backend_;
   std::vector<float*> owned_;
   float* weights_ = nullptr;
   float* grads_ = nullptr;
@@ -246,11 +246,11 @@ void run_parts(BenchContext& context, const ModelShape& shape, int batch, int se
       }
     return;
   }
-  BlockBuffers buffers(context.ops, shape, static_cast<size_t>(batch), static_cast<size_t>(seq));
+  BlockBuffers buffers(context.backend, shape, static_cast<size_t>(batch), static_cast<size_t>(seq));
   const AttentionShape att{batch, seq, shape.channels, shape.heads, shape.causal};
   for (const auto& [part, pair] : rows) {
     std::function<void()> forward, backward;
-    part_passes(context.ops, buffers, part, att, forward, backward);
+    part_passes(context.backend, buffers, part, att, forward, backward);
     time_row(context, pair.first, forward);
     time_row(context, pair.second, [&] {
       forward();

@@ -42,7 +42,7 @@ void set_datasheet_peak(RunIdentity& identity, Precision precision) {
 // The CPU has no datasheet figure that fits a single-threaded reference backend, so its
 // peak is measured: the best of a few runs of the backend's own matmul at a size that
 // fits in cache.
-double measure_cpu_matmul_tflops(Ops& ops) {
+double measure_cpu_matmul_tflops(Backend& ops) {
   constexpr int kSize = 256, kRuns = 5;
   std::vector<float> host(static_cast<size_t>(kSize) * kSize);
   for (size_t i = 0; i < host.size(); ++i) host[i] = static_cast<float>((i * 7919) % 1000) / 1000.0f - 0.5f;

@@ -2,7 +2,7 @@
 // Builds the backend and the communicator a run asked for, on this rank's device.
 #include <memory>
 
-#include "backend/ops.h"
+#include "backend/backend.h"
 #include "comm/communicator.h"
 #include "comm/mpi_runtime.h"
 #include "config/run_config.h"
@@ -12,7 +12,7 @@
 namespace scalestudy {
 
 struct BackendSetup {
-  std::unique_ptr<Ops> ops;
+  std::unique_ptr<Backend> ops;
   std::unique_ptr<Communicator> comm;
   RunIdentity identity;  // without argv
   std::unique_ptr<GpuTelemetry> telemetry;  // --gpu-telemetry-ms; null when off or without NVML

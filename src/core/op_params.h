@@ -20,6 +20,11 @@ struct AttentionShape {
   bool causal = true; // false: bidirectional (BERT-style)
 };
 
+// The elements of the attention probabilities [B,NH,T,T].
+inline size_t attention_probs_elems(const AttentionShape& shape) {
+  return static_cast<size_t>(shape.batch) * shape.heads * shape.seq * shape.seq;
+}
+
 struct AdamWParams {
   float learning_rate = 0.0f;
   float beta1 = 0.9f;

@@ -64,9 +64,10 @@ class NormalGenerator {
 
 }  // namespace
 
-Gpt::Gpt(Ops& ops, const ModelShape& shape, int micro_batch, int seq, size_t padded_param_elems,
-         bool recompute)
-    : ops_(ops),
+Gpt::Gpt(Backend& backend, const ModelShape& shape, int micro_batch, int seq,
+         size_t padded_param_elems, bool recompute)
+    : ops_(backend),
+      memory_(backend),
       layout_(make_parameter_layout(shape)),
       batch_(micro_batch),
       seq_(seq),
@@ -74,21 +75,21 @@ Gpt::Gpt(Ops& ops, const ModelShape& shape, int micro_batch, int seq, size_t pad
       recompute_(recompute) {
   SCALESTUDY_CHECK(padded_param_elems_ >= layout_.param_elems, "padding shorter than the model");
   SCALESTUDY_CHECK(seq_ <= shape.max_seq && micro_batch > 0, "bad micro-batch shape");
-  params_ = ops_.allocate_floats(padded_param_elems_, MemoryKind::parameters);
-  ops_.fill_zero(params_, padded_param_elems_);
+  params_ = memory_.allocate_floats(padded_param_elems_, MemoryKind::parameters);
+  memory_.fill_zero(params_, padded_param_elems_);
 
   acts_ = new Activations();
   Activations& a = *acts_;
   const size_t N = static_cast<size_t>(batch_) * seq_;
   const size_t C = shape.channels, V = shape.vocab, NH = shape.heads;
   auto floats = [&](size_t elems) {
-    float* p = ops_.allocate_floats(elems, MemoryKind::activations);
+    float* p = memory_.allocate_floats(elems, MemoryKind::activations);
     a.owned.push_back(p);
     return p;
   };
   // Row statistics and losses stay fp32 whatever the activation precision.
   auto statistics = [&](size_t elems) {
-    float* p = ops_.allocate_statistics(elems);
+    float* p = memory_.allocate_statistics(elems);
     a.owned.push_back(p);
     return p;
   };
@@ -98,8 +99,8 @@ Gpt::Gpt(Ops& ops, const ModelShape& shape, int micro_batch, int seq, size_t pad
     a.owned.push_back(p);
     return p;
   };
-  a.tokens = ops_.allocate_ints(N, MemoryKind::activations);
-  a.targets = ops_.allocate_ints(N, MemoryKind::activations);
+  a.tokens = memory_.allocate_ints(N, MemoryKind::activations);
+  a.targets = memory_.allocate_ints(N, MemoryKind::activations);
   a.owned.push_back(a.tokens);
   a.owned.push_back(a.targets);
   a.encoded = floats(N * C);
@@ -145,9 +146,9 @@ Gpt::Gpt(Ops& ops, const ModelShape& shape, int micro_batch, int seq, size_t pad
 }
 
 Gpt::~Gpt() {
-  for (void* p : acts_->owned) ops_.release(p);
+  for (void* p : acts_->owned) memory_.release(p);
   delete acts_;
-  ops_.release(params_);
+  memory_.release(params_);
 }
 
 void Gpt::initialize(uint64_t seed) {
@@ -166,7 +167,7 @@ void Gpt::initialize(uint64_t seed) {
       for (size_t i = 0; i < tensor.elems; ++i) out[i] = static_cast<float>(stddev * normal.next());
     }
   }
-  ops_.copy_from_host(params_, host.data(), padded_param_elems_);
+  memory_.copy_from_host(params_, host.data(), padded_param_elems_);
 }
 
 void Gpt::forward(const int32_t* host_tokens, const int32_t* host_targets, ForwardHooks* hooks,
@@ -175,8 +176,8 @@ void Gpt::forward(const int32_t* host_tokens, const int32_t* host_targets, Forwa
   const ModelShape& s = layout_.shape;
   const int B = batch_, T = seq_, C = s.channels, V = s.vocab, N = B * T;
   const float* p = params_;
-  ops_.copy_ints_from_host(a.tokens, host_tokens, static_cast<size_t>(N));
-  ops_.copy_ints_from_host(a.targets, host_targets, static_cast<size_t>(N));
+  memory_.copy_ints_from_host(a.tokens, host_tokens, static_cast<size_t>(N));
+  memory_.copy_ints_from_host(a.targets, host_targets, static_cast<size_t>(N));
 
   if (hooks) hooks->before_segment_forward(layout_.embedding_segment());
   ops_.embedding_forward(a.encoded, a.tokens, p + layout_.wte, p + layout_.wpe, B, T, C);

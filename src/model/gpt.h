@@ -9,7 +9,7 @@
 #include <optional>
 #include <vector>
 
-#include "backend/ops.h"
+#include "backend/backend.h"
 #include "model/parameter_layout.h"
 
 namespace scalestudy {
@@ -47,7 +47,7 @@ class Gpt {
  public:
   // recompute: keep only each block's output and recompute the block's other
   // activations in backward, in buffers that all blocks share (--recompute).
-  Gpt(Ops& ops, const ModelShape& shape, int micro_batch, int seq, size_t padded_param_elems,
+  Gpt(Backend& backend, const ModelShape& shape, int micro_batch, int seq, size_t padded_param_elems,
       bool recompute = false);
   ~Gpt();
   Gpt(const Gpt&) = delete;
@@ -93,6 +93,7 @@ class Gpt {
   // The tied LM head's weight gradient, the end of backward, in the parts the sink asks for.
   void lm_head_weight_backward(GradientSink& sink, float* dwte);
   Ops& ops_;
+  DeviceMemory& memory_;
   ParameterLayout layout_;
   int batch_, seq_;
   size_t padded_param_elems_;

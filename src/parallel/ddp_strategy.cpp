@@ -4,29 +4,29 @@
 
 namespace scalestudy {
 
-DdpStrategy::DdpStrategy(const RunConfig& config, Ops& ops, Communicator& comm, Gpt& model,
+DdpStrategy::DdpStrategy(const RunConfig& config, Backend& backend, Communicator& comm, Gpt& model,
                          const BucketPlan& plan)
-    : config_(config), ops_(ops), comm_(comm), model_(model), plan_(plan),
+    : config_(config), backend_(backend), comm_(comm), model_(model), plan_(plan),
       hold_until_elems_(hold_until_elems(config.overlap_after, plan)) {
-  grads_ = allocate_collective_buffer(ops_, comm_, plan_.padded_elems, MemoryKind::gradients);
-  m_ = ops_.allocate_floats(plan_.padded_elems, MemoryKind::optimizer);
-  v_ = ops_.allocate_floats(plan_.padded_elems, MemoryKind::optimizer);
-  ops_.fill_zero(grads_, plan_.padded_elems);
-  ops_.fill_zero(m_, plan_.padded_elems);
-  ops_.fill_zero(v_, plan_.padded_elems);
+  grads_ = allocate_collective_buffer(backend_, comm_, plan_.padded_elems, MemoryKind::gradients);
+  m_ = backend_.allocate_floats(plan_.padded_elems, MemoryKind::optimizer);
+  v_ = backend_.allocate_floats(plan_.padded_elems, MemoryKind::optimizer);
+  backend_.fill_zero(grads_, plan_.padded_elems);
+  backend_.fill_zero(m_, plan_.padded_elems);
+  backend_.fill_zero(v_, plan_.padded_elems);
 }
 
 DdpStrategy::~DdpStrategy() {
   comm_.finish_all();
-  release_collective_buffer(ops_, comm_, grads_);
-  ops_.release(m_);
-  ops_.release(v_);
+  release_collective_buffer(backend_, comm_, grads_);
+  backend_.release(m_);
+  backend_.release(v_);
 }
 
 void DdpStrategy::begin_micro_batch(int micro_batch, int micro_batches) {
   // Gradients accumulate over the micro-batches of a step; only the last one's
   // backward communicates.
-  if (micro_batch == 0) ops_.fill_zero(grads_, plan_.padded_elems);
+  if (micro_batch == 0) backend_.fill_zero(grads_, plan_.padded_elems);
   last_micro_batch_ = micro_batch == micro_batches - 1;
   next_bucket_ = static_cast<int>(plan_.buckets.size()) - 1;
 }
@@ -48,7 +48,7 @@ void DdpStrategy::segment_done_from(int segment, size_t offset_elems) {
   LaneScope lane(comm_, lane_after_segment(model_.layout(), segment, offset_elems));
   while (next_bucket_ >= 0 && plan_.buckets[next_bucket_].begin_elems >= final_from) {
     // The rest of backward runs beside the buckets' allreduces.
-    if (in_flight_.empty()) reserve_for_overlapped_lane(ops_, comm_, true);
+    if (in_flight_.empty()) reserve_for_overlapped_lane(backend_, comm_, true);
     const Bucket& bucket = plan_.buckets[next_bucket_];
     in_flight_.push_back(start_allreduce(grads_ + bucket.begin_elems, bucket.elems()));
     --next_bucket_;
@@ -67,18 +67,18 @@ void DdpStrategy::finish_gradient_sync() {
   // The latest one's wait covers the rest (Communicator::finish).
   if (!in_flight_.empty()) comm_.finish(in_flight_.back());
   in_flight_.clear();
-  reserve_for_overlapped_lane(ops_, comm_, false);
+  reserve_for_overlapped_lane(backend_, comm_, false);
 }
 
 OptimizerStats DdpStrategy::optimizer_step(float learning_rate, int adam_step, float grad_scale) {
   const OptimizerStats stats =
-      unscale_and_clip(std::sqrt(ops_.sum_of_squares(grads_, plan_.padded_elems)), grad_scale, config_.grad_clip);
+      unscale_and_clip(std::sqrt(backend_.sum_of_squares(grads_, plan_.padded_elems)), grad_scale, config_.grad_clip);
   if (stats.skipped) return stats;
-  if (stats.clip_factor != 1.0f) ops_.scale(grads_, plan_.padded_elems, stats.clip_factor);
+  if (stats.clip_factor != 1.0f) backend_.scale(grads_, plan_.padded_elems, stats.clip_factor);
   // fp32 compute: the parameters are their own master weights.
-  if (!adamw_over_range(ops_, model_.layout(), 0, plan_.padded_elems, model_.params(), grads_, m_,
+  if (!adamw_over_range(backend_, model_.layout(), 0, plan_.padded_elems, model_.params(), grads_, m_,
                         v_, config_, learning_rate, adam_step))
-    ops_.parameters_changed(model_.params(), 0, plan_.padded_elems);
+    backend_.parameters_changed(model_.params(), 0, plan_.padded_elems);
   return stats;
 }
 

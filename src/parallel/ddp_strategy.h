@@ -13,7 +13,7 @@ namespace scalestudy {
 
 class DdpStrategy final : public GradientStrategy {
  public:
-  DdpStrategy(const RunConfig& config, Ops& ops, Communicator& comm, Gpt& model, const BucketPlan& plan);
+  DdpStrategy(const RunConfig& config, Backend& backend, Communicator& comm, Gpt& model, const BucketPlan& plan);
   ~DdpStrategy() override;
 
   const char* name() const override { return "ddp"; }
@@ -38,7 +38,7 @@ class DdpStrategy final : public GradientStrategy {
   CommHandle start_allreduce(float* gradients, size_t elems);
 
   const RunConfig& config_;
-  Ops& ops_;
+  Backend& backend_;
   Communicator& comm_;
   Gpt& model_;
   BucketPlan plan_;

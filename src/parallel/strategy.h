@@ -17,7 +17,7 @@
 //                                                                 ^ finish_gradient_sync
 #include <memory>
 
-#include "backend/ops.h"
+#include "backend/backend.h"
 #include "comm/communicator.h"
 #include "config/run_config.h"
 #include "model/gpt.h"
@@ -57,7 +57,7 @@ class GradientStrategy : public GradientSink, public ForwardHooks {
 };
 
 // Chooses the strategy from the config. The plan pads the buffer for the world size.
-std::unique_ptr<GradientStrategy> make_strategy(const RunConfig& config, Ops& ops,
+std::unique_ptr<GradientStrategy> make_strategy(const RunConfig& config, Backend& backend,
                                                 Communicator& comm, Gpt& model,
                                                 const BucketPlan& plan);
 

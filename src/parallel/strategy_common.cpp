@@ -26,13 +26,13 @@ bool adamw_over_range(Ops& ops, const ParameterLayout& layout, size_t param_begi
   return ops.adamw_update_pieces(master, grads, m, v, pieces, hyper);
 }
 
-float* allocate_collective_buffer(Ops& ops, Communicator& comm, size_t elems, MemoryKind kind) {
+float* allocate_collective_buffer(DeviceMemory& memory, Communicator& comm, size_t elems, MemoryKind kind) {
   float* owned = comm.allocate_owned_buffer(elems, kind);
-  return owned ? owned : ops.allocate_floats(elems, kind);
+  return owned ? owned : memory.allocate_floats(elems, kind);
 }
 
-void release_collective_buffer(Ops& ops, Communicator& comm, float* buffer) {
-  if (!comm.release_owned_buffer(buffer)) ops.release(buffer);
+void release_collective_buffer(DeviceMemory& memory, Communicator& comm, float* buffer) {
+  if (!comm.release_owned_buffer(buffer)) memory.release(buffer);
 }
 
 std::vector<size_t> bucket_cuts(const BucketPlan& plan, const Segment& segment) {
@@ -52,8 +52,8 @@ CommLane lane_after_segment(const ParameterLayout& layout, int segment, size_t o
                                                                      : CommLane::overlapped;
 }
 
-void reserve_for_overlapped_lane(Ops& ops, const Communicator& comm, bool overlapping) {
-  ops.reserve_multiprocessors(overlapping ? comm.overlapped_lane_multiprocessors() : 0);
+void reserve_for_overlapped_lane(DeviceServices& device, const Communicator& comm, bool overlapping) {
+  device.reserve_multiprocessors(overlapping ? comm.overlapped_lane_multiprocessors() : 0);
 }
 
 float clip_factor(double grad_norm, float max_norm) {
@@ -73,12 +73,12 @@ OptimizerStats unscale_and_clip(double scaled_norm, float grad_scale, float max_
   return stats;
 }
 
-std::unique_ptr<GradientStrategy> make_strategy(const RunConfig& config, Ops& ops,
+std::unique_ptr<GradientStrategy> make_strategy(const RunConfig& config, Backend& backend,
                                                 Communicator& comm, Gpt& model,
                                                 const BucketPlan& plan) {
   if (config.strategy == Strategy::zero2)
-    return std::make_unique<Zero2Strategy>(config, ops, comm, model, plan);
-  return std::make_unique<DdpStrategy>(config, ops, comm, model, plan);
+    return std::make_unique<Zero2Strategy>(config, backend, comm, model, plan);
+  return std::make_unique<DdpStrategy>(config, backend, comm, model, plan);
 }
 
 }  // namespace scalestudy

@@ -2,7 +2,7 @@
 // Pieces that ddp and zero2 share.
 #include <vector>
 
-#include "backend/ops.h"
+#include "backend/backend.h"
 #include "comm/communicator.h"
 #include "config/run_config.h"
 #include "model/parameter_layout.h"
@@ -20,8 +20,8 @@ bool adamw_over_range(Ops& ops, const ParameterLayout& layout, size_t param_begi
 
 // A buffer that collectives run on: the communicator's when it wants to own it
 // (Communicator::allocate_owned_buffer), the backend's otherwise.
-float* allocate_collective_buffer(Ops& ops, Communicator& comm, size_t elems, MemoryKind kind);
-void release_collective_buffer(Ops& ops, Communicator& comm, float* buffer);
+float* allocate_collective_buffer(DeviceMemory& memory, Communicator& comm, size_t elems, MemoryKind kind);
+void release_collective_buffer(DeviceMemory& memory, Communicator& comm, float* buffer);
 
 // The offsets into `segment` where buckets of the plan begin, ascending (GradientSink::
 // segment_cuts).
@@ -39,7 +39,7 @@ size_t hold_until_elems(double overlap_after, const BucketPlan& plan);
 
 // Sizes the backend's kernels for the multiprocessors that the overlapped lane's
 // collectives leave free, from now until the call with `overlapping` false.
-void reserve_for_overlapped_lane(Ops& ops, const Communicator& comm, bool overlapping);
+void reserve_for_overlapped_lane(DeviceServices& device, const Communicator& comm, bool overlapping);
 
 // The factor that brings the global gradient norm down to max_norm (1 when below it
 // or when clipping is off).

@@ -7,20 +7,20 @@
 
 namespace scalestudy {
 
-Zero2Strategy::Zero2Strategy(const RunConfig& config, Ops& ops, Communicator& comm, Gpt& model,
+Zero2Strategy::Zero2Strategy(const RunConfig& config, Backend& backend, Communicator& comm, Gpt& model,
                              const BucketPlan& plan)
-    : config_(config), ops_(ops), comm_(comm), model_(model), plan_(plan),
+    : config_(config), backend_(backend), comm_(comm), model_(model), plan_(plan),
       rank_(comm.rank()),
       hold_until_elems_(hold_until_elems(config.overlap_after, plan)),
-      compute_copy_(ops.compute_copy_of(model.params())) {
+      compute_copy_(backend.compute_copy_of(model.params())) {
   SCALESTUDY_CHECK(plan_.world_size == comm.world_size(), "bucket plan for another world size");
   const size_t shard = plan_.shard_elems();
-  shard_grads_ = ops_.allocate_floats(shard, MemoryKind::gradients);
-  m_ = ops_.allocate_floats(shard, MemoryKind::optimizer);
-  v_ = ops_.allocate_floats(shard, MemoryKind::optimizer);
-  ops_.fill_zero(shard_grads_, shard);
-  ops_.fill_zero(m_, shard);
-  ops_.fill_zero(v_, shard);
+  shard_grads_ = backend_.allocate_floats(shard, MemoryKind::gradients);
+  m_ = backend_.allocate_floats(shard, MemoryKind::optimizer);
+  v_ = backend_.allocate_floats(shard, MemoryKind::optimizer);
+  backend_.fill_zero(shard_grads_, shard);
+  backend_.fill_zero(m_, shard);
+  backend_.fill_zero(v_, shard);
 
   const ParameterLayout& layout = model_.layout();
   // The buckets below the embeddings' end, rounded up to whole chunks (the plan's region
@@ -37,19 +37,19 @@ Zero2Strategy::Zero2Strategy(const RunConfig& config, Ops& ops, Communicator& co
     embedding_staged_buckets_ = staged;
   embedding_scratch_elems_ =
       embedding_staged_buckets_ > 0 ? plan_.buckets[embedding_staged_buckets_ - 1].end_elems : embeddings.elems();
-  embedding_scratch_ = allocate_collective_buffer(ops_, comm_, embedding_scratch_elems_, MemoryKind::gradients);
+  embedding_scratch_ = allocate_collective_buffer(backend_, comm_, embedding_scratch_elems_, MemoryKind::gradients);
   for (size_t s = 1; s < layout.segments.size(); ++s)
     block_scratch_elems_ = std::max(block_scratch_elems_, layout.segments[s].elems());
-  block_scratch_ = ops_.allocate_floats(block_scratch_elems_, MemoryKind::gradients);
+  block_scratch_ = backend_.allocate_floats(block_scratch_elems_, MemoryKind::gradients);
 
   buckets_.resize(plan_.buckets.size());
 }
 
 Zero2Strategy::~Zero2Strategy() {
   comm_.finish_all();
-  for (float* buffer : all_buffers_) release_collective_buffer(ops_, comm_, buffer);
-  release_collective_buffer(ops_, comm_, embedding_scratch_);
-  for (float* buffer : {shard_grads_, m_, v_, block_scratch_}) ops_.release(buffer);
+  for (float* buffer : all_buffers_) release_collective_buffer(backend_, comm_, buffer);
+  release_collective_buffer(backend_, comm_, embedding_scratch_);
+  for (float* buffer : {shard_grads_, m_, v_, block_scratch_}) backend_.release(buffer);
 }
 
 float* Zero2Strategy::acquire_buffer(std::vector<float*>& pool, size_t elems) {
@@ -59,7 +59,7 @@ float* Zero2Strategy::acquire_buffer(std::vector<float*>& pool, size_t elems) {
     return buffer;
   }
   // Every buffer of a pool is sized for the largest bucket (or chunk), so any can be reused.
-  float* buffer = allocate_collective_buffer(ops_, comm_, elems, MemoryKind::communication);
+  float* buffer = allocate_collective_buffer(backend_, comm_, elems, MemoryKind::communication);
   all_buffers_.push_back(buffer);
   comm_buffer_bytes_ += elems * sizeof(float);
   return buffer;
@@ -91,7 +91,7 @@ void Zero2Strategy::zero_bucket_padding(int b, float* staging) {
   const Bucket& bucket = plan_.buckets[b];
   const size_t padding_from = std::max(bucket.begin_elems, plan_.param_elems);
   if (padding_from < bucket.end_elems)
-    ops_.fill_zero(staging + (padding_from - bucket.begin_elems), bucket.end_elems - padding_from);
+    backend_.fill_zero(staging + (padding_from - bucket.begin_elems), bucket.end_elems - padding_from);
 }
 
 int Zero2Strategy::bucket_of(size_t elem) const {
@@ -119,12 +119,12 @@ void Zero2Strategy::begin_segment(int segment) {
   if (segment == layout.embedding_segment() && embedding_staged_buckets_ > 0) {
     // Staged in the scratch: the part above the embeddings is block 0's, written already.
     for (int b = 0; b < embedding_staged_buckets_; ++b) staging_for(b);
-    ops_.fill_zero(embedding_scratch_, seg.elems());
+    backend_.fill_zero(embedding_scratch_, seg.elems());
     return;
   }
   if (bucket_of(seg.end_elems - 1) - bucket_of(seg.begin_elems) >= static_cast<int>(kMaxBucketsFilled)) {
     // Written straight into staging, a segment over more buckets would hold them all.
-    ops_.fill_zero(scratch, seg.elems());
+    backend_.fill_zero(scratch, seg.elems());
     scratch_ranges_.push_back({segment, seg.begin_elems, seg.end_elems, scratch});
     return;
   }
@@ -137,7 +137,7 @@ void Zero2Strategy::begin_segment(int segment) {
     for (size_t end = direct_from; end > direct_to;) {
       const int b = bucket_of(end - 1);
       const size_t begin = std::max(direct_to, plan_.buckets[b].begin_elems);
-      ops_.fill_zero(staging_for(b) + (begin - plan_.buckets[b].begin_elems), end - begin);
+      backend_.fill_zero(staging_for(b) + (begin - plan_.buckets[b].begin_elems), end - begin);
       end = begin;
     }
   };
@@ -148,7 +148,7 @@ void Zero2Strategy::begin_segment(int segment) {
     if (bucket_of(begin) == bucket_of(end - 1)) continue;
     zero_direct_below(end);
     float* tensor_scratch = scratch + (begin - seg.begin_elems);
-    ops_.fill_zero(tensor_scratch, tensor->elems);
+    backend_.fill_zero(tensor_scratch, tensor->elems);
     scratch_ranges_.push_back({segment, begin, end, tensor_scratch});
     direct_from = begin;
   }
@@ -193,7 +193,7 @@ void Zero2Strategy::segment_done_from(int segment, size_t offset_elems) {
       const size_t from = std::max({lo, bucket.begin_elems, range.begin_elems});
       const size_t to = std::min({hi, bucket.end_elems, range.end_elems});
       if (from < to)
-        ops_.copy(staging_for(b) + (from - bucket.begin_elems), range.scratch + (from - range.begin_elems),
+        backend_.copy(staging_for(b) + (from - bucket.begin_elems), range.scratch + (from - range.begin_elems),
                   to - from);
     }
     // Gradients finish from the end of the buffer down: everything from here up is final.
@@ -219,7 +219,7 @@ void Zero2Strategy::start_reduce(int b) {
   state.received =
       first_micro_batch_ ? nullptr : acquire_buffer(free_received_, plan_.bucket_elems / plan_.world_size);
   float* destination = state.received ? state.received : shard_chunk;
-  if (config_.overlap) reserve_for_overlapped_lane(ops_, comm_, true);
+  if (config_.overlap) reserve_for_overlapped_lane(backend_, comm_, true);
   const size_t chunk_elems = plan_.chunk_elems(b);
   state.reduce = config_.grad_reduce == Precision::bf16
                      ? comm_.start_reduce_scatter_in_bf16(state.staging, destination, chunk_elems, "grad-comm")
@@ -237,7 +237,7 @@ void Zero2Strategy::complete_reduce(int b) {
   BucketState& state = buckets_[b];
   comm_.finish(state.reduce);
   if (state.received) {
-    ops_.accumulate(shard_grads_ + plan_.shard_offset(b), state.received, plan_.chunk_elems(b));
+    backend_.accumulate(shard_grads_ + plan_.shard_offset(b), state.received, plan_.chunk_elems(b));
     free_received_.push_back(state.received);
   }
   if (b >= embedding_staged_buckets_) free_staging_.push_back(state.staging);
@@ -251,7 +251,7 @@ void Zero2Strategy::finish_gradient_sync() {
   // The latest one's wait covers the rest (Communicator::finish).
   if (!reducing_.empty()) comm_.finish(buckets_[reducing_.back()].reduce);
   while (!reducing_.empty()) complete_reduce(reducing_.front());
-  reserve_for_overlapped_lane(ops_, comm_, false);
+  reserve_for_overlapped_lane(backend_, comm_, false);
 }
 
 OptimizerStats Zero2Strategy::optimizer_step(float learning_rate, int adam_step, float grad_scale) {
@@ -259,12 +259,12 @@ OptimizerStats Zero2Strategy::optimizer_step(float learning_rate, int adam_step,
   for (int b = 0; b < static_cast<int>(buckets_.size()); ++b)
     if (buckets_[b].gathering) complete_gather(b);
 
-  double sum_of_squares = ops_.sum_of_squares(shard_grads_, plan_.shard_elems());
+  double sum_of_squares = backend_.sum_of_squares(shard_grads_, plan_.shard_elems());
   comm_.finish(comm_.start_allreduce(&sum_of_squares, 1, "optimizer"));
   // Every rank sees the same global norm, so every rank skips (or not) alike.
   const OptimizerStats stats = unscale_and_clip(std::sqrt(sum_of_squares), grad_scale, config_.grad_clip);
   if (stats.skipped) return stats;
-  if (stats.clip_factor != 1.0f) ops_.scale(shard_grads_, plan_.shard_elems(), stats.clip_factor);
+  if (stats.clip_factor != 1.0f) backend_.scale(shard_grads_, plan_.shard_elems(), stats.clip_factor);
 
   for (int b = 0; b < static_cast<int>(plan_.buckets.size()); ++b) {
     const size_t begin = plan_.chunk_begin(b, rank_), offset = plan_.shard_offset(b);
@@ -272,7 +272,7 @@ OptimizerStats Zero2Strategy::optimizer_step(float learning_rate, int adam_step,
     // The master weights are this rank's chunks of the fp32 parameters, which the
     // allgathers leave as they are.
     own_chunks_refreshed_ =
-        adamw_over_range(ops_, model_.layout(), begin, begin + chunk, model_.params() + begin,
+        adamw_over_range(backend_, model_.layout(), begin, begin + chunk, model_.params() + begin,
                          shard_grads_ + offset, m_ + offset, v_ + offset, config_, learning_rate, adam_step);
   }
   gather_pending_ = true;
@@ -293,7 +293,7 @@ void Zero2Strategy::start_gathers() {
     const size_t own_begin = plan_.chunk_begin(b, rank_), chunk = plan_.chunk_elems(b);
     const size_t bucket_begin = plan_.buckets[b].begin_elems;
     if (compute_copy_) {
-      if (!own_chunks_refreshed_) ops_.parameters_changed(model_.params(), own_begin, own_begin + chunk);
+      if (!own_chunks_refreshed_) backend_.parameters_changed(model_.params(), own_begin, own_begin + chunk);
       buckets_[b].gather = comm_.start_allgather_16bit(compute_copy_ + own_begin, compute_copy_ + bucket_begin,
                                                        chunk, "param-gather");
     } else {
@@ -315,12 +315,12 @@ void Zero2Strategy::complete_gather(int b) {
   // Where AdamW refreshed this rank's chunk already, only the other ranks' chunks are new.
   const Bucket& bucket = plan_.buckets[b];
   if (!own_chunks_refreshed_) {
-    ops_.parameters_changed(model_.params(), bucket.begin_elems, bucket.end_elems);
+    backend_.parameters_changed(model_.params(), bucket.begin_elems, bucket.end_elems);
     return;
   }
   const size_t own_begin = plan_.chunk_begin(b, rank_), own_end = own_begin + plan_.chunk_elems(b);
-  ops_.parameters_changed(model_.params(), bucket.begin_elems, own_begin);
-  ops_.parameters_changed(model_.params(), own_end, bucket.end_elems);
+  backend_.parameters_changed(model_.params(), bucket.begin_elems, own_begin);
+  backend_.parameters_changed(model_.params(), own_end, bucket.end_elems);
 }
 
 void Zero2Strategy::before_segment_forward(int segment) {
@@ -329,7 +329,7 @@ void Zero2Strategy::before_segment_forward(int segment) {
     if (buckets_[b].gathering && overlaps(b, seg.begin_elems, seg.end_elems)) complete_gather(b);
   // A later micro-batch's forward follows the reduce-scatters of the one before; once they
   // are done, its GEMMs take the whole GPU again.
-  if (config_.overlap && reducing_.empty()) reserve_for_overlapped_lane(ops_, comm_, false);
+  if (config_.overlap && reducing_.empty()) reserve_for_overlapped_lane(backend_, comm_, false);
 }
 
 void Zero2Strategy::sync_forward_parameters() {

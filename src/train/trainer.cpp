@@ -12,8 +12,8 @@
 
 namespace scalestudy {
 
-Trainer::Trainer(const RunConfig& config, Ops& ops, Communicator& comm, MPI_Comm control)
-    : config_(config), ops_(ops), comm_(comm), control_(control), timer_(ops.make_step_timer()), clock_(*timer_) {
+Trainer::Trainer(const RunConfig& config, Backend& backend, Communicator& comm, MPI_Comm control)
+    : config_(config), backend_(backend), comm_(comm), control_(control), timer_(backend.make_step_timer()), clock_(*timer_) {
   int control_size = 0;
   CHECK_MPI(MPI_Comm_size(control_, &control_size));
   SCALESTUDY_CHECK(control_size == comm_.world_size(), "the control communicator must hold the same ranks");
@@ -27,11 +27,11 @@ Trainer::Trainer(const RunConfig& config, Ops& ops, Communicator& comm, MPI_Comm
   const ParameterLayout layout = make_parameter_layout(config_.shape);
   plan_ = make_bucket_plan(layout.param_elems, config_.bucket_mb * 1024.0 * 1024.0, comm_.world_size(),
                            layout.segments[layout.embedding_segment()].end_elems);
-  model_ = std::make_unique<Gpt>(ops_, config_.shape, config_.micro_batch(), config_.seq, plan_.padded_elems,
+  model_ = std::make_unique<Gpt>(backend_, config_.shape, config_.micro_batch(), config_.seq, plan_.padded_elems,
                                  config_.recompute);
   model_->initialize(config_.seed);
-  ops_.parameters_changed(model_->params(), 0, plan_.padded_elems);
-  strategy_ = make_strategy(config_, ops_, comm_, *model_, plan_);
+  backend_.parameters_changed(model_->params(), 0, plan_.padded_elems);
+  strategy_ = make_strategy(config_, backend_, comm_, *model_, plan_);
   schedule_ = {config_.learning_rate, config_.min_lr_ratio, config_.lr_warmup_steps, config_.steps};
   scaler_ = DynamicLossScaler(config_.loss_scaling, config_.loss_scale_init, config_.loss_scale_growth_interval);
 
@@ -81,7 +81,7 @@ StepRecord Trainer::train_step(int step) {
     // While the device runs the backward just queued (MicroBatchLoader says why). Where
     // the ops run on the calling thread, nothing would run beside the read, and it stays
     // in the next step's data phase.
-    if (ops_.runs_asynchronously() && micro + 1 == micro_batches && step + 1 < config_.steps)
+    if (backend_.runs_asynchronously() && micro + 1 == micro_batches && step + 1 < config_.steps)
       batches_->prefetch(step + 1);
     // Reading the loss makes the host wait for the device, which then idles until the host
     // has queued more work: read right after forward, that idle time fell between forward
@@ -171,17 +171,17 @@ void Trainer::print_progress(const StepRecord& r) const {
 std::vector<float> Trainer::parameters_on_host() {
   strategy_->finish_param_sync();
   std::vector<float> host(model_->layout().param_elems);
-  ops_.copy_to_host(host.data(), model_->params(), host.size());
+  backend_.copy_to_host(host.data(), model_->params(), host.size());
   return host;
 }
 
 MemoryReport Trainer::memory() const {
   MemoryReport report;
   for (int k = 0; k < kMemoryKindCount; ++k)
-    report.bytes[k] = ops_.allocated_bytes(static_cast<MemoryKind>(k)) + comm_.owned_bytes(static_cast<MemoryKind>(k));
+    report.bytes[k] = backend_.allocated_bytes(static_cast<MemoryKind>(k)) + comm_.owned_bytes(static_cast<MemoryKind>(k));
   report.bytes[static_cast<int>(MemoryKind::communication)] += comm_.staging_bytes();
-  report.peak_bytes = ops_.measured_peak_bytes();
-  report.peak_source = ops_.peak_source();
+  report.peak_bytes = backend_.measured_peak_bytes();
+  report.peak_source = backend_.peak_source();
   return report;
 }
 

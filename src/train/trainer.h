@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/ops.h"
+#include "backend/backend.h"
 #include "comm/communicator.h"
 #include "config/run_config.h"
 #include "data/token_source.h"
@@ -27,7 +27,7 @@ class Trainer {
  public:
   // control is the MPI communicator for checks that are not part of the measured
   // training (config and replica checks); comm carries the training's collectives.
-  Trainer(const RunConfig& config, Ops& ops, Communicator& comm, MPI_Comm control);
+  Trainer(const RunConfig& config, Backend& backend, Communicator& comm, MPI_Comm control);
   ~Trainer();
 
   // Traces the kernels of steps first..last with `tracer` (--profile-kernels); the
@@ -56,7 +56,7 @@ class Trainer {
   void print_progress(const StepRecord& record) const;
 
   RunConfig config_;
-  Ops& ops_;
+  Backend& backend_;
   Communicator& comm_;
   MPI_Comm control_;
   std::unique_ptr<TokenSource> data_;

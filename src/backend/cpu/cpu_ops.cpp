@@ -150,6 +150,14 @@ void CpuOps::copy_ints_from_host(int32_t* dst, const int32_t* host_src, size_t e
   if (elems > 0) std::memmove(dst, host_src, elems * sizeof(int32_t));
 }
 
+float* CpuOps::allocate_attention_state(const AttentionShape& shape) {
+  return allocate_floats(attention_probs_elems(shape), MemoryKind::activations);
+}
+
+float* CpuOps::allocate_logits(int rows, int vocab) {
+  return allocate_floats(static_cast<size_t>(rows) * vocab, MemoryKind::activations);
+}
+
 // ---- embedding ----------------------------------------------------------------------
 
 void CpuOps::embedding_forward(float* out, const int32_t* tokens, const float* wte,

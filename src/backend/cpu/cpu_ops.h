@@ -10,18 +10,19 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
 
-#include "backend/ops.h"
+#include "backend/backend.h"
 #include "core/process_memory.h"
 
 namespace scalestudy {
 
 // Not final: tests derive from it to watch the calls a strategy makes
 // (tests/mpi/test_multiprocessor_reservation.cpp).
-class CpuOps : public Ops {
+class CpuOps : public Backend {
  public:
   CpuOps() = default;
   ~CpuOps() override;
@@ -29,8 +30,8 @@ class CpuOps : public Ops {
   CpuOps& operator=(const CpuOps&) = delete;
 
   std::string name() const override { return "cpu"; }
-  bool runs_asynchronously() const override { return false; }
 
+  // ---- DeviceMemory: host memory ----------------------------------------------------
   float* allocate_floats(size_t elems, MemoryKind kind) override;
   // Activations are fp32 here, so statistics are ordinary activation buffers.
   float* allocate_statistics(size_t elems) override {
@@ -44,7 +45,15 @@ class CpuOps : public Ops {
   void copy_from_host(float* dst, const float* host_src, size_t elems) override;
   void copy_ints_from_host(int32_t* dst, const int32_t* host_src, size_t elems) override;
   size_t allocated_bytes(MemoryKind kind) const override;
+  size_t measured_peak_bytes() const override { return peak_resident_bytes(); }
+  std::string peak_source() const override { return "VmHWM"; }
 
+  // ---- DeviceServices: the calling thread is the compute stream ----------------------
+  bool runs_asynchronously() const override { return false; }
+  void synchronize() override {}
+  std::unique_ptr<StepTimer> make_step_timer() override { return std::make_unique<HostStepTimer>(); }
+
+  // ---- Ops ------------------------------------------------------------------------
   void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
                          int batch, int seq, int channels) override;
   void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
@@ -74,6 +83,8 @@ class CpuOps : public Ops {
                          const AttentionShape& shape) override;
   void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* probs,
                           const AttentionShape& shape, GradientWrite dqkv_write) override;
+  // The probabilities, [B,NH,T,T].
+  float* allocate_attention_state(const AttentionShape& shape) override;
 
   void gelu_forward(float* out, const float* inp, size_t elems) override;
   void gelu_backward(float* dinp, const float* inp, const float* dout, size_t elems,
@@ -82,6 +93,8 @@ class CpuOps : public Ops {
   void residual_forward(float* out, const float* a, const float* b, size_t elems) override;
   void accumulate(float* dst, const float* src, size_t elems) override;
 
+  // The plain [N,V].
+  float* allocate_logits(int rows, int vocab) override;
   void softmax_cross_entropy_forward(float* losses, float* row_stats, const float* logits,
                                      const int32_t* targets, int rows, int vocab) override;
   void softmax_cross_entropy_backward(float* dlogits, const float* logits,
@@ -94,12 +107,8 @@ class CpuOps : public Ops {
   void adamw_update(float* params, const float* grads, float* m, float* v, size_t elems,
                     const AdamWParams& hyper) override;
 
-  size_t measured_peak_bytes() const override { return peak_resident_bytes(); }
-  std::string peak_source() const override { return "VmHWM"; }
-  std::unique_ptr<StepTimer> make_step_timer() override { return std::make_unique<HostStepTimer>(); }
   // The CPU computes from the fp32 parameters themselves: nothing to refresh.
   void parameters_changed(const float*, size_t, size_t) override {}
-  void synchronize() override {}
 
  private:
   struct Allocation {

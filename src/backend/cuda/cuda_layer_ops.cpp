@@ -216,7 +216,7 @@ void CudaOps::dense_backward_through_gelu(float* dpre, float* dweight, float* db
 float* CudaOps::allocate_attention_state(const AttentionShape& shape) {
   if (half_mode() && cuda::flash_attention_supported(shape))
     return allocate_statistics(static_cast<size_t>(shape.batch) * shape.heads * shape.seq);
-  return Ops::allocate_attention_state(shape);
+  return allocate_floats(attention_probs_elems(shape), MemoryKind::activations);
 }
 
 // In bf16/fp16 an fp32 state is the fused kernels' log-sum-exp (allocate_attention_state).
@@ -387,7 +387,7 @@ void CudaOps::softmax_cross_entropy_backward(float* dlogits, const float* logits
 }
 
 float* CudaOps::allocate_logits(int rows, int vocab) {
-  if (!half_mode()) return Ops::allocate_logits(rows, vocab);
+  if (!half_mode()) return allocate_floats(size_t(rows) * vocab, MemoryKind::activations);
   SCALESTUDY_CHECK(rows > 0 && vocab > 0, "allocate_logits: rows and vocab must be positive");
   const int stride = cuda::padded_logits_row_elems(vocab);
   float* logits = allocate_floats(size_t(rows) * stride, MemoryKind::activations);

@@ -60,7 +60,7 @@
 #include <string>
 #include <type_traits>
 
-#include "backend/ops.h"
+#include "backend/backend.h"
 #include "core/precision.h"
 
 namespace scalestudy::cuda {
@@ -70,7 +70,7 @@ struct AdamWDevicePiece;
 
 namespace scalestudy {
 
-class CudaOps final : public Ops {
+class CudaOps final : public Backend {
  public:
   // Makes `device` current for the calling thread and creates the stream and handle.
   // gemm_algos: how the cuBLASLt GEMMs with an epilogue pick their algorithm (RunConfig's
@@ -82,13 +82,13 @@ class CudaOps final : public Ops {
   CudaOps& operator=(const CudaOps&) = delete;
 
   std::string name() const override { return "cuda"; }
-  bool runs_asynchronously() const override { return true; }
   int device() const { return device_; }
   Precision precision() const { return precision_; }
   // The compute stream: every op of this backend runs on it, in issue order.
   cudaStream_t stream() const { return stream_; }
   cublasHandle_t cublas_handle() const { return cublas_; }
 
+  // ---- DeviceMemory -----------------------------------------------------------------
   float* allocate_floats(size_t elems, MemoryKind kind) override;
   float* allocate_statistics(size_t elems) override;
   int32_t* allocate_ints(size_t elems, MemoryKind kind) override;
@@ -106,6 +106,18 @@ class CudaOps final : public Ops {
   size_t measured_peak_bytes() const override;
   std::string peak_source() const override { return "cudaMemGetInfo"; }
 
+  // ---- DeviceServices ---------------------------------------------------------------
+  bool runs_asynchronously() const override { return true; }
+  void synchronize() override;
+  // Events on the compute stream.
+  std::unique_ptr<StepTimer> make_step_timer() override;
+  // CUPTI (cupti_tracer.h), loaded by this call.
+  std::unique_ptr<KernelTracer> make_kernel_tracer() override;
+  std::vector<std::string> algorithm_choices() const override;
+  // cuBLAS's and cuBLASLt's SM count target: GEMMs sized for the multiprocessors left.
+  void reserve_multiprocessors(int count) override;
+
+  // ---- Ops ------------------------------------------------------------------------
   void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
                          int batch, int seq, int channels) override;
   void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
@@ -186,8 +198,6 @@ class CudaOps final : public Ops {
                            const float* weight, const int32_t* targets, int rows, int channels,
                            int vocab, float loss_scale, GradientWrite dinp_write) override;
   double sum(const float* x, size_t elems) override;
-  // cuBLAS's and cuBLASLt's SM count target: GEMMs sized for the multiprocessors left.
-  void reserve_multiprocessors(int count) override;
 
   double sum_of_squares(const float* x, size_t elems) override;
   void scale(float* x, size_t elems, float factor) override;
@@ -203,12 +213,6 @@ class CudaOps final : public Ops {
   // (in fp16, masters beyond 65504 become +-inf there).
   void parameters_changed(const float* params, size_t begin_elems, size_t end_elems) override;
   uint16_t* compute_copy_of(float* params) override;
-  void synchronize() override;
-  // Events on the compute stream.
-  std::unique_ptr<StepTimer> make_step_timer() override;
-  // CUPTI (cupti_tracer.h), loaded by this call.
-  std::unique_ptr<KernelTracer> make_kernel_tracer() override;
-  std::vector<std::string> algorithm_choices() const override;
 
  private:
   struct Allocation {
