@@ -123,16 +123,16 @@ void check_operands(const float* params, const float* grads, const float* m, con
 }
 
 template <class Copy>
-void adamw_update_pieces(cudaStream_t stream, float* params, const float* grads, float* m,
-                         float* v, const AdamWDevicePiece* table, int table_pieces,
-                         unsigned blocks, const AdamWParams& hyper, Copy* copy) {
+void adamw_update_pieces(cudaStream_t stream, const AdamWTensors& tensors,
+                         const AdamWDeviceTable& table, const AdamWParams& hyper, Copy* copy) {
+  const auto& [params, grads, m, v] = tensors;
   const AdamWStep step = make_step(hyper);
-  if (blocks == 0) return;
+  if (table.blocks == 0) return;
   check_operands(params, grads, m, v);
-  check_not_null(table, "adamw piece table");
-  check_positive(table_pieces, "adamw table pieces");
-  const AdamWPiecesParams<Copy> p{params, grads, m, v, copy, table, table_pieces, step};
-  adamw_pieces_kernel<Copy><<<blocks, kPieceThreads, 0, stream>>>(p);
+  check_not_null(table.pieces, "adamw piece table");
+  check_positive(table.count, "adamw table pieces");
+  const AdamWPiecesParams<Copy> p{params, grads, m, v, copy, table.pieces, table.count, step};
+  adamw_pieces_kernel<Copy><<<table.blocks, kPieceThreads, 0, stream>>>(p);
   CHECK_LAUNCH();
 }
 
@@ -163,25 +163,22 @@ AdamWPieceTable make_adamw_piece_table(const std::vector<AdamWPiece>& pieces) {
   return table;
 }
 
-void launch_adamw_update_pieces(cudaStream_t stream, float* params, const float* grads, float* m,
-                                float* v, const AdamWDevicePiece* table, int table_pieces,
-                                unsigned blocks, const AdamWParams& hyper) {
-  adamw_update_pieces<float>(stream, params, grads, m, v, table, table_pieces, blocks, hyper,
-                             nullptr);
+void launch_adamw_update_pieces(cudaStream_t stream, const AdamWTensors& tensors,
+                                const AdamWDeviceTable& table, const AdamWParams& hyper) {
+  adamw_update_pieces<float>(stream, tensors, table, hyper, nullptr);
 }
 
-void launch_adamw_update_pieces(cudaStream_t stream, float* params, const float* grads, float* m,
-                                float* v, const AdamWDevicePiece* table, int table_pieces,
-                                unsigned blocks, const AdamWParams& hyper, bf16* copy) {
+template <class Half>
+void launch_adamw_update_pieces(cudaStream_t stream, const AdamWTensors& tensors,
+                                const AdamWDeviceTable& table, const AdamWParams& hyper,
+                                Half* copy) {
   check_not_null(copy, "adamw copy");
-  adamw_update_pieces(stream, params, grads, m, v, table, table_pieces, blocks, hyper, copy);
+  adamw_update_pieces(stream, tensors, table, hyper, copy);
 }
 
-void launch_adamw_update_pieces(cudaStream_t stream, float* params, const float* grads, float* m,
-                                float* v, const AdamWDevicePiece* table, int table_pieces,
-                                unsigned blocks, const AdamWParams& hyper, fp16* copy) {
-  check_not_null(copy, "adamw copy");
-  adamw_update_pieces(stream, params, grads, m, v, table, table_pieces, blocks, hyper, copy);
-}
+template void launch_adamw_update_pieces(cudaStream_t, const AdamWTensors&, const AdamWDeviceTable&,
+                                         const AdamWParams&, bf16*);
+template void launch_adamw_update_pieces(cudaStream_t, const AdamWTensors&, const AdamWDeviceTable&,
+                                         const AdamWParams&, fp16*);
 
 }  // namespace scalestudy::cuda

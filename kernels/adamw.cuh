@@ -34,19 +34,33 @@ struct AdamWPieceTable {
 };
 AdamWPieceTable make_adamw_piece_table(const std::vector<AdamWPiece>& pieces);
 
-// The step of launch_adamw_update, element for element, over every piece of `table` (on
-// the device, table_pieces entries, from make_adamw_piece_table) in one launch, hyper's
-// weight_decay replaced by each piece's. With a 16-bit `copy` (the parameters' compute
-// copy at params' offset, or null) each updated parameter is also written there, rounded
-// as launch_cast rounds it.
-void launch_adamw_update_pieces(cudaStream_t stream, float* params, const float* grads, float* m,
-                                float* v, const AdamWDevicePiece* table, int table_pieces,
-                                unsigned blocks, const AdamWParams& hyper);
-void launch_adamw_update_pieces(cudaStream_t stream, float* params, const float* grads, float* m,
-                                float* v, const AdamWDevicePiece* table, int table_pieces,
-                                unsigned blocks, const AdamWParams& hyper, __nv_bfloat16* copy);
-void launch_adamw_update_pieces(cudaStream_t stream, float* params, const float* grads, float* m,
-                                float* v, const AdamWDevicePiece* table, int table_pieces,
-                                unsigned blocks, const AdamWParams& hyper, __half* copy);
+// A piece table on the device: `count` entries of make_adamw_piece_table's, and the
+// blocks its launch takes.
+struct AdamWDeviceTable {
+  const AdamWDevicePiece* pieces = nullptr;
+  int count = 0;
+  unsigned blocks = 0;
+};
+
+// The fp32 tensors of an AdamW step over a range: params, m and v updated in place from
+// grads.
+struct AdamWTensors {
+  float* params = nullptr;
+  const float* grads = nullptr;
+  float* m = nullptr;
+  float* v = nullptr;
+};
+
+// The step of launch_adamw_update, element for element, over every piece of `table` in
+// one launch, hyper's weight_decay replaced by each piece's.
+void launch_adamw_update_pieces(cudaStream_t stream, const AdamWTensors& tensors,
+                                const AdamWDeviceTable& table, const AdamWParams& hyper);
+// The same, with each updated parameter also written into the 16-bit `copy` (the
+// parameters' compute copy at params' offset), rounded as launch_cast rounds it. Half is
+// __nv_bfloat16 or __half.
+template <class Half>
+void launch_adamw_update_pieces(cudaStream_t stream, const AdamWTensors& tensors,
+                                const AdamWDeviceTable& table, const AdamWParams& hyper,
+                                Half* copy);
 
 }  // namespace scalestudy::cuda

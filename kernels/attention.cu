@@ -137,9 +137,10 @@ void attention_forward(cublasHandle_t handle, cudaStream_t stream, T* out, T* pr
     const T* query = qkv + size_t(b) * T_ * qkv_ld;
     const T* key = query + C;
     float* scores_batch = scores + size_t(b) * NH * probs_head_stride;
-    gemm_strided_batched(handle, GemmTypesOf<T>::to_fp32, CUBLAS_OP_T, CUBLAS_OP_N, T_, T_,
-                         head_size, score_scale_of(head_size), key, qkv_ld, head_stride, query,
-                         qkv_ld, head_stride, 0.0f, scores_batch, T_, probs_head_stride, NH);
+    gemm_strided_batched(handle, {GemmTypesOf<T>::to_fp32, CUBLAS_OP_T, CUBLAS_OP_N, T_, T_,
+                                  head_size, score_scale_of(head_size), {key, qkv_ld, head_stride},
+                                  {query, qkv_ld, head_stride}, 0.0f,
+                                  {scores_batch, T_, probs_head_stride}, NH});
   }
   const SoftmaxParams<T> softmax{scores, probs, T_, shape.causal};
   attention_softmax_kernel<T><<<shape.batch * NH * T_, kRowThreads, 0, stream>>>(softmax);
@@ -148,9 +149,10 @@ void attention_forward(cublasHandle_t handle, cudaStream_t stream, T* out, T* pr
     const T* value = qkv + size_t(b) * T_ * qkv_ld + 2 * C;
     const T* probs_batch = probs + size_t(b) * NH * probs_head_stride;
     T* out_batch = out + size_t(b) * T_ * C;
-    gemm_strided_batched(handle, GemmTypesOf<T>::same, CUBLAS_OP_N, CUBLAS_OP_N,
-                         head_size, T_, T_, 1.0f, value, qkv_ld, head_stride, probs_batch, T_,
-                         probs_head_stride, 0.0f, out_batch, C, head_stride, NH);
+    gemm_strided_batched(handle, {GemmTypesOf<T>::same, CUBLAS_OP_N, CUBLAS_OP_N, head_size, T_, T_,
+                                  1.0f, {value, qkv_ld, head_stride},
+                                  {probs_batch, T_, probs_head_stride}, 0.0f,
+                                  {out_batch, C, head_stride}, NH});
   }
 }
 
@@ -161,9 +163,15 @@ void attention_forward(cublasHandle_t handle, cudaStream_t stream, T* out, T* pr
 //   dQ^T[hs, T] += K^T[hs, T2] · dS^T[T2, T]   (K: op N, dS: op N)
 //   dK^T[hs, T2] += Q^T[hs, T] · dS[T, T2]     (Q: op N, dS: op T)
 template <class T>
-void attention_backward(cublasHandle_t handle, cudaStream_t stream, T* dqkv, const T* dout,
-                        const T* qkv, const T* probs, const AttentionShape& shape,
-                        float* dprobs, T* dscores) {
+void attention_backward(cublasHandle_t handle, cudaStream_t stream,
+                        const AttentionBackwardArgs<T>& args, float* dprobs, T* dscores) {
+  T* const dqkv = args.dqkv;
+  const T* const dout = args.dout;
+  const T* const qkv = args.qkv;
+  const T* const probs = args.state;
+  const AttentionShape& shape = args.shape;
+  SCALESTUDY_CHECK(args.dqkv_write == GradientWrite::accumulate,
+                   "attention backward: the cuBLAS path accumulates into dqkv");
   const int head_size = head_size_of(shape);
   check_not_null(dqkv, "attention dqkv");
   check_not_null(dout, "attention dout");
@@ -180,12 +188,14 @@ void attention_backward(cublasHandle_t handle, cudaStream_t stream, T* dqkv, con
     const T* probs_batch = probs + size_t(b) * NH * probs_head_stride;
     float* dprobs_batch = dprobs + size_t(b) * NH * probs_head_stride;
     T* dvalue = dqkv + size_t(b) * T_ * qkv_ld + 2 * C;
-    gemm_strided_batched(handle, GemmTypesOf<T>::to_fp32, CUBLAS_OP_T, CUBLAS_OP_N, T_, T_,
-                         head_size, 1.0f, value, qkv_ld, head_stride, dout_batch, C, head_stride,
-                         0.0f, dprobs_batch, T_, probs_head_stride, NH);
-    gemm_strided_batched(handle, GemmTypesOf<T>::same, CUBLAS_OP_N, CUBLAS_OP_T,
-                         head_size, T_, T_, 1.0f, dout_batch, C, head_stride, probs_batch, T_,
-                         probs_head_stride, 1.0f, dvalue, qkv_ld, head_stride, NH);
+    gemm_strided_batched(handle, {GemmTypesOf<T>::to_fp32, CUBLAS_OP_T, CUBLAS_OP_N, T_, T_,
+                                  head_size, 1.0f, {value, qkv_ld, head_stride},
+                                  {dout_batch, C, head_stride}, 0.0f,
+                                  {dprobs_batch, T_, probs_head_stride}, NH});
+    gemm_strided_batched(handle, {GemmTypesOf<T>::same, CUBLAS_OP_N, CUBLAS_OP_T, head_size, T_, T_,
+                                  1.0f, {dout_batch, C, head_stride},
+                                  {probs_batch, T_, probs_head_stride}, 1.0f,
+                                  {dvalue, qkv_ld, head_stride}, NH});
   }
   const SoftmaxBackwardParams<T> softmax{dprobs, dscores, probs, T_, shape.causal,
                                          score_scale_of(head_size)};
@@ -197,12 +207,14 @@ void attention_backward(cublasHandle_t handle, cudaStream_t stream, T* dqkv, con
     const T* dscores_batch = dscores + size_t(b) * NH * probs_head_stride;
     T* dquery = dqkv + size_t(b) * T_ * qkv_ld;
     T* dkey = dquery + C;
-    gemm_strided_batched(handle, GemmTypesOf<T>::same, CUBLAS_OP_N, CUBLAS_OP_N,
-                         head_size, T_, T_, 1.0f, key, qkv_ld, head_stride, dscores_batch, T_,
-                         probs_head_stride, 1.0f, dquery, qkv_ld, head_stride, NH);
-    gemm_strided_batched(handle, GemmTypesOf<T>::same, CUBLAS_OP_N, CUBLAS_OP_T,
-                         head_size, T_, T_, 1.0f, query, qkv_ld, head_stride, dscores_batch, T_,
-                         probs_head_stride, 1.0f, dkey, qkv_ld, head_stride, NH);
+    gemm_strided_batched(handle, {GemmTypesOf<T>::same, CUBLAS_OP_N, CUBLAS_OP_N, head_size, T_, T_,
+                                  1.0f, {key, qkv_ld, head_stride},
+                                  {dscores_batch, T_, probs_head_stride}, 1.0f,
+                                  {dquery, qkv_ld, head_stride}, NH});
+    gemm_strided_batched(handle, {GemmTypesOf<T>::same, CUBLAS_OP_N, CUBLAS_OP_T, head_size, T_, T_,
+                                  1.0f, {query, qkv_ld, head_stride},
+                                  {dscores_batch, T_, probs_head_stride}, 1.0f,
+                                  {dkey, qkv_ld, head_stride}, NH});
   }
 }
 
@@ -229,25 +241,22 @@ size_t attention_forward_scratch_elems_16bit(const AttentionShape& shape) {
 
 template <class T>
 void launch_attention_forward(cublasHandle_t handle, cudaStream_t stream, T* out, T* probs,
-                              const T* qkv, const AttentionShape& shape, float* scratch,
-                              size_t scratch_elems) {
-  check_not_null(scratch, "attention scratch");
-  SCALESTUDY_CHECK(scratch_elems >= probs_elems_of(shape), "attention forward: scratch too small");
-  attention_forward(handle, stream, out, probs, qkv, shape, scratch);
+                              const T* qkv, const AttentionShape& shape, Scratch scratch) {
+  check_not_null(scratch.data, "attention scratch");
+  SCALESTUDY_CHECK(scratch.elems >= probs_elems_of(shape), "attention forward: scratch too small");
+  attention_forward(handle, stream, out, probs, qkv, shape, scratch.data);
 }
 
 size_t attention_backward_scratch_elems(const AttentionShape& shape) {
   return probs_elems_of(shape);
 }
 
-void launch_attention_backward(cublasHandle_t handle, cudaStream_t stream, float* dqkv,
-                               const float* dout, const float* qkv, const float* probs,
-                               const AttentionShape& shape, float* scratch,
-                               size_t scratch_elems) {
-  check_not_null(scratch, "attention scratch");
-  SCALESTUDY_CHECK(scratch_elems >= attention_backward_scratch_elems(shape),
+void launch_attention_backward(cublasHandle_t handle, cudaStream_t stream,
+                               const AttentionBackwardArgs<float>& args, Scratch scratch) {
+  check_not_null(scratch.data, "attention scratch");
+  SCALESTUDY_CHECK(scratch.elems >= attention_backward_scratch_elems(args.shape),
                    "attention backward: scratch too small");
-  attention_backward(handle, stream, dqkv, dout, qkv, probs, shape, scratch, scratch);
+  attention_backward(handle, stream, args, scratch.data, scratch.data);
 }
 
 size_t attention_backward_scratch_elems_16bit(const AttentionShape& shape) {
@@ -255,25 +264,23 @@ size_t attention_backward_scratch_elems_16bit(const AttentionShape& shape) {
 }
 
 template <class T>
-void launch_attention_backward(cublasHandle_t handle, cudaStream_t stream, T* dqkv,
-                               const T* dout, const T* qkv, const T* probs,
-                               const AttentionShape& shape, float* scratch,
-                               size_t scratch_elems) {
+void launch_attention_backward(cublasHandle_t handle, cudaStream_t stream,
+                               const AttentionBackwardArgs<T>& args, Scratch scratch) {
   static_assert(sizeof(T) == 2, "the scratch layout assumes 2-byte storage");
-  check_not_null(scratch, "attention scratch");
-  SCALESTUDY_CHECK(scratch_elems >= backward_scratch_elems_16bit(shape),
+  check_not_null(scratch.data, "attention scratch");
+  SCALESTUDY_CHECK(scratch.elems >= backward_scratch_elems_16bit(args.shape),
                    "attention backward: scratch too small");
-  T* dscores = reinterpret_cast<T*>(scratch + dscores_offset_elems_16bit(shape));
-  attention_backward(handle, stream, dqkv, dout, qkv, probs, shape, scratch, dscores);
+  T* dscores = reinterpret_cast<T*>(scratch.data + dscores_offset_elems_16bit(args.shape));
+  attention_backward(handle, stream, args, scratch.data, dscores);
 }
 
-template void launch_attention_forward(cublasHandle_t, cudaStream_t, bf16*, bf16*, const bf16*,
-                                       const AttentionShape&, float*, size_t);
-template void launch_attention_forward(cublasHandle_t, cudaStream_t, fp16*, fp16*, const fp16*,
-                                       const AttentionShape&, float*, size_t);
-template void launch_attention_backward(cublasHandle_t, cudaStream_t, bf16*, const bf16*, const bf16*,
-                                        const bf16*, const AttentionShape&, float*, size_t);
-template void launch_attention_backward(cublasHandle_t, cudaStream_t, fp16*, const fp16*, const fp16*,
-                                        const fp16*, const AttentionShape&, float*, size_t);
+#define SCALESTUDY_ATTENTION_16BIT_INSTANCES(T)                                                   \
+  template void launch_attention_forward(cublasHandle_t, cudaStream_t, T*, T*, const T*,          \
+                                         const AttentionShape&, Scratch);                         \
+  template void launch_attention_backward(cublasHandle_t, cudaStream_t,                           \
+                                          const AttentionBackwardArgs<T>&, Scratch);
+SCALESTUDY_ATTENTION_16BIT_INSTANCES(bf16)
+SCALESTUDY_ATTENTION_16BIT_INSTANCES(fp16)
+#undef SCALESTUDY_ATTENTION_16BIT_INSTANCES
 
 }  // namespace scalestudy::cuda

@@ -13,6 +13,7 @@
 #include <cstddef>
 
 #include "core/op_params.h"
+#include "scratch.cuh"
 
 namespace scalestudy::cuda {
 
@@ -25,24 +26,21 @@ size_t attention_forward_scratch_elems_16bit(const AttentionShape& shape);
 // Half is __nv_bfloat16 or __half, here and below.
 template <class Half>
 void launch_attention_forward(cublasHandle_t handle, cudaStream_t stream, Half* out, Half* probs,
-                              const Half* qkv, const AttentionShape& shape, float* scratch,
-                              size_t scratch_elems);
+                              const Half* qkv, const AttentionShape& shape, Scratch scratch);
 
 // Floats of scratch that the fp32 launch_attention_backward needs: one [B,NH,T,T]
 // buffer for the gradient of the probabilities, turned in place into the gradient of
 // the scores.
 size_t attention_backward_scratch_elems(const AttentionShape& shape);
-// dqkv[B,T,3C] += the gradients of Q, K and V.
-void launch_attention_backward(cublasHandle_t handle, cudaStream_t stream, float* dqkv,
-                               const float* dout, const float* qkv, const float* probs,
-                               const AttentionShape& shape, float* scratch,
-                               size_t scratch_elems);
+// dqkv[B,T,3C] += the gradients of Q, K and V (args.dqkv_write must be accumulate), from
+// the probabilities in args.state; args.out is not read.
+void launch_attention_backward(cublasHandle_t handle, cudaStream_t stream,
+                               const AttentionBackwardArgs<float>& args, Scratch scratch);
 // Floats of scratch the bf16 and fp16 backwards need: fp32 d(probs) and 16-bit d(scores),
 // each [B,NH,T,T].
 size_t attention_backward_scratch_elems_16bit(const AttentionShape& shape);
 template <class Half>
-void launch_attention_backward(cublasHandle_t handle, cudaStream_t stream, Half* dqkv,
-                               const Half* dout, const Half* qkv, const Half* probs,
-                               const AttentionShape& shape, float* scratch, size_t scratch_elems);
+void launch_attention_backward(cublasHandle_t handle, cudaStream_t stream,
+                               const AttentionBackwardArgs<Half>& args, Scratch scratch);
 
 }  // namespace scalestudy::cuda

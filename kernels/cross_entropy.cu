@@ -264,9 +264,12 @@ int row_blocks(int rows, int warps) {
   return static_cast<int>((rows + rows_per_block - 1) / rows_per_block);
 }
 
+}  // namespace
+
 template <class T>
-void cross_entropy_forward(cudaStream_t stream, float* losses, float* row_stats, const T* logits,
-                           const int32_t* targets, int rows, int vocab, int row_stride) {
+void launch_softmax_cross_entropy_forward(cudaStream_t stream, float* losses, float* row_stats,
+                                          const T* logits, CrossEntropyRows call) {
+  const auto [targets, rows, vocab, row_stride] = call;
   check_shape(rows, vocab, row_stride);
   check_not_null(losses, "cross-entropy losses");
   check_not_null(row_stats, "cross-entropy row statistics");
@@ -280,9 +283,10 @@ void cross_entropy_forward(cudaStream_t stream, float* losses, float* row_stats,
 }
 
 template <class T>
-void cross_entropy_backward(cudaStream_t stream, T* dlogits, const T* logits,
-                            const float* row_stats, const int32_t* targets, int rows, int vocab,
-                            int row_stride, float loss_scale) {
+void launch_softmax_cross_entropy_backward(cudaStream_t stream, T* dlogits, const T* logits,
+                                           const float* row_stats, CrossEntropyRows call,
+                                           float loss_scale) {
+  const auto [targets, rows, vocab, row_stride] = call;
   check_shape(rows, vocab, row_stride);
   check_not_null(dlogits, "cross-entropy dlogits");
   check_not_null(logits, "cross-entropy logits");
@@ -295,48 +299,14 @@ void cross_entropy_backward(cudaStream_t stream, T* dlogits, const T* logits,
   CHECK_LAUNCH();
 }
 
-}  // namespace
-
-void launch_softmax_cross_entropy_forward(cudaStream_t stream, float* losses, float* row_stats,
-                                          const float* logits, const int32_t* targets, int rows,
-                                          int vocab, int row_stride) {
-  cross_entropy_forward(stream, losses, row_stats, logits, targets, rows, vocab, row_stride);
-}
-
-void launch_softmax_cross_entropy_forward(cudaStream_t stream, float* losses, float* row_stats,
-                                          const bf16* logits, const int32_t* targets, int rows,
-                                          int vocab, int row_stride) {
-  cross_entropy_forward(stream, losses, row_stats, logits, targets, rows, vocab, row_stride);
-}
-
-void launch_softmax_cross_entropy_forward(cudaStream_t stream, float* losses, float* row_stats,
-                                          const fp16* logits, const int32_t* targets, int rows,
-                                          int vocab, int row_stride) {
-  cross_entropy_forward(stream, losses, row_stats, logits, targets, rows, vocab, row_stride);
-}
-
-void launch_softmax_cross_entropy_backward(cudaStream_t stream, float* dlogits,
-                                           const float* logits, const float* row_stats,
-                                           const int32_t* targets, int rows, int vocab,
-                                           int row_stride, float loss_scale) {
-  cross_entropy_backward(stream, dlogits, logits, row_stats, targets, rows, vocab, row_stride,
-                         loss_scale);
-}
-
-void launch_softmax_cross_entropy_backward(cudaStream_t stream, bf16* dlogits, const bf16* logits,
-                                           const float* row_stats, const int32_t* targets,
-                                           int rows, int vocab, int row_stride,
-                                           float loss_scale) {
-  cross_entropy_backward(stream, dlogits, logits, row_stats, targets, rows, vocab, row_stride,
-                         loss_scale);
-}
-
-void launch_softmax_cross_entropy_backward(cudaStream_t stream, fp16* dlogits, const fp16* logits,
-                                           const float* row_stats, const int32_t* targets,
-                                           int rows, int vocab, int row_stride,
-                                           float loss_scale) {
-  cross_entropy_backward(stream, dlogits, logits, row_stats, targets, rows, vocab, row_stride,
-                         loss_scale);
-}
+#define SCALESTUDY_CROSS_ENTROPY_INSTANCES(T)                                                     \
+  template void launch_softmax_cross_entropy_forward(cudaStream_t, float*, float*, const T*,      \
+                                                     CrossEntropyRows);                           \
+  template void launch_softmax_cross_entropy_backward(cudaStream_t, T*, const T*, const float*,   \
+                                                      CrossEntropyRows, float);
+SCALESTUDY_CROSS_ENTROPY_INSTANCES(float)
+SCALESTUDY_CROSS_ENTROPY_INSTANCES(bf16)
+SCALESTUDY_CROSS_ENTROPY_INSTANCES(fp16)
+#undef SCALESTUDY_CROSS_ENTROPY_INSTANCES
 
 }  // namespace scalestudy::cuda

@@ -122,10 +122,13 @@ __global__ void __launch_bounds__(kFusedThreads, kFusedMinBlocks)
   }
 }
 
+}  // namespace
+
 template <class T>
-void cross_entropy_fused(cudaStream_t stream, float* losses, float* row_stats, T* logits,
-                         const int32_t* targets, int rows, int vocab, int row_stride,
-                         float loss_scale) {
+void launch_softmax_cross_entropy_forward_backward(cudaStream_t stream, float* losses,
+                                                   float* row_stats, T* logits,
+                                                   CrossEntropyRows call, float loss_scale) {
+  const auto [targets, rows, vocab, row_stride] = call;
   check_positive(rows, "cross-entropy rows");
   check_positive(vocab, "cross-entropy vocab");
   SCALESTUDY_CHECK(row_stride >= vocab, "cross-entropy: row stride shorter than the vocabulary");
@@ -133,10 +136,10 @@ void cross_entropy_fused(cudaStream_t stream, float* losses, float* row_stats, T
   // memory however the row is aligned.
   const size_t row_bytes = (size_t(vocab) * sizeof(T) + 15) / 16 * 16;
   if (row_bytes > kMaxFusedRowBytes) {
-    launch_softmax_cross_entropy_forward(stream, losses, row_stats, logits, targets, rows, vocab,
-                                         row_stride);
-    launch_softmax_cross_entropy_backward(stream, logits, logits, row_stats, targets, rows, vocab,
-                                          row_stride, loss_scale);
+    launch_softmax_cross_entropy_forward(stream, losses, row_stats, static_cast<const T*>(logits),
+                                         call);
+    launch_softmax_cross_entropy_backward(stream, logits, static_cast<const T*>(logits), row_stats,
+                                          call, loss_scale);
     return;
   }
   check_not_null(losses, "cross-entropy losses");
@@ -155,22 +158,9 @@ void cross_entropy_fused(cudaStream_t stream, float* losses, float* row_stats, T
   CHECK_LAUNCH();
 }
 
-}  // namespace
-
-void launch_softmax_cross_entropy_forward_backward(cudaStream_t stream, float* losses,
-                                                   float* row_stats, __nv_bfloat16* logits,
-                                                   const int32_t* targets, int rows, int vocab,
-                                                   int row_stride, float loss_scale) {
-  cross_entropy_fused(stream, losses, row_stats, logits, targets, rows, vocab, row_stride,
-                      loss_scale);
-}
-
-void launch_softmax_cross_entropy_forward_backward(cudaStream_t stream, float* losses,
-                                                   float* row_stats, __half* logits,
-                                                   const int32_t* targets, int rows, int vocab,
-                                                   int row_stride, float loss_scale) {
-  cross_entropy_fused(stream, losses, row_stats, logits, targets, rows, vocab, row_stride,
-                      loss_scale);
-}
+template void launch_softmax_cross_entropy_forward_backward(cudaStream_t, float*, float*, bf16*,
+                                                            CrossEntropyRows, float);
+template void launch_softmax_cross_entropy_forward_backward(cudaStream_t, float*, float*, fp16*,
+                                                            CrossEntropyRows, float);
 
 }  // namespace scalestudy::cuda

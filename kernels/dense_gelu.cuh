@@ -18,36 +18,28 @@
 
 #include <cstddef>
 
+#include "core/op_params.h"
+#include "scratch.cuh"
+
 namespace scalestudy::cuda {
 
 class EpilogueGemm;
 
-// pre[N,OC] = inp[N,IC] @ weight[OC,IC]^T + bias[OC], out = gelu(pre); both written.
+// pre[N,OC] = inp[N,IC] @ weight[OC,IC]^T + bias[OC], out = gelu(pre); both written. T is
+// __nv_bfloat16 or __half, here and below.
+template <class T>
 bool launch_dense_gelu_forward(EpilogueGemm& epilogue_gemm, cudaStream_t stream,
-                               __nv_bfloat16* pre, __nv_bfloat16* out, const __nv_bfloat16* inp,
-                               const __nv_bfloat16* weight, const __nv_bfloat16* bias, int rows,
-                               int in_channels, int out_channels);
-bool launch_dense_gelu_forward(EpilogueGemm& epilogue_gemm, cudaStream_t stream, __half* pre,
-                               __half* out, const __half* inp, const __half* weight,
-                               const __half* bias, int rows, int in_channels, int out_channels);
+                               const DenseGeluForwardArgs<T>& args);
 
 // Floats of scratch that launch_dense_backward_through_gelu needs (the bias reduction).
 size_t dense_backward_through_gelu_scratch_elems(int rows, int out_channels);
 // The backward of out[N,OC] = act[N,IC] @ weight[OC,IC]^T + bias with act = gelu(pre):
 // dpre = gelu'(pre) * (dout @ weight) written (its old contents never read); dweight +=
 // dout^T @ act and dbias += column sums of dout (dbias may be null) accumulated.
+// dact_scratch is not used.
+template <class T>
 bool launch_dense_backward_through_gelu(EpilogueGemm& epilogue_gemm, cublasHandle_t handle,
-                                        cudaStream_t stream, __nv_bfloat16* dpre,
-                                        float* dweight, float* dbias,
-                                        const __nv_bfloat16* dout, const __nv_bfloat16* act,
-                                        const __nv_bfloat16* pre, const __nv_bfloat16* weight,
-                                        int rows, int in_channels, int out_channels,
-                                        float* scratch, size_t scratch_elems);
-bool launch_dense_backward_through_gelu(EpilogueGemm& epilogue_gemm, cublasHandle_t handle,
-                                        cudaStream_t stream, __half* dpre, float* dweight,
-                                        float* dbias, const __half* dout, const __half* act,
-                                        const __half* pre, const __half* weight, int rows,
-                                        int in_channels, int out_channels, float* scratch,
-                                        size_t scratch_elems);
+                                        cudaStream_t stream, const DenseGeluBackwardArgs<T>& args,
+                                        Scratch scratch);
 
 }  // namespace scalestudy::cuda

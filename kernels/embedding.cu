@@ -110,9 +110,11 @@ void check_shape(int batch, int seq, int channels) {
                    "embedding: batch*seq must fit in an int");
 }
 
+}  // namespace
+
 template <class T>
-void embedding_forward(cudaStream_t stream, T* out, const int32_t* tokens, const T* wte,
-                       const T* wpe, int batch, int seq, int channels) {
+void launch_embedding_forward(cudaStream_t stream, const EmbeddingForwardArgs<T>& args) {
+  const auto& [out, tokens, wte, wpe, batch, seq, channels] = args;
   check_shape(batch, seq, channels);
   check_not_null(out, "embedding out");
   check_not_null(tokens, "embedding tokens");
@@ -125,27 +127,33 @@ void embedding_forward(cudaStream_t stream, T* out, const int32_t* tokens, const
   CHECK_LAUNCH();
 }
 
+size_t embedding_backward_scratch_elems(int batch, int seq) {
+  check_positive(batch, "embedding batch");
+  check_positive(seq, "embedding seq");
+  return (wte_scratch(batch * seq).total_bytes() + sizeof(float) - 1) / sizeof(float);
+}
+
 template <class T>
-void embedding_backward(cudaStream_t stream, float* dwte, float* dwpe, const T* dout,
-                        const int32_t* tokens, int batch, int seq, int channels, float* scratch,
-                        size_t scratch_elems) {
+void launch_embedding_backward(cudaStream_t stream, const EmbeddingBackwardArgs<T>& args,
+                               Scratch scratch) {
+  const auto& [dwte, dwpe, dout, tokens, batch, seq, channels] = args;
   check_shape(batch, seq, channels);
   check_not_null(dwte, "embedding dwte");
   check_not_null(dwpe, "embedding dwpe");
   check_not_null(dout, "embedding dout");
   check_not_null(tokens, "embedding tokens");
-  check_not_null(scratch, "embedding scratch");
+  check_not_null(scratch.data, "embedding scratch");
   const int rows = batch * seq;
   const WteScratch sizes = wte_scratch(rows);
-  SCALESTUDY_CHECK(scratch_elems * sizeof(float) >= sizes.total_bytes(),
-                   "embedding backward: scratch of " + std::to_string(scratch_elems) + " floats, needs " +
+  SCALESTUDY_CHECK(scratch.elems * sizeof(float) >= sizes.total_bytes(),
+                   "embedding backward: scratch of " + std::to_string(scratch.elems) + " floats, needs " +
                        std::to_string(sizes.total_bytes() / sizeof(float)));
   const EmbeddingParams p{batch, seq, channels};
   const size_t position_elems = size_t(seq) * channels;
   embedding_backward_wpe_kernel<T><<<elementwise_blocks(position_elems), kElementwiseThreads,
                                      0, stream>>>(dwpe, dout, p);
   CHECK_LAUNCH();
-  char* base = reinterpret_cast<char*>(scratch);
+  char* base = reinterpret_cast<char*>(scratch.data);
   auto* sorted_tokens = reinterpret_cast<int32_t*>(base);
   auto* row_ids = reinterpret_cast<int32_t*>(base + sizes.ids_bytes);
   auto* sorted_rows = reinterpret_cast<int32_t*>(base + 2 * sizes.ids_bytes);
@@ -160,48 +168,13 @@ void embedding_backward(cudaStream_t stream, float* dwte, float* dwpe, const T* 
   CHECK_LAUNCH();
 }
 
-}  // namespace
-
-void launch_embedding_forward(cudaStream_t stream, float* out, const int32_t* tokens,
-                              const float* wte, const float* wpe, int batch, int seq,
-                              int channels) {
-  embedding_forward(stream, out, tokens, wte, wpe, batch, seq, channels);
-}
-
-void launch_embedding_forward(cudaStream_t stream, bf16* out, const int32_t* tokens,
-                              const bf16* wte, const bf16* wpe, int batch, int seq,
-                              int channels) {
-  embedding_forward(stream, out, tokens, wte, wpe, batch, seq, channels);
-}
-
-void launch_embedding_forward(cudaStream_t stream, fp16* out, const int32_t* tokens,
-                              const fp16* wte, const fp16* wpe, int batch, int seq,
-                              int channels) {
-  embedding_forward(stream, out, tokens, wte, wpe, batch, seq, channels);
-}
-
-size_t embedding_backward_scratch_elems(int batch, int seq) {
-  check_positive(batch, "embedding batch");
-  check_positive(seq, "embedding seq");
-  return (wte_scratch(batch * seq).total_bytes() + sizeof(float) - 1) / sizeof(float);
-}
-
-void launch_embedding_backward(cudaStream_t stream, float* dwte, float* dwpe, const float* dout,
-                               const int32_t* tokens, int batch, int seq, int channels, float* scratch,
-                               size_t scratch_elems) {
-  embedding_backward(stream, dwte, dwpe, dout, tokens, batch, seq, channels, scratch, scratch_elems);
-}
-
-void launch_embedding_backward(cudaStream_t stream, float* dwte, float* dwpe, const bf16* dout,
-                               const int32_t* tokens, int batch, int seq, int channels, float* scratch,
-                               size_t scratch_elems) {
-  embedding_backward(stream, dwte, dwpe, dout, tokens, batch, seq, channels, scratch, scratch_elems);
-}
-
-void launch_embedding_backward(cudaStream_t stream, float* dwte, float* dwpe, const fp16* dout,
-                               const int32_t* tokens, int batch, int seq, int channels, float* scratch,
-                               size_t scratch_elems) {
-  embedding_backward(stream, dwte, dwpe, dout, tokens, batch, seq, channels, scratch, scratch_elems);
-}
+// The storage types the backend runs the embedding in.
+#define SCALESTUDY_EMBEDDING_INSTANCES(T)                                                       \
+  template void launch_embedding_forward(cudaStream_t, const EmbeddingForwardArgs<T>&);         \
+  template void launch_embedding_backward(cudaStream_t, const EmbeddingBackwardArgs<T>&, Scratch);
+SCALESTUDY_EMBEDDING_INSTANCES(float)
+SCALESTUDY_EMBEDDING_INSTANCES(bf16)
+SCALESTUDY_EMBEDDING_INSTANCES(fp16)
+#undef SCALESTUDY_EMBEDDING_INSTANCES
 
 }  // namespace scalestudy::cuda

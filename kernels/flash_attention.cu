@@ -523,9 +523,13 @@ void launch_tiles(void (*kernel)(Params), int rows_per_block, size_t smem_bytes,
   CHECK_LAUNCH();
 }
 
+}  // namespace
+
+bool flash_attention_supported(const AttentionShape& shape) { return shape_fits(shape); }
+
 template <class T>
-void flash_forward(cudaStream_t stream, T* out, float* lse, const T* qkv,
-                   const AttentionShape& shape) {
+void launch_flash_attention_forward(cudaStream_t stream, T* out, float* lse, const T* qkv,
+                                    const AttentionShape& shape) {
   check_shape(shape);
   check_aligned(out, "flash attention out");
   check_aligned(qkv, "flash attention qkv");
@@ -535,25 +539,26 @@ void flash_forward(cudaStream_t stream, T* out, float* lse, const T* qkv,
   launch_tiles(flash_forward_kernel<T>, kQueryBlockRows, kForwardSmemBytes, stream, shape, p);
 }
 
-size_t dsum_elems_of(const AttentionShape& shape) {
+size_t flash_attention_backward_scratch_elems(const AttentionShape& shape) {
   return size_t(shape.batch) * shape.heads * shape.seq;
 }
 
 template <class T>
-void flash_backward(cudaStream_t stream, T* dqkv, const T* dout, const T* qkv, const T* out,
-                    const float* lse, const AttentionShape& shape, float* scratch,
-                    size_t scratch_elems, bool accumulate_dqkv) {
+void launch_flash_attention_backward(cudaStream_t stream, const AttentionBackwardArgs<T, float>& args,
+                                     Scratch scratch) {
+  const auto& [dqkv, dout, qkv, out, lse, shape, dqkv_write] = args;
+  const bool accumulate_dqkv = dqkv_write == GradientWrite::accumulate;
   check_shape(shape);
   check_aligned(dqkv, "flash attention dqkv");
   check_aligned(dout, "flash attention dout");
   check_aligned(qkv, "flash attention qkv");
   check_aligned(out, "flash attention out");
   check_not_null(lse, "flash attention lse");
-  check_not_null(scratch, "flash attention scratch");
-  SCALESTUDY_CHECK(scratch_elems >= dsum_elems_of(shape),
+  check_not_null(scratch.data, "flash attention scratch");
+  SCALESTUDY_CHECK(scratch.elems >= flash_attention_backward_scratch_elems(shape),
                    "flash attention backward: scratch too small");
   const float scale = score_scale_of();
-  const FlashBackwardParams<T> p{dqkv, dout, qkv, out, lse, scratch, shape.seq, shape.channels,
+  const FlashBackwardParams<T> p{dqkv, dout, qkv, out, lse, scratch.data, shape.seq, shape.channels,
                                  shape.heads, shape.causal, scale, scale * kLog2e,
                                  accumulate_dqkv};
   // The two kernels write disjoint parts of dqkv (Q columns, K and V columns), each element
@@ -564,38 +569,13 @@ void flash_backward(cudaStream_t stream, T* dqkv, const T* dout, const T* qkv, c
                p);
 }
 
-}  // namespace
-
-bool flash_attention_supported(const AttentionShape& shape) { return shape_fits(shape); }
-
-void launch_flash_attention_forward(cudaStream_t stream, bf16* out, float* lse, const bf16* qkv,
-                                    const AttentionShape& shape) {
-  flash_forward(stream, out, lse, qkv, shape);
-}
-
-void launch_flash_attention_forward(cudaStream_t stream, fp16* out, float* lse, const fp16* qkv,
-                                    const AttentionShape& shape) {
-  flash_forward(stream, out, lse, qkv, shape);
-}
-
-size_t flash_attention_backward_scratch_elems(const AttentionShape& shape) {
-  return dsum_elems_of(shape);
-}
-
-void launch_flash_attention_backward(cudaStream_t stream, bf16* dqkv, const bf16* dout,
-                                     const bf16* qkv, const bf16* out, const float* lse,
-                                     const AttentionShape& shape, float* scratch,
-                                     size_t scratch_elems, bool accumulate_dqkv) {
-  flash_backward(stream, dqkv, dout, qkv, out, lse, shape, scratch, scratch_elems,
-                 accumulate_dqkv);
-}
-
-void launch_flash_attention_backward(cudaStream_t stream, fp16* dqkv, const fp16* dout,
-                                     const fp16* qkv, const fp16* out, const float* lse,
-                                     const AttentionShape& shape, float* scratch,
-                                     size_t scratch_elems, bool accumulate_dqkv) {
-  flash_backward(stream, dqkv, dout, qkv, out, lse, shape, scratch, scratch_elems,
-                 accumulate_dqkv);
-}
+#define SCALESTUDY_FLASH_ATTENTION_INSTANCES(T)                                                   \
+  template void launch_flash_attention_forward(cudaStream_t, T*, float*, const T*,                \
+                                               const AttentionShape&);                            \
+  template void launch_flash_attention_backward(cudaStream_t, const AttentionBackwardArgs<T, float>&, \
+                                                Scratch);
+SCALESTUDY_FLASH_ATTENTION_INSTANCES(bf16)
+SCALESTUDY_FLASH_ATTENTION_INSTANCES(fp16)
+#undef SCALESTUDY_FLASH_ATTENTION_INSTANCES
 
 }  // namespace scalestudy::cuda

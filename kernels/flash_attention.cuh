@@ -16,6 +16,7 @@
 #include <cstddef>
 
 #include "core/op_params.h"
+#include "scratch.cuh"
 
 namespace scalestudy::cuda {
 
@@ -27,25 +28,20 @@ bool flash_attention_supported(const AttentionShape& shape);
 // out[B,T,C]; lse[B,NH,T] (fp32) the natural-log log-sum-exp of each query row's scores
 // scaled by 1/sqrt(HS), over the keys it sees (causal: keys t2 <= t). qkv and out must
 // be 16-byte aligned.
-void launch_flash_attention_forward(cudaStream_t stream, __nv_bfloat16* out, float* lse,
-                                    const __nv_bfloat16* qkv, const AttentionShape& shape);
-void launch_flash_attention_forward(cudaStream_t stream, __half* out, float* lse,
-                                    const __half* qkv, const AttentionShape& shape);
+// T is __nv_bfloat16 or __half, here and below.
+template <class T>
+void launch_flash_attention_forward(cudaStream_t stream, T* out, float* lse, const T* qkv,
+                                    const AttentionShape& shape);
 
 // Floats of scratch the backward needs: D = rowsum(dout * out), [B,NH,T].
 size_t flash_attention_backward_scratch_elems(const AttentionShape& shape);
 
 // dqkv[B,T,3C] += the gradients of Q, K and V (each element read, summed in fp32 and
-// rounded once), or with accumulate_dqkv false dqkv = them (dqkv never read), from the
-// forward's out and lse. Pointers of 16-bit tensors must be 16-byte aligned.
-void launch_flash_attention_backward(cudaStream_t stream, __nv_bfloat16* dqkv,
-                                     const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
-                                     const __nv_bfloat16* out, const float* lse,
-                                     const AttentionShape& shape, float* scratch,
-                                     size_t scratch_elems, bool accumulate_dqkv);
-void launch_flash_attention_backward(cudaStream_t stream, __half* dqkv, const __half* dout,
-                                     const __half* qkv, const __half* out, const float* lse,
-                                     const AttentionShape& shape, float* scratch,
-                                     size_t scratch_elems, bool accumulate_dqkv);
+// rounded once), or with GradientWrite::overwrite dqkv = them (dqkv never read), from the
+// forward's out and its lse (args.state). Pointers of 16-bit tensors must be 16-byte
+// aligned.
+template <class T>
+void launch_flash_attention_backward(cudaStream_t stream, const AttentionBackwardArgs<T, float>& args,
+                                     Scratch scratch);
 
 }  // namespace scalestudy::cuda

@@ -52,22 +52,47 @@ struct GemmTypesOf<__half> {
   static constexpr GemmTypes to_fp32{CUDA_R_16F, CUDA_R_32F};
 };
 
-inline void gemm(cublasHandle_t handle, GemmTypes types, cublasOperation_t op_a,
-                 cublasOperation_t op_b, int m, int n, int k, float alpha, const void* a, int lda,
-                 const void* b, int ldb, float beta, void* c, int ldc) {
-  CHECK_CUBLAS(cublasGemmEx(handle, op_a, op_b, m, n, k, &alpha, a, types.ab, lda, b, types.ab,
-                            ldb, &beta, c, types.c, ldc, CUBLAS_COMPUTE_32F,
-                            CUBLAS_GEMM_DEFAULT));
+// One matrix of a GEMM as cuBLAS sees it (column-major): its data, its leading dimension
+// and, in a strided-batched GEMM, the elements from one batch entry's matrix to the next.
+struct GemmMatrix {
+  const void* data = nullptr;
+  int ld = 0;
+  long long batch_stride = 0;
+};
+struct GemmOutput {
+  void* data = nullptr;
+  int ld = 0;
+  long long batch_stride = 0;
+};
+
+// c[m, n] = alpha * op_a(a) · op_b(b) + beta * c, with k the inner dimension; beta = 0
+// never reads c. batch_count matters to gemm_strided_batched only.
+struct GemmArgs {
+  GemmTypes types{};
+  cublasOperation_t op_a = CUBLAS_OP_N;
+  cublasOperation_t op_b = CUBLAS_OP_N;
+  int m = 0;
+  int n = 0;
+  int k = 0;
+  float alpha = 1.0f;
+  GemmMatrix a;
+  GemmMatrix b;
+  float beta = 0.0f;
+  GemmOutput c;
+  int batch_count = 1;
+};
+
+inline void gemm(cublasHandle_t handle, const GemmArgs& g) {
+  CHECK_CUBLAS(cublasGemmEx(handle, g.op_a, g.op_b, g.m, g.n, g.k, &g.alpha, g.a.data, g.types.ab,
+                            g.a.ld, g.b.data, g.types.ab, g.b.ld, &g.beta, g.c.data, g.types.c,
+                            g.c.ld, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
-inline void gemm_strided_batched(cublasHandle_t handle, GemmTypes types, cublasOperation_t op_a,
-                                 cublasOperation_t op_b, int m, int n, int k, float alpha,
-                                 const void* a, int lda, long long stride_a, const void* b,
-                                 int ldb, long long stride_b, float beta, void* c, int ldc,
-                                 long long stride_c, int batch_count) {
-  CHECK_CUBLAS(cublasGemmStridedBatchedEx(handle, op_a, op_b, m, n, k, &alpha, a, types.ab, lda,
-                                          stride_a, b, types.ab, ldb, stride_b, &beta, c,
-                                          types.c, ldc, stride_c, batch_count,
+inline void gemm_strided_batched(cublasHandle_t handle, const GemmArgs& g) {
+  CHECK_CUBLAS(cublasGemmStridedBatchedEx(handle, g.op_a, g.op_b, g.m, g.n, g.k, &g.alpha, g.a.data,
+                                          g.types.ab, g.a.ld, g.a.batch_stride, g.b.data,
+                                          g.types.ab, g.b.ld, g.b.batch_stride, &g.beta, g.c.data,
+                                          g.types.c, g.c.ld, g.c.batch_stride, g.batch_count,
                                           CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 

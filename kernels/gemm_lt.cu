@@ -250,9 +250,8 @@ void EpilogueGemm::set_pointer(Plan& plan, cublasLtMatmulDescAttributes_t attrib
     if (sizing->desc) set_attribute(sizing->desc, attribute, pointer);
 }
 
-bool EpilogueGemm::forward(cudaStream_t stream, cudaDataType_t type, void* out, const void* inp,
-                           const void* weight, const void* bias, int rows, int in_channels,
-                           int out_channels) {
+bool EpilogueGemm::forward(cudaStream_t stream, const EpilogueForwardArgs& args) {
+  const auto& [type, out, inp, weight, bias, rows, in_channels, out_channels, pre] = args;
   Plan* plan = aligned_plan_for(Epilogue::bias, type, out_channels, rows, in_channels,
                                 {out, inp, weight, bias});
   if (plan == nullptr) return false;
@@ -261,9 +260,8 @@ bool EpilogueGemm::forward(cudaStream_t stream, cudaDataType_t type, void* out, 
   return true;
 }
 
-bool EpilogueGemm::gelu_forward(cudaStream_t stream, cudaDataType_t type, void* pre, void* out,
-                                const void* inp, const void* weight, const void* bias, int rows,
-                                int in_channels, int out_channels) {
+bool EpilogueGemm::gelu_forward(cudaStream_t stream, const EpilogueForwardArgs& args) {
+  const auto& [type, out, inp, weight, bias, rows, in_channels, out_channels, pre] = args;
   Plan* plan = aligned_plan_for(Epilogue::gelu_aux_bias, type, out_channels, rows, in_channels,
                                 {pre, out, inp, weight, bias});
   if (plan == nullptr) return false;
@@ -273,9 +271,9 @@ bool EpilogueGemm::gelu_forward(cudaStream_t stream, cudaDataType_t type, void* 
   return true;
 }
 
-bool EpilogueGemm::gelu_input_gradient(cudaStream_t stream, cudaDataType_t type, void* dpre,
-                                       const void* dout, const void* weight, const void* pre,
-                                       int rows, int in_channels, int out_channels) {
+bool EpilogueGemm::gelu_input_gradient(cudaStream_t stream,
+                                       const EpilogueInputGradientArgs& args) {
+  const auto& [type, dpre, dout, weight, pre, rows, in_channels, out_channels] = args;
   Plan* plan = aligned_plan_for(Epilogue::dgelu, type, in_channels, rows, out_channels,
                                 {dpre, dout, weight, pre});
   if (plan == nullptr) return false;

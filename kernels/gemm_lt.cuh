@@ -58,6 +58,34 @@ inline constexpr int kTimedGemmFewerMultiprocessors = 4;
 
 enum class AlgorithmChoice { heuristic, timed };
 
+// A dense layer's forward through an epilogue: out[N,OC] = inp[N,IC] @ weight[OC,IC]^T +
+// bias[OC], every operand of `type` (CUDA_R_16BF or CUDA_R_16F), row-major. pre is the GELU
+// epilogue's auxiliary output, and null for the bias epilogue.
+struct EpilogueForwardArgs {
+  cudaDataType_t type = CUDA_R_16BF;
+  void* out = nullptr;
+  const void* inp = nullptr;
+  const void* weight = nullptr;
+  const void* bias = nullptr;
+  int rows = 0;
+  int in_channels = 0;
+  int out_channels = 0;
+  void* pre = nullptr;
+};
+
+// The input gradient of a dense layer out[N,OC] = gelu(pre)[N,IC] @ weight[OC,IC]^T + bias,
+// carried on through the GELU: dpre = gelu'(pre) * (dout @ weight). Operands as above.
+struct EpilogueInputGradientArgs {
+  cudaDataType_t type = CUDA_R_16BF;
+  void* dpre = nullptr;
+  const void* dout = nullptr;
+  const void* weight = nullptr;
+  const void* pre = nullptr;
+  int rows = 0;
+  int in_channels = 0;
+  int out_channels = 0;
+};
+
 class EpilogueGemm {
  public:
   // The cuBLASLt workspace this object allocates.
@@ -68,23 +96,13 @@ class EpilogueGemm {
   EpilogueGemm(const EpilogueGemm&) = delete;
   EpilogueGemm& operator=(const EpilogueGemm&) = delete;
 
-  // Every operand below is of `type` (CUDA_R_16BF or CUDA_R_16F), row-major.
-
-  // out[N,OC] = inp[N,IC] @ weight[OC,IC]^T + bias[OC].
-  bool forward(cudaStream_t stream, cudaDataType_t type, void* out, const void* inp,
-               const void* weight, const void* bias, int rows, int in_channels,
-               int out_channels);
-  // pre[N,OC] = inp[N,IC] @ weight[OC,IC]^T + bias[OC] and out = gelu(pre), both written;
-  // out is the GELU of the fp32 sum, before pre is rounded.
-  bool gelu_forward(cudaStream_t stream, cudaDataType_t type, void* pre, void* out,
-                    const void* inp, const void* weight, const void* bias, int rows,
-                    int in_channels, int out_channels);
-  // dpre[N,IC] = gelu'(pre[N,IC]) * (dout[N,OC] @ weight[OC,IC]), written (dpre's old
-  // contents are never read): the input gradient of a dense layer whose input was
-  // gelu(pre), carried on through the GELU.
-  bool gelu_input_gradient(cudaStream_t stream, cudaDataType_t type, void* dpre,
-                           const void* dout, const void* weight, const void* pre, int rows,
-                           int in_channels, int out_channels);
+  // out = inp @ weight^T + bias (args.pre unused).
+  bool forward(cudaStream_t stream, const EpilogueForwardArgs& args);
+  // pre = inp @ weight^T + bias and out = gelu(pre), both written; out is the GELU of the
+  // fp32 sum, before pre is rounded.
+  bool gelu_forward(cudaStream_t stream, const EpilogueForwardArgs& args);
+  // dpre = gelu'(pre) * (dout @ weight), written (dpre's old contents are never read).
+  bool gelu_input_gradient(cudaStream_t stream, const EpilogueInputGradientArgs& args);
   // The multiprocessors the GEMMs from now on are sized for (cuBLASLt's SM count target),
   // where other kernels hold the rest; 0 for the whole device. Each target has its plans.
   void set_multiprocessor_target(int multiprocessors) { multiprocessor_target_ = multiprocessors; }

@@ -426,14 +426,24 @@ void with_packs_per_lane(int packs_per_lane, const Launch& launch) {
 
 int backward_chunks(int rows) { return (rows + kBackwardChunkRows - 1) / kBackwardChunkRows; }
 
-// out = layernorm(inp); with addends (the residual + LayerNorm launch), inp is first
-// written as their sum. Where the rows cannot take the warp kernel, the residual kernel
-// runs before the block kernel, with the same results.
+// The residual + LayerNorm launch's addends, whose sum is the LayerNorm's input.
 template <class T>
-void layernorm_forward(cudaStream_t stream, T* out, float* mean, float* rstd, const T* inp,
-                       const T* weight, const T* bias, int rows, int channels,
-                       T* sum = nullptr, const T* addend_a = nullptr,
-                       const T* addend_b = nullptr) {
+struct Addends {
+  T* sum = nullptr;
+  const T* a = nullptr;
+  const T* b = nullptr;
+};
+
+// out = layernorm(inp); with addends, inp is first written as their sum. Where the rows
+// cannot take the warp kernel, the residual kernel runs before the block kernel, with the
+// same results.
+template <class T>
+void layernorm_forward(cudaStream_t stream, const LayerNormForwardArgs<T>& args,
+                       Addends<T> addends = {}) {
+  const auto& [out, mean, rstd, inp, weight, bias, rows, channels] = args;
+  T* const sum = addends.sum;
+  const T* const addend_a = addends.a;
+  const T* const addend_b = addends.b;
   check_shape(rows, channels);
   check_not_null(out, "layernorm out");
   check_not_null(mean, "layernorm mean");
@@ -467,11 +477,33 @@ void layernorm_forward(cudaStream_t stream, T* out, float* mean, float* rstd, co
   });
 }
 
+}  // namespace
+
 template <class T>
-void layernorm_backward(cudaStream_t stream, T* dinp, float* dweight, float* dbias,
-                        const T* dout, const T* inp, const T* weight, const float* mean,
-                        const float* rstd, int rows, int channels, float* scratch,
-                        size_t scratch_elems, bool accumulate_dinp) {
+void launch_layernorm_forward(cudaStream_t stream, const LayerNormForwardArgs<T>& args) {
+  layernorm_forward(stream, args);
+}
+
+template <class T>
+void launch_residual_layernorm_forward(cudaStream_t stream,
+                                       const ResidualLayerNormForwardArgs<T>& args) {
+  const LayerNormForwardArgs<T> layernorm{args.out,    args.mean, args.rstd, args.residual,
+                                          args.weight, args.bias, args.rows, args.channels};
+  layernorm_forward(stream, layernorm, Addends<T>{args.residual, args.a, args.b});
+}
+
+size_t layernorm_backward_scratch_elems(int rows, int channels) {
+  // Either path may run, depending on the pointers' alignment.
+  const int partial_rows = std::max(column_partial_rows(rows), backward_chunks(rows));
+  return 2 * size_t(partial_rows) * size_t(channels);
+}
+
+template <class T>
+void launch_layernorm_backward(cudaStream_t stream, const LayerNormBackwardArgs<T>& args,
+                               Scratch scratch) {
+  const auto& [dinp, dweight, dbias, dout, inp, weight, mean, rstd, rows, channels, dinp_write] =
+      args;
+  const bool accumulate_dinp = dinp_write == GradientWrite::accumulate;
   check_shape(rows, channels);
   check_not_null(dinp, "layernorm dinp");
   check_not_null(dweight, "layernorm dweight");
@@ -481,8 +513,8 @@ void layernorm_backward(cudaStream_t stream, T* dinp, float* dweight, float* dbi
   check_not_null(weight, "layernorm weight");
   check_not_null(mean, "layernorm mean");
   check_not_null(rstd, "layernorm rstd");
-  check_not_null(scratch, "layernorm scratch");
-  SCALESTUDY_CHECK(scratch_elems >= layernorm_backward_scratch_elems(rows, channels),
+  check_not_null(scratch.data, "layernorm scratch");
+  SCALESTUDY_CHECK(scratch.elems >= layernorm_backward_scratch_elems(rows, channels),
                    "layernorm backward: scratch too small");
   SCALESTUDY_CHECK(column_partial_rows(rows) <= 65535,
                    "layernorm backward: too many rows for the grid");
@@ -490,8 +522,8 @@ void layernorm_backward(cudaStream_t stream, T* dinp, float* dweight, float* dbi
                                      rows, channels, accumulate_dinp};
   const int packs_per_lane = warp_row_packs_per_lane<T>(channels, {dinp, dout, inp, weight});
   const int partial_rows = packs_per_lane > 0 ? backward_chunks(rows) : column_partial_rows(rows);
-  float* weight_partials = scratch;
-  float* bias_partials = scratch + size_t(partial_rows) * channels;
+  float* weight_partials = scratch.data;
+  float* bias_partials = scratch.data + size_t(partial_rows) * channels;
 
   if (packs_per_lane > 0) {
     const size_t shared_bytes = size_t(kBackwardWarps) * channels * sizeof(float);
@@ -520,46 +552,12 @@ void layernorm_backward(cudaStream_t stream, T* dinp, float* dweight, float* dbi
                              bias_partials);
 }
 
-}  // namespace
-
-template <class T>
-void launch_layernorm_forward(cudaStream_t stream, T* out, float* mean, float* rstd, const T* inp,
-                              const T* weight, const T* bias, int rows, int channels) {
-  layernorm_forward(stream, out, mean, rstd, inp, weight, bias, rows, channels);
-}
-
-template <class T>
-void launch_residual_layernorm_forward(cudaStream_t stream, T* residual, T* out, float* mean,
-                                       float* rstd, const T* a, const T* b, const T* weight,
-                                       const T* bias, int rows, int channels) {
-  layernorm_forward(stream, out, mean, rstd, residual, weight, bias, rows, channels, residual, a,
-                    b);
-}
-
-size_t layernorm_backward_scratch_elems(int rows, int channels) {
-  // Either path may run, depending on the pointers' alignment.
-  const int partial_rows = std::max(column_partial_rows(rows), backward_chunks(rows));
-  return 2 * size_t(partial_rows) * size_t(channels);
-}
-
-template <class T>
-void launch_layernorm_backward(cudaStream_t stream, T* dinp, float* dweight, float* dbias,
-                               const T* dout, const T* inp, const T* weight, const float* mean,
-                               const float* rstd, int rows, int channels, float* scratch,
-                               size_t scratch_elems, bool accumulate_dinp) {
-  layernorm_backward(stream, dinp, dweight, dbias, dout, inp, weight, mean, rstd, rows, channels,
-                     scratch, scratch_elems, accumulate_dinp);
-}
-
 // The storage types the backend runs LayerNorm in.
 #define SCALESTUDY_LAYERNORM_INSTANCES(T)                                                          \
-  template void launch_layernorm_forward(cudaStream_t, T*, float*, float*, const T*, const T*,     \
-                                         const T*, int, int);                                       \
-  template void launch_residual_layernorm_forward(cudaStream_t, T*, T*, float*, float*, const T*,  \
-                                                  const T*, const T*, const T*, int, int);          \
-  template void launch_layernorm_backward(cudaStream_t, T*, float*, float*, const T*, const T*,    \
-                                          const T*, const float*, const float*, int, int, float*,  \
-                                          size_t, bool);
+  template void launch_layernorm_forward(cudaStream_t, const LayerNormForwardArgs<T>&);            \
+  template void launch_residual_layernorm_forward(cudaStream_t,                                    \
+                                                  const ResidualLayerNormForwardArgs<T>&);         \
+  template void launch_layernorm_backward(cudaStream_t, const LayerNormBackwardArgs<T>&, Scratch);
 SCALESTUDY_LAYERNORM_INSTANCES(float)
 SCALESTUDY_LAYERNORM_INSTANCES(bf16)
 SCALESTUDY_LAYERNORM_INSTANCES(fp16)

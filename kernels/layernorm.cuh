@@ -10,34 +10,33 @@
 
 #include <cstddef>
 
+#include "core/op_params.h"
+#include "scratch.cuh"
+
 namespace scalestudy::cuda {
 
 // out[n,:] = (inp[n,:] - mean[n]) * rstd[n] * weight + bias; mean and rstd are kept for
 // the backward.
 // T is float, __nv_bfloat16 or __half, as for every launcher below.
 template <class T>
-void launch_layernorm_forward(cudaStream_t stream, T* out, float* mean, float* rstd, const T* inp,
-                              const T* weight, const T* bias, int rows, int channels);
+void launch_layernorm_forward(cudaStream_t stream, const LayerNormForwardArgs<T>& args);
 
 // residual = a + b (each element's fp32 sum rounded once, as launch_residual_forward),
 // then out = layernorm(residual) as launch_layernorm_forward, bit for bit the two launches
 // in turn. One pass where the rows allow it: a and b are read once and the residual is
 // not read back.
 template <class T>
-void launch_residual_layernorm_forward(cudaStream_t stream, T* residual, T* out, float* mean,
-                                       float* rstd, const T* a, const T* b, const T* weight,
-                                       const T* bias, int rows, int channels);
+void launch_residual_layernorm_forward(cudaStream_t stream,
+                                       const ResidualLayerNormForwardArgs<T>& args);
 
 // Floats of scratch that launch_layernorm_backward needs for its column partials.
 size_t layernorm_backward_scratch_elems(int rows, int channels);
 // Accumulates (+=) into dweight and dbias, column sums over rows reduced deterministically
-// in two stages through scratch. With accumulate_dinp, dinp += the input gradient;
-// without, dinp = the input gradient, and dinp is never read, so it may hold anything
-// (NaN included): the caller saves zeroing a buffer it is about to fill.
+// in two stages through scratch. dinp is written as dinp_write says: accumulate, dinp +=
+// the input gradient; overwrite, dinp = the input gradient, and dinp is never read, so it
+// may hold anything (NaN included): the caller saves zeroing a buffer it is about to fill.
 template <class T>
-void launch_layernorm_backward(cudaStream_t stream, T* dinp, float* dweight, float* dbias,
-                               const T* dout, const T* inp, const T* weight, const float* mean,
-                               const float* rstd, int rows, int channels, float* scratch,
-                               size_t scratch_elems, bool accumulate_dinp);
+void launch_layernorm_backward(cudaStream_t stream, const LayerNormBackwardArgs<T>& args,
+                               Scratch scratch);
 
 }  // namespace scalestudy::cuda

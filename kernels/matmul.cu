@@ -125,6 +125,7 @@ size_t padded_rows_floats(int rows, int columns) {
 }
 
 float dinp_beta(bool accumulate_dinp) { return accumulate_dinp ? 1.0f : 0.0f; }
+bool accumulates(GradientWrite dinp_write) { return dinp_write == GradientWrite::accumulate; }
 
 void check_shape(int rows, int in_channels, int out_channels) {
   check_positive(rows, "matmul rows");
@@ -165,17 +166,16 @@ void for_each_row_chunk(int rows, int in_channels, int out_channels, F run_rows)
 // out, row-major [N, OC], is out^T [OC, N] with ld OC.
 // With a bias_gemm (16-bit only), the bias goes into cuBLASLt's epilogue where it can.
 template <class T>
-void matmul_forward(cublasHandle_t handle, cudaStream_t stream, T* out, const T* inp,
-                    const T* weight, const T* bias, int rows, int in_channels,
-                    int out_channels, EpilogueGemm* bias_gemm = nullptr) {
+void matmul_forward(cublasHandle_t handle, cudaStream_t stream, const MatmulForwardArgs<T>& args,
+                    EpilogueGemm* bias_gemm = nullptr) {
+  const auto& [out, inp, weight, bias, rows, in_channels, out_channels] = args;
   check_operands(handle, stream, rows, in_channels, out_channels,
                  {{out, "matmul out"}, {inp, "matmul inp"}, {weight, "matmul weight"}});
-  if (bias != nullptr && bias_gemm != nullptr &&
-      bias_gemm->forward(stream, GemmTypesOf<T>::same.ab, out, inp, weight, bias,
-                         rows, in_channels, out_channels))
-    return;
-  gemm(handle, GemmTypesOf<T>::same, CUBLAS_OP_T, CUBLAS_OP_N, out_channels, rows,
-       in_channels, 1.0f, weight, in_channels, inp, in_channels, 0.0f, out, out_channels);
+  const EpilogueForwardArgs epilogue{GemmTypesOf<T>::same.ab, out, inp, weight, bias, rows,
+                                     in_channels, out_channels};
+  if (bias != nullptr && bias_gemm != nullptr && bias_gemm->forward(stream, epilogue)) return;
+  gemm(handle, {GemmTypesOf<T>::same, CUBLAS_OP_T, CUBLAS_OP_N, out_channels, rows, in_channels,
+                1.0f, {weight, in_channels}, {inp, in_channels}, 0.0f, {out, out_channels}});
   if (bias != nullptr) {
     const size_t elems = size_t(rows) * out_channels;
     const size_t packs =
@@ -193,33 +193,37 @@ void matmul_forward(cublasHandle_t handle, cudaStream_t stream, T* out, const T*
 // dweight^T[IC, OC] += inp^T[IC, N] · dout[N, OC]: inp is inp^T with ld IC (op N), dout
 //   is dout^T with ld OC (op T gives dout), dweight is dweight^T with ld IC.
 template <class T>
-void matmul_parameter_gradients(cublasHandle_t handle, cudaStream_t stream, float* dweight,
-                                float* dbias, const T* dout, const T* inp, int rows,
-                                int in_channels, int out_channels, float* scratch,
-                                size_t scratch_elems) {
-  gemm(handle, GemmTypesOf<T>::to_fp32, CUBLAS_OP_N, CUBLAS_OP_T, in_channels,
-       out_channels, rows, 1.0f, inp, in_channels, dout, out_channels, 1.0f, dweight,
-       in_channels);
+void matmul_parameter_gradients(cublasHandle_t handle, cudaStream_t stream,
+                                const MatmulParameterGradientArgs<T>& args, Scratch scratch) {
+  const auto& [dweight, dbias, dout, inp, rows, in_channels, out_channels] = args;
+  gemm(handle, {GemmTypesOf<T>::to_fp32, CUBLAS_OP_N, CUBLAS_OP_T, in_channels, out_channels, rows,
+                1.0f, {inp, in_channels}, {dout, out_channels}, 1.0f, {dweight, in_channels}});
   if (dbias != nullptr) {
-    SCALESTUDY_CHECK(scratch_elems >= matmul_backward_scratch_elems(rows, out_channels),
+    SCALESTUDY_CHECK(scratch.elems >= matmul_backward_scratch_elems(rows, out_channels),
                      "matmul backward: scratch too small");
-    launch_column_sums(stream, dbias, dout, rows, out_channels, scratch, scratch_elems);
+    launch_column_sums(stream, dbias, dout, rows, out_channels, scratch.data, scratch.elems);
   }
 }
 
+// The parameter-gradient part of a dense layer's backward.
 template <class T>
-void matmul_backward(cublasHandle_t handle, cudaStream_t stream, T* dinp, float* dweight,
-                     float* dbias, const T* dout, const T* inp, const T* weight, int rows,
-                     int in_channels, int out_channels, float* scratch, size_t scratch_elems,
-                     bool accumulate_dinp) {
+MatmulParameterGradientArgs<T> parameter_gradients_of(const MatmulBackwardArgs<T>& args) {
+  return {args.dweight, args.dbias,        args.dout,        args.inp,
+          args.rows,    args.in_channels, args.out_channels};
+}
+
+template <class T>
+void matmul_backward(cublasHandle_t handle, cudaStream_t stream, const MatmulBackwardArgs<T>& args,
+                     Scratch scratch) {
+  const auto& [dinp, dweight, dbias, dout, inp, weight, rows, in_channels, out_channels,
+               dinp_write] = args;
   check_operands(handle, stream, rows, in_channels, out_channels,
                  {{dinp, "matmul dinp"}, {dweight, "matmul dweight"}, {dout, "matmul dout"},
                   {inp, "matmul inp"}, {weight, "matmul weight"}});
-  gemm(handle, GemmTypesOf<T>::same, CUBLAS_OP_N, CUBLAS_OP_N, in_channels, rows,
-       out_channels, 1.0f, weight, in_channels, dout, out_channels, dinp_beta(accumulate_dinp),
-       dinp, in_channels);
-  matmul_parameter_gradients(handle, stream, dweight, dbias, dout, inp, rows, in_channels,
-                             out_channels, scratch, scratch_elems);
+  gemm(handle, {GemmTypesOf<T>::same, CUBLAS_OP_N, CUBLAS_OP_N, in_channels, rows, out_channels,
+                1.0f, {weight, in_channels}, {dout, out_channels}, dinp_beta(accumulates(dinp_write)),
+                {dinp, in_channels}});
+  matmul_parameter_gradients(handle, stream, parameter_gradients_of(args), scratch);
 }
 
 size_t matmul_forward_scratch_elems_padded(int rows, int out_channels) {
@@ -233,19 +237,20 @@ size_t matmul_backward_scratch_elems_padded(int rows, int out_channels) {
 
 // out^T[OC, N] into rows of out_stride elements (ld out_stride, a multiple of 8 >= OC), as
 // two GEMMs: W's first OC0 rows, then its last OC - OC0 rows. Columns OC.. of each row
-// are not written.
+// are not written, and no bias is added.
 template <class T>
-void matmul_forward_strided(cublasHandle_t handle, T* out, int out_stride, const T* inp,
-                            const T* weight, int rows, int in_channels, int out_channels) {
+void matmul_forward_strided(cublasHandle_t handle, const MatmulForwardArgs<T>& args,
+                            int out_stride) {
+  const auto& [out, inp, weight, bias, rows, in_channels, out_channels] = args;
   const GemmTypes types = GemmTypesOf<T>::same;
   const int aligned_channels = out_channels / kAlignedColumns * kAlignedColumns;
   if (aligned_channels > 0)
-    gemm(handle, types, CUBLAS_OP_T, CUBLAS_OP_N, aligned_channels, rows, in_channels, 1.0f,
-         weight, in_channels, inp, in_channels, 0.0f, out, out_stride);
+    gemm(handle, {types, CUBLAS_OP_T, CUBLAS_OP_N, aligned_channels, rows, in_channels, 1.0f,
+                  {weight, in_channels}, {inp, in_channels}, 0.0f, {out, out_stride}});
   if (aligned_channels < out_channels)
-    gemm(handle, types, CUBLAS_OP_T, CUBLAS_OP_N, out_channels - aligned_channels, rows,
-         in_channels, 1.0f, weight + size_t(aligned_channels) * in_channels, in_channels, inp,
-         in_channels, 0.0f, out + aligned_channels, out_stride);
+    gemm(handle, {types, CUBLAS_OP_T, CUBLAS_OP_N, out_channels - aligned_channels, rows,
+                  in_channels, 1.0f, {weight + size_t(aligned_channels) * in_channels, in_channels},
+                  {inp, in_channels}, 0.0f, {out + aligned_channels, out_stride}});
 }
 
 // The backward's GEMMs from dout rows of dout_stride elements (a multiple of 8 >= OC, or
@@ -253,31 +258,41 @@ void matmul_forward_strided(cublasHandle_t handle, T* out, int out_stride, const
 // then the rest), so it is rounded to T twice. As one GEMM over all n = OC = 50257 columns
 // of dout, cuBLAS ran the LM head's weight gradient on an sm_80 kernel at 1.24 ms per 8192
 // rows on an H200, against 0.86 ms for the forward's aligned GEMM of the same size.
+// Reads dinp, dout, weight, the shape and dinp_write of args.
 template <class T>
-void input_gradient_strided(cublasHandle_t handle, T* dinp, const T* dout, int dout_stride,
-                            const T* weight, int rows, int in_channels, int out_channels,
-                            bool accumulate_dinp) {
+void input_gradient_strided(cublasHandle_t handle, const MatmulBackwardArgs<T>& args,
+                            int dout_stride) {
+  const auto& [dinp, dweight, dbias, dout, inp, weight, rows, in_channels, out_channels,
+               dinp_write] = args;
   const GemmTypes types = GemmTypesOf<T>::same;
   const int aligned_channels = out_channels / kAlignedColumns * kAlignedColumns;
   if (aligned_channels > 0)
-    gemm(handle, types, CUBLAS_OP_N, CUBLAS_OP_N, in_channels, rows, aligned_channels, 1.0f,
-         weight, in_channels, dout, dout_stride, dinp_beta(accumulate_dinp), dinp, in_channels);
+    gemm(handle, {types, CUBLAS_OP_N, CUBLAS_OP_N, in_channels, rows, aligned_channels, 1.0f,
+                  {weight, in_channels}, {dout, dout_stride}, dinp_beta(accumulates(dinp_write)),
+                  {dinp, in_channels}});
   // The tail adds to the main part's result, or starts dinp where there is no main part.
-  const bool tail_accumulates = accumulate_dinp || aligned_channels > 0;
+  const bool tail_accumulates = accumulates(dinp_write) || aligned_channels > 0;
   if (aligned_channels < out_channels)
-    gemm(handle, types, CUBLAS_OP_N, CUBLAS_OP_N, in_channels, rows,
-         out_channels - aligned_channels, 1.0f, weight + size_t(aligned_channels) * in_channels,
-         in_channels, dout + aligned_channels, dout_stride, dinp_beta(tail_accumulates), dinp,
-         in_channels);
+    gemm(handle, {types, CUBLAS_OP_N, CUBLAS_OP_N, in_channels, rows,
+                  out_channels - aligned_channels, 1.0f,
+                  {weight + size_t(aligned_channels) * in_channels, in_channels},
+                  {dout + aligned_channels, dout_stride}, dinp_beta(tail_accumulates),
+                  {dinp, in_channels}});
 }
 
-// dweight's rows [column_begin, column_end) += dout[:, those columns]^T @ inp, split like
-// the input gradient at OC0: each element still comes from one GEMM, whatever the range.
-// dweight points at row 0; column_begin is a multiple of 8 (16-byte aligned 16-bit columns).
+// dweight's rows [vocab_begin, vocab_end) += dlogits[:, those columns]^T @ inp, the weight
+// gradient of any dense layer without its bias (vocab = out_channels, channels =
+// in_channels), split like the input gradient at OC0: each element still comes from one
+// GEMM, whatever the range. dweight points at row 0; vocab_begin is a multiple of 8
+// (16-byte aligned 16-bit columns).
 template <class T>
-void weight_gradient_strided(cublasHandle_t handle, float* dweight, const T* dout,
-                             int dout_stride, const T* inp, int rows, int in_channels,
-                             int out_channels, int column_begin, int column_end) {
+void weight_gradient_strided(cublasHandle_t handle, const ClassifierWeightGradientArgs<T>& args,
+                             int dout_stride) {
+  float* const dweight = args.dweight;
+  const T* const dout = args.dlogits;
+  const T* const inp = args.inp;
+  const int rows = args.rows, in_channels = args.channels, out_channels = args.vocab;
+  const int column_begin = args.vocab_begin, column_end = args.vocab_end;
   SCALESTUDY_CHECK(column_begin >= 0 && column_begin < column_end && column_end <= out_channels &&
                        column_begin % kAlignedColumns == 0,
                    "weight gradient: columns must be a non-empty range from a multiple of 8");
@@ -285,9 +300,9 @@ void weight_gradient_strided(cublasHandle_t handle, float* dweight, const T* dou
   const int aligned_channels = out_channels / kAlignedColumns * kAlignedColumns;
   auto columns = [&](int begin, int end) {
     if (begin < end)
-      gemm(handle, weight_types, CUBLAS_OP_N, CUBLAS_OP_T, in_channels, end - begin, rows, 1.0f,
-           inp, in_channels, dout + begin, dout_stride, 1.0f,
-           dweight + size_t(begin) * in_channels, in_channels);
+      gemm(handle, {weight_types, CUBLAS_OP_N, CUBLAS_OP_T, in_channels, end - begin, rows, 1.0f,
+                    {inp, in_channels}, {dout + begin, dout_stride}, 1.0f,
+                    {dweight + size_t(begin) * in_channels, in_channels}});
   };
   columns(column_begin, std::min(column_end, aligned_channels));
   columns(std::max(column_begin, aligned_channels), column_end);
@@ -296,24 +311,24 @@ void weight_gradient_strided(cublasHandle_t handle, float* dweight, const T* dou
 // The 16-bit forward, T = bf16 or fp16. With padding: out^T[OC, N] is computed into
 // padded^T[OCp, N] (ld OCp), then copied (adding the bias) into out.
 template <class T>
-void matmul_forward_16bit(cublasHandle_t handle, cudaStream_t stream, T* out, const T* inp,
-                          const T* weight, const T* bias, int rows, int in_channels,
-                          int out_channels, float* scratch, size_t scratch_elems,
+void matmul_forward_16bit(cublasHandle_t handle, cudaStream_t stream,
+                          const MatmulForwardArgs<T>& args, Scratch scratch,
                           EpilogueGemm* bias_gemm) {
+  const auto& [out, inp, weight, bias, rows, in_channels, out_channels] = args;
   if (!needs_padding(out_channels)) {
-    matmul_forward(handle, stream, out, inp, weight, bias, rows, in_channels, out_channels,
-                   bias_gemm);
+    matmul_forward(handle, stream, args, bias_gemm);
     return;
   }
   check_operands(handle, stream, rows, in_channels, out_channels,
                  {{out, "matmul out"}, {inp, "matmul inp"}, {weight, "matmul weight"},
-                  {scratch, "matmul scratch"}});
-  SCALESTUDY_CHECK(scratch_elems >= matmul_forward_scratch_elems_padded(rows, out_channels),
+                  {scratch.data, "matmul scratch"}});
+  SCALESTUDY_CHECK(scratch.elems >= matmul_forward_scratch_elems_padded(rows, out_channels),
                    "matmul forward: scratch too small");
   const int padded_channels = padded_columns_of(out_channels);
-  auto* padded = reinterpret_cast<T*>(scratch);
-  matmul_forward_strided(handle, padded, padded_channels, inp, weight, rows, in_channels,
-                         out_channels);
+  auto* padded = reinterpret_cast<T*>(scratch.data);
+  matmul_forward_strided(
+      handle, MatmulForwardArgs<T>{padded, inp, weight, nullptr, rows, in_channels, out_channels},
+      padded_channels);
   unpad_rows_kernel<T><<<pack_blocks(rows, out_channels), kElementwiseThreads, 0, stream>>>(
       out, padded, bias, rows, out_channels, padded_channels);
   CHECK_LAUNCH();
@@ -322,33 +337,35 @@ void matmul_forward_16bit(cublasHandle_t handle, cudaStream_t stream, T* out, co
 // The 16-bit backward. With padding, dout is first copied into padded rows (ld OCp) in
 // scratch; the bias partials follow the padded rows there.
 template <class T>
-void matmul_backward_16bit(cublasHandle_t handle, cudaStream_t stream, T* dinp, float* dweight,
-                           float* dbias, const T* dout, const T* inp, const T* weight, int rows,
-                           int in_channels, int out_channels, float* scratch,
-                           size_t scratch_elems, bool accumulate_dinp) {
+void matmul_backward_16bit(cublasHandle_t handle, cudaStream_t stream,
+                           const MatmulBackwardArgs<T>& args, Scratch scratch) {
+  const auto& [dinp, dweight, dbias, dout, inp, weight, rows, in_channels, out_channels,
+               dinp_write] = args;
   if (!needs_padding(out_channels)) {
-    matmul_backward(handle, stream, dinp, dweight, dbias, dout, inp, weight, rows, in_channels,
-                    out_channels, scratch, scratch_elems, accumulate_dinp);
+    matmul_backward(handle, stream, args, scratch);
     return;
   }
   check_operands(handle, stream, rows, in_channels, out_channels,
                  {{dinp, "matmul dinp"}, {dweight, "matmul dweight"}, {dout, "matmul dout"},
-                  {inp, "matmul inp"}, {weight, "matmul weight"}, {scratch, "matmul scratch"}});
-  SCALESTUDY_CHECK(scratch_elems >= matmul_backward_scratch_elems_padded(rows, out_channels),
+                  {inp, "matmul inp"}, {weight, "matmul weight"}, {scratch.data, "matmul scratch"}});
+  SCALESTUDY_CHECK(scratch.elems >= matmul_backward_scratch_elems_padded(rows, out_channels),
                    "matmul backward: scratch too small");
   const int padded_channels = padded_columns_of(out_channels);
-  auto* padded = reinterpret_cast<T*>(scratch);
+  auto* padded = reinterpret_cast<T*>(scratch.data);
   pad_rows_kernel<T><<<pack_blocks(rows, out_channels), kElementwiseThreads, 0, stream>>>(
       padded, dout, rows, out_channels, padded_channels);
   CHECK_LAUNCH();
-  input_gradient_strided(handle, dinp, static_cast<const T*>(padded), padded_channels, weight,
-                         rows, in_channels, out_channels, accumulate_dinp);
-  weight_gradient_strided(handle, dweight, static_cast<const T*>(padded), padded_channels, inp,
-                          rows, in_channels, out_channels, 0, out_channels);
+  MatmulBackwardArgs<T> from_padded = args;
+  from_padded.dout = padded;
+  input_gradient_strided(handle, from_padded, padded_channels);
+  weight_gradient_strided(handle,
+                          ClassifierWeightGradientArgs<T>{dweight, padded, inp, rows, in_channels,
+                                                          out_channels, 0, out_channels},
+                          padded_channels);
   if (dbias != nullptr) {
     const size_t padded_floats = padded_rows_floats(rows, out_channels);
-    launch_column_sums(stream, dbias, dout, rows, out_channels, scratch + padded_floats,
-                       scratch_elems - padded_floats);
+    launch_column_sums(stream, dbias, dout, rows, out_channels, scratch.data + padded_floats,
+                       scratch.elems - padded_floats);
   }
 }
 
@@ -366,15 +383,36 @@ void check_classifier_logits_stride(const T*, int vocab, int logits_stride) {
   check_logits_stride(vocab, logits_stride);
 }
 
+// The rows [first, first + count) of a dense layer's forward or backward arguments.
+template <class T>
+MatmulForwardArgs<T> rows_of(MatmulForwardArgs<T> args, int first, int count) {
+  args.out += size_t(first) * args.out_channels;
+  args.inp += size_t(first) * args.in_channels;
+  args.rows = count;
+  return args;
+}
+template <class T>
+MatmulBackwardArgs<T> rows_of(MatmulBackwardArgs<T> args, int first, int count) {
+  args.dinp += size_t(first) * args.in_channels;
+  args.dout += size_t(first) * args.out_channels;
+  args.inp += size_t(first) * args.in_channels;
+  args.rows = count;
+  return args;
+}
+template <class T>
+MatmulParameterGradientArgs<T> rows_of(MatmulParameterGradientArgs<T> args, int first, int count) {
+  args.dout += size_t(first) * args.out_channels;
+  args.inp += size_t(first) * args.in_channels;
+  args.rows = count;
+  return args;
+}
+
 }  // namespace
 
-void launch_matmul_forward(cublasHandle_t handle, cudaStream_t stream, float* out,
-                           const float* inp, const float* weight, const float* bias, int rows,
-                           int in_channels, int out_channels) {
-  for_each_row_chunk(rows, in_channels, out_channels, [&](int first, int count) {
-    matmul_forward(handle, stream, out + size_t(first) * out_channels,
-                   inp + size_t(first) * in_channels, weight, bias, count, in_channels,
-                   out_channels);
+void launch_matmul_forward(cublasHandle_t handle, cudaStream_t stream,
+                           const MatmulForwardArgs<float>& args) {
+  for_each_row_chunk(args.rows, args.in_channels, args.out_channels, [&](int first, int count) {
+    matmul_forward(handle, stream, rows_of(args, first, count));
   });
 }
 
@@ -383,14 +421,11 @@ size_t matmul_forward_scratch_elems_16bit(int rows, int out_channels) {
 }
 
 template <class Half>
-void launch_matmul_forward(cublasHandle_t handle, cudaStream_t stream, Half* out, const Half* inp,
-                           const Half* weight, const Half* bias, int rows, int in_channels,
-                           int out_channels, float* scratch, size_t scratch_elems,
+void launch_matmul_forward(cublasHandle_t handle, cudaStream_t stream,
+                           const MatmulForwardArgs<Half>& args, Scratch scratch,
                            EpilogueGemm* bias_gemm) {
-  for_each_row_chunk(rows, in_channels, out_channels, [&](int first, int count) {
-    matmul_forward_16bit(handle, stream, out + size_t(first) * out_channels,
-                         inp + size_t(first) * in_channels, weight, bias, count, in_channels,
-                         out_channels, scratch, scratch_elems, bias_gemm);
+  for_each_row_chunk(args.rows, args.in_channels, args.out_channels, [&](int first, int count) {
+    matmul_forward_16bit(handle, stream, rows_of(args, first, count), scratch, bias_gemm);
   });
 }
 
@@ -398,15 +433,10 @@ size_t matmul_backward_scratch_elems(int rows, int out_channels) {
   return size_t(column_partial_rows(rows)) * size_t(out_channels);
 }
 
-void launch_matmul_backward(cublasHandle_t handle, cudaStream_t stream, float* dinp,
-                            float* dweight, float* dbias, const float* dout, const float* inp,
-                            const float* weight, int rows, int in_channels, int out_channels,
-                            float* scratch, size_t scratch_elems, bool accumulate_dinp) {
-  for_each_row_chunk(rows, in_channels, out_channels, [&](int first, int count) {
-    matmul_backward(handle, stream, dinp + size_t(first) * in_channels, dweight, dbias,
-                    dout + size_t(first) * out_channels, inp + size_t(first) * in_channels,
-                    weight, count, in_channels, out_channels, scratch, scratch_elems,
-                    accumulate_dinp);
+void launch_matmul_backward(cublasHandle_t handle, cudaStream_t stream,
+                            const MatmulBackwardArgs<float>& args, Scratch scratch) {
+  for_each_row_chunk(args.rows, args.in_channels, args.out_channels, [&](int first, int count) {
+    matmul_backward(handle, stream, rows_of(args, first, count), scratch);
   });
 }
 
@@ -415,33 +445,26 @@ size_t matmul_backward_scratch_elems_16bit(int rows, int out_channels) {
 }
 
 template <class Half>
-void launch_matmul_backward(cublasHandle_t handle, cudaStream_t stream, Half* dinp, float* dweight,
-                            float* dbias, const Half* dout, const Half* inp, const Half* weight,
-                            int rows, int in_channels, int out_channels, float* scratch,
-                            size_t scratch_elems, bool accumulate_dinp) {
-  for_each_row_chunk(rows, in_channels, out_channels, [&](int first, int count) {
-    matmul_backward_16bit(handle, stream, dinp + size_t(first) * in_channels, dweight, dbias,
-                          dout + size_t(first) * out_channels, inp + size_t(first) * in_channels,
-                          weight, count, in_channels, out_channels, scratch, scratch_elems,
-                          accumulate_dinp);
+void launch_matmul_backward(cublasHandle_t handle, cudaStream_t stream,
+                            const MatmulBackwardArgs<Half>& args, Scratch scratch) {
+  for_each_row_chunk(args.rows, args.in_channels, args.out_channels, [&](int first, int count) {
+    matmul_backward_16bit(handle, stream, rows_of(args, first, count), scratch);
   });
 }
 
 // The 16-bit parameter gradients alone, for a backward whose input gradient another GEMM
 // computes (dense_gelu.cuh); that GEMM reads dout in place, so its rows need no padding.
 template <class T>
-void launch_matmul_parameter_gradients(cublasHandle_t handle, cudaStream_t stream, float* dweight,
-                                       float* dbias, const T* dout, const T* inp, int rows,
-                                       int in_channels, int out_channels, float* scratch,
-                                       size_t scratch_elems) {
-  check_operands(handle, stream, rows, in_channels, out_channels,
-                 {{dweight, "matmul dweight"}, {dout, "matmul dout"}, {inp, "matmul inp"}});
-  SCALESTUDY_CHECK(!needs_padding(out_channels),
+void launch_matmul_parameter_gradients(cublasHandle_t handle, cudaStream_t stream,
+                                       const MatmulParameterGradientArgs<T>& args,
+                                       Scratch scratch) {
+  check_operands(handle, stream, args.rows, args.in_channels, args.out_channels,
+                 {{args.dweight, "matmul dweight"}, {args.dout, "matmul dout"},
+                  {args.inp, "matmul inp"}});
+  SCALESTUDY_CHECK(!needs_padding(args.out_channels),
                    "matmul parameter gradients: out_channels must be a multiple of 8");
-  for_each_row_chunk(rows, in_channels, out_channels, [&](int first, int count) {
-    matmul_parameter_gradients(handle, stream, dweight, dbias, dout + size_t(first) * out_channels,
-                               inp + size_t(first) * in_channels, count, in_channels,
-                               out_channels, scratch, scratch_elems);
+  for_each_row_chunk(args.rows, args.in_channels, args.out_channels, [&](int first, int count) {
+    matmul_parameter_gradients(handle, stream, rows_of(args, first, count), scratch);
   });
 }
 
@@ -449,80 +472,84 @@ int padded_logits_row_elems(int vocab) { return padded_columns_of(vocab); }
 
 // The tied LM head on logits rows already padded: no copy into or out of scratch.
 template <class T>
-void launch_classifier_matmul_forward(cublasHandle_t handle, cudaStream_t stream, T* logits,
-                                      int logits_stride, const T* inp, const T* weight, int rows,
-                                      int in_channels, int vocab) {
-  check_logits_stride(vocab, logits_stride);
-  check_operands(handle, stream, rows, in_channels, vocab,
-                 {{logits, "classifier logits"}, {inp, "classifier inp"},
-                  {weight, "classifier weight"}});
-  for_each_row_chunk(rows, in_channels, vocab, [&](int first, int count) {
-    matmul_forward_strided(handle, logits + size_t(first) * logits_stride, logits_stride,
-                           inp + size_t(first) * in_channels, weight, count, in_channels, vocab);
+void launch_classifier_matmul_forward(cublasHandle_t handle, cudaStream_t stream,
+                                      const ClassifierForwardArgs<T>& args, int logits_stride) {
+  check_logits_stride(args.vocab, logits_stride);
+  check_operands(handle, stream, args.rows, args.channels, args.vocab,
+                 {{args.logits, "classifier logits"}, {args.inp, "classifier inp"},
+                  {args.weight, "classifier weight"}});
+  for_each_row_chunk(args.rows, args.channels, args.vocab, [&](int first, int count) {
+    matmul_forward_strided(handle,
+                           MatmulForwardArgs<T>{args.logits + size_t(first) * logits_stride,
+                                                args.inp + size_t(first) * args.channels,
+                                                args.weight, nullptr, count, args.channels,
+                                                args.vocab},
+                           logits_stride);
   });
 }
 
 // The LM head's backward on logits rows logits_stride apart (padded in 16 bits, the vocabulary
 // in fp32), in the two parts that the model runs apart.
 template <class T>
-void launch_classifier_input_gradient(cublasHandle_t handle, cudaStream_t stream, T* dinp,
-                                      const T* dlogits, int logits_stride, const T* weight,
-                                      int rows, int in_channels, int vocab, bool accumulate_dinp) {
-  check_classifier_logits_stride(dlogits, vocab, logits_stride);
-  check_operands(handle, stream, rows, in_channels, vocab,
-                 {{dinp, "classifier dinp"}, {dlogits, "classifier dlogits"},
-                  {weight, "classifier weight"}});
-  for_each_row_chunk(rows, in_channels, vocab, [&](int first, int count) {
-    input_gradient_strided(handle, dinp + size_t(first) * in_channels,
-                           dlogits + size_t(first) * logits_stride, logits_stride, weight, count,
-                           in_channels, vocab, accumulate_dinp);
+void launch_classifier_input_gradient(cublasHandle_t handle, cudaStream_t stream,
+                                      const ClassifierInputGradientArgs<T>& args,
+                                      int logits_stride) {
+  check_classifier_logits_stride(args.dlogits, args.vocab, logits_stride);
+  check_operands(handle, stream, args.rows, args.channels, args.vocab,
+                 {{args.dinp, "classifier dinp"}, {args.dlogits, "classifier dlogits"},
+                  {args.weight, "classifier weight"}});
+  for_each_row_chunk(args.rows, args.channels, args.vocab, [&](int first, int count) {
+    MatmulBackwardArgs<T> chunk{};
+    chunk.dinp = args.dinp + size_t(first) * args.channels;
+    chunk.dout = args.dlogits + size_t(first) * logits_stride;
+    chunk.weight = args.weight;
+    chunk.rows = count;
+    chunk.in_channels = args.channels;
+    chunk.out_channels = args.vocab;
+    chunk.dinp_write = args.dinp_write;
+    input_gradient_strided(handle, chunk, logits_stride);
   });
 }
 
 template <class T>
 void launch_classifier_weight_gradient(cublasHandle_t handle, cudaStream_t stream,
-                                       float* dweight, const T* dlogits, int logits_stride,
-                                       const T* inp, int rows, int in_channels, int vocab,
-                                       int vocab_begin, int vocab_end) {
-  check_classifier_logits_stride(dlogits, vocab, logits_stride);
-  check_operands(handle, stream, rows, in_channels, vocab,
-                 {{dweight, "classifier dweight"}, {dlogits, "classifier dlogits"},
-                  {inp, "classifier inp"}});
-  for_each_row_chunk(rows, in_channels, vocab, [&](int first, int count) {
-    weight_gradient_strided(handle, dweight, dlogits + size_t(first) * logits_stride,
-                            logits_stride, inp + size_t(first) * in_channels, count, in_channels,
-                            vocab, vocab_begin, vocab_end);
+                                       const ClassifierWeightGradientArgs<T>& args,
+                                       int logits_stride) {
+  check_classifier_logits_stride(args.dlogits, args.vocab, logits_stride);
+  check_operands(handle, stream, args.rows, args.channels, args.vocab,
+                 {{args.dweight, "classifier dweight"}, {args.dlogits, "classifier dlogits"},
+                  {args.inp, "classifier inp"}});
+  for_each_row_chunk(args.rows, args.channels, args.vocab, [&](int first, int count) {
+    ClassifierWeightGradientArgs<T> chunk = args;
+    chunk.dlogits += size_t(first) * logits_stride;
+    chunk.inp += size_t(first) * args.channels;
+    chunk.rows = count;
+    weight_gradient_strided(handle, chunk, logits_stride);
   });
 }
 
 // The storage types the backend runs the classifier in.
-template void launch_matmul_forward(cublasHandle_t, cudaStream_t, bf16*, const bf16*, const bf16*, const bf16*,
-                                    int, int, int, float*, size_t, EpilogueGemm*);
-template void launch_matmul_forward(cublasHandle_t, cudaStream_t, fp16*, const fp16*, const fp16*, const fp16*,
-                                    int, int, int, float*, size_t, EpilogueGemm*);
-template void launch_matmul_backward(cublasHandle_t, cudaStream_t, bf16*, float*, float*, const bf16*, const bf16*,
-                                     const bf16*, int, int, int, float*, size_t, bool);
-template void launch_matmul_backward(cublasHandle_t, cudaStream_t, fp16*, float*, float*, const fp16*, const fp16*,
-                                     const fp16*, int, int, int, float*, size_t, bool);
-template void launch_matmul_parameter_gradients(cublasHandle_t, cudaStream_t, float*, float*, const bf16*,
-                                                const bf16*, int, int, int, float*, size_t);
-template void launch_matmul_parameter_gradients(cublasHandle_t, cudaStream_t, float*, float*, const fp16*,
-                                                const fp16*, int, int, int, float*, size_t);
-template void launch_classifier_matmul_forward(cublasHandle_t, cudaStream_t, bf16*, int, const bf16*,
-                                               const bf16*, int, int, int);
-template void launch_classifier_matmul_forward(cublasHandle_t, cudaStream_t, fp16*, int, const fp16*,
-                                               const fp16*, int, int, int);
-template void launch_classifier_input_gradient(cublasHandle_t, cudaStream_t, float*, const float*, int,
-                                               const float*, int, int, int, bool);
-template void launch_classifier_input_gradient(cublasHandle_t, cudaStream_t, bf16*, const bf16*, int,
-                                               const bf16*, int, int, int, bool);
-template void launch_classifier_input_gradient(cublasHandle_t, cudaStream_t, fp16*, const fp16*, int,
-                                               const fp16*, int, int, int, bool);
-template void launch_classifier_weight_gradient(cublasHandle_t, cudaStream_t, float*, const float*, int,
-                                                const float*, int, int, int, int, int);
-template void launch_classifier_weight_gradient(cublasHandle_t, cudaStream_t, float*, const bf16*, int,
-                                                const bf16*, int, int, int, int, int);
-template void launch_classifier_weight_gradient(cublasHandle_t, cudaStream_t, float*, const fp16*, int,
-                                                const fp16*, int, int, int, int, int);
+#define SCALESTUDY_MATMUL_16BIT_INSTANCES(Half)                                                   \
+  template void launch_matmul_forward(cublasHandle_t, cudaStream_t, const MatmulForwardArgs<Half>&, \
+                                      Scratch, EpilogueGemm*);                                    \
+  template void launch_matmul_backward(cublasHandle_t, cudaStream_t,                              \
+                                       const MatmulBackwardArgs<Half>&, Scratch);                 \
+  template void launch_matmul_parameter_gradients(cublasHandle_t, cudaStream_t,                   \
+                                                  const MatmulParameterGradientArgs<Half>&,       \
+                                                  Scratch);                                       \
+  template void launch_classifier_matmul_forward(cublasHandle_t, cudaStream_t,                    \
+                                                 const ClassifierForwardArgs<Half>&, int);
+#define SCALESTUDY_CLASSIFIER_INSTANCES(T)                                                        \
+  template void launch_classifier_input_gradient(cublasHandle_t, cudaStream_t,                    \
+                                                 const ClassifierInputGradientArgs<T>&, int);     \
+  template void launch_classifier_weight_gradient(cublasHandle_t, cudaStream_t,                   \
+                                                  const ClassifierWeightGradientArgs<T>&, int);
+SCALESTUDY_MATMUL_16BIT_INSTANCES(bf16)
+SCALESTUDY_MATMUL_16BIT_INSTANCES(fp16)
+SCALESTUDY_CLASSIFIER_INSTANCES(float)
+SCALESTUDY_CLASSIFIER_INSTANCES(bf16)
+SCALESTUDY_CLASSIFIER_INSTANCES(fp16)
+#undef SCALESTUDY_MATMUL_16BIT_INSTANCES
+#undef SCALESTUDY_CLASSIFIER_INSTANCES
 
 }  // namespace scalestudy::cuda

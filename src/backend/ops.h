@@ -28,29 +28,19 @@ class Ops {
   virtual ~Ops() = default;
   // ---- embedding ------------------------------------------------------------------
   // out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]
-  virtual void embedding_forward(float* out, const int32_t* tokens, const float* wte,
-                                 const float* wpe, int batch, int seq, int channels) = 0;
-  virtual void embedding_backward(float* dwte, float* dwpe, const float* dout,
-                                  const int32_t* tokens, int batch, int seq, int channels) = 0;
+  virtual void embedding_forward(const EmbeddingForwardArgs<float>& args) = 0;
+  virtual void embedding_backward(const EmbeddingBackwardArgs<float>& args) = 0;
 
   // ---- LayerNorm (eps 1e-5), per row of C -----------------------------------------
-  virtual void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                                 const float* weight, const float* bias, int rows,
-                                 int channels) = 0;
-  virtual void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                                  const float* inp, const float* weight, const float* mean,
-                                  const float* rstd, int rows, int channels,
-                                  GradientWrite dinp_write) = 0;
+  virtual void layernorm_forward(const LayerNormForwardArgs<float>& args) = 0;
+  virtual void layernorm_backward(const LayerNormBackwardArgs<float>& args) = 0;
 
   // ---- dense layer: out[N,OC] = inp[N,IC] @ weight[OC,IC]^T + bias[OC] -------------
   // bias may be null (the tied LM head has none); then dbias is null too.
   virtual void matmul_forward(float* out, const float* inp, const float* weight,
                               const float* bias, int rows, int in_channels,
                               int out_channels) = 0;
-  virtual void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                               const float* inp, const float* weight, int rows,
-                               int in_channels, int out_channels,
-                               GradientWrite dinp_write) = 0;
+  virtual void matmul_backward(const MatmulBackwardArgs<float>& args) = 0;
 
   // ---- a dense layer and a GELU together (GPT-2's MLP) --------------------------------
   // A backend may fold the GELU into the GEMMs on either side of it (the CUDA backend in
@@ -59,11 +49,10 @@ class Ops {
   //
   // pre[N,OC] = inp[N,IC] @ weight[OC,IC]^T + bias[OC] and out[N,OC] = gelu(pre): both are
   // written, pre for the backward and out for the next layer. bias may be null.
-  virtual void dense_gelu_forward(float* pre, float* out, const float* inp, const float* weight,
-                                  const float* bias, int rows, int in_channels,
-                                  int out_channels) {
-    matmul_forward(pre, inp, weight, bias, rows, in_channels, out_channels);
-    gelu_forward(out, pre, static_cast<size_t>(rows) * out_channels);
+  virtual void dense_gelu_forward(const DenseGeluForwardArgs<float>& args) {
+    matmul_forward(args.pre, args.inp, args.weight, args.bias, args.rows, args.in_channels,
+                   args.out_channels);
+    gelu_forward(args.out, args.pre, static_cast<size_t>(args.rows) * args.out_channels);
   }
   // The backward of a dense layer out[N,OC] = act[N,IC] @ weight[OC,IC]^T + bias[OC] whose
   // input is act = gelu(pre), carried on through the GELU:
@@ -73,15 +62,19 @@ class Ops {
   // dpre has one writer in the model, so it is never accumulated into, and its old contents
   // are never read. The gradient of act is not returned: dact_scratch [N,IC] holds it where
   // a backend needs it in memory (the default does), and is unspecified afterwards.
-  virtual void dense_backward_through_gelu(float* dpre, float* dweight, float* dbias,
-                                           const float* dout, const float* act,
-                                           const float* pre, const float* weight, int rows,
-                                           int in_channels, int out_channels,
-                                           float* dact_scratch) {
-    matmul_backward(dact_scratch, dweight, dbias, dout, act, weight, rows, in_channels,
-                    out_channels, GradientWrite::overwrite);
-    gelu_backward(dpre, pre, dact_scratch, static_cast<size_t>(rows) * in_channels,
-                  GradientWrite::overwrite);
+  virtual void dense_backward_through_gelu(const DenseGeluBackwardArgs<float>& args) {
+    matmul_backward({.dinp = args.dact_scratch,
+                     .dweight = args.dweight,
+                     .dbias = args.dbias,
+                     .dout = args.dout,
+                     .inp = args.act,
+                     .weight = args.weight,
+                     .rows = args.rows,
+                     .in_channels = args.in_channels,
+                     .out_channels = args.out_channels,
+                     .dinp_write = GradientWrite::overwrite});
+    gelu_backward(args.dpre, args.pre, args.dact_scratch,
+                  static_cast<size_t>(args.rows) * args.in_channels, GradientWrite::overwrite);
   }
 
   // ---- multi-head attention -------------------------------------------------------
@@ -111,11 +104,16 @@ class Ops {
   // residual = a + b, then out = layernorm(residual): the residual stream's add and the
   // LayerNorm that reads it, which the CUDA backend does in one pass (the sum is not read
   // back), with the results of the two ops.
-  virtual void residual_layernorm_forward(float* residual, float* out, float* mean, float* rstd,
-                                          const float* a, const float* b, const float* weight,
-                                          const float* bias, int rows, int channels) {
-    residual_forward(residual, a, b, static_cast<size_t>(rows) * channels);
-    layernorm_forward(out, mean, rstd, residual, weight, bias, rows, channels);
+  virtual void residual_layernorm_forward(const ResidualLayerNormForwardArgs<float>& args) {
+    residual_forward(args.residual, args.a, args.b, static_cast<size_t>(args.rows) * args.channels);
+    layernorm_forward({.out = args.out,
+                       .mean = args.mean,
+                       .rstd = args.rstd,
+                       .inp = args.residual,
+                       .weight = args.weight,
+                       .bias = args.bias,
+                       .rows = args.rows,
+                       .channels = args.channels});
   }
   virtual void accumulate(float* dst, const float* src, size_t elems) = 0;
 
@@ -145,10 +143,9 @@ class Ops {
   // here too: the logits are left holding dlogits, and the step's backward starts at
   // classifier_backward_from_dlogits. The CUDA backend then reads the logits once for the
   // loss and their gradient together.
-  virtual void classifier_forward(float* losses, float* row_stats, float* logits,
-                                  const float* inp, const float* weight, const int32_t* targets,
-                                  int rows, int channels, int vocab,
-                                  std::optional<float> dlogits_scale) {
+  virtual void classifier_forward(const ClassifierForwardArgs<float>& args) {
+    const auto& [losses, row_stats, logits, inp, weight, targets, rows, channels, vocab,
+                 dlogits_scale] = args;
     matmul_forward(logits, inp, weight, nullptr, rows, channels, vocab);
     softmax_cross_entropy_forward(losses, row_stats, logits, targets, rows, vocab);
     if (dlogits_scale)
@@ -162,20 +159,20 @@ class Ops {
   //   classifier_weight_backward: dweight's rows [vocab_begin, vocab_end) += their columns
   //   of dlogits^T @ inp. dweight points at row 0, vocab_begin is a multiple of 8, and a
   //   row's gradient does not depend on the range it was computed in.
-  virtual void classifier_backward_from_dlogits(float* dinp, const float* dlogits,
-                                                const float* weight, int rows, int channels,
-                                                int vocab, GradientWrite dinp_write) = 0;
-  virtual void classifier_weight_backward(float* dweight, const float* dlogits, const float* inp,
-                                          int rows, int channels, int vocab, int vocab_begin,
-                                          int vocab_end) = 0;
+  virtual void classifier_backward_from_dlogits(const ClassifierInputGradientArgs<float>& args) = 0;
+  virtual void classifier_weight_backward(const ClassifierWeightGradientArgs<float>& args) = 0;
   // After a classifier_forward without dlogits_scale: overwrites logits with dlogits, then
   // runs classifier_backward_from_dlogits. The logits of that forward are gone afterwards.
-  virtual void classifier_backward(float* dinp, float* logits, const float* row_stats,
-                                   const float* weight, const int32_t* targets, int rows,
-                                   int channels, int vocab, float loss_scale,
-                                   GradientWrite dinp_write) {
-    softmax_cross_entropy_backward(logits, logits, row_stats, targets, rows, vocab, loss_scale);
-    classifier_backward_from_dlogits(dinp, logits, weight, rows, channels, vocab, dinp_write);
+  virtual void classifier_backward(const ClassifierBackwardArgs<float>& args) {
+    softmax_cross_entropy_backward(args.logits, args.logits, args.row_stats, args.targets,
+                                   args.rows, args.vocab, args.loss_scale);
+    classifier_backward_from_dlogits({.dinp = args.dinp,
+                                      .dlogits = args.logits,
+                                      .weight = args.weight,
+                                      .rows = args.rows,
+                                      .channels = args.channels,
+                                      .vocab = args.vocab,
+                                      .dinp_write = args.dinp_write});
   }
   virtual double sum(const float* x, size_t elems) = 0;
 

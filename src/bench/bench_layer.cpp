@@ -161,20 +161,48 @@ void part_passes(Ops& ops, BlockBuffers& m, Part part, const AttentionShape& att
                  std::function<void()>& backward) {
   const int n = att.batch * att.seq, c = att.channels;
   const size_t nc = static_cast<size_t>(n) * static_cast<size_t>(c);
-  auto fc_forward = [&ops, &m, n, c] { ops.matmul_forward(m.fch, m.x, m.w_fc, m.b_fc, n, c, 4 * c); };
-  auto fc_backward = [&ops, &m, n, c] {
-    ops.matmul_backward(m.dx, m.dw_fc, m.db_fc, m.dfch, m.x, m.w_fc, n, c, 4 * c, kFirst);
+  // A dense layer's backward, from [n, c] to [n, out_channels], its input gradient written.
+  auto dense_backward = [&ops, n, c](float* dinp, float* dweight, float* dbias, const float* dout,
+                                     const float* inp, const float* weight, int out_channels) {
+    ops.matmul_backward({.dinp = dinp,
+                         .dweight = dweight,
+                         .dbias = dbias,
+                         .dout = dout,
+                         .inp = inp,
+                         .weight = weight,
+                         .rows = n,
+                         .in_channels = c,
+                         .out_channels = out_channels,
+                         .dinp_write = kFirst});
   };
+  auto fc_forward = [&ops, &m, n, c] { ops.matmul_forward(m.fch, m.x, m.w_fc, m.b_fc, n, c, 4 * c); };
+  auto fc_backward = [=, &m] { dense_backward(m.dx, m.dw_fc, m.db_fc, m.dfch, m.x, m.w_fc, 4 * c); };
   auto gelu_forward = [&ops, &m, nc] { ops.gelu_forward(m.fch_gelu, m.fch, 4 * nc); };
   auto gelu_backward = [&ops, &m, nc] { ops.gelu_backward(m.dfch, m.fch, m.dfch_gelu, 4 * nc, kFirst); };
   auto proj_forward = [&ops, &m, n, c] { ops.matmul_forward(m.out, m.fch_gelu, m.w_proj, m.b_proj, n, 4 * c, c); };
   // The FFN as the model runs it: the GELU with the dense layers around it.
   auto fc_gelu_forward = [&ops, &m, n, c] {
-    ops.dense_gelu_forward(m.fch, m.fch_gelu, m.x, m.w_fc, m.b_fc, n, c, 4 * c);
+    ops.dense_gelu_forward({.pre = m.fch,
+                            .out = m.fch_gelu,
+                            .inp = m.x,
+                            .weight = m.w_fc,
+                            .bias = m.b_fc,
+                            .rows = n,
+                            .in_channels = c,
+                            .out_channels = 4 * c});
   };
   auto proj_backward_through_gelu = [&ops, &m, n, c] {
-    ops.dense_backward_through_gelu(m.dfch, m.dw_proj, m.db_proj, m.dout, m.fch_gelu, m.fch, m.w_proj, n, 4 * c,
-                                    c, m.dfch_gelu);
+    ops.dense_backward_through_gelu({.dpre = m.dfch,
+                                     .dweight = m.dw_proj,
+                                     .dbias = m.db_proj,
+                                     .dout = m.dout,
+                                     .act = m.fch_gelu,
+                                     .pre = m.fch,
+                                     .weight = m.w_proj,
+                                     .rows = n,
+                                     .in_channels = 4 * c,
+                                     .out_channels = c,
+                                     .dact_scratch = m.dfch_gelu});
   };
   auto core_forward = [&ops, &m, att] { ops.attention_forward(m.atty, m.probs, m.qkv, att); };
   auto core_backward = [&ops, &m, att] {
@@ -211,10 +239,10 @@ void part_passes(Ops& ops, BlockBuffers& m, Part part, const AttentionShape& att
         core_forward();
         ops.matmul_forward(m.out, m.atty, m.w_attn, m.b_attn, n, c, c);
       };
-      backward = [=, &ops, &m] {
-        ops.matmul_backward(m.datty, m.dw_attn, m.db_attn, m.dout, m.atty, m.w_attn, n, c, c, kFirst);
+      backward = [=, &m] {
+        dense_backward(m.datty, m.dw_attn, m.db_attn, m.dout, m.atty, m.w_attn, c);
         core_backward();
-        ops.matmul_backward(m.dx, m.dw_qkv, m.db_qkv, m.dqkv, m.x, m.w_qkv, n, c, 3 * c, kFirst);
+        dense_backward(m.dx, m.dw_qkv, m.db_qkv, m.dqkv, m.x, m.w_qkv, 3 * c);
       };
       return;
     case Part::attention_core:

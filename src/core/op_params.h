@@ -1,8 +1,18 @@
 #pragma once
 // The parameters that the ops of every backend and the CUDA kernels under them share:
-// how a backward op writes its input's gradient, the attention's shape, and AdamW's
-// hyper-parameters.
+// how a backward op writes its input's gradient, the attention's shape, AdamW's
+// hyper-parameters, and the arguments of the ops that take many.
+//
+// An op's arguments are a struct of its tensors and sizes, templated on T, the storage of
+// the activations and of the parameters the op reads: float in the op interface (whose
+// float* may be handles of 16-bit storage, see DeviceMemory) and in the fp32 kernels,
+// __nv_bfloat16 or __half in the 16-bit ones. Row statistics, losses and parameter
+// gradients are fp32 whatever T is. Call sites name the fields:
+//   ops.layernorm_forward({.out = ln, .mean = mean, .rstd = rstd, .inp = x,
+//                          .weight = w, .bias = b, .rows = N, .channels = C});
 #include <cstddef>
+#include <cstdint>
+#include <optional>
 
 namespace scalestudy {
 
@@ -18,6 +28,20 @@ struct AttentionShape {
   int channels = 0;   // C
   int heads = 0;      // NH; head size is C / NH
   bool causal = true; // false: bidirectional (BERT-style)
+};
+
+// The backward of multi-head attention: dqkv (+)= the gradients of Q, K and V, as
+// dqkv_write says, from the forward's qkv, out and state (State: the probabilities' T, or
+// the fused kernels' fp32 log-sum-exp).
+template <class T, class State = T>
+struct AttentionBackwardArgs {
+  T* dqkv = nullptr;
+  const T* dout = nullptr;
+  const T* qkv = nullptr;
+  const T* out = nullptr;
+  const State* state = nullptr;
+  AttentionShape shape;
+  GradientWrite dqkv_write = GradientWrite::accumulate;
 };
 
 // The elements of the attention probabilities [B,NH,T,T].
@@ -44,6 +68,181 @@ struct AdamWPiece {
     return begin_elems == other.begin_elems && end_elems == other.end_elems &&
            weight_decay == other.weight_decay;
   }
+};
+
+// ---- embedding: out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:] ---------------------------
+template <class T>
+struct EmbeddingForwardArgs {
+  T* out = nullptr;
+  const int32_t* tokens = nullptr;
+  const T* wte = nullptr;
+  const T* wpe = nullptr;
+  int batch = 0;
+  int seq = 0;
+  int channels = 0;
+};
+
+// dwte[tokens[n],:] += dout[n,:] and dwpe[t,:] += dout[b,t,:].
+template <class T>
+struct EmbeddingBackwardArgs {
+  float* dwte = nullptr;
+  float* dwpe = nullptr;
+  const T* dout = nullptr;
+  const int32_t* tokens = nullptr;
+  int batch = 0;
+  int seq = 0;
+  int channels = 0;
+};
+
+// ---- LayerNorm over rows of C channels ------------------------------------------------
+template <class T>
+struct LayerNormForwardArgs {
+  T* out = nullptr;
+  float* mean = nullptr;  // [rows], kept for the backward
+  float* rstd = nullptr;  // [rows], kept for the backward
+  const T* inp = nullptr;
+  const T* weight = nullptr;
+  const T* bias = nullptr;
+  int rows = 0;
+  int channels = 0;
+};
+
+// residual = a + b, then out = layernorm(residual).
+template <class T>
+struct ResidualLayerNormForwardArgs {
+  T* residual = nullptr;
+  T* out = nullptr;
+  float* mean = nullptr;
+  float* rstd = nullptr;
+  const T* a = nullptr;
+  const T* b = nullptr;
+  const T* weight = nullptr;
+  const T* bias = nullptr;
+  int rows = 0;
+  int channels = 0;
+};
+
+template <class T>
+struct LayerNormBackwardArgs {
+  T* dinp = nullptr;
+  float* dweight = nullptr;  // accumulated
+  float* dbias = nullptr;    // accumulated
+  const T* dout = nullptr;
+  const T* inp = nullptr;
+  const T* weight = nullptr;
+  const float* mean = nullptr;
+  const float* rstd = nullptr;
+  int rows = 0;
+  int channels = 0;
+  GradientWrite dinp_write = GradientWrite::accumulate;
+};
+
+// ---- dense layer: out[N,OC] = inp[N,IC] @ weight[OC,IC]^T + bias[OC] -------------------
+// dinp (+)= dout @ weight as dinp_write says; dweight += dout^T @ inp; dbias += column
+// sums of dout (dbias may be null: a layer without a bias).
+template <class T>
+struct MatmulBackwardArgs {
+  T* dinp = nullptr;
+  float* dweight = nullptr;
+  float* dbias = nullptr;
+  const T* dout = nullptr;
+  const T* inp = nullptr;
+  const T* weight = nullptr;
+  int rows = 0;
+  int in_channels = 0;
+  int out_channels = 0;
+  GradientWrite dinp_write = GradientWrite::accumulate;
+};
+
+// pre = inp @ weight^T + bias and out = gelu(pre), both written; bias may be null.
+template <class T>
+struct DenseGeluForwardArgs {
+  T* pre = nullptr;
+  T* out = nullptr;
+  const T* inp = nullptr;
+  const T* weight = nullptr;
+  const T* bias = nullptr;
+  int rows = 0;
+  int in_channels = 0;
+  int out_channels = 0;
+};
+
+// The backward of out = act @ weight^T + bias with act = gelu(pre), carried on through the
+// GELU: dpre written, dweight and dbias accumulated (dbias may be null). dact_scratch
+// [rows, in_channels] is where a backend that needs the gradient of act in memory keeps
+// it; its contents afterwards are unspecified.
+template <class T>
+struct DenseGeluBackwardArgs {
+  T* dpre = nullptr;
+  float* dweight = nullptr;
+  float* dbias = nullptr;
+  const T* dout = nullptr;
+  const T* act = nullptr;
+  const T* pre = nullptr;
+  const T* weight = nullptr;
+  int rows = 0;
+  int in_channels = 0;
+  int out_channels = 0;
+  T* dact_scratch = nullptr;
+};
+
+// ---- the classifier: the tied LM head (no bias) and the cross-entropy ------------------
+// logits[N,V] = inp[N,C] @ weight[V,C]^T, then the loss; with dlogits_scale, the logits
+// are left holding dlogits for that loss scale.
+template <class T>
+struct ClassifierForwardArgs {
+  float* losses = nullptr;     // [rows]
+  float* row_stats = nullptr;  // [2 rows]: each row's max logit and 1 / sum(exp(logit - max))
+  T* logits = nullptr;
+  const T* inp = nullptr;
+  const T* weight = nullptr;
+  const int32_t* targets = nullptr;
+  int rows = 0;
+  int channels = 0;
+  int vocab = 0;
+  std::optional<float> dlogits_scale;
+};
+
+// dinp (+)= dlogits @ weight, as dinp_write says.
+template <class T>
+struct ClassifierInputGradientArgs {
+  T* dinp = nullptr;
+  const T* dlogits = nullptr;
+  const T* weight = nullptr;
+  int rows = 0;
+  int channels = 0;
+  int vocab = 0;
+  GradientWrite dinp_write = GradientWrite::accumulate;
+};
+
+// dweight's rows [vocab_begin, vocab_end) += their columns of dlogits^T @ inp; dweight
+// points at row 0 and vocab_begin is a multiple of 8.
+template <class T>
+struct ClassifierWeightGradientArgs {
+  float* dweight = nullptr;
+  const T* dlogits = nullptr;
+  const T* inp = nullptr;
+  int rows = 0;
+  int channels = 0;
+  int vocab = 0;
+  int vocab_begin = 0;
+  int vocab_end = 0;
+};
+
+// The whole backward after a forward without dlogits_scale: logits overwritten with
+// dlogits for loss_scale, then dinp (+)= dlogits @ weight as dinp_write says.
+template <class T>
+struct ClassifierBackwardArgs {
+  T* dinp = nullptr;
+  T* logits = nullptr;
+  const float* row_stats = nullptr;
+  const T* weight = nullptr;
+  const int32_t* targets = nullptr;
+  int rows = 0;
+  int channels = 0;
+  int vocab = 0;
+  float loss_scale = 1.0f;
+  GradientWrite dinp_write = GradientWrite::accumulate;
 };
 
 }  // namespace scalestudy

@@ -90,6 +90,15 @@ class Gpt {
   // A block's activations again in backward (--recompute): its first LayerNorm, its body
   // and residual3, the ops and values of its forward.
   void recompute_block(int layer);
+  // A block's dense layer backward, from dout [N, out_channels] to the input gradient dinp
+  // [N, C], which has one writer; the weight and bias (offsets into the parameters) get
+  // their gradients where the sink says.
+  void dense_backward(size_t weight, size_t bias, float* dinp, const float* dout, const float* inp,
+                      int out_channels, GradientSink& sink);
+  // A block's LayerNorm backward from its output's gradient (dln), accumulated into the
+  // residual stream's gradient (dresidual).
+  void layernorm_backward_into_residual(size_t weight, size_t bias, const float* inp,
+                                        const float* mean, const float* rstd, GradientSink& sink);
   // The tied LM head's weight gradient, the end of backward, in the parts the sink asks for.
   void lm_head_weight_backward(GradientSink& sink, float* dwte);
   Ops& ops_;

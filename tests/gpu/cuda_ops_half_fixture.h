@@ -203,8 +203,11 @@ class CudaOpsHalfTest : public gpu_test::CudaOpsFixture {
     std::vector<float> out(inp.size()), mean(N), rstd(N);
     float *d_out = poisoned_activation(out.size()), *d_mean = poisoned(N), *d_rstd = poisoned(N);
     const float *d_inp = activation(inp), *d_weight = parameters(master_weight), *d_bias = parameters(master_bias);
-    cpu_.layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), weight.data(), bias.data(), N, C);
-    gpu_->layernorm_forward(d_out, d_mean, d_rstd, d_inp, d_weight, d_bias, N, C);
+    cpu_.layernorm_forward({.out = out.data(), .mean = mean.data(), .rstd = rstd.data(),
+                            .inp = inp.data(), .weight = weight.data(), .bias = bias.data(),
+                            .rows = N, .channels = C});
+    gpu_->layernorm_forward({.out = d_out, .mean = d_mean, .rstd = d_rstd, .inp = d_inp,
+                             .weight = d_weight, .bias = d_bias, .rows = N, .channels = C});
     expect_close("layernorm out" + shape_label, d_out, out, tol_.rounding);
     expect_close("layernorm mean" + shape_label, d_mean, mean, kRowStatistics);
     expect_close("layernorm rstd" + shape_label, d_rstd, rstd, kRowStatistics);
@@ -214,11 +217,13 @@ class CudaOpsHalfTest : public gpu_test::CudaOpsFixture {
     const float* d_addend = activation(addend);
     float *d_sum = poisoned_activation(inp.size()), *d_fused_out = poisoned_activation(out.size());
     float *d_fused_mean = poisoned(N), *d_fused_rstd = poisoned(N);
-    gpu_->residual_layernorm_forward(d_sum, d_fused_out, d_fused_mean, d_fused_rstd, d_inp, d_addend,
-                                     d_weight, d_bias, N, C);
+    gpu_->residual_layernorm_forward({.residual = d_sum, .out = d_fused_out, .mean = d_fused_mean,
+                                      .rstd = d_fused_rstd, .a = d_inp, .b = d_addend,
+                                      .weight = d_weight, .bias = d_bias, .rows = N, .channels = C});
     float* d_plain_sum = poisoned_activation(inp.size());
     gpu_->residual_forward(d_plain_sum, d_inp, d_addend, inp.size());
-    gpu_->layernorm_forward(d_out, d_mean, d_rstd, d_plain_sum, d_weight, d_bias, N, C);
+    gpu_->layernorm_forward({.out = d_out, .mean = d_mean, .rstd = d_rstd, .inp = d_plain_sum,
+                             .weight = d_weight, .bias = d_bias, .rows = N, .channels = C});
     expect_close("residual + layernorm sum" + shape_label, d_sum, download(d_plain_sum, inp.size()), kBitExact);
     expect_close("residual + layernorm out" + shape_label, d_fused_out, download(d_out, out.size()), kBitExact);
     expect_close("residual + layernorm mean" + shape_label, d_fused_mean, download(d_mean, N), kBitExact);
@@ -232,10 +237,14 @@ class CudaOpsHalfTest : public gpu_test::CudaOpsFixture {
       float* d_dinp =
           write == GradientWrite::accumulate ? activation(dinp) : poisoned_activation(dinp.size());
       float *d_dweight = upload(dweight), *d_dbias = upload(dbias);
-      cpu_.layernorm_backward(dinp.data(), dweight.data(), dbias.data(), dout.data(), inp.data(),
-                              weight.data(), mean.data(), rstd.data(), N, C, write);
-      gpu_->layernorm_backward(d_dinp, d_dweight, d_dbias, activation(dout), d_inp, d_weight,
-                               upload(mean), upload(rstd), N, C, write);
+      cpu_.layernorm_backward({.dinp = dinp.data(), .dweight = dweight.data(),
+                               .dbias = dbias.data(), .dout = dout.data(), .inp = inp.data(),
+                               .weight = weight.data(), .mean = mean.data(), .rstd = rstd.data(),
+                               .rows = N, .channels = C, .dinp_write = write});
+      gpu_->layernorm_backward({.dinp = d_dinp, .dweight = d_dweight, .dbias = d_dbias,
+                                .dout = activation(dout), .inp = d_inp, .weight = d_weight,
+                                .mean = upload(mean), .rstd = upload(rstd), .rows = N,
+                                .channels = C, .dinp_write = write});
       expect_close("layernorm dinp" + label, d_dinp, dinp, tol_.rounding);
       expect_close("layernorm dweight" + label, d_dweight, dweight, kColumnSum);
       expect_close("layernorm dbias" + label, d_dbias, dbias, kColumnSum);
@@ -284,11 +293,11 @@ class CudaOpsHalfTest : public gpu_test::CudaOpsFixture {
     if (precision_ == Precision::fp16)
       cuda::launch_softmax_cross_entropy_forward_backward(stream, d_fused_losses, d_fused_stats,
                                                           reinterpret_cast<__half*>(d_fused),
-                                                          d_targets, N, V, V, loss_scale);
+                                                          {d_targets, N, V, V}, loss_scale);
     else
       cuda::launch_softmax_cross_entropy_forward_backward(stream, d_fused_losses, d_fused_stats,
                                                           reinterpret_cast<__nv_bfloat16*>(d_fused),
-                                                          d_targets, N, V, V, loss_scale);
+                                                          {d_targets, N, V, V}, loss_scale);
     expect_close("fused cross-entropy losses" + label, d_fused_losses, losses, kSoftmax);
     expect_close("fused cross-entropy row max and 1/sum" + label, d_fused_stats, row_stats, kSoftmax);
     float* d_from_fused_stats = poisoned_activation(logits.size());
@@ -326,10 +335,13 @@ class CudaOpsHalfTest : public gpu_test::CudaOpsFixture {
     const auto inp = rounded(random_floats(size_t(N) * C, 84));
     std::vector<float> pre(size_t(N) * H), out(pre.size());
     float *d_pre = poisoned_activation(pre.size()), *d_out = poisoned_activation(pre.size());
-    cpu_.dense_gelu_forward(pre.data(), out.data(), inp.data(), params.data() + fc_weight_at,
-                            params.data() + fc_bias_at, N, C, H);
-    gpu_->dense_gelu_forward(d_pre, d_out, activation(inp), d_params + fc_weight_at,
-                             d_params + fc_bias_at, N, C, H);
+    cpu_.dense_gelu_forward({.pre = pre.data(), .out = out.data(), .inp = inp.data(),
+                             .weight = params.data() + fc_weight_at,
+                             .bias = params.data() + fc_bias_at, .rows = N, .in_channels = C,
+                             .out_channels = H});
+    gpu_->dense_gelu_forward({.pre = d_pre, .out = d_out, .inp = activation(inp),
+                              .weight = d_params + fc_weight_at, .bias = d_params + fc_bias_at,
+                              .rows = N, .in_channels = C, .out_channels = H});
     expect_close("dense gelu pre" + label, d_pre, pre, gemm_tolerance(pre));
     expect_close("dense gelu out" + label, d_out, out, gelu_of_gemm_tolerance(pre));
 
@@ -342,18 +354,25 @@ class CudaOpsHalfTest : public gpu_test::CudaOpsFixture {
     const float* proj_weight = params.data() + proj_weight_at;
     // The gradient of act that the GELU's derivative multiplies, for the tolerance's scale.
     std::vector<float> dact(act.size()), unused_dweight(size_t(C) * H);
-    cpu_.matmul_backward(dact.data(), unused_dweight.data(), nullptr, dout.data(), act.data(),
-                         proj_weight, N, H, C, GradientWrite::overwrite);
+    cpu_.matmul_backward({.dinp = dact.data(), .dweight = unused_dweight.data(), .dbias = nullptr,
+                          .dout = dout.data(), .inp = act.data(), .weight = proj_weight, .rows = N,
+                          .in_channels = H, .out_channels = C,
+                          .dinp_write = GradientWrite::overwrite});
     std::vector<float> dpre(pre.size()), scratch(pre.size());
     auto dweight = random_floats(size_t(C) * H, 86), dbias = random_floats(C, 87);
     float *d_dpre = poisoned_activation(pre.size()), *d_scratch = poisoned_activation(pre.size());
     float *d_dweight = upload(dweight), *d_dbias = upload(dbias);
-    cpu_.dense_backward_through_gelu(dpre.data(), dweight.data(), dbias.data(), dout.data(),
-                                     act.data(), pre_stored.data(), proj_weight, N, H, C,
-                                     scratch.data());
-    gpu_->dense_backward_through_gelu(d_dpre, d_dweight, d_dbias, activation(dout), activation(act),
-                                      activation(pre_stored), d_params + proj_weight_at, N, H, C,
-                                      d_scratch);
+    cpu_.dense_backward_through_gelu({.dpre = dpre.data(), .dweight = dweight.data(),
+                                      .dbias = dbias.data(), .dout = dout.data(), .act = act.data(),
+                                      .pre = pre_stored.data(), .weight = proj_weight, .rows = N,
+                                      .in_channels = H, .out_channels = C,
+                                      .dact_scratch = scratch.data()});
+    gpu_->dense_backward_through_gelu({.dpre = d_dpre, .dweight = d_dweight, .dbias = d_dbias,
+                                       .dout = activation(dout), .act = activation(act),
+                                       .pre = activation(pre_stored),
+                                       .weight = d_params + proj_weight_at, .rows = N,
+                                       .in_channels = H, .out_channels = C,
+                                       .dact_scratch = d_scratch});
     expect_close("dense gelu dpre" + label, d_dpre, dpre, gelu_of_gemm_tolerance(dact));
     expect_close("dense gelu dweight" + label, d_dweight, dweight, kFp32DotProduct);
     expect_close("dense gelu dbias" + label, d_dbias, dbias, kColumnSum);

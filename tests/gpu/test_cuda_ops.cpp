@@ -92,8 +92,11 @@ class CudaOpsTest : public gpu_test::CudaOpsFixture {
     std::vector<float> out(inp.size()), mean(N), rstd(N);
     float *d_out = poisoned(out.size()), *d_mean = poisoned(N), *d_rstd = poisoned(N);
     const float *d_inp = upload(inp), *d_weight = upload(weight);
-    cpu_.layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), weight.data(), bias.data(), N, C);
-    gpu_->layernorm_forward(d_out, d_mean, d_rstd, d_inp, d_weight, upload(bias), N, C);
+    cpu_.layernorm_forward({.out = out.data(), .mean = mean.data(), .rstd = rstd.data(),
+                            .inp = inp.data(), .weight = weight.data(), .bias = bias.data(),
+                            .rows = N, .channels = C});
+    gpu_->layernorm_forward({.out = d_out, .mean = d_mean, .rstd = d_rstd, .inp = d_inp,
+                             .weight = d_weight, .bias = upload(bias), .rows = N, .channels = C});
     EXPECT_TRUE(matches("layernorm out" + shape_label, d_out, out, kRowStatistics));
     EXPECT_TRUE(matches("layernorm mean" + shape_label, d_mean, mean, kRowStatistics));
     EXPECT_TRUE(matches("layernorm rstd" + shape_label, d_rstd, rstd, kRowStatistics));
@@ -103,11 +106,14 @@ class CudaOpsTest : public gpu_test::CudaOpsFixture {
     const float* d_addend = upload(addend);
     float *d_sum = poisoned(inp.size()), *d_fused_out = poisoned(out.size());
     float *d_fused_mean = poisoned(N), *d_fused_rstd = poisoned(N);
-    gpu_->residual_layernorm_forward(d_sum, d_fused_out, d_fused_mean, d_fused_rstd, d_inp, d_addend,
-                                     d_weight, upload(bias), N, C);
+    gpu_->residual_layernorm_forward({.residual = d_sum, .out = d_fused_out, .mean = d_fused_mean,
+                                      .rstd = d_fused_rstd, .a = d_inp, .b = d_addend,
+                                      .weight = d_weight, .bias = upload(bias), .rows = N,
+                                      .channels = C});
     float* d_plain_sum = poisoned(inp.size());
     gpu_->residual_forward(d_plain_sum, d_inp, d_addend, inp.size());
-    gpu_->layernorm_forward(d_out, d_mean, d_rstd, d_plain_sum, d_weight, upload(bias), N, C);
+    gpu_->layernorm_forward({.out = d_out, .mean = d_mean, .rstd = d_rstd, .inp = d_plain_sum,
+                             .weight = d_weight, .bias = upload(bias), .rows = N, .channels = C});
     EXPECT_TRUE(matches("residual + layernorm sum" + shape_label, d_sum, download(d_plain_sum, inp.size()),
                         kBitExact));
     EXPECT_TRUE(matches("residual + layernorm out" + shape_label, d_fused_out, download(d_out, out.size()),
@@ -124,10 +130,14 @@ class CudaOpsTest : public gpu_test::CudaOpsFixture {
       auto dinp = random_floats(inp.size(), 24), dweight = random_floats(C, 25), dbias = random_floats(C, 26);
       float* d_dinp = write == GradientWrite::accumulate ? upload(dinp) : poisoned(dinp.size());
       float *d_dweight = upload(dweight), *d_dbias = upload(dbias);
-      cpu_.layernorm_backward(dinp.data(), dweight.data(), dbias.data(), dout.data(), inp.data(),
-                              weight.data(), mean.data(), rstd.data(), N, C, write);
-      gpu_->layernorm_backward(d_dinp, d_dweight, d_dbias, upload(dout), d_inp, d_weight, upload(mean),
-                               upload(rstd), N, C, write);
+      cpu_.layernorm_backward({.dinp = dinp.data(), .dweight = dweight.data(),
+                               .dbias = dbias.data(), .dout = dout.data(), .inp = inp.data(),
+                               .weight = weight.data(), .mean = mean.data(), .rstd = rstd.data(),
+                               .rows = N, .channels = C, .dinp_write = write});
+      gpu_->layernorm_backward({.dinp = d_dinp, .dweight = d_dweight, .dbias = d_dbias,
+                                .dout = upload(dout), .inp = d_inp, .weight = d_weight,
+                                .mean = upload(mean), .rstd = upload(rstd), .rows = N,
+                                .channels = C, .dinp_write = write});
       EXPECT_TRUE(matches("layernorm dinp" + label, d_dinp, dinp, kRowStatistics));
       EXPECT_TRUE(matches("layernorm dweight" + label, d_dweight, dweight, kColumnSum));
       EXPECT_TRUE(matches("layernorm dbias" + label, d_dbias, dbias, kColumnSum));
@@ -249,16 +259,22 @@ TEST_P(CudaOpsShapes, Embedding) {
   std::vector<float> out(N * C);
   float* d_out = poisoned(out.size());
   const int32_t* d_tokens = upload(tokens);
-  cpu_.embedding_forward(out.data(), tokens.data(), wte.data(), wpe.data(), s.batch, s.seq, s.channels);
-  gpu_->embedding_forward(d_out, d_tokens, upload(wte), upload(wpe), s.batch, s.seq, s.channels);
+  cpu_.embedding_forward({.out = out.data(), .tokens = tokens.data(), .wte = wte.data(),
+                          .wpe = wpe.data(), .batch = s.batch, .seq = s.seq, .channels = s.channels});
+  gpu_->embedding_forward({.out = d_out, .tokens = d_tokens, .wte = upload(wte), .wpe = upload(wpe),
+                           .batch = s.batch, .seq = s.seq, .channels = s.channels});
   EXPECT_TRUE(matches("embedding out", d_out, out, kBitExact));
 
   const auto dout = random_floats(N * C, 13);
   auto dwte = random_floats(wte.size(), 14), dwpe = random_floats(wpe.size(), 15);
   float* d_dwte = upload(dwte);
   float* d_dwpe = upload(dwpe);
-  cpu_.embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), s.batch, s.seq, s.channels);
-  gpu_->embedding_backward(d_dwte, d_dwpe, upload(dout), d_tokens, s.batch, s.seq, s.channels);
+  cpu_.embedding_backward({.dwte = dwte.data(), .dwpe = dwpe.data(), .dout = dout.data(),
+                           .tokens = tokens.data(), .batch = s.batch, .seq = s.seq,
+                           .channels = s.channels});
+  gpu_->embedding_backward({.dwte = d_dwte, .dwpe = d_dwpe, .dout = upload(dout),
+                            .tokens = d_tokens, .batch = s.batch, .seq = s.seq,
+                            .channels = s.channels});
   EXPECT_TRUE(matches("dwte (repeated tokens)", d_dwte, dwte, kBitExact));
   EXPECT_TRUE(matches("dwpe", d_dwpe, dwpe, kBitExact));
 }
@@ -306,10 +322,16 @@ TEST_P(CudaOpsShapes, Matmul) {
       auto dbias = random_floats(c.out_channels, 36);
       float* d_dinp = write == GradientWrite::accumulate ? upload(dinp) : poisoned(dinp.size());
       float *d_dweight = upload(dweight), *d_dbias = upload(dbias);
-      cpu_.matmul_backward(dinp.data(), dweight.data(), c.bias ? dbias.data() : nullptr, dout.data(),
-                           inp.data(), weight.data(), N, c.in_channels, c.out_channels, write);
-      gpu_->matmul_backward(d_dinp, d_dweight, c.bias ? d_dbias : nullptr, upload(dout), d_inp,
-                            d_weight, N, c.in_channels, c.out_channels, write);
+      cpu_.matmul_backward({.dinp = dinp.data(), .dweight = dweight.data(),
+                            .dbias = c.bias ? dbias.data() : nullptr, .dout = dout.data(),
+                            .inp = inp.data(), .weight = weight.data(), .rows = N,
+                            .in_channels = c.in_channels, .out_channels = c.out_channels,
+                            .dinp_write = write});
+      gpu_->matmul_backward({.dinp = d_dinp, .dweight = d_dweight,
+                             .dbias = c.bias ? d_dbias : nullptr, .dout = upload(dout),
+                             .inp = d_inp, .weight = d_weight, .rows = N,
+                             .in_channels = c.in_channels, .out_channels = c.out_channels,
+                             .dinp_write = write});
       EXPECT_TRUE(matches("matmul dinp" + labels, d_dinp, dinp, kDotProduct));
       EXPECT_TRUE(matches("matmul dweight" + labels, d_dweight, dweight, kDotProduct));
       // Without a bias the dbias buffer must be left alone.

@@ -121,18 +121,23 @@ TEST_P(CudaOpsHalf, OpsReadTheParameterCopyNotTheMasters) {
   auto run_all = [&] {
     std::vector<std::vector<float>> results;
     float* emb = poisoned_activation(size_t(N) * C);
-    gpu_->embedding_forward(emb, d_tokens, wte, wpe, B, T, C);
+    gpu_->embedding_forward({.out = emb, .tokens = d_tokens, .wte = wte, .wpe = wpe, .batch = B,
+                             .seq = T, .channels = C});
     results.push_back(download(emb, size_t(N) * C));
     float *out = poisoned_activation(size_t(N) * C), *mean = poisoned(N), *rstd = poisoned(N);
-    gpu_->layernorm_forward(out, mean, rstd, d_inp, ln_w, ln_b, N, C);
+    gpu_->layernorm_forward({.out = out, .mean = mean, .rstd = rstd, .inp = d_inp, .weight = ln_w,
+                             .bias = ln_b, .rows = N, .channels = C});
     results.push_back(download(out, size_t(N) * C));
     float *sum = poisoned_activation(size_t(N) * C), *fused = poisoned_activation(size_t(N) * C);
-    gpu_->residual_layernorm_forward(sum, fused, mean, rstd, d_inp, d_addend, ln_w, ln_b, N, C);
+    gpu_->residual_layernorm_forward({.residual = sum, .out = fused, .mean = mean, .rstd = rstd,
+                                      .a = d_inp, .b = d_addend, .weight = ln_w, .bias = ln_b,
+                                      .rows = N, .channels = C});
     results.push_back(download(fused, size_t(N) * C));
     float* dinp = poisoned_activation(size_t(N) * C);
     float *dweight = upload(std::vector<float>(C, 0.0f)), *dbias = upload(std::vector<float>(C, 0.0f));
-    gpu_->layernorm_backward(dinp, dweight, dbias, d_dout, d_inp, ln_w, mean, rstd, N, C,
-                             GradientWrite::overwrite);
+    gpu_->layernorm_backward({.dinp = dinp, .dweight = dweight, .dbias = dbias, .dout = d_dout,
+                              .inp = d_inp, .weight = ln_w, .mean = mean, .rstd = rstd, .rows = N,
+                              .channels = C, .dinp_write = GradientWrite::overwrite});
     results.push_back(download(dinp, size_t(N) * C));
     for (int outputs : kDenseOutputs) {
       float* dense = poisoned_activation(size_t(N) * outputs);
@@ -165,16 +170,22 @@ TEST_P(CudaOpsHalfShapes, Embedding) {
   std::vector<float> out(N * C);
   float* d_out = poisoned_activation(out.size());
   const int32_t* d_tokens = upload(tokens);
-  cpu_.embedding_forward(out.data(), tokens.data(), wte.data(), wpe.data(), s.batch, s.seq, s.channels);
-  gpu_->embedding_forward(d_out, d_tokens, parameters(master_wte), parameters(master_wpe), s.batch, s.seq,
-                          s.channels);
+  cpu_.embedding_forward({.out = out.data(), .tokens = tokens.data(), .wte = wte.data(),
+                          .wpe = wpe.data(), .batch = s.batch, .seq = s.seq, .channels = s.channels});
+  gpu_->embedding_forward({.out = d_out, .tokens = d_tokens, .wte = parameters(master_wte),
+                           .wpe = parameters(master_wpe), .batch = s.batch, .seq = s.seq,
+                           .channels = s.channels});
   expect_close("embedding out", d_out, rounded(out), kBitExact);
 
   const auto dout = rounded(random_floats(N * C, 13));
   auto dwte = random_floats(wte.size(), 14), dwpe = random_floats(wpe.size(), 15);
   float *d_dwte = upload(dwte), *d_dwpe = upload(dwpe);
-  cpu_.embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), s.batch, s.seq, s.channels);
-  gpu_->embedding_backward(d_dwte, d_dwpe, activation(dout), d_tokens, s.batch, s.seq, s.channels);
+  cpu_.embedding_backward({.dwte = dwte.data(), .dwpe = dwpe.data(), .dout = dout.data(),
+                           .tokens = tokens.data(), .batch = s.batch, .seq = s.seq,
+                           .channels = s.channels});
+  gpu_->embedding_backward({.dwte = d_dwte, .dwpe = d_dwpe, .dout = activation(dout),
+                            .tokens = d_tokens, .batch = s.batch, .seq = s.seq,
+                            .channels = s.channels});
   expect_close("dwte (repeated tokens)", d_dwte, dwte, kBitExact);
   expect_close("dwpe", d_dwpe, dwpe, kBitExact);
 }
@@ -221,10 +232,16 @@ TEST_P(CudaOpsHalfShapes, Matmul) {
       float* d_dinp =
           write == GradientWrite::accumulate ? activation(dinp) : poisoned_activation(dinp.size());
       float *d_dweight = upload(dweight), *d_dbias = upload(dbias);
-      cpu_.matmul_backward(dinp.data(), dweight.data(), c.bias ? dbias.data() : nullptr, dout.data(),
-                           inp.data(), weight, N, c.in_channels, c.out_channels, write);
-      gpu_->matmul_backward(d_dinp, d_dweight, c.bias ? d_dbias : nullptr, activation(dout), d_inp,
-                            d_params + weight_at, N, c.in_channels, c.out_channels, write);
+      cpu_.matmul_backward({.dinp = dinp.data(), .dweight = dweight.data(),
+                            .dbias = c.bias ? dbias.data() : nullptr, .dout = dout.data(),
+                            .inp = inp.data(), .weight = weight, .rows = N,
+                            .in_channels = c.in_channels, .out_channels = c.out_channels,
+                            .dinp_write = write});
+      gpu_->matmul_backward({.dinp = d_dinp, .dweight = d_dweight,
+                             .dbias = c.bias ? d_dbias : nullptr, .dout = activation(dout),
+                             .inp = d_inp, .weight = d_params + weight_at, .rows = N,
+                             .in_channels = c.in_channels, .out_channels = c.out_channels,
+                             .dinp_write = write});
       expect_close("matmul dinp" + labels, d_dinp, dinp, gemm_tolerance(dinp));
       expect_close("matmul dweight" + labels, d_dweight, dweight, kFp32DotProduct);
       expect_close("matmul dbias" + labels, d_dbias, dbias, kColumnSum);
@@ -343,17 +360,23 @@ TEST_P(CudaOpsHalfShapes, ClassifierOnPaddedLogits) {
   const auto dinp_prior = rounded(random_floats(inp.size(), 76));
   const auto dweight_prior = random_floats(size_t(V) * C, 77);
   float *plain_dinp = activation(dinp_prior), *plain_dweight = upload(dweight_prior);
-  gpu_->matmul_backward(plain_dinp, plain_dweight, nullptr, plain_logits, d_inp, d_weight, N, C, V,
-                        GradientWrite::accumulate);
+  gpu_->matmul_backward({.dinp = plain_dinp, .dweight = plain_dweight, .dbias = nullptr,
+                         .dout = plain_logits, .inp = d_inp, .weight = d_weight, .rows = N,
+                         .in_channels = C, .out_channels = V,
+                         .dinp_write = GradientWrite::accumulate});
 
   float* logits = gpu_->allocate_logits(N, V);
   owned_.push_back(logits);
   float *losses = statistics(N), *stats = statistics(2 * size_t(N));
   float *dinp = activation(dinp_prior), *dweight = upload(dweight_prior);
-  gpu_->classifier_forward(losses, stats, logits, d_inp, d_weight, d_targets, N, C, V, std::nullopt);
-  gpu_->classifier_backward(dinp, logits, stats, d_weight, d_targets, N, C, V, loss_scale,
-                            GradientWrite::accumulate);
-  gpu_->classifier_weight_backward(dweight, logits, d_inp, N, C, V, 0, V);
+  gpu_->classifier_forward({.losses = losses, .row_stats = stats, .logits = logits, .inp = d_inp,
+                            .weight = d_weight, .targets = d_targets, .rows = N, .channels = C,
+                            .vocab = V, .dlogits_scale = std::nullopt});
+  gpu_->classifier_backward({.dinp = dinp, .logits = logits, .row_stats = stats, .weight = d_weight,
+                             .targets = d_targets, .rows = N, .channels = C, .vocab = V,
+                             .loss_scale = loss_scale, .dinp_write = GradientWrite::accumulate});
+  gpu_->classifier_weight_backward({.dweight = dweight, .dlogits = logits, .inp = d_inp, .rows = N,
+                                    .channels = C, .vocab = V, .vocab_begin = 0, .vocab_end = V});
   // The same GEMMs on the same operands; the row reductions may split a row differently.
   expect_close("classifier losses vs plain", losses, download(plain_losses, N), kSoftmax);
   expect_close("classifier row statistics vs plain", stats, download(plain_stats, 2 * size_t(N)), kSoftmax);
@@ -366,13 +389,19 @@ TEST_P(CudaOpsHalfShapes, ClassifierOnPaddedLogits) {
   const float* weight = params.data() + weight_at;
   std::vector<float> cpu_logits(size_t(N) * V), cpu_losses(N), cpu_stats(2 * size_t(N));
   std::vector<float> cpu_dinp = dinp_prior, cpu_dweight = dweight_prior;
-  cpu_.classifier_forward(cpu_losses.data(), cpu_stats.data(), cpu_logits.data(), inp.data(), weight,
-                          targets.data(), N, C, V, std::nullopt);
+  cpu_.classifier_forward({.losses = cpu_losses.data(), .row_stats = cpu_stats.data(),
+                           .logits = cpu_logits.data(), .inp = inp.data(), .weight = weight,
+                           .targets = targets.data(), .rows = N, .channels = C, .vocab = V,
+                           .dlogits_scale = std::nullopt});
   const double unit = precision_ == Precision::fp16 ? 0x1p-11 : 0x1p-8;
   expect_close("classifier losses vs cpu", losses, cpu_losses, Tolerance{2 * unit * max_abs(cpu_logits), 0.0});
-  cpu_.classifier_backward(cpu_dinp.data(), cpu_logits.data(), cpu_stats.data(), weight, targets.data(), N, C,
-                           V, loss_scale, GradientWrite::accumulate);
-  cpu_.classifier_weight_backward(cpu_dweight.data(), cpu_logits.data(), inp.data(), N, C, V, 0, V);
+  cpu_.classifier_backward({.dinp = cpu_dinp.data(), .logits = cpu_logits.data(),
+                            .row_stats = cpu_stats.data(), .weight = weight,
+                            .targets = targets.data(), .rows = N, .channels = C, .vocab = V,
+                            .loss_scale = loss_scale, .dinp_write = GradientWrite::accumulate});
+  cpu_.classifier_weight_backward({.dweight = cpu_dweight.data(), .dlogits = cpu_logits.data(),
+                                   .inp = inp.data(), .rows = N, .channels = C, .vocab = V,
+                                   .vocab_begin = 0, .vocab_end = V});
   expect_close("classifier dinp vs cpu", dinp, cpu_dinp, gemm_tolerance(cpu_dinp));
 
   // Overwriting, the padded path writes dinp = dlogits @ weight into a NaN buffer, which
@@ -380,16 +409,28 @@ TEST_P(CudaOpsHalfShapes, ClassifierOnPaddedLogits) {
   // plain path's bits.
   float* overwritten = poisoned_activation(inp.size());
   float* scratch_dweight = upload(dweight_prior);
-  gpu_->classifier_forward(losses, stats, logits, d_inp, d_weight, d_targets, N, C, V, std::nullopt);
-  gpu_->classifier_backward(overwritten, logits, stats, d_weight, d_targets, N, C, V, loss_scale,
-                            GradientWrite::overwrite);
-  gpu_->classifier_weight_backward(scratch_dweight, logits, d_inp, N, C, V, 0, V);
+  gpu_->classifier_forward({.losses = losses, .row_stats = stats, .logits = logits, .inp = d_inp,
+                            .weight = d_weight, .targets = d_targets, .rows = N, .channels = C,
+                            .vocab = V, .dlogits_scale = std::nullopt});
+  gpu_->classifier_backward({.dinp = overwritten, .logits = logits, .row_stats = stats,
+                             .weight = d_weight, .targets = d_targets, .rows = N, .channels = C,
+                             .vocab = V, .loss_scale = loss_scale,
+                             .dinp_write = GradientWrite::overwrite});
+  gpu_->classifier_weight_backward({.dweight = scratch_dweight, .dlogits = logits, .inp = d_inp,
+                                    .rows = N, .channels = C, .vocab = V, .vocab_begin = 0,
+                                    .vocab_end = V});
   std::vector<float> cpu_overwritten(inp.size()), cpu_scratch_dweight = dweight_prior;
-  cpu_.classifier_forward(cpu_losses.data(), cpu_stats.data(), cpu_logits.data(), inp.data(), weight,
-                          targets.data(), N, C, V, std::nullopt);
-  cpu_.classifier_backward(cpu_overwritten.data(), cpu_logits.data(), cpu_stats.data(), weight,
-                           targets.data(), N, C, V, loss_scale, GradientWrite::overwrite);
-  cpu_.classifier_weight_backward(cpu_scratch_dweight.data(), cpu_logits.data(), inp.data(), N, C, V, 0, V);
+  cpu_.classifier_forward({.losses = cpu_losses.data(), .row_stats = cpu_stats.data(),
+                           .logits = cpu_logits.data(), .inp = inp.data(), .weight = weight,
+                           .targets = targets.data(), .rows = N, .channels = C, .vocab = V,
+                           .dlogits_scale = std::nullopt});
+  cpu_.classifier_backward({.dinp = cpu_overwritten.data(), .logits = cpu_logits.data(),
+                            .row_stats = cpu_stats.data(), .weight = weight,
+                            .targets = targets.data(), .rows = N, .channels = C, .vocab = V,
+                            .loss_scale = loss_scale, .dinp_write = GradientWrite::overwrite});
+  cpu_.classifier_weight_backward({.dweight = cpu_scratch_dweight.data(),
+                                   .dlogits = cpu_logits.data(), .inp = inp.data(), .rows = N,
+                                   .channels = C, .vocab = V, .vocab_begin = 0, .vocab_end = V});
   expect_close("classifier dinp vs cpu" + write_label(GradientWrite::overwrite), overwritten, cpu_overwritten,
                gemm_tolerance(cpu_overwritten));
   expect_close("classifier dweight, overwriting dinp, vs plain", scratch_dweight,
@@ -401,9 +442,15 @@ TEST_P(CudaOpsHalfShapes, ClassifierOnPaddedLogits) {
   // same dlogits bits, hence the same GEMM results.
   float *early_losses = statistics(N), *early_stats = statistics(2 * size_t(N));
   float *early_dinp = activation(dinp_prior), *early_dweight = upload(dweight_prior);
-  gpu_->classifier_forward(early_losses, early_stats, logits, d_inp, d_weight, d_targets, N, C, V, loss_scale);
-  gpu_->classifier_backward_from_dlogits(early_dinp, logits, d_weight, N, C, V, GradientWrite::accumulate);
-  gpu_->classifier_weight_backward(early_dweight, logits, d_inp, N, C, V, 0, V);
+  gpu_->classifier_forward({.losses = early_losses, .row_stats = early_stats, .logits = logits,
+                            .inp = d_inp, .weight = d_weight, .targets = d_targets, .rows = N,
+                            .channels = C, .vocab = V, .dlogits_scale = loss_scale});
+  gpu_->classifier_backward_from_dlogits({.dinp = early_dinp, .dlogits = logits, .weight = d_weight,
+                                          .rows = N, .channels = C, .vocab = V,
+                                          .dinp_write = GradientWrite::accumulate});
+  gpu_->classifier_weight_backward({.dweight = early_dweight, .dlogits = logits, .inp = d_inp,
+                                    .rows = N, .channels = C, .vocab = V, .vocab_begin = 0,
+                                    .vocab_end = V});
   expect_close("classifier with dlogits in forward: losses vs plain", early_losses, download(plain_losses, N),
                kSoftmax);
   expect_close("classifier with dlogits in forward: row statistics vs plain", early_stats,
@@ -412,8 +459,10 @@ TEST_P(CudaOpsHalfShapes, ClassifierOnPaddedLogits) {
   float *replay_dinp = activation(dinp_prior), *replay_dweight = upload(dweight_prior);
   gpu_->matmul_forward(replay_logits, d_inp, d_weight, nullptr, N, C, V);
   gpu_->softmax_cross_entropy_backward(replay_logits, replay_logits, early_stats, d_targets, N, V, loss_scale);
-  gpu_->matmul_backward(replay_dinp, replay_dweight, nullptr, replay_logits, d_inp, d_weight, N, C, V,
-                        GradientWrite::accumulate);
+  gpu_->matmul_backward({.dinp = replay_dinp, .dweight = replay_dweight, .dbias = nullptr,
+                         .dout = replay_logits, .inp = d_inp, .weight = d_weight, .rows = N,
+                         .in_channels = C, .out_channels = V,
+                         .dinp_write = GradientWrite::accumulate});
   expect_close("classifier with dlogits in forward: dinp vs plain", early_dinp,
                download(replay_dinp, inp.size()), kBitExact);
   expect_close("classifier with dlogits in forward: dweight vs plain", early_dweight,
@@ -427,11 +476,20 @@ TEST_P(CudaOpsHalfShapes, ClassifierOnPaddedLogits) {
   // missed or taken twice is off by the whole gradient.
   const std::vector<float> zeros(dweight_prior.size(), 0.0f);
   float *whole_dweight = upload(zeros), *parts_dweight = upload(zeros);
-  gpu_->classifier_weight_backward(whole_dweight, logits, d_inp, N, C, V, 0, V);
+  gpu_->classifier_weight_backward({.dweight = whole_dweight, .dlogits = logits, .inp = d_inp,
+                                    .rows = N, .channels = C, .vocab = V, .vocab_begin = 0,
+                                    .vocab_end = V});
   const int middle = V / 16 * 8;
-  if (middle > 8) gpu_->classifier_weight_backward(parts_dweight, logits, d_inp, N, C, V, middle, V);
-  gpu_->classifier_weight_backward(parts_dweight, logits, d_inp, N, C, V, 8, middle > 8 ? middle : V);
-  gpu_->classifier_weight_backward(parts_dweight, logits, d_inp, N, C, V, 0, 8);
+  if (middle > 8) gpu_->classifier_weight_backward({.dweight = parts_dweight, .dlogits = logits,
+                                                    .inp = d_inp, .rows = N, .channels = C,
+                                                    .vocab = V, .vocab_begin = middle,
+                                                    .vocab_end = V});
+  gpu_->classifier_weight_backward({.dweight = parts_dweight, .dlogits = logits, .inp = d_inp,
+                                    .rows = N, .channels = C, .vocab = V, .vocab_begin = 8,
+                                    .vocab_end = middle > 8 ? middle : V});
+  gpu_->classifier_weight_backward({.dweight = parts_dweight, .dlogits = logits, .inp = d_inp,
+                                    .rows = N, .channels = C, .vocab = V, .vocab_begin = 0,
+                                    .vocab_end = 8});
   const std::vector<float> whole = download(whole_dweight, zeros.size());
   ASSERT_GT(max_abs(whole), 0.0) << "an all-zero gradient would test nothing";
   expect_close("classifier dweight in parts vs the whole range", parts_dweight, whole, gemm_tolerance(whole));
@@ -596,8 +654,9 @@ TEST_F(CudaOpsFp16Range, OverflowIsInfNotClampedAndReachesTheGradientNorm) {
   const auto inp = rounded(random_floats(size_t(N) * IC, 93, 0.5f, 1.0f));
   float* dinp = activation(std::vector<float>(inp.size(), 0.0f));
   float* dweight = upload(std::vector<float>(params.size(), 0.0f), MemoryKind::gradients);
-  gpu_->matmul_backward(dinp, dweight, nullptr, dout, activation(inp), d_params, N, IC, OC,
-                        GradientWrite::accumulate);
+  gpu_->matmul_backward({.dinp = dinp, .dweight = dweight, .dbias = nullptr, .dout = dout,
+                         .inp = activation(inp), .weight = d_params, .rows = N, .in_channels = IC,
+                         .out_channels = OC, .dinp_write = GradientWrite::accumulate});
   const auto gradient = download(dweight, params.size());
   for (int i = 0; i < IC; ++i) EXPECT_EQ(gradient[i], kInf) << "dweight[0, " << i << "]";
   for (size_t i = IC; i < gradient.size(); ++i)

@@ -40,14 +40,18 @@ TEST_P(CudaOpsHalf, BiasEpilogueTakesTheGpt2Shapes) {
       std::vector<float> out(size_t(N) * out_channels);
       float* d_out = poisoned_activation(out.size());
       float* d_bias = activation(bias);  // a 16-bit bias, as the parameters' copy holds it
-      ASSERT_TRUE(bias_gemm.forward(stream, type, d_out, activation(inp), activation(weight), d_bias,
-                                    N, in_channels, out_channels))
+      ASSERT_TRUE(bias_gemm.forward(stream, {.type = type, .out = d_out, .inp = activation(inp),
+                                             .weight = activation(weight), .bias = d_bias,
+                                             .rows = N, .in_channels = in_channels,
+                                             .out_channels = out_channels}))
           << "cuBLASLt declined the bias epilogue" << label;
       cpu_.matmul_forward(out.data(), inp.data(), weight.data(), bias.data(), N, in_channels, out_channels);
       expect_close("bias epilogue out" + label, d_out, out, gemm_tolerance(out));
       const auto* misaligned_bias = reinterpret_cast<const char*>(d_bias) + 2;
-      EXPECT_FALSE(bias_gemm.forward(stream, type, d_out, activation(inp), activation(weight),
-                                     misaligned_bias, N, in_channels, out_channels))
+      EXPECT_FALSE(bias_gemm.forward(stream, {.type = type, .out = d_out, .inp = activation(inp),
+                                              .weight = activation(weight), .bias = misaligned_bias,
+                                              .rows = N, .in_channels = in_channels,
+                                              .out_channels = out_channels}))
           << "a bias 2 bytes off 16-byte alignment must be declined" << label;
     }
   }
@@ -68,7 +72,9 @@ TEST_P(CudaOpsHalf, TimedAlgorithmChoiceIsMadeOncePerProcess) {
   for (int instance = 0; instance < 2; ++instance) {
     cuda::EpilogueGemm timed(cuda::AlgorithmChoice::timed);
     float* d_out = poisoned_activation(size_t(N) * OC);
-    ASSERT_TRUE(timed.forward(stream, type, d_out, d_inp, d_weight, d_bias, N, C, OC));
+    ASSERT_TRUE(timed.forward(stream, {.type = type, .out = d_out, .inp = d_inp, .weight = d_weight,
+                                       .bias = d_bias, .rows = N, .in_channels = C,
+                                       .out_channels = OC}));
     outs.push_back(download(d_out, size_t(N) * OC));
     reports.push_back(timed.algorithm_report());
   }
@@ -79,7 +85,9 @@ TEST_P(CudaOpsHalf, TimedAlgorithmChoiceIsMadeOncePerProcess) {
   EXPECT_TRUE(all_close("second timed EpilogueGemm", outs[1], outs[0], kBitExact));
   cuda::EpilogueGemm heuristic(cuda::AlgorithmChoice::heuristic);
   float* d_out = poisoned_activation(size_t(N) * OC);
-  ASSERT_TRUE(heuristic.forward(stream, type, d_out, d_inp, d_weight, d_bias, N, C, OC));
+  ASSERT_TRUE(heuristic.forward(stream, {.type = type, .out = d_out, .inp = d_inp,
+                                         .weight = d_weight, .bias = d_bias, .rows = N,
+                                         .in_channels = C, .out_channels = OC}));
   ASSERT_EQ(heuristic.algorithm_report().size(), 1u);
   EXPECT_EQ(heuristic.algorithm_report()[0].find("timed"), std::string::npos) << heuristic.algorithm_report()[0];
   EXPECT_NE(heuristic.algorithm_report()[0].find(": cuBLASLt's first"), std::string::npos);
@@ -89,7 +97,9 @@ TEST_P(CudaOpsHalf, TimedAlgorithmChoiceIsMadeOncePerProcess) {
   int multiprocessors = 0;
   CHECK_CUDA(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, 0));
   beside_lane.set_multiprocessor_target(multiprocessors - cuda::kTimedGemmFewerMultiprocessors);
-  ASSERT_TRUE(beside_lane.forward(stream, type, d_out, d_inp, d_weight, d_bias, N, C, OC));
+  ASSERT_TRUE(beside_lane.forward(stream, {.type = type, .out = d_out, .inp = d_inp,
+                                           .weight = d_weight, .bias = d_bias, .rows = N,
+                                           .in_channels = C, .out_channels = OC}));
   ASSERT_EQ(beside_lane.algorithm_report().size(), 1u);
   EXPECT_EQ(beside_lane.algorithm_report()[0].find("timed"), std::string::npos) << beside_lane.algorithm_report()[0];
 }
@@ -220,32 +230,98 @@ TEST_P(CudaOpsHalf, Gpt2SmallTimings) {
   };
   const std::vector<Timed> timed = {
       {"matmul fwd 768->2304", 10, [&] { ops.matmul_forward(qkv, x, params, params + 1, N, C, 3 * C); }},
-      {"matmul bwd 768->2304", 10, [&] { ops.matmul_backward(x, grads, grads + 1, qkv, x, params, N, C, 3 * C, kFirst); }},
+      {"matmul bwd 768->2304", 10, [&] { ops.matmul_backward({.dinp = x, .dweight = grads,
+                                                              .dbias = grads + 1, .dout = qkv,
+                                                              .inp = x, .weight = params, .rows = N,
+                                                              .in_channels = C,
+                                                              .out_channels = 3 * C,
+                                                              .dinp_write = kFirst}); }},
       {"matmul fwd 768->3072", 10, [&] { ops.matmul_forward(wide, x, params, params + 1, N, C, 4 * C); }},
-      {"matmul bwd 768->3072", 10, [&] { ops.matmul_backward(x, grads, grads + 1, wide, x, params, N, C, 4 * C, kFirst); }},
+      {"matmul bwd 768->3072", 10, [&] { ops.matmul_backward({.dinp = x, .dweight = grads,
+                                                              .dbias = grads + 1, .dout = wide,
+                                                              .inp = x, .weight = params, .rows = N,
+                                                              .in_channels = C,
+                                                              .out_channels = 4 * C,
+                                                              .dinp_write = kFirst}); }},
       {"matmul fwd 3072->768", 10, [&] { ops.matmul_forward(x, wide, params, params + 1, N, 4 * C, C); }},
-      {"matmul bwd 3072->768", 10, [&] { ops.matmul_backward(wide, grads, grads + 1, x, wide, params, N, 4 * C, C, kFirst); }},
+      {"matmul bwd 3072->768", 10, [&] { ops.matmul_backward({.dinp = wide, .dweight = grads,
+                                                              .dbias = grads + 1, .dout = x,
+                                                              .inp = wide, .weight = params,
+                                                              .rows = N, .in_channels = 4 * C,
+                                                              .out_channels = C,
+                                                              .dinp_write = kFirst}); }},
       {"matmul fwd 768->768", 10, [&] { ops.matmul_forward(y, x, params, params + 1, N, C, C); }},
       {"matmul fwd LM head", 3, [&] { ops.matmul_forward(logits, x, params, nullptr, N, C, V); }},
-      {"matmul bwd LM head", 3, [&] { ops.matmul_backward(x, grads, nullptr, dlogits, x, params, N, C, V, kFirst); }},
+      {"matmul bwd LM head", 3, [&] { ops.matmul_backward({.dinp = x, .dweight = grads,
+                                                           .dbias = nullptr, .dout = dlogits,
+                                                           .inp = x, .weight = params, .rows = N,
+                                                           .in_channels = C, .out_channels = V,
+                                                           .dinp_write = kFirst}); }},
       {"attention fwd", 5, [&] { ops.attention_forward(y, probs, qkv, att); }},
       {"attention bwd", 5, [&] { ops.attention_backward(dqkv, y, qkv, y, probs, att, kFirst); }},
-      {"layernorm fwd", 10, [&] { ops.layernorm_forward(y, stats, stats + N, x, params, params, N, C); }},
-      {"layernorm bwd", 10, [&] { ops.layernorm_backward(x, grads, grads + C, y, x, params, stats, stats + N, N, C, kFirst); }},
+      {"layernorm fwd", 10, [&] { ops.layernorm_forward({.out = y, .mean = stats, .rstd = stats + N,
+                                                         .inp = x, .weight = params, .bias = params,
+                                                         .rows = N, .channels = C}); }},
+      {"layernorm bwd", 10, [&] { ops.layernorm_backward({.dinp = x, .dweight = grads,
+                                                          .dbias = grads + C, .dout = y, .inp = x,
+                                                          .weight = params, .mean = stats,
+                                                          .rstd = stats + N, .rows = N,
+                                                          .channels = C, .dinp_write = kFirst}); }},
       {"gelu fwd", 10, [&] { ops.gelu_forward(wide2, wide, 4 * NC); }},
       {"gelu bwd", 10, [&] { ops.gelu_backward(wide2, wide, wide, 4 * NC, kFirst); }},
       {"residual fwd", 10, [&] { ops.residual_forward(y, x, y, NC); }},
       {"fill_zero 4NC", 10, [&] { ops.fill_zero(wide, 4 * NC); }},
       {"cross-entropy fwd", 3, [&] { ops.softmax_cross_entropy_forward(losses, stats, logits, d_targets, N, V); }},
       {"cross-entropy bwd", 3, [&] { ops.softmax_cross_entropy_backward(dlogits, logits, stats, d_targets, N, V, loss_scale); }},
-      {"classifier fwd (padded logits)", 3, [&] { ops.classifier_forward(losses, stats, padded_logits, x, params, d_targets, N, C, V, std::nullopt); }},
-      {"classifier bwd (padded logits)", 3, [&] { ops.classifier_backward(y, padded_logits, stats, params, d_targets, N, C, V, loss_scale, kFirst); }},
-      {"classifier fwd with dlogits (padded logits)", 3, [&] { ops.classifier_forward(losses, stats, padded_logits, x, params, d_targets, N, C, V, loss_scale); }},
-      {"classifier bwd from dlogits (padded logits)", 3, [&] { ops.classifier_backward_from_dlogits(y, padded_logits, params, N, C, V, kFirst); }},
-      {"classifier weight bwd (padded logits)", 3, [&] { ops.classifier_weight_backward(grads, padded_logits, x, N, C, V, 0, V); }},
+      {"classifier fwd (padded logits)", 3, [&] { ops.classifier_forward({.losses = losses,
+                                                                          .row_stats = stats,
+                                                                          .logits = padded_logits,
+                                                                          .inp = x,
+                                                                          .weight = params,
+                                                                          .targets = d_targets,
+                                                                          .rows = N, .channels = C,
+                                                                          .vocab = V,
+                                                                          .dlogits_scale = std::nullopt}); }},
+      {"classifier bwd (padded logits)", 3, [&] { ops.classifier_backward({.dinp = y,
+                                                                           .logits = padded_logits,
+                                                                           .row_stats = stats,
+                                                                           .weight = params,
+                                                                           .targets = d_targets,
+                                                                           .rows = N, .channels = C,
+                                                                           .vocab = V,
+                                                                           .loss_scale = loss_scale,
+                                                                           .dinp_write = kFirst}); }},
+      {"classifier fwd with dlogits (padded logits)", 3, [&] { ops.classifier_forward({.losses = losses,
+                                                                                       .row_stats = stats,
+                                                                                       .logits = padded_logits,
+                                                                                       .inp = x,
+                                                                                       .weight = params,
+                                                                                       .targets = d_targets,
+                                                                                       .rows = N,
+                                                                                       .channels = C,
+                                                                                       .vocab = V,
+                                                                                       .dlogits_scale = loss_scale}); }},
+      {"classifier bwd from dlogits (padded logits)", 3, [&] { ops.classifier_backward_from_dlogits({.dinp = y,
+                                                                                                     .dlogits = padded_logits,
+                                                                                                     .weight = params,
+                                                                                                     .rows = N,
+                                                                                                     .channels = C,
+                                                                                                     .vocab = V,
+                                                                                                     .dinp_write = kFirst}); }},
+      {"classifier weight bwd (padded logits)", 3, [&] { ops.classifier_weight_backward({.dweight = grads,
+                                                                                         .dlogits = padded_logits,
+                                                                                         .inp = x,
+                                                                                         .rows = N,
+                                                                                         .channels = C,
+                                                                                         .vocab = V,
+                                                                                         .vocab_begin = 0,
+                                                                                         .vocab_end = V}); }},
       {"classifier weight bwd in 4 parts", 3, [&] {
          for (int part = 3; part >= 0; --part)
-           ops.classifier_weight_backward(grads, padded_logits, x, N, C, V, V * part / 32 * 8, part == 3 ? V : V * (part + 1) / 32 * 8);
+           ops.classifier_weight_backward({.dweight = grads, .dlogits = padded_logits, .inp = x,
+                                           .rows = N, .channels = C, .vocab = V,
+                                           .vocab_begin = V * part / 32 * 8,
+                                           .vocab_end = part == 3 ? V : V * (part + 1) / 32 * 8});
        }},
       {"parameters_changed 38.6M (wte + 4C)", 3, [&] { ops.parameters_changed(params, 0, param_elems); }},
   };
@@ -347,8 +423,9 @@ TEST_F(CudaOpsBf16, GeluEpiloguesTakeTheGpt2ShapesAndAreTheTanhGelu) {
     for (int o = 0; o < H; ++o) pre[size_t(n) * H + o] = weight[size_t(o) * C + n % C] + bias[o];
   float *d_pre = poisoned_activation(NH), *d_out = poisoned_activation(NH);
   const float *d_inp = activation(inp), *d_weight = activation(weight), *d_bias = activation(bias);
-  ASSERT_TRUE(epilogue_gemm.gelu_forward(stream, type, d_pre, d_out, d_inp, d_weight, d_bias, N,
-                                         C, H))
+  ASSERT_TRUE(epilogue_gemm.gelu_forward(stream, {.type = type, .out = d_out, .inp = d_inp,
+                                                  .weight = d_weight, .bias = d_bias, .rows = N,
+                                                  .in_channels = C, .out_channels = H, .pre = d_pre}))
       << "cuBLASLt declined the GELU epilogue (768->3072)";
   expect_close("GELU epilogue pre (its auxiliary output)", d_pre, rounded(pre), kBitExact);
   std::vector<float> out(NH), erf_out(NH);
@@ -358,8 +435,10 @@ TEST_F(CudaOpsBf16, GeluEpiloguesTakeTheGpt2ShapesAndAreTheTanhGelu) {
   EXPECT_FALSE(all_close("erf GELU", rounded(erf_out), out, tol_.rounding))
       << "these inputs must tell the erf GELU from the tanh GELU";
   void* misaligned_pre = reinterpret_cast<char*>(d_pre) + 2;
-  EXPECT_FALSE(epilogue_gemm.gelu_forward(stream, type, misaligned_pre, d_out, d_inp, d_weight,
-                                          d_bias, N, C, H))
+  EXPECT_FALSE(epilogue_gemm.gelu_forward(stream, {.type = type, .out = d_out, .inp = d_inp,
+                                                   .weight = d_weight, .bias = d_bias, .rows = N,
+                                                   .in_channels = C, .out_channels = H,
+                                                   .pre = misaligned_pre}))
       << "an auxiliary output 2 bytes off 16-byte alignment must be declined";
 
   // The input gradient of 3072 -> 768: dact[n, i] = proj_weight[n % C, i] = +-1.
@@ -379,15 +458,19 @@ TEST_F(CudaOpsBf16, GeluEpiloguesTakeTheGpt2ShapesAndAreTheTanhGelu) {
   float* d_dpre = poisoned_activation(NH);
   const float *d_dout = activation(dout), *d_proj_weight = activation(proj_weight);
   const float* d_gelu_input = activation(gelu_input);
-  ASSERT_TRUE(epilogue_gemm.gelu_input_gradient(stream, type, d_dpre, d_dout, d_proj_weight,
-                                                d_gelu_input, N, H, C))
+  ASSERT_TRUE(epilogue_gemm.gelu_input_gradient(stream, {.type = type, .dpre = d_dpre,
+                                                         .dout = d_dout, .weight = d_proj_weight,
+                                                         .pre = d_gelu_input, .rows = N,
+                                                         .in_channels = H, .out_channels = C}))
       << "cuBLASLt declined the GELU derivative's epilogue (3072->768)";
   expect_close("GELU epilogue dpre", d_dpre, dpre, tol_.gelu_backward);
   EXPECT_FALSE(all_close("erf GELU's derivative", rounded(erf_dpre), dpre, tol_.gelu_backward))
       << "these inputs must tell the erf GELU's derivative from the tanh GELU's";
   const void* misaligned_input = reinterpret_cast<const char*>(d_gelu_input) + 2;
-  EXPECT_FALSE(epilogue_gemm.gelu_input_gradient(stream, type, d_dpre, d_dout, d_proj_weight,
-                                                 misaligned_input, N, H, C))
+  EXPECT_FALSE(epilogue_gemm.gelu_input_gradient(stream, {.type = type, .dpre = d_dpre,
+                                                          .dout = d_dout, .weight = d_proj_weight,
+                                                          .pre = misaligned_input, .rows = N,
+                                                          .in_channels = H, .out_channels = C}))
       << "an auxiliary input 2 bytes off 16-byte alignment must be declined";
 }
 
@@ -421,14 +504,22 @@ TEST_P(CudaOpsHalf, DenseGeluTimings) {
          gpu_->matmul_forward(fch, ln2, fc_weight, fc_bias, N, C, H);
          gpu_->gelu_forward(fch_gelu, fch, NH);
        }},
-      {"dense_gelu_forward", [&] { gpu_->dense_gelu_forward(fch, fch_gelu, ln2, fc_weight, fc_bias, N, C, H); }},
+      {"dense_gelu_forward", [&] { gpu_->dense_gelu_forward({.pre = fch, .out = fch_gelu,
+                                                             .inp = ln2, .weight = fc_weight,
+                                                             .bias = fc_bias, .rows = N,
+                                                             .in_channels = C, .out_channels = H}); }},
       {"fc_proj bwd + gelu bwd (plain)", [&] {
-         gpu_->matmul_backward(dfch_gelu, proj_dweight, proj_dbias, dout, fch_gelu, proj_weight, N, H, C, kFirst);
+         gpu_->matmul_backward({.dinp = dfch_gelu, .dweight = proj_dweight, .dbias = proj_dbias,
+                                .dout = dout, .inp = fch_gelu, .weight = proj_weight, .rows = N,
+                                .in_channels = H, .out_channels = C, .dinp_write = kFirst});
          gpu_->gelu_backward(dfch, fch, dfch_gelu, NH, kFirst);
        }},
       {"dense_backward_through_gelu", [&] {
-         gpu_->dense_backward_through_gelu(dfch, proj_dweight, proj_dbias, dout, fch_gelu, fch, proj_weight, N, H,
-                                           C, dfch_gelu);
+         gpu_->dense_backward_through_gelu({.dpre = dfch, .dweight = proj_dweight,
+                                            .dbias = proj_dbias, .dout = dout, .act = fch_gelu,
+                                            .pre = fch, .weight = proj_weight, .rows = N,
+                                            .in_channels = H, .out_channels = C,
+                                            .dact_scratch = dfch_gelu});
        }},
   };
   const size_t before = gpu_->gelu_epilogue_gemms();

@@ -31,6 +31,7 @@
 #include <iostream>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "attention.cuh"
@@ -133,17 +134,25 @@ void flash_backward(Precision precision, cudaStream_t stream, DeviceBuffer& dqkv
                     const DeviceBuffer& dout, const DeviceBuffer& qkv, const DeviceBuffer& out,
                     const DeviceBuffer& lse, const AttentionShape& shape, DeviceBuffer& scratch,
                     bool accumulate_dqkv = true) {
-  const size_t scratch_elems = scratch.bytes() / sizeof(float);
+  const cuda::Scratch device_scratch{scratch.as<float>(), scratch.bytes() / sizeof(float)};
+  const GradientWrite dqkv_write =
+      accumulate_dqkv ? GradientWrite::accumulate : GradientWrite::overwrite;
+  auto launch = [&](auto* typed) {
+    using T = std::remove_pointer_t<decltype(typed)>;
+    cuda::launch_flash_attention_backward(stream,
+                                          AttentionBackwardArgs<T, float>{.dqkv = dqkv.as<T>(),
+                                                                          .dout = dout.as<T>(),
+                                                                          .qkv = qkv.as<T>(),
+                                                                          .out = out.as<T>(),
+                                                                          .state = lse.as<float>(),
+                                                                          .shape = shape,
+                                                                          .dqkv_write = dqkv_write},
+                                          device_scratch);
+  };
   if (precision == Precision::bf16)
-    cuda::launch_flash_attention_backward(
-        stream, dqkv.as<__nv_bfloat16>(), dout.as<__nv_bfloat16>(), qkv.as<__nv_bfloat16>(),
-        out.as<__nv_bfloat16>(), lse.as<float>(), shape, scratch.as<float>(), scratch_elems,
-        accumulate_dqkv);
+    launch(static_cast<__nv_bfloat16*>(nullptr));
   else
-    cuda::launch_flash_attention_backward(stream, dqkv.as<__half>(), dout.as<__half>(),
-                                          qkv.as<__half>(), out.as<__half>(), lse.as<float>(),
-                                          shape, scratch.as<float>(), scratch_elems,
-                                          accumulate_dqkv);
+    launch(static_cast<__half*>(nullptr));
 }
 
 // ---- the reference and its bounds --------------------------------------------------------
@@ -481,13 +490,18 @@ TEST_F(FlashAttentionTest, TimingAgainstCublasPath) {
                                         cuda::attention_backward_scratch_elems_16bit(shape));
   DeviceBuffer probs(probs_elems * 2), scratch(scratch_elems * 4);
   auto cublas_step = [&] {
+    const cuda::Scratch device_scratch{scratch.as<float>(), scratch_elems};
     cuda::launch_attention_forward(handle, stream_, out.as<__nv_bfloat16>(),
                                    probs.as<__nv_bfloat16>(), qkv.as<__nv_bfloat16>(), shape,
-                                   scratch.as<float>(), scratch_elems);
-    cuda::launch_attention_backward(handle, stream_, dqkv.as<__nv_bfloat16>(),
-                                    dout.as<__nv_bfloat16>(), qkv.as<__nv_bfloat16>(),
-                                    probs.as<__nv_bfloat16>(), shape, scratch.as<float>(),
-                                    scratch_elems);
+                                   device_scratch);
+    cuda::launch_attention_backward(handle, stream_,
+                                    AttentionBackwardArgs<__nv_bfloat16>{
+                                        .dqkv = dqkv.as<__nv_bfloat16>(),
+                                        .dout = dout.as<__nv_bfloat16>(),
+                                        .qkv = qkv.as<__nv_bfloat16>(),
+                                        .state = probs.as<__nv_bfloat16>(),
+                                        .shape = shape},
+                                    device_scratch);
   };
   const double cublas_ms = median_ms(stream_, 3, 20, cublas_step);
   CHECK_CUBLAS(cublasDestroy(handle));

@@ -1,5 +1,5 @@
 // When the strategies hold multiprocessors back for the overlapped lane's collectives
-// (Ops::reserve_multiprocessors, docs/performance-notes.md changes 20, 24 and 44): only
+// (DeviceServices::reserve_multiprocessors): only
 // with --overlap on, from backward's first overlapped bucket on, and never while forward
 // or the optimizer runs (one micro-batch per step here).
 // On the CPU the reservation changes nothing, so the ops here only record it; the
@@ -42,11 +42,9 @@ class ReservationRecordingOps final : public CpuOps {
     ++(reserved_ > 0 ? forward_reserved : forward_unreserved);
     CpuOps::matmul_forward(out, inp, weight, bias, rows, in_channels, out_channels);
   }
-  void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                       const float* weight, int rows, int in_channels, int out_channels,
-                       GradientWrite dinp_write) override {
+  void matmul_backward(const MatmulBackwardArgs<float>& args) override {
     ++(reserved_ > 0 ? backward_reserved : backward_unreserved);
-    CpuOps::matmul_backward(dinp, dweight, dbias, dout, inp, weight, rows, in_channels, out_channels, dinp_write);
+    CpuOps::matmul_backward(args);
   }
   void adamw_update(float* params, const float* grads, float* m, float* v, size_t elems,
                     const AdamWParams& hyper) override {

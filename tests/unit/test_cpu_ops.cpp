@@ -287,10 +287,11 @@ TEST(CpuOpsEmbedding, ForwardAndBackwardWithRepeatedTokens) {
       expected_wpe[position_elem] += dout[n * kChannels + c];
     }
   }
-  ops.embedding_forward(out.data(), tokens.data(), wte.data(), wpe.data(), kBatch, kSeq,
-                        kChannels);
-  ops.embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), kBatch, kSeq,
-                         kChannels);
+  ops.embedding_forward({.out = out.data(), .tokens = tokens.data(), .wte = wte.data(),
+                         .wpe = wpe.data(), .batch = kBatch, .seq = kSeq, .channels = kChannels});
+  ops.embedding_backward({.dwte = dwte.data(), .dwpe = dwpe.data(), .dout = dout.data(),
+                          .tokens = tokens.data(), .batch = kBatch, .seq = kSeq,
+                          .channels = kChannels});
   EXPECT_TRUE(all_close("embedding out", out, expected_out, kExact));
   EXPECT_TRUE(all_close("dwte", dwte, expected_wte, kExact));
   EXPECT_TRUE(all_close("dwpe", dwpe, expected_wpe, kExact));
@@ -303,14 +304,15 @@ TEST(CpuOpsEmbedding, BackwardMatchesFiniteDifferences) {
   auto r = random_floats(kRows * kChannels, 9);
   std::vector<float> out(kRows * kChannels);
   auto objective = [&] {
-    ops.embedding_forward(out.data(), tokens.data(), wte.data(), wpe.data(), kBatch, kSeq,
-                          kChannels);
+    ops.embedding_forward({.out = out.data(), .tokens = tokens.data(), .wte = wte.data(),
+                           .wpe = wpe.data(), .batch = kBatch, .seq = kSeq, .channels = kChannels});
     return weighted_sum(out, r);
   };
   const auto dwte_prior = random_floats(wte.size(), 10), dwpe_prior = random_floats(wpe.size(), 11);
   auto dwte = dwte_prior, dwpe = dwpe_prior;
-  ops.embedding_backward(dwte.data(), dwpe.data(), r.data(), tokens.data(), kBatch, kSeq,
-                         kChannels);
+  ops.embedding_backward({.dwte = dwte.data(), .dwpe = dwpe.data(), .dout = r.data(),
+                          .tokens = tokens.data(), .batch = kBatch, .seq = kSeq,
+                          .channels = kChannels});
   EXPECT_TRUE(gradient_matches("dwte", dwte, dwte_prior, wte, objective, kFp32GradTolerance));
   EXPECT_TRUE(gradient_matches("dwpe", dwpe, dwpe_prior, wpe, objective, kFp32GradTolerance));
 }
@@ -322,8 +324,9 @@ TEST(CpuOpsLayerNorm, ForwardNormalisesEachRow) {
   auto inp = random_floats(kRows * kChannels, 12, -3.0f, 5.0f);
   std::vector<float> ones(kChannels, 1.0f), zeros(kChannels, 0.0f);
   std::vector<float> out(inp.size()), mean(kRows), rstd(kRows);
-  ops.layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), ones.data(),
-                        zeros.data(), kRows, kChannels);
+  ops.layernorm_forward({.out = out.data(), .mean = mean.data(), .rstd = rstd.data(),
+                         .inp = inp.data(), .weight = ones.data(), .bias = zeros.data(),
+                         .rows = kRows, .channels = kChannels});
   auto row_stats = [](const std::vector<float>& x, int n) {  // {mean, biased variance}
     double m = 0.0, v = 0.0;
     for (int c = 0; c < kChannels; ++c) m += x[n * kChannels + c] / double{kChannels};
@@ -346,8 +349,9 @@ TEST(CpuOpsLayerNorm, ForwardNormalisesEachRow) {
   EXPECT_TRUE(all_close("rstd", rstd, ref_rstd, kForwardTolerance));
 
   auto weight = random_floats(kChannels, 13), bias = random_floats(kChannels, 14);
-  ops.layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), weight.data(),
-                        bias.data(), kRows, kChannels);
+  ops.layernorm_forward({.out = out.data(), .mean = mean.data(), .rstd = rstd.data(),
+                         .inp = inp.data(), .weight = weight.data(), .bias = bias.data(),
+                         .rows = kRows, .channels = kChannels});
   std::vector<double> expected(inp.size());
   for (size_t i = 0; i < inp.size(); ++i) {
     const size_t n = i / kChannels, c = i % kChannels;
@@ -362,8 +366,9 @@ TEST(CpuOpsLayerNorm, BackwardMatchesFiniteDifferences) {
   auto weight = random_floats(kChannels, 16, 0.5f, 1.5f), bias = random_floats(kChannels, 17);
   std::vector<float> out(inp.size()), mean(kRows), rstd(kRows);
   auto objective = [&] {
-    ops.layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), weight.data(),
-                          bias.data(), kRows, kChannels);
+    ops.layernorm_forward({.out = out.data(), .mean = mean.data(), .rstd = rstd.data(),
+                           .inp = inp.data(), .weight = weight.data(), .bias = bias.data(),
+                           .rows = kRows, .channels = kChannels});
     return weighted_sum(out, r);
   };
   objective();
@@ -371,8 +376,10 @@ TEST(CpuOpsLayerNorm, BackwardMatchesFiniteDifferences) {
   const auto dweight_prior = random_floats(kChannels, 20);
   const auto dbias_prior = random_floats(kChannels, 21);
   auto dinp = dinp_prior, dweight = dweight_prior, dbias = dbias_prior;
-  ops.layernorm_backward(dinp.data(), dweight.data(), dbias.data(), r.data(), inp.data(),
-                         weight.data(), mean.data(), rstd.data(), kRows, kChannels, GradientWrite::accumulate);
+  ops.layernorm_backward({.dinp = dinp.data(), .dweight = dweight.data(), .dbias = dbias.data(),
+                          .dout = r.data(), .inp = inp.data(), .weight = weight.data(),
+                          .mean = mean.data(), .rstd = rstd.data(), .rows = kRows,
+                          .channels = kChannels, .dinp_write = GradientWrite::accumulate});
   EXPECT_TRUE(gradient_matches("dinp", dinp, dinp_prior, inp, objective, kFp32GradTolerance));
   EXPECT_TRUE(
       gradient_matches("dweight", dweight, dweight_prior, weight, objective, kFp32GradTolerance));
@@ -428,8 +435,11 @@ TEST(CpuOpsMatmul, BackwardMatchesFiniteDifferences) {
     const auto dweight_prior = random_floats(weight.size(), 30);
     const auto dbias_prior = random_floats(bias.size(), 31);
     auto dinp = dinp_prior, dweight = dweight_prior, dbias = dbias_prior;
-    ops.matmul_backward(dinp.data(), dweight.data(), with_bias ? dbias.data() : nullptr,
-                        r.data(), inp.data(), weight.data(), kRows, in_channels, out_channels, GradientWrite::accumulate);
+    ops.matmul_backward({.dinp = dinp.data(), .dweight = dweight.data(),
+                         .dbias = with_bias ? dbias.data() : nullptr, .dout = r.data(),
+                         .inp = inp.data(), .weight = weight.data(), .rows = kRows,
+                         .in_channels = in_channels, .out_channels = out_channels,
+                         .dinp_write = GradientWrite::accumulate});
     const std::string label = with_bias ? " (bias)" : " (no bias)";
     EXPECT_TRUE(gradient_matches("dinp" + label, dinp, dinp_prior, inp, objective,
                                  kFp32GradTolerance));
@@ -660,43 +670,56 @@ TEST(CpuOpsCrossEntropy, ClassifierIsMatmulThenCrossEntropy) {
   std::vector<float> dlogits(logits.size()), dinp(inp.size(), 0.5f), dweight(weight.size(), 0.5f);
   ops.softmax_cross_entropy_backward(dlogits.data(), logits.data(), row_stats.data(),
                                      targets.data(), kRows, kVocab, loss_scale);
-  ops.matmul_backward(dinp.data(), dweight.data(), nullptr, dlogits.data(), inp.data(),
-                      weight.data(), kRows, kChannels, kVocab, GradientWrite::accumulate);
+  ops.matmul_backward({.dinp = dinp.data(), .dweight = dweight.data(), .dbias = nullptr,
+                       .dout = dlogits.data(), .inp = inp.data(), .weight = weight.data(),
+                       .rows = kRows, .in_channels = kChannels, .out_channels = kVocab,
+                       .dinp_write = GradientWrite::accumulate});
 
   float* fused_logits = ops.allocate_logits(kRows, kVocab);
   std::vector<float> fused_losses(kRows), fused_stats(2 * kRows);
   std::vector<float> fused_dinp(inp.size(), 0.5f), fused_dweight(weight.size(), 0.5f);
-  ops.classifier_forward(fused_losses.data(), fused_stats.data(), fused_logits, inp.data(),
-                         weight.data(), targets.data(), kRows, kChannels, kVocab, std::nullopt);
+  ops.classifier_forward({.losses = fused_losses.data(), .row_stats = fused_stats.data(),
+                          .logits = fused_logits, .inp = inp.data(), .weight = weight.data(),
+                          .targets = targets.data(), .rows = kRows, .channels = kChannels,
+                          .vocab = kVocab, .dlogits_scale = std::nullopt});
   EXPECT_EQ(fused_losses, losses);
   EXPECT_EQ(std::vector<float>(fused_logits, fused_logits + logits.size()), logits);
-  ops.classifier_backward(fused_dinp.data(), fused_logits, fused_stats.data(), weight.data(),
-                          targets.data(), kRows, kChannels, kVocab, loss_scale,
-                          GradientWrite::accumulate);
+  ops.classifier_backward({.dinp = fused_dinp.data(), .logits = fused_logits,
+                           .row_stats = fused_stats.data(), .weight = weight.data(),
+                           .targets = targets.data(), .rows = kRows, .channels = kChannels,
+                           .vocab = kVocab, .loss_scale = loss_scale,
+                           .dinp_write = GradientWrite::accumulate});
   EXPECT_EQ(std::vector<float>(fused_logits, fused_logits + logits.size()), dlogits);
   EXPECT_EQ(fused_dinp, dinp);
-  ops.classifier_weight_backward(fused_dweight.data(), fused_logits, inp.data(), kRows, kChannels,
-                                 kVocab, 0, kVocab);
+  ops.classifier_weight_backward({.dweight = fused_dweight.data(), .dlogits = fused_logits,
+                                  .inp = inp.data(), .rows = kRows, .channels = kChannels,
+                                  .vocab = kVocab, .vocab_begin = 0, .vocab_end = kVocab});
   EXPECT_EQ(fused_dweight, dweight);
 
   // A training step's form: the forward leaves dlogits, the backward only multiplies.
   std::vector<float> early_losses(kRows), early_stats(2 * kRows);
   std::vector<float> early_dinp(inp.size(), 0.5f), early_dweight(weight.size(), 0.5f);
-  ops.classifier_forward(early_losses.data(), early_stats.data(), fused_logits, inp.data(),
-                         weight.data(), targets.data(), kRows, kChannels, kVocab, loss_scale);
+  ops.classifier_forward({.losses = early_losses.data(), .row_stats = early_stats.data(),
+                          .logits = fused_logits, .inp = inp.data(), .weight = weight.data(),
+                          .targets = targets.data(), .rows = kRows, .channels = kChannels,
+                          .vocab = kVocab, .dlogits_scale = loss_scale});
   EXPECT_EQ(early_losses, losses);
   EXPECT_EQ(early_stats, row_stats);
   EXPECT_EQ(std::vector<float>(fused_logits, fused_logits + logits.size()), dlogits);
-  ops.classifier_backward_from_dlogits(early_dinp.data(), fused_logits, weight.data(), kRows,
-                                       kChannels, kVocab, GradientWrite::accumulate);
+  ops.classifier_backward_from_dlogits({.dinp = early_dinp.data(), .dlogits = fused_logits,
+                                        .weight = weight.data(), .rows = kRows,
+                                        .channels = kChannels, .vocab = kVocab,
+                                        .dinp_write = GradientWrite::accumulate});
   EXPECT_EQ(early_dinp, dinp);
   // The weight gradient in parts, from the last rows down as the model takes it: each
   // row's bits are those of the whole range.
-  ops.classifier_weight_backward(early_dweight.data(), fused_logits, inp.data(), kRows, kChannels,
-                                 kVocab, 8, kVocab);
+  ops.classifier_weight_backward({.dweight = early_dweight.data(), .dlogits = fused_logits,
+                                  .inp = inp.data(), .rows = kRows, .channels = kChannels,
+                                  .vocab = kVocab, .vocab_begin = 8, .vocab_end = kVocab});
   EXPECT_NE(early_dweight, dweight);
-  ops.classifier_weight_backward(early_dweight.data(), fused_logits, inp.data(), kRows, kChannels,
-                                 kVocab, 0, 8);
+  ops.classifier_weight_backward({.dweight = early_dweight.data(), .dlogits = fused_logits,
+                                  .inp = inp.data(), .rows = kRows, .channels = kChannels,
+                                  .vocab = kVocab, .vocab_begin = 0, .vocab_end = 8});
   EXPECT_EQ(early_dweight, dweight);
   ops.release(fused_logits);
 }
@@ -728,18 +751,23 @@ TEST(CpuOpsGradientWrite, OverwriteEqualsAccumulatingIntoZeros) {
   const auto weight = random_floats(3 * kChannels * kChannels, 62);
   const auto ln_weight = random_floats(kChannels, 63);
   std::vector<float> normed(kRows * kChannels), mean(kRows), rstd(kRows);
-  ops.layernorm_forward(normed.data(), mean.data(), rstd.data(), inp.data(), ln_weight.data(),
-                        ln_weight.data(), kRows, kChannels);
+  ops.layernorm_forward({.out = normed.data(), .mean = mean.data(), .rstd = rstd.data(),
+                         .inp = inp.data(), .weight = ln_weight.data(), .bias = ln_weight.data(),
+                         .rows = kRows, .channels = kChannels});
   expect_overwrite_is_accumulation_into_zeros(
       "layernorm", inp.size(), 2 * kChannels, [&](float* dinp, float* dparams, GradientWrite w) {
-        ops.layernorm_backward(dinp, dparams, dparams + kChannels, dout.data(), inp.data(),
-                               ln_weight.data(), mean.data(), rstd.data(), kRows, kChannels, w);
+        ops.layernorm_backward({.dinp = dinp, .dweight = dparams, .dbias = dparams + kChannels,
+                                .dout = dout.data(), .inp = inp.data(), .weight = ln_weight.data(),
+                                .mean = mean.data(), .rstd = rstd.data(), .rows = kRows,
+                                .channels = kChannels, .dinp_write = w});
       });
   expect_overwrite_is_accumulation_into_zeros(
       "matmul", inp.size(), weight.size() + 3 * kChannels,
       [&](float* dinp, float* dparams, GradientWrite w) {
-        ops.matmul_backward(dinp, dparams, dparams + weight.size(), dout.data(), inp.data(),
-                            weight.data(), kRows, kChannels, 3 * kChannels, w);
+        ops.matmul_backward({.dinp = dinp, .dweight = dparams, .dbias = dparams + weight.size(),
+                             .dout = dout.data(), .inp = inp.data(), .weight = weight.data(),
+                             .rows = kRows, .in_channels = kChannels, .out_channels = 3 * kChannels,
+                             .dinp_write = w});
       });
   expect_overwrite_is_accumulation_into_zeros(
       "gelu", inp.size(), 0, [&](float* dinp, float*, GradientWrite w) {
@@ -759,12 +787,17 @@ TEST(CpuOpsGradientWrite, OverwriteEqualsAccumulatingIntoZeros) {
       "classifier", inp.size(), lm_weight.size(), [&](float* dinp, float* dparams, GradientWrite w) {
         float* logits = ops.allocate_logits(kRows, kVocab);
         std::vector<float> losses(kRows), stats(2 * kRows);
-        ops.classifier_forward(losses.data(), stats.data(), logits, inp.data(), lm_weight.data(),
-                               targets.data(), kRows, kChannels, kVocab, std::nullopt);
-        ops.classifier_backward(dinp, logits, stats.data(), lm_weight.data(), targets.data(),
-                                kRows, kChannels, kVocab, 0.5f, w);
-        ops.classifier_weight_backward(dparams, logits, inp.data(), kRows, kChannels, kVocab, 0,
-                                       kVocab);
+        ops.classifier_forward({.losses = losses.data(), .row_stats = stats.data(),
+                                .logits = logits, .inp = inp.data(), .weight = lm_weight.data(),
+                                .targets = targets.data(), .rows = kRows, .channels = kChannels,
+                                .vocab = kVocab, .dlogits_scale = std::nullopt});
+        ops.classifier_backward({.dinp = dinp, .logits = logits, .row_stats = stats.data(),
+                                 .weight = lm_weight.data(), .targets = targets.data(),
+                                 .rows = kRows, .channels = kChannels, .vocab = kVocab,
+                                 .loss_scale = 0.5f, .dinp_write = w});
+        ops.classifier_weight_backward({.dweight = dparams, .dlogits = logits, .inp = inp.data(),
+                                        .rows = kRows, .channels = kChannels, .vocab = kVocab,
+                                        .vocab_begin = 0, .vocab_end = kVocab});
         ops.release(logits);
       });
 }

@@ -47,8 +47,9 @@ TEST(DenseGeluOps, ForwardIsTheMatmulThenTheGelu) {
     ops.gelu_forward(out.data(), pre.data(), pre.size());
 
     auto fused_pre = nans(pre.size()), fused_out = nans(pre.size());
-    ops.dense_gelu_forward(fused_pre.data(), fused_out.data(), inp.data(), weight.data(), b, kRows,
-                           kChannels, kHidden);
+    ops.dense_gelu_forward({.pre = fused_pre.data(), .out = fused_out.data(), .inp = inp.data(),
+                            .weight = weight.data(), .bias = b, .rows = kRows,
+                            .in_channels = kChannels, .out_channels = kHidden});
     EXPECT_EQ(fused_pre, pre) << (b != nullptr ? "with bias" : "without bias");
     EXPECT_EQ(fused_out, out) << (b != nullptr ? "with bias" : "without bias");
   }
@@ -70,17 +71,20 @@ TEST(DenseGeluOps, BackwardThroughGeluIsTheMatmulBackwardThenTheGeluBackward) {
     const char* label = with_bias ? "with bias" : "without bias";
     std::vector<float> dact(pre.size()), dpre(pre.size());
     auto dweight = dweight_prior, dbias = dbias_prior;
-    ops.matmul_backward(dact.data(), dweight.data(), with_bias ? dbias.data() : nullptr,
-                        dout.data(), act.data(), weight.data(), kRows, kHidden, kChannels,
-                        GradientWrite::overwrite);
+    ops.matmul_backward({.dinp = dact.data(), .dweight = dweight.data(),
+                         .dbias = with_bias ? dbias.data() : nullptr, .dout = dout.data(),
+                         .inp = act.data(), .weight = weight.data(), .rows = kRows,
+                         .in_channels = kHidden, .out_channels = kChannels,
+                         .dinp_write = GradientWrite::overwrite});
     ops.gelu_backward(dpre.data(), pre.data(), dact.data(), pre.size(), GradientWrite::overwrite);
 
     auto fused_dpre = nans(pre.size()), scratch = nans(pre.size());
     auto fused_dweight = dweight_prior, fused_dbias = dbias_prior;
-    ops.dense_backward_through_gelu(fused_dpre.data(), fused_dweight.data(),
-                                    with_bias ? fused_dbias.data() : nullptr, dout.data(),
-                                    act.data(), pre.data(), weight.data(), kRows, kHidden,
-                                    kChannels, scratch.data());
+    ops.dense_backward_through_gelu({.dpre = fused_dpre.data(), .dweight = fused_dweight.data(),
+                                     .dbias = with_bias ? fused_dbias.data() : nullptr,
+                                     .dout = dout.data(), .act = act.data(), .pre = pre.data(),
+                                     .weight = weight.data(), .rows = kRows, .in_channels = kHidden,
+                                     .out_channels = kChannels, .dact_scratch = scratch.data()});
     EXPECT_EQ(fused_dpre, dpre) << label;
     EXPECT_EQ(fused_dweight, dweight) << label;
     EXPECT_EQ(fused_dbias, dbias) << label;
@@ -111,8 +115,9 @@ TEST(DenseGeluOps, TheMlpThroughThePairIsTheMlpThroughThePlainOps) {
     auto pre = nans(kRows * kHidden), act = nans(pre.size()), dpre = nans(pre.size());
     auto dact = nans(pre.size());
     if (pair) {
-      ops.dense_gelu_forward(pre.data(), act.data(), inp.data(), fc_weight.data(),
-                             fc_bias.data(), kRows, kChannels, kHidden);
+      ops.dense_gelu_forward({.pre = pre.data(), .out = act.data(), .inp = inp.data(),
+                              .weight = fc_weight.data(), .bias = fc_bias.data(), .rows = kRows,
+                              .in_channels = kChannels, .out_channels = kHidden});
     } else {
       ops.matmul_forward(pre.data(), inp.data(), fc_weight.data(), fc_bias.data(), kRows,
                          kChannels, kHidden);
@@ -121,19 +126,24 @@ TEST(DenseGeluOps, TheMlpThroughThePairIsTheMlpThroughThePlainOps) {
     ops.matmul_forward(r.out.data(), act.data(), proj_weight.data(), proj_bias.data(), kRows,
                        kHidden, kChannels);
     if (pair) {
-      ops.dense_backward_through_gelu(dpre.data(), r.d_proj_weight.data(), r.d_proj_bias.data(),
-                                      dout.data(), act.data(), pre.data(), proj_weight.data(),
-                                      kRows, kHidden, kChannels, dact.data());
+      ops.dense_backward_through_gelu({.dpre = dpre.data(), .dweight = r.d_proj_weight.data(),
+                                       .dbias = r.d_proj_bias.data(), .dout = dout.data(),
+                                       .act = act.data(), .pre = pre.data(),
+                                       .weight = proj_weight.data(), .rows = kRows,
+                                       .in_channels = kHidden, .out_channels = kChannels,
+                                       .dact_scratch = dact.data()});
     } else {
-      ops.matmul_backward(dact.data(), r.d_proj_weight.data(), r.d_proj_bias.data(), dout.data(),
-                          act.data(), proj_weight.data(), kRows, kHidden, kChannels,
-                          GradientWrite::overwrite);
+      ops.matmul_backward({.dinp = dact.data(), .dweight = r.d_proj_weight.data(),
+                           .dbias = r.d_proj_bias.data(), .dout = dout.data(), .inp = act.data(),
+                           .weight = proj_weight.data(), .rows = kRows, .in_channels = kHidden,
+                           .out_channels = kChannels, .dinp_write = GradientWrite::overwrite});
       ops.gelu_backward(dpre.data(), pre.data(), dact.data(), pre.size(),
                         GradientWrite::overwrite);
     }
-    ops.matmul_backward(r.dinp.data(), r.d_fc_weight.data(), r.d_fc_bias.data(), dpre.data(),
-                        inp.data(), fc_weight.data(), kRows, kChannels, kHidden,
-                        GradientWrite::overwrite);
+    ops.matmul_backward({.dinp = r.dinp.data(), .dweight = r.d_fc_weight.data(),
+                         .dbias = r.d_fc_bias.data(), .dout = dpre.data(), .inp = inp.data(),
+                         .weight = fc_weight.data(), .rows = kRows, .in_channels = kChannels,
+                         .out_channels = kHidden, .dinp_write = GradientWrite::overwrite});
     return r;
   };
   const Result plain = mlp(false), paired = mlp(true);

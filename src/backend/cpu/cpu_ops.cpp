@@ -160,8 +160,8 @@ float* CpuOps::allocate_logits(int rows, int vocab) {
 
 // ---- embedding ----------------------------------------------------------------------
 
-void CpuOps::embedding_forward(float* out, const int32_t* tokens, const float* wte,
-                               const float* wpe, int batch, int seq, int channels) {
+void CpuOps::embedding_forward(const EmbeddingForwardArgs<float>& args) {
+  const auto& [out, tokens, wte, wpe, batch, seq, channels] = args;
   check_positive(batch, "embedding batch");
   check_positive(seq, "embedding seq");
   check_positive(channels, "embedding channels");
@@ -179,8 +179,8 @@ void CpuOps::embedding_forward(float* out, const int32_t* tokens, const float* w
 }
 
 // Rows are visited in token order, so repeated tokens add into dwte in a fixed order.
-void CpuOps::embedding_backward(float* dwte, float* dwpe, const float* dout,
-                                const int32_t* tokens, int batch, int seq, int channels) {
+void CpuOps::embedding_backward(const EmbeddingBackwardArgs<float>& args) {
+  const auto& [dwte, dwpe, dout, tokens, batch, seq, channels] = args;
   check_positive(batch, "embedding batch");
   check_positive(seq, "embedding seq");
   check_positive(channels, "embedding channels");
@@ -198,8 +198,8 @@ void CpuOps::embedding_backward(float* dwte, float* dwpe, const float* dout,
 
 // Mean and variance accumulate in double: with C in the thousands a float sum loses the
 // digits that the subtraction x - mean then needs.
-void CpuOps::layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                               const float* weight, const float* bias, int rows, int channels) {
+void CpuOps::layernorm_forward(const LayerNormForwardArgs<float>& args) {
+  const auto& [out, mean, rstd, inp, weight, bias, rows, channels] = args;
   check_positive(rows, "layernorm rows");
   check_positive(channels, "layernorm channels");
   for (int n = 0; n < rows; ++n) {
@@ -223,10 +223,8 @@ void CpuOps::layernorm_forward(float* out, float* mean, float* rstd, const float
   }
 }
 
-void CpuOps::layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                                const float* inp, const float* weight, const float* mean,
-                                const float* rstd, int rows, int channels,
-                                GradientWrite dinp_write) {
+void CpuOps::layernorm_backward(const LayerNormBackwardArgs<float>& args) {
+  const auto& [dinp, dweight, dbias, dout, inp, weight, mean, rstd, rows, channels, dinp_write] = args;
   check_positive(rows, "layernorm rows");
   check_positive(channels, "layernorm channels");
   start_input_gradient(dinp, static_cast<size_t>(rows) * channels, dinp_write);
@@ -280,10 +278,17 @@ void CpuOps::matmul_forward(float* out, const float* inp, const float* weight,
 
 namespace {
 
+// The sizes of a dense layer's GEMMs: rows by in_channels into out_channels.
+struct DenseShape {
+  int rows;
+  int in_channels;
+  int out_channels;
+};
+
 // dinp[n,:] += sum_o dout[n,o] * weight[o,:]: contiguous rows of the weight, summed in
 // increasing o for every element.
-void add_input_gradient(float* dinp, const float* dout, const float* weight, int rows,
-                        int in_channels, int out_channels) {
+void add_input_gradient(float* dinp, const float* dout, const float* weight, DenseShape shape) {
+  const auto [rows, in_channels, out_channels] = shape;
   for (int row_begin = 0; row_begin < rows; row_begin += kMatmulRowBlock) {
     int row_end = std::min(rows, row_begin + kMatmulRowBlock);
     for (int o = 0; o < out_channels; ++o) {
@@ -298,8 +303,9 @@ void add_input_gradient(float* dinp, const float* dout, const float* weight, int
 
 // dweight[o,:] += sum_n dout[n,o] * inp[n,:] for o in [out_begin, out_end), summed in
 // increasing n whatever the block or the range.
-void add_weight_gradient(float* dweight, const float* dout, const float* inp, int rows,
-                         int in_channels, int out_channels, int out_begin, int out_end) {
+void add_weight_gradient(float* dweight, const float* dout, const float* inp, DenseShape shape,
+                         int out_begin, int out_end) {
+  const auto [rows, in_channels, out_channels] = shape;
   for (int row_begin = 0; row_begin < rows; row_begin += kWeightGradRowBlock) {
     int row_end = std::min(rows, row_begin + kWeightGradRowBlock);
     for (int o = out_begin; o < out_end; ++o) {
@@ -314,13 +320,12 @@ void add_weight_gradient(float* dweight, const float* dout, const float* inp, in
 
 }  // namespace
 
-void CpuOps::matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                             const float* inp, const float* weight, int rows, int in_channels,
-                             int out_channels, GradientWrite dinp_write) {
+void CpuOps::matmul_backward(const MatmulBackwardArgs<float>& args) {
+  const auto& [dinp, dweight, dbias, dout, inp, weight, rows, in_channels, out_channels, dinp_write] = args;
   check_gemm_shape("matmul", rows, in_channels, out_channels);
   start_input_gradient(dinp, static_cast<size_t>(rows) * in_channels, dinp_write);
-  add_input_gradient(dinp, dout, weight, rows, in_channels, out_channels);
-  add_weight_gradient(dweight, dout, inp, rows, in_channels, out_channels, 0, out_channels);
+  add_input_gradient(dinp, dout, weight, {rows, in_channels, out_channels});
+  add_weight_gradient(dweight, dout, inp, {rows, in_channels, out_channels}, 0, out_channels);
   if (dbias != nullptr) {
     std::vector<double> bias_totals(static_cast<size_t>(out_channels), 0.0);
     for (int n = 0; n < rows; ++n) {
@@ -331,22 +336,20 @@ void CpuOps::matmul_backward(float* dinp, float* dweight, float* dbias, const fl
   }
 }
 
-void CpuOps::classifier_backward_from_dlogits(float* dinp, const float* dlogits,
-                                              const float* weight, int rows, int channels,
-                                              int vocab, GradientWrite dinp_write) {
+void CpuOps::classifier_backward_from_dlogits(const ClassifierInputGradientArgs<float>& args) {
+  const auto& [dinp, dlogits, weight, rows, channels, vocab, dinp_write] = args;
   check_gemm_shape("classifier", rows, channels, vocab);
   start_input_gradient(dinp, static_cast<size_t>(rows) * channels, dinp_write);
-  add_input_gradient(dinp, dlogits, weight, rows, channels, vocab);
+  add_input_gradient(dinp, dlogits, weight, {rows, channels, vocab});
 }
 
-void CpuOps::classifier_weight_backward(float* dweight, const float* dlogits, const float* inp,
-                                        int rows, int channels, int vocab, int vocab_begin,
-                                        int vocab_end) {
+void CpuOps::classifier_weight_backward(const ClassifierWeightGradientArgs<float>& args) {
+  const auto& [dweight, dlogits, inp, rows, channels, vocab, vocab_begin, vocab_end] = args;
   check_gemm_shape("classifier", rows, channels, vocab);
   SCALESTUDY_CHECK(vocab_begin >= 0 && vocab_begin < vocab_end && vocab_end <= vocab &&
                        vocab_begin % 8 == 0,
                    "classifier_weight_backward: rows must be a non-empty range from a multiple of 8");
-  add_weight_gradient(dweight, dlogits, inp, rows, channels, vocab, vocab_begin, vocab_end);
+  add_weight_gradient(dweight, dlogits, inp, {rows, channels, vocab}, vocab_begin, vocab_end);
 }
 
 // ---- attention ----------------------------------------------------------------------

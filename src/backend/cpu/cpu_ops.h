@@ -54,30 +54,17 @@ class CpuOps : public Backend {
   std::unique_ptr<StepTimer> make_step_timer() override { return std::make_unique<HostStepTimer>(); }
 
   // ---- Ops ------------------------------------------------------------------------
-  void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
-                         int batch, int seq, int channels) override;
-  void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
-                          int batch, int seq, int channels) override;
+  void embedding_forward(const EmbeddingForwardArgs<float>& args) override;
+  void embedding_backward(const EmbeddingBackwardArgs<float>& args) override;
 
-  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                         const float* weight, const float* bias, int rows,
-                         int channels) override;
-  void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                          const float* inp, const float* weight, const float* mean,
-                          const float* rstd, int rows, int channels,
-                          GradientWrite dinp_write) override;
+  void layernorm_forward(const LayerNormForwardArgs<float>& args) override;
+  void layernorm_backward(const LayerNormBackwardArgs<float>& args) override;
 
   void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
                       int rows, int in_channels, int out_channels) override;
-  void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                       const float* inp, const float* weight, int rows, int in_channels,
-                       int out_channels, GradientWrite dinp_write) override;
-  void classifier_backward_from_dlogits(float* dinp, const float* dlogits, const float* weight,
-                                        int rows, int channels, int vocab,
-                                        GradientWrite dinp_write) override;
-  void classifier_weight_backward(float* dweight, const float* dlogits, const float* inp,
-                                  int rows, int channels, int vocab, int vocab_begin,
-                                  int vocab_end) override;
+  void matmul_backward(const MatmulBackwardArgs<float>& args) override;
+  void classifier_backward_from_dlogits(const ClassifierInputGradientArgs<float>& args) override;
+  void classifier_weight_backward(const ClassifierWeightGradientArgs<float>& args) override;
 
   void attention_forward(float* out, float* probs, const float* qkv,
                          const AttentionShape& shape) override;

@@ -32,60 +32,81 @@ using namespace cuda_storage;
 // picks the instantiation for the precision's 16-bit type, bf16 or fp16, and
 // with_storage_type also fp32's, where the launchers take the same arguments.
 
-void CudaOps::embedding_forward(float* out, const int32_t* tokens, const float* wte,
-                                const float* wpe, int batch, int seq, int channels) {
+void CudaOps::embedding_forward(const EmbeddingForwardArgs<float>& args) {
   ScopedKernelTag tag(KernelCategory::norm_elementwise);
-  with_storage_type(stores_half(out, "embedding out"), precision_, [&](auto storage) {
+  with_storage_type(stores_half(args.out, "embedding out"), precision_, [&](auto storage) {
     using T = typename decltype(storage)::type;
-    cuda::launch_embedding_forward(stream_, as<T>(out), tokens, parameter_as<T>(wte),
-                                   parameter_as<T>(wpe), batch, seq, channels);
+    cuda::launch_embedding_forward(stream_, EmbeddingForwardArgs<T>{.out = as<T>(args.out),
+                                                                    .tokens = args.tokens,
+                                                                    .wte = parameter_as<T>(args.wte),
+                                                                    .wpe = parameter_as<T>(args.wpe),
+                                                                    .batch = args.batch,
+                                                                    .seq = args.seq,
+                                                                    .channels = args.channels});
   });
 }
 
-void CudaOps::embedding_backward(float* dwte, float* dwpe, const float* dout,
-                                 const int32_t* tokens, int batch, int seq, int channels) {
+void CudaOps::embedding_backward(const EmbeddingBackwardArgs<float>& args) {
   ScopedKernelTag tag(KernelCategory::norm_elementwise);
-  require_fp32(dwte, "embedding dwte");
-  require_fp32(dwpe, "embedding dwpe");
-  float* scratch = scratch_floats(cuda::embedding_backward_scratch_elems(batch, seq));
-  with_storage_type(stores_half(dout, "embedding dout"), precision_, [&](auto storage) {
+  require_fp32(args.dwte, "embedding dwte");
+  require_fp32(args.dwpe, "embedding dwpe");
+  const cuda::Scratch scratch =
+      scratch_of(cuda::embedding_backward_scratch_elems(args.batch, args.seq));
+  with_storage_type(stores_half(args.dout, "embedding dout"), precision_, [&](auto storage) {
     using T = typename decltype(storage)::type;
-    cuda::launch_embedding_backward(stream_, dwte, dwpe, as<T>(dout), tokens, batch, seq, channels,
-                                    scratch, scratch_elems_);
+    cuda::launch_embedding_backward(stream_,
+                                    EmbeddingBackwardArgs<T>{.dwte = args.dwte,
+                                                             .dwpe = args.dwpe,
+                                                             .dout = as<T>(args.dout),
+                                                             .tokens = args.tokens,
+                                                             .batch = args.batch,
+                                                             .seq = args.seq,
+                                                             .channels = args.channels},
+                                    scratch);
   });
 }
 
-void CudaOps::layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                                const float* weight, const float* bias, int rows,
-                                int channels) {
+void CudaOps::layernorm_forward(const LayerNormForwardArgs<float>& args) {
   ScopedKernelTag tag(KernelCategory::norm_elementwise);
-  require_fp32(mean, "layernorm mean");
-  require_fp32(rstd, "layernorm rstd");
-  const bool half = half_operands("layernorm_forward", {{out, "out"}, {inp, "inp"}});
+  require_fp32(args.mean, "layernorm mean");
+  require_fp32(args.rstd, "layernorm rstd");
+  const bool half = half_operands("layernorm_forward", {{args.out, "out"}, {args.inp, "inp"}});
   with_storage_type(half, precision_, [&](auto storage) {
     using T = typename decltype(storage)::type;
-    cuda::launch_layernorm_forward(stream_, as<T>(out), mean, rstd, as<T>(inp), parameter_as<T>(weight),
-                                   parameter_as<T>(bias), rows, channels);
+    cuda::launch_layernorm_forward(stream_, LayerNormForwardArgs<T>{.out = as<T>(args.out),
+                                                                    .mean = args.mean,
+                                                                    .rstd = args.rstd,
+                                                                    .inp = as<T>(args.inp),
+                                                                    .weight = parameter_as<T>(args.weight),
+                                                                    .bias = parameter_as<T>(args.bias),
+                                                                    .rows = args.rows,
+                                                                    .channels = args.channels});
   });
 }
 
-void CudaOps::layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                                 const float* inp, const float* weight, const float* mean,
-                                 const float* rstd, int rows, int channels,
-                                 GradientWrite dinp_write) {
+void CudaOps::layernorm_backward(const LayerNormBackwardArgs<float>& args) {
   ScopedKernelTag tag(KernelCategory::norm_elementwise);
-  const bool accumulate_dinp = dinp_write == GradientWrite::accumulate;
-  require_fp32(mean, "layernorm mean");
-  require_fp32(rstd, "layernorm rstd");
-  const bool half =
-      half_operands("layernorm_backward", {{dinp, "dinp"}, {dout, "dout"}, {inp, "inp"}});
-  const size_t scratch_elems = cuda::layernorm_backward_scratch_elems(rows, channels);
-  float* scratch = scratch_floats(scratch_elems);
+  require_fp32(args.mean, "layernorm mean");
+  require_fp32(args.rstd, "layernorm rstd");
+  const bool half = half_operands("layernorm_backward",
+                                  {{args.dinp, "dinp"}, {args.dout, "dout"}, {args.inp, "inp"}});
+  const cuda::Scratch scratch =
+      scratch_of(cuda::layernorm_backward_scratch_elems(args.rows, args.channels));
   with_storage_type(half, precision_, [&](auto storage) {
     using T = typename decltype(storage)::type;
-    cuda::launch_layernorm_backward(stream_, as<T>(dinp), dweight, dbias, as<T>(dout), as<T>(inp),
-                                    parameter_as<T>(weight), mean, rstd, rows, channels, scratch,
-                                    scratch_elems_, accumulate_dinp);
+    cuda::launch_layernorm_backward(stream_,
+                                    LayerNormBackwardArgs<T>{.dinp = as<T>(args.dinp),
+                                                             .dweight = args.dweight,
+                                                             .dbias = args.dbias,
+                                                             .dout = as<T>(args.dout),
+                                                             .inp = as<T>(args.inp),
+                                                             .weight = parameter_as<T>(args.weight),
+                                                             .mean = args.mean,
+                                                             .rstd = args.rstd,
+                                                             .rows = args.rows,
+                                                             .channels = args.channels,
+                                                             .dinp_write = args.dinp_write},
+                                    scratch);
   });
 }
 
@@ -94,50 +115,63 @@ void CudaOps::matmul_forward(float* out, const float* inp, const float* weight,
   ScopedKernelTag tag(KernelCategory::gemm);
   if (half_operands("matmul_forward", {{out, "out"}, {inp, "inp"}})) {
     const size_t scratch_elems = cuda::matmul_forward_scratch_elems_16bit(rows, out_channels);
-    float* scratch = scratch_elems > 0 ? scratch_floats(scratch_elems) : nullptr;
+    const cuda::Scratch scratch = scratch_elems > 0 ? scratch_of(scratch_elems) : cuda::Scratch{};
     with_half_type(precision_, [&](auto storage) {
       using Half = typename decltype(storage)::type;
-      cuda::launch_matmul_forward(cublas_, stream_, as<Half>(out), as<Half>(inp), parameter_as<Half>(weight),
-                                  bias != nullptr ? parameter_as<Half>(bias) : nullptr, rows, in_channels,
-                                  out_channels, scratch, scratch != nullptr ? scratch_elems_ : 0,
-                                  epilogue_gemm_.get());
+      const cuda::MatmulForwardArgs<Half> half_args{
+          .out = as<Half>(out),
+          .inp = as<Half>(inp),
+          .weight = parameter_as<Half>(weight),
+          .bias = bias != nullptr ? parameter_as<Half>(bias) : nullptr,
+          .rows = rows,
+          .in_channels = in_channels,
+          .out_channels = out_channels};
+      cuda::launch_matmul_forward(cublas_, stream_, half_args, scratch, epilogue_gemm_.get());
     });
     return;
   }
-  cuda::launch_matmul_forward(cublas_, stream_, out, inp, weight, bias, rows, in_channels,
-                              out_channels);
+  cuda::launch_matmul_forward(cublas_, stream_,
+                              {.out = out,
+                               .inp = inp,
+                               .weight = weight,
+                               .bias = bias,
+                               .rows = rows,
+                               .in_channels = in_channels,
+                               .out_channels = out_channels});
 }
 
-void CudaOps::matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                              const float* inp, const float* weight, int rows, int in_channels,
-                              int out_channels, GradientWrite dinp_write) {
+void CudaOps::matmul_backward(const MatmulBackwardArgs<float>& args) {
   ScopedKernelTag tag(KernelCategory::gemm);
-  const bool accumulate_dinp = dinp_write == GradientWrite::accumulate;
-  require_fp32(dweight, "matmul dweight");
-  require_fp32(dbias, "matmul dbias");
-  const bool half =
-      half_operands("matmul_backward", {{dinp, "dinp"}, {dout, "dout"}, {inp, "inp"}});
+  require_fp32(args.dweight, "matmul dweight");
+  require_fp32(args.dbias, "matmul dbias");
+  const bool half = half_operands("matmul_backward",
+                                  {{args.dinp, "dinp"}, {args.dout, "dout"}, {args.inp, "inp"}});
   if (half) {
     // Scratch for the bias reduction and, where out_channels needs them, padded rows.
-    float* scratch =
-        scratch_floats(cuda::matmul_backward_scratch_elems_16bit(rows, out_channels));
-    const void* weight_copy = parameter_copy_of(weight);
+    const cuda::Scratch scratch =
+        scratch_of(cuda::matmul_backward_scratch_elems_16bit(args.rows, args.out_channels));
+    const void* weight_copy = parameter_copy_of(args.weight);
     with_half_type(precision_, [&](auto storage) {
       using Half = typename decltype(storage)::type;
-      cuda::launch_matmul_backward(cublas_, stream_, as<Half>(dinp), dweight, dbias,
-                                   as<Half>(dout), as<Half>(inp), as<Half>(weight_copy), rows,
-                                   in_channels, out_channels, scratch, scratch_elems_,
-                                   accumulate_dinp);
+      const MatmulBackwardArgs<Half> half_args{.dinp = as<Half>(args.dinp),
+                                               .dweight = args.dweight,
+                                               .dbias = args.dbias,
+                                               .dout = as<Half>(args.dout),
+                                               .inp = as<Half>(args.inp),
+                                               .weight = as<Half>(weight_copy),
+                                               .rows = args.rows,
+                                               .in_channels = args.in_channels,
+                                               .out_channels = args.out_channels,
+                                               .dinp_write = args.dinp_write};
+      cuda::launch_matmul_backward(cublas_, stream_, half_args, scratch);
     });
     return;
   }
-  float* scratch = nullptr;
-  if (dbias != nullptr)
-    scratch = scratch_floats(cuda::matmul_backward_scratch_elems(rows, out_channels));
-  const size_t scratch_elems = scratch != nullptr ? scratch_elems_ : 0;
-  cuda::launch_matmul_backward(cublas_, stream_, dinp, dweight, dbias, dout, inp, weight, rows,
-                               in_channels, out_channels, scratch, scratch_elems,
-                               accumulate_dinp);
+  const cuda::Scratch scratch =
+      args.dbias != nullptr
+          ? scratch_of(cuda::matmul_backward_scratch_elems(args.rows, args.out_channels))
+          : cuda::Scratch{};
+  cuda::launch_matmul_backward(cublas_, stream_, args, scratch);
 }
 
 // The epilogue reads the bias from the parameters' 16-bit copy: a bias outside the
@@ -150,22 +184,26 @@ void CudaOps::matmul_backward(float* dinp, float* dweight, float* dbias, const f
 // GeluEpiloguesTakeTheGpt2ShapesAndAreTheTanhGelu checks.
 bool CudaOps::gelu_epilogues_allowed() const { return precision_ == Precision::bf16; }
 
-void CudaOps::dense_gelu_forward(float* pre, float* out, const float* inp, const float* weight,
-                                 const float* bias, int rows, int in_channels,
-                                 int out_channels) {
-  if (half_operands("dense_gelu_forward", {{pre, "pre"}, {out, "out"}, {inp, "inp"}}) &&
-      bias != nullptr && gelu_epilogues_allowed()) {
-    const void* bias_copy = parameter_copy_or_null(bias);
+void CudaOps::dense_gelu_forward(const DenseGeluForwardArgs<float>& args) {
+  if (half_operands("dense_gelu_forward",
+                    {{args.pre, "pre"}, {args.out, "out"}, {args.inp, "inp"}}) &&
+      args.bias != nullptr && gelu_epilogues_allowed()) {
+    const void* bias_copy = parameter_copy_or_null(args.bias);
     bool fused = false;
     if (bias_copy != nullptr) {
-      const void* weight_copy = parameter_copy_of(weight);
+      const void* weight_copy = parameter_copy_of(args.weight);
       ScopedKernelTag tag(KernelCategory::gemm);
       with_half_type(precision_, [&](auto storage) {
         using Half = typename decltype(storage)::type;
-        fused = cuda::launch_dense_gelu_forward(*epilogue_gemm_, stream_, as<Half>(pre),
-                                                as<Half>(out), as<Half>(inp),
-                                                as<Half>(weight_copy), as<Half>(bias_copy), rows,
-                                                in_channels, out_channels);
+        fused = cuda::launch_dense_gelu_forward(*epilogue_gemm_, stream_,
+                                                DenseGeluForwardArgs<Half>{.pre = as<Half>(args.pre),
+                                                                           .out = as<Half>(args.out),
+                                                                           .inp = as<Half>(args.inp),
+                                                                           .weight = as<Half>(weight_copy),
+                                                                           .bias = as<Half>(bias_copy),
+                                                                           .rows = args.rows,
+                                                                           .in_channels = args.in_channels,
+                                                                           .out_channels = args.out_channels});
       });
     }
     if (fused) {
@@ -173,35 +211,41 @@ void CudaOps::dense_gelu_forward(float* pre, float* out, const float* inp, const
       return;
     }
   }
-  Ops::dense_gelu_forward(pre, out, inp, weight, bias, rows, in_channels, out_channels);
+  Ops::dense_gelu_forward(args);
 }
 
 // Where cuBLASLt declines the GELU's derivative in the epilogue nothing has been written,
 // and the plain ops run instead, through dact_scratch.
-void CudaOps::dense_backward_through_gelu(float* dpre, float* dweight, float* dbias,
-                                          const float* dout, const float* act, const float* pre,
-                                          const float* weight, int rows, int in_channels,
-                                          int out_channels, float* dact_scratch) {
-  if (half_operands("dense_backward_through_gelu", {{dpre, "dpre"}, {dout, "dout"}, {act, "act"},
-                                                    {pre, "pre"}, {dact_scratch, "dact_scratch"}}) &&
+void CudaOps::dense_backward_through_gelu(const DenseGeluBackwardArgs<float>& args) {
+  if (half_operands("dense_backward_through_gelu",
+                    {{args.dpre, "dpre"}, {args.dout, "dout"}, {args.act, "act"}, {args.pre, "pre"},
+                     {args.dact_scratch, "dact_scratch"}}) &&
       gelu_epilogues_allowed()) {
-    require_fp32(dweight, "dense_backward_through_gelu dweight");
-    require_fp32(dbias, "dense_backward_through_gelu dbias");
-    float* scratch = nullptr;
-    if (dbias != nullptr)
-      scratch =
-          scratch_floats(cuda::dense_backward_through_gelu_scratch_elems(rows, out_channels));
-    const size_t scratch_elems = scratch != nullptr ? scratch_elems_ : 0;
-    const void* weight_copy = parameter_copy_of(weight);
+    require_fp32(args.dweight, "dense_backward_through_gelu dweight");
+    require_fp32(args.dbias, "dense_backward_through_gelu dbias");
+    const cuda::Scratch scratch =
+        args.dbias != nullptr ? scratch_of(cuda::dense_backward_through_gelu_scratch_elems(
+                                    args.rows, args.out_channels))
+                              : cuda::Scratch{};
+    const void* weight_copy = parameter_copy_of(args.weight);
     bool fused = false;
     {
       ScopedKernelTag tag(KernelCategory::gemm);
       with_half_type(precision_, [&](auto storage) {
         using Half = typename decltype(storage)::type;
-        fused = cuda::launch_dense_backward_through_gelu(
-            *epilogue_gemm_, cublas_, stream_, as<Half>(dpre), dweight, dbias, as<Half>(dout),
-            as<Half>(act), as<Half>(pre), as<Half>(weight_copy), rows, in_channels, out_channels,
-            scratch, scratch_elems);
+        const DenseGeluBackwardArgs<Half> half_args{.dpre = as<Half>(args.dpre),
+                                                    .dweight = args.dweight,
+                                                    .dbias = args.dbias,
+                                                    .dout = as<Half>(args.dout),
+                                                    .act = as<Half>(args.act),
+                                                    .pre = as<Half>(args.pre),
+                                                    .weight = as<Half>(weight_copy),
+                                                    .rows = args.rows,
+                                                    .in_channels = args.in_channels,
+                                                    .out_channels = args.out_channels,
+                                                    .dact_scratch = as<Half>(args.dact_scratch)};
+        fused = cuda::launch_dense_backward_through_gelu(*epilogue_gemm_, cublas_, stream_,
+                                                         half_args, scratch);
       });
     }
     if (fused) {
@@ -209,8 +253,7 @@ void CudaOps::dense_backward_through_gelu(float* dpre, float* dweight, float* db
       return;
     }
   }
-  Ops::dense_backward_through_gelu(dpre, dweight, dbias, dout, act, pre, weight, rows,
-                                   in_channels, out_channels, dact_scratch);
+  Ops::dense_backward_through_gelu(args);
 }
 
 float* CudaOps::allocate_attention_state(const AttentionShape& shape) {
@@ -241,11 +284,11 @@ void CudaOps::attention_forward(float* out, float* state, const float* qkv,
     return;
   }
   if (half_operands("attention_forward", {{out, "out"}, {state, "probs"}, {qkv, "qkv"}})) {
-    float* scratch = scratch_floats(cuda::attention_forward_scratch_elems_16bit(shape));
+    const cuda::Scratch scratch = scratch_of(cuda::attention_forward_scratch_elems_16bit(shape));
     with_half_type(precision_, [&](auto storage) {
       using Half = typename decltype(storage)::type;
       cuda::launch_attention_forward(cublas_, stream_, as<Half>(out), as<Half>(state),
-                                     as<Half>(qkv), shape, scratch, scratch_elems_);
+                                     as<Half>(qkv), shape, scratch);
     });
     return;
   }
@@ -260,31 +303,45 @@ void CudaOps::attention_backward(float* dqkv, const float* dout, const float* qk
   if (fused_attention_state(state, shape)) {
     SCALESTUDY_CHECK(half_operands("attention_backward", {{dqkv, "dqkv"}, {dout, "dout"}, {qkv, "qkv"}, {out, "out"}}),
                      "the fused attention needs 16-bit dqkv, dout, qkv and out");
-    float* scratch = scratch_floats(cuda::flash_attention_backward_scratch_elems(shape));
+    const cuda::Scratch scratch = scratch_of(cuda::flash_attention_backward_scratch_elems(shape));
     with_half_type(precision_, [&](auto storage) {
       using Half = typename decltype(storage)::type;
-      cuda::launch_flash_attention_backward(stream_, as<Half>(dqkv), as<Half>(dout), as<Half>(qkv), as<Half>(out),
-                                            state, shape, scratch, scratch_elems_,
-                                            accumulate_dqkv);
+      cuda::launch_flash_attention_backward(stream_,
+                                            AttentionBackwardArgs<Half, float>{.dqkv = as<Half>(dqkv),
+                                                                               .dout = as<Half>(dout),
+                                                                               .qkv = as<Half>(qkv),
+                                                                               .out = as<Half>(out),
+                                                                               .state = state,
+                                                                               .shape = shape,
+                                                                               .dqkv_write = dqkv_write},
+                                            scratch);
     });
     return;
   }
+  // The cuBLAS path accumulates: it overwrites as a zero fill followed by accumulating.
   if (!accumulate_dqkv)
     fill_zero(dqkv, size_t(shape.batch) * shape.seq * 3 * size_t(shape.channels));
   if (half_operands("attention_backward",
                     {{dqkv, "dqkv"}, {dout, "dout"}, {qkv, "qkv"}, {state, "probs"}})) {
-    float* scratch = scratch_floats(cuda::attention_backward_scratch_elems_16bit(shape));
+    const cuda::Scratch scratch = scratch_of(cuda::attention_backward_scratch_elems_16bit(shape));
     with_half_type(precision_, [&](auto storage) {
       using Half = typename decltype(storage)::type;
-      cuda::launch_attention_backward(cublas_, stream_, as<Half>(dqkv), as<Half>(dout),
-                                      as<Half>(qkv), as<Half>(state), shape, scratch,
-                                      scratch_elems_);
+      cuda::launch_attention_backward(cublas_, stream_,
+                                      AttentionBackwardArgs<Half>{.dqkv = as<Half>(dqkv),
+                                                                  .dout = as<Half>(dout),
+                                                                  .qkv = as<Half>(qkv),
+                                                                  .out = as<Half>(out),
+                                                                  .state = as<Half>(state),
+                                                                  .shape = shape},
+                                      scratch);
     });
     return;
   }
-  float* scratch = scratch_floats(cuda::attention_backward_scratch_elems(shape));
-  cuda::launch_attention_backward(cublas_, stream_, dqkv, dout, qkv, state, shape, scratch,
-                                  scratch_elems_);
+  const cuda::Scratch scratch = scratch_of(cuda::attention_backward_scratch_elems(shape));
+  cuda::launch_attention_backward(
+      cublas_, stream_,
+      {.dqkv = dqkv, .dout = dout, .qkv = qkv, .out = out, .state = state, .shape = shape},
+      scratch);
 }
 
 void CudaOps::gelu_forward(float* out, const float* inp, size_t elems) {
@@ -317,19 +374,26 @@ void CudaOps::residual_forward(float* out, const float* a, const float* b, size_
   });
 }
 
-void CudaOps::residual_layernorm_forward(float* residual, float* out, float* mean, float* rstd,
-                                         const float* a, const float* b, const float* weight,
-                                         const float* bias, int rows, int channels) {
+void CudaOps::residual_layernorm_forward(const ResidualLayerNormForwardArgs<float>& args) {
   ScopedKernelTag tag(KernelCategory::norm_elementwise);
-  require_fp32(mean, "layernorm mean");
-  require_fp32(rstd, "layernorm rstd");
-  const bool half = half_operands("residual_layernorm_forward",
-                                  {{residual, "residual"}, {out, "out"}, {a, "a"}, {b, "b"}});
+  require_fp32(args.mean, "layernorm mean");
+  require_fp32(args.rstd, "layernorm rstd");
+  const bool half =
+      half_operands("residual_layernorm_forward",
+                    {{args.residual, "residual"}, {args.out, "out"}, {args.a, "a"}, {args.b, "b"}});
   with_storage_type(half, precision_, [&](auto storage) {
     using T = typename decltype(storage)::type;
-    cuda::launch_residual_layernorm_forward(stream_, as<T>(residual), as<T>(out), mean, rstd,
-                                            as<T>(a), as<T>(b), parameter_as<T>(weight),
-                                            parameter_as<T>(bias), rows, channels);
+    const ResidualLayerNormForwardArgs<T> typed{.residual = as<T>(args.residual),
+                                                .out = as<T>(args.out),
+                                                .mean = args.mean,
+                                                .rstd = args.rstd,
+                                                .a = as<T>(args.a),
+                                                .b = as<T>(args.b),
+                                                .weight = parameter_as<T>(args.weight),
+                                                .bias = parameter_as<T>(args.bias),
+                                                .rows = args.rows,
+                                                .channels = args.channels};
+    cuda::launch_residual_layernorm_forward(stream_, typed);
   });
 }
 
@@ -364,8 +428,8 @@ void CudaOps::softmax_cross_entropy_forward(float* losses, float* row_stats, con
                    "cross-entropy: padded logits from allocate_logits go to classifier_forward");
   with_storage_type(stores_half(logits, "cross-entropy logits"), precision_, [&](auto storage) {
     using T = typename decltype(storage)::type;
-    cuda::launch_softmax_cross_entropy_forward(stream_, losses, row_stats, as<T>(logits), targets,
-                                               rows, vocab, vocab);
+    cuda::launch_softmax_cross_entropy_forward(stream_, losses, row_stats, as<T>(logits),
+                                               {targets, rows, vocab, vocab});
   });
 }
 
@@ -382,7 +446,7 @@ void CudaOps::softmax_cross_entropy_backward(float* dlogits, const float* logits
   with_storage_type(half, precision_, [&](auto storage) {
     using T = typename decltype(storage)::type;
     cuda::launch_softmax_cross_entropy_backward(stream_, as<T>(dlogits), as<T>(logits), row_stats,
-                                                targets, rows, vocab, vocab, loss_scale);
+                                                {targets, rows, vocab, vocab}, loss_scale);
   });
 }
 
@@ -398,37 +462,42 @@ float* CudaOps::allocate_logits(int rows, int vocab) {
   return logits;
 }
 
-void CudaOps::classifier_forward(float* losses, float* row_stats, float* logits,
-                                 const float* inp, const float* weight, const int32_t* targets,
-                                 int rows, int channels, int vocab,
-                                 std::optional<float> dlogits_scale) {
-  const int stride = padded_logits_stride(logits, rows, vocab);
+void CudaOps::classifier_forward(const ClassifierForwardArgs<float>& args) {
+  const int stride = padded_logits_stride(args.logits, args.rows, args.vocab);
   if (stride == 0) {
-    Ops::classifier_forward(losses, row_stats, logits, inp, weight, targets, rows, channels,
-                            vocab, dlogits_scale);
+    Ops::classifier_forward(args);
     return;
   }
-  require_fp32(losses, "cross-entropy losses");
-  require_fp32(row_stats, "cross-entropy row statistics");
-  SCALESTUDY_CHECK(stores_half(inp, "classifier inp"),
+  require_fp32(args.losses, "cross-entropy losses");
+  require_fp32(args.row_stats, "cross-entropy row statistics");
+  SCALESTUDY_CHECK(stores_half(args.inp, "classifier inp"),
                    "classifier_forward: inp must be an activation buffer like the logits");
-  const void* weight_copy = parameter_copy_of(weight);
+  const void* weight_copy = parameter_copy_of(args.weight);
   with_half_type(precision_, [&](auto storage) {
     using Half = typename decltype(storage)::type;
+    const ClassifierForwardArgs<Half> half_args{.losses = args.losses,
+                                                .row_stats = args.row_stats,
+                                                .logits = as<Half>(args.logits),
+                                                .inp = as<Half>(args.inp),
+                                                .weight = as<Half>(weight_copy),
+                                                .targets = args.targets,
+                                                .rows = args.rows,
+                                                .channels = args.channels,
+                                                .vocab = args.vocab,
+                                                .dlogits_scale = args.dlogits_scale};
     {
       ScopedKernelTag tag(KernelCategory::gemm);
-      cuda::launch_classifier_matmul_forward(cublas_, stream_, as<Half>(logits), stride,
-                                             as<Half>(inp), as<Half>(weight_copy), rows, channels,
-                                             vocab);
+      cuda::launch_classifier_matmul_forward(cublas_, stream_, half_args, stride);
     }
     ScopedKernelTag tag(KernelCategory::norm_elementwise);
-    if (dlogits_scale)
-      cuda::launch_softmax_cross_entropy_forward_backward(stream_, losses, row_stats,
-                                                          as<Half>(logits), targets, rows, vocab,
-                                                          stride, *dlogits_scale);
+    const cuda::CrossEntropyRows rows{args.targets, args.rows, args.vocab, stride};
+    if (args.dlogits_scale)
+      cuda::launch_softmax_cross_entropy_forward_backward(stream_, args.losses, args.row_stats,
+                                                          half_args.logits, rows,
+                                                          *args.dlogits_scale);
     else
-      cuda::launch_softmax_cross_entropy_forward(stream_, losses, row_stats, as<Half>(logits),
-                                                 targets, rows, vocab, stride);
+      cuda::launch_softmax_cross_entropy_forward(stream_, args.losses, args.row_stats,
+                                                 static_cast<const Half*>(half_args.logits), rows);
   });
 }
 
@@ -440,68 +509,75 @@ int CudaOps::classifier_logits_stride(const float* logits, int rows, int vocab) 
   return stride;
 }
 
-void CudaOps::classifier_backward_from_dlogits(float* dinp, const float* dlogits,
-                                               const float* weight, int rows, int channels,
-                                               int vocab, GradientWrite dinp_write) {
+void CudaOps::classifier_backward_from_dlogits(const ClassifierInputGradientArgs<float>& args) {
   ScopedKernelTag tag(KernelCategory::gemm);
-  const int stride = classifier_logits_stride(dlogits, rows, vocab);
-  const bool accumulate = dinp_write == GradientWrite::accumulate;
+  const int stride = classifier_logits_stride(args.dlogits, args.rows, args.vocab);
   if (!half_mode()) {
-    cuda::launch_classifier_input_gradient(cublas_, stream_, dinp, dlogits, stride, weight, rows,
-                                           channels, vocab, accumulate);
+    cuda::launch_classifier_input_gradient(cublas_, stream_, args, stride);
     return;
   }
-  SCALESTUDY_CHECK(stores_half(dinp, "classifier dinp"),
+  SCALESTUDY_CHECK(stores_half(args.dinp, "classifier dinp"),
                    "classifier_backward: dinp must be an activation buffer like the logits");
-  const void* weight_copy = parameter_copy_of(weight);
+  const void* weight_copy = parameter_copy_of(args.weight);
   with_half_type(precision_, [&](auto storage) {
     using Half = typename decltype(storage)::type;
-    cuda::launch_classifier_input_gradient(cublas_, stream_, as<Half>(dinp), as<Half>(dlogits),
-                                           stride, as<Half>(weight_copy), rows, channels, vocab,
-                                           accumulate);
+    const ClassifierInputGradientArgs<Half> half_args{.dinp = as<Half>(args.dinp),
+                                                      .dlogits = as<Half>(args.dlogits),
+                                                      .weight = as<Half>(weight_copy),
+                                                      .rows = args.rows,
+                                                      .channels = args.channels,
+                                                      .vocab = args.vocab,
+                                                      .dinp_write = args.dinp_write};
+    cuda::launch_classifier_input_gradient(cublas_, stream_, half_args, stride);
   });
 }
 
-void CudaOps::classifier_weight_backward(float* dweight, const float* dlogits, const float* inp,
-                                         int rows, int channels, int vocab, int vocab_begin,
-                                         int vocab_end) {
+void CudaOps::classifier_weight_backward(const ClassifierWeightGradientArgs<float>& args) {
   ScopedKernelTag tag(KernelCategory::gemm);
-  require_fp32(dweight, "classifier dweight");
-  const int stride = classifier_logits_stride(dlogits, rows, vocab);
+  require_fp32(args.dweight, "classifier dweight");
+  const int stride = classifier_logits_stride(args.dlogits, args.rows, args.vocab);
   if (!half_mode()) {
-    cuda::launch_classifier_weight_gradient(cublas_, stream_, dweight, dlogits, stride, inp, rows,
-                                            channels, vocab, vocab_begin, vocab_end);
+    cuda::launch_classifier_weight_gradient(cublas_, stream_, args, stride);
     return;
   }
-  SCALESTUDY_CHECK(stores_half(inp, "classifier inp"),
+  SCALESTUDY_CHECK(stores_half(args.inp, "classifier inp"),
                    "classifier_weight_backward: inp must be an activation buffer like the logits");
   with_half_type(precision_, [&](auto storage) {
     using Half = typename decltype(storage)::type;
-    cuda::launch_classifier_weight_gradient(cublas_, stream_, dweight, as<Half>(dlogits), stride,
-                                            as<Half>(inp), rows, channels, vocab, vocab_begin,
-                                            vocab_end);
+    const ClassifierWeightGradientArgs<Half> half_args{.dweight = args.dweight,
+                                                       .dlogits = as<Half>(args.dlogits),
+                                                       .inp = as<Half>(args.inp),
+                                                       .rows = args.rows,
+                                                       .channels = args.channels,
+                                                       .vocab = args.vocab,
+                                                       .vocab_begin = args.vocab_begin,
+                                                       .vocab_end = args.vocab_end};
+    cuda::launch_classifier_weight_gradient(cublas_, stream_, half_args, stride);
   });
 }
 
-void CudaOps::classifier_backward(float* dinp, float* logits, const float* row_stats,
-                                  const float* weight, const int32_t* targets, int rows,
-                                  int channels, int vocab, float loss_scale,
-                                  GradientWrite dinp_write) {
-  const int stride = padded_logits_stride(logits, rows, vocab);
+void CudaOps::classifier_backward(const ClassifierBackwardArgs<float>& args) {
+  const int stride = padded_logits_stride(args.logits, args.rows, args.vocab);
   if (stride == 0) {
-    Ops::classifier_backward(dinp, logits, row_stats, weight, targets, rows, channels, vocab,
-                             loss_scale, dinp_write);
+    Ops::classifier_backward(args);
     return;
   }
-  require_fp32(row_stats, "cross-entropy row statistics");
+  require_fp32(args.row_stats, "cross-entropy row statistics");
   with_half_type(precision_, [&](auto storage) {
     using Half = typename decltype(storage)::type;
     ScopedKernelTag tag(KernelCategory::norm_elementwise);
-    cuda::launch_softmax_cross_entropy_backward(stream_, as<Half>(logits), as<Half>(logits),
-                                                row_stats, targets, rows, vocab, stride,
-                                                loss_scale);
+    cuda::launch_softmax_cross_entropy_backward(stream_, as<Half>(args.logits), as<Half>(args.logits),
+                                                args.row_stats,
+                                                {args.targets, args.rows, args.vocab, stride},
+                                                args.loss_scale);
   });
-  classifier_backward_from_dlogits(dinp, logits, weight, rows, channels, vocab, dinp_write);
+  classifier_backward_from_dlogits({.dinp = args.dinp,
+                                    .dlogits = args.logits,
+                                    .weight = args.weight,
+                                    .rows = args.rows,
+                                    .channels = args.channels,
+                                    .vocab = args.vocab,
+                                    .dinp_write = args.dinp_write});
 }
 
 }  // namespace scalestudy

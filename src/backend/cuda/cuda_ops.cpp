@@ -323,6 +323,11 @@ float* CudaOps::scratch_floats(size_t elems) {
   return scratch_;
 }
 
+cuda::Scratch CudaOps::scratch_of(size_t elems) {
+  float* data = scratch_floats(elems);
+  return {data, scratch_elems_};
+}
+
 void CudaOps::fill_zero(float* dst, size_t elems) {
   ScopedKernelTag tag(KernelCategory::memory);
   // All-zero bytes are +0 in bf16 and fp16 alike.
@@ -511,15 +516,16 @@ bool CudaOps::adamw_update_pieces(float* params, const float* grads, float* m, f
   const AdamWTable& table = adamw_table_for(pieces);
   // The copy is the backend's own, written here as parameters_changed writes it.
   void* copy = half_mode() ? const_cast<void*>(parameter_copy_or_null(params)) : nullptr;
+  const cuda::AdamWTensors tensors{.params = params, .grads = grads, .m = m, .v = v};
+  const cuda::AdamWDeviceTable device_table{
+      .pieces = table.device, .count = table.device_pieces, .blocks = table.blocks};
   if (copy == nullptr) {
-    cuda::launch_adamw_update_pieces(stream_, params, grads, m, v, table.device,
-                                     table.device_pieces, table.blocks, hyper);
+    cuda::launch_adamw_update_pieces(stream_, tensors, device_table, hyper);
     return false;
   }
   with_half_type(precision_, [&](auto storage) {
     using Half = typename decltype(storage)::type;
-    cuda::launch_adamw_update_pieces(stream_, params, grads, m, v, table.device,
-                                     table.device_pieces, table.blocks, hyper, static_cast<Half*>(copy));
+    cuda::launch_adamw_update_pieces(stream_, tensors, device_table, hyper, static_cast<Half*>(copy));
   });
   return true;
 }

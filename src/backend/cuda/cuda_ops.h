@@ -62,6 +62,7 @@
 
 #include "backend/backend.h"
 #include "core/precision.h"
+#include "scratch.cuh"
 
 namespace scalestudy::cuda {
 class EpilogueGemm;
@@ -118,35 +119,21 @@ class CudaOps final : public Backend {
   void reserve_multiprocessors(int count) override;
 
   // ---- Ops ------------------------------------------------------------------------
-  void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
-                         int batch, int seq, int channels) override;
-  void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
-                          int batch, int seq, int channels) override;
+  void embedding_forward(const EmbeddingForwardArgs<float>& args) override;
+  void embedding_backward(const EmbeddingBackwardArgs<float>& args) override;
 
-  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                         const float* weight, const float* bias, int rows,
-                         int channels) override;
-  void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                          const float* inp, const float* weight, const float* mean,
-                          const float* rstd, int rows, int channels,
-                          GradientWrite dinp_write) override;
+  void layernorm_forward(const LayerNormForwardArgs<float>& args) override;
+  void layernorm_backward(const LayerNormBackwardArgs<float>& args) override;
 
   void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
                       int rows, int in_channels, int out_channels) override;
-  void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                       const float* inp, const float* weight, int rows, int in_channels,
-                       int out_channels, GradientWrite dinp_write) override;
+  void matmul_backward(const MatmulBackwardArgs<float>& args) override;
 
   // bf16 with a bias among the parameters: one cuBLASLt GEMM each, the GELU in its
   // epilogue (kernels/dense_gelu.cuh), where cuBLASLt takes the shapes; otherwise, and in
   // fp16 and fp32, the plain ops (Ops's defaults).
-  void dense_gelu_forward(float* pre, float* out, const float* inp, const float* weight,
-                          const float* bias, int rows, int in_channels,
-                          int out_channels) override;
-  void dense_backward_through_gelu(float* dpre, float* dweight, float* dbias, const float* dout,
-                                   const float* act, const float* pre, const float* weight,
-                                   int rows, int in_channels, int out_channels,
-                                   float* dact_scratch) override;
+  void dense_gelu_forward(const DenseGeluForwardArgs<float>& args) override;
+  void dense_backward_through_gelu(const DenseGeluBackwardArgs<float>& args) override;
   // GEMMs that ran with a GELU epilogue so far, forward and backward: how the GPU tests see
   // that GPT-2's shapes take the fused path rather than the plain ops.
   size_t gelu_epilogue_gemms() const { return gelu_epilogue_gemms_; }
@@ -169,9 +156,7 @@ class CudaOps final : public Backend {
                      GradientWrite dinp_write) override;
 
   void residual_forward(float* out, const float* a, const float* b, size_t elems) override;
-  void residual_layernorm_forward(float* residual, float* out, float* mean, float* rstd,
-                                  const float* a, const float* b, const float* weight,
-                                  const float* bias, int rows, int channels) override;
+  void residual_layernorm_forward(const ResidualLayerNormForwardArgs<float>& args) override;
   void accumulate(float* dst, const float* src, size_t elems) override;
 
   void softmax_cross_entropy_forward(float* losses, float* row_stats, const float* logits,
@@ -185,18 +170,10 @@ class CudaOps final : public Backend {
   float* allocate_logits(int rows, int vocab) override;
   // With dlogits_scale and padded logits, one kernel computes the loss and dlogits
   // (cuda::launch_softmax_cross_entropy_forward_backward).
-  void classifier_forward(float* losses, float* row_stats, float* logits, const float* inp,
-                          const float* weight, const int32_t* targets, int rows, int channels,
-                          int vocab, std::optional<float> dlogits_scale) override;
-  void classifier_backward_from_dlogits(float* dinp, const float* dlogits, const float* weight,
-                                        int rows, int channels, int vocab,
-                                        GradientWrite dinp_write) override;
-  void classifier_weight_backward(float* dweight, const float* dlogits, const float* inp,
-                                  int rows, int channels, int vocab, int vocab_begin,
-                                  int vocab_end) override;
-  void classifier_backward(float* dinp, float* logits, const float* row_stats,
-                           const float* weight, const int32_t* targets, int rows, int channels,
-                           int vocab, float loss_scale, GradientWrite dinp_write) override;
+  void classifier_forward(const ClassifierForwardArgs<float>& args) override;
+  void classifier_backward_from_dlogits(const ClassifierInputGradientArgs<float>& args) override;
+  void classifier_weight_backward(const ClassifierWeightGradientArgs<float>& args) override;
+  void classifier_backward(const ClassifierBackwardArgs<float>& args) override;
   double sum(const float* x, size_t elems) override;
 
   double sum_of_squares(const float* x, size_t elems) override;
@@ -276,6 +253,8 @@ class CudaOps final : public Backend {
   // ops run in stream order, so one op's use ends before the next op's begins. Grows
   // (after a stream synchronisation) and never shrinks.
   float* scratch_floats(size_t elems);
+  // The same scratch as a launcher takes it: at least `elems` floats, and how many.
+  cuda::Scratch scratch_of(size_t elems);
   double read_device_double();
   // Updates peak_used_bytes_ from cudaMemGetInfo.
   void sample_device_usage() const;
