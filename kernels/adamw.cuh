@@ -42,15 +42,6 @@ struct AdamWDeviceTable {
   unsigned blocks = 0;
 };
 
-// The fp32 tensors of an AdamW step over a range: params, m and v updated in place from
-// grads.
-struct AdamWTensors {
-  float* params = nullptr;
-  const float* grads = nullptr;
-  float* m = nullptr;
-  float* v = nullptr;
-};
-
 // The step of launch_adamw_update, element for element, over every piece of `table` in
 // one launch, hyper's weight_decay replaced by each piece's.
 void launch_adamw_update_pieces(cudaStream_t stream, const AdamWTensors& tensors,

@@ -32,17 +32,25 @@ void report(BenchContext& context, size_t row) {
   context.progress(line);
 }
 
+// What the models say of one point: its FLOPs, the bytes its ops move, and the bytes it
+// allocates.
+struct PointModel {
+  double flops = 0.0;
+  double bytes = 0.0;
+  size_t memory_bytes = 0;
+};
+
 size_t add_point(PointTable& table, const std::string& part, const std::string& pass, int batch, int seq,
-                 double flops, double bytes, size_t memory_bytes) {
+                 const PointModel& model) {
   const size_t row = table.add_row();
   table.set(row, "part", part);
   table.set(row, "pass", pass);
   table.set(row, "batch", batch);
   table.set(row, "seq", seq);
-  table.set(row, "flops", flops);
-  table.set(row, "bytes", bytes);
-  table.set(row, "arithmetic_intensity", flops / bytes);
-  table.set(row, "memory_bytes", static_cast<int64_t>(memory_bytes));
+  table.set(row, "flops", model.flops);
+  table.set(row, "bytes", model.bytes);
+  table.set(row, "arithmetic_intensity", model.flops / model.bytes);
+  table.set(row, "memory_bytes", static_cast<int64_t>(model.memory_bytes));
   return row;
 }
 
@@ -71,9 +79,10 @@ void run_block(BenchContext& context, ParameterCache& parameters, const ModelSha
   const double backward_bytes = bench_model::gpt_backward_bytes(shape, batch, seq);
   const size_t memory = bench_model::gpt_allocation_bytes(shape, static_cast<size_t>(batch), static_cast<size_t>(seq),
                                                           /*backward=*/true);
-  const size_t forward_row = add_point(table, "block", kForward, batch, seq, forward, forward_bytes, memory);
-  const size_t both_row = add_point(table, "block", kForwardBackward, batch, seq, training_flops(shape, batch, seq),
-                                    forward_bytes + backward_bytes, memory);
+  const size_t forward_row = add_point(table, "block", kForward, batch, seq, {forward, forward_bytes, memory});
+  const size_t both_row =
+      add_point(table, "block", kForwardBackward, batch, seq,
+                {training_flops(shape, batch, seq), forward_bytes + backward_bytes, memory});
   if (!fits(context, memory)) {
     for (size_t row : {forward_row, both_row}) {
       table.set_status(row, PointStatus::oom, oom_detail(memory));
@@ -260,10 +269,10 @@ void run_parts(BenchContext& context, const ModelShape& shape, int batch, int se
     const double flops = bench_model::part_forward_flops(part, shape, batch, seq);
     const double forward_bytes = bench_model::part_forward_bytes(part, shape, batch, seq);
     const double backward_bytes = bench_model::part_backward_bytes(part, shape, batch, seq);
-    const size_t forward_row = add_point(table, bench_model::part_name(part), kForward, batch, seq, flops,
-                                         forward_bytes, memory);
+    const size_t forward_row =
+        add_point(table, bench_model::part_name(part), kForward, batch, seq, {flops, forward_bytes, memory});
     const size_t both_row = add_point(table, bench_model::part_name(part), kForwardBackward, batch, seq,
-                                      3 * flops, forward_bytes + backward_bytes, memory);
+                                      {3 * flops, forward_bytes + backward_bytes, memory});
     rows.push_back({part, {forward_row, both_row}});
   }
   if (!fits(context, memory)) {

@@ -58,6 +58,15 @@ struct AdamWParams {
   int step = 1;               // 1-based, for bias correction
 };
 
+// The fp32 tensors of an AdamW step over a range: the master weights (params), m and v
+// updated in place from grads, each pointing at the range's first element.
+struct AdamWTensors {
+  float* params = nullptr;
+  const float* grads = nullptr;
+  float* m = nullptr;
+  float* v = nullptr;
+};
+
 // A piece [begin_elems, end_elems) of a range that adamw_update_pieces updates, offsets
 // from the range's start, with the weight decay of its tensor (0 for one not decayed).
 struct AdamWPiece {

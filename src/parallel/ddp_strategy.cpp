@@ -76,8 +76,9 @@ OptimizerStats DdpStrategy::optimizer_step(float learning_rate, int adam_step, f
   if (stats.skipped) return stats;
   if (stats.clip_factor != 1.0f) backend_.scale(grads_, plan_.padded_elems, stats.clip_factor);
   // fp32 compute: the parameters are their own master weights.
-  if (!adamw_over_range(backend_, model_.layout(), 0, plan_.padded_elems, model_.params(), grads_, m_,
-                        v_, config_, learning_rate, adam_step))
+  if (!adamw_over_range(backend_, model_.layout(), 0, plan_.padded_elems,
+                        {.params = model_.params(), .grads = grads_, .m = m_, .v = v_},
+                        adamw_params(config_, learning_rate, adam_step)))
     backend_.parameters_changed(model_.params(), 0, plan_.padded_elems);
   return stats;
 }

@@ -9,21 +9,26 @@
 
 namespace scalestudy {
 
-bool adamw_over_range(Ops& ops, const ParameterLayout& layout, size_t param_begin,
-                      size_t param_end, float* master, const float* grads, float* m, float* v,
-                      const RunConfig& config, float learning_rate, int adam_step) {
+AdamWParams adamw_params(const RunConfig& config, float learning_rate, int adam_step) {
   AdamWParams hyper;
   hyper.learning_rate = learning_rate;
   hyper.beta1 = config.beta1;
   hyper.beta2 = config.beta2;
   hyper.epsilon = config.epsilon;
+  hyper.weight_decay = config.weight_decay;
   hyper.step = adam_step;
+  return hyper;
+}
+
+bool adamw_over_range(Ops& ops, const ParameterLayout& layout, size_t param_begin,
+                      size_t param_end, const AdamWTensors& tensors, const AdamWParams& hyper) {
   std::vector<AdamWPiece> pieces;
   for_each_tensor_piece(layout, param_begin, param_end, [&](size_t lo, size_t hi, bool decay) {
     pieces.push_back(AdamWPiece{lo - param_begin, hi - param_begin,
-                                decay ? config.weight_decay : 0.0f});
+                                decay ? hyper.weight_decay : 0.0f});
   });
-  return ops.adamw_update_pieces(master, grads, m, v, pieces, hyper);
+  return ops.adamw_update_pieces(tensors.params, tensors.grads, tensors.m, tensors.v, pieces,
+                                 hyper);
 }
 
 float* allocate_collective_buffer(DeviceMemory& memory, Communicator& comm, size_t elems, MemoryKind kind) {

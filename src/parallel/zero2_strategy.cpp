@@ -272,8 +272,12 @@ OptimizerStats Zero2Strategy::optimizer_step(float learning_rate, int adam_step,
     // The master weights are this rank's chunks of the fp32 parameters, which the
     // allgathers leave as they are.
     own_chunks_refreshed_ =
-        adamw_over_range(backend_, model_.layout(), begin, begin + chunk, model_.params() + begin,
-                         shard_grads_ + offset, m_ + offset, v_ + offset, config_, learning_rate, adam_step);
+        adamw_over_range(backend_, model_.layout(), begin, begin + chunk,
+                         {.params = model_.params() + begin,
+                          .grads = shard_grads_ + offset,
+                          .m = m_ + offset,
+                          .v = v_ + offset},
+                         adamw_params(config_, learning_rate, adam_step));
   }
   gather_pending_ = true;
   if (!config_.overlap) sync_forward_parameters();

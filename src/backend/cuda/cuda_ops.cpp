@@ -77,10 +77,10 @@ CudaOps::CudaOps(int device, Precision precision, GemmAlgos gemm_algos)
 
 // The overlapped lane's NCCL kernels hold their multiprocessors for as long as a collective
 // lasts, and GEMMs sized for the whole device slow down beside them far more than that
-// share: on 2 H200s the LM head's weight gradient took 4.07 ms in parts beside 4-CTA
+// share: on 2 H200s the LM head's weight gradient takes 4.07 ms in parts beside 4-CTA
 // collectives, 3.19 ms whole and alone, and 3.47 ms in parts sized for the 128 of 132
-// multiprocessors left. The ddp+overlap step was 0.5-0.6 ms shorter sized for 128, and
-// 2.8-3.1 ms longer sized for 120 (docs/performance-notes.md, change 24).
+// multiprocessors left. The ddp+overlap step is 0.5-0.6 ms shorter sized for 128, and
+// 2.8-3.1 ms longer sized for 120.
 void CudaOps::reserve_multiprocessors(int count) {
   SCALESTUDY_CHECK(count >= 0 && count < multiprocessors_,
                    "reserve_multiprocessors: " + std::to_string(count) + " of " +
@@ -516,7 +516,7 @@ bool CudaOps::adamw_update_pieces(float* params, const float* grads, float* m, f
   const AdamWTable& table = adamw_table_for(pieces);
   // The copy is the backend's own, written here as parameters_changed writes it.
   void* copy = half_mode() ? const_cast<void*>(parameter_copy_or_null(params)) : nullptr;
-  const cuda::AdamWTensors tensors{.params = params, .grads = grads, .m = m, .v = v};
+  const AdamWTensors tensors{.params = params, .grads = grads, .m = m, .v = v};
   const cuda::AdamWDeviceTable device_table{
       .pieces = table.device, .count = table.device_pieces, .blocks = table.blocks};
   if (copy == nullptr) {
