@@ -1,7 +1,7 @@
 #pragma once
-// The fixture of the 16-bit CUDA suites (test_cuda_ops_bf16.cpp and
-// test_cuda_ops_half_gpt2.cpp): the tolerances, each derived next to its name, and a
-// CudaOps in bf16 or fp16 with the helpers that round like its storage.
+// The fixture of the 16-bit CUDA op tests (the bf16 and fp16 instances in each
+// tests/gpu/test_gpu_*.cpp): the tolerances, each derived next to its name, and a CudaOps
+// in bf16 or fp16 with the helpers that round like its storage.
 //
 // Inputs that the GPU stores in 16 bits are rounded to that type on the host first, so the
 // CPU reference computes from exactly the values the GPU holds. What remains is the GPU's
@@ -11,7 +11,7 @@
 // 6.1e-5); below that fp16's subnormals are spaced 2^-24 = 6.0e-8 apart, an absolute
 // error. Each check below is |gpu - cpu| <= atol + rtol*|cpu| against the CPU's fp32
 // result, with the bound derived next to its name. Outputs are NaN-poisoned and gradients
-// start from a shared random prior, as in test_cuda_ops.cpp, so unwritten elements and
+// start from a shared random prior, as in the fp32 tests, so unwritten elements and
 // overwriting backwards fail.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -31,36 +31,33 @@
 #include "backend/cuda/half_host.h"
 #include "cuda_check.h"
 #include "cross_entropy.cuh"
+#include "cuda_ops_fp32_fixture.h"
 #include "cuda_test_support.h"
 #include "gemm_lt.cuh"
 
 namespace scalestudy::gpu_test {
 
 // ---- tolerances that do not depend on the storage type -----------------------------------
-// Measured for bf16 on an H200 (sm_90, CUDA 13.0): every per-op check used at most 0.39 of
-// its bound (the pure-rounding ones sit at u/1e-2 = 0.39: no result landed on a
-// neighbouring bf16 value); the bf16 model's loss was within 1.5e-5 of the fp32 CPU's, its
-// gradients within 7.7e-3 norm-wise (block0.ln1.weight the worst). fp16's bounds are
-// bf16's divided by 8 = 2^(11-8) wherever the storage rounding sets them, so the same
-// derivation leaves the same margins. The fp16 suite passed on an H200 at d418548f457c
-// (docs/measurements/2026-11-22-h200x2-fp16); its margins were not recorded separately.
+// On an H200 (sm_90, CUDA 13.0), bf16: every per-op check uses at most 0.39 of its bound
+// (the pure-rounding ones sit at u/1e-2 = 0.39: no result lands on a neighbouring bf16
+// value); the bf16 model's loss is within 1.5e-5 of the fp32 CPU's, its gradients within
+// 7.7e-3 norm-wise (block0.ln1.weight the worst). fp16's bounds are bf16's divided by 8 =
+// 2^(11-8) wherever the storage rounding sets them, so the same derivation leaves the same
+// margins.
 //
 // Compared with gpu == round(cpu) in the storage type: ops whose fp32 arithmetic is the
 // same sequence of operations on both sides, rounded once on the GPU (embedding, residual,
 // accumulate, the cross-entropy backward); and fp32 results whose fp32 counterparts are
 // bit-identical (the embedding gradients, summed in the CPU's order from the same values).
-constexpr Tolerance kBitExact{0.0, 0.0};
-// fp32 results of identical 16-bit inputs keep the fp32 suite's bounds (test_cuda_ops.cpp
-// explains them): LayerNorm mean/rstd, LayerNorm and matmul bias gradients, cross-entropy
-// losses (log-sum-exp in double of the stored logits). Weight gradients are fp32 GEMMs of
-// 16-bit operands: the products (8x8 or 11x11 significant bits) are exact in fp32 and the
-// tensor cores accumulate in fp32, so the fp32 dot-product bound applies.
-constexpr Tolerance kRowStatistics{1e-6, 1e-6};
-constexpr Tolerance kColumnSum{5e-5, 1e-5};
-constexpr Tolerance kSoftmax{1e-7, 2e-6};
-constexpr Tolerance kFp32DotProduct{5e-5, 1e-5};
-// Whole-model sums in double of 16-bit values: as the fp32 suite (1e-11 of sum|x|).
-constexpr double kDoubleSumRelative = 1e-11;
+// (kBitExact, from cuda_ops_fp32_fixture.h.)
+// fp32 results of identical 16-bit inputs keep the fp32 bounds of cuda_ops_fp32_fixture.h,
+// which explains them: LayerNorm mean/rstd (kRowStatistics), LayerNorm and matmul bias
+// gradients (kColumnSum), cross-entropy losses (kSoftmax: log-sum-exp in double of the
+// stored logits), whole-model sums in double of 16-bit values (kDoubleSumRelative). Weight
+// gradients are fp32 GEMMs of 16-bit operands: the products (8x8 or 11x11 significant bits)
+// are exact in fp32 and the tensor cores accumulate in fp32, so the fp32 dot-product bound
+// applies.
+constexpr Tolerance kFp32DotProduct = kDotProduct;
 // The tanh GELU's slope lies in [-0.129, 1.129]: an error in its input moves its output by
 // at most 1.13 times as much.
 constexpr double kGeluMaxSlope = 1.13;
@@ -401,6 +398,11 @@ class CudaOpsHalfShapes : public ::testing::WithParamInterface<std::tuple<Precis
 };
 
 constexpr Precision kHalfPrecisions[] = {Precision::bf16, Precision::fp16};
+
+// CudaOpsHalf's test names: the storage (bf16, fp16).
+inline std::string precision_test_name(const ::testing::TestParamInfo<Precision>& info) {
+  return storage_name(info.param);
+}
 
 // CudaOpsHalfShapes' test names: the storage, then the shape (bf16_medium).
 inline std::string half_shape_test_name(

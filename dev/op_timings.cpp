@@ -1,0 +1,549 @@
+// Timings of the CUDA backend's ops, for the developer tuning them: GPT-2 small's ops one
+// by one and its MLP through the plain ops and the dense-GELU pair (bf16 and fp16), every
+// algorithm cuBLASLt offers for GPT-2's epilogue GEMMs (bf16), and the fused attention
+// against the cuBLAS path (bf16). They print and assert nothing, so they are no tests:
+// built with -DSCALESTUDY_DEV=ON, run as build/<preset>/dev/op_timings on a GPU
+// (--gtest_filter picks some).
+#include <cublasLt.h>
+
+#include "attention.cuh"
+#include "cuda_ops_half_fixture.h"
+#include "flash_attention_support.h"
+
+namespace scalestudy::gpu_test {
+namespace {
+
+// Median milliseconds per call of `work` over 5 trials of `reps` calls, after one warm-up
+// trial, timed with events on the compute stream.
+double median_ms(CudaOps& ops, int reps, const std::function<void()>& work) {
+  cudaEvent_t begin, end;
+  EXPECT_EQ(cudaEventCreate(&begin), cudaSuccess);
+  EXPECT_EQ(cudaEventCreate(&end), cudaSuccess);
+  std::vector<double> trials;
+  for (int trial = 0; trial < 6; ++trial) {
+    cudaEventRecord(begin, ops.stream());
+    for (int r = 0; r < reps; ++r) work();
+    cudaEventRecord(end, ops.stream());
+    cudaEventSynchronize(end);
+    float ms = 0.0f;
+    cudaEventElapsedTime(&ms, begin, end);
+    if (trial > 0) trials.push_back(ms / reps);
+  }
+  cudaEventDestroy(begin);
+  cudaEventDestroy(end);
+  std::sort(trials.begin(), trials.end());
+  std::cout << "    (spread " << trials.front() << " .. " << trials.back() << " ms)";
+  return trials[trials.size() / 2];
+}
+
+// GPT-2 small (124M) at batch 8, seq 1024: the forward + backward of one micro-batch in
+// the 16-bit precision (and, in the bf16 instance, fp32), and the 16-bit ops one by one.
+TEST_P(CudaOpsHalf, Gpt2SmallTimings) {
+  const ModelShape shape{12, 768, 12, 50257, 1024, true};
+  const int B = 8, T = 1024, N = B * T, C = 768, V = 50257;
+  const auto inputs = random_ids(size_t(N), 100, V), targets = random_ids(size_t(N), 101, V);
+  const float loss_scale = tol_.model_loss_scale / static_cast<float>(N);
+  std::vector<Precision> precisions{precision_};
+  if (precision_ == Precision::bf16) precisions.push_back(Precision::fp32);
+  for (Precision precision : precisions) {
+    CudaOps ops(0, precision);
+    const ParameterLayout layout = make_parameter_layout(shape);
+    Gpt model(ops, shape, B, T, layout.param_elems);
+    model.initialize(1);
+    ops.parameters_changed(model.params(), 0, layout.param_elems);
+    float* grads = ops.allocate_floats(layout.param_elems, MemoryKind::gradients);
+    ops.fill_zero(grads, layout.param_elems);
+    FullGradient sink(grads);
+    const std::string mode = storage_name(precision);
+    std::cout << "  " << mode << " forward";
+    const double forward_ms =
+        median_ms(ops, 1, [&] { model.forward(inputs.data(), targets.data(), nullptr); });
+    std::cout << "\n  " << mode << " forward+backward";
+    const double step_ms = median_ms(ops, 1, [&] {
+      model.forward(inputs.data(), targets.data(), nullptr);
+      model.backward(sink, loss_scale);
+    });
+    // A whole ddp step on one GPU: zeroed gradients, the gradient norm, AdamW, and the
+    // refresh of the parameters' 16-bit copy.
+    float* m = ops.allocate_floats(layout.param_elems, MemoryKind::optimizer);
+    float* v = ops.allocate_floats(layout.param_elems, MemoryKind::optimizer);
+    ops.fill_zero(m, layout.param_elems);
+    ops.fill_zero(v, layout.param_elems);
+    AdamWParams hyper;
+    hyper.learning_rate = 1e-4f;
+    std::cout << "\n  " << mode << " full step";
+    const double full_ms = median_ms(ops, 1, [&] {
+      ops.fill_zero(grads, layout.param_elems);
+      model.forward(inputs.data(), targets.data(), nullptr);
+      model.backward(sink, loss_scale);
+      (void)ops.sum_of_squares(grads, layout.param_elems);
+      ops.adamw_update(model.params(), grads, m, v, layout.param_elems, hyper);
+      ops.parameters_changed(model.params(), 0, layout.param_elems);
+    });
+    std::cout << "\n  " << mode << ": forward " << forward_ms << " ms, forward+backward " << step_ms
+              << " ms = " << N / (step_ms * 1e-3) << " tokens/s; full step " << full_ms
+              << " ms = " << N / (full_ms * 1e-3) << " tokens/s (loss " << model.mean_loss()
+              << ")\n";
+    ops.release(m);
+    ops.release(v);
+    ops.release(grads);
+  }
+
+  // The 16-bit ops at GPT-2 small shapes.
+  CudaOps& ops = *gpu_;
+  auto act = [&](size_t elems) {
+    float* p = ops.allocate_floats(elems, MemoryKind::activations);
+    owned_.push_back(p);
+    ops.fill_zero(p, elems);
+    return p;
+  };
+  auto fp32 = [&](size_t elems, MemoryKind kind) {
+    float* p = ops.allocate_floats(elems, kind);
+    owned_.push_back(p);
+    ops.fill_zero(p, elems);
+    return p;
+  };
+  const size_t NC = size_t(N) * C, param_elems = size_t(V) * C + 4 * C;
+  float* params = fp32(param_elems, MemoryKind::parameters);
+  ops.parameters_changed(params, 0, param_elems);
+  float* grads = fp32(param_elems, MemoryKind::gradients);
+  float *x = act(NC), *y = act(NC), *wide = act(4 * NC), *wide2 = act(4 * NC);
+  float *qkv = act(3 * NC), *dqkv = act(3 * NC), *probs = act(size_t(B) * 12 * T * T);
+  float *logits = act(size_t(N) * V), *dlogits = act(size_t(N) * V), *scratch_weight = act(size_t(V) * C);
+  float* padded_logits = ops.allocate_logits(N, V);
+  owned_.push_back(padded_logits);
+  float *stats = ops.allocate_statistics(2 * size_t(N)), *losses = ops.allocate_statistics(N);
+  owned_.push_back(stats);
+  owned_.push_back(losses);
+  int32_t* d_targets = ops.allocate_ints(N, MemoryKind::activations);
+  owned_.push_back(d_targets);
+  ops.copy_ints_from_host(d_targets, targets.data(), N);
+  const AttentionShape att{B, T, C, 12, true};
+  // The backward ops write their input gradients as the model's step does.
+  constexpr GradientWrite kFirst = GradientWrite::overwrite;
+  struct Timed {
+    const char* name;
+    int reps;
+    std::function<void()> work;
+  };
+  const std::vector<Timed> timed = {
+      {"matmul fwd 768->2304", 10, [&] { ops.matmul_forward(qkv, x, params, params + 1, N, C, 3 * C); }},
+      {"matmul bwd 768->2304", 10, [&] { ops.matmul_backward({.dinp = x, .dweight = grads,
+                                                              .dbias = grads + 1, .dout = qkv,
+                                                              .inp = x, .weight = params, .rows = N,
+                                                              .in_channels = C,
+                                                              .out_channels = 3 * C,
+                                                              .dinp_write = kFirst}); }},
+      {"matmul fwd 768->3072", 10, [&] { ops.matmul_forward(wide, x, params, params + 1, N, C, 4 * C); }},
+      {"matmul bwd 768->3072", 10, [&] { ops.matmul_backward({.dinp = x, .dweight = grads,
+                                                              .dbias = grads + 1, .dout = wide,
+                                                              .inp = x, .weight = params, .rows = N,
+                                                              .in_channels = C,
+                                                              .out_channels = 4 * C,
+                                                              .dinp_write = kFirst}); }},
+      {"matmul fwd 3072->768", 10, [&] { ops.matmul_forward(x, wide, params, params + 1, N, 4 * C, C); }},
+      {"matmul bwd 3072->768", 10, [&] { ops.matmul_backward({.dinp = wide, .dweight = grads,
+                                                              .dbias = grads + 1, .dout = x,
+                                                              .inp = wide, .weight = params,
+                                                              .rows = N, .in_channels = 4 * C,
+                                                              .out_channels = C,
+                                                              .dinp_write = kFirst}); }},
+      {"matmul fwd 768->768", 10, [&] { ops.matmul_forward(y, x, params, params + 1, N, C, C); }},
+      {"matmul fwd LM head", 3, [&] { ops.matmul_forward(logits, x, params, nullptr, N, C, V); }},
+      {"matmul bwd LM head", 3, [&] { ops.matmul_backward({.dinp = x, .dweight = grads,
+                                                           .dbias = nullptr, .dout = dlogits,
+                                                           .inp = x, .weight = params, .rows = N,
+                                                           .in_channels = C, .out_channels = V,
+                                                           .dinp_write = kFirst}); }},
+      {"attention fwd", 5, [&] { ops.attention_forward(y, probs, qkv, att); }},
+      {"attention bwd", 5, [&] { ops.attention_backward(dqkv, y, qkv, y, probs, att, kFirst); }},
+      {"layernorm fwd", 10, [&] { ops.layernorm_forward({.out = y, .mean = stats, .rstd = stats + N,
+                                                         .inp = x, .weight = params, .bias = params,
+                                                         .rows = N, .channels = C}); }},
+      {"layernorm bwd", 10, [&] { ops.layernorm_backward({.dinp = x, .dweight = grads,
+                                                          .dbias = grads + C, .dout = y, .inp = x,
+                                                          .weight = params, .mean = stats,
+                                                          .rstd = stats + N, .rows = N,
+                                                          .channels = C, .dinp_write = kFirst}); }},
+      {"gelu fwd", 10, [&] { ops.gelu_forward(wide2, wide, 4 * NC); }},
+      {"gelu bwd", 10, [&] { ops.gelu_backward(wide2, wide, wide, 4 * NC, kFirst); }},
+      {"residual fwd", 10, [&] { ops.residual_forward(y, x, y, NC); }},
+      {"fill_zero 4NC", 10, [&] { ops.fill_zero(wide, 4 * NC); }},
+      {"cross-entropy fwd", 3, [&] { ops.softmax_cross_entropy_forward(losses, stats, logits, d_targets, N, V); }},
+      {"cross-entropy bwd", 3, [&] { ops.softmax_cross_entropy_backward(dlogits, logits, stats, d_targets, N, V, loss_scale); }},
+      {"classifier fwd (padded logits)", 3, [&] { ops.classifier_forward({.losses = losses,
+                                                                          .row_stats = stats,
+                                                                          .logits = padded_logits,
+                                                                          .inp = x,
+                                                                          .weight = params,
+                                                                          .targets = d_targets,
+                                                                          .rows = N, .channels = C,
+                                                                          .vocab = V,
+                                                                          .dlogits_scale = std::nullopt}); }},
+      {"classifier bwd (padded logits)", 3, [&] { ops.classifier_backward({.dinp = y,
+                                                                           .logits = padded_logits,
+                                                                           .row_stats = stats,
+                                                                           .weight = params,
+                                                                           .targets = d_targets,
+                                                                           .rows = N, .channels = C,
+                                                                           .vocab = V,
+                                                                           .loss_scale = loss_scale,
+                                                                           .dinp_write = kFirst}); }},
+      {"classifier fwd with dlogits (padded logits)", 3, [&] { ops.classifier_forward({.losses = losses,
+                                                                                       .row_stats = stats,
+                                                                                       .logits = padded_logits,
+                                                                                       .inp = x,
+                                                                                       .weight = params,
+                                                                                       .targets = d_targets,
+                                                                                       .rows = N,
+                                                                                       .channels = C,
+                                                                                       .vocab = V,
+                                                                                       .dlogits_scale = loss_scale}); }},
+      {"classifier bwd from dlogits (padded logits)", 3, [&] { ops.classifier_backward_from_dlogits({.dinp = y,
+                                                                                                     .dlogits = padded_logits,
+                                                                                                     .weight = params,
+                                                                                                     .rows = N,
+                                                                                                     .channels = C,
+                                                                                                     .vocab = V,
+                                                                                                     .dinp_write = kFirst}); }},
+      {"classifier weight bwd (padded logits)", 3, [&] { ops.classifier_weight_backward({.dweight = grads,
+                                                                                         .dlogits = padded_logits,
+                                                                                         .inp = x,
+                                                                                         .rows = N,
+                                                                                         .channels = C,
+                                                                                         .vocab = V,
+                                                                                         .vocab_begin = 0,
+                                                                                         .vocab_end = V}); }},
+      {"classifier weight bwd in 4 parts", 3, [&] {
+         for (int part = 3; part >= 0; --part)
+           ops.classifier_weight_backward({.dweight = grads, .dlogits = padded_logits, .inp = x,
+                                           .rows = N, .channels = C, .vocab = V,
+                                           .vocab_begin = V * part / 32 * 8,
+                                           .vocab_end = part == 3 ? V : V * (part + 1) / 32 * 8});
+       }},
+      {"parameters_changed 38.6M (wte + 4C)", 3, [&] { ops.parameters_changed(params, 0, param_elems); }},
+  };
+  for (const Timed& t : timed) {
+    std::cout << "  " << name() << " " << t.name;
+    const double ms = median_ms(ops, t.reps, t.work);
+    std::cout << ": " << ms << " ms\n";
+  }
+
+  // The LM head's rows are V = 50257 16-bit values long, not a multiple of 16 bytes; the
+  // same three GEMMs with rows padded to a multiple of 8 show what that alignment costs.
+  // The buffers are untyped here: only the cuBLAS data type says bf16 or fp16.
+  const int padded_vocab = (V + 7) / 8 * 8;
+  float* padded = act(size_t(N) * padded_vocab);
+  const float one = 1.0f, zero = 0.0f;
+  const cublasHandle_t handle = ops.cublas_handle();
+  const cudaDataType_t half_type = precision_ == Precision::fp16 ? CUDA_R_16F : CUDA_R_16BF;
+  const void* weight = scratch_weight;
+  for (int ld : {V, padded_vocab}) {
+    void* head_out = ld == V ? logits : padded;
+    const void* lnf = x;
+    void* dlnf = y;
+    const std::string label = " (ld " + std::to_string(ld) + ")";
+    std::cout << "  raw GEMM LM head fwd" << label;
+    std::cout << ": " << median_ms(ops, 3, [&] {
+      CHECK_CUBLAS(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, V, N, C, &one, weight,
+                                half_type, C, lnf, half_type, C, &zero, head_out, half_type,
+                                ld, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    }) << " ms\n";
+    std::cout << "  raw GEMM LM head dinp" << label;
+    std::cout << ": " << median_ms(ops, 3, [&] {
+      CHECK_CUBLAS(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, C, N, V, &one, weight,
+                                half_type, C, head_out, half_type, ld, &one, dlnf, half_type,
+                                C, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    }) << " ms\n";
+    std::cout << "  raw GEMM LM head dweight" << label;
+    std::cout << ": " << median_ms(ops, 3, [&] {
+      CHECK_CUBLAS(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_T, C, V, N, &one, lnf,
+                                half_type, C, head_out, half_type, ld, &one, grads,
+                                CUDA_R_32F, C, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    }) << " ms\n";
+  }
+}
+
+// GPT-2 small's MLP at batch 8, seq 1024, through the plain
+// ops and through the dense-GELU pair (per layer; the model has 12).
+TEST_P(CudaOpsHalf, DenseGeluTimings) {
+  const int N = 8192, C = 768, H = 4 * C;
+  const size_t NH = size_t(N) * H;
+  const size_t fc_bias_at = size_t(H) * C, proj_weight_at = fc_bias_at + H;
+  const size_t param_elems = proj_weight_at + size_t(C) * H + C;
+  float* params = upload(rounded(random_floats(param_elems, 94, -0.05f, 0.05f)), MemoryKind::parameters);
+  gpu_->parameters_changed(params, 0, param_elems);
+  float* grads = upload(std::vector<float>(param_elems, 0.0f), MemoryKind::gradients);
+  const float *fc_weight = params, *fc_bias = params + fc_bias_at;
+  const float* proj_weight = params + proj_weight_at;
+  float *proj_dweight = grads + proj_weight_at, *proj_dbias = grads + proj_weight_at + size_t(C) * H;
+  const float* ln2 = activation(rounded(random_floats(size_t(N) * C, 95)));
+  const float* dout = activation(rounded(random_floats(size_t(N) * C, 96)));
+  float *fch = poisoned_activation(NH), *fch_gelu = poisoned_activation(NH);
+  float *dfch = poisoned_activation(NH), *dfch_gelu = poisoned_activation(NH);
+  constexpr GradientWrite kFirst = GradientWrite::overwrite;
+  struct Timed {
+    const char* name;
+    std::function<void()> work;
+  };
+  const std::vector<Timed> timed{
+      {"fc fwd + gelu fwd (plain)", [&] {
+         gpu_->matmul_forward(fch, ln2, fc_weight, fc_bias, N, C, H);
+         gpu_->gelu_forward(fch_gelu, fch, NH);
+       }},
+      {"dense_gelu_forward", [&] { gpu_->dense_gelu_forward({.pre = fch, .out = fch_gelu,
+                                                             .inp = ln2, .weight = fc_weight,
+                                                             .bias = fc_bias, .rows = N,
+                                                             .in_channels = C, .out_channels = H}); }},
+      {"fc_proj bwd + gelu bwd (plain)", [&] {
+         gpu_->matmul_backward({.dinp = dfch_gelu, .dweight = proj_dweight, .dbias = proj_dbias,
+                                .dout = dout, .inp = fch_gelu, .weight = proj_weight, .rows = N,
+                                .in_channels = H, .out_channels = C, .dinp_write = kFirst});
+         gpu_->gelu_backward(dfch, fch, dfch_gelu, NH, kFirst);
+       }},
+      {"dense_backward_through_gelu", [&] {
+         gpu_->dense_backward_through_gelu({.dpre = dfch, .dweight = proj_dweight,
+                                            .dbias = proj_dbias, .dout = dout, .act = fch_gelu,
+                                            .pre = fch, .weight = proj_weight, .rows = N,
+                                            .in_channels = H, .out_channels = C,
+                                            .dact_scratch = dfch_gelu});
+       }},
+  };
+  const size_t before = gpu_->gelu_epilogue_gemms();
+  for (const Timed& t : timed) {
+    std::cout << "  " << name() << " " << t.name;
+    const double ms = median_ms(*gpu_, 10, t.work);
+    std::cout << ": " << ms << " ms\n";
+  }
+  std::cout << "  " << name() << " GELU epilogue GEMMs in the fused runs: "
+            << gpu_->gelu_epilogue_gemms() - before << "\n";
+}
+
+// Every algorithm cuBLASLt's heuristic offers for GPT-2
+// small's and medium's dense GEMMs at 32768 rows, in bf16, with the epilogues the step
+// uses, sized for the whole device and for the multiprocessors the overlapped lane leaves,
+// timed one by one, with each algorithm's configuration. With --gemm-algos heuristic the
+// step takes the first.
+TEST_P(CudaOpsHalf, EpilogueGemmCandidateTimings) {
+  if (precision_ != Precision::bf16) GTEST_SKIP() << "the candidates are timed in bf16";
+  // GPT-2 small's and medium's widths, at 32768 rows.
+  const int N = 32768, widest = 1024;
+  const size_t largest_elems = size_t(N) * 4 * widest;
+  Rng rng(120);
+  std::vector<uint16_t> host(largest_elems);
+  for (uint16_t& value : host) value = bf16_bits_from_float(rng.uniform(-1.0f, 1.0f));
+  auto device_bf16 = [&](size_t elems) {
+    void* buffer = nullptr;
+    CHECK_CUDA(cudaMalloc(&buffer, elems * sizeof(uint16_t)));
+    CHECK_CUDA(cudaMemcpy(buffer, host.data(), elems * sizeof(uint16_t), cudaMemcpyHostToDevice));
+    return buffer;
+  };
+  void *a = device_bf16(size_t(4) * widest * widest), *b = device_bf16(largest_elems);
+  void *d = device_bf16(largest_elems), *aux = device_bf16(largest_elems),
+       *bias = device_bf16(size_t(4) * widest);
+  int multiprocessors = 0;
+  CHECK_CUDA(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, 0));
+  void* workspace = nullptr;
+  const size_t workspace_bytes = cuda::EpilogueGemm::kWorkspaceBytes;
+  CHECK_CUDA(cudaMalloc(&workspace, workspace_bytes));
+  cublasLtHandle_t handle = nullptr;
+  CHECK_CUBLAS(cublasLtCreate(&handle));
+
+  struct Shape {
+    const char* name;
+    cublasLtEpilogue_t epilogue;
+    bool transposed_a;
+    int m, n, k;
+  };
+  std::vector<Shape> shapes;
+  for (const int C : {768, widest}) {
+    const int H = 4 * C;
+    shapes.insert(shapes.end(), {
+        {"fc forward, GELU_AUX_BIAS", CUBLASLT_EPILOGUE_GELU_AUX_BIAS, true, H, N, C},
+        {"fc forward, BIAS only", CUBLASLT_EPILOGUE_BIAS, true, H, N, C},
+        {"fc_proj input gradient, DGELU", CUBLASLT_EPILOGUE_DGELU, false, H, N, C},
+        {"fc_proj input gradient, no epilogue", CUBLASLT_EPILOGUE_DEFAULT, false, H, N, C},
+        {"fc_proj forward, BIAS", CUBLASLT_EPILOGUE_BIAS, true, C, N, H},
+        {"qkv forward, BIAS", CUBLASLT_EPILOGUE_BIAS, true, 3 * C, N, C},
+    });
+  }
+  auto config_of = [](const cublasLtMatmulAlgo_t& algo) {
+    std::ostringstream text;
+    const std::pair<cublasLtMatmulAlgoConfigAttributes_t, const char*> attributes[] = {
+        {CUBLASLT_ALGO_CONFIG_ID, "id"},
+        {CUBLASLT_ALGO_CONFIG_TILE_ID, "tile"},
+        {CUBLASLT_ALGO_CONFIG_STAGES_ID, "stages"},
+        {CUBLASLT_ALGO_CONFIG_SPLITK_NUM, "splitk"},
+        {CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, "swizzle"},
+        {CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, "custom"},
+        {CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, "inner"},
+        {CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, "cluster"}};
+    for (const auto& [attribute, label] : attributes) {
+      // Each attribute has its own width (16 or 32 bits): asked first, then read.
+      uint64_t value = 0;
+      size_t width = 0;
+      CHECK_CUBLAS(cublasLtMatmulAlgoConfigGetAttribute(&algo, attribute, nullptr, 0, &width));
+      CHECK_CUBLAS(cublasLtMatmulAlgoConfigGetAttribute(&algo, attribute, &value, width, &width));
+      text << " " << label << "=" << value;
+    }
+    return text.str();
+  };
+  // Each shape sized for the whole device and for the multiprocessors that the overlapped
+  // lane's 4 CTAs leave (cuBLASLt's SM count target, CudaOps::reserve_multiprocessors).
+  for (const int target : {0, multiprocessors - 4})
+  for (const Shape& shape : shapes) {
+    cublasLtMatmulDesc_t desc = nullptr;
+    CHECK_CUBLAS(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t op_a = shape.transposed_a ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = CUBLAS_OP_N;
+    CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
+    CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
+    CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &shape.epilogue,
+                                                sizeof(shape.epilogue)));
+    if (target > 0)
+      CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &target,
+                                                  sizeof(target)));
+    const bool has_bias = shape.epilogue == CUBLASLT_EPILOGUE_BIAS ||
+                          shape.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    const bool has_aux = shape.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
+                         shape.epilogue == CUBLASLT_EPILOGUE_DGELU;
+    if (has_bias)
+      CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+    if (has_aux) {
+      const int64_t aux_ld = shape.m;
+      CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
+                                                  sizeof(aux_ld)));
+      CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
+                                                  sizeof(aux)));
+    }
+    cublasLtMatrixLayout_t a_layout = nullptr, b_layout = nullptr, d_layout = nullptr;
+    if (shape.transposed_a)
+      CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&a_layout, CUDA_R_16BF, shape.k, shape.m, shape.k));
+    else
+      CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&a_layout, CUDA_R_16BF, shape.m, shape.k, shape.m));
+    CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&b_layout, CUDA_R_16BF, shape.k, shape.n, shape.k));
+    CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&d_layout, CUDA_R_16BF, shape.m, shape.n, shape.m));
+    cublasLtMatmulPreference_t preference = nullptr;
+    CHECK_CUBLAS(cublasLtMatmulPreferenceCreate(&preference));
+    const uint64_t max_workspace = workspace_bytes;
+    const uint32_t reduction_mask = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE, alignment = 16;
+    CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                      &max_workspace, sizeof(max_workspace)));
+    CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                                      &reduction_mask, sizeof(reduction_mask)));
+    for (const auto attribute :
+         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+          CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+      CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(preference, attribute, &alignment, sizeof(alignment)));
+    std::vector<cublasLtMatmulHeuristicResult_t> results(32);
+    int found = 0;
+    CHECK_CUBLAS(cublasLtMatmulAlgoGetHeuristic(handle, desc, a_layout, b_layout, d_layout, d_layout,
+                                                preference, static_cast<int>(results.size()),
+                                                results.data(), &found));
+    const double flops = 2.0 * shape.m * shape.n * shape.k;
+    std::cout << "  " << shape.name << " (m=" << shape.m << " n=" << shape.n << " k=" << shape.k
+              << ", sized for " << (target > 0 ? target : multiprocessors) << " multiprocessors): " << found
+              << " candidates\n";
+    for (int i = 0; i < found; ++i) {
+      const float alpha = 1.0f, beta = 0.0f;
+      std::cout << "    #" << i << config_of(results[i].algo) << " waves=" << results[i].wavesCount
+                << " workspace=" << results[i].workspaceSize;
+      const double ms = median_ms(*gpu_, 10, [&] {
+        CHECK_CUBLAS(cublasLtMatmul(handle, desc, &alpha, a, a_layout, b, b_layout, &beta, d, d_layout,
+                                    d, d_layout, &results[i].algo, workspace, workspace_bytes,
+                                    gpu_->stream()));
+      });
+      std::cout << ": " << ms << " ms, " << flops / ms / 1e9 << " TFLOP/s\n";
+    }
+    CHECK_CUBLAS(cublasLtMatmulPreferenceDestroy(preference));
+    for (cublasLtMatrixLayout_t layout : {a_layout, b_layout, d_layout})
+      CHECK_CUBLAS(cublasLtMatrixLayoutDestroy(layout));
+    CHECK_CUBLAS(cublasLtMatmulDescDestroy(desc));
+  }
+  CHECK_CUBLAS(cublasLtDestroy(handle));
+  for (void* buffer : {a, b, d, aux, bias, workspace}) CHECK_CUDA(cudaFree(buffer));
+}
+
+// Median milliseconds of `run` on `stream` over `repeats` runs after `warmups`.
+template <class Run>
+double median_ms(cudaStream_t stream, int warmups, int repeats, Run run) {
+  for (int i = 0; i < warmups; ++i) run();
+  cudaEvent_t start, stop;
+  CHECK_CUDA(cudaEventCreate(&start));
+  CHECK_CUDA(cudaEventCreate(&stop));
+  std::vector<float> times(repeats);
+  for (float& time : times) {
+    CHECK_CUDA(cudaEventRecord(start, stream));
+    run();
+    CHECK_CUDA(cudaEventRecord(stop, stream));
+    CHECK_CUDA(cudaEventSynchronize(stop));
+    CHECK_CUDA(cudaEventElapsedTime(&time, start, stop));
+  }
+  CHECK_CUDA(cudaEventDestroy(start));
+  CHECK_CUDA(cudaEventDestroy(stop));
+  std::sort(times.begin(), times.end());
+  return times[repeats / 2];
+}
+
+// GPT-2 small's attention at batch 8, sequence 1024, bf16: the flash kernels against the
+// cuBLAS path (strided-batched GEMMs and softmax row kernels over [B,NH,T,T]).
+TEST_F(FlashAttentionTest, TimingAgainstCublasPath) {
+  const AttentionShape shape{8, 1024, 768, 12, true};
+  const Precision precision = Precision::bf16;
+  const size_t tokens = size_t(shape.batch) * shape.seq, C = shape.channels;
+  const size_t probs_elems = tokens * shape.heads * shape.seq;
+  DeviceBuffer qkv(tokens * 3 * C * 2), out(tokens * C * 2), dout(tokens * C * 2);
+  DeviceBuffer dqkv(tokens * 3 * C * 2), lse(tokens * shape.heads * 4);
+  DeviceBuffer flash_scratch(cuda::flash_attention_backward_scratch_elems(shape) * 4);
+  upload_half(qkv, precision, random_floats(tokens * 3 * C, 90));
+  upload_half(dout, precision, random_floats(tokens * C, 91));
+  upload_half(dqkv, precision, std::vector<float>(tokens * 3 * C, 0.0f));
+  auto flash_step = [&] {
+    flash_forward(precision, stream_, out, lse, qkv, shape);
+    flash_backward(precision, stream_, dqkv, dout, qkv, out, lse, shape, flash_scratch);
+  };
+  const double flash_forward_ms =
+      median_ms(stream_, 3, 20, [&] { flash_forward(precision, stream_, out, lse, qkv, shape); });
+  const double flash_ms = median_ms(stream_, 3, 20, flash_step);
+
+  cublasHandle_t handle = nullptr;
+  CHECK_CUBLAS(cublasCreate(&handle));
+  CHECK_CUBLAS(cublasSetStream(handle, stream_));
+  // The forward's and the backward's scratch are used one after the other on one stream.
+  const size_t scratch_elems = std::max(cuda::attention_forward_scratch_elems_16bit(shape),
+                                        cuda::attention_backward_scratch_elems_16bit(shape));
+  DeviceBuffer probs(probs_elems * 2), scratch(scratch_elems * 4);
+  auto cublas_step = [&] {
+    const cuda::Scratch device_scratch{scratch.as<float>(), scratch_elems};
+    cuda::launch_attention_forward(handle, stream_, out.as<__nv_bfloat16>(),
+                                   probs.as<__nv_bfloat16>(), qkv.as<__nv_bfloat16>(), shape,
+                                   device_scratch);
+    cuda::launch_attention_backward(handle, stream_,
+                                    AttentionBackwardArgs<__nv_bfloat16>{
+                                        .dqkv = dqkv.as<__nv_bfloat16>(),
+                                        .dout = dout.as<__nv_bfloat16>(),
+                                        .qkv = qkv.as<__nv_bfloat16>(),
+                                        .state = probs.as<__nv_bfloat16>(),
+                                        .shape = shape},
+                                    device_scratch);
+  };
+  const double cublas_ms = median_ms(stream_, 3, 20, cublas_step);
+  CHECK_CUBLAS(cublasDestroy(handle));
+
+  // Causal FLOPs: 2 products of B*NH*T*T/2*HS multiply-adds forward, 5 backward (the
+  // flash backward recomputes S and, in its dQ pass, S and dP once more: 7 executed).
+  const double half_pairs = double(shape.batch) * shape.heads * shape.seq * shape.seq / 2.0;
+  const double forward_flops = 2.0 * 2.0 * half_pairs * (C / shape.heads);
+  std::cout << "flash attention fwd+bwd " << flash_ms << " ms, cuBLAS path " << cublas_ms
+            << " ms, speedup " << cublas_ms / flash_ms << "\n";
+  std::cout << "  flash forward " << flash_forward_ms << " ms ("
+            << forward_flops / flash_forward_ms * 1e-9 << " TFLOP/s), backward "
+            << flash_ms - flash_forward_ms << " ms ("
+            << 3.5 * forward_flops / (flash_ms - flash_forward_ms) * 1e-9
+            << " TFLOP/s executed)\n";
+}
+
+INSTANTIATE_TEST_SUITE_P(Precisions, CudaOpsHalf, ::testing::ValuesIn(kHalfPrecisions),
+                         precision_test_name);
+
+}  // namespace
+}  // namespace scalestudy::gpu_test

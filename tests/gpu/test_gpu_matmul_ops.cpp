@@ -1,0 +1,318 @@
+// The dense layer of the CUDA backend against the CPU reference, in fp32, bf16 and fp16:
+// the GEMMs with their bias, the dense-GELU pair, and cuBLASLt's bias and GELU epilogues at
+// GPT-2's shapes (which shapes take them, the tanh GELU they compute, and the timed
+// algorithm choice made once per process).
+#include "cuda_ops_half_fixture.h"
+
+namespace scalestudy::gpu_test {
+namespace {
+
+TEST_P(CudaOpsShapes, Matmul) {
+  const OpShape s = GetParam();
+  const int N = s.rows(), C = s.channels;
+  struct Case {
+    int in_channels, out_channels;
+    bool bias;
+  };
+  // The QKV projection, the MLP's down projection, and the bias-free tied LM head.
+  for (const Case& c : {Case{C, 3 * C, true}, Case{4 * C, C, true}, Case{C, s.vocab, false}}) {
+    const std::string label = " (" + std::to_string(c.in_channels) + "->" +
+                              std::to_string(c.out_channels) + (c.bias ? ", bias)" : ", no bias)");
+    const auto inp = random_floats(size_t(N) * c.in_channels, 30);
+    const auto weight = random_floats(size_t(c.out_channels) * c.in_channels, 31);
+    const auto bias = random_floats(c.out_channels, 32);
+    std::vector<float> out(size_t(N) * c.out_channels);
+    float* d_out = poisoned(out.size());
+    const float *d_inp = upload(inp), *d_weight = upload(weight);
+    const float* d_bias = c.bias ? upload(bias) : nullptr;
+    cpu_.matmul_forward(out.data(), inp.data(), weight.data(), c.bias ? bias.data() : nullptr, N,
+                        c.in_channels, c.out_channels);
+    gpu_->matmul_forward(d_out, d_inp, d_weight, d_bias, N, c.in_channels, c.out_channels);
+    EXPECT_TRUE(matches("matmul out" + label, d_out, out, kDotProduct));
+
+    const auto dout = random_floats(out.size(), 33);
+    for (GradientWrite write : kGradientWrites) {
+      const std::string labels = label + write_label(write);
+      auto dinp = random_floats(inp.size(), 34), dweight = random_floats(weight.size(), 35);
+      auto dbias = random_floats(c.out_channels, 36);
+      float* d_dinp = write == GradientWrite::accumulate ? upload(dinp) : poisoned(dinp.size());
+      float *d_dweight = upload(dweight), *d_dbias = upload(dbias);
+      cpu_.matmul_backward({.dinp = dinp.data(), .dweight = dweight.data(),
+                            .dbias = c.bias ? dbias.data() : nullptr, .dout = dout.data(),
+                            .inp = inp.data(), .weight = weight.data(), .rows = N,
+                            .in_channels = c.in_channels, .out_channels = c.out_channels,
+                            .dinp_write = write});
+      gpu_->matmul_backward({.dinp = d_dinp, .dweight = d_dweight,
+                             .dbias = c.bias ? d_dbias : nullptr, .dout = upload(dout),
+                             .inp = d_inp, .weight = d_weight, .rows = N,
+                             .in_channels = c.in_channels, .out_channels = c.out_channels,
+                             .dinp_write = write});
+      EXPECT_TRUE(matches("matmul dinp" + labels, d_dinp, dinp, kDotProduct));
+      EXPECT_TRUE(matches("matmul dweight" + labels, d_dweight, dweight, kDotProduct));
+      // Without a bias the dbias buffer must be left alone.
+      EXPECT_TRUE(matches("matmul dbias" + labels, d_dbias, dbias, kColumnSum));
+    }
+  }
+}
+
+TEST_P(CudaOpsHalfShapes, Matmul) {
+  const OpShape s = shape();
+  const int N = s.rows(), C = s.channels;
+  struct Case {
+    int in_channels, out_channels;
+    bool bias;
+  };
+  for (const Case& c : {Case{C, 3 * C, true}, Case{4 * C, C, true}, Case{C, s.vocab, false}}) {
+    const std::string label = " (" + std::to_string(c.in_channels) + "->" +
+                              std::to_string(c.out_channels) + (c.bias ? ", bias)" : ", no bias)");
+    // The weight sits 8 elements into the parameters (as the model's weights sit at
+    // offsets), the bias after it; both are fp32 masters of 16-bit values.
+    const size_t weight_elems = size_t(c.out_channels) * c.in_channels;
+    const size_t weight_at = 8, bias_at = weight_at + weight_elems;
+    const auto params = rounded(random_floats(bias_at + c.out_channels, 31));
+    float* d_params = upload(params, MemoryKind::parameters);
+    gpu_->parameters_changed(d_params, 0, params.size());
+    const float* weight = params.data() + weight_at;
+    const float* bias = c.bias ? params.data() + bias_at : nullptr;
+    const float* d_bias = c.bias ? d_params + bias_at : nullptr;
+
+    const auto inp = rounded(random_floats(size_t(N) * c.in_channels, 30));
+    std::vector<float> out(size_t(N) * c.out_channels);
+    float* d_out = poisoned_activation(out.size());
+    const float* d_inp = activation(inp);
+    cpu_.matmul_forward(out.data(), inp.data(), weight, bias, N, c.in_channels, c.out_channels);
+    gpu_->matmul_forward(d_out, d_inp, d_params + weight_at, d_bias, N, c.in_channels, c.out_channels);
+    expect_close("matmul out" + label, d_out, out, gemm_tolerance(out));
+
+    const auto dout = rounded(random_floats(out.size(), 33));
+    for (GradientWrite write : kGradientWrites) {
+      const std::string labels = label + write_label(write);
+      auto dinp = rounded(random_floats(inp.size(), 34));
+      auto dweight = random_floats(weight_elems, 35), dbias = random_floats(c.out_channels, 36);
+      float* d_dinp =
+          write == GradientWrite::accumulate ? activation(dinp) : poisoned_activation(dinp.size());
+      float *d_dweight = upload(dweight), *d_dbias = upload(dbias);
+      cpu_.matmul_backward({.dinp = dinp.data(), .dweight = dweight.data(),
+                            .dbias = c.bias ? dbias.data() : nullptr, .dout = dout.data(),
+                            .inp = inp.data(), .weight = weight, .rows = N,
+                            .in_channels = c.in_channels, .out_channels = c.out_channels,
+                            .dinp_write = write});
+      gpu_->matmul_backward({.dinp = d_dinp, .dweight = d_dweight,
+                             .dbias = c.bias ? d_dbias : nullptr, .dout = activation(dout),
+                             .inp = d_inp, .weight = d_params + weight_at, .rows = N,
+                             .in_channels = c.in_channels, .out_channels = c.out_channels,
+                             .dinp_write = write});
+      expect_close("matmul dinp" + labels, d_dinp, dinp, gemm_tolerance(dinp));
+      expect_close("matmul dweight" + labels, d_dweight, dweight, kFp32DotProduct);
+      expect_close("matmul dbias" + labels, d_dbias, dbias, kColumnSum);
+    }
+  }
+}
+
+// GPT-2's dense layers take their bias in cuBLASLt's epilogue (no bias kernel): the
+// epilogue must accept their shapes, or the step silently keeps the slower fallback.
+// Where the operands are not 16-byte aligned it declines, and the GEMM-then-bias path
+// (the Matmul test's tiny shape) runs instead. A timed choice of algorithm leaves the
+// kept algorithm's results, as the heuristic's does.
+TEST_P(CudaOpsHalf, BiasEpilogueTakesTheGpt2Shapes) {
+  for (const auto choice : {cuda::AlgorithmChoice::heuristic, cuda::AlgorithmChoice::timed}) {
+    cuda::EpilogueGemm bias_gemm(choice);
+    cudaStream_t stream = nullptr;
+    CHECK_CUBLAS(cublasGetStream(gpu_->cublas_handle(), &stream));
+    const cudaDataType_t type = precision_ == Precision::fp16 ? CUDA_R_16F : CUDA_R_16BF;
+    const int N = 256;
+    for (const auto& [in_channels, out_channels] :
+         std::vector<std::pair<int, int>>{{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}}) {
+      const std::string label = " (" + std::to_string(in_channels) + "->" +
+                                std::to_string(out_channels) +
+                                (choice == cuda::AlgorithmChoice::timed ? ", timed" : "") + ")";
+      const auto inp = rounded(random_floats(size_t(N) * in_channels, 37));
+      const auto weight = rounded(random_floats(size_t(out_channels) * in_channels, 38));
+      const auto bias = rounded(random_floats(size_t(out_channels), 39));
+      std::vector<float> out(size_t(N) * out_channels);
+      float* d_out = poisoned_activation(out.size());
+      float* d_bias = activation(bias);  // a 16-bit bias, as the parameters' copy holds it
+      ASSERT_TRUE(bias_gemm.forward(stream, {.type = type, .out = d_out, .inp = activation(inp),
+                                             .weight = activation(weight), .bias = d_bias,
+                                             .rows = N, .in_channels = in_channels,
+                                             .out_channels = out_channels}))
+          << "cuBLASLt declined the bias epilogue" << label;
+      cpu_.matmul_forward(out.data(), inp.data(), weight.data(), bias.data(), N, in_channels, out_channels);
+      expect_close("bias epilogue out" + label, d_out, out, gemm_tolerance(out));
+      const auto* misaligned_bias = reinterpret_cast<const char*>(d_bias) + 2;
+      EXPECT_FALSE(bias_gemm.forward(stream, {.type = type, .out = d_out, .inp = activation(inp),
+                                              .weight = activation(weight), .bias = misaligned_bias,
+                                              .rows = N, .in_channels = in_channels,
+                                              .out_channels = out_channels}))
+          << "a bias 2 bytes off 16-byte alignment must be declined" << label;
+    }
+  }
+}
+
+// Every EpilogueGemm of a process runs the sizing that the first timed choice kept, so two
+// of them compute the same bits and report the same choices, with both sizings' times.
+TEST_P(CudaOpsHalf, TimedAlgorithmChoiceIsMadeOncePerProcess) {
+  cudaStream_t stream = nullptr;
+  CHECK_CUBLAS(cublasGetStream(gpu_->cublas_handle(), &stream));
+  const cudaDataType_t type = precision_ == Precision::fp16 ? CUDA_R_16F : CUDA_R_16BF;
+  const int N = 4096, C = 768, OC = 3 * C;
+  const float* d_inp = activation(rounded(random_floats(size_t(N) * C, 110)));
+  const float* d_weight = activation(rounded(random_floats(size_t(OC) * C, 111)));
+  const float* d_bias = activation(rounded(random_floats(size_t(OC), 112)));
+  std::vector<std::vector<float>> outs;
+  std::vector<std::vector<std::string>> reports;
+  for (int instance = 0; instance < 2; ++instance) {
+    cuda::EpilogueGemm timed(cuda::AlgorithmChoice::timed);
+    float* d_out = poisoned_activation(size_t(N) * OC);
+    ASSERT_TRUE(timed.forward(stream, {.type = type, .out = d_out, .inp = d_inp, .weight = d_weight,
+                                       .bias = d_bias, .rows = N, .in_channels = C,
+                                       .out_channels = OC}));
+    outs.push_back(download(d_out, size_t(N) * OC));
+    reports.push_back(timed.algorithm_report());
+  }
+  ASSERT_EQ(reports[0].size(), 1u);
+  EXPECT_NE(reports[0][0].find(" ms; for "), std::string::npos) << "both sizings timed: " << reports[0][0];
+  EXPECT_EQ(reports[0], reports[1]);
+  std::cout << "  " << name() << " " << reports[0][0] << "\n";
+  EXPECT_TRUE(all_close("second timed EpilogueGemm", outs[1], outs[0], kBitExact));
+  cuda::EpilogueGemm heuristic(cuda::AlgorithmChoice::heuristic);
+  float* d_out = poisoned_activation(size_t(N) * OC);
+  ASSERT_TRUE(heuristic.forward(stream, {.type = type, .out = d_out, .inp = d_inp,
+                                         .weight = d_weight, .bias = d_bias, .rows = N,
+                                         .in_channels = C, .out_channels = OC}));
+  ASSERT_EQ(heuristic.algorithm_report().size(), 1u);
+  EXPECT_EQ(heuristic.algorithm_report()[0].find("timed"), std::string::npos) << heuristic.algorithm_report()[0];
+  EXPECT_NE(heuristic.algorithm_report()[0].find(": cuBLASLt's first"), std::string::npos);
+  // A plan already sized for fewer multiprocessors (beside the overlapped lane) has no
+  // other sizing to time.
+  cuda::EpilogueGemm beside_lane(cuda::AlgorithmChoice::timed);
+  int multiprocessors = 0;
+  CHECK_CUDA(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, 0));
+  beside_lane.set_multiprocessor_target(multiprocessors - cuda::kTimedGemmFewerMultiprocessors);
+  ASSERT_TRUE(beside_lane.forward(stream, {.type = type, .out = d_out, .inp = d_inp,
+                                           .weight = d_weight, .bias = d_bias, .rows = N,
+                                           .in_channels = C, .out_channels = OC}));
+  ASSERT_EQ(beside_lane.algorithm_report().size(), 1u);
+  EXPECT_EQ(beside_lane.algorithm_report()[0].find("timed"), std::string::npos) << beside_lane.algorithm_report()[0];
+}
+
+// ---- GPT-2's MLP GELU in cuBLASLt's epilogues ---------------------------------------------
+
+// The dense-GELU pair against the CPU at the op shapes. The medium and odd shapes' channels
+// are multiples of 8, which the epilogues need; the tiny shape's (C = 6) are not, so it
+// runs the plain ops, which must agree just as well.
+TEST_P(CudaOpsHalfShapes, DenseGelu) {
+  const OpShape s = shape();
+  const size_t fused = check_dense_gelu(s.rows(), s.channels, "");
+  std::cout << "  " << name() << " GELU epilogue GEMMs: " << fused << " of 2\n";
+  if (s.channels % 8 != 0 || precision_ == Precision::fp16) {
+    EXPECT_EQ(fused, 0u) << "fp16, and channels that are not a multiple of 8, take the plain ops";
+  }
+}
+
+// GPT-2 small's MLP (768 -> 3072 -> 768): in bf16 both ops must run in cuBLASLt's GELU
+// epilogues, or the step silently keeps the GELU kernels and their passes over memory.
+// fp16 keeps the GELU kernels: cuBLASLt's fp16 GELU misses the fp16 rounding
+// (CudaOps::gelu_epilogues_allowed).
+TEST_P(CudaOpsHalf, DenseGeluTakesTheEpiloguesAtGpt2Small) {
+  const size_t expected = precision_ == Precision::bf16 ? 2 : 0;
+  EXPECT_EQ(check_dense_gelu(256, 768, " (GPT-2 small, 256 rows)"), expected)
+      << "bf16 must take both GELU epilogues at GPT-2 small's MLP shape, fp16 neither";
+}
+
+// The two epilogues at GPT-2 small's shapes, on inputs that make every GEMM exact, so that
+// what is left to compare is the GELU itself: one-hot rows pick one weight (plus the bias)
+// as the GELU's input, and a one-hot dout with weights of +-1 makes the derivative's
+// multiplier exactly +-1. The fused GELU must be the tanh approximation (the CPU's); the
+// inputs span [-5, 5], where the erf GELU fails the same checks (its value differs by up
+// to 11 % near x = -3, its slope by more), which the test asserts as well. bf16 only: in
+// fp16 cuBLASLt's GELU misses the fp16 rounding, so the backend keeps fp16 off these
+// epilogues (CudaOps::gelu_epilogues_allowed). The algorithms are timed: every candidate
+// runs on these operands, and the outputs checked are the kept one's. (The model tests
+// run the heuristic's choice.)
+TEST_F(CudaOpsBf16, GeluEpiloguesTakeTheGpt2ShapesAndAreTheTanhGelu) {
+  cuda::EpilogueGemm epilogue_gemm(cuda::AlgorithmChoice::timed);
+  cudaStream_t stream = nullptr;
+  CHECK_CUBLAS(cublasGetStream(gpu_->cublas_handle(), &stream));
+  const cudaDataType_t type = precision_ == Precision::fp16 ? CUDA_R_16F : CUDA_R_16BF;
+  const int N = 256, C = 768, H = 4 * C;
+  const size_t NH = size_t(N) * H;
+  const double sqrt_two = std::sqrt(2.0), sqrt_two_pi = std::sqrt(2.0 * std::acos(-1.0));
+  auto erf_gelu = [&](double x) { return 0.5 * x * (1.0 + std::erf(x / sqrt_two)); };
+  auto erf_gelu_slope = [&](double x) {
+    return 0.5 * (1.0 + std::erf(x / sqrt_two)) + x * std::exp(-0.5 * x * x) / sqrt_two_pi;
+  };
+
+  // Forward, 768 -> 3072: pre[n, o] = weight[o, n % C] + bias[o], exact in fp32.
+  std::vector<float> inp(size_t(N) * C, 0.0f);
+  for (int n = 0; n < N; ++n) inp[size_t(n) * C + n % C] = 1.0f;
+  const auto weight = rounded(random_floats(size_t(H) * C, 90, -4.0f, 4.0f));
+  const auto bias = rounded(random_floats(H, 91));
+  std::vector<float> pre(NH);
+  for (int n = 0; n < N; ++n)
+    for (int o = 0; o < H; ++o) pre[size_t(n) * H + o] = weight[size_t(o) * C + n % C] + bias[o];
+  float *d_pre = poisoned_activation(NH), *d_out = poisoned_activation(NH);
+  const float *d_inp = activation(inp), *d_weight = activation(weight), *d_bias = activation(bias);
+  ASSERT_TRUE(epilogue_gemm.gelu_forward(stream, {.type = type, .out = d_out, .inp = d_inp,
+                                                  .weight = d_weight, .bias = d_bias, .rows = N,
+                                                  .in_channels = C, .out_channels = H, .pre = d_pre}))
+      << "cuBLASLt declined the GELU epilogue (768->3072)";
+  expect_close("GELU epilogue pre (its auxiliary output)", d_pre, rounded(pre), kBitExact);
+  std::vector<float> out(NH), erf_out(NH);
+  cpu_.gelu_forward(out.data(), pre.data(), NH);
+  for (size_t i = 0; i < NH; ++i) erf_out[i] = static_cast<float>(erf_gelu(pre[i]));
+  expect_close("GELU epilogue out", d_out, out, tol_.rounding);
+  EXPECT_FALSE(all_close("erf GELU", rounded(erf_out), out, tol_.rounding))
+      << "these inputs must tell the erf GELU from the tanh GELU";
+  void* misaligned_pre = reinterpret_cast<char*>(d_pre) + 2;
+  EXPECT_FALSE(epilogue_gemm.gelu_forward(stream, {.type = type, .out = d_out, .inp = d_inp,
+                                                   .weight = d_weight, .bias = d_bias, .rows = N,
+                                                   .in_channels = C, .out_channels = H,
+                                                   .pre = misaligned_pre}))
+      << "an auxiliary output 2 bytes off 16-byte alignment must be declined";
+
+  // The input gradient of 3072 -> 768: dact[n, i] = proj_weight[n % C, i] = +-1.
+  std::vector<float> dout(size_t(N) * C, 0.0f);
+  for (int n = 0; n < N; ++n) dout[size_t(n) * C + n % C] = 1.0f;
+  const auto signs = random_ids(size_t(C) * H, 92, 2);
+  std::vector<float> proj_weight(signs.size());
+  for (size_t i = 0; i < signs.size(); ++i) proj_weight[i] = signs[i] == 0 ? -1.0f : 1.0f;
+  const auto gelu_input = rounded(random_floats(NH, 93, -5.0f, 5.0f));
+  std::vector<float> dact(NH);
+  for (int n = 0; n < N; ++n)
+    std::copy_n(proj_weight.begin() + size_t(n % C) * H, H, dact.begin() + size_t(n) * H);
+  std::vector<float> dpre(NH), erf_dpre(NH);
+  cpu_.gelu_backward(dpre.data(), gelu_input.data(), dact.data(), NH, GradientWrite::overwrite);
+  for (size_t i = 0; i < NH; ++i)
+    erf_dpre[i] = static_cast<float>(erf_gelu_slope(gelu_input[i]) * dact[i]);
+  float* d_dpre = poisoned_activation(NH);
+  const float *d_dout = activation(dout), *d_proj_weight = activation(proj_weight);
+  const float* d_gelu_input = activation(gelu_input);
+  ASSERT_TRUE(epilogue_gemm.gelu_input_gradient(stream, {.type = type, .dpre = d_dpre,
+                                                         .dout = d_dout, .weight = d_proj_weight,
+                                                         .pre = d_gelu_input, .rows = N,
+                                                         .in_channels = H, .out_channels = C}))
+      << "cuBLASLt declined the GELU derivative's epilogue (3072->768)";
+  expect_close("GELU epilogue dpre", d_dpre, dpre, tol_.gelu_backward);
+  EXPECT_FALSE(all_close("erf GELU's derivative", rounded(erf_dpre), dpre, tol_.gelu_backward))
+      << "these inputs must tell the erf GELU's derivative from the tanh GELU's";
+  const void* misaligned_input = reinterpret_cast<const char*>(d_gelu_input) + 2;
+  EXPECT_FALSE(epilogue_gemm.gelu_input_gradient(stream, {.type = type, .dpre = d_dpre,
+                                                          .dout = d_dout, .weight = d_proj_weight,
+                                                          .pre = misaligned_input, .rows = N,
+                                                          .in_channels = H, .out_channels = C}))
+      << "an auxiliary input 2 bytes off 16-byte alignment must be declined";
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaOpsShapes, ::testing::ValuesIn(kShapes), shape_test_name);
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaOpsHalfShapes,
+                         ::testing::Combine(::testing::ValuesIn(kHalfPrecisions),
+                                            ::testing::ValuesIn(kShapes)),
+                         half_shape_test_name);
+
+INSTANTIATE_TEST_SUITE_P(Precisions, CudaOpsHalf, ::testing::ValuesIn(kHalfPrecisions),
+                         precision_test_name);
+
+}  // namespace
+}  // namespace scalestudy::gpu_test
