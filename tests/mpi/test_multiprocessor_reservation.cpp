@@ -1,7 +1,7 @@
 // When the strategies hold multiprocessors back for the overlapped lane's collectives
-// (DeviceServices::reserve_multiprocessors): only
-// with --overlap on, from backward's first overlapped bucket on, and never while forward
-// or the optimizer runs (one micro-batch per step here).
+// (DeviceServices::reserve_multiprocessors): only with --overlap on, from backward's first
+// overlapped bucket on, and never while forward or the optimizer runs (one micro-batch per
+// step here).
 // On the CPU the reservation changes nothing, so the ops here only record it; the
 // communicator around the MPI one reports a lane of kLaneMultiprocessors, as the NCCL one
 // does with --overlapped-ctas. Run by ctest at 1, 2, 3 and 4 ranks.

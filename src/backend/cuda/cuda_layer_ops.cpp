@@ -176,11 +176,10 @@ void CudaOps::matmul_backward(const MatmulBackwardArgs<float>& args) {
 
 // The epilogue reads the bias from the parameters' 16-bit copy: a bias outside the
 // parameters (or none) takes the plain ops, as does any shape cuBLASLt declines.
-// bf16 only. In fp16 cuBLASLt's GELU epilogue missed the tanh GELU by more than the fp16
-// rounding: on an H200 (CUDA 13, commit d8fc352), 14801 of 786432 outputs were off by up
-// to ~8 fp16 ulps in the tails (-6.046e-4 against -6.083e-4), and 13075 derivatives
-// likewise (docs/measurements/2026-11-22-h200-gelu-epilogue/). In bf16 the same
-// differences stay within one bf16 rounding, which the GPU test
+// bf16 only. In fp16 cuBLASLt's GELU epilogue misses the tanh GELU by more than the fp16
+// rounding: on an H200 (CUDA 13), 14801 of 786432 outputs are off by up to ~8 fp16 ulps
+// in the tails (-6.046e-4 against -6.083e-4), and 13075 derivatives likewise. In bf16 the
+// same differences stay within one bf16 rounding, which the GPU test
 // GeluEpiloguesTakeTheGpt2ShapesAndAreTheTanhGelu checks.
 bool CudaOps::gelu_epilogues_allowed() const { return precision_ == Precision::bf16; }
 
