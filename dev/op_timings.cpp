@@ -499,7 +499,7 @@ TEST_F(FlashAttentionTest, TimingAgainstCublasPath) {
   upload_half(dqkv, precision, std::vector<float>(tokens * 3 * C, 0.0f));
   auto flash_step = [&] {
     flash_forward(precision, stream_, out, lse, qkv, shape);
-    flash_backward(precision, stream_, dqkv, dout, qkv, out, lse, shape, flash_scratch);
+    flash_backward(precision, stream_, {dqkv, dout, qkv, out, lse}, shape, flash_scratch);
   };
   const double flash_forward_ms =
       median_ms(stream_, 3, 20, [&] { flash_forward(precision, stream_, out, lse, qkv, shape); });
@@ -542,8 +542,7 @@ TEST_F(FlashAttentionTest, TimingAgainstCublasPath) {
             << " TFLOP/s executed)\n";
 }
 
-INSTANTIATE_TEST_SUITE_P(Precisions, CudaOpsHalf, ::testing::ValuesIn(kHalfPrecisions),
-                         precision_test_name);
+SCALESTUDY_HALF_PRECISION_TESTS();
 
 }  // namespace
 }  // namespace scalestudy::gpu_test

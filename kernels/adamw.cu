@@ -116,10 +116,10 @@ __global__ void __launch_bounds__(kPieceThreads) adamw_pieces_kernel(AdamWPieces
 }
 
 void check_operands(const float* params, const float* grads, const float* m, const float* v) {
-  check_not_null(params, "adamw params");
-  check_not_null(grads, "adamw grads");
-  check_not_null(m, "adamw m");
-  check_not_null(v, "adamw v");
+  check_not_null({{params, "adamw params"},
+                  {grads, "adamw grads"},
+                  {m, "adamw m"},
+                  {v, "adamw v"}});
 }
 
 template <class Copy>

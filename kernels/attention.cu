@@ -90,17 +90,24 @@ __global__ void attention_softmax_backward_kernel(SoftmaxBackwardParams<T> p) {
   }
 }
 
-int head_size_of(const AttentionShape& shape) {
-  check_positive(shape.batch, "attention batch");
-  check_positive(shape.seq, "attention seq");
-  check_positive(shape.heads, "attention heads");
-  SCALESTUDY_CHECK(shape.channels > 0 && shape.channels % shape.heads == 0,
-                   "attention channels " + std::to_string(shape.channels) +
-                       " must be a positive multiple of heads " + std::to_string(shape.heads));
+// The sizes and strides of the GEMMs' views below, of a shape whose rows fit the grid.
+struct AttentionStrides {
+  int head_size;
+  int seq;       // T
+  int channels;  // C
+  int heads;     // NH
+  int qkv_ld;    // 3C
+  long long head_stride;        // hs: from one head's columns to the next
+  long long probs_head_stride;  // T*T: from one head's probabilities to the next
+};
+
+AttentionStrides strides_of(const AttentionShape& shape) {
+  const int head_size = attention_head_size(shape);
   SCALESTUDY_CHECK(static_cast<long long>(shape.batch) * shape.heads * shape.seq < (1ll << 31),
                    "attention: batch*heads*seq rows must fit in a grid dimension");
   SCALESTUDY_CHECK(3ll * shape.channels < (1ll << 31), "attention: 3*channels must fit in an int");
-  return shape.channels / shape.heads;
+  return {head_size,     shape.seq, shape.channels, shape.heads, 3 * shape.channels, head_size,
+          static_cast<long long>(shape.seq) * shape.seq};
 }
 
 float score_scale_of(int head_size) {
@@ -123,16 +130,12 @@ size_t probs_elems_of(const AttentionShape& shape) {
 template <class T>
 void attention_forward(cublasHandle_t handle, cudaStream_t stream, T* out, T* probs,
                        const T* qkv, const AttentionShape& shape, float* scores) {
-  const int head_size = head_size_of(shape);
-  check_not_null(out, "attention out");
-  check_not_null(probs, "attention probs");
-  check_not_null(qkv, "attention qkv");
-  check_not_null(scores, "attention scores");
+  const auto [head_size, T_, C, NH, qkv_ld, head_stride, probs_head_stride] = strides_of(shape);
+  check_not_null({{out, "attention out"},
+                  {probs, "attention probs"},
+                  {qkv, "attention qkv"},
+                  {scores, "attention scores"}});
   check_handle_stream(handle, stream);
-  const int T_ = shape.seq, C = shape.channels, NH = shape.heads;
-  const int qkv_ld = 3 * C;
-  const long long head_stride = head_size;
-  const long long probs_head_stride = static_cast<long long>(T_) * T_;
   for (int b = 0; b < shape.batch; ++b) {
     const T* query = qkv + size_t(b) * T_ * qkv_ld;
     const T* key = query + C;
@@ -172,16 +175,12 @@ void attention_backward(cublasHandle_t handle, cudaStream_t stream,
   const AttentionShape& shape = args.shape;
   SCALESTUDY_CHECK(args.dqkv_write == GradientWrite::accumulate,
                    "attention backward: the cuBLAS path accumulates into dqkv");
-  const int head_size = head_size_of(shape);
-  check_not_null(dqkv, "attention dqkv");
-  check_not_null(dout, "attention dout");
-  check_not_null(qkv, "attention qkv");
-  check_not_null(probs, "attention probs");
+  const auto [head_size, T_, C, NH, qkv_ld, head_stride, probs_head_stride] = strides_of(shape);
+  check_not_null({{dqkv, "attention dqkv"},
+                  {dout, "attention dout"},
+                  {qkv, "attention qkv"},
+                  {probs, "attention probs"}});
   check_handle_stream(handle, stream);
-  const int T_ = shape.seq, C = shape.channels, NH = shape.heads;
-  const int qkv_ld = 3 * C;
-  const long long head_stride = head_size;
-  const long long probs_head_stride = static_cast<long long>(T_) * T_;
   for (int b = 0; b < shape.batch; ++b) {
     const T* value = qkv + size_t(b) * T_ * qkv_ld + 2 * C;
     const T* dout_batch = dout + size_t(b) * T_ * C;

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <initializer_list>
 #include <string>
 
 #include "cuda_check.h"
@@ -38,6 +39,16 @@ inline void check_not_null(const void* ptr, const char* what) {
   SCALESTUDY_CHECK(ptr != nullptr, std::string(what) + " must not be null");
 }
 
+// An operand of a launch, named for the messages of the checks.
+struct NamedOperand {
+  const void* pointer;
+  const char* name;
+};
+
+inline void check_not_null(std::initializer_list<NamedOperand> operands) {
+  for (const NamedOperand& operand : operands) check_not_null(operand.pointer, operand.name);
+}
+
 // 2^x in one MUFU.EX2 instruction. exp2f is that instruction plus a test and two
 // rescaling multiplies that keep results below 2^-126 as subnormals; here they flush to
 // zero. Both are within 2 ulp above that. The callers exponentiate differences to a
@@ -65,32 +76,41 @@ __device__ inline float warp_reduce_max(float value) {
 // order is fixed by the thread layout, so a given launch shape always gives the same
 // bits. Every thread receives the result. `shared` must hold kWarpSize values and may be
 // reused right after the call returns.
-template <class Real>
-__device__ inline Real block_reduce_sum(Real value, Real* shared) {
+// The warp reductions as block_reduce takes them.
+struct WarpSum {
+  template <class Real>
+  __device__ Real operator()(Real value) const {
+    return warp_reduce_sum(value);
+  }
+};
+struct WarpMax {
+  __device__ float operator()(float value) const { return warp_reduce_max(value); }
+};
+
+// The warps' results combine in shared memory: lane i of every warp reads warp i's, the
+// lanes past the last warp `identity`, and one more warp reduction gives the block's.
+template <class Real, class WarpReduce>
+__device__ inline Real block_reduce(Real value, Real* shared, Real identity, WarpReduce reduce) {
   const int lane = threadIdx.x % kWarpSize;
   const int warp = threadIdx.x / kWarpSize;
   const int warps = blockDim.x / kWarpSize;
-  value = warp_reduce_sum(value);
+  value = reduce(value);
   if (lane == 0) shared[warp] = value;
   __syncthreads();
-  Real total = lane < warps ? shared[lane] : Real(0);
-  total = warp_reduce_sum(total);
+  Real total = lane < warps ? shared[lane] : identity;
+  total = reduce(total);
   // The second barrier lets the caller overwrite `shared` for its next reduction.
   __syncthreads();
   return total;
 }
 
+template <class Real>
+__device__ inline Real block_reduce_sum(Real value, Real* shared) {
+  return block_reduce(value, shared, Real(0), WarpSum{});
+}
+
 __device__ inline float block_reduce_max(float value, float* shared) {
-  const int lane = threadIdx.x % kWarpSize;
-  const int warp = threadIdx.x / kWarpSize;
-  const int warps = blockDim.x / kWarpSize;
-  value = warp_reduce_max(value);
-  if (lane == 0) shared[warp] = value;
-  __syncthreads();
-  float result = lane < warps ? shared[lane] : -INFINITY;
-  result = warp_reduce_max(result);
-  __syncthreads();
-  return result;
+  return block_reduce(value, shared, -INFINITY, WarpMax{});
 }
 
 }  // namespace scalestudy::cuda

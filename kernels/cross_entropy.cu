@@ -271,10 +271,10 @@ void launch_softmax_cross_entropy_forward(cudaStream_t stream, float* losses, fl
                                           const T* logits, CrossEntropyRows call) {
   const auto [targets, rows, vocab, row_stride] = call;
   check_shape(rows, vocab, row_stride);
-  check_not_null(losses, "cross-entropy losses");
-  check_not_null(row_stats, "cross-entropy row statistics");
-  check_not_null(logits, "cross-entropy logits");
-  check_not_null(targets, "cross-entropy targets");
+  check_not_null({{losses, "cross-entropy losses"},
+                  {row_stats, "cross-entropy row statistics"},
+                  {logits, "cross-entropy logits"},
+                  {targets, "cross-entropy targets"}});
   const int warps = warps_per_row(rows);
   const CrossEntropyForwardParams<T> p{losses, row_stats, logits,     targets,
                                        rows,   vocab,     row_stride, warps};
@@ -288,10 +288,10 @@ void launch_softmax_cross_entropy_backward(cudaStream_t stream, T* dlogits, cons
                                            float loss_scale) {
   const auto [targets, rows, vocab, row_stride] = call;
   check_shape(rows, vocab, row_stride);
-  check_not_null(dlogits, "cross-entropy dlogits");
-  check_not_null(logits, "cross-entropy logits");
-  check_not_null(row_stats, "cross-entropy row statistics");
-  check_not_null(targets, "cross-entropy targets");
+  check_not_null({{dlogits, "cross-entropy dlogits"},
+                  {logits, "cross-entropy logits"},
+                  {row_stats, "cross-entropy row statistics"},
+                  {targets, "cross-entropy targets"}});
   const int warps = warps_per_row(rows);
   const CrossEntropyBackwardParams<T> p{dlogits, logits,     row_stats, targets,   rows,
                                         vocab,   row_stride, warps,     loss_scale};

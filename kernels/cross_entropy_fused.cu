@@ -142,10 +142,10 @@ void launch_softmax_cross_entropy_forward_backward(cudaStream_t stream, float* l
                                           call, loss_scale);
     return;
   }
-  check_not_null(losses, "cross-entropy losses");
-  check_not_null(row_stats, "cross-entropy row statistics");
-  check_not_null(logits, "cross-entropy logits");
-  check_not_null(targets, "cross-entropy targets");
+  check_not_null({{losses, "cross-entropy losses"},
+                  {row_stats, "cross-entropy row statistics"},
+                  {logits, "cross-entropy logits"},
+                  {targets, "cross-entropy targets"}});
   CHECK_CUDA(cudaFuncSetAttribute(cross_entropy_fused_kernel<T>,
                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   static_cast<int>(row_bytes)));

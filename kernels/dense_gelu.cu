@@ -28,11 +28,11 @@ bool launch_dense_gelu_forward(EpilogueGemm& epilogue_gemm, cudaStream_t stream,
                                const DenseGeluForwardArgs<T>& args) {
   const auto& [pre, out, inp, weight, bias, rows, in_channels, out_channels] = args;
   check_shape(rows, in_channels, out_channels);
-  check_not_null(pre, "dense gelu pre");
-  check_not_null(out, "dense gelu out");
-  check_not_null(inp, "dense gelu inp");
-  check_not_null(weight, "dense gelu weight");
-  check_not_null(bias, "dense gelu bias");
+  check_not_null({{pre, "dense gelu pre"},
+                  {out, "dense gelu out"},
+                  {inp, "dense gelu inp"},
+                  {weight, "dense gelu weight"},
+                  {bias, "dense gelu bias"}});
   return epilogue_gemm.gelu_forward(stream, {data_type_of<T>(), out, inp, weight, bias, rows,
                                              in_channels, out_channels, pre});
 }
@@ -50,11 +50,11 @@ bool launch_dense_backward_through_gelu(EpilogueGemm& epilogue_gemm, cublasHandl
   const auto& [dpre, dweight, dbias, dout, act, pre, weight, rows, in_channels, out_channels,
                dact_scratch] = args;
   check_shape(rows, in_channels, out_channels);
-  check_not_null(dpre, "dense gelu dpre");
-  check_not_null(dout, "dense gelu dout");
-  check_not_null(act, "dense gelu act");
-  check_not_null(pre, "dense gelu pre");
-  check_not_null(weight, "dense gelu weight");
+  check_not_null({{dpre, "dense gelu dpre"},
+                  {dout, "dense gelu dout"},
+                  {act, "dense gelu act"},
+                  {pre, "dense gelu pre"},
+                  {weight, "dense gelu weight"}});
   if (!epilogue_gemm.gelu_input_gradient(stream, {data_type_of<T>(), dpre, dout, weight, pre, rows,
                                                   in_channels, out_channels}))
     return false;

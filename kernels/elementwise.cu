@@ -66,25 +66,14 @@ __global__ void cast_kernel(To* __restrict__ dst, const From* __restrict__ src, 
 
 template <class T>
 void launch_residual_forward(cudaStream_t stream, T* out, const T* a, const T* b, size_t elems) {
-  if (elems == 0) return;
-  check_not_null(out, "residual out");
-  check_not_null(a, "residual a");
-  check_not_null(b, "residual b");
-  const size_t packs = pack_count<T>(elems, aligned16(out) && aligned16(a) && aligned16(b));
-  residual_forward_kernel<T><<<packed_blocks<T>(elems, packs), kElementwiseThreads, 0, stream>>>(
-      out, a, b, elems, packs);
-  CHECK_LAUNCH();
+  launch_packed<T>(stream, residual_forward_kernel<T>, elems,
+                   {{out, "residual out"}, {a, "residual a"}, {b, "residual b"}}, out, a, b);
 }
 
 template <class T>
 void launch_accumulate(cudaStream_t stream, T* dst, const T* src, size_t elems) {
-  if (elems == 0) return;
-  check_not_null(dst, "accumulate dst");
-  check_not_null(src, "accumulate src");
-  const size_t packs = pack_count<T>(elems, aligned16(dst) && aligned16(src));
-  accumulate_kernel<T><<<packed_blocks<T>(elems, packs), kElementwiseThreads, 0, stream>>>(
-      dst, src, elems, packs);
-  CHECK_LAUNCH();
+  launch_packed<T>(stream, accumulate_kernel<T>, elems,
+                   {{dst, "accumulate dst"}, {src, "accumulate src"}}, dst, src);
 }
 
 template <class To, class From>

@@ -116,10 +116,10 @@ template <class T>
 void launch_embedding_forward(cudaStream_t stream, const EmbeddingForwardArgs<T>& args) {
   const auto& [out, tokens, wte, wpe, batch, seq, channels] = args;
   check_shape(batch, seq, channels);
-  check_not_null(out, "embedding out");
-  check_not_null(tokens, "embedding tokens");
-  check_not_null(wte, "embedding wte");
-  check_not_null(wpe, "embedding wpe");
+  check_not_null({{out, "embedding out"},
+                  {tokens, "embedding tokens"},
+                  {wte, "embedding wte"},
+                  {wpe, "embedding wpe"}});
   const EmbeddingParams p{batch, seq, channels};
   const size_t elems = size_t(batch) * seq * channels;
   embedding_forward_kernel<T><<<elementwise_blocks(elems), kElementwiseThreads, 0, stream>>>(
@@ -138,11 +138,11 @@ void launch_embedding_backward(cudaStream_t stream, const EmbeddingBackwardArgs<
                                Scratch scratch) {
   const auto& [dwte, dwpe, dout, tokens, batch, seq, channels] = args;
   check_shape(batch, seq, channels);
-  check_not_null(dwte, "embedding dwte");
-  check_not_null(dwpe, "embedding dwpe");
-  check_not_null(dout, "embedding dout");
-  check_not_null(tokens, "embedding tokens");
-  check_not_null(scratch.data, "embedding scratch");
+  check_not_null({{dwte, "embedding dwte"},
+                  {dwpe, "embedding dwpe"},
+                  {dout, "embedding dout"},
+                  {tokens, "embedding tokens"},
+                  {scratch.data, "embedding scratch"}});
   const int rows = batch * seq;
   const WteScratch sizes = wte_scratch(rows);
   SCALESTUDY_CHECK(scratch.elems * sizeof(float) >= sizes.total_bytes(),

@@ -40,6 +40,36 @@ __device__ __forceinline__ bool key_tile_masked(int j, int row0, int seq, bool c
   return (causal && (j + 1) * kTileRows - 1 > row0) || (j + 1) * kTileRows > seq;
 }
 
+// Where a block of the forward or dQ kernel works: its batch entry and head, the first
+// query row of its block (the last query blocks see the most keys, so they are launched
+// first), its warp's first row within the block and the last query that warp holds, the
+// distance between qkv's rows, its head's Q columns, and the key tiles its queries see.
+template <class T>
+struct QueryBlock {
+  int b, h, q0, warp_row0, warp_last_query;
+  size_t ld;
+  const T* q_base;
+  int kv_tiles;
+};
+
+template <class Params>
+__device__ __forceinline__ auto query_block_of(const Params& p) {
+  constexpr int kM = kQueryMTiles;
+  const int warp = threadIdx.x / kWarpSize;
+  const int bh = blockIdx.x, b = bh / p.heads, h = bh % p.heads;
+  const int q_block = gridDim.y - 1 - blockIdx.y;
+  const int q0 = q_block * kQueryBlockRows;
+  const int warp_row0 = warp * 16 * kM;  // within the block
+  const int warp_last_query = q0 + warp_row0 + 16 * kM - 1;
+  const size_t ld = 3 * size_t(p.channels);
+  const auto* q_base = p.qkv + size_t(b) * p.seq * ld + size_t(h) * kHeadSize;
+  const int seq_tiles = ceil_div(p.seq, kTileRows);
+  const int kv_tiles =
+      p.causal ? min(seq_tiles, ceil_div(q0 + kQueryBlockRows, kTileRows)) : seq_tiles;
+  using T = std::remove_const_t<std::remove_pointer_t<decltype(q_base)>>;
+  return QueryBlock<T>{b, h, q0, warp_row0, warp_last_query, ld, q_base, kv_tiles};
+}
+
 // One block per (128-query block, batch*head). The key/value tiles stream through a
 // double buffer (the next one is copied while this one is used). Per query row the
 // running max m and sum l of exp2(score - m) rescale the output accumulator whenever m
@@ -52,20 +82,11 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FlashForwardPar
   T* q_tile = reinterpret_cast<T*>(smem);
   T* k_tiles = q_tile + kQueryBlockElems;
   T* v_tiles = k_tiles + 2 * kTileElems;
-  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
-  const int bh = blockIdx.x, b = bh / p.heads, h = bh % p.heads;
-  // The last query blocks see the most keys: launch them first.
-  const int q_block = gridDim.y - 1 - blockIdx.y;
-  const int q0 = q_block * kQueryBlockRows;
-  const int warp_row0 = warp * 16 * kM;  // within the block
-  const int warp_last_query = q0 + warp_row0 + 16 * kM - 1;
-  const size_t ld = 3 * size_t(p.channels);
-  const T* q_base = p.qkv + size_t(b) * p.seq * ld + size_t(h) * kHeadSize;
+  const int lane = threadIdx.x % kWarpSize;
+  const auto [b, h, q0, warp_row0, warp_last_query, ld, q_base, kv_tiles] = query_block_of(p);
+  const int bh = blockIdx.x;
   const T* k_base = q_base + p.channels;
   const T* v_base = q_base + 2 * p.channels;
-  const int seq_tiles = ceil_div(p.seq, kTileRows);
-  const int kv_tiles =
-      p.causal ? min(seq_tiles, ceil_div(q0 + kQueryBlockRows, kTileRows)) : seq_tiles;
 
   load_tile_async<kQueryBlockRows>(q_tile, q_base, q0, p.seq, ld);
   copy_async_commit();
@@ -382,17 +403,8 @@ __global__ void __launch_bounds__(kThreads) flash_backward_query_kernel(
   T* k_tiles = dout_tile + kQueryBlockElems;
   T* v_tiles = k_tiles + 2 * kTileElems;
   float* block_dsum = reinterpret_cast<float*>(v_tiles + 2 * kTileElems);  // [kQueryBlockRows]
-  const int warp = threadIdx.x / kWarpSize;
-  const int bh = blockIdx.x, b = bh / p.heads, h = bh % p.heads;
-  const int q_block = gridDim.y - 1 - blockIdx.y;
-  const int q0 = q_block * kQueryBlockRows;
-  const int warp_row0 = warp * 16 * kM;  // within the block
-  const int warp_last_query = q0 + warp_row0 + 16 * kM - 1;
-  const size_t ld = 3 * size_t(p.channels);
-  const T* q_base = p.qkv + size_t(b) * p.seq * ld + size_t(h) * kHeadSize;
-  const int seq_tiles = ceil_div(p.seq, kTileRows);
-  const int kv_tiles =
-      p.causal ? min(seq_tiles, ceil_div(q0 + kQueryBlockRows, kTileRows)) : seq_tiles;
+  const auto [b, h, q0, warp_row0, warp_last_query, ld, q_base, kv_tiles] = query_block_of(p);
+  const int bh = blockIdx.x;
   const KeyValueStream<T> kv{k_tiles, v_tiles, q_base + p.channels, q_base + 2 * p.channels,
                              p.seq,   ld,      kv_tiles};
 

@@ -80,29 +80,17 @@ __global__ void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, size_
 
 template <class T>
 void launch_gelu_forward(cudaStream_t stream, T* out, const T* inp, size_t elems) {
-  if (elems == 0) return;
-  check_not_null(out, "gelu out");
-  check_not_null(inp, "gelu inp");
-  const size_t packs = pack_count<T>(elems, aligned16(out) && aligned16(inp));
-  gelu_forward_kernel<T><<<packed_blocks<T>(elems, packs), kElementwiseThreads, 0, stream>>>(
-      out, inp, elems, packs);
-  CHECK_LAUNCH();
+  launch_packed<T>(stream, gelu_forward_kernel<T>, elems, {{out, "gelu out"}, {inp, "gelu inp"}},
+                   out, inp);
 }
 
 template <class T>
 void launch_gelu_backward(cudaStream_t stream, T* dinp, const T* inp, const T* dout, size_t elems,
                           bool accumulate_dinp) {
-  if (elems == 0) return;
-  check_not_null(dinp, "gelu dinp");
-  check_not_null(inp, "gelu inp");
-  check_not_null(dout, "gelu dout");
-  const size_t packs =
-      pack_count<T>(elems, aligned16(dinp) && aligned16(inp) && aligned16(dout));
   const auto kernel =
       accumulate_dinp ? gelu_backward_kernel<T, true> : gelu_backward_kernel<T, false>;
-  kernel<<<packed_blocks<T>(elems, packs), kElementwiseThreads, 0, stream>>>(dinp, inp, dout,
-                                                                            elems, packs);
-  CHECK_LAUNCH();
+  launch_packed<T>(stream, kernel, elems,
+                   {{dinp, "gelu dinp"}, {inp, "gelu inp"}, {dout, "gelu dout"}}, dinp, inp, dout);
 }
 
 template void launch_gelu_forward(cudaStream_t, float*, const float*, size_t);

@@ -445,12 +445,12 @@ void layernorm_forward(cudaStream_t stream, const LayerNormForwardArgs<T>& args,
   const T* const addend_a = addends.a;
   const T* const addend_b = addends.b;
   check_shape(rows, channels);
-  check_not_null(out, "layernorm out");
-  check_not_null(mean, "layernorm mean");
-  check_not_null(rstd, "layernorm rstd");
-  check_not_null(inp, "layernorm inp");
-  check_not_null(weight, "layernorm weight");
-  check_not_null(bias, "layernorm bias");
+  check_not_null({{out, "layernorm out"},
+                  {mean, "layernorm mean"},
+                  {rstd, "layernorm rstd"},
+                  {inp, "layernorm inp"},
+                  {weight, "layernorm weight"},
+                  {bias, "layernorm bias"}});
   const bool residual = sum != nullptr;
   if (residual) {
     check_not_null(addend_a, "residual a");
@@ -505,15 +505,15 @@ void launch_layernorm_backward(cudaStream_t stream, const LayerNormBackwardArgs<
       args;
   const bool accumulate_dinp = dinp_write == GradientWrite::accumulate;
   check_shape(rows, channels);
-  check_not_null(dinp, "layernorm dinp");
-  check_not_null(dweight, "layernorm dweight");
-  check_not_null(dbias, "layernorm dbias");
-  check_not_null(dout, "layernorm dout");
-  check_not_null(inp, "layernorm inp");
-  check_not_null(weight, "layernorm weight");
-  check_not_null(mean, "layernorm mean");
-  check_not_null(rstd, "layernorm rstd");
-  check_not_null(scratch.data, "layernorm scratch");
+  check_not_null({{dinp, "layernorm dinp"},
+                  {dweight, "layernorm dweight"},
+                  {dbias, "layernorm dbias"},
+                  {dout, "layernorm dout"},
+                  {inp, "layernorm inp"},
+                  {weight, "layernorm weight"},
+                  {mean, "layernorm mean"},
+                  {rstd, "layernorm rstd"},
+                  {scratch.data, "layernorm scratch"}});
   SCALESTUDY_CHECK(scratch.elems >= layernorm_backward_scratch_elems(rows, channels),
                    "layernorm backward: scratch too small");
   SCALESTUDY_CHECK(column_partial_rows(rows) <= 65535,

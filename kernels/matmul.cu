@@ -133,17 +133,12 @@ void check_shape(int rows, int in_channels, int out_channels) {
   check_positive(out_channels, "matmul out_channels");
 }
 
-struct NamedOperand {
-  const void* pointer;
-  const char* name;
-};
-
 // What every GEMM path checks before it launches anything: the shape, the named operands
 // (none null) and the handle bound to the stream.
 void check_operands(cublasHandle_t handle, cudaStream_t stream, int rows, int in_channels,
                     int out_channels, std::initializer_list<NamedOperand> operands) {
   check_shape(rows, in_channels, out_channels);
-  for (const NamedOperand& operand : operands) check_not_null(operand.pointer, operand.name);
+  check_not_null(operands);
   check_handle_stream(handle, stream);
 }
 
@@ -383,26 +378,27 @@ void check_classifier_logits_stride(const T*, int vocab, int logits_stride) {
   check_logits_stride(vocab, logits_stride);
 }
 
-// The rows [first, first + count) of a dense layer's forward or backward arguments.
+// The rows [first, first + count) of a dense layer's arguments: every activation pointer
+// moves on by `first` of its rows (in_channels or out_channels long).
 template <class T>
-MatmulForwardArgs<T> rows_of(MatmulForwardArgs<T> args, int first, int count) {
-  args.out += size_t(first) * args.out_channels;
-  args.inp += size_t(first) * args.in_channels;
-  args.rows = count;
-  return args;
+void skip_rows(MatmulForwardArgs<T>& args, size_t first) {
+  args.out += first * args.out_channels;
+  args.inp += first * args.in_channels;
 }
 template <class T>
-MatmulBackwardArgs<T> rows_of(MatmulBackwardArgs<T> args, int first, int count) {
-  args.dinp += size_t(first) * args.in_channels;
-  args.dout += size_t(first) * args.out_channels;
-  args.inp += size_t(first) * args.in_channels;
-  args.rows = count;
-  return args;
+void skip_rows(MatmulBackwardArgs<T>& args, size_t first) {
+  args.dinp += first * args.in_channels;
+  args.dout += first * args.out_channels;
+  args.inp += first * args.in_channels;
 }
 template <class T>
-MatmulParameterGradientArgs<T> rows_of(MatmulParameterGradientArgs<T> args, int first, int count) {
-  args.dout += size_t(first) * args.out_channels;
-  args.inp += size_t(first) * args.in_channels;
+void skip_rows(MatmulParameterGradientArgs<T>& args, size_t first) {
+  args.dout += first * args.out_channels;
+  args.inp += first * args.in_channels;
+}
+template <class Args>
+Args rows_of(Args args, int first, int count) {
+  skip_rows(args, size_t(first));
   args.rows = count;
   return args;
 }
@@ -499,14 +495,18 @@ void launch_classifier_input_gradient(cublasHandle_t handle, cudaStream_t stream
                  {{args.dinp, "classifier dinp"}, {args.dlogits, "classifier dlogits"},
                   {args.weight, "classifier weight"}});
   for_each_row_chunk(args.rows, args.channels, args.vocab, [&](int first, int count) {
-    MatmulBackwardArgs<T> chunk{};
-    chunk.dinp = args.dinp + size_t(first) * args.channels;
-    chunk.dout = args.dlogits + size_t(first) * logits_stride;
-    chunk.weight = args.weight;
-    chunk.rows = count;
-    chunk.in_channels = args.channels;
-    chunk.out_channels = args.vocab;
-    chunk.dinp_write = args.dinp_write;
+    // The dense layer's input gradient, of the chunk: the classifier has no bias, and its
+    // weight gradient is launch_classifier_weight_gradient's.
+    const MatmulBackwardArgs<T> chunk{args.dinp + size_t(first) * args.channels,
+                                      nullptr,
+                                      nullptr,
+                                      args.dlogits + size_t(first) * logits_stride,
+                                      nullptr,
+                                      args.weight,
+                                      count,
+                                      args.channels,
+                                      args.vocab,
+                                      args.dinp_write};
     input_gradient_strided(handle, chunk, logits_stride);
   });
 }

@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 
 #include "common.cuh"
 
@@ -70,6 +71,23 @@ size_t pack_count(size_t elems, bool aligned) {
 template <class T>
 int packed_blocks(size_t elems, size_t packs) {
   return elementwise_blocks(packs > 0 ? packs + elems % Pack<T>::kCount : elems);
+}
+
+// Launches such a kernel over `elems` elements of T, as kernel(args..., elems, packs), with
+// packs where every operand (none of which may be null) is 16-byte aligned. An empty range
+// launches nothing.
+template <class T, class... Params, class... Args>
+void launch_packed(cudaStream_t stream, void (*kernel)(Params...), size_t elems,
+                   std::initializer_list<NamedOperand> operands, Args... args) {
+  if (elems == 0) return;
+  bool aligned = true;
+  for (const NamedOperand& operand : operands) {
+    check_not_null(operand.pointer, operand.name);
+    aligned = aligned && aligned16(operand.pointer);
+  }
+  const size_t packs = pack_count<T>(elems, aligned);
+  kernel<<<packed_blocks<T>(elems, packs), kElementwiseThreads, 0, stream>>>(args..., elems, packs);
+  CHECK_LAUNCH();
 }
 
 }  // namespace scalestudy::cuda

@@ -63,15 +63,9 @@ class Ops {
   // are never read. The gradient of act is not returned: dact_scratch [N,IC] holds it where
   // a backend needs it in memory (the default does), and is unspecified afterwards.
   virtual void dense_backward_through_gelu(const DenseGeluBackwardArgs<float>& args) {
-    matmul_backward({.dinp = args.dact_scratch,
-                     .dweight = args.dweight,
-                     .dbias = args.dbias,
-                     .dout = args.dout,
-                     .inp = args.act,
-                     .weight = args.weight,
-                     .rows = args.rows,
-                     .in_channels = args.in_channels,
-                     .out_channels = args.out_channels,
+    matmul_backward({.dinp = args.dact_scratch, .dweight = args.dweight, .dbias = args.dbias,
+                     .dout = args.dout, .inp = args.act, .weight = args.weight, .rows = args.rows,
+                     .in_channels = args.in_channels, .out_channels = args.out_channels,
                      .dinp_write = GradientWrite::overwrite});
     gelu_backward(args.dpre, args.pre, args.dact_scratch,
                   static_cast<size_t>(args.rows) * args.in_channels, GradientWrite::overwrite);
@@ -106,13 +100,8 @@ class Ops {
   // back), with the results of the two ops.
   virtual void residual_layernorm_forward(const ResidualLayerNormForwardArgs<float>& args) {
     residual_forward(args.residual, args.a, args.b, static_cast<size_t>(args.rows) * args.channels);
-    layernorm_forward({.out = args.out,
-                       .mean = args.mean,
-                       .rstd = args.rstd,
-                       .inp = args.residual,
-                       .weight = args.weight,
-                       .bias = args.bias,
-                       .rows = args.rows,
+    layernorm_forward({.out = args.out, .mean = args.mean, .rstd = args.rstd, .inp = args.residual,
+                       .weight = args.weight, .bias = args.bias, .rows = args.rows,
                        .channels = args.channels});
   }
   virtual void accumulate(float* dst, const float* src, size_t elems) = 0;
@@ -166,13 +155,7 @@ class Ops {
   virtual void classifier_backward(const ClassifierBackwardArgs<float>& args) {
     softmax_cross_entropy_backward(args.logits, args.logits, args.row_stats, args.targets,
                                    args.rows, args.vocab, args.loss_scale);
-    classifier_backward_from_dlogits({.dinp = args.dinp,
-                                      .dlogits = args.logits,
-                                      .weight = args.weight,
-                                      .rows = args.rows,
-                                      .channels = args.channels,
-                                      .vocab = args.vocab,
-                                      .dinp_write = args.dinp_write});
+    classifier_backward_from_dlogits(input_gradient_of(args));
   }
   virtual double sum(const float* x, size_t elems) = 0;
 

@@ -43,15 +43,6 @@ void report(BenchContext& context, size_t row, const std::string& precision, int
   context.progress(line);
 }
 
-// Times `call` and fills the row's timing and rate.
-void time_point(BenchContext& context, size_t row, const std::function<void()>& call) {
-  const BenchConfig& c = context.config;
-  std::unique_ptr<StepTimer> timer = context.backend.make_step_timer();
-  const TimedCalls timed = time_calls(*timer, call, c.warmup, c.repeats, c.min_sample_s, context.trace_hooks(row));
-  context.table.set_timing(row, timed);
-  context.table.set(row, "tflops", context.table.number(row, "flops") / timed.stats.median_s / 1e12);
-}
-
 void run_cpu_point(BenchContext& context, size_t row, int64_t n) {
   Backend& backend = context.backend;
   const size_t elems = static_cast<size_t>(n) * static_cast<size_t>(n);
@@ -60,7 +51,7 @@ void run_cpu_point(BenchContext& context, size_t row, int64_t n) {
   float* weight = allocate_random(backend, elems, MemoryKind::parameters, kSeedB);
   float* out = backend.allocate_floats(elems, MemoryKind::activations);
   const int size = static_cast<int>(n);
-  time_point(context, row, [&] { backend.matmul_forward(out, inp, weight, nullptr, size, size, size); });
+  time_flops_row(context, row, [&] { backend.matmul_forward(out, inp, weight, nullptr, size, size, size); });
   for (float* buffer : {inp, weight, out}) backend.release(buffer);
 }
 
@@ -170,7 +161,7 @@ void run_cuda_point(BenchContext& context, CudaGemm& gemm, size_t row, const std
   upload(stream, a.get(), host_a, precision);
   upload(stream, b.get(), host_b, precision);
   const int size = static_cast<int>(n);
-  time_point(context, row, [&] {
+  time_flops_row(context, row, [&] {
     ScopedKernelTag tag(KernelCategory::gemm);
     gemm.run(precision, size, a.get(), b.get(), c.get());
   });

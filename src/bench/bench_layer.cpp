@@ -55,11 +55,7 @@ size_t add_point(PointTable& table, const std::string& part, const std::string& 
 }
 
 void time_row(BenchContext& context, size_t row, const std::function<void()>& call) {
-  const BenchConfig& c = context.config;
-  std::unique_ptr<StepTimer> timer = context.backend.make_step_timer();
-  const TimedCalls timed = time_calls(*timer, call, c.warmup, c.repeats, c.min_sample_s, context.trace_hooks(row));
-  context.table.set_timing(row, timed);
-  context.table.set(row, "tflops", context.table.number(row, "flops") / timed.stats.median_s / 1e12);
+  time_flops_row(context, row, call);
   report(context, row);
 }
 
@@ -173,16 +169,9 @@ void part_passes(Ops& ops, BlockBuffers& m, Part part, const AttentionShape& att
   // A dense layer's backward, from [n, c] to [n, out_channels], its input gradient written.
   auto dense_backward = [&ops, n, c](float* dinp, float* dweight, float* dbias, const float* dout,
                                      const float* inp, const float* weight, int out_channels) {
-    ops.matmul_backward({.dinp = dinp,
-                         .dweight = dweight,
-                         .dbias = dbias,
-                         .dout = dout,
-                         .inp = inp,
-                         .weight = weight,
-                         .rows = n,
-                         .in_channels = c,
-                         .out_channels = out_channels,
-                         .dinp_write = kFirst});
+    ops.matmul_backward({.dinp = dinp, .dweight = dweight, .dbias = dbias, .dout = dout, .inp = inp,
+                         .weight = weight, .rows = n, .in_channels = c,
+                         .out_channels = out_channels, .dinp_write = kFirst});
   };
   auto fc_forward = [&ops, &m, n, c] { ops.matmul_forward(m.fch, m.x, m.w_fc, m.b_fc, n, c, 4 * c); };
   auto fc_backward = [=, &m] { dense_backward(m.dx, m.dw_fc, m.db_fc, m.dfch, m.x, m.w_fc, 4 * c); };
@@ -191,27 +180,14 @@ void part_passes(Ops& ops, BlockBuffers& m, Part part, const AttentionShape& att
   auto proj_forward = [&ops, &m, n, c] { ops.matmul_forward(m.out, m.fch_gelu, m.w_proj, m.b_proj, n, 4 * c, c); };
   // The FFN as the model runs it: the GELU with the dense layers around it.
   auto fc_gelu_forward = [&ops, &m, n, c] {
-    ops.dense_gelu_forward({.pre = m.fch,
-                            .out = m.fch_gelu,
-                            .inp = m.x,
-                            .weight = m.w_fc,
-                            .bias = m.b_fc,
-                            .rows = n,
-                            .in_channels = c,
-                            .out_channels = 4 * c});
+    ops.dense_gelu_forward({.pre = m.fch, .out = m.fch_gelu, .inp = m.x, .weight = m.w_fc,
+                            .bias = m.b_fc, .rows = n, .in_channels = c, .out_channels = 4 * c});
   };
   auto proj_backward_through_gelu = [&ops, &m, n, c] {
-    ops.dense_backward_through_gelu({.dpre = m.dfch,
-                                     .dweight = m.dw_proj,
-                                     .dbias = m.db_proj,
-                                     .dout = m.dout,
-                                     .act = m.fch_gelu,
-                                     .pre = m.fch,
-                                     .weight = m.w_proj,
-                                     .rows = n,
-                                     .in_channels = 4 * c,
-                                     .out_channels = c,
-                                     .dact_scratch = m.dfch_gelu});
+    ops.dense_backward_through_gelu({.dpre = m.dfch, .dweight = m.dw_proj, .dbias = m.db_proj,
+                                     .dout = m.dout, .act = m.fch_gelu, .pre = m.fch,
+                                     .weight = m.w_proj, .rows = n, .in_channels = 4 * c,
+                                     .out_channels = c, .dact_scratch = m.dfch_gelu});
   };
   auto core_forward = [&ops, &m, att] { ops.attention_forward(m.atty, m.probs, m.qkv, att); };
   auto core_backward = [&ops, &m, att] {

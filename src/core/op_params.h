@@ -44,6 +44,10 @@ struct AttentionBackwardArgs {
   GradientWrite dqkv_write = GradientWrite::accumulate;
 };
 
+// The head size C / NH of a shape whose sizes are positive and whose channels are a
+// multiple of its heads; aborts, naming the size, otherwise.
+int attention_head_size(const AttentionShape& shape);
+
 // The elements of the attention probabilities [B,NH,T,T].
 inline size_t attention_probs_elems(const AttentionShape& shape) {
   return static_cast<size_t>(shape.batch) * shape.heads * shape.seq * shape.seq;
@@ -253,5 +257,12 @@ struct ClassifierBackwardArgs {
   float loss_scale = 1.0f;
   GradientWrite dinp_write = GradientWrite::accumulate;
 };
+
+// The input gradient of that backward, from the dlogits it leaves in the logits.
+template <class T>
+ClassifierInputGradientArgs<T> input_gradient_of(const ClassifierBackwardArgs<T>& args) {
+  return {args.dinp, args.logits, args.weight, args.rows, args.channels, args.vocab,
+          args.dinp_write};
+}
 
 }  // namespace scalestudy

@@ -193,14 +193,9 @@ void Gpt::forward(const int32_t* host_tokens, const int32_t* host_targets, Forwa
   // hook. Only the first LayerNorm reads the embedding alone.
   if (s.layers == 0) {
     if (hooks) hooks->before_segment_forward(layout_.final_norm_segment());
-    ops_.layernorm_forward({.out = a.lnf,
-                            .mean = a.lnf_mean,
-                            .rstd = a.lnf_rstd,
-                            .inp = a.encoded,
-                            .weight = p + layout_.lnf_weight,
-                            .bias = p + layout_.lnf_bias,
-                            .rows = N,
-                            .channels = C});
+    ops_.layernorm_forward({.out = a.lnf, .mean = a.lnf_mean, .rstd = a.lnf_rstd, .inp = a.encoded,
+                            .weight = p + layout_.lnf_weight, .bias = p + layout_.lnf_bias,
+                            .rows = N, .channels = C});
   } else {
     if (hooks) hooks->before_segment_forward(layout_.block_segment(0));
     first_layernorm(0);
@@ -211,16 +206,9 @@ void Gpt::forward(const int32_t* host_tokens, const int32_t* host_targets, Forwa
   }
 
   // The LM head is tied to the token embedding: logits = lnf @ wte^T, no bias.
-  ops_.classifier_forward({.losses = a.losses,
-                           .row_stats = a.row_stats,
-                           .logits = a.logits,
-                           .inp = a.lnf,
-                           .weight = p + layout_.wte,
-                           .targets = a.targets,
-                           .rows = N,
-                           .channels = C,
-                           .vocab = V,
-                           .dlogits_scale = backward_loss_scale});
+  ops_.classifier_forward({.losses = a.losses, .row_stats = a.row_stats, .logits = a.logits,
+                           .inp = a.lnf, .weight = p + layout_.wte, .targets = a.targets, .rows = N,
+                           .channels = C, .vocab = V, .dlogits_scale = backward_loss_scale});
   dlogits_scale_ = backward_loss_scale;
 }
 
@@ -232,14 +220,9 @@ void Gpt::first_layernorm(int l) {
   const int N = batch_ * seq_, C = layout_.shape.channels;
   const BlockOffsets& w = layout_.blocks[l];
   Activations::Layer& x = acts_->layers[l];
-  ops_.layernorm_forward({.out = x.ln1,
-                          .mean = x.ln1_mean,
-                          .rstd = x.ln1_rstd,
-                          .inp = block_input(l),
-                          .weight = params_ + w.ln1_weight,
-                          .bias = params_ + w.ln1_bias,
-                          .rows = N,
-                          .channels = C});
+  ops_.layernorm_forward({.out = x.ln1, .mean = x.ln1_mean, .rstd = x.ln1_rstd,
+                          .inp = block_input(l), .weight = params_ + w.ln1_weight,
+                          .bias = params_ + w.ln1_bias, .rows = N, .channels = C});
 }
 
 void Gpt::forward_block_body(int l) {
@@ -253,23 +236,12 @@ void Gpt::forward_block_body(int l) {
   ops_.matmul_forward(x.qkv, x.ln1, p + w.qkv_weight, p + w.qkv_bias, N, C, 3 * C);
   ops_.attention_forward(x.atty, x.att_probs, x.qkv, att);
   ops_.matmul_forward(a.branch_out, x.atty, p + w.attn_proj_weight, p + w.attn_proj_bias, N, C, C);
-  ops_.residual_layernorm_forward({.residual = x.residual2,
-                                   .out = x.ln2,
-                                   .mean = x.ln2_mean,
-                                   .rstd = x.ln2_rstd,
-                                   .a = block_input(l),
-                                   .b = a.branch_out,
-                                   .weight = p + w.ln2_weight,
-                                   .bias = p + w.ln2_bias,
-                                   .rows = N,
+  ops_.residual_layernorm_forward({.residual = x.residual2, .out = x.ln2, .mean = x.ln2_mean,
+                                   .rstd = x.ln2_rstd, .a = block_input(l), .b = a.branch_out,
+                                   .weight = p + w.ln2_weight, .bias = p + w.ln2_bias, .rows = N,
                                    .channels = C});
-  ops_.dense_gelu_forward({.pre = x.fch,
-                           .out = x.fch_gelu,
-                           .inp = x.ln2,
-                           .weight = p + w.fc_weight,
-                           .bias = p + w.fc_bias,
-                           .rows = N,
-                           .in_channels = C,
+  ops_.dense_gelu_forward({.pre = x.fch, .out = x.fch_gelu, .inp = x.ln2, .weight = p + w.fc_weight,
+                           .bias = p + w.fc_bias, .rows = N, .in_channels = C,
                            .out_channels = 4 * C});
   ops_.matmul_forward(a.branch_out, x.fch_gelu, p + w.fc_proj_weight, p + w.fc_proj_bias, N, 4 * C, C);
 }
@@ -283,16 +255,10 @@ void Gpt::finish_block(int l, ForwardHooks* hooks) {
   if (hooks)
     hooks->before_segment_forward(last ? layout_.final_norm_segment() : layout_.block_segment(l + 1));
   // The LayerNorm after the residual add: the next block's first, or the final one.
-  ResidualLayerNormForwardArgs<float> args{.residual = x.residual3,
-                                           .out = a.lnf,
-                                           .mean = a.lnf_mean,
-                                           .rstd = a.lnf_rstd,
-                                           .a = x.residual2,
-                                           .b = a.branch_out,
-                                           .weight = p + layout_.lnf_weight,
-                                           .bias = p + layout_.lnf_bias,
-                                           .rows = N,
-                                           .channels = C};
+  ResidualLayerNormForwardArgs<float> args{.residual = x.residual3, .out = a.lnf,
+                                           .mean = a.lnf_mean, .rstd = a.lnf_rstd, .a = x.residual2,
+                                           .b = a.branch_out, .weight = p + layout_.lnf_weight,
+                                           .bias = p + layout_.lnf_bias, .rows = N, .channels = C};
   if (!last) {
     Activations::Layer& next = a.layers[l + 1];
     const BlockOffsets& w = layout_.blocks[l + 1];
@@ -333,23 +299,13 @@ void Gpt::backward(GradientSink& sink, float loss_scale) {
   if (dlogits_scale_) {
     SCALESTUDY_CHECK(*dlogits_scale_ == loss_scale,
                      "Gpt::backward: loss_scale differs from the one its forward was given");
-    ops_.classifier_backward_from_dlogits({.dinp = a.dln,
-                                           .dlogits = a.logits,
-                                           .weight = p + layout_.wte,
-                                           .rows = N,
-                                           .channels = C,
-                                           .vocab = V,
-                                           .dinp_write = kFirst});
+    ops_.classifier_backward_from_dlogits({.dinp = a.dln, .dlogits = a.logits,
+                                           .weight = p + layout_.wte, .rows = N, .channels = C,
+                                           .vocab = V, .dinp_write = kFirst});
   } else {
-    ops_.classifier_backward({.dinp = a.dln,
-                              .logits = a.logits,
-                              .row_stats = a.row_stats,
-                              .weight = p + layout_.wte,
-                              .targets = a.targets,
-                              .rows = N,
-                              .channels = C,
-                              .vocab = V,
-                              .loss_scale = loss_scale,
+    ops_.classifier_backward({.dinp = a.dln, .logits = a.logits, .row_stats = a.row_stats,
+                              .weight = p + layout_.wte, .targets = a.targets, .rows = N,
+                              .channels = C, .vocab = V, .loss_scale = loss_scale,
                               .dinp_write = kFirst});
   }
   // The logits now hold dlogits either way, kept for the LM head's weight gradient at the
@@ -359,17 +315,10 @@ void Gpt::backward(GradientSink& sink, float loss_scale) {
   const int fin = layout_.final_norm_segment();
   sink.begin_segment(fin);
   const float* last = s.layers > 0 ? a.layers.back().residual3 : a.encoded;
-  ops_.layernorm_backward({.dinp = a.dresidual,
-                           .dweight = grad_of(layout_.lnf_weight),
-                           .dbias = grad_of(layout_.lnf_bias),
-                           .dout = a.dln,
-                           .inp = last,
-                           .weight = p + layout_.lnf_weight,
-                           .mean = a.lnf_mean,
-                           .rstd = a.lnf_rstd,
-                           .rows = N,
-                           .channels = C,
-                           .dinp_write = kFirst});
+  ops_.layernorm_backward({.dinp = a.dresidual, .dweight = grad_of(layout_.lnf_weight),
+                           .dbias = grad_of(layout_.lnf_bias), .dout = a.dln, .inp = last,
+                           .weight = p + layout_.lnf_weight, .mean = a.lnf_mean, .rstd = a.lnf_rstd,
+                           .rows = N, .channels = C, .dinp_write = kFirst});
   sink.segment_done(fin);
 
   // dresidual holds d(residual3) on entry to each layer and d(its input) on exit: the
@@ -386,16 +335,11 @@ void Gpt::backward(GradientSink& sink, float loss_scale) {
 
     // dfch is written; dfch_gelu is the scratch a backend that does not fuse the GELU
     // needs for the gradient of fch_gelu.
-    ops_.dense_backward_through_gelu({.dpre = a.dfch,
-                                      .dweight = grad_of(w.fc_proj_weight),
-                                      .dbias = grad_of(w.fc_proj_bias),
-                                      .dout = a.dresidual,
-                                      .act = x.fch_gelu,
-                                      .pre = x.fch,
-                                      .weight = p + w.fc_proj_weight,
-                                      .rows = N,
-                                      .in_channels = 4 * C,
-                                      .out_channels = C,
+    ops_.dense_backward_through_gelu({.dpre = a.dfch, .dweight = grad_of(w.fc_proj_weight),
+                                      .dbias = grad_of(w.fc_proj_bias), .dout = a.dresidual,
+                                      .act = x.fch_gelu, .pre = x.fch,
+                                      .weight = p + w.fc_proj_weight, .rows = N,
+                                      .in_channels = 4 * C, .out_channels = C,
                                       .dact_scratch = a.dfch_gelu});
     dense_backward(w.fc_weight, w.fc_bias, a.dln, a.dfch, x.ln2, 4 * C, sink);
     layernorm_backward_into_residual(w.ln2_weight, w.ln2_bias, x.residual2, x.ln2_mean, x.ln2_rstd, sink);
@@ -408,43 +352,28 @@ void Gpt::backward(GradientSink& sink, float loss_scale) {
   }
 
   sink.begin_segment(layout_.embedding_segment());
-  ops_.embedding_backward({.dwte = grad_of(layout_.wte),
-                           .dwpe = grad_of(layout_.wpe),
-                           .dout = a.dresidual,
-                           .tokens = a.tokens,
-                           .batch = B,
-                           .seq = T,
+  ops_.embedding_backward({.dwte = grad_of(layout_.wte), .dwpe = grad_of(layout_.wpe),
+                           .dout = a.dresidual, .tokens = a.tokens, .batch = B, .seq = T,
                            .channels = C});
   lm_head_weight_backward(sink, grad_of(layout_.wte));
 }
 
 void Gpt::dense_backward(size_t weight, size_t bias, float* dinp, const float* dout,
                          const float* inp, int out_channels, GradientSink& sink) {
-  ops_.matmul_backward({.dinp = dinp,
-                        .dweight = sink.tensor_gradients(weight),
-                        .dbias = sink.tensor_gradients(bias),
-                        .dout = dout,
-                        .inp = inp,
-                        .weight = params_ + weight,
-                        .rows = batch_ * seq_,
-                        .in_channels = layout_.shape.channels,
-                        .out_channels = out_channels,
+  ops_.matmul_backward({.dinp = dinp, .dweight = sink.tensor_gradients(weight),
+                        .dbias = sink.tensor_gradients(bias), .dout = dout, .inp = inp,
+                        .weight = params_ + weight, .rows = batch_ * seq_,
+                        .in_channels = layout_.shape.channels, .out_channels = out_channels,
                         .dinp_write = GradientWrite::overwrite});
 }
 
 void Gpt::layernorm_backward_into_residual(size_t weight, size_t bias, const float* inp,
                                            const float* mean, const float* rstd,
                                            GradientSink& sink) {
-  ops_.layernorm_backward({.dinp = acts_->dresidual,
-                           .dweight = sink.tensor_gradients(weight),
-                           .dbias = sink.tensor_gradients(bias),
-                           .dout = acts_->dln,
-                           .inp = inp,
-                           .weight = params_ + weight,
-                           .mean = mean,
-                           .rstd = rstd,
-                           .rows = batch_ * seq_,
-                           .channels = layout_.shape.channels,
+  ops_.layernorm_backward({.dinp = acts_->dresidual, .dweight = sink.tensor_gradients(weight),
+                           .dbias = sink.tensor_gradients(bias), .dout = acts_->dln, .inp = inp,
+                           .weight = params_ + weight, .mean = mean, .rstd = rstd,
+                           .rows = batch_ * seq_, .channels = layout_.shape.channels,
                            .dinp_write = GradientWrite::accumulate});
 }
 
@@ -470,24 +399,14 @@ void Gpt::lm_head_weight_backward(GradientSink& sink, float* dwte) {
     // The part starts at or below the cut, on a whole row: the bucket from the cut is final.
     const int rows_begin = static_cast<int>((*cut - wte_offset) / C / kRowAlign * kRowAlign);
     if (rows_begin == 0 || rows_begin >= rows_end) continue;
-    ops_.classifier_weight_backward({.dweight = dwte,
-                                     .dlogits = acts_->logits,
-                                     .inp = acts_->lnf,
-                                     .rows = N,
-                                     .channels = C,
-                                     .vocab = V,
-                                     .vocab_begin = rows_begin,
-                                     .vocab_end = rows_end});
+    ops_.classifier_weight_backward({.dweight = dwte, .dlogits = acts_->logits, .inp = acts_->lnf,
+                                     .rows = N, .channels = C, .vocab = V,
+                                     .vocab_begin = rows_begin, .vocab_end = rows_end});
     sink.segment_done_from(emb, wte_offset + static_cast<size_t>(rows_begin) * C);
     rows_end = rows_begin;
   }
-  ops_.classifier_weight_backward({.dweight = dwte,
-                                   .dlogits = acts_->logits,
-                                   .inp = acts_->lnf,
-                                   .rows = N,
-                                   .channels = C,
-                                   .vocab = V,
-                                   .vocab_begin = 0,
+  ops_.classifier_weight_backward({.dweight = dwte, .dlogits = acts_->logits, .inp = acts_->lnf,
+                                   .rows = N, .channels = C, .vocab = V, .vocab_begin = 0,
                                    .vocab_end = rows_end});
   sink.segment_done(emb);
 }

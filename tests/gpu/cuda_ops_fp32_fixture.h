@@ -172,4 +172,8 @@ inline std::string shape_test_name(const ::testing::TestParamInfo<OpShape>& info
   return info.param.name;
 }
 
+// Runs a file's CudaOpsShapes tests at every op shape (CudaOpsShapes.Matmul/odd).
+#define SCALESTUDY_FP32_SHAPE_TESTS() \
+  INSTANTIATE_TEST_SUITE_P(Shapes, CudaOpsShapes, ::testing::ValuesIn(kShapes), shape_test_name)
+
 }  // namespace scalestudy::gpu_test

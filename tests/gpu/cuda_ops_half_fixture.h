@@ -410,4 +410,15 @@ inline std::string half_shape_test_name(
   return std::string(storage_name(std::get<0>(info.param))) + "_" + std::get<1>(info.param).name;
 }
 
+// Runs a file's CudaOpsHalf tests in bf16 and fp16 (CudaOpsHalf.LayerNormAtModelWidths/fp16),
+// and its CudaOpsHalfShapes tests in both at every op shape (CudaOpsHalfShapes.Matmul/bf16_odd).
+#define SCALESTUDY_HALF_PRECISION_TESTS()                                                      \
+  INSTANTIATE_TEST_SUITE_P(Precisions, CudaOpsHalf, ::testing::ValuesIn(kHalfPrecisions), \
+                           precision_test_name)
+#define SCALESTUDY_HALF_SHAPE_TESTS()                                                        \
+  INSTANTIATE_TEST_SUITE_P(Shapes, CudaOpsHalfShapes,                                       \
+                           ::testing::Combine(::testing::ValuesIn(kHalfPrecisions),         \
+                                              ::testing::ValuesIn(kShapes)),                \
+                           half_shape_test_name)
+
 }  // namespace scalestudy::gpu_test

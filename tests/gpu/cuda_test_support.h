@@ -1,7 +1,7 @@
 #pragma once
-// What the GPU op tests share: seeded random inputs, the tolerance check that prints the
-// first mismatch, the op shapes, a fixture that owns a CudaOps of a given precision and
-// the device buffers a test uploads, and a whole-model gradient sink.
+// What the GPU op tests share: seeded random inputs and the tolerance check of
+// op_checks.h, random ids, the op shapes, a fixture that owns a CudaOps of a given
+// precision and the device buffers a test uploads, and a whole-model gradient sink.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -20,40 +20,14 @@
 #include "backend/cuda/device_info.h"
 #include "model/gpt.h"
 #include "model/parameter_layout.h"
+#include "op_checks.h"
 
 namespace scalestudy::gpu_test {
 
-// |gpu - ref| <= atol + rtol*|ref|, element by element.
-struct Tolerance {
-  double atol;
-  double rtol;
-};
-
-// splitmix64: the same sequence with every compiler and standard library.
-class Rng {
- public:
-  explicit Rng(uint64_t seed) : state_(seed) {}
-  uint64_t next() {
-    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  float uniform(float lo, float hi) {
-    return lo + (hi - lo) * static_cast<float>(static_cast<double>(next() >> 40) * 0x1.0p-24);
-  }
-
- private:
-  uint64_t state_;
-};
-
-inline std::vector<float> random_floats(size_t elems, uint64_t seed, float lo = -1.0f,
-                                        float hi = 1.0f) {
-  Rng rng(seed);
-  std::vector<float> values(elems);
-  for (float& value : values) value = rng.uniform(lo, hi);
-  return values;
-}
+using op_test::all_close;
+using op_test::random_floats;
+using op_test::Rng;
+using op_test::Tolerance;
 
 // Ids in [0, bound), half of them from {0..4} so that repeated tokens are certain, and
 // the last one bound-1 so that the top row of a table is touched.
@@ -66,35 +40,6 @@ inline std::vector<int32_t> random_ids(size_t elems, uint64_t seed, int32_t boun
   }
   ids.back() = bound - 1;
   return ids;
-}
-
-// On success the message (see ::testing::AssertionResult::message) holds the largest
-// |error| / (atol + rtol*|ref|): the fraction of the bound used, for reporting margins.
-template <class Got, class Ref>
-::testing::AssertionResult all_close(const std::string& what, const Got& got, const Ref& ref,
-                                     Tolerance tolerance) {
-  if (got.size() != ref.size())
-    return ::testing::AssertionFailure() << what << ": " << got.size() << " vs " << ref.size()
-                                         << " elements";
-  size_t mismatches = 0, first = 0;
-  double worst = 0.0, worst_fraction = 0.0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double g = static_cast<double>(got[i]), r = static_cast<double>(ref[i]);
-    const double error = std::fabs(g - r);
-    const double bound = tolerance.atol + tolerance.rtol * std::fabs(r);
-    if (!(error <= bound)) {
-      if (mismatches++ == 0) first = i;
-    }
-    if (error > worst || std::isnan(error)) worst = error;
-    if (bound > 0.0) worst_fraction = std::max(worst_fraction, error / bound);
-  }
-  if (mismatches == 0) return ::testing::AssertionSuccess() << worst_fraction;
-  std::ostringstream text;
-  text << std::setprecision(9) << what << ": " << mismatches << " of " << got.size()
-       << " elements exceed atol " << tolerance.atol << " + rtol " << tolerance.rtol
-       << "*|ref|; first at index " << first << ": gpu " << static_cast<double>(got[first])
-       << ", cpu " << static_cast<double>(ref[first]) << "; largest |error| " << worst;
-  return ::testing::AssertionFailure() << text.str();
 }
 
 struct OpShape {

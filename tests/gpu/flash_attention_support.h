@@ -73,24 +73,31 @@ inline void flash_forward(Precision precision, cudaStream_t stream, DeviceBuffer
                                          qkv.as<__half>(), shape);
 }
 
-inline void flash_backward(Precision precision, cudaStream_t stream, DeviceBuffer& dqkv,
-                    const DeviceBuffer& dout, const DeviceBuffer& qkv, const DeviceBuffer& out,
-                    const DeviceBuffer& lse, const AttentionShape& shape, DeviceBuffer& scratch,
-                    bool accumulate_dqkv = true) {
+// The buffers of the fused backward: dqkv (+)= the gradients, from dout and the forward's
+// qkv, out and lse.
+struct FlashBackwardBuffers {
+  DeviceBuffer& dqkv;
+  const DeviceBuffer& dout;
+  const DeviceBuffer& qkv;
+  const DeviceBuffer& out;
+  const DeviceBuffer& lse;
+};
+
+inline void flash_backward(Precision precision, cudaStream_t stream,
+                           const FlashBackwardBuffers& buffers, const AttentionShape& shape,
+                           DeviceBuffer& scratch,
+                           GradientWrite dqkv_write = GradientWrite::accumulate) {
   const cuda::Scratch device_scratch{scratch.as<float>(), scratch.bytes() / sizeof(float)};
-  const GradientWrite dqkv_write =
-      accumulate_dqkv ? GradientWrite::accumulate : GradientWrite::overwrite;
   auto launch = [&](auto* typed) {
     using T = std::remove_pointer_t<decltype(typed)>;
-    cuda::launch_flash_attention_backward(stream,
-                                          AttentionBackwardArgs<T, float>{.dqkv = dqkv.as<T>(),
-                                                                          .dout = dout.as<T>(),
-                                                                          .qkv = qkv.as<T>(),
-                                                                          .out = out.as<T>(),
-                                                                          .state = lse.as<float>(),
-                                                                          .shape = shape,
-                                                                          .dqkv_write = dqkv_write},
-                                          device_scratch);
+    const AttentionBackwardArgs<T, float> args{.dqkv = buffers.dqkv.as<T>(),
+                                               .dout = buffers.dout.as<T>(),
+                                               .qkv = buffers.qkv.as<T>(),
+                                               .out = buffers.out.as<T>(),
+                                               .state = buffers.lse.as<float>(),
+                                               .shape = shape,
+                                               .dqkv_write = dqkv_write};
+    cuda::launch_flash_attention_backward(stream, args, device_scratch);
   };
   if (precision == Precision::bf16)
     launch(static_cast<__nv_bfloat16*>(nullptr));

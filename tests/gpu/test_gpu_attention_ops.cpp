@@ -324,7 +324,7 @@ TEST_P(FlashAttentionCases, MatchesCpuReference) {
   d_lse.poison();
   scratch.poison();
   flash_forward(precision, stream_, d_out, d_lse, d_qkv, shape);
-  flash_backward(precision, stream_, d_dqkv, d_dout, d_qkv, d_out, d_lse, shape, scratch);
+  flash_backward(precision, stream_, {d_dqkv, d_dout, d_qkv, d_out, d_lse}, shape, scratch);
   CHECK_CUDA(cudaStreamSynchronize(stream_));
 
   const std::string label = std::string(precision_name(precision)) + " " + c.name;
@@ -340,9 +340,10 @@ TEST_P(FlashAttentionCases, MatchesCpuReference) {
   DeviceBuffer from_zero(qkv_elems * 2), overwritten(qkv_elems * 2);
   CHECK_CUDA(cudaMemset(from_zero.as<void>(), 0, from_zero.bytes()));
   overwritten.poison();
-  flash_backward(precision, stream_, from_zero, d_dout, d_qkv, d_out, d_lse, shape, scratch, true);
-  flash_backward(precision, stream_, overwritten, d_dout, d_qkv, d_out, d_lse, shape, scratch,
-                 false);
+  flash_backward(precision, stream_, {from_zero, d_dout, d_qkv, d_out, d_lse}, shape, scratch,
+                 GradientWrite::accumulate);
+  flash_backward(precision, stream_, {overwritten, d_dout, d_qkv, d_out, d_lse}, shape, scratch,
+                 GradientWrite::overwrite);
   CHECK_CUDA(cudaStreamSynchronize(stream_));
   EXPECT_EQ(download_half(overwritten, precision, qkv_elems),
             download_half(from_zero, precision, qkv_elems))
@@ -380,9 +381,9 @@ TEST_F(FlashAttentionTest, DeterministicAcrossRuns) {
       out_b.poison();
       lse_b.poison();
       flash_forward(precision, stream_, out_a, lse_a, d_qkv, shape);
-      flash_backward(precision, stream_, dqkv_a, d_dout, d_qkv, out_a, lse_a, shape, scratch);
+      flash_backward(precision, stream_, {dqkv_a, d_dout, d_qkv, out_a, lse_a}, shape, scratch);
       flash_forward(precision, stream_, out_b, lse_b, d_qkv, shape);
-      flash_backward(precision, stream_, dqkv_b, d_dout, d_qkv, out_b, lse_b, shape, scratch);
+      flash_backward(precision, stream_, {dqkv_b, d_dout, d_qkv, out_b, lse_b}, shape, scratch);
       CHECK_CUDA(cudaStreamSynchronize(stream_));
       const std::string label =
           std::string(precision_name(precision)) + (causal ? " causal" : " bidirectional");
@@ -393,12 +394,8 @@ TEST_F(FlashAttentionTest, DeterministicAcrossRuns) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, CudaOpsShapes, ::testing::ValuesIn(kShapes), shape_test_name);
-
-INSTANTIATE_TEST_SUITE_P(Shapes, CudaOpsHalfShapes,
-                         ::testing::Combine(::testing::ValuesIn(kHalfPrecisions),
-                                            ::testing::ValuesIn(kShapes)),
-                         half_shape_test_name);
+SCALESTUDY_FP32_SHAPE_TESTS();
+SCALESTUDY_HALF_SHAPE_TESTS();
 
 }  // namespace
 }  // namespace scalestudy::gpu_test

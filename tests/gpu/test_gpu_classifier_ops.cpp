@@ -194,15 +194,9 @@ TEST_P(CudaOpsHalfShapes, ClassifierOnPaddedLogits) {
   expect_close("classifier dweight in parts vs the whole range", parts_dweight, whole, gemm_tolerance(whole));
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, CudaOpsShapes, ::testing::ValuesIn(kShapes), shape_test_name);
-
-INSTANTIATE_TEST_SUITE_P(Shapes, CudaOpsHalfShapes,
-                         ::testing::Combine(::testing::ValuesIn(kHalfPrecisions),
-                                            ::testing::ValuesIn(kShapes)),
-                         half_shape_test_name);
-
-INSTANTIATE_TEST_SUITE_P(Precisions, CudaOpsHalf, ::testing::ValuesIn(kHalfPrecisions),
-                         precision_test_name);
+SCALESTUDY_FP32_SHAPE_TESTS();
+SCALESTUDY_HALF_SHAPE_TESTS();
+SCALESTUDY_HALF_PRECISION_TESTS();
 
 }  // namespace
 }  // namespace scalestudy::gpu_test

@@ -304,15 +304,9 @@ TEST_F(CudaOpsBf16, GeluEpiloguesTakeTheGpt2ShapesAndAreTheTanhGelu) {
       << "an auxiliary input 2 bytes off 16-byte alignment must be declined";
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, CudaOpsShapes, ::testing::ValuesIn(kShapes), shape_test_name);
-
-INSTANTIATE_TEST_SUITE_P(Shapes, CudaOpsHalfShapes,
-                         ::testing::Combine(::testing::ValuesIn(kHalfPrecisions),
-                                            ::testing::ValuesIn(kShapes)),
-                         half_shape_test_name);
-
-INSTANTIATE_TEST_SUITE_P(Precisions, CudaOpsHalf, ::testing::ValuesIn(kHalfPrecisions),
-                         precision_test_name);
+SCALESTUDY_FP32_SHAPE_TESTS();
+SCALESTUDY_HALF_SHAPE_TESTS();
+SCALESTUDY_HALF_PRECISION_TESTS();
 
 }  // namespace
 }  // namespace scalestudy::gpu_test

@@ -302,8 +302,7 @@ TEST_F(CudaOpsFp16Range, OverflowIsInfNotClampedAndReachesTheGradientNorm) {
       << "a GEMM result of 131072 must store inf, not 65504";
 }
 
-INSTANTIATE_TEST_SUITE_P(Precisions, CudaOpsHalf, ::testing::ValuesIn(kHalfPrecisions),
-                         precision_test_name);
+SCALESTUDY_HALF_PRECISION_TESTS();
 
 }  // namespace
 }  // namespace scalestudy::gpu_test

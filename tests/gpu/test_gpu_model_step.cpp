@@ -152,8 +152,7 @@ TEST_P(CudaOpsHalf, WholeModelLossAndGradientsMatchTheFp32Cpu) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Precisions, CudaOpsHalf, ::testing::ValuesIn(kHalfPrecisions),
-                         precision_test_name);
+SCALESTUDY_HALF_PRECISION_TESTS();
 
 }  // namespace
 }  // namespace scalestudy::gpu_test

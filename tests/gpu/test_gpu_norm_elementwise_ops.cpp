@@ -169,15 +169,9 @@ TEST_P(CudaOpsHalfShapes, ResidualAndAccumulate) {
   expect_close("accumulate", d_out, rounded(out), kBitExact);
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, CudaOpsShapes, ::testing::ValuesIn(kShapes), shape_test_name);
-
-INSTANTIATE_TEST_SUITE_P(Shapes, CudaOpsHalfShapes,
-                         ::testing::Combine(::testing::ValuesIn(kHalfPrecisions),
-                                            ::testing::ValuesIn(kShapes)),
-                         half_shape_test_name);
-
-INSTANTIATE_TEST_SUITE_P(Precisions, CudaOpsHalf, ::testing::ValuesIn(kHalfPrecisions),
-                         precision_test_name);
+SCALESTUDY_FP32_SHAPE_TESTS();
+SCALESTUDY_HALF_SHAPE_TESTS();
+SCALESTUDY_HALF_PRECISION_TESTS();
 
 }  // namespace
 }  // namespace scalestudy::gpu_test

@@ -19,15 +19,16 @@
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
+#include "op_checks.h"
 
 namespace scalestudy {
 namespace {
 
-// Every comparison is |got - ref| <= atol + rtol * |ref|.
-struct Tolerance {
-  double atol;
-  double rtol;
-};
+using op_test::all_close;
+using op_test::random_floats;
+using op_test::Rng;
+using op_test::Tolerance;
+
 // fp32 forward against a double reference: a few fp32 roundings of O(1) values over
 // reductions of at most ~16 terms.
 constexpr Tolerance kForwardTolerance{1e-6, 1e-5};
@@ -55,31 +56,6 @@ constexpr int kHeads = 2;
 constexpr int kVocab = 11;
 constexpr int kRows = kBatch * kSeq;
 
-// splitmix64: fixed across compilers and standard libraries, unlike std distributions.
-class Rng {
- public:
-  explicit Rng(uint64_t seed) : state_(seed) {}
-  uint64_t next() {
-    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  float uniform(float lo, float hi) {
-    return lo + (hi - lo) * static_cast<float>((next() >> 40) * 0x1.0p-24);
-  }
-
- private:
-  uint64_t state_;
-};
-
-std::vector<float> random_floats(size_t elems, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
-  Rng rng(seed);
-  std::vector<float> values(elems);
-  for (float& value : values) value = rng.uniform(lo, hi);
-  return values;
-}
-
 std::vector<int32_t> random_ints(size_t elems, uint64_t seed, int32_t bound) {
   Rng rng(seed);
   std::vector<int32_t> values(elems);
@@ -90,30 +66,6 @@ std::vector<int32_t> random_ints(size_t elems, uint64_t seed, int32_t bound) {
 template <class T>
 std::vector<double> to_double(const std::vector<T>& values) {
   return std::vector<double>(values.begin(), values.end());
-}
-
-template <class Got, class Ref>
-::testing::AssertionResult all_close(const std::string& what, const Got& got, const Ref& ref,
-                                     Tolerance tolerance) {
-  if (got.size() != ref.size()) {
-    return ::testing::AssertionFailure() << what << ": size " << got.size() << " vs " << ref.size();
-  }
-  size_t mismatches = 0, first = 0;
-  double worst_error = 0.0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double error = std::fabs(static_cast<double>(got[i]) - static_cast<double>(ref[i]));
-    worst_error = std::max(worst_error, error);
-    if (!(error <= tolerance.atol + tolerance.rtol * std::fabs(static_cast<double>(ref[i])))) {
-      if (mismatches++ == 0) first = i;
-    }
-  }
-  if (mismatches == 0) return ::testing::AssertionSuccess();
-  std::ostringstream text;
-  text << std::setprecision(9) << what << ": " << mismatches << " of " << got.size()
-       << " elements exceed atol " << tolerance.atol << " + rtol " << tolerance.rtol
-       << "*|ref|; first at index " << first << ": got " << static_cast<double>(got[first])
-       << ", ref " << static_cast<double>(ref[first]) << "; largest |error| " << worst_error;
-  return ::testing::AssertionFailure() << text.str();
 }
 
 template <class Real>

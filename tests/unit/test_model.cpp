@@ -124,8 +124,6 @@ TEST(TrainingForward, LossScaleInForwardGivesTheSameLossAndGradientsBitForBit) {
   const int batch = 3, seq = 9;
   const ParameterLayout layout = make_parameter_layout(shape);
   const TokenBatch tokens(shape.vocab, batch * seq, 8);
-  const std::vector<int32_t>& inputs = tokens.inputs;
-  const std::vector<int32_t>& targets = tokens.targets;
   const float loss_scale = 0.5f;
 
   auto run = [&](bool scale_in_forward) {
@@ -136,9 +134,9 @@ TEST(TrainingForward, LossScaleInForwardGivesTheSameLossAndGradientsBitForBit) {
     std::vector<double> losses;
     for (int micro = 0; micro < 2; ++micro) {
       if (scale_in_forward)
-        model.forward(inputs.data(), targets.data(), nullptr, loss_scale);
+        model.forward(tokens.inputs.data(), tokens.targets.data(), nullptr, loss_scale);
       else
-        model.forward(inputs.data(), targets.data(), nullptr);
+        model.forward(tokens.inputs.data(), tokens.targets.data(), nullptr);
       losses.push_back(model.mean_loss());
       model.backward(sink, loss_scale);
     }
@@ -217,8 +215,6 @@ TEST(Recomputation, SameLossAndGradientsBitForBitWithLessActivationMemory) {
   const int batch = 3, seq = 9;
   const ParameterLayout layout = make_parameter_layout(shape);
   const TokenBatch tokens(shape.vocab, batch * seq, 7);
-  const std::vector<int32_t>& inputs = tokens.inputs;
-  const std::vector<int32_t>& targets = tokens.targets;
 
   struct Result {
     double loss;
@@ -235,7 +231,7 @@ TEST(Recomputation, SameLossAndGradientsBitForBitWithLessActivationMemory) {
     // Two micro-batches: the second backward accumulates over the first, as with
     // gradient accumulation.
     for (int micro = 0; micro < 2; ++micro) {
-      model.forward(inputs.data(), targets.data(), nullptr);
+      model.forward(tokens.inputs.data(), tokens.targets.data(), nullptr);
       result.loss = model.mean_loss();
       model.backward(sink, 0.5f);
     }

@@ -58,6 +58,12 @@ void check_positive(int value, const char* what) {
                                   std::to_string(value));
 }
 
+void check_embedding_shape(int batch, int seq, int channels) {
+  check_positive(batch, "embedding batch");
+  check_positive(seq, "embedding seq");
+  check_positive(channels, "embedding channels");
+}
+
 // The sizes of a dense layer's GEMMs: rows by in_channels into out_channels.
 void check_gemm_shape(const std::string& layer, int rows, int in_channels, int out_channels) {
   if (rows > 0 && in_channels > 0 && out_channels > 0) return;
@@ -70,16 +76,6 @@ void check_gemm_shape(const std::string& layer, int rows, int in_channels, int o
 // GradientWrite::overwrite that every other backend is compared against.
 void start_input_gradient(float* dinp, size_t elems, GradientWrite dinp_write) {
   if (dinp_write == GradientWrite::overwrite) std::fill_n(dinp, elems, 0.0f);
-}
-
-int head_size_of(const AttentionShape& shape) {
-  check_positive(shape.batch, "attention batch");
-  check_positive(shape.seq, "attention seq");
-  check_positive(shape.heads, "attention heads");
-  SCALESTUDY_CHECK(shape.channels > 0 && shape.channels % shape.heads == 0,
-                   "attention channels " + std::to_string(shape.channels) +
-                       " must be a positive multiple of heads " + std::to_string(shape.heads));
-  return shape.channels / shape.heads;
 }
 
 }  // namespace
@@ -162,9 +158,7 @@ float* CpuOps::allocate_logits(int rows, int vocab) {
 
 void CpuOps::embedding_forward(const EmbeddingForwardArgs<float>& args) {
   const auto& [out, tokens, wte, wpe, batch, seq, channels] = args;
-  check_positive(batch, "embedding batch");
-  check_positive(seq, "embedding seq");
-  check_positive(channels, "embedding channels");
+  check_embedding_shape(batch, seq, channels);
   for (int b = 0; b < batch; ++b) {
     for (int t = 0; t < seq; ++t) {
       size_t row = static_cast<size_t>(b) * seq + t;
@@ -181,9 +175,7 @@ void CpuOps::embedding_forward(const EmbeddingForwardArgs<float>& args) {
 // Rows are visited in token order, so repeated tokens add into dwte in a fixed order.
 void CpuOps::embedding_backward(const EmbeddingBackwardArgs<float>& args) {
   const auto& [dwte, dwpe, dout, tokens, batch, seq, channels] = args;
-  check_positive(batch, "embedding batch");
-  check_positive(seq, "embedding seq");
-  check_positive(channels, "embedding channels");
+  check_embedding_shape(batch, seq, channels);
   for (int b = 0; b < batch; ++b) {
     for (int t = 0; t < seq; ++t) {
       size_t row = static_cast<size_t>(b) * seq + t;
@@ -356,7 +348,7 @@ void CpuOps::classifier_weight_backward(const ClassifierWeightGradientArgs<float
 
 void CpuOps::attention_forward(float* out, float* probs, const float* qkv,
                                const AttentionShape& shape) {
-  const int head_size = head_size_of(shape);
+  const int head_size = attention_head_size(shape);
   const int seq = shape.seq;
   const int channels = shape.channels;
   const size_t qkv_row_elems = 3 * static_cast<size_t>(channels);
@@ -404,7 +396,7 @@ void CpuOps::attention_forward(float* out, float* probs, const float* qkv,
 void CpuOps::attention_backward(float* dqkv, const float* dout, const float* qkv, const float* /*out*/,
                                 const float* probs, const AttentionShape& shape,
                                 GradientWrite dqkv_write) {
-  const int head_size = head_size_of(shape);
+  const int head_size = attention_head_size(shape);
   const int seq = shape.seq;
   const int channels = shape.channels;
   start_input_gradient(dqkv, static_cast<size_t>(shape.batch) * seq * 3 * channels, dqkv_write);

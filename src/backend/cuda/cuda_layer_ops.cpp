@@ -36,13 +36,11 @@ void CudaOps::embedding_forward(const EmbeddingForwardArgs<float>& args) {
   ScopedKernelTag tag(KernelCategory::norm_elementwise);
   with_storage_type(stores_half(args.out, "embedding out"), precision_, [&](auto storage) {
     using T = typename decltype(storage)::type;
-    cuda::launch_embedding_forward(stream_, EmbeddingForwardArgs<T>{.out = as<T>(args.out),
-                                                                    .tokens = args.tokens,
-                                                                    .wte = parameter_as<T>(args.wte),
-                                                                    .wpe = parameter_as<T>(args.wpe),
-                                                                    .batch = args.batch,
-                                                                    .seq = args.seq,
-                                                                    .channels = args.channels});
+    const EmbeddingForwardArgs<T> typed{.out = as<T>(args.out), .tokens = args.tokens,
+                                        .wte = parameter_as<T>(args.wte),
+                                        .wpe = parameter_as<T>(args.wpe), .batch = args.batch,
+                                        .seq = args.seq, .channels = args.channels};
+    cuda::launch_embedding_forward(stream_, typed);
   });
 }
 
@@ -54,15 +52,11 @@ void CudaOps::embedding_backward(const EmbeddingBackwardArgs<float>& args) {
       scratch_of(cuda::embedding_backward_scratch_elems(args.batch, args.seq));
   with_storage_type(stores_half(args.dout, "embedding dout"), precision_, [&](auto storage) {
     using T = typename decltype(storage)::type;
-    cuda::launch_embedding_backward(stream_,
-                                    EmbeddingBackwardArgs<T>{.dwte = args.dwte,
-                                                             .dwpe = args.dwpe,
-                                                             .dout = as<T>(args.dout),
-                                                             .tokens = args.tokens,
-                                                             .batch = args.batch,
-                                                             .seq = args.seq,
-                                                             .channels = args.channels},
-                                    scratch);
+    const EmbeddingBackwardArgs<T> typed{.dwte = args.dwte, .dwpe = args.dwpe,
+                                         .dout = as<T>(args.dout), .tokens = args.tokens,
+                                         .batch = args.batch, .seq = args.seq,
+                                         .channels = args.channels};
+    cuda::launch_embedding_backward(stream_, typed, scratch);
   });
 }
 
@@ -73,14 +67,12 @@ void CudaOps::layernorm_forward(const LayerNormForwardArgs<float>& args) {
   const bool half = half_operands("layernorm_forward", {{args.out, "out"}, {args.inp, "inp"}});
   with_storage_type(half, precision_, [&](auto storage) {
     using T = typename decltype(storage)::type;
-    cuda::launch_layernorm_forward(stream_, LayerNormForwardArgs<T>{.out = as<T>(args.out),
-                                                                    .mean = args.mean,
-                                                                    .rstd = args.rstd,
-                                                                    .inp = as<T>(args.inp),
-                                                                    .weight = parameter_as<T>(args.weight),
-                                                                    .bias = parameter_as<T>(args.bias),
-                                                                    .rows = args.rows,
-                                                                    .channels = args.channels});
+    const LayerNormForwardArgs<T> typed{.out = as<T>(args.out), .mean = args.mean,
+                                        .rstd = args.rstd, .inp = as<T>(args.inp),
+                                        .weight = parameter_as<T>(args.weight),
+                                        .bias = parameter_as<T>(args.bias), .rows = args.rows,
+                                        .channels = args.channels};
+    cuda::launch_layernorm_forward(stream_, typed);
   });
 }
 
@@ -94,19 +86,13 @@ void CudaOps::layernorm_backward(const LayerNormBackwardArgs<float>& args) {
       scratch_of(cuda::layernorm_backward_scratch_elems(args.rows, args.channels));
   with_storage_type(half, precision_, [&](auto storage) {
     using T = typename decltype(storage)::type;
-    cuda::launch_layernorm_backward(stream_,
-                                    LayerNormBackwardArgs<T>{.dinp = as<T>(args.dinp),
-                                                             .dweight = args.dweight,
-                                                             .dbias = args.dbias,
-                                                             .dout = as<T>(args.dout),
-                                                             .inp = as<T>(args.inp),
-                                                             .weight = parameter_as<T>(args.weight),
-                                                             .mean = args.mean,
-                                                             .rstd = args.rstd,
-                                                             .rows = args.rows,
-                                                             .channels = args.channels,
-                                                             .dinp_write = args.dinp_write},
-                                    scratch);
+    const LayerNormBackwardArgs<T> typed{.dinp = as<T>(args.dinp), .dweight = args.dweight,
+                                         .dbias = args.dbias, .dout = as<T>(args.dout),
+                                         .inp = as<T>(args.inp),
+                                         .weight = parameter_as<T>(args.weight), .mean = args.mean,
+                                         .rstd = args.rstd, .rows = args.rows,
+                                         .channels = args.channels, .dinp_write = args.dinp_write};
+    cuda::launch_layernorm_backward(stream_, typed, scratch);
   });
 }
 
@@ -131,13 +117,8 @@ void CudaOps::matmul_forward(float* out, const float* inp, const float* weight,
     return;
   }
   cuda::launch_matmul_forward(cublas_, stream_,
-                              {.out = out,
-                               .inp = inp,
-                               .weight = weight,
-                               .bias = bias,
-                               .rows = rows,
-                               .in_channels = in_channels,
-                               .out_channels = out_channels});
+                              {.out = out, .inp = inp, .weight = weight, .bias = bias, .rows = rows,
+                               .in_channels = in_channels, .out_channels = out_channels});
 }
 
 void CudaOps::matmul_backward(const MatmulBackwardArgs<float>& args) {
@@ -153,13 +134,10 @@ void CudaOps::matmul_backward(const MatmulBackwardArgs<float>& args) {
     const void* weight_copy = parameter_copy_of(args.weight);
     with_half_type(precision_, [&](auto storage) {
       using Half = typename decltype(storage)::type;
-      const MatmulBackwardArgs<Half> half_args{.dinp = as<Half>(args.dinp),
-                                               .dweight = args.dweight,
-                                               .dbias = args.dbias,
-                                               .dout = as<Half>(args.dout),
+      const MatmulBackwardArgs<Half> half_args{.dinp = as<Half>(args.dinp), .dweight = args.dweight,
+                                               .dbias = args.dbias, .dout = as<Half>(args.dout),
                                                .inp = as<Half>(args.inp),
-                                               .weight = as<Half>(weight_copy),
-                                               .rows = args.rows,
+                                               .weight = as<Half>(weight_copy), .rows = args.rows,
                                                .in_channels = args.in_channels,
                                                .out_channels = args.out_channels,
                                                .dinp_write = args.dinp_write};
@@ -194,15 +172,13 @@ void CudaOps::dense_gelu_forward(const DenseGeluForwardArgs<float>& args) {
       ScopedKernelTag tag(KernelCategory::gemm);
       with_half_type(precision_, [&](auto storage) {
         using Half = typename decltype(storage)::type;
-        fused = cuda::launch_dense_gelu_forward(*epilogue_gemm_, stream_,
-                                                DenseGeluForwardArgs<Half>{.pre = as<Half>(args.pre),
-                                                                           .out = as<Half>(args.out),
-                                                                           .inp = as<Half>(args.inp),
-                                                                           .weight = as<Half>(weight_copy),
-                                                                           .bias = as<Half>(bias_copy),
-                                                                           .rows = args.rows,
-                                                                           .in_channels = args.in_channels,
-                                                                           .out_channels = args.out_channels});
+        const DenseGeluForwardArgs<Half> typed{.pre = as<Half>(args.pre), .out = as<Half>(args.out),
+                                               .inp = as<Half>(args.inp),
+                                               .weight = as<Half>(weight_copy),
+                                               .bias = as<Half>(bias_copy), .rows = args.rows,
+                                               .in_channels = args.in_channels,
+                                               .out_channels = args.out_channels};
+        fused = cuda::launch_dense_gelu_forward(*epilogue_gemm_, stream_, typed);
       });
     }
     if (fused) {
@@ -233,8 +209,7 @@ void CudaOps::dense_backward_through_gelu(const DenseGeluBackwardArgs<float>& ar
       with_half_type(precision_, [&](auto storage) {
         using Half = typename decltype(storage)::type;
         const DenseGeluBackwardArgs<Half> half_args{.dpre = as<Half>(args.dpre),
-                                                    .dweight = args.dweight,
-                                                    .dbias = args.dbias,
+                                                    .dweight = args.dweight, .dbias = args.dbias,
                                                     .dout = as<Half>(args.dout),
                                                     .act = as<Half>(args.act),
                                                     .pre = as<Half>(args.pre),
@@ -305,15 +280,11 @@ void CudaOps::attention_backward(float* dqkv, const float* dout, const float* qk
     const cuda::Scratch scratch = scratch_of(cuda::flash_attention_backward_scratch_elems(shape));
     with_half_type(precision_, [&](auto storage) {
       using Half = typename decltype(storage)::type;
-      cuda::launch_flash_attention_backward(stream_,
-                                            AttentionBackwardArgs<Half, float>{.dqkv = as<Half>(dqkv),
-                                                                               .dout = as<Half>(dout),
-                                                                               .qkv = as<Half>(qkv),
-                                                                               .out = as<Half>(out),
-                                                                               .state = state,
-                                                                               .shape = shape,
-                                                                               .dqkv_write = dqkv_write},
-                                            scratch);
+      const AttentionBackwardArgs<Half, float> typed{.dqkv = as<Half>(dqkv), .dout = as<Half>(dout),
+                                                     .qkv = as<Half>(qkv), .out = as<Half>(out),
+                                                     .state = state, .shape = shape,
+                                                     .dqkv_write = dqkv_write};
+      cuda::launch_flash_attention_backward(stream_, typed, scratch);
     });
     return;
   }
@@ -325,14 +296,10 @@ void CudaOps::attention_backward(float* dqkv, const float* dout, const float* qk
     const cuda::Scratch scratch = scratch_of(cuda::attention_backward_scratch_elems_16bit(shape));
     with_half_type(precision_, [&](auto storage) {
       using Half = typename decltype(storage)::type;
-      cuda::launch_attention_backward(cublas_, stream_,
-                                      AttentionBackwardArgs<Half>{.dqkv = as<Half>(dqkv),
-                                                                  .dout = as<Half>(dout),
-                                                                  .qkv = as<Half>(qkv),
-                                                                  .out = as<Half>(out),
-                                                                  .state = as<Half>(state),
-                                                                  .shape = shape},
-                                      scratch);
+      const AttentionBackwardArgs<Half> typed{.dqkv = as<Half>(dqkv), .dout = as<Half>(dout),
+                                              .qkv = as<Half>(qkv), .out = as<Half>(out),
+                                              .state = as<Half>(state), .shape = shape};
+      cuda::launch_attention_backward(cublas_, stream_, typed, scratch);
     });
     return;
   }
@@ -383,15 +350,12 @@ void CudaOps::residual_layernorm_forward(const ResidualLayerNormForwardArgs<floa
   with_storage_type(half, precision_, [&](auto storage) {
     using T = typename decltype(storage)::type;
     const ResidualLayerNormForwardArgs<T> typed{.residual = as<T>(args.residual),
-                                                .out = as<T>(args.out),
-                                                .mean = args.mean,
-                                                .rstd = args.rstd,
-                                                .a = as<T>(args.a),
+                                                .out = as<T>(args.out), .mean = args.mean,
+                                                .rstd = args.rstd, .a = as<T>(args.a),
                                                 .b = as<T>(args.b),
                                                 .weight = parameter_as<T>(args.weight),
                                                 .bias = parameter_as<T>(args.bias),
-                                                .rows = args.rows,
-                                                .channels = args.channels};
+                                                .rows = args.rows, .channels = args.channels};
     cuda::launch_residual_layernorm_forward(stream_, typed);
   });
 }
@@ -474,15 +438,12 @@ void CudaOps::classifier_forward(const ClassifierForwardArgs<float>& args) {
   const void* weight_copy = parameter_copy_of(args.weight);
   with_half_type(precision_, [&](auto storage) {
     using Half = typename decltype(storage)::type;
-    const ClassifierForwardArgs<Half> half_args{.losses = args.losses,
-                                                .row_stats = args.row_stats,
+    const ClassifierForwardArgs<Half> half_args{.losses = args.losses, .row_stats = args.row_stats,
                                                 .logits = as<Half>(args.logits),
                                                 .inp = as<Half>(args.inp),
                                                 .weight = as<Half>(weight_copy),
-                                                .targets = args.targets,
-                                                .rows = args.rows,
-                                                .channels = args.channels,
-                                                .vocab = args.vocab,
+                                                .targets = args.targets, .rows = args.rows,
+                                                .channels = args.channels, .vocab = args.vocab,
                                                 .dlogits_scale = args.dlogits_scale};
     {
       ScopedKernelTag tag(KernelCategory::gemm);
@@ -523,8 +484,7 @@ void CudaOps::classifier_backward_from_dlogits(const ClassifierInputGradientArgs
     const ClassifierInputGradientArgs<Half> half_args{.dinp = as<Half>(args.dinp),
                                                       .dlogits = as<Half>(args.dlogits),
                                                       .weight = as<Half>(weight_copy),
-                                                      .rows = args.rows,
-                                                      .channels = args.channels,
+                                                      .rows = args.rows, .channels = args.channels,
                                                       .vocab = args.vocab,
                                                       .dinp_write = args.dinp_write};
     cuda::launch_classifier_input_gradient(cublas_, stream_, half_args, stride);
@@ -545,8 +505,7 @@ void CudaOps::classifier_weight_backward(const ClassifierWeightGradientArgs<floa
     using Half = typename decltype(storage)::type;
     const ClassifierWeightGradientArgs<Half> half_args{.dweight = args.dweight,
                                                        .dlogits = as<Half>(args.dlogits),
-                                                       .inp = as<Half>(args.inp),
-                                                       .rows = args.rows,
+                                                       .inp = as<Half>(args.inp), .rows = args.rows,
                                                        .channels = args.channels,
                                                        .vocab = args.vocab,
                                                        .vocab_begin = args.vocab_begin,
@@ -570,13 +529,7 @@ void CudaOps::classifier_backward(const ClassifierBackwardArgs<float>& args) {
                                                 {args.targets, args.rows, args.vocab, stride},
                                                 args.loss_scale);
   });
-  classifier_backward_from_dlogits({.dinp = args.dinp,
-                                    .dlogits = args.logits,
-                                    .weight = args.weight,
-                                    .rows = args.rows,
-                                    .channels = args.channels,
-                                    .vocab = args.vocab,
-                                    .dinp_write = args.dinp_write});
+  classifier_backward_from_dlogits(input_gradient_of(args));
 }
 
 }  // namespace scalestudy

@@ -1,0 +1,27 @@
+#include "core/op_params.h"
+
+#include <string>
+
+#include "core/check.h"
+
+namespace scalestudy {
+namespace {
+
+void check_positive(int value, const char* what) {
+  SCALESTUDY_CHECK(value > 0, std::string(what) + " must be positive, got " +
+                                  std::to_string(value));
+}
+
+}  // namespace
+
+int attention_head_size(const AttentionShape& shape) {
+  check_positive(shape.batch, "attention batch");
+  check_positive(shape.seq, "attention seq");
+  check_positive(shape.heads, "attention heads");
+  SCALESTUDY_CHECK(shape.channels > 0 && shape.channels % shape.heads == 0,
+                   "attention channels " + std::to_string(shape.channels) +
+                       " must be a positive multiple of heads " + std::to_string(shape.heads));
+  return shape.channels / shape.heads;
+}
+
+}  // namespace scalestudy
