@@ -152,7 +152,7 @@ TEST(Config, BadInputNamesTheOptionAndValue) {
   expect_usage_error({"--gemm-algos", "fastest"}, {"--gemm-algos fastest", "timed or heuristic"});
   EXPECT_EQ(parse({}).gemm_algos, GemmAlgos::timed);
   EXPECT_EQ(parse({"--gemm-algos", "heuristic"}).gemm_algos, GemmAlgos::heuristic);
-  EXPECT_NE(train_help().find("keeps it where clearly faster"), std::string::npos)
+  EXPECT_NE(train_help().find("keeps it where clearly"), std::string::npos)
       << "the help states when a timed candidate is kept";
   expect_usage_error({"--no-such-option"}, {"no-such-option"});
   expect_usage_error({"--steps", "abc"}, {"steps", "abc"});
