@@ -10,17 +10,17 @@
 namespace scalestudy {
 namespace {
 
-std::string host_name() {
-  char name[256] = {0};
-  if (gethostname(name, sizeof(name) - 1) != 0) return "unknown-host";
-  return name;
-}
-
 std::atomic<AbortHook> abort_hook{nullptr};
 
 }  // namespace
 
 void set_abort_hook(AbortHook hook) { abort_hook.store(hook); }
+
+std::string host_name() {
+  char name[256] = {0};
+  if (gethostname(name, sizeof(name) - 1) != 0) return "unknown-host";
+  return name;
+}
 
 std::string mpi_error_string(int code) {
   std::vector<char> text(MPI_MAX_ERROR_STRING, '\0');

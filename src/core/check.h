@@ -22,6 +22,8 @@ using AbortHook = void (*)(const std::string& reason);
 void set_abort_hook(AbortHook hook);
 
 std::string mpi_error_string(int code);
+// This machine's hostname, as failed checks and result files name it.
+std::string host_name();
 
 }  // namespace scalestudy
 

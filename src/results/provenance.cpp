@@ -6,8 +6,11 @@
 #include <algorithm>
 #include <array>
 #include <ctime>
+#include <map>
 
+#include "build_info.h"
 #include "results/hdf5_check.h"
+#include "results/hdf5_io.h"
 
 namespace scalestudy {
 
@@ -18,12 +21,6 @@ std::string utc_now() {
   char text[32];
   std::strftime(text, sizeof(text), "%Y-%m-%dT%H:%M:%SZ", &utc);
   return text;
-}
-
-std::string host_name() {
-  char name[256] = {0};
-  gethostname(name, sizeof(name) - 1);
-  return name;
 }
 
 std::string mpi_library_version() {
@@ -49,6 +46,42 @@ std::vector<std::string> gather_strings(MPI_Comm comm, const std::string& mine, 
   std::vector<std::string> out;
   for (int r = 0; r < world; ++r) out.emplace_back(all.data() + static_cast<size_t>(r) * kSlot);
   return out;
+}
+
+RankPlacement gather_rank_placement(MPI_Comm comm, const std::string& device_name) {
+  int world_size = 1;
+  CHECK_MPI(MPI_Comm_size(comm, &world_size));
+  return {gather_strings(comm, host_name(), world_size), gather_strings(comm, device_name, world_size)};
+}
+
+void write_provenance_header(hid_t root, const ProvenanceHeader& header) {
+  std::string argv;
+  for (const auto& arg : header.argv) argv += (argv.empty() ? "" : " ") + arg;
+  std::map<std::string, int64_t> ranks_by_host;
+  for (const auto& host : header.ranks.hosts) ++ranks_by_host[host];
+  int64_t ranks_per_node = 0;
+  for (const auto& [host, count] : ranks_by_host) ranks_per_node = std::max(ranks_per_node, count);
+
+  h5::set_attribute(root, "schema_version", kSchemaVersion);
+  h5::set_attribute(root, "scalestudy_version", SCALESTUDY_VERSION);
+  h5::set_attribute(root, "git_sha", SCALESTUDY_GIT_SHA);
+  h5::set_attribute(root, "argv", argv);
+  h5::set_attribute(root, "start_time", utc_now());
+  h5::set_attribute(root, "end_time", "");
+  h5::set_attribute(root, "world_size", static_cast<int64_t>(header.ranks.hosts.size()));
+  h5::set_attribute(root, "nodes", static_cast<int64_t>(ranks_by_host.size()));
+  h5::set_attribute(root, "ranks_per_node", ranks_per_node);
+  h5::set_attribute(root, "backend", header.backend);
+  h5::set_attribute(root, "precision", header.precision);
+  h5::set_attribute(root, "status", "running");
+  h5::set_attribute(root, "failure_reason", "");
+  h5::set_attribute(root, "cuda_version", header.cuda_version);
+  h5::set_attribute(root, "nccl_version", header.nccl_version);
+  h5::set_attribute(root, "mpi_version", mpi_library_version());
+  h5::set_attribute(root, "hdf5_version", hdf5_library_version());
+  h5::Handle ranks = h5::create_group(root, "ranks");
+  h5::write_strings(ranks.get(), "hostname", header.ranks.hosts);
+  h5::write_strings(ranks.get(), "device", header.ranks.devices);
 }
 
 }  // namespace scalestudy
