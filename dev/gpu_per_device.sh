@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# One call on a machine of several GPUs: the one-GPU step of GPT-2 small bf16 at BATCH per
-# GPU (default 32) on each visible GPU alone, in turn, REPEATS times (default 3). The
-# one-GPU baseline of a scaling run uses GPU 0, while a data-parallel step waits for its
-# slowest GPU: this shows how far apart the machine's GPUs are. Expects .gpu-bundle/ as
-# jobscripts/gpu_check.sh does; writes per-device.log under $OUT.
+# The one-GPU step of GPT-2 small bf16 at BATCH per GPU (default 32) on each visible GPU
+# alone, in turn, REPEATS times (default 3). A scaling study's one-GPU baseline runs on
+# GPU 0, while a data-parallel step waits for its slowest GPU: this shows how far apart
+# the node's GPUs are. Writes per-device.log into OUTPUT_DIR.
+#   dev/gpu_per_device.sh OUTPUT_DIR
 set -uo pipefail
-source "$(dirname "$0")/gpu_env.sh" /tmp/scalestudy-per-device
+source "$(dirname "$0")/gpu_env.sh" "${1:-}"
 log="$out/per-device.log"
 "$binary" --version | tee "$log"
 nvidia-smi --query-gpu=index,name,pci.bus_id,clocks.max.sm,power.limit --format=csv | tee -a "$log"

@@ -9,9 +9,9 @@ the timed samples, each sample at least --min-sample-ms long):
       torch.distributed.all_reduce (NCCL) under torchrun; busbw = bytes / time ·
       2(n−1)/n (nccl-tests' definition), each sample the slowest rank's.
 
-Run it with the PyTorch interpreter on the GPU machine, from the repository root:
+Run it with a Python that has PyTorch, on the GPU node, from the repository root:
 
-    /opt/torch/.venv/bin/python3 jobscripts/bench_gpu_vs_torch.py --binary .gpu-bundle/scalestudy
+    python3 dev/bench_gpu_vs_torch.py --binary build/cuda/scalestudy
 
 NCCL_NVLS_ENABLE=0 is set for every launch. It prints the commit of the binary, the GPU,
 both measurements and their ratios (scalestudy / PyTorch), and writes the raw numbers to
@@ -170,8 +170,7 @@ def ratio(ours, theirs, key):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--worker", choices=("gemm", "comm"), help=argparse.SUPPRESS)
-    default_binary = ".gpu-bundle/scalestudy" if Path(".gpu-bundle/scalestudy").exists() else "build/cuda/scalestudy"
-    parser.add_argument("--binary", default=default_binary)
+    parser.add_argument("--binary", default="build/cuda/scalestudy")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--min-sample-ms", type=float, default=1.0)
@@ -184,7 +183,7 @@ def main():
 
     # This process never touches the GPU: every measurement runs in processes of its own.
     env = dict(os.environ, NCCL_NVLS_ENABLE="0")
-    # The libraries the GPU image lacks travel next to the binary (README, "Running on a GPU node").
+    # A bundled binary's libraries travel next to it (dev/README.md, "The cross-build bundle").
     bundle = Path(args.binary).resolve().parent
     if any(bundle.glob("libhdf5_serial.so*")):
         env["LD_LIBRARY_PATH"] = f"{bundle}:{env.get('LD_LIBRARY_PATH', '')}"
