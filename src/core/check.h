@@ -32,10 +32,14 @@ std::string host_name();
     if (!(cond)) ::scalestudy::abort_job(__FILE__, __LINE__, "check failed: " #cond, (detail)); \
   } while (0)
 
-#define CHECK_MPI(call)                                                                  \
+// Evaluates `call` once; where its result is not `success`, ends the job with the message
+// that describe(result) gives. Every library's check is this one with its own success
+// value and message function.
+#define SCALESTUDY_CHECK_RESULT(call, success, describe)                                 \
   do {                                                                                   \
-    int check_mpi_rc_ = (call);                                                          \
-    if (check_mpi_rc_ != MPI_SUCCESS)                                                    \
-      ::scalestudy::abort_job(__FILE__, __LINE__, #call,                                 \
-                              ::scalestudy::mpi_error_string(check_mpi_rc_));            \
+    const auto check_result_ = (call);                                                   \
+    if (check_result_ != (success))                                                      \
+      ::scalestudy::abort_job(__FILE__, __LINE__, #call, describe(check_result_));       \
   } while (0)
+
+#define CHECK_MPI(call) SCALESTUDY_CHECK_RESULT(call, MPI_SUCCESS, ::scalestudy::mpi_error_string)
