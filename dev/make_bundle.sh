@@ -6,6 +6,7 @@
 # libaec) into BUNDLE_DIR. The scripts of dev/ put that folder first in LD_LIBRARY_PATH;
 # MPI, NCCL, cuBLAS and the CUDA runtime then come from the node itself.
 #   dev/make_bundle.sh [BUILD_DIR [BUNDLE_DIR]]     defaults: build/cuda, .gpu-bundle
+# With STRIP=1 the executables lose their debug information (a tenth of their size).
 # With PACK=1 the executables are packed into BUNDLE_DIR/executables.tar.xz (about a
 # quarter of their size), which dev/gpu_env.sh unpacks on the node. Another binary to
 # compare against (dev/gpu_ab.sh's BINARIES) is copied in by hand under a name of its own.
@@ -33,6 +34,9 @@ done
 ldd "$build/scalestudy" | awk '$1 ~ /^lib(hdf5|boost_program_options|sz|aec)/ && $3 ~ /^\// {print $1, $3}' |
   while read -r name path; do cp -L "$path" "$bundle/$name"; done
 
+if [ "${STRIP:-0}" = 1 ]; then
+  (cd "$bundle" && strip --strip-debug "${executables[@]}")
+fi
 if [ "${PACK:-0}" = 1 ]; then
   tar -cJf "$bundle/executables.tar.xz" -C "$bundle" "${executables[@]}"
   (cd "$bundle" && rm -f "${executables[@]}")
