@@ -39,7 +39,6 @@ struct RawOptions {
   std::string model, batches, seqs;
   int hidden = 0, heads = 0, layers = 0, part_batch = 0, part_seq = 0;
   std::string collectives = "allreduce,reduce_scatter,allgather", min_bytes = "1K", max_bytes;
-  std::string comm_engine = "sm";
 };
 
 // The benchmarks each specific option applies to; the general options apply to all.
@@ -52,7 +51,6 @@ const std::map<std::string, std::vector<BenchKind>>& option_scope() {
       {"batches", {K::layer, K::inference}}, {"seqs", {K::layer, K::inference}},
       {"part-batch", {K::layer}}, {"part-seq", {K::layer}},
       {"collectives", {K::comm}}, {"min-bytes", {K::comm}}, {"max-bytes", {K::comm}},
-      {"comm-engine", {K::comm}},
   };
   return scope;
 }
@@ -104,9 +102,7 @@ po::options_description bench_options(RawOptions& raw) {
       ("collectives", po::value(&raw.collectives)->default_value(raw.collectives),
        "collectives to measure: allreduce, reduce_scatter, allgather")
       ("min-bytes", po::value(&raw.min_bytes)->default_value(raw.min_bytes), "smallest payload (doubling from it)")
-      ("max-bytes", po::value(&raw.max_bytes)->default_value("", "cuda 1G, cpu 1M"), "largest payload")
-      ("comm-engine", po::value(&raw.comm_engine)->default_value(raw.comm_engine),
-       "cuda: sm (NCCL's kernels) or copy (the copy engines, as scalestudy train --comm-engine copy)");
+      ("max-bytes", po::value(&raw.max_bytes)->default_value("", "cuda 1G, cpu 1M"), "largest payload");
 
   po::options_description all;
   all.add(general).add(kernels).add(model).add(comm);
@@ -218,10 +214,6 @@ BenchConfig resolve(BenchKind kind, const RawOptions& raw, const po::variables_m
     if (c.max_bytes < c.min_bytes)
       bad_value("max-bytes", raw.max_bytes, "is below --min-bytes " + std::to_string(c.min_bytes));
     if (c.max_bytes > (int64_t{1} << 36)) bad_value("max-bytes", raw.max_bytes, "at most 64G");
-    if (raw.comm_engine == "sm") c.comm_engine = CommEngine::sm;
-    else if (raw.comm_engine == "copy") c.comm_engine = CommEngine::copy;
-    else bad_value("comm-engine", raw.comm_engine, "must be sm or copy");
-    if (c.comm_engine == CommEngine::copy && !cuda) bad_value("comm-engine", raw.comm_engine, "needs --backend cuda");
   }
   return c;
 }
@@ -282,7 +274,6 @@ int run_bench_command(int argc, const char* const* argv) {
   backend_config.backend = config.backend;
   backend_config.precision = Precision::fp32;
   backend_config.comm_timeout_s = config.comm_timeout_s;
-  backend_config.comm_engine = config.comm_engine;
   BackendSetup backend = make_backend(backend_config, where);
   RunIdentity identity = backend.identity;
   identity.argv.assign(argv, argv + argc);

@@ -23,7 +23,6 @@ struct RawOptions {
   std::string strategy = "ddp";
   std::string overlap = "off";
   std::string grad_reduce = "fp32";
-  std::string comm_engine = "sm";
   std::string overlapped_ctas = "auto";
   std::string overlap_after = "auto";
   std::string gemm_algos = "timed";
@@ -103,17 +102,12 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
       ("grad-reduce", po::value(&raw.grad_reduce)->default_value(raw.grad_reduce),
        "precision the gradients cross ranks in: fp32, or bf16 (half the bytes; each rank's "
        "gradient and every partial sum are rounded to bf16, the result is fp32 again)")
-      ("comm-engine", po::value(&raw.comm_engine)->default_value(raw.comm_engine),
-       "what moves the gradient and parameter collectives on cuda: sm (NCCL's kernels, which hold "
-       "multiprocessors while they overlap compute) or copy (the GPUs' copy engines, through NCCL's "
-       "zero-CTA all-to-all and allgather on symmetric memory, with the sums in a kernel; one node only, "
-       "fp32 gradients only, 2 x 128 MiB of staging at most)")
       ("overlapped-ctas", po::value(&raw.overlapped_ctas)->default_value(raw.overlapped_ctas),
        "with --overlap on, on cuda: the most CTAs (multiprocessors) NCCL's kernels take for the buckets that "
        "backward (and, for zero2's parameters, forward) still has whole blocks to hide, through a second NCCL "
        "communicator, so that the GEMMs beside them slow less, sized for the multiprocessors left; the buckets "
        "that compute soon waits for keep NCCL's choice; 0: every bucket keeps it; at most 64; "
-       "auto: 4 on cuda with --comm-engine sm and --overlap on, else 0")
+       "auto: 4 on cuda with --overlap on, else 0")
       ("overlap-after", po::value(&raw.overlap_after)->default_value(raw.overlap_after),
        "with --overlap on: the share of the gradients (0 to 1, by elements) that backward finishes before "
        "the first bucket starts; the buckets finished by then start together, and each later one as soon as "
@@ -307,11 +301,6 @@ void resolve_and_validate(RunConfig& c, const RawOptions& raw) {
   if (raw.grad_reduce == "fp32") c.grad_reduce = Precision::fp32;
   else if (raw.grad_reduce == "bf16") c.grad_reduce = Precision::bf16;
   else bad_value("grad-reduce", raw.grad_reduce, "must be fp32 or bf16");
-  if (raw.comm_engine == "sm") c.comm_engine = CommEngine::sm;
-  else if (raw.comm_engine == "copy") c.comm_engine = CommEngine::copy;
-  else bad_value("comm-engine", raw.comm_engine, "must be sm or copy");
-  if (c.comm_engine == CommEngine::copy && c.grad_reduce != Precision::fp32)
-    bad_value("comm-engine", raw.comm_engine, "sums fp32 gradients only; leave --grad-reduce at fp32");
   const bool auto_ctas = raw.overlapped_ctas == "auto";
   if (!auto_ctas) {
     c.overlapped_ctas = parse_whole_number("overlapped-ctas", raw.overlapped_ctas);
@@ -319,8 +308,6 @@ void resolve_and_validate(RunConfig& c, const RawOptions& raw) {
     // A lane of more CTAs than NCCL's own choice (24 on 2 H200s) takes more of the GPU, not less.
     if (c.overlapped_ctas > kMaxOverlappedCtas)
       bad_value("overlapped-ctas", raw.overlapped_ctas, "must be at most " + std::to_string(kMaxOverlappedCtas));
-    if (c.overlapped_ctas > 0 && c.comm_engine == CommEngine::copy)
-      bad_value("overlapped-ctas", raw.overlapped_ctas, "applies to NCCL's kernels, not to --comm-engine copy");
     if (c.overlapped_ctas > 0 && !c.overlap)
       bad_value("overlapped-ctas", raw.overlapped_ctas, "needs --overlap on (without it compute waits for every collective)");
   }
@@ -353,13 +340,11 @@ void resolve_and_validate(RunConfig& c, const RawOptions& raw) {
   if (c.backend == "cpu") {
     if (c.precision != Precision::fp32)
       bad_value("precision", raw.precision, "the cpu backend computes in fp32 only");
-    if (c.comm_engine == CommEngine::copy)
-      bad_value("comm-engine", raw.comm_engine, "needs --backend cuda (the cpu backend communicates through MPI)");
     if (c.overlapped_ctas > 0)
       bad_value("overlapped-ctas", raw.overlapped_ctas, "needs --backend cuda (the cpu backend communicates through MPI)");
   } else if (c.backend == "cuda") {
     if (!SCALESTUDY_HAVE_CUDA) bad_value("backend", c.backend, "this build has no CUDA backend");
-    if (auto_ctas && c.comm_engine == CommEngine::sm && c.overlap) c.overlapped_ctas = kAutoOverlappedCtas;
+    if (auto_ctas && c.overlap) c.overlapped_ctas = kAutoOverlappedCtas;
   } else {
     bad_value("backend", c.backend, "must be cpu or cuda");
   }
@@ -393,7 +378,6 @@ void resolve_and_validate(RunConfig& c, const RawOptions& raw) {
 
 const char* strategy_name(Strategy s) { return s == Strategy::ddp ? "ddp" : "zero2"; }
 const char* scaling_name(Scaling s) { return s == Scaling::strong ? "strong" : "weak"; }
-const char* comm_engine_name(CommEngine engine) { return engine == CommEngine::sm ? "sm" : "copy"; }
 
 bool parse_train_config(int argc, const char* const* argv, RunConfig& config) {
   RawOptions raw;
@@ -482,7 +466,6 @@ std::vector<std::pair<std::string, std::string>> describe_config(const RunConfig
       {"overlap", c.overlap ? "on" : "off"},
       {"bucket_mb", text(c.bucket_mb)},
       {"grad_reduce", precision_name(c.grad_reduce)},
-      {"comm_engine", comm_engine_name(c.comm_engine)},
       {"overlapped_ctas", text(c.overlapped_ctas)},
       {"overlap_after", text(c.overlap_after)},
       {"check_every", text(c.check_every)},

@@ -12,9 +12,6 @@ namespace scalestudy {
 
 enum class Strategy { ddp, zero2 };
 enum class Scaling { strong, weak };
-// What moves the float collectives' data on cuda: NCCL's kernels on the multiprocessors,
-// or the GPUs' copy engines (comm/nccl_communicator.h).
-enum class CommEngine { sm, copy };
 
 // --overlapped-ctas auto on cuda with overlap: of 0 (NCCL's choice), 2, 4, 8 and 16 CTAs,
 // 4 gave ddp+overlap the shortest GPT-2 small step on two H200s (0.4-0.8 ms of 62 ms).
@@ -70,7 +67,6 @@ struct RunConfig {
   bool overlap = false;
   double bucket_mb = 50.0;     // gradient bucket size, MiB of fp32
   Precision grad_reduce = Precision::fp32;  // what gradients cross ranks in: fp32 or bf16
-  CommEngine comm_engine = CommEngine::sm;
   int overlapped_ctas = 0;     // cuda: CTAs of the overlapped buckets' NCCL kernels; 0 = NCCL's choice
   double overlap_after = 0.0;  // with overlap: share of the gradients final before any bucket starts
   bool overlap_after_auto = false;  // --overlap-after auto: resolve_for_world bounds zero2's share
@@ -102,7 +98,6 @@ struct RunConfig {
 
 const char* strategy_name(Strategy strategy);
 const char* scaling_name(Scaling scaling);
-const char* comm_engine_name(CommEngine engine);
 
 // Parses `scalestudy train` arguments (argv[0] is the subcommand) together with the
 // optional --config INI file; the command line wins. Throws UsageError on bad input.

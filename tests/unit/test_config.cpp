@@ -105,10 +105,7 @@ TEST(Config, ConfigFileIsReadAndTheCommandLineWins) {
 }
 
 TEST(Config, BadInputNamesTheOptionAndValue) {
-  expect_usage_error({"--comm-engine", "dma"}, {"--comm-engine dma", "sm or copy"});
-  expect_usage_error({"--comm-engine", "copy"}, {"--comm-engine copy", "needs --backend cuda"});
-  expect_usage_error({"--comm-engine", "copy", "--grad-reduce", "bf16"}, {"--comm-engine copy", "fp32"});
-  EXPECT_EQ(parse({}).comm_engine, CommEngine::sm);
+  expect_usage_error({"--comm-engine", "copy"}, {"comm-engine"});
   expect_usage_error({"--overlapped-ctas", "-1"}, {"--overlapped-ctas -1", "negative"});
   expect_usage_error({"--overlapped-ctas", "65"}, {"--overlapped-ctas 65", "at most 64"});
   expect_usage_error({"--overlapped-ctas", "8", "--overlap", "on"}, {"--overlapped-ctas 8", "needs --backend cuda"});
@@ -120,8 +117,6 @@ TEST(Config, BadInputNamesTheOptionAndValue) {
     EXPECT_EQ(parse({"--backend", "cuda", "--overlap", "on"}).overlapped_ctas, kAutoOverlappedCtas);
     EXPECT_EQ(parse({"--backend", "cuda"}).overlapped_ctas, 0) << "without overlap every collective is awaited";
     expect_usage_error({"--backend", "cuda", "--overlapped-ctas", "4"}, {"--overlapped-ctas 4", "needs --overlap on"});
-    EXPECT_EQ(parse({"--backend", "cuda", "--overlap", "on", "--comm-engine", "copy"}).overlapped_ctas, 0)
-        << "the copy engines take no multiprocessors to spare";
     EXPECT_EQ(parse({"--backend", "cuda", "--overlapped-ctas", "0"}).overlapped_ctas, 0);
   }
   expect_usage_error({"--overlap-after", "1", "--overlap", "on"}, {"--overlap-after 1", "up to (not including) 1"});
@@ -235,7 +230,7 @@ TEST(Config, HashSeesEveryOption) {
 TEST(Config, HelpComesFromTheDeclarations) {
   const std::string help = train_help();
   for (const char* option : {"--model", "--global-batch", "--batch-per-rank", "--grad-accum", "--strategy",
-                             "--overlap", "--bucket-mb", "--grad-reduce", "--comm-engine", "--overlapped-ctas", "--overlap-after", "--gemm-algos", "--check-every", "--config", "--token-file",
+                             "--overlap", "--bucket-mb", "--grad-reduce", "--overlapped-ctas", "--overlap-after", "--gemm-algos", "--check-every", "--config", "--token-file",
                              "--profile-kernels", "--profile-window"})
     EXPECT_NE(help.find(option), std::string::npos) << option;
 }
