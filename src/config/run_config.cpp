@@ -71,10 +71,10 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
        "final learning rate as a fraction of --lr")
       ("lr-warmup-steps", po::value(&c.lr_warmup_steps)->default_value(c.lr_warmup_steps),
        "steps of linear learning-rate warm-up")
-      ("beta1", po::value(&c.beta1)->default_value(c.beta1), "AdamW beta1")
-      ("beta2", po::value(&c.beta2)->default_value(c.beta2), "AdamW beta2")
-      ("eps", po::value(&c.epsilon)->default_value(c.epsilon), "AdamW epsilon")
-      ("weight-decay", po::value(&c.weight_decay)->default_value(c.weight_decay),
+      ("beta1", po::value(&c.adamw.beta1)->default_value(c.adamw.beta1), "AdamW beta1")
+      ("beta2", po::value(&c.adamw.beta2)->default_value(c.adamw.beta2), "AdamW beta2")
+      ("eps", po::value(&c.adamw.epsilon)->default_value(c.adamw.epsilon), "AdamW epsilon")
+      ("weight-decay", po::value(&c.adamw.weight_decay)->default_value(c.adamw.weight_decay),
        "decoupled weight decay, on matrices only")
       ("grad-clip", po::value(&c.grad_clip)->default_value(c.grad_clip),
        "clip the global gradient norm to this; 0 turns clipping off")
@@ -274,10 +274,11 @@ void resolve_and_validate(RunConfig& c, const RawOptions& raw) {
   require_positive("lr", c.learning_rate);
   if (c.min_lr_ratio < 0 || c.min_lr_ratio > 1) bad_value("min-lr-ratio", text(c.min_lr_ratio), "must be in [0, 1]");
   if (c.lr_warmup_steps < 0) bad_value("lr-warmup-steps", text(c.lr_warmup_steps), "must not be negative");
-  if (c.beta1 < 0 || c.beta1 >= 1) bad_value("beta1", text(c.beta1), "must be in [0, 1)");
-  if (c.beta2 < 0 || c.beta2 >= 1) bad_value("beta2", text(c.beta2), "must be in [0, 1)");
-  require_positive("eps", c.epsilon);
-  if (c.weight_decay < 0) bad_value("weight-decay", text(c.weight_decay), "must not be negative");
+  const AdamWConfig& adamw = c.adamw;
+  if (adamw.beta1 < 0 || adamw.beta1 >= 1) bad_value("beta1", text(adamw.beta1), "must be in [0, 1)");
+  if (adamw.beta2 < 0 || adamw.beta2 >= 1) bad_value("beta2", text(adamw.beta2), "must be in [0, 1)");
+  require_positive("eps", adamw.epsilon);
+  if (adamw.weight_decay < 0) bad_value("weight-decay", text(adamw.weight_decay), "must not be negative");
   if (c.grad_clip < 0) bad_value("grad-clip", text(c.grad_clip), "must not be negative");
 
   if (c.data != "random" && c.data != "markov" && c.data != "file")
@@ -376,8 +377,20 @@ void resolve_and_validate(RunConfig& c, const RawOptions& raw) {
 
 }  // namespace
 
-const char* strategy_name(Strategy s) { return s == Strategy::ddp ? "ddp" : "zero2"; }
 const char* scaling_name(Scaling s) { return s == Scaling::strong ? "strong" : "weak"; }
+
+DataParallelConfig RunConfig::data_parallel() const {
+  DataParallelConfig parallel;
+  parallel.strategy = strategy;
+  parallel.overlap = overlap;
+  parallel.overlap_after = overlap_after;
+  // A power of two: the bytes are exact for any --bucket-mb.
+  parallel.bucket_bytes = bucket_mb * 1024.0 * 1024.0;
+  parallel.grad_reduce = grad_reduce;
+  parallel.grad_clip = grad_clip;
+  parallel.adamw = adamw;
+  return parallel;
+}
 
 bool parse_train_config(int argc, const char* const* argv, RunConfig& config) {
   RawOptions raw;
@@ -451,10 +464,10 @@ std::vector<std::pair<std::string, std::string>> describe_config(const RunConfig
       {"lr", text(c.learning_rate)},
       {"min_lr_ratio", text(c.min_lr_ratio)},
       {"lr_warmup_steps", text(c.lr_warmup_steps)},
-      {"beta1", text(c.beta1)},
-      {"beta2", text(c.beta2)},
-      {"eps", text(c.epsilon)},
-      {"weight_decay", text(c.weight_decay)},
+      {"beta1", text(c.adamw.beta1)},
+      {"beta2", text(c.adamw.beta2)},
+      {"eps", text(c.adamw.epsilon)},
+      {"weight_decay", text(c.adamw.weight_decay)},
       {"grad_clip", text(c.grad_clip)},
       {"loss_scaling", c.loss_scaling ? "on" : "off"},
       {"loss_scale_init", text(c.loss_scale_init)},

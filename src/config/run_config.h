@@ -5,12 +5,12 @@
 #include <string>
 #include <vector>
 
+#include "config/data_parallel_config.h"
 #include "core/model_shape.h"
 #include "core/precision.h"
 
 namespace scalestudy {
 
-enum class Strategy { ddp, zero2 };
 enum class Scaling { strong, weak };
 
 // --overlapped-ctas auto on cuda with overlap: of 0 (NCCL's choice), 2, 4, 8 and 16 CTAs,
@@ -48,10 +48,7 @@ struct RunConfig {
   float learning_rate = 6e-4f;
   float min_lr_ratio = 0.1f;   // cosine decays to learning_rate * min_lr_ratio
   int lr_warmup_steps = 0;     // linear learning-rate warm-up
-  float beta1 = 0.9f;
-  float beta2 = 0.95f;
-  float epsilon = 1e-8f;
-  float weight_decay = 0.1f;
+  AdamWConfig adamw;           // --beta1, --beta2, --eps, --weight-decay
   float grad_clip = 1.0f;      // global-norm clipping; 0 turns it off
   bool loss_scaling = false;   // dynamic loss scaling (on by default for fp16)
   float loss_scale_init = 65536.0f;
@@ -94,9 +91,12 @@ struct RunConfig {
 
   // Filled in by the trainer from the communicator, not from options.
   int world_size = 1;
+
+  // What the strategies read; resolve_for_world has bounded zero2's --overlap-after auto
+  // once the world size is known.
+  DataParallelConfig data_parallel() const;
 };
 
-const char* strategy_name(Strategy strategy);
 const char* scaling_name(Scaling scaling);
 
 // Parses `scalestudy train` arguments (argv[0] is the subcommand) together with the

@@ -235,6 +235,46 @@ TEST(Config, HelpComesFromTheDeclarations) {
     EXPECT_NE(help.find(option), std::string::npos) << option;
 }
 
+// The strategies see the resolved options, zero2's --overlap-after auto bounded for the world.
+TEST(Config, DataParallelConfigCarriesWhatTheStrategiesRead) {
+  RunConfig c = parse({"--strategy", "zero2", "--overlap", "on", "--bucket-mb", "0.01", "--grad-reduce", "bf16",
+                       "--grad-clip", "0.5", "--beta1", "0.8", "--beta2", "0.99", "--eps", "1e-6",
+                       "--weight-decay", "0.01"});
+  resolve_for_world(c, 4);
+  const DataParallelConfig parallel = c.data_parallel();
+  EXPECT_EQ(parallel.strategy, Strategy::zero2);
+  EXPECT_TRUE(parallel.overlap);
+  EXPECT_EQ(parallel.overlap_after, 0.25);
+  EXPECT_EQ(parallel.bucket_bytes, 0.01 * 1024 * 1024);
+  EXPECT_EQ(parallel.grad_reduce, Precision::bf16);
+  EXPECT_EQ(parallel.grad_clip, 0.5f);
+  EXPECT_EQ(parallel.adamw.beta1, 0.8f);
+  EXPECT_EQ(parallel.adamw.beta2, 0.99f);
+  EXPECT_EQ(parallel.adamw.epsilon, 1e-6f);
+  EXPECT_EQ(parallel.adamw.weight_decay, 0.01f);
+  const DataParallelConfig defaults = parse({}).data_parallel();
+  EXPECT_EQ(defaults.strategy, Strategy::ddp);
+  EXPECT_FALSE(defaults.overlap);
+  EXPECT_EQ(defaults.bucket_bytes, DataParallelConfig{}.bucket_bytes);
+  EXPECT_EQ(defaults.grad_clip, DataParallelConfig{}.grad_clip);
+  EXPECT_EQ(defaults.adamw.beta2, AdamWConfig{}.beta2);
+}
+
+// The keys of a result file's /config, which the analysis package reads.
+TEST(Config, DescribedNamesStayTheResultFilesKeys) {
+  const std::vector<std::string> expected = {
+      "model", "layers", "hidden", "heads", "vocab", "max_seq", "attention", "seq", "recompute", "scaling",
+      "global_batch", "batch_per_rank", "grad_accum", "steps", "warmup_steps", "lr", "min_lr_ratio",
+      "lr_warmup_steps", "beta1", "beta2", "eps", "weight_decay", "grad_clip", "loss_scaling", "loss_scale_init",
+      "loss_scale_growth_interval", "data", "token_file", "seed", "strategy", "overlap", "bucket_mb", "grad_reduce",
+      "overlapped_ctas", "overlap_after", "check_every", "comm_timeout", "backend", "precision", "gemm_algos",
+      "output", "flush_every", "experiment", "repeat", "profile_kernels", "profile_window", "gpu_telemetry_ms",
+      "world_size"};
+  std::vector<std::string> names;
+  for (const auto& [name, value] : describe_config(parse({}))) names.push_back(name);
+  EXPECT_EQ(names, expected);
+}
+
 TEST(BucketPlan, EveryBucketSplitsEvenlyForAnyWorldSize) {
   for (int world : {1, 2, 3, 4, 5, 7}) {
     for (double bucket_bytes : {100.0, 4096.0, 1e9}) {
