@@ -8,6 +8,8 @@ source "$(dirname "$0")/cli_checks.sh"
 
 expect_exit 0 "Usage: scalestudy train" "$binary" train --help
 expect_exit 0 "--strategy" "$binary" train --help
+expect_help_fits "$binary" train --help
+expect_help_fits "$binary" bench --help
 expect_exit 0 "Commands:" "$binary" --help
 expect_exit 2 "Usage" "$binary"
 expect_exit 0 "gpt2-small" "$binary" info

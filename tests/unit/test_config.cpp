@@ -235,6 +235,24 @@ TEST(Config, HelpComesFromTheDeclarations) {
     EXPECT_NE(help.find(option), std::string::npos) << option;
 }
 
+TEST(Config, HelpGroupsTheOptionsBySection) {
+  const std::string help = train_help();
+  size_t previous = 0;
+  for (const char* section : {"\nGeneral:", "\nModel:", "\nData:", "\nBatch and scaling:", "\nOptimizer (",
+                              "\nData parallelism:", "\nBackend and precision:", "\nOutput:", "\nDiagnostics:",
+                              "\nTuning ("}) {
+    const size_t at = help.find(section);
+    ASSERT_NE(at, std::string::npos) << section;
+    EXPECT_GT(at, previous) << section << " out of order";
+    previous = at;
+  }
+  // Each knob says why a user would set it.
+  const size_t tuning = help.find("\nTuning (");
+  for (const char* reason :
+       {"to study how they slow the compute", "the same bits on every run", "how long buckets wait"})
+    EXPECT_NE(help.find(reason, tuning), std::string::npos) << reason;
+}
+
 // The strategies see the resolved options, zero2's --overlap-after auto bounded for the world.
 TEST(Config, DataParallelConfigCarriesWhatTheStrategiesRead) {
   RunConfig c = parse({"--strategy", "zero2", "--overlap", "on", "--bucket-mb", "0.01", "--grad-reduce", "bf16",
