@@ -24,11 +24,11 @@ void print_header(const RunConfig& c, const Trainer& trainer, const ProcessPlace
               c.model.c_str(), c.shape.layers, c.shape.channels, c.shape.heads, c.shape.vocab,
               c.shape.causal ? "causal" : "bidirectional", layout.param_elems);
   std::printf("  %d rank(s) on %d node(s), backend %s %s, strategy %s, overlap %s, %zu bucket(s) of at most %.2f MiB, "
-              "gradients reduced in %s%s\n",
+              "gradients reduced in %s\n",
               where.world_size, where.node_count, c.backend.c_str(), precision_name(c.precision),
               strategy_name(c.strategy), c.overlap ? "on" : "off", trainer.plan().buckets.size(),
               static_cast<double>(trainer.plan().bucket_elems) * sizeof(float) / (1024.0 * 1024.0),
-              precision_name(c.grad_reduce), c.comm_engine == CommEngine::copy ? " by the copy engines" : "");
+              precision_name(c.grad_reduce));
   if (c.overlapped_ctas > 0)
     std::printf("  collectives that compute still hides run NCCL's kernels on at most %d CTAs (--overlapped-ctas)\n",
                 c.overlapped_ctas);

@@ -24,14 +24,15 @@ Trainer::Trainer(const RunConfig& config, Ops& ops, Communicator& comm, MPI_Comm
   if (data_->vocab_size() > config_.shape.vocab)
     throw UsageError("--vocab " + std::to_string(config_.shape.vocab) + ": smaller than the data's vocabulary (" +
                      std::to_string(data_->vocab_size()) + ")");
+  const DataParallelConfig parallel = config_.data_parallel();
   const ParameterLayout layout = make_parameter_layout(config_.shape);
-  plan_ = make_bucket_plan(layout.param_elems, config_.bucket_mb * 1024.0 * 1024.0, comm_.world_size(),
+  plan_ = make_bucket_plan(layout.param_elems, parallel.bucket_bytes, comm_.world_size(),
                            layout.segments[layout.embedding_segment()].end_elems);
   model_ = std::make_unique<Gpt>(ops_, config_.shape, config_.micro_batch(), config_.seq, plan_.padded_elems,
                                  config_.recompute);
   model_->initialize(config_.seed);
   ops_.parameters_changed(model_->params(), 0, plan_.padded_elems);
-  strategy_ = make_strategy(config_, ops_, comm_, *model_, plan_);
+  strategy_ = make_strategy(parallel, ops_, comm_, *model_, plan_);
   schedule_ = {config_.learning_rate, config_.min_lr_ratio, config_.lr_warmup_steps, config_.steps};
   scaler_ = DynamicLossScaler(config_.loss_scaling, config_.loss_scale_init, config_.loss_scale_growth_interval);
 
