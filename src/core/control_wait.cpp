@@ -19,6 +19,10 @@ std::atomic<double> timeout_s{300.0};
 // millisecond, so a long wait costs no core.
 constexpr std::chrono::microseconds kSpin{200};
 constexpr useconds_t kLongestSleepUs = 1000;
+// After a stop signal a wait goes on this long before it ends the job: the peers, sent the
+// same signal, still finish the collective and reach the step's end, where the run stops
+// with every completed step kept. A wait that outlasts it is blocked on a peer.
+constexpr std::chrono::seconds kStopGrace{2};
 
 }  // namespace
 
@@ -29,14 +33,18 @@ void wait_control(MPI_Request& request, const char* collective, const std::strin
   using Clock = std::chrono::steady_clock;
   const auto started = Clock::now();
   const auto deadline = started + std::chrono::duration<double>(control_timeout());
+  auto stop_deadline = Clock::time_point::max();
   useconds_t sleep_us = 10;
   for (;;) {
     int done = 0;
     CHECK_MPI(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
     if (done) return;
-    if (const int signal = stop_signal())
-      end_job_for_signal(signal, std::string("waiting for the control plane's ") + collective + " (" + phase + ")");
     const auto now = Clock::now();
+    if (const int signal = stop_signal()) {
+      if (stop_deadline == Clock::time_point::max()) stop_deadline = now + kStopGrace;
+      if (now > stop_deadline)
+        end_job_for_signal(signal, std::string("waiting for the control plane's ") + collective + " (" + phase + ")");
+    }
     if (now > deadline) {
       char text[64];
       std::snprintf(text, sizeof(text), "%.0f", control_timeout());
@@ -63,6 +71,13 @@ void control_gather(const void* send, int count, MPI_Datatype type, void* recv, 
   MPI_Request request;
   CHECK_MPI(MPI_Igather(send, count, type, recv, count, type, root, comm, &request));
   wait_control(request, "gather", phase);
+}
+
+void control_gatherv(const void* send, int count, MPI_Datatype type, void* recv, const int* counts,
+                     const int* offsets, int root, MPI_Comm comm, const std::string& phase) {
+  MPI_Request request;
+  CHECK_MPI(MPI_Igatherv(send, count, type, recv, counts, offsets, type, root, comm, &request));
+  wait_control(request, "gatherv", phase);
 }
 
 void control_allgather(const void* send, int count, MPI_Datatype type, void* recv, MPI_Comm comm,

@@ -23,6 +23,8 @@ void control_allreduce(const void* send, void* recv, int count, MPI_Datatype typ
                        MPI_Comm comm, const std::string& phase);
 void control_gather(const void* send, int count, MPI_Datatype type, void* recv, int root,
                     MPI_Comm comm, const std::string& phase);
+void control_gatherv(const void* send, int count, MPI_Datatype type, void* recv, const int* counts,
+                     const int* offsets, int root, MPI_Comm comm, const std::string& phase);
 void control_allgather(const void* send, int count, MPI_Datatype type, void* recv, MPI_Comm comm,
                        const std::string& phase);
 void control_barrier(MPI_Comm comm, const std::string& phase);

@@ -2,7 +2,7 @@
 // The signals that end a run cleanly: SIGTERM (a Slurm time limit, scancel, a launcher
 // that is killed), SIGINT (Ctrl-C) and SIGUSR1. The handler only records the signal; the
 // run stops at its next safe point (the step's end, where the ranks agree to stop), or,
-// where a rank is blocked waiting for a collective, the wait ends the job at once
+// where a rank stays blocked waiting for a collective, the wait ends the job
 // (end_job_for_signal). A second signal of the same kind ends the process at once.
 #include <string>
 

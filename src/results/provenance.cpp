@@ -9,6 +9,7 @@
 #include <map>
 
 #include "build_info.h"
+#include "core/control_wait.h"
 #include "results/hdf5_check.h"
 #include "results/hdf5_io.h"
 
@@ -42,7 +43,7 @@ std::vector<std::string> gather_strings(MPI_Comm comm, const std::string& mine, 
   std::array<char, kSlot> slot{};
   std::copy_n(mine.begin(), std::min<size_t>(mine.size(), kSlot - 1), slot.begin());
   std::vector<char> all(static_cast<size_t>(kSlot) * world);
-  CHECK_MPI(MPI_Gather(slot.data(), kSlot, MPI_CHAR, all.data(), kSlot, MPI_CHAR, 0, comm));
+  control_gather(slot.data(), kSlot, MPI_CHAR, all.data(), 0, comm, "provenance");
   std::vector<std::string> out;
   for (int r = 0; r < world; ++r) out.emplace_back(all.data() + static_cast<size_t>(r) * kSlot);
   return out;

@@ -6,6 +6,8 @@
 #include <sstream>
 
 #include "core/check.h"
+#include "core/control_wait.h"
+#include "core/stop_signal.h"
 #include "core/usage_error.h"
 #include "data/make_token_source.h"
 #include "train/consistency.h"
@@ -105,7 +107,7 @@ StepRecord Trainer::train_step(int step) {
   // step's timed communication (zero2's gradient norm, part of the update, goes there).
   const double local_loss = loss_sum / micro_batches;
   double global_loss = 0.0;
-  CHECK_MPI(MPI_Allreduce(&local_loss, &global_loss, 1, MPI_DOUBLE, MPI_SUM, control_));
+  control_allreduce(&local_loss, &global_loss, 1, MPI_DOUBLE, MPI_SUM, control_, "loss");
   record.loss = global_loss / comm_.world_size();
   record.grad_norm = stats.grad_norm;
   record.skipped = stats.skipped;
@@ -147,16 +149,30 @@ void Trainer::set_kernel_tracer(KernelTracer* tracer, int first, int last) {
   trace_last_ = last;
 }
 
-void Trainer::run(StepObserver* observer) {
+RunOutcome Trainer::run(StepObserver* observer) {
   // The samples taken while the run was set up belong to no step.
   if (telemetry_) (void)telemetry_->take_samples();
+  RunOutcome outcome;
   for (int step = 0; step < config_.steps; ++step) {
     const StepRecord record = train_step(step);
     if (observer) observer->on_step(record);
+    outcome.steps_completed = step + 1;
     if (comm_.rank() == 0 && ((step + 1) % config_.log_every == 0 || step + 1 == config_.steps))
       print_progress(record);
+    // The safe point: every rank has finished the step and its record is written. The
+    // ranks agree here, outside the timed step, whether any of them was sent a stop signal.
+    outcome.stop_signal = agreed_stop_signal();
+    if (outcome.stop_signal) return outcome;
   }
   strategy_->finish_param_sync();
+  return outcome;
+}
+
+int Trainer::agreed_stop_signal() const {
+  const int mine = stop_signal();
+  int agreed = 0;
+  control_allreduce(&mine, &agreed, 1, MPI_INT, MPI_MAX, control_, "stop check");
+  return agreed;
 }
 
 void Trainer::print_progress(const StepRecord& r) const {
