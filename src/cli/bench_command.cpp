@@ -20,6 +20,7 @@
 #include "cli/commands.h"
 #include "comm/mpi_runtime.h"
 #include "config/help_sections.h"
+#include "config/option_files.h"
 #include "core/check.h"
 #include "core/usage_error.h"
 
@@ -266,16 +267,11 @@ int run_bench_command(int argc, const char* const* argv) {
   RawOptions raw;
   const po::options_description options = bench_options(raw);
   po::variables_map values;
-  try {
-    // argv[1], the benchmark's name, stands where the parser expects the program name.
-    po::store(po::command_line_parser(argc - 1, argv + 1).options(options).run(), values);
-    if (values.count("help")) {
-      if (where.rank == 0) std::printf("%s", bench_help().c_str());
-      return 0;
-    }
-    po::notify(values);
-  } catch (const po::error& error) {
-    throw UsageError(error.what());
+  // argv[1], the benchmark's name, stands where the parser expects the program name.
+  parse_options(argc - 1, argv + 1, options, values);
+  if (values.count("help")) {
+    if (where.rank == 0) std::printf("%s", bench_help().c_str());
+    return 0;
   }
   const BenchConfig config = resolve(kind, raw, values);
   if (kind != BenchKind::comm && where.world_size > 1)

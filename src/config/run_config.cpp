@@ -5,12 +5,14 @@
 #include <boost/program_options.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <sstream>
 
 #include "config/help_sections.h"
+#include "config/option_files.h"
 #include "core/usage_error.h"
 
 namespace po = boost::program_options;
@@ -35,6 +37,7 @@ struct RawOptions {
   std::string profile_window = "auto";
   std::string gpu_telemetry_ms = "auto";
   std::string recompute = "off";
+  std::string seed = "1234";
 };
 
 template <typename T>
@@ -79,7 +82,7 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
        "random (uniform tokens), markov (a synthetic source of known entropy) or file")
       ("token-file", po::value(&c.token_file),
        "token file of --data file (docs/token-file-format.md). Default: none")
-      ("seed", po::value(&c.seed)->default_value(c.seed), "seed of the initialisation and of the data");
+      ("seed", po::value(&raw.seed)->default_value(raw.seed), "seed of the initialisation and of the data");
 
   po::options_description scaling = help_section("Batch and scaling");
   scaling.add_options()
@@ -136,6 +139,8 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
   output.add_options()
       ("output,o", po::value(&c.output),
        "HDF5 result file to write (docs/results-schema.md). Default: none, the run only prints")
+      ("overwrite", po::bool_switch(&c.overwrite),
+       "replace a file that exists at --output; without it such a file is refused. Default: off")
       ("flush-every", po::value(&c.flush_every)->default_value(c.flush_every),
        "write completed steps to the result file every N steps")
       ("log-every", po::value(&c.log_every)->default_value(c.log_every), "print progress every N steps")
@@ -232,8 +237,56 @@ void resolve_profile_window(RunConfig& c, const std::string& window) {
   c.profile_last = last;
 }
 
+bool same_file(const std::string& a, const std::string& b) {
+  std::error_code error;
+  return !b.empty() && std::filesystem::exists(a, error) && std::filesystem::equivalent(a, b, error);
+}
+
+// Before any rank allocates: the result file may not replace an input, a folder or, unless
+// --overwrite, an existing file, and its folder must be writable.
+void check_output_path(const RunConfig& c, const RawOptions& raw) {
+  std::error_code error;
+  if (std::filesystem::is_directory(c.output, error)) bad_value("output", c.output, "is a directory");
+  if (same_file(c.output, c.token_file)) bad_value("output", c.output, "is the run's --token-file");
+  if (same_file(c.output, raw.config_file)) bad_value("output", c.output, "is the run's --config file");
+  if (std::filesystem::exists(c.output, error) && !c.overwrite)
+    bad_value("output", c.output, "exists; pass --overwrite to replace it");
+  const std::filesystem::path folder = std::filesystem::absolute(c.output).parent_path();
+  std::filesystem::create_directories(folder, error);
+  if (error) bad_value("output", c.output, "cannot create its folder (" + error.message() + ")");
+  if (access(folder.c_str(), W_OK) != 0) bad_value("output", c.output, "its folder is not writable");
+}
+
 void require_positive(const std::string& option, double value) {
-  if (!(value > 0)) bad_value(option, text(value), "must be positive");
+  if (!(value > 0) || !std::isfinite(value)) bad_value(option, text(value), "must be positive and finite");
+}
+
+// The values whose defaults are sentinels, which the user may not give; and every
+// floating-point option, which must be finite (inf or nan would train into NaN losses).
+void check_given_values(RunConfig& c, const RawOptions& raw, const po::variables_map& values) {
+  if (given(values, "global-batch") && c.global_batch <= 0)
+    bad_value("global-batch", text(c.global_batch), "must be at least 1 (leave it out for weak scaling)");
+  if (given(values, "warmup-steps") && c.warmup_steps < 0)
+    bad_value("warmup-steps", text(c.warmup_steps), "must be at least 0");
+  if (given(values, "output") && c.output.empty())
+    bad_value("output", "\"\"", "is empty: name a file, or leave --output out to write none");
+  const std::string& seed = raw.seed;
+  size_t used = 0;
+  unsigned long long parsed = 0;
+  try {
+    parsed = std::stoull(seed, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (seed.empty() || seed[0] == '-' || used != seed.size()) bad_value("seed", seed, "must be a whole number, at least 0");
+  c.seed = parsed;
+  const std::pair<const char*, double> floats[] = {
+      {"lr", c.learning_rate},          {"min-lr-ratio", c.min_lr_ratio}, {"beta1", c.adamw.beta1},
+      {"beta2", c.adamw.beta2},          {"eps", c.adamw.epsilon},         {"weight-decay", c.adamw.weight_decay},
+      {"grad-clip", c.grad_clip},        {"bucket-mb", c.bucket_mb},       {"comm-timeout", c.comm_timeout_s},
+      {"loss-scale-init", c.loss_scale_init}};
+  for (const auto& [option, value] : floats)
+    if (!std::isfinite(value)) bad_value(option, text(value), "must be a finite number");
 }
 
 void resolve_and_validate(RunConfig& c, const RawOptions& raw) {
@@ -362,13 +415,7 @@ void resolve_and_validate(RunConfig& c, const RawOptions& raw) {
                                                               " backend has no GPU to sample)");
   }
 
-  if (!c.output.empty()) {
-    const std::filesystem::path folder = std::filesystem::absolute(c.output).parent_path();
-    std::error_code error;
-    std::filesystem::create_directories(folder, error);
-    if (error) bad_value("output", c.output, "cannot create its folder (" + error.message() + ")");
-    if (access(folder.c_str(), W_OK) != 0) bad_value("output", c.output, "its folder is not writable");
-  }
+  if (!c.output.empty()) check_output_path(c, raw);
   require_positive("flush-every", c.flush_every);
   require_positive("log-every", c.log_every);
   resolve_profile_window(c, raw.profile_window);
@@ -396,20 +443,9 @@ bool parse_train_config(int argc, const char* const* argv, RunConfig& config) {
   RawOptions raw;
   po::options_description options = train_options(config, raw);
   po::variables_map values;
-  try {
-    po::store(po::command_line_parser(argc, argv).options(options).run(), values);
-    if (values.count("help")) return false;
-    if (values.count("config")) {
-      const std::string path = values["config"].as<std::string>();
-      std::ifstream file(path);
-      if (!file) bad_value("config", path, "cannot open the file");
-      // Values already stored from the command line are kept: the command line wins.
-      po::store(po::parse_config_file(file, options, /*allow_unregistered=*/false), values);
-    }
-    po::notify(values);
-  } catch (const po::error& error) {
-    throw UsageError(error.what());
-  }
+  parse_options(argc, argv, options, values);
+  if (values.count("help")) return false;
+  check_given_values(config, raw, values);
   resolve_and_validate(config, raw);
   return true;
 }

@@ -77,6 +77,7 @@ struct RunConfig {
 
   // ---- output -----------------------------------------------------------------------
   std::string output;          // HDF5 result file; empty = none
+  bool overwrite = false;      // an existing file at output may be replaced
   int flush_every = 10;
   std::string experiment;      // provenance only
   int repeat = 0;              // provenance only
