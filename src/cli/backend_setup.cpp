@@ -82,7 +82,7 @@ BackendSetup make_backend(const RunConfig& config, const ProcessPlacement& where
                      std::to_string(devices) + " visible GPU(s)");
   auto ops = std::make_unique<CudaOps>(where.local_rank, config.precision, config.gemm_algos);
   setup.comm = std::make_unique<NcclCommunicator>(MPI_COMM_WORLD, ops->stream(), config.comm_timeout_s,
-                                                  /*copy_engines=*/false, config.overlapped_ctas);
+                                                  config.overlapped_ctas);
   setup.identity.backend = "cuda";
   setup.identity.device_name = cuda_device_description(where.local_rank);
   setup.identity.cuda_version = cuda_runtime_version();

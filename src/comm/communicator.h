@@ -11,7 +11,6 @@
 #include <string>
 #include <vector>
 
-#include "core/memory_kind.h"
 #include "timing/collective_record.h"
 
 namespace scalestudy {
@@ -85,27 +84,6 @@ class Communicator {
   virtual std::vector<size_t> payload_bytes_by_kind() const = 0;
   // Bytes the communicator holds for staging (the bf16 wire buffers), at their peak.
   virtual size_t staging_bytes() const { return 0; }
-  // Device memory for a buffer that collectives will run on (ddp's gradients, zero2's
-  // bucket staging and receive buffers), when this communicator wants to own it: the
-  // copy engines move only memory registered with NCCL. nullptr when it does not, and
-  // the caller allocates the buffer itself (allocate_collective_buffer in parallel/ does
-  // both). Every rank must make the same requests in the same order. The contents
-  // start undefined. Staging memory (staging_bytes) is another thing: the communicator's
-  // own, which no caller sees.
-  virtual float* allocate_owned_buffer(size_t elems, MemoryKind kind) {
-    (void)elems, (void)kind;
-    return nullptr;
-  }
-  // Releases a buffer of allocate_owned_buffer; false when the buffer is not one.
-  virtual bool release_owned_buffer(float* buffer) {
-    (void)buffer;
-    return false;
-  }
-  // Bytes of the owned buffers of a kind, for the memory report.
-  virtual size_t owned_bytes(MemoryKind kind) const {
-    (void)kind;
-    return 0;
-  }
   // The device stream collectives run on (a cudaStream_t), for the kernel tracer to name;
   // nullptr when they run on the host.
   virtual void* native_stream() const { return nullptr; }

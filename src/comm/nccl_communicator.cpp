@@ -36,7 +36,7 @@ std::string NcclCommunicator::nccl_version() {
 }
 
 NcclCommunicator::NcclCommunicator(MPI_Comm comm, cudaStream_t compute_stream, double timeout_s,
-                                   bool copy_engines, int overlapped_ctas)
+                                   int overlapped_ctas)
     : timeout_s_(timeout_s), compute_stream_(compute_stream), overlapped_ctas_(overlapped_ctas) {
   CHECK_MPI(MPI_Comm_dup(comm, &mpi_comm_));
   CHECK_MPI(MPI_Comm_rank(mpi_comm_, &rank_));
@@ -45,11 +45,6 @@ NcclCommunicator::NcclCommunicator(MPI_Comm comm, cudaStream_t compute_stream, d
   if (rank_ == 0) CHECK_NCCL(ncclGetUniqueId(&id));
   CHECK_MPI(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, mpi_comm_));
   CHECK_NCCL(ncclCommInitRank(&nccl_, world_size_, id, rank_));
-  if (copy_engines) {
-    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    config.CTAPolicy = NCCL_CTA_POLICY_ZERO;
-    CHECK_NCCL(ncclCommSplit(nccl_, 0, rank_, &copy_comm_, &config));
-  }
   if (overlapped_ctas > 0) {
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.maxCTAs = overlapped_ctas;
@@ -73,12 +68,6 @@ NcclCommunicator::~NcclCommunicator() {
   for (cudaEvent_t event : all_events_) cudaEventDestroy(event);
   cudaFree(device_barrier_);
   cudaFree(wire_);
-  if (copy_comm_) {
-    for (Window& window : owned_) free_window(window);
-    free_window(stage_a_);
-    free_window(stage_b_);
-    ncclCommDestroy(copy_comm_);
-  }
   if (overlapped_comm_) ncclCommDestroy(overlapped_comm_);
   cudaStreamDestroy(comm_stream_);
   cudaStreamDestroy(marker_stream_);
@@ -143,141 +132,9 @@ CommHandle NcclCommunicator::launch(CollectiveKind kind, const std::string& phas
 }
 
 CommHandle NcclCommunicator::start_allreduce(float* buffer, size_t elems, const std::string& phase) {
-  if (copy_comm_) {
-    const size_t world = static_cast<size_t>(world_size_);
-    const size_t piece_chunk = std::min(copy_chunk_limit(), (elems + world - 1) / world);
-    const bool direct = direct_allreduce(buffer, elems);
-    ensure_window(stage_b_, piece_chunk * world);
-    if (!direct) ensure_window(stage_a_, piece_chunk * world);
-    return launch(CollectiveKind::allreduce, phase, elems * sizeof(float),
-                  [&](const auto&) { enqueue_copy_allreduce(buffer, elems, direct); });
-  }
   return launch(CollectiveKind::allreduce, phase, elems * sizeof(float), [&](const auto&) {
     CHECK_NCCL(ncclAllReduce(buffer, buffer, elems, ncclFloat, ncclSum, lane_comm(), comm_stream_));
   });
-}
-
-void NcclCommunicator::ensure_window(Window& window, size_t elems) {
-  if (elems <= window.elems) return;
-  // The comm stream may still be using the old memory.
-  CHECK_CUDA(cudaStreamSynchronize(comm_stream_));
-  free_window(window);
-  void* memory = nullptr;
-  CHECK_NCCL(ncclMemAlloc(&memory, elems * sizeof(float)));
-  CHECK_NCCL(ncclCommWindowRegister(copy_comm_, memory, elems * sizeof(float), &window.handle, NCCL_WIN_COLL_SYMMETRIC));
-  window.base = static_cast<float*>(memory);
-  window.elems = elems;
-}
-
-void NcclCommunicator::free_window(Window& window) {
-  if (window.handle) CHECK_NCCL(ncclCommWindowDeregister(copy_comm_, window.handle));
-  if (window.base) CHECK_NCCL(ncclMemFree(window.base));
-  window.handle = nullptr;
-  window.base = nullptr;
-  window.elems = 0;
-}
-
-float* NcclCommunicator::allocate_owned_buffer(size_t elems, MemoryKind kind) {
-  if (!copy_comm_ || elems == 0) return nullptr;
-  Window buffer;
-  ensure_window(buffer, elems);
-  buffer.kind = kind;
-  owned_.push_back(buffer);
-  return buffer.base;
-}
-
-bool NcclCommunicator::release_owned_buffer(float* buffer) {
-  auto window = std::find_if(owned_.begin(), owned_.end(), [&](const Window& w) { return w.base == buffer; });
-  if (window == owned_.end()) return false;
-  CHECK_CUDA(cudaStreamSynchronize(comm_stream_));
-  free_window(*window);
-  owned_.erase(window);
-  return true;
-}
-
-size_t NcclCommunicator::owned_bytes(MemoryKind kind) const {
-  size_t bytes = 0;
-  for (const Window& window : owned_)
-    if (window.kind == kind) bytes += window.elems * sizeof(float);
-  return bytes;
-}
-
-bool NcclCommunicator::owned(const float* begin, size_t elems) const {
-  return std::any_of(owned_.begin(), owned_.end(), [&](const Window& w) {
-    return begin >= w.base && begin + elems <= w.base + w.elems;
-  });
-}
-
-bool NcclCommunicator::direct_allreduce(const float* buffer, size_t elems) const {
-  return elems % static_cast<size_t>(world_size_) == 0 && owned(buffer, elems);
-}
-
-bool NcclCommunicator::direct_reduce_scatter(const float* send, size_t recv_elems) const {
-  // One piece only: the pieces of a longer one would not be contiguous in `send`.
-  return recv_elems <= copy_chunk_limit() && owned(send, recv_elems * world_size_);
-}
-
-void NcclCommunicator::sum_staged_chunks(float* out, size_t chunk_elems) {
-  float* const chunks = stage_b_.base;
-  if (out != chunks)
-    CHECK_CUDA(cudaMemcpyAsync(out, chunks, chunk_elems * sizeof(float), cudaMemcpyDeviceToDevice, comm_stream_));
-  for (int r = 1; r < world_size_; ++r)
-    cuda::launch_accumulate(comm_stream_, out, chunks + static_cast<size_t>(r) * chunk_elems, chunk_elems);
-}
-
-void NcclCommunicator::enqueue_copy_allreduce(float* buffer, size_t elems, bool direct) {
-  const size_t world = static_cast<size_t>(world_size_);
-  float* const a = stage_a_.base;
-  float* const b = stage_b_.base;
-  for (size_t offset = 0; offset < elems; offset += copy_chunk_limit() * world) {
-    const size_t piece = std::min(copy_chunk_limit() * world, elems - offset);
-    const size_t chunk = (piece + world - 1) / world;
-    if (direct) {
-      CHECK_NCCL(ncclAlltoAll(buffer + offset, b, chunk, ncclFloat, copy_comm_, comm_stream_));
-      sum_staged_chunks(b, chunk);
-      CHECK_NCCL(ncclAllGather(b, buffer + offset, chunk, ncclFloat, copy_comm_, comm_stream_));
-      continue;
-    }
-    // The last chunk's padding is summed too, and never copied out.
-    if (chunk * world > piece)
-      CHECK_CUDA(cudaMemsetAsync(a + piece, 0, (chunk * world - piece) * sizeof(float), comm_stream_));
-    CHECK_CUDA(cudaMemcpyAsync(a, buffer + offset, piece * sizeof(float), cudaMemcpyDeviceToDevice, comm_stream_));
-    CHECK_NCCL(ncclAlltoAll(a, b, chunk, ncclFloat, copy_comm_, comm_stream_));
-    sum_staged_chunks(b, chunk);
-    CHECK_NCCL(ncclAllGather(b, a, chunk, ncclFloat, copy_comm_, comm_stream_));
-    CHECK_CUDA(cudaMemcpyAsync(buffer + offset, a, piece * sizeof(float), cudaMemcpyDeviceToDevice, comm_stream_));
-  }
-}
-
-void NcclCommunicator::enqueue_copy_reduce_scatter(const float* send, float* recv, size_t recv_elems, bool direct) {
-  if (direct) {
-    CHECK_NCCL(ncclAlltoAll(send, stage_b_.base, recv_elems, ncclFloat, copy_comm_, comm_stream_));
-    sum_staged_chunks(recv, recv_elems);
-    return;
-  }
-  float* const a = stage_a_.base;
-  for (size_t offset = 0; offset < recv_elems; offset += copy_chunk_limit()) {
-    const size_t piece = std::min(copy_chunk_limit(), recv_elems - offset);
-    // Piece `offset` of every rank's chunk, side by side.
-    for (int r = 0; r < world_size_; ++r)
-      CHECK_CUDA(cudaMemcpyAsync(a + r * piece, send + r * recv_elems + offset, piece * sizeof(float),
-                                 cudaMemcpyDeviceToDevice, comm_stream_));
-    CHECK_NCCL(ncclAlltoAll(a, stage_b_.base, piece, ncclFloat, copy_comm_, comm_stream_));
-    sum_staged_chunks(recv + offset, piece);
-  }
-}
-
-void NcclCommunicator::enqueue_copy_allgather(const float* send, float* recv, size_t send_elems) {
-  float* const a = stage_a_.base;
-  float* const b = stage_b_.base;
-  for (size_t offset = 0; offset < send_elems; offset += copy_chunk_limit()) {
-    const size_t piece = std::min(copy_chunk_limit(), send_elems - offset);
-    CHECK_CUDA(cudaMemcpyAsync(a, send + offset, piece * sizeof(float), cudaMemcpyDeviceToDevice, comm_stream_));
-    CHECK_NCCL(ncclAllGather(a, b, piece, ncclFloat, copy_comm_, comm_stream_));
-    for (int r = 0; r < world_size_; ++r)
-      CHECK_CUDA(cudaMemcpyAsync(recv + r * send_elems + offset, b + r * piece, piece * sizeof(float),
-                                 cudaMemcpyDeviceToDevice, comm_stream_));
-  }
 }
 
 void* NcclCommunicator::wire_buffer(size_t elems) {
@@ -348,13 +205,6 @@ CommHandle NcclCommunicator::start_allreduce(double* host_buffer, size_t elems, 
 
 CommHandle NcclCommunicator::start_reduce_scatter(const float* send, float* recv, size_t recv_elems,
                                                   const std::string& phase) {
-  if (copy_comm_) {
-    const bool direct = direct_reduce_scatter(send, recv_elems);
-    ensure_window(stage_b_, std::min(copy_chunk_limit(), recv_elems) * world_size_);
-    if (!direct) ensure_window(stage_a_, std::min(copy_chunk_limit(), recv_elems) * world_size_);
-    return launch(CollectiveKind::reduce_scatter, phase, recv_elems * world_size_ * sizeof(float),
-                  [&](const auto&) { enqueue_copy_reduce_scatter(send, recv, recv_elems, direct); });
-  }
   return launch(CollectiveKind::reduce_scatter, phase, recv_elems * world_size_ * sizeof(float), [&](const auto&) {
     CHECK_NCCL(ncclReduceScatter(send, recv, recv_elems, ncclFloat, ncclSum, lane_comm(), comm_stream_));
   });
@@ -362,12 +212,6 @@ CommHandle NcclCommunicator::start_reduce_scatter(const float* send, float* recv
 
 CommHandle NcclCommunicator::start_allgather(const float* send, float* recv, size_t send_elems,
                                              const std::string& phase) {
-  if (copy_comm_) {
-    ensure_window(stage_a_, std::min(copy_chunk_limit(), send_elems));
-    ensure_window(stage_b_, std::min(copy_chunk_limit(), send_elems) * world_size_);
-    return launch(CollectiveKind::allgather, phase, send_elems * world_size_ * sizeof(float),
-                  [&](const auto&) { enqueue_copy_allgather(send, recv, send_elems); });
-  }
   return launch(CollectiveKind::allgather, phase, send_elems * world_size_ * sizeof(float), [&](const auto&) {
     CHECK_NCCL(ncclAllGather(send, recv, send_elems, ncclFloat, lane_comm(), comm_stream_));
   });
@@ -375,7 +219,6 @@ CommHandle NcclCommunicator::start_allgather(const float* send, float* recv, siz
 
 CommHandle NcclCommunicator::start_allgather_16bit(const uint16_t* send, uint16_t* recv, size_t send_elems,
                                                    const std::string& phase) {
-  // On NCCL's kernels whatever the engine: the copy engines carry the float collectives.
   // A gather does no arithmetic, so any 16-bit type moves the words unchanged.
   return launch(CollectiveKind::allgather, phase, send_elems * world_size_ * sizeof(uint16_t), [&](const auto&) {
     CHECK_NCCL(ncclAllGather(send, recv, send_elems, ncclFloat16, lane_comm(), comm_stream_));
@@ -471,7 +314,7 @@ std::vector<size_t> NcclCommunicator::payload_bytes_by_kind() const {
 void NcclCommunicator::watchdog_loop() {
   while (!stopping_) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    for (ncclComm_t comm : {nccl_, copy_comm_, overlapped_comm_}) {
+    for (ncclComm_t comm : {nccl_, overlapped_comm_}) {
       ncclResult_t async_error = ncclSuccess;
       if (comm && ncclCommGetAsyncError(comm, &async_error) == ncclSuccess && async_error != ncclSuccess &&
           async_error != ncclInProgress) {
@@ -492,7 +335,7 @@ void NcclCommunicator::watchdog_loop() {
 
 void NcclCommunicator::abort_timed_out(const InFlight& entry) {
   // Every communicator the watchdog watches, so that none leaves a kernel spinning.
-  for (ncclComm_t comm : {nccl_, copy_comm_, overlapped_comm_})
+  for (ncclComm_t comm : {nccl_, overlapped_comm_})
     if (comm) ncclCommAbort(comm);
   abort_job(__FILE__, __LINE__, "collective timed out",
             std::string("collective ") + collective_kind_name(entry.kind) + " #" + std::to_string(entry.id) +

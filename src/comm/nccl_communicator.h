@@ -30,28 +30,6 @@
 // after another, so one staging buffer serves every collective; it grows to the largest
 // piece asked for (the first step's), and staging_bytes() reports it.
 //
-// Copy engines (--comm-engine copy). NCCL's sums run as kernels that hold multiprocessors
-// for as long as a collective lasts, and overlapped with backward they slow its GEMMs
-// (docs/performance-notes.md). On one node NCCL 2.28 can move data with the copy engines
-// instead, for its collectives that do no arithmetic (all-to-all, allgather), when the
-// communicator has the zero-CTA policy and both buffers are symmetric windows. So the
-// float collectives become, per piece of at most kCopyStageElems per buffer, on the comm
-// stream:
-//
-//   allreduce:      copy in -> A;  all-to-all A -> B;  sum B's chunks -> B[0];
-//                   allgather B[0] -> A;  copy A -> out
-//   reduce-scatter: copy in, chunk by chunk -> A;  all-to-all A -> B;  sum B's chunks -> out
-//   allgather:      copy in -> A;  allgather A -> B;  copy B, chunk by chunk -> out
-//
-// A and B are this communicator's two staging windows (staging_bytes() counts them), on
-// a second NCCL communicator split off with the zero-CTA policy. Buffers from
-// allocate_owned_buffer are windows too, and need no staging copies: an allreduce on one
-// is all-to-all it -> B, sum -> B[0], allgather B[0] -> it; a reduce-scatter from one of
-// at most copy_chunk_limit() per rank starts with the all-to-all. Chunk j of B holds rank
-// j's values, and the sum adds them in rank order, so every rank's chunk of the result
-// is the same on every rank whatever the path. The sum is a memory-bound kernel of ours:
-// the only multiprocessor time these collectives take.
-//
 // Lanes (--overlapped-ctas). A float collective started in CommLane::overlapped runs on a
 // second NCCL communicator, split off with at most overlapped_ctas CTAs, when there is
 // one: NCCL's kernels then hold fewer multiprocessors beside the compute that hides them.
@@ -90,11 +68,9 @@ namespace scalestudy {
 class NcclCommunicator final : public Communicator {
  public:
   // The current CUDA device must already be set; compute_stream is the backend's.
-  // copy_engines: the float collectives go through the copy engines (above); every rank
-  // must be on one node. overlapped_ctas: the CTAs of the overlapped lane's NCCL kernels,
-  // at most (above); 0 runs both lanes alike.
-  NcclCommunicator(MPI_Comm comm, cudaStream_t compute_stream, double timeout_s, bool copy_engines = false,
-                   int overlapped_ctas = 0);
+  // overlapped_ctas: the CTAs of the overlapped lane's NCCL kernels, at most (above); 0
+  // runs both lanes alike.
+  NcclCommunicator(MPI_Comm comm, cudaStream_t compute_stream, double timeout_s, int overlapped_ctas = 0);
   ~NcclCommunicator() override;
   NcclCommunicator(const NcclCommunicator&) = delete;
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
@@ -127,20 +103,13 @@ class NcclCommunicator final : public Communicator {
   std::vector<CollectiveRecord> take_records() override;
   std::vector<size_t> payload_bytes_by_kind() const override;
 
-  size_t staging_bytes() const override {
-    return wire_elems_ * 2 + (stage_a_.elems + stage_b_.elems) * sizeof(float);
-  }
-  float* allocate_owned_buffer(size_t elems, MemoryKind kind) override;
-  bool release_owned_buffer(float* buffer) override;
-  size_t owned_bytes(MemoryKind kind) const override;
+  size_t staging_bytes() const override { return wire_elems_ * 2; }
   cudaStream_t comm_stream() const { return comm_stream_; }
   // NCCL calls made on the overlapped lane's communicator so far.
   size_t overlapped_calls() const { return overlapped_calls_; }
   // Elements of the largest piece a bf16 collective sends at once (per rank's chunk, for
   // reduce-scatter): 128 MiB of staging at most.
   static constexpr size_t kWirePieceElems = size_t(64) << 20;
-  // Floats in each of the two copy-engine staging windows, at most: 128 MiB.
-  static constexpr size_t kCopyStageElems = size_t(32) << 20;
   // The CTAs of one cluster of the overlapped lane's kernels (see "Lanes" above).
   static constexpr int kOverlappedClusterCtas = 2;
   void* native_stream() const override { return comm_stream_; }
@@ -165,28 +134,6 @@ class NcclCommunicator final : public Communicator {
   cudaEvent_t take_event();
   // The staging buffer, holding at least `elems` bf16 values (host side, before enqueueing).
   void* wire_buffer(size_t elems);
-  struct Window {
-    float* base = nullptr;
-    size_t elems = 0;
-    MemoryKind kind = MemoryKind::communication;
-    ncclWindow_t handle = nullptr;
-  };
-  // Grows `window` to hold at least `elems` floats: NCCL memory, registered as a
-  // symmetric window on copy_comm_ (host side, before enqueueing; collective over the
-  // ranks, which all ask for the same sizes in turn).
-  void ensure_window(Window& window, size_t elems);
-  void free_window(Window& window);
-  // Elements of one rank's chunk that one piece of a copy-engine collective moves.
-  size_t copy_chunk_limit() const { return kCopyStageElems / static_cast<size_t>(world_size_); }
-  // Whether [begin, begin + elems) lies in an owned buffer.
-  bool owned(const float* begin, size_t elems) const;
-  // The forms that skip the staging copies, for owned buffers.
-  bool direct_allreduce(const float* buffer, size_t elems) const;
-  bool direct_reduce_scatter(const float* send, size_t recv_elems) const;
-  void enqueue_copy_allreduce(float* buffer, size_t elems, bool direct);
-  void enqueue_copy_reduce_scatter(const float* send, float* recv, size_t recv_elems, bool direct);
-  void enqueue_copy_allgather(const float* send, float* recv, size_t send_elems);
-  void sum_staged_chunks(float* out, size_t chunk_elems);
   InFlight& find(uint64_t id);
   // The NCCL communicator of the lane in force, for one NCCL call.
   ncclComm_t lane_comm() {
@@ -209,13 +156,10 @@ class NcclCommunicator final : public Communicator {
   std::vector<cudaEvent_t> all_events_, free_events_;
   int* device_barrier_ = nullptr;
   void* wire_ = nullptr;  // bf16 staging of the bf16 collectives
-  ncclComm_t copy_comm_ = nullptr;  // zero-CTA policy; null without copy engines
   ncclComm_t overlapped_comm_ = nullptr;  // at most overlapped_ctas CTAs; null without
   int overlapped_ctas_ = 0;
   CommLane lane_ = CommLane::awaited;
   size_t overlapped_calls_ = 0;
-  Window stage_a_, stage_b_;  // the staging windows A and B (above)
-  std::vector<Window> owned_;  // allocate_owned_buffer's, registered on copy_comm_
   size_t wire_elems_ = 0;
   uint64_t last_id_ = 0;
   std::array<size_t, kCollectiveKindCount> payload_bytes_by_kind_{};

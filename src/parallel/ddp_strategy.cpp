@@ -8,7 +8,7 @@ DdpStrategy::DdpStrategy(const DataParallelConfig& config, Ops& ops, Communicato
                          const BucketPlan& plan)
     : config_(config), ops_(ops), comm_(comm), model_(model), plan_(plan),
       hold_until_elems_(hold_until_elems(config.overlap_after, plan)) {
-  grads_ = allocate_collective_buffer(ops_, comm_, plan_.padded_elems, MemoryKind::gradients);
+  grads_ = ops_.allocate_floats(plan_.padded_elems, MemoryKind::gradients);
   m_ = ops_.allocate_floats(plan_.padded_elems, MemoryKind::optimizer);
   v_ = ops_.allocate_floats(plan_.padded_elems, MemoryKind::optimizer);
   ops_.fill_zero(grads_, plan_.padded_elems);
@@ -18,7 +18,7 @@ DdpStrategy::DdpStrategy(const DataParallelConfig& config, Ops& ops, Communicato
 
 DdpStrategy::~DdpStrategy() {
   comm_.finish_all();
-  release_collective_buffer(ops_, comm_, grads_);
+  ops_.release(grads_);
   ops_.release(m_);
   ops_.release(v_);
 }

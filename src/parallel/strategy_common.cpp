@@ -26,15 +26,6 @@ bool adamw_over_range(Ops& ops, const ParameterLayout& layout, size_t param_begi
   return ops.adamw_update_pieces(master, grads, m, v, pieces, hyper);
 }
 
-float* allocate_collective_buffer(Ops& ops, Communicator& comm, size_t elems, MemoryKind kind) {
-  float* owned = comm.allocate_owned_buffer(elems, kind);
-  return owned ? owned : ops.allocate_floats(elems, kind);
-}
-
-void release_collective_buffer(Ops& ops, Communicator& comm, float* buffer) {
-  if (!comm.release_owned_buffer(buffer)) ops.release(buffer);
-}
-
 std::vector<size_t> bucket_cuts(const BucketPlan& plan, const Segment& segment) {
   std::vector<size_t> cuts;
   for (const Bucket& bucket : plan.buckets)

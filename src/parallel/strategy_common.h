@@ -18,11 +18,6 @@ bool adamw_over_range(Ops& ops, const ParameterLayout& layout, size_t param_begi
                       size_t param_end, float* master, const float* grads, float* m, float* v,
                       const AdamWConfig& adamw, float learning_rate, int adam_step);
 
-// A buffer that collectives run on: the communicator's when it wants to own it
-// (Communicator::allocate_owned_buffer), the backend's otherwise.
-float* allocate_collective_buffer(Ops& ops, Communicator& comm, size_t elems, MemoryKind kind);
-void release_collective_buffer(Ops& ops, Communicator& comm, float* buffer);
-
 // The offsets into `segment` where buckets of the plan begin, ascending (GradientSink::
 // segment_cuts).
 std::vector<size_t> bucket_cuts(const BucketPlan& plan, const Segment& segment);

@@ -37,7 +37,7 @@ Zero2Strategy::Zero2Strategy(const DataParallelConfig& config, Ops& ops, Communi
     embedding_staged_buckets_ = staged;
   embedding_scratch_elems_ =
       embedding_staged_buckets_ > 0 ? plan_.buckets[embedding_staged_buckets_ - 1].end_elems : embeddings.elems();
-  embedding_scratch_ = allocate_collective_buffer(ops_, comm_, embedding_scratch_elems_, MemoryKind::gradients);
+  embedding_scratch_ = ops_.allocate_floats(embedding_scratch_elems_, MemoryKind::gradients);
   for (size_t s = 1; s < layout.segments.size(); ++s)
     block_scratch_elems_ = std::max(block_scratch_elems_, layout.segments[s].elems());
   block_scratch_ = ops_.allocate_floats(block_scratch_elems_, MemoryKind::gradients);
@@ -47,9 +47,8 @@ Zero2Strategy::Zero2Strategy(const DataParallelConfig& config, Ops& ops, Communi
 
 Zero2Strategy::~Zero2Strategy() {
   comm_.finish_all();
-  for (float* buffer : all_buffers_) release_collective_buffer(ops_, comm_, buffer);
-  release_collective_buffer(ops_, comm_, embedding_scratch_);
-  for (float* buffer : {shard_grads_, m_, v_, block_scratch_}) ops_.release(buffer);
+  for (float* buffer : all_buffers_) ops_.release(buffer);
+  for (float* buffer : {shard_grads_, m_, v_, embedding_scratch_, block_scratch_}) ops_.release(buffer);
 }
 
 float* Zero2Strategy::acquire_buffer(std::vector<float*>& pool, size_t elems) {
@@ -59,7 +58,7 @@ float* Zero2Strategy::acquire_buffer(std::vector<float*>& pool, size_t elems) {
     return buffer;
   }
   // Every buffer of a pool is sized for the largest bucket (or chunk), so any can be reused.
-  float* buffer = allocate_collective_buffer(ops_, comm_, elems, MemoryKind::communication);
+  float* buffer = ops_.allocate_floats(elems, MemoryKind::communication);
   all_buffers_.push_back(buffer);
   comm_buffer_bytes_ += elems * sizeof(float);
   return buffer;

@@ -195,7 +195,7 @@ std::vector<float> Trainer::parameters_on_host() {
 MemoryReport Trainer::memory() const {
   MemoryReport report;
   for (int k = 0; k < kMemoryKindCount; ++k)
-    report.bytes[k] = ops_.allocated_bytes(static_cast<MemoryKind>(k)) + comm_.owned_bytes(static_cast<MemoryKind>(k));
+    report.bytes[k] = ops_.allocated_bytes(static_cast<MemoryKind>(k));
   report.bytes[static_cast<int>(MemoryKind::communication)] += comm_.staging_bytes();
   report.peak_bytes = ops_.measured_peak_bytes();
   report.peak_source = ops_.peak_source();

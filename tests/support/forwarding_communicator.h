@@ -1,6 +1,6 @@
 #pragma once
 // A communicator that passes every call to another one. Tests derive from it to change
-// one answer (the buffers it owns, the lane it reports) around a real communicator.
+// one answer (the lane it reports, a record of what started) around a real communicator.
 #include <chrono>
 #include <string>
 #include <vector>
@@ -52,11 +52,6 @@ class ForwardingCommunicator : public Communicator {
   std::vector<CollectiveRecord> take_records() override { return inner_.take_records(); }
   std::vector<size_t> payload_bytes_by_kind() const override { return inner_.payload_bytes_by_kind(); }
   size_t staging_bytes() const override { return inner_.staging_bytes(); }
-  float* allocate_owned_buffer(size_t elems, MemoryKind kind) override {
-    return inner_.allocate_owned_buffer(elems, kind);
-  }
-  bool release_owned_buffer(float* buffer) override { return inner_.release_owned_buffer(buffer); }
-  size_t owned_bytes(MemoryKind kind) const override { return inner_.owned_bytes(kind); }
   void* native_stream() const override { return inner_.native_stream(); }
 
  private:
