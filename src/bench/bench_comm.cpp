@@ -57,9 +57,11 @@ struct CommBuffers {
   // Starts the collective and waits for it (on the compute stream, on cuda).
   void run(Communicator& comm) {
     switch (kind_) {
-      case CollectiveKind::allreduce: comm.finish(comm.start_allreduce(send, payload, kPhase)); return;
-      case CollectiveKind::reduce_scatter: comm.finish(comm.start_reduce_scatter(send, recv, per_rank, kPhase)); return;
-      case CollectiveKind::allgather: comm.finish(comm.start_allgather(send, recv, per_rank, kPhase)); return;
+      case CollectiveKind::allreduce: comm.finish(comm.start_allreduce(in_place(send, payload, kPhase))); return;
+      case CollectiveKind::reduce_scatter:
+        comm.finish(comm.start_reduce_scatter(collective_args(send, recv, per_rank, kPhase)));
+        return;
+      case CollectiveKind::allgather: comm.finish(comm.start_allgather(collective_args(send, recv, per_rank, kPhase))); return;
       default: SCALESTUDY_CHECK(false, "bench comm: unsupported collective");
     }
   }

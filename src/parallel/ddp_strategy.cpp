@@ -56,8 +56,8 @@ void DdpStrategy::segment_done_from(int segment, size_t offset_elems) {
 }
 
 CommHandle DdpStrategy::start_allreduce(float* gradients, size_t elems) {
-  if (config_.grad_reduce == Precision::bf16) return comm_.start_allreduce_in_bf16(gradients, elems, "grad-comm");
-  return comm_.start_allreduce(gradients, elems, "grad-comm");
+  const WireType wire = config_.grad_reduce == Precision::bf16 ? WireType::bf16_from_f32 : WireType::f32;
+  return comm_.start_allreduce(in_place(gradients, elems, "grad-comm", wire));
 }
 
 void DdpStrategy::finish_gradient_sync() {

@@ -220,9 +220,8 @@ void Zero2Strategy::start_reduce(int b) {
   float* destination = state.received ? state.received : shard_chunk;
   if (config_.overlap) reserve_for_overlapped_lane(ops_, comm_, true);
   const size_t chunk_elems = plan_.chunk_elems(b);
-  state.reduce = config_.grad_reduce == Precision::bf16
-                     ? comm_.start_reduce_scatter_in_bf16(state.staging, destination, chunk_elems, "grad-comm")
-                     : comm_.start_reduce_scatter(state.staging, destination, chunk_elems, "grad-comm");
+  const WireType wire = config_.grad_reduce == Precision::bf16 ? WireType::bf16_from_f32 : WireType::f32;
+  state.reduce = comm_.start_reduce_scatter(collective_args(state.staging, destination, chunk_elems, "grad-comm", wire));
   state.reducing = true;
   reducing_.push_back(b);
   if (!config_.overlap) {
@@ -259,7 +258,7 @@ OptimizerStats Zero2Strategy::optimizer_step(float learning_rate, int adam_step,
     if (buckets_[b].gathering) complete_gather(b);
 
   double sum_of_squares = ops_.sum_of_squares(shard_grads_, plan_.shard_elems());
-  comm_.finish(comm_.start_allreduce(&sum_of_squares, 1, "optimizer"));
+  comm_.allreduce(&sum_of_squares, 1, "optimizer");
   // Every rank sees the same global norm, so every rank skips (or not) alike.
   const OptimizerStats stats = unscale_and_clip(std::sqrt(sum_of_squares), grad_scale, config_.grad_clip);
   if (stats.skipped) return stats;
@@ -293,11 +292,11 @@ void Zero2Strategy::start_gathers() {
     const size_t bucket_begin = plan_.buckets[b].begin_elems;
     if (compute_copy_) {
       if (!own_chunks_refreshed_) ops_.parameters_changed(model_.params(), own_begin, own_begin + chunk);
-      buckets_[b].gather = comm_.start_allgather_16bit(compute_copy_ + own_begin, compute_copy_ + bucket_begin,
-                                                       chunk, "param-gather");
+      buckets_[b].gather = comm_.start_allgather(
+          collective_args(compute_copy_ + own_begin, compute_copy_ + bucket_begin, chunk, "param-gather"));
     } else {
-      buckets_[b].gather = comm_.start_allgather(model_.params() + own_begin, model_.params() + bucket_begin,
-                                                 chunk, "param-gather");
+      buckets_[b].gather = comm_.start_allgather(
+          collective_args(model_.params() + own_begin, model_.params() + bucket_begin, chunk, "param-gather"));
     }
     buckets_[b].gathering = true;
   }
@@ -344,9 +343,9 @@ void Zero2Strategy::finish_param_sync() {
   // are read only from here on (results, tests), so they are gathered once, now.
   CommHandle last{};
   for (int b = 0; b < static_cast<int>(plan_.buckets.size()); ++b)
-    last = comm_.start_allgather(model_.params() + plan_.chunk_begin(b, rank_),
-                                 model_.params() + plan_.buckets[b].begin_elems, plan_.chunk_elems(b),
-                                 "param-gather");
+    last = comm_.start_allgather(collective_args(model_.params() + plan_.chunk_begin(b, rank_),
+                                                 model_.params() + plan_.buckets[b].begin_elems,
+                                                 plan_.chunk_elems(b), "param-gather"));
   comm_.finish(last);  // the latest covers the earlier ones (Communicator::finish)
   masters_behind_ = false;
 }

@@ -255,7 +255,7 @@ TEST(NcclCommunicator, Bf16SumsRoundLikeTheMpiCommunicator) {
   const RankDevice device;
   const cudaStream_t stream = device.stream;
   const int rank = device.where.rank;
-  const size_t elems = NcclCommunicator::kWirePieceElems + 1000;
+  const size_t elems = Bf16WireStaging::kPieceElems + 1000;
   std::vector<float> host(elems);
   for (size_t i = 0; i < elems; ++i) host[i] = static_cast<float>((rank + 1) * (i % 7 + 1)) + 0x1p-10f;
   const size_t recv_elems = 4099;
@@ -273,9 +273,9 @@ TEST(NcclCommunicator, Bf16SumsRoundLikeTheMpiCommunicator) {
   CHECK_CUDA(cudaMemcpy(tie, tie_host.data(), 64 * 4, cudaMemcpyHostToDevice));
   {
     NcclCommunicator comm(MPI_COMM_WORLD, stream, 120.0);
-    comm.start_allreduce_in_bf16(buffer, elems, "test");
-    comm.start_reduce_scatter_in_bf16(send, recv, recv_elems, "test");
-    comm.start_allreduce_in_bf16(tie, 64, "test");
+    comm.start_allreduce(in_place(buffer, elems, "test", WireType::bf16_from_f32));
+    comm.start_reduce_scatter(collective_args(send, recv, recv_elems, "test", WireType::bf16_from_f32));
+    comm.start_allreduce(in_place(tie, 64, "test", WireType::bf16_from_f32));
     comm.finish_all();
     CHECK_CUDA(cudaStreamSynchronize(stream));
     const std::vector<CollectiveRecord> records = comm.take_records();
@@ -309,7 +309,7 @@ TEST(NcclCommunicator, HostDoublesSumExactlyAndAreRecorded) {
   std::vector<double> values(5);
   for (size_t i = 0; i < values.size(); ++i) values[i] = (rank + 1) * 1000.0 + static_cast<double>(i);
   NcclCommunicator comm(MPI_COMM_WORLD, device.stream, 120.0);
-  comm.finish(comm.start_allreduce(values.data(), values.size(), "norm"));
+  comm.finish(comm.start_allreduce(in_place(values.data(), values.size(), "norm")));
   comm.finish_all();
   CHECK_CUDA(cudaStreamSynchronize(device.stream));
   for (size_t i = 0; i < values.size(); ++i)
@@ -337,7 +337,7 @@ TEST(NcclCommunicator, FinishingTheLatestCoversTheEarlierOnes) {
     CHECK_CUDA(cudaMalloc(&buffers[c], kElems * 4));
     std::fill(host.begin(), host.end(), static_cast<float>((rank + 1) * (c + 1)));
     CHECK_CUDA(cudaMemcpy(buffers[c], host.data(), kElems * 4, cudaMemcpyHostToDevice));
-    handles.push_back(comm.start_allreduce(buffers[c], kElems, "test"));
+    handles.push_back(comm.start_allreduce(in_place(buffers[c], kElems, "test")));
   }
   comm.finish(handles.back());
   // Compute's stream order alone, after the wait, must see every sum.

@@ -33,12 +33,11 @@ namespace {
 class StartRecordingCommunicator final : public ForwardingCommunicator {
  public:
   explicit StartRecordingCommunicator(Communicator& inner) : ForwardingCommunicator(inner) {}
-  CommHandle start_allreduce(float* buffer, size_t elems, const std::string& phase) override {
-    return record(phase, buffer, ForwardingCommunicator::start_allreduce(buffer, elems, phase));
+  CommHandle start_allreduce(const CollectiveArgs& args) override {
+    return record(args, ForwardingCommunicator::start_allreduce(args));
   }
-  CommHandle start_reduce_scatter(const float* send, float* recv, size_t recv_elems,
-                                  const std::string& phase) override {
-    return record(phase, recv, ForwardingCommunicator::start_reduce_scatter(send, recv, recv_elems, phase));
+  CommHandle start_reduce_scatter(const CollectiveArgs& args) override {
+    return record(args, ForwardingCommunicator::start_reduce_scatter(args));
   }
   void finish(CommHandle handle) override {
     if (open_.count(handle.id)) in_flight_at_waits.push_back(open_.size());
@@ -49,9 +48,9 @@ class StartRecordingCommunicator final : public ForwardingCommunicator {
   std::vector<size_t> in_flight_at_waits;
 
  private:
-  CommHandle record(const std::string& phase, const float* buffer, CommHandle handle) {
-    if (phase == "grad-comm") {
-      started.push_back(buffer);
+  CommHandle record(const CollectiveArgs& args, CommHandle handle) {
+    if (args.phase == "grad-comm") {
+      started.push_back(static_cast<const float*>(args.recv));
       open_.insert(handle.id);
     }
     return handle;
