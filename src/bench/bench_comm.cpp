@@ -61,7 +61,9 @@ struct CommBuffers {
       case CollectiveKind::reduce_scatter:
         comm.finish(comm.start_reduce_scatter(collective_args(send, recv, per_rank, kPhase)));
         return;
-      case CollectiveKind::allgather: comm.finish(comm.start_allgather(collective_args(send, recv, per_rank, kPhase))); return;
+      case CollectiveKind::allgather:
+        comm.finish(comm.start_allgather(collective_args(send, recv, per_rank, kPhase)));
+        return;
       default: SCALESTUDY_CHECK(false, "bench comm: unsupported collective");
     }
   }

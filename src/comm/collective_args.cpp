@@ -19,8 +19,9 @@ std::string where(CollectiveKind kind, const CollectiveArgs& args) {
 
 void check_buffer(const void* buffer, size_t elems, CollectiveKind kind, const CollectiveArgs& args,
                   const char* which) {
-  SCALESTUDY_CHECK(buffer != nullptr || elems == 0, where(kind, args) + ": the " + which + " buffer is null but holds " +
-                                                        std::to_string(elems) + " elements");
+  SCALESTUDY_CHECK(buffer != nullptr || elems == 0,
+                   where(kind, args) + ": the " + which + " buffer is null but holds " + std::to_string(elems) +
+                       " elements");
 }
 
 }  // namespace
@@ -100,9 +101,11 @@ void check_collective_args(CollectiveKind kind, const CollectiveArgs& args, int 
       SCALESTUDY_CHECK(!overlap, where(kind, args) + ": the recv buffer overlaps the send buffer");
       return;
     case CollectiveKind::allgather: {
-      const auto* own_chunk = static_cast<const char*>(args.recv) + static_cast<size_t>(rank) * args.elems * element_bytes;
+      const size_t own_offset_bytes = static_cast<size_t>(rank) * args.elems * element_bytes;
+      const auto* own_chunk = static_cast<const char*>(args.recv) + own_offset_bytes;
       SCALESTUDY_CHECK(args.send == own_chunk || !overlap,
-                       where(kind, args) + ": the send buffer overlaps the recv buffer but is not this rank's chunk of it");
+                       where(kind, args) + ": the send buffer overlaps the recv buffer but is not this rank's "
+                                           "chunk of it");
       return;
     }
     case CollectiveKind::barrier: return;
@@ -110,9 +113,9 @@ void check_collective_args(CollectiveKind kind, const CollectiveArgs& args, int 
 }
 
 void check_broadcast_root(int root, int world_size, const std::string& phase) {
-  SCALESTUDY_CHECK(root >= 0 && root < world_size, "broadcast root " + std::to_string(root) + " is not a rank of this " +
-                                                       std::to_string(world_size) + "-rank communicator (phase " +
-                                                       phase + ")");
+  SCALESTUDY_CHECK(root >= 0 && root < world_size,
+                   "broadcast root " + std::to_string(root) + " is not a rank of this " + std::to_string(world_size) +
+                       "-rank communicator (phase " + phase + ")");
 }
 
 }  // namespace scalestudy

@@ -55,7 +55,8 @@ void CollectiveWatchdog::watch(const StartedCollective& collective, std::functio
 
 void CollectiveWatchdog::forget(uint64_t id) {
   std::lock_guard<std::mutex> lock(mutex_);
-  const auto entry = std::find_if(watched_.begin(), watched_.end(), [id](const Watched& w) { return w.collective.id == id; });
+  const auto entry =
+      std::find_if(watched_.begin(), watched_.end(), [id](const Watched& w) { return w.collective.id == id; });
   if (entry != watched_.end()) watched_.erase(entry);
 }
 

@@ -26,8 +26,11 @@ struct MpiCall {
   MpiElement element;
   MPI_Op op = MPI_SUM;
 
+  // The element `elems` elements on from base.
   char* at(void* base, size_t elems) const { return static_cast<char*>(base) + elems * element.bytes; }
-  const char* at(const void* base, size_t elems) const { return static_cast<const char*>(base) + elems * element.bytes; }
+  const char* at(const void* base, size_t elems) const {
+    return static_cast<const char*>(base) + elems * element.bytes;
+  }
 };
 
 namespace {

@@ -283,9 +283,9 @@ void NcclCommunicator::recycle_events(const InFlight& entry) {
   watchdog_->forget(entry.collective.id);  // its test reads `end`, which a later collective may reuse
   for (cudaEvent_t event : {entry.begin, entry.enqueued, entry.end, entry.wait_begin, entry.wait_end})
     if (event) free_events_.push_back(event);
-  const bool epoch_in_use = entry.epoch == epoch_ || std::any_of(in_flight_.begin(), in_flight_.end(), [&](const InFlight& e) {
-                              return e.epoch == entry.epoch;
-                            });
+  const bool epoch_in_use =
+      entry.epoch == epoch_ ||
+      std::any_of(in_flight_.begin(), in_flight_.end(), [&](const InFlight& e) { return e.epoch == entry.epoch; });
   if (!epoch_in_use && std::find(free_events_.begin(), free_events_.end(), entry.epoch) == free_events_.end())
     free_events_.push_back(entry.epoch);
 }

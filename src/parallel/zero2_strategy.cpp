@@ -221,7 +221,8 @@ void Zero2Strategy::start_reduce(int b) {
   if (config_.overlap) reserve_for_overlapped_lane(ops_, comm_, true);
   const size_t chunk_elems = plan_.chunk_elems(b);
   const WireType wire = config_.grad_reduce == Precision::bf16 ? WireType::bf16_from_f32 : WireType::f32;
-  state.reduce = comm_.start_reduce_scatter(collective_args(state.staging, destination, chunk_elems, "grad-comm", wire));
+  state.reduce =
+      comm_.start_reduce_scatter(collective_args(state.staging, destination, chunk_elems, "grad-comm", wire));
   state.reducing = true;
   reducing_.push_back(b);
   if (!config_.overlap) {
