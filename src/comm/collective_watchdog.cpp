@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "core/check.h"
+#include "core/stop_signal.h"
 
 namespace scalestudy {
 namespace {
@@ -73,6 +74,10 @@ void CollectiveWatchdog::run() {
       hooks_.before_check();
       lock.lock();
     }
+    if (const std::string blocked = blocked_after_stop(Clock::now()); !blocked.empty()) {
+      lock.unlock();  // as below: the abort hook must not wait on the owner's thread
+      end_job_for_signal(stop_signal(), "waiting for " + blocked);
+    }
     const std::string message = take_timed_out(Clock::now());
     if (message.empty()) continue;
     // Unlocked: ending the job runs the abort hook, which must not wait on the owner's
@@ -85,6 +90,17 @@ void CollectiveWatchdog::run() {
     }
     lock.lock();
   }
+}
+
+std::string CollectiveWatchdog::blocked_after_stop(Clock::time_point now) {
+  if (!stop_signal()) return "";
+  if (signal_seen_ == Clock::time_point{}) signal_seen_ = now;
+  if (now - signal_seen_ < kStopGrace) return "";
+  watched_.erase(std::remove_if(watched_.begin(), watched_.end(), [](const Watched& w) { return w.done && w.done(); }),
+                 watched_.end());
+  if (watched_.empty()) return "";
+  const StartedCollective& blocked = watched_.front().collective;
+  return std::string("collective ") + collective_kind_name(blocked.kind) + " (phase " + blocked.phase + ")";
 }
 
 std::string CollectiveWatchdog::take_timed_out(Clock::time_point now) {

@@ -2,7 +2,7 @@
 // No rank waits forever in a collective. A thread of the watchdog's own checks every
 // collective in flight once a period: one that has not finished within the timeout of its
 // start ends the job with a message naming the rank, the collective, its phase and its
-// bytes. The check runs whatever the rank's other threads are doing, so a rank is ended
+// bytes; so does one still in flight after a stop signal and its grace. The check runs whatever the rank's other threads are doing, so a rank is ended
 // even where nothing waits for the stuck collective.
 //
 // A collective is in flight from watch() until forget(), or until the `done` test given to
@@ -62,6 +62,10 @@ class CollectiveWatchdog {
   // past the timeout, if any (mutex_ held). Returns its message, or "" when none is.
   std::string take_timed_out(Clock::time_point now);
   std::string timeout_message(const StartedCollective& stuck) const;
+  // After a stop signal (core/stop_signal.h) and its grace, the oldest collective still in
+  // flight, named: this rank is blocked on a peer and would never reach the step's end.
+  // "" while none is (mutex_ held).
+  std::string blocked_after_stop(Clock::time_point now);
 
   const int rank_;
   const double timeout_s_;
@@ -72,6 +76,7 @@ class CollectiveWatchdog {
   std::condition_variable stop_;
   bool stopping_ = false;
   std::deque<Watched> watched_;  // oldest first
+  Clock::time_point signal_seen_{};  // when the watchdog first saw a stop signal
   std::thread thread_;
 };
 

@@ -19,10 +19,7 @@ std::atomic<double> timeout_s{300.0};
 // millisecond, so a long wait costs no core.
 constexpr std::chrono::microseconds kSpin{200};
 constexpr useconds_t kLongestSleepUs = 1000;
-// After a stop signal a wait goes on this long before it ends the job: the peers, sent the
-// same signal, still finish the collective and reach the step's end, where the run stops
-// with every completed step kept. A wait that outlasts it is blocked on a peer.
-constexpr std::chrono::seconds kStopGrace{2};
+
 
 }  // namespace
 
