@@ -42,8 +42,8 @@ void DdpStrategy::segment_done_from(int segment, size_t offset_elems) {
   // Backward finishes gradients from the end of the buffer down, so every gradient at or
   // above this point is final.
   const size_t final_from = model_.layout().segments[segment].begin_elems + offset_elems;
-  // Held until backward has finished the --overlap-after share (change 43); the final
-  // report of backward, at offset 0 of the embeddings, starts whatever is left.
+  // Held until backward has finished the --overlap-after share (docs/strategies.md); the
+  // final report of backward, at offset 0 of the embeddings, starts whatever is left.
   if (final_from > hold_until_elems_) return;
   LaneScope lane(comm_, lane_after_segment(model_.layout(), segment, offset_elems));
   while (next_bucket_ >= 0 && plan_.buckets[next_bucket_].begin_elems >= final_from) {

@@ -1,4 +1,4 @@
-// --overlap on with --overlap-after F (docs/performance-notes.md, changes 43 and 46): no
+// --overlap on with --overlap-after F (docs/strategies.md): no
 // bucket starts until backward has finished the top F share of the gradient buffer; then
 // every bucket finished so far starts, and each later one as soon as it is finished. ddp
 // holds its buckets in the gradient buffer, zero2 in their staging. When a bucket starts
