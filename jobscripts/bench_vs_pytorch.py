@@ -2,11 +2,13 @@
 """Measures scalestudy's training step against a PyTorch implementation of the same model,
 side by side in one run on one machine: tokens/s and TFLOP/s per GPU, and their ratios.
 
-    python3 jobscripts/bench_vs_pytorch.py --binary build/cuda/scalestudy --gpus 1 2
+    python3 jobscripts/bench_vs_pytorch.py --binary build/cuda/scalestudy --batch-per-gpu 32 --gpus 1 2
 
+scalestudy runs ddp+overlap (and zero2+overlap on more than one GPU) with its defaults.
 PyTorch runs in eager mode and under torch.compile, with bf16 autocast, fused AdamW and
-scaled_dot_product_attention (and in fp32, to compare like with like while scalestudy's
-CUDA backend computes in fp32). Multi-GPU PyTorch runs use DDP through torchrun.
+scaled_dot_product_attention (and in fp32 with --precision fp32, to compare like with
+like). Multi-GPU PyTorch runs use DDP through torchrun. Run it with a Python that has
+PyTorch and h5py; docs/benchmarks.md gives the published figures and their commands.
 """
 import argparse
 import json
@@ -160,7 +162,7 @@ def main():
     parser.add_argument("--seq", type=int, default=1024)
     parser.add_argument("--batch-per-gpu", type=int, default=8)
     parser.add_argument("--gpus", type=int, nargs="+", default=[1])
-    parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+    parser.add_argument("--precision", choices=("fp32", "bf16"), default="bf16",
                         help="scalestudy's precision; PyTorch runs in this precision and in bf16")
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)

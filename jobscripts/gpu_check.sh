@@ -1,41 +1,70 @@
 #!/usr/bin/env bash
-# One call on a GPU machine: the GPU tests, short training runs on 1 and 2 GPUs, and the
-# benchmark against PyTorch. Expects the binaries and the two libraries the GPU image
-# lacks in .gpu-bundle/ (see README, "Running on a GPU node"); writes logs under $OUT.
+# Checks a GPU node end to end, as a user runs scalestudy there: builds the CUDA
+# configuration on the node, runs the GPU tests, then short GPT-2 small training runs on
+# one GPU and, where the node has two or more, on two with each strategy. Logs and result
+# files go into OUTPUT_DIR (default ./gpu-check); the last line says what failed, if
+# anything, and the exit status is 0 only if nothing did.
+#
+#   bash jobscripts/gpu_check.sh [OUTPUT_DIR]
+#
+# It needs what `cmake --preset cuda` needs: the CUDA toolkit (nvcc under /usr/local/cuda),
+# NCCL, MPI, HDF5 and Boost.Program_options (jobscripts/install-deps.sh names the Debian and
+# Ubuntu packages of all but CUDA and NCCL). `scalestudy-report OUTPUT_DIR -o REPORT_DIR`
+# draws the report of the training runs.
 set -uo pipefail
-source "$(dirname "$0")/gpu_env.sh" /tmp/scalestudy-gpu-check
-gpus=$(nvidia-smi -L | wc -l)
-{ nvidia-smi; nvidia-smi topo -m; "$binary" --version; } >"$out/machine.txt" 2>&1
-ldd "$binary" | grep "not found" && echo "missing libraries" | tee -a "$out/machine.txt"
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+out=${1:-gpu-check}
+mkdir -p "$out" && out=$(cd "$out" && pwd)
+cd "$root" || exit 1
 
-if [ "${TESTS:-1}" = 1 ]; then
-echo "== GPU tests" | tee "$out/gpu-tests.log"
-for test in test_cuda_ops test_cuda_ops_bf16 test_cuda_ops_half_gpt2; do
-  $mpirun -np 1 "$bundle/$test" 2>&1 | tee -a "$out/gpu-tests.log" | grep -E "PASSED|FAILED|SKIPPED|tests ran"
-done
+export NCCL_NVLS_ENABLE=0  # NVLink multicast off on every rank
+mpirun=(mpirun --bind-to none -x NCCL_NVLS_ENABLE)
+[ "$(id -u)" = 0 ] && mpirun+=(--allow-run-as-root)
+failed=()
+
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+{ nvidia-smi; nvidia-smi topo -m; } >"$out/machine.txt" 2>&1
+echo "== $gpus GPU(s); writing into $out"
+if [ "$gpus" -lt 1 ]; then
+  echo "gpu_check: no GPU visible (nvidia-smi -L)" >&2
+  exit 1
+fi
+
+echo "== build: cmake --preset cuda && cmake --build --preset cuda"
+if ! { cmake --preset cuda && cmake --build --preset cuda -j "$(nproc)"; } >"$out/build.log" 2>&1; then
+  tail -20 "$out/build.log"
+  echo "gpu_check: the build failed, see $out/build.log" >&2
+  exit 1
+fi
+binary=build/cuda/scalestudy
+"$binary" --version | tee -a "$out/machine.txt"
+
+echo "== GPU tests: ctest --preset cuda -L gpu"
+ctest --preset cuda -L gpu --timeout 900 >"$out/gpu-tests.log" 2>&1 || failed+=("GPU tests ($out/gpu-tests.log)")
+grep -E "tests passed|Failed|\*\*\*|Skipped" "$out/gpu-tests.log"
+
+echo "== training: GPT-2 small, bf16, batch 8 per GPU"
+train=(train --backend cuda --model gpt2-small --seq 1024 --batch-per-rank 8 --steps 15 --warmup-steps 5
+       --log-every 5)
+run() {  # run NAME RANKS [options]: one training run, its summary printed
+  local name=$1 ranks=$2
+  shift 2
+  if "${mpirun[@]}" -np "$ranks" "$binary" "${train[@]}" "$@" --output "$out/$name.h5" >"$out/$name.log" 2>&1; then
+    grep -E "median step|communication|GPU state" "$out/$name.log" | sed "s/^/[$name] /"
+  else
+    tail -5 "$out/$name.log"
+    failed+=("$name ($out/$name.log)")
+  fi
+}
+run gpt2-small-1gpu 1
 if [ "$gpus" -ge 2 ]; then
-  $mpirun -np 2 "$bundle/mpi_test_nccl_strategies" 2>&1 | tee -a "$out/gpu-tests.log" | grep -E "PASSED|FAILED|SKIPPED|tests ran"
+  run gpt2-small-2gpu-ddp 2 --strategy ddp --overlap on
+  run gpt2-small-2gpu-zero2 2 --strategy zero2 --overlap on
 fi
 
-fi
-
-if [ "${TRAIN:-1}" = 1 ]; then
-echo "== training runs" | tee "$out/train.log"
-common="train --backend cuda --precision ${PRECISION:-bf16} --model gpt2-small --seq 1024 --batch-per-rank ${BATCH:-8} --steps 15 --warmup-steps 5 --log-every 5"
-$mpirun -np 1 "$binary" $common --output "$out/gpt2s-n1.h5" 2>&1 | tee -a "$out/train.log" | tail -6
-if [ "$gpus" -ge 2 ]; then
-  for strategy in ddp zero2; do
-    $mpirun -np 2 "$binary" $common --strategy $strategy --overlap on \
-      --output "$out/gpt2s-n2-$strategy.h5" 2>&1 | tee -a "$out/train.log" | tail -6
-  done
-fi
-
-fi
-
-if [ "${BENCH:-1}" = 1 ]; then
-  echo "== against PyTorch" | tee "$out/bench.log"
-  python3 jobscripts/bench_vs_pytorch.py --binary "$binary" --gpus 1 $([ "$gpus" -ge 2 ] && echo 2) \
-    --batch-per-gpu "${BATCH:-8}" --precision "${PRECISION:-bf16}" --pytorch-gpus 1 \
-    --pytorch-modes eager compile --pytorch-precisions ${TORCH_PRECISIONS:-bf16} \
-    --workdir /tmp/bench 2>&1 | tee -a "$out/bench.log" | tail -14
+if [ ${#failed[@]} -eq 0 ]; then
+  echo "gpu_check: every check passed ($out)"
+else
+  echo "gpu_check: failed: ${failed[*]}" >&2
+  exit 1
 fi

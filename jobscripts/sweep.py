@@ -45,9 +45,10 @@ class Sweep:
     backend: str
     time_limit: str
     cpus_per_task: int
-    srun_args: str
+    srun_args: tuple  # srun's options, one token each, quoted where they are written
     partition: str
     account: str
+    signal_before_limit_s: int  # SIGTERM this long before the time limit; 0 = none
     train: tuple  # (option, value) pairs passed to `scalestudy train`
 
 
@@ -91,6 +92,60 @@ def parse_gpu_counts(text):
     return counts
 
 
+# What an experiment file may hold. Every value ends up in a shell script (sbatch), in an
+# #SBATCH directive or on a command line, so each is checked for its own syntax, and no
+# value may hold a control character (a continuation line's newline included).
+NAME = re.compile(r"[A-Za-z0-9._-]+")
+SLURM_NAMES = re.compile(r"[A-Za-z0-9._-]+(,[A-Za-z0-9._-]+)*")
+# Slurm's --time: minutes, minutes:seconds, hours:minutes:seconds, days-hours,
+# days-hours:minutes or days-hours:minutes:seconds.
+SLURM_TIME = re.compile(r"\d+(:\d{1,2}){0,2}|\d+-\d{1,2}(:\d{1,2}){0,2}")
+SRUN_OPTION = re.compile(r"--?[A-Za-z][A-Za-z0-9-]*(=\S+)?")
+TRAIN_OPTION = re.compile(r"[a-z][a-z0-9-]*")
+PATH_TEXT = re.compile(r"[A-Za-z0-9._/+@%-]+")
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def check_text(where, key, value):
+    if CONTROL.search(key) or CONTROL.search(value):
+        raise UsageError(f"{where}: {key!r} holds a control character or a line break "
+                         f"(continuation lines are not allowed): {value!r}")
+
+
+def check_form(where, key, value, pattern, expected):
+    if not pattern.fullmatch(value):
+        raise UsageError(f"{where}: {key} = {value!r}: expected {expected}")
+
+
+def split_srun_args(where, text):
+    try:
+        tokens = shlex.split(text)
+    except ValueError as error:
+        raise UsageError(f"{where}: srun_args = {text!r}: {error}") from None
+    for token in tokens:
+        check_form(where, "srun_args", token, SRUN_OPTION,
+                   "srun options only, each as -x or --name[=value] (e.g. --mpi=pmix)")
+    return tuple(tokens)
+
+
+def check_train_option(where, key, value):
+    check_form(where, f"[train] {key}", key, TRAIN_OPTION, "an option name such as global-batch")
+    # A value that looks like an option would be read as one; only negative numbers may.
+    if value.startswith("-"):
+        try:
+            float(value)
+        except ValueError:
+            raise UsageError(f"{where}: [train] {key} = {value!r}: a value may not start "
+                             "with '-' unless it is a number") from None
+
+
+def gpu_counts_of(where, text):
+    try:
+        return parse_gpu_counts(text)
+    except UsageError as error:
+        raise UsageError(f"{where}: {error}") from None
+
+
 def read_experiment(path):
     path = Path(path)
     if not path.is_file():
@@ -107,18 +162,28 @@ def read_experiment(path):
     sweep = parser["sweep"]
     known = {"name", "scaling", "gpus", "gpus_per_node", "strategies", "overlap", "repeats",
              "output_dir", "backend", "time_limit", "cpus_per_task", "srun_args", "partition",
-             "account"}
+             "account", "signal_before_limit_s"}
+    where = f"EXPERIMENT {path}"
     unknown = sorted(set(sweep) - known)
     if unknown:
-        raise UsageError(f"EXPERIMENT {path}: unknown key '{unknown[0]}' in [sweep]")
+        raise UsageError(f"{where}: unknown key {unknown[0]!r} in [sweep]")
+    for section in ("sweep", "train"):
+        for key, value in parser[section].items():
+            check_text(where, key, value)
 
-    def integer(key, default):
-        try:
-            value = int(sweep.get(key, str(default)))
-        except ValueError:
-            raise UsageError(f"EXPERIMENT {path}: {key} = {sweep.get(key)} is not a whole number") from None
-        if value < 1:
-            raise UsageError(f"EXPERIMENT {path}: {key} = {value} must be at least 1")
+    def integer(key, default, minimum=1):
+        text = sweep.get(key, str(default))
+        if not re.fullmatch(r"\d+", text.strip()):
+            raise UsageError(f"{where}: {key} = {text!r} is not a whole number")
+        value = int(text)
+        if value < minimum:
+            raise UsageError(f"{where}: {key} = {value} must be at least {minimum}")
+        return value
+
+    def checked(key, default, pattern, expected):
+        value = sweep.get(key, default).strip()
+        if value:
+            check_form(where, key, value, pattern, expected)
         return value
 
     def choices(key, default, allowed):
@@ -129,7 +194,8 @@ def read_experiment(path):
         return values
 
     train = tuple((key, value) for key, value in parser["train"].items())
-    for key, _ in train:
+    for key, value in train:
+        check_train_option(where, key, value)
         if key in ("strategy", "overlap", "output", "repeat", "experiment", "backend"):
             raise UsageError(f"EXPERIMENT {path}: [train] {key} is set by the sweep, not the file")
     scalings = choices("scaling", "strong", ("strong", "weak"))
@@ -138,21 +204,26 @@ def read_experiment(path):
         raise UsageError(f"EXPERIMENT {path}: strong scaling needs global-batch in [train]")
     if "weak" in scalings and "batch-per-rank" not in train_keys:
         raise UsageError(f"EXPERIMENT {path}: weak scaling needs batch-per-rank in [train]")
-    output_dir = Path(sweep.get("output_dir", f"results/{path.stem}"))
+    output_dir = Path(checked("output_dir", f"results/{path.stem}", PATH_TEXT,
+                              "a path of letters, digits and ._/+@%- (no spaces)"))
     if not output_dir.is_absolute():
         output_dir = ROOT / output_dir
     return Sweep(
-        name=sweep.get("name", path.stem), scalings=scalings,
-        gpu_counts=parse_gpu_counts(sweep.get("gpus", "1")),
+        name=checked("name", path.stem, NAME, "letters, digits, '.', '_' and '-'"),
+        scalings=scalings,
+        gpu_counts=gpu_counts_of(where, sweep.get("gpus", "1")),
         gpus_per_node=integer("gpus_per_node", 1),
         strategies=choices("strategies", "ddp", ("ddp", "zero2")),
         overlaps=choices("overlap", "off", ("on", "off")),
         repeats=integer("repeats", 1), output_dir=output_dir,
         backend=choices("backend", "cpu", ("cpu", "cuda"))[0],
-        time_limit=sweep.get("time_limit", "00:30:00"),
+        time_limit=checked("time_limit", "00:30:00", SLURM_TIME,
+                           "Slurm's time format, e.g. 30, 01:30:00 or 1-12:00:00"),
         cpus_per_task=integer("cpus_per_task", 1),
-        srun_args=sweep.get("srun_args", "--mpi=pmix"),
-        partition=sweep.get("partition", ""), account=sweep.get("account", ""),
+        srun_args=split_srun_args(where, sweep.get("srun_args", "--mpi=pmix")),
+        partition=checked("partition", "", SLURM_NAMES, "partition names separated by commas"),
+        account=checked("account", "", NAME, "letters, digits, '.', '_' and '-'"),
+        signal_before_limit_s=integer("signal_before_limit_s", 60, minimum=0),
         train=train)
 
 
@@ -178,9 +249,11 @@ def ranks_per_node(sweep, point):
 
 
 def train_arguments(sweep, point):
+    """The point's `scalestudy train` arguments. A point runs only when its result is not
+    complete, so whatever is at its path (a failed or unreadable file) is replaced."""
     args = ["train", "--experiment", sweep.name, "--repeat", str(point.repeat),
             "--strategy", point.strategy, "--overlap", point.overlap, "--backend", sweep.backend,
-            "--output", str(point.result)]
+            "--output", str(point.result), "--overwrite"]
     for key, value in sweep.train:
         if key == "global-batch" and point.scaling != "strong":
             continue
@@ -263,11 +336,15 @@ def sbatch_script(sweep, point, binary):
         lines.append(f"#SBATCH --partition={sweep.partition}")
     if sweep.account:
         lines.append(f"#SBATCH --account={sweep.account}")
+    if sweep.signal_before_limit_s:
+        # Every rank gets SIGTERM this long before the time limit, and scalestudy closes its
+        # result file as failed, naming the signal, before Slurm kills the step.
+        lines.append(f"#SBATCH --signal=TERM@{sweep.signal_before_limit_s}")
     lines += ["set -euo pipefail",
               "# NVLink multicast (NVLS) stays off: the study measures the ring/tree algorithms.",
               "export NCCL_NVLS_ENABLE=0",
               f"mkdir -p {shlex.quote(str(point.result.parent))}",
-              f"srun {sweep.srun_args} --ntasks={point.ranks} {shlex.quote(str(binary))} "
+              f"srun {shlex.join(sweep.srun_args)} --ntasks={point.ranks} {shlex.quote(str(binary))} "
               + shlex.join(train_arguments(sweep, point)),
               ""]
     return "\n".join(lines)
@@ -286,7 +363,7 @@ def report_script(sweep):
                      + ["set -euo pipefail", shlex.join(report_command(sweep)), ""])
 
 
-def write_slurm(sweep, points, binary, submit):
+def write_slurm(sweep, points, binary, submit, experiment):
     jobs_dir = sweep.output_dir / "jobs"
     (sweep.output_dir / "logs").mkdir(parents=True, exist_ok=True)
     jobs_dir.mkdir(parents=True, exist_ok=True)
@@ -301,7 +378,7 @@ def write_slurm(sweep, points, binary, submit):
     print(f"sweep {sweep.name}: wrote {len(scripts)} job script(s) for the pending points "
           f"({len(points) - len(pending)} complete) and {report}")
     if not submit:
-        print(f"submit them with: {Path(__file__).name} {sys.argv[1]} --launcher slurm --submit")
+        print(f"submit them with: {Path(__file__).name} {shlex.quote(str(experiment))} --launcher slurm --submit")
         return 0
     sbatch = shutil.which("sbatch")
     if not sbatch:
@@ -352,6 +429,8 @@ def main(argv=None):
                                  f"{list(sweep.gpu_counts)}")
             sweep = dataclasses.replace(sweep, gpu_counts=subset)
         if args.output_dir:
+            check_form("--output-dir", "--output-dir", args.output_dir, PATH_TEXT,
+                       "a path of letters, digits and ._/+@%- (no spaces)")
             sweep = dataclasses.replace(sweep, output_dir=Path(args.output_dir))
         points = plan(sweep)
         if args.dry_run:
@@ -361,7 +440,7 @@ def main(argv=None):
         if not binary.is_file():
             raise UsageError(f"--binary {args.binary}: no such file (build it first)")
         if args.launcher == "slurm":
-            return write_slurm(sweep, points, binary, args.submit)
+            return write_slurm(sweep, points, binary, args.submit, args.experiment)
         if args.submit:
             raise UsageError("--submit: only with --launcher slurm")
         if not shutil.which(args.mpirun):

@@ -6,17 +6,5 @@
 
 #include "core/check.h"
 
-#define CHECK_CUDA(call)                                                                 \
-  do {                                                                                   \
-    cudaError_t check_cuda_rc_ = (call);                                                 \
-    if (check_cuda_rc_ != cudaSuccess)                                                   \
-      ::scalestudy::abort_job(__FILE__, __LINE__, #call, cudaGetErrorString(check_cuda_rc_)); \
-  } while (0)
-
-#define CHECK_CUBLAS(call)                                                               \
-  do {                                                                                   \
-    cublasStatus_t check_cublas_rc_ = (call);                                            \
-    if (check_cublas_rc_ != CUBLAS_STATUS_SUCCESS)                                       \
-      ::scalestudy::abort_job(__FILE__, __LINE__, #call,                                 \
-                              cublasGetStatusString(check_cublas_rc_));                  \
-  } while (0)
+#define CHECK_CUDA(call) SCALESTUDY_CHECK_RESULT(call, cudaSuccess, cudaGetErrorString)
+#define CHECK_CUBLAS(call) SCALESTUDY_CHECK_RESULT(call, CUBLAS_STATUS_SUCCESS, cublasGetStatusString)

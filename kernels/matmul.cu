@@ -378,6 +378,16 @@ void check_classifier_logits_stride(const T*, int vocab, int logits_stride) {
   check_logits_stride(vocab, logits_stride);
 }
 
+// What both parts of the classifier's backward check: the logits' row stride, the shape,
+// dlogits and the other operands (none null), and the handle bound to the stream.
+template <class Args>
+void check_classifier_backward(cublasHandle_t handle, cudaStream_t stream, const Args& args,
+                               int logits_stride, std::initializer_list<NamedOperand> operands) {
+  check_classifier_logits_stride(args.dlogits, args.vocab, logits_stride);
+  check_operands(handle, stream, args.rows, args.channels, args.vocab, operands);
+  check_not_null(args.dlogits, "classifier dlogits");
+}
+
 // The rows [first, first + count) of a dense layer's arguments: every activation pointer
 // moves on by `first` of its rows (in_channels or out_channels long).
 template <class T>
@@ -490,10 +500,8 @@ template <class T>
 void launch_classifier_input_gradient(cublasHandle_t handle, cudaStream_t stream,
                                       const ClassifierInputGradientArgs<T>& args,
                                       int logits_stride) {
-  check_classifier_logits_stride(args.dlogits, args.vocab, logits_stride);
-  check_operands(handle, stream, args.rows, args.channels, args.vocab,
-                 {{args.dinp, "classifier dinp"}, {args.dlogits, "classifier dlogits"},
-                  {args.weight, "classifier weight"}});
+  check_classifier_backward(handle, stream, args, logits_stride,
+                            {{args.dinp, "classifier dinp"}, {args.weight, "classifier weight"}});
   for_each_row_chunk(args.rows, args.channels, args.vocab, [&](int first, int count) {
     // The dense layer's input gradient, of the chunk: the classifier has no bias, and its
     // weight gradient is launch_classifier_weight_gradient's.
@@ -515,10 +523,8 @@ template <class T>
 void launch_classifier_weight_gradient(cublasHandle_t handle, cudaStream_t stream,
                                        const ClassifierWeightGradientArgs<T>& args,
                                        int logits_stride) {
-  check_classifier_logits_stride(args.dlogits, args.vocab, logits_stride);
-  check_operands(handle, stream, args.rows, args.channels, args.vocab,
-                 {{args.dweight, "classifier dweight"}, {args.dlogits, "classifier dlogits"},
-                  {args.inp, "classifier inp"}});
+  check_classifier_backward(handle, stream, args, logits_stride,
+                            {{args.dweight, "classifier dweight"}, {args.inp, "classifier inp"}});
   for_each_row_chunk(args.rows, args.channels, args.vocab, [&](int first, int count) {
     ClassifierWeightGradientArgs<T> chunk = args;
     chunk.dlogits += size_t(first) * logits_stride;

@@ -9,12 +9,9 @@ import numpy as np
 
 from .gpu_state import PROBLEM_KIND
 from .problems import Problem
+from .step_datasets import MalformedStepDatasets, StepDatasetFamily, read_step_datasets
 from .schema import (GPU_PHASE_SAMPLES_DATASET, GPU_PHASE_STATE_DATASETS,
                      GPU_PHASE_STATE_VERSION, GPU_STATE_REPORT_PHASES, PHASE, PHASE_NAMES)
-
-
-class MalformedGpuPhaseState(Exception):
-    """A /steps/gpu_phase_* dataset breaks the schema; the message names it."""
 
 
 @dataclass
@@ -27,7 +24,6 @@ class GpuPhaseState:
     power_w: np.ndarray
 
 
-_FIELD_OF_DATASET = {name: name[len("gpu_phase_"):] for name in GPU_PHASE_STATE_DATASETS}
 _EXPECTED_DTYPE = {name: "int64" if name == GPU_PHASE_SAMPLES_DATASET else "float64"
                    for name in GPU_PHASE_STATE_DATASETS}
 
@@ -43,15 +39,23 @@ def _read_dataset(steps, name, expected_shape):
     dataset = steps[name]
     if dataset.shape != expected_shape:
         shape = list(dataset.shape) if dataset.shape is not None else "none"
-        raise MalformedGpuPhaseState(f"/steps/{name} has shape {shape}, expected [S, R, P] = "
+        raise MalformedStepDatasets(f"/steps/{name} has shape {shape}, expected [S, R, P] = "
                                      f"{list(expected_shape)} like /steps/intervals")
     # Casting would let a count stored as floats, or a mean stored as integers or text,
     # pass for what the schema defines; a writer that stores them so follows another one.
     expected = _EXPECTED_DTYPE[name]
     if dataset.dtype.kind not in ("iu" if expected == "int64" else "f"):
-        raise MalformedGpuPhaseState(f"/steps/{name} has dtype {dataset.dtype}, expected "
+        raise MalformedStepDatasets(f"/steps/{name} has dtype {dataset.dtype}, expected "
                                      f"{expected}")
     return dataset[()].astype(expected)
+
+
+# Like /steps/gpu_* in version 3: every version 4 writer records them (0 samples on the
+# CPU), so their absence is named, and the file reads as one without them.
+_FAMILY = StepDatasetFamily(prefix="gpu_phase_", datasets=GPU_PHASE_STATE_DATASETS,
+                            samples_dataset=GPU_PHASE_SAMPLES_DATASET, cells="step-rank-phase",
+                            read_dataset=_read_dataset, problem=_problem,
+                            absent_note="read as no GPU samples by phase")
 
 
 def read_gpu_phase_state(handle, path, schema_version, n_steps, world_size):
@@ -59,30 +63,10 @@ def read_gpu_phase_state(handle, path, schema_version, n_steps, world_size):
     datasets are missing or malformed, which is then the one problem."""
     if schema_version < GPU_PHASE_STATE_VERSION:
         return None, []
-    steps = handle["/steps"]
-    missing = [name for name in GPU_PHASE_STATE_DATASETS if name not in steps]
-    if len(missing) == len(GPU_PHASE_STATE_DATASETS):
-        # Like /steps/gpu_* in version 3: every version 4 writer records them (0 samples on
-        # the CPU), so their absence is named, and the file reads as one without them.
-        return None, [Problem(path, "missing field", "no /steps/gpu_phase_* in a schema "
-                              f"version {schema_version} file; read as no GPU samples by "
-                              "phase", False)]
-    try:
-        if missing:
-            raise MalformedGpuPhaseState("missing " + ", ".join(f"/steps/{name}"
-                                                                for name in missing))
-        expected_shape = (n_steps, world_size, len(PHASE_NAMES))
-        values = {_FIELD_OF_DATASET[name]: _read_dataset(steps, name, expected_shape)
-                  for name in GPU_PHASE_STATE_DATASETS}
-    except MalformedGpuPhaseState as error:
-        return None, [_problem(path, str(error))]
-    except (OSError, KeyError, ValueError, TypeError) as error:
-        first_line = str(error).splitlines()[0] if str(error) else type(error).__name__
-        return None, [_problem(path, f"/steps/gpu_phase_* unreadable ({first_line})")]
-    negative = int((values["samples"] < 0).sum())
-    if negative:
-        return None, [_problem(path, f"/steps/{GPU_PHASE_SAMPLES_DATASET} is negative in "
-                                     f"{negative} step-rank-phase cells")]
+    values, problems = read_step_datasets(handle, path, schema_version, _FAMILY,
+                                          (n_steps, world_size, len(PHASE_NAMES)))
+    if values is None:
+        return None, problems
     return GpuPhaseState(**values), []
 
 

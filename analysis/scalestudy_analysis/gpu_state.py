@@ -7,14 +7,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from .problems import Problem
+from .step_datasets import MalformedStepDatasets, StepDatasetFamily, read_step_datasets
 from .schema import (CLOCK_EVENT_REASON_NAMES, GPU_CLOCK_EVENT_REASONS_DATASET,
                      GPU_SAMPLES_DATASET, GPU_STATE_DATASETS, GPU_STATE_VERSION)
 
 PROBLEM_KIND = "gpu state"
-
-
-class MalformedGpuState(Exception):
-    """A /steps/gpu_* dataset breaks the schema; the message names it."""
 
 
 @dataclass
@@ -32,7 +29,6 @@ class GpuState:
     phases: object = None
 
 
-_FIELD_OF_DATASET = {name: name[len("gpu_"):] for name in GPU_STATE_DATASETS}
 _INTEGER_DATASETS = (GPU_SAMPLES_DATASET, GPU_CLOCK_EVENT_REASONS_DATASET)
 
 
@@ -45,9 +41,17 @@ def _problem(path, message):
 def _read_dataset(steps, name, expected_shape):
     values = steps[name][()]
     if values.shape != expected_shape:
-        raise MalformedGpuState(f"/steps/{name} has shape {list(values.shape)}, expected "
-                                f"[S, R] = {list(expected_shape)} like /steps/intervals")
+        raise MalformedStepDatasets(f"/steps/{name} has shape {list(values.shape)}, expected "
+                                    f"[S, R] = {list(expected_shape)} like /steps/intervals")
     return values.astype(np.int64 if name in _INTEGER_DATASETS else np.float64)
+
+
+# Like /steps/traced in version 2, a file without them is read as one without samples,
+# but named, since every version 3 writer records them (0 samples on the CPU).
+_FAMILY = StepDatasetFamily(prefix="gpu_", datasets=GPU_STATE_DATASETS,
+                            samples_dataset=GPU_SAMPLES_DATASET, cells="step-rank",
+                            read_dataset=_read_dataset, problem=_problem,
+                            absent_note="read as no GPU samples")
 
 
 def read_gpu_state(handle, path, schema_version, n_steps, world_size):
@@ -55,27 +59,10 @@ def read_gpu_state(handle, path, schema_version, n_steps, world_size):
     the datasets are missing or malformed, which is then the one problem."""
     if schema_version < GPU_STATE_VERSION:
         return None, []
-    steps = handle["/steps"]
-    missing = [name for name in GPU_STATE_DATASETS if name not in steps]
-    if len(missing) == len(GPU_STATE_DATASETS):
-        # Like /steps/traced in version 2: the file is read as one without samples, but
-        # named, since every version 3 writer records them (0 samples on the CPU).
-        return None, [Problem(path, "missing field", f"no /steps/gpu_* in a schema version "
-                              f"{schema_version} file; read as no GPU samples", False)]
-    try:
-        if missing:
-            raise MalformedGpuState("missing " + ", ".join(f"/steps/{name}" for name in missing))
-        values = {_FIELD_OF_DATASET[name]: _read_dataset(steps, name, (n_steps, world_size))
-                  for name in GPU_STATE_DATASETS}
-    except MalformedGpuState as error:
-        return None, [_problem(path, str(error))]
-    except (OSError, KeyError, ValueError, TypeError) as error:
-        first_line = str(error).splitlines()[0] if str(error) else type(error).__name__
-        return None, [_problem(path, f"/steps/gpu_* unreadable ({first_line})")]
-    negative = int((values["samples"] < 0).sum())
-    if negative:
-        return None, [_problem(path, f"/steps/{GPU_SAMPLES_DATASET} is negative in {negative} "
-                                     "step-rank cells")]
+    values, problems = read_step_datasets(handle, path, schema_version, _FAMILY,
+                                          (n_steps, world_size))
+    if values is None:
+        return None, problems
     return GpuState(**values), []
 
 

@@ -49,25 +49,11 @@ class RunRecord:
     problems: list = field(default_factory=list)
     usable: bool = False
 
-    @property
-    def status(self):
-        return self.attrs.get("status", "unreadable")
-
-    @property
-    def world_size(self):
-        return int(self.attrs.get("world_size", -1))
-
-    @property
-    def git_sha(self):
-        return self.attrs.get("git_sha", "")
-
-    @property
-    def repeat(self):
-        return self.config.get("repeat", "")
-
-    @property
-    def schema_version(self):
-        return int(self.attrs.get("schema_version", -1))
+    status = property(lambda self: self.attrs.get("status", "unreadable"))
+    world_size = property(lambda self: int(self.attrs.get("world_size", -1)))
+    git_sha = property(lambda self: self.attrs.get("git_sha", ""))
+    repeat = property(lambda self: self.config.get("repeat", ""))
+    schema_version = property(lambda self: int(self.attrs.get("schema_version", -1)))
 
     @property
     def measured(self):

@@ -84,35 +84,34 @@ def _skip(title, why):
     return Figure(None, title, why)
 
 
+def _scaling_plot(series_list, out_dir, scaling, name, title, column, ylabel, **options):
+    """A line plot of the series of one scaling mode, or a skip note when there are none."""
+    of_mode = [s for s in series_list if s.scaling == scaling]
+    if not of_mode:
+        return _skip(title, f"no {scaling}-scaling series")
+    return _line_plot(of_mode, out_dir, name, title, column, ylabel, **options)
+
+
 def strong_speedup(series_list, out_dir):
-    title = "Strong scaling: speedup over the smallest N"
-    strong = [s for s in series_list if s.scaling == "strong"]
-    if not strong:
-        return _skip(title, "no strong-scaling series")
-    return _line_plot(strong, out_dir, "strong_speedup.png", title, "speedup",
-                      "speedup S(N) = T(N0) / T(N)",
-                      ideal=lambda s: s.table["N"] / s.baseline_n,
-                      band=("speedup_lo", "speedup_hi"), log_y_base=2)
+    return _scaling_plot(series_list, out_dir, "strong", "strong_speedup.png",
+                         "Strong scaling: speedup over the smallest N", "speedup",
+                         "speedup S(N) = T(N0) / T(N)",
+                         ideal=lambda s: s.table["N"] / s.baseline_n,
+                         band=("speedup_lo", "speedup_hi"), log_y_base=2)
 
 
 def strong_efficiency(series_list, out_dir):
-    title = "Strong scaling: parallel efficiency"
-    strong = [s for s in series_list if s.scaling == "strong"]
-    if not strong:
-        return _skip(title, "no strong-scaling series")
-    return _line_plot(strong, out_dir, "strong_efficiency.png", title, "efficiency",
-                      "efficiency S(N) · N0 / N", ideal=lambda s: np.ones(len(s.table)),
-                      band=("efficiency_lo", "efficiency_hi"))
+    return _scaling_plot(series_list, out_dir, "strong", "strong_efficiency.png",
+                         "Strong scaling: parallel efficiency", "efficiency",
+                         "efficiency S(N) · N0 / N", ideal=lambda s: np.ones(len(s.table)),
+                         band=("efficiency_lo", "efficiency_hi"))
 
 
 def weak_efficiency(series_list, out_dir):
-    title = "Weak scaling: efficiency (tokens/s per rank relative to N0)"
-    weak = [s for s in series_list if s.scaling == "weak"]
-    if not weak:
-        return _skip(title, "no weak-scaling series")
-    return _line_plot(weak, out_dir, "weak_efficiency.png", title, "efficiency",
-                      "weak efficiency", ideal=lambda s: np.ones(len(s.table)),
-                      band=("efficiency_lo", "efficiency_hi"))
+    return _scaling_plot(series_list, out_dir, "weak", "weak_efficiency.png",
+                         "Weak scaling: efficiency (tokens/s per rank relative to N0)",
+                         "efficiency", "weak efficiency", ideal=lambda s: np.ones(len(s.table)),
+                         band=("efficiency_lo", "efficiency_hi"))
 
 
 def tokens_per_second(series_list, out_dir):

@@ -385,6 +385,13 @@ def write_run(path, *, world_size=1, step_times=0.1, steps=6, warmup_steps=1,
 
 # Changes to a written run's /steps datasets, for the tests of malformed files: each
 # returns a function of the open file.
+def changed_file(path, change):
+    """Applies change(handle) to the HDF5 file at path, in place; returns the path."""
+    with h5py.File(path, "r+") as handle:
+        change(handle)
+    return path
+
+
 def replace_steps_dataset(name, data):
     def change(handle):
         del handle[f"steps/{name}"]

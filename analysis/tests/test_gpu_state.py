@@ -12,8 +12,8 @@ from scalestudy_analysis.gpu_state import gpu_metrics, has_samples, reason_names
 from scalestudy_analysis.load import load_results, read_run
 from scalestudy_analysis.metrics import group_series
 from scalestudy_analysis.report import write_report
-from synth import (GPU_DATASETS, base_config, drop_steps_dataset, replace_steps_dataset,
-                   reshape_steps_dataset, write_run)
+from synth import (GPU_DATASETS, base_config, changed_file, drop_steps_dataset,
+                   replace_steps_dataset, reshape_steps_dataset, write_run)
 
 # Every expected value below is a median, minimum or maximum of stored numbers, or one
 # weighted mean of seven terms, so they agree to rounding.
@@ -169,10 +169,7 @@ MALFORMED = {
 @pytest.mark.parametrize("case", sorted(MALFORMED))
 def test_a_malformed_gpu_dataset_is_a_problem_and_the_run_stays(tmp_path, case):
     change, message = MALFORMED[case]
-    path = write_known(tmp_path / "run.h5")
-    with h5py.File(path, "r+") as handle:
-        change(handle)
-    run = read_run(path)
+    run = read_run(changed_file(write_known(tmp_path / "run.h5"), change))
     assert run.usable and run.summary["steps_measured"] == len(MEASURED_ROWS)
     assert run.gpu_state is None and not has_samples(run)
     (problem,) = run.problems

@@ -13,7 +13,7 @@ from scalestudy_analysis.gpu_phase_state import (gpu_phase_metrics, has_phase_sa
 from scalestudy_analysis.gpu_state import gpu_metrics, has_samples
 from scalestudy_analysis.load import read_run
 from scalestudy_analysis.report import write_report
-from synth import (GPU_PHASE_DATASETS, PHASES, base_config, drop_steps_dataset,
+from synth import (GPU_PHASE_DATASETS, PHASES, base_config, changed_file, drop_steps_dataset,
                    replace_steps_dataset, reshape_steps_dataset, write_run)
 
 # Tolerance: none. Every expected value below is one of the stored numbers or the mean of
@@ -57,16 +57,18 @@ KNOWN_PHASES = {
 }
 PER_STEP = {"gpu_samples": 10, "gpu_sm_clock_mhz": 1900.0, "gpu_power_w": 600.0}
 
+def phase_metrics(samples, slowest_rank_clock_mhz, power_median_w):
+    return {"samples": samples, "sm_clock_slowest_rank_median_mhz": slowest_rank_clock_mhz,
+            "power_median_w": power_median_w}
+
+
 EXPECTED = {
     # Rank medians 1960 and 1910; power 600 ... 690 pooled: (640 + 650) / 2.
-    "forward": {"samples": 30, "sm_clock_slowest_rank_median_mhz": 1910.0,
-                "power_median_w": 645.0},
+    "forward": phase_metrics(30, 1910.0, 645.0),
     # Rank medians (1820 + 1840) / 2 = 1830 and 1850; power 700 ... 780 pooled.
-    "backward": {"samples": 36, "sm_clock_slowest_rank_median_mhz": 1830.0,
-                 "power_median_w": 740.0},
+    "backward": phase_metrics(36, 1830.0, 740.0),
     # Rank medians (1700 + 1750) / 2 = 1725 and 1600; power 400, 410, 420.
-    "grad-comm": {"samples": 3, "sm_clock_slowest_rank_median_mhz": 1600.0,
-                  "power_median_w": 410.0},
+    "grad-comm": phase_metrics(3, 1600.0, 410.0),
 }
 TABLE_HEADER = ("| N | runs | forward: SM clock, slowest rank (MHz) | forward: power (W) | "
                 "backward: SM clock, slowest rank (MHz) | backward: power (W) | "
@@ -223,14 +225,9 @@ def test_runs_at_one_n_take_the_median_of_their_slowest_ranks_and_pool_power(tmp
     # 1600, 1425 and 725: the middle ones, where a mean or pooling the runs' steps would
     # differ. Power pooled: forward 600 ... 890 (30 values), backward 700 ... 780,
     # 800 ... 880 and 900 ... 980 (27), grad-comm 400 410 420 500 510 520 600 610 620.
-    assert all_metrics(runs) == {
-        "forward": {"samples": 90, "sm_clock_slowest_rank_median_mhz": 1660.0,
-                    "power_median_w": 745.0},
-        "backward": {"samples": 108, "sm_clock_slowest_rank_median_mhz": 1530.0,
-                     "power_median_w": 840.0},
-        "grad-comm": {"samples": 9, "sm_clock_slowest_rank_median_mhz": 1425.0,
-                      "power_median_w": 510.0},
-    }
+    assert all_metrics(runs) == {"forward": phase_metrics(90, 1660.0, 745.0),
+                                 "backward": phase_metrics(108, 1530.0, 840.0),
+                                 "grad-comm": phase_metrics(9, 1425.0, 510.0)}
     write_report(results, tmp_path / "out")
     section = gpu_section(tmp_path / "out")
     assert "Runs with GPU samples: 4 of 4 used runs" in section
@@ -320,9 +317,7 @@ MALFORMED = {
 def test_a_malformed_phase_dataset_is_a_problem_and_the_per_step_state_stays(tmp_path, case):
     change, message = MALFORMED[case]
     intact = read_run(write_known(tmp_path / "intact" / "run.h5"))
-    path = write_known(tmp_path / "results" / "run.h5")
-    with h5py.File(path, "r+") as handle:
-        change(handle)
+    path = changed_file(write_known(tmp_path / "results" / "run.h5"), change)
     run = read_run(path)
     assert run.usable and run.summary["steps_measured"] == len(MEASURED_ROWS)
     (problem,) = run.problems

@@ -18,7 +18,7 @@ from scalestudy_analysis.kernels import (category_times, imbalance, series_profi
                                          top_kernels)
 from scalestudy_analysis.load import load_results, read_run
 from scalestudy_analysis.metrics import group_series
-from synth import base_config, trace_records, write_run
+from synth import base_config, changed_file, trace_records, write_run
 
 RTOL = 1e-12
 MS = 1_000_000  # ns
@@ -230,10 +230,7 @@ MALFORMED = {
 @pytest.mark.parametrize("case", sorted(MALFORMED))
 def test_a_malformed_trace_is_a_problem_and_the_run_stays(tmp_path, case):
     change, message = MALFORMED[case]
-    path = write_profiled(tmp_path / "run.h5")
-    with h5py.File(path, "r+") as handle:
-        change(handle)
-    run = read_run(path)
+    run = read_run(changed_file(write_profiled(tmp_path / "run.h5"), change))
     assert run.usable and run.summary["steps_measured"] == 5
     assert run.kernel_trace is None and run.kernel_trace_found
     (problem,) = run.problems

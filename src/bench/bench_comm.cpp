@@ -58,9 +58,13 @@ struct CommBuffers {
   // Starts the collective and waits for it (on the compute stream, on cuda).
   void run(Communicator& comm) {
     switch (kind_) {
-      case CollectiveKind::allreduce: comm.finish(comm.start_allreduce(send, payload, kPhase)); return;
-      case CollectiveKind::reduce_scatter: comm.finish(comm.start_reduce_scatter(send, recv, per_rank, kPhase)); return;
-      case CollectiveKind::allgather: comm.finish(comm.start_allgather(send, recv, per_rank, kPhase)); return;
+      case CollectiveKind::allreduce: comm.finish(comm.start_allreduce(in_place(send, payload, kPhase))); return;
+      case CollectiveKind::reduce_scatter:
+        comm.finish(comm.start_reduce_scatter(collective_args(send, recv, per_rank, kPhase)));
+        return;
+      case CollectiveKind::allgather:
+        comm.finish(comm.start_allgather(collective_args(send, recv, per_rank, kPhase)));
+        return;
       default: SCALESTUDY_CHECK(false, "bench comm: unsupported collective");
     }
   }
@@ -181,7 +185,6 @@ void run_comm_bench(BenchContext& context) {
   auto& m = context.method;
   m["timing"] = context.timer_description() + "; each sample starts after a barrier, and is the slowest rank's";
   m["communicator"] = context.comm->name() +
-                     (config.comm_engine == CommEngine::copy ? " on the copy engines (--comm-engine copy)" : "") +
                      ", through the start/finish pairs training uses (the hand-off "
                      "between the compute and comm streams, or to the MPI comm thread, included)";
   m["definitions"] = "algbw = bytes / time; busbw = algbw · 2(n-1)/n (allreduce), algbw · (n-1)/n "

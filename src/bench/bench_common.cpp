@@ -11,10 +11,8 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
-#include <set>
 #include <sstream>
 
-#include "build_info.h"
 #include "results/hdf5_check.h"
 #include "core/usage_error.h"
 #include "results/hdf5_io.h"
@@ -413,46 +411,20 @@ void mark_bench_failed_on_abort(const std::string& reason) {
 BenchFile::BenchFile(const std::string& output, BenchKind kind, const RunIdentity& identity,
                      const std::string& precision, MPI_Comm world)
     : output_(output), partial_(output + ".partial"), kind_(kind) {
-  int world_size = 1;
   CHECK_MPI(MPI_Comm_rank(world, &rank_));
-  CHECK_MPI(MPI_Comm_size(world, &world_size));
-  const std::vector<std::string> hosts = gather_strings(world, host_name(), world_size);
-  const std::vector<std::string> devices = gather_strings(world, identity.device_name, world_size);
+  const ProvenanceHeader header{.argv = identity.argv,
+                                .backend = identity.backend,
+                                .precision = precision,
+                                .cuda_version = identity.cuda_version,
+                                .nccl_version = identity.nccl_version,
+                                .ranks = gather_rank_placement(world, identity.device_name)};
   if (rank_ != 0 || output_.empty()) return;
 
   const std::filesystem::path parent = std::filesystem::path(output_).parent_path();
   if (!parent.empty()) std::filesystem::create_directories(parent);
   file_ = CHECK_HDF5(H5Fcreate(partial_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
-  std::string argv;
-  for (const auto& arg : identity.argv) argv += (argv.empty() ? "" : " ") + arg;
-  const std::set<std::string> distinct_hosts(hosts.begin(), hosts.end());
-  int64_t ranks_per_node = 0;
-  for (const auto& host : distinct_hosts)
-    ranks_per_node = std::max<int64_t>(ranks_per_node, std::count(hosts.begin(), hosts.end(), host));
-
-  h5::set_attribute(file_, "schema_version", kSchemaVersion);
-  h5::set_attribute(file_, "scalestudy_version", SCALESTUDY_VERSION);
-  h5::set_attribute(file_, "git_sha", SCALESTUDY_GIT_SHA);
-  h5::set_attribute(file_, "argv", argv);
-  h5::set_attribute(file_, "start_time", utc_now());
-  h5::set_attribute(file_, "end_time", "");
-  h5::set_attribute(file_, "world_size", static_cast<int64_t>(world_size));
-  h5::set_attribute(file_, "nodes", static_cast<int64_t>(distinct_hosts.size()));
-  h5::set_attribute(file_, "ranks_per_node", ranks_per_node);
-  h5::set_attribute(file_, "backend", identity.backend);
-  h5::set_attribute(file_, "precision", precision);
-  h5::set_attribute(file_, "status", "running");
-  h5::set_attribute(file_, "failure_reason", "");
-  h5::set_attribute(file_, "cuda_version", identity.cuda_version);
-  h5::set_attribute(file_, "nccl_version", identity.nccl_version);
-  h5::set_attribute(file_, "mpi_version", mpi_library_version());
-  h5::set_attribute(file_, "hdf5_version", hdf5_library_version());
+  write_provenance_header(file_, header);
   h5::set_attribute(file_, "bench", bench_kind_name(kind_));
-  {
-    h5::Handle ranks = h5::create_group(file_, "ranks");
-    h5::write_strings(ranks.get(), "hostname", hosts);
-    h5::write_strings(ranks.get(), "device", devices);
-  }
   CHECK_HDF5(H5Fflush(file_, H5F_SCOPE_GLOBAL));
   active_bench_file.store(this);
   set_abort_hook(mark_bench_failed_on_abort);

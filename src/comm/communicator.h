@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "core/memory_kind.h"
+#include "comm/collective_args.h"
 #include "timing/collective_record.h"
 
 namespace scalestudy {
@@ -34,34 +34,16 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
 
-  // In-place sum over ranks.
-  virtual CommHandle start_allreduce(float* buffer, size_t elems, const std::string& phase) = 0;
-  virtual CommHandle start_allreduce(double* buffer, size_t elems, const std::string& phase) = 0;
-  // send holds world_size * recv_elems; rank r receives the sum of chunk r in recv.
-  virtual CommHandle start_reduce_scatter(const float* send, float* recv, size_t recv_elems,
-                                          const std::string& phase) = 0;
-  // recv gets world_size * send_elems, chunk r from rank r. In place when
-  // send == recv + rank * send_elems.
-  virtual CommHandle start_allgather(const float* send, float* recv, size_t send_elems,
-                                     const std::string& phase) = 0;
-  // The same gather of 16-bit words (a backend's 16-bit copy of the parameters), moved
-  // unchanged: 2 bytes a word on the wire and in the records.
-  virtual CommHandle start_allgather_16bit(const uint16_t* send, uint16_t* recv, size_t send_elems,
-                                           const std::string& phase) = 0;
-  // The same two sums with bf16 on the wire, for gradients (--grad-reduce bf16): each
-  // rank's values are rounded to bf16 (to nearest even), every addition is done in fp32
-  // and rounded to bf16 again, as NCCL sums bf16, and the sum is widened back into the
-  // fp32 result. Half the bytes of the fp32 forms; records count the bf16 bytes.
-  virtual CommHandle start_allreduce_in_bf16(float* buffer, size_t elems,
-                                             const std::string& phase) = 0;
-  virtual CommHandle start_reduce_scatter_in_bf16(const float* send, float* recv,
-                                                  size_t recv_elems,
-                                                  const std::string& phase) = 0;
-  virtual CommHandle start_broadcast(float* buffer, size_t elems, int root,
-                                     const std::string& phase) = 0;
+  // One start per kind of collective; args describes the buffers and what travels
+  // (comm/collective_args.h, whose table says what each kind accepts). Records count the
+  // bytes that travel: a bf16_from_f32 collective counts its bf16 bytes.
+  virtual CommHandle start_allreduce(const CollectiveArgs& args) = 0;
+  virtual CommHandle start_reduce_scatter(const CollectiveArgs& args) = 0;
+  virtual CommHandle start_allgather(const CollectiveArgs& args) = 0;
+  virtual CommHandle start_broadcast(const CollectiveArgs& args, int root) = 0;
   virtual CommHandle start_barrier(const std::string& phase) = 0;
 
-  // The lane of the float collectives started from now on (LaneScope sets it for a scope);
+  // The lane of the collectives started from now on (LaneScope sets it for a scope);
   // awaited until set. Every rank must start the same collectives in the same lanes.
   virtual void set_lane(CommLane lane) { (void)lane; }
   // The most multiprocessors an overlapped-lane collective's kernels hold on this rank's
@@ -85,40 +67,19 @@ class Communicator {
   virtual std::vector<size_t> payload_bytes_by_kind() const = 0;
   // Bytes the communicator holds for staging (the bf16 wire buffers), at their peak.
   virtual size_t staging_bytes() const { return 0; }
-  // Device memory for a buffer that collectives will run on (ddp's gradients, zero2's
-  // bucket staging and receive buffers), when this communicator wants to own it: the
-  // copy engines move only memory registered with NCCL. nullptr when it does not, and
-  // the caller allocates the buffer itself (allocate_collective_buffer in parallel/ does
-  // both). Every rank must make the same requests in the same order. The contents
-  // start undefined. Staging memory (staging_bytes) is another thing: the communicator's
-  // own, which no caller sees.
-  virtual float* allocate_owned_buffer(size_t elems, MemoryKind kind) {
-    (void)elems, (void)kind;
-    return nullptr;
-  }
-  // Releases a buffer of allocate_owned_buffer; false when the buffer is not one.
-  virtual bool release_owned_buffer(float* buffer) {
-    (void)buffer;
-    return false;
-  }
-  // Bytes of the owned buffers of a kind, for the memory report.
-  virtual size_t owned_bytes(MemoryKind kind) const {
-    (void)kind;
-    return 0;
-  }
   // The device stream collectives run on (a cudaStream_t), for the kernel tracer to name;
   // nullptr when they run on the host.
   virtual void* native_stream() const { return nullptr; }
 
   // Blocking conveniences built on the pairs.
   void allreduce(float* buffer, size_t elems, const std::string& phase) {
-    finish(start_allreduce(buffer, elems, phase));
+    finish(start_allreduce(in_place(buffer, elems, phase)));
   }
   void allreduce(double* buffer, size_t elems, const std::string& phase) {
-    finish(start_allreduce(buffer, elems, phase));
+    finish(start_allreduce(in_place(buffer, elems, phase)));
   }
   void broadcast(float* buffer, size_t elems, int root, const std::string& phase) {
-    finish(start_broadcast(buffer, elems, root, phase));
+    finish(start_broadcast(in_place(buffer, elems, phase), root));
   }
   void barrier(const std::string& phase) { finish(start_barrier(phase)); }
 };

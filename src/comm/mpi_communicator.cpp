@@ -1,31 +1,48 @@
 #include "comm/mpi_communicator.h"
 
 #include <algorithm>
-#include <cinttypes>
-#include <cstdio>
+#include <cstring>
 #include <exception>
-#include <iterator>
 #include <utility>
 
 #include "core/bf16_host.h"
 #include "core/check.h"
 
 namespace scalestudy {
+
+// What MPI moves for a wire type: bf16 travels as its bits, in MPI_UINT16_T.
+struct MpiElement {
+  MPI_Datatype type = MPI_FLOAT;
+  size_t bytes = sizeof(float);
+};
+
+// What a queued collective needs of the communicator, copied so that the comm stream
+// never reads the communicator's members.
+struct MpiCall {
+  MPI_Comm comm = MPI_COMM_NULL;
+  int world_size = 1;
+  int rank = 0;
+  size_t max_piece_elems = 0;
+  MpiElement element;
+  MPI_Op op = MPI_SUM;
+
+  // The element `elems` elements on from base.
+  char* at(void* base, size_t elems) const { return static_cast<char*>(base) + elems * element.bytes; }
+  const char* at(const void* base, size_t elems) const {
+    return static_cast<const char*>(base) + elems * element.bytes;
+  }
+};
+
 namespace {
 
-template <class T>
-MPI_Datatype mpi_type();
-template <>
-MPI_Datatype mpi_type<float>() {
-  return MPI_FLOAT;
-}
-template <>
-MPI_Datatype mpi_type<double>() {
-  return MPI_DOUBLE;
-}
-template <>
-MPI_Datatype mpi_type<uint16_t>() {
-  return MPI_UINT16_T;
+MpiElement mpi_element(WireType wire) {
+  switch (wire) {
+    case WireType::f64: return {MPI_DOUBLE, sizeof(double)};
+    case WireType::bf16_from_f32:
+    case WireType::u16: return {MPI_UINT16_T, sizeof(uint16_t)};
+    case WireType::f32: break;
+  }
+  return {MPI_FLOAT, sizeof(float)};
 }
 
 // Calls body(offset_elems, piece_elems) over [0, elems) in pieces that fit an MPI int count.
@@ -36,34 +53,58 @@ void for_each_piece(size_t elems, size_t max_piece_elems, Body body) {
   }
 }
 
-bool ranges_overlap(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
-  const auto a_begin = reinterpret_cast<uintptr_t>(a);
-  const auto b_begin = reinterpret_cast<uintptr_t>(b);
-  return a_bytes > 0 && b_bytes > 0 && a_begin < b_begin + b_bytes && b_begin < a_begin + a_bytes;
+void allreduce_in_pieces(const MpiCall& call, void* buffer, size_t elems) {
+  for_each_piece(elems, call.max_piece_elems, [&](size_t offset_elems, int piece_elems) {
+    CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, call.at(buffer, offset_elems), piece_elems, call.element.type, call.op,
+                            call.comm));
+  });
 }
 
-std::string format_bytes(size_t bytes) {
-  static const char* const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double value = static_cast<double>(bytes);
-  size_t unit = 0;
-  while (value >= 1024.0 && unit + 1 < std::size(units)) {
-    value /= 1024.0;
-    ++unit;
+// Rank `rank` receives the sum of chunk `rank` of every rank's send ([world][recv_elems]).
+void reduce_scatter_in_pieces(const MpiCall& call, const void* send, void* recv, size_t recv_elems) {
+  if (recv_elems <= call.max_piece_elems) {
+    CHECK_MPI(MPI_Reduce_scatter_block(send, recv, static_cast<int>(recv_elems), call.element.type, call.op,
+                                       call.comm));
+    return;
   }
-  char text[64];
-  std::snprintf(text, sizeof(text), unit == 0 ? "%.0f %s" : "%.1f %s", value, units[unit]);
-  return text;
+  // A piece of every rank's chunk is strided in send, which MPI_Reduce_scatter_block
+  // cannot express without a derived datatype, and predefined reductions are only
+  // guaranteed on predefined types. One reduce per owner keeps every buffer contiguous;
+  // at these sizes the extra calls cost nothing measurable.
+  for_each_piece(recv_elems, call.max_piece_elems, [&](size_t offset_elems, int piece_elems) {
+    for (int owner = 0; owner < call.world_size; ++owner) {
+      const char* chunk = call.at(send, static_cast<size_t>(owner) * recv_elems + offset_elems);
+      CHECK_MPI(MPI_Reduce(chunk, owner == call.rank ? call.at(recv, offset_elems) : nullptr, piece_elems,
+                           call.element.type, call.op, owner, call.comm));
+    }
+  });
 }
 
-std::string format_seconds(double seconds) {
-  char text[64];
-  std::snprintf(text, sizeof(text), "%g s", seconds);
-  return text;
+// Chunk r of recv ([world][send_elems]) from rank r; in place when send is this rank's chunk.
+void allgather_in_pieces(const MpiCall& call, const void* send, void* recv, size_t send_elems) {
+  char* own_chunk = call.at(recv, static_cast<size_t>(call.rank) * send_elems);
+  const bool in_place = send == own_chunk;
+  if (send_elems <= call.max_piece_elems) {
+    const int count = static_cast<int>(send_elems);
+    CHECK_MPI(MPI_Allgather(in_place ? MPI_IN_PLACE : send, count, call.element.type, recv, count, call.element.type,
+                            call.comm));
+    return;
+  }
+  // Chunks larger than an int count: each owner broadcasts its chunk piece by piece,
+  // which keeps every buffer contiguous (see reduce_scatter above).
+  if (!in_place) std::memcpy(own_chunk, send, send_elems * call.element.bytes);
+  for_each_piece(send_elems, call.max_piece_elems, [&](size_t offset_elems, int piece_elems) {
+    for (int owner = 0; owner < call.world_size; ++owner) {
+      char* chunk = call.at(recv, static_cast<size_t>(owner) * send_elems + offset_elems);
+      CHECK_MPI(MPI_Bcast(chunk, piece_elems, call.element.type, owner, call.comm));
+    }
+  });
 }
 
-void check_buffer(const void* buffer, size_t elems, const char* what) {
-  SCALESTUDY_CHECK(buffer != nullptr || elems == 0,
-                   std::string(what) + " is null but holds " + std::to_string(elems) + " elements");
+void broadcast_in_pieces(const MpiCall& call, void* buffer, size_t elems, int root) {
+  for_each_piece(elems, call.max_piece_elems, [&](size_t offset_elems, int piece_elems) {
+    CHECK_MPI(MPI_Bcast(call.at(buffer, offset_elems), piece_elems, call.element.type, root, call.comm));
+  });
 }
 
 // The sum of one MPI step over bf16 bits: each addition in fp32, rounded to bf16 (NCCL's
@@ -85,49 +126,28 @@ void from_bf16_bits(float* values, const std::vector<uint16_t>& bits) {
   for (size_t i = 0; i < bits.size(); ++i) values[i] = float_from_bf16_bits(bits[i]);
 }
 
-template <class T>
-void allreduce_in_pieces(MPI_Comm comm, T* buffer, size_t elems, size_t max_piece_elems,
-                         MPI_Datatype type, MPI_Op op) {
-  for_each_piece(elems, max_piece_elems, [&](size_t offset_elems, int piece_elems) {
-    CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, buffer + offset_elems, piece_elems, type, op, comm));
-  });
+MPI_Comm duplicate(MPI_Comm comm) {
+  MPI_Comm copy = MPI_COMM_NULL;
+  CHECK_MPI(MPI_Comm_dup(comm, &copy));
+  return copy;
 }
 
-template <class T>
-void allreduce_in_pieces(MPI_Comm comm, T* buffer, size_t elems, size_t max_piece_elems) {
-  allreduce_in_pieces(comm, buffer, elems, max_piece_elems, mpi_type<T>(), MPI_SUM);
+int rank_in(MPI_Comm comm) {
+  int rank = 0;
+  CHECK_MPI(MPI_Comm_rank(comm, &rank));
+  return rank;
 }
 
-// Rank `rank` receives the sum of chunk `rank` of every rank's send ([world][recv_elems]).
-template <class T>
-void reduce_scatter_in_pieces(MPI_Comm comm, int world_size, int rank, const T* send, T* recv,
-                              size_t recv_elems, size_t max_piece_elems, MPI_Datatype type,
-                              MPI_Op op) {
-  if (recv_elems <= max_piece_elems) {
-    CHECK_MPI(MPI_Reduce_scatter_block(send, recv, static_cast<int>(recv_elems), type, op, comm));
-    return;
-  }
-  // A piece of every rank's chunk is strided in send, which MPI_Reduce_scatter_block
-  // cannot express without a derived datatype, and predefined reductions are only
-  // guaranteed on predefined types. One reduce per owner keeps every buffer contiguous;
-  // at these sizes the extra calls cost nothing measurable.
-  for_each_piece(recv_elems, max_piece_elems, [&](size_t offset_elems, int piece_elems) {
-    for (int owner = 0; owner < world_size; ++owner) {
-      const T* chunk = send + static_cast<size_t>(owner) * recv_elems + offset_elems;
-      CHECK_MPI(MPI_Reduce(chunk, owner == rank ? recv + offset_elems : nullptr, piece_elems, type,
-                           op, owner, comm));
-    }
-  });
+int size_of(MPI_Comm comm) {
+  int size = 1;
+  CHECK_MPI(MPI_Comm_size(comm, &size));
+  return size;
 }
 
 }  // namespace
 
-MpiCommunicator::MpiCommunicator(MPI_Comm comm, double timeout_s) : timeout_s_(timeout_s) {
-  SCALESTUDY_CHECK(timeout_s > 0.0, "the collective timeout must be a positive number of seconds, got " +
-                                        std::to_string(timeout_s));
-  CHECK_MPI(MPI_Comm_dup(comm, &comm_));
-  CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
-  CHECK_MPI(MPI_Comm_size(comm_, &world_size_));
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, double timeout_s)
+    : comm_(duplicate(comm)), rank_(rank_in(comm_)), world_size_(size_of(comm_)), watchdog_(rank_, timeout_s) {
   CHECK_MPI(MPI_Op_create(&bf16_sum, /*commute=*/1, &bf16_sum_));
   epoch_ = Clock::now();
   worker_ = std::thread(&MpiCommunicator::worker_loop, this);
@@ -161,15 +181,11 @@ double MpiCommunicator::seconds_since_epoch(Clock::time_point when) const {
   return std::chrono::duration<double>(when - epoch_).count();
 }
 
-CommHandle MpiCommunicator::enqueue(CollectiveKind kind, const std::string& phase,
-                                    size_t payload_bytes, std::function<void()> run) {
-  Pending pending;
-  pending.id = ++last_started_id_;
-  pending.kind = kind;
-  pending.phase = phase;
-  pending.payload_bytes = payload_bytes;
-  pending.run = std::move(run);
-  const uint64_t id = pending.id;
+CommHandle MpiCommunicator::enqueue(CollectiveKind kind, const CollectiveArgs& args, std::function<void()> run) {
+  check_collective_args(kind, args, world_size_, rank_);
+  Pending pending{{++last_started_id_, kind, args.phase, payload_bytes(kind, args, world_size_)}, std::move(run)};
+  const uint64_t id = pending.collective.id;
+  watchdog_.watch(pending.collective);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     queue_.push_back(std::move(pending));
@@ -184,165 +200,102 @@ void MpiCommunicator::worker_loop() {
     // Drains the queue before stopping, so that no rank skips a collective its peers run.
     work_ready_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
     if (queue_.empty()) return;
-    std::function<void()> run = std::move(queue_.front().run);
-    front_running_ = true;
+    Pending running = std::move(queue_.front());
+    queue_.pop_front();
     lock.unlock();
 
     const Clock::time_point begin = Clock::now();
     try {
-      run();
+      running.run();
     } catch (const std::exception& error) {
       abort_job(__FILE__, __LINE__, "collective on the comm stream threw", error.what());
     }
     const Clock::time_point end = Clock::now();
+    const StartedCollective& done = running.collective;
+    watchdog_.forget(done.id);
 
     lock.lock();
-    Pending& done = queue_.front();
     payload_bytes_by_kind_[static_cast<size_t>(done.kind)] += done.payload_bytes;
-    finished_.push_back(FinishedStamp{done.id, done.kind, std::move(done.phase), done.payload_bytes, begin, end});
+    finished_.push_back(FinishedStamp{done, begin, end});
     finished_through_ = done.id;
-    queue_.pop_front();
-    front_running_ = false;
     work_done_.notify_all();
   }
 }
 
-CommHandle MpiCommunicator::start_allreduce(float* buffer, size_t elems, const std::string& phase) {
-  check_buffer(buffer, elems, "allreduce buffer");
-  MPI_Comm comm = comm_;
-  const size_t max_piece_elems = max_elems_per_call_;
-  return enqueue(CollectiveKind::allreduce, phase, elems * sizeof(float),
-                 [=] { allreduce_in_pieces(comm, buffer, elems, max_piece_elems); });
+MpiCall MpiCommunicator::call_for(WireType wire, MPI_Op op) const {
+  return MpiCall{comm_, world_size_, rank_, max_elems_per_call_, mpi_element(wire), op};
 }
 
-CommHandle MpiCommunicator::start_allreduce(double* buffer, size_t elems, const std::string& phase) {
-  check_buffer(buffer, elems, "allreduce buffer");
-  MPI_Comm comm = comm_;
-  const size_t max_piece_elems = max_elems_per_call_;
-  return enqueue(CollectiveKind::allreduce, phase, elems * sizeof(double),
-                 [=] { allreduce_in_pieces(comm, buffer, elems, max_piece_elems); });
+CommHandle MpiCommunicator::start_allreduce(const CollectiveArgs& args) {
+  if (args.wire == WireType::bf16_from_f32) return start_bf16_allreduce(args);
+  const MpiCall call = call_for(args.wire, MPI_SUM);
+  void* buffer = args.recv;
+  const size_t elems = args.elems;
+  return enqueue(CollectiveKind::allreduce, args, [=] { allreduce_in_pieces(call, buffer, elems); });
 }
 
-CommHandle MpiCommunicator::start_reduce_scatter(const float* send, float* recv, size_t recv_elems,
-                                                 const std::string& phase) {
-  const size_t send_elems = recv_elems * static_cast<size_t>(world_size_);
-  check_buffer(send, send_elems, "reduce_scatter send buffer");
-  check_buffer(recv, recv_elems, "reduce_scatter recv buffer");
-  // MPI forbids aliasing here, and MPI_IN_PLACE would mean a different buffer layout.
-  SCALESTUDY_CHECK(!ranges_overlap(send, send_elems * sizeof(float), recv, recv_elems * sizeof(float)),
-                   "reduce_scatter: the recv buffer overlaps the send buffer (phase " + phase + ")");
-  MPI_Comm comm = comm_;
-  const int world_size = world_size_;
-  const int rank = rank_;
-  const size_t max_piece_elems = max_elems_per_call_;
-  return enqueue(CollectiveKind::reduce_scatter, phase, send_elems * sizeof(float), [=] {
-    reduce_scatter_in_pieces(comm, world_size, rank, send, recv, recv_elems, max_piece_elems,
-                             MPI_FLOAT, MPI_SUM);
-  });
-}
-
-CommHandle MpiCommunicator::start_allreduce_in_bf16(float* buffer, size_t elems,
-                                                    const std::string& phase) {
-  check_buffer(buffer, elems, "allreduce buffer");
-  MPI_Comm comm = comm_;
-  MPI_Op op = bf16_sum_;
-  const size_t max_piece_elems = max_elems_per_call_;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    staging_bytes_ = std::max(staging_bytes_, elems * sizeof(uint16_t));
-  }
-  return enqueue(CollectiveKind::allreduce, phase, elems * sizeof(uint16_t), [=] {
+CommHandle MpiCommunicator::start_bf16_allreduce(const CollectiveArgs& args) {
+  const MpiCall call = call_for(args.wire, bf16_sum_);
+  auto* buffer = static_cast<float*>(args.recv);
+  const size_t elems = args.elems;
+  note_staging(elems * sizeof(uint16_t));
+  return enqueue(CollectiveKind::allreduce, args, [=] {
     std::vector<uint16_t> wire = to_bf16_bits(buffer, elems);
-    allreduce_in_pieces(comm, wire.data(), elems, max_piece_elems, MPI_UINT16_T, op);
+    allreduce_in_pieces(call, wire.data(), elems);
     from_bf16_bits(buffer, wire);
   });
 }
 
-CommHandle MpiCommunicator::start_reduce_scatter_in_bf16(const float* send, float* recv,
-                                                         size_t recv_elems,
-                                                         const std::string& phase) {
-  const size_t send_elems = recv_elems * static_cast<size_t>(world_size_);
-  check_buffer(send, send_elems, "reduce_scatter send buffer");
-  check_buffer(recv, recv_elems, "reduce_scatter recv buffer");
-  MPI_Comm comm = comm_;
-  MPI_Op op = bf16_sum_;
-  const int world_size = world_size_;
-  const int rank = rank_;
-  const size_t max_piece_elems = max_elems_per_call_;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    staging_bytes_ = std::max(staging_bytes_, (send_elems + recv_elems) * sizeof(uint16_t));
-  }
-  return enqueue(CollectiveKind::reduce_scatter, phase, send_elems * sizeof(uint16_t), [=] {
+CommHandle MpiCommunicator::start_reduce_scatter(const CollectiveArgs& args) {
+  if (args.wire == WireType::bf16_from_f32) return start_bf16_reduce_scatter(args);
+  const MpiCall call = call_for(args.wire, MPI_SUM);
+  const void* send = args.send;
+  void* recv = args.recv;
+  const size_t recv_elems = args.elems;
+  return enqueue(CollectiveKind::reduce_scatter, args,
+                 [=] { reduce_scatter_in_pieces(call, send, recv, recv_elems); });
+}
+
+CommHandle MpiCommunicator::start_bf16_reduce_scatter(const CollectiveArgs& args) {
+  const MpiCall call = call_for(args.wire, bf16_sum_);
+  const auto* send = static_cast<const float*>(args.send);
+  auto* recv = static_cast<float*>(args.recv);
+  const size_t recv_elems = args.elems, send_elems = recv_elems * static_cast<size_t>(world_size_);
+  note_staging((send_elems + recv_elems) * sizeof(uint16_t));
+  return enqueue(CollectiveKind::reduce_scatter, args, [=] {
     const std::vector<uint16_t> wire_send = to_bf16_bits(send, send_elems);
     std::vector<uint16_t> wire_recv(recv_elems);
-    reduce_scatter_in_pieces(comm, world_size, rank, wire_send.data(), wire_recv.data(), recv_elems,
-                             max_piece_elems, MPI_UINT16_T, op);
+    reduce_scatter_in_pieces(call, wire_send.data(), wire_recv.data(), recv_elems);
     from_bf16_bits(recv, wire_recv);
   });
 }
 
-CommHandle MpiCommunicator::start_allgather(const float* send, float* recv, size_t send_elems,
-                                            const std::string& phase) {
-  return start_allgather_of(send, recv, send_elems, phase);
+CommHandle MpiCommunicator::start_allgather(const CollectiveArgs& args) {
+  const MpiCall call = call_for(args.wire, MPI_SUM);
+  const void* send = args.send;
+  void* recv = args.recv;
+  const size_t send_elems = args.elems;
+  return enqueue(CollectiveKind::allgather, args, [=] { allgather_in_pieces(call, send, recv, send_elems); });
 }
 
-CommHandle MpiCommunicator::start_allgather_16bit(const uint16_t* send, uint16_t* recv, size_t send_elems,
-                                                  const std::string& phase) {
-  return start_allgather_of(send, recv, send_elems, phase);
-}
-
-template <class T>
-CommHandle MpiCommunicator::start_allgather_of(const T* send, T* recv, size_t send_elems,
-                                               const std::string& phase) {
-  const size_t recv_elems = send_elems * static_cast<size_t>(world_size_);
-  check_buffer(send, send_elems, "allgather send buffer");
-  check_buffer(recv, recv_elems, "allgather recv buffer");
-  T* own_chunk = recv + static_cast<size_t>(rank_) * send_elems;
-  const bool in_place = send == own_chunk;
-  SCALESTUDY_CHECK(in_place || !ranges_overlap(send, send_elems * sizeof(T), recv, recv_elems * sizeof(T)),
-                   "allgather: the send buffer overlaps the recv buffer but is not this rank's "
-                   "chunk of it (phase " + phase + ")");
-  MPI_Comm comm = comm_;
-  const int world_size = world_size_;
-  const size_t max_piece_elems = max_elems_per_call_;
-  return enqueue(CollectiveKind::allgather, phase, recv_elems * sizeof(T), [=] {
-    const MPI_Datatype type = mpi_type<T>();
-    if (send_elems <= max_piece_elems) {
-      const int count = static_cast<int>(send_elems);
-      CHECK_MPI(MPI_Allgather(in_place ? MPI_IN_PLACE : send, count, type, recv, count, type, comm));
-      return;
-    }
-    // Chunks larger than an int count: each owner broadcasts its chunk piece by piece,
-    // which keeps every buffer contiguous (see reduce_scatter above).
-    if (!in_place) std::copy(send, send + send_elems, own_chunk);
-    for_each_piece(send_elems, max_piece_elems, [&](size_t offset_elems, int piece_elems) {
-      for (int owner = 0; owner < world_size; ++owner) {
-        T* chunk = recv + static_cast<size_t>(owner) * send_elems + offset_elems;
-        CHECK_MPI(MPI_Bcast(chunk, piece_elems, type, owner, comm));
-      }
-    });
-  });
-}
-
-CommHandle MpiCommunicator::start_broadcast(float* buffer, size_t elems, int root,
-                                            const std::string& phase) {
-  check_buffer(buffer, elems, "broadcast buffer");
-  SCALESTUDY_CHECK(root >= 0 && root < world_size_,
-                   "broadcast root " + std::to_string(root) + " is not a rank of this " +
-                       std::to_string(world_size_) + "-rank communicator (phase " + phase + ")");
-  MPI_Comm comm = comm_;
-  const size_t max_piece_elems = max_elems_per_call_;
-  return enqueue(CollectiveKind::broadcast, phase, elems * sizeof(float), [=] {
-    for_each_piece(elems, max_piece_elems, [&](size_t offset_elems, int piece_elems) {
-      CHECK_MPI(MPI_Bcast(buffer + offset_elems, piece_elems, MPI_FLOAT, root, comm));
-    });
-  });
+CommHandle MpiCommunicator::start_broadcast(const CollectiveArgs& args, int root) {
+  check_broadcast_root(root, world_size_, args.phase);
+  const MpiCall call = call_for(args.wire, MPI_SUM);
+  void* buffer = args.recv;
+  const size_t elems = args.elems;
+  return enqueue(CollectiveKind::broadcast, args, [=] { broadcast_in_pieces(call, buffer, elems, root); });
 }
 
 CommHandle MpiCommunicator::start_barrier(const std::string& phase) {
   MPI_Comm comm = comm_;
-  return enqueue(CollectiveKind::barrier, phase, 0, [=] { CHECK_MPI(MPI_Barrier(comm)); });
+  CollectiveArgs args;
+  args.phase = phase;
+  return enqueue(CollectiveKind::barrier, args, [=] { CHECK_MPI(MPI_Barrier(comm)); });
+}
+
+void MpiCommunicator::note_staging(size_t bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  staging_bytes_ = std::max(staging_bytes_, bytes);
 }
 
 void MpiCommunicator::finish(CommHandle handle) {
@@ -352,34 +305,13 @@ void MpiCommunicator::finish(CommHandle handle) {
   std::unique_lock<std::mutex> lock(mutex_);
   if (finished_through_ >= handle.id) return;
   const Clock::time_point wait_begin = Clock::now();
-  // Capped so that a huge timeout cannot overflow the clock's integer representation.
-  const auto timeout = std::chrono::duration_cast<Clock::duration>(
-      std::chrono::duration<double>(std::min(timeout_s_, 1.0e9)));
-  const bool finished = work_done_.wait_until(lock, Clock::now() + timeout, [&] {
-    return finished_through_ >= handle.id;
-  });
-  if (!finished) abort_on_timeout(handle.id);
+  // No deadline here: the watchdog ends the job for a collective that never finishes.
+  work_done_.wait(lock, [&] { return finished_through_ >= handle.id; });
   waits_[handle.id] = {wait_begin, Clock::now()};
 }
 
 void MpiCommunicator::finish_all() {
   if (last_started_id_ > 0) finish(CommHandle{last_started_id_});
-}
-
-// Called with mutex_ held. Names the collective at the head of the comm stream, not
-// necessarily the one waited for: in FIFO order the head is the one that is stuck.
-void MpiCommunicator::abort_on_timeout(uint64_t waited_id) {
-  const Pending& stuck = queue_.front();
-  std::string detail = std::string("collective ") + collective_kind_name(stuck.kind) + " #" +
-                       std::to_string(stuck.id) + " (phase " + stuck.phase + ", " +
-                       format_bytes(stuck.payload_bytes) + ") did not finish within " +
-                       format_seconds(timeout_s_) + " on rank " + std::to_string(rank_) +
-                       " -- a peer may have died or be stuck";
-  if (!front_running_) detail += " (the comm stream had not even started it)";
-  if (stuck.id != waited_id) {
-    detail += "; finish() was waiting for #" + std::to_string(waited_id) + ", queued behind it";
-  }
-  abort_job(__FILE__, __LINE__, "collective timed out", detail);
 }
 
 std::vector<CollectiveRecord> MpiCommunicator::take_records() {
@@ -390,14 +322,11 @@ std::vector<CollectiveRecord> MpiCommunicator::take_records() {
   }
   std::vector<CollectiveRecord> records;
   records.reserve(stamps.size());
-  for (FinishedStamp& stamp : stamps) {
-    CollectiveRecord record;
-    record.kind = stamp.kind;
-    record.phase = std::move(stamp.phase);
-    record.payload_bytes = stamp.payload_bytes;
+  for (const FinishedStamp& stamp : stamps) {
+    CollectiveRecord record = record_of(stamp.collective);
     record.begin_s = seconds_since_epoch(stamp.begin);
     record.end_s = seconds_since_epoch(stamp.end);
-    if (auto wait = waits_.find(stamp.id); wait != waits_.end()) {
+    if (auto wait = waits_.find(stamp.collective.id); wait != waits_.end()) {
       record.wait_begin_s = seconds_since_epoch(wait->second.first);
       record.wait_end_s = seconds_since_epoch(wait->second.second);
       waits_.erase(wait);

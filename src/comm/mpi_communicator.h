@@ -15,7 +15,9 @@
 // The epoch starts as the construction time.
 //
 // Threads. Every public member is called from one thread (the main thread); the worker
-// shares only the queue, the records and the byte counters with it, under mutex_.
+// shares only the queue, the records and the byte counters with it, under mutex_. The
+// watchdog (comm/collective_watchdog.h) times every collective from its start to the end
+// of its MPI calls.
 // The communicator must be destroyed before MPI is finalized.
 #include <mpi.h>
 
@@ -34,16 +36,19 @@
 #include <utility>
 #include <vector>
 
+#include "comm/collective_watchdog.h"
 #include "comm/communicator.h"
 
 namespace scalestudy {
+
+struct MpiCall;  // what a queued collective needs of the communicator (the .cpp)
 
 class MpiCommunicator final : public Communicator {
  public:
   using Clock = std::chrono::steady_clock;
 
   // Duplicates comm so that this communicator's traffic never matches anyone else's
-  // messages. A collective that finish() waits on for longer than timeout_s ends the job.
+  // messages. A collective that has not finished timeout_s after its start ends the job.
   MpiCommunicator(MPI_Comm comm, double timeout_s);
   ~MpiCommunicator() override;
   MpiCommunicator(const MpiCommunicator&) = delete;
@@ -53,20 +58,10 @@ class MpiCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int world_size() const override { return world_size_; }
 
-  CommHandle start_allreduce(float* buffer, size_t elems, const std::string& phase) override;
-  CommHandle start_allreduce(double* buffer, size_t elems, const std::string& phase) override;
-  CommHandle start_reduce_scatter(const float* send, float* recv, size_t recv_elems,
-                                  const std::string& phase) override;
-  CommHandle start_allgather(const float* send, float* recv, size_t send_elems,
-                             const std::string& phase) override;
-  CommHandle start_allgather_16bit(const uint16_t* send, uint16_t* recv, size_t send_elems,
-                                   const std::string& phase) override;
-  CommHandle start_allreduce_in_bf16(float* buffer, size_t elems,
-                                     const std::string& phase) override;
-  CommHandle start_reduce_scatter_in_bf16(const float* send, float* recv, size_t recv_elems,
-                                          const std::string& phase) override;
-  CommHandle start_broadcast(float* buffer, size_t elems, int root,
-                             const std::string& phase) override;
+  CommHandle start_allreduce(const CollectiveArgs& args) override;
+  CommHandle start_reduce_scatter(const CollectiveArgs& args) override;
+  CommHandle start_allgather(const CollectiveArgs& args) override;
+  CommHandle start_broadcast(const CollectiveArgs& args, int root) override;
   CommHandle start_barrier(const std::string& phase) override;
 
   void finish(CommHandle handle) override;
@@ -91,34 +86,29 @@ class MpiCommunicator final : public Communicator {
 
  private:
   struct Pending {
-    uint64_t id = 0;
-    CollectiveKind kind = CollectiveKind::barrier;
-    std::string phase;
-    size_t payload_bytes = 0;
+    StartedCollective collective;
     std::function<void()> run;
   };
   struct FinishedStamp {
-    uint64_t id = 0;
-    CollectiveKind kind = CollectiveKind::barrier;
-    std::string phase;
-    size_t payload_bytes = 0;
+    StartedCollective collective;
     Clock::time_point begin;
     Clock::time_point end;
   };
 
-  template <class T>
-  CommHandle start_allgather_of(const T* send, T* recv, size_t send_elems, const std::string& phase);
-  CommHandle enqueue(CollectiveKind kind, const std::string& phase, size_t payload_bytes,
-                     std::function<void()> run);
+  CommHandle start_bf16_allreduce(const CollectiveArgs& args);
+  CommHandle start_bf16_reduce_scatter(const CollectiveArgs& args);
+  MpiCall call_for(WireType wire, MPI_Op op) const;
+  // Checks args, then queues run for the comm stream.
+  CommHandle enqueue(CollectiveKind kind, const CollectiveArgs& args, std::function<void()> run);
   void worker_loop();
-  [[noreturn]] void abort_on_timeout(uint64_t waited_id);
+  // The bf16 forms' host copies hold this many bytes at once.
+  void note_staging(size_t bytes);
   double seconds_since_epoch(Clock::time_point when) const;
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   MPI_Op bf16_sum_ = MPI_OP_NULL;  // on MPI_UINT16_T holding bf16 bits
   int rank_ = 0;
   int world_size_ = 1;
-  double timeout_s_ = 0.0;
   size_t max_elems_per_call_ = static_cast<size_t>(INT_MAX);
   Clock::time_point epoch_;  // main thread only
   uint64_t last_started_id_ = 0;  // main thread only
@@ -128,10 +118,7 @@ class MpiCommunicator final : public Communicator {
   mutable std::mutex mutex_;
   std::condition_variable work_ready_;  // the worker waits for work or for stopping_
   std::condition_variable work_done_;   // finish() waits for finished_through_
-  // Queued and running collectives, oldest first. The running one stays at the front
-  // until it has finished, so a timeout can still name it.
-  std::deque<Pending> queue_;
-  bool front_running_ = false;
+  std::deque<Pending> queue_;  // started and not yet taken by the worker, oldest first
   // Ids are issued in order and run in order, so the finished ones are exactly 1..this.
   uint64_t finished_through_ = 0;
   std::vector<FinishedStamp> finished_;
@@ -139,6 +126,7 @@ class MpiCommunicator final : public Communicator {
   size_t staging_bytes_ = 0;
   bool stopping_ = false;
 
+  CollectiveWatchdog watchdog_;  // times each collective from its start
   std::thread worker_;
 };
 

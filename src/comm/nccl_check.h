@@ -4,9 +4,4 @@
 
 #include "core/check.h"
 
-#define CHECK_NCCL(call)                                                                 \
-  do {                                                                                   \
-    ncclResult_t check_nccl_rc_ = (call);                                                \
-    if (check_nccl_rc_ != ncclSuccess)                                                   \
-      ::scalestudy::abort_job(__FILE__, __LINE__, #call, ncclGetErrorString(check_nccl_rc_)); \
-  } while (0)
+#define CHECK_NCCL(call) SCALESTUDY_CHECK_RESULT(call, ncclSuccess, ncclGetErrorString)

@@ -2,28 +2,24 @@
 
 #if SCALESTUDY_HAVE_CUDA
 #include <algorithm>
-#include <cmath>
-#include <cstdio>
+#include <atomic>
 #include <limits>
 
 #include "comm/nccl_check.h"
 #include "cuda_check.h"
-#include "elementwise.cuh"
 
 namespace scalestudy {
 namespace {
-
-std::string format_mib(size_t bytes) {
-  char text[32];
-  std::snprintf(text, sizeof(text), "%.1f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
-  return text;
-}
 
 double elapsed_s(cudaEvent_t from, cudaEvent_t to) {
   float ms = 0.0f;
   CHECK_CUDA(cudaEventElapsedTime(&ms, from, to));
   return static_cast<double>(ms) * 1e-3;
 }
+
+// The NCCL type of a device collective's elements. A gather or broadcast does no
+// arithmetic, so 16-bit words move unchanged as any 16-bit type.
+ncclDataType_t nccl_type(WireType wire) { return wire == WireType::u16 ? ncclFloat16 : ncclFloat; }
 
 }  // namespace
 
@@ -35,9 +31,15 @@ std::string NcclCommunicator::nccl_version() {
          std::to_string(version % 100);
 }
 
-NcclCommunicator::NcclCommunicator(MPI_Comm comm, cudaStream_t compute_stream, double timeout_s,
-                                   bool copy_engines, int overlapped_ctas)
-    : timeout_s_(timeout_s), compute_stream_(compute_stream), overlapped_ctas_(overlapped_ctas) {
+NcclCommunicator::NcclCommunicator(MPI_Comm comm, cudaStream_t compute_stream, double timeout_s, int overlapped_ctas)
+    : overlapped_ctas_(overlapped_ctas),
+      compute_stream_(compute_stream),
+      comm_stream_([] {
+        cudaStream_t stream = nullptr;
+        CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+        return stream;
+      }()),
+      wire_(comm_stream_) {
   CHECK_MPI(MPI_Comm_dup(comm, &mpi_comm_));
   CHECK_MPI(MPI_Comm_rank(mpi_comm_, &rank_));
   CHECK_MPI(MPI_Comm_size(mpi_comm_, &world_size_));
@@ -45,44 +47,34 @@ NcclCommunicator::NcclCommunicator(MPI_Comm comm, cudaStream_t compute_stream, d
   if (rank_ == 0) CHECK_NCCL(ncclGetUniqueId(&id));
   CHECK_MPI(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, mpi_comm_));
   CHECK_NCCL(ncclCommInitRank(&nccl_, world_size_, id, rank_));
-  if (copy_engines) {
-    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    config.CTAPolicy = NCCL_CTA_POLICY_ZERO;
-    CHECK_NCCL(ncclCommSplit(nccl_, 0, rank_, &copy_comm_, &config));
-  }
   if (overlapped_ctas > 0) {
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.maxCTAs = overlapped_ctas;
     config.cgaClusterSize = kOverlappedClusterCtas;
     CHECK_NCCL(ncclCommSplit(nccl_, 0, rank_, &overlapped_comm_, &config));
   }
-  CHECK_CUDA(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
   CHECK_CUDA(cudaStreamCreateWithFlags(&marker_stream_, cudaStreamNonBlocking));
   CHECK_CUDA(cudaMalloc(&device_barrier_, sizeof(int)));
   CHECK_CUDA(cudaMemset(device_barrier_, 0, sizeof(int)));
   epoch_ = take_event();
   CHECK_CUDA(cudaEventRecord(epoch_, compute_stream_));
-  watchdog_ = std::thread([this] { watchdog_loop(); });
+  CollectiveWatchdog::Hooks hooks;
+  hooks.before_check = [this] { check_async_errors(); };
+  hooks.on_timeout = [this](const std::string& message) { abort_timed_out(message); };
+  watchdog_ = std::make_unique<CollectiveWatchdog>(rank_, timeout_s, std::move(hooks));
 }
 
 NcclCommunicator::~NcclCommunicator() {
   finish_all();
   CHECK_CUDA(cudaStreamSynchronize(compute_stream_));
-  stopping_ = true;
-  watchdog_.join();
+  watchdog_.reset();  // before the communicators it checks go
   for (cudaEvent_t event : all_events_) cudaEventDestroy(event);
   cudaFree(device_barrier_);
-  cudaFree(wire_);
-  if (copy_comm_) {
-    for (Window& window : owned_) free_window(window);
-    free_window(stage_a_);
-    free_window(stage_b_);
-    ncclCommDestroy(copy_comm_);
-  }
   if (overlapped_comm_) ncclCommDestroy(overlapped_comm_);
-  cudaStreamDestroy(comm_stream_);
   cudaStreamDestroy(marker_stream_);
   ncclCommDestroy(nccl_);
+  // The staging buffer is freed after this body; freeing memory needs no stream.
+  cudaStreamDestroy(comm_stream_);
   MPI_Comm_free(&mpi_comm_);
 }
 
@@ -100,18 +92,20 @@ cudaEvent_t NcclCommunicator::take_event() {
 
 NcclCommunicator::InFlight& NcclCommunicator::find(uint64_t id) {
   for (InFlight& entry : in_flight_)
-    if (entry.id == id) return entry;
+    if (entry.collective.id == id) return entry;
   abort_job(__FILE__, __LINE__, "finish()", "collective #" + std::to_string(id) + " is not in flight");
 }
 
+ncclComm_t NcclCommunicator::lane_comm() {
+  if (lane_ != CommLane::overlapped || !overlapped_comm_) return nccl_;
+  ++overlapped_calls_;
+  return overlapped_comm_;
+}
+
 template <typename Launch>
-CommHandle NcclCommunicator::launch(CollectiveKind kind, const std::string& phase, size_t payload_bytes,
-                                    Launch&& nccl_call) {
+CommHandle NcclCommunicator::launch(CollectiveKind kind, const CollectiveArgs& args, Launch&& nccl_call) {
   InFlight entry;
-  entry.id = ++last_id_;
-  entry.kind = kind;
-  entry.phase = phase;
-  entry.payload_bytes = payload_bytes;
+  entry.collective = {++last_id_, kind, args.phase, payload_bytes(kind, args, world_size_)};
   entry.epoch = epoch_;
   entry.begin = take_event();
   entry.enqueued = take_event();
@@ -121,11 +115,13 @@ CommHandle NcclCommunicator::launch(CollectiveKind kind, const std::string& phas
   CHECK_CUDA(cudaEventRecord(ready, compute_stream_));
   CHECK_CUDA(cudaStreamWaitEvent(comm_stream_, ready, 0));
   CHECK_CUDA(cudaEventRecord(entry.begin, comm_stream_));
-  entry.started_at = std::chrono::steady_clock::now();
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    in_flight_.push_back(entry);
-  }
+  // Until `end` is recorded the event says nothing of this collective, so the watchdog
+  // counts it in flight whatever the event says.
+  auto end_recorded = std::make_shared<std::atomic<bool>>(false);
+  watchdog_->watch(entry.collective, [end = entry.end, end_recorded] {
+    return end_recorded->load() && cudaEventQuery(end) != cudaErrorNotReady;
+  });
+  in_flight_.push_back(entry);
   // Recorded on the idle marker stream, the event passes at about the moment the host has
   // enqueued the collective's first operation: a call of several operations marks it
   // after the first; for one operation, the mark after the call is that moment.
@@ -137,272 +133,104 @@ CommHandle NcclCommunicator::launch(CollectiveKind kind, const std::string& phas
   nccl_call(first_enqueued);
   first_enqueued();
   CHECK_CUDA(cudaEventRecord(entry.end, comm_stream_));
+  end_recorded->store(true);
   free_events_.push_back(ready);  // reusable once recorded: later waits use their own copy
-  payload_bytes_by_kind_[static_cast<int>(kind)] += payload_bytes;
-  return CommHandle{entry.id};
+  payload_bytes_by_kind_[static_cast<int>(kind)] += entry.collective.payload_bytes;
+  return CommHandle{entry.collective.id};
 }
 
-CommHandle NcclCommunicator::start_allreduce(float* buffer, size_t elems, const std::string& phase) {
-  if (copy_comm_) {
-    const size_t world = static_cast<size_t>(world_size_);
-    const size_t piece_chunk = std::min(copy_chunk_limit(), (elems + world - 1) / world);
-    const bool direct = direct_allreduce(buffer, elems);
-    ensure_window(stage_b_, piece_chunk * world);
-    if (!direct) ensure_window(stage_a_, piece_chunk * world);
-    return launch(CollectiveKind::allreduce, phase, elems * sizeof(float),
-                  [&](const auto&) { enqueue_copy_allreduce(buffer, elems, direct); });
-  }
-  return launch(CollectiveKind::allreduce, phase, elems * sizeof(float), [&](const auto&) {
-    CHECK_NCCL(ncclAllReduce(buffer, buffer, elems, ncclFloat, ncclSum, lane_comm(), comm_stream_));
+CommHandle NcclCommunicator::start_allreduce(const CollectiveArgs& args) {
+  check_collective_args(CollectiveKind::allreduce, args, world_size_, rank_);
+  if (args.wire == WireType::f64) return start_host_allreduce(args);
+  if (args.wire == WireType::bf16_from_f32) return start_bf16_allreduce(args);
+  return launch(CollectiveKind::allreduce, args, [&](const auto&) {
+    CHECK_NCCL(ncclAllReduce(args.send, args.recv, args.elems, ncclFloat, ncclSum, lane_comm(), comm_stream_));
   });
 }
 
-void NcclCommunicator::ensure_window(Window& window, size_t elems) {
-  if (elems <= window.elems) return;
-  // The comm stream may still be using the old memory.
-  CHECK_CUDA(cudaStreamSynchronize(comm_stream_));
-  free_window(window);
-  void* memory = nullptr;
-  CHECK_NCCL(ncclMemAlloc(&memory, elems * sizeof(float)));
-  CHECK_NCCL(ncclCommWindowRegister(copy_comm_, memory, elems * sizeof(float), &window.handle, NCCL_WIN_COLL_SYMMETRIC));
-  window.base = static_cast<float*>(memory);
-  window.elems = elems;
-}
-
-void NcclCommunicator::free_window(Window& window) {
-  if (window.handle) CHECK_NCCL(ncclCommWindowDeregister(copy_comm_, window.handle));
-  if (window.base) CHECK_NCCL(ncclMemFree(window.base));
-  window.handle = nullptr;
-  window.base = nullptr;
-  window.elems = 0;
-}
-
-float* NcclCommunicator::allocate_owned_buffer(size_t elems, MemoryKind kind) {
-  if (!copy_comm_ || elems == 0) return nullptr;
-  Window buffer;
-  ensure_window(buffer, elems);
-  buffer.kind = kind;
-  owned_.push_back(buffer);
-  return buffer.base;
-}
-
-bool NcclCommunicator::release_owned_buffer(float* buffer) {
-  auto window = std::find_if(owned_.begin(), owned_.end(), [&](const Window& w) { return w.base == buffer; });
-  if (window == owned_.end()) return false;
-  CHECK_CUDA(cudaStreamSynchronize(comm_stream_));
-  free_window(*window);
-  owned_.erase(window);
-  return true;
-}
-
-size_t NcclCommunicator::owned_bytes(MemoryKind kind) const {
-  size_t bytes = 0;
-  for (const Window& window : owned_)
-    if (window.kind == kind) bytes += window.elems * sizeof(float);
-  return bytes;
-}
-
-bool NcclCommunicator::owned(const float* begin, size_t elems) const {
-  return std::any_of(owned_.begin(), owned_.end(), [&](const Window& w) {
-    return begin >= w.base && begin + elems <= w.base + w.elems;
-  });
-}
-
-bool NcclCommunicator::direct_allreduce(const float* buffer, size_t elems) const {
-  return elems % static_cast<size_t>(world_size_) == 0 && owned(buffer, elems);
-}
-
-bool NcclCommunicator::direct_reduce_scatter(const float* send, size_t recv_elems) const {
-  // One piece only: the pieces of a longer one would not be contiguous in `send`.
-  return recv_elems <= copy_chunk_limit() && owned(send, recv_elems * world_size_);
-}
-
-void NcclCommunicator::sum_staged_chunks(float* out, size_t chunk_elems) {
-  float* const chunks = stage_b_.base;
-  if (out != chunks)
-    CHECK_CUDA(cudaMemcpyAsync(out, chunks, chunk_elems * sizeof(float), cudaMemcpyDeviceToDevice, comm_stream_));
-  for (int r = 1; r < world_size_; ++r)
-    cuda::launch_accumulate(comm_stream_, out, chunks + static_cast<size_t>(r) * chunk_elems, chunk_elems);
-}
-
-void NcclCommunicator::enqueue_copy_allreduce(float* buffer, size_t elems, bool direct) {
-  const size_t world = static_cast<size_t>(world_size_);
-  float* const a = stage_a_.base;
-  float* const b = stage_b_.base;
-  for (size_t offset = 0; offset < elems; offset += copy_chunk_limit() * world) {
-    const size_t piece = std::min(copy_chunk_limit() * world, elems - offset);
-    const size_t chunk = (piece + world - 1) / world;
-    if (direct) {
-      CHECK_NCCL(ncclAlltoAll(buffer + offset, b, chunk, ncclFloat, copy_comm_, comm_stream_));
-      sum_staged_chunks(b, chunk);
-      CHECK_NCCL(ncclAllGather(b, buffer + offset, chunk, ncclFloat, copy_comm_, comm_stream_));
-      continue;
-    }
-    // The last chunk's padding is summed too, and never copied out.
-    if (chunk * world > piece)
-      CHECK_CUDA(cudaMemsetAsync(a + piece, 0, (chunk * world - piece) * sizeof(float), comm_stream_));
-    CHECK_CUDA(cudaMemcpyAsync(a, buffer + offset, piece * sizeof(float), cudaMemcpyDeviceToDevice, comm_stream_));
-    CHECK_NCCL(ncclAlltoAll(a, b, chunk, ncclFloat, copy_comm_, comm_stream_));
-    sum_staged_chunks(b, chunk);
-    CHECK_NCCL(ncclAllGather(b, a, chunk, ncclFloat, copy_comm_, comm_stream_));
-    CHECK_CUDA(cudaMemcpyAsync(buffer + offset, a, piece * sizeof(float), cudaMemcpyDeviceToDevice, comm_stream_));
-  }
-}
-
-void NcclCommunicator::enqueue_copy_reduce_scatter(const float* send, float* recv, size_t recv_elems, bool direct) {
-  if (direct) {
-    CHECK_NCCL(ncclAlltoAll(send, stage_b_.base, recv_elems, ncclFloat, copy_comm_, comm_stream_));
-    sum_staged_chunks(recv, recv_elems);
-    return;
-  }
-  float* const a = stage_a_.base;
-  for (size_t offset = 0; offset < recv_elems; offset += copy_chunk_limit()) {
-    const size_t piece = std::min(copy_chunk_limit(), recv_elems - offset);
-    // Piece `offset` of every rank's chunk, side by side.
-    for (int r = 0; r < world_size_; ++r)
-      CHECK_CUDA(cudaMemcpyAsync(a + r * piece, send + r * recv_elems + offset, piece * sizeof(float),
-                                 cudaMemcpyDeviceToDevice, comm_stream_));
-    CHECK_NCCL(ncclAlltoAll(a, stage_b_.base, piece, ncclFloat, copy_comm_, comm_stream_));
-    sum_staged_chunks(recv + offset, piece);
-  }
-}
-
-void NcclCommunicator::enqueue_copy_allgather(const float* send, float* recv, size_t send_elems) {
-  float* const a = stage_a_.base;
-  float* const b = stage_b_.base;
-  for (size_t offset = 0; offset < send_elems; offset += copy_chunk_limit()) {
-    const size_t piece = std::min(copy_chunk_limit(), send_elems - offset);
-    CHECK_CUDA(cudaMemcpyAsync(a, send + offset, piece * sizeof(float), cudaMemcpyDeviceToDevice, comm_stream_));
-    CHECK_NCCL(ncclAllGather(a, b, piece, ncclFloat, copy_comm_, comm_stream_));
-    for (int r = 0; r < world_size_; ++r)
-      CHECK_CUDA(cudaMemcpyAsync(recv + r * send_elems + offset, b + r * piece, piece * sizeof(float),
-                                 cudaMemcpyDeviceToDevice, comm_stream_));
-  }
-}
-
-void* NcclCommunicator::wire_buffer(size_t elems) {
-  if (elems > wire_elems_) {
-    // The comm stream may still be reading the old buffer.
-    CHECK_CUDA(cudaStreamSynchronize(comm_stream_));
-    CHECK_CUDA(cudaFree(wire_));
-    CHECK_CUDA(cudaMalloc(&wire_, elems * 2));
-    wire_elems_ = elems;
-  }
-  return wire_;
-}
-
-CommHandle NcclCommunicator::start_allreduce_in_bf16(float* buffer, size_t elems, const std::string& phase) {
-  auto* wire = static_cast<__nv_bfloat16*>(wire_buffer(std::min(elems, kWirePieceElems)));
-  return launch(CollectiveKind::allreduce, phase, elems * 2, [&](const auto& first_enqueued) {
-    for (size_t offset = 0; offset < elems; offset += kWirePieceElems) {
-      const size_t piece = std::min(kWirePieceElems, elems - offset);
-      cuda::launch_cast(comm_stream_, wire, buffer + offset, piece);
-      first_enqueued();
-      CHECK_NCCL(ncclAllReduce(wire, wire, piece, ncclBfloat16, ncclSum, lane_comm(), comm_stream_));
-      cuda::launch_cast(comm_stream_, buffer + offset, wire, piece);
-    }
-  });
-}
-
-CommHandle NcclCommunicator::start_reduce_scatter_in_bf16(const float* send, float* recv, size_t recv_elems,
-                                                          const std::string& phase) {
-  const size_t world = static_cast<size_t>(world_size_);
-  const size_t piece_limit = std::min(recv_elems, kWirePieceElems);
-  auto* wire = static_cast<__nv_bfloat16*>(wire_buffer(piece_limit * world));
-  return launch(CollectiveKind::reduce_scatter, phase, recv_elems * world * 2, [&](const auto& first_enqueued) {
-    for (size_t offset = 0; offset < recv_elems; offset += kWirePieceElems) {
-      const size_t piece = std::min(kWirePieceElems, recv_elems - offset);
-      // Piece `offset` of every rank's chunk, side by side as NCCL's send layout wants.
-      for (size_t r = 0; r < world; ++r)
-        cuda::launch_cast(comm_stream_, wire + r * piece, send + r * recv_elems + offset, piece);
-      first_enqueued();
-      __nv_bfloat16* own = wire + static_cast<size_t>(rank_) * piece;  // in place
-      CHECK_NCCL(ncclReduceScatter(wire, own, piece, ncclBfloat16, ncclSum, lane_comm(), comm_stream_));
-      cuda::launch_cast(comm_stream_, recv + offset, own, piece);
-    }
-  });
-}
-
-CommHandle NcclCommunicator::start_allreduce(double* host_buffer, size_t elems, const std::string& phase) {
-  // The values and their sum are on the host, so MPI sums them there. Through NCCL they
-  // took a copy to the device, a kernel and a synchronised copy back: about 0.25 ms between
-  // zero2's gradient norm and its update (docs/performance-notes.md, change 28).
-  SCALESTUDY_CHECK(elems <= static_cast<size_t>(std::numeric_limits<int>::max()),
-                   "a host allreduce of " + std::to_string(elems) + " doubles is more than MPI counts");
-  return launch(CollectiveKind::allreduce, phase, elems * sizeof(double), [&](const auto& first_enqueued) {
+CommHandle NcclCommunicator::start_host_allreduce(const CollectiveArgs& args) {
+  // The values and their sum are on the host, so MPI sums them there: through NCCL they
+  // would take a copy to the device, a kernel and a synchronised copy back.
+  SCALESTUDY_CHECK(args.elems <= static_cast<size_t>(std::numeric_limits<int>::max()),
+                   "a host allreduce of " + std::to_string(args.elems) + " doubles is more than MPI counts");
+  return launch(CollectiveKind::allreduce, args, [&](const auto& first_enqueued) {
     MPI_Request request;
-    CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, host_buffer, static_cast<int>(elems), MPI_DOUBLE, MPI_SUM, mpi_comm_,
+    CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, args.recv, static_cast<int>(args.elems), MPI_DOUBLE, MPI_SUM, mpi_comm_,
                              &request));
     first_enqueued();
-    const auto started = std::chrono::steady_clock::now();
-    for (int done = 0; !done;) {
-      CHECK_MPI(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
-      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-      if (!done && waited >= timeout_s_) {
-        std::lock_guard<std::mutex> lock(mutex_);
-        abort_timed_out(find(last_id_));
-      }
-    }
+    CHECK_MPI(MPI_Wait(&request, MPI_STATUS_IGNORE));  // the watchdog ends a wait that never ends
   });
 }
 
-CommHandle NcclCommunicator::start_reduce_scatter(const float* send, float* recv, size_t recv_elems,
-                                                  const std::string& phase) {
-  if (copy_comm_) {
-    const bool direct = direct_reduce_scatter(send, recv_elems);
-    ensure_window(stage_b_, std::min(copy_chunk_limit(), recv_elems) * world_size_);
-    if (!direct) ensure_window(stage_a_, std::min(copy_chunk_limit(), recv_elems) * world_size_);
-    return launch(CollectiveKind::reduce_scatter, phase, recv_elems * world_size_ * sizeof(float),
-                  [&](const auto&) { enqueue_copy_reduce_scatter(send, recv, recv_elems, direct); });
-  }
-  return launch(CollectiveKind::reduce_scatter, phase, recv_elems * world_size_ * sizeof(float), [&](const auto&) {
-    CHECK_NCCL(ncclReduceScatter(send, recv, recv_elems, ncclFloat, ncclSum, lane_comm(), comm_stream_));
+CommHandle NcclCommunicator::start_bf16_allreduce(const CollectiveArgs& args) {
+  auto* buffer = static_cast<float*>(args.recv);
+  wire_.reserve(std::min(args.elems, Bf16WireStaging::kPieceElems));
+  return launch(CollectiveKind::allreduce, args, [&](const auto& first_enqueued) {
+    Bf16WireStaging::for_each_piece(args.elems, [&](size_t offset, size_t piece) {
+      wire_.to_wire(buffer + offset, piece);
+      first_enqueued();
+      CHECK_NCCL(ncclAllReduce(wire_.at(), wire_.at(), piece, ncclBfloat16, ncclSum, lane_comm(), comm_stream_));
+      wire_.from_wire(buffer + offset, piece);
+    });
   });
 }
 
-CommHandle NcclCommunicator::start_allgather(const float* send, float* recv, size_t send_elems,
-                                             const std::string& phase) {
-  if (copy_comm_) {
-    ensure_window(stage_a_, std::min(copy_chunk_limit(), send_elems));
-    ensure_window(stage_b_, std::min(copy_chunk_limit(), send_elems) * world_size_);
-    return launch(CollectiveKind::allgather, phase, send_elems * world_size_ * sizeof(float),
-                  [&](const auto&) { enqueue_copy_allgather(send, recv, send_elems); });
-  }
-  return launch(CollectiveKind::allgather, phase, send_elems * world_size_ * sizeof(float), [&](const auto&) {
-    CHECK_NCCL(ncclAllGather(send, recv, send_elems, ncclFloat, lane_comm(), comm_stream_));
+CommHandle NcclCommunicator::start_reduce_scatter(const CollectiveArgs& args) {
+  check_collective_args(CollectiveKind::reduce_scatter, args, world_size_, rank_);
+  if (args.wire == WireType::bf16_from_f32) return start_bf16_reduce_scatter(args);
+  return launch(CollectiveKind::reduce_scatter, args, [&](const auto&) {
+    CHECK_NCCL(ncclReduceScatter(args.send, args.recv, args.elems, ncclFloat, ncclSum, lane_comm(), comm_stream_));
   });
 }
 
-CommHandle NcclCommunicator::start_allgather_16bit(const uint16_t* send, uint16_t* recv, size_t send_elems,
-                                                   const std::string& phase) {
-  // On NCCL's kernels whatever the engine: the copy engines carry the float collectives.
-  // A gather does no arithmetic, so any 16-bit type moves the words unchanged.
-  return launch(CollectiveKind::allgather, phase, send_elems * world_size_ * sizeof(uint16_t), [&](const auto&) {
-    CHECK_NCCL(ncclAllGather(send, recv, send_elems, ncclFloat16, lane_comm(), comm_stream_));
+CommHandle NcclCommunicator::start_bf16_reduce_scatter(const CollectiveArgs& args) {
+  const auto* send = static_cast<const float*>(args.send);
+  auto* recv = static_cast<float*>(args.recv);
+  const size_t world = static_cast<size_t>(world_size_), recv_elems = args.elems;
+  wire_.reserve(std::min(recv_elems, Bf16WireStaging::kPieceElems) * world);
+  return launch(CollectiveKind::reduce_scatter, args, [&](const auto& first_enqueued) {
+    Bf16WireStaging::for_each_piece(recv_elems, [&](size_t offset, size_t piece) {
+      // Piece `offset` of every rank's chunk, side by side as NCCL's send layout wants.
+      for (size_t r = 0; r < world; ++r) wire_.to_wire(send + r * recv_elems + offset, piece, r * piece);
+      first_enqueued();
+      const size_t own = static_cast<size_t>(rank_) * piece;  // in place
+      CHECK_NCCL(ncclReduceScatter(wire_.at(), wire_.at(own), piece, ncclBfloat16, ncclSum, lane_comm(), comm_stream_));
+      wire_.from_wire(recv + offset, piece, own);
+    });
   });
 }
 
-CommHandle NcclCommunicator::start_broadcast(float* buffer, size_t elems, int root, const std::string& phase) {
-  return launch(CollectiveKind::broadcast, phase, elems * sizeof(float), [&](const auto&) {
-    CHECK_NCCL(ncclBroadcast(buffer, buffer, elems, ncclFloat, root, nccl_, comm_stream_));
+CommHandle NcclCommunicator::start_allgather(const CollectiveArgs& args) {
+  check_collective_args(CollectiveKind::allgather, args, world_size_, rank_);
+  return launch(CollectiveKind::allgather, args, [&](const auto&) {
+    CHECK_NCCL(ncclAllGather(args.send, args.recv, args.elems, nccl_type(args.wire), lane_comm(), comm_stream_));
+  });
+}
+
+CommHandle NcclCommunicator::start_broadcast(const CollectiveArgs& args, int root) {
+  check_collective_args(CollectiveKind::broadcast, args, world_size_, rank_);
+  check_broadcast_root(root, world_size_, args.phase);
+  return launch(CollectiveKind::broadcast, args, [&](const auto&) {
+    CHECK_NCCL(ncclBroadcast(args.send, args.recv, args.elems, nccl_type(args.wire), root, nccl_, comm_stream_));
   });
 }
 
 CommHandle NcclCommunicator::start_barrier(const std::string& phase) {
-  return launch(CollectiveKind::barrier, phase, 0, [&](const auto&) {
+  CollectiveArgs args;
+  args.phase = phase;
+  return launch(CollectiveKind::barrier, args, [&](const auto&) {
     CHECK_NCCL(ncclAllReduce(device_barrier_, device_barrier_, 1, ncclInt, ncclSum, nccl_, comm_stream_));
   });
 }
 
 void NcclCommunicator::finish(CommHandle handle) {
-  std::lock_guard<std::mutex> lock(mutex_);
   InFlight& entry = find(handle.id);
   if (entry.finished) return;
-  // Every collective runs on the comm stream, in the order started. Each wait of its own
-  // would cost the GPU's front end a few microseconds while the collective after it waits
-  // to start (docs/performance-notes.md, change 36).
+  // Every collective runs on the comm stream, in the order started, so one wait covers
+  // the earlier ones: each wait of its own would cost the GPU's front end a few
+  // microseconds while the collective after it waits to start.
   for (InFlight& earlier : in_flight_)
-    if (earlier.id < handle.id) earlier.finished = true;
+    if (earlier.collective.id < handle.id) earlier.finished = true;
   entry.finished = true;
   entry.wait_begin = take_event();
   entry.wait_end = take_event();
@@ -413,18 +241,14 @@ void NcclCommunicator::finish(CommHandle handle) {
 
 void NcclCommunicator::finish_all() {
   std::vector<uint64_t> open;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (const InFlight& entry : in_flight_)
-      if (!entry.finished) open.push_back(entry.id);
-  }
+  for (const InFlight& entry : in_flight_)
+    if (!entry.finished) open.push_back(entry.collective.id);
   for (uint64_t id : open) finish(CommHandle{id});
 }
 
 void NcclCommunicator::set_epoch(std::chrono::steady_clock::time_point) {
   // A fresh event: collectives still in flight keep measuring from the origin of the
   // step that started them.
-  std::lock_guard<std::mutex> lock(mutex_);
   const bool epoch_in_use = std::any_of(in_flight_.begin(), in_flight_.end(),
                                         [this](const InFlight& e) { return e.epoch == epoch_; });
   if (!epoch_in_use) free_events_.push_back(epoch_);
@@ -434,15 +258,11 @@ void NcclCommunicator::set_epoch(std::chrono::steady_clock::time_point) {
 
 std::vector<CollectiveRecord> NcclCommunicator::take_records() {
   std::vector<CollectiveRecord> records;
-  std::lock_guard<std::mutex> lock(mutex_);
   while (!in_flight_.empty() && in_flight_.front().finished) {
-    InFlight entry = in_flight_.front();
+    const InFlight entry = in_flight_.front();
     const bool waited = entry.wait_end != nullptr;
     CHECK_CUDA(cudaEventSynchronize(waited ? entry.wait_end : entry.end));
-    CollectiveRecord record;
-    record.kind = entry.kind;
-    record.phase = entry.phase;
-    record.payload_bytes = entry.payload_bytes;
+    CollectiveRecord record = record_of(entry.collective);
     record.end_s = elapsed_s(entry.epoch, entry.end);
     // The comm stream passes `begin` once compute has handed over; when it was idle, that
     // can be before the host had enqueued the collective, so the later of the two counts.
@@ -454,51 +274,42 @@ std::vector<CollectiveRecord> NcclCommunicator::take_records() {
     }
     records.push_back(record);
     in_flight_.pop_front();
-    for (cudaEvent_t event : {entry.begin, entry.enqueued, entry.end, entry.wait_begin, entry.wait_end})
-      if (event) free_events_.push_back(event);
-    if (entry.epoch != epoch_ && std::none_of(in_flight_.begin(), in_flight_.end(),
-                                              [&](const InFlight& e) { return e.epoch == entry.epoch; }) &&
-        std::find(free_events_.begin(), free_events_.end(), entry.epoch) == free_events_.end())
-      free_events_.push_back(entry.epoch);
+    recycle_events(entry);
   }
   return records;
+}
+
+void NcclCommunicator::recycle_events(const InFlight& entry) {
+  watchdog_->forget(entry.collective.id);  // its test reads `end`, which a later collective may reuse
+  for (cudaEvent_t event : {entry.begin, entry.enqueued, entry.end, entry.wait_begin, entry.wait_end})
+    if (event) free_events_.push_back(event);
+  const bool epoch_in_use =
+      entry.epoch == epoch_ ||
+      std::any_of(in_flight_.begin(), in_flight_.end(), [&](const InFlight& e) { return e.epoch == entry.epoch; });
+  if (!epoch_in_use && std::find(free_events_.begin(), free_events_.end(), entry.epoch) == free_events_.end())
+    free_events_.push_back(entry.epoch);
 }
 
 std::vector<size_t> NcclCommunicator::payload_bytes_by_kind() const {
   return std::vector<size_t>(payload_bytes_by_kind_.begin(), payload_bytes_by_kind_.end());
 }
 
-void NcclCommunicator::watchdog_loop() {
-  while (!stopping_) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    for (ncclComm_t comm : {nccl_, copy_comm_, overlapped_comm_}) {
-      ncclResult_t async_error = ncclSuccess;
-      if (comm && ncclCommGetAsyncError(comm, &async_error) == ncclSuccess && async_error != ncclSuccess &&
-          async_error != ncclInProgress) {
-        abort_job(__FILE__, __LINE__, "NCCL asynchronous error",
-                  std::string(ncclGetErrorString(async_error)) + " on rank " + std::to_string(rank_));
-      }
-    }
-    std::lock_guard<std::mutex> lock(mutex_);
-    const auto now = std::chrono::steady_clock::now();
-    for (const InFlight& entry : in_flight_) {
-      if (cudaEventQuery(entry.end) != cudaErrorNotReady) continue;
-      const double waited = std::chrono::duration<double>(now - entry.started_at).count();
-      if (waited < timeout_s_) continue;
-      abort_timed_out(entry);
+void NcclCommunicator::check_async_errors() const {
+  for (ncclComm_t comm : {nccl_, overlapped_comm_}) {
+    ncclResult_t async_error = ncclSuccess;
+    if (comm && ncclCommGetAsyncError(comm, &async_error) == ncclSuccess && async_error != ncclSuccess &&
+        async_error != ncclInProgress) {
+      abort_job(__FILE__, __LINE__, "NCCL asynchronous error",
+                std::string(ncclGetErrorString(async_error)) + " on rank " + std::to_string(rank_));
     }
   }
 }
 
-void NcclCommunicator::abort_timed_out(const InFlight& entry) {
-  // Every communicator the watchdog watches, so that none leaves a kernel spinning.
-  for (ncclComm_t comm : {nccl_, copy_comm_, overlapped_comm_})
+void NcclCommunicator::abort_timed_out(const std::string& message) {
+  // Both communicators, so that neither leaves a kernel spinning.
+  for (ncclComm_t comm : {nccl_, overlapped_comm_})
     if (comm) ncclCommAbort(comm);
-  abort_job(__FILE__, __LINE__, "collective timed out",
-            std::string("collective ") + collective_kind_name(entry.kind) + " #" + std::to_string(entry.id) +
-                " (phase " + entry.phase + ", " + format_mib(entry.payload_bytes) + ") did not finish within " +
-                std::to_string(static_cast<int>(timeout_s_)) + " s on rank " + std::to_string(rank_) +
-                " -- a peer may have died or be stuck");
+  abort_job(__FILE__, __LINE__, "collective timed out", message);
 }
 
 }  // namespace scalestudy

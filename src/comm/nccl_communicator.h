@@ -15,74 +15,46 @@
 //   later. So an `enqueued` event is also recorded, on an idle stream of its own, right
 //   after the host has enqueued the collective's first operation, and the record's begin
 //   is the later of the two. (Holding the comm stream until the enqueue returns, with a
-//   stream wait on a host word set after ncclAllReduce, hung the 2-GPU tests under NCCL
-//   2.28: its enqueue seems to wait for the stream.)
+//   stream wait on a host word set after the NCCL call, hangs under NCCL 2.28: its
+//   enqueue waits for the stream.)
 //   finish:   the compute stream waits for `end` (recording `wait_begin`/`wait_end`
 //             around the wait); the host returns at once.
 //
-// double buffers are host memory (norms): MPI sums them on the host, and start_allreduce
-// returns with the result in place. Their record's interval is the host's time in MPI, as
-// seen by the idle comm stream.
+// Wire types. f32 and u16 run as NCCL's own collectives (u16 words as a 16-bit type, which
+// a gather moves unchanged). bf16_from_f32 runs through a bf16 staging buffer on the comm
+// stream (comm/bf16_wire_staging.h). f64 buffers are host memory (norms): MPI sums them on
+// the host, and start_allreduce returns with the result in place; their record's interval
+// is the host's time in MPI, as seen by the idle comm stream.
 //
-// The bf16 forms run, all on the comm stream and in pieces of at most kWirePieceElems:
-// cast the piece to bf16 into a staging buffer, run the NCCL bf16 collective in place
-// there, cast the result back into the fp32 destination. The comm stream runs one piece
-// after another, so one staging buffer serves every collective; it grows to the largest
-// piece asked for (the first step's), and staging_bytes() reports it.
-//
-// Copy engines (--comm-engine copy). NCCL's sums run as kernels that hold multiprocessors
-// for as long as a collective lasts, and overlapped with backward they slow its GEMMs
-// (docs/performance-notes.md). On one node NCCL 2.28 can move data with the copy engines
-// instead, for its collectives that do no arithmetic (all-to-all, allgather), when the
-// communicator has the zero-CTA policy and both buffers are symmetric windows. So the
-// float collectives become, per piece of at most kCopyStageElems per buffer, on the comm
-// stream:
-//
-//   allreduce:      copy in -> A;  all-to-all A -> B;  sum B's chunks -> B[0];
-//                   allgather B[0] -> A;  copy A -> out
-//   reduce-scatter: copy in, chunk by chunk -> A;  all-to-all A -> B;  sum B's chunks -> out
-//   allgather:      copy in -> A;  allgather A -> B;  copy B, chunk by chunk -> out
-//
-// A and B are this communicator's two staging windows (staging_bytes() counts them), on
-// a second NCCL communicator split off with the zero-CTA policy. Buffers from
-// allocate_owned_buffer are windows too, and need no staging copies: an allreduce on one
-// is all-to-all it -> B, sum -> B[0], allgather B[0] -> it; a reduce-scatter from one of
-// at most copy_chunk_limit() per rank starts with the all-to-all. Chunk j of B holds rank
-// j's values, and the sum adds them in rank order, so every rank's chunk of the result
-// is the same on every rank whatever the path. The sum is a memory-bound kernel of ours:
-// the only multiprocessor time these collectives take.
-//
-// Lanes (--overlapped-ctas). A float collective started in CommLane::overlapped runs on a
+// Lanes (--overlapped-ctas). A device collective started in CommLane::overlapped runs on a
 // second NCCL communicator, split off with at most overlapped_ctas CTAs, when there is
 // one: NCCL's kernels then hold fewer multiprocessors beside the compute that hides them.
-// That communicator launches its kernels in clusters of kOverlappedClusterCtas CTAs.
-// On sm90 NCCL's default is 4, a cluster must fit within one GPC, and the GEMMs beside the
-// lane run in clusters of 2. A 4-CTA cluster launched after one of those GEMMs waited about
-// 0.45 ms, for the GEMM's first tiles to end. Clusters of 1 started at once, but the step
-// was 0.8 ms longer; clusters of 2 made it 0.3 ms shorter (docs/performance-notes.md,
-// change 27). NCCL_CGA_CLUSTER_SIZE overrides this value, as it does for every
-// communicator.
 // Both communicators run on the comm stream, one collective after another, in the order
-// they were started.
+// they were started. The overlapped lane launches its kernels in clusters of
+// kOverlappedClusterCtas CTAs. A cluster must fit within one GPC, and the GEMMs beside the
+// lane run in clusters of 2, so a cluster of NCCL's default 4 CTAs waits for those GEMMs'
+// first tiles to end, while single CTAs take multiprocessors the GEMMs' pairs cannot use.
+// On 2 H200s (GPT-2 small, ddp with overlap) the step was 0.3 ms shorter in clusters of 2
+// than of 4, and 0.8 ms longer in clusters of 1. NCCL_CGA_CLUSTER_SIZE overrides this
+// value, as it does for every communicator.
 //
-// A watchdog thread checks every collective in flight: one that has not finished within
-// the timeout, or an asynchronous NCCL error, ends the job with a message naming the
-// rank, the collective and its phase.
+// The watchdog (comm/collective_watchdog.h) times every collective from its start until
+// its `end` has passed, and also ends the job on an asynchronous NCCL error; on a timeout
+// it aborts the NCCL communicators first, so that no kernel is left spinning.
 #if SCALESTUDY_HAVE_CUDA
 #include <cuda_runtime.h>
 #include <mpi.h>
 #include <nccl.h>
 
 #include <array>
-#include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <deque>
-#include <mutex>
+#include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "comm/bf16_wire_staging.h"
+#include "comm/collective_watchdog.h"
 #include "comm/communicator.h"
 
 namespace scalestudy {
@@ -90,11 +62,9 @@ namespace scalestudy {
 class NcclCommunicator final : public Communicator {
  public:
   // The current CUDA device must already be set; compute_stream is the backend's.
-  // copy_engines: the float collectives go through the copy engines (above); every rank
-  // must be on one node. overlapped_ctas: the CTAs of the overlapped lane's NCCL kernels,
-  // at most (above); 0 runs both lanes alike.
-  NcclCommunicator(MPI_Comm comm, cudaStream_t compute_stream, double timeout_s, bool copy_engines = false,
-                   int overlapped_ctas = 0);
+  // overlapped_ctas: the CTAs of the overlapped lane's NCCL kernels, at most (above); 0
+  // runs both lanes alike.
+  NcclCommunicator(MPI_Comm comm, cudaStream_t compute_stream, double timeout_s, int overlapped_ctas = 0);
   ~NcclCommunicator() override;
   NcclCommunicator(const NcclCommunicator&) = delete;
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
@@ -103,18 +73,10 @@ class NcclCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int world_size() const override { return world_size_; }
 
-  CommHandle start_allreduce(float* buffer, size_t elems, const std::string& phase) override;
-  CommHandle start_allreduce(double* host_buffer, size_t elems, const std::string& phase) override;
-  CommHandle start_reduce_scatter(const float* send, float* recv, size_t recv_elems,
-                                  const std::string& phase) override;
-  CommHandle start_allgather(const float* send, float* recv, size_t send_elems,
-                             const std::string& phase) override;
-  CommHandle start_allgather_16bit(const uint16_t* send, uint16_t* recv, size_t send_elems,
-                                   const std::string& phase) override;
-  CommHandle start_allreduce_in_bf16(float* buffer, size_t elems, const std::string& phase) override;
-  CommHandle start_reduce_scatter_in_bf16(const float* send, float* recv, size_t recv_elems,
-                                          const std::string& phase) override;
-  CommHandle start_broadcast(float* buffer, size_t elems, int root, const std::string& phase) override;
+  CommHandle start_allreduce(const CollectiveArgs& args) override;
+  CommHandle start_reduce_scatter(const CollectiveArgs& args) override;
+  CommHandle start_allgather(const CollectiveArgs& args) override;
+  CommHandle start_broadcast(const CollectiveArgs& args, int root) override;
   CommHandle start_barrier(const std::string& phase) override;
 
   void set_lane(CommLane lane) override { lane_ = lane; }
@@ -126,104 +88,61 @@ class NcclCommunicator final : public Communicator {
   void set_epoch(std::chrono::steady_clock::time_point epoch) override;
   std::vector<CollectiveRecord> take_records() override;
   std::vector<size_t> payload_bytes_by_kind() const override;
+  size_t staging_bytes() const override { return wire_.bytes(); }
+  void* native_stream() const override { return comm_stream_; }
 
-  size_t staging_bytes() const override {
-    return wire_elems_ * 2 + (stage_a_.elems + stage_b_.elems) * sizeof(float);
-  }
-  float* allocate_owned_buffer(size_t elems, MemoryKind kind) override;
-  bool release_owned_buffer(float* buffer) override;
-  size_t owned_bytes(MemoryKind kind) const override;
   cudaStream_t comm_stream() const { return comm_stream_; }
   // NCCL calls made on the overlapped lane's communicator so far.
   size_t overlapped_calls() const { return overlapped_calls_; }
-  // Elements of the largest piece a bf16 collective sends at once (per rank's chunk, for
-  // reduce-scatter): 128 MiB of staging at most.
-  static constexpr size_t kWirePieceElems = size_t(64) << 20;
-  // Floats in each of the two copy-engine staging windows, at most: 128 MiB.
-  static constexpr size_t kCopyStageElems = size_t(32) << 20;
   // The CTAs of one cluster of the overlapped lane's kernels (see "Lanes" above).
   static constexpr int kOverlappedClusterCtas = 2;
-  void* native_stream() const override { return comm_stream_; }
   static std::string nccl_version();
 
  private:
   struct InFlight {
-    uint64_t id = 0;
-    CollectiveKind kind = CollectiveKind::barrier;
-    std::string phase;
-    size_t payload_bytes = 0;
+    StartedCollective collective;
     cudaEvent_t begin = nullptr, enqueued = nullptr, end = nullptr;
     // Null until finish(), and for good when a later collective's finish() covered it.
     cudaEvent_t wait_begin = nullptr, wait_end = nullptr;
     cudaEvent_t epoch = nullptr;  // the step origin in force when it started
-    std::chrono::steady_clock::time_point started_at{};
     bool finished = false;
   };
 
+  // The hand-off above, around nccl_call(first_enqueued), which enqueues the collective's
+  // operations on the comm stream and calls first_enqueued() after the first of them.
   template <typename Launch>
-  CommHandle launch(CollectiveKind kind, const std::string& phase, size_t payload_bytes, Launch&& nccl_call);
+  CommHandle launch(CollectiveKind kind, const CollectiveArgs& args, Launch&& nccl_call);
+  CommHandle start_host_allreduce(const CollectiveArgs& args);
+  CommHandle start_bf16_allreduce(const CollectiveArgs& args);
+  CommHandle start_bf16_reduce_scatter(const CollectiveArgs& args);
   cudaEvent_t take_event();
-  // The staging buffer, holding at least `elems` bf16 values (host side, before enqueueing).
-  void* wire_buffer(size_t elems);
-  struct Window {
-    float* base = nullptr;
-    size_t elems = 0;
-    MemoryKind kind = MemoryKind::communication;
-    ncclWindow_t handle = nullptr;
-  };
-  // Grows `window` to hold at least `elems` floats: NCCL memory, registered as a
-  // symmetric window on copy_comm_ (host side, before enqueueing; collective over the
-  // ranks, which all ask for the same sizes in turn).
-  void ensure_window(Window& window, size_t elems);
-  void free_window(Window& window);
-  // Elements of one rank's chunk that one piece of a copy-engine collective moves.
-  size_t copy_chunk_limit() const { return kCopyStageElems / static_cast<size_t>(world_size_); }
-  // Whether [begin, begin + elems) lies in an owned buffer.
-  bool owned(const float* begin, size_t elems) const;
-  // The forms that skip the staging copies, for owned buffers.
-  bool direct_allreduce(const float* buffer, size_t elems) const;
-  bool direct_reduce_scatter(const float* send, size_t recv_elems) const;
-  void enqueue_copy_allreduce(float* buffer, size_t elems, bool direct);
-  void enqueue_copy_reduce_scatter(const float* send, float* recv, size_t recv_elems, bool direct);
-  void enqueue_copy_allgather(const float* send, float* recv, size_t send_elems);
-  void sum_staged_chunks(float* out, size_t chunk_elems);
+  void recycle_events(const InFlight& entry);
   InFlight& find(uint64_t id);
   // The NCCL communicator of the lane in force, for one NCCL call.
-  ncclComm_t lane_comm() {
-    if (lane_ != CommLane::overlapped || !overlapped_comm_) return nccl_;
-    ++overlapped_calls_;
-    return overlapped_comm_;
-  }
-  void watchdog_loop();
-  // Ends the job for a collective that did not finish within the timeout (mutex_ held).
-  [[noreturn]] void abort_timed_out(const InFlight& entry);
+  ncclComm_t lane_comm();
+  // The watchdog's hooks.
+  void check_async_errors() const;
+  [[noreturn]] void abort_timed_out(const std::string& message);
 
   MPI_Comm mpi_comm_ = MPI_COMM_NULL;
   int rank_ = 0, world_size_ = 1;
-  double timeout_s_;
   ncclComm_t nccl_ = nullptr;
+  ncclComm_t overlapped_comm_ = nullptr;  // at most overlapped_ctas CTAs; null without
+  int overlapped_ctas_ = 0;
+  CommLane lane_ = CommLane::awaited;
+  size_t overlapped_calls_ = 0;
   cudaStream_t compute_stream_;
   cudaStream_t comm_stream_ = nullptr;
   cudaStream_t marker_stream_ = nullptr;  // only ever records the `enqueued` events
   cudaEvent_t epoch_ = nullptr;
   std::vector<cudaEvent_t> all_events_, free_events_;
   int* device_barrier_ = nullptr;
-  void* wire_ = nullptr;  // bf16 staging of the bf16 collectives
-  ncclComm_t copy_comm_ = nullptr;  // zero-CTA policy; null without copy engines
-  ncclComm_t overlapped_comm_ = nullptr;  // at most overlapped_ctas CTAs; null without
-  int overlapped_ctas_ = 0;
-  CommLane lane_ = CommLane::awaited;
-  size_t overlapped_calls_ = 0;
-  Window stage_a_, stage_b_;  // the staging windows A and B (above)
-  std::vector<Window> owned_;  // allocate_owned_buffer's, registered on copy_comm_
-  size_t wire_elems_ = 0;
+  Bf16WireStaging wire_;
   uint64_t last_id_ = 0;
   std::array<size_t, kCollectiveKindCount> payload_bytes_by_kind_{};
-
-  std::mutex mutex_;  // guards in_flight_ between the main thread and the watchdog
+  // Main thread only: the watchdog keeps its own account of what is in flight.
   std::deque<InFlight> in_flight_;
-  std::atomic<bool> stopping_{false};
-  std::thread watchdog_;
+  std::unique_ptr<CollectiveWatchdog> watchdog_;  // started once the NCCL communicators are
 };
 
 }  // namespace scalestudy

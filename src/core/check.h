@@ -16,12 +16,18 @@ namespace scalestudy {
 [[noreturn]] void abort_job(const char* file, int line, const std::string& what,
                             const std::string& detail, int exit_code = 1);
 
+// Ends the job for a reason that is no program error (a signal, a peer that never came):
+// "scalestudy: rank R on HOST: REASON" on stderr, the abort hook, then MPI_Abort.
+[[noreturn]] void end_job(const std::string& reason, int exit_code);
+
 // Called once, on the aborting rank, before the job is ended: the results writer marks
 // its file failed here. Pass nullptr to remove it.
 using AbortHook = void (*)(const std::string& reason);
 void set_abort_hook(AbortHook hook);
 
 std::string mpi_error_string(int code);
+// This machine's hostname, as failed checks and result files name it.
+std::string host_name();
 
 }  // namespace scalestudy
 
@@ -30,10 +36,14 @@ std::string mpi_error_string(int code);
     if (!(cond)) ::scalestudy::abort_job(__FILE__, __LINE__, "check failed: " #cond, (detail)); \
   } while (0)
 
-#define CHECK_MPI(call)                                                                  \
+// Evaluates `call` once; where its result is not `success`, ends the job with the message
+// that describe(result) gives. Every library's check is this one with its own success
+// value and message function.
+#define SCALESTUDY_CHECK_RESULT(call, success, describe)                                 \
   do {                                                                                   \
-    int check_mpi_rc_ = (call);                                                          \
-    if (check_mpi_rc_ != MPI_SUCCESS)                                                    \
-      ::scalestudy::abort_job(__FILE__, __LINE__, #call,                                 \
-                              ::scalestudy::mpi_error_string(check_mpi_rc_));            \
+    const auto check_result_ = (call);                                                   \
+    if (check_result_ != (success))                                                      \
+      ::scalestudy::abort_job(__FILE__, __LINE__, #call, describe(check_result_));       \
   } while (0)
+
+#define CHECK_MPI(call) SCALESTUDY_CHECK_RESULT(call, MPI_SUCCESS, ::scalestudy::mpi_error_string)

@@ -4,11 +4,11 @@
 
 namespace scalestudy {
 
-DdpStrategy::DdpStrategy(const RunConfig& config, Backend& backend, Communicator& comm, Gpt& model,
+DdpStrategy::DdpStrategy(const DataParallelConfig& config, Backend& backend, Communicator& comm, Gpt& model,
                          const BucketPlan& plan)
     : config_(config), backend_(backend), comm_(comm), model_(model), plan_(plan),
       hold_until_elems_(hold_until_elems(config.overlap_after, plan)) {
-  grads_ = allocate_collective_buffer(backend_, comm_, plan_.padded_elems, MemoryKind::gradients);
+  grads_ = backend_.allocate_floats(plan_.padded_elems, MemoryKind::gradients);
   m_ = backend_.allocate_floats(plan_.padded_elems, MemoryKind::optimizer);
   v_ = backend_.allocate_floats(plan_.padded_elems, MemoryKind::optimizer);
   backend_.fill_zero(grads_, plan_.padded_elems);
@@ -18,7 +18,7 @@ DdpStrategy::DdpStrategy(const RunConfig& config, Backend& backend, Communicator
 
 DdpStrategy::~DdpStrategy() {
   comm_.finish_all();
-  release_collective_buffer(backend_, comm_, grads_);
+  backend_.release(grads_);
   backend_.release(m_);
   backend_.release(v_);
 }
@@ -42,8 +42,8 @@ void DdpStrategy::segment_done_from(int segment, size_t offset_elems) {
   // Backward finishes gradients from the end of the buffer down, so every gradient at or
   // above this point is final.
   const size_t final_from = model_.layout().segments[segment].begin_elems + offset_elems;
-  // Held until backward has finished the --overlap-after share (change 43); the final
-  // report of backward, at offset 0 of the embeddings, starts whatever is left.
+  // Held until backward has finished the --overlap-after share (docs/strategies.md); the
+  // final report of backward, at offset 0 of the embeddings, starts whatever is left.
   if (final_from > hold_until_elems_) return;
   LaneScope lane(comm_, lane_after_segment(model_.layout(), segment, offset_elems));
   while (next_bucket_ >= 0 && plan_.buckets[next_bucket_].begin_elems >= final_from) {
@@ -56,8 +56,8 @@ void DdpStrategy::segment_done_from(int segment, size_t offset_elems) {
 }
 
 CommHandle DdpStrategy::start_allreduce(float* gradients, size_t elems) {
-  if (config_.grad_reduce == Precision::bf16) return comm_.start_allreduce_in_bf16(gradients, elems, "grad-comm");
-  return comm_.start_allreduce(gradients, elems, "grad-comm");
+  const WireType wire = config_.grad_reduce == Precision::bf16 ? WireType::bf16_from_f32 : WireType::f32;
+  return comm_.start_allreduce(in_place(gradients, elems, "grad-comm", wire));
 }
 
 void DdpStrategy::finish_gradient_sync() {
@@ -78,7 +78,7 @@ OptimizerStats DdpStrategy::optimizer_step(float learning_rate, int adam_step, f
   // fp32 compute: the parameters are their own master weights.
   if (!adamw_over_range(backend_, model_.layout(), 0, plan_.padded_elems,
                         {.params = model_.params(), .grads = grads_, .m = m_, .v = v_},
-                        adamw_params(config_, learning_rate, adam_step)))
+                        adamw_params(config_.adamw, learning_rate, adam_step)))
     backend_.parameters_changed(model_.params(), 0, plan_.padded_elems);
   return stats;
 }

@@ -9,13 +9,13 @@
 
 namespace scalestudy {
 
-AdamWParams adamw_params(const RunConfig& config, float learning_rate, int adam_step) {
+AdamWParams adamw_params(const AdamWConfig& adamw, float learning_rate, int adam_step) {
   AdamWParams hyper;
   hyper.learning_rate = learning_rate;
-  hyper.beta1 = config.beta1;
-  hyper.beta2 = config.beta2;
-  hyper.epsilon = config.epsilon;
-  hyper.weight_decay = config.weight_decay;
+  hyper.beta1 = adamw.beta1;
+  hyper.beta2 = adamw.beta2;
+  hyper.epsilon = adamw.epsilon;
+  hyper.weight_decay = adamw.weight_decay;
   hyper.step = adam_step;
   return hyper;
 }
@@ -29,15 +29,6 @@ bool adamw_over_range(Ops& ops, const ParameterLayout& layout, size_t param_begi
   });
   return ops.adamw_update_pieces(tensors.params, tensors.grads, tensors.m, tensors.v, pieces,
                                  hyper);
-}
-
-float* allocate_collective_buffer(DeviceMemory& memory, Communicator& comm, size_t elems, MemoryKind kind) {
-  float* owned = comm.allocate_owned_buffer(elems, kind);
-  return owned ? owned : memory.allocate_floats(elems, kind);
-}
-
-void release_collective_buffer(DeviceMemory& memory, Communicator& comm, float* buffer) {
-  if (!comm.release_owned_buffer(buffer)) memory.release(buffer);
 }
 
 std::vector<size_t> bucket_cuts(const BucketPlan& plan, const Segment& segment) {
@@ -78,7 +69,7 @@ OptimizerStats unscale_and_clip(double scaled_norm, float grad_scale, float max_
   return stats;
 }
 
-std::unique_ptr<GradientStrategy> make_strategy(const RunConfig& config, Backend& backend,
+std::unique_ptr<GradientStrategy> make_strategy(const DataParallelConfig& config, Backend& backend,
                                                 Communicator& comm, Gpt& model,
                                                 const BucketPlan& plan) {
   if (config.strategy == Strategy::zero2)

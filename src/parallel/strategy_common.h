@@ -4,26 +4,21 @@
 
 #include "backend/backend.h"
 #include "comm/communicator.h"
-#include "config/run_config.h"
+#include "config/data_parallel_config.h"
 #include "model/parameter_layout.h"
 #include "parallel/strategy.h"
 
 namespace scalestudy {
 
 // AdamW's hyper-parameters for one step: the learning rate and step given, the rest from
-// config, with config's weight decay (the decay of the tensors that are decayed).
-AdamWParams adamw_params(const RunConfig& config, float learning_rate, int adam_step);
+// the config, with its weight decay (the decay of the tensors that are decayed).
+AdamWParams adamw_params(const AdamWConfig& adamw, float learning_rate, int adam_step);
 // AdamW over the parameters [param_begin, param_end) of the flat buffer, with
 // hyper.weight_decay on the matrices only, in one adamw_update_pieces call. The tensors
 // point at the element that corresponds to param_begin. Returns what that call returns:
 // true where the backend has refreshed its compute copy of the range already.
 bool adamw_over_range(Ops& ops, const ParameterLayout& layout, size_t param_begin,
                       size_t param_end, const AdamWTensors& tensors, const AdamWParams& hyper);
-
-// A buffer that collectives run on: the communicator's when it wants to own it
-// (Communicator::allocate_owned_buffer), the backend's otherwise.
-float* allocate_collective_buffer(DeviceMemory& memory, Communicator& comm, size_t elems, MemoryKind kind);
-void release_collective_buffer(DeviceMemory& memory, Communicator& comm, float* buffer);
 
 // The offsets into `segment` where buckets of the plan begin, ascending (GradientSink::
 // segment_cuts).

@@ -7,7 +7,7 @@
 
 namespace scalestudy {
 
-Zero2Strategy::Zero2Strategy(const RunConfig& config, Backend& backend, Communicator& comm, Gpt& model,
+Zero2Strategy::Zero2Strategy(const DataParallelConfig& config, Backend& backend, Communicator& comm, Gpt& model,
                              const BucketPlan& plan)
     : config_(config), backend_(backend), comm_(comm), model_(model), plan_(plan),
       rank_(comm.rank()),
@@ -37,7 +37,7 @@ Zero2Strategy::Zero2Strategy(const RunConfig& config, Backend& backend, Communic
     embedding_staged_buckets_ = staged;
   embedding_scratch_elems_ =
       embedding_staged_buckets_ > 0 ? plan_.buckets[embedding_staged_buckets_ - 1].end_elems : embeddings.elems();
-  embedding_scratch_ = allocate_collective_buffer(backend_, comm_, embedding_scratch_elems_, MemoryKind::gradients);
+  embedding_scratch_ = backend_.allocate_floats(embedding_scratch_elems_, MemoryKind::gradients);
   for (size_t s = 1; s < layout.segments.size(); ++s)
     block_scratch_elems_ = std::max(block_scratch_elems_, layout.segments[s].elems());
   block_scratch_ = backend_.allocate_floats(block_scratch_elems_, MemoryKind::gradients);
@@ -47,9 +47,8 @@ Zero2Strategy::Zero2Strategy(const RunConfig& config, Backend& backend, Communic
 
 Zero2Strategy::~Zero2Strategy() {
   comm_.finish_all();
-  for (float* buffer : all_buffers_) release_collective_buffer(backend_, comm_, buffer);
-  release_collective_buffer(backend_, comm_, embedding_scratch_);
-  for (float* buffer : {shard_grads_, m_, v_, block_scratch_}) backend_.release(buffer);
+  for (float* buffer : all_buffers_) backend_.release(buffer);
+  for (float* buffer : {shard_grads_, m_, v_, embedding_scratch_, block_scratch_}) backend_.release(buffer);
 }
 
 float* Zero2Strategy::acquire_buffer(std::vector<float*>& pool, size_t elems) {
@@ -59,7 +58,7 @@ float* Zero2Strategy::acquire_buffer(std::vector<float*>& pool, size_t elems) {
     return buffer;
   }
   // Every buffer of a pool is sized for the largest bucket (or chunk), so any can be reused.
-  float* buffer = allocate_collective_buffer(backend_, comm_, elems, MemoryKind::communication);
+  float* buffer = backend_.allocate_floats(elems, MemoryKind::communication);
   all_buffers_.push_back(buffer);
   comm_buffer_bytes_ += elems * sizeof(float);
   return buffer;
@@ -71,7 +70,7 @@ bool Zero2Strategy::overlaps(int bucket, size_t begin, size_t end) const {
 
 void Zero2Strategy::begin_step() {
   // With overlap, forward runs beside the parameter allgathers, yet its GEMMs keep every
-  // multiprocessor: held back for the gathers' lane, the step was slower (change 44).
+  // multiprocessor: held back for the gathers' lane, GPT-2 small's 2-GPU step was slower.
   // Backward's are held back from the first reduce-scatter on (start_reduce).
   if (gather_pending_) start_gathers();
 }
@@ -221,9 +220,9 @@ void Zero2Strategy::start_reduce(int b) {
   float* destination = state.received ? state.received : shard_chunk;
   if (config_.overlap) reserve_for_overlapped_lane(backend_, comm_, true);
   const size_t chunk_elems = plan_.chunk_elems(b);
-  state.reduce = config_.grad_reduce == Precision::bf16
-                     ? comm_.start_reduce_scatter_in_bf16(state.staging, destination, chunk_elems, "grad-comm")
-                     : comm_.start_reduce_scatter(state.staging, destination, chunk_elems, "grad-comm");
+  const WireType wire = config_.grad_reduce == Precision::bf16 ? WireType::bf16_from_f32 : WireType::f32;
+  state.reduce =
+      comm_.start_reduce_scatter(collective_args(state.staging, destination, chunk_elems, "grad-comm", wire));
   state.reducing = true;
   reducing_.push_back(b);
   if (!config_.overlap) {
@@ -260,7 +259,7 @@ OptimizerStats Zero2Strategy::optimizer_step(float learning_rate, int adam_step,
     if (buckets_[b].gathering) complete_gather(b);
 
   double sum_of_squares = backend_.sum_of_squares(shard_grads_, plan_.shard_elems());
-  comm_.finish(comm_.start_allreduce(&sum_of_squares, 1, "optimizer"));
+  comm_.allreduce(&sum_of_squares, 1, "optimizer");
   // Every rank sees the same global norm, so every rank skips (or not) alike.
   const OptimizerStats stats = unscale_and_clip(std::sqrt(sum_of_squares), grad_scale, config_.grad_clip);
   if (stats.skipped) return stats;
@@ -273,11 +272,9 @@ OptimizerStats Zero2Strategy::optimizer_step(float learning_rate, int adam_step,
     // allgathers leave as they are.
     own_chunks_refreshed_ =
         adamw_over_range(backend_, model_.layout(), begin, begin + chunk,
-                         {.params = model_.params() + begin,
-                          .grads = shard_grads_ + offset,
-                          .m = m_ + offset,
-                          .v = v_ + offset},
-                         adamw_params(config_, learning_rate, adam_step));
+                         {.params = model_.params() + begin, .grads = shard_grads_ + offset,
+                          .m = m_ + offset, .v = v_ + offset},
+                         adamw_params(config_.adamw, learning_rate, adam_step));
   }
   gather_pending_ = true;
   if (!config_.overlap) sync_forward_parameters();
@@ -298,11 +295,11 @@ void Zero2Strategy::start_gathers() {
     const size_t bucket_begin = plan_.buckets[b].begin_elems;
     if (compute_copy_) {
       if (!own_chunks_refreshed_) backend_.parameters_changed(model_.params(), own_begin, own_begin + chunk);
-      buckets_[b].gather = comm_.start_allgather_16bit(compute_copy_ + own_begin, compute_copy_ + bucket_begin,
-                                                       chunk, "param-gather");
+      buckets_[b].gather = comm_.start_allgather(
+          collective_args(compute_copy_ + own_begin, compute_copy_ + bucket_begin, chunk, "param-gather"));
     } else {
-      buckets_[b].gather = comm_.start_allgather(model_.params() + own_begin, model_.params() + bucket_begin,
-                                                 chunk, "param-gather");
+      buckets_[b].gather = comm_.start_allgather(
+          collective_args(model_.params() + own_begin, model_.params() + bucket_begin, chunk, "param-gather"));
     }
     buckets_[b].gathering = true;
   }
@@ -349,9 +346,9 @@ void Zero2Strategy::finish_param_sync() {
   // are read only from here on (results, tests), so they are gathered once, now.
   CommHandle last{};
   for (int b = 0; b < static_cast<int>(plan_.buckets.size()); ++b)
-    last = comm_.start_allgather(model_.params() + plan_.chunk_begin(b, rank_),
-                                 model_.params() + plan_.buckets[b].begin_elems, plan_.chunk_elems(b),
-                                 "param-gather");
+    last = comm_.start_allgather(collective_args(model_.params() + plan_.chunk_begin(b, rank_),
+                                                 model_.params() + plan_.buckets[b].begin_elems,
+                                                 plan_.chunk_elems(b), "param-gather"));
   comm_.finish(last);  // the latest covers the earlier ones (Communicator::finish)
   masters_behind_ = false;
 }

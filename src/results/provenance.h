@@ -1,5 +1,6 @@
 #pragma once
 // The facts every result file records about where and when it was made.
+#include <hdf5.h>
 #include <mpi.h>
 
 #include <cstdint>
@@ -9,15 +10,43 @@
 namespace scalestudy {
 
 // docs/results-schema.md's version, of run files and benchmark files alike.
-inline constexpr int64_t kSchemaVersion = 4;
+inline constexpr int64_t kSchemaVersion = 5;
 
 // ISO-8601 UTC with a Z suffix, e.g. "2026-11-22T03:53:10Z".
 std::string utc_now();
-std::string host_name();
 // The MPI library's version string, first line.
 std::string mpi_library_version();
 std::string hdf5_library_version();
 // Every rank's string, on rank 0 (at most 255 characters each); empty elsewhere.
 std::vector<std::string> gather_strings(MPI_Comm comm, const std::string& mine, int world);
+
+// Where each rank runs, gathered from every rank onto rank 0 (empty elsewhere).
+struct RankPlacement {
+  std::vector<std::string> hosts;
+  std::vector<std::string> devices;       // "cpu" or the GPU's name
+  std::vector<int64_t> logical_cores;     // the host's online logical CPUs
+  std::vector<std::string> cpu_bindings;  // the CPUs the rank may run on, e.g. "0-3,8"
+  std::vector<std::string> cpu_models;    // the host's CPU model name
+};
+// This process's CPU affinity as a list of ranges, e.g. "0-3,8".
+std::string cpu_binding();
+// The model name of this host's CPUs (/proc/cpuinfo), or "unknown".
+std::string cpu_model();
+// Collective over comm: every rank passes its own device name.
+RankPlacement gather_rank_placement(MPI_Comm comm, const std::string& device_name);
+
+// The header that run files and benchmark files share (docs/results-schema.md).
+struct ProvenanceHeader {
+  std::vector<std::string> argv;
+  std::string backend;    // "cpu" or "cuda"
+  std::string precision;  // "fp32", "bf16" or "fp16"
+  std::string cuda_version = "none";
+  std::string nccl_version = "none";
+  RankPlacement ranks;
+};
+// Writes the root's provenance attributes (schema version, build, argv, start time, world
+// size, nodes and ranks per node, backend, precision, library versions), the status
+// "running" with an empty failure reason and end time, and /ranks (hostname, device).
+void write_provenance_header(hid_t root, const ProvenanceHeader& header);
 
 }  // namespace scalestudy

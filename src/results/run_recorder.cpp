@@ -10,10 +10,9 @@
 #include <ctime>
 #include <filesystem>
 #include <map>
-#include <set>
 #include <sstream>
 
-#include "build_info.h"
+#include "core/control_wait.h"
 #include "results/hdf5_check.h"
 #include "model/flops.h"
 #include "results/hdf5_io.h"
@@ -86,46 +85,17 @@ std::string result_config_hash(const RunConfig& config) {
 // The HDF5 file, on rank 0.
 class RunRecorder::File {
  public:
-  File(const std::string& output, const RunConfig& config, const RunIdentity& identity,
-       const std::vector<std::string>& hosts, const std::vector<std::string>& devices)
+  File(const std::string& output, const RunConfig& config, const ProvenanceHeader& header)
       : output_(output), partial_(output + ".partial"), world_(config.world_size) {
     const std::filesystem::path parent = std::filesystem::path(output).parent_path();
     if (!parent.empty()) std::filesystem::create_directories(parent);
     file_ = h5::Handle(CHECK_HDF5(H5Fcreate(partial_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT)));
     const hid_t root = file_.get();
-    std::string argv;
-    for (const auto& arg : identity.argv) argv += (argv.empty() ? "" : " ") + arg;
-    std::set<std::string> distinct_hosts(hosts.begin(), hosts.end());
-    std::map<std::string, int64_t> per_host;
-    for (const auto& host : hosts) ++per_host[host];
-    int64_t ranks_per_node = 0;
-    for (const auto& [host, count] : per_host) ranks_per_node = std::max(ranks_per_node, count);
-
-    h5::set_attribute(root, "schema_version", kSchemaVersion);
-    h5::set_attribute(root, "scalestudy_version", SCALESTUDY_VERSION);
-    h5::set_attribute(root, "git_sha", SCALESTUDY_GIT_SHA);
-    h5::set_attribute(root, "argv", argv);
-    h5::set_attribute(root, "start_time", utc_now());
-    h5::set_attribute(root, "end_time", "");
-    h5::set_attribute(root, "world_size", static_cast<int64_t>(world_));
-    h5::set_attribute(root, "nodes", static_cast<int64_t>(distinct_hosts.size()));
-    h5::set_attribute(root, "ranks_per_node", ranks_per_node);
-    h5::set_attribute(root, "backend", identity.backend);
-    h5::set_attribute(root, "precision", precision_name(config.precision));
-    h5::set_attribute(root, "status", "running");
-    h5::set_attribute(root, "failure_reason", "");
-    h5::set_attribute(root, "cuda_version", identity.cuda_version);
-    h5::set_attribute(root, "nccl_version", identity.nccl_version);
-    h5::set_attribute(root, "mpi_version", mpi_library_version());
-    h5::set_attribute(root, "hdf5_version", hdf5_library_version());
+    write_provenance_header(root, header);
 
     h5::Handle config_group = h5::create_group(root, "config");
     for (const auto& [key, value] : describe_config(config)) h5::set_attribute(config_group.get(), key, value);
     h5::set_attribute(config_group.get(), "config_hash", result_config_hash(config));
-
-    h5::Handle ranks = h5::create_group(root, "ranks");
-    h5::write_strings(ranks.get(), "hostname", hosts);
-    h5::write_strings(ranks.get(), "device", devices);
 
     steps_group_ = h5::create_group(root, "steps");
     h5::set_attribute(steps_group_.get(), "phase_names", to_strings(phase_names()));
@@ -346,10 +316,14 @@ RunRecorder::RunRecorder(const RunConfig& config, const RunIdentity& identity, M
     : config_(config), identity_(identity), control_(control), output_(config.output) {
   CHECK_MPI(MPI_Comm_rank(control_, &rank_));
   CHECK_MPI(MPI_Comm_size(control_, &world_size_));
-  const std::vector<std::string> hosts = gather_strings(control_, host_name(), world_size_);
-  const std::vector<std::string> devices = gather_strings(control_, identity.device_name, world_size_);
+  ProvenanceHeader header{.argv = identity.argv,
+                          .backend = identity.backend,
+                          .precision = precision_name(config.precision),
+                          .cuda_version = identity.cuda_version,
+                          .nccl_version = identity.nccl_version,
+                          .ranks = gather_rank_placement(control_, identity.device_name)};
   if (rank_ == 0 && !output_.empty()) {
-    file_ = std::make_unique<File>(output_, config_, identity_, hosts, devices);
+    file_ = std::make_unique<File>(output_, config_, header);
     active_recorder.store(this);
     set_abort_hook(mark_failed_on_abort);
   }
@@ -392,8 +366,7 @@ void RunRecorder::on_step(const StepRecord& record) {
     slot[2] = phase.power_w;
   }
   std::vector<double> all_ranks(rank_ == 0 ? mine.size() * world_size_ : 0);
-  CHECK_MPI(MPI_Gather(mine.data(), kRankDoubles, MPI_DOUBLE, all_ranks.data(), kRankDoubles, MPI_DOUBLE, 0,
-                       control_));
+  control_gather(mine.data(), kRankDoubles, MPI_DOUBLE, all_ranks.data(), 0, control_, "step record");
 
   std::vector<double> packed;
   for (const CollectiveRecord& c : record.collectives) {
@@ -403,15 +376,15 @@ void RunRecorder::on_step(const StepRecord& record) {
   }
   int count = static_cast<int>(packed.size());
   std::vector<int> counts(rank_ == 0 ? world_size_ : 0), offsets(counts.size());
-  CHECK_MPI(MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, control_));
+  control_gather(&count, 1, MPI_INT, counts.data(), 0, control_, "step record");
   int total = 0;
   for (size_t r = 0; r < counts.size(); ++r) {
     offsets[r] = total;
     total += counts[r];
   }
   std::vector<double> all_packed(static_cast<size_t>(total));
-  CHECK_MPI(MPI_Gatherv(packed.data(), count, MPI_DOUBLE, all_packed.data(), counts.data(), offsets.data(),
-                        MPI_DOUBLE, 0, control_));
+  control_gatherv(packed.data(), count, MPI_DOUBLE, all_packed.data(), counts.data(), offsets.data(), 0, control_,
+                  "step record");
   if (rank_ != 0) return;
 
   const auto& names = phase_names();
@@ -479,8 +452,7 @@ RunSummary RunRecorder::finish_complete(const MemoryReport& memory) {
   for (int k = 0; k < kMemoryKindCount; ++k) mine[k] = static_cast<int64_t>(memory.bytes[k]);
   mine[kMemoryKindCount] = static_cast<int64_t>(memory.peak_bytes);
   std::vector<int64_t> all(rank_ == 0 ? mine.size() * world_size_ : 0);
-  CHECK_MPI(MPI_Gather(mine.data(), kMemoryKindCount + 1, MPI_INT64_T, all.data(), kMemoryKindCount + 1,
-                       MPI_INT64_T, 0, control_));
+  control_gather(mine.data(), kMemoryKindCount + 1, MPI_INT64_T, all.data(), 0, control_, "memory report");
   if (rank_ != 0) return {};
 
   const double flops = training_flops(config_.shape, config_.global_batch, config_.seq);

@@ -151,7 +151,7 @@ TEST(MpiCommunicator, ReduceScatterIsExact) {
   const size_t recv_elems = 2053;
   const std::vector<float> send = reduce_scatter_input(recv_elems);
   std::vector<float> recv(recv_elems, -1.0f);
-  comm.finish(comm.start_reduce_scatter(send.data(), recv.data(), recv_elems, "test"));
+  comm.finish(comm.start_reduce_scatter(collective_args(send.data(), recv.data(), recv_elems, "test")));
   expect_exact<float>(recv, reduce_scatter_expected, "reduce_scatter");
 }
 
@@ -166,7 +166,7 @@ TEST(MpiCommunicator, AllreduceInBf16RoundsEachRanksValues) {
   std::vector<float> buffer(elems);
   for (size_t i = 0; i < elems; ++i)
     buffer[i] = static_cast<float>((world_rank() + 1) * (i % 7 + 1)) + kBelowBf16;
-  comm.finish(comm.start_allreduce_in_bf16(buffer.data(), elems, "test"));
+  comm.finish(comm.start_allreduce(in_place(buffer.data(), elems, "test", WireType::bf16_from_f32)));
   expect_exact<float>(buffer, [](size_t i) { return rank_sum() * static_cast<float>(i % 7 + 1); },
                       "allreduce in bf16");
   const std::vector<CollectiveRecord> records = comm.take_records();
@@ -182,7 +182,7 @@ TEST(MpiCommunicator, AllreduceInBf16RoundsEveryPartialSum) {
   const size_t elems = 64;
   const float own = world_rank() == 0 ? 1.0f : world_rank() == 1 ? 0x1p-8f : 0.0f;
   std::vector<float> buffer(elems, own);
-  comm.finish(comm.start_allreduce_in_bf16(buffer.data(), elems, "test"));
+  comm.finish(comm.start_allreduce(in_place(buffer.data(), elems, "test", WireType::bf16_from_f32)));
   expect_exact<float>(buffer, [](size_t) { return 1.0f; }, "allreduce in bf16, a tie");
 }
 
@@ -192,7 +192,8 @@ TEST(MpiCommunicator, ReduceScatterInBf16RoundsEachRanksValues) {
   std::vector<float> send = reduce_scatter_input(recv_elems);
   for (float& value : send) value += kBelowBf16;
   std::vector<float> recv(recv_elems, -1.0f);
-  comm.finish(comm.start_reduce_scatter_in_bf16(send.data(), recv.data(), recv_elems, "test"));
+  comm.finish(comm.start_reduce_scatter(
+      collective_args(send.data(), recv.data(), recv_elems, "test", WireType::bf16_from_f32)));
   expect_exact<float>(recv, reduce_scatter_expected, "reduce_scatter in bf16");
 }
 
@@ -206,7 +207,7 @@ TEST(MpiCommunicator, AllgatherOutOfPlaceIsExact) {
   std::vector<float> send(send_elems);
   for (size_t i = 0; i < send_elems; ++i) send[i] = allgather_value(world_rank(), i);
   std::vector<float> recv(send_elems * static_cast<size_t>(world_size()), -1.0f);
-  comm.finish(comm.start_allgather(send.data(), recv.data(), send_elems, "test"));
+  comm.finish(comm.start_allgather(collective_args(send.data(), recv.data(), send_elems, "test")));
   expect_exact<float>(recv, [&](size_t i) {
     return allgather_value(static_cast<int>(i / send_elems), i % send_elems);
   }, "allgather out of place");
@@ -218,7 +219,7 @@ TEST(MpiCommunicator, AllgatherInPlaceIsExact) {
   std::vector<float> recv(send_elems * static_cast<size_t>(world_size()), -1.0f);
   float* own_chunk = recv.data() + static_cast<size_t>(world_rank()) * send_elems;
   for (size_t i = 0; i < send_elems; ++i) own_chunk[i] = allgather_value(world_rank(), i);
-  comm.finish(comm.start_allgather(own_chunk, recv.data(), send_elems, "test"));
+  comm.finish(comm.start_allgather(collective_args(own_chunk, recv.data(), send_elems, "test")));
   expect_exact<float>(recv, [&](size_t i) {
     return allgather_value(static_cast<int>(i / send_elems), i % send_elems);
   }, "allgather in place");
@@ -235,7 +236,7 @@ TEST(MpiCommunicator, Allgather16BitMovesTheWordsUnchanged) {
     std::vector<uint16_t> recv(send_elems * static_cast<size_t>(world_size()), 0xdead);
     uint16_t* own_chunk = recv.data() + static_cast<size_t>(world_rank()) * send_elems;
     for (size_t i = 0; i < send_elems; ++i) own_chunk[i] = word(world_rank(), i);
-    comm.finish(comm.start_allgather_16bit(own_chunk, recv.data(), send_elems, "test"));
+    comm.finish(comm.start_allgather(collective_args(own_chunk, recv.data(), send_elems, "test")));
     size_t wrong = 0;
     for (size_t i = 0; i < recv.size(); ++i)
       wrong += recv[i] != word(static_cast<int>(i / send_elems), i % send_elems);
@@ -304,19 +305,20 @@ TEST(MpiCommunicator, CollectivesLargerThanOneCallAreCutIntoPieces) {
   float* own_chunk = gather_in_place.data() + static_cast<size_t>(world_rank()) * elems;
   std::copy(gather_send.begin(), gather_send.end(), own_chunk);
 
-  comm.start_allreduce(sum.data(), elems, "pieces");
-  comm.start_allreduce(sum_double.data(), elems, "pieces");
-  comm.start_broadcast(broadcast.data(), elems, root, "pieces");
-  comm.start_reduce_scatter(scatter_send.data(), scatter_recv.data(), elems, "pieces");
-  comm.start_allgather(gather_send.data(), gather_recv.data(), elems, "pieces");
-  comm.start_allgather(own_chunk, gather_in_place.data(), elems, "pieces");
+  comm.start_allreduce(in_place(sum.data(), elems, "pieces"));
+  comm.start_allreduce(in_place(sum_double.data(), elems, "pieces"));
+  comm.start_broadcast(in_place(broadcast.data(), elems, "pieces"), root);
+  comm.start_reduce_scatter(collective_args(scatter_send.data(), scatter_recv.data(), elems, "pieces"));
+  comm.start_allgather(collective_args(gather_send.data(), gather_recv.data(), elems, "pieces"));
+  comm.start_allgather(collective_args(own_chunk, gather_in_place.data(), elems, "pieces"));
   // Small values: every partial sum of these is an integer below 256, exact in bf16.
   std::vector<float> sum_bf16(elems);
   for (size_t i = 0; i < elems; ++i)
     sum_bf16[i] = static_cast<float>((world_rank() + 1) * static_cast<int>(i % 7 + 1)) + kBelowBf16;
   std::vector<float> scatter_recv_bf16(elems, -1.0f);
-  comm.start_allreduce_in_bf16(sum_bf16.data(), elems, "pieces");
-  comm.start_reduce_scatter_in_bf16(scatter_send.data(), scatter_recv_bf16.data(), elems, "pieces");
+  comm.start_allreduce(in_place(sum_bf16.data(), elems, "pieces", WireType::bf16_from_f32));
+  comm.start_reduce_scatter(
+      collective_args(scatter_send.data(), scatter_recv_bf16.data(), elems, "pieces", WireType::bf16_from_f32));
   comm.finish_all();
 
   expect_exact<float>(sum, [](size_t i) { return rank_sum() * static_cast<float>(i + 1); }, "allreduce float in pieces");
@@ -349,9 +351,9 @@ TEST(MpiCommunicator, ManyInFlightFinishedOutOfOrder) {
       sums[round][i] = static_cast<float>((world_rank() + 1) * (round + 1));
       if (world_rank() == root) broadcasts[round][i] = static_cast<float>(round * 10 + static_cast<int>(i % 9));
     }
-    handles.push_back(comm.start_allreduce(sums[round].data(), elems, "many"));
-    handles.push_back(comm.start_broadcast(broadcasts[round].data(), elems, root, "many"));
-    handles.push_back(comm.start_allgather(gather_send.data(), gathers[round].data(), elems, "many"));
+    handles.push_back(comm.start_allreduce(in_place(sums[round].data(), elems, "many")));
+    handles.push_back(comm.start_broadcast(in_place(broadcasts[round].data(), elems, "many"), root));
+    handles.push_back(comm.start_allgather(collective_args(gather_send.data(), gathers[round].data(), elems, "many")));
     if (round % 4 == 0) handles.push_back(comm.start_barrier("many"));
   }
   // Newest first: finishing a late collective must wait for the earlier ones too.
@@ -396,16 +398,19 @@ TEST(MpiCommunicator, RecordsComeBackInFifoOrderWithoutOverlap) {
     const std::string phase = "phase-" + std::to_string(k);
     switch (kinds[k]) {
       case CollectiveKind::allreduce:
-        handles.push_back(k == 6 ? comm.start_allreduce(buffer_double.data(), elems, phase)
-                                 : comm.start_allreduce(buffer.data(), elems, phase));
+        handles.push_back(k == 6 ? comm.start_allreduce(in_place(buffer_double.data(), elems, phase))
+                                 : comm.start_allreduce(in_place(buffer.data(), elems, phase)));
         break;
       case CollectiveKind::barrier: handles.push_back(comm.start_barrier(phase)); break;
-      case CollectiveKind::broadcast: handles.push_back(comm.start_broadcast(buffer.data(), elems, 0, phase)); break;
+      case CollectiveKind::broadcast:
+        handles.push_back(comm.start_broadcast(in_place(buffer.data(), elems, phase), 0));
+        break;
       case CollectiveKind::reduce_scatter:
-        handles.push_back(comm.start_reduce_scatter(scatter_send.data(), scatter_recv.data(), elems, phase));
+        handles.push_back(
+            comm.start_reduce_scatter(collective_args(scatter_send.data(), scatter_recv.data(), elems, phase)));
         break;
       case CollectiveKind::allgather:
-        handles.push_back(comm.start_allgather(scatter_recv.data(), gather_recv.data(), elems, phase));
+        handles.push_back(comm.start_allgather(collective_args(scatter_recv.data(), gather_recv.data(), elems, phase)));
         break;
     }
   }
@@ -437,12 +442,12 @@ TEST(MpiCommunicator, PayloadBytesAreCountedPerKind) {
   std::vector<double> buffer_double(elems, 1.0);
   std::vector<float> other(elems * world, 0.0f);
 
-  comm.start_allreduce(buffer.data(), elems, "bytes");
-  comm.start_allreduce(buffer_double.data(), elems, "bytes");
-  comm.start_allreduce(static_cast<float*>(nullptr), 0, "bytes");
-  comm.start_reduce_scatter(buffer.data(), other.data(), elems, "bytes");
-  comm.start_allgather(other.data(), buffer.data(), elems, "bytes");
-  comm.start_broadcast(buffer.data(), elems, 0, "bytes");
+  comm.start_allreduce(in_place(buffer.data(), elems, "bytes"));
+  comm.start_allreduce(in_place(buffer_double.data(), elems, "bytes"));
+  comm.start_allreduce(in_place(static_cast<float*>(nullptr), 0, "bytes"));
+  comm.start_reduce_scatter(collective_args(buffer.data(), other.data(), elems, "bytes"));
+  comm.start_allgather(collective_args(other.data(), buffer.data(), elems, "bytes"));
+  comm.start_broadcast(in_place(buffer.data(), elems, "bytes"), 0);
   comm.start_barrier("bytes");
   comm.finish_all();
 
@@ -491,7 +496,7 @@ TEST(MpiCommunicator, CollectiveOverlapsComputeOnTheMainThread) {
   const bool late_rank = world_rank() == 0;
 
   if (late_rank) CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));
-  const CommHandle handle = comm.start_allreduce(buffer.data(), elems, "grad-comm");
+  const CommHandle handle = comm.start_allreduce(in_place(buffer.data(), elems, "grad-comm"));
   const double compute_begin_s = comm.epoch_seconds_now();
   if (!late_rank) CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));
   compute_for(comm, 0.25);

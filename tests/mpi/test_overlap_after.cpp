@@ -1,4 +1,4 @@
-// --overlap on with --overlap-after F (docs/performance-notes.md, changes 43 and 46): no
+// --overlap on with --overlap-after F (docs/strategies.md): no
 // bucket starts until backward has finished the top F share of the gradient buffer; then
 // every bucket finished so far starts, and each later one as soon as it is finished. ddp
 // holds its buckets in the gradient buffer, zero2 in their staging. When a bucket starts
@@ -33,12 +33,11 @@ namespace {
 class StartRecordingCommunicator final : public ForwardingCommunicator {
  public:
   explicit StartRecordingCommunicator(Communicator& inner) : ForwardingCommunicator(inner) {}
-  CommHandle start_allreduce(float* buffer, size_t elems, const std::string& phase) override {
-    return record(phase, buffer, ForwardingCommunicator::start_allreduce(buffer, elems, phase));
+  CommHandle start_allreduce(const CollectiveArgs& args) override {
+    return record(args, ForwardingCommunicator::start_allreduce(args));
   }
-  CommHandle start_reduce_scatter(const float* send, float* recv, size_t recv_elems,
-                                  const std::string& phase) override {
-    return record(phase, recv, ForwardingCommunicator::start_reduce_scatter(send, recv, recv_elems, phase));
+  CommHandle start_reduce_scatter(const CollectiveArgs& args) override {
+    return record(args, ForwardingCommunicator::start_reduce_scatter(args));
   }
   void finish(CommHandle handle) override {
     if (open_.count(handle.id)) in_flight_at_waits.push_back(open_.size());
@@ -49,9 +48,9 @@ class StartRecordingCommunicator final : public ForwardingCommunicator {
   std::vector<size_t> in_flight_at_waits;
 
  private:
-  CommHandle record(const std::string& phase, const float* buffer, CommHandle handle) {
-    if (phase == "grad-comm") {
-      started.push_back(buffer);
+  CommHandle record(const CollectiveArgs& args, CommHandle handle) {
+    if (args.phase == "grad-comm") {
+      started.push_back(static_cast<const float*>(args.recv));
       open_.insert(handle.id);
     }
     return handle;
@@ -112,12 +111,12 @@ TEST(OverlapAfter, BucketsWaitForTheShareThenStartAsTheyFinish) {
       // zero2's shard holds chunk b of every bucket at begin_elems / world_size.
       std::function<size_t(const float*)> bucket_begin;
       if (config.strategy == Strategy::ddp) {
-        auto ddp = std::make_unique<DdpStrategy>(config, ops, comm, model, plan);
+        auto ddp = std::make_unique<DdpStrategy>(config.data_parallel(), ops, comm, model, plan);
         const float* base = ddp->gradients();
         bucket_begin = [base](const float* p) { return static_cast<size_t>(p - base); };
         gradients = std::move(ddp);
       } else {
-        auto zero2 = std::make_unique<Zero2Strategy>(config, ops, comm, model, plan);
+        auto zero2 = std::make_unique<Zero2Strategy>(config.data_parallel(), ops, comm, model, plan);
         const float* base = zero2->shard_gradients();
         const size_t world = static_cast<size_t>(comm.world_size());
         bucket_begin = [base, world](const float* p) { return static_cast<size_t>(p - base) * world; };

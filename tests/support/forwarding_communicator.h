@@ -1,6 +1,6 @@
 #pragma once
 // A communicator that passes every call to another one. Tests derive from it to change
-// one answer (the buffers it owns, the lane it reports) around a real communicator.
+// one answer (the lane it reports, a record of what started) around a real communicator.
 #include <chrono>
 #include <string>
 #include <vector>
@@ -16,32 +16,11 @@ class ForwardingCommunicator : public Communicator {
   std::string name() const override { return inner_.name(); }
   int rank() const override { return inner_.rank(); }
   int world_size() const override { return inner_.world_size(); }
-  CommHandle start_allreduce(float* buffer, size_t elems, const std::string& phase) override {
-    return inner_.start_allreduce(buffer, elems, phase);
-  }
-  CommHandle start_allreduce(double* buffer, size_t elems, const std::string& phase) override {
-    return inner_.start_allreduce(buffer, elems, phase);
-  }
-  CommHandle start_reduce_scatter(const float* send, float* recv, size_t recv_elems,
-                                  const std::string& phase) override {
-    return inner_.start_reduce_scatter(send, recv, recv_elems, phase);
-  }
-  CommHandle start_allgather(const float* send, float* recv, size_t send_elems, const std::string& phase) override {
-    return inner_.start_allgather(send, recv, send_elems, phase);
-  }
-  CommHandle start_allgather_16bit(const uint16_t* send, uint16_t* recv, size_t send_elems,
-                                   const std::string& phase) override {
-    return inner_.start_allgather_16bit(send, recv, send_elems, phase);
-  }
-  CommHandle start_allreduce_in_bf16(float* buffer, size_t elems, const std::string& phase) override {
-    return inner_.start_allreduce_in_bf16(buffer, elems, phase);
-  }
-  CommHandle start_reduce_scatter_in_bf16(const float* send, float* recv, size_t recv_elems,
-                                          const std::string& phase) override {
-    return inner_.start_reduce_scatter_in_bf16(send, recv, recv_elems, phase);
-  }
-  CommHandle start_broadcast(float* buffer, size_t elems, int root, const std::string& phase) override {
-    return inner_.start_broadcast(buffer, elems, root, phase);
+  CommHandle start_allreduce(const CollectiveArgs& args) override { return inner_.start_allreduce(args); }
+  CommHandle start_reduce_scatter(const CollectiveArgs& args) override { return inner_.start_reduce_scatter(args); }
+  CommHandle start_allgather(const CollectiveArgs& args) override { return inner_.start_allgather(args); }
+  CommHandle start_broadcast(const CollectiveArgs& args, int root) override {
+    return inner_.start_broadcast(args, root);
   }
   CommHandle start_barrier(const std::string& phase) override { return inner_.start_barrier(phase); }
   void set_lane(CommLane lane) override { inner_.set_lane(lane); }
@@ -52,11 +31,6 @@ class ForwardingCommunicator : public Communicator {
   std::vector<CollectiveRecord> take_records() override { return inner_.take_records(); }
   std::vector<size_t> payload_bytes_by_kind() const override { return inner_.payload_bytes_by_kind(); }
   size_t staging_bytes() const override { return inner_.staging_bytes(); }
-  float* allocate_owned_buffer(size_t elems, MemoryKind kind) override {
-    return inner_.allocate_owned_buffer(elems, kind);
-  }
-  bool release_owned_buffer(float* buffer) override { return inner_.release_owned_buffer(buffer); }
-  size_t owned_bytes(MemoryKind kind) const override { return inner_.owned_bytes(kind); }
   void* native_stream() const override { return inner_.native_stream(); }
 
  private:

@@ -22,17 +22,10 @@
 namespace scalestudy {
 // CUPTI's own message for a CUptiResult; CUPTI is loaded at run time, so its message
 // comes through the loaded library too.
-std::string cupti_error_string(int code);
+std::string cupti_error_string(CUptiResult result);
 }  // namespace scalestudy
 
-// CUPTI_SUCCESS is 0.
-#define CHECK_CUPTI(call)                                                                \
-  do {                                                                                   \
-    int check_cupti_rc_ = static_cast<int>(call);                                        \
-    if (check_cupti_rc_ != 0)                                                            \
-      ::scalestudy::abort_job(__FILE__, __LINE__, #call,                                 \
-                              ::scalestudy::cupti_error_string(check_cupti_rc_));        \
-  } while (0)
+#define CHECK_CUPTI(call) SCALESTUDY_CHECK_RESULT(call, CUPTI_SUCCESS, ::scalestudy::cupti_error_string)
 
 namespace scalestudy {
 namespace {
@@ -322,10 +315,10 @@ class CuptiTracer final : public KernelTracer {
 
 }  // namespace
 
-std::string cupti_error_string(int code) {
+std::string cupti_error_string(CUptiResult result) {
   const char* text = nullptr;
-  if (cupti().get_result_string(static_cast<CUptiResult>(code), &text) != CUPTI_SUCCESS || !text)
-    return "CUPTI error " + std::to_string(code);
+  if (cupti().get_result_string(result, &text) != CUPTI_SUCCESS || !text)
+    return "CUPTI error " + std::to_string(static_cast<int>(result));
   return text;
 }
 

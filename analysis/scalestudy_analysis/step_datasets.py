@@ -1,0 +1,55 @@
+"""Reading a family of per-step datasets of /steps (the GPU state per step, or by phase)
+with the checks that turn a missing or malformed dataset into one reported problem."""
+from dataclasses import dataclass
+from typing import Callable
+
+from .problems import Problem
+
+
+class MalformedStepDatasets(Exception):
+    """A dataset of the family breaks the schema; the message names it."""
+
+
+@dataclass
+class StepDatasetFamily:
+    prefix: str                         # of every dataset's name, e.g. "gpu_"; the rest
+                                        # of the name is the field it fills
+    datasets: tuple                     # every dataset's name under /steps
+    samples_dataset: str                # the sample counts, which must not be negative
+    cells: str                          # what one count covers, e.g. "step-rank"
+    read_dataset: Callable              # (steps, name, expected_shape) -> array, or raises
+    problem: Callable                   # (path, message) -> Problem
+    absent_note: str                    # why a file with none of them still reads
+
+    @property
+    def pattern(self):
+        return f"/steps/{self.prefix}*"
+
+    def field(self, name):
+        return name[len(self.prefix):]
+
+
+def read_step_datasets(handle, path, schema_version, family, expected_shape):
+    """(values by field, problems): None and the one problem when the datasets are all
+    missing (a problem that keeps the run), some missing, malformed or unreadable."""
+    steps = handle["/steps"]
+    missing = [name for name in family.datasets if name not in steps]
+    if len(missing) == len(family.datasets):
+        return None, [Problem(path, "missing field", f"no {family.pattern} in a schema version "
+                              f"{schema_version} file; {family.absent_note}", False)]
+    try:
+        if missing:
+            raise MalformedStepDatasets("missing " + ", ".join(f"/steps/{name}" for name in missing))
+        values = {family.field(name): family.read_dataset(steps, name, expected_shape)
+                  for name in family.datasets}
+    except MalformedStepDatasets as error:
+        return None, [family.problem(path, str(error))]
+    except (OSError, KeyError, ValueError, TypeError) as error:
+        first_line = str(error).splitlines()[0] if str(error) else type(error).__name__
+        return None, [family.problem(path, f"{family.pattern} unreadable ({first_line})")]
+    samples_field = family.field(family.samples_dataset)
+    negative = int((values[samples_field] < 0).sum())
+    if negative:
+        return None, [family.problem(path, f"/steps/{family.samples_dataset} is negative in "
+                                           f"{negative} {family.cells} cells")]
+    return values, []

@@ -1,0 +1,99 @@
+"""The example dataset (examples/gpt2-small-strong-4xh200, a real sweep on 4 H200s): the
+report builds from it, finds every run and series, lists no problem, and its speedups
+agree with those computed here from the files by hand."""
+import re
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pandas as pd
+import pytest
+
+from scalestudy_analysis.cli import main
+
+DATASET = Path(__file__).resolve().parents[2] / "examples" / "gpt2-small-strong-4xh200"
+STRATEGIES = {"ddp": "ddp-overlap_off", "zero2": "zero2-overlap_off",
+              "ddp+overlap": "ddp-overlap_on", "zero2+overlap": "zero2-overlap_on"}
+WORLD_SIZES = (1, 2, 4)
+REPEATS = 3
+STEP_PHASE = 6  # /steps/intervals phases: data, forward, backward, grad-comm, optimizer, param-gather, step
+# The report prints speedups to 4 significant digits; the hand computation below follows
+# the report's definitions exactly, so the two agree to that rounding.
+SPEEDUP_TOLERANCE = 6e-4
+# The speedups at N = 4 as the sweep measured them (hand-computed once from the files).
+# A change to how the analysis reads step times or tokens moves them.
+EXPECTED_SPEEDUP_AT_4 = {"ddp": 3.325, "zero2": 3.333, "ddp+overlap": 3.374, "zero2+overlap": 3.438}
+
+pytestmark = pytest.mark.skipif(not DATASET.is_dir(), reason=f"{DATASET} is missing")
+
+
+def files_of(strategy, world_size):
+    return sorted((DATASET / "strong" / STRATEGIES[strategy]).glob(f"n{world_size}-r*.h5"))
+
+
+def throughput_by_hand(strategy, world_size):
+    """The report's definition, with h5py and numpy only: per measured step (not warm-up,
+    not traced) the longest `step` interval over the ranks; over every measured step of
+    every repeat, median tokens per step / median step time."""
+    step_times, tokens = [], []
+    for path in files_of(strategy, world_size):
+        with h5py.File(path, "r") as handle:
+            intervals = handle["steps/intervals"][...]
+            measured = (handle["steps/warmup"][...] == 0) & (handle["steps/traced"][...] == 0)
+            slowest = (intervals[:, :, STEP_PHASE, 1] - intervals[:, :, STEP_PHASE, 0]).max(axis=1)
+            step_times.extend(slowest[measured])
+            tokens.extend(handle["steps/tokens"][...][measured])
+    return float(np.median(tokens)) / float(np.median(step_times))
+
+
+def speedups_in_report(report):
+    """{strategy: {N: speedup}} from each series' scaling table in report.md."""
+    found = {}
+    for section in report.split("\n### ")[1:]:
+        title = section.splitlines()[0]
+        strategy = re.search(r"gpt2-small (\S+) strong scaling", title).group(1)
+        rows = re.findall(r"^\| (\d+) \| \d+ \| \d+ \| [^|]+ \| [^|]+ \| ([0-9.]+) \|", section, re.MULTILINE)
+        found[strategy] = {int(n): float(speedup) for n, speedup in rows}
+    return found
+
+
+@pytest.fixture(scope="module")
+def built_report(tmp_path_factory):
+    out = tmp_path_factory.mktemp("example-report")
+    assert main([str(DATASET), "-o", str(out)]) == 0
+    return out
+
+
+def test_the_dataset_holds_every_point_of_the_sweep():
+    for strategy in STRATEGIES:
+        for world_size in WORLD_SIZES:
+            assert len(files_of(strategy, world_size)) == REPEATS, (strategy, world_size)
+
+
+def test_the_report_finds_every_run_and_series_and_lists_no_problem(built_report):
+    report = (built_report / "report.md").read_text()
+    assert "Result files found: 36 (36 complete)" in report
+    assert "Runs used: 36; left out: 0" in report
+    assert "- Series: 4" in report
+    problems = report.split("## Problems", 1)[1]
+    assert problems.strip().startswith("None")
+    runs = pd.read_csv(built_report / "runs.csv")
+    assert len(runs) == 36
+    assert set(runs["status"]) == {"complete"} and runs["included"].all()
+    assert set(runs["git_sha"]) == {"c4e8b4ee8b6a"}
+    assert sorted(runs["world_size"].value_counts().items()) == [(1, 12), (2, 12), (4, 12)]
+    for png in ("strong_speedup.png", "strong_efficiency.png", "tokens_per_s.png"):
+        assert (built_report / png).stat().st_size > 0, png
+
+
+def test_the_reported_speedups_are_those_computed_from_the_files(built_report):
+    reported = speedups_in_report((built_report / "report.md").read_text())
+    assert set(reported) == set(STRATEGIES)
+    for strategy in STRATEGIES:
+        assert sorted(reported[strategy]) == list(WORLD_SIZES), strategy
+        baseline = throughput_by_hand(strategy, 1)
+        for world_size in WORLD_SIZES:
+            by_hand = throughput_by_hand(strategy, world_size) / baseline
+            assert reported[strategy][world_size] == pytest.approx(by_hand, abs=SPEEDUP_TOLERANCE), \
+                (strategy, world_size, reported[strategy][world_size], by_hand)
+        assert reported[strategy][4] == pytest.approx(EXPECTED_SPEEDUP_AT_4[strategy], abs=SPEEDUP_TOLERANCE)

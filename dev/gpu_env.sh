@@ -1,0 +1,29 @@
+# shellcheck shell=bash
+# Sourced by the GPU scripts of dev/, from the repository root:
+#   source "$(dirname "$0")/gpu_env.sh" OUTPUT_DIR
+# The executables and the libraries the GPU node lacks are in the bundle folder, $BUNDLE
+# or .gpu-bundle/ (dev/make_bundle.sh makes it), plain or packed in executables.tar.xz,
+# which is unpacked in place once. Sets out (OUTPUT_DIR, created), bundle, binary, mpirun
+# (NVLink multicast off and the bundle's libraries first on every rank) and timed_train:
+# the train options that time the GPT-2 small bf16 step at BATCH per GPU (default 32),
+# 14 steps of which 4 warm-up, without progress lines.
+if [ -z "${1:-}" ]; then
+  echo "usage: $0 OUTPUT_DIR" >&2
+  exit 2
+fi
+out=$1
+mkdir -p "$out"
+bundle=$(cd "${BUNDLE:-.gpu-bundle}" 2>/dev/null && pwd) || {
+  echo "$0: no bundle folder ${BUNDLE:-.gpu-bundle} (see dev/README.md)" >&2
+  exit 2
+}
+# Executables may travel compressed (they shrink about fourfold): unpacked in place once.
+if [ -f "$bundle/executables.tar.xz" ] && [ ! -e "$bundle/.unpacked" ]; then
+  tar -xJf "$bundle/executables.tar.xz" -C "$bundle" && touch "$bundle/.unpacked"
+fi
+binary="$bundle/scalestudy"
+export LD_LIBRARY_PATH="$bundle:${LD_LIBRARY_PATH:-}" NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+mpirun="mpirun --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE"
+[ "$(id -u)" = 0 ] && mpirun="$mpirun --allow-run-as-root"
+timed_train="train --backend cuda --model gpt2-small --seq 1024 --batch-per-rank ${BATCH:-32} --steps 14
+             --warmup-steps 4 --log-every 1000"

@@ -1,0 +1,124 @@
+#include "comm/collective_watchdog.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <iterator>
+#include <utility>
+
+#include "core/check.h"
+#include "core/stop_signal.h"
+
+namespace scalestudy {
+namespace {
+
+std::string format_bytes(size_t bytes) {
+  static const char* const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  size_t unit = 0;
+  while (value >= 1024.0 && unit + 1 < std::size(units)) {
+    value /= 1024.0;
+    ++unit;
+  }
+  char text[64];
+  std::snprintf(text, sizeof(text), unit == 0 ? "%.0f %s" : "%.1f %s", value, units[unit]);
+  return text;
+}
+
+std::string format_seconds(double seconds) {
+  char text[64];
+  std::snprintf(text, sizeof(text), "%g s", seconds);
+  return text;
+}
+
+}  // namespace
+
+CollectiveWatchdog::CollectiveWatchdog(int rank, double timeout_s, Hooks hooks, Clock::duration period)
+    : rank_(rank), timeout_s_(timeout_s), hooks_(std::move(hooks)), period_(period) {
+  SCALESTUDY_CHECK(timeout_s > 0.0, "the collective timeout must be a positive number of seconds, got " +
+                                        std::to_string(timeout_s));
+  thread_ = std::thread(&CollectiveWatchdog::run, this);
+}
+
+CollectiveWatchdog::~CollectiveWatchdog() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  stop_.notify_all();
+  thread_.join();
+}
+
+void CollectiveWatchdog::watch(const StartedCollective& collective, std::function<bool()> done) {
+  Watched entry{collective, Clock::now(), std::move(done)};
+  std::lock_guard<std::mutex> lock(mutex_);
+  watched_.push_back(std::move(entry));
+}
+
+void CollectiveWatchdog::forget(uint64_t id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto entry =
+      std::find_if(watched_.begin(), watched_.end(), [id](const Watched& w) { return w.collective.id == id; });
+  if (entry != watched_.end()) watched_.erase(entry);
+}
+
+size_t CollectiveWatchdog::in_flight() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return watched_.size();
+}
+
+void CollectiveWatchdog::run() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!stop_.wait_for(lock, period_, [this] { return stopping_; })) {
+    if (hooks_.before_check) {
+      lock.unlock();
+      hooks_.before_check();
+      lock.lock();
+    }
+    if (const std::string blocked = blocked_after_stop(Clock::now()); !blocked.empty()) {
+      lock.unlock();  // as below: the abort hook must not wait on the owner's thread
+      end_job_for_signal(stop_signal(), "waiting for " + blocked);
+    }
+    const std::string message = take_timed_out(Clock::now());
+    if (message.empty()) continue;
+    // Unlocked: ending the job runs the abort hook, which must not wait on the owner's
+    // thread, and that thread may be in watch() or forget().
+    lock.unlock();
+    if (hooks_.on_timeout) {
+      hooks_.on_timeout(message);
+    } else {
+      abort_job(__FILE__, __LINE__, "collective timed out", message);
+    }
+    lock.lock();
+  }
+}
+
+std::string CollectiveWatchdog::blocked_after_stop(Clock::time_point now) {
+  if (!stop_signal()) return "";
+  if (signal_seen_ == Clock::time_point{}) signal_seen_ = now;
+  if (now - signal_seen_ < kStopGrace) return "";
+  watched_.erase(std::remove_if(watched_.begin(), watched_.end(), [](const Watched& w) { return w.done && w.done(); }),
+                 watched_.end());
+  if (watched_.empty()) return "";
+  const StartedCollective& blocked = watched_.front().collective;
+  return std::string("collective ") + collective_kind_name(blocked.kind) + " (phase " + blocked.phase + ")";
+}
+
+std::string CollectiveWatchdog::take_timed_out(Clock::time_point now) {
+  watched_.erase(std::remove_if(watched_.begin(), watched_.end(), [](const Watched& w) { return w.done && w.done(); }),
+                 watched_.end());
+  const auto stuck = std::find_if(watched_.begin(), watched_.end(), [&](const Watched& w) {
+    return std::chrono::duration<double>(now - w.started).count() >= timeout_s_;
+  });
+  if (stuck == watched_.end()) return "";
+  std::string message = timeout_message(stuck->collective);
+  watched_.erase(stuck);
+  return message;
+}
+
+std::string CollectiveWatchdog::timeout_message(const StartedCollective& stuck) const {
+  return std::string("collective ") + collective_kind_name(stuck.kind) + " #" + std::to_string(stuck.id) +
+         " (phase " + stuck.phase + ", " + format_bytes(stuck.payload_bytes) + ") did not finish within " +
+         format_seconds(timeout_s_) + " on rank " + std::to_string(rank_) + " -- a peer may have died or be stuck";
+}
+
+}  // namespace scalestudy

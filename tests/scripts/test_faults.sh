@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Faults injected into running jobs (invariants 4 and 5): SIGSTOP of a random rank with a
+# short --comm-timeout, SIGTERM and SIGINT of a rank or of the launcher, and SIGKILL of a
+# rank, across ddp and zero2, with and without overlap, at 2-4 ranks, each at a random
+# step. Every job must end within the timeout plus 5 s, with a non-zero exit code and a
+# message naming the cause, and leave a readable result file that holds its completed
+# steps: renamed and marked failed with the reason, never complete; where the stopped or
+# killed rank is rank 0, which writes the file, the .partial it leaves must still read.
+# The target of each fault is found by process id, among the launcher's children.
+#   test_faults.sh BINARY MPIEXEC [STUCK_COLLECTIVE]; SIGSTOP_TRIALS=N (default 4)
+set -uo pipefail
+binary=$1
+mpiexec=$2
+work=$(mktemp -d)
+trap 'pkill -KILL -P $$ 2>/dev/null; rm -rf "$work"' EXIT
+timeout_s=3
+passed=0
+failed=0
+strategies=("ddp --overlap off" "ddp --overlap on" "zero2 --overlap off" "zero2 --overlap on")
+
+fail() { echo "FAIL [$trial]: $*"; tail -5 "$log" | sed 's/^/    /'; failed=$((failed + 1)); }
+
+# The ranks: the launcher's children, in rank order (Open MPI starts them in that order).
+ranks_of() { pgrep -P "$1" | sort -n; }
+
+# The value of a root attribute of an HDF5 file, or "" when it cannot be read.
+attribute() { h5dump -a "$2" "$1" 2>/dev/null | sed -n 's/^ *(0): "\(.*\)"$/\1/p; s/^ *(0): \([0-9-]*\)$/\1/p'; }
+steps_in() { h5dump -H -d /steps/loss "$1" 2>/dev/null | sed -n 's/.*DATASPACE  SIMPLE { ( \([0-9]*\) ).*/\1/p'; }
+
+# run_trial NAME SIGNAL TARGET(rank index or "launcher") RANKS STRATEGY EXPECT_REASON
+run_trial() {
+  trial=$1
+  local signal=$2 target=$3 ranks=$4 strategy=$5 reason=$6
+  log="$work/$trial.log"
+  local output="$work/$trial.h5"
+  # shellcheck disable=SC2086
+  "$mpiexec" --oversubscribe --allow-run-as-root --bind-to none -np "$ranks" "$binary" train --model tiny \
+    --steps 1000000 --log-every 1 --flush-every 1 --strategy $strategy --comm-timeout "$timeout_s" \
+    --output "$output" >"$log" 2>&1 &
+  local launcher=$!
+  local _
+  for _ in $(seq 1 300); do
+    grep -q "^step" "$log" && break
+    sleep 0.1
+  done
+  # A random moment after the first step.
+  sleep "0.$((RANDOM % 10))"
+  local victim=$launcher rank_index=-1
+  if [ "$target" != launcher ]; then
+    rank_index=$target
+    victim=$(ranks_of "$launcher" | sed -n "$((target + 1))p")
+  fi
+  if [ -z "$victim" ] || ! grep -q "^step" "$log"; then
+    fail "training never started"; kill -KILL "$launcher" 2>/dev/null; wait "$launcher" 2>/dev/null; return
+  fi
+  local started=$SECONDS
+  kill -s "$signal" "$victim"
+  # The job must end by itself; past the limit it is killed, and the trial fails.
+  local limit=$((timeout_s + 5)) code=
+  while kill -0 "$launcher" 2>/dev/null && [ $((SECONDS - started)) -le "$limit" ]; do sleep 0.2; done
+  if kill -0 "$launcher" 2>/dev/null; then
+    pkill -KILL -P "$launcher"; kill -KILL "$launcher"; wait "$launcher" 2>/dev/null
+    fail "the job was still running $limit s after SIG$signal of $target"; return
+  fi
+  wait "$launcher"; code=$?
+  local elapsed=$((SECONDS - started))
+  [ "$code" != 0 ] || { fail "exit code 0 after SIG$signal"; return; }
+  grep -Eq "$reason" "$log" || { fail "no message matches '$reason'"; return; }
+  local file=$output
+  if [ ! -e "$output" ]; then
+    # Only a rank 0 that was stopped or killed may leave the .partial behind.
+    if [ "$rank_index" = 0 ] && [ "$signal" != TERM ] && [ "$signal" != INT ]; then
+      file="$output.partial"
+    else
+      fail "no renamed result file"; return
+    fi
+  fi
+  local status steps
+  status=$(attribute "$file" status)
+  steps=$(steps_in "$file")
+  [ -n "$steps" ] && [ "$steps" -ge 1 ] || { fail "$file holds no readable step"; return; }
+  if [ "$file" = "$output" ]; then
+    [ "$status" = failed ] || { fail "status '$status', not failed"; return; }
+    [ -n "$(attribute "$file" failure_reason)" ] || { fail "no failure_reason"; return; }
+  else
+    [ "$status" != complete ] || { fail "a .partial marked complete"; return; }
+  fi
+  echo "ok [$trial] SIG$signal to $target, $ranks ranks, $strategy: exit $code after ${elapsed}s," \
+    "$steps steps, ${status:-running}: $(attribute "$file" failure_reason | cut -c1-80)"
+  passed=$((passed + 1))
+}
+
+stop_message="did not (finish|complete) within $timeout_s s"
+term_message="terminated by SIG(TERM|INT)"
+for i in $(seq 1 "${SIGSTOP_TRIALS:-4}"); do
+  ranks=$((2 + RANDOM % 3))
+  run_trial "stop$i" STOP $((RANDOM % ranks)) "$ranks" "${strategies[RANDOM % 4]}" "$stop_message"
+done
+run_trial term-launcher TERM launcher 3 "zero2 --overlap on" "$term_message"
+run_trial term-rank TERM 1 2 "ddp --overlap on" "$term_message"
+run_trial term-rank0 TERM 0 3 "ddp --overlap off" "$term_message"
+run_trial int-launcher INT launcher 2 "zero2 --overlap off" "$term_message"
+run_trial kill-rank KILL 2 3 "zero2 --overlap on" "killed|signal 9|exited on signal|did not finish"
+
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]
