@@ -120,7 +120,8 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
        "what gradients cross ranks in: fp32, or bf16 (half the bytes; each rank's gradient and every "
        "partial sum are rounded to bf16)")
       ("comm-timeout", po::value(&c.comm_timeout_s)->default_value(c.comm_timeout_s),
-       "seconds a collective may take before the job is ended, naming the rank and the phase");
+       "seconds a collective may take before the job is ended, naming the rank and the phase; ranks "
+       "other than 0 wait 1 s longer, so that rank 0 first marks the result file failed");
 
   po::options_description precision = help_section("Backend and precision");
   precision.add_options()
