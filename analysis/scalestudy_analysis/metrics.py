@@ -159,16 +159,42 @@ def _first_finite(values):
     return math.nan
 
 
-def point_metrics(runs, world_size):
-    """Pooled values at one world size: all measured steps of all repeats together."""
+# Each breakdown part and the per-step quantity that holds it (intervals.StepQuantities).
+BREAKDOWN_QUANTITY = {"compute": "compute", "optimizer": "optimizer",
+                      "exposed_comm": "exposed_on_critical", "data": "data", "other": "other"}
+
+
+def _breakdown(runs):
+    """Per part: the mean, and the median with its quartiles, over the pooled measured
+    steps; and how far the medians' sum lies from the median step (a fraction)."""
+    values = {}
+    median_sum = 0.0
+    for part, quantity in BREAKDOWN_QUANTITY.items():
+        pooled = _pooled(runs, quantity)
+        q1, median, q3 = quartiles(pooled)
+        values[f"{part}_mean_s"] = float(np.mean(pooled))
+        values[f"breakdown_{part}_median_s"] = median
+        values[f"breakdown_{part}_q1_s"] = q1
+        values[f"breakdown_{part}_q3_s"] = q3
+        median_sum += median
+    values["breakdown_median_sum_s"] = median_sum
+    return values
+
+
+def point_metrics(runs, world_size, peak=math.nan):
+    """Pooled values at one world size: all measured steps of all repeats together. peak:
+    the FLOP rate MFU divides by (the series' one peak, series_peak)."""
     step_times = _pooled(runs, "step_time")
     q1, median, q3 = quartiles(step_times)
     tokens_median = float(np.median(_pooled(runs, "tokens")))
     comm_median = float(np.median(_pooled(runs, "comm_time")))
     exposed_median = float(np.median(_pooled(runs, "exposed_comm")))
     flops = _first_finite(run.summary.get("flops_per_step") for run in runs)
-    peak = _first_finite(run.summary.get("peak_tflops_per_gpu") for run in runs)
     tflops = ratio(flops, median) / world_size / 1e12
+    breakdown = _breakdown(runs)
+    # One rank has no peer: a collective there moves nothing, and the share of it left
+    # exposed says nothing, so the fraction is undefined rather than 100 %.
+    communicates = world_size > 1 and comm_median > 0
     return {
         "N": world_size,
         "repeats": len({run.repeat for run in runs}),
@@ -183,19 +209,30 @@ def point_metrics(runs, world_size):
         "tokens_per_s_hi": ratio(tokens_median, q1),
         "comm_time_median_s": comm_median,
         "exposed_comm_median_s": exposed_median,
-        "exposed_comm_fraction": 0.0 if comm_median == 0 else exposed_median / comm_median,
+        "exposed_comm_fraction": exposed_median / comm_median if communicates else math.nan,
         "comm_fraction_of_step": ratio(comm_median, median),
         "exposed_fraction_of_step": ratio(exposed_median, median),
         "tflops_per_gpu": tflops,
         "peak_tflops_per_gpu": peak,
         "mfu": ratio(tflops, peak),
-        "compute_mean_s": float(np.mean(_pooled(runs, "compute"))),
         "compute_spread": _compute_spread(runs),
-        "exposed_comm_mean_s": float(np.mean(_pooled(runs, "exposed_on_critical"))),
-        "optimizer_mean_s": float(np.mean(_pooled(runs, "optimizer"))),
-        "other_mean_s": float(np.mean(_pooled(runs, "other"))),
+        **breakdown,
+        "breakdown_sum_error": ratio(breakdown["breakdown_median_sum_s"], median) - 1.0,
         "step_time_mean_s": float(np.mean(step_times)),
     }
+
+
+def series_peak(runs):
+    """The peak FLOP rate of a series and the spread of the runs' peaks, (median, lowest,
+    highest). A datasheet peak is the same in every run; a peak the run measured (the CPU
+    backend's) varies from run to run, and one value for the whole series keeps its MFU
+    comparable across N."""
+    peaks = np.array([run.summary.get("peak_tflops_per_gpu", math.nan) for run in runs],
+                     dtype=np.float64)
+    peaks = peaks[np.isfinite(peaks)]
+    if peaks.size == 0:
+        return math.nan, math.nan, math.nan
+    return float(np.median(peaks)), float(peaks.min()), float(peaks.max())
 
 
 def karp_flatt(speedup, p):
@@ -214,7 +251,8 @@ def scaling_table(series):
     by_n = defaultdict(list)
     for run in series.runs:
         by_n[run.world_size].append(run)
-    table = pd.DataFrame([point_metrics(by_n[n], n) for n in sorted(by_n)])
+    peak = series_peak(series.runs)[0]
+    table = pd.DataFrame([point_metrics(by_n[n], n, peak) for n in sorted(by_n)])
     n0 = table["N"].iloc[0]
     base = table["tokens_per_s"].iloc[0]
     p = table["N"] / n0

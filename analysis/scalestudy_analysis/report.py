@@ -34,9 +34,14 @@ DEFINITIONS = """\
   the forward, backward and optimizer intervals, less the times compute sat blocked
   waiting for a collective inside them; maximum over ranks. The exposed fraction is
   median exposed / median communication time (0 without communication).
-- **Breakdown**: mean per-step time on the slowest rank of each step, split into compute
-  (forward ∪ backward), optimizer (outside compute), exposed communication, and other
-  (the rest of the step: data loading, waiting).
+- **Breakdown**: each measured step of the slowest rank cut into disjoint parts that
+  add up to the step: **compute**, forward ∪ backward less the time blocked in them
+  waiting for a collective; **optimizer**, the optimizer outside those, less its waits;
+  **exposed communication**, collectives running while neither computes (the exposed
+  communication above, on that rank); **data**, the data phase outside all of these;
+  **other**, the rest (waits with no collective running, host gaps). Bars and table give
+  each part's median over the measured steps with its IQR; the medians' sum is set
+  beside the median step, and a sum more than 1 % away is listed under Warnings.
 - **Compute spread**: per step, the slowest rank's own compute time (forward ∪ backward,
   less the time blocked in it waiting for collectives) over the fastest rank's, minus 1;
   the median over measured steps. Devices of unequal speed show here, and a
@@ -99,12 +104,17 @@ def _series_table(series):
 
 
 def _breakdown_table(series):
-    header = ["N", "step (ms)", "compute (ms)", "exposed comm (ms)", "optimizer (ms)",
-              "other (ms)", "compute spread over ranks"]
-    rows = [[str(int(p["N"]))] + [_fmt(1e3 * p[c]) for c in
-            ("step_time_mean_s", "compute_mean_s", "exposed_comm_mean_s", "optimizer_mean_s",
-             "other_mean_s")] + [_percent(p["compute_spread"]) if p["N"] > 1 else "—"]
-            for _, p in series.table.iterrows()]
+    header = ["N", "step (ms)"] + [f"{part.replace('_comm', ' comm')} (ms)" for part, _, _ in plots.BREAKDOWN_PARTS] + [
+        "sum of parts (ms)", "sum vs step", "compute spread over ranks"]
+    rows = []
+    for _, p in series.table.iterrows():
+        cells = [f"{_fmt(1e3 * p[f'breakdown_{part}_median_s'])} "
+                 f"[{_fmt(1e3 * p[f'breakdown_{part}_q1_s'])}–"
+                 f"{_fmt(1e3 * p[f'breakdown_{part}_q3_s'])}]"
+                 for part, _, _ in plots.BREAKDOWN_PARTS]
+        rows.append([str(int(p["N"])), _fmt(1e3 * p["step_time_median_s"])] + cells + [
+            _fmt(1e3 * p["breakdown_median_sum_s"]), f"{100 * p['breakdown_sum_error']:+.2f} %",
+            _percent(p["compute_spread"]) if p["N"] > 1 else "—"])
     return _table(header, rows)
 
 
@@ -148,7 +158,7 @@ def _series_section(series, figures, results_dir):
         "",
         _series_table(series),
         "",
-        "Mean time per step, slowest rank:",
+        "Median time per step on the slowest rank, by part [IQR]:",
         "",
         _breakdown_table(series),
         "",
