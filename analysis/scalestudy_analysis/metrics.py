@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from . import machine
 from .problems import Problem
 from .schema import BATCH_KEY, PER_RUN_KEYS, SERIES_KEYS
 from .summary import quartiles, ratio
@@ -65,11 +66,11 @@ def _series_fields(run):
 
 
 def _fingerprint(run):
-    """What must agree between runs of one series: the build and every config value that
+    """What must agree between runs of one series: the build, the machine (device, backend,
+    and for the CPU backend the CPU model and logical cores) and every config value that
     is not allowed to vary with world size or repeat."""
     items = {key: value for key, value in run.config.items() if key not in PER_RUN_KEYS}
-    items["git_sha"] = run.git_sha
-    items["backend"] = str(run.attrs.get("backend", items.get("backend", "")))
+    items.update(machine.describe(run))
     return tuple(sorted(items.items()))
 
 
@@ -81,9 +82,43 @@ def _differences(fingerprints):
     return differing, [{key: d.get(key, "(absent)") for key in differing} for d in dicts]
 
 
+def _by_packing(runs):
+    """Runs of one fingerprint split by how their ranks sit on nodes. A run on several
+    nodes has a packing (ranks per node); one on a single node fits every packing of at
+    least its world size, so it joins each such split (its N is measured the same way
+    there). Returns [(packing or None, runs)]: one entry when there is no choice."""
+    packings = sorted({machine.packing(run) for run in runs} - {None})
+    if len(packings) <= 1:
+        return [(None, runs)]
+    splits = []
+    for value in packings:
+        capacity = machine.packing_capacity(value)
+        splits.append((value, [run for run in runs if machine.packing(run) == value or
+                               (machine.packing(run) is None and run.world_size <= capacity)]))
+    placed = {id(run) for _, members in splits for run in members}
+    alone = [run for run in runs if id(run) not in placed]
+    if alone:
+        splits.append(("1 node", alone))
+    return splits
+
+
+# The first key of these that differs names a split in Problems; any other is "config".
+SPLIT_KINDS = ("git_sha", "device", "backend", "cpu_model", "logical_cores", "ranks per node")
+
+
+def _split_problem(fields_, members, variants, differing):
+    kind = next((f"mixed {key}" for key in SPLIT_KINDS if key in differing), "mixed config")
+    detail = "; ".join(", ".join(f"{k}={v}" for k, v in variant.items()) + f" ({len(runs)} runs)"
+                       for variant, runs in variants)
+    label = Series(fields=fields_, variant={}, runs=members).label
+    return Problem(label, kind, f"runs of one series differ in {', '.join(differing)}: "
+                   f"{detail}; analysed as {len(variants)} separate series, never averaged",
+                   False)
+
+
 def group_series(runs):
-    """Usable runs grouped into series. A group whose runs disagree on git_sha or config
-    is split into variants, and each split is reported."""
+    """Usable runs grouped into series. A group whose runs disagree on build, machine,
+    topology or config is split into variants, and each split is reported."""
     groups = defaultdict(list)
     for run in runs:
         if run.usable:
@@ -97,19 +132,20 @@ def group_series(runs):
         fingerprints = sorted(by_variant)
         differing, variants = _differences(fingerprints)
         fields_ = dict(key)
+        split = []
         for fingerprint, variant in zip(fingerprints, variants):
-            series_list.append(Series(fields=fields_, variant=variant,
-                                      runs=by_variant[fingerprint]))
-        if len(fingerprints) > 1:
-            kind = "mixed git_sha" if "git_sha" in differing else "mixed config"
-            detail = "; ".join(", ".join(f"{k}={v}" for k, v in variant.items())
-                               + f" ({len(by_variant[fp])} runs)"
-                               for fp, variant in zip(fingerprints, variants))
-            label = Series(fields=fields_, variant={}, runs=members).label
-            problems.append(Problem(label, kind, f"runs of one series differ in "
-                                    f"{', '.join(differing)}: {detail}; analysed as "
-                                    f"{len(fingerprints)} separate series, never averaged",
-                                    False))
+            packed = _by_packing(by_variant[fingerprint])
+            for value, packed_runs in packed:
+                shown = dict(variant)
+                if value is not None:
+                    shown["ranks per node"] = value
+                split.append((shown, packed_runs))
+        if any("ranks per node" in variant for variant, _ in split):
+            differing = differing + ["ranks per node"]
+        for variant, packed_runs in split:
+            series_list.append(Series(fields=fields_, variant=variant, runs=packed_runs))
+        if len(split) > 1:
+            problems.append(_split_problem(fields_, members, split, differing))
     for index, series in enumerate(series_list, start=1):
         series.index = index
         problems.extend(_duplicate_problems(series))

@@ -16,6 +16,7 @@ from .load import load_results
 from .markdown import (figure_markdown as _figure_markdown, fmt as _fmt, percent as _percent,
                        relative as _relative, table as _table)
 from .metrics import group_series
+from .series_overview import overview_section
 from .timeline import timeline
 
 DEFINITIONS = """\
@@ -298,6 +299,10 @@ def write_report(results_dir, out_dir):
         "## What was loaded",
         "",
         _loaded_section(results_dir, runs, series_list),
+        "",
+        "## What sets the series apart",
+        "",
+        overview_section(series_list),
         "",
         "## Definitions",
         "",

@@ -1,11 +1,17 @@
-"""Names and conventions of result schema v4, in one place (docs/results-schema.md)."""
+"""Names and conventions of result schema v5, in one place (docs/results-schema.md)."""
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 # Version 1 reads as version 2 with no traced steps and no /kernel_trace, versions 1 and 2
-# read as version 3 without the GPUs' state, and versions 1 to 3 as version 4 without the
-# GPUs' state by phase, so the analysis reads all four; anything else may mean something
+# read as version 3 without the GPUs' state, versions 1 to 3 as version 4 without the
+# GPUs' state by phase, and versions 1 to 4 as version 5 without the host's cores, CPU
+# binding and CPU model, so the analysis reads all five; anything else may mean something
 # this code does not know.
-SUPPORTED_SCHEMA_VERSIONS = (1, 2, 3, 4)
+SUPPORTED_SCHEMA_VERSIONS = (1, 2, 3, 4, 5)
+
+# /ranks (version 5): per rank, the host's logical cores (int64), the rank's CPU binding
+# (a Linux CPU list, "0-3"; "" when unbound) and the host's CPU model (strings).
+HOST_INFO_VERSION = 5
+HOST_INFO_DATASETS = ("logical_cores", "cpu_binding", "cpu_model")
 
 PHASE_NAMES = ("data", "forward", "backward", "grad-comm", "optimizer", "param-gather", "step")
 PHASE = {name: index for index, name in enumerate(PHASE_NAMES)}
