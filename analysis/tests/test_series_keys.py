@@ -6,6 +6,7 @@ from pathlib import Path
 
 import h5py
 import numpy as np
+import pandas as pd
 import pytest
 
 from scalestudy_analysis.cli import main
@@ -128,3 +129,16 @@ def test_a_version_4_file_reads_its_host_as_unknown_and_a_version_5_file_without
         [("v5.h5", "missing field", False)]
     assert "/ranks/logical_cores" in problems[0].message
     assert str(old) != str(new)
+
+
+@pytest.mark.skipif(not EXAMPLE.is_dir(), reason=f"{EXAMPLE} is missing")
+def test_compare_puts_the_h100_set_beside_the_h200_set_with_intervals(h100_and_h200, tmp_path):
+    out = tmp_path / "compare"
+    assert main(["compare", str(h100_and_h200 / "h200"), str(h100_and_h200 / "h100"), "-o", str(out)]) == 0
+    rows = pd.read_csv(out / "compare.csv")
+    assert rows["N"].tolist() == [1, 2, 4]
+    # The copies hold the same steps, so every ratio is 1 and its interval is about it.
+    np.testing.assert_allclose(rows["throughput_ratio"], 1.0, rtol=1e-12)
+    assert ((rows["throughput_ratio_low"] < 1) & (rows["throughput_ratio_high"] > 1)).all()
+    assert rows["differs"].str.contains("device: NVIDIA H200").all()
+    assert H100 in (out / "compare.md").read_text()
