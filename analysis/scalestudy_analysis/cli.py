@@ -27,6 +27,12 @@ def parser():
     result.add_argument("-o", "--out", dest="out_dir", metavar="OUT_DIR", type=Path,
                         required=True, help="directory for report.md, runs.csv and the PNGs "
                                             "(created if missing)")
+    result.add_argument("--baseline", metavar="SERIES",
+                        help="measure every series' efficiency also against one series' "
+                             "smallest N: a series number as the report numbers them, a "
+                             "strategy (ddp, zero2+overlap) or key=value pairs "
+                             "(strategy=ddp,overlap=off); each series takes the match of its "
+                             "model, scaling mode, sequence length and batch")
     result.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     return result
 
@@ -112,8 +118,12 @@ def main(argv=None):
         return _usage_error(message)
     if args.out_dir.exists() and not args.out_dir.is_dir():
         return _usage_error(f"OUT_DIR {str(args.out_dir)!r} exists and is not a directory")
+    from .baseline import BaselineError
     from .report import write_report
-    report = write_report(args.results_dir, args.out_dir)
+    try:
+        report = write_report(args.results_dir, args.out_dir, baseline=args.baseline)
+    except BaselineError as error:
+        return _usage_error(str(error))
     print(report)
     return 0
 

@@ -206,6 +206,25 @@ def _wrap(text, width=70):
     return "\n".join(lines)
 
 
+def common_efficiency(series_list, out_dir, baselines):
+    """Per scaling mode, every series' efficiency against its common baseline series."""
+    figures = []
+    for scaling in ("strong", "weak"):
+        with_base = [s for s in series_list if s.scaling == scaling and s.index in baselines]
+        if not with_base:
+            continue
+        named = sorted({f"{b.index} ({b.strategy_label}) at N={b.baseline_n}"
+                        for s in with_base for b in [baselines[s.index]]})
+        title = f"{scaling.capitalize()} scaling: efficiency against series {', '.join(named)}"
+        figures.append(_line_plot(with_base, out_dir, f"{scaling}_efficiency_common.png",
+                                  _wrap(title), "efficiency_common",
+                                  "throughput · N0 / (N · baseline throughput at N0)",
+                                  ideal=lambda s: np.ones(len(s.table)),
+                                  band=("efficiency_common_lo", "efficiency_common_hi")))
+        figures[-1].title = title
+    return figures
+
+
 def overview_figures(series_list, out_dir):
     return [strong_speedup(series_list, out_dir), strong_efficiency(series_list, out_dir),
             weak_efficiency(series_list, out_dir), tokens_per_second(series_list, out_dir),

@@ -5,6 +5,7 @@ from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from . import __version__, plots
@@ -15,6 +16,7 @@ from .kernel_report import kernel_section
 from .load import load_results
 from .markdown import (figure_markdown as _figure_markdown, fmt as _fmt, percent as _percent,
                        relative as _relative, table as _table)
+from .baseline import add_common_efficiency
 from .metrics import group_series
 from .series_overview import overview_section
 from .timeline import timeline
@@ -87,11 +89,15 @@ GPU_PHASE_DEFINITIONS = """\
 
 def _series_table(series):
     strong = series.scaling == "strong"
+    common = np.isfinite(series.table["efficiency_common"]).any()
     header = ["N", "repeats", "steps", "step time median [IQR] (s)", "tokens/s",
               "speedup" if strong else "throughput ratio", "efficiency",
               "Karp–Flatt", "exposed comm fraction", "comm / step", "MFU"]
+    header += ["efficiency vs baseline [IQR]"] if common else []
     rows = []
     for _, point in series.table.iterrows():
+        extra = [f"{_fmt(point['efficiency_common'])} [{_fmt(point['efficiency_common_lo'])}–"
+                 f"{_fmt(point['efficiency_common_hi'])}]"] if common else []
         rows.append([
             str(int(point["N"])), str(int(point["repeats"])), str(int(point["steps"])),
             f"{_fmt(point['step_time_median_s'])} [{_fmt(point['step_time_q1_s'])}–"
@@ -100,7 +106,7 @@ def _series_table(series):
             _fmt(point["karp_flatt"]) if strong else "—",
             _percent(point["exposed_comm_fraction"]), _percent(point["comm_fraction_of_step"]),
             _percent(point["mfu"]),
-        ])
+        ] + extra)
     return _table(header, rows)
 
 
@@ -156,6 +162,12 @@ def _series_section(series, figures, results_dir):
         f"- Baseline N0 = {baseline} (the smallest world size measured); N measured: {sizes}",
         f"- Runs: {len(series.runs)}; git sha `{example.git_sha}`; model shape "
         + ", ".join(f"{k}={v}" for k, v in shared.items()),
+    ]
+    if np.isfinite(series.table["efficiency_common"]).any():
+        parts.append(f"- Efficiency vs baseline: against series "
+                     f"{int(series.table['baseline_series'].iloc[0])} at N0 = "
+                     f"{int(series.table['baseline_n'].iloc[0])} (`--baseline`)")
+    parts += [
         "",
         _series_table(series),
         "",
@@ -279,17 +291,22 @@ def _csv_frame(frame):
     return frame
 
 
-def write_report(results_dir, out_dir):
+def write_report(results_dir, out_dir, baseline=None):
     """Loads results_dir, writes report.md, runs.csv, the PNGs and the sections' CSVs into
-    out_dir. Returns the report path. The caller has checked that result files exist."""
+    out_dir. Returns the report path. The caller has checked that result files exist.
+    baseline: a --baseline SERIES spec (baseline.resolve); BaselineError when it matches
+    no series, before anything is written."""
     results_dir, out_dir = Path(results_dir), Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     runs, frame, problems = load_results(results_dir)
     series_list, series_problems = group_series(runs)
+    baselines = add_common_efficiency(series_list, baseline)
     problems = problems + series_problems
+    out_dir.mkdir(parents=True, exist_ok=True)
     _csv_frame(frame).to_csv(out_dir / "runs.csv", index=False)
 
     overview = plots.overview_figures(series_list, out_dir)
+    if baseline:
+        overview += plots.common_efficiency(series_list, out_dir, baselines)
     sections = [
         "# scalestudy scaling report",
         "",
