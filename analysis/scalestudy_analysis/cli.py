@@ -33,6 +33,10 @@ def parser():
                              "strategy (ddp, zero2+overlap) or key=value pairs "
                              "(strategy=ddp,overlap=off); each series takes the match of its "
                              "model, scaling mode, sequence length and batch")
+    result.add_argument("--bench", metavar="FILE", type=Path, nargs="+", default=(),
+                        help="`scalestudy bench comm` files: their bus bandwidth at the "
+                             "nearest size and the same world size is drawn beside each "
+                             "collective's")
     result.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     return result
 
@@ -118,10 +122,14 @@ def main(argv=None):
         return _usage_error(message)
     if args.out_dir.exists() and not args.out_dir.is_dir():
         return _usage_error(f"OUT_DIR {str(args.out_dir)!r} exists and is not a directory")
+    for path in args.bench:
+        if not path.is_file():
+            return _usage_error(f"--bench {str(path)!r} is not a file")
     from .baseline import BaselineError
     from .report import write_report
     try:
-        report = write_report(args.results_dir, args.out_dir, baseline=args.baseline)
+        report = write_report(args.results_dir, args.out_dir, baseline=args.baseline,
+                              bench_files=args.bench)
     except BaselineError as error:
         return _usage_error(str(error))
     print(report)

@@ -9,7 +9,7 @@ import pandas as pd
 
 from .gpu_phase_state import read_gpu_phase_state
 from .gpu_state import GpuState, read_gpu_state
-from .h5text import attributes as _attributes, text_list as _text_list
+from .h5text import attributes as _attributes, text as _text, text_list as _text_list
 from .intervals import StepQuantities, step_quantities
 from .kernel_trace import KernelTrace, read_kernel_trace
 from .problems import Problem
@@ -43,6 +43,7 @@ class RunRecord:
     collectives: dict = field(default_factory=dict)  # name -> [C] array, step mapped to row
     memory_bytes: np.ndarray = None     # [R, M]
     peak_bytes: np.ndarray = None
+    peak_bytes_source: str = ""         # /memory/peak_bytes' peak_source: VmHWM, cudaMemGetInfo
     kernel_trace: KernelTrace = None    # None without /kernel_trace or when it is malformed
     kernel_trace_found: bool = False    # the group exists, even when it proved malformed
     gpu_state: GpuState = None          # /steps/gpu_*; None before version 3, missing or malformed
@@ -212,6 +213,7 @@ def _read_body(handle, run):
     if "/memory/bytes" in handle:
         run.memory_bytes = _dataset(handle, "/memory/bytes", np.int64)
         run.peak_bytes = _dataset(handle, "/memory/peak_bytes", np.int64)
+        run.peak_bytes_source = str(_text(handle["/memory/peak_bytes"].attrs.get("peak_source", "")))
     if "/summary" in handle:
         run.stored_summary = _attributes(handle["/summary"])
     if run.schema_version >= 2 and KERNEL_TRACE_GROUP in handle:
