@@ -99,14 +99,25 @@ def ranks_by_host(run):
     return Counter(str(host) for host in run.hostnames)
 
 
-def oversubscribed_hosts(run):
-    """[(host, ranks, cores)] for each host with more ranks than logical cores; None when
-    the cores are unknown."""
-    by_host = logical_cores_by_host(run)
-    if by_host is None:
-        return None
-    return [(host, count, by_host[host]) for host, count in sorted(ranks_by_host(run).items())
-            if count > by_host[host]]
+# The CPU backend's MPI communicator runs each rank's collectives on a worker thread of
+# its own beside the compute thread (src/comm/mpi_communicator.h): two busy threads a
+# rank while communication overlaps compute.
+CPU_THREADS_PER_RANK = 2
+
+
+def host_cores(run):
+    """{hostname: logical cores} from /ranks/logical_cores; {} where the file does not
+    record them (before version 5): no guess from the machine reading the file, whose
+    host name may be as generic as the one that wrote it."""
+    return logical_cores_by_host(run) or {}
+
+
+def oversubscribed_hosts(run, threads_per_rank=1):
+    """[(host, ranks, cores)] for each host where ranks × threads_per_rank exceed its
+    recorded logical cores."""
+    cores = host_cores(run)
+    return [(host, count, cores[host]) for host, count in sorted(ranks_by_host(run).items())
+            if host in cores and count * threads_per_rank > cores[host]]
 
 
 def parse_cpu_list(text):
@@ -139,10 +150,17 @@ def shared_bindings(run):
 
 
 def unbound_ranks(run):
-    """The ranks whose binding is empty or unreadable; None before version 5."""
+    """The ranks free to run on every core of their host (a binding that is empty, does
+    not parse, or covers all the host's logical cores); None before version 5."""
     if run.cpu_binding is None:
         return None
-    return [rank for rank, text in enumerate(run.cpu_binding) if parse_cpu_list(text) is None]
+    cores = logical_cores_by_host(run) or {}
+    unbound = []
+    for rank, (host, text) in enumerate(zip(run.hostnames, run.cpu_binding)):
+        listed = parse_cpu_list(text)
+        if listed is None or (str(host) in cores and len(listed) >= cores[str(host)]):
+            unbound.append(rank)
+    return unbound
 
 
 def describe(run):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import __version__, plots
+from . import __version__, noise, plots
 from .gpu_state_report import gpu_state_section
 from .kernel_report import kernel_section
 from .bandwidth import load_benches
@@ -17,7 +17,7 @@ from .load import load_results
 from .markdown import (figure_markdown as _figure_markdown, fmt as _fmt, percent as _percent,
                        relative as _relative, table as _table)
 from .memory import memory_figures
-from .metrics import group_series
+from .metrics import group_series, series_peak
 from .series_details import series_details
 from .series_overview import overview_section
 from .timeline import timeline
@@ -129,6 +129,12 @@ def _series_section(series, figures, results_dir, details):
         f"- Runs: {len(series.runs)}; git sha `{example.git_sha}`; model shape "
         + ", ".join(f"{k}={v}" for k, v in shared.items()),
     ]
+    peak, low, high = series_peak(series.runs)
+    if np.isfinite(peak):
+        sources = sorted({str(run.summary.get("peak_source", "")) for run in series.runs})
+        spread = "" if low == high else f"; the runs measured {_fmt(low)} to {_fmt(high)}"
+        parts.append(f"- MFU's peak: {_fmt(peak)} TFLOP/s per device ({'; '.join(sources)})"
+                     f"{spread}")
     if np.isfinite(series.table["efficiency_common"]).any():
         parts.append(f"- Efficiency vs baseline: against series "
                      f"{int(series.table['baseline_series'].iloc[0])} at N0 = "
@@ -178,6 +184,8 @@ def write_report(results_dir, out_dir, baseline=None, bench_files=()):
     overview = plots.overview_figures(series_list, out_dir)
     if baseline:
         overview += plots.common_efficiency(series_list, out_dir, baselines)
+    details = {s.index: series_details(s, series_list, out_dir, benches) for s in series_list}
+    flags = noise.collect(series_list, details)
     sections = [
         "# scalestudy scaling report",
         "",
@@ -187,11 +195,20 @@ def write_report(results_dir, out_dir, baseline=None, bench_files=()):
         "## What was loaded",
         "",
         _loaded_section(results_dir, runs, series_list),
+        f"- Warnings: {len(flags)} (see Warnings); problems: {len(problems)} (see Problems)",
         "",
         "## What sets the series apart",
         "",
         overview_section(series_list),
         "",
+        "## Warnings",
+        "",
+        noise.warnings_section(flags),
+        "",
+    ]
+    if noise.has_cpu_series(series_list):
+        sections += ["## What a CPU study can show", "", noise.CPU_STUDY, ""]
+    sections += [
         "## Definitions",
         "",
         DEFINITIONS,
@@ -205,10 +222,8 @@ def write_report(results_dir, out_dir, baseline=None, bench_files=()):
     ]
     if not series_list:
         sections += ["No usable runs: every file was left out (see Problems).", ""]
-    details = {}
     for series in series_list:
         figures = [plots.breakdown(series, out_dir), timeline(series, out_dir)]
-        details[series.index] = series_details(series, series_list, out_dir, benches)
         sections += [_series_section(series, figures, results_dir, details[series.index]), ""]
     memory_figures_ = memory_figures(series_list, {i: d.memory for i, d in details.items()},
                                      out_dir)

@@ -1,6 +1,8 @@
 """Names and conventions of result schema v5, in one place (docs/results-schema.md)."""
 
-SCHEMA_VERSION = 5
+# The version the C++ writer writes. Version 5 (HOST_INFO_VERSION below) is read wherever
+# a file has it; the writer's bump to it raises this number too.
+SCHEMA_VERSION = 4
 # Version 1 reads as version 2 with no traced steps and no /kernel_trace, versions 1 and 2
 # read as version 3 without the GPUs' state, versions 1 to 3 as version 4 without the
 # GPUs' state by phase, and versions 1 to 4 as version 5 without the host's cores, CPU

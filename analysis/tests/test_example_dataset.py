@@ -87,6 +87,9 @@ def test_the_report_finds_every_run_and_series_and_lists_no_problem(built_report
     assert "- Series: 4" in report
     problems = report.split("## Problems", 1)[1]
     assert problems.strip().startswith("None")
+    # Quiet GPU runs, 3 repeats, no superlinear point, every breakdown adding up.
+    warnings = report.split("## Warnings", 1)[1].split("\n## ", 1)[0]
+    assert warnings.strip().startswith("None:"), warnings
     runs = pd.read_csv(built_report / "runs.csv")
     assert len(runs) == 36
     assert set(runs["status"]) == {"complete"} and runs["included"].all()
