@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from . import __version__, noise, plots
+from .exports import write_series_exports
 from .gpu_state_report import gpu_state_section
 from .kernel_report import kernel_section
 from .bandwidth import load_benches
@@ -186,11 +187,13 @@ def write_report(results_dir, out_dir, baseline=None, bench_files=()):
         overview += plots.common_efficiency(series_list, out_dir, baselines)
     details = {s.index: series_details(s, series_list, out_dir, benches) for s in series_list}
     flags = noise.collect(series_list, details)
+    write_series_exports(series_list, details, out_dir)
     sections = [
         "# scalestudy scaling report",
         "",
         f"Generated {datetime.now(timezone.utc).strftime('%Y-%m-%dT%H:%M:%SZ')} by "
-        f"scalestudy-analysis {__version__}. One row per run: `runs.csv`.",
+        f"scalestudy-analysis {__version__}. One row per run: `runs.csv`; one per series "
+        "and N: `series.csv` and `series.json`.",
         "",
         "## What was loaded",
         "",

@@ -1,6 +1,7 @@
 """The example dataset (examples/gpt2-small-strong-4xh200, a real sweep on 4 H200s): the
 report builds from it, finds every run and series, lists no problem, and its speedups
 agree with those computed here from the files by hand."""
+import json
 import re
 from pathlib import Path
 
@@ -146,3 +147,19 @@ def test_the_breakdown_medians_add_up_to_the_median_step_within_1_percent(exampl
     cells = re.findall(r"\| ([+-]\d+\.\d\d) % \| [^|]+ \|$", report, re.MULTILINE)
     assert len(cells) == len(STRATEGIES) * len(WORLD_SIZES)
     assert all(abs(float(cell)) <= 100 * MEDIAN_SUM_RTOL for cell in cells), cells
+
+
+def test_the_series_exports_carry_the_reports_numbers(built_report):
+    frame = pd.read_csv(built_report / "series.csv")
+    assert len(frame) == len(STRATEGIES) * len(WORLD_SIZES)
+    reported = speedups_in_report((built_report / "report.md").read_text())
+    for _, row in frame.iterrows():
+        # The report prints 4 significant digits; the export keeps every one.
+        assert row["speedup"] == pytest.approx(reported[row["strategy"]][row["N"]], abs=SPEEDUP_TOLERANCE)
+        assert row["efficiency_lo"] <= row["efficiency"] <= row["efficiency_hi"]
+        assert row["memory_total_bytes"] > 0 and row["device"].startswith("NVIDIA H200")
+    assert frame.loc[frame["N"] == 1, "exposed_comm_fraction"].isna().all()
+    document = json.loads((built_report / "series.json").read_text())
+    assert [len(series["points"]) for series in document["series"]] == [len(WORLD_SIZES)] * 4
+    first = document["series"][0]["points"][0]
+    assert first["N"] == 1 and first["exposed_comm_fraction"] is None and first["speedup"] == 1.0
