@@ -15,6 +15,7 @@ import pandas as pd  # noqa: E402
 from . import __version__  # noqa: E402
 from .compare import (DEFAULTS, compare_pair, comparison_table, flat_rows,  # noqa: E402
                       load_set, unmatched_lines)
+from .html import write_html  # noqa: E402
 from .markdown import relative  # noqa: E402
 from .plots import DPI, _legend_outside, _world_size_axis  # noqa: E402
 
@@ -136,6 +137,7 @@ def write_compare(paths, out_dir, labels=None, **options):
         encoding="utf-8")
     report = out_dir / "compare.md"
     report.write_text("\n".join(parts) + "\n", encoding="utf-8")
+    write_html(report)
     return report
 
 

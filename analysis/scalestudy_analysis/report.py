@@ -11,6 +11,7 @@ import numpy as np
 from . import __version__, noise, plots
 from .exports import write_series_exports
 from .gpu_state_report import gpu_state_section
+from .html import write_html
 from .kernel_report import kernel_section
 from .bandwidth import load_benches
 from .baseline import add_common_efficiency
@@ -245,4 +246,5 @@ def write_report(results_dir, out_dir, baseline=None, bench_files=()):
         sections += ["None: every file was complete, readable and consistent."]
     report = out_dir / "report.md"
     report.write_text("\n".join(sections) + "\n", encoding="utf-8")
+    write_html(report)
     return report
