@@ -44,10 +44,10 @@ def _save(figure, out_dir, name):
 
 
 def _line_plot(series_list, out_dir, name, title, column, ylabel, ideal=None, band=None,
-               log_y_base=None, ideal_in_series_colour=False):
+               log_y_base=None, ideal_in_series_colour=False, y_from_zero=False):
     """Lines of one column against N, an optional IQR band, and a dashed ideal
     (ideal(series) gives its y values at the series' N; identical ideals are drawn once)."""
-    figure, axis = plt.subplots(figsize=(7, 4.5))
+    figure, axis = plt.subplots(figsize=(9, 4.5))
     sizes = []
     drawn = set()
     for series, label in zip(series_list, legend_labels(series_list)):
@@ -74,10 +74,12 @@ def _line_plot(series_list, out_dir, name, title, column, ylabel, ideal=None, ba
     if log_y_base:
         axis.set_yscale("log", base=log_y_base)
         axis.yaxis.set_major_formatter(ScalarFormatter())
+    if y_from_zero:
+        axis.set_ylim(bottom=0)
     axis.set_ylabel(ylabel)
     axis.set_title(title)
     axis.grid(True, alpha=0.3)
-    axis.legend(fontsize="small")
+    _legend_outside(axis)
     return Figure(_save(figure, out_dir, name), title)
 
 
@@ -132,14 +134,14 @@ def mfu(series_list, out_dir):
         return _skip(title, "no run has a peak FLOP rate (CPU runs record none), so MFU "
                      "is undefined")
     return _line_plot(with_peak, out_dir, "mfu.png", title, "mfu",
-                      "MFU (model TFLOP/s per GPU / peak)")
+                      "MFU (model TFLOP/s per GPU / peak)", y_from_zero=True)
 
 
 def comm_fraction(series_list, out_dir):
     title = "Communication time as a fraction of step time"
     if not series_list:
         return _skip(title, "no series")
-    figure, axis = plt.subplots(figsize=(7, 4.5))
+    figure, axis = plt.subplots(figsize=(9, 4.5))
     sizes = []
     for series, label in zip(series_list, legend_labels(series_list)):
         table = series.table
@@ -153,7 +155,7 @@ def comm_fraction(series_list, out_dir):
     axis.set_ylim(bottom=0)
     axis.set_title(title)
     axis.grid(True, alpha=0.3)
-    axis.legend(fontsize="small")
+    _legend_outside(axis)
     return Figure(_save(figure, out_dir, "comm_fraction.png"), title)
 
 

@@ -39,7 +39,8 @@ DEFINITIONS = """\
   maximum over ranks. **Exposed** communication: the part of that union not covered by
   the forward, backward and optimizer intervals, less the times compute sat blocked
   waiting for a collective inside them; maximum over ranks. The exposed fraction is
-  median exposed / median communication time (0 without communication).
+  median exposed / median communication time; "—" at N = 1 and without communication,
+  where nothing is exchanged (the file's `/summary` stores 0 there).
 - **Breakdown**: each measured step of the slowest rank cut into disjoint parts that
   add up to the step: **compute**, forward ∪ backward less the time blocked in them
   waiting for a collective; **optimizer**, the optimizer outside those, less its waits;
@@ -53,7 +54,9 @@ DEFINITIONS = """\
   the median over measured steps. Devices of unequal speed show here, and a
   data-parallel step waits for the slowest.
 - **MFU**: model TFLOP/s per GPU (FLOPs per step / median step time / N) over the peak
-  rate recorded in the file."""
+  rate recorded in the files: the median of the series' runs, which is every run's on
+  CUDA (a datasheet rate) and varies on the CPU (a rate each run measures; the series'
+  section names the spread)."""
 
 def _series_table(series):
     strong = series.scaling == "strong"
