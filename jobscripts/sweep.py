@@ -249,9 +249,11 @@ def ranks_per_node(sweep, point):
 
 
 def train_arguments(sweep, point):
+    """The point's `scalestudy train` arguments. A point runs only when its result is not
+    complete, so whatever is at its path (a failed or unreadable file) is replaced."""
     args = ["train", "--experiment", sweep.name, "--repeat", str(point.repeat),
             "--strategy", point.strategy, "--overlap", point.overlap, "--backend", sweep.backend,
-            "--output", str(point.result)]
+            "--output", str(point.result), "--overwrite"]
     for key, value in sweep.train:
         if key == "global-batch" and point.scaling != "strong":
             continue

@@ -1,8 +1,6 @@
 """Names and conventions of result schema v5, in one place (docs/results-schema.md)."""
 
-# The version the C++ writer writes. Version 5 (HOST_INFO_VERSION below) is read wherever
-# a file has it; the writer's bump to it raises this number too.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 # Version 1 reads as version 2 with no traced steps and no /kernel_trace, versions 1 and 2
 # read as version 3 without the GPUs' state, versions 1 to 3 as version 4 without the
 # GPUs' state by phase, and versions 1 to 4 as version 5 without the host's cores, CPU
@@ -11,7 +9,7 @@ SCHEMA_VERSION = 4
 SUPPORTED_SCHEMA_VERSIONS = (1, 2, 3, 4, 5)
 
 # /ranks (version 5): per rank, the host's logical cores (int64), the rank's CPU binding
-# (a Linux CPU list, "0-3"; "" when unbound) and the host's CPU model (strings).
+# (a Linux CPU list, "0-3": every CPU the rank may run on) and the host's CPU model (strings).
 HOST_INFO_VERSION = 5
 HOST_INFO_DATASETS = ("logical_cores", "cpu_binding", "cpu_model")
 

@@ -180,7 +180,6 @@ void run_comm_bench(BenchContext& context) {
   auto& m = context.method;
   m["timing"] = context.timer_description() + "; each sample starts after a barrier, and is the slowest rank's";
   m["communicator"] = context.comm->name() +
-                     (config.comm_engine == CommEngine::copy ? " on the copy engines (--comm-engine copy)" : "") +
                      ", through the start/finish pairs training uses (the hand-off "
                      "between the compute and comm streams, or to the MPI comm thread, included)";
   m["definitions"] = "algbw = bytes / time; busbw = algbw · 2(n-1)/n (allreduce), algbw · (n-1)/n "

@@ -20,7 +20,6 @@
 
 #include "backend/ops.h"
 #include "comm/communicator.h"
-#include "config/run_config.h"
 #include "core/model_shape.h"
 #include "results/run_recorder.h"
 #include "timing/step_timer.h"
@@ -55,7 +54,6 @@ struct BenchConfig {
 
   std::vector<std::string> collectives;    // allreduce, reduce_scatter, allgather
   int64_t min_bytes = 0, max_bytes = 0;    // payload range of comm, doubling
-  CommEngine comm_engine = CommEngine::sm; // what moves comm's collectives on cuda
 
   bool profile_kernels = false;            // trace one extra sample per point (cuda)
 };

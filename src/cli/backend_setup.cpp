@@ -80,13 +80,9 @@ BackendSetup make_backend(const RunConfig& config, const ProcessPlacement& where
     throw UsageError("--backend cuda: rank " + std::to_string(where.rank) + " is local rank " +
                      std::to_string(where.local_rank) + " on " + where.host + ", which has " +
                      std::to_string(devices) + " visible GPU(s)");
-  const bool copy_engines = config.comm_engine == CommEngine::copy;
-  if (copy_engines && where.node_count > 1)
-    throw UsageError("--comm-engine copy: the job has ranks on " + std::to_string(where.node_count) +
-                     " nodes; copy engines reach the GPUs of one node only");
   auto ops = std::make_unique<CudaOps>(where.local_rank, config.precision, config.gemm_algos);
   setup.comm = std::make_unique<NcclCommunicator>(MPI_COMM_WORLD, ops->stream(), config.comm_timeout_s,
-                                                  copy_engines, config.overlapped_ctas);
+                                                  /*copy_engines=*/false, config.overlapped_ctas);
   setup.identity.backend = "cuda";
   setup.identity.device_name = cuda_device_description(where.local_rank);
   setup.identity.cuda_version = cuda_runtime_version();

@@ -19,6 +19,8 @@
 #include "cli/backend_setup.h"
 #include "cli/commands.h"
 #include "comm/mpi_runtime.h"
+#include "config/help_sections.h"
+#include "config/option_files.h"
 #include "core/check.h"
 #include "core/usage_error.h"
 
@@ -39,7 +41,6 @@ struct RawOptions {
   std::string model, batches, seqs;
   int hidden = 0, heads = 0, layers = 0, part_batch = 0, part_seq = 0;
   std::string collectives = "allreduce,reduce_scatter,allgather", min_bytes = "1K", max_bytes;
-  std::string comm_engine = "sm";
 };
 
 // The benchmarks each specific option applies to; the general options apply to all.
@@ -52,40 +53,50 @@ const std::map<std::string, std::vector<BenchKind>>& option_scope() {
       {"batches", {K::layer, K::inference}}, {"seqs", {K::layer, K::inference}},
       {"part-batch", {K::layer}}, {"part-seq", {K::layer}},
       {"collectives", {K::comm}}, {"min-bytes", {K::comm}}, {"max-bytes", {K::comm}},
-      {"comm-engine", {K::comm}},
   };
   return scope;
 }
 
 po::options_description bench_options(RawOptions& raw) {
-  po::options_description general("General");
+  po::options_description general = help_section("General");
   general.add_options()
+      ("help,h", "print this help and exit")
       ("backend", po::value(&raw.backend)->default_value(raw.backend), "cpu or cuda; the size defaults follow it")
-      ("output,o", po::value(&raw.output), "HDF5 file to write (docs/results-schema.md, \"Benchmark files\")")
-      ("warmup", po::value(&raw.warmup)->default_value(raw.warmup),
-       "samples run and discarded before the timed ones; at least 1 (the last sets the calls per sample)")
-      ("repeats", po::value(&raw.repeats)->default_value(raw.repeats), "timed samples per point (median and IQR)")
-      ("min-sample-ms", po::value(&raw.min_sample_ms)->default_value(raw.min_sample_ms),
-       "a sample repeats the call until it lasts about this long")
       ("memory-limit", po::value(&raw.memory_limit)->default_value(raw.memory_limit),
        "bytes a point may allocate (K/M/G suffixes); 0: what the device (host) has free. Points "
        "predicted to need more are marked oom")
       ("comm-timeout", po::value(&raw.comm_timeout_s)->default_value(raw.comm_timeout_s),
-       "seconds a collective may take before the job is ended")
-      ("profile-kernels", po::bool_switch(&raw.profile_kernels),
-       "cuda: after each point's timed samples, run one more sample, untimed, traced with CUPTI; its kernels "
-       "go to the file's /kernel_trace")
-      ("help,h", "print this help and exit");
+       "seconds a collective may take before the job is ended");
 
-  po::options_description kernels("gemm and bandwidth");
+  po::options_description timing = help_section("Timing");
+  timing.add_options()
+      ("warmup", po::value(&raw.warmup)->default_value(raw.warmup),
+       "samples run and discarded before the timed ones; at least 1 (the last sets the calls per sample)")
+      ("repeats", po::value(&raw.repeats)->default_value(raw.repeats), "timed samples per point (median and IQR)")
+      ("min-sample-ms", po::value(&raw.min_sample_ms)->default_value(raw.min_sample_ms),
+       "a sample repeats the call until it lasts about this long");
+
+  po::options_description output = help_section("Output");
+  output.add_options()
+      ("output,o", po::value(&raw.output),
+       "HDF5 file to write (docs/results-schema.md, \"Benchmark files\"). Default: none, the table is only "
+       "printed");
+
+  po::options_description diagnostics = help_section("Diagnostics");
+  diagnostics.add_options()
+      ("profile-kernels", po::bool_switch(&raw.profile_kernels),
+       "cuda: after each point's timed samples, run one more, untimed, traced with CUPTI into the file's "
+       "/kernel_trace. Default: off");
+
+  po::options_description kernels = help_section("gemm and bandwidth");
   kernels.add_options()
       ("sizes", po::value(&raw.sizes)->default_value("", "by backend"),
-       "gemm: n of the n×n×n products (cuda 128,512,2048,8192; cpu 64,128,256). bandwidth: elements "
-       "per buffer (cuda 16K..64M; cpu 16K..1M). A list with K/M/G suffixes; A..B doubles from A to B")
+       "gemm: n of the n×n×n products (cuda 128,512,2048,8192; cpu 64,128,256); bandwidth: elements per "
+       "buffer (cuda 16K..64M; cpu 16K..1M). K/M/G suffixes; A..B doubles from A to B")
       ("precisions", po::value(&raw.precisions)->default_value(raw.precisions),
        "gemm precisions: fp32, tf32, fp16, bf16 (the cpu has fp32 only; the others are marked unavailable)");
 
-  po::options_description model("layer and inference");
+  po::options_description model = help_section("layer and inference");
   model.add_options()
       ("model", po::value(&raw.model)->default_value("", "by backend"),
        "model preset (see scalestudy info): layer bert-large, inference bert-base on cuda; tiny on the cpu")
@@ -99,17 +110,15 @@ po::options_description bench_options(RawOptions& raw) {
       ("part-batch", po::value(&raw.part_batch)->default_value(0, "cuda 64, cpu 4"), "layer: batch of the parts")
       ("part-seq", po::value(&raw.part_seq)->default_value(0, "cuda 128, cpu 32"), "layer: seq of the parts");
 
-  po::options_description comm("comm");
+  po::options_description comm = help_section("comm");
   comm.add_options()
       ("collectives", po::value(&raw.collectives)->default_value(raw.collectives),
        "collectives to measure: allreduce, reduce_scatter, allgather")
       ("min-bytes", po::value(&raw.min_bytes)->default_value(raw.min_bytes), "smallest payload (doubling from it)")
-      ("max-bytes", po::value(&raw.max_bytes)->default_value("", "cuda 1G, cpu 1M"), "largest payload")
-      ("comm-engine", po::value(&raw.comm_engine)->default_value(raw.comm_engine),
-       "cuda: sm (NCCL's kernels) or copy (the copy engines, as scalestudy train --comm-engine copy)");
+      ("max-bytes", po::value(&raw.max_bytes)->default_value("", "cuda 1G, cpu 1M"), "largest payload");
 
-  po::options_description all;
-  all.add(general).add(kernels).add(model).add(comm);
+  po::options_description all = help_sections();
+  all.add(general).add(timing).add(output).add(diagnostics).add(kernels).add(model).add(comm);
   return all;
 }
 
@@ -218,10 +227,6 @@ BenchConfig resolve(BenchKind kind, const RawOptions& raw, const po::variables_m
     if (c.max_bytes < c.min_bytes)
       bad_value("max-bytes", raw.max_bytes, "is below --min-bytes " + std::to_string(c.min_bytes));
     if (c.max_bytes > (int64_t{1} << 36)) bad_value("max-bytes", raw.max_bytes, "at most 64G");
-    if (raw.comm_engine == "sm") c.comm_engine = CommEngine::sm;
-    else if (raw.comm_engine == "copy") c.comm_engine = CommEngine::copy;
-    else bad_value("comm-engine", raw.comm_engine, "must be sm or copy");
-    if (c.comm_engine == CommEngine::copy && !cuda) bad_value("comm-engine", raw.comm_engine, "needs --backend cuda");
   }
   return c;
 }
@@ -262,16 +267,11 @@ int run_bench_command(int argc, const char* const* argv) {
   RawOptions raw;
   const po::options_description options = bench_options(raw);
   po::variables_map values;
-  try {
-    // argv[1], the benchmark's name, stands where the parser expects the program name.
-    po::store(po::command_line_parser(argc - 1, argv + 1).options(options).run(), values);
-    if (values.count("help")) {
-      if (where.rank == 0) std::printf("%s", bench_help().c_str());
-      return 0;
-    }
-    po::notify(values);
-  } catch (const po::error& error) {
-    throw UsageError(error.what());
+  // argv[1], the benchmark's name, stands where the parser expects the program name.
+  parse_options(argc - 1, argv + 1, options, values);
+  if (values.count("help")) {
+    if (where.rank == 0) std::printf("%s", bench_help().c_str());
+    return 0;
   }
   const BenchConfig config = resolve(kind, raw, values);
   if (kind != BenchKind::comm && where.world_size > 1)
@@ -282,7 +282,6 @@ int run_bench_command(int argc, const char* const* argv) {
   backend_config.backend = config.backend;
   backend_config.precision = Precision::fp32;
   backend_config.comm_timeout_s = config.comm_timeout_s;
-  backend_config.comm_engine = config.comm_engine;
   BackendSetup backend = make_backend(backend_config, where);
   RunIdentity identity = backend.identity;
   identity.argv.assign(argv, argv + argc);

@@ -10,6 +10,8 @@
 #include "comm/mpi_runtime.h"
 #include "config/run_config.h"
 #include "core/check.h"
+#include "core/control_wait.h"
+#include "core/stop_signal.h"
 #include "core/usage_error.h"
 #include "model/flops.h"
 #include "results/run_recorder.h"
@@ -24,11 +26,11 @@ void print_header(const RunConfig& c, const Trainer& trainer, const ProcessPlace
               c.model.c_str(), c.shape.layers, c.shape.channels, c.shape.heads, c.shape.vocab,
               c.shape.causal ? "causal" : "bidirectional", layout.param_elems);
   std::printf("  %d rank(s) on %d node(s), backend %s %s, strategy %s, overlap %s, %zu bucket(s) of at most %.2f MiB, "
-              "gradients reduced in %s%s\n",
+              "gradients reduced in %s\n",
               where.world_size, where.node_count, c.backend.c_str(), precision_name(c.precision),
               strategy_name(c.strategy), c.overlap ? "on" : "off", trainer.plan().buckets.size(),
               static_cast<double>(trainer.plan().bucket_elems) * sizeof(float) / (1024.0 * 1024.0),
-              precision_name(c.grad_reduce), c.comm_engine == CommEngine::copy ? " by the copy engines" : "");
+              precision_name(c.grad_reduce));
   if (c.overlapped_ctas > 0)
     std::printf("  collectives that compute still hides run NCCL's kernels on at most %d CTAs (--overlapped-ctas)\n",
                 c.overlapped_ctas);
@@ -85,12 +87,15 @@ void print_summary(const Trainer& trainer, const RunRecorder& recorder, const Ru
 }  // namespace
 
 int run_train_command(int argc, const char* const* argv) {
+  // From here on SIGTERM, SIGINT and SIGUSR1 stop the run cleanly (core/stop_signal.h).
+  install_stop_signal_handlers();
   RunConfig config;
   const ProcessPlacement where = discover_placement(MPI_COMM_WORLD);
   if (!parse_train_config(argc, argv, config)) {
     if (where.rank == 0) std::printf("%s", train_help().c_str());
     return 0;
   }
+  set_control_timeout(config.comm_timeout_s);
   BackendSetup backend = make_backend(config, where);
   Trainer trainer(config, *backend.ops, *backend.comm, MPI_COMM_WORLD);
   if (where.rank == 0) print_header(trainer.config(), trainer, where);
@@ -107,8 +112,9 @@ int run_train_command(int argc, const char* const* argv) {
     trainer.set_kernel_tracer(tracer.get(), config.profile_first, config.profile_last);
   }
   trainer.set_gpu_telemetry(backend.telemetry.get());
+  RunOutcome outcome;
   try {
-    trainer.run(&recorder);
+    outcome = trainer.run(&recorder);
     if (tracer) {
       const RankTrace trace = tracer->take_trace();
       if (where.rank == 0)
@@ -120,11 +126,22 @@ int run_train_command(int argc, const char* const* argv) {
     recorder.finish_failed(std::string("rank ") + std::to_string(where.rank) + ": " + error.what());
     throw;
   }
+  if (outcome.stop_signal) {
+    const std::string reason =
+        stop_reason(outcome.stop_signal) + " after step " + std::to_string(outcome.steps_completed);
+    recorder.finish_failed(reason);
+    if (where.rank == 0) {
+      std::fprintf(stderr, "scalestudy train: %s; the result file keeps the %d completed steps, marked failed\n",
+                   reason.c_str(), outcome.steps_completed);
+      std::fflush(stderr);
+    }
+    return stop_exit_code(outcome.stop_signal);
+  }
   const MemoryReport memory = trainer.memory();
   const RunSummary summary = recorder.finish_complete(memory);
   const double peak_mib = static_cast<double>(memory.peak_bytes) / (1024.0 * 1024.0);
   double largest_peak_mib = 0.0;
-  CHECK_MPI(MPI_Reduce(&peak_mib, &largest_peak_mib, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD));
+  control_allreduce(&peak_mib, &largest_peak_mib, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD, "memory report");
   const std::string memory_line = trainer.memory_summary("after the last step");
   if (where.rank == 0) {
     print_summary(trainer, recorder, summary);

@@ -5,11 +5,14 @@
 #include <boost/program_options.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <sstream>
 
+#include "config/help_sections.h"
+#include "config/option_files.h"
 #include "core/usage_error.h"
 
 namespace po = boost::program_options;
@@ -23,7 +26,6 @@ struct RawOptions {
   std::string strategy = "ddp";
   std::string overlap = "off";
   std::string grad_reduce = "fp32";
-  std::string comm_engine = "sm";
   std::string overlapped_ctas = "auto";
   std::string overlap_after = "auto";
   std::string gemm_algos = "timed";
@@ -35,140 +37,144 @@ struct RawOptions {
   std::string profile_window = "auto";
   std::string gpu_telemetry_ms = "auto";
   std::string recompute = "off";
+  std::string seed = "1234";
 };
 
+template <typename T>
+std::string text(const T& value) {
+  std::ostringstream out;
+  out << value;
+  return out.str();
+}
+
+// A float option whose default --help shows as the stream prints it (0.0006, where Boost
+// would show 0.000600000028).
+po::typed_value<float>* decimal(float* field) { return po::value(field)->default_value(*field, text(*field)); }
+
+// The options of `scalestudy train`, by section. Each entry says what the option does and,
+// where Boost does not show a default, what happens without it.
 po::options_description train_options(RunConfig& c, RawOptions& raw) {
-  po::options_description model("Model");
+  po::options_description general = help_section("General");
+  general.add_options()
+      ("help,h", "print this help and exit")
+      ("config", po::value(&raw.config_file),
+       "INI file of these options (name = value, without the --); the command line wins. Default: none");
+
+  po::options_description model = help_section("Model");
   model.add_options()
       ("model", po::value(&c.model)->default_value(c.model),
-       "preset: tiny, gpt2-small, gpt2-medium, gpt2-large, gpt2-xl, bert-base, bert-large")
+       "preset: tiny, gpt2-small, gpt2-medium, gpt2-large, gpt2-xl, bert-base or bert-large; "
+       "the options below override its shape")
       ("layers", po::value(&raw.layers)->default_value(0, "preset"), "transformer blocks (L)")
       ("hidden", po::value(&raw.hidden)->default_value(0, "preset"), "channels (C)")
       ("heads", po::value(&raw.heads)->default_value(0, "preset"), "attention heads; must divide --hidden")
-      ("vocab", po::value(&raw.vocab)->default_value(0, "preset"), "vocabulary size (V)")
+      ("vocab", po::value(&raw.vocab)->default_value(0, "preset"), "vocabulary size (V); at least the data's")
       ("max-seq", po::value(&raw.max_seq)->default_value(0, "preset"), "rows of the position table")
-      ("attention", po::value(&raw.attention)->default_value("", "preset"), "causal or bidirectional")
+      ("attention", po::value(&raw.attention)->default_value("", "preset"), "causal (GPT) or bidirectional (BERT)")
       ("seq", po::value(&c.seq)->default_value(0, "max-seq"), "tokens per sample (T); at most --max-seq")
       ("recompute", po::value(&raw.recompute)->default_value(raw.recompute),
-       "on: keep only each block's output and recompute the block in backward (activation checkpointing): "
-       "far less activation memory for one more forward of the blocks");
+       "on: keep only each block's output and recompute the block in backward (activation "
+       "checkpointing): far less activation memory for one more forward of the blocks");
 
-  po::options_description batch("Batch and scaling");
-  batch.add_options()
-      ("global-batch", po::value(&c.global_batch)->default_value(0, "unset"),
-       "strong scaling: samples per step over all ranks (split evenly; must divide by the world size)")
-      ("batch-per-rank", po::value(&c.batch_per_rank)->default_value(0, "4 unless --global-batch"),
-       "weak scaling: samples per step on each rank")
-      ("grad-accum", po::value(&c.grad_accum)->default_value(c.grad_accum),
-       "micro-batches per optimizer step; must divide the batch per rank");
-
-  po::options_description schedule("Schedule and optimizer (AdamW, global-norm clipping, warm-up + cosine)");
-  schedule.add_options()
-      ("steps", po::value(&c.steps)->default_value(c.steps), "optimizer steps")
-      ("warmup-steps", po::value(&c.warmup_steps)->default_value(-1, "2, fewer if --steps is small"),
-       "first steps that are timed but left out of summaries")
-      ("lr", po::value(&c.learning_rate)->default_value(c.learning_rate), "peak learning rate")
-      ("min-lr-ratio", po::value(&c.min_lr_ratio)->default_value(c.min_lr_ratio),
-       "final learning rate as a fraction of --lr")
-      ("lr-warmup-steps", po::value(&c.lr_warmup_steps)->default_value(c.lr_warmup_steps),
-       "steps of linear learning-rate warm-up")
-      ("beta1", po::value(&c.beta1)->default_value(c.beta1), "AdamW beta1")
-      ("beta2", po::value(&c.beta2)->default_value(c.beta2), "AdamW beta2")
-      ("eps", po::value(&c.epsilon)->default_value(c.epsilon), "AdamW epsilon")
-      ("weight-decay", po::value(&c.weight_decay)->default_value(c.weight_decay),
-       "decoupled weight decay, on matrices only")
-      ("grad-clip", po::value(&c.grad_clip)->default_value(c.grad_clip),
-       "clip the global gradient norm to this; 0 turns clipping off")
-      ("loss-scaling", po::value(&raw.loss_scaling)->default_value(raw.loss_scaling),
-       "dynamic loss scaling: on, off, or auto (on for fp16 only); overflowing steps are skipped")
-      ("loss-scale-init", po::value(&c.loss_scale_init)->default_value(c.loss_scale_init),
-       "initial loss scale (a power of two keeps scaling exact)")
-      ("loss-scale-growth-interval", po::value(&c.loss_scale_growth_interval)->default_value(c.loss_scale_growth_interval),
-       "good steps in a row before the loss scale doubles");
-
-  po::options_description data("Data");
+  po::options_description data = help_section("Data");
   data.add_options()
       ("data", po::value(&c.data)->default_value(c.data),
-       "random (uniform tokens), markov (synthetic source of known entropy) or file")
-      ("token-file", po::value(&c.token_file), "token file for --data file (docs/token-file-format.md)")
-      ("seed", po::value(&c.seed)->default_value(c.seed), "seed for initialisation and data");
+       "random (uniform tokens), markov (a synthetic source of known entropy) or file")
+      ("token-file", po::value(&c.token_file),
+       "token file of --data file (docs/token-file-format.md). Default: none")
+      ("seed", po::value(&raw.seed)->default_value(raw.seed), "seed of the initialisation and of the data");
 
-  po::options_description parallel("Data parallelism");
+  po::options_description scaling = help_section("Batch and scaling");
+  scaling.add_options()
+      ("global-batch", po::value(&c.global_batch)->default_value(0, "unset"),
+       "strong scaling: samples per step over all ranks, split evenly (must divide by the number of ranks)")
+      ("batch-per-rank", po::value(&c.batch_per_rank)->default_value(0, "4"),
+       "weak scaling: samples per step on each rank; not with --global-batch")
+      ("grad-accum", po::value(&c.grad_accum)->default_value(c.grad_accum),
+       "micro-batches per optimizer step; must divide the batch per rank")
+      ("steps", po::value(&c.steps)->default_value(c.steps), "optimizer steps")
+      ("warmup-steps", po::value(&c.warmup_steps)->default_value(-1, "2"),
+       "first steps, timed and recorded, that the summaries leave out; below --steps (the default 2 "
+       "becomes --steps - 1 on shorter runs)");
+
+  po::options_description optimizer = help_section("Optimizer (AdamW, global-norm clipping, warm-up + cosine)");
+  optimizer.add_options()
+      ("lr", decimal(&c.learning_rate), "peak learning rate")
+      ("min-lr-ratio", decimal(&c.min_lr_ratio), "final learning rate of the cosine decay, as a fraction of --lr")
+      ("lr-warmup-steps", po::value(&c.lr_warmup_steps)->default_value(c.lr_warmup_steps),
+       "steps of linear learning-rate warm-up")
+      ("beta1", decimal(&c.adamw.beta1), "AdamW beta1")
+      ("beta2", decimal(&c.adamw.beta2), "AdamW beta2")
+      ("eps", decimal(&c.adamw.epsilon), "AdamW epsilon")
+      ("weight-decay", decimal(&c.adamw.weight_decay), "decoupled weight decay, on matrices only")
+      ("grad-clip", decimal(&c.grad_clip), "clip the global gradient norm to this; 0 turns clipping off");
+
+  po::options_description parallel = help_section("Data parallelism");
   parallel.add_options()
       ("strategy", po::value(&raw.strategy)->default_value(raw.strategy),
-       "ddp (allreduce) or zero2 (reduce-scatter, sharded optimizer, allgather)")
+       "ddp (allreduce) or zero2 (reduce-scatter, optimizer state sharded over the ranks, allgather)")
       ("overlap", po::value(&raw.overlap)->default_value(raw.overlap),
-       "on: communicate buckets while backward (and, for zero2, forward) runs")
-      ("bucket-mb", po::value(&c.bucket_mb)->default_value(c.bucket_mb), "gradient bucket size in MiB")
+       "on: communicate each bucket while backward (and, for zero2, forward) runs")
+      ("bucket-mb", po::value(&c.bucket_mb)->default_value(c.bucket_mb), "gradient bucket size, MiB of fp32")
       ("grad-reduce", po::value(&raw.grad_reduce)->default_value(raw.grad_reduce),
-       "precision the gradients cross ranks in: fp32, or bf16 (half the bytes; each rank's "
-       "gradient and every partial sum are rounded to bf16, the result is fp32 again)")
-      ("comm-engine", po::value(&raw.comm_engine)->default_value(raw.comm_engine),
-       "what moves the gradient and parameter collectives on cuda: sm (NCCL's kernels, which hold "
-       "multiprocessors while they overlap compute) or copy (the GPUs' copy engines, through NCCL's "
-       "zero-CTA all-to-all and allgather on symmetric memory, with the sums in a kernel; one node only, "
-       "fp32 gradients only, 2 x 128 MiB of staging at most)")
-      ("overlapped-ctas", po::value(&raw.overlapped_ctas)->default_value(raw.overlapped_ctas),
-       "with --overlap on, on cuda: the most CTAs (multiprocessors) NCCL's kernels take for the buckets that "
-       "backward (and, for zero2's parameters, forward) still has whole blocks to hide, through a second NCCL "
-       "communicator, so that the GEMMs beside them slow less, sized for the multiprocessors left; the buckets "
-       "that compute soon waits for keep NCCL's choice; 0: every bucket keeps it; at most 64; "
-       "auto: 4 on cuda with --comm-engine sm and --overlap on, else 0")
-      ("overlap-after", po::value(&raw.overlap_after)->default_value(raw.overlap_after),
-       "with --overlap on: the share of the gradients (0 to 1, by elements) that backward finishes before "
-       "the first bucket starts; the buckets finished by then start together, and each later one as soon as "
-       "it is finished. 0: every bucket as soon as it is finished. On power-capped GPUs, communication beside "
-       "compute costs clock in the whole step; started later it costs less, at the risk of a longer tail. "
-       "zero2 keeps the held buckets' gradients unsharded, in staging, until they start: up to this share of "
-       "a full fp32 gradient. auto: with --overlap on 0.5, for zero2 on N ranks at most 1/N (the held "
-       "gradients never exceed its shard), else 0")
-      ("check-every", po::value(&c.check_every)->default_value(c.check_every),
-       "compare a parameter checksum across ranks every N steps; 0 = never")
+       "what gradients cross ranks in: fp32, or bf16 (half the bytes; each rank's gradient and every "
+       "partial sum are rounded to bf16)")
       ("comm-timeout", po::value(&c.comm_timeout_s)->default_value(c.comm_timeout_s),
-       "seconds a collective may take before the job is ended");
+       "seconds a collective may take before the job is ended, naming the rank and the phase");
 
-  po::options_description backend("Backend");
-  backend.add_options()
-      ("backend", po::value(&c.backend)->default_value(c.backend), "cpu or cuda")
+  po::options_description precision = help_section("Backend and precision");
+  precision.add_options()
+      ("backend", po::value(&c.backend)->default_value(c.backend),
+       "cpu (the fp32 reference, MPI) or cuda (cuBLAS and the project's kernels, NCCL)")
       ("precision", po::value(&raw.precision)->default_value(raw.precision),
        "fp32, bf16 or fp16 (the last two cuda only); auto: bf16 on cuda, fp32 on cpu")
-      ("gemm-algos", po::value(&raw.gemm_algos)->default_value(raw.gemm_algos),
-       "cuda, bf16/fp16: how each cuBLASLt GEMM with an epilogue picks its algorithm. timed: also times "
-       "cuBLASLt's pick for a few multiprocessors fewer in the first step, and keeps it where clearly faster; "
-       "heuristic: cuBLASLt's first pick, the same bits on every run");
+      ("loss-scaling", po::value(&raw.loss_scaling)->default_value(raw.loss_scaling),
+       "dynamic loss scaling: on, off, or auto (on for fp16 only); steps whose gradients overflow are skipped")
+      ("loss-scale-init", decimal(&c.loss_scale_init), "initial loss scale (a power of two keeps scaling exact)")
+      ("loss-scale-growth-interval",
+       po::value(&c.loss_scale_growth_interval)->default_value(c.loss_scale_growth_interval),
+       "good steps in a row before the loss scale doubles");
 
-  po::options_description output("Output");
+  po::options_description output = help_section("Output");
   output.add_options()
-      ("output,o", po::value(&c.output), "HDF5 result file to write")
+      ("output,o", po::value(&c.output),
+       "HDF5 result file to write (docs/results-schema.md). Default: none, the run only prints")
+      ("overwrite", po::bool_switch(&c.overwrite),
+       "replace a file that exists at --output; without it such a file is refused. Default: off")
       ("flush-every", po::value(&c.flush_every)->default_value(c.flush_every),
        "write completed steps to the result file every N steps")
       ("log-every", po::value(&c.log_every)->default_value(c.log_every), "print progress every N steps")
-      ("experiment", po::value(&c.experiment), "experiment name, recorded in the result file")
+      ("experiment", po::value(&c.experiment), "experiment name, recorded in the result file. Default: none")
       ("repeat", po::value(&c.repeat)->default_value(c.repeat), "repeat index, recorded in the result file");
 
-  po::options_description profile("Kernel profile (cuda)");
-  profile.add_options()
+  po::options_description diagnostics = help_section("Diagnostics");
+  diagnostics.add_options()
+      ("check-every", po::value(&c.check_every)->default_value(c.check_every),
+       "compare a parameter checksum across ranks every N steps; 0: never")
       ("profile-kernels", po::bool_switch(&c.profile_kernels),
-       "trace every kernel, memcpy and memset of the --profile-window steps with CUPTI, by category, into "
-       "the result file's /kernel_trace; traced steps are left out of the summary")
+       "cuda: trace the kernels, memcpys and memsets of the --profile-window steps with CUPTI into the "
+       "result file's /kernel_trace; the summaries leave those steps out. Default: off")
       ("profile-window", po::value(&raw.profile_window)->default_value(raw.profile_window),
-       "FIRST-LAST, the steps to trace (0-based, inclusive); auto: the first three steps after warm-up");
-
-  po::options_description gpu_state("GPU state (cuda)");
-  gpu_state.add_options()
+       "FIRST-LAST, the steps to trace (0-based, inclusive); auto: the first three steps after warm-up")
       ("gpu-telemetry-ms", po::value(&raw.gpu_telemetry_ms)->default_value(raw.gpu_telemetry_ms),
-       "sample each rank's GPU (SM clock, instantaneous power, temperature, why its clocks are held) through "
-       "NVML every N ms on a thread of its own, summarised per step into the result file's /steps/gpu_*; "
-       "0: off; at most 1000; auto: 10 on cuda, 0 on cpu. A rank without NVML says so and records nothing");
+       "cuda: sample each GPU's SM clock, power, temperature and clock limits through NVML every N ms, "
+       "into the result file's /steps/gpu_*; 0: off; at most 1000; auto: 10 on cuda, 0 on cpu");
 
-  po::options_description general("General");
-  general.add_options()
-      ("help,h", "print this help and exit")
-      ("config", po::value(&raw.config_file), "INI file of these options; the command line wins");
+  po::options_description tuning = help_section("Tuning (the defaults suit most runs)");
+  tuning.add_options()
+      ("overlapped-ctas", po::value(&raw.overlapped_ctas)->default_value(raw.overlapped_ctas),
+       "cuda: the most CTAs NCCL's kernels take for buckets that compute hides, to study how they slow the "
+       "compute beside them; 0: NCCL's own choice; at most 64; auto: 4 with --overlap on, else 0")
+      ("overlap-after", po::value(&raw.overlap_after)->default_value(raw.overlap_after),
+       "with --overlap on, how long buckets wait: the share (0 to 1) of the gradients backward finishes "
+       "first; later starts cost power-capped GPUs less clock. auto: 0.5, zero2 at most 1/ranks")
+      ("gemm-algos", po::value(&raw.gemm_algos)->default_value(raw.gemm_algos),
+       "cuda, 16-bit GEMMs with an epilogue: timed also times cuBLASLt's pick for fewer multiprocessors and "
+       "keeps it where clearly faster; heuristic: its first pick, the same bits on every run");
 
-  po::options_description all;
-  all.add(model).add(batch).add(schedule).add(data).add(parallel).add(backend).add(output).add(profile).add(gpu_state)
-      .add(general);
+  po::options_description all = help_sections();
+  all.add(general).add(model).add(data).add(scaling).add(optimizer).add(parallel).add(precision).add(output)
+      .add(diagnostics).add(tuning);
   return all;
 }
 
@@ -231,15 +237,56 @@ void resolve_profile_window(RunConfig& c, const std::string& window) {
   c.profile_last = last;
 }
 
-template <typename T>
-std::string text(const T& value) {
-  std::ostringstream out;
-  out << value;
-  return out.str();
+bool same_file(const std::string& a, const std::string& b) {
+  std::error_code error;
+  return !b.empty() && std::filesystem::exists(a, error) && std::filesystem::equivalent(a, b, error);
+}
+
+// Before any rank allocates: the result file may not replace an input, a folder or, unless
+// --overwrite, an existing file, and its folder must be writable.
+void check_output_path(const RunConfig& c, const RawOptions& raw) {
+  std::error_code error;
+  if (std::filesystem::is_directory(c.output, error)) bad_value("output", c.output, "is a directory");
+  if (same_file(c.output, c.token_file)) bad_value("output", c.output, "is the run's --token-file");
+  if (same_file(c.output, raw.config_file)) bad_value("output", c.output, "is the run's --config file");
+  if (std::filesystem::exists(c.output, error) && !c.overwrite)
+    bad_value("output", c.output, "exists; pass --overwrite to replace it");
+  const std::filesystem::path folder = std::filesystem::absolute(c.output).parent_path();
+  std::filesystem::create_directories(folder, error);
+  if (error) bad_value("output", c.output, "cannot create its folder (" + error.message() + ")");
+  if (access(folder.c_str(), W_OK) != 0) bad_value("output", c.output, "its folder is not writable");
 }
 
 void require_positive(const std::string& option, double value) {
-  if (!(value > 0)) bad_value(option, text(value), "must be positive");
+  if (!(value > 0) || !std::isfinite(value)) bad_value(option, text(value), "must be positive and finite");
+}
+
+// The values whose defaults are sentinels, which the user may not give; and every
+// floating-point option, which must be finite (inf or nan would train into NaN losses).
+void check_given_values(RunConfig& c, const RawOptions& raw, const po::variables_map& values) {
+  if (given(values, "global-batch") && c.global_batch <= 0)
+    bad_value("global-batch", text(c.global_batch), "must be at least 1 (leave it out for weak scaling)");
+  if (given(values, "warmup-steps") && c.warmup_steps < 0)
+    bad_value("warmup-steps", text(c.warmup_steps), "must be at least 0");
+  if (given(values, "output") && c.output.empty())
+    bad_value("output", "\"\"", "is empty: name a file, or leave --output out to write none");
+  const std::string& seed = raw.seed;
+  size_t used = 0;
+  unsigned long long parsed = 0;
+  try {
+    parsed = std::stoull(seed, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (seed.empty() || seed[0] == '-' || used != seed.size()) bad_value("seed", seed, "must be a whole number, at least 0");
+  c.seed = parsed;
+  const std::pair<const char*, double> floats[] = {
+      {"lr", c.learning_rate},          {"min-lr-ratio", c.min_lr_ratio}, {"beta1", c.adamw.beta1},
+      {"beta2", c.adamw.beta2},          {"eps", c.adamw.epsilon},         {"weight-decay", c.adamw.weight_decay},
+      {"grad-clip", c.grad_clip},        {"bucket-mb", c.bucket_mb},       {"comm-timeout", c.comm_timeout_s},
+      {"loss-scale-init", c.loss_scale_init}};
+  for (const auto& [option, value] : floats)
+    if (!std::isfinite(value)) bad_value(option, text(value), "must be a finite number");
 }
 
 void resolve_and_validate(RunConfig& c, const RawOptions& raw) {
@@ -280,10 +327,11 @@ void resolve_and_validate(RunConfig& c, const RawOptions& raw) {
   require_positive("lr", c.learning_rate);
   if (c.min_lr_ratio < 0 || c.min_lr_ratio > 1) bad_value("min-lr-ratio", text(c.min_lr_ratio), "must be in [0, 1]");
   if (c.lr_warmup_steps < 0) bad_value("lr-warmup-steps", text(c.lr_warmup_steps), "must not be negative");
-  if (c.beta1 < 0 || c.beta1 >= 1) bad_value("beta1", text(c.beta1), "must be in [0, 1)");
-  if (c.beta2 < 0 || c.beta2 >= 1) bad_value("beta2", text(c.beta2), "must be in [0, 1)");
-  require_positive("eps", c.epsilon);
-  if (c.weight_decay < 0) bad_value("weight-decay", text(c.weight_decay), "must not be negative");
+  const AdamWConfig& adamw = c.adamw;
+  if (adamw.beta1 < 0 || adamw.beta1 >= 1) bad_value("beta1", text(adamw.beta1), "must be in [0, 1)");
+  if (adamw.beta2 < 0 || adamw.beta2 >= 1) bad_value("beta2", text(adamw.beta2), "must be in [0, 1)");
+  require_positive("eps", adamw.epsilon);
+  if (adamw.weight_decay < 0) bad_value("weight-decay", text(adamw.weight_decay), "must not be negative");
   if (c.grad_clip < 0) bad_value("grad-clip", text(c.grad_clip), "must not be negative");
 
   if (c.data != "random" && c.data != "markov" && c.data != "file")
@@ -307,11 +355,6 @@ void resolve_and_validate(RunConfig& c, const RawOptions& raw) {
   if (raw.grad_reduce == "fp32") c.grad_reduce = Precision::fp32;
   else if (raw.grad_reduce == "bf16") c.grad_reduce = Precision::bf16;
   else bad_value("grad-reduce", raw.grad_reduce, "must be fp32 or bf16");
-  if (raw.comm_engine == "sm") c.comm_engine = CommEngine::sm;
-  else if (raw.comm_engine == "copy") c.comm_engine = CommEngine::copy;
-  else bad_value("comm-engine", raw.comm_engine, "must be sm or copy");
-  if (c.comm_engine == CommEngine::copy && c.grad_reduce != Precision::fp32)
-    bad_value("comm-engine", raw.comm_engine, "sums fp32 gradients only; leave --grad-reduce at fp32");
   const bool auto_ctas = raw.overlapped_ctas == "auto";
   if (!auto_ctas) {
     c.overlapped_ctas = parse_whole_number("overlapped-ctas", raw.overlapped_ctas);
@@ -319,8 +362,6 @@ void resolve_and_validate(RunConfig& c, const RawOptions& raw) {
     // A lane of more CTAs than NCCL's own choice (24 on 2 H200s) takes more of the GPU, not less.
     if (c.overlapped_ctas > kMaxOverlappedCtas)
       bad_value("overlapped-ctas", raw.overlapped_ctas, "must be at most " + std::to_string(kMaxOverlappedCtas));
-    if (c.overlapped_ctas > 0 && c.comm_engine == CommEngine::copy)
-      bad_value("overlapped-ctas", raw.overlapped_ctas, "applies to NCCL's kernels, not to --comm-engine copy");
     if (c.overlapped_ctas > 0 && !c.overlap)
       bad_value("overlapped-ctas", raw.overlapped_ctas, "needs --overlap on (without it compute waits for every collective)");
   }
@@ -353,13 +394,11 @@ void resolve_and_validate(RunConfig& c, const RawOptions& raw) {
   if (c.backend == "cpu") {
     if (c.precision != Precision::fp32)
       bad_value("precision", raw.precision, "the cpu backend computes in fp32 only");
-    if (c.comm_engine == CommEngine::copy)
-      bad_value("comm-engine", raw.comm_engine, "needs --backend cuda (the cpu backend communicates through MPI)");
     if (c.overlapped_ctas > 0)
       bad_value("overlapped-ctas", raw.overlapped_ctas, "needs --backend cuda (the cpu backend communicates through MPI)");
   } else if (c.backend == "cuda") {
     if (!SCALESTUDY_HAVE_CUDA) bad_value("backend", c.backend, "this build has no CUDA backend");
-    if (auto_ctas && c.comm_engine == CommEngine::sm && c.overlap) c.overlapped_ctas = kAutoOverlappedCtas;
+    if (auto_ctas && c.overlap) c.overlapped_ctas = kAutoOverlappedCtas;
   } else {
     bad_value("backend", c.backend, "must be cpu or cuda");
   }
@@ -376,13 +415,7 @@ void resolve_and_validate(RunConfig& c, const RawOptions& raw) {
                                                               " backend has no GPU to sample)");
   }
 
-  if (!c.output.empty()) {
-    const std::filesystem::path folder = std::filesystem::absolute(c.output).parent_path();
-    std::error_code error;
-    std::filesystem::create_directories(folder, error);
-    if (error) bad_value("output", c.output, "cannot create its folder (" + error.message() + ")");
-    if (access(folder.c_str(), W_OK) != 0) bad_value("output", c.output, "its folder is not writable");
-  }
+  if (!c.output.empty()) check_output_path(c, raw);
   require_positive("flush-every", c.flush_every);
   require_positive("log-every", c.log_every);
   resolve_profile_window(c, raw.profile_window);
@@ -391,28 +424,28 @@ void resolve_and_validate(RunConfig& c, const RawOptions& raw) {
 
 }  // namespace
 
-const char* strategy_name(Strategy s) { return s == Strategy::ddp ? "ddp" : "zero2"; }
 const char* scaling_name(Scaling s) { return s == Scaling::strong ? "strong" : "weak"; }
-const char* comm_engine_name(CommEngine engine) { return engine == CommEngine::sm ? "sm" : "copy"; }
+
+DataParallelConfig RunConfig::data_parallel() const {
+  DataParallelConfig parallel;
+  parallel.strategy = strategy;
+  parallel.overlap = overlap;
+  parallel.overlap_after = overlap_after;
+  // A power of two: the bytes are exact for any --bucket-mb.
+  parallel.bucket_bytes = bucket_mb * 1024.0 * 1024.0;
+  parallel.grad_reduce = grad_reduce;
+  parallel.grad_clip = grad_clip;
+  parallel.adamw = adamw;
+  return parallel;
+}
 
 bool parse_train_config(int argc, const char* const* argv, RunConfig& config) {
   RawOptions raw;
   po::options_description options = train_options(config, raw);
   po::variables_map values;
-  try {
-    po::store(po::command_line_parser(argc, argv).options(options).run(), values);
-    if (values.count("help")) return false;
-    if (values.count("config")) {
-      const std::string path = values["config"].as<std::string>();
-      std::ifstream file(path);
-      if (!file) bad_value("config", path, "cannot open the file");
-      // Values already stored from the command line are kept: the command line wins.
-      po::store(po::parse_config_file(file, options, /*allow_unregistered=*/false), values);
-    }
-    po::notify(values);
-  } catch (const po::error& error) {
-    throw UsageError(error.what());
-  }
+  parse_options(argc, argv, options, values);
+  if (values.count("help")) return false;
+  check_given_values(config, raw, values);
   resolve_and_validate(config, raw);
   return true;
 }
@@ -467,10 +500,10 @@ std::vector<std::pair<std::string, std::string>> describe_config(const RunConfig
       {"lr", text(c.learning_rate)},
       {"min_lr_ratio", text(c.min_lr_ratio)},
       {"lr_warmup_steps", text(c.lr_warmup_steps)},
-      {"beta1", text(c.beta1)},
-      {"beta2", text(c.beta2)},
-      {"eps", text(c.epsilon)},
-      {"weight_decay", text(c.weight_decay)},
+      {"beta1", text(c.adamw.beta1)},
+      {"beta2", text(c.adamw.beta2)},
+      {"eps", text(c.adamw.epsilon)},
+      {"weight_decay", text(c.adamw.weight_decay)},
       {"grad_clip", text(c.grad_clip)},
       {"loss_scaling", c.loss_scaling ? "on" : "off"},
       {"loss_scale_init", text(c.loss_scale_init)},
@@ -482,7 +515,6 @@ std::vector<std::pair<std::string, std::string>> describe_config(const RunConfig
       {"overlap", c.overlap ? "on" : "off"},
       {"bucket_mb", text(c.bucket_mb)},
       {"grad_reduce", precision_name(c.grad_reduce)},
-      {"comm_engine", comm_engine_name(c.comm_engine)},
       {"overlapped_ctas", text(c.overlapped_ctas)},
       {"overlap_after", text(c.overlap_after)},
       {"check_every", text(c.check_every)},

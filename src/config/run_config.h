@@ -5,16 +5,13 @@
 #include <string>
 #include <vector>
 
+#include "config/data_parallel_config.h"
 #include "core/model_shape.h"
 #include "core/precision.h"
 
 namespace scalestudy {
 
-enum class Strategy { ddp, zero2 };
 enum class Scaling { strong, weak };
-// What moves the float collectives' data on cuda: NCCL's kernels on the multiprocessors,
-// or the GPUs' copy engines (comm/nccl_communicator.h).
-enum class CommEngine { sm, copy };
 
 // --overlapped-ctas auto on cuda with overlap: of 0 (NCCL's choice), 2, 4, 8 and 16 CTAs,
 // 4 gave ddp+overlap the shortest GPT-2 small step on two H200s (0.4-0.8 ms of 62 ms).
@@ -51,10 +48,7 @@ struct RunConfig {
   float learning_rate = 6e-4f;
   float min_lr_ratio = 0.1f;   // cosine decays to learning_rate * min_lr_ratio
   int lr_warmup_steps = 0;     // linear learning-rate warm-up
-  float beta1 = 0.9f;
-  float beta2 = 0.95f;
-  float epsilon = 1e-8f;
-  float weight_decay = 0.1f;
+  AdamWConfig adamw;           // --beta1, --beta2, --eps, --weight-decay
   float grad_clip = 1.0f;      // global-norm clipping; 0 turns it off
   bool loss_scaling = false;   // dynamic loss scaling (on by default for fp16)
   float loss_scale_init = 65536.0f;
@@ -70,7 +64,6 @@ struct RunConfig {
   bool overlap = false;
   double bucket_mb = 50.0;     // gradient bucket size, MiB of fp32
   Precision grad_reduce = Precision::fp32;  // what gradients cross ranks in: fp32 or bf16
-  CommEngine comm_engine = CommEngine::sm;
   int overlapped_ctas = 0;     // cuda: CTAs of the overlapped buckets' NCCL kernels; 0 = NCCL's choice
   double overlap_after = 0.0;  // with overlap: share of the gradients final before any bucket starts
   bool overlap_after_auto = false;  // --overlap-after auto: resolve_for_world bounds zero2's share
@@ -84,6 +77,7 @@ struct RunConfig {
 
   // ---- output -----------------------------------------------------------------------
   std::string output;          // HDF5 result file; empty = none
+  bool overwrite = false;      // an existing file at output may be replaced
   int flush_every = 10;
   std::string experiment;      // provenance only
   int repeat = 0;              // provenance only
@@ -98,11 +92,13 @@ struct RunConfig {
 
   // Filled in by the trainer from the communicator, not from options.
   int world_size = 1;
+
+  // What the strategies read; resolve_for_world has bounded zero2's --overlap-after auto
+  // once the world size is known.
+  DataParallelConfig data_parallel() const;
 };
 
-const char* strategy_name(Strategy strategy);
 const char* scaling_name(Scaling scaling);
-const char* comm_engine_name(CommEngine engine);
 
 // Parses `scalestudy train` arguments (argv[0] is the subcommand) together with the
 // optional --config INI file; the command line wins. Throws UsageError on bad input.

@@ -16,6 +16,10 @@ namespace scalestudy {
 [[noreturn]] void abort_job(const char* file, int line, const std::string& what,
                             const std::string& detail, int exit_code = 1);
 
+// Ends the job for a reason that is no program error (a signal, a peer that never came):
+// "scalestudy: rank R on HOST: REASON" on stderr, the abort hook, then MPI_Abort.
+[[noreturn]] void end_job(const std::string& reason, int exit_code);
+
 // Called once, on the aborting rank, before the job is ended: the results writer marks
 // its file failed here. Pass nullptr to remove it.
 using AbortHook = void (*)(const std::string& reason);

@@ -4,7 +4,7 @@
 
 namespace scalestudy {
 
-DdpStrategy::DdpStrategy(const RunConfig& config, Ops& ops, Communicator& comm, Gpt& model,
+DdpStrategy::DdpStrategy(const DataParallelConfig& config, Ops& ops, Communicator& comm, Gpt& model,
                          const BucketPlan& plan)
     : config_(config), ops_(ops), comm_(comm), model_(model), plan_(plan),
       hold_until_elems_(hold_until_elems(config.overlap_after, plan)) {
@@ -77,7 +77,7 @@ OptimizerStats DdpStrategy::optimizer_step(float learning_rate, int adam_step, f
   if (stats.clip_factor != 1.0f) ops_.scale(grads_, plan_.padded_elems, stats.clip_factor);
   // fp32 compute: the parameters are their own master weights.
   if (!adamw_over_range(ops_, model_.layout(), 0, plan_.padded_elems, model_.params(), grads_, m_,
-                        v_, config_, learning_rate, adam_step))
+                        v_, config_.adamw, learning_rate, adam_step))
     ops_.parameters_changed(model_.params(), 0, plan_.padded_elems);
   return stats;
 }

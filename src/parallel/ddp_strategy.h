@@ -13,7 +13,7 @@ namespace scalestudy {
 
 class DdpStrategy final : public GradientStrategy {
  public:
-  DdpStrategy(const RunConfig& config, Ops& ops, Communicator& comm, Gpt& model, const BucketPlan& plan);
+  DdpStrategy(const DataParallelConfig& config, Ops& ops, Communicator& comm, Gpt& model, const BucketPlan& plan);
   ~DdpStrategy() override;
 
   const char* name() const override { return "ddp"; }
@@ -37,7 +37,7 @@ class DdpStrategy final : public GradientStrategy {
   // Starts the sum of a range of the gradients, in the --grad-reduce precision.
   CommHandle start_allreduce(float* gradients, size_t elems);
 
-  const RunConfig& config_;
+  const DataParallelConfig config_;
   Ops& ops_;
   Communicator& comm_;
   Gpt& model_;

@@ -19,7 +19,7 @@
 
 #include "backend/ops.h"
 #include "comm/communicator.h"
-#include "config/run_config.h"
+#include "config/data_parallel_config.h"
 #include "model/gpt.h"
 #include "parallel/bucket_plan.h"
 
@@ -57,7 +57,7 @@ class GradientStrategy : public GradientSink, public ForwardHooks {
 };
 
 // Chooses the strategy from the config. The plan pads the buffer for the world size.
-std::unique_ptr<GradientStrategy> make_strategy(const RunConfig& config, Ops& ops,
+std::unique_ptr<GradientStrategy> make_strategy(const DataParallelConfig& config, Ops& ops,
                                                 Communicator& comm, Gpt& model,
                                                 const BucketPlan& plan);
 

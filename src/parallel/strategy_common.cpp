@@ -11,17 +11,17 @@ namespace scalestudy {
 
 bool adamw_over_range(Ops& ops, const ParameterLayout& layout, size_t param_begin,
                       size_t param_end, float* master, const float* grads, float* m, float* v,
-                      const RunConfig& config, float learning_rate, int adam_step) {
+                      const AdamWConfig& adamw, float learning_rate, int adam_step) {
   AdamWParams hyper;
   hyper.learning_rate = learning_rate;
-  hyper.beta1 = config.beta1;
-  hyper.beta2 = config.beta2;
-  hyper.epsilon = config.epsilon;
+  hyper.beta1 = adamw.beta1;
+  hyper.beta2 = adamw.beta2;
+  hyper.epsilon = adamw.epsilon;
   hyper.step = adam_step;
   std::vector<AdamWPiece> pieces;
   for_each_tensor_piece(layout, param_begin, param_end, [&](size_t lo, size_t hi, bool decay) {
     pieces.push_back(AdamWPiece{lo - param_begin, hi - param_begin,
-                                decay ? config.weight_decay : 0.0f});
+                                decay ? adamw.weight_decay : 0.0f});
   });
   return ops.adamw_update_pieces(master, grads, m, v, pieces, hyper);
 }
@@ -73,7 +73,7 @@ OptimizerStats unscale_and_clip(double scaled_norm, float grad_scale, float max_
   return stats;
 }
 
-std::unique_ptr<GradientStrategy> make_strategy(const RunConfig& config, Ops& ops,
+std::unique_ptr<GradientStrategy> make_strategy(const DataParallelConfig& config, Ops& ops,
                                                 Communicator& comm, Gpt& model,
                                                 const BucketPlan& plan) {
   if (config.strategy == Strategy::zero2)

@@ -4,7 +4,7 @@
 
 #include "backend/ops.h"
 #include "comm/communicator.h"
-#include "config/run_config.h"
+#include "config/data_parallel_config.h"
 #include "model/parameter_layout.h"
 #include "parallel/strategy.h"
 
@@ -16,7 +16,7 @@ namespace scalestudy {
 // true where the backend has refreshed its compute copy of the range already.
 bool adamw_over_range(Ops& ops, const ParameterLayout& layout, size_t param_begin,
                       size_t param_end, float* master, const float* grads, float* m, float* v,
-                      const RunConfig& config, float learning_rate, int adam_step);
+                      const AdamWConfig& adamw, float learning_rate, int adam_step);
 
 // A buffer that collectives run on: the communicator's when it wants to own it
 // (Communicator::allocate_owned_buffer), the backend's otherwise.

@@ -7,7 +7,7 @@
 
 namespace scalestudy {
 
-Zero2Strategy::Zero2Strategy(const RunConfig& config, Ops& ops, Communicator& comm, Gpt& model,
+Zero2Strategy::Zero2Strategy(const DataParallelConfig& config, Ops& ops, Communicator& comm, Gpt& model,
                              const BucketPlan& plan)
     : config_(config), ops_(ops), comm_(comm), model_(model), plan_(plan),
       rank_(comm.rank()),
@@ -273,7 +273,7 @@ OptimizerStats Zero2Strategy::optimizer_step(float learning_rate, int adam_step,
     // allgathers leave as they are.
     own_chunks_refreshed_ =
         adamw_over_range(ops_, model_.layout(), begin, begin + chunk, model_.params() + begin,
-                         shard_grads_ + offset, m_ + offset, v_ + offset, config_, learning_rate, adam_step);
+                         shard_grads_ + offset, m_ + offset, v_ + offset, config_.adamw, learning_rate, adam_step);
   }
   gather_pending_ = true;
   if (!config_.overlap) sync_forward_parameters();

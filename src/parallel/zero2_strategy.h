@@ -45,7 +45,7 @@ class Zero2Strategy final : public GradientStrategy {
   // buckets at most, or go through scratch.
   static constexpr size_t kMaxBucketsFilled = 2;
 
-  Zero2Strategy(const RunConfig& config, Ops& ops, Communicator& comm, Gpt& model, const BucketPlan& plan);
+  Zero2Strategy(const DataParallelConfig& config, Ops& ops, Communicator& comm, Gpt& model, const BucketPlan& plan);
   ~Zero2Strategy() override;
 
   const char* name() const override { return "zero2"; }
@@ -97,7 +97,7 @@ class Zero2Strategy final : public GradientStrategy {
   void sync_forward_parameters();
   bool overlaps(int bucket, size_t begin, size_t end) const;
 
-  const RunConfig& config_;
+  const DataParallelConfig config_;
   Ops& ops_;
   Communicator& comm_;
   Gpt& model_;

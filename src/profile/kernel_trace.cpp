@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "core/control_wait.h"
 
 namespace scalestudy {
 namespace {
@@ -82,7 +83,7 @@ std::vector<RankTrace> gather_traces(MPI_Comm comm, const RankTrace& mine) {
   SCALESTUDY_CHECK(packed.size() < (size_t{1} << 31), "a rank's kernel trace exceeds 2 GiB; trace fewer steps");
   const int count = static_cast<int>(packed.size());
   std::vector<int> counts(rank == 0 ? size : 0), offsets(counts.size());
-  CHECK_MPI(MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, comm));
+  control_gather(&count, 1, MPI_INT, counts.data(), 0, comm, "kernel trace");
   size_t total = 0;
   for (size_t r = 0; r < counts.size(); ++r) {
     SCALESTUDY_CHECK(total + static_cast<size_t>(counts[r]) < (size_t{1} << 31),
@@ -91,7 +92,8 @@ std::vector<RankTrace> gather_traces(MPI_Comm comm, const RankTrace& mine) {
     total += static_cast<size_t>(counts[r]);
   }
   std::vector<char> all(total);
-  CHECK_MPI(MPI_Gatherv(packed.data(), count, MPI_BYTE, all.data(), counts.data(), offsets.data(), MPI_BYTE, 0, comm));
+  control_gatherv(packed.data(), count, MPI_BYTE, all.data(), counts.data(), offsets.data(), 0, comm,
+                  "kernel trace");
   std::vector<RankTrace> traces;
   for (size_t r = 0; r < counts.size(); ++r)
     traces.push_back(unpack(all.data() + offsets[r], all.data() + offsets[r] + counts[r]));

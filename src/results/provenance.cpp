@@ -1,14 +1,17 @@
 #include "results/provenance.h"
 
 #include <hdf5.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
 #include <ctime>
+#include <fstream>
 #include <map>
 
 #include "build_info.h"
+#include "core/control_wait.h"
 #include "results/hdf5_check.h"
 #include "results/hdf5_io.h"
 
@@ -42,16 +45,48 @@ std::vector<std::string> gather_strings(MPI_Comm comm, const std::string& mine, 
   std::array<char, kSlot> slot{};
   std::copy_n(mine.begin(), std::min<size_t>(mine.size(), kSlot - 1), slot.begin());
   std::vector<char> all(static_cast<size_t>(kSlot) * world);
-  CHECK_MPI(MPI_Gather(slot.data(), kSlot, MPI_CHAR, all.data(), kSlot, MPI_CHAR, 0, comm));
+  control_gather(slot.data(), kSlot, MPI_CHAR, all.data(), 0, comm, "provenance");
   std::vector<std::string> out;
   for (int r = 0; r < world; ++r) out.emplace_back(all.data() + static_cast<size_t>(r) * kSlot);
   return out;
 }
 
+std::string cpu_binding() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return "unknown";
+  std::string ranges;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (!CPU_ISSET(cpu, &set)) continue;
+    int last = cpu;
+    while (last + 1 < CPU_SETSIZE && CPU_ISSET(last + 1, &set)) ++last;
+    ranges += (ranges.empty() ? "" : ",") + std::to_string(cpu) + (last > cpu ? "-" + std::to_string(last) : "");
+    cpu = last;
+  }
+  return ranges;
+}
+
+std::string cpu_model() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(cpuinfo, line)) {
+    if (line.rfind("model name", 0) != 0) continue;
+    const size_t colon = line.find(':');
+    if (colon != std::string::npos) return line.substr(line.find_first_not_of(' ', colon + 1));
+  }
+  return "unknown";
+}
+
 RankPlacement gather_rank_placement(MPI_Comm comm, const std::string& device_name) {
-  int world_size = 1;
+  int world_size = 1, rank = 0;
   CHECK_MPI(MPI_Comm_size(comm, &world_size));
-  return {gather_strings(comm, host_name(), world_size), gather_strings(comm, device_name, world_size)};
+  CHECK_MPI(MPI_Comm_rank(comm, &rank));
+  RankPlacement placement{gather_strings(comm, host_name(), world_size), gather_strings(comm, device_name, world_size),
+                          std::vector<int64_t>(rank == 0 ? world_size : 0),
+                          gather_strings(comm, cpu_binding(), world_size), gather_strings(comm, cpu_model(), world_size)};
+  const int64_t cores = sysconf(_SC_NPROCESSORS_ONLN);
+  control_gather(&cores, 1, MPI_INT64_T, placement.logical_cores.data(), 0, comm, "provenance");
+  return placement;
 }
 
 void write_provenance_header(hid_t root, const ProvenanceHeader& header) {
@@ -65,6 +100,11 @@ void write_provenance_header(hid_t root, const ProvenanceHeader& header) {
   h5::set_attribute(root, "schema_version", kSchemaVersion);
   h5::set_attribute(root, "scalestudy_version", SCALESTUDY_VERSION);
   h5::set_attribute(root, "git_sha", SCALESTUDY_GIT_SHA);
+  const std::string sha = SCALESTUDY_GIT_SHA;
+  const std::string dirty_suffix = "-dirty";
+  const bool dirty = sha.size() > dirty_suffix.size() &&
+                     sha.compare(sha.size() - dirty_suffix.size(), dirty_suffix.size(), dirty_suffix) == 0;
+  h5::set_attribute(root, "git_dirty", static_cast<int64_t>(dirty));
   h5::set_attribute(root, "argv", argv);
   h5::set_attribute(root, "start_time", utc_now());
   h5::set_attribute(root, "end_time", "");
@@ -82,6 +122,20 @@ void write_provenance_header(hid_t root, const ProvenanceHeader& header) {
   h5::Handle ranks = h5::create_group(root, "ranks");
   h5::write_strings(ranks.get(), "hostname", header.ranks.hosts);
   h5::write_strings(ranks.get(), "device", header.ranks.devices);
+  // Node index: hosts numbered in order of their lowest rank; local rank: the rank's place
+  // among the ranks of its host, in rank order (MPI_Comm_split_type's, keyed by rank).
+  std::map<std::string, int64_t> node_of_host, ranks_seen;
+  std::vector<int64_t> node_index, local_rank;
+  for (const auto& host : header.ranks.hosts) {
+    node_index.push_back(node_of_host.emplace(host, static_cast<int64_t>(node_of_host.size())).first->second);
+    local_rank.push_back(ranks_seen[host]++);
+  }
+  const hsize_t world = header.ranks.hosts.size();
+  h5::write_int64(ranks.get(), "node_index", {world}, node_index);
+  h5::write_int64(ranks.get(), "local_rank", {world}, local_rank);
+  h5::write_int64(ranks.get(), "logical_cores", {world}, header.ranks.logical_cores);
+  h5::write_strings(ranks.get(), "cpu_binding", header.ranks.cpu_bindings);
+  h5::write_strings(ranks.get(), "cpu_model", header.ranks.cpu_models);
 }
 
 }  // namespace scalestudy

@@ -10,7 +10,7 @@
 namespace scalestudy {
 
 // docs/results-schema.md's version, of run files and benchmark files alike.
-inline constexpr int64_t kSchemaVersion = 4;
+inline constexpr int64_t kSchemaVersion = 5;
 
 // ISO-8601 UTC with a Z suffix, e.g. "2026-11-22T03:53:10Z".
 std::string utc_now();
@@ -23,8 +23,15 @@ std::vector<std::string> gather_strings(MPI_Comm comm, const std::string& mine, 
 // Where each rank runs, gathered from every rank onto rank 0 (empty elsewhere).
 struct RankPlacement {
   std::vector<std::string> hosts;
-  std::vector<std::string> devices;  // "cpu" or the GPU's name
+  std::vector<std::string> devices;       // "cpu" or the GPU's name
+  std::vector<int64_t> logical_cores;     // the host's online logical CPUs
+  std::vector<std::string> cpu_bindings;  // the CPUs the rank may run on, e.g. "0-3,8"
+  std::vector<std::string> cpu_models;    // the host's CPU model name
 };
+// This process's CPU affinity as a list of ranges, e.g. "0-3,8".
+std::string cpu_binding();
+// The model name of this host's CPUs (/proc/cpuinfo), or "unknown".
+std::string cpu_model();
 // Collective over comm: every rank passes its own device name.
 RankPlacement gather_rank_placement(MPI_Comm comm, const std::string& device_name);
 

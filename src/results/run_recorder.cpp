@@ -12,6 +12,7 @@
 #include <map>
 #include <sstream>
 
+#include "core/control_wait.h"
 #include "results/hdf5_check.h"
 #include "model/flops.h"
 #include "results/hdf5_io.h"
@@ -365,8 +366,7 @@ void RunRecorder::on_step(const StepRecord& record) {
     slot[2] = phase.power_w;
   }
   std::vector<double> all_ranks(rank_ == 0 ? mine.size() * world_size_ : 0);
-  CHECK_MPI(MPI_Gather(mine.data(), kRankDoubles, MPI_DOUBLE, all_ranks.data(), kRankDoubles, MPI_DOUBLE, 0,
-                       control_));
+  control_gather(mine.data(), kRankDoubles, MPI_DOUBLE, all_ranks.data(), 0, control_, "step record");
 
   std::vector<double> packed;
   for (const CollectiveRecord& c : record.collectives) {
@@ -376,15 +376,15 @@ void RunRecorder::on_step(const StepRecord& record) {
   }
   int count = static_cast<int>(packed.size());
   std::vector<int> counts(rank_ == 0 ? world_size_ : 0), offsets(counts.size());
-  CHECK_MPI(MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, control_));
+  control_gather(&count, 1, MPI_INT, counts.data(), 0, control_, "step record");
   int total = 0;
   for (size_t r = 0; r < counts.size(); ++r) {
     offsets[r] = total;
     total += counts[r];
   }
   std::vector<double> all_packed(static_cast<size_t>(total));
-  CHECK_MPI(MPI_Gatherv(packed.data(), count, MPI_DOUBLE, all_packed.data(), counts.data(), offsets.data(),
-                        MPI_DOUBLE, 0, control_));
+  control_gatherv(packed.data(), count, MPI_DOUBLE, all_packed.data(), counts.data(), offsets.data(), 0, control_,
+                  "step record");
   if (rank_ != 0) return;
 
   const auto& names = phase_names();
@@ -452,8 +452,7 @@ RunSummary RunRecorder::finish_complete(const MemoryReport& memory) {
   for (int k = 0; k < kMemoryKindCount; ++k) mine[k] = static_cast<int64_t>(memory.bytes[k]);
   mine[kMemoryKindCount] = static_cast<int64_t>(memory.peak_bytes);
   std::vector<int64_t> all(rank_ == 0 ? mine.size() * world_size_ : 0);
-  CHECK_MPI(MPI_Gather(mine.data(), kMemoryKindCount + 1, MPI_INT64_T, all.data(), kMemoryKindCount + 1,
-                       MPI_INT64_T, 0, control_));
+  control_gather(mine.data(), kMemoryKindCount + 1, MPI_INT64_T, all.data(), 0, control_, "memory report");
   if (rank_ != 0) return {};
 
   const double flops = training_flops(config_.shape, config_.global_batch, config_.seq);

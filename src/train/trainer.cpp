@@ -6,6 +6,8 @@
 #include <sstream>
 
 #include "core/check.h"
+#include "core/control_wait.h"
+#include "core/stop_signal.h"
 #include "core/usage_error.h"
 #include "data/make_token_source.h"
 #include "train/consistency.h"
@@ -24,14 +26,15 @@ Trainer::Trainer(const RunConfig& config, Ops& ops, Communicator& comm, MPI_Comm
   if (data_->vocab_size() > config_.shape.vocab)
     throw UsageError("--vocab " + std::to_string(config_.shape.vocab) + ": smaller than the data's vocabulary (" +
                      std::to_string(data_->vocab_size()) + ")");
+  const DataParallelConfig parallel = config_.data_parallel();
   const ParameterLayout layout = make_parameter_layout(config_.shape);
-  plan_ = make_bucket_plan(layout.param_elems, config_.bucket_mb * 1024.0 * 1024.0, comm_.world_size(),
+  plan_ = make_bucket_plan(layout.param_elems, parallel.bucket_bytes, comm_.world_size(),
                            layout.segments[layout.embedding_segment()].end_elems);
   model_ = std::make_unique<Gpt>(ops_, config_.shape, config_.micro_batch(), config_.seq, plan_.padded_elems,
                                  config_.recompute);
   model_->initialize(config_.seed);
   ops_.parameters_changed(model_->params(), 0, plan_.padded_elems);
-  strategy_ = make_strategy(config_, ops_, comm_, *model_, plan_);
+  strategy_ = make_strategy(parallel, ops_, comm_, *model_, plan_);
   schedule_ = {config_.learning_rate, config_.min_lr_ratio, config_.lr_warmup_steps, config_.steps};
   scaler_ = DynamicLossScaler(config_.loss_scaling, config_.loss_scale_init, config_.loss_scale_growth_interval);
 
@@ -104,7 +107,7 @@ StepRecord Trainer::train_step(int step) {
   // step's timed communication (zero2's gradient norm, part of the update, goes there).
   const double local_loss = loss_sum / micro_batches;
   double global_loss = 0.0;
-  CHECK_MPI(MPI_Allreduce(&local_loss, &global_loss, 1, MPI_DOUBLE, MPI_SUM, control_));
+  control_allreduce(&local_loss, &global_loss, 1, MPI_DOUBLE, MPI_SUM, control_, "loss");
   record.loss = global_loss / comm_.world_size();
   record.grad_norm = stats.grad_norm;
   record.skipped = stats.skipped;
@@ -146,16 +149,30 @@ void Trainer::set_kernel_tracer(KernelTracer* tracer, int first, int last) {
   trace_last_ = last;
 }
 
-void Trainer::run(StepObserver* observer) {
+RunOutcome Trainer::run(StepObserver* observer) {
   // The samples taken while the run was set up belong to no step.
   if (telemetry_) (void)telemetry_->take_samples();
+  RunOutcome outcome;
   for (int step = 0; step < config_.steps; ++step) {
     const StepRecord record = train_step(step);
     if (observer) observer->on_step(record);
+    outcome.steps_completed = step + 1;
     if (comm_.rank() == 0 && ((step + 1) % config_.log_every == 0 || step + 1 == config_.steps))
       print_progress(record);
+    // The safe point: every rank has finished the step and its record is written. The
+    // ranks agree here, outside the timed step, whether any of them was sent a stop signal.
+    outcome.stop_signal = agreed_stop_signal();
+    if (outcome.stop_signal) return outcome;
   }
   strategy_->finish_param_sync();
+  return outcome;
+}
+
+int Trainer::agreed_stop_signal() const {
+  const int mine = stop_signal();
+  int agreed = 0;
+  control_allreduce(&mine, &agreed, 1, MPI_INT, MPI_MAX, control_, "stop check");
+  return agreed;
 }
 
 void Trainer::print_progress(const StepRecord& r) const {

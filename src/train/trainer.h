@@ -23,6 +23,12 @@
 
 namespace scalestudy {
 
+// How a run ended: every step, or stopped by a signal after steps_completed steps.
+struct RunOutcome {
+  int stop_signal = 0;  // the largest signal number any rank received; 0: none
+  int steps_completed = 0;
+};
+
 class Trainer {
  public:
   // control is the MPI communicator for checks that are not part of the measured
@@ -36,8 +42,10 @@ class Trainer {
   // Closes a step of `telemetry`'s samples at the end of every step (--gpu-telemetry-ms)
   // into its record; the telemetry outlives the run.
   void set_gpu_telemetry(GpuTelemetry* telemetry) { telemetry_ = telemetry; }
-  // Runs every step, telling the observer about each; prints progress on rank 0.
-  void run(StepObserver* observer);
+  // Runs every step, telling the observer about each; prints progress on rank 0. After each
+  // step the ranks agree whether any was sent a stop signal (core/stop_signal.h), and stop
+  // together if one was.
+  RunOutcome run(StepObserver* observer);
   StepRecord train_step(int step);
 
   // The whole parameter vector (unpadded), after any pending parameter sync.
@@ -54,6 +62,7 @@ class Trainer {
 
  private:
   void print_progress(const StepRecord& record) const;
+  int agreed_stop_signal() const;
 
   RunConfig config_;
   Ops& ops_;

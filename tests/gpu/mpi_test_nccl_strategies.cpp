@@ -80,17 +80,16 @@ class LaneReportingCommunicator final : public ForwardingCommunicator {
 // reported_multiprocessors >= 0 overrides the communicator's overlapped_lane_multiprocessors;
 // overlap_after >= 0 overrides --overlap-after auto.
 GpuRun train_on_gpus(const std::string& strategy, const std::string& overlap, Precision precision = Precision::fp32,
-                     Precision grad_reduce = Precision::fp32, CommEngine engine = CommEngine::sm,
+                     Precision grad_reduce = Precision::fp32, bool copy_engines = false,
                      int overlapped_ctas = 0, int reported_multiprocessors = -1, double overlap_after = -1.0) {
   const ProcessPlacement where = discover_placement(MPI_COMM_WORLD);
   RunConfig config = make_config("cuda", strategy, overlap, precision_name(precision));
   // The GEMMs pick their algorithms as a run with the default --gemm-algos does.
   CudaOps ops(where.local_rank, precision, config.gemm_algos);
-  NcclCommunicator nccl(MPI_COMM_WORLD, ops.stream(), 120.0, engine == CommEngine::copy, overlapped_ctas);
+  NcclCommunicator nccl(MPI_COMM_WORLD, ops.stream(), 120.0, copy_engines, overlapped_ctas);
   LaneReportingCommunicator comm(nccl, reported_multiprocessors >= 0 ? reported_multiprocessors
                                                                      : nccl.overlapped_lane_multiprocessors());
   config.grad_reduce = grad_reduce;
-  config.comm_engine = engine;
   config.overlapped_ctas = overlapped_ctas;
   if (overlap_after >= 0) {
     config.overlap_after = overlap_after;
@@ -155,7 +154,7 @@ TEST(NcclStrategies, AllStrategiesAgreeWithEachOtherAndWithTheCpu) {
   // zero after AdamW, differed from ddp's by 1.04e-6, beyond kStrategyAtol).
   for (const std::string strategy : {"ddp", "zero2"}) {
     const std::vector<float> params =
-        train_on_gpus(strategy, "on", Precision::fp32, Precision::fp32, CommEngine::sm, 2).final;
+        train_on_gpus(strategy, "on", Precision::fp32, Precision::fp32, false, 2).final;
     expect_close(params, ddp, kCpuRtol, kCpuAtol, strategy + " overlap on, 2 overlapped CTAs, against ddp");
   }
 }
@@ -184,7 +183,7 @@ TEST(NcclStrategies, CopyEnginesTrainBitForBitAsNcclKernels) {
            {"ddp", "off"}, {"ddp", "on"}, {"zero2", "off"}, {"zero2", "on"}}) {
     const std::vector<float> kernels = train_on_gpus(strategy, overlap).final;
     const std::vector<float> copies =
-        train_on_gpus(strategy, overlap, Precision::fp32, Precision::fp32, CommEngine::copy).final;
+        train_on_gpus(strategy, overlap, Precision::fp32, Precision::fp32, true).final;
     ASSERT_EQ(copies.size(), kernels.size());
     size_t differing = 0;
     for (size_t i = 0; i < kernels.size(); ++i) differing += copies[i] != kernels[i];
@@ -198,8 +197,8 @@ TEST(NcclStrategies, CopyEnginesTrainBitForBitAsNcclKernels) {
 TEST(NcclStrategies, OverlappedLaneTrainsBitForBitAsOneLane) {
   if (!have_two_gpus()) GTEST_SKIP() << "needs 2 ranks with a visible GPU each: multi-GPU tests skipped";
   for (const std::string strategy : {"ddp", "zero2"}) {
-    const GpuRun one = train_on_gpus(strategy, "on", Precision::fp32, Precision::fp32, CommEngine::sm, 0, 2);
-    const GpuRun two = train_on_gpus(strategy, "on", Precision::fp32, Precision::fp32, CommEngine::sm, 2);
+    const GpuRun one = train_on_gpus(strategy, "on", Precision::fp32, Precision::fp32, false, 0, 2);
+    const GpuRun two = train_on_gpus(strategy, "on", Precision::fp32, Precision::fp32, false, 2);
     EXPECT_EQ(one.overlapped_calls, 0u);
     EXPECT_GT(two.overlapped_calls, 0u) << strategy << ": no bucket ran in the overlapped lane";
     ASSERT_EQ(two.final.size(), one.final.size());
@@ -216,9 +215,9 @@ TEST(NcclStrategies, HeldBucketsTrainBitForBitAsUnheld) {
   for (const std::string strategy : {"ddp", "zero2"})
     for (const Precision precision : {Precision::fp32, Precision::bf16}) {
       const std::vector<float> unheld =
-          train_on_gpus(strategy, "on", precision, Precision::fp32, CommEngine::sm, 0, -1, 0.0).final;
+          train_on_gpus(strategy, "on", precision, Precision::fp32, false, 0, -1, 0.0).final;
       const std::vector<float> held =
-          train_on_gpus(strategy, "on", precision, Precision::fp32, CommEngine::sm, 0, -1, 0.5).final;
+          train_on_gpus(strategy, "on", precision, Precision::fp32, false, 0, -1, 0.5).final;
       ASSERT_EQ(held.size(), unheld.size());
       size_t differing = 0;
       for (size_t i = 0; i < held.size(); ++i) differing += held[i] != unheld[i];

@@ -112,12 +112,12 @@ TEST(OverlapAfter, BucketsWaitForTheShareThenStartAsTheyFinish) {
       // zero2's shard holds chunk b of every bucket at begin_elems / world_size.
       std::function<size_t(const float*)> bucket_begin;
       if (config.strategy == Strategy::ddp) {
-        auto ddp = std::make_unique<DdpStrategy>(config, ops, comm, model, plan);
+        auto ddp = std::make_unique<DdpStrategy>(config.data_parallel(), ops, comm, model, plan);
         const float* base = ddp->gradients();
         bucket_begin = [base](const float* p) { return static_cast<size_t>(p - base); };
         gradients = std::move(ddp);
       } else {
-        auto zero2 = std::make_unique<Zero2Strategy>(config, ops, comm, model, plan);
+        auto zero2 = std::make_unique<Zero2Strategy>(config.data_parallel(), ops, comm, model, plan);
         const float* base = zero2->shard_gradients();
         const size_t world = static_cast<size_t>(comm.world_size());
         bucket_begin = [base, world](const float* p) { return static_cast<size_t>(p - base) * world; };

@@ -1,5 +1,6 @@
 # Sourced by the script tests (test_*.sh): a failure counter and the exit-code check they
-# share. Each test ends with `finish`, which prints the count and fails if it is not 0.
+# share, and the check of a --help. Each test ends with `finish`, which prints the count and
+# fails if it is not 0.
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
@@ -11,6 +12,18 @@ expect_exit() {  # expected-code grep-pattern command...
   if [ -n "$pattern" ] && ! grep -q -- "$pattern" <<<"$output"; then
     fail "'$*' output lacks '$pattern'"; echo "$output" | tail -5
   fi
+}
+
+expect_help_fits() {  # command...: each option's entry in the --help it prints is at most 3 lines of
+                      # at most 100 columns, and the help cites no history (change numbers, notes, GPUs)
+  local problems
+  problems=$("$@" 2>&1 | awk '
+    /^$/ || /^[^ ]/ { entry = "" }
+    /^  -/ { entry = $1; lines = 0 }
+    entry != "" && ++lines == 4 { print entry " takes more than 3 lines" }
+    length > 100 { print "a line of " length " columns: " $0 }
+    /[Cc]hanges? [0-9]|performance-notes|H[12]00/ { print "history: " $0 }')
+  [ -z "$problems" ] || fail "'$*': $problems"
 }
 
 finish() {

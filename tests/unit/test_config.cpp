@@ -105,10 +105,7 @@ TEST(Config, ConfigFileIsReadAndTheCommandLineWins) {
 }
 
 TEST(Config, BadInputNamesTheOptionAndValue) {
-  expect_usage_error({"--comm-engine", "dma"}, {"--comm-engine dma", "sm or copy"});
-  expect_usage_error({"--comm-engine", "copy"}, {"--comm-engine copy", "needs --backend cuda"});
-  expect_usage_error({"--comm-engine", "copy", "--grad-reduce", "bf16"}, {"--comm-engine copy", "fp32"});
-  EXPECT_EQ(parse({}).comm_engine, CommEngine::sm);
+  expect_usage_error({"--comm-engine", "copy"}, {"comm-engine"});
   expect_usage_error({"--overlapped-ctas", "-1"}, {"--overlapped-ctas -1", "negative"});
   expect_usage_error({"--overlapped-ctas", "65"}, {"--overlapped-ctas 65", "at most 64"});
   expect_usage_error({"--overlapped-ctas", "8", "--overlap", "on"}, {"--overlapped-ctas 8", "needs --backend cuda"});
@@ -120,8 +117,6 @@ TEST(Config, BadInputNamesTheOptionAndValue) {
     EXPECT_EQ(parse({"--backend", "cuda", "--overlap", "on"}).overlapped_ctas, kAutoOverlappedCtas);
     EXPECT_EQ(parse({"--backend", "cuda"}).overlapped_ctas, 0) << "without overlap every collective is awaited";
     expect_usage_error({"--backend", "cuda", "--overlapped-ctas", "4"}, {"--overlapped-ctas 4", "needs --overlap on"});
-    EXPECT_EQ(parse({"--backend", "cuda", "--overlap", "on", "--comm-engine", "copy"}).overlapped_ctas, 0)
-        << "the copy engines take no multiprocessors to spare";
     EXPECT_EQ(parse({"--backend", "cuda", "--overlapped-ctas", "0"}).overlapped_ctas, 0);
   }
   expect_usage_error({"--overlap-after", "1", "--overlap", "on"}, {"--overlap-after 1", "up to (not including) 1"});
@@ -235,9 +230,67 @@ TEST(Config, HashSeesEveryOption) {
 TEST(Config, HelpComesFromTheDeclarations) {
   const std::string help = train_help();
   for (const char* option : {"--model", "--global-batch", "--batch-per-rank", "--grad-accum", "--strategy",
-                             "--overlap", "--bucket-mb", "--grad-reduce", "--comm-engine", "--overlapped-ctas", "--overlap-after", "--gemm-algos", "--check-every", "--config", "--token-file",
+                             "--overlap", "--bucket-mb", "--grad-reduce", "--overlapped-ctas", "--overlap-after", "--gemm-algos", "--check-every", "--config", "--token-file",
                              "--profile-kernels", "--profile-window"})
     EXPECT_NE(help.find(option), std::string::npos) << option;
+}
+
+TEST(Config, HelpGroupsTheOptionsBySection) {
+  const std::string help = train_help();
+  size_t previous = 0;
+  for (const char* section : {"\nGeneral:", "\nModel:", "\nData:", "\nBatch and scaling:", "\nOptimizer (",
+                              "\nData parallelism:", "\nBackend and precision:", "\nOutput:", "\nDiagnostics:",
+                              "\nTuning ("}) {
+    const size_t at = help.find(section);
+    ASSERT_NE(at, std::string::npos) << section;
+    EXPECT_GT(at, previous) << section << " out of order";
+    previous = at;
+  }
+  // Each knob says why a user would set it.
+  const size_t tuning = help.find("\nTuning (");
+  for (const char* reason :
+       {"to study how they slow the compute", "the same bits on every run", "how long buckets wait"})
+    EXPECT_NE(help.find(reason, tuning), std::string::npos) << reason;
+}
+
+// The strategies see the resolved options, zero2's --overlap-after auto bounded for the world.
+TEST(Config, DataParallelConfigCarriesWhatTheStrategiesRead) {
+  RunConfig c = parse({"--strategy", "zero2", "--overlap", "on", "--bucket-mb", "0.01", "--grad-reduce", "bf16",
+                       "--grad-clip", "0.5", "--beta1", "0.8", "--beta2", "0.99", "--eps", "1e-6",
+                       "--weight-decay", "0.01"});
+  resolve_for_world(c, 4);
+  const DataParallelConfig parallel = c.data_parallel();
+  EXPECT_EQ(parallel.strategy, Strategy::zero2);
+  EXPECT_TRUE(parallel.overlap);
+  EXPECT_EQ(parallel.overlap_after, 0.25);
+  EXPECT_EQ(parallel.bucket_bytes, 0.01 * 1024 * 1024);
+  EXPECT_EQ(parallel.grad_reduce, Precision::bf16);
+  EXPECT_EQ(parallel.grad_clip, 0.5f);
+  EXPECT_EQ(parallel.adamw.beta1, 0.8f);
+  EXPECT_EQ(parallel.adamw.beta2, 0.99f);
+  EXPECT_EQ(parallel.adamw.epsilon, 1e-6f);
+  EXPECT_EQ(parallel.adamw.weight_decay, 0.01f);
+  const DataParallelConfig defaults = parse({}).data_parallel();
+  EXPECT_EQ(defaults.strategy, Strategy::ddp);
+  EXPECT_FALSE(defaults.overlap);
+  EXPECT_EQ(defaults.bucket_bytes, DataParallelConfig{}.bucket_bytes);
+  EXPECT_EQ(defaults.grad_clip, DataParallelConfig{}.grad_clip);
+  EXPECT_EQ(defaults.adamw.beta2, AdamWConfig{}.beta2);
+}
+
+// The keys of a result file's /config, which the analysis package reads.
+TEST(Config, DescribedNamesStayTheResultFilesKeys) {
+  const std::vector<std::string> expected = {
+      "model", "layers", "hidden", "heads", "vocab", "max_seq", "attention", "seq", "recompute", "scaling",
+      "global_batch", "batch_per_rank", "grad_accum", "steps", "warmup_steps", "lr", "min_lr_ratio",
+      "lr_warmup_steps", "beta1", "beta2", "eps", "weight_decay", "grad_clip", "loss_scaling", "loss_scale_init",
+      "loss_scale_growth_interval", "data", "token_file", "seed", "strategy", "overlap", "bucket_mb", "grad_reduce",
+      "overlapped_ctas", "overlap_after", "check_every", "comm_timeout", "backend", "precision", "gemm_algos",
+      "output", "flush_every", "experiment", "repeat", "profile_kernels", "profile_window", "gpu_telemetry_ms",
+      "world_size"};
+  std::vector<std::string> names;
+  for (const auto& [name, value] : describe_config(parse({}))) names.push_back(name);
+  EXPECT_EQ(names, expected);
 }
 
 TEST(BucketPlan, EveryBucketSplitsEvenlyForAnyWorldSize) {

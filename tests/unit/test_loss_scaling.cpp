@@ -64,7 +64,7 @@ TEST(LossScaling, NonFiniteGradientsSkipTheUpdate) {
   const BucketPlan plan = make_bucket_plan(layout.param_elems, 1e9, 1);
   Gpt model(ops, config.shape, 4, 16, plan.padded_elems);
   model.initialize(1);
-  DdpStrategy strategy(config, ops, comm, model, plan);
+  DdpStrategy strategy(config.data_parallel(), ops, comm, model, plan);
   std::vector<int32_t> tokens(4 * 16, 3), targets(4 * 16, 5);
   model.forward(tokens.data(), targets.data(), &strategy);
   strategy.begin_micro_batch(0, 1);

@@ -1,0 +1,25 @@
+#pragma once
+// The layout of every subcommand's --help: options are declared in sections, and the
+// help prints those declarations, each entry wrapped within kHelpLineLength columns.
+#include <boost/program_options/options_description.hpp>
+
+#include <string>
+
+namespace scalestudy {
+
+inline constexpr unsigned kHelpLineLength = 100;
+// The descriptions' column starts at most this far from the line's end; an option whose
+// name and default are longer starts its description on the next line.
+inline constexpr unsigned kHelpMinDescriptionLength = 66;
+
+// One titled section of a subcommand's options.
+inline boost::program_options::options_description help_section(const std::string& caption) {
+  return boost::program_options::options_description(caption, kHelpLineLength, kHelpMinDescriptionLength);
+}
+
+// The sections together, in the order --help prints them.
+inline boost::program_options::options_description help_sections() {
+  return boost::program_options::options_description(kHelpLineLength, kHelpMinDescriptionLength);
+}
+
+}  // namespace scalestudy

@@ -1,0 +1,56 @@
+#include "core/stop_signal.h"
+
+#include <csignal>
+#include <cstdio>
+
+#include "core/check.h"
+
+namespace scalestudy {
+namespace {
+
+volatile std::sig_atomic_t received_signal = 0;
+
+extern "C" void record_stop_signal(int signal) {
+  if (received_signal == signal) {
+    // The second of its kind: the user insists, so the default action ends the process.
+    std::signal(signal, SIG_DFL);
+    std::raise(signal);
+    return;
+  }
+  if (received_signal == 0) received_signal = signal;
+}
+
+}  // namespace
+
+void install_stop_signal_handlers() {
+  struct sigaction action {};
+  action.sa_handler = record_stop_signal;
+  sigemptyset(&action.sa_mask);
+  // No SA_RESTART: a blocking system call returns EINTR, so a wait can see the signal.
+  action.sa_flags = 0;
+  for (int signal : {SIGTERM, SIGINT, SIGUSR1}) sigaction(signal, &action, nullptr);
+}
+
+int stop_signal() { return received_signal; }
+
+std::string signal_name(int signal) {
+  switch (signal) {
+    case SIGTERM: return "SIGTERM";
+    case SIGINT: return "SIGINT";
+    case SIGUSR1: return "SIGUSR1";
+  }
+  return "signal " + std::to_string(signal);
+}
+
+std::string stop_reason(int signal) {
+  const char* cause = signal == SIGTERM ? " (time limit, scancel or kill)"
+                      : signal == SIGINT ? " (interrupted)"
+                                         : "";
+  return "terminated by " + signal_name(signal) + cause;
+}
+
+void end_job_for_signal(int signal, const std::string& where) {
+  end_job(stop_reason(signal) + " while " + where, stop_exit_code(signal));
+}
+
+}  // namespace scalestudy
