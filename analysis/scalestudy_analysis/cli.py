@@ -1,6 +1,7 @@
 """Command line: scalestudy-report RESULTS_DIR -o OUT_DIR, and scalestudy-report compare
 A B [C ...] -o OUT_DIR."""
 import argparse
+import configparser
 import sys
 from pathlib import Path
 
@@ -55,7 +56,9 @@ def compare_parser():
                "Exit status: 0 on success, 2 on bad arguments or a directory without result "
                "files.")
     result.add_argument("sets", metavar="DIR", type=Path, nargs="+",
-                        help="result sets; the first is the reference A (at least two)")
+                        help="result sets: directories, or experiment files (*.ini) for the "
+                             "output_dir of their sweep; the first is the reference A (at "
+                             "least two)")
     result.add_argument("-o", "--out", dest="out_dir", metavar="OUT_DIR", type=Path,
                         required=True, help="directory for compare.md and its files")
     result.add_argument("--labels", metavar="A,B,...", help="names of the sets, comma-separated "
@@ -82,10 +85,34 @@ def _check_results_dir(path, name):
     return None
 
 
+def sweep_results_dir(experiment):
+    """The results directory of an experiment file's sweep: its [sweep] output_dir
+    (default results/<file name>), relative to the repository the file lies in (the
+    folder above experiments/, as jobscripts/sweep.py reads it) or else to the current
+    directory."""
+    parser = configparser.ConfigParser(inline_comment_prefixes=("#", ";"))
+    try:
+        parser.read(experiment)
+    except configparser.Error as error:
+        raise ValueError(f"{experiment}: {str(error).splitlines()[0]}") from None
+    if not parser.has_section("sweep"):
+        raise ValueError(f"{experiment}: no [sweep] section")
+    output = Path(parser["sweep"].get("output_dir", f"results/{experiment.stem}").strip())
+    if output.is_absolute():
+        return output
+    in_repository = experiment.resolve().parent.parent / output
+    return in_repository if in_repository.is_dir() else output
+
+
 def compare_main(argv):
     args = compare_parser().parse_args(argv)
     if len(args.sets) < 2:
         return _usage_error("compare needs at least two result sets")
+    try:
+        args.sets = [sweep_results_dir(path) if path.suffix == ".ini" and path.is_file() else path
+                     for path in args.sets]
+    except ValueError as error:
+        return _usage_error(str(error))
     labels = args.labels.split(",") if args.labels else None
     if labels is not None and (len(labels) != len(args.sets) or len(set(labels)) != len(labels)):
         return _usage_error(f"--labels {args.labels!r}: give {len(args.sets)} distinct names")

@@ -157,3 +157,18 @@ def test_bad_compare_arguments_exit_2(tmp_path, capsys):
     assert main(["compare", str(tmp_path / "a"), str(tmp_path / "a"), "--labels", "x",
                  "-o", str(tmp_path / "out")]) == 2
     assert "--labels" in capsys.readouterr().err
+
+
+def test_experiment_files_stand_for_their_sweeps_results(tmp_path):
+    rng = np.random.default_rng(5)
+    write_set(tmp_path / "results" / "before", range(3), rng)
+    write_set(tmp_path / "results" / "after", range(3), rng, factor=SLOWDOWN)
+    (tmp_path / "experiments").mkdir()
+    for name in ("before", "after"):
+        (tmp_path / "experiments" / f"{name}.ini").write_text(
+            f"[sweep]\nname = {name}\noutput_dir = results/{name}\n[train]\nmodel = tiny\n")
+    out, rows = compare(tmp_path, tmp_path / "experiments" / "before.ini",
+                        tmp_path / "experiments" / "after.ini")
+    assert (rows["verdict"] == "slower").all() and set(rows["compared"]) == {"after"}
+    assert main(["compare", str(tmp_path / "experiments" / "before.ini"),
+                 str(tmp_path / "nothing.ini"), "-o", str(tmp_path / "o2")]) == 2
