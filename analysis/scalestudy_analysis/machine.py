@@ -135,17 +135,21 @@ def parse_cpu_list(text):
 
 
 def shared_bindings(run):
-    """[(host, core)] of the cores that two ranks of one host are bound to; [] when the
-    bindings are disjoint, None when the file records none (before version 5)."""
+    """[(host, core)] of the cores that two bound ranks of one host share; [] when the
+    bindings are disjoint, None when the file records none (before version 5). Unbound
+    ranks (unbound_ranks) are left out: they share every core by design."""
     if run.cpu_binding is None:
         return None
-    seen, shared = {}, set()
-    for host, text in zip(run.hostnames, run.cpu_binding):
-        for core in parse_cpu_list(text) or ():
+    unbound = set(unbound_ranks(run))
+    seen, shared = set(), set()
+    for rank, (host, text) in enumerate(zip(run.hostnames, run.cpu_binding)):
+        if rank in unbound:
+            continue
+        for core in parse_cpu_list(text):
             key = (str(host), core)
             if key in seen:
                 shared.add(key)
-            seen[key] = True
+            seen.add(key)
     return sorted(shared)
 
 

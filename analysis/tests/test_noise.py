@@ -135,3 +135,12 @@ def test_a_cpu_study_says_what_it_can_and_cannot_show(tmp_path):
     cpu = (tmp_path / "out-cpu" / "report.md").read_text()
     assert "## What a CPU study can show" in cpu and "It does not show GPU figures" in cpu
     assert "## What a CPU study can show" not in (tmp_path / "out-gpu" / "report.md").read_text()
+
+
+def test_unbound_ranks_are_not_also_said_to_share_cores(tmp_path):
+    # Both ranks may run on all 4 cores: unbound, which is one warning, not two.
+    write_clean(tmp_path / "r", logical_cores=4)
+    write_run(tmp_path / "r" / "n2r3.h5", world_size=2, step_times=0.15, logical_cores=4,
+              config=base_config(repeat=3), cpu_binding=["0-3", "0-3"])
+    warnings = warnings_of(tmp_path)
+    assert "**unbound**" in warnings and "shared cores" not in warnings
