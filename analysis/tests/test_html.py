@@ -6,7 +6,6 @@ import shutil
 import subprocess
 
 import matplotlib.image
-import numpy as np
 import pytest
 
 from scalestudy_analysis.cli import main
