@@ -291,10 +291,14 @@ def read_run(path):
     if run.stored_summary:
         mismatched = compare_summary(run.stored_summary, run.summary)
         if mismatched:
+            # The writer computed /summary from the same /steps, so a disagreement past the
+            # tolerance means the file was altered or written by a faulty build: its steps
+            # cannot be trusted either, and the run is left out.
             run.problems.append(Problem(run.path, "summary mismatch", "stored /summary "
                                         "disagrees with the recomputation for " +
-                                        ", ".join(mismatched) + "; recomputed values used",
-                                        False))
+                                        ", ".join(mismatched) + "; the run is left out",
+                                        True))
+            return run
     else:
         run.problems.append(Problem(run.path, "missing field", "no /summary in a complete "
                                     "file; recomputed from /steps", False))
