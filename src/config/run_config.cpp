@@ -38,6 +38,7 @@ struct RawOptions {
   std::string gpu_telemetry_ms = "auto";
   std::string recompute = "off";
   std::string seed = "1234";
+  std::string nonfinite_loss = "stop";
 };
 
 template <typename T>
@@ -150,6 +151,9 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
 
   po::options_description diagnostics = help_section("Diagnostics");
   diagnostics.add_options()
+      ("nonfinite-loss", po::value(&raw.nonfinite_loss)->default_value(raw.nonfinite_loss),
+       "what a step whose loss is inf or nan does: stop (the run ends, its file marked failed at that "
+       "step) or continue (training goes on)")
       ("check-every", po::value(&c.check_every)->default_value(c.check_every),
        "compare a parameter checksum across ranks every N steps; 0: never")
       ("profile-kernels", po::bool_switch(&c.profile_kernels),
@@ -216,6 +220,9 @@ void resolve_profile_window(RunConfig& c, const std::string& window) {
     c.profile_first = c.profile_last = -1;
     return;
   }
+  if (c.backend != "cuda")
+    throw UsageError("--profile-kernels: needs --backend cuda (the " + c.backend +
+                     " backend runs no GPU kernels to trace)");
   int first = c.warmup_steps, last = std::min(c.warmup_steps + 2, c.steps - 1);
   if (window != "auto") {
     char dash = 0;
@@ -231,9 +238,6 @@ void resolve_profile_window(RunConfig& c, const std::string& window) {
     bad_value("profile-window", window,
               "leaves no step after warm-up untraced (steps " + std::to_string(first) + "-" + std::to_string(last) +
                   " of " + std::to_string(c.steps) + "); the summary and the tracing cost need one: raise --steps");
-  if (c.backend != "cuda")
-    throw UsageError("--profile-kernels: needs --backend cuda (the " + c.backend +
-                     " backend runs no GPU kernels to trace)");
   c.profile_first = first;
   c.profile_last = last;
 }
@@ -339,8 +343,12 @@ void resolve_and_validate(RunConfig& c, const RawOptions& raw) {
     bad_value("data", c.data, "must be random, markov or file");
   if (c.data == "file") {
     if (c.token_file.empty()) throw UsageError("--data file: needs --token-file");
-    if (!std::filesystem::is_regular_file(c.token_file))
-      bad_value("token-file", c.token_file, "no such file");
+    std::error_code error;
+    if (!std::filesystem::exists(c.token_file, error)) bad_value("token-file", c.token_file, "no such file");
+    if (std::filesystem::is_directory(c.token_file, error)) bad_value("token-file", c.token_file, "is a directory");
+    if (!std::filesystem::is_regular_file(c.token_file, error))
+      bad_value("token-file", c.token_file, "not a regular file (a FIFO or a device)");
+    if (access(c.token_file.c_str(), R_OK) != 0) bad_value("token-file", c.token_file, "cannot be read");
   }
 
   if (raw.strategy == "ddp") c.strategy = Strategy::ddp;
@@ -376,6 +384,9 @@ void resolve_and_validate(RunConfig& c, const RawOptions& raw) {
       bad_value("overlap-after", raw.overlap_after, "needs --overlap on (without it one collective follows backward)");
   }
   if (c.check_every < 0) bad_value("check-every", text(c.check_every), "must not be negative");
+  if (raw.nonfinite_loss == "stop") c.stop_on_nonfinite_loss = true;
+  else if (raw.nonfinite_loss == "continue") c.stop_on_nonfinite_loss = false;
+  else bad_value("nonfinite-loss", raw.nonfinite_loss, "must be stop or continue");
   require_positive("comm-timeout", c.comm_timeout_s);
 
   if (raw.precision == "auto") c.precision = c.backend == "cuda" ? Precision::bf16 : Precision::fp32;
