@@ -90,7 +90,7 @@ run_trial() {
   passed=$((passed + 1))
 }
 
-stop_message="did not (finish|complete) within $timeout_s s"
+stop_message="did not (finish|complete) within [0-9.]+ s"
 term_message="terminated by SIG(TERM|INT)"
 for i in $(seq 1 "${SIGSTOP_TRIALS:-4}"); do
   ranks=$((2 + RANDOM % 3))
