@@ -1,5 +1,6 @@
 #include "config/run_config.h"
 
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <boost/program_options.hpp>
@@ -262,6 +263,22 @@ void check_output_path(const RunConfig& c, const RawOptions& raw) {
   if (access(folder.c_str(), W_OK) != 0) bad_value("output", c.output, "its folder is not writable");
 }
 
+// A result file takes about 1-1.5 KiB a step for each rank (its intervals, collective
+// records and GPU samples) and a few KiB of provenance: a file system with less room than
+// 2 KiB a rank-step and 256 KiB is found full before the first step.
+void check_output_space(const RunConfig& c) {
+  struct statvfs space {};
+  const std::filesystem::path folder = std::filesystem::absolute(c.output).parent_path();
+  if (statvfs(folder.c_str(), &space) != 0) return;
+  const double free_bytes = static_cast<double>(space.f_bavail) * static_cast<double>(space.f_frsize);
+  const double needed_bytes = 256.0 * 1024 + 2048.0 * c.steps * c.world_size;
+  if (free_bytes < needed_bytes)
+    bad_value("output", c.output,
+              "its file system has " + text(std::floor(free_bytes / 1024)) + " KiB free; " + text(c.steps) +
+                  " steps on " + text(c.world_size) + " ranks need about " + text(std::ceil(needed_bytes / 1024)) +
+                  " KiB");
+}
+
 void require_positive(const std::string& option, double value) {
   if (!(value > 0) || !std::isfinite(value)) bad_value(option, text(value), "must be positive and finite");
 }
@@ -490,6 +507,7 @@ void resolve_for_world(RunConfig& c, int world_size) {
   if (c.batch_per_rank % c.grad_accum != 0)
     bad_value("grad-accum", text(c.grad_accum),
               "must divide the batch per rank (" + text(c.batch_per_rank) + ")");
+  if (!c.output.empty()) check_output_space(c);
 }
 
 std::vector<std::pair<std::string, std::string>> describe_config(const RunConfig& c) {
