@@ -6,22 +6,26 @@ set -euo pipefail
 SCALESTUDY_PACKAGES=(build-essential cmake git openmpi-bin libopenmpi-dev libhdf5-dev hdf5-tools
                      libboost-program-options-dev libgtest-dev python3 python3-venv python3-pip
                      xz-utils)
+# What the tests need beyond that: a headless browser that renders the HTML report.
+SCALESTUDY_TEST_PACKAGES=(chromium)
 
+# The packages of SCALESTUDY_PACKAGES, and those given as arguments, not installed.
 missing_packages() {
   local missing=()
-  for package in "${SCALESTUDY_PACKAGES[@]}"; do
+  for package in "${SCALESTUDY_PACKAGES[@]}" "$@"; do
     dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
   done
   echo "${missing[@]:-}"
 }
 
+# Installs SCALESTUDY_PACKAGES and the packages given as arguments.
 install_system_packages() {
   if ! command -v dpkg-query >/dev/null; then
-    echo "scalestudy: this installer knows Debian/Ubuntu only; install: ${SCALESTUDY_PACKAGES[*]}" >&2
+    echo "scalestudy: this installer knows Debian/Ubuntu only; install: ${SCALESTUDY_PACKAGES[*]} $*" >&2
     return 1
   fi
   local missing
-  missing=$(missing_packages)
+  missing=$(missing_packages "$@")
   [ -z "$missing" ] && return 0
   if [ "$(id -u)" = 0 ]; then
     echo "scalestudy: installing $missing"

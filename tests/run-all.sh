@@ -7,7 +7,7 @@ set -euo pipefail
 SCALESTUDY_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 export SCALESTUDY_ROOT
 source "$SCALESTUDY_ROOT/jobscripts/install-deps.sh"
-install_system_packages
+install_system_packages "${SCALESTUDY_TEST_PACKAGES[@]}"
 
 cd "$SCALESTUDY_ROOT"
 jobs=$(nproc)

@@ -1,5 +1,7 @@
-"""Command line: scalestudy-report RESULTS_DIR -o OUT_DIR."""
+"""Command line: scalestudy-report RESULTS_DIR -o OUT_DIR, and scalestudy-report compare
+A B [C ...] -o OUT_DIR."""
 import argparse
+import configparser
 import sys
 from pathlib import Path
 
@@ -14,7 +16,9 @@ def parser():
         description="Read every scalestudy result file (*.h5, and *.h5.partial left by runs "
                     "that did not finish) under RESULTS_DIR, recursively, and write "
                     "OUT_DIR/report.md (tables, figures, problems), OUT_DIR/runs.csv (one row "
-                    "per file) and the figures as PNG files in OUT_DIR.",
+                    "per file) and the figures as PNG files in OUT_DIR. "
+                    "'scalestudy-report compare A B [C ...] -o OUT_DIR' compares result sets "
+                    "(see 'scalestudy-report compare --help').",
         epilog="Failed, unfinished and unreadable files, and series that mix builds or "
                "configurations, are listed under Problems in the report and never averaged "
                "in. Exit status: 0 on success, 2 on bad arguments or when RESULTS_DIR holds "
@@ -24,8 +28,110 @@ def parser():
     result.add_argument("-o", "--out", dest="out_dir", metavar="OUT_DIR", type=Path,
                         required=True, help="directory for report.md, runs.csv and the PNGs "
                                             "(created if missing)")
+    result.add_argument("--baseline", metavar="SERIES",
+                        help="measure every series' efficiency also against one series' "
+                             "smallest N: a series number as the report numbers them, a "
+                             "strategy (ddp, zero2+overlap) or key=value pairs "
+                             "(strategy=ddp,overlap=off); each series takes the match of its "
+                             "model, scaling mode, sequence length and batch")
+    result.add_argument("--bench", metavar="FILE", type=Path, nargs="+", default=(),
+                        help="`scalestudy bench comm` files: their bus bandwidth at the "
+                             "nearest size and the same world size is drawn beside each "
+                             "collective's")
     result.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     return result
+
+
+def compare_parser():
+    result = argparse.ArgumentParser(
+        prog="scalestudy-report compare",
+        description="Compare result sets (directories of result files, searched recursively, "
+                    "as for the report) with the first, A: for every (model, scaling, "
+                    "strategy, N) measured in A and in another set, the ratios of throughput, "
+                    "step time and efficiency with bootstrap intervals over repeats and steps, "
+                    "a verdict (faster, slower, no difference, undecided) and how many more "
+                    "repeats would decide an undecided point. Writes OUT_DIR/compare.md, "
+                    "compare.csv, compare.json and one PNG of ratios against N per set.",
+        epilog="A directory named compare is given as ./compare to the report itself. "
+               "Exit status: 0 on success, 2 on bad arguments or a directory without result "
+               "files.")
+    result.add_argument("sets", metavar="DIR", type=Path, nargs="+",
+                        help="result sets: directories, or experiment files (*.ini) for the "
+                             "output_dir of their sweep; the first is the reference A (at "
+                             "least two)")
+    result.add_argument("-o", "--out", dest="out_dir", metavar="OUT_DIR", type=Path,
+                        required=True, help="directory for compare.md and its files")
+    result.add_argument("--labels", metavar="A,B,...", help="names of the sets, comma-separated "
+                        "(default: the directories' names)")
+    result.add_argument("--level", type=float, default=0.95,
+                        help="confidence level of the intervals (default 0.95)")
+    result.add_argument("--threshold", type=float, default=0.01,
+                        help="half-width of the band around 1 inside which two sets count as "
+                             "no different (default 0.01, 1 %%)")
+    result.add_argument("--resamples", type=int, default=2000,
+                        help="bootstrap resamples per point (default 2000)")
+    result.add_argument("--seed", type=int, default=0,
+                        help="seed of the bootstrap: the same seed gives the same intervals")
+    return result
+
+
+def _check_results_dir(path, name):
+    """A message naming what is wrong with a results directory, or None."""
+    from .load import find_result_files  # deferred: --help must not pay for h5py/pandas
+    if not path.is_dir():
+        return f"{name} {str(path)!r} is not a directory"
+    if not find_result_files(path):
+        return f"{name} {str(path)!r} holds no result files (*.h5 or *.h5.partial)"
+    return None
+
+
+def sweep_results_dir(experiment):
+    """The results directory of an experiment file's sweep: its [sweep] output_dir
+    (default results/<file name>), relative to the repository the file lies in (the
+    folder above experiments/, as jobscripts/sweep.py reads it) or else to the current
+    directory."""
+    parser = configparser.ConfigParser(inline_comment_prefixes=("#", ";"))
+    try:
+        parser.read(experiment)
+    except configparser.Error as error:
+        raise ValueError(f"{experiment}: {str(error).splitlines()[0]}") from None
+    if not parser.has_section("sweep"):
+        raise ValueError(f"{experiment}: no [sweep] section")
+    output = Path(parser["sweep"].get("output_dir", f"results/{experiment.stem}").strip())
+    if output.is_absolute():
+        return output
+    in_repository = experiment.resolve().parent.parent / output
+    return in_repository if in_repository.is_dir() else output
+
+
+def compare_main(argv):
+    args = compare_parser().parse_args(argv)
+    if len(args.sets) < 2:
+        return _usage_error("compare needs at least two result sets")
+    try:
+        args.sets = [sweep_results_dir(path) if path.suffix == ".ini" and path.is_file() else path
+                     for path in args.sets]
+    except ValueError as error:
+        return _usage_error(str(error))
+    labels = args.labels.split(",") if args.labels else None
+    if labels is not None and (len(labels) != len(args.sets) or len(set(labels)) != len(labels)):
+        return _usage_error(f"--labels {args.labels!r}: give {len(args.sets)} distinct names")
+    if not 0.5 <= args.level < 1.0:
+        return _usage_error(f"--level {args.level}: must lie in [0.5, 1)")
+    if not 0.0 < args.threshold < 1.0:
+        return _usage_error(f"--threshold {args.threshold}: must lie in (0, 1)")
+    if args.resamples < 100:
+        return _usage_error(f"--resamples {args.resamples}: must be at least 100")
+    for path in args.sets:
+        message = _check_results_dir(path, "DIR")
+        if message:
+            return _usage_error(message)
+    if args.out_dir.exists() and not args.out_dir.is_dir():
+        return _usage_error(f"OUT_DIR {str(args.out_dir)!r} exists and is not a directory")
+    from .compare_report import write_compare
+    print(write_compare(args.sets, args.out_dir, labels, level=args.level,
+                        threshold=args.threshold, resamples=args.resamples, seed=args.seed))
+    return 0
 
 
 def _usage_error(message):
@@ -34,17 +140,25 @@ def _usage_error(message):
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["compare"]:
+        return compare_main(argv[1:])
     args = parser().parse_args(argv)
-    from .load import find_result_files  # deferred: --help must not pay for h5py/pandas
-    if not args.results_dir.is_dir():
-        return _usage_error(f"RESULTS_DIR {str(args.results_dir)!r} is not a directory")
-    if not find_result_files(args.results_dir):
-        return _usage_error(f"RESULTS_DIR {str(args.results_dir)!r} holds no result files "
-                            "(*.h5 or *.h5.partial)")
+    message = _check_results_dir(args.results_dir, "RESULTS_DIR")
+    if message:
+        return _usage_error(message)
     if args.out_dir.exists() and not args.out_dir.is_dir():
         return _usage_error(f"OUT_DIR {str(args.out_dir)!r} exists and is not a directory")
+    for path in args.bench:
+        if not path.is_file():
+            return _usage_error(f"--bench {str(path)!r} is not a file")
+    from .baseline import BaselineError
     from .report import write_report
-    report = write_report(args.results_dir, args.out_dir)
+    try:
+        report = write_report(args.results_dir, args.out_dir, baseline=args.baseline,
+                              bench_files=args.bench)
+    except BaselineError as error:
+        return _usage_error(str(error))
     print(report)
     return 0
 

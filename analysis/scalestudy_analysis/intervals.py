@@ -52,12 +52,6 @@ def uncovered_length(group, begin, end, cover_group, cover_begin, cover_end, n_g
     return np.maximum(both - cover, 0.0)
 
 
-def intersection_length(first, second, n_groups):
-    """|A ∩ B| per group, from unions alone: |A| + |B| - |A ∪ B|."""
-    return (union_length(*first, n_groups) + union_length(*second, n_groups)
-            - union_length(*_join(first, second), n_groups))
-
-
 def triple_intersection_length(a, b, c, n_groups):
     """|A ∩ B ∩ C| per group, by inclusion–exclusion over unions."""
     return (union_length(*a, n_groups) + union_length(*b, n_groups) + union_length(*c, n_groups)
@@ -128,17 +122,72 @@ def split_collectives(row, rank, begin, end, kind, phase, step_begin, step_end):
     return CommPieces(*columns)
 
 
+def elementary_segments(sets, n_groups):
+    """Cuts the time of every group at every begin and end of the given interval sets.
+    sets: a list of (group, begin, end) arrays. Returns (group, length, covered) with
+    covered[k] the boolean array "segment lies in set k"; segments of zero length are
+    left out. Each segment lies wholly inside or wholly outside each set, so any Boolean
+    combination of the sets has the summed length of the segments it selects."""
+    groups, times, deltas = [], [], []
+    for index, (group, begin, end) in enumerate(sets):
+        group, begin, end = _valid(group, begin, end)
+        column = np.zeros((2 * group.size, len(sets)), dtype=np.int64)
+        column[: group.size, index] = 1
+        column[group.size:, index] = -1
+        groups.append(np.concatenate([group, group]))
+        times.append(np.concatenate([begin, end]))
+        deltas.append(column)
+    group = np.concatenate(groups) if groups else np.zeros(0, np.int64)
+    time = np.concatenate(times) if times else np.zeros(0)
+    delta = np.concatenate(deltas) if deltas else np.zeros((0, len(sets)), np.int64)
+    order = np.lexsort((time, group))
+    group, time, delta = group[order], time[order], delta[order]
+    # Every interval adds 1 and takes 1 away inside its own group, so a running sum over
+    # all events is each group's coverage count, back at 0 where a new group starts.
+    coverage = np.cumsum(delta, axis=0)[:-1] > 0
+    length = np.diff(time)
+    same_group = group[1:] == group[:-1]
+    keep = same_group & (length > 0)
+    return group[:-1][keep], length[keep], [coverage[keep, k] for k in range(len(sets))]
+
+
+BREAKDOWN_PARTS = ("compute", "optimizer", "exposed_comm", "data", "other")
+
+
+def critical_path_parts(window, forward_backward, optimizer, comm, waits, data, n_groups):
+    """Splits each group's step window into disjoint parts whose lengths add up to it:
+    compute, forward ∪ backward while not blocked on a collective; optimizer, the
+    optimizer's interval outside those and not blocked; exposed_comm, communication not
+    hidden by either (the schema's exposed communication); data, the data phase outside
+    all of them; other, the rest (waits with no collective running, host gaps). Every
+    set must already be clipped to its group's window. Returns {part: [n_groups]}."""
+    group, length, (inside, fb, opt, busy, wait, loading) = elementary_segments(
+        [window, forward_backward, optimizer, comm, waits, data], n_groups)
+    computing = fb & ~wait
+    hiding = (fb | opt) & ~wait
+    parts = {"compute": computing,
+             "optimizer": opt & ~fb & ~wait,
+             "exposed_comm": busy & ~hiding,
+             "data": loading & ~busy & ~hiding}
+    parts["other"] = inside & ~(hiding | busy | loading)
+    return {name: np.bincount(group[mask], weights=length[mask], minlength=n_groups)[:n_groups]
+            for name, mask in parts.items()}
+
+
 @dataclass
 class StepQuantities:
-    """Per-step values (arrays over /steps rows) and the per-rank arrays behind them."""
+    """Per-step values (arrays over /steps rows) and the per-rank arrays behind them. The
+    breakdown (compute, optimizer, exposed_on_critical, data, other) is the critical
+    rank's step cut into disjoint parts: per step they add up to step_time."""
     step_time: np.ndarray      # [S] max over ranks of the step length
     critical_rank: np.ndarray  # [S] the rank that sets step_time
     comm_time: np.ndarray      # [S] max over ranks of the comm union
     exposed_comm: np.ndarray   # [S] max over ranks of comm not covered by compute
-    compute: np.ndarray        # [S] on the critical rank: |forward ∪ backward|
-    optimizer: np.ndarray      # [S] on the critical rank: optimizer outside forward/backward
+    compute: np.ndarray        # [S] critical rank: forward ∪ backward, less its waits
+    optimizer: np.ndarray      # [S] critical rank: optimizer outside compute, less its waits
     exposed_on_critical: np.ndarray  # [S] exposed comm of the critical rank
-    other: np.ndarray          # [S] step - compute - optimizer - exposed, critical rank
+    data: np.ndarray           # [S] critical rank: the data phase outside all of the above
+    other: np.ndarray          # [S] critical rank: the rest of the step
     comm_per_rank: np.ndarray      # [S, R]
     exposed_per_rank: np.ndarray   # [S, R]
     pieces: CommPieces
@@ -170,34 +219,30 @@ def step_quantities(intervals, coll_row, coll_rank, coll_begin, coll_end, coll_k
     step_end = intervals[:, :, PHASE["step"], 1]
     step_length = step_end - step_begin
     window_begin, window_end = step_begin.ravel(), step_end.ravel()
+    clip = lambda sets: clip_to_window(*sets, window_begin, window_end)  # noqa: E731
 
     pieces = split_collectives(coll_row, coll_rank, coll_begin, coll_end, coll_kind,
                                coll_phase, step_begin, step_end)
     comm = (pieces.row * n_ranks + pieces.rank, pieces.begin, pieces.end)
-    forward_backward = clip_to_window(*_phase_intervals(intervals, ("forward", "backward")),
-                                      window_begin, window_end)
-    covering = clip_to_window(*_phase_intervals(intervals, COVERING_PHASES),
-                              window_begin, window_end)
+    forward_backward = clip(_phase_intervals(intervals, ("forward", "backward")))
+    covering = clip(_phase_intervals(intervals, COVERING_PHASES))
 
     if coll_wait_begin is None:
         coll_wait_begin = np.full(np.shape(coll_row), np.nan)
         coll_wait_end = np.full(np.shape(coll_row), np.nan)
-    waits = clip_to_window(np.asarray(coll_row, dtype=np.int64) * n_ranks
-                           + np.asarray(coll_rank, dtype=np.int64),
-                           coll_wait_begin, coll_wait_end, window_begin, window_end)
+    waits = clip((np.asarray(coll_row, dtype=np.int64) * n_ranks
+                  + np.asarray(coll_rank, dtype=np.int64), coll_wait_begin, coll_wait_end))
 
     comm_len = union_length(*comm, n_groups)
     exposed_len = (uncovered_length(*comm, *covering, n_groups)
                    + triple_intersection_length(comm, covering, waits, n_groups))
-    compute_len = union_length(*forward_backward, n_groups)
-    compute_busy_len = np.maximum(
-        compute_len - intersection_length(forward_backward, waits, n_groups), 0.0)
-    optimizer_len = uncovered_length(*covering, *forward_backward, n_groups)
-
+    parts = critical_path_parts(
+        (np.arange(n_groups), window_begin, window_end), forward_backward,
+        clip(_phase_intervals(intervals, ("optimizer",))), comm, waits,
+        clip(_phase_intervals(intervals, ("data",))), n_groups)
+    parts = {name: values.reshape(n_rows, n_ranks) for name, values in parts.items()}
     comm_len = comm_len.reshape(n_rows, n_ranks)
     exposed_len = exposed_len.reshape(n_rows, n_ranks)
-    compute_len = compute_len.reshape(n_rows, n_ranks)
-    optimizer_len = optimizer_len.reshape(n_rows, n_ranks)
 
     if n_rows == 0:
         critical = np.zeros(0, dtype=np.int64)
@@ -207,20 +252,19 @@ def step_quantities(intervals, coll_row, coll_rank, coll_begin, coll_end, coll_k
     rows = np.arange(n_rows)
     step_time = step_length[rows, critical]
     step_time = np.where(np.isnan(step_length).any(axis=1), np.nan, step_time)
-    compute = compute_len[rows, critical]
-    optimizer = optimizer_len[rows, critical]
-    exposed_critical = exposed_len[rows, critical]
+    on_critical = {name: values[rows, critical] for name, values in parts.items()}
     return StepQuantities(
         step_time=step_time,
         critical_rank=critical,
         comm_time=comm_len.max(axis=1) if n_ranks else np.zeros(n_rows),
         exposed_comm=exposed_len.max(axis=1) if n_ranks else np.zeros(n_rows),
-        compute=compute,
-        optimizer=optimizer,
-        exposed_on_critical=exposed_critical,
-        other=np.maximum(step_time - compute - optimizer - exposed_critical, 0.0),
+        compute=on_critical["compute"],
+        optimizer=on_critical["optimizer"],
+        exposed_on_critical=on_critical["exposed_comm"],
+        data=on_critical["data"],
+        other=on_critical["other"],
         comm_per_rank=comm_len,
         exposed_per_rank=exposed_len,
         pieces=pieces,
-        compute_busy_per_rank=compute_busy_len.reshape(n_rows, n_ranks),
+        compute_busy_per_rank=parts["compute"],
     )

@@ -1,4 +1,4 @@
-"""Reading result files (schema v1 to v4) into RunRecords and one pandas row per run."""
+"""Reading result files (schema v1 to v5) into RunRecords and one pandas row per run."""
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -9,12 +9,13 @@ import pandas as pd
 
 from .gpu_phase_state import read_gpu_phase_state
 from .gpu_state import GpuState, read_gpu_state
-from .h5text import attributes as _attributes, text_list as _text_list
+from .h5text import attributes as _attributes, text as _text, text_list as _text_list
 from .intervals import StepQuantities, step_quantities
 from .kernel_trace import KernelTrace, read_kernel_trace
 from .problems import Problem
-from .schema import (COLLECTIVE_NAMES, KERNEL_TRACE_GROUP, PHASE_NAMES, RESULT_SUFFIXES,
-                     STATUS_COMPLETE, SUMMARY_FLOAT_KEYS, SUPPORTED_SCHEMA_VERSIONS)
+from .schema import (COLLECTIVE_NAMES, HOST_INFO_DATASETS, HOST_INFO_VERSION, KERNEL_TRACE_GROUP,
+                     PHASE_NAMES, RESULT_SUFFIXES, STATUS_COMPLETE, SUMMARY_FLOAT_KEYS,
+                     SUPPORTED_SCHEMA_VERSIONS)
 from .summary import compare_summary, compute_summary
 
 
@@ -29,6 +30,9 @@ class RunRecord:
     config: dict = field(default_factory=dict)
     hostnames: list = field(default_factory=list)
     devices: list = field(default_factory=list)
+    logical_cores: np.ndarray = None    # [R] the host's logical cores (version 5); None before
+    cpu_binding: list = None            # [R] each rank's CPU list, e.g. "0-3" (version 5)
+    cpu_model: list = None              # [R] the host's CPU model (version 5)
     intervals: np.ndarray = None        # [S, R, P, 2]
     loss: np.ndarray = None
     tokens: np.ndarray = None
@@ -39,6 +43,7 @@ class RunRecord:
     collectives: dict = field(default_factory=dict)  # name -> [C] array, step mapped to row
     memory_bytes: np.ndarray = None     # [R, M]
     peak_bytes: np.ndarray = None
+    peak_bytes_source: str = ""         # /memory/peak_bytes' peak_source: VmHWM, cudaMemGetInfo
     kernel_trace: KernelTrace = None    # None without /kernel_trace or when it is malformed
     kernel_trace_found: bool = False    # the group exists, even when it proved malformed
     gpu_state: GpuState = None          # /steps/gpu_*; None before version 3, missing or malformed
@@ -159,6 +164,33 @@ def _read_collectives(handle, run):
     run.collectives = columns
 
 
+def _read_host_info(handle, run):
+    """The host's logical cores, each rank's CPU binding and the CPU model (version 5).
+    Older files lack them and read as unknown; a version 5 file without them, or with
+    the wrong length, is named and read the same way."""
+    missing, found = [], {}
+    for name in HOST_INFO_DATASETS:
+        path = f"/ranks/{name}"
+        if path not in handle:
+            missing.append(path)
+            continue
+        values = _dataset(handle, path)
+        if np.shape(values) != (run.world_size,):
+            missing.append(f"{path} (shape {np.shape(values)}, expected [{run.world_size}])")
+            continue
+        found[name] = values
+    if "logical_cores" in found:
+        run.logical_cores = np.asarray(found["logical_cores"], dtype=np.float64)
+    if "cpu_binding" in found:
+        run.cpu_binding = [str(value) for value in found["cpu_binding"]]
+    if "cpu_model" in found:
+        run.cpu_model = [str(value) for value in found["cpu_model"]]
+    if missing and run.schema_version >= HOST_INFO_VERSION:
+        run.problems.append(Problem(run.path, "missing field", ", ".join(missing) + " in a "
+                                    f"schema version {run.schema_version} file; read as "
+                                    "unknown", False))
+
+
 def _read_body(handle, run):
     run.config = _attributes(handle["/config"]) if "/config" in handle else None
     if run.config is None:
@@ -166,6 +198,7 @@ def _read_body(handle, run):
     run.config = {key: str(value) for key, value in run.config.items()}
     run.hostnames = list(_dataset(handle, "/ranks/hostname"))
     run.devices = list(_dataset(handle, "/ranks/device"))
+    _read_host_info(handle, run)
     _read_steps(handle, run)
     run.gpu_state, problems = read_gpu_state(handle, run.path, run.schema_version,
                                              run.intervals.shape[0], run.world_size)
@@ -180,6 +213,7 @@ def _read_body(handle, run):
     if "/memory/bytes" in handle:
         run.memory_bytes = _dataset(handle, "/memory/bytes", np.int64)
         run.peak_bytes = _dataset(handle, "/memory/peak_bytes", np.int64)
+        run.peak_bytes_source = str(_text(handle["/memory/peak_bytes"].attrs.get("peak_source", "")))
     if "/summary" in handle:
         run.stored_summary = _attributes(handle["/summary"])
     if run.schema_version >= 2 and KERNEL_TRACE_GROUP in handle:
@@ -257,10 +291,14 @@ def read_run(path):
     if run.stored_summary:
         mismatched = compare_summary(run.stored_summary, run.summary)
         if mismatched:
+            # The writer computed /summary from the same /steps, so a disagreement past the
+            # tolerance means the file was altered or written by a faulty build: its steps
+            # cannot be trusted either, and the run is left out.
             run.problems.append(Problem(run.path, "summary mismatch", "stored /summary "
                                         "disagrees with the recomputation for " +
-                                        ", ".join(mismatched) + "; recomputed values used",
-                                        False))
+                                        ", ".join(mismatched) + "; the run is left out",
+                                        True))
+            return run
     else:
         run.problems.append(Problem(run.path, "missing field", "no /summary in a complete "
                                     "file; recomputed from /steps", False))

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from . import machine
 from .problems import Problem
 from .schema import BATCH_KEY, PER_RUN_KEYS, SERIES_KEYS
 from .summary import quartiles, ratio
@@ -65,11 +66,11 @@ def _series_fields(run):
 
 
 def _fingerprint(run):
-    """What must agree between runs of one series: the build and every config value that
+    """What must agree between runs of one series: the build, the machine (device, backend,
+    and for the CPU backend the CPU model and logical cores) and every config value that
     is not allowed to vary with world size or repeat."""
     items = {key: value for key, value in run.config.items() if key not in PER_RUN_KEYS}
-    items["git_sha"] = run.git_sha
-    items["backend"] = str(run.attrs.get("backend", items.get("backend", "")))
+    items.update(machine.describe(run))
     return tuple(sorted(items.items()))
 
 
@@ -81,9 +82,43 @@ def _differences(fingerprints):
     return differing, [{key: d.get(key, "(absent)") for key in differing} for d in dicts]
 
 
+def _by_packing(runs):
+    """Runs of one fingerprint split by how their ranks sit on nodes. A run on several
+    nodes has a packing (ranks per node); one on a single node fits every packing of at
+    least its world size, so it joins each such split (its N is measured the same way
+    there). Returns [(packing or None, runs)]: one entry when there is no choice."""
+    packings = sorted({machine.packing(run) for run in runs} - {None})
+    if len(packings) <= 1:
+        return [(None, runs)]
+    splits = []
+    for value in packings:
+        capacity = machine.packing_capacity(value)
+        splits.append((value, [run for run in runs if machine.packing(run) == value or
+                               (machine.packing(run) is None and run.world_size <= capacity)]))
+    placed = {id(run) for _, members in splits for run in members}
+    alone = [run for run in runs if id(run) not in placed]
+    if alone:
+        splits.append(("1 node", alone))
+    return splits
+
+
+# The first key of these that differs names a split in Problems; any other is "config".
+SPLIT_KINDS = ("git_sha", "device", "backend", "cpu_model", "logical_cores", "ranks per node")
+
+
+def _split_problem(fields_, members, variants, differing):
+    kind = next((f"mixed {key}" for key in SPLIT_KINDS if key in differing), "mixed config")
+    detail = "; ".join(", ".join(f"{k}={v}" for k, v in variant.items()) + f" ({len(runs)} runs)"
+                       for variant, runs in variants)
+    label = Series(fields=fields_, variant={}, runs=members).label
+    return Problem(label, kind, f"runs of one series differ in {', '.join(differing)}: "
+                   f"{detail}; analysed as {len(variants)} separate series, never averaged",
+                   False)
+
+
 def group_series(runs):
-    """Usable runs grouped into series. A group whose runs disagree on git_sha or config
-    is split into variants, and each split is reported."""
+    """Usable runs grouped into series. A group whose runs disagree on build, machine,
+    topology or config is split into variants, and each split is reported."""
     groups = defaultdict(list)
     for run in runs:
         if run.usable:
@@ -97,19 +132,20 @@ def group_series(runs):
         fingerprints = sorted(by_variant)
         differing, variants = _differences(fingerprints)
         fields_ = dict(key)
+        split = []
         for fingerprint, variant in zip(fingerprints, variants):
-            series_list.append(Series(fields=fields_, variant=variant,
-                                      runs=by_variant[fingerprint]))
-        if len(fingerprints) > 1:
-            kind = "mixed git_sha" if "git_sha" in differing else "mixed config"
-            detail = "; ".join(", ".join(f"{k}={v}" for k, v in variant.items())
-                               + f" ({len(by_variant[fp])} runs)"
-                               for fp, variant in zip(fingerprints, variants))
-            label = Series(fields=fields_, variant={}, runs=members).label
-            problems.append(Problem(label, kind, f"runs of one series differ in "
-                                    f"{', '.join(differing)}: {detail}; analysed as "
-                                    f"{len(fingerprints)} separate series, never averaged",
-                                    False))
+            packed = _by_packing(by_variant[fingerprint])
+            for value, packed_runs in packed:
+                shown = dict(variant)
+                if value is not None:
+                    shown["ranks per node"] = value
+                split.append((shown, packed_runs))
+        if any("ranks per node" in variant for variant, _ in split):
+            differing = differing + ["ranks per node"]
+        for variant, packed_runs in split:
+            series_list.append(Series(fields=fields_, variant=variant, runs=packed_runs))
+        if len(split) > 1:
+            problems.append(_split_problem(fields_, members, split, differing))
     for index, series in enumerate(series_list, start=1):
         series.index = index
         problems.extend(_duplicate_problems(series))
@@ -159,16 +195,42 @@ def _first_finite(values):
     return math.nan
 
 
-def point_metrics(runs, world_size):
-    """Pooled values at one world size: all measured steps of all repeats together."""
+# Each breakdown part and the per-step quantity that holds it (intervals.StepQuantities).
+BREAKDOWN_QUANTITY = {"compute": "compute", "optimizer": "optimizer",
+                      "exposed_comm": "exposed_on_critical", "data": "data", "other": "other"}
+
+
+def _breakdown(runs):
+    """Per part: the mean, and the median with its quartiles, over the pooled measured
+    steps; and how far the medians' sum lies from the median step (a fraction)."""
+    values = {}
+    median_sum = 0.0
+    for part, quantity in BREAKDOWN_QUANTITY.items():
+        pooled = _pooled(runs, quantity)
+        q1, median, q3 = quartiles(pooled)
+        values[f"{part}_mean_s"] = float(np.mean(pooled))
+        values[f"breakdown_{part}_median_s"] = median
+        values[f"breakdown_{part}_q1_s"] = q1
+        values[f"breakdown_{part}_q3_s"] = q3
+        median_sum += median
+    values["breakdown_median_sum_s"] = median_sum
+    return values
+
+
+def point_metrics(runs, world_size, peak=math.nan):
+    """Pooled values at one world size: all measured steps of all repeats together. peak:
+    the FLOP rate MFU divides by (the series' one peak, series_peak)."""
     step_times = _pooled(runs, "step_time")
     q1, median, q3 = quartiles(step_times)
     tokens_median = float(np.median(_pooled(runs, "tokens")))
     comm_median = float(np.median(_pooled(runs, "comm_time")))
     exposed_median = float(np.median(_pooled(runs, "exposed_comm")))
     flops = _first_finite(run.summary.get("flops_per_step") for run in runs)
-    peak = _first_finite(run.summary.get("peak_tflops_per_gpu") for run in runs)
     tflops = ratio(flops, median) / world_size / 1e12
+    breakdown = _breakdown(runs)
+    # One rank has no peer: a collective there moves nothing, and the share of it left
+    # exposed says nothing, so the fraction is undefined rather than 100 %.
+    communicates = world_size > 1 and comm_median > 0
     return {
         "N": world_size,
         "repeats": len({run.repeat for run in runs}),
@@ -183,19 +245,30 @@ def point_metrics(runs, world_size):
         "tokens_per_s_hi": ratio(tokens_median, q1),
         "comm_time_median_s": comm_median,
         "exposed_comm_median_s": exposed_median,
-        "exposed_comm_fraction": 0.0 if comm_median == 0 else exposed_median / comm_median,
+        "exposed_comm_fraction": exposed_median / comm_median if communicates else math.nan,
         "comm_fraction_of_step": ratio(comm_median, median),
         "exposed_fraction_of_step": ratio(exposed_median, median),
         "tflops_per_gpu": tflops,
         "peak_tflops_per_gpu": peak,
         "mfu": ratio(tflops, peak),
-        "compute_mean_s": float(np.mean(_pooled(runs, "compute"))),
         "compute_spread": _compute_spread(runs),
-        "exposed_comm_mean_s": float(np.mean(_pooled(runs, "exposed_on_critical"))),
-        "optimizer_mean_s": float(np.mean(_pooled(runs, "optimizer"))),
-        "other_mean_s": float(np.mean(_pooled(runs, "other"))),
+        **breakdown,
+        "breakdown_sum_error": ratio(breakdown["breakdown_median_sum_s"], median) - 1.0,
         "step_time_mean_s": float(np.mean(step_times)),
     }
+
+
+def series_peak(runs):
+    """The peak FLOP rate of a series and the spread of the runs' peaks, (median, lowest,
+    highest). A datasheet peak is the same in every run; a peak the run measured (the CPU
+    backend's) varies from run to run, and one value for the whole series keeps its MFU
+    comparable across N."""
+    peaks = np.array([run.summary.get("peak_tflops_per_gpu", math.nan) for run in runs],
+                     dtype=np.float64)
+    peaks = peaks[np.isfinite(peaks)]
+    if peaks.size == 0:
+        return math.nan, math.nan, math.nan
+    return float(np.median(peaks)), float(peaks.min()), float(peaks.max())
 
 
 def karp_flatt(speedup, p):
@@ -214,7 +287,8 @@ def scaling_table(series):
     by_n = defaultdict(list)
     for run in series.runs:
         by_n[run.world_size].append(run)
-    table = pd.DataFrame([point_metrics(by_n[n], n) for n in sorted(by_n)])
+    peak = series_peak(series.runs)[0]
+    table = pd.DataFrame([point_metrics(by_n[n], n, peak) for n in sorted(by_n)])
     n0 = table["N"].iloc[0]
     base = table["tokens_per_s"].iloc[0]
     p = table["N"] / n0

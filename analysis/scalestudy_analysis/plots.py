@@ -12,10 +12,11 @@ from matplotlib.ticker import ScalarFormatter  # noqa: E402
 from .metrics import legend_labels  # noqa: E402
 
 DPI = 120
-BREAKDOWN_PARTS = (("compute_mean_s", "compute (forward+backward)", "#4C72B0"),
-                   ("exposed_comm_mean_s", "exposed communication", "#DD8452"),
-                   ("optimizer_mean_s", "optimizer", "#55A868"),
-                   ("other_mean_s", "other (data, waits)", "#B0B0B0"))
+BREAKDOWN_PARTS = (("compute", "compute (forward+backward)", "#4C72B0"),
+                   ("optimizer", "optimizer", "#55A868"),
+                   ("exposed_comm", "exposed communication", "#DD8452"),
+                   ("data", "data", "#8C8C8C"),
+                   ("other", "other (waits, host gaps)", "#D0D0D0"))
 
 
 @dataclass
@@ -43,10 +44,10 @@ def _save(figure, out_dir, name):
 
 
 def _line_plot(series_list, out_dir, name, title, column, ylabel, ideal=None, band=None,
-               log_y_base=None, ideal_in_series_colour=False):
+               log_y_base=None, ideal_in_series_colour=False, y_from_zero=False):
     """Lines of one column against N, an optional IQR band, and a dashed ideal
     (ideal(series) gives its y values at the series' N; identical ideals are drawn once)."""
-    figure, axis = plt.subplots(figsize=(7, 4.5))
+    figure, axis = plt.subplots(figsize=(9, 4.5))
     sizes = []
     drawn = set()
     for series, label in zip(series_list, legend_labels(series_list)):
@@ -73,10 +74,12 @@ def _line_plot(series_list, out_dir, name, title, column, ylabel, ideal=None, ba
     if log_y_base:
         axis.set_yscale("log", base=log_y_base)
         axis.yaxis.set_major_formatter(ScalarFormatter())
+    if y_from_zero:
+        axis.set_ylim(bottom=0)
     axis.set_ylabel(ylabel)
     axis.set_title(title)
     axis.grid(True, alpha=0.3)
-    axis.legend(fontsize="small")
+    _legend_outside(axis)
     return Figure(_save(figure, out_dir, name), title)
 
 
@@ -131,14 +134,14 @@ def mfu(series_list, out_dir):
         return _skip(title, "no run has a peak FLOP rate (CPU runs record none), so MFU "
                      "is undefined")
     return _line_plot(with_peak, out_dir, "mfu.png", title, "mfu",
-                      "MFU (model TFLOP/s per GPU / peak)")
+                      "MFU (model TFLOP/s per GPU / peak)", y_from_zero=True)
 
 
 def comm_fraction(series_list, out_dir):
     title = "Communication time as a fraction of step time"
     if not series_list:
         return _skip(title, "no series")
-    figure, axis = plt.subplots(figsize=(7, 4.5))
+    figure, axis = plt.subplots(figsize=(9, 4.5))
     sizes = []
     for series, label in zip(series_list, legend_labels(series_list)):
         table = series.table
@@ -152,29 +155,45 @@ def comm_fraction(series_list, out_dir):
     axis.set_ylim(bottom=0)
     axis.set_title(title)
     axis.grid(True, alpha=0.3)
-    axis.legend(fontsize="small")
+    _legend_outside(axis)
     return Figure(_save(figure, out_dir, "comm_fraction.png"), title)
 
 
 def breakdown(series, out_dir):
-    """Stacked mean per-step time on the critical (slowest) rank, one bar per N."""
+    """Stacked median per-step parts on the critical (slowest) rank, one bar per N, each
+    part with its interquartile range drawn on its own segment; a tick marks the median
+    step, which the parts add up to."""
     title = f"Step time breakdown: {series.label}"
     table = series.table
-    figure, axis = plt.subplots(figsize=(7, 4.5))
+    figure, axis = plt.subplots(figsize=(8, 4.5))
     positions = np.arange(len(table))
     bottom = np.zeros(len(table))
-    for column, name, colour in BREAKDOWN_PARTS:
-        values = table[column].to_numpy(dtype=float) * 1e3
-        axis.bar(positions, values, bottom=bottom, label=name, color=colour, width=0.6)
-        bottom += values
+    offsets = np.linspace(-0.2, 0.2, len(BREAKDOWN_PARTS))
+    for (part, name, colour), offset in zip(BREAKDOWN_PARTS, offsets):
+        median, q1, q3 = (table[f"breakdown_{part}_{q}_s"].to_numpy(dtype=float) * 1e3
+                          for q in ("median", "q1", "q3"))
+        axis.bar(positions, median, bottom=bottom, label=name, color=colour, width=0.6)
+        axis.errorbar(positions + offset, bottom + median, yerr=[median - q1, q3 - median],
+                      fmt="none", ecolor="black", elinewidth=0.8, capsize=2)
+        bottom += median
+    step = table["step_time_median_s"].to_numpy(dtype=float) * 1e3
+    axis.scatter(positions, step, marker="_", s=900, color="black", zorder=3,
+                 label="median step")
     axis.set_xticks(positions)
     axis.set_xticklabels([str(int(n)) for n in table["N"]])
     axis.set_xlabel("world size N (ranks)")
-    axis.set_ylabel("mean time per step (ms)")
+    axis.set_ylabel("median time per step (ms), IQR whiskers")
+    axis.set_ylim(bottom=0)
     axis.set_title(_wrap(title), fontsize="medium")
-    axis.legend(fontsize="small")
+    _legend_outside(axis)
     axis.grid(True, axis="y", alpha=0.3)
     return Figure(_save(figure, out_dir, f"breakdown_{series.slug}.png"), title)
+
+
+def _legend_outside(axis):
+    """A legend right of the axes, so it never covers a line however many there are."""
+    axis.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0),
+                borderaxespad=0.0)
 
 
 def _wrap(text, width=70):
@@ -187,6 +206,25 @@ def _wrap(text, width=70):
             current = f"{current} {word}".strip()
     lines.append(current)
     return "\n".join(lines)
+
+
+def common_efficiency(series_list, out_dir, baselines):
+    """Per scaling mode, every series' efficiency against its common baseline series."""
+    figures = []
+    for scaling in ("strong", "weak"):
+        with_base = [s for s in series_list if s.scaling == scaling and s.index in baselines]
+        if not with_base:
+            continue
+        named = sorted({f"{b.index} ({b.strategy_label}) at N={b.baseline_n}"
+                        for s in with_base for b in [baselines[s.index]]})
+        title = f"{scaling.capitalize()} scaling: efficiency against series {', '.join(named)}"
+        figures.append(_line_plot(with_base, out_dir, f"{scaling}_efficiency_common.png",
+                                  _wrap(title), "efficiency_common",
+                                  "throughput · N0 / (N · baseline throughput at N0)",
+                                  ideal=lambda s: np.ones(len(s.table)),
+                                  band=("efficiency_common_lo", "efficiency_common_hi")))
+        figures[-1].title = title
+    return figures
 
 
 def overview_figures(series_list, out_dir):

@@ -1,21 +1,27 @@
-"""The markdown report and runs.csv: what was loaded, per-series tables and figures, the
-GPUs' state per step and by phase, and every problem found on the way."""
-from collections import Counter, defaultdict
+"""The markdown report and runs.csv: what was loaded, per-series tables and figures, and
+every problem found on the way; the sections of their own (GPU state, kernel profile)
+come from their modules."""
+from collections import Counter
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-import pandas as pd
+import numpy as np
 
-from . import __version__, plots
-from .gpu_phase_state import (gpu_phase_metrics, has_phase_samples, phases_with_samples,
-                              rank_phase_rows)
-from .gpu_state import gpu_metrics, has_samples, reason_names
+from . import __version__, noise, plots
+from .exports import write_series_exports
+from .gpu_state_report import gpu_state_section
+from .html import write_html
 from .kernel_report import kernel_section
+from .bandwidth import load_benches
+from .baseline import add_common_efficiency
 from .load import load_results
 from .markdown import (figure_markdown as _figure_markdown, fmt as _fmt, percent as _percent,
                        relative as _relative, table as _table)
-from .metrics import group_series
+from .memory import memory_figures
+from .metrics import group_series, series_peak
+from .series_details import series_details
+from .series_overview import overview_section
 from .timeline import timeline
 
 DEFINITIONS = """\
@@ -33,59 +39,36 @@ DEFINITIONS = """\
   maximum over ranks. **Exposed** communication: the part of that union not covered by
   the forward, backward and optimizer intervals, less the times compute sat blocked
   waiting for a collective inside them; maximum over ranks. The exposed fraction is
-  median exposed / median communication time (0 without communication).
-- **Breakdown**: mean per-step time on the slowest rank of each step, split into compute
-  (forward ∪ backward), optimizer (outside compute), exposed communication, and other
-  (the rest of the step: data loading, waiting).
+  median exposed / median communication time; "—" at N = 1 and without communication,
+  where nothing is exchanged (the file's `/summary` stores 0 there).
+- **Breakdown**: each measured step of the slowest rank cut into disjoint parts that
+  add up to the step: **compute**, forward ∪ backward less the time blocked in them
+  waiting for a collective; **optimizer**, the optimizer outside those, less its waits;
+  **exposed communication**, collectives running while neither computes (the exposed
+  communication above, on that rank); **data**, the data phase outside all of these;
+  **other**, the rest (waits with no collective running, host gaps). Bars and table give
+  each part's median over the measured steps with its IQR; the medians' sum is set
+  beside the median step, and a sum more than 1 % away is listed under Warnings.
 - **Compute spread**: per step, the slowest rank's own compute time (forward ∪ backward,
   less the time blocked in it waiting for collectives) over the fastest rank's, minus 1;
   the median over measured steps. Devices of unequal speed show here, and a
   data-parallel step waits for the slowest.
 - **MFU**: model TFLOP/s per GPU (FLOPs per step / median step time / N) over the peak
-  rate recorded in the file."""
-
-GPU_STATE_DEFINITIONS = """\
-- Source: `/steps/gpu_*` (schema version 3): each rank samples its GPU through NVML every
-  `gpu_telemetry_ms` ms, and the file holds per step and rank the samples' count, mean and
-  lowest SM clock, mean board power, highest temperature, the fraction at the software
-  power cap and the clock event reasons seen. The steps are those of the timing tables:
-  warm-up and traced steps are left out. Runs without samples (CPU backend,
-  `--gpu-telemetry-ms 0`, no NVML, files older than version 3) are left out here.
-- **SM clock, slowest rank**: per step the lowest of the ranks' mean SM clocks, as a
-  data-parallel step waits for its slowest GPU; the median over the steps of all runs at
-  one N. **All ranks**: the median over every step and rank. **Lowest**: the lowest sample.
-- **Power**: median over every step and rank of the mean board power (NVML's
-  instantaneous reading). **Highest temperature**: the highest sample.
-- **Power-capped**: the share of the samples whose clock event reasons include the
-  software power cap (each step and rank weighted by its sample count).
-- **Clock event reasons**: every reason any sample gave (NVML's bits, OR over everything)."""
-
-GPU_PHASE_DEFINITIONS = """\
-- **By phase**: `/steps/gpu_phase_*` (schema version 4) holds the same samples per step,
-  rank and phase, each counted in every phase whose interval on its rank held it: a
-  phase's figures are the GPU's state while that phase ran, whatever ran beside it
-  (grad-comm beside backward). Shown for forward, backward, grad-comm, optimizer and
-  param-gather, each where some run has a sample in it; data (mostly the host's wait for
-  tokens) and step (the whole step, as above) are not. The steps are the measured steps
-  again, and a step counts for a phase on a rank only where the phase held a sample there.
-- **Phase SM clock, slowest rank**: per run and rank, the median over those steps of the
-  phase's mean SM clock; the lowest of the ranks' medians (a rank without a sample in the
-  phase is skipped); the median of that over the runs at one N (one run: its value).
-  Medians over steps, not per-step minima, since a phase shorter than the sampling period
-  holds a sample in some steps only.
-- **Phase power**: the median over every such step and rank of all runs at one N of the
-  phase's mean board power.
-- `gpu_state_by_phase.csv`: per run, rank and phase (all seven) with samples in the
-  measured steps, the samples, the steps holding one and the medians of both."""
-
+  rate recorded in the files: the median of the series' runs, which is every run's on
+  CUDA (a datasheet rate) and varies on the CPU (a rate each run measures; the series'
+  section names the spread)."""
 
 def _series_table(series):
     strong = series.scaling == "strong"
+    common = np.isfinite(series.table["efficiency_common"]).any()
     header = ["N", "repeats", "steps", "step time median [IQR] (s)", "tokens/s",
               "speedup" if strong else "throughput ratio", "efficiency",
               "Karp–Flatt", "exposed comm fraction", "comm / step", "MFU"]
+    header += ["efficiency vs baseline [IQR]"] if common else []
     rows = []
     for _, point in series.table.iterrows():
+        extra = [f"{_fmt(point['efficiency_common'])} [{_fmt(point['efficiency_common_lo'])}–"
+                 f"{_fmt(point['efficiency_common_hi'])}]"] if common else []
         rows.append([
             str(int(point["N"])), str(int(point["repeats"])), str(int(point["steps"])),
             f"{_fmt(point['step_time_median_s'])} [{_fmt(point['step_time_q1_s'])}–"
@@ -94,17 +77,22 @@ def _series_table(series):
             _fmt(point["karp_flatt"]) if strong else "—",
             _percent(point["exposed_comm_fraction"]), _percent(point["comm_fraction_of_step"]),
             _percent(point["mfu"]),
-        ])
+        ] + extra)
     return _table(header, rows)
 
 
 def _breakdown_table(series):
-    header = ["N", "step (ms)", "compute (ms)", "exposed comm (ms)", "optimizer (ms)",
-              "other (ms)", "compute spread over ranks"]
-    rows = [[str(int(p["N"]))] + [_fmt(1e3 * p[c]) for c in
-            ("step_time_mean_s", "compute_mean_s", "exposed_comm_mean_s", "optimizer_mean_s",
-             "other_mean_s")] + [_percent(p["compute_spread"]) if p["N"] > 1 else "—"]
-            for _, p in series.table.iterrows()]
+    header = ["N", "step (ms)"] + [f"{part.replace('_comm', ' comm')} (ms)" for part, _, _ in plots.BREAKDOWN_PARTS] + [
+        "sum of parts (ms)", "sum vs step", "compute spread over ranks"]
+    rows = []
+    for _, p in series.table.iterrows():
+        cells = [f"{_fmt(1e3 * p[f'breakdown_{part}_median_s'])} "
+                 f"[{_fmt(1e3 * p[f'breakdown_{part}_q1_s'])}–"
+                 f"{_fmt(1e3 * p[f'breakdown_{part}_q3_s'])}]"
+                 for part, _, _ in plots.BREAKDOWN_PARTS]
+        rows.append([str(int(p["N"])), _fmt(1e3 * p["step_time_median_s"])] + cells + [
+            _fmt(1e3 * p["breakdown_median_sum_s"]), f"{100 * p['breakdown_sum_error']:+.2f} %",
+            _percent(p["compute_spread"]) if p["N"] > 1 else "—"])
     return _table(header, rows)
 
 
@@ -133,7 +121,7 @@ def _loaded_section(results_dir, runs, series_list):
     return "\n".join(lines)
 
 
-def _series_section(series, figures, results_dir):
+def _series_section(series, figures, results_dir, details):
     baseline = series.baseline_n
     sizes = ", ".join(str(int(n)) for n in series.table["N"])
     example = series.runs[0]
@@ -145,10 +133,22 @@ def _series_section(series, figures, results_dir):
         f"- Baseline N0 = {baseline} (the smallest world size measured); N measured: {sizes}",
         f"- Runs: {len(series.runs)}; git sha `{example.git_sha}`; model shape "
         + ", ".join(f"{k}={v}" for k, v in shared.items()),
+    ]
+    peak, low, high = series_peak(series.runs)
+    if np.isfinite(peak):
+        sources = sorted({str(run.summary.get("peak_source", "")) for run in series.runs})
+        spread = "" if low == high else f"; the runs measured {_fmt(low)} to {_fmt(high)}"
+        parts.append(f"- MFU's peak: {_fmt(peak)} TFLOP/s per device ({'; '.join(sources)})"
+                     f"{spread}")
+    if np.isfinite(series.table["efficiency_common"]).any():
+        parts.append(f"- Efficiency vs baseline: against series "
+                     f"{int(series.table['baseline_series'].iloc[0])} at N0 = "
+                     f"{int(series.table['baseline_n'].iloc[0])} (`--baseline`)")
+    parts += [
         "",
         _series_table(series),
         "",
-        "Mean time per step, slowest rank:",
+        "Median time per step on the slowest rank, by part [IQR]:",
         "",
         _breakdown_table(series),
         "",
@@ -159,105 +159,8 @@ def _series_section(series, figures, results_dir):
         if figure.note.startswith("from "):
             figure.note = f"from `{_relative(figure.note[5:], results_dir)}`"
         parts += [_figure_markdown(figure), ""]
+    parts += [details.markdown(series)]
     return "\n".join(parts)
-
-
-def _gpu_state_row(metrics):
-    return [_fmt(metrics["samples"]), _fmt(metrics["sm_clock_slowest_rank_median_mhz"]),
-            _fmt(metrics["sm_clock_median_mhz"]), _fmt(metrics["sm_clock_lowest_mhz"]),
-            _fmt(metrics["power_median_w"]), _fmt(metrics["temperature_highest_c"]),
-            _percent(metrics["power_capped_fraction"]),
-            ", ".join(reason_names(metrics["clock_event_reasons"])) or "none"]
-
-
-def _gpu_state_csv_rows(series, sampled, results_dir):
-    rows = []
-    for run in sampled:
-        metrics = gpu_metrics([run])
-        rows.append({"series": series.index, "path": _relative(run.path, results_dir),
-                     "N": run.world_size, "repeat": run.repeat,
-                     "gpu_telemetry_ms": run.config.get("gpu_telemetry_ms", ""), **metrics,
-                     "clock_event_reasons": f"{metrics['clock_event_reasons']:#x}",
-                     "clock_event_reason_names": "; ".join(
-                         reason_names(metrics["clock_event_reasons"]))})
-    return rows
-
-
-def _gpu_phase_table(by_n, phases):
-    """The table by phase of one series, one row per N with runs that have samples by
-    phase; None when none has."""
-    header = ["N", "runs"] + [f"{phase}: {quantity}" for phase in phases
-                              for quantity in ("SM clock, slowest rank (MHz)", "power (W)")]
-    rows = []
-    for n in sorted(by_n):
-        phased = [run for run in by_n[n] if has_phase_samples(run)]
-        if not phased:
-            continue
-        row = [str(n), str(len(phased))]
-        for phase in phases:
-            metrics = gpu_phase_metrics(phased, phase)
-            row += [_fmt(metrics["sm_clock_slowest_rank_median_mhz"]),
-                    _fmt(metrics["power_median_w"])]
-        rows.append(row)
-    return _table(header, rows) if rows else None
-
-
-def _gpu_phase_csv_rows(series, runs, results_dir):
-    return [{"series": series.index, "path": _relative(run.path, results_dir),
-             "N": run.world_size, "repeat": run.repeat,
-             "gpu_telemetry_ms": run.config.get("gpu_telemetry_ms", ""), **row}
-            for run in runs if has_phase_samples(run) for row in rank_phase_rows(run)]
-
-
-def _gpu_state_section(series_list, runs, out_dir, results_dir):
-    """The "GPU state" section; writes gpu_state.csv (one row per run with samples) when
-    any run used has samples, and gpu_state_by_phase.csv (one row per run, rank and phase
-    with samples) when any of those has samples by phase."""
-    used = [run for run in runs if run.usable]
-    sampled = [run for run in used if has_samples(run)]
-    parts = ["## GPU state", ""]
-    if not sampled:
-        return "\n".join(parts + ["No run used has GPU samples (CPU backend, "
-                                   "`--gpu-telemetry-ms 0`, no NVML, or files older than "
-                                   "schema version 3)."])
-    phased = [run for run in sampled if has_phase_samples(run)]
-    phases = phases_with_samples(phased)
-    parts += [GPU_STATE_DEFINITIONS, ""]
-    if phased:
-        parts += [GPU_PHASE_DEFINITIONS, ""]
-    parts += [f"- Runs with GPU samples: {len(sampled)} of {len(used)} used runs; one row per "
-              "run in `gpu_state.csv`."]
-    if phased:
-        parts += [f"- Runs with GPU samples by phase: {len(phased)} of {len(sampled)} (files "
-                  "older than schema version 4 have none); one row per run, rank and phase "
-                  "in `gpu_state_by_phase.csv`."]
-    parts += [""]
-    header = ["N", "runs", "samples", "SM clock, slowest rank (MHz)",
-              "SM clock, all ranks (MHz)", "lowest SM clock (MHz)", "power (W)",
-              "highest temperature (°C)", "power-capped", "clock event reasons"]
-    csv_rows, phase_csv_rows = [], []
-    for series in series_list:
-        by_n = defaultdict(list)
-        for run in series.runs:
-            if has_samples(run):
-                by_n[run.world_size].append(run)
-        if not by_n:
-            continue
-        rows = [[str(n), str(len(by_n[n]))] + _gpu_state_row(gpu_metrics(by_n[n]))
-                for n in sorted(by_n)]
-        parts += [f"### {series.index}. {series.label}", "", _table(header, rows), ""]
-        phase_table = _gpu_phase_table(by_n, phases)
-        if phase_table is not None:
-            parts += ["By phase (the slowest rank's SM clock and the power while each phase "
-                      "ran):", "", phase_table, ""]
-        ordered = [run for n in sorted(by_n)
-                   for run in sorted(by_n[n], key=lambda run: run.path)]
-        csv_rows += _gpu_state_csv_rows(series, ordered, results_dir)
-        phase_csv_rows += _gpu_phase_csv_rows(series, ordered, results_dir)
-    pd.DataFrame(csv_rows).to_csv(out_dir / "gpu_state.csv", index=False)
-    if phase_csv_rows:
-        pd.DataFrame(phase_csv_rows).to_csv(out_dir / "gpu_state_by_phase.csv", index=False)
-    return "\n".join(parts).rstrip()
 
 
 def _csv_frame(frame):
@@ -268,27 +171,51 @@ def _csv_frame(frame):
     return frame
 
 
-def write_report(results_dir, out_dir):
+def write_report(results_dir, out_dir, baseline=None, bench_files=()):
     """Loads results_dir, writes report.md, runs.csv, the PNGs and the sections' CSVs into
-    out_dir. Returns the report path. The caller has checked that result files exist."""
+    out_dir. Returns the report path. The caller has checked that result files exist.
+    baseline: a --baseline SERIES spec (baseline.resolve); BaselineError when it matches
+    no series, before anything is written. bench_files: `scalestudy bench comm` files
+    whose bus bandwidth is set beside the collectives'."""
     results_dir, out_dir = Path(results_dir), Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     runs, frame, problems = load_results(results_dir)
     series_list, series_problems = group_series(runs)
-    problems = problems + series_problems
+    baselines = add_common_efficiency(series_list, baseline)
+    benches, bench_problems = load_benches(bench_files)
+    problems = problems + series_problems + bench_problems
+    out_dir.mkdir(parents=True, exist_ok=True)
     _csv_frame(frame).to_csv(out_dir / "runs.csv", index=False)
 
     overview = plots.overview_figures(series_list, out_dir)
+    if baseline:
+        overview += plots.common_efficiency(series_list, out_dir, baselines)
+    details = {s.index: series_details(s, series_list, out_dir, benches) for s in series_list}
+    flags = noise.collect(series_list, details)
+    write_series_exports(series_list, details, out_dir)
     sections = [
         "# scalestudy scaling report",
         "",
         f"Generated {datetime.now(timezone.utc).strftime('%Y-%m-%dT%H:%M:%SZ')} by "
-        f"scalestudy-analysis {__version__}. One row per run: `runs.csv`.",
+        f"scalestudy-analysis {__version__}. One row per run: `runs.csv`; one per series "
+        "and N: `series.csv` and `series.json`.",
         "",
         "## What was loaded",
         "",
         _loaded_section(results_dir, runs, series_list),
+        f"- Warnings: {len(flags)} (see Warnings); problems: {len(problems)} (see Problems)",
         "",
+        "## What sets the series apart",
+        "",
+        overview_section(series_list),
+        "",
+        "## Warnings",
+        "",
+        noise.warnings_section(flags),
+        "",
+    ]
+    if noise.has_cpu_series(series_list):
+        sections += ["## What a CPU study can show", "", noise.CPU_STUDY, ""]
+    sections += [
         "## Definitions",
         "",
         DEFINITIONS,
@@ -304,8 +231,13 @@ def write_report(results_dir, out_dir):
         sections += ["No usable runs: every file was left out (see Problems).", ""]
     for series in series_list:
         figures = [plots.breakdown(series, out_dir), timeline(series, out_dir)]
-        sections += [_series_section(series, figures, results_dir), ""]
-    sections += [_gpu_state_section(series_list, runs, out_dir, results_dir), ""]
+        sections += [_series_section(series, figures, results_dir, details[series.index]), ""]
+    memory_figures_ = memory_figures(series_list, {i: d.memory for i, d in details.items()},
+                                     out_dir)
+    if memory_figures_:
+        sections += ["## Memory per rank by strategy", "",
+                     "\n\n".join(_figure_markdown(figure) for figure in memory_figures_), ""]
+    sections += [gpu_state_section(series_list, runs, out_dir, results_dir), ""]
     kernels = kernel_section(series_list, runs, out_dir, results_dir)
     if kernels is not None:
         sections += [kernels, ""]
@@ -317,4 +249,5 @@ def write_report(results_dir, out_dir):
         sections += ["None: every file was complete, readable and consistent."]
     report = out_dir / "report.md"
     report.write_text("\n".join(sections) + "\n", encoding="utf-8")
+    write_html(report)
     return report

@@ -1,4 +1,4 @@
-"""Writes synthetic result files (schema v4, or v1 to v3 on request) with h5py, for tests
+"""Writes synthetic result files (schema v5, or v1 to v4 on request) with h5py, for tests
 with known answers.
 
 The stored /summary is computed here by a deliberately naive reference (Python loops over
@@ -6,6 +6,7 @@ intervals), independent of the package's vectorised code, so that the summary ch
 the loader compares two implementations of docs/results-schema.md.
 """
 import math
+from collections import Counter
 from pathlib import Path
 
 import h5py
@@ -227,6 +228,24 @@ def write_gpu_phase_state(group, steps, world_size, values):
             created.attrs["units"] = units
 
 
+def write_host_info(handle, hostnames, logical_cores, cpu_binding, cpu_model):
+    """/ranks/logical_cores, /ranks/cpu_binding and /ranks/cpu_model (version 5)."""
+    world_size = len(hostnames)
+    if cpu_binding is None:
+        local = Counter()
+        cpu_binding = []
+        for host in hostnames:
+            cpu_binding.append(str(local[host]))
+            local[host] += 1
+    text = h5py.string_dtype()
+    handle.create_dataset("ranks/logical_cores", data=np.broadcast_to(
+        np.asarray(logical_cores, dtype=np.int64), (world_size,)))
+    handle.create_dataset("ranks/cpu_binding", data=np.array(cpu_binding, dtype=object),
+                          dtype=text)
+    handle.create_dataset("ranks/cpu_model", data=np.array([cpu_model] * world_size,
+                                                           dtype=object), dtype=text)
+
+
 def step_lengths(step_times, steps, world_size):
     values = np.asarray(step_times, dtype=float)
     if values.ndim == 0:
@@ -250,8 +269,10 @@ def write_run(path, *, world_size=1, step_times=0.1, steps=6, warmup_steps=1,
               status="complete", git_sha="abc1234", config=None, tokens_per_step=None,
               flops_per_step=1e12, peak=math.nan, peak_source="none", backend="cpu",
               intervals=None, collectives=None, summary="reference", failure_reason="",
-              hostnames=None, schema_version=4, traced_steps=(), kernel_trace=None,
-              gpu_state=None, gpu_phase_state=None):
+              hostnames=None, schema_version=5, traced_steps=(), kernel_trace=None,
+              gpu_state=None, gpu_phase_state=None, devices=None, logical_cores=64,
+              cpu_binding=None, cpu_model="Synthetic CPU @ 3.0GHz", git_dirty=None,
+              loss=None, memory_bytes=None):
     """Writes one run. step_times: scalar, [S] or [S, R] step lengths; intervals and
     collectives (rows of step, rank, kind, phase, begin, end, bytes) override the default
     layout. summary: "reference" (written for complete runs), None (not written) or a
@@ -261,7 +282,13 @@ def write_run(path, *, world_size=1, step_times=0.1, steps=6, warmup_steps=1,
     the traced window; kernel_trace: per rank, records (step, name, category, duration_ns)
     for /kernel_trace (see write_kernel_trace); gpu_state: values of /steps/gpu_* (see
     write_gpu_state), all "no samples" when None; gpu_phase_state: values of
-    /steps/gpu_phase_* (see write_gpu_phase_state), likewise, written from version 4."""
+    /steps/gpu_phase_* (see write_gpu_phase_state), likewise, written from version 4.
+    From version 5: /ranks/logical_cores (logical_cores: a scalar or one per rank),
+    /ranks/cpu_binding (one CPU list per rank; default rank r bound to core r of its
+    host), /ranks/cpu_model and, when git_dirty is not None, the root attribute git_dirty.
+    devices: one name per rank (default: the backend's name on every rank); hostnames
+    default to four ranks per host, and nodes and ranks_per_node follow from them. loss:
+    [S] values of /steps/loss; memory_bytes: anything that broadcasts to [R, M]."""
     assert schema_version >= 2 or not (traced_steps or kernel_trace), "v1 has no tracing"
     assert schema_version >= 3 or gpu_state is None, "the GPU state is new in v3"
     assert schema_version >= 4 or gpu_phase_state is None, "the state by phase is new in v4"
@@ -299,26 +326,31 @@ def write_run(path, *, world_size=1, step_times=0.1, steps=6, warmup_steps=1,
                            "cuda_version": "none", "nccl_version": "none",
                            "mpi_version": "synthetic MPI", "hdf5_version": "1.14.3"}.items():
             attrs[key] = value
+        hostnames = hostnames or [f"node{r // 4:02d}" for r in range(world_size)]
         attrs["world_size"] = np.int64(world_size)
-        attrs["nodes"] = np.int64(1)
-        attrs["ranks_per_node"] = np.int64(world_size)
+        attrs["nodes"] = np.int64(len(set(hostnames)))
+        attrs["ranks_per_node"] = np.int64(max(Counter(hostnames).values()))
+        if schema_version >= 5 and git_dirty is not None:
+            attrs["git_dirty"] = np.int64(git_dirty)
         group = handle.create_group("config")
         for key, value in config.items():
             group.attrs[key] = value
         group.attrs["config_hash"] = "0123abcd"
         text = h5py.string_dtype()
-        hostnames = hostnames or [f"node{r // 4:02d}" for r in range(world_size)]
         handle.create_dataset("ranks/hostname", data=np.array(hostnames, dtype=object),
                               dtype=text)
-        handle.create_dataset("ranks/device", data=np.array([backend] * world_size,
-                                                           dtype=object), dtype=text)
+        devices = devices or [backend] * world_size
+        handle.create_dataset("ranks/device", data=np.array(devices, dtype=object), dtype=text)
+        if schema_version >= 5:
+            write_host_info(handle, hostnames, logical_cores, cpu_binding, cpu_model)
         group = handle.create_group("steps")
         group.attrs["phase_names"] = np.array(PHASES, dtype=object)
         created = group.create_dataset("intervals", data=intervals,
                                        maxshape=(None,) + intervals.shape[1:],
                                        chunks=(1,) + intervals.shape[1:])
         created.attrs["units"] = "s"
-        group.create_dataset("loss", data=np.linspace(5.0, 4.0, steps), maxshape=(None,))
+        loss = np.linspace(5.0, 4.0, steps) if loss is None else np.asarray(loss, dtype=float)
+        group.create_dataset("loss", data=loss, maxshape=(None,))
         group.create_dataset("tokens", data=tokens, maxshape=(None,)).attrs["units"] = "tokens"
         group.create_dataset("warmup", data=warmup, maxshape=(None,))
         if schema_version >= 2:
@@ -356,8 +388,9 @@ def write_run(path, *, world_size=1, step_times=0.1, steps=6, warmup_steps=1,
                 created.attrs["units"] = "bytes"
 
         group = handle.create_group("memory")
-        created = group.create_dataset("bytes", data=np.ones((world_size, len(MEMORY_KINDS)),
-                                                             dtype=np.int64) * 1024)
+        memory = np.broadcast_to(np.asarray(1024 if memory_bytes is None else memory_bytes,
+                                            dtype=np.int64), (world_size, len(MEMORY_KINDS)))
+        created = group.create_dataset("bytes", data=memory)
         created.attrs["kind_names"] = np.array(MEMORY_KINDS, dtype=object)
         created.attrs["units"] = "bytes"
         created = group.create_dataset("peak_bytes", data=np.full(world_size, 1 << 30,

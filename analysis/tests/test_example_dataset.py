@@ -1,6 +1,7 @@
 """The example dataset (examples/gpt2-small-strong-4xh200, a real sweep on 4 H200s): the
 report builds from it, finds every run and series, lists no problem, and its speedups
 agree with those computed here from the files by hand."""
+import json
 import re
 from pathlib import Path
 
@@ -10,6 +11,8 @@ import pandas as pd
 import pytest
 
 from scalestudy_analysis.cli import main
+from scalestudy_analysis.load import load_results
+from scalestudy_analysis.metrics import group_series
 
 DATASET = Path(__file__).resolve().parents[2] / "examples" / "gpt2-small-strong-4xh200"
 STRATEGIES = {"ddp": "ddp-overlap_off", "zero2": "zero2-overlap_off",
@@ -23,6 +26,14 @@ SPEEDUP_TOLERANCE = 6e-4
 # The speedups at N = 4 as the sweep measured them (hand-computed once from the files).
 # A change to how the analysis reads step times or tokens moves them.
 EXPECTED_SPEEDUP_AT_4 = {"ddp": 3.325, "zero2": 3.333, "ddp+overlap": 3.374, "zero2+overlap": 3.438}
+
+# The breakdown's parts are disjoint pieces of each step, so per step they add up to it
+# but for floating-point rounding (a relative 1e-12 covers the sum of five lengths of
+# some 1e-2 s). Their medians over the steps need not add up exactly to the median step;
+# the issue allows 1 %, and the double-counted waits it fixes were 9 % (zero2, N = 4).
+PER_STEP_RTOL = 1e-12
+MEDIAN_SUM_RTOL = 0.01
+BREAKDOWN = ("compute", "optimizer", "exposed_on_critical", "data", "other")
 
 pytestmark = pytest.mark.skipif(not DATASET.is_dir(), reason=f"{DATASET} is missing")
 
@@ -77,6 +88,9 @@ def test_the_report_finds_every_run_and_series_and_lists_no_problem(built_report
     assert "- Series: 4" in report
     problems = report.split("## Problems", 1)[1]
     assert problems.strip().startswith("None")
+    # Quiet GPU runs, 3 repeats, no superlinear point, every breakdown adding up.
+    warnings = report.split("## Warnings", 1)[1].split("\n## ", 1)[0]
+    assert warnings.strip().startswith("None:"), warnings
     runs = pd.read_csv(built_report / "runs.csv")
     assert len(runs) == 36
     assert set(runs["status"]) == {"complete"} and runs["included"].all()
@@ -97,3 +111,55 @@ def test_the_reported_speedups_are_those_computed_from_the_files(built_report):
             assert reported[strategy][world_size] == pytest.approx(by_hand, abs=SPEEDUP_TOLERANCE), \
                 (strategy, world_size, reported[strategy][world_size], by_hand)
         assert reported[strategy][4] == pytest.approx(EXPECTED_SPEEDUP_AT_4[strategy], abs=SPEEDUP_TOLERANCE)
+
+
+@pytest.fixture(scope="module")
+def example_series():
+    runs, _, _ = load_results(DATASET)
+    series_list, _ = group_series(runs)
+    return runs, series_list
+
+
+def test_every_steps_breakdown_adds_up_to_the_step_on_the_slowest_rank(example_series):
+    runs, _ = example_series
+    for run in runs:
+        q = run.quantities
+        parts = [getattr(q, name) for name in BREAKDOWN]
+        assert all((part >= 0).all() for part in parts), run.path
+        np.testing.assert_allclose(sum(parts), q.step_time, rtol=PER_STEP_RTOL, err_msg=run.path)
+        # Its exposed part is the schema's exposed communication of that rank.
+        rows = np.arange(len(q.step_time))
+        np.testing.assert_allclose(q.exposed_on_critical, q.exposed_per_rank[rows, q.critical_rank],
+                                   rtol=0, atol=1e-12, err_msg=run.path)
+
+
+def test_the_breakdown_medians_add_up_to_the_median_step_within_1_percent(example_series, built_report):
+    _, series_list = example_series
+    assert {s.strategy_label for s in series_list} == set(STRATEGIES)
+    for series in series_list:
+        for _, point in series.table.iterrows():
+            total = sum(point[f"breakdown_{part}_median_s"]
+                        for part in ("compute", "optimizer", "exposed_comm", "data", "other"))
+            assert total == pytest.approx(point["step_time_median_s"], rel=MEDIAN_SUM_RTOL), \
+                (series.label, point["N"])
+    # The report shows the same: every "sum vs step" cell within ±1 %.
+    report = (built_report / "report.md").read_text()
+    cells = re.findall(r"\| ([+-]\d+\.\d\d) % \| [^|]+ \|$", report, re.MULTILINE)
+    assert len(cells) == len(STRATEGIES) * len(WORLD_SIZES)
+    assert all(abs(float(cell)) <= 100 * MEDIAN_SUM_RTOL for cell in cells), cells
+
+
+def test_the_series_exports_carry_the_reports_numbers(built_report):
+    frame = pd.read_csv(built_report / "series.csv")
+    assert len(frame) == len(STRATEGIES) * len(WORLD_SIZES)
+    reported = speedups_in_report((built_report / "report.md").read_text())
+    for _, row in frame.iterrows():
+        # The report prints 4 significant digits; the export keeps every one.
+        assert row["speedup"] == pytest.approx(reported[row["strategy"]][row["N"]], abs=SPEEDUP_TOLERANCE)
+        assert row["efficiency_lo"] <= row["efficiency"] <= row["efficiency_hi"]
+        assert row["memory_total_bytes"] > 0 and row["device"].startswith("NVIDIA H200")
+    assert frame.loc[frame["N"] == 1, "exposed_comm_fraction"].isna().all()
+    document = json.loads((built_report / "series.json").read_text())
+    assert [len(series["points"]) for series in document["series"]] == [len(WORLD_SIZES)] * 4
+    first = document["series"][0]["points"][0]
+    assert first["N"] == 1 and first["exposed_comm_fraction"] is None and first["speedup"] == 1.0

@@ -130,7 +130,7 @@ def test_a_version_3_file_has_a_gpu_state_without_phases(tmp_path):
 
 
 def test_a_version_4_file_carries_its_state_by_phase(tmp_path):
-    run = read_run(write_known(tmp_path / "v4.h5"))
+    run = read_run(write_known(tmp_path / "v4.h5", schema_version=4))
     assert run.usable and run.problems == [], [p.line() for p in run.problems]
     assert run.schema_version == 4 and has_samples(run) and has_phase_samples(run)
     written = phase_arrays(KNOWN_PHASES)
@@ -339,7 +339,7 @@ def test_a_malformed_phase_dataset_is_a_problem_and_the_per_step_state_stays(tmp
 
 
 def test_a_version_4_file_without_any_phase_dataset_is_named(tmp_path):
-    path = write_known(tmp_path / "run.h5")
+    path = write_known(tmp_path / "run.h5", schema_version=4)
     with h5py.File(path, "r+") as handle:
         for name in GPU_PHASE_DATASETS:
             del handle[f"steps/{name}"]

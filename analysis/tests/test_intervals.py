@@ -85,7 +85,9 @@ def test_max_over_ranks_and_breakdown_on_the_slowest_rank():
     assert q.compute[0] == pytest.approx(0.7)
     assert q.optimizer[0] == pytest.approx(0.1)
     assert q.exposed_on_critical[0] == pytest.approx(0.2)
-    assert q.compute[0] + q.optimizer[0] + q.exposed_on_critical[0] + q.other[0] == \
+    # data 0.0–0.1; other: nothing ran 1.1–1.2.
+    assert q.data[0] == pytest.approx(0.1) and q.other[0] == pytest.approx(0.1)
+    assert q.compute[0] + q.optimizer[0] + q.exposed_on_critical[0] + q.data[0] + q.other[0] == \
         pytest.approx(1.2, abs=1e-15)
 
 
@@ -130,3 +132,28 @@ def test_each_ranks_own_compute_leaves_out_its_waits():
     rows.update(coll_wait_begin=np.array([0.5]), coll_wait_end=np.array([0.6]))
     quantities = step_quantities(intervals, **rows)
     assert quantities.compute_busy_per_rank[0].tolist() == pytest.approx([0.6, 0.8], abs=1e-12)
+
+
+def test_the_breakdown_parts_are_disjoint_and_add_up_to_the_step():
+    # Backward 0.4–0.8 sat blocked 0.5–0.6 on a collective running 0.45–0.65; a second
+    # wait 0.8–0.85 had no collective running (its peer was late); nothing runs 0.85–0.9.
+    # compute: 0.1–0.5 and 0.6–0.8 = 0.6; optimizer 0.9–1.0 = 0.1; exposed: the wait's
+    # 0.5–0.6 = 0.1; data 0.0–0.1 = 0.1; other: 0.8–0.9 = 0.1.
+    rows = comm_rows([(0.45, 0.65), (0.3, 0.3)])
+    rows.update(coll_wait_begin=np.array([0.5, 0.8]), coll_wait_end=np.array([0.6, 0.85]))
+    q = step_quantities(one_step(1.0, COMPUTE), **rows)
+    parts = (q.compute[0], q.optimizer[0], q.exposed_on_critical[0], q.data[0], q.other[0])
+    assert parts == pytest.approx((0.6, 0.1, 0.1, 0.1, 0.1), abs=1e-12)
+    assert sum(parts) == pytest.approx(q.step_time[0], abs=1e-12)
+    assert q.exposed_on_critical[0] == pytest.approx(q.exposed_per_rank[0, 0], abs=1e-12)
+
+
+def test_communication_during_the_data_phase_is_exposed_not_data():
+    # The collective 0.05–0.15 runs over data (0–0.1) and forward (0.1–0.4): 0.05 of it
+    # is exposed, and data keeps only 0.0–0.05.
+    q = step_quantities(one_step(1.0, COMPUTE), **comm_rows([(0.05, 0.15)]))
+    assert q.exposed_on_critical[0] == pytest.approx(0.05, abs=1e-12)
+    assert q.data[0] == pytest.approx(0.05, abs=1e-12)
+    assert q.compute[0] == pytest.approx(0.7, abs=1e-12)
+    total = q.compute[0] + q.optimizer[0] + q.exposed_on_critical[0] + q.data[0] + q.other[0]
+    assert total == pytest.approx(1.0, abs=1e-12)

@@ -21,15 +21,25 @@ def test_complete_file_summary_agrees_with_the_reference(tmp_path):
     assert run.summary["step_time_median_s"] == np.median([0.25, 0.21, 0.26, 0.23])
 
 
-def test_tampered_summary_is_reported_but_recomputed_values_are_used(tmp_path):
+def test_tampered_summary_is_reported_and_the_run_left_out(tmp_path):
     path = write_run(tmp_path / "run.h5", world_size=2, step_times=0.1)
     with h5py.File(path, "r+") as handle:
         handle["summary"].attrs["step_time_median_s"] = 0.2
     run = read_run(path)
-    assert run.usable
-    assert kinds(run.problems) == ["summary mismatch"]
+    assert not run.usable
+    assert kinds(run.problems) == ["summary mismatch"] and run.problems[0].excluded
     assert "step_time_median_s" in run.problems[0].message
-    assert run.summary["step_time_median_s"] == 0.1
+
+
+def test_intervals_altered_in_place_are_refused(tmp_path):
+    # The stored summary stays as written; the steps' intervals are stretched by 10 %, far
+    # past the comparison's tolerance (schema.SUMMARY_RTOL).
+    path = write_run(tmp_path / "run.h5", world_size=2, step_times=0.1)
+    with h5py.File(path, "r+") as handle:
+        handle["steps/intervals"][...] = handle["steps/intervals"][...] * 1.1
+    run = read_run(path)
+    assert not run.usable
+    assert kinds(run.problems) == ["summary mismatch"] and run.problems[0].excluded
 
 
 def test_failed_and_partly_written_files_are_reported_and_excluded(tmp_path):

@@ -73,10 +73,11 @@ def test_breakdown_parts_sum_to_the_step_and_mfu(tmp_path):
     (series,), _ = series_from(tmp_path)
     point = series.table.iloc[0]
     parts = sum(point[c] for c in ("compute_mean_s", "exposed_comm_mean_s", "optimizer_mean_s",
-                                   "other_mean_s"))
+                                   "data_mean_s", "other_mean_s"))
     assert parts == pytest.approx(0.5, rel=1e-12)
     assert point["compute_mean_s"] == pytest.approx(0.4, rel=1e-12)
     assert point["exposed_comm_mean_s"] == pytest.approx(0.05, rel=1e-12)
+    assert point["data_mean_s"] == pytest.approx(0.025, rel=1e-12)
     assert point["exposed_comm_fraction"] == pytest.approx(1.0, rel=1e-12)
     assert point["tflops_per_gpu"] == pytest.approx(4e14 / 0.5 / 4 / 1e12, rel=1e-12)
     assert point["mfu"] == pytest.approx(2.0, rel=1e-12)

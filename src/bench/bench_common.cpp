@@ -420,9 +420,7 @@ BenchFile::BenchFile(const std::string& output, BenchKind kind, const RunIdentit
                                 .ranks = gather_rank_placement(world, identity.device_name)};
   if (rank_ != 0 || output_.empty()) return;
 
-  const std::filesystem::path parent = std::filesystem::path(output_).parent_path();
-  if (!parent.empty()) std::filesystem::create_directories(parent);
-  file_ = CHECK_HDF5(H5Fcreate(partial_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
+  file_ = create_partial_file(output_);
   write_provenance_header(file_, header);
   h5::set_attribute(file_, "bench", bench_kind_name(kind_));
   CHECK_HDF5(H5Fflush(file_, H5F_SCOPE_GLOBAL));

@@ -137,6 +137,15 @@ int run_train_command(int argc, const char* const* argv) {
     }
     return stop_exit_code(outcome.stop_signal);
   }
+  if (!outcome.failure.empty()) {
+    recorder.finish_failed(outcome.failure);
+    if (where.rank == 0) {
+      std::fprintf(stderr, "scalestudy train: %s; the result file keeps the %d completed steps, marked failed\n",
+                   outcome.failure.c_str(), outcome.steps_completed);
+      std::fflush(stderr);
+    }
+    return 1;
+  }
   const MemoryReport memory = trainer.memory();
   const RunSummary summary = recorder.finish_complete(memory);
   const double peak_mib = static_cast<double>(memory.peak_bytes) / (1024.0 * 1024.0);

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "core/check.h"
+#include "core/control_wait.h"
 #include "core/stop_signal.h"
 
 namespace scalestudy {
@@ -107,7 +108,7 @@ std::string CollectiveWatchdog::take_timed_out(Clock::time_point now) {
   watched_.erase(std::remove_if(watched_.begin(), watched_.end(), [](const Watched& w) { return w.done && w.done(); }),
                  watched_.end());
   const auto stuck = std::find_if(watched_.begin(), watched_.end(), [&](const Watched& w) {
-    return std::chrono::duration<double>(now - w.started).count() >= timeout_s_;
+    return std::chrono::duration<double>(now - w.started).count() >= rank_timeout(timeout_s_, rank_);
   });
   if (stuck == watched_.end()) return "";
   std::string message = timeout_message(stuck->collective);
@@ -118,7 +119,8 @@ std::string CollectiveWatchdog::take_timed_out(Clock::time_point now) {
 std::string CollectiveWatchdog::timeout_message(const StartedCollective& stuck) const {
   return std::string("collective ") + collective_kind_name(stuck.kind) + " #" + std::to_string(stuck.id) +
          " (phase " + stuck.phase + ", " + format_bytes(stuck.payload_bytes) + ") did not finish within " +
-         format_seconds(timeout_s_) + " on rank " + std::to_string(rank_) + " -- a peer may have died or be stuck";
+         format_seconds(rank_timeout(timeout_s_, rank_)) + " on rank " + std::to_string(rank_) +
+         " -- a peer may have died or be stuck";
 }
 
 }  // namespace scalestudy

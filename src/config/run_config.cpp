@@ -1,5 +1,6 @@
 #include "config/run_config.h"
 
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <boost/program_options.hpp>
@@ -38,6 +39,7 @@ struct RawOptions {
   std::string gpu_telemetry_ms = "auto";
   std::string recompute = "off";
   std::string seed = "1234";
+  std::string nonfinite_loss = "stop";
 };
 
 template <typename T>
@@ -120,7 +122,8 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
        "what gradients cross ranks in: fp32, or bf16 (half the bytes; each rank's gradient and every "
        "partial sum are rounded to bf16)")
       ("comm-timeout", po::value(&c.comm_timeout_s)->default_value(c.comm_timeout_s),
-       "seconds a collective may take before the job is ended, naming the rank and the phase");
+       "seconds a collective may take before the job is ended, naming the rank and the phase; ranks "
+       "other than 0 wait 1 s longer, so that rank 0 first marks the result file failed");
 
   po::options_description precision = help_section("Backend and precision");
   precision.add_options()
@@ -149,6 +152,9 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
 
   po::options_description diagnostics = help_section("Diagnostics");
   diagnostics.add_options()
+      ("nonfinite-loss", po::value(&raw.nonfinite_loss)->default_value(raw.nonfinite_loss),
+       "what a step whose loss is inf or nan does: stop (the run ends, its file marked failed at that "
+       "step) or continue (training goes on)")
       ("check-every", po::value(&c.check_every)->default_value(c.check_every),
        "compare a parameter checksum across ranks every N steps; 0: never")
       ("profile-kernels", po::bool_switch(&c.profile_kernels),
@@ -215,6 +221,9 @@ void resolve_profile_window(RunConfig& c, const std::string& window) {
     c.profile_first = c.profile_last = -1;
     return;
   }
+  if (c.backend != "cuda")
+    throw UsageError("--profile-kernels: needs --backend cuda (the " + c.backend +
+                     " backend runs no GPU kernels to trace)");
   int first = c.warmup_steps, last = std::min(c.warmup_steps + 2, c.steps - 1);
   if (window != "auto") {
     char dash = 0;
@@ -230,9 +239,6 @@ void resolve_profile_window(RunConfig& c, const std::string& window) {
     bad_value("profile-window", window,
               "leaves no step after warm-up untraced (steps " + std::to_string(first) + "-" + std::to_string(last) +
                   " of " + std::to_string(c.steps) + "); the summary and the tracing cost need one: raise --steps");
-  if (c.backend != "cuda")
-    throw UsageError("--profile-kernels: needs --backend cuda (the " + c.backend +
-                     " backend runs no GPU kernels to trace)");
   c.profile_first = first;
   c.profile_last = last;
 }
@@ -255,6 +261,22 @@ void check_output_path(const RunConfig& c, const RawOptions& raw) {
   std::filesystem::create_directories(folder, error);
   if (error) bad_value("output", c.output, "cannot create its folder (" + error.message() + ")");
   if (access(folder.c_str(), W_OK) != 0) bad_value("output", c.output, "its folder is not writable");
+}
+
+// A result file takes about 1-1.5 KiB a step for each rank (its intervals, collective
+// records and GPU samples) and a few KiB of provenance: a file system with less room than
+// 2 KiB a rank-step and 256 KiB is found full before the first step.
+void check_output_space(const RunConfig& c) {
+  struct statvfs space {};
+  const std::filesystem::path folder = std::filesystem::absolute(c.output).parent_path();
+  if (statvfs(folder.c_str(), &space) != 0) return;
+  const double free_bytes = static_cast<double>(space.f_bavail) * static_cast<double>(space.f_frsize);
+  const double needed_bytes = 256.0 * 1024 + 2048.0 * c.steps * c.world_size;
+  if (free_bytes < needed_bytes)
+    bad_value("output", c.output,
+              "its file system has " + text(std::floor(free_bytes / 1024)) + " KiB free; " + text(c.steps) +
+                  " steps on " + text(c.world_size) + " ranks need about " + text(std::ceil(needed_bytes / 1024)) +
+                  " KiB");
 }
 
 void require_positive(const std::string& option, double value) {
@@ -338,8 +360,12 @@ void resolve_and_validate(RunConfig& c, const RawOptions& raw) {
     bad_value("data", c.data, "must be random, markov or file");
   if (c.data == "file") {
     if (c.token_file.empty()) throw UsageError("--data file: needs --token-file");
-    if (!std::filesystem::is_regular_file(c.token_file))
-      bad_value("token-file", c.token_file, "no such file");
+    std::error_code error;
+    if (!std::filesystem::exists(c.token_file, error)) bad_value("token-file", c.token_file, "no such file");
+    if (std::filesystem::is_directory(c.token_file, error)) bad_value("token-file", c.token_file, "is a directory");
+    if (!std::filesystem::is_regular_file(c.token_file, error))
+      bad_value("token-file", c.token_file, "not a regular file (a FIFO or a device)");
+    if (access(c.token_file.c_str(), R_OK) != 0) bad_value("token-file", c.token_file, "cannot be read");
   }
 
   if (raw.strategy == "ddp") c.strategy = Strategy::ddp;
@@ -375,6 +401,9 @@ void resolve_and_validate(RunConfig& c, const RawOptions& raw) {
       bad_value("overlap-after", raw.overlap_after, "needs --overlap on (without it one collective follows backward)");
   }
   if (c.check_every < 0) bad_value("check-every", text(c.check_every), "must not be negative");
+  if (raw.nonfinite_loss == "stop") c.stop_on_nonfinite_loss = true;
+  else if (raw.nonfinite_loss == "continue") c.stop_on_nonfinite_loss = false;
+  else bad_value("nonfinite-loss", raw.nonfinite_loss, "must be stop or continue");
   require_positive("comm-timeout", c.comm_timeout_s);
 
   if (raw.precision == "auto") c.precision = c.backend == "cuda" ? Precision::bf16 : Precision::fp32;
@@ -478,6 +507,7 @@ void resolve_for_world(RunConfig& c, int world_size) {
   if (c.batch_per_rank % c.grad_accum != 0)
     bad_value("grad-accum", text(c.grad_accum),
               "must divide the batch per rank (" + text(c.batch_per_rank) + ")");
+  if (!c.output.empty()) check_output_space(c);
 }
 
 std::vector<std::pair<std::string, std::string>> describe_config(const RunConfig& c) {

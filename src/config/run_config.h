@@ -67,7 +67,8 @@ struct RunConfig {
   int overlapped_ctas = 0;     // cuda: CTAs of the overlapped buckets' NCCL kernels; 0 = NCCL's choice
   double overlap_after = 0.0;  // with overlap: share of the gradients final before any bucket starts
   bool overlap_after_auto = false;  // --overlap-after auto: resolve_for_world bounds zero2's share
-  int check_every = 0;         // replica checksum every N steps; 0 = never
+  int check_every = 0;
+  bool stop_on_nonfinite_loss = true;  // a step with an inf or nan loss ends the run         // replica checksum every N steps; 0 = never
   double comm_timeout_s = 300.0;
 
   // ---- backend ----------------------------------------------------------------------

@@ -29,7 +29,9 @@ double control_timeout() { return timeout_s.load(); }
 void wait_control(MPI_Request& request, const char* collective, const std::string& phase) {
   using Clock = std::chrono::steady_clock;
   const auto started = Clock::now();
-  const auto deadline = started + std::chrono::duration<double>(control_timeout());
+  int rank = 0;
+  CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  const auto deadline = started + std::chrono::duration<double>(rank_timeout(control_timeout(), rank));
   auto stop_deadline = Clock::time_point::max();
   useconds_t sleep_us = 10;
   for (;;) {
@@ -44,7 +46,7 @@ void wait_control(MPI_Request& request, const char* collective, const std::strin
     }
     if (now > deadline) {
       char text[64];
-      std::snprintf(text, sizeof(text), "%.0f", control_timeout());
+      std::snprintf(text, sizeof(text), "%g", rank_timeout(control_timeout(), rank));
       end_job(std::string("the control plane's ") + collective + " (" + phase + ") did not complete within " +
                   text + " s (--comm-timeout): a peer rank is stuck or gone",
               1);

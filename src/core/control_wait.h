@@ -13,6 +13,15 @@ namespace scalestudy {
 void set_control_timeout(double seconds);
 double control_timeout();
 
+// Rank 0 writes the result file, so it gives up on a stuck collective first, and the other
+// ranks this much later: a rank that gives up ends the job, and the launcher tears down
+// every rank within about a second (Open MPI), which rank 0 needs to mark the file failed.
+inline constexpr double kPeerTimeoutMarginS = 1.0;
+// The timeout that `rank` waits for, given the run's: rank 0's, or the margin longer.
+inline double rank_timeout(double timeout_s, int rank) {
+  return rank == 0 ? timeout_s : timeout_s + kPeerTimeoutMarginS;
+}
+
 // Waits for `request`. A stop signal ends the job through end_job_for_signal; a wait past
 // control_timeout() ends it with a message naming the collective and the phase.
 void wait_control(MPI_Request& request, const char* collective, const std::string& phase);

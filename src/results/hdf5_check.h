@@ -8,8 +8,13 @@
 
 namespace scalestudy {
 
-// The descriptions on HDF5's error stack, innermost last, joined by "; ".
+// What a failed HDF5 call means for the user, in one line: the file and the OS's message
+// where the failure was the OS's (a full disk, a read-only file system), else the
+// innermost description on HDF5's error stack.
 std::string hdf5_error_string();
+// HDF5 prints its whole error stack on every failure unless told not to; the checks
+// report one line instead. Called before the first file is opened.
+void silence_hdf5_error_printing();
 
 }  // namespace scalestudy
 

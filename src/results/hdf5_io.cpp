@@ -69,6 +69,23 @@ void set_attribute(hid_t object, const std::string& name, const std::string& val
   write_scalar_attribute(object, name, type.get(), type.get(), &text);
 }
 
+bool try_set_attribute(hid_t object, const std::string& name, const std::string& value) {
+  // Unchecked: this runs where the file may no longer be writable (a full disk), and a
+  // failure must not end the job before the file is closed and renamed.
+  const hid_t type = H5Tcopy(H5T_C_S1);
+  if (type < 0) return false;
+  bool written = H5Tset_size(type, H5T_VARIABLE) >= 0 && H5Tset_cset(type, H5T_CSET_UTF8) >= 0;
+  if (written && H5Aexists(object, name.c_str()) > 0) written = H5Adelete(object, name.c_str()) >= 0;
+  const hid_t space = written ? H5Screate(H5S_SCALAR) : -1;
+  const hid_t attribute = space >= 0 ? H5Acreate2(object, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT) : -1;
+  const char* text = value.c_str();
+  written = attribute >= 0 && H5Awrite(attribute, type, &text) >= 0;
+  if (attribute >= 0) H5Aclose(attribute);
+  if (space >= 0) H5Sclose(space);
+  H5Tclose(type);
+  return written;
+}
+
 void set_attribute(hid_t object, const std::string& name, const char* value) {
   set_attribute(object, name, std::string(value));
 }

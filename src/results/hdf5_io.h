@@ -30,6 +30,8 @@ Handle create_group(hid_t parent, const std::string& name);
 
 void set_attribute(hid_t object, const std::string& name, const std::string& value);
 void set_attribute(hid_t object, const std::string& name, const char* value);
+// The same as a string attribute, without the check: false where it could not be written.
+bool try_set_attribute(hid_t object, const std::string& name, const std::string& value);
 void set_attribute(hid_t object, const std::string& name, int64_t value);
 void set_attribute(hid_t object, const std::string& name, double value);
 void set_attribute(hid_t object, const std::string& name, const std::vector<std::string>& values);

@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdio>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <map>
 
@@ -87,6 +89,17 @@ RankPlacement gather_rank_placement(MPI_Comm comm, const std::string& device_nam
   const int64_t cores = sysconf(_SC_NPROCESSORS_ONLN);
   control_gather(&cores, 1, MPI_INT64_T, placement.logical_cores.data(), 0, comm, "provenance");
   return placement;
+}
+
+hid_t create_partial_file(const std::string& output) {
+  silence_hdf5_error_printing();
+  const std::filesystem::path parent = std::filesystem::path(output).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent);
+  const std::string partial = output + ".partial";
+  std::error_code error;
+  if (std::filesystem::exists(partial, error))
+    std::fprintf(stderr, "scalestudy: replacing %s, left by a run that did not finish\n", partial.c_str());
+  return CHECK_HDF5(H5Fcreate(partial.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
 }
 
 void write_provenance_header(hid_t root, const ProvenanceHeader& header) {

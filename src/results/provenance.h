@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string>
 #include <vector>
 
 namespace scalestudy {
@@ -44,6 +45,11 @@ struct ProvenanceHeader {
   std::string nccl_version = "none";
   RankPlacement ranks;
 };
+// Creates OUTPUT.partial, the name a result file has until it is complete or failed (its
+// folder too), saying so where a stale one is replaced; HDF5 prints no error stacks from
+// here on (the checks report one line).
+hid_t create_partial_file(const std::string& output);
+
 // Writes the root's provenance attributes (schema version, build, argv, start time, world
 // size, nodes and ranks per node, backend, precision, library versions), the status
 // "running" with an empty failure reason and end time, and /ranks (hostname, device).

@@ -87,9 +87,7 @@ class RunRecorder::File {
  public:
   File(const std::string& output, const RunConfig& config, const ProvenanceHeader& header)
       : output_(output), partial_(output + ".partial"), world_(config.world_size) {
-    const std::filesystem::path parent = std::filesystem::path(output).parent_path();
-    if (!parent.empty()) std::filesystem::create_directories(parent);
-    file_ = h5::Handle(CHECK_HDF5(H5Fcreate(partial_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT)));
+    file_ = h5::Handle(create_partial_file(output));
     const hid_t root = file_.get();
     write_provenance_header(root, header);
 
@@ -268,12 +266,24 @@ class RunRecorder::File {
   }
 
   // Sets the final status, closes the file and gives it its final name.
+  // A failed run closes its file as well as it still can: where the failure was the file's
+  // own (a full disk), the status may not be written, and the file is still closed and
+  // renamed, keeping every step flushed before.
   void close(const std::string& status, const std::string& reason) {
     if (!file_.get() || file_.get() < 0) return;
-    h5::set_attribute(file_.get(), "status", status);
-    h5::set_attribute(file_.get(), "failure_reason", reason);
-    h5::set_attribute(file_.get(), "end_time", utc_now());
-    flush();
+    if (status == "complete") {
+      h5::set_attribute(file_.get(), "status", status);
+      h5::set_attribute(file_.get(), "failure_reason", reason);
+      h5::set_attribute(file_.get(), "end_time", utc_now());
+      flush();
+    } else {
+      const bool marked = h5::try_set_attribute(file_.get(), "status", status) &&
+                          h5::try_set_attribute(file_.get(), "failure_reason", reason) &&
+                          h5::try_set_attribute(file_.get(), "end_time", utc_now());
+      if (!marked)
+        std::fprintf(stderr, "scalestudy: %s could not be marked failed (%s); its flushed steps remain\n",
+                     output_.c_str(), hdf5_error_string().c_str());
+    }
     for (auto* dataset : {&intervals_, &loss_, &tokens_, &warmup_, &traced_, &step_index_, &loss_scale_, &skipped_, &comm_bytes_, &c_step_, &c_rank_,
                           &c_kind_, &c_phase_, &c_begin_, &c_end_, &c_bytes_, &c_wait_begin_, &c_wait_end_})
       dataset->reset();
@@ -286,7 +296,9 @@ class RunRecorder::File {
     steps_group_.reset();
     collectives_group_.reset();
     file_.reset();
-    std::filesystem::rename(partial_, output_);
+    std::error_code error;
+    std::filesystem::rename(partial_, output_, error);
+    if (error) std::fprintf(stderr, "scalestudy: %s stays %s (%s)\n", output_.c_str(), partial_.c_str(), error.message().c_str());
   }
 
  private:

@@ -32,13 +32,23 @@ uint64_t checksum_bytes(const void* data, size_t bytes) {
   return hash;
 }
 
-void check_same_config(MPI_Comm comm, uint64_t config_hash) {
-  const int rank = first_rank_differing(comm, config_hash, "configuration check");
-  if (rank >= 0)
-    abort_job(__FILE__, __LINE__, "configuration mismatch",
-              "rank " + std::to_string(rank) + " resolved a different configuration than rank 0; "
-              "start every rank with the same options",
-              2);
+void check_same_config(MPI_Comm comm, const std::vector<std::pair<std::string, std::string>>& described) {
+  std::string all;
+  for (const auto& [key, value] : described) all += key + "=" + value + "\n";
+  const int rank = first_rank_differing(comm, checksum_bytes(all.data(), all.size()), "configuration check");
+  if (rank < 0) return;
+  // Every rank compares each option's value with rank 0's, one collective per option, in
+  // the order every rank lists them.
+  std::string differing = "(the number of options)";
+  for (const auto& [key, value] : described) {
+    if (first_rank_differing(comm, checksum_bytes(value.data(), value.size()), "configuration check") >= 0) {
+      differing = key + " (/config/" + key + " in a result file)";
+      break;
+    }
+  }
+  end_job("configuration mismatch: rank " + std::to_string(rank) + " resolved " + differing +
+              " differently from rank 0; start every rank with the same options",
+          2);
 }
 
 void check_replicas(MPI_Comm comm, uint64_t checksum, int step) {

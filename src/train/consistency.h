@@ -4,13 +4,16 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace scalestudy {
 
-// Ends the job (exit code 2) when any rank's resolved-config hash differs from rank 0's,
-// naming the first such rank: ranks started with different options would otherwise
-// deadlock or silently train different models.
-void check_same_config(MPI_Comm comm, uint64_t config_hash);
+// Ends the job (exit code 2) when any rank's resolved configuration differs from rank 0's,
+// naming the first such rank and the first option that differs: ranks started with
+// different options would otherwise deadlock or silently train different models.
+void check_same_config(MPI_Comm comm, const std::vector<std::pair<std::string, std::string>>& described);
 
 // Ends the job when any rank's parameter checksum differs from rank 0's, naming the
 // first such rank and the step. Replicas must stay bitwise identical.

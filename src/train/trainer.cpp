@@ -20,7 +20,7 @@ Trainer::Trainer(const RunConfig& config, Backend& backend, Communicator& comm, 
   CHECK_MPI(MPI_Comm_size(control_, &control_size));
   SCALESTUDY_CHECK(control_size == comm_.world_size(), "the control communicator must hold the same ranks");
   resolve_for_world(config_, comm_.world_size());
-  check_same_config(control_, config_hash(config_));
+  check_same_config(control_, describe_config(config_));
 
   data_ = make_token_source(config_.data, config_.shape.vocab, config_.seed, config_.token_file);
   if (data_->vocab_size() > config_.shape.vocab)
@@ -163,6 +163,12 @@ RunOutcome Trainer::run(StepObserver* observer) {
     // ranks agree here, outside the timed step, whether any of them was sent a stop signal.
     outcome.stop_signal = agreed_stop_signal();
     if (outcome.stop_signal) return outcome;
+    // Every rank holds the same global loss, so every rank stops here alike.
+    if (config_.stop_on_nonfinite_loss && !std::isfinite(record.loss)) {
+      outcome.failure = "the loss is " + std::string(std::isnan(record.loss) ? "nan" : "inf") + " at step " +
+                        std::to_string(step + 1) + " (--nonfinite-loss stop)";
+      return outcome;
+    }
   }
   strategy_->finish_param_sync();
   return outcome;

@@ -23,9 +23,11 @@
 
 namespace scalestudy {
 
-// How a run ended: every step, or stopped by a signal after steps_completed steps.
+// How a run ended: every step, or stopped after steps_completed steps by a signal or by a
+// failure that every rank saw alike (a non-finite loss).
 struct RunOutcome {
   int stop_signal = 0;  // the largest signal number any rank received; 0: none
+  std::string failure;  // why the run stopped, where no signal stopped it; empty: it did not
   int steps_completed = 0;
 };
 

@@ -12,7 +12,12 @@ set -uo pipefail
 binary=$1
 mpiexec=$2
 work=$(mktemp -d)
-trap 'pkill -KILL -P $$ 2>/dev/null; rm -rf "$work"' EXIT
+cleanup() {
+  pkill -KILL -P $$ 2>/dev/null
+  for mount in "$work"/full "$work"/readonly; do mountpoint -q "$mount" && umount "$mount"; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
 timeout_s=3
 passed=0
 failed=0
@@ -90,7 +95,7 @@ run_trial() {
   passed=$((passed + 1))
 }
 
-stop_message="did not (finish|complete) within $timeout_s s"
+stop_message="did not (finish|complete) within [0-9.]+ s"
 term_message="terminated by SIG(TERM|INT)"
 for i in $(seq 1 "${SIGSTOP_TRIALS:-4}"); do
   ranks=$((2 + RANDOM % 3))
@@ -101,6 +106,43 @@ run_trial term-rank TERM 1 2 "ddp --overlap on" "$term_message"
 run_trial term-rank0 TERM 0 3 "ddp --overlap off" "$term_message"
 run_trial int-launcher INT launcher 2 "zero2 --overlap off" "$term_message"
 run_trial kill-rank KILL 2 3 "zero2 --overlap on" "killed|signal 9|exited on signal|did not finish"
+
+# The output on a file system that fills up during the run, or that is read-only: the
+# first fails with one line naming the file and the OS's error and keeps what was flushed;
+# the second, and one too small from the start, are refused before the first step.
+disk_trials() {
+  mkdir -p "$work/full" "$work/readonly"
+  if ! mount -t tmpfs -o size=1m tmpfs "$work/full" 2>/dev/null ||
+     ! mount -t tmpfs -o ro,size=64k tmpfs "$work/readonly" 2>/dev/null; then
+    echo "disk trials skipped: mounting a tmpfs needs root"; return
+  fi
+  trial=disk-small; log="$work/$trial.log"
+  "$binary" train --steps 100000 --output "$work/full/run.h5" >"$log" 2>&1
+  if [ $? = 2 ] && grep -q "KiB free" "$log"; then echo "ok [$trial] refused: $(tail -1 "$log")"; passed=$((passed + 1))
+  else fail "a file system too small for the run was not refused"; fi
+  trial=disk-readonly; log="$work/$trial.log"
+  "$binary" train --steps 5 --output "$work/readonly/run.h5" >"$log" 2>&1
+  if [ $? = 2 ] && grep -q "not writable" "$log"; then echo "ok [$trial] refused: $(tail -1 "$log")"; passed=$((passed + 1))
+  else fail "a read-only output folder was not refused"; fi
+  trial=disk-full; log="$work/$trial.log"
+  "$binary" train --steps 300 --flush-every 1 --log-every 1 --output "$work/full/run.h5" >"$log" 2>&1 &
+  local run=$! _
+  for _ in $(seq 1 300); do grep -q "^step" "$log" && break; sleep 0.1; done
+  dd if=/dev/zero of="$work/full/filler" bs=64k 2>/dev/null
+  wait "$run"; local code=$?
+  local file="$work/full/run.h5"
+  [ -e "$file" ] || file="$file.partial"
+  if [ "$code" = 0 ]; then fail "the run did not fail on a full disk"
+  elif [ "$(grep -c "No space left on device" "$log")" -lt 1 ]; then fail "no message names the OS error"
+  elif grep -q "HDF5-DIAG" "$log"; then fail "HDF5's error stack reached the user"
+  elif [ -z "$(steps_in "$file")" ]; then fail "$file holds no readable step"
+  else
+    echo "ok [$trial] exit $code, $(steps_in "$file") steps kept, $(attribute "$file" status):" \
+      "$(grep -m1 "No space left" "$log" | cut -c1-120)"
+    passed=$((passed + 1))
+  fi
+}
+disk_trials
 
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

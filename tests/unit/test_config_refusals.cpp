@@ -2,6 +2,7 @@
 // each is refused with a UsageError that names the option (or the file and its line).
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -80,6 +81,19 @@ TEST_F(ScratchFolder, OutputPaths) {
                  {"--output " + tokens, "--token-file"});
   const std::string config = write("run.ini", "steps = 3\n");
   expect_refused({"--config", config, "--output", config, "--overwrite"}, {"--output " + config, "--config"});
+}
+
+TEST_F(ScratchFolder, TokenFilesThatAreNoFiles) {
+  expect_refused({"--data", "file", "--token-file", folder_.string()}, {"--token-file", "is a directory"});
+  const std::string fifo = (folder_ / "tokens.fifo").string();
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  expect_refused({"--data", "file", "--token-file", fifo}, {"--token-file " + fifo, "not a regular file"});
+  expect_refused({"--data", "file", "--token-file", (folder_ / "none.bin").string()}, {"no such file"});
+}
+
+TEST(ConfigRefusals, ProfileKernelsOnTheCpuNamesTheBackend) {
+  expect_refused({"--profile-kernels"}, {"--profile-kernels", "--backend cuda"});
+  expect_refused({"--nonfinite-loss", "ignore"}, {"--nonfinite-loss ignore", "stop or continue"});
 }
 
 TEST_F(ScratchFolder, ConfigFilesNameTheFileAndLine) {

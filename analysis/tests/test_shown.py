@@ -1,0 +1,123 @@
+"""What the report shows beyond scaling: memory per rank by kind against N per strategy,
+loss against step beside the 1-rank run, and each collective's achieved bandwidth beside
+`bench comm`'s."""
+import numpy as np
+import pandas as pd
+import pytest
+
+from scalestudy_analysis.bandwidth import bandwidth_table, load_benches
+from scalestudy_analysis.cli import main
+from scalestudy_analysis.load import load_results
+from scalestudy_analysis.loss import loss_figure
+from scalestudy_analysis.memory import memory_table
+from scalestudy_analysis.metrics import group_series
+from synth import MEMORY_KINDS, base_config, write_run
+from test_bench import write_bench
+
+MIB = 1 << 20
+STEP = 0.1
+PAYLOAD = 4 * MIB
+
+
+def memory_of(strategy, n):
+    """Bytes by kind on each rank: zero2 shards gradients and optimizer state."""
+    shard = n if strategy == "zero2" else 1
+    return [100 * MIB, 50 * MIB // shard, 200 * MIB // shard, 400 * MIB // n, 10 * MIB, 5 * MIB]
+
+
+def write_strategies(root, loss=None):
+    for strategy in ("ddp", "zero2"):
+        for n in (1, 2, 4):
+            memory = np.tile(memory_of(strategy, n), (n, 1))
+            memory[-1, 3] += MIB  # the last rank holds one MiB more activations
+            write_run(root / f"{strategy}{n}.h5", world_size=n, step_times=STEP,
+                      config=base_config(strategy=strategy), memory_bytes=memory,
+                      loss=None if loss is None else loss(strategy, n))
+
+
+def series_by_strategy(root):
+    runs, _, _ = load_results(root)
+    series_list, _ = group_series(runs)
+    return series_list, {s.strategy_label: s for s in series_list}
+
+
+def test_memory_per_rank_is_the_fullest_ranks_by_kind_and_adds_up(tmp_path):
+    write_strategies(tmp_path)
+    _, series = series_by_strategy(tmp_path)
+    for strategy in ("ddp", "zero2"):
+        frame = memory_table(series[strategy]).set_index("N")
+        for n in (1, 2, 4):
+            expected = memory_of(strategy, n)
+            expected[3] += MIB
+            assert frame.loc[n, list(MEMORY_KINDS)].tolist() == expected, (strategy, n)
+            assert frame.loc[n, "total"] == sum(expected)
+            assert frame.loc[n, "peak"] == 1 << 30
+    zero2, ddp = memory_table(series["zero2"]), memory_table(series["ddp"])
+    assert (zero2["optimizer"].iloc[1:].to_numpy() < ddp["optimizer"].iloc[1:].to_numpy()).all()
+
+
+def test_loss_curves_are_measured_against_the_1_rank_run(tmp_path):
+    # N = 4 of ddp departs by 5 % at its last step; zero2 has no 1-rank run of its own and
+    # takes ddp's, which trains the same model on the same data.
+    def loss(strategy, n):
+        values = np.linspace(5.0, 4.0, 6)
+        if strategy == "ddp" and n == 4:
+            values[-1] *= 1.05
+        return values
+    write_strategies(tmp_path, loss=loss)
+    (tmp_path / "zero21.h5").unlink()
+    series_list, series = series_by_strategy(tmp_path)
+    figure, departures = loss_figure(series["ddp"], series_list, tmp_path)
+    assert departures == pytest.approx({1: 0.0, 2: 0.0, 4: 0.05}, abs=1e-12)
+    figure, departures = loss_figure(series["zero2"], series_list, tmp_path)
+    assert departures == pytest.approx({2: 0.0, 4: 0.0}, abs=1e-12)
+    assert (tmp_path / figure.file).stat().st_size > 0 and figure.note == ""
+
+
+def test_bandwidth_is_payload_over_the_comm_streams_time_with_the_bus_factor(tmp_path):
+    # The default layout runs one allreduce per step and rank over 0.85–0.95 of the step.
+    for n in (1, 2, 4):
+        steps = np.full((6, n), STEP)
+        rows = [(s, r, 0, 3, 0.85 * STEP, 0.95 * STEP, PAYLOAD) for s in range(6) for r in range(n)]
+        write_run(tmp_path / "runs" / f"n{n}.h5", world_size=n, step_times=steps, collectives=rows)
+    # A bench file of 4 ranks with sizes around the payload: 4 MiB at 80 GB/s busbw is nearest.
+    sizes = [MIB, 4 * MIB + 4096, 64 * MIB]
+    busbw = [40.0, 80.0, 120.0]
+    factor = 2 * 3 / 4
+    times = [size / (bw / factor) / 1e9 for size, bw in zip(sizes, busbw)]
+    write_bench(tmp_path / "comm4.h5", "comm", {
+        "collective": ["allreduce"] * 3, "bytes": sizes, "elems": [s // 4 for s in sizes],
+        "time_median_s": times, "algbw_gb_per_s": [bw / factor for bw in busbw],
+        "bus_factor": [factor] * 3, "busbw_gb_per_s": busbw, "wrong_elems": [0] * 3}, world_size=4)
+    benches, problems = load_benches([tmp_path / "comm4.h5"])
+    assert problems == [] and len(benches) == 1
+    runs, _, _ = load_results(tmp_path / "runs")
+    (series,), _ = group_series(runs)
+    frame = bandwidth_table(series, benches).set_index("N")
+    assert list(frame.index) == [2, 4]          # one rank has no peer
+    algbw = PAYLOAD / (0.1 * STEP) / 1e9
+    assert frame.loc[2, "algbw_gb_per_s"] == pytest.approx(algbw, rel=1e-9)
+    assert frame.loc[2, "busbw_gb_per_s"] == pytest.approx(algbw * 1.0, rel=1e-9)
+    assert frame.loc[4, "busbw_gb_per_s"] == pytest.approx(algbw * 1.5, rel=1e-9)
+    assert frame.loc[4, "records"] == 5 * 4      # measured steps × ranks
+    assert frame.loc[4, "bench_busbw_gb_per_s"] == pytest.approx(80.0)
+    assert frame.loc[4, "bench_bytes"] == 4 * MIB + 4096
+    assert np.isnan(frame.loc[2, "bench_busbw_gb_per_s"])  # no 2-rank bench file
+    out = tmp_path / "out"
+    assert main([str(tmp_path / "runs"), "-o", str(out), "--bench", str(tmp_path / "comm4.h5")]) == 0
+    report = (out / "report.md").read_text()
+    assert "| 4 | allreduce | 4 MiB | 20 |" in report and "80 at 4 MiB" in report
+    assert (out / f"bandwidth_{series.slug}.png").stat().st_size > 0
+
+
+def test_the_report_has_memory_loss_and_bandwidth_for_every_series(tmp_path):
+    write_strategies(tmp_path / "r")
+    out = tmp_path / "out"
+    assert main([str(tmp_path / "r"), "-o", str(out)]) == 0
+    report = (out / "report.md").read_text()
+    assert report.count("#### Memory per rank") == 2 and report.count("#### Loss") == 2
+    assert report.count("#### Collectives' bandwidth") == 2
+    assert "## Memory per rank by strategy" in report and (out / "memory_01.png").exists()
+    for name in ("loss_s01-tiny-ddp-strong.png", "bandwidth_s02-tiny-zero2-strong.png"):
+        assert (out / name).stat().st_size > 0
+    assert pd.read_csv(out / "runs.csv").shape[0] == 6
