@@ -221,10 +221,15 @@ void resolve_profile_window(RunConfig& c, const std::string& window) {
     c.profile_first = c.profile_last = -1;
     return;
   }
-  if (c.backend != "cuda")
-    throw UsageError("--profile-kernels: needs --backend cuda (the " + c.backend +
-                     " backend runs no GPU kernels to trace)");
   int first = c.warmup_steps, last = std::min(c.warmup_steps + 2, c.steps - 1);
+  // A window the user wrote is checked first, as written and against the steps; an auto
+  // window only after the backend, since the user chose nothing of it.
+  const auto require_cuda = [&c] {
+    if (c.backend != "cuda")
+      throw UsageError("--profile-kernels: needs --backend cuda (the " + c.backend +
+                       " backend runs no GPU kernels to trace)");
+  };
+  if (window == "auto") require_cuda();
   if (window != "auto") {
     char dash = 0;
     std::istringstream in(window);
@@ -239,6 +244,7 @@ void resolve_profile_window(RunConfig& c, const std::string& window) {
     bad_value("profile-window", window,
               "leaves no step after warm-up untraced (steps " + std::to_string(first) + "-" + std::to_string(last) +
                   " of " + std::to_string(c.steps) + "); the summary and the tracing cost need one: raise --steps");
+  require_cuda();
   c.profile_first = first;
   c.profile_last = last;
 }

@@ -48,7 +48,7 @@ expect_exit 0 "gradients reduced in bf16" "$mpiexec" --oversubscribe --allow-run
   "$binary" train --model tiny --steps 4 --grad-reduce bf16 --strategy zero2 --overlap on
 
 # Ranks started with different options end the job with a message, not a hang.
-expect_exit 2 "different configuration" timeout 120 "$mpiexec" --oversubscribe --allow-run-as-root \
+expect_exit 2 "resolved seed (/config/seed in a result file) differently" timeout 120 "$mpiexec" --oversubscribe --allow-run-as-root \
   -np 1 "$binary" train --steps 2 --seed 1 : -np 1 "$binary" train --steps 2 --seed 2
 
 finish
