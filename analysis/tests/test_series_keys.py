@@ -39,8 +39,8 @@ def copy_as_h100(source, target):
 @pytest.fixture(scope="module")
 def h100_and_h200(tmp_path_factory):
     root = tmp_path_factory.mktemp("mixed")
-    shutil.copytree(EXAMPLE / "strong" / "ddp-overlap_off", root / "h200" / "ddp")
-    copy_as_h100(EXAMPLE / "strong" / "ddp-overlap_off", root / "h100" / "ddp")
+    shutil.copytree(EXAMPLE / "strong" / "ddp-overlap_on", root / "h200" / "ddp")
+    copy_as_h100(EXAMPLE / "strong" / "ddp-overlap_on", root / "h100" / "ddp")
     return root
 
 
