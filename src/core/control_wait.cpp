@@ -72,10 +72,9 @@ void control_gather(const void* send, int count, MPI_Datatype type, void* recv, 
   wait_control(request, "gather", phase);
 }
 
-void control_gatherv(const void* send, int count, MPI_Datatype type, void* recv, const int* counts,
-                     const int* offsets, int root, MPI_Comm comm, const std::string& phase) {
+void control_gatherv(const GathervArgs& g, MPI_Comm comm, const std::string& phase) {
   MPI_Request request;
-  CHECK_MPI(MPI_Igatherv(send, count, type, recv, counts, offsets, type, root, comm, &request));
+  CHECK_MPI(MPI_Igatherv(g.send, g.count, g.type, g.recv, g.counts, g.offsets, g.type, g.root, comm, &request));
   wait_control(request, "gatherv", phase);
 }
 

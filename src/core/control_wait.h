@@ -32,8 +32,18 @@ void control_allreduce(const void* send, void* recv, int count, MPI_Datatype typ
                        MPI_Comm comm, const std::string& phase);
 void control_gather(const void* send, int count, MPI_Datatype type, void* recv, int root,
                     MPI_Comm comm, const std::string& phase);
-void control_gatherv(const void* send, int count, MPI_Datatype type, void* recv, const int* counts,
-                     const int* offsets, int root, MPI_Comm comm, const std::string& phase);
+// A gather of `count` elements of `type` from each rank, counts[r] of them from rank r
+// placed at offsets[r] of recv on the root (counts, offsets and recv matter there only).
+struct GathervArgs {
+  const void* send = nullptr;
+  int count = 0;
+  MPI_Datatype type = MPI_BYTE;
+  void* recv = nullptr;
+  const int* counts = nullptr;
+  const int* offsets = nullptr;
+  int root = 0;
+};
+void control_gatherv(const GathervArgs& gather, MPI_Comm comm, const std::string& phase);
 void control_allgather(const void* send, int count, MPI_Datatype type, void* recv, MPI_Comm comm,
                        const std::string& phase);
 void control_barrier(MPI_Comm comm, const std::string& phase);

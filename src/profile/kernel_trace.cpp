@@ -92,8 +92,9 @@ std::vector<RankTrace> gather_traces(MPI_Comm comm, const RankTrace& mine) {
     total += static_cast<size_t>(counts[r]);
   }
   std::vector<char> all(total);
-  control_gatherv(packed.data(), count, MPI_BYTE, all.data(), counts.data(), offsets.data(), 0, comm,
-                  "kernel trace");
+  control_gatherv({.send = packed.data(), .count = count, .type = MPI_BYTE, .recv = all.data(),
+                   .counts = counts.data(), .offsets = offsets.data(), .root = 0},
+                  comm, "kernel trace");
   std::vector<RankTrace> traces;
   for (size_t r = 0; r < counts.size(); ++r)
     traces.push_back(unpack(all.data() + offsets[r], all.data() + offsets[r] + counts[r]));

@@ -395,8 +395,9 @@ void RunRecorder::on_step(const StepRecord& record) {
     total += counts[r];
   }
   std::vector<double> all_packed(static_cast<size_t>(total));
-  control_gatherv(packed.data(), count, MPI_DOUBLE, all_packed.data(), counts.data(), offsets.data(), 0, control_,
-                  "step record");
+  control_gatherv({.send = packed.data(), .count = count, .type = MPI_DOUBLE, .recv = all_packed.data(),
+                   .counts = counts.data(), .offsets = offsets.data(), .root = 0},
+                  control_, "step record");
   if (rank_ != 0) return;
 
   const auto& names = phase_names();
