@@ -56,6 +56,29 @@ inline constexpr OpShape kShapes[] = {
     {"tiny", 1, 5, 6, 2, 11},
 };
 
+// The dense layers a transformer runs, at a test shape: the QKV projection, the MLP's
+// down projection, and the bias-free tied LM head.
+struct DenseCase {
+  int in_channels, out_channels;
+  bool bias;
+  std::string label() const {
+    return " (" + std::to_string(in_channels) + "->" + std::to_string(out_channels) +
+           (bias ? ", bias)" : ", no bias)");
+  }
+};
+inline std::vector<DenseCase> dense_cases(const OpShape& s) {
+  return {{s.channels, 3 * s.channels, true}, {4 * s.channels, s.channels, true}, {s.channels, s.vocab, false}};
+}
+
+// Causal attention probabilities [rows, T] that are not exact zeros above the diagonal
+// (key t2 > query t); every one of them is a masking error.
+inline size_t unmasked_probabilities(const std::vector<float>& probs, size_t seq) {
+  size_t unmasked = 0;
+  for (size_t row = 0; row < probs.size() / seq; ++row)
+    for (size_t t2 = row % seq + 1; t2 < seq; ++t2) unmasked += probs[row * seq + t2] != 0.0f;
+  return unmasked;
+}
+
 // Both ways a backward op writes its input gradient. The overwrite runs start the GPU's
 // input gradient as NaN, which the op must never read.
 inline constexpr GradientWrite kGradientWrites[] = {GradientWrite::accumulate,

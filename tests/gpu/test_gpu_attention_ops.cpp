@@ -44,11 +44,8 @@ TEST_P(CudaOpsShapes, Attention) {
     EXPECT_TRUE(matches("attention out" + label, d_out, out, kDotProduct));
     EXPECT_TRUE(matches("attention probs" + label, d_probs, probs, kSoftmax));
     if (causal) {
-      const auto gpu_probs = download(d_probs, probs_elems);
-      size_t unmasked = 0;
-      for (size_t row = 0; row < probs_elems / T; ++row)
-        for (size_t t2 = row % T + 1; t2 < T; ++t2) unmasked += gpu_probs[row * T + t2] != 0.0f;
-      EXPECT_EQ(unmasked, 0u) << "masked probabilities must be exact zeros";
+      EXPECT_EQ(unmasked_probabilities(download(d_probs, probs_elems), T), 0u)
+          << "masked probabilities must be exact zeros";
     }
 
     const auto dout = random_floats(N * C, 41);
@@ -78,11 +75,8 @@ TEST_P(CudaOpsHalfShapes, Attention) {
     expect_close("attention out" + label, d_out, out, tol_.attention_out);
     expect_close("attention probs" + label, d_probs, probs, tol_.probability);
     if (causal) {
-      const auto gpu_probs = download(d_probs, probs_elems);
-      size_t unmasked = 0;
-      for (size_t row = 0; row < probs_elems / T; ++row)
-        for (size_t t2 = row % T + 1; t2 < T; ++t2) unmasked += gpu_probs[row * T + t2] != 0.0f;
-      EXPECT_EQ(unmasked, 0u) << "masked probabilities must be exact zeros";
+      EXPECT_EQ(unmasked_probabilities(download(d_probs, probs_elems), T), 0u)
+          << "masked probabilities must be exact zeros";
     }
 
     // Both sides take the 16-bit rounding of the CPU's probabilities.

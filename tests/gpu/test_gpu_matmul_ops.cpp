@@ -9,15 +9,9 @@ namespace {
 
 TEST_P(CudaOpsShapes, Matmul) {
   const OpShape s = GetParam();
-  const int N = s.rows(), C = s.channels;
-  struct Case {
-    int in_channels, out_channels;
-    bool bias;
-  };
-  // The QKV projection, the MLP's down projection, and the bias-free tied LM head.
-  for (const Case& c : {Case{C, 3 * C, true}, Case{4 * C, C, true}, Case{C, s.vocab, false}}) {
-    const std::string label = " (" + std::to_string(c.in_channels) + "->" +
-                              std::to_string(c.out_channels) + (c.bias ? ", bias)" : ", no bias)");
+  const int N = s.rows();
+  for (const DenseCase& c : dense_cases(s)) {
+    const std::string label = c.label();
     const auto inp = random_floats(size_t(N) * c.in_channels, 30);
     const auto weight = random_floats(size_t(c.out_channels) * c.in_channels, 31);
     const auto bias = random_floats(c.out_channels, 32);
@@ -57,14 +51,9 @@ TEST_P(CudaOpsShapes, Matmul) {
 
 TEST_P(CudaOpsHalfShapes, Matmul) {
   const OpShape s = shape();
-  const int N = s.rows(), C = s.channels;
-  struct Case {
-    int in_channels, out_channels;
-    bool bias;
-  };
-  for (const Case& c : {Case{C, 3 * C, true}, Case{4 * C, C, true}, Case{C, s.vocab, false}}) {
-    const std::string label = " (" + std::to_string(c.in_channels) + "->" +
-                              std::to_string(c.out_channels) + (c.bias ? ", bias)" : ", no bias)");
+  const int N = s.rows();
+  for (const DenseCase& c : dense_cases(s)) {
+    const std::string label = c.label();
     // The weight sits 8 elements into the parameters (as the model's weights sit at
     // offsets), the bias after it; both are fp32 masters of 16-bit values.
     const size_t weight_elems = size_t(c.out_channels) * c.in_channels;
