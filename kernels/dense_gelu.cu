@@ -28,11 +28,8 @@ bool launch_dense_gelu_forward(EpilogueGemm& epilogue_gemm, cudaStream_t stream,
                                const DenseGeluForwardArgs<T>& args) {
   const auto& [pre, out, inp, weight, bias, rows, in_channels, out_channels] = args;
   check_shape(rows, in_channels, out_channels);
-  check_not_null({{pre, "dense gelu pre"},
-                  {out, "dense gelu out"},
-                  {inp, "dense gelu inp"},
-                  {weight, "dense gelu weight"},
-                  {bias, "dense gelu bias"}});
+  // pre may be null: a forward that no backward follows keeps no GELU input.
+  check_not_null({{out, "dense gelu out"}, {inp, "dense gelu inp"}, {weight, "dense gelu weight"}, {bias, "dense gelu bias"}});
   return epilogue_gemm.gelu_forward(stream, {data_type_of<T>(), out, inp, weight, bias, rows,
                                              in_channels, out_channels, pre});
 }

@@ -99,6 +99,7 @@ bool EpilogueGemm::epilogue_is_transposed_a(Epilogue epilogue) { return epilogue
 EpilogueGemm::Sizing EpilogueGemm::size_for(const Plan& plan, int multiprocessors) {
   Sizing sizing{multiprocessors};
   cublasLtEpilogue_t kind = CUBLASLT_EPILOGUE_BIAS;
+  if (plan.epilogue == Epilogue::gelu_bias) kind = CUBLASLT_EPILOGUE_GELU_BIAS;
   if (plan.epilogue == Epilogue::gelu_aux_bias) kind = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
   if (plan.epilogue == Epilogue::dgelu) kind = CUBLASLT_EPILOGUE_DGELU;
   CHECK_CUBLAS(cublasLtMatmulDescCreate(&sizing.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -106,7 +107,7 @@ EpilogueGemm::Sizing EpilogueGemm::size_for(const Plan& plan, int multiprocessor
                 cublasOperation_t{epilogue_is_transposed_a(plan.epilogue) ? CUBLAS_OP_T : CUBLAS_OP_N});
   set_attribute(sizing.desc, CUBLASLT_MATMUL_DESC_TRANSB, cublasOperation_t{CUBLAS_OP_N});
   set_attribute(sizing.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, kind);
-  if (plan.epilogue != Epilogue::bias)
+  if (plan.epilogue == Epilogue::gelu_aux_bias || plan.epilogue == Epilogue::dgelu)
     set_attribute(sizing.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, int64_t{plan.m});
   if (multiprocessors > 0)
     set_attribute(sizing.desc, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, int32_t{multiprocessors});
@@ -231,6 +232,7 @@ std::vector<std::string> EpilogueGemm::algorithm_report() const {
   for (const Plan& plan : plans_) {
     if (!plan.sizing.usable || !plan.chosen) continue;
     const char* epilogue = plan.epilogue == Epilogue::bias            ? "bias"
+                           : plan.epilogue == Epilogue::gelu_bias     ? "gelu_bias"
                            : plan.epilogue == Epilogue::gelu_aux_bias ? "gelu_aux_bias"
                                                                       : "dgelu";
     lines.push_back(std::string(epilogue) + (plan.type == CUDA_R_16BF ? " bf16" : " fp16") +
@@ -262,11 +264,11 @@ bool EpilogueGemm::forward(cudaStream_t stream, const EpilogueForwardArgs& args)
 
 bool EpilogueGemm::gelu_forward(cudaStream_t stream, const EpilogueForwardArgs& args) {
   const auto& [type, out, inp, weight, bias, rows, in_channels, out_channels, pre] = args;
-  Plan* plan = aligned_plan_for(Epilogue::gelu_aux_bias, type, out_channels, rows, in_channels,
-                                {pre, out, inp, weight, bias});
+  const Epilogue epilogue = pre != nullptr ? Epilogue::gelu_aux_bias : Epilogue::gelu_bias;
+  Plan* plan = aligned_plan_for(epilogue, type, out_channels, rows, in_channels, {pre, out, inp, weight, bias});
   if (plan == nullptr) return false;
   set_pointer(*plan, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
-  set_pointer(*plan, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, pre);
+  if (pre != nullptr) set_pointer(*plan, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, pre);
   run(*plan, stream, weight, inp, out);
   return true;
 }

@@ -3,7 +3,8 @@
 // no pass of its own over the output:
 // - the bias (CUBLASLT_EPILOGUE_BIAS), in every 16-bit dense layer's forward;
 // - the bias and GPT-2's GELU (CUBLASLT_EPILOGUE_GELU_AUX_BIAS), in the MLP's first dense
-//   layer, which also stores the GELU's input as the epilogue's auxiliary output;
+//   layer, which also stores the GELU's input as the epilogue's auxiliary output; without
+//   that output (CUBLASLT_EPILOGUE_GELU_BIAS) where no backward needs it (inference);
 // - the GELU's derivative (CUBLASLT_EPILOGUE_DGELU), in the input gradient of the MLP's
 //   second dense layer, which reads that auxiliary matrix back.
 // cuBLASLt takes the bias in the output's type (an fp32 bias vector with a bf16 output was
@@ -60,7 +61,7 @@ enum class AlgorithmChoice { heuristic, timed };
 
 // A dense layer's forward through an epilogue: out[N,OC] = inp[N,IC] @ weight[OC,IC]^T +
 // bias[OC], every operand of `type` (CUDA_R_16BF or CUDA_R_16F), row-major. pre is the GELU
-// epilogue's auxiliary output, and null for the bias epilogue.
+// epilogue's auxiliary output: null for the bias epilogue, and for a GELU without one.
 struct EpilogueForwardArgs {
   cudaDataType_t type = CUDA_R_16BF;
   void* out = nullptr;
@@ -99,7 +100,7 @@ class EpilogueGemm {
   // out = inp @ weight^T + bias (args.pre unused).
   bool forward(cudaStream_t stream, const EpilogueForwardArgs& args);
   // pre = inp @ weight^T + bias and out = gelu(pre), both written; out is the GELU of the
-  // fp32 sum, before pre is rounded.
+  // fp32 sum, before pre is rounded. A null pre is not written (inference).
   bool gelu_forward(cudaStream_t stream, const EpilogueForwardArgs& args);
   // dpre = gelu'(pre) * (dout @ weight), written (dpre's old contents are never read).
   bool gelu_input_gradient(cudaStream_t stream, const EpilogueInputGradientArgs& args);
@@ -112,7 +113,7 @@ class EpilogueGemm {
   std::vector<std::string> algorithm_report() const;
 
  private:
-  enum class Epilogue { bias, gelu_aux_bias, dgelu };
+  enum class Epilogue { bias, gelu_bias, gelu_aux_bias, dgelu };
   // One algorithm for a plan, sized for `multiprocessors` (cuBLASLt's SM count target; 0:
   // the whole device).
   struct Sizing {

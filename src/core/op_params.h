@@ -170,7 +170,7 @@ struct MatmulBackwardArgs {
 // pre = inp @ weight^T + bias and out = gelu(pre), both written; bias may be null.
 template <class T>
 struct DenseGeluForwardArgs {
-  T* pre = nullptr;
+  T* pre = nullptr;  // may be null where no backward follows: then it is not kept
   T* out = nullptr;
   const T* inp = nullptr;
   const T* weight = nullptr;
@@ -204,7 +204,9 @@ struct DenseGeluBackwardArgs {
 // are left holding dlogits for that loss scale.
 template <class T>
 struct ClassifierForwardArgs {
-  float* losses = nullptr;     // [rows]
+  // [rows]; null for the logits alone (inference): then row_stats, targets and
+  // dlogits_scale are unused.
+  float* losses = nullptr;
   float* row_stats = nullptr;  // [2 rows]: each row's max logit and 1 / sum(exp(logit - max))
   T* logits = nullptr;
   const T* inp = nullptr;
