@@ -21,6 +21,7 @@
 #include "backend/backend.h"
 #include "comm/communicator.h"
 #include "core/model_shape.h"
+#include "core/precision.h"
 #include "results/run_recorder.h"
 #include "timing/step_timer.h"
 
@@ -47,6 +48,7 @@ struct BenchConfig {
   std::vector<std::string> precisions;     // fp32, tf32, fp16, bf16
   std::vector<int64_t> bandwidth_elems;    // fp32 elements per buffer
 
+  Precision precision = Precision::fp32;   // what layer / inference compute in
   std::string model;                       // preset of layer / inference
   ModelShape shape;                        // resolved: preset, overrides, max_seq
   std::vector<int> batches, seqs;          // the grid of layer / inference

@@ -7,7 +7,7 @@
 #include "bench/bench_gpt.h"
 #include "bench/bench_model.h"
 #include "model/flops.h"
-#include "model/gpt.h"
+#include "model/gpt_inference.h"
 
 namespace scalestudy {
 namespace {
@@ -28,6 +28,12 @@ void report(BenchContext& context, size_t row) {
   context.progress(line);
 }
 
+size_t allocated_total(const DeviceMemory& memory) {
+  size_t total = 0;
+  for (int kind = 0; kind < kMemoryKindCount; ++kind) total += memory.allocated_bytes(static_cast<MemoryKind>(kind));
+  return total;
+}
+
 }  // namespace
 
 void run_inference_bench(BenchContext& context) {
@@ -43,28 +49,32 @@ void run_inference_bench(BenchContext& context) {
   table.add_float("sequences_per_s", "sequences/s", "batch / time_median_s");
   table.add_float("tokens_per_s", "tokens/s", "batch · seq / time_median_s");
   table.add_float("tflops", "10^12 FLOP/s", "flops / time_median_s / 1e12");
-  table.add_int("memory_bytes", "bytes", "bytes the point allocates, predicted before it runs");
+  table.add_int("memory_bytes", "bytes", "bytes the point allocates, predicted before it runs (inference_memory)");
+  table.add_int("allocated_bytes", "bytes", "bytes the point allocated, counted by the backend");
 
   auto& m = context.method;
   m["timing"] = context.timer_description();
   m["model"] = config.model;
   describe_shape(m, shape);
-  m["forward"] = "Gpt::forward: token upload, embedding, blocks, final LayerNorm, tied LM head, softmax "
-                 "cross-entropy";
+  m["precision"] = precision_name(config.precision);
+  m["forward"] = "GptInference::forward (src/model/gpt_inference.h): token upload, embedding, blocks, final "
+                 "LayerNorm, tied LM head; the logits alone, no loss, no state kept for a backward";
   m["flop_model"] = "forward_flops (src/model/flops.h): L·(24·b·s·h² + 4·b·s²·h) + 2·b·s·h·V";
-  m["byte_model"] = "per op of src/backend/ops.h: every tensor it reads once, every tensor it writes once; fp32; "
-                    "traffic inside an op not counted (src/bench/bench_model.h)";
-  m["memory_model"] = "everything Gpt allocates for the micro-batch (its constructor also allocates the "
-                      "backward's buffers), compared with the free memory less head-room";
+  m["byte_model"] = "per op of src/backend/ops.h: every tensor it reads once, every tensor it writes once, in "
+                    "elements of the precision's activations (2 bytes in bf16/fp16, 4 in fp32); traffic inside "
+                    "an op not counted (src/bench/bench_model.h)";
+  m["memory_model"] = "inference_memory (src/model/gpt_inference.h): the parameters, one layer's working set, "
+                      "one layer's attention state and the logits, as the backend stores them; compared with "
+                      "the free memory less head-room";
 
+  const double activation_bytes = is_16bit(config.precision) ? 2.0 : 4.0;
   ParameterCache parameters(1234);
   for (int batch : config.batches) {
     for (int seq : config.seqs) {
       const size_t row = table.add_row();
       const double flops = forward_flops(shape, batch, seq);
-      const double bytes = bench_model::gpt_forward_bytes(shape, batch, seq);
-      const size_t memory = bench_model::gpt_allocation_bytes(shape, static_cast<size_t>(batch),
-                                                              static_cast<size_t>(seq), /*backward=*/false);
+      const double bytes = bench_model::gpt_forward_bytes(shape, batch, seq) * activation_bytes / sizeof(float);
+      const size_t memory = inference_memory(shape, batch, seq).bytes(context.backend);
       table.set(row, "batch", batch);
       table.set(row, "seq", seq);
       table.set(row, "flops", flops);
@@ -83,14 +93,15 @@ void run_inference_bench(BenchContext& context) {
         report(context, row);
         continue;
       }
-      Gpt model(context.backend, shape, batch, seq, make_parameter_layout(shape).param_elems);
-      parameters.initialize(context.backend, model);
+      const size_t allocated_before = allocated_total(context.backend);
+      GptInference model(context.backend, shape, batch, seq);
+      table.set(row, "allocated_bytes", static_cast<int64_t>(allocated_total(context.backend) - allocated_before));
+      parameters.initialize(context.backend, model.params(), model.layout(), model.layout().param_elems);
       const size_t tokens_count = static_cast<size_t>(batch) * static_cast<size_t>(seq);
       const std::vector<int32_t> tokens = random_tokens(tokens_count, shape.vocab, 51);
-      const std::vector<int32_t> targets = random_tokens(tokens_count, shape.vocab, 52);
       std::unique_ptr<StepTimer> timer = context.backend.make_step_timer();
       const TimedCalls timed = time_calls(
-          *timer, [&] { model.forward(tokens.data(), targets.data(), nullptr); }, config.warmup, config.repeats,
+          *timer, [&] { model.forward(tokens.data()); }, config.warmup, config.repeats,
           config.min_sample_s, context.trace_hooks(row));
       table.set_timing(row, timed);
       const double median_s = timed.stats.median_s;

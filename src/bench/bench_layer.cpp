@@ -105,7 +105,6 @@ void run_block(BenchContext& context, ParameterCache& parameters, const ModelSha
 struct BlockBuffers {
   BlockBuffers(Backend& backend, const ModelShape& shape, size_t batch, size_t seq) : backend_(backend) {
     const size_t n = batch * seq, c = static_cast<size_t>(shape.channels);
-    const size_t probs_elems = batch * static_cast<size_t>(shape.heads) * seq * seq;
     uint64_t seed = 41;
     auto activation = [&](size_t elems) {
       float* p = allocate_random(backend_, elems, MemoryKind::activations, seed++);
@@ -113,10 +112,15 @@ struct BlockBuffers {
       return p;
     };
     for (auto [view, elems] : {std::pair{&x, n * c}, {&fch, 4 * n * c}, {&fch_gelu, 4 * n * c}, {&out, n * c},
-                               {&qkv, 3 * n * c}, {&atty, n * c}, {&probs, probs_elems}, {&dx, n * c},
+                               {&qkv, 3 * n * c}, {&atty, n * c}, {&dx, n * c},
                                {&dfch, 4 * n * c}, {&dfch_gelu, 4 * n * c}, {&dout, n * c}, {&dqkv, 3 * n * c},
                                {&datty, n * c}})
       *view = activation(elems);
+    // The attention's state as the backend keeps it: the probabilities, or the fused
+    // kernels' log-sum-exp, which the forward writes before any backward reads it.
+    probs = backend_.allocate_attention_state(
+        {static_cast<int>(batch), static_cast<int>(seq), shape.channels, shape.heads, shape.causal});
+    owned_.push_back(probs);
     // Weight offsets: fc [4C,C], fc bias, proj [C,4C], proj bias, qkv [3C,C], qkv bias,
     // attention projection [C,C], its bias.
     const size_t sizes[] = {4 * c * c, 4 * c, 4 * c * c, c, 3 * c * c, 3 * c, c * c, c};
@@ -239,7 +243,7 @@ void part_passes(Ops& ops, BlockBuffers& m, Part part, const AttentionShape& att
 
 void run_parts(BenchContext& context, const ModelShape& shape, int batch, int seq) {
   PointTable& table = context.table;
-  const size_t memory = parts_allocation_bytes(shape, static_cast<size_t>(batch), static_cast<size_t>(seq));
+  const size_t memory = parts_allocation_bytes(context.backend, shape, batch, seq);
   std::vector<std::pair<Part, std::pair<size_t, size_t>>> rows;
   for (Part part : bench_model::kParts) {
     const double flops = bench_model::part_forward_flops(part, shape, batch, seq);
@@ -281,12 +285,15 @@ ModelShape layer_model_shape(const ModelShape& shape) {
   return one;
 }
 
-size_t parts_allocation_bytes(const ModelShape& shape, size_t batch, size_t seq) {
-  const size_t n = batch * seq, c = static_cast<size_t>(shape.channels);
-  const size_t probs = batch * static_cast<size_t>(shape.heads) * seq * seq;
-  const size_t activations = 2 * (14 * n * c) + probs;  // the tensors and their gradients, probs once
+size_t parts_allocation_bytes(const Backend& backend, const ModelShape& shape, int batch, int seq) {
+  const size_t n = static_cast<size_t>(batch) * static_cast<size_t>(seq), c = static_cast<size_t>(shape.channels);
+  const AttentionShape attention{batch, seq, shape.channels, shape.heads, shape.causal};
+  const size_t activations = 2 * (14 * n * c);  // the tensors and their gradients
   const size_t weights = 12 * c * c + 9 * c;
-  return (activations + 2 * weights + probs /* attention backward's scratch */) * sizeof(float);
+  // The attention state, and as much again for the attention backward's scratch (the
+  // probabilities' gradient, where the backend keeps probabilities).
+  return backend.floats_bytes(activations, MemoryKind::activations) + 2 * backend.attention_state_bytes(attention) +
+         backend.floats_bytes(weights, MemoryKind::parameters) + backend.floats_bytes(weights, MemoryKind::gradients);
 }
 
 void run_layer_bench(BenchContext& context) {
