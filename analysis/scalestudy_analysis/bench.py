@@ -259,16 +259,15 @@ def bench_tables(bench):
         table.index = [f"{e} ({_bytes_label(int(e) * 4)})" for e in table.index]
         return [("GB/s (bytes read + written) by elements per buffer", table)]
     if bench.name == "layer":
-        block = p[p["part"] == "block"].sort_values(["seq", "pass"], kind="stable")
-        block = block.assign(where="seq " + block["seq"].astype(str) + ", " + block["pass"])
-        parts = p[p["part"] != "block"]
-        order = list(dict.fromkeys(block["where"]))
-        tables = [("Block TFLOP/s by batch", grid(block, "batch", "where", "tflops", 4, order))]
-        if not parts.empty:
-            at = f"batch {parts['batch'].iloc[0]}, seq {parts['seq'].iloc[0]}"
-            parts = parts.assign(ms=parts["time_median_s"] * 1e3)
-            tables.append((f"Parts at {at}: TFLOP/s", grid(parts, "part", "pass", "tflops", 4)))
-            tables.append((f"Parts at {at}: ms per call", grid(parts, "part", "pass", "ms", 4)))
+        # One table per part (the block first), batches down, seq and pass across; older
+        # files hold their parts at one batch and seq only.
+        tables = []
+        for part in dict.fromkeys(p["part"]):
+            rows = p[p["part"] == part].sort_values(["seq", "pass"], kind="stable")
+            rows = rows.assign(where="seq " + rows["seq"].astype(str) + ", " + rows["pass"])
+            title = "Block" if part == "block" else f"Part {part}:"
+            tables.append((f"{title} TFLOP/s by batch", grid(rows, "batch", "where", "tflops", 4,
+                                                           list(dict.fromkeys(rows["where"])))))
         return tables
     if bench.name == "inference":
         return [("Latency (ms) by batch × seq", grid(p, "batch", "seq", "latency_ms", 4)),

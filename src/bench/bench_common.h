@@ -52,7 +52,6 @@ struct BenchConfig {
   std::string model;                       // preset of layer / inference
   ModelShape shape;                        // resolved: preset, overrides, max_seq
   std::vector<int> batches, seqs;          // the grid of layer / inference
-  int part_batch = 0, part_seq = 0;        // where the layer's parts are measured
 
   std::vector<std::string> collectives;    // allreduce, reduce_scatter, allgather
   int64_t min_bytes = 0, max_bytes = 0;    // payload range of comm, doubling

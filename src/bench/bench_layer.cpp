@@ -328,8 +328,10 @@ void run_layer_bench(BenchContext& context) {
 
   ParameterCache parameters(1234);
   for (int seq : config.seqs)
-    for (int batch : config.batches) run_block(context, parameters, shape, batch, seq);
-  run_parts(context, shape, config.part_batch, config.part_seq);
+    for (int batch : config.batches) {
+      run_block(context, parameters, shape, batch, seq);
+      run_parts(context, shape, batch, seq);
+    }
 }
 
 }  // namespace scalestudy

@@ -39,7 +39,7 @@ struct RawOptions {
   std::string memory_limit = "0";
   std::string sizes, precisions = "fp32,tf32,fp16,bf16";
   std::string model, batches, seqs, precision = "auto";
-  int hidden = 0, heads = 0, layers = 0, part_batch = 0, part_seq = 0;
+  int hidden = 0, heads = 0, layers = 0;
   std::string collectives = "allreduce,reduce_scatter,allgather", min_bytes = "1K", max_bytes;
 };
 
@@ -52,7 +52,6 @@ const std::map<std::string, std::vector<BenchKind>>& option_scope() {
       {"hidden", {K::layer, K::inference}},
       {"heads", {K::layer, K::inference}}, {"layers", {K::inference}},
       {"batches", {K::layer, K::inference}}, {"seqs", {K::layer, K::inference}},
-      {"part-batch", {K::layer}}, {"part-seq", {K::layer}},
       {"collectives", {K::comm}}, {"min-bytes", {K::comm}}, {"max-bytes", {K::comm}},
   };
   return scope;
@@ -109,9 +108,8 @@ po::options_description bench_options(RawOptions& raw) {
       ("batches", po::value(&raw.batches)->default_value("", "by backend"),
        "batch sizes (layer: cuda 4..128, cpu 1,2,4; inference: cuda 1..256, cpu 1,4)")
       ("seqs", po::value(&raw.seqs)->default_value("", "by backend"),
-       "sequence lengths (layer: cuda 128,512, cpu 16,32; inference: cuda 64,128,384,1024,4096, cpu 16,64)")
-      ("part-batch", po::value(&raw.part_batch)->default_value(0, "cuda 64, cpu 4"), "layer: batch of the parts")
-      ("part-seq", po::value(&raw.part_seq)->default_value(0, "cuda 128, cpu 32"), "layer: seq of the parts");
+       "sequence lengths (layer: cuda 128,512, cpu 16,32; inference: cuda 64,128,384,1024,4096, cpu 16,64); "
+       "layer measures the block and each part at every batch × seq");
 
   po::options_description comm = help_section("comm");
   comm.add_options()
@@ -219,13 +217,7 @@ BenchConfig resolve(BenchKind kind, const RawOptions& raw, const po::variables_m
     const char* seqs = layer ? (cuda ? "128,512" : "16,32") : (cuda ? "64,128,384,1024,4096" : "16,64");
     c.batches = int_list("batches", raw.batches.empty() ? batches : raw.batches, 1 << 20);
     c.seqs = int_list("seqs", raw.seqs.empty() ? seqs : raw.seqs, 1 << 20);
-    if (raw.part_batch < 0) bad_value("part-batch", std::to_string(raw.part_batch), "must be positive");
-    if (raw.part_seq < 0) bad_value("part-seq", std::to_string(raw.part_seq), "must be positive");
-    c.part_batch = raw.part_batch > 0 ? raw.part_batch : cuda ? 64 : 4;
-    c.part_seq = raw.part_seq > 0 ? raw.part_seq : cuda ? 128 : 32;
-    int longest = *std::max_element(c.seqs.begin(), c.seqs.end());
-    if (layer) longest = std::max(longest, c.part_seq);
-    c.shape.max_seq = longest;
+    c.shape.max_seq = *std::max_element(c.seqs.begin(), c.seqs.end());
     // Inference marks such points OOM instead (they never fit): its default grid has them.
     const int64_t most_tokens = INT_MAX / (4 * static_cast<int64_t>(c.shape.channels));
     for (int batch : layer ? c.batches : std::vector<int>{})

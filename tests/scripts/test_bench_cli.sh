@@ -38,7 +38,7 @@ grep -q '"unavailable"' <<<"$(dataset "$tmp/gemm.h5" /bench/gemm/status)" || fai
 expect_exit 0 "accumulate" "$binary" bench bandwidth --sizes 1K..4K "${quick[@]}" -o "$tmp/bandwidth.h5"
 expect_file "$tmp/bandwidth.h5" bandwidth
 
-expect_exit 0 "attention-core" "$binary" bench layer --batches 1,2 --seqs 8 --part-batch 2 --part-seq 8 \
+expect_exit 0 "attention-core" "$binary" bench layer --batches 1,2 --seqs 8 \
   "${quick[@]}" -o "$tmp/layer.h5"
 expect_file "$tmp/layer.h5" layer
 

@@ -316,13 +316,11 @@ TEST(MicrobenchCpu, LayerPointsThatDoNotFitAreMarkedOomAndKept) {
   config.shape = find_model_preset("tiny").shape;
   config.batches = {1, 2};
   config.seqs = {8};
-  config.part_batch = 2;
-  config.part_seq = 8;
   config.memory_limit_bytes = 1;  // below any point's head-room: every point is oom
   BenchRun oom_run(config);
   BenchContext oom_context = oom_run.context();
   run_layer_bench(oom_context);
-  const size_t rows = 2 * 2 + 2 * 5;  // two block points and five parts, two passes each
+  const size_t rows = 2 * (2 + 2 * 5);  // at each of two points: the block and five parts, two passes each
   ASSERT_EQ(oom_run.table.rows(), rows);
   for (size_t row = 0; row < rows; ++row) EXPECT_EQ(oom_run.table.status(row), PointStatus::oom) << row;
 
