@@ -40,8 +40,12 @@ struct PointModel {
   size_t memory_bytes = 0;
 };
 
-size_t add_point(PointTable& table, const std::string& part, const std::string& pass, int batch, int seq,
-                 const PointModel& model) {
+// The byte model counts fp32 elements; 16-bit activations and weights move half as many
+// bytes.
+size_t add_point(BenchContext& context, const std::string& part, const std::string& pass, int batch, int seq,
+                 PointModel model) {
+  if (is_16bit(context.config.precision)) model.bytes /= 2;
+  PointTable& table = context.table;
   const size_t row = table.add_row();
   table.set(row, "part", part);
   table.set(row, "pass", pass);
@@ -75,9 +79,9 @@ void run_block(BenchContext& context, ParameterCache& parameters, const ModelSha
   const double backward_bytes = bench_model::gpt_backward_bytes(shape, batch, seq);
   const size_t memory = bench_model::gpt_allocation_bytes(shape, static_cast<size_t>(batch), static_cast<size_t>(seq),
                                                           /*backward=*/true);
-  const size_t forward_row = add_point(table, "block", kForward, batch, seq, {forward, forward_bytes, memory});
+  const size_t forward_row = add_point(context, "block", kForward, batch, seq, {forward, forward_bytes, memory});
   const size_t both_row =
-      add_point(table, "block", kForwardBackward, batch, seq,
+      add_point(context, "block", kForwardBackward, batch, seq,
                 {training_flops(shape, batch, seq), forward_bytes + backward_bytes, memory});
   if (!fits(context, memory)) {
     for (size_t row : {forward_row, both_row}) {
@@ -250,8 +254,8 @@ void run_parts(BenchContext& context, const ModelShape& shape, int batch, int se
     const double forward_bytes = bench_model::part_forward_bytes(part, shape, batch, seq);
     const double backward_bytes = bench_model::part_backward_bytes(part, shape, batch, seq);
     const size_t forward_row =
-        add_point(table, bench_model::part_name(part), kForward, batch, seq, {flops, forward_bytes, memory});
-    const size_t both_row = add_point(table, bench_model::part_name(part), kForwardBackward, batch, seq,
+        add_point(context, bench_model::part_name(part), kForward, batch, seq, {flops, forward_bytes, memory});
+    const size_t both_row = add_point(context, bench_model::part_name(part), kForwardBackward, batch, seq,
                                       {3 * flops, forward_bytes + backward_bytes, memory});
     rows.push_back({part, {forward_row, both_row}});
   }
@@ -315,6 +319,7 @@ void run_layer_bench(BenchContext& context) {
   m["timing"] = context.timer_description();
   m["model"] = config.model;
   describe_shape(m, shape);
+  m["precision"] = precision_name(config.precision);
   m["block"] = "scalestudy::Gpt with one layer: embedding, the block, final LayerNorm, tied LM head, softmax "
                "cross-entropy; forward+backward adds Gpt::backward into one gradient buffer";
   m["flop_model"] = "block: forward_flops of the 1-layer model (src/model/flops.h), 24·b·s·h² + 4·b·s²·h + "
@@ -322,7 +327,8 @@ void run_layer_bench(BenchContext& context) {
                     "16·b·s·h², attention 8·b·s·h² + 4·b·s²·h, attention-core 4·b·s²·h; backward 2× forward. "
                     "Elementwise work is not counted.";
   m["byte_model"] = "per op of src/backend/ops.h: every tensor it reads once, every tensor it writes once, "
-                    "accumulated tensors read and written; fp32; traffic inside an op not counted "
+                    "accumulated tensors read and written, in elements of the precision's activations (2 "
+                    "bytes in bf16/fp16, 4 in fp32); traffic inside an op not counted "
                     "(src/bench/bench_model.h)";
   for (Part part : bench_model::kParts) m[std::string("part_") + bench_model::part_name(part)] = bench_model::part_description(part);
 
