@@ -81,9 +81,10 @@ void run_inference_bench(BenchContext& context) {
       table.set(row, "bytes", bytes);
       table.set(row, "arithmetic_intensity", flops / bytes);
       table.set(row, "memory_bytes", static_cast<int64_t>(memory));
-      // Row counts are int in the ops; a point past them would also need far more memory
-      // than any device has, so it is an OOM point, not an error.
-      if (static_cast<int64_t>(batch) * seq > INT_MAX / (4 * static_cast<int64_t>(shape.channels))) {
+      // Row counts are int in the ops (element offsets are size_t in every kernel); a point
+      // past them would also need far more memory than any device has, so it is an OOM
+      // point, not an error.
+      if (static_cast<int64_t>(batch) * seq > INT_MAX) {
         table.set_status(row, PointStatus::oom, "more tokens than the ops' int row counts allow");
         report(context, row);
         continue;
