@@ -27,6 +27,7 @@
 namespace scalestudy {
 
 enum class BenchKind { gemm, bandwidth, layer, inference, comm };
+inline constexpr int kBenchKindCount = 5;
 const char* bench_kind_name(BenchKind kind);
 // Throws UsageError naming the benchmark when it is unknown.
 BenchKind parse_bench_kind(const std::string& name);
@@ -124,6 +125,7 @@ size_t memory_with_headroom(size_t predicted_bytes);
 // ---- the table of points --------------------------------------------------------------
 
 enum class PointStatus { ok, oom, unavailable, wrong };
+inline constexpr int kPointStatusCount = 4;
 const char* point_status_name(PointStatus status);
 
 // One row per point, in measurement order. Every table has the common columns (status,
