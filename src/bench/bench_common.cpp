@@ -372,15 +372,8 @@ std::string BenchContext::timer_description() const {
   return "std::chrono::steady_clock on the calling thread around the calls";
 }
 
-void time_flops_row(BenchContext& context, size_t row, const std::function<void()>& call) {
-  const BenchConfig& c = context.config;
-  std::unique_ptr<StepTimer> timer = context.backend.make_step_timer();
-  const TimedCalls timed = time_calls(*timer, call, c.warmup, c.repeats, c.min_sample_s, context.trace_hooks(row));
-  context.table.set_timing(row, timed);
-  context.table.set(row, "tflops", context.table.number(row, "flops") / timed.stats.median_s / 1e12);
-}
-
-void describe_shape(std::map<std::string, std::string>& method, const ModelShape& shape) {
+void describe_model(std::map<std::string, std::string>& method, const std::string& model, const ModelShape& shape) {
+  method["model"] = model;
   method["layers"] = std::to_string(shape.layers);
   method["hidden"] = std::to_string(shape.channels);
   method["heads"] = std::to_string(shape.heads);

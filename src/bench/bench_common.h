@@ -207,15 +207,9 @@ struct BenchContext {
   }
 };
 
-// Times `call` for a row of the table (warm-up, repeats and sample length from the
-// config; the tracer's window where one runs), and sets the row's timing and its rate,
-// "tflops", from its "flops".
-void time_flops_row(BenchContext& context, size_t row, const std::function<void()>& call);
-
-
-// Writes the model's shape into a group's method attributes as /config does: layers,
-// hidden, heads, vocab, max_seq and attention, every value a string.
-void describe_shape(std::map<std::string, std::string>& method, const ModelShape& shape);
+// Writes the model into a group's method attributes as /config does: its preset name as
+// model, then layers, hidden, heads, vocab, max_seq and attention, every value a string.
+void describe_model(std::map<std::string, std::string>& method, const std::string& model, const ModelShape& shape);
 
 // ---- the file -------------------------------------------------------------------------
 

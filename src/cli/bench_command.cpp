@@ -306,6 +306,7 @@ int run_bench_command(int argc, const char* const* argv) {
   file.watch(&table, &method);
   BenchContext context{config, *backend.ops, backend.comm.get(), MPI_COMM_WORLD, where.rank, where.world_size,
                        table, method};
+  method["timing"] = context.timer_description();
   std::unique_ptr<KernelTracer> tracer;
   if (config.profile_kernels) {
     tracer = backend.ops->make_kernel_tracer();
