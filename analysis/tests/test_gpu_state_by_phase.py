@@ -13,7 +13,7 @@ from scalestudy_analysis.gpu_phase_state import (gpu_phase_metrics, has_phase_sa
 from scalestudy_analysis.gpu_state import gpu_metrics, has_samples
 from scalestudy_analysis.load import read_run
 from scalestudy_analysis.report import write_report
-from synth import (GPU_PHASE_DATASETS, PHASES, base_config, changed_file, drop_steps_dataset,
+from synth import (GPU_PHASE_DATASETS, PHASES, base_config, drop_steps_dataset,
                    replace_steps_dataset, reshape_steps_dataset, write_run)
 
 # Tolerance: none. Every expected value below is one of the stored numbers or the mean of
@@ -314,15 +314,12 @@ MALFORMED = {
 
 
 @pytest.mark.parametrize("case", sorted(MALFORMED))
-def test_a_malformed_phase_dataset_is_a_problem_and_the_per_step_state_stays(tmp_path, case):
+def test_a_malformed_phase_dataset_is_a_problem_and_the_per_step_state_stays(tmp_path, case,
+                                                                            read_with_one_gpu_problem):
     change, message = MALFORMED[case]
     intact = read_run(write_known(tmp_path / "intact" / "run.h5"))
-    path = changed_file(write_known(tmp_path / "results" / "run.h5"), change)
-    run = read_run(path)
-    assert run.usable and run.summary["steps_measured"] == len(MEASURED_ROWS)
-    (problem,) = run.problems
-    assert problem.kind == "gpu state" and not problem.excluded
-    assert message in problem.message
+    run, problem = read_with_one_gpu_problem(write_known(tmp_path / "results" / "run.h5"), change,
+                                             message, len(MEASURED_ROWS))
     assert "GPU state by phase is left out, its GPU state per step is kept" in problem.message
     assert run.gpu_state is not None and run.gpu_state.phases is None
     assert has_samples(run) and not has_phase_samples(run)
