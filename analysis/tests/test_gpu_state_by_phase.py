@@ -14,7 +14,7 @@ from scalestudy_analysis.gpu_state import gpu_metrics, has_samples
 from scalestudy_analysis.load import read_run
 from scalestudy_analysis.report import write_report
 from synth import (GPU_PHASE_DATASETS, PHASES, base_config, drop_steps_dataset,
-                   replace_steps_dataset, reshape_steps_dataset, write_run)
+                   replace_steps_dataset, reshape_steps_dataset, set_steps_value, write_run)
 
 # Tolerance: none. Every expected value below is one of the stored numbers or the mean of
 # two of them, all integers, which floats hold exactly; so the tests compare with ==.
@@ -289,10 +289,6 @@ def _as_text(name):
     return change
 
 
-def _negative_samples(handle):
-    handle["steps/gpu_phase_samples"][2, 1, 1] = -3
-
-
 MALFORMED = {
     "no phase axis": (reshape_steps_dataset("gpu_phase_power_w", (STEPS, 2)),
                       "/steps/gpu_phase_power_w has shape [7, 2], expected [S, R, P] = "
@@ -308,7 +304,7 @@ MALFORMED = {
     "text power": (_as_text("gpu_phase_power_w"),
                    "/steps/gpu_phase_power_w has dtype object, expected float64"),
     "missing dataset": (drop_steps_dataset("gpu_phase_power_w"), "missing /steps/gpu_phase_power_w"),
-    "negative samples": (_negative_samples,
+    "negative samples": (set_steps_value("gpu_phase_samples", (2, 1, 1), -3),
                          "/steps/gpu_phase_samples is negative in 1 step-rank-phase cells"),
 }
 
