@@ -1,8 +1,5 @@
 #include "bench/bench_bandwidth.h"
 
-#include <cstdio>
-#include <memory>
-
 #include "bench/bench_gpt.h"
 #include "bench/bench_point.h"
 #include "core/check.h"

@@ -1,8 +1,6 @@
 #include "bench/bench_comm.h"
 
 #include <algorithm>
-#include <cstdio>
-#include <memory>
 
 #include "bench/bench_point.h"
 #include "core/check.h"

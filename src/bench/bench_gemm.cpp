@@ -1,6 +1,5 @@
 #include "bench/bench_gemm.h"
 
-#include <cstdio>
 #include <cstring>
 #include <memory>
 

@@ -1,8 +1,6 @@
 #include "bench/bench_inference.h"
 
 #include <climits>
-#include <cstdio>
-#include <memory>
 
 #include "bench/bench_gpt.h"
 #include "bench/bench_model.h"

@@ -1,7 +1,7 @@
 #include "bench/bench_layer.h"
 
-#include <cstdio>
-#include <memory>
+#include <functional>
+#include <vector>
 
 #include "bench/bench_gpt.h"
 #include "bench/bench_point.h"

@@ -1,5 +1,6 @@
 #include "bench/bench_point.h"
 
+#include <algorithm>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
