@@ -61,19 +61,19 @@ po::options_description bench_options(RawOptions& raw) {
   po::options_description general = help_section("General");
   general.add_options()
       ("help,h", "print this help and exit")
-      ("backend", po::value(&raw.backend)->default_value(raw.backend), "cpu or cuda; the size defaults follow it")
-      ("memory-limit", po::value(&raw.memory_limit)->default_value(raw.memory_limit),
+      ("backend", defaulted(&raw.backend), "cpu or cuda; the size defaults follow it")
+      ("memory-limit", defaulted(&raw.memory_limit),
        "bytes a point may allocate (K/M/G suffixes); 0: what the device (host) has free. Points "
        "predicted to need more are marked oom")
-      ("comm-timeout", po::value(&raw.comm_timeout_s)->default_value(raw.comm_timeout_s),
+      ("comm-timeout", defaulted(&raw.comm_timeout_s),
        "seconds a collective may take before the job is ended");
 
   po::options_description timing = help_section("Timing");
   timing.add_options()
-      ("warmup", po::value(&raw.warmup)->default_value(raw.warmup),
+      ("warmup", defaulted(&raw.warmup),
        "samples run and discarded before the timed ones; at least 1 (the last sets the calls per sample)")
-      ("repeats", po::value(&raw.repeats)->default_value(raw.repeats), "timed samples per point (median and IQR)")
-      ("min-sample-ms", po::value(&raw.min_sample_ms)->default_value(raw.min_sample_ms),
+      ("repeats", defaulted(&raw.repeats), "timed samples per point (median and IQR)")
+      ("min-sample-ms", defaulted(&raw.min_sample_ms),
        "a sample repeats the call until it lasts about this long");
 
   po::options_description output = help_section("Output");
@@ -93,7 +93,7 @@ po::options_description bench_options(RawOptions& raw) {
       ("sizes", po::value(&raw.sizes)->default_value("", "by backend"),
        "gemm: n of the n×n×n products (cuda 128,512,2048,8192; cpu 64,128,256); bandwidth: elements per "
        "buffer (cuda 16K..64M; cpu 16K..1M). K/M/G suffixes; A..B doubles from A to B")
-      ("precisions", po::value(&raw.precisions)->default_value(raw.precisions),
+      ("precisions", defaulted(&raw.precisions),
        "gemm precisions: fp32, tf32, fp16, bf16 (the cpu has fp32 only; the others are marked unavailable)");
 
   po::options_description model = help_section("layer and inference");
@@ -113,9 +113,9 @@ po::options_description bench_options(RawOptions& raw) {
 
   po::options_description comm = help_section("comm");
   comm.add_options()
-      ("collectives", po::value(&raw.collectives)->default_value(raw.collectives),
+      ("collectives", defaulted(&raw.collectives),
        "collectives to measure: allreduce, reduce_scatter, allgather")
-      ("min-bytes", po::value(&raw.min_bytes)->default_value(raw.min_bytes), "smallest payload (doubling from it)")
+      ("min-bytes", defaulted(&raw.min_bytes), "smallest payload (doubling from it)")
       ("max-bytes", po::value(&raw.max_bytes)->default_value("", "cuda 1G, cpu 1M"), "largest payload");
 
   po::options_description all = help_sections();
@@ -315,6 +315,7 @@ int run_bench_command(int argc, const char* const* argv) {
   file.watch(&table, &method);
   BenchContext context{config, *backend.ops, backend.comm.get(), MPI_COMM_WORLD, where.rank, where.world_size,
                        table, method};
+  method["timing"] = context.timer_description();
   std::unique_ptr<KernelTracer> tracer;
   if (config.profile_kernels) {
     tracer = backend.ops->make_kernel_tracer();
