@@ -17,7 +17,7 @@ MPIEXEC = shutil.which("mpiexec")
 
 
 def write_bench(path, name, columns, *, status="complete", device="cpu", world_size=1, method=None,
-                repeats=3, schema_version=1):
+                repeats=3, schema_version=1, precision="fp32"):
     """Writes a bench file as src/bench/bench_common.cpp does. columns: name -> list; the
     common columns not given are filled in (status ok, times from time_median_s)."""
     points = len(next(iter(columns.values())))
@@ -33,7 +33,7 @@ def write_bench(path, name, columns, *, status="complete", device="cpu", world_s
                            "argv": f"scalestudy bench {name}", "start_time": "2025-01-01T00:00:00Z",
                            "end_time": "2025-01-01T00:01:00Z", "world_size": np.int64(world_size),
                            "nodes": np.int64(1), "ranks_per_node": np.int64(world_size), "backend": "cpu",
-                           "precision": "fp32", "status": status, "failure_reason": "" if status == "complete"
+                           "precision": precision, "status": status, "failure_reason": "" if status == "complete"
                            else "rank 0: it broke", "cuda_version": "none", "nccl_version": "none",
                            "mpi_version": "synthetic", "hdf5_version": "1.14.3", "bench": name}.items():
             handle.attrs[key] = value
