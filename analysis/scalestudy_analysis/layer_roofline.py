@@ -76,7 +76,9 @@ def layer_section(bench, roofline, out_dir, figure_file):
                     [[r["label"], fmt(r["tflops"]), fmt(r["arithmetic_intensity"], 3), fmt(r["roof_tflops"]),
                       percent(r["of_roof"]), r["bound"]] for r in rows.to_dict("records")]),
               "", f"![layer against the roofline]({figure_file})"]
-    if precision in SIXTEEN_BIT and "fp32" in str(bench.method.get("byte_model", "")):
+    # Older layer files counted fp32 elements at every precision ("...; fp32; ..."); newer
+    # ones count elements of the file's precision.
+    if precision in SIXTEEN_BIT and "; fp32;" in str(bench.method.get("byte_model", "")):
         lines += ["", f"The file's byte model counts fp32 elements; its {precision} kernels move about half those "
                       "bytes, so each intensity is about twice the one shown, and a memory roof twice as high."]
     return lines

@@ -147,7 +147,7 @@ def test_without_a_gemm_of_the_layer_precision_there_is_no_roof(tmp_path):
 def test_real_cpu_files_draw_the_grid_beside_pytorch_and_the_layer_against_the_roof(tmp_path):
     quick = ["--warmup", "1", "--repeats", "3", "--min-sample-ms", "0.2"]
     for name, options in (("gemm", ["--sizes", "32,64"]), ("bandwidth", ["--sizes", "4K,16K"]),
-                          ("layer", ["--batches", "1", "--seqs", "8", "--part-batch", "1", "--part-seq", "8"]),
+                          ("layer", ["--batches", "1", "--seqs", "8"]),
                           ("inference", ["--batches", "1,2", "--seqs", "8,16"])):
         subprocess.run([BINARY, "bench", name, *options, *quick, "-o", str(tmp_path / f"{name}.h5")], check=True,
                        capture_output=True, timeout=300)
