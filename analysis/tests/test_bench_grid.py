@@ -114,7 +114,7 @@ def test_layer_points_meet_the_roof_of_their_own_precision_at_their_intensity(tm
     # 1 ms: 134.2 GB/s. Ridge at 1600 FLOP/byte.
     write_bench(tmp_path / "gemm.h5", "gemm", gemm_columns([("fp32", 1024, 1e-3), ("bf16", 1024, 1e-5)]))
     write_bench(tmp_path / "bw.h5", "bandwidth", bandwidth_columns([("copy", 1 << 24, 1e-3)]))
-    method = {"timing": "synthetic", "byte_model": "per op: every tensor it reads once; fp32"}
+    method = {"timing": "synthetic", "byte_model": "per op: every tensor it reads once; fp32; traffic inside an op not counted"}
     write_bench(tmp_path / "layer.h5", "layer", layer_columns([("ffn", "forward", 1e4, 107.37),
                                                                ("attention-core", "forward", 100.0, 6.7108864)]),
                 method=method, precision="bf16")
