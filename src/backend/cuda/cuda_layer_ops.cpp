@@ -231,7 +231,7 @@ void CudaOps::dense_backward_through_gelu(const DenseGeluBackwardArgs<float>& ar
 }
 
 float* CudaOps::allocate_attention_state(const AttentionShape& shape) {
-  if (half_mode() && cuda::flash_attention_supported(shape))
+  if (keeps_log_sum_exp(shape))
     return allocate_statistics(static_cast<size_t>(shape.batch) * shape.heads * shape.seq);
   return allocate_floats(attention_probs_elems(shape), MemoryKind::activations);
 }
