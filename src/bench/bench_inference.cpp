@@ -63,8 +63,7 @@ void run_inference_bench(BenchContext& context) {
       const size_t row = table.add_row();
       const double flops = forward_flops(shape, batch, seq);
       const double bytes = bench_model::gpt_forward_bytes(shape, batch, seq);
-      const size_t memory = bench_model::gpt_allocation_bytes(shape, static_cast<size_t>(batch),
-                                                              static_cast<size_t>(seq), /*backward=*/false);
+      const size_t memory = bench_model::gpt_allocation_bytes(context.backend, shape, batch, seq, /*backward=*/false);
       table.set(row, "batch", batch);
       table.set(row, "seq", seq);
       table.set(row, "flops", flops);
