@@ -1,4 +1,4 @@
-"""Reading result files (schema v1 to v5) into RunRecords and one pandas row per run."""
+"""Reading result files (schema v1 to v6) into RunRecords and one pandas row per run."""
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,8 +14,8 @@ from .intervals import StepQuantities, step_quantities
 from .kernel_trace import KernelTrace, read_kernel_trace
 from .problems import Problem
 from .schema import (COLLECTIVE_NAMES, HOST_INFO_DATASETS, HOST_INFO_VERSION, KERNEL_TRACE_GROUP,
-                     PHASE_NAMES, RESULT_SUFFIXES, STATUS_COMPLETE, SUMMARY_FLOAT_KEYS,
-                     SUPPORTED_SCHEMA_VERSIONS)
+                     MEMORY_ESTIMATE_ATTRIBUTE, PHASE_NAMES, RESULT_SUFFIXES, STATUS_COMPLETE,
+                     SUMMARY_FLOAT_KEYS, SUPPORTED_SCHEMA_VERSIONS)
 from .summary import compare_summary, compute_summary
 
 
@@ -59,6 +59,12 @@ class RunRecord:
     git_sha = property(lambda self: self.attrs.get("git_sha", ""))
     repeat = property(lambda self: self.config.get("repeat", ""))
     schema_version = property(lambda self: int(self.attrs.get("schema_version", -1)))
+
+    @property
+    def memory_estimate_bytes(self):
+        """The memory preflight's estimate of rank 0's bytes (version 6), or NaN."""
+        value = self.attrs.get(MEMORY_ESTIMATE_ATTRIBUTE)
+        return float(value) if value is not None else np.nan
 
     @property
     def measured(self):

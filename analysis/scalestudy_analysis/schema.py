@@ -1,12 +1,21 @@
-"""Names and conventions of result schema v5, in one place (docs/results-schema.md)."""
+"""Names and conventions of result schema v6, in one place (docs/results-schema.md)."""
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 # Version 1 reads as version 2 with no traced steps and no /kernel_trace, versions 1 and 2
 # read as version 3 without the GPUs' state, versions 1 to 3 as version 4 without the
-# GPUs' state by phase, and versions 1 to 4 as version 5 without the host's cores, CPU
-# binding and CPU model, so the analysis reads all five; anything else may mean something
-# this code does not know.
-SUPPORTED_SCHEMA_VERSIONS = (1, 2, 3, 4, 5)
+# GPUs' state by phase, versions 1 to 4 as version 5 without the host's cores, CPU
+# binding and CPU model, and versions 1 to 5 as version 6 without the memory preflight's
+# estimate, so the analysis reads all six; anything else may mean something this code
+# does not know.
+SUPPORTED_SCHEMA_VERSIONS = (1, 2, 3, 4, 5, 6)
+
+# Root attributes (version 6): the memory preflight's estimate of rank 0's memory before
+# the run allocated (int64 bytes, and by kind in MEMORY_KIND_NAMES' order) and the memory
+# available to rank 0 then.
+MEMORY_ESTIMATE_VERSION = 6
+MEMORY_ESTIMATE_ATTRIBUTE = "memory_estimate_bytes"
+MEMORY_ESTIMATE_BY_KIND_ATTRIBUTE = "memory_estimate_by_kind"
+MEMORY_AVAILABLE_ATTRIBUTE = "memory_available_bytes"
 
 # /ranks (version 5): per rank, the host's logical cores (int64), the rank's CPU binding
 # (a Linux CPU list, "0-3": every CPU the rank may run on) and the host's CPU model (strings).

@@ -272,7 +272,7 @@ def write_run(path, *, world_size=1, step_times=0.1, steps=6, warmup_steps=1,
               hostnames=None, schema_version=5, traced_steps=(), kernel_trace=None,
               gpu_state=None, gpu_phase_state=None, devices=None, logical_cores=64,
               cpu_binding=None, cpu_model="Synthetic CPU @ 3.0GHz", git_dirty=None,
-              loss=None, memory_bytes=None):
+              loss=None, memory_bytes=None, memory_estimate_bytes=None):
     """Writes one run. step_times: scalar, [S] or [S, R] step lengths; intervals and
     collectives (rows of step, rank, kind, phase, begin, end, bytes) override the default
     layout. summary: "reference" (written for complete runs), None (not written) or a
@@ -288,7 +288,9 @@ def write_run(path, *, world_size=1, step_times=0.1, steps=6, warmup_steps=1,
     host), /ranks/cpu_model and, when git_dirty is not None, the root attribute git_dirty.
     devices: one name per rank (default: the backend's name on every rank); hostnames
     default to four ranks per host, and nodes and ranks_per_node follow from them. loss:
-    [S] values of /steps/loss; memory_bytes: anything that broadcasts to [R, M]."""
+    [S] values of /steps/loss; memory_bytes: anything that broadcasts to [R, M].
+    memory_estimate_bytes: from version 6, the root attributes of the memory preflight
+    (the estimate, its kinds split evenly, and twice it available), when not None."""
     assert schema_version >= 2 or not (traced_steps or kernel_trace), "v1 has no tracing"
     assert schema_version >= 3 or gpu_state is None, "the GPU state is new in v3"
     assert schema_version >= 4 or gpu_phase_state is None, "the state by phase is new in v4"
@@ -332,6 +334,11 @@ def write_run(path, *, world_size=1, step_times=0.1, steps=6, warmup_steps=1,
         attrs["ranks_per_node"] = np.int64(max(Counter(hostnames).values()))
         if schema_version >= 5 and git_dirty is not None:
             attrs["git_dirty"] = np.int64(git_dirty)
+        if schema_version >= 6 and memory_estimate_bytes is not None:
+            attrs["memory_estimate_bytes"] = np.int64(memory_estimate_bytes)
+            attrs["memory_estimate_by_kind"] = np.full(len(MEMORY_KINDS), memory_estimate_bytes // len(MEMORY_KINDS),
+                                                       dtype=np.int64)
+            attrs["memory_available_bytes"] = np.int64(2 * memory_estimate_bytes)
         group = handle.create_group("config")
         for key, value in config.items():
             group.attrs[key] = value

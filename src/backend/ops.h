@@ -19,6 +19,7 @@
 #include <optional>
 #include <vector>
 
+#include "core/model_shape.h"
 #include "core/op_params.h"
 
 namespace scalestudy {
@@ -89,7 +90,7 @@ class Ops {
   // frees: the probabilities on the CPU; a backend with fused attention keeps less (the
   // CUDA backend in bf16/fp16: the rows' log-sum-exp, [B,NH,T] fp32).
   virtual float* allocate_attention_state(const AttentionShape& shape) = 0;
-  // The bytes that allocate_attention_state(shape) takes, for predicting memory.
+  // The bytes allocate_attention_state(shape) takes, without allocating.
   virtual size_t attention_state_bytes(const AttentionShape& shape) const = 0;
 
   // ---- tanh-approximated GELU, elementwise ---------------------------------------
@@ -132,8 +133,9 @@ class Ops {
   // need them, so nothing is copied to or from padded rows in the step. The CPU's are the
   // plain [N,V]. DeviceMemory::release frees them.
   virtual float* allocate_logits(int rows, int vocab) = 0;
-  // The bytes that allocate_logits(rows, vocab) takes, for predicting memory.
-  virtual size_t logits_bytes(int rows, int vocab) const = 0;
+  // The bytes allocate_logits(rows, vocab) takes, without allocating (rows as a size, so
+  // that the preflight can size a micro-batch too large for the ops' int rows).
+  virtual size_t logits_bytes(size_t rows, int vocab) const = 0;
   // Without losses it computes the logits alone (inference).
   // With dlogits_scale, a training step's loss_scale, the cross-entropy's backward runs
   // here too: the logits are left holding dlogits, and the step's backward starts at
@@ -189,6 +191,12 @@ class Ops {
     }
     return false;
   }
+  // The bytes a backend keeps for a list of pieces that adamw_update_pieces was given (the
+  // CUDA backend uploads each distinct list once, under MemoryKind::optimizer); 0 here.
+  virtual size_t adamw_pieces_bytes(const std::vector<AdamWPiece>& pieces) const {
+    (void)pieces;
+    return 0;
+  }
 
   // The master parameters [params + begin_elems, params + end_elems) changed (an optimizer
   // update, a parameter all-gather, a copy from the host): backends that compute from a
@@ -204,6 +212,16 @@ class Ops {
   virtual uint16_t* compute_copy_of(float* params) {
     (void)params;
     return nullptr;
+  }
+
+  // ---- scratch --------------------------------------------------------------------
+  // The most scratch that the ops of a GPT model of `shape` hold at micro-batches of
+  // batch x seq tokens (batch * seq within int), counted as MemoryKind::other: the memory
+  // preflight's term for the backend's own buffers. 0 where the ops hold none (the CPU's
+  // per-row scratch lives and dies inside one op).
+  virtual size_t model_scratch_bytes(const ModelShape& shape, int batch, int seq) const {
+    (void)shape, (void)batch, (void)seq;
+    return 0;
   }
 };
 

@@ -9,7 +9,6 @@
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <sstream>
 
@@ -20,12 +19,6 @@
 #include "results/kernel_trace_writer.h"
 #include "results/provenance.h"
 #include "results/run_summary.h"
-
-#if SCALESTUDY_HAVE_CUDA
-#include <cuda_runtime.h>
-
-#include "cuda_check.h"
-#endif
 
 namespace scalestudy {
 namespace {
@@ -65,16 +58,6 @@ void describe_dataset(hid_t parent, const std::string& name, const std::string& 
   h5::Handle dataset(CHECK_HDF5(H5Dopen2(parent, name.c_str(), H5P_DEFAULT)));
   if (!units.empty()) h5::set_attribute(dataset.get(), "units", units);
   h5::set_attribute(dataset.get(), "description", description);
-}
-
-size_t host_available_bytes() {
-  std::ifstream meminfo("/proc/meminfo");
-  std::string key;
-  size_t value_kib = 0;
-  std::string unit;
-  while (meminfo >> key >> value_kib >> unit)
-    if (key == "MemAvailable:") return value_kib * 1024;
-  return std::numeric_limits<size_t>::max();  // no /proc: nothing to compare with
 }
 
 }  // namespace
@@ -210,23 +193,10 @@ TimedCalls time_calls(StepTimer& timer, const std::function<void()>& call, int w
 
 // ---- memory -------------------------------------------------------------------------------
 
-size_t available_memory_bytes(Backend& backend, const BenchConfig& config) {
-  size_t available = 0;
-#if SCALESTUDY_HAVE_CUDA
-  if (backend.name() == "cuda") {
-    size_t free_bytes = 0, total_bytes = 0;
-    CHECK_CUDA(cudaMemGetInfo(&free_bytes, &total_bytes));
-    available = free_bytes;
-  }
-#endif
-  if (backend.name() != "cuda") available = host_available_bytes();
+size_t available_memory_bytes(const Backend& backend, const BenchConfig& config) {
+  size_t available = backend.available_bytes();
   if (config.memory_limit_bytes > 0) available = std::min(available, config.memory_limit_bytes);
   return available;
-}
-
-size_t memory_with_headroom(size_t predicted_bytes) {
-  constexpr size_t kFixedHeadroomBytes = size_t{128} << 20;
-  return predicted_bytes + predicted_bytes / 20 + kFixedHeadroomBytes;
 }
 
 // ---- the table ----------------------------------------------------------------------------

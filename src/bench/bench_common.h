@@ -20,6 +20,7 @@
 
 #include "backend/backend.h"
 #include "comm/communicator.h"
+#include "core/memory_estimate.h"
 #include "core/model_shape.h"
 #include "core/precision.h"
 #include "results/run_recorder.h"
@@ -116,12 +117,12 @@ int calls_for(double seconds_per_call, double min_sample_s);
 
 // ---- memory ---------------------------------------------------------------------------
 
-// Bytes that may be allocated now: free device memory (cudaMemGetInfo) on cuda,
-// MemAvailable on the cpu; never more than config.memory_limit_bytes when that is set.
-size_t available_memory_bytes(Backend& backend, const BenchConfig& config);
-// Head-room kept free beyond a point's predicted allocations: the backend's scratch
-// buffers, cuBLAS workspaces and the allocator's rounding are not in the prediction.
-size_t memory_with_headroom(size_t predicted_bytes);
+// Bytes that may be allocated now (DeviceMemory::available_bytes: free device memory on
+// cuda, MemAvailable on the cpu); never more than config.memory_limit_bytes when that is
+// set. A point's prediction is compared with it after memory_with_headroom
+// (core/memory_estimate.h), since the backend's scratch, cuBLAS's workspaces and the
+// allocator's rounding are not in the prediction.
+size_t available_memory_bytes(const Backend& backend, const BenchConfig& config);
 
 // ---- the table of points --------------------------------------------------------------
 

@@ -73,8 +73,7 @@ void run_block(BenchContext& context, ParameterCache& parameters, const ModelSha
   const double forward = forward_flops(shape, batch, seq);
   const double forward_bytes = bench_model::gpt_forward_bytes(shape, batch, seq);
   const double backward_bytes = bench_model::gpt_backward_bytes(shape, batch, seq);
-  const size_t memory = bench_model::gpt_allocation_bytes(shape, static_cast<size_t>(batch), static_cast<size_t>(seq),
-                                                          /*backward=*/true);
+  const size_t memory = bench_model::gpt_allocation_bytes(context.backend, shape, batch, seq, /*backward=*/true);
   const size_t forward_row = add_point(context, "block", kForward, batch, seq, {forward, forward_bytes, memory});
   const size_t both_row =
       add_point(context, "block", kForwardBackward, batch, seq,

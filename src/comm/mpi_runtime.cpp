@@ -49,18 +49,27 @@ MpiRuntime::~MpiRuntime() {
   if (!finalized) CHECK_MPI(MPI_Finalize());
 }
 
+NodeRanks node_ranks(MPI_Comm comm) {
+  int rank = 0;
+  CHECK_MPI(MPI_Comm_rank(comm, &rank));
+  // Keyed by rank so that local ranks follow global order within a node.
+  MPI_Comm node_comm = MPI_COMM_NULL;
+  CHECK_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node_comm));
+  NodeRanks node;
+  CHECK_MPI(MPI_Comm_rank(node_comm, &node.local_rank));
+  CHECK_MPI(MPI_Comm_size(node_comm, &node.local_size));
+  CHECK_MPI(MPI_Comm_free(&node_comm));
+  return node;
+}
+
 ProcessPlacement discover_placement(MPI_Comm comm) {
   ProcessPlacement placement;
   CHECK_MPI(MPI_Comm_rank(comm, &placement.rank));
   CHECK_MPI(MPI_Comm_size(comm, &placement.world_size));
 
-  // Keyed by rank so that local ranks follow global order within a node.
-  MPI_Comm node_comm = MPI_COMM_NULL;
-  CHECK_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, placement.rank, MPI_INFO_NULL,
-                                &node_comm));
-  CHECK_MPI(MPI_Comm_rank(node_comm, &placement.local_rank));
-  CHECK_MPI(MPI_Comm_size(node_comm, &placement.local_size));
-  CHECK_MPI(MPI_Comm_free(&node_comm));
+  const NodeRanks node = node_ranks(comm);
+  placement.local_rank = node.local_rank;
+  placement.local_size = node.local_size;
 
   int is_node_leader = placement.local_rank == 0 ? 1 : 0;
   CHECK_MPI(MPI_Allreduce(&is_node_leader, &placement.node_count, 1, MPI_INT, MPI_SUM, comm));

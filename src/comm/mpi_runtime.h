@@ -29,4 +29,12 @@ class MpiRuntime {
 // mpirun alike, whichever of SLURM_LOCALID and OMPI_COMM_WORLD_LOCAL_RANK is set.
 ProcessPlacement discover_placement(MPI_Comm comm);
 
+// This rank's place among the ranks of `comm` on its node, and how many they are (the
+// same split as discover_placement's). Collective over `comm`.
+struct NodeRanks {
+  int local_rank = 0;
+  int local_size = 1;
+};
+NodeRanks node_ranks(MPI_Comm comm);
+
 }  // namespace scalestudy

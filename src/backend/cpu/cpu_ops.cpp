@@ -4,9 +4,12 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "core/check.h"
+#include "core/memory_estimate.h"
+#include "core/out_of_memory.h"
 
 namespace scalestudy {
 namespace {
@@ -89,12 +92,13 @@ CpuOps::~CpuOps() {
 void* CpuOps::allocate_bytes(size_t bytes, MemoryKind kind) {
   // aligned_alloc wants a multiple of the alignment, and a zero-byte request would be
   // allowed to return null, which callers would mistake for failure.
+  const bool representable = bytes <= std::numeric_limits<size_t>::max() - kAlignmentBytes;
   size_t padded_bytes = std::max(kAlignmentBytes,
                                  (bytes + kAlignmentBytes - 1) / kAlignmentBytes * kAlignmentBytes);
-  void* ptr = std::aligned_alloc(kAlignmentBytes, padded_bytes);
-  SCALESTUDY_CHECK(ptr != nullptr, "cpu backend: out of host memory allocating " +
-                                       std::to_string(bytes) + " bytes of " +
-                                       memory_kind_name(kind));
+  void* ptr = representable ? std::aligned_alloc(kAlignmentBytes, padded_bytes) : nullptr;
+  if (ptr == nullptr)
+    throw OutOfMemoryError(kind, bytes, "cpu backend",
+                           human_bytes(host_available_bytes()) + " available on the host");
   std::lock_guard<std::mutex> lock(memory_mutex_);
   allocations_[ptr] = Allocation{bytes, kind};
   bytes_by_kind_[static_cast<size_t>(kind)] += bytes;
@@ -102,11 +106,11 @@ void* CpuOps::allocate_bytes(size_t bytes, MemoryKind kind) {
 }
 
 float* CpuOps::allocate_floats(size_t elems, MemoryKind kind) {
-  return static_cast<float*>(allocate_bytes(elems * sizeof(float), kind));
+  return static_cast<float*>(allocate_bytes(floats_bytes(elems, kind), kind));
 }
 
 int32_t* CpuOps::allocate_ints(size_t elems, MemoryKind kind) {
-  return static_cast<int32_t*>(allocate_bytes(elems * sizeof(int32_t), kind));
+  return static_cast<int32_t*>(allocate_bytes(ints_bytes(elems), kind));
 }
 
 void CpuOps::release(void* ptr) {

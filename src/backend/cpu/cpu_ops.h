@@ -33,18 +33,19 @@ class CpuOps : public Backend {
 
   // ---- DeviceMemory: host memory ----------------------------------------------------
   float* allocate_floats(size_t elems, MemoryKind kind) override;
-  size_t floats_bytes(size_t elems, MemoryKind) const override { return elems * sizeof(float); }
   // Activations are fp32 here, so statistics are ordinary activation buffers.
   float* allocate_statistics(size_t elems) override {
     return allocate_floats(elems, MemoryKind::activations);
   }
   int32_t* allocate_ints(size_t elems, MemoryKind kind) override;
+  size_t floats_bytes(size_t elems, MemoryKind) const override { return elems * sizeof(float); }
   void release(void* ptr) override;
   void fill_zero(float* dst, size_t elems) override;
   void copy(float* dst, const float* src, size_t elems) override;
   void copy_to_host(float* host_dst, const float* src, size_t elems) override;
   void copy_from_host(float* dst, const float* host_src, size_t elems) override;
   void copy_ints_from_host(int32_t* dst, const int32_t* host_src, size_t elems) override;
+  size_t available_bytes() const override { return host_available_bytes(); }
   size_t allocated_bytes(MemoryKind kind) const override;
   size_t measured_peak_bytes() const override { return peak_resident_bytes(); }
   std::string peak_source() const override { return "VmHWM"; }
@@ -74,7 +75,7 @@ class CpuOps : public Backend {
   // The probabilities, [B,NH,T,T].
   float* allocate_attention_state(const AttentionShape& shape) override;
   size_t attention_state_bytes(const AttentionShape& shape) const override {
-    return attention_probs_elems(shape) * sizeof(float);
+    return floats_bytes(attention_probs_elems(shape), MemoryKind::activations);
   }
 
   void gelu_forward(float* out, const float* inp, size_t elems) override;
@@ -86,8 +87,8 @@ class CpuOps : public Backend {
 
   // The plain [N,V].
   float* allocate_logits(int rows, int vocab) override;
-  size_t logits_bytes(int rows, int vocab) const override {
-    return static_cast<size_t>(rows) * static_cast<size_t>(vocab) * sizeof(float);
+  size_t logits_bytes(size_t rows, int vocab) const override {
+    return floats_bytes(rows * static_cast<size_t>(vocab), MemoryKind::activations);
   }
   void softmax_cross_entropy_forward(float* losses, float* row_stats, const float* logits,
                                      const int32_t* targets, int rows, int vocab) override;

@@ -231,15 +231,9 @@ void CudaOps::dense_backward_through_gelu(const DenseGeluBackwardArgs<float>& ar
 }
 
 float* CudaOps::allocate_attention_state(const AttentionShape& shape) {
-  if (half_mode() && cuda::flash_attention_supported(shape))
+  if (keeps_log_sum_exp(shape))
     return allocate_statistics(static_cast<size_t>(shape.batch) * shape.heads * shape.seq);
   return allocate_floats(attention_probs_elems(shape), MemoryKind::activations);
-}
-
-size_t CudaOps::attention_state_bytes(const AttentionShape& shape) const {
-  if (half_mode() && cuda::flash_attention_supported(shape))
-    return static_cast<size_t>(shape.batch) * shape.heads * shape.seq * sizeof(float);
-  return floats_bytes(attention_probs_elems(shape), MemoryKind::activations);
 }
 
 // In bf16/fp16 an fp32 state is the fused kernels' log-sum-exp (allocate_attention_state).
@@ -417,11 +411,6 @@ void CudaOps::softmax_cross_entropy_backward(float* dlogits, const float* logits
     cuda::launch_softmax_cross_entropy_backward(stream_, as<T>(dlogits), as<T>(logits), row_stats,
                                                 {targets, rows, vocab, vocab}, loss_scale);
   });
-}
-
-size_t CudaOps::logits_bytes(int rows, int vocab) const {
-  if (!half_mode()) return static_cast<size_t>(rows) * static_cast<size_t>(vocab) * sizeof(float);
-  return static_cast<size_t>(rows) * static_cast<size_t>(cuda::padded_logits_row_elems(vocab)) * kHalfBytes;
 }
 
 float* CudaOps::allocate_logits(int rows, int vocab) {
