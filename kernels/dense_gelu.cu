@@ -26,9 +26,10 @@ template <class T>
 bool launch_dense_gelu_forward(EpilogueGemm& epilogue_gemm, cudaStream_t stream,
                                const DenseGeluForwardArgs<T>& args) {
   const auto& [pre, out, inp, weight, bias, rows, in_channels, out_channels] = args;
+  // pre may be null: a forward that no backward follows keeps no GELU input.
   check_call(rows, in_channels, out_channels,
-             {{pre, "dense gelu pre"}, {out, "dense gelu out"}, {inp, "dense gelu inp"},
-              {weight, "dense gelu weight"}, {bias, "dense gelu bias"}});
+             {{out, "dense gelu out"}, {inp, "dense gelu inp"}, {weight, "dense gelu weight"},
+              {bias, "dense gelu bias"}});
   return epilogue_gemm.gelu_forward(stream, GemmTypesOf<T>::same.ab,
                                     {pre, out, inp, weight, bias, rows, in_channels, out_channels});
 }

@@ -99,6 +99,7 @@ bool EpilogueGemm::epilogue_is_transposed_a(Epilogue epilogue) { return epilogue
 EpilogueGemm::Sizing EpilogueGemm::size_for(const Plan& plan, int multiprocessors) {
   Sizing sizing{multiprocessors};
   cublasLtEpilogue_t kind = CUBLASLT_EPILOGUE_BIAS;
+  if (plan.epilogue == Epilogue::gelu_bias) kind = CUBLASLT_EPILOGUE_GELU_BIAS;
   if (plan.epilogue == Epilogue::gelu_aux_bias) kind = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
   if (plan.epilogue == Epilogue::dgelu) kind = CUBLASLT_EPILOGUE_DGELU;
   CHECK_CUBLAS(cublasLtMatmulDescCreate(&sizing.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -106,7 +107,7 @@ EpilogueGemm::Sizing EpilogueGemm::size_for(const Plan& plan, int multiprocessor
                 cublasOperation_t{epilogue_is_transposed_a(plan.epilogue) ? CUBLAS_OP_T : CUBLAS_OP_N});
   set_attribute(sizing.desc, CUBLASLT_MATMUL_DESC_TRANSB, cublasOperation_t{CUBLAS_OP_N});
   set_attribute(sizing.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, kind);
-  if (plan.epilogue != Epilogue::bias)
+  if (plan.epilogue == Epilogue::gelu_aux_bias || plan.epilogue == Epilogue::dgelu)
     set_attribute(sizing.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, int64_t{plan.m});
   if (multiprocessors > 0)
     set_attribute(sizing.desc, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, int32_t{multiprocessors});
@@ -231,6 +232,7 @@ std::vector<std::string> EpilogueGemm::algorithm_report() const {
   for (const Plan& plan : plans_) {
     if (!plan.sizing.usable || !plan.chosen) continue;
     const char* epilogue = plan.epilogue == Epilogue::bias            ? "bias"
+                           : plan.epilogue == Epilogue::gelu_bias     ? "gelu_bias"
                            : plan.epilogue == Epilogue::gelu_aux_bias ? "gelu_aux_bias"
                                                                       : "dgelu";
     lines.push_back(std::string(epilogue) + (plan.type == CUDA_R_16BF ? " bf16" : " fp16") +
@@ -268,9 +270,9 @@ bool EpilogueGemm::forward(cudaStream_t stream, cudaDataType_t type,
 
 bool EpilogueGemm::gelu_forward(cudaStream_t stream, cudaDataType_t type,
                                 const DenseGeluForwardArgs<void>& args) {
-  return run_epilogue(stream, {Epilogue::gelu_aux_bias, type, args.out_channels, args.rows,
-                               args.in_channels, args.weight, args.inp, args.out, args.bias,
-                               args.pre});
+  const Epilogue epilogue = args.pre != nullptr ? Epilogue::gelu_aux_bias : Epilogue::gelu_bias;
+  return run_epilogue(stream, {epilogue, type, args.out_channels, args.rows, args.in_channels,
+                               args.weight, args.inp, args.out, args.bias, args.pre});
 }
 
 bool EpilogueGemm::gelu_input_gradient(cudaStream_t stream, cudaDataType_t type,

@@ -3,7 +3,8 @@
 // no pass of its own over the output:
 // - the bias (CUBLASLT_EPILOGUE_BIAS), in every 16-bit dense layer's forward;
 // - the bias and GPT-2's GELU (CUBLASLT_EPILOGUE_GELU_AUX_BIAS), in the MLP's first dense
-//   layer, which also stores the GELU's input as the epilogue's auxiliary output;
+//   layer, which also stores the GELU's input as the epilogue's auxiliary output; without
+//   that output (CUBLASLT_EPILOGUE_GELU_BIAS) where no backward needs it (inference);
 // - the GELU's derivative (CUBLASLT_EPILOGUE_DGELU), in the input gradient of the MLP's
 //   second dense layer, which reads that auxiliary matrix back.
 // cuBLASLt takes the bias in the output's type (an fp32 bias vector with a bf16 output was
@@ -76,7 +77,8 @@ class EpilogueGemm {
   // layer's arguments with untyped pointers. forward: out = inp @ weight^T + bias.
   bool forward(cudaStream_t stream, cudaDataType_t type, const MatmulForwardArgs<void>& args);
   // pre = inp @ weight^T + bias and out = gelu(pre), both written; out is the GELU of the
-  // fp32 sum, before pre is rounded. pre is the epilogue's auxiliary output.
+  // fp32 sum, before pre is rounded. pre is the epilogue's auxiliary output; a null pre
+  // is not written (inference).
   bool gelu_forward(cudaStream_t stream, cudaDataType_t type,
                     const DenseGeluForwardArgs<void>& args);
   // The input gradient of a dense layer out = gelu(pre) @ weight^T + bias, carried on
@@ -93,7 +95,7 @@ class EpilogueGemm {
   std::vector<std::string> algorithm_report() const;
 
  private:
-  enum class Epilogue { bias, gelu_aux_bias, dgelu };
+  enum class Epilogue { bias, gelu_bias, gelu_aux_bias, dgelu };
   // One algorithm for a plan, sized for `multiprocessors` (cuBLASLt's SM count target; 0:
   // the whole device).
   struct Sizing {

@@ -439,6 +439,12 @@ def reshape_steps_dataset(name, shape):
     return change
 
 
+def set_steps_value(name, index, value):
+    def change(handle):
+        handle[f"steps/{name}"][index] = value
+    return change
+
+
 def drop_steps_dataset(name):
     def change(handle):
         del handle[f"steps/{name}"]

@@ -19,6 +19,9 @@ class DeviceMemory {
   // them; they pass them to ops, to fill_zero/copy/copy_to_host/copy_from_host (which
   // convert), and release them. Every other kind is plain fp32.
   virtual float* allocate_floats(size_t elems, MemoryKind kind) = 0;
+  // The bytes that allocate_floats(elems, kind) takes, with whatever the backend keeps
+  // beside the buffer (a 16-bit copy of the parameters), for predicting memory.
+  virtual size_t floats_bytes(size_t elems, MemoryKind kind) const = 0;
   // fp32 per-row statistics and losses (LayerNorm mean/rstd, per-token losses), whatever
   // the activation precision: counted as activations, but always fp32, because rstd
   // rounded to bf16 would bias every backward through it.

@@ -49,10 +49,12 @@ class Ops {
   //
   // pre[N,OC] = inp[N,IC] @ weight[OC,IC]^T + bias[OC] and out[N,OC] = gelu(pre): both are
   // written, pre for the backward and out for the next layer. bias may be null.
+  // A null pre is not kept: the GELU then runs in place on out.
   virtual void dense_gelu_forward(const DenseGeluForwardArgs<float>& args) {
-    matmul_forward(args.pre, args.inp, args.weight, args.bias, args.rows, args.in_channels,
+    float* pre = args.pre != nullptr ? args.pre : args.out;
+    matmul_forward(pre, args.inp, args.weight, args.bias, args.rows, args.in_channels,
                    args.out_channels);
-    gelu_forward(args.out, args.pre, static_cast<size_t>(args.rows) * args.out_channels);
+    gelu_forward(args.out, pre, static_cast<size_t>(args.rows) * args.out_channels);
   }
   // The backward of a dense layer out[N,OC] = act[N,IC] @ weight[OC,IC]^T + bias[OC] whose
   // input is act = gelu(pre), carried on through the GELU:
@@ -87,6 +89,8 @@ class Ops {
   // frees: the probabilities on the CPU; a backend with fused attention keeps less (the
   // CUDA backend in bf16/fp16: the rows' log-sum-exp, [B,NH,T] fp32).
   virtual float* allocate_attention_state(const AttentionShape& shape) = 0;
+  // The bytes that allocate_attention_state(shape) takes, for predicting memory.
+  virtual size_t attention_state_bytes(const AttentionShape& shape) const = 0;
 
   // ---- tanh-approximated GELU, elementwise ---------------------------------------
   virtual void gelu_forward(float* out, const float* inp, size_t elems) = 0;
@@ -128,6 +132,9 @@ class Ops {
   // need them, so nothing is copied to or from padded rows in the step. The CPU's are the
   // plain [N,V]. DeviceMemory::release frees them.
   virtual float* allocate_logits(int rows, int vocab) = 0;
+  // The bytes that allocate_logits(rows, vocab) takes, for predicting memory.
+  virtual size_t logits_bytes(int rows, int vocab) const = 0;
+  // Without losses it computes the logits alone (inference).
   // With dlogits_scale, a training step's loss_scale, the cross-entropy's backward runs
   // here too: the logits are left holding dlogits, and the step's backward starts at
   // classifier_backward_from_dlogits. The CUDA backend then reads the logits once for the
@@ -136,6 +143,7 @@ class Ops {
     const auto& [losses, row_stats, logits, inp, weight, targets, rows, channels, vocab,
                  dlogits_scale] = args;
     matmul_forward(logits, inp, weight, nullptr, rows, channels, vocab);
+    if (losses == nullptr) return;
     softmax_cross_entropy_forward(losses, row_stats, logits, targets, rows, vocab);
     if (dlogits_scale)
       softmax_cross_entropy_backward(logits, logits, row_stats, targets, rows, vocab,

@@ -151,7 +151,8 @@ struct MatmulBackwardArgs {
 // pre = inp @ weight^T + bias and out = gelu(pre), both written; bias may be null.
 template <class T>
 struct DenseGeluForwardArgs {
-  T *pre = nullptr, *out = nullptr;
+  T* pre = nullptr;  // may be null where no backward follows: then it is not kept
+  T* out = nullptr;
   const T *inp = nullptr, *weight = nullptr, *bias = nullptr;
   int rows = 0, in_channels = 0, out_channels = 0;
 };
@@ -175,6 +176,8 @@ struct DenseGeluBackwardArgs {
 // row's max logit and 1 / sum(exp(logit - max)).
 template <class T>
 struct ClassifierForwardArgs {
+  // losses null: the logits alone (inference); then row_stats, targets and dlogits_scale
+  // are unused.
   float *losses = nullptr, *row_stats = nullptr;
   T* logits = nullptr;
   const T *inp = nullptr, *weight = nullptr;

@@ -71,6 +71,10 @@ class Gpt {
                std::optional<float> backward_loss_scale = std::nullopt);
   // Mean cross-entropy of the last forward, in nats.
   double mean_loss();
+  // The logits of the last forward ([micro_batch*seq, vocab] in the layout of
+  // Ops::allocate_logits), until a training step's forward or backward turns them into
+  // their gradient.
+  const float* logits() const;
   // loss_scale multiplies d(sum of token losses): 1/(tokens per rank * micro-batches *
   // world) makes the summed gradients over ranks the mean gradient of the global batch.
   void backward(GradientSink& sink, float loss_scale);

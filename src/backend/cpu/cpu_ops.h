@@ -31,6 +31,7 @@ class CpuOps : public Backend {
 
   // ---- DeviceMemory: host memory ----------------------------------------------------
   float* allocate_floats(size_t elems, MemoryKind kind) override;
+  size_t floats_bytes(size_t elems, MemoryKind) const override { return elems * sizeof(float); }
   // Activations are fp32 here, so statistics are ordinary activation buffers.
   float* allocate_statistics(size_t elems) override {
     return allocate_floats(elems, MemoryKind::activations);
@@ -70,6 +71,9 @@ class CpuOps : public Backend {
                           const AttentionShape& shape, GradientWrite dqkv_write) override;
   // The probabilities, [B,NH,T,T].
   float* allocate_attention_state(const AttentionShape& shape) override;
+  size_t attention_state_bytes(const AttentionShape& shape) const override {
+    return attention_probs_elems(shape) * sizeof(float);
+  }
 
   void gelu_forward(float* out, const float* inp, size_t elems) override;
   void gelu_backward(float* dinp, const float* inp, const float* dout, size_t elems,
@@ -80,6 +84,9 @@ class CpuOps : public Backend {
 
   // The plain [N,V].
   float* allocate_logits(int rows, int vocab) override;
+  size_t logits_bytes(int rows, int vocab) const override {
+    return static_cast<size_t>(rows) * static_cast<size_t>(vocab) * sizeof(float);
+  }
   void softmax_cross_entropy_forward(float* losses, float* row_stats, const float* logits,
                                      const int32_t* targets, int rows, int vocab) override;
   void softmax_cross_entropy_backward(float* dlogits, const float* logits,

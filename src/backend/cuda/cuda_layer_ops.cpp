@@ -224,6 +224,12 @@ float* CudaOps::allocate_attention_state(const AttentionShape& shape) {
   return allocate_floats(attention_probs_elems(shape), MemoryKind::activations);
 }
 
+size_t CudaOps::attention_state_bytes(const AttentionShape& shape) const {
+  if (half_mode() && cuda::flash_attention_supported(shape))
+    return static_cast<size_t>(shape.batch) * shape.heads * shape.seq * sizeof(float);
+  return floats_bytes(attention_probs_elems(shape), MemoryKind::activations);
+}
+
 // In bf16/fp16 an fp32 state is the fused kernels' log-sum-exp (allocate_attention_state).
 bool CudaOps::fused_attention_state(const float* state, const AttentionShape& shape) const {
   if (!half_mode() || stores_half(state, "state")) return false;
@@ -389,6 +395,11 @@ void CudaOps::softmax_cross_entropy_backward(float* dlogits, const float* logits
   });
 }
 
+size_t CudaOps::logits_bytes(int rows, int vocab) const {
+  if (!half_mode()) return static_cast<size_t>(rows) * static_cast<size_t>(vocab) * sizeof(float);
+  return static_cast<size_t>(rows) * static_cast<size_t>(cuda::padded_logits_row_elems(vocab)) * kHalfBytes;
+}
+
 float* CudaOps::allocate_logits(int rows, int vocab) {
   if (!half_mode()) return allocate_floats(size_t(rows) * vocab, MemoryKind::activations);
   SCALESTUDY_CHECK(rows > 0 && vocab > 0, "allocate_logits: rows and vocab must be positive");
@@ -422,6 +433,7 @@ void CudaOps::classifier_forward(const ClassifierForwardArgs<float>& args) {
       ScopedKernelTag tag(KernelCategory::gemm);
       cuda::launch_classifier_matmul_forward(cublas_, stream_, half_args, stride);
     }
+    if (args.losses == nullptr) return;
     ScopedKernelTag tag(KernelCategory::norm_elementwise);
     const cuda::CrossEntropyRows rows{args.targets, args.rows, args.vocab, stride};
     if (args.dlogits_scale)

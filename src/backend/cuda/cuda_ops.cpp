@@ -164,6 +164,12 @@ float* CudaOps::allocate_floats(size_t elems, MemoryKind kind) {
   return ptr;
 }
 
+size_t CudaOps::floats_bytes(size_t elems, MemoryKind kind) const {
+  if (!half_mode()) return elems * sizeof(float);
+  if (kind == MemoryKind::activations) return elems * kHalfBytes;
+  return elems * sizeof(float) + (kind == MemoryKind::parameters ? elems * kHalfBytes : 0);
+}
+
 float* CudaOps::allocate_statistics(size_t elems) {
   return static_cast<float*>(allocate_bytes(elems * sizeof(float), MemoryKind::activations));
 }

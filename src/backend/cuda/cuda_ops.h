@@ -89,6 +89,7 @@ class CudaOps final : public Backend {
 
   // ---- DeviceMemory -----------------------------------------------------------------
   float* allocate_floats(size_t elems, MemoryKind kind) override;
+  size_t floats_bytes(size_t elems, MemoryKind kind) const override;
   float* allocate_statistics(size_t elems) override;
   int32_t* allocate_ints(size_t elems, MemoryKind kind) override;
   void release(void* ptr) override;
@@ -148,6 +149,7 @@ class CudaOps final : public Backend {
                           const float* state, const AttentionShape& shape,
                           GradientWrite dqkv_write) override;
   float* allocate_attention_state(const AttentionShape& shape) override;
+  size_t attention_state_bytes(const AttentionShape& shape) const override;
 
   void gelu_forward(float* out, const float* inp, size_t elems) override;
   void gelu_backward(float* dinp, const float* inp, const float* dout, size_t elems,
@@ -166,6 +168,7 @@ class CudaOps final : public Backend {
   // (cuda::padded_logits_row_elems), so that the LM head's GEMMs read and write them in
   // place; in fp32 they are the plain [N,V] of the default.
   float* allocate_logits(int rows, int vocab) override;
+  size_t logits_bytes(int rows, int vocab) const override;
   // With dlogits_scale and padded logits, one kernel computes the loss and dlogits
   // (cuda::launch_softmax_cross_entropy_forward_backward).
   void classifier_forward(const ClassifierForwardArgs<float>& args) override;
