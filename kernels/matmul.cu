@@ -531,16 +531,15 @@ template <class T>
 void launch_classifier_weight_gradient(cublasHandle_t handle, cudaStream_t stream,
                                        const ClassifierWeightGradientArgs<T>& args,
                                        int logits_stride) {
-  const auto weight_gradient_of_rows = [&](int first, int count) {
-    ClassifierWeightGradientArgs<T> chunk = args;
-    chunk.dlogits += size_t(first) * logits_stride;
-    chunk.inp += size_t(first) * args.channels;
-    chunk.rows = count;
-    weight_gradient_strided(handle, chunk, logits_stride);
-  };
   for_each_classifier_chunk(handle, stream, args, logits_stride,
                             {{args.dweight, "classifier dweight"}, {args.inp, "classifier inp"}},
-                            weight_gradient_of_rows);
+                            [&](int first, int count) {
+                              ClassifierWeightGradientArgs<T> chunk = args;
+                              chunk.dlogits += size_t(first) * logits_stride;
+                              chunk.inp += size_t(first) * args.channels;
+                              chunk.rows = count;
+                              weight_gradient_strided(handle, chunk, logits_stride);
+                            });
 }
 
 // The storage types the backend runs the classifier in.
