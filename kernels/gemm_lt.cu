@@ -252,36 +252,34 @@ void EpilogueGemm::set_pointer(Plan& plan, cublasLtMatmulDescAttributes_t attrib
     if (sizing->desc) set_attribute(sizing->desc, attribute, pointer);
 }
 
-bool EpilogueGemm::forward(cudaStream_t stream, const EpilogueForwardArgs& args) {
-  const auto& [type, out, inp, weight, bias, rows, in_channels, out_channels, pre] = args;
-  Plan* plan = aligned_plan_for(Epilogue::bias, type, out_channels, rows, in_channels,
-                                {out, inp, weight, bias});
+bool EpilogueGemm::run_epilogue(cudaStream_t stream, const EpilogueCall& call) {
+  Plan* plan = aligned_plan_for(call.epilogue, call.type, call.m, call.n, call.k,
+                                {call.a, call.b, call.d, call.bias, call.aux});
   if (plan == nullptr) return false;
-  set_pointer(*plan, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
-  run(*plan, stream, weight, inp, out);
+  if (call.bias != nullptr) set_pointer(*plan, CUBLASLT_MATMUL_DESC_BIAS_POINTER, call.bias);
+  if (call.aux != nullptr) set_pointer(*plan, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, call.aux);
+  run(*plan, stream, call.a, call.b, call.d);
   return true;
 }
 
-bool EpilogueGemm::gelu_forward(cudaStream_t stream, const EpilogueForwardArgs& args) {
-  const auto& [type, out, inp, weight, bias, rows, in_channels, out_channels, pre] = args;
-  const Epilogue epilogue = pre != nullptr ? Epilogue::gelu_aux_bias : Epilogue::gelu_bias;
-  Plan* plan = aligned_plan_for(epilogue, type, out_channels, rows, in_channels, {pre, out, inp, weight, bias});
-  if (plan == nullptr) return false;
-  set_pointer(*plan, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
-  if (pre != nullptr) set_pointer(*plan, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, pre);
-  run(*plan, stream, weight, inp, out);
-  return true;
+bool EpilogueGemm::forward(cudaStream_t stream, cudaDataType_t type,
+                           const MatmulForwardArgs<void>& args) {
+  return run_epilogue(stream, {Epilogue::bias, type, args.out_channels, args.rows, args.in_channels,
+                               args.weight, args.inp, args.out, args.bias, nullptr});
 }
 
-bool EpilogueGemm::gelu_input_gradient(cudaStream_t stream,
-                                       const EpilogueInputGradientArgs& args) {
-  const auto& [type, dpre, dout, weight, pre, rows, in_channels, out_channels] = args;
-  Plan* plan = aligned_plan_for(Epilogue::dgelu, type, in_channels, rows, out_channels,
-                                {dpre, dout, weight, pre});
-  if (plan == nullptr) return false;
-  set_pointer(*plan, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, pre);
-  run(*plan, stream, weight, dout, dpre);
-  return true;
+bool EpilogueGemm::gelu_forward(cudaStream_t stream, cudaDataType_t type,
+                                const DenseGeluForwardArgs<void>& args) {
+  const Epilogue epilogue = args.pre != nullptr ? Epilogue::gelu_aux_bias : Epilogue::gelu_bias;
+  return run_epilogue(stream, {epilogue, type, args.out_channels, args.rows, args.in_channels,
+                               args.weight, args.inp, args.out, args.bias, args.pre});
+}
+
+bool EpilogueGemm::gelu_input_gradient(cudaStream_t stream, cudaDataType_t type,
+                                       const DenseGeluBackwardArgs<void>& args) {
+  return run_epilogue(stream, {Epilogue::dgelu, type, args.in_channels, args.rows,
+                               args.out_channels, args.weight, args.dout, args.dpre, nullptr,
+                               args.pre});
 }
 
 }  // namespace scalestudy::cuda

@@ -29,6 +29,10 @@ enum class CommLane { awaited, overlapped };
 
 class Communicator {
  public:
+  // A communicator owns its connection to the other ranks: it is never copied.
+  Communicator() = default;
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
   virtual ~Communicator() = default;
   virtual std::string name() const = 0;
   virtual int rank() const = 0;

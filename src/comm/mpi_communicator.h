@@ -51,8 +51,6 @@ class MpiCommunicator final : public Communicator {
   // messages. A collective that has not finished timeout_s after its start ends the job.
   MpiCommunicator(MPI_Comm comm, double timeout_s);
   ~MpiCommunicator() override;
-  MpiCommunicator(const MpiCommunicator&) = delete;
-  MpiCommunicator& operator=(const MpiCommunicator&) = delete;
 
   std::string name() const override { return "mpi"; }
   int rank() const override { return rank_; }

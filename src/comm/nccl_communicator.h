@@ -66,8 +66,6 @@ class NcclCommunicator final : public Communicator {
   // runs both lanes alike.
   NcclCommunicator(MPI_Comm comm, cudaStream_t compute_stream, double timeout_s, int overlapped_ctas = 0);
   ~NcclCommunicator() override;
-  NcclCommunicator(const NcclCommunicator&) = delete;
-  NcclCommunicator& operator=(const NcclCommunicator&) = delete;
 
   std::string name() const override { return "nccl"; }
   int rank() const override { return rank_; }

@@ -17,11 +17,6 @@ namespace {
 // Cache-line alignment, so that the contiguous inner loops vectorise on aligned data and
 // two tensors never share a line.
 constexpr size_t kAlignmentBytes = 64;
-constexpr double kLayerNormEpsilon = 1e-5;
-// sqrt(2/pi), the constant of the tanh approximation of GELU that GPT-2 was trained with.
-constexpr float kGeluScale = 0.7978845608028654f;
-constexpr float kGeluCubic = 0.044715f;
-
 // Rows a matmul handles together: each weight row is then read from L1 once per block
 // rather than once per row. The per-element arithmetic does not depend on the block,
 // so the results do not either.
@@ -163,30 +158,24 @@ float* CpuOps::allocate_logits(int rows, int vocab) {
 void CpuOps::embedding_forward(const EmbeddingForwardArgs<float>& args) {
   const auto& [out, tokens, wte, wpe, batch, seq, channels] = args;
   check_embedding_shape(batch, seq, channels);
-  for (int b = 0; b < batch; ++b) {
-    for (int t = 0; t < seq; ++t) {
-      size_t row = static_cast<size_t>(b) * seq + t;
-      int32_t token = tokens[row];
-      SCALESTUDY_CHECK(token >= 0, "embedding: negative token id " + std::to_string(token));
-      float* out_row = out + row * channels;
-      const float* token_row = wte + static_cast<size_t>(token) * channels;
-      const float* position_row = wpe + static_cast<size_t>(t) * channels;
-      for (int c = 0; c < channels; ++c) out_row[c] = token_row[c] + position_row[c];
-    }
+  for (size_t row = 0; row < static_cast<size_t>(batch) * seq; ++row) {
+    const int32_t token = tokens[row];
+    SCALESTUDY_CHECK(token >= 0, "embedding: negative token id " + std::to_string(token));
+    float* out_row = out + row * channels;
+    const float* token_row = wte + static_cast<size_t>(token) * channels;
+    const float* position_row = wpe + (row % seq) * channels;
+    for (int c = 0; c < channels; ++c) out_row[c] = token_row[c] + position_row[c];
   }
 }
 
-// Rows are visited in token order, so repeated tokens add into dwte in a fixed order.
+// Rows are visited in order, so repeated tokens add into dwte in a fixed order.
 void CpuOps::embedding_backward(const EmbeddingBackwardArgs<float>& args) {
   const auto& [dwte, dwpe, dout, tokens, batch, seq, channels] = args;
   check_embedding_shape(batch, seq, channels);
-  for (int b = 0; b < batch; ++b) {
-    for (int t = 0; t < seq; ++t) {
-      size_t row = static_cast<size_t>(b) * seq + t;
-      const float* dout_row = dout + row * channels;
-      axpy(dwte + static_cast<size_t>(tokens[row]) * channels, 1.0f, dout_row, channels);
-      axpy(dwpe + static_cast<size_t>(t) * channels, 1.0f, dout_row, channels);
-    }
+  for (size_t row = 0; row < static_cast<size_t>(batch) * seq; ++row) {
+    const float* dout_row = dout + row * channels;
+    axpy(dwte + static_cast<size_t>(tokens[row]) * channels, 1.0f, dout_row, channels);
+    axpy(dwpe + (row % seq) * channels, 1.0f, dout_row, channels);
   }
 }
 

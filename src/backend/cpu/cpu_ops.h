@@ -26,8 +26,6 @@ class CpuOps : public Backend {
  public:
   CpuOps() = default;
   ~CpuOps() override;
-  CpuOps(const CpuOps&) = delete;
-  CpuOps& operator=(const CpuOps&) = delete;
 
   std::string name() const override { return "cpu"; }
 

@@ -266,6 +266,10 @@ void CudaOps::require_fp32(const void* ptr, const char* what) const {
                        " activation buffer");
 }
 
+void CudaOps::require_fp32(std::initializer_list<Operand> operands) const {
+  for (const Operand& operand : operands) require_fp32(operand.ptr, operand.what);
+}
+
 const void* CudaOps::parameter_copy_or_null(const float* param) const {
   const Lookup lookup = find_allocation(param);
   if (!lookup.found || lookup.allocation.parameter_copy == nullptr) return nullptr;
@@ -296,8 +300,7 @@ void CudaOps::parameters_changed(const float* params, size_t begin_elems, size_t
   SCALESTUDY_CHECK(offset_bytes % sizeof(float) == 0 &&
                        offset_bytes + end_elems * sizeof(float) <= lookup.allocation.bytes,
                    "parameters_changed: range outside the parameters allocation");
-  with_half_type(precision_, [&](auto storage) {
-    using Half = typename decltype(storage)::type;
+  with_half_type(precision_, [&]<class Half>(Storage<Half>) {
     Half* copy =
         static_cast<Half*>(lookup.allocation.parameter_copy) + offset_bytes / sizeof(float);
     cuda::launch_cast(stream_, copy + begin_elems, params + begin_elems, end_elems - begin_elems);
@@ -381,8 +384,7 @@ void CudaOps::copy(float* dst, const float* src, size_t elems) {
     return;
   }
   if (dst_half || src_half) {
-    with_half_type(precision_, [&](auto storage) {
-      using Half = typename decltype(storage)::type;
+    with_half_type(precision_, [&]<class Half>(Storage<Half>) {
       if (dst_half)
         cuda::launch_cast(stream_, as<Half>(dst), src, elems);
       else
@@ -489,8 +491,7 @@ double CudaOps::read_device_double() {
 
 double CudaOps::sum(const float* x, size_t elems) {
   ScopedKernelTag tag(KernelCategory::norm_elementwise);
-  with_storage_type(stores_half(x, "sum input"), precision_, [&](auto storage) {
-    using T = typename decltype(storage)::type;
+  with_storage_type(stores_half(x, "sum input"), precision_, [&]<class T>(Storage<T>) {
     cuda::launch_sum(stream_, device_result_, as<T>(x), elems, reduction_partials_,
                      reduction_partials_elems_);
   });
@@ -514,8 +515,7 @@ void CudaOps::scale(float* x, size_t elems, float factor) {
 void CudaOps::adamw_update(float* params, const float* grads, float* m, float* v, size_t elems,
                            const AdamWParams& hyper) {
   ScopedKernelTag tag(KernelCategory::optimizer);
-  require_fp32(params, "adamw params");
-  require_fp32(grads, "adamw grads");
+  require_fp32({{params, "adamw params"}, {grads, "adamw grads"}});
   cuda::launch_adamw_update(stream_, params, grads, m, v, elems, hyper);
 }
 
@@ -544,8 +544,7 @@ bool CudaOps::adamw_update_pieces(float* params, const float* grads, float* m, f
                                   const std::vector<AdamWPiece>& pieces,
                                   const AdamWParams& hyper) {
   ScopedKernelTag tag(KernelCategory::optimizer);
-  require_fp32(params, "adamw params");
-  require_fp32(grads, "adamw grads");
+  require_fp32({{params, "adamw params"}, {grads, "adamw grads"}});
   const AdamWTable& table = adamw_table_for(pieces);
   // The copy is the backend's own, written here as parameters_changed writes it.
   void* copy = half_mode() ? const_cast<void*>(parameter_copy_or_null(params)) : nullptr;
@@ -556,8 +555,7 @@ bool CudaOps::adamw_update_pieces(float* params, const float* grads, float* m, f
     cuda::launch_adamw_update_pieces(stream_, tensors, device_table, hyper);
     return false;
   }
-  with_half_type(precision_, [&](auto storage) {
-    using Half = typename decltype(storage)::type;
+  with_half_type(precision_, [&]<class Half>(Storage<Half>) {
     cuda::launch_adamw_update_pieces(stream_, tensors, device_table, hyper, static_cast<Half*>(copy));
   });
   return true;

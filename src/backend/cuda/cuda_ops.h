@@ -79,8 +79,6 @@ class CudaOps final : public Backend {
   explicit CudaOps(int device, Precision precision = Precision::fp32,
                    GemmAlgos gemm_algos = GemmAlgos::heuristic);
   ~CudaOps() override;
-  CudaOps(const CudaOps&) = delete;
-  CudaOps& operator=(const CudaOps&) = delete;
 
   std::string name() const override { return "cuda"; }
   int device() const { return device_; }
@@ -250,6 +248,7 @@ class CudaOps final : public Backend {
   bool fused_attention_state(const float* state, const AttentionShape& shape) const;
   // Aborts when ptr is 16-bit storage: statistics, losses, gradients and optimizer state.
   void require_fp32(const void* ptr, const char* what) const;
+  void require_fp32(std::initializer_list<Operand> operands) const;
   // The 16-bit copy of the parameter `weight` points at.
   const void* parameter_copy_of(const float* weight) const;
   // The parameter as ops whose activations are of storage T read it: the fp32 master
