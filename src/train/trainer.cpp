@@ -154,6 +154,7 @@ RunOutcome Trainer::run(StepObserver* observer) {
   if (telemetry_) (void)telemetry_->take_samples();
   RunOutcome outcome;
   for (int step = 0; step < config_.steps; ++step) {
+    set_control_step(step + 1);  // the control plane's timeouts name the step
     const StepRecord record = train_step(step);
     if (observer) observer->on_step(record);
     outcome.steps_completed = step + 1;
