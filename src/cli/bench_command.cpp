@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <sstream>
@@ -21,6 +22,7 @@
 #include "comm/mpi_runtime.h"
 #include "config/help_sections.h"
 #include "config/option_files.h"
+#include "config/output_path.h"
 #include "core/check.h"
 #include "core/usage_error.h"
 
@@ -34,7 +36,7 @@ namespace {
 struct RawOptions {
   std::string backend = "cpu", output;
   int warmup = 2, repeats = 10;
-  bool profile_kernels = false;
+  bool profile_kernels = false, overwrite = false;
   double min_sample_ms = 1.0, comm_timeout_s = 300.0;
   std::string memory_limit = "0";
   std::string sizes, precisions = "fp32,tf32,fp16,bf16";
@@ -80,7 +82,9 @@ po::options_description bench_options(RawOptions& raw) {
   output.add_options()
       ("output,o", po::value(&raw.output),
        "HDF5 file to write (docs/results-schema.md, \"Benchmark files\"). Default: none, the table is only "
-       "printed");
+       "printed")
+      ("overwrite", po::bool_switch(&raw.overwrite),
+       "replace a file that exists at --output; without it such a file is refused. Default: off");
 
   po::options_description diagnostics = help_section("Diagnostics");
   diagnostics.add_options()
@@ -139,10 +143,6 @@ std::string bench_help() {
   return out.str();
 }
 
-[[noreturn]] void bad_value(const std::string& option, const std::string& value, const std::string& why) {
-  throw UsageError("--" + option + " " + value + ": " + why);
-}
-
 Precision compute_precision(const std::string& text, bool cuda) {
   if (text == "auto") return cuda ? Precision::bf16 : Precision::fp32;
   for (Precision precision : {Precision::fp32, Precision::bf16, Precision::fp16}) {
@@ -162,6 +162,27 @@ std::vector<int> int_list(const std::string& option, const std::string& text, in
   return out;
 }
 
+std::string number_text(double value) {
+  std::ostringstream out;
+  out << value;
+  return out.str();
+}
+
+// The values whose defaults stand for "by backend" or "the preset's", which a user who
+// gives them cannot mean.
+void check_given_values(const RawOptions& raw, const po::variables_map& values) {
+  for (const char* option : {"sizes", "batches", "seqs", "max-bytes", "model", "memory-limit"})
+    if (given(values, option) && values[option].as<std::string>().empty())
+      bad_value(option, "''", "is empty: give a value, or leave the option out for its default");
+  for (const char* option : {"hidden", "heads", "layers"})
+    if (given(values, option) && values[option].as<int>() == 0)
+      bad_value(option, "0", "must be at least 1 (leave it out for the default)");
+  if (given(values, "output") && raw.output.empty())
+    bad_value("output", "''", "is empty: name a file, or leave --output out to write none");
+  if (!raw.output.empty())
+    check_output_path({.output = raw.output, .overwrite = raw.overwrite, .inputs = {}});
+}
+
 BenchConfig resolve(BenchKind kind, const RawOptions& raw, const po::variables_map& values) {
   for (const auto& [name, value] : values) {
     auto scope = option_scope().find(name);
@@ -176,10 +197,13 @@ BenchConfig resolve(BenchKind kind, const RawOptions& raw, const po::variables_m
   const bool cuda = raw.backend == "cuda";
   c.backend = raw.backend;
   c.output = raw.output;
+  check_given_values(raw, values);
   if (raw.warmup < 1) bad_value("warmup", std::to_string(raw.warmup), "must be at least 1");
   if (raw.repeats < 1) bad_value("repeats", std::to_string(raw.repeats), "must be at least 1");
-  if (!(raw.min_sample_ms >= 0)) bad_value("min-sample-ms", std::to_string(raw.min_sample_ms), "must not be negative");
-  if (!(raw.comm_timeout_s > 0)) bad_value("comm-timeout", std::to_string(raw.comm_timeout_s), "must be positive");
+  if (!(raw.min_sample_ms >= 0) || !std::isfinite(raw.min_sample_ms))
+    bad_value("min-sample-ms", number_text(raw.min_sample_ms), "must be a finite number, at least 0");
+  if (!(raw.comm_timeout_s > 0) || !std::isfinite(raw.comm_timeout_s))
+    bad_value("comm-timeout", number_text(raw.comm_timeout_s), "must be a positive, finite number of seconds");
   c.warmup = raw.warmup;
   c.repeats = raw.repeats;
   c.min_sample_s = raw.min_sample_ms / 1e3;
@@ -230,8 +254,12 @@ BenchConfig resolve(BenchKind kind, const RawOptions& raw, const po::variables_m
     c.collectives = parse_name_list("collectives", raw.collectives, {"allreduce", "reduce_scatter", "allgather"});
     c.min_bytes = parse_size("min-bytes", raw.min_bytes);
     c.max_bytes = parse_size("max-bytes", raw.max_bytes.empty() ? (cuda ? "1G" : "1M") : raw.max_bytes);
-    if (c.max_bytes < c.min_bytes)
-      bad_value("max-bytes", raw.max_bytes, "is below --min-bytes " + std::to_string(c.min_bytes));
+    if (c.max_bytes < c.min_bytes) {
+      if (raw.max_bytes.empty())
+        bad_value("min-bytes", raw.min_bytes, std::string("is above the largest payload, ") + (cuda ? "1G" : "1M") +
+                                                  " on " + raw.backend + " (raise --max-bytes)");
+      bad_value("max-bytes", raw.max_bytes, "is below --min-bytes " + raw.min_bytes);
+    }
     if (c.max_bytes > (int64_t{1} << 36)) bad_value("max-bytes", raw.max_bytes, "at most 64G");
   }
   return c;

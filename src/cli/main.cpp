@@ -65,7 +65,8 @@ int main(int argc, char** argv) {
   } catch (const scalestudy::UsageError& error) {
     // Every rank parsed the same arguments, so every rank ends here; one reports it.
     if (rank_in_world() == 0) {
-      std::fprintf(stderr, "scalestudy %s: error: %s\n", command.c_str(), error.what());
+      std::fprintf(stderr, "scalestudy %s: error: %s\n", scalestudy::one_line(command).c_str(),
+                   scalestudy::one_line(error.what()).c_str());
       std::fflush(stderr);
     }
     wait_for_rank0_report();

@@ -144,6 +144,7 @@ int run_train_command(int argc, const char* const* argv) {
   RunOutcome outcome;
   try {
     outcome = trainer.run(&recorder);
+    set_control_step(0);
     if (tracer) {
       const RankTrace trace = tracer->take_trace();
       if (where.rank == 0)

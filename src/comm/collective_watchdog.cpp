@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <cstdio>
 #include <iterator>
+#include <optional>
 #include <utility>
 
 #include "core/check.h"
 #include "core/control_wait.h"
+#include "core/roll_call.h"
 #include "core/stop_signal.h"
 
 namespace scalestudy {
@@ -79,11 +81,19 @@ void CollectiveWatchdog::run() {
       lock.unlock();  // as below: the abort hook must not wait on the owner's thread
       end_job_for_signal(stop_signal(), "waiting for " + blocked);
     }
-    const std::string message = take_timed_out(Clock::now());
-    if (message.empty()) continue;
+    const std::optional<StartedCollective> stuck = take_timed_out(Clock::now());
+    if (!stuck) continue;
     // Unlocked: ending the job runs the abort hook, which must not wait on the owner's
-    // thread, and that thread may be in watch() or forget().
+    // thread, and that thread may be in watch() or forget(); so does the roll call, which
+    // waits for the peers' answers. A data-plane collective has no place in the control
+    // plane's count, so a peer behind is one that has not reached this rank's last one.
     lock.unlock();
+    const RollCall roll_call = take_roll_call(control_collectives_entered());
+    // A lower rank that responds times out too, by its own deadline, and reports.
+    if (!is_reporting_rank(roll_call))
+      defer_to_reporting_rank(std::chrono::duration_cast<std::chrono::milliseconds>(
+          std::chrono::duration<double>(timeout_s_)));
+    const std::string message = timeout_message(*stuck, describe_roll_call(roll_call, ""));
     if (hooks_.on_timeout) {
       hooks_.on_timeout(message);
     } else {
@@ -104,23 +114,23 @@ std::string CollectiveWatchdog::blocked_after_stop(Clock::time_point now) {
   return std::string("collective ") + collective_kind_name(blocked.kind) + " (phase " + blocked.phase + ")";
 }
 
-std::string CollectiveWatchdog::take_timed_out(Clock::time_point now) {
+std::optional<StartedCollective> CollectiveWatchdog::take_timed_out(Clock::time_point now) {
   watched_.erase(std::remove_if(watched_.begin(), watched_.end(), [](const Watched& w) { return w.done && w.done(); }),
                  watched_.end());
   const auto stuck = std::find_if(watched_.begin(), watched_.end(), [&](const Watched& w) {
     return std::chrono::duration<double>(now - w.started).count() >= rank_timeout(timeout_s_, rank_);
   });
-  if (stuck == watched_.end()) return "";
-  std::string message = timeout_message(stuck->collective);
+  if (stuck == watched_.end()) return std::nullopt;
+  const StartedCollective collective = stuck->collective;
   watched_.erase(stuck);
-  return message;
+  return collective;
 }
 
-std::string CollectiveWatchdog::timeout_message(const StartedCollective& stuck) const {
+std::string CollectiveWatchdog::timeout_message(const StartedCollective& stuck, const std::string& culprits) const {
   return std::string("collective ") + collective_kind_name(stuck.kind) + " #" + std::to_string(stuck.id) +
          " (phase " + stuck.phase + ", " + format_bytes(stuck.payload_bytes) + ") did not finish within " +
-         format_seconds(rank_timeout(timeout_s_, rank_)) + " on rank " + std::to_string(rank_) +
-         " -- a peer may have died or be stuck";
+         format_seconds(rank_timeout(timeout_s_, rank_)) + " on rank " + std::to_string(rank_) + " -- " +
+         (culprits.empty() ? "a peer may have died or be stuck" : culprits);
 }
 
 }  // namespace scalestudy

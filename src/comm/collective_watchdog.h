@@ -1,9 +1,11 @@
 #pragma once
 // No rank waits forever in a collective. A thread of the watchdog's own checks every
 // collective in flight once a period: one that has not finished within the timeout of its
-// start ends the job with a message naming the rank, the collective, its phase and its
-// bytes; so does one still in flight after a stop signal and its grace. The check runs whatever the rank's other threads are doing, so a rank is ended
-// even where nothing waits for the stuck collective.
+// start ends the job with a message naming the rank, the collective, its phase, its bytes
+// and, from a roll call (core/roll_call.h), the ranks that do not respond or lag behind;
+// so does one still in flight after a stop signal and its grace. The check runs whatever
+// the rank's other threads are doing, so a rank is ended even where nothing waits for the
+// stuck collective.
 //
 // A collective is in flight from watch() until forget(), or until the `done` test given to
 // watch() answers true. The test runs on the watchdog's thread, never after forget() has
@@ -16,6 +18,7 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -59,9 +62,10 @@ class CollectiveWatchdog {
 
   void run();
   // Drops the collectives whose test says they are done, and takes out the oldest one
-  // past the timeout, if any (mutex_ held). Returns its message, or "" when none is.
-  std::string take_timed_out(Clock::time_point now);
-  std::string timeout_message(const StartedCollective& stuck) const;
+  // past the timeout, if any (mutex_ held).
+  std::optional<StartedCollective> take_timed_out(Clock::time_point now);
+  // culprits: the roll call's ranks that do not respond or did not arrive, or "".
+  std::string timeout_message(const StartedCollective& stuck, const std::string& culprits) const;
   // After a stop signal (core/stop_signal.h) and its grace, the oldest collective still in
   // flight, named: this rank is blocked on a peer and would never reach the step's end.
   // "" while none is (mutex_ held).

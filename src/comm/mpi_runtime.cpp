@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/roll_call.h"
 
 namespace scalestudy {
 namespace {
@@ -41,12 +42,16 @@ MpiRuntime::MpiRuntime(int* argc, char*** argv) {
                   "that calls MPI while the main thread may too. Use an MPI build with "
                   "thread support (Open MPI: ompi_info | grep MPI_THREAD_MULTIPLE)");
   }
+  // From here on this rank answers roll calls (core/roll_call.h), whatever it is doing.
+  start_roll_call_responder();
 }
 
 MpiRuntime::~MpiRuntime() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized) CHECK_MPI(MPI_Finalize());
+  if (finalized) return;
+  stop_roll_call_responder();
+  CHECK_MPI(MPI_Finalize());
 }
 
 NodeRanks node_ranks(MPI_Comm comm) {

@@ -38,41 +38,88 @@ std::vector<std::string> read_config_lines(const std::string& path) {
   return lines;
 }
 
-// The 1-based line of the file that sets `option`, or 0.
-size_t line_of(const std::vector<std::string>& lines, const std::string& option) {
-  for (size_t i = 0; i < lines.size(); ++i) {
-    const std::string& line = lines[i];
-    const size_t start = line.find_first_not_of(" \t");
-    if (start == std::string::npos) continue;
-    const size_t end = line.find_first_of(" \t=", start);
-    if (line.compare(start, end - start, option) == 0) return i + 1;
+// The key of a "key = value" line, without leading dashes, or "" for a blank line.
+std::string key_of(const std::string& line) {
+  const size_t start = line.find_first_not_of(" \t-");
+  if (start == std::string::npos) return "";
+  const size_t end = line.find_first_of(" \t=", start);
+  return line.substr(start, end == std::string::npos ? std::string::npos : end - start);
+}
+
+// The 1-based line of the file that sets `option` the `nth` time (1: the first), or 0.
+// Boost names an option of an INI section "section.option", and its line says "option".
+size_t line_of(const std::vector<std::string>& lines, const std::string& option, int nth = 1) {
+  const size_t first = option.find_first_not_of('-');
+  const std::string bare = first == std::string::npos ? "" : option.substr(first);
+  const size_t dot = bare.rfind('.');
+  for (const std::string& name : {bare, dot == std::string::npos ? bare : bare.substr(dot + 1)}) {
+    int seen = 0;
+    for (size_t i = 0; i < lines.size(); ++i)
+      if (key_of(lines[i]) == name && ++seen == nth) return i + 1;
   }
   return 0;
 }
 
-void parse_config_file(const std::string& path, const po::options_description& options, po::variables_map& values) {
+// The 1-based line that Boost's message quotes ("... an invalid line 'steps 3'"), or 0.
+size_t quoted_line(const std::vector<std::string>& lines, const std::string& message) {
+  const size_t open = message.find('\'');
+  const size_t close = message.rfind('\'');
+  if (open == std::string::npos || close <= open) return 0;
+  const std::string quoted = message.substr(open + 1, close - open - 1);
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const size_t first = lines[i].find_first_not_of(" \t");
+    const size_t last = lines[i].find_last_not_of(" \t");
+    if (first != std::string::npos && lines[i].substr(first, last - first + 1) == quoted) return i + 1;
+  }
+  return 0;
+}
+
+std::string where(const std::string& path, size_t line) {
+  return "--config " + path + (line ? ":" + std::to_string(line) : "") + ": ";
+}
+
+ConfigLines parse_config_file(const std::string& path, const po::options_description& options,
+                              po::variables_map& values) {
   const std::vector<std::string> lines = read_config_lines(path);
-  if (const size_t line = line_of(lines, "config"))
-    throw UsageError("--config " + path + ":" + std::to_string(line) + ": a config file cannot name another (config =)");
+  for (const char* own : {"config", "help"})
+    if (const size_t line = line_of(lines, own))
+      throw UsageError(where(path, line) + "'" + own + " =' belongs on the command line, not in a config file");
   std::ostringstream joined;
   for (const std::string& line : lines) joined << line << '\n';
   std::istringstream text(joined.str());
+  ConfigLines config{path, {}};
   try {
+    const po::parsed_options parsed = po::parse_config_file(text, options, /*allow_unregistered=*/false);
+    // Every line is checked, also those the command line overrides: an error in the file
+    // is an error whether or not this run uses that line.
+    po::variables_map every_line;
+    po::store(parsed, every_line);
+    for (const po::option& option : parsed.options)
+      if (!values.count(option.string_key) || values[option.string_key].defaulted())
+        config.line_of_option[option.string_key] = line_of(lines, option.string_key);
     // Values already stored from the command line are kept: the command line wins.
-    po::store(po::parse_config_file(text, options, /*allow_unregistered=*/false), values);
+    po::store(parsed, values);
+  } catch (const po::multiple_occurrences& error) {
+    throw UsageError(where(path, line_of(lines, error.get_option_name(), 2)) + error.what());
   } catch (const po::error_with_option_name& error) {
-    const std::string option = error.get_option_name();
-    const std::string name = option.rfind("--", 0) == 0 ? option.substr(2) : option;
-    const size_t line = line_of(lines, name);
-    throw UsageError("--config " + path + (line ? ":" + std::to_string(line) : "") + ": " + error.what());
+    const size_t line = line_of(lines, error.get_option_name());
+    throw UsageError(where(path, line ? line : quoted_line(lines, error.what())) + error.what());
   } catch (const po::error& error) {
-    throw UsageError("--config " + path + ": " + error.what());
+    throw UsageError(where(path, quoted_line(lines, error.what())) + error.what());
   }
+  return config;
+}
+
+// "--name" at the start of a UsageError's message, without the dashes, or "".
+std::string option_named_by(const std::string& message) {
+  if (message.rfind("--", 0) != 0) return "";
+  return message.substr(2, message.find_first_of(" :", 2) - 2);
 }
 
 }  // namespace
 
-void parse_options(int argc, const char* const* argv, const po::options_description& options, po::variables_map& values) {
+ConfigLines parse_options(int argc, const char* const* argv, const po::options_description& options,
+                          po::variables_map& values) {
   // Positional arguments are caught, so that a stray one is named rather than ignored.
   constexpr const char* kStray = "stray-argument";
   po::options_description with_stray;
@@ -88,17 +135,33 @@ void parse_options(int argc, const char* const* argv, const po::options_descript
   if (values.count(kStray))
     throw UsageError("unexpected argument '" + values[kStray].as<std::vector<std::string>>().front() +
                      "' (every option starts with --)");
-  if (values.count("help")) return;
-  if (values.count("config")) parse_config_file(values["config"].as<std::string>(), options, values);
+  if (values.count("help")) return {};
+  ConfigLines config;
+  if (values.count("config")) config = parse_config_file(values["config"].as<std::string>(), options, values);
   try {
     po::notify(values);
   } catch (const po::error& error) {
     throw UsageError(error.what());
   }
+  return config;
+}
+
+void naming_config_lines(const ConfigLines& config, const std::function<void()>& check) {
+  try {
+    check();
+  } catch (const UsageError& error) {
+    const auto set = config.line_of_option.find(option_named_by(error.what()));
+    if (set == config.line_of_option.end()) throw;
+    throw UsageError(where(config.path, set->second) + error.what());
+  }
 }
 
 bool given(const po::variables_map& values, const char* option) {
   return values.count(option) && !values[option].defaulted();
+}
+
+void bad_value(const std::string& option, const std::string& value, const std::string& why) {
+  throw UsageError("--" + option + " " + one_line(value) + ": " + why);
 }
 
 }  // namespace scalestudy

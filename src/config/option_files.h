@@ -4,18 +4,36 @@
 // config file that is a readable text file whose every error names the file and the line.
 #include <boost/program_options.hpp>
 
+#include <functional>
+#include <map>
 #include <string>
 
 namespace scalestudy {
 
+// Where the options that a --config file set are set: the file, and the line of each option
+// that the command line does not override.
+struct ConfigLines {
+  std::string path;
+  std::map<std::string, size_t> line_of_option;  // option name (no --) -> 1-based line
+};
+
 // Parses argv (argv[0] is the subcommand) into `values`, then the INI file that --config
-// names, if any: the command line wins. Throws UsageError naming the option, or the file and
-// the line.
-void parse_options(int argc, const char* const* argv, const boost::program_options::options_description& options,
-                   boost::program_options::variables_map& values);
+// names, if any: the command line wins, and every line of the file is still checked.
+// Throws UsageError naming the option, or the file and the line. Returns where the file's
+// options were set.
+ConfigLines parse_options(int argc, const char* const* argv,
+                          const boost::program_options::options_description& options,
+                          boost::program_options::variables_map& values);
+
+// Runs `check`, the checks of the parsed values. A UsageError it throws about an option
+// ("--name ...") that the config file set is thrown again prefixed with the file and line.
+void naming_config_lines(const ConfigLines& lines, const std::function<void()>& check);
 
 // Whether the user gave `option` (on the command line or in the config file), rather than
 // leaving its default.
 bool given(const boost::program_options::variables_map& values, const char* option);
+
+// Throws the UsageError "--OPTION VALUE: WHY".
+[[noreturn]] void bad_value(const std::string& option, const std::string& value, const std::string& why);
 
 }  // namespace scalestudy

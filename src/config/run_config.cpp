@@ -6,6 +6,7 @@
 #include <boost/program_options.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -14,6 +15,7 @@
 
 #include "config/help_sections.h"
 #include "config/option_files.h"
+#include "config/output_path.h"
 #include "core/usage_error.h"
 
 namespace po = boost::program_options;
@@ -184,11 +186,6 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
   return all;
 }
 
-[[noreturn]] void bad_value(const std::string& option, const std::string& value,
-                            const std::string& why) {
-  throw UsageError("--" + option + " " + value + ": " + why);
-}
-
 int parse_whole_number(const std::string& option, const std::string& value) {
   size_t used = 0;
   int number = 0;
@@ -249,26 +246,6 @@ void resolve_profile_window(RunConfig& c, const std::string& window) {
   c.profile_last = last;
 }
 
-bool same_file(const std::string& a, const std::string& b) {
-  std::error_code error;
-  return !b.empty() && std::filesystem::exists(a, error) && std::filesystem::equivalent(a, b, error);
-}
-
-// Before any rank allocates: the result file may not replace an input, a folder or, unless
-// --overwrite, an existing file, and its folder must be writable.
-void check_output_path(const RunConfig& c, const RawOptions& raw) {
-  std::error_code error;
-  if (std::filesystem::is_directory(c.output, error)) bad_value("output", c.output, "is a directory");
-  if (same_file(c.output, c.token_file)) bad_value("output", c.output, "is the run's --token-file");
-  if (same_file(c.output, raw.config_file)) bad_value("output", c.output, "is the run's --config file");
-  if (std::filesystem::exists(c.output, error) && !c.overwrite)
-    bad_value("output", c.output, "exists; pass --overwrite to replace it");
-  const std::filesystem::path folder = std::filesystem::absolute(c.output).parent_path();
-  std::filesystem::create_directories(folder, error);
-  if (error) bad_value("output", c.output, "cannot create its folder (" + error.message() + ")");
-  if (access(folder.c_str(), W_OK) != 0) bad_value("output", c.output, "its folder is not writable");
-}
-
 // A result file takes about 1-1.5 KiB a step for each rank (its intervals, collective
 // records and GPU samples) and a few KiB of provenance: a file system with less room than
 // 2 KiB a rank-step and 256 KiB is found full before the first step.
@@ -292,6 +269,14 @@ void require_positive(const std::string& option, double value) {
 // The values whose defaults are sentinels, which the user may not give; and every
 // floating-point option, which must be finite (inf or nan would train into NaN losses).
 void check_given_values(RunConfig& c, const RawOptions& raw, const po::variables_map& values) {
+  // 0 is what each of these means when left out; given, it would be taken silently for that.
+  const std::pair<const char*, const char*> sizes[] = {
+      {"layers", "the preset's"}, {"hidden", "the preset's"}, {"heads", "the preset's"},
+      {"vocab", "the preset's"},  {"max-seq", "the preset's"}, {"seq", "--max-seq"},
+      {"batch-per-rank", "4"}};
+  for (const auto& [option, otherwise] : sizes)
+    if (given(values, option) && values[option].as<int>() == 0)
+      bad_value(option, "0", std::string("must be at least 1 (leave it out for ") + otherwise + ")");
   if (given(values, "global-batch") && c.global_batch <= 0)
     bad_value("global-batch", text(c.global_batch), "must be at least 1 (leave it out for weak scaling)");
   if (given(values, "warmup-steps") && c.warmup_steps < 0)
@@ -306,8 +291,13 @@ void check_given_values(RunConfig& c, const RawOptions& raw, const po::variables
   } catch (const std::exception&) {
     used = 0;
   }
-  if (seed.empty() || seed[0] == '-' || used != seed.size()) bad_value("seed", seed, "must be a whole number, at least 0");
+  if (seed.empty() || seed.find_first_not_of("0123456789") != std::string::npos || used != seed.size())
+    bad_value("seed", seed, "must be a whole number, at least 0");
   c.seed = parsed;
+  // The experiment's name goes into result files and the report's tables, one line each.
+  if (std::any_of(c.experiment.begin(), c.experiment.end(),
+                  [](char ch) { return std::iscntrl(static_cast<unsigned char>(ch)) != 0; }))
+    bad_value("experiment", "'" + c.experiment + "'", "holds a control character (a newline, a tab, an escape)");
   const std::pair<const char*, double> floats[] = {
       {"lr", c.learning_rate},          {"min-lr-ratio", c.min_lr_ratio}, {"beta1", c.adamw.beta1},
       {"beta2", c.adamw.beta2},          {"eps", c.adamw.epsilon},         {"weight-decay", c.adamw.weight_decay},
@@ -450,7 +440,9 @@ void resolve_and_validate(RunConfig& c, const RawOptions& raw) {
                                                               " backend has no GPU to sample)");
   }
 
-  if (!c.output.empty()) check_output_path(c, raw);
+  if (!c.output.empty())
+    check_output_path({.output = c.output, .overwrite = c.overwrite,
+                       .inputs = {{"token-file", c.token_file}, {"config", raw.config_file}}});
   require_positive("flush-every", c.flush_every);
   require_positive("log-every", c.log_every);
   resolve_profile_window(c, raw.profile_window);
@@ -478,10 +470,12 @@ bool parse_train_config(int argc, const char* const* argv, RunConfig& config) {
   RawOptions raw;
   po::options_description options = train_options(config, raw);
   po::variables_map values;
-  parse_options(argc, argv, options, values);
+  const ConfigLines config_lines = parse_options(argc, argv, options, values);
   if (values.count("help")) return false;
-  check_given_values(config, raw, values);
-  resolve_and_validate(config, raw);
+  naming_config_lines(config_lines, [&] {
+    check_given_values(config, raw, values);
+    resolve_and_validate(config, raw);
+  });
   return true;
 }
 

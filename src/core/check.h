@@ -7,6 +7,7 @@
 // results/hdf5_check.h, and CUPTI's in backend/cuda/cupti_tracer.cpp.
 #include <mpi.h>
 
+#include <chrono>
 #include <string>
 
 namespace scalestudy {
@@ -19,6 +20,12 @@ namespace scalestudy {
 // Ends the job for a reason that is no program error (a signal, a peer that never came):
 // "scalestudy: rank R on HOST: REASON" on stderr, the abort hook, then MPI_Abort.
 [[noreturn]] void end_job(const std::string& reason, int exit_code);
+
+// For a rank that is not the one to report a failure that its peers see too (a roll call,
+// core/roll_call.h, names a lower rank that responds): waits up to `grace` for the notice
+// of the rank that ends the job (core/job_end_notice.h). On one, this rank ends quietly,
+// and the abort hook records the notice's reason. Returns when none came.
+void defer_to_reporting_rank(std::chrono::milliseconds grace);
 
 // Called once, on the aborting rank, before the job is ended: the results writer marks
 // its file failed here. Pass nullptr to remove it.

@@ -168,6 +168,7 @@ RunOutcome Trainer::run(StepObserver* observer) {
   if (telemetry_) (void)telemetry_->take_samples();
   RunOutcome outcome;
   for (int step = 0; step < config_.steps; ++step) {
+    set_control_step(step + 1);  // the control plane's timeouts name the step
     StepRecord record;
     try {
       record = train_step(step);

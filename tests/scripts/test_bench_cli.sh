@@ -86,6 +86,20 @@ expect_exit 2 "\-\-profile-kernels: needs \-\-backend cuda" "$binary" bench gemm
 expect_exit 2 "\-\-model nosuch" "$binary" bench layer --model nosuch
 expect_exit 2 "\-\-backend tpu" "$binary" bench gemm --backend tpu
 expect_exit 2 "no-such-option" "$binary" bench bandwidth --no-such-option 1
+# Values that stand for a default, or that never end a sample, are refused when given.
+expect_exit 2 "\-\-min-sample-ms inf: must be a finite number" "$binary" bench gemm --min-sample-ms inf
+expect_exit 2 "\-\-comm-timeout inf: must be a positive, finite" "$binary" bench comm --comm-timeout inf
+expect_exit 2 "\-\-sizes '': is empty" "$binary" bench gemm --sizes ""
+expect_exit 2 "\-\-hidden 0: must be at least 1" "$binary" bench layer --hidden 0
+expect_exit 2 "\-\-layers 0: must be at least 1" "$binary" bench inference --layers 0
+expect_exit 2 "\-\-min-bytes 2M: is above the largest payload, 1M" "$binary" bench comm --min-bytes 2M
+# The output is checked before anything runs, as train's is.
+expect_exit 2 "\-\-output $tmp: is a directory" "$binary" bench gemm --sizes 16 -o "$tmp"
+expect_exit 2 "\-\-output '': is empty" "$binary" bench gemm --sizes 16 -o ""
+expect_exit 2 "\-\-output /proc/no-such-folder/gemm.h5" "$binary" bench gemm --sizes 16 -o /proc/no-such-folder/gemm.h5
+expect_exit 2 "\-\-output $tmp/gemm.h5: exists; pass \-\-overwrite" "$binary" bench gemm --sizes 16 -o "$tmp/gemm.h5"
+expect_exit 0 "results: $tmp/gemm.h5" "$binary" bench gemm --sizes 16 "${quick[@]}" -o "$tmp/gemm.h5" --overwrite
+expect_file "$tmp/gemm.h5" gemm
 expect_exit 2 "runs on one rank" timeout 120 "$mpiexec" --oversubscribe --allow-run-as-root -np 2 \
   "$binary" bench gemm --sizes 16
 

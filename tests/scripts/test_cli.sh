@@ -29,6 +29,10 @@ expect_exit 2 "\-\-token-file /nonexistent.bin" "$binary" train --data file --to
 expect_exit 2 "\-\-output /proc/no-such-folder/run.h5" "$binary" train --output /proc/no-such-folder/run.h5
 expect_exit 2 "\-\-grad-reduce fp8" "$binary" train --grad-reduce fp8
 expect_exit 2 "unrecognised option '--comm-engine'" "$binary" train --comm-engine copy
+# A value that holds a newline or an escape is written as \xNN: the error stays one line.
+expect_exit 2 "\-\-strategy ddp.x0arm -rf x: must be ddp or zero2" "$binary" train --strategy $'ddp\nrm -rf x'
+lines=$("$binary" train --steps $'2\n3' 2>&1 | wc -l)
+[ "$lines" = 1 ] || fail "a value with a newline gave $lines lines of error, not one"
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

@@ -6,7 +6,9 @@
 # message naming the cause, and leave a readable result file that holds its completed
 # steps: renamed and marked failed with the reason, never complete; where the stopped or
 # killed rank is rank 0, which writes the file, the .partial it leaves must still read.
-# The target of each fault is found by process id, among the launcher's children.
+# The target of each fault is found by process id, among the launcher's children. A SIGSTOP
+# ends the job with one line from the ranks, whose roll call names the stopped rank, and only
+# it, as the one that does not respond.
 #   test_faults.sh BINARY MPIEXEC [STUCK_COLLECTIVE]; SIGSTOP_TRIALS=N (default 4)
 set -uo pipefail
 binary=$1
@@ -25,8 +27,25 @@ strategies=("ddp --overlap off" "ddp --overlap on" "zero2 --overlap off" "zero2 
 
 fail() { echo "FAIL [$trial]: $*"; tail -5 "$log" | sed 's/^/    /'; failed=$((failed + 1)); }
 
-# The ranks: the launcher's children, in rank order (Open MPI starts them in that order).
-ranks_of() { pgrep -P "$1" | sort -n; }
+# The process id of rank $2 among the launcher $1's children, from the rank its launcher
+# gave it in its environment (Open MPI, PMIx or PMI).
+pid_of_rank() {
+  local pid
+  for pid in $(pgrep -P "$1"); do
+    if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null |
+       grep -Eqx "(OMPI_COMM_WORLD_RANK|PMIX_RANK|PMI_RANK)=$2"; then
+      echo "$pid"; return
+    fi
+  done
+}
+
+# The ranks that a roll call found silent, from the one line that ended the job: "rank 3
+# does not respond" or "ranks 1, 4-6 do not respond", listed one per line.
+silent_ranks() {
+  local list part
+  list=$(sed -n 's/.* ranks\{0,1\} \([0-9, -]*\) do\(es\)\{0,1\} not respond.*/\1/p' "$1" | head -1)
+  for part in ${list//,/ }; do seq "${part%-*}" "${part#*-}"; done
+}
 
 # The value of a root attribute of an HDF5 file, or "" when it cannot be read.
 attribute() { h5dump -a "$2" "$1" 2>/dev/null | sed -n 's/^ *(0): "\(.*\)"$/\1/p; s/^ *(0): \([0-9-]*\)$/\1/p'; }
@@ -53,7 +72,7 @@ run_trial() {
   local victim=$launcher rank_index=-1
   if [ "$target" != launcher ]; then
     rank_index=$target
-    victim=$(ranks_of "$launcher" | sed -n "$((target + 1))p")
+    victim=$(pid_of_rank "$launcher" "$target")
   fi
   if [ -z "$victim" ] || ! grep -q "^step" "$log"; then
     fail "training never started"; kill -KILL "$launcher" 2>/dev/null; wait "$launcher" 2>/dev/null; return
@@ -71,6 +90,14 @@ run_trial() {
   local elapsed=$((SECONDS - started))
   [ "$code" != 0 ] || { fail "exit code 0 after SIG$signal"; return; }
   grep -Eq "$reason" "$log" || { fail "no message matches '$reason'"; return; }
+  if [ "$signal" = STOP ]; then
+    # One line says why the job ended, and its roll call names the stopped rank alone.
+    local lines silent
+    lines=$(grep -c "^scalestudy: rank" "$log")
+    [ "$lines" = 1 ] || { fail "$lines lines from the ranks, not one"; return; }
+    silent=$(silent_ranks "$log" | tr '\n' ' ')
+    [ "$silent" = "$target " ] || { fail "the roll call names '${silent}' as silent, not rank $target"; return; }
+  fi
   local file=$output
   if [ ! -e "$output" ]; then
     # Only a rank 0 that was stopped or killed may leave the .partial behind.

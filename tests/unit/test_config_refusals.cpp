@@ -1,5 +1,6 @@
 // Values that were once accepted silently, and paths and config files that were misread:
-// each is refused with a UsageError that names the option (or the file and its line).
+// each is refused with a UsageError that names the option (or the file and its line), in
+// one line.
 #include <gtest/gtest.h>
 
 #include <sys/stat.h>
@@ -64,6 +65,22 @@ TEST(ConfigRefusals, SentinelsAndNonFiniteNumbers) {
   EXPECT_EQ(parse_train_options({"--seed", "18446744073709551615"}).seed, 18446744073709551615ull);
 }
 
+TEST(ConfigRefusals, ZeroIsNoSilentDefault) {
+  // Left out, each of these means the preset's value (or 4, or --max-seq); given as 0, it
+  // would be taken for that without a word.
+  for (const char* option : {"--layers", "--hidden", "--heads", "--vocab", "--max-seq", "--seq", "--batch-per-rank"})
+    expect_refused({option, "0"}, {std::string(option) + " 0", "at least 1", "leave it out"});
+  EXPECT_EQ(parse_train_options({"--layers", "1"}).shape.layers, 1);
+}
+
+TEST(ConfigRefusals, SeedAndExperimentText) {
+  expect_refused({"--seed", " 5"}, {"--seed  5", "whole number"});
+  expect_refused({"--seed", "+5"}, {"--seed +5", "whole number"});
+  expect_refused({"--experiment", "sweep\nrm -rf /"}, {"--experiment 'sweep\\x0arm -rf /'", "control character"});
+  expect_refused({"--experiment", "a\x1b[2Jb"}, {"--experiment", "control character"});
+  EXPECT_EQ(parse_train_options({"--experiment", "strong scaling, 2024"}).experiment, "strong scaling, 2024");
+}
+
 TEST(ConfigRefusals, StrayArgumentsAndAbbreviations) {
   expect_refused({"--steps", "3", "stray"}, {"unexpected argument 'stray'"});
   expect_refused({"--outp", "x.h5"}, {"--outp"});
@@ -108,6 +125,33 @@ TEST_F(ScratchFolder, ConfigFilesNameTheFileAndLine) {
   const std::string binary = write("binary.ini", std::string("steps = 3\n\x7f" "ELF\x01\x02", 15));
   expect_refused({"--config", binary}, {binary + ":2", "not a text file"});
   EXPECT_EQ(parse_train_options({"--config", write("good.ini", "steps = 7\r\n")}).steps, 7);
+}
+
+TEST_F(ScratchFolder, ConfigFileErrorsNameTheLineWhereverTheyAreFound) {
+  // Lines that Boost cannot read, named by the line Boost quotes or the key it names.
+  const std::string no_equals = write("no_equals.ini", "steps = 3\nlayers 2\n");
+  expect_refused({"--config", no_equals}, {no_equals + ":2", "invalid line"});
+  const std::string dashes = write("dashes.ini", "\n--layers = 2\n");
+  expect_refused({"--config", dashes}, {dashes + ":2", "--layers"});
+  const std::string section = write("section.ini", "steps = 3\n[train]\nlayers = 2\n");
+  expect_refused({"--config", section}, {section + ":3", "train.layers"});
+  const std::string twice = write("twice.ini", "layers = 2\nsteps = 3\nlayers = 4\n");
+  expect_refused({"--config", twice}, {twice + ":3", "more than once"});
+  const std::string help = write("help.ini", "steps = 3\nhelp = 1\n");
+  expect_refused({"--config", help}, {help + ":2", "help ="});
+  // A bad line is refused even where the command line overrides it.
+  const std::string overridden = write("overridden.ini", "layers = two\n");
+  expect_refused({"--config", overridden, "--layers", "2"}, {overridden + ":1", "layers", "two"});
+  // Values that Boost reads and the checks refuse name the file's line too.
+  const std::string values = write("values.ini", "steps = 3\n\nlr = inf\n");
+  expect_refused({"--config", values}, {values + ":3", "--lr inf", "finite"});
+  const std::string strategy = write("strategy.ini", "strategy = zero3\n");
+  expect_refused({"--config", strategy}, {strategy + ":1", "--strategy zero3"});
+  const std::string zero = write("zero.ini", "steps = 3\nlayers = 0\n");
+  expect_refused({"--config", zero}, {zero + ":2", "--layers 0"});
+  // The command line's own bad values name no file.
+  expect_refused({"--config", write("fine.ini", "steps = 3\n"), "--lr", "nan"}, {"--lr nan"});
+  EXPECT_EQ(refusal({"--config", write("fine2.ini", "steps = 3\n"), "--lr", "nan"}).find("--config"), std::string::npos);
 }
 
 }  // namespace
