@@ -60,10 +60,21 @@ ProcessPlacement discover_placement(MPI_Comm comm) {
                                 &node_comm));
   CHECK_MPI(MPI_Comm_rank(node_comm, &placement.local_rank));
   CHECK_MPI(MPI_Comm_size(node_comm, &placement.local_size));
-  CHECK_MPI(MPI_Comm_free(&node_comm));
 
-  int is_node_leader = placement.local_rank == 0 ? 1 : 0;
-  CHECK_MPI(MPI_Allreduce(&is_node_leader, &placement.node_count, 1, MPI_INT, MPI_SUM, comm));
+  // The nodes' first ranks, keyed by rank, number the nodes in order of their lowest rank;
+  // each tells the ranks of its node.
+  MPI_Comm leaders = MPI_COMM_NULL;
+  CHECK_MPI(MPI_Comm_split(comm, placement.local_rank == 0 ? 0 : MPI_UNDEFINED, placement.rank, &leaders));
+  int node[2] = {0, 0};  // index, count
+  if (placement.local_rank == 0) {
+    CHECK_MPI(MPI_Comm_rank(leaders, &node[0]));
+    CHECK_MPI(MPI_Comm_size(leaders, &node[1]));
+    CHECK_MPI(MPI_Comm_free(&leaders));
+  }
+  CHECK_MPI(MPI_Bcast(node, 2, MPI_INT, 0, node_comm));
+  placement.node_index = node[0];
+  placement.node_count = node[1];
+  CHECK_MPI(MPI_Comm_free(&node_comm));
 
   std::vector<char> host(MPI_MAX_PROCESSOR_NAME + 1, '\0');
   int host_chars = 0;
