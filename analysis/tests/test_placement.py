@@ -1,8 +1,11 @@
 """Where each rank ran (/ranks, versions 5 and 6): nodes and local ranks, each rank's GPU,
-and the problems when MPI's nodes and the hostnames disagree or ranks share a GPU."""
+the problems when MPI's nodes and the hostnames disagree or ranks share a GPU, and the
+report's nodes × ranks per node."""
+import re
 
 import h5py
 
+from scalestudy_analysis.cli import main
 from scalestudy_analysis.load import load_results, read_run
 from synth import base_config, write_run
 
@@ -66,3 +69,17 @@ def test_ranks_that_drove_one_gpu_are_named_and_unqueried_gpus_are_not(tmp_path)
     unqueried = ["unavailable: no CUDA device 0"] * 2 + ["", ""]
     assert read_run(write_run(tmp_path / "u.h5", world_size=4, backend="cuda",
                               device_uuid=unqueried)).problems == []
+
+
+def test_the_report_shows_nodes_by_ranks_per_node_for_every_n(tmp_path):
+    write_run(tmp_path / "r" / "n1.h5", world_size=1, hostnames=["node-a"])
+    write_run(tmp_path / "r" / "n2.h5", world_size=2, hostnames=["node-b", "node-b"])
+    write_run(tmp_path / "r" / "n4.h5", world_size=4, hostnames=FOUR_ON_TWO_HOSTS)
+    assert main([str(tmp_path / "r"), "-o", str(tmp_path / "out")]) == 0
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert ("Runs by nodes × ranks per node: 1 node × 1 rank (1), 1 node × 2 ranks (1), "
+            "2 nodes × 2 ranks (1)") in report
+    rows = re.findall(r"^\| (\d) \| (\d×\d) \|", report, re.MULTILINE)
+    assert rows == [("1", "1×1"), ("2", "1×2"), ("4", "2×2")]
+    series = (tmp_path / "out" / "series.csv").read_text().splitlines()
+    assert series[0].split(",").count("topology") == 1
