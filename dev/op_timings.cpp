@@ -36,6 +36,13 @@ double median_ms(CudaOps& ops, int reps, const std::function<void()>& work) {
   return trials[trials.size() / 2];
 }
 
+// Prints "  <label> (spread ...): <median> ms", the median of median_ms.
+void print_median_ms(CudaOps& ops, const std::string& label, int reps, const std::function<void()>& work) {
+  std::cout << "  " << label;
+  const double ms = median_ms(ops, reps, work);
+  std::cout << ": " << ms << " ms\n";
+}
+
 // GPT-2 small (124M) at batch 8, seq 1024: the forward + backward of one micro-batch in
 // the 16-bit precision (and, in the bf16 instance, fp32), and the 16-bit ops one by one.
 TEST_P(CudaOpsHalf, Gpt2SmallTimings) {
@@ -91,18 +98,13 @@ TEST_P(CudaOpsHalf, Gpt2SmallTimings) {
 
   // The 16-bit ops at GPT-2 small shapes.
   CudaOps& ops = *gpu_;
-  auto act = [&](size_t elems) {
-    float* p = ops.allocate_floats(elems, MemoryKind::activations);
-    owned_.push_back(p);
-    ops.fill_zero(p, elems);
-    return p;
-  };
   auto fp32 = [&](size_t elems, MemoryKind kind) {
     float* p = ops.allocate_floats(elems, kind);
     owned_.push_back(p);
     ops.fill_zero(p, elems);
     return p;
   };
+  auto act = [&](size_t elems) { return fp32(elems, MemoryKind::activations); };
   const size_t NC = size_t(N) * C, param_elems = size_t(V) * C + 4 * C;
   float* params = fp32(param_elems, MemoryKind::parameters);
   ops.parameters_changed(params, 0, param_elems);
@@ -121,6 +123,29 @@ TEST_P(CudaOpsHalf, Gpt2SmallTimings) {
   const AttentionShape att{B, T, C, 12, true};
   // The backward ops write their input gradients as the model's step does.
   constexpr GradientWrite kFirst = GradientWrite::overwrite;
+  // A dense layer's backward from [N, in_channels] to [N, out_channels], its input
+  // gradient written over its input.
+  auto dense_backward = [&](float* inp, const float* dout, float* dbias, int in_channels, int out_channels) {
+    ops.matmul_backward({.dinp = inp, .dweight = grads, .dbias = dbias, .dout = dout, .inp = inp,
+                         .weight = params, .rows = N, .in_channels = in_channels,
+                         .out_channels = out_channels, .dinp_write = kFirst});
+  };
+  // The tied LM head on the padded logits, forward with and without dlogits, and its
+  // backward whole, from dlogits, and for the weight in vocabulary ranges.
+  const ClassifierForwardArgs<float> head_forward{.losses = losses, .row_stats = stats, .logits = padded_logits,
+                                                  .inp = x, .weight = params, .targets = d_targets, .rows = N,
+                                                  .channels = C, .vocab = V, .dlogits_scale = std::nullopt};
+  ClassifierForwardArgs<float> head_forward_with_dlogits = head_forward;
+  head_forward_with_dlogits.dlogits_scale = loss_scale;
+  const ClassifierBackwardArgs<float> head_backward{.dinp = y, .logits = padded_logits, .row_stats = stats,
+                                                    .weight = params, .targets = d_targets, .rows = N,
+                                                    .channels = C, .vocab = V, .loss_scale = loss_scale,
+                                                    .dinp_write = kFirst};
+  auto head_weight_backward = [&](int vocab_begin, int vocab_end) {
+    ops.classifier_weight_backward({.dweight = grads, .dlogits = padded_logits, .inp = x, .rows = N,
+                                    .channels = C, .vocab = V, .vocab_begin = vocab_begin,
+                                    .vocab_end = vocab_end});
+  };
   struct Timed {
     const char* name;
     int reps;
@@ -128,33 +153,14 @@ TEST_P(CudaOpsHalf, Gpt2SmallTimings) {
   };
   const std::vector<Timed> timed = {
       {"matmul fwd 768->2304", 10, [&] { ops.matmul_forward(qkv, x, params, params + 1, N, C, 3 * C); }},
-      {"matmul bwd 768->2304", 10, [&] { ops.matmul_backward({.dinp = x, .dweight = grads,
-                                                              .dbias = grads + 1, .dout = qkv,
-                                                              .inp = x, .weight = params, .rows = N,
-                                                              .in_channels = C,
-                                                              .out_channels = 3 * C,
-                                                              .dinp_write = kFirst}); }},
+      {"matmul bwd 768->2304", 10, [&] { dense_backward(x, qkv, grads + 1, C, 3 * C); }},
       {"matmul fwd 768->3072", 10, [&] { ops.matmul_forward(wide, x, params, params + 1, N, C, 4 * C); }},
-      {"matmul bwd 768->3072", 10, [&] { ops.matmul_backward({.dinp = x, .dweight = grads,
-                                                              .dbias = grads + 1, .dout = wide,
-                                                              .inp = x, .weight = params, .rows = N,
-                                                              .in_channels = C,
-                                                              .out_channels = 4 * C,
-                                                              .dinp_write = kFirst}); }},
+      {"matmul bwd 768->3072", 10, [&] { dense_backward(x, wide, grads + 1, C, 4 * C); }},
       {"matmul fwd 3072->768", 10, [&] { ops.matmul_forward(x, wide, params, params + 1, N, 4 * C, C); }},
-      {"matmul bwd 3072->768", 10, [&] { ops.matmul_backward({.dinp = wide, .dweight = grads,
-                                                              .dbias = grads + 1, .dout = x,
-                                                              .inp = wide, .weight = params,
-                                                              .rows = N, .in_channels = 4 * C,
-                                                              .out_channels = C,
-                                                              .dinp_write = kFirst}); }},
+      {"matmul bwd 3072->768", 10, [&] { dense_backward(wide, x, grads + 1, 4 * C, C); }},
       {"matmul fwd 768->768", 10, [&] { ops.matmul_forward(y, x, params, params + 1, N, C, C); }},
       {"matmul fwd LM head", 3, [&] { ops.matmul_forward(logits, x, params, nullptr, N, C, V); }},
-      {"matmul bwd LM head", 3, [&] { ops.matmul_backward({.dinp = x, .dweight = grads,
-                                                           .dbias = nullptr, .dout = dlogits,
-                                                           .inp = x, .weight = params, .rows = N,
-                                                           .in_channels = C, .out_channels = V,
-                                                           .dinp_write = kFirst}); }},
+      {"matmul bwd LM head", 3, [&] { dense_backward(x, dlogits, nullptr, C, V); }},
       {"attention fwd", 5, [&] { ops.attention_forward(y, probs, qkv, att); }},
       {"attention bwd", 5, [&] { ops.attention_backward(dqkv, y, qkv, y, probs, att, kFirst); }},
       {"layernorm fwd", 10, [&] { ops.layernorm_forward({.out = y, .mean = stats, .rstd = stats + N,
@@ -171,63 +177,19 @@ TEST_P(CudaOpsHalf, Gpt2SmallTimings) {
       {"fill_zero 4NC", 10, [&] { ops.fill_zero(wide, 4 * NC); }},
       {"cross-entropy fwd", 3, [&] { ops.softmax_cross_entropy_forward(losses, stats, logits, d_targets, N, V); }},
       {"cross-entropy bwd", 3, [&] { ops.softmax_cross_entropy_backward(dlogits, logits, stats, d_targets, N, V, loss_scale); }},
-      {"classifier fwd (padded logits)", 3, [&] { ops.classifier_forward({.losses = losses,
-                                                                          .row_stats = stats,
-                                                                          .logits = padded_logits,
-                                                                          .inp = x,
-                                                                          .weight = params,
-                                                                          .targets = d_targets,
-                                                                          .rows = N, .channels = C,
-                                                                          .vocab = V,
-                                                                          .dlogits_scale = std::nullopt}); }},
-      {"classifier bwd (padded logits)", 3, [&] { ops.classifier_backward({.dinp = y,
-                                                                           .logits = padded_logits,
-                                                                           .row_stats = stats,
-                                                                           .weight = params,
-                                                                           .targets = d_targets,
-                                                                           .rows = N, .channels = C,
-                                                                           .vocab = V,
-                                                                           .loss_scale = loss_scale,
-                                                                           .dinp_write = kFirst}); }},
-      {"classifier fwd with dlogits (padded logits)", 3, [&] { ops.classifier_forward({.losses = losses,
-                                                                                       .row_stats = stats,
-                                                                                       .logits = padded_logits,
-                                                                                       .inp = x,
-                                                                                       .weight = params,
-                                                                                       .targets = d_targets,
-                                                                                       .rows = N,
-                                                                                       .channels = C,
-                                                                                       .vocab = V,
-                                                                                       .dlogits_scale = loss_scale}); }},
-      {"classifier bwd from dlogits (padded logits)", 3, [&] { ops.classifier_backward_from_dlogits({.dinp = y,
-                                                                                                     .dlogits = padded_logits,
-                                                                                                     .weight = params,
-                                                                                                     .rows = N,
-                                                                                                     .channels = C,
-                                                                                                     .vocab = V,
-                                                                                                     .dinp_write = kFirst}); }},
-      {"classifier weight bwd (padded logits)", 3, [&] { ops.classifier_weight_backward({.dweight = grads,
-                                                                                         .dlogits = padded_logits,
-                                                                                         .inp = x,
-                                                                                         .rows = N,
-                                                                                         .channels = C,
-                                                                                         .vocab = V,
-                                                                                         .vocab_begin = 0,
-                                                                                         .vocab_end = V}); }},
+      {"classifier fwd (padded logits)", 3, [&] { ops.classifier_forward(head_forward); }},
+      {"classifier bwd (padded logits)", 3, [&] { ops.classifier_backward(head_backward); }},
+      {"classifier fwd with dlogits (padded logits)", 3, [&] { ops.classifier_forward(head_forward_with_dlogits); }},
+      {"classifier bwd from dlogits (padded logits)", 3,
+       [&] { ops.classifier_backward_from_dlogits(input_gradient_of(head_backward)); }},
+      {"classifier weight bwd (padded logits)", 3, [&] { head_weight_backward(0, V); }},
       {"classifier weight bwd in 4 parts", 3, [&] {
          for (int part = 3; part >= 0; --part)
-           ops.classifier_weight_backward({.dweight = grads, .dlogits = padded_logits, .inp = x,
-                                           .rows = N, .channels = C, .vocab = V,
-                                           .vocab_begin = V * part / 32 * 8,
-                                           .vocab_end = part == 3 ? V : V * (part + 1) / 32 * 8});
+           head_weight_backward(V * part / 32 * 8, part == 3 ? V : V * (part + 1) / 32 * 8);
        }},
       {"parameters_changed 38.6M (wte + 4C)", 3, [&] { ops.parameters_changed(params, 0, param_elems); }},
   };
-  for (const Timed& t : timed) {
-    std::cout << "  " << name() << " " << t.name;
-    const double ms = median_ms(ops, t.reps, t.work);
-    std::cout << ": " << ms << " ms\n";
-  }
+  for (const Timed& t : timed) print_median_ms(ops, name() + " " + t.name, t.reps, t.work);
 
   // The LM head's rows are V = 50257 16-bit values long, not a multiple of 16 bytes; the
   // same three GEMMs with rows padded to a multiple of 8 show what that alignment costs.
@@ -238,29 +200,36 @@ TEST_P(CudaOpsHalf, Gpt2SmallTimings) {
   const cublasHandle_t handle = ops.cublas_handle();
   const cudaDataType_t half_type = precision_ == Precision::fp16 ? CUDA_R_16F : CUDA_R_16BF;
   const void* weight = scratch_weight;
+  const void* lnf = x;
+  void* dlnf = y;
+  // One column-major GEMM of the LM head: C = op_a(A) op_b(B) + beta C, in fp32 compute.
+  struct HeadGemm {
+    cublasOperation_t op_a, op_b;
+    int m, n, k;
+    const void* a;
+    int lda;
+    const void* b;
+    int ldb;
+    const float* beta;
+    void* c;
+    cudaDataType_t c_type;
+    int ldc;
+  };
+  auto head_gemm = [&](const HeadGemm& g) {
+    CHECK_CUBLAS(cublasGemmEx(handle, g.op_a, g.op_b, g.m, g.n, g.k, &one, g.a, half_type, g.lda, g.b, half_type,
+                              g.ldb, g.beta, g.c, g.c_type, g.ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  };
   for (int ld : {V, padded_vocab}) {
     void* head_out = ld == V ? logits : padded;
-    const void* lnf = x;
-    void* dlnf = y;
     const std::string label = " (ld " + std::to_string(ld) + ")";
-    std::cout << "  raw GEMM LM head fwd" << label;
-    std::cout << ": " << median_ms(ops, 3, [&] {
-      CHECK_CUBLAS(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, V, N, C, &one, weight,
-                                half_type, C, lnf, half_type, C, &zero, head_out, half_type,
-                                ld, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    }) << " ms\n";
-    std::cout << "  raw GEMM LM head dinp" << label;
-    std::cout << ": " << median_ms(ops, 3, [&] {
-      CHECK_CUBLAS(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, C, N, V, &one, weight,
-                                half_type, C, head_out, half_type, ld, &one, dlnf, half_type,
-                                C, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    }) << " ms\n";
-    std::cout << "  raw GEMM LM head dweight" << label;
-    std::cout << ": " << median_ms(ops, 3, [&] {
-      CHECK_CUBLAS(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_T, C, V, N, &one, lnf,
-                                half_type, C, head_out, half_type, ld, &one, grads,
-                                CUDA_R_32F, C, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    }) << " ms\n";
+    const HeadGemm gemms[] = {
+        {CUBLAS_OP_T, CUBLAS_OP_N, V, N, C, weight, C, lnf, C, &zero, head_out, half_type, ld},
+        {CUBLAS_OP_N, CUBLAS_OP_N, C, N, V, weight, C, head_out, ld, &one, dlnf, half_type, C},
+        {CUBLAS_OP_N, CUBLAS_OP_T, C, V, N, lnf, C, head_out, ld, &one, grads, CUDA_R_32F, C},
+    };
+    const char* names[] = {"fwd", "dinp", "dweight"};
+    for (int i = 0; i < 3; ++i)
+      print_median_ms(ops, std::string("raw GEMM LM head ") + names[i] + label, 3, [&] { head_gemm(gemms[i]); });
   }
 }
 
@@ -310,11 +279,7 @@ TEST_P(CudaOpsHalf, DenseGeluTimings) {
        }},
   };
   const size_t before = gpu_->gelu_epilogue_gemms();
-  for (const Timed& t : timed) {
-    std::cout << "  " << name() << " " << t.name;
-    const double ms = median_ms(*gpu_, 10, t.work);
-    std::cout << ": " << ms << " ms\n";
-  }
+  for (const Timed& t : timed) print_median_ms(*gpu_, name() + " " + t.name, 10, t.work);
   std::cout << "  " << name() << " GELU epilogue GEMMs in the fused runs: "
             << gpu_->gelu_epilogue_gemms() - before << "\n";
 }

@@ -60,8 +60,7 @@ struct AdamWKernelParams {
 };
 
 __global__ void adamw_kernel(AdamWKernelParams p) {
-  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < p.elems;
-       i += size_t{gridDim.x} * blockDim.x) {
+  for (size_t i = grid_thread_index(); i < p.elems; i += grid_threads()) {
     float m = p.m[i], v = p.v[i];
     p.params[i] = adamw_element(p.params[i], p.grads[i], m, v, p.step, p.weight_decay);
     p.m[i] = m;

@@ -1,6 +1,7 @@
 #include "attention.cuh"
 
 #include <cmath>
+#include <initializer_list>
 #include <string>
 
 #include "common.cuh"
@@ -110,6 +111,27 @@ AttentionStrides strides_of(const AttentionShape& shape) {
           static_cast<long long>(shape.seq) * shape.seq};
 }
 
+// The strides of a launch on `shape`, once its operands (none null) and the handle's
+// stream have passed their checks.
+AttentionStrides checked_strides(cublasHandle_t handle, cudaStream_t stream,
+                                 const AttentionShape& shape,
+                                 std::initializer_list<NamedOperand> operands) {
+  const AttentionStrides strides = strides_of(shape);
+  check_not_null(operands);
+  check_handle_stream(handle, stream);
+  return strides;
+}
+
+// dst^T[hs, T] += a^T[hs, T2] · op_b(b) over the heads (beta = 1): a head of dqkv
+// accumulates a head of `a` times its [T, T2] matrix in b (probabilities or dS, in T).
+template <class T>
+void accumulate_heads(cublasHandle_t handle, const AttentionStrides& s, T* dst, GemmMatrix a,
+                      cublasOperation_t op_b, const T* b) {
+  gemm_strided_batched(handle, {GemmTypesOf<T>::same, CUBLAS_OP_N, op_b, s.head_size, s.seq, s.seq,
+                                1.0f, a, {b, s.seq, s.probs_head_stride}, 1.0f,
+                                {dst, s.qkv_ld, s.head_stride}, s.heads});
+}
+
 float score_scale_of(int head_size) {
   return 1.0f / std::sqrt(static_cast<float>(head_size));
 }
@@ -130,12 +152,10 @@ size_t probs_elems_of(const AttentionShape& shape) {
 template <class T>
 void attention_forward(cublasHandle_t handle, cudaStream_t stream, T* out, T* probs,
                        const T* qkv, const AttentionShape& shape, float* scores) {
-  const auto [head_size, T_, C, NH, qkv_ld, head_stride, probs_head_stride] = strides_of(shape);
-  check_not_null({{out, "attention out"},
-                  {probs, "attention probs"},
-                  {qkv, "attention qkv"},
-                  {scores, "attention scores"}});
-  check_handle_stream(handle, stream);
+  const auto [head_size, T_, C, NH, qkv_ld, head_stride, probs_head_stride] =
+      checked_strides(handle, stream, shape,
+                      {{out, "attention out"}, {probs, "attention probs"},
+                       {qkv, "attention qkv"}, {scores, "attention scores"}});
   for (int b = 0; b < shape.batch; ++b) {
     const T* query = qkv + size_t(b) * T_ * qkv_ld;
     const T* key = query + C;
@@ -175,26 +195,22 @@ void attention_backward(cublasHandle_t handle, cudaStream_t stream,
   const AttentionShape& shape = args.shape;
   SCALESTUDY_CHECK(args.dqkv_write == GradientWrite::accumulate,
                    "attention backward: the cuBLAS path accumulates into dqkv");
-  const auto [head_size, T_, C, NH, qkv_ld, head_stride, probs_head_stride] = strides_of(shape);
-  check_not_null({{dqkv, "attention dqkv"},
-                  {dout, "attention dout"},
-                  {qkv, "attention qkv"},
-                  {probs, "attention probs"}});
-  check_handle_stream(handle, stream);
+  const AttentionStrides strides =
+      checked_strides(handle, stream, shape,
+                      {{dqkv, "attention dqkv"}, {dout, "attention dout"},
+                       {qkv, "attention qkv"}, {probs, "attention probs"}});
+  const auto [head_size, T_, C, NH, qkv_ld, head_stride, probs_head_stride] = strides;
   for (int b = 0; b < shape.batch; ++b) {
     const T* value = qkv + size_t(b) * T_ * qkv_ld + 2 * C;
     const T* dout_batch = dout + size_t(b) * T_ * C;
-    const T* probs_batch = probs + size_t(b) * NH * probs_head_stride;
     float* dprobs_batch = dprobs + size_t(b) * NH * probs_head_stride;
-    T* dvalue = dqkv + size_t(b) * T_ * qkv_ld + 2 * C;
     gemm_strided_batched(handle, {GemmTypesOf<T>::to_fp32, CUBLAS_OP_T, CUBLAS_OP_N, T_, T_,
                                   head_size, 1.0f, {value, qkv_ld, head_stride},
                                   {dout_batch, C, head_stride}, 0.0f,
                                   {dprobs_batch, T_, probs_head_stride}, NH});
-    gemm_strided_batched(handle, {GemmTypesOf<T>::same, CUBLAS_OP_N, CUBLAS_OP_T, head_size, T_, T_,
-                                  1.0f, {dout_batch, C, head_stride},
-                                  {probs_batch, T_, probs_head_stride}, 1.0f,
-                                  {dvalue, qkv_ld, head_stride}, NH});
+    accumulate_heads(handle, strides, dqkv + size_t(b) * T_ * qkv_ld + 2 * C,
+                     {dout_batch, C, head_stride}, CUBLAS_OP_T,
+                     probs + size_t(b) * NH * probs_head_stride);
   }
   const SoftmaxBackwardParams<T> softmax{dprobs, dscores, probs, T_, shape.causal,
                                          score_scale_of(head_size)};
@@ -205,15 +221,10 @@ void attention_backward(cublasHandle_t handle, cudaStream_t stream,
     const T* key = query + C;
     const T* dscores_batch = dscores + size_t(b) * NH * probs_head_stride;
     T* dquery = dqkv + size_t(b) * T_ * qkv_ld;
-    T* dkey = dquery + C;
-    gemm_strided_batched(handle, {GemmTypesOf<T>::same, CUBLAS_OP_N, CUBLAS_OP_N, head_size, T_, T_,
-                                  1.0f, {key, qkv_ld, head_stride},
-                                  {dscores_batch, T_, probs_head_stride}, 1.0f,
-                                  {dquery, qkv_ld, head_stride}, NH});
-    gemm_strided_batched(handle, {GemmTypesOf<T>::same, CUBLAS_OP_N, CUBLAS_OP_T, head_size, T_, T_,
-                                  1.0f, {query, qkv_ld, head_stride},
-                                  {dscores_batch, T_, probs_head_stride}, 1.0f,
-                                  {dkey, qkv_ld, head_stride}, NH});
+    accumulate_heads(handle, strides, dquery, {key, qkv_ld, head_stride}, CUBLAS_OP_N,
+                     dscores_batch);
+    accumulate_heads(handle, strides, dquery + C, {query, qkv_ld, head_stride}, CUBLAS_OP_T,
+                     dscores_batch);
   }
 }
 
@@ -278,8 +289,7 @@ void launch_attention_backward(cublasHandle_t handle, cudaStream_t stream,
                                          const AttentionShape&, Scratch);                         \
   template void launch_attention_backward(cublasHandle_t, cudaStream_t,                           \
                                           const AttentionBackwardArgs<T>&, Scratch);
-SCALESTUDY_ATTENTION_16BIT_INSTANCES(bf16)
-SCALESTUDY_ATTENTION_16BIT_INSTANCES(fp16)
+SCALESTUDY_FOR_EACH_16BIT_STORAGE(SCALESTUDY_ATTENTION_16BIT_INSTANCES)
 #undef SCALESTUDY_ATTENTION_16BIT_INSTANCES
 
 }  // namespace scalestudy::cuda

@@ -11,8 +11,8 @@ namespace {
 __global__ void bench_copy_kernel(float4* __restrict__ dst, const float4* __restrict__ src, size_t vectors,
                                   float* __restrict__ dst_tail, const float* __restrict__ src_tail,
                                   size_t tail_elems) {
-  const size_t stride = size_t{gridDim.x} * blockDim.x;
-  const size_t first = blockIdx.x * size_t{blockDim.x} + threadIdx.x;
+  const size_t stride = grid_threads();
+  const size_t first = grid_thread_index();
   for (size_t i = first; i < vectors; i += stride) dst[i] = src[i];
   if (first < tail_elems) dst_tail[first] = src_tail[first];
 }

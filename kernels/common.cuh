@@ -24,6 +24,13 @@ inline constexpr unsigned kFullWarpMask = 0xffffffffu;
 inline constexpr int kElementwiseThreads = 256;
 inline constexpr int kMaxElementwiseBlocks = 8192;
 
+// A grid-stride loop's first index (this thread's place in the grid) and its stride (the
+// grid's thread count), in size_t so that ranges of 2^32 elements and more are walked.
+__device__ __forceinline__ size_t grid_thread_index() {
+  return blockIdx.x * size_t{blockDim.x} + threadIdx.x;
+}
+__device__ __forceinline__ size_t grid_threads() { return size_t{gridDim.x} * blockDim.x; }
+
 inline int elementwise_blocks(size_t elems) {
   const size_t wanted = (elems + kElementwiseThreads - 1) / kElementwiseThreads;
   const size_t capped = wanted < size_t{kMaxElementwiseBlocks} ? wanted : kMaxElementwiseBlocks;

@@ -32,16 +32,12 @@ constexpr int kTargetWarps = 4096;
 
 
 // T is the storage of logits and dlogits (fp32, bf16 or fp16); losses and row_stats are
-// fp32. Not __restrict__: dlogits may be logits.
+// fp32. Not __restrict__: dlogits may be logits. call: the launch's rows.
 template <class T>
 struct CrossEntropyForwardParams {
-  float* losses;
-  float* row_stats;
+  float *losses, *row_stats;
   const T* logits;
-  const int32_t* targets;
-  int rows;
-  int vocab;
-  int row_stride;
+  CrossEntropyRows call;
   int warps_per_row;
 };
 
@@ -50,10 +46,7 @@ struct CrossEntropyBackwardParams {
   T* dlogits;
   const T* logits;
   const float* row_stats;
-  const int32_t* targets;
-  int rows;
-  int vocab;
-  int row_stride;
+  CrossEntropyRows call;
   int warps_per_row;
   float loss_scale;
 };
@@ -140,10 +133,10 @@ __global__ void __launch_bounds__(kBlockThreads, kMinBlocks)
   const RowPart at = row_part(p.warps_per_row);
   float running_max = -INFINITY;
   double total = 0.0;  // this lane's sum of exp(x - running_max)
-  if (at.row < p.rows) {
-    const T* x = p.logits + size_t(at.row) * p.row_stride;
-    const RowSplit split = split_row(x, x, p.vocab);
-    const int singles = p.vocab - split.packs * kCount;
+  if (at.row < p.call.rows) {
+    const T* x = p.logits + size_t(at.row) * p.call.row_stride;
+    const RowSplit split = split_row(x, x, p.call.vocab);
+    const int singles = p.call.vocab - split.packs * kCount;
     const int chunks = max(1, (split.packs + kChunkPacks - 1) / kChunkPacks);
     for (int chunk = at.part; chunk < chunks; chunk += p.warps_per_row) {
       Words packs[kLanePacks];
@@ -190,15 +183,15 @@ __global__ void __launch_bounds__(kBlockThreads, kMinBlocks)
                    : shared_total[warp + w] * exp(double{part_max} - double{running_max});
     }
   }
-  if (lane != 0 || at.row >= p.rows) return;
+  if (lane != 0 || at.row >= p.call.rows) return;
   const size_t row = static_cast<size_t>(at.row);
-  const T* x = p.logits + row * p.row_stride;
+  const T* x = p.logits + row * p.call.row_stride;
   p.row_stats[2 * row] = running_max;
   p.row_stats[2 * row + 1] = static_cast<float>(1.0 / total);
-  const int32_t target = p.targets[row];
+  const int32_t target = p.call.targets[row];
   // log-sum-exp rather than -log(prob): a target probability that underflows in fp32
   // still gets a finite, accurate loss.
-  p.losses[row] = target >= 0 && target < p.vocab
+  p.losses[row] = target >= 0 && target < p.call.vocab
                       ? static_cast<float>(log(total) + double{running_max} -
                                            double{to_float(x[target])})
                       : NAN;
@@ -213,14 +206,14 @@ __global__ void __launch_bounds__(kBlockThreads, kMinBlocks)
   constexpr int kCount = Pack<T>::kCount;
   const int lane = threadIdx.x % kWarpSize;
   const RowPart at = row_part(p.warps_per_row);
-  if (at.row >= p.rows) return;
+  if (at.row >= p.call.rows) return;
   const size_t row = static_cast<size_t>(at.row);
-  const int32_t target = p.targets[row];
+  const int32_t target = p.call.targets[row];
   const RowGradient<T> gradient{p.row_stats[2 * row], p.row_stats[2 * row + 1], p.loss_scale};
-  T* grads = p.dlogits + row * p.row_stride;
-  const T* x = p.logits + row * p.row_stride;
-  const RowSplit split = split_row(static_cast<const T*>(grads), x, p.vocab);
-  const int singles = p.vocab - split.packs * kCount;
+  T* grads = p.dlogits + row * p.call.row_stride;
+  const T* x = p.logits + row * p.call.row_stride;
+  const RowSplit split = split_row(static_cast<const T*>(grads), x, p.call.vocab);
+  const int singles = p.call.vocab - split.packs * kCount;
   const int stride = p.warps_per_row * kWarpSize;
   for (int j = at.part * kWarpSize + lane; j < singles; j += stride) {
     const int v = single_index<T>(split, j);
@@ -246,12 +239,6 @@ __global__ void __launch_bounds__(kBlockThreads, kMinBlocks)
   }
 }
 
-void check_shape(int rows, int vocab, int row_stride) {
-  check_positive(rows, "cross-entropy rows");
-  check_positive(vocab, "cross-entropy vocab");
-  SCALESTUDY_CHECK(row_stride >= vocab, "cross-entropy: row stride shorter than the vocabulary");
-}
-
 // Warps a row gets: 1, 2, 4 or 8, the fewest that give the grid kTargetWarps.
 int warps_per_row(int rows) {
   int warps = 1;
@@ -269,16 +256,10 @@ int row_blocks(int rows, int warps) {
 template <class T>
 void launch_softmax_cross_entropy_forward(cudaStream_t stream, float* losses, float* row_stats,
                                           const T* logits, CrossEntropyRows call) {
-  const auto [targets, rows, vocab, row_stride] = call;
-  check_shape(rows, vocab, row_stride);
-  check_not_null({{losses, "cross-entropy losses"},
-                  {row_stats, "cross-entropy row statistics"},
-                  {logits, "cross-entropy logits"},
-                  {targets, "cross-entropy targets"}});
-  const int warps = warps_per_row(rows);
-  const CrossEntropyForwardParams<T> p{losses, row_stats, logits,     targets,
-                                       rows,   vocab,     row_stride, warps};
-  cross_entropy_forward_kernel<T><<<row_blocks(rows, warps), kBlockThreads, 0, stream>>>(p);
+  check_forward_call(losses, row_stats, logits, call);
+  const int warps = warps_per_row(call.rows);
+  const CrossEntropyForwardParams<T> p{losses, row_stats, logits, call, warps};
+  cross_entropy_forward_kernel<T><<<row_blocks(call.rows, warps), kBlockThreads, 0, stream>>>(p);
   CHECK_LAUNCH();
 }
 
@@ -286,16 +267,14 @@ template <class T>
 void launch_softmax_cross_entropy_backward(cudaStream_t stream, T* dlogits, const T* logits,
                                            const float* row_stats, CrossEntropyRows call,
                                            float loss_scale) {
-  const auto [targets, rows, vocab, row_stride] = call;
-  check_shape(rows, vocab, row_stride);
+  check_rows(call);
   check_not_null({{dlogits, "cross-entropy dlogits"},
                   {logits, "cross-entropy logits"},
                   {row_stats, "cross-entropy row statistics"},
-                  {targets, "cross-entropy targets"}});
-  const int warps = warps_per_row(rows);
-  const CrossEntropyBackwardParams<T> p{dlogits, logits,     row_stats, targets,   rows,
-                                        vocab,   row_stride, warps,     loss_scale};
-  cross_entropy_backward_kernel<T><<<row_blocks(rows, warps), kBlockThreads, 0, stream>>>(p);
+                  {call.targets, "cross-entropy targets"}});
+  const int warps = warps_per_row(call.rows);
+  const CrossEntropyBackwardParams<T> p{dlogits, logits, row_stats, call, warps, loss_scale};
+  cross_entropy_backward_kernel<T><<<row_blocks(call.rows, warps), kBlockThreads, 0, stream>>>(p);
   CHECK_LAUNCH();
 }
 
@@ -304,9 +283,7 @@ void launch_softmax_cross_entropy_backward(cudaStream_t stream, T* dlogits, cons
                                                      CrossEntropyRows);                           \
   template void launch_softmax_cross_entropy_backward(cudaStream_t, T*, const T*, const float*,   \
                                                       CrossEntropyRows, float);
-SCALESTUDY_CROSS_ENTROPY_INSTANCES(float)
-SCALESTUDY_CROSS_ENTROPY_INSTANCES(bf16)
-SCALESTUDY_CROSS_ENTROPY_INSTANCES(fp16)
+SCALESTUDY_FOR_EACH_STORAGE(SCALESTUDY_CROSS_ENTROPY_INSTANCES)
 #undef SCALESTUDY_CROSS_ENTROPY_INSTANCES
 
 }  // namespace scalestudy::cuda

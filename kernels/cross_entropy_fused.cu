@@ -23,14 +23,12 @@ constexpr int kFusedMinBlocks = 2;
 // rounding of the row sums, depends on the shape alone.
 constexpr size_t kMaxFusedRowBytes = 200 * 1024;
 
+// call: the launch's rows, one a block.
 template <class T>
 struct CrossEntropyFusedParams {
-  float* losses;
-  float* row_stats;
+  float *losses, *row_stats;
   T* logits;  // overwritten with dlogits
-  const int32_t* targets;
-  int vocab;
-  int row_stride;
+  CrossEntropyRows call;
   float loss_scale;
 };
 
@@ -67,9 +65,10 @@ __global__ void __launch_bounds__(kFusedThreads, kFusedMinBlocks)
   __shared__ float shared_max[kWarpSize];
   __shared__ double shared_total[kWarpSize];
   const size_t row = blockIdx.x;
-  T* x = p.logits + row * p.row_stride;
-  const RowSplit split = split_row(static_cast<const T*>(x), static_cast<const T*>(x), p.vocab);
-  const int singles = p.vocab - split.packs * kCount;
+  T* x = p.logits + row * p.call.row_stride;
+  const RowSplit split =
+      split_row(static_cast<const T*>(x), static_cast<const T*>(x), p.call.vocab);
+  const int singles = p.call.vocab - split.packs * kCount;
   T* row_singles = reinterpret_cast<T*>(row_packs + split.packs);
 
   const Words* packed = reinterpret_cast<const Words*>(x + split.head);
@@ -78,8 +77,8 @@ __global__ void __launch_bounds__(kFusedThreads, kFusedMinBlocks)
   copy_async_commit();
   for (int j = threadIdx.x; j < singles; j += kFusedThreads)
     row_singles[j] = x[single_index<T>(split, j)];
-  const int32_t target = p.targets[row];
-  const bool target_in_range = target >= 0 && target < p.vocab;
+  const int32_t target = p.call.targets[row];
+  const bool target_in_range = target >= 0 && target < p.call.vocab;
   // Read before the barrier, after which other threads overwrite the row.
   const float target_logit = threadIdx.x == 0 && target_in_range ? to_float(x[target]) : 0.0f;
   copy_async_wait<0>();
@@ -128,13 +127,10 @@ template <class T>
 void launch_softmax_cross_entropy_forward_backward(cudaStream_t stream, float* losses,
                                                    float* row_stats, T* logits,
                                                    CrossEntropyRows call, float loss_scale) {
-  const auto [targets, rows, vocab, row_stride] = call;
-  check_positive(rows, "cross-entropy rows");
-  check_positive(vocab, "cross-entropy vocab");
-  SCALESTUDY_CHECK(row_stride >= vocab, "cross-entropy: row stride shorter than the vocabulary");
+  check_forward_call(losses, row_stats, logits, call);
   // The packs and the single elements of a row fill vocab * sizeof(T) bytes of shared
   // memory however the row is aligned.
-  const size_t row_bytes = (size_t(vocab) * sizeof(T) + 15) / 16 * 16;
+  const size_t row_bytes = (size_t(call.vocab) * sizeof(T) + 15) / 16 * 16;
   if (row_bytes > kMaxFusedRowBytes) {
     launch_softmax_cross_entropy_forward(stream, losses, row_stats, static_cast<const T*>(logits),
                                          call);
@@ -142,10 +138,6 @@ void launch_softmax_cross_entropy_forward_backward(cudaStream_t stream, float* l
                                           call, loss_scale);
     return;
   }
-  check_not_null({{losses, "cross-entropy losses"},
-                  {row_stats, "cross-entropy row statistics"},
-                  {logits, "cross-entropy logits"},
-                  {targets, "cross-entropy targets"}});
   CHECK_CUDA(cudaFuncSetAttribute(cross_entropy_fused_kernel<T>,
                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   static_cast<int>(row_bytes)));
@@ -153,14 +145,15 @@ void launch_softmax_cross_entropy_forward_backward(cudaStream_t stream, float* l
   CHECK_CUDA(cudaFuncSetAttribute(cross_entropy_fused_kernel<T>,
                                   cudaFuncAttributePreferredSharedMemoryCarveout,
                                   cudaSharedmemCarveoutMaxShared));
-  const CrossEntropyFusedParams<T> p{losses, row_stats, logits, targets, vocab, row_stride, loss_scale};
-  cross_entropy_fused_kernel<T><<<rows, kFusedThreads, row_bytes, stream>>>(p);
+  const CrossEntropyFusedParams<T> p{losses, row_stats, logits, call, loss_scale};
+  cross_entropy_fused_kernel<T><<<call.rows, kFusedThreads, row_bytes, stream>>>(p);
   CHECK_LAUNCH();
 }
 
-template void launch_softmax_cross_entropy_forward_backward(cudaStream_t, float*, float*, bf16*,
-                                                            CrossEntropyRows, float);
-template void launch_softmax_cross_entropy_forward_backward(cudaStream_t, float*, float*, fp16*,
-                                                            CrossEntropyRows, float);
+#define SCALESTUDY_FUSED_CROSS_ENTROPY_INSTANCES(T)                                               \
+  template void launch_softmax_cross_entropy_forward_backward(cudaStream_t, float*, float*, T*,   \
+                                                              CrossEntropyRows, float);
+SCALESTUDY_FOR_EACH_16BIT_STORAGE(SCALESTUDY_FUSED_CROSS_ENTROPY_INSTANCES)
+#undef SCALESTUDY_FUSED_CROSS_ENTROPY_INSTANCES
 
 }  // namespace scalestudy::cuda

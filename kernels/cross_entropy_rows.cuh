@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "common.cuh"
+#include "cross_entropy.cuh"
 #include "precision.cuh"
 
 namespace scalestudy::cuda {
@@ -191,6 +192,25 @@ struct RowGradient {
     return pack_words<T>(values);
   }
 };
+
+// What every launcher checks of its rows: positive sizes, and rows at least vocab long.
+inline void check_rows(const CrossEntropyRows& call) {
+  check_positive(call.rows, "cross-entropy rows");
+  check_positive(call.vocab, "cross-entropy vocab");
+  SCALESTUDY_CHECK(call.row_stride >= call.vocab,
+                   "cross-entropy: row stride shorter than the vocabulary");
+}
+
+// What the forward launchers check: the rows, and the operands (none null).
+template <class T>
+void check_forward_call(const float* losses, const float* row_stats, const T* logits,
+                        const CrossEntropyRows& call) {
+  check_rows(call);
+  check_not_null({{losses, "cross-entropy losses"},
+                  {row_stats, "cross-entropy row statistics"},
+                  {logits, "cross-entropy logits"},
+                  {call.targets, "cross-entropy targets"}});
+}
 
 }  // namespace
 }  // namespace scalestudy::cuda

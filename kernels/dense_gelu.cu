@@ -1,6 +1,9 @@
 #include "dense_gelu.cuh"
 
+#include <initializer_list>
+
 #include "common.cuh"
+#include "gemm.cuh"
 #include "gemm_lt.cuh"
 #include "matmul.cuh"
 #include "precision.cuh"
@@ -8,17 +11,13 @@
 namespace scalestudy::cuda {
 namespace {
 
-template <class T>
-constexpr cudaDataType_t data_type_of();
-template <>
-constexpr cudaDataType_t data_type_of<bf16>() { return CUDA_R_16BF; }
-template <>
-constexpr cudaDataType_t data_type_of<fp16>() { return CUDA_R_16F; }
-
-void check_shape(int rows, int in_channels, int out_channels) {
+// The shape (every size positive) and the named operands (none null) of a launch.
+void check_call(int rows, int in_channels, int out_channels,
+                std::initializer_list<NamedOperand> operands) {
   check_positive(rows, "dense gelu rows");
   check_positive(in_channels, "dense gelu in_channels");
   check_positive(out_channels, "dense gelu out_channels");
+  check_not_null(operands);
 }
 
 }  // namespace
@@ -27,14 +26,12 @@ template <class T>
 bool launch_dense_gelu_forward(EpilogueGemm& epilogue_gemm, cudaStream_t stream,
                                const DenseGeluForwardArgs<T>& args) {
   const auto& [pre, out, inp, weight, bias, rows, in_channels, out_channels] = args;
-  check_shape(rows, in_channels, out_channels);
-  check_not_null({{pre, "dense gelu pre"},
-                  {out, "dense gelu out"},
-                  {inp, "dense gelu inp"},
-                  {weight, "dense gelu weight"},
-                  {bias, "dense gelu bias"}});
-  return epilogue_gemm.gelu_forward(stream, {data_type_of<T>(), out, inp, weight, bias, rows,
-                                             in_channels, out_channels, pre});
+  // pre may be null: a forward that no backward follows keeps no GELU input.
+  check_call(rows, in_channels, out_channels,
+             {{out, "dense gelu out"}, {inp, "dense gelu inp"}, {weight, "dense gelu weight"},
+              {bias, "dense gelu bias"}});
+  return epilogue_gemm.gelu_forward(stream, GemmTypesOf<T>::same.ab,
+                                    {pre, out, inp, weight, bias, rows, in_channels, out_channels});
 }
 
 size_t dense_backward_through_gelu_scratch_elems(int rows, int out_channels) {
@@ -49,19 +46,16 @@ bool launch_dense_backward_through_gelu(EpilogueGemm& epilogue_gemm, cublasHandl
                                         Scratch scratch) {
   const auto& [dpre, dweight, dbias, dout, act, pre, weight, rows, in_channels, out_channels,
                dact_scratch] = args;
-  check_shape(rows, in_channels, out_channels);
-  check_not_null({{dpre, "dense gelu dpre"},
-                  {dout, "dense gelu dout"},
-                  {act, "dense gelu act"},
-                  {pre, "dense gelu pre"},
-                  {weight, "dense gelu weight"}});
-  if (!epilogue_gemm.gelu_input_gradient(stream, {data_type_of<T>(), dpre, dout, weight, pre, rows,
-                                                  in_channels, out_channels}))
-    return false;
-  launch_matmul_parameter_gradients(
-      handle, stream,
-      MatmulParameterGradientArgs<T>{dweight, dbias, dout, act, rows, in_channels, out_channels},
-      scratch);
+  check_call(rows, in_channels, out_channels,
+             {{dpre, "dense gelu dpre"}, {dout, "dense gelu dout"}, {act, "dense gelu act"},
+              {pre, "dense gelu pre"}, {weight, "dense gelu weight"}});
+  const DenseGeluBackwardArgs<void> untyped{dpre, dweight, dbias, dout, act, pre, weight,
+                                            rows, in_channels, out_channels, dact_scratch};
+  if (!epilogue_gemm.gelu_input_gradient(stream, GemmTypesOf<T>::same.ab, untyped)) return false;
+  // The dense layer's parameter gradients, of act = gelu(pre); no dinp, no weight.
+  const MatmulBackwardArgs<T> parameter_gradients{nullptr, dweight, dbias, dout,        act,
+                                                  nullptr, rows,    in_channels, out_channels};
+  launch_matmul_parameter_gradients(handle, stream, parameter_gradients, scratch);
   return true;
 }
 
@@ -70,8 +64,7 @@ bool launch_dense_backward_through_gelu(EpilogueGemm& epilogue_gemm, cublasHandl
                                           const DenseGeluForwardArgs<T>&);                        \
   template bool launch_dense_backward_through_gelu(EpilogueGemm&, cublasHandle_t, cudaStream_t,   \
                                                    const DenseGeluBackwardArgs<T>&, Scratch);
-SCALESTUDY_DENSE_GELU_INSTANCES(bf16)
-SCALESTUDY_DENSE_GELU_INSTANCES(fp16)
+SCALESTUDY_FOR_EACH_16BIT_STORAGE(SCALESTUDY_DENSE_GELU_INSTANCES)
 #undef SCALESTUDY_DENSE_GELU_INSTANCES
 
 }  // namespace scalestudy::cuda

@@ -8,55 +8,32 @@ namespace {
 
 // No __restrict__ in this file: out (or dst) may alias an input, as on the CPU, and
 // each element (each pack) is read and written by the same thread.
+// out = a + b, each fp32 sum rounded once; the accumulate is out = dst + src into dst.
 template <class T>
-__global__ void residual_forward_kernel(T* out, const T* a, const T* b, size_t elems,
-                                        size_t packs) {
-  constexpr int kCount = Pack<T>::kCount;
-  const size_t first = blockIdx.x * size_t{blockDim.x} + threadIdx.x;
-  const size_t stride = size_t{gridDim.x} * blockDim.x;
-  for (size_t p = first; p < packs; p += stride) {
-    const Pack<T> x = load_pack(a + p * kCount), y = load_pack(b + p * kCount);
-    Pack<T> sum;
+__global__ void add_kernel(T* out, const T* a, const T* b, size_t elems, size_t packs) {
+  for_each_pack_then_element<T>(
+      elems, packs,
+      [&](size_t i) {
+        const Pack<T> x = load_pack(a + i), y = load_pack(b + i);
+        Pack<T> sum;
 #pragma unroll
-    for (int k = 0; k < kCount; ++k) sum.set(k, x.get(k) + y.get(k));
-    store_pack(out + p * kCount, sum);
-  }
-  for (size_t i = packs * kCount + first; i < elems; i += stride)
-    out[i] = from_float<T>(to_float(a[i]) + to_float(b[i]));
-}
-
-template <class T>
-__global__ void accumulate_kernel(T* dst, const T* src, size_t elems, size_t packs) {
-  constexpr int kCount = Pack<T>::kCount;
-  const size_t first = blockIdx.x * size_t{blockDim.x} + threadIdx.x;
-  const size_t stride = size_t{gridDim.x} * blockDim.x;
-  for (size_t p = first; p < packs; p += stride) {
-    Pack<T> x = load_pack(dst + p * kCount);
-    const Pack<T> y = load_pack(src + p * kCount);
-#pragma unroll
-    for (int k = 0; k < kCount; ++k) x.set(k, x.get(k) + y.get(k));
-    store_pack(dst + p * kCount, x);
-  }
-  for (size_t i = packs * kCount + first; i < elems; i += stride)
-    dst[i] = from_float<T>(to_float(dst[i]) + to_float(src[i]));
+        for (int k = 0; k < Pack<T>::kCount; ++k) sum.set(k, x.get(k) + y.get(k));
+        store_pack(out + i, sum);
+      },
+      [&](size_t i) { out[i] = from_float<T>(to_float(a[i]) + to_float(b[i])); });
 }
 
 __global__ void scale_kernel(float* x, size_t elems, float factor) {
-  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < elems;
-       i += size_t{gridDim.x} * blockDim.x)
-    x[i] *= factor;
+  for (size_t i = grid_thread_index(); i < elems; i += grid_threads()) x[i] *= factor;
 }
 
 __global__ void fill_kernel(float* dst, size_t elems, float value) {
-  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < elems;
-       i += size_t{gridDim.x} * blockDim.x)
-    dst[i] = value;
+  for (size_t i = grid_thread_index(); i < elems; i += grid_threads()) dst[i] = value;
 }
 
 template <class To, class From>
 __global__ void cast_kernel(To* __restrict__ dst, const From* __restrict__ src, size_t elems) {
-  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < elems;
-       i += size_t{gridDim.x} * blockDim.x)
+  for (size_t i = grid_thread_index(); i < elems; i += grid_threads())
     dst[i] = from_float<To>(to_float(src[i]));
 }
 
@@ -66,14 +43,14 @@ __global__ void cast_kernel(To* __restrict__ dst, const From* __restrict__ src, 
 
 template <class T>
 void launch_residual_forward(cudaStream_t stream, T* out, const T* a, const T* b, size_t elems) {
-  launch_packed<T>(stream, residual_forward_kernel<T>, elems,
+  launch_packed<T>(stream, add_kernel<T>, elems,
                    {{out, "residual out"}, {a, "residual a"}, {b, "residual b"}}, out, a, b);
 }
 
 template <class T>
 void launch_accumulate(cudaStream_t stream, T* dst, const T* src, size_t elems) {
-  launch_packed<T>(stream, accumulate_kernel<T>, elems,
-                   {{dst, "accumulate dst"}, {src, "accumulate src"}}, dst, src);
+  launch_packed<T>(stream, add_kernel<T>, elems,
+                   {{dst, "accumulate dst"}, {src, "accumulate src"}}, dst, dst, src);
 }
 
 template <class To, class From>
@@ -100,15 +77,16 @@ void launch_fill(cudaStream_t stream, float* dst, size_t elems, float value) {
   CHECK_LAUNCH();
 }
 
-template void launch_residual_forward(cudaStream_t, float*, const float*, const float*, size_t);
-template void launch_residual_forward(cudaStream_t, bf16*, const bf16*, const bf16*, size_t);
-template void launch_residual_forward(cudaStream_t, fp16*, const fp16*, const fp16*, size_t);
-template void launch_accumulate(cudaStream_t, float*, const float*, size_t);
-template void launch_accumulate(cudaStream_t, bf16*, const bf16*, size_t);
-template void launch_accumulate(cudaStream_t, fp16*, const fp16*, size_t);
-template void launch_cast(cudaStream_t, bf16*, const float*, size_t);
-template void launch_cast(cudaStream_t, float*, const bf16*, size_t);
-template void launch_cast(cudaStream_t, fp16*, const float*, size_t);
-template void launch_cast(cudaStream_t, float*, const fp16*, size_t);
+#define SCALESTUDY_ELEMENTWISE_INSTANCES(T)                                                       \
+  template void launch_residual_forward(cudaStream_t, T*, const T*, const T*, size_t);            \
+  template void launch_accumulate(cudaStream_t, T*, const T*, size_t);
+SCALESTUDY_FOR_EACH_STORAGE(SCALESTUDY_ELEMENTWISE_INSTANCES)
+#undef SCALESTUDY_ELEMENTWISE_INSTANCES
+// Between the fp32 values and each 16-bit storage, both ways.
+#define SCALESTUDY_CAST_INSTANCES(T)                                                              \
+  template void launch_cast(cudaStream_t, T*, const float*, size_t);                              \
+  template void launch_cast(cudaStream_t, float*, const T*, size_t);
+SCALESTUDY_FOR_EACH_16BIT_STORAGE(SCALESTUDY_CAST_INSTANCES)
+#undef SCALESTUDY_CAST_INSTANCES
 
 }  // namespace scalestudy::cuda

@@ -23,8 +23,7 @@ __global__ void embedding_forward_kernel(T* __restrict__ out,
                                          const T* __restrict__ wte,
                                          const T* __restrict__ wpe, EmbeddingParams p) {
   const size_t elems = size_t(p.batch) * p.seq * p.channels;
-  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < elems;
-       i += size_t{gridDim.x} * blockDim.x) {
+  for (size_t i = grid_thread_index(); i < elems; i += grid_threads()) {
     const size_t row = i / p.channels;
     const int c = static_cast<int>(i - row * p.channels);
     const int t = static_cast<int>(row % p.seq);
@@ -43,8 +42,7 @@ __global__ void embedding_backward_wpe_kernel(float* __restrict__ dwpe,
                                               EmbeddingParams p) {
   const size_t elems = size_t(p.seq) * p.channels;
   const size_t batch_stride = size_t(p.seq) * p.channels;
-  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < elems;
-       i += size_t{gridDim.x} * blockDim.x) {
+  for (size_t i = grid_thread_index(); i < elems; i += grid_threads()) {
     float total = dwpe[i];
     for (int b = 0; b < p.batch; ++b) total += to_float(dout[b * batch_stride + i]);
     dwpe[i] = total;
@@ -172,9 +170,7 @@ void launch_embedding_backward(cudaStream_t stream, const EmbeddingBackwardArgs<
 #define SCALESTUDY_EMBEDDING_INSTANCES(T)                                                       \
   template void launch_embedding_forward(cudaStream_t, const EmbeddingForwardArgs<T>&);         \
   template void launch_embedding_backward(cudaStream_t, const EmbeddingBackwardArgs<T>&, Scratch);
-SCALESTUDY_EMBEDDING_INSTANCES(float)
-SCALESTUDY_EMBEDDING_INSTANCES(bf16)
-SCALESTUDY_EMBEDDING_INSTANCES(fp16)
+SCALESTUDY_FOR_EACH_STORAGE(SCALESTUDY_EMBEDDING_INSTANCES)
 #undef SCALESTUDY_EMBEDDING_INSTANCES
 
 }  // namespace scalestudy::cuda

@@ -257,19 +257,12 @@ template <int kM>
 __device__ __forceinline__ void stage_accumulators(float* stage, const Accumulators<kM>& acc,
                                                    float scale) {
   const int warp = threadIdx.x / kWarpSize;
-#pragma unroll
-  for (int m = 0; m < kM; ++m) {
-#pragma unroll
-    for (int nt = 0; nt < kNTiles; ++nt) {
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        *reinterpret_cast<float2*>(
-            stage + ((warp * kM + m) * 16 + accumulator_row(2 * r)) * kStageStride +
-            accumulator_column(nt, 0)) =
-            make_float2(acc[m][nt][2 * r] * scale, acc[m][nt][2 * r + 1] * scale);
-      }
-    }
-  }
+  for_each_accumulator_pair<kM>([&](int m, int nt, int r) {
+    *reinterpret_cast<float2*>(stage +
+                               ((warp * kM + m) * 16 + accumulator_row(2 * r)) * kStageStride +
+                               accumulator_column(nt, 0)) =
+        make_float2(acc[m][nt][2 * r] * scale, acc[m][nt][2 * r + 1] * scale);
+  });
 }
 
 constexpr size_t kKeyValueSmemBytes = 6 * kTileElems * 2 + 4 * kTileRows * sizeof(float);
@@ -586,8 +579,7 @@ void launch_flash_attention_backward(cudaStream_t stream, const AttentionBackwar
                                                const AttentionShape&);                            \
   template void launch_flash_attention_backward(cudaStream_t, const AttentionBackwardArgs<T, float>&, \
                                                 Scratch);
-SCALESTUDY_FLASH_ATTENTION_INSTANCES(bf16)
-SCALESTUDY_FLASH_ATTENTION_INSTANCES(fp16)
+SCALESTUDY_FOR_EACH_16BIT_STORAGE(SCALESTUDY_FLASH_ATTENTION_INSTANCES)
 #undef SCALESTUDY_FLASH_ATTENTION_INSTANCES
 
 }  // namespace scalestudy::cuda

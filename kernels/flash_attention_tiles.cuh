@@ -139,20 +139,29 @@ __device__ __forceinline__ void load_a_fragments(Fragments<kM>& a, const T* tile
   }
 }
 
-// acc[16kM x 64] += A[16kM x 64] * tile^T, the tile holding the 64 columns of the result
-// as its rows (S = Q K^T, dP = dO V^T and their transposes). A B fragment (k = tile
-// column, n = tile row) is a plain ldmatrix of the tile.
-template <int kM, class T>
-__device__ __forceinline__ void mma_a_tile_transposed(Accumulators<kM>& acc,
-                                                      const Fragments<kM>& a, const T* tile) {
+// acc[16kM x 64] += A[16kM x 64] * B, B's fragments read from a 64 x 64 tile.
+// kTileIsBTransposed: B = tile^T, the tile holding the 64 columns of the result as its rows
+// (S = Q K^T, dP = dO V^T and their transposes); a B fragment (k = tile column, n = tile
+// row) is a plain ldmatrix of the tile. Otherwise B = tile, the tile's rows being the k
+// dimension (O = P V, dV = P^T dO, dK = dS^T Q, dQ = dS K); a fragment is a transposing
+// ldmatrix.
+template <bool kTileIsBTransposed, int kM, class T>
+__device__ __forceinline__ void mma_tile(Accumulators<kM>& acc, const Fragments<kM>& a,
+                                         const T* tile) {
   const int lane = threadIdx.x % kWarpSize;
-  const T* lane_row = tile + ((lane % 8) + (lane / 16) * 8) * kSmemStride + ((lane / 8) % 2) * 8;
+  const T* lane_row =
+      kTileIsBTransposed
+          ? tile + ((lane % 8) + (lane / 16) * 8) * kSmemStride + ((lane / 8) % 2) * 8
+          : tile + ((lane % 8) + ((lane / 8) % 2) * 8) * kSmemStride + (lane / 16) * 8;
 #pragma unroll
   for (int kk = 0; kk < kKSteps; ++kk) {
 #pragma unroll
     for (int pair = 0; pair < kNTiles / 2; ++pair) {
       uint32_t b[4];
-      ldmatrix_x4<false>(b, lane_row + pair * 16 * kSmemStride + kk * 16);
+      if constexpr (kTileIsBTransposed)
+        ldmatrix_x4<false>(b, lane_row + pair * 16 * kSmemStride + kk * 16);
+      else
+        ldmatrix_x4<true>(b, lane_row + kk * 16 * kSmemStride + pair * 16);
 #pragma unroll
       for (int m = 0; m < kM; ++m) {
         mma_16816<T>(acc[m][2 * pair], a[m][kk], b[0], b[1]);
@@ -162,40 +171,54 @@ __device__ __forceinline__ void mma_a_tile_transposed(Accumulators<kM>& acc,
   }
 }
 
-// acc[16kM x 64] += A[16kM x 64] * tile, the tile's rows being the k dimension (O = P V,
-// dV = P^T dO, dK = dS^T Q, dQ = dS K). The B fragment is a transposing ldmatrix.
+// acc += A * tile^T (S = Q K^T, dP = dO V^T and their transposes).
+template <int kM, class T>
+__device__ __forceinline__ void mma_a_tile_transposed(Accumulators<kM>& acc,
+                                                      const Fragments<kM>& a, const T* tile) {
+  mma_tile<true, kM>(acc, a, tile);
+}
+
+// acc += A * tile (O = P V, dV = P^T dO, dK = dS^T Q, dQ = dS K).
 template <int kM, class T>
 __device__ __forceinline__ void mma_a_tile(Accumulators<kM>& acc, const Fragments<kM>& a,
                                            const T* tile) {
-  const int lane = threadIdx.x % kWarpSize;
-  const T* lane_row = tile + ((lane % 8) + ((lane / 8) % 2) * 8) * kSmemStride + (lane / 16) * 8;
+  mma_tile<false, kM>(acc, a, tile);
+}
+
+// Calls f(m, nt, i) for i < kPerTile in each n-tile nt of each m-tile m of a warp's
+// accumulator tiles.
+template <int kM, int kPerTile, class F>
+__device__ __forceinline__ void for_each_tile_index(F f) {
 #pragma unroll
-  for (int kk = 0; kk < kKSteps; ++kk) {
+  for (int m = 0; m < kM; ++m) {
 #pragma unroll
-    for (int pair = 0; pair < kNTiles / 2; ++pair) {
-      uint32_t b[4];
-      ldmatrix_x4<true>(b, lane_row + kk * 16 * kSmemStride + pair * 16);
+    for (int nt = 0; nt < kNTiles; ++nt) {
 #pragma unroll
-      for (int m = 0; m < kM; ++m) {
-        mma_16816<T>(acc[m][2 * pair], a[m][kk], b[0], b[1]);
-        mma_16816<T>(acc[m][2 * pair + 1], a[m][kk], b[2], b[3]);
-      }
+      for (int i = 0; i < kPerTile; ++i) f(m, nt, i);
     }
   }
+}
+
+// Calls f(m, nt, e) for every element [m][nt][e] of a warp's accumulator tiles, e being
+// the element of the lane's four.
+template <int kM, class F>
+__device__ __forceinline__ void for_each_accumulator(F f) {
+  for_each_tile_index<kM, 4>(f);
+}
+
+// Calls f(m, nt, r) for every pair of neighbouring elements [m][nt][2r], [m][nt][2r + 1] of
+// a warp's accumulator tiles, r (0 or 1) naming which of the lane's two rows of m-tile m
+// the pair lies in.
+template <int kM, class F>
+__device__ __forceinline__ void for_each_accumulator_pair(F f) {
+  for_each_tile_index<kM, 2>(f);
 }
 
 // Calls f(value, m, r) on every element of a warp's accumulator tiles, r (0 or 1) naming
 // which of the lane's two rows of m-tile m the element lies in.
 template <int kM, class F>
 __device__ __forceinline__ void for_each_element(Accumulators<kM>& acc, F f) {
-#pragma unroll
-  for (int m = 0; m < kM; ++m) {
-#pragma unroll
-    for (int nt = 0; nt < kNTiles; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) f(acc[m][nt][e], m, e / 2);
-    }
-  }
+  for_each_accumulator<kM>([&](int m, int nt, int e) { f(acc[m][nt][e], m, e / 2); });
 }
 
 // fp32 accumulator tiles [16 x 64] as A fragments over their 64 columns, rounded to T:
@@ -248,19 +271,12 @@ __device__ __forceinline__ bool visible(int query, int key, int seq, bool causal
 template <bool kKeysAsRows, int kM>
 __device__ __forceinline__ void mask_scores(Accumulators<kM>& s, int row0, int column0, int seq,
                                             bool causal) {
-#pragma unroll
-  for (int m = 0; m < kM; ++m) {
-#pragma unroll
-    for (int nt = 0; nt < kNTiles; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int row = row0 + m * 16 + accumulator_row(e);
-        const int column = column0 + accumulator_column(nt, e);
-        if (!(kKeysAsRows ? visible(column, row, seq, causal) : visible(row, column, seq, causal)))
-          s[m][nt][e] = -INFINITY;
-      }
-    }
-  }
+  for_each_accumulator<kM>([&](int m, int nt, int e) {
+    const int row = row0 + m * 16 + accumulator_row(e);
+    const int column = column0 + accumulator_column(nt, e);
+    if (!(kKeysAsRows ? visible(column, row, seq, causal) : visible(row, column, seq, causal)))
+      s[m][nt][e] = -INFINITY;
+  });
 }
 
 // The key and value tiles of one head, streamed through a double buffer: while tile j is

@@ -1,14 +1,13 @@
 #include "gelu.cuh"
 
 #include "common.cuh"
+#include "core/op_params.h"
 #include "precision.cuh"
 
 namespace scalestudy::cuda {
 namespace {
 
-// sqrt(2/pi) and the cubic coefficient of the tanh approximation.
-constexpr float kGeluScale = 0.7978845608028654f;
-constexpr float kGeluCubic = 0.044715f;
+// kGeluScale and kGeluCubic (core/op_params.h) are the CPU reference's.
 constexpr float kGeluCubicSlope = 3.0f * kGeluCubic;
 
 // The __f*_rn intrinsics keep nvcc from fusing multiply-adds, so every step rounds as
@@ -40,40 +39,38 @@ __device__ inline float gelu_backward(float dinp, float x, float dout) {
 // 16-byte pack, where the pointers allow packs) is read and written by one thread.
 template <class T>
 __global__ void gelu_forward_kernel(T* out, const T* inp, size_t elems, size_t packs) {
-  constexpr int kCount = Pack<T>::kCount;
-  const size_t first = blockIdx.x * size_t{blockDim.x} + threadIdx.x;
-  const size_t stride = size_t{gridDim.x} * blockDim.x;
-  for (size_t p = first; p < packs; p += stride) {
-    const Pack<T> x = load_pack(inp + p * kCount);
-    Pack<T> y;
+  for_each_pack_then_element<T>(
+      elems, packs,
+      [&](size_t i) {
+        const Pack<T> x = load_pack(inp + i);
+        Pack<T> y;
 #pragma unroll
-    for (int k = 0; k < kCount; ++k) y.set(k, gelu(x.get(k)));
-    store_pack(out + p * kCount, y);
-  }
-  for (size_t i = packs * kCount + first; i < elems; i += stride)
-    out[i] = from_float<T>(gelu(to_float(inp[i])));
+        for (int k = 0; k < Pack<T>::kCount; ++k) y.set(k, gelu(x.get(k)));
+        store_pack(out + i, y);
+      },
+      [&](size_t i) { out[i] = from_float<T>(gelu(to_float(inp[i]))); });
 }
 
 // Without kAccumulate dinp is only written: its old contents may be anything.
 template <class T, bool kAccumulate>
 __global__ void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, size_t elems,
                                      size_t packs) {
-  constexpr int kCount = Pack<T>::kCount;
-  const size_t first = blockIdx.x * size_t{blockDim.x} + threadIdx.x;
-  const size_t stride = size_t{gridDim.x} * blockDim.x;
-  for (size_t p = first; p < packs; p += stride) {
-    Pack<T> grad{};
-    if (kAccumulate) grad = load_pack(dinp + p * kCount);
-    const Pack<T> x = load_pack(inp + p * kCount), dy = load_pack(dout + p * kCount);
+  for_each_pack_then_element<T>(
+      elems, packs,
+      [&](size_t i) {
+        Pack<T> grad{};
+        if (kAccumulate) grad = load_pack(dinp + i);
+        const Pack<T> x = load_pack(inp + i), dy = load_pack(dout + i);
 #pragma unroll
-    for (int k = 0; k < kCount; ++k)
-      grad.set(k, gelu_backward<kAccumulate>(grad.get(k), x.get(k), dy.get(k)));
-    store_pack(dinp + p * kCount, grad);
-  }
-  for (size_t i = packs * kCount + first; i < elems; i += stride) {
-    const float old = kAccumulate ? to_float(dinp[i]) : 0.0f;
-    dinp[i] = from_float<T>(gelu_backward<kAccumulate>(old, to_float(inp[i]), to_float(dout[i])));
-  }
+        for (int k = 0; k < Pack<T>::kCount; ++k)
+          grad.set(k, gelu_backward<kAccumulate>(grad.get(k), x.get(k), dy.get(k)));
+        store_pack(dinp + i, grad);
+      },
+      [&](size_t i) {
+        const float old = kAccumulate ? to_float(dinp[i]) : 0.0f;
+        dinp[i] =
+            from_float<T>(gelu_backward<kAccumulate>(old, to_float(inp[i]), to_float(dout[i])));
+      });
 }
 
 }  // namespace
@@ -93,11 +90,10 @@ void launch_gelu_backward(cudaStream_t stream, T* dinp, const T* inp, const T* d
                    {{dinp, "gelu dinp"}, {inp, "gelu inp"}, {dout, "gelu dout"}}, dinp, inp, dout);
 }
 
-template void launch_gelu_forward(cudaStream_t, float*, const float*, size_t);
-template void launch_gelu_forward(cudaStream_t, bf16*, const bf16*, size_t);
-template void launch_gelu_forward(cudaStream_t, fp16*, const fp16*, size_t);
-template void launch_gelu_backward(cudaStream_t, float*, const float*, const float*, size_t, bool);
-template void launch_gelu_backward(cudaStream_t, bf16*, const bf16*, const bf16*, size_t, bool);
-template void launch_gelu_backward(cudaStream_t, fp16*, const fp16*, const fp16*, size_t, bool);
+#define SCALESTUDY_GELU_INSTANCES(T)                                                              \
+  template void launch_gelu_forward(cudaStream_t, T*, const T*, size_t);                          \
+  template void launch_gelu_backward(cudaStream_t, T*, const T*, const T*, size_t, bool);
+SCALESTUDY_FOR_EACH_STORAGE(SCALESTUDY_GELU_INSTANCES)
+#undef SCALESTUDY_GELU_INSTANCES
 
 }  // namespace scalestudy::cuda

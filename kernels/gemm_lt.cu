@@ -99,6 +99,7 @@ bool EpilogueGemm::epilogue_is_transposed_a(Epilogue epilogue) { return epilogue
 EpilogueGemm::Sizing EpilogueGemm::size_for(const Plan& plan, int multiprocessors) {
   Sizing sizing{multiprocessors};
   cublasLtEpilogue_t kind = CUBLASLT_EPILOGUE_BIAS;
+  if (plan.epilogue == Epilogue::gelu_bias) kind = CUBLASLT_EPILOGUE_GELU_BIAS;
   if (plan.epilogue == Epilogue::gelu_aux_bias) kind = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
   if (plan.epilogue == Epilogue::dgelu) kind = CUBLASLT_EPILOGUE_DGELU;
   CHECK_CUBLAS(cublasLtMatmulDescCreate(&sizing.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -106,7 +107,7 @@ EpilogueGemm::Sizing EpilogueGemm::size_for(const Plan& plan, int multiprocessor
                 cublasOperation_t{epilogue_is_transposed_a(plan.epilogue) ? CUBLAS_OP_T : CUBLAS_OP_N});
   set_attribute(sizing.desc, CUBLASLT_MATMUL_DESC_TRANSB, cublasOperation_t{CUBLAS_OP_N});
   set_attribute(sizing.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, kind);
-  if (plan.epilogue != Epilogue::bias)
+  if (plan.epilogue == Epilogue::gelu_aux_bias || plan.epilogue == Epilogue::dgelu)
     set_attribute(sizing.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, int64_t{plan.m});
   if (multiprocessors > 0)
     set_attribute(sizing.desc, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, int32_t{multiprocessors});
@@ -231,6 +232,7 @@ std::vector<std::string> EpilogueGemm::algorithm_report() const {
   for (const Plan& plan : plans_) {
     if (!plan.sizing.usable || !plan.chosen) continue;
     const char* epilogue = plan.epilogue == Epilogue::bias            ? "bias"
+                           : plan.epilogue == Epilogue::gelu_bias     ? "gelu_bias"
                            : plan.epilogue == Epilogue::gelu_aux_bias ? "gelu_aux_bias"
                                                                       : "dgelu";
     lines.push_back(std::string(epilogue) + (plan.type == CUDA_R_16BF ? " bf16" : " fp16") +
@@ -250,36 +252,34 @@ void EpilogueGemm::set_pointer(Plan& plan, cublasLtMatmulDescAttributes_t attrib
     if (sizing->desc) set_attribute(sizing->desc, attribute, pointer);
 }
 
-bool EpilogueGemm::forward(cudaStream_t stream, const EpilogueForwardArgs& args) {
-  const auto& [type, out, inp, weight, bias, rows, in_channels, out_channels, pre] = args;
-  Plan* plan = aligned_plan_for(Epilogue::bias, type, out_channels, rows, in_channels,
-                                {out, inp, weight, bias});
+bool EpilogueGemm::run_epilogue(cudaStream_t stream, const EpilogueCall& call) {
+  Plan* plan = aligned_plan_for(call.epilogue, call.type, call.m, call.n, call.k,
+                                {call.a, call.b, call.d, call.bias, call.aux});
   if (plan == nullptr) return false;
-  set_pointer(*plan, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
-  run(*plan, stream, weight, inp, out);
+  if (call.bias != nullptr) set_pointer(*plan, CUBLASLT_MATMUL_DESC_BIAS_POINTER, call.bias);
+  if (call.aux != nullptr) set_pointer(*plan, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, call.aux);
+  run(*plan, stream, call.a, call.b, call.d);
   return true;
 }
 
-bool EpilogueGemm::gelu_forward(cudaStream_t stream, const EpilogueForwardArgs& args) {
-  const auto& [type, out, inp, weight, bias, rows, in_channels, out_channels, pre] = args;
-  Plan* plan = aligned_plan_for(Epilogue::gelu_aux_bias, type, out_channels, rows, in_channels,
-                                {pre, out, inp, weight, bias});
-  if (plan == nullptr) return false;
-  set_pointer(*plan, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
-  set_pointer(*plan, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, pre);
-  run(*plan, stream, weight, inp, out);
-  return true;
+bool EpilogueGemm::forward(cudaStream_t stream, cudaDataType_t type,
+                           const MatmulForwardArgs<void>& args) {
+  return run_epilogue(stream, {Epilogue::bias, type, args.out_channels, args.rows, args.in_channels,
+                               args.weight, args.inp, args.out, args.bias, nullptr});
 }
 
-bool EpilogueGemm::gelu_input_gradient(cudaStream_t stream,
-                                       const EpilogueInputGradientArgs& args) {
-  const auto& [type, dpre, dout, weight, pre, rows, in_channels, out_channels] = args;
-  Plan* plan = aligned_plan_for(Epilogue::dgelu, type, in_channels, rows, out_channels,
-                                {dpre, dout, weight, pre});
-  if (plan == nullptr) return false;
-  set_pointer(*plan, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, pre);
-  run(*plan, stream, weight, dout, dpre);
-  return true;
+bool EpilogueGemm::gelu_forward(cudaStream_t stream, cudaDataType_t type,
+                                const DenseGeluForwardArgs<void>& args) {
+  const Epilogue epilogue = args.pre != nullptr ? Epilogue::gelu_aux_bias : Epilogue::gelu_bias;
+  return run_epilogue(stream, {epilogue, type, args.out_channels, args.rows, args.in_channels,
+                               args.weight, args.inp, args.out, args.bias, args.pre});
+}
+
+bool EpilogueGemm::gelu_input_gradient(cudaStream_t stream, cudaDataType_t type,
+                                       const DenseGeluBackwardArgs<void>& args) {
+  return run_epilogue(stream, {Epilogue::dgelu, type, args.in_channels, args.rows,
+                               args.out_channels, args.weight, args.dout, args.dpre, nullptr,
+                               args.pre});
 }
 
 }  // namespace scalestudy::cuda

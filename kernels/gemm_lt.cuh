@@ -3,7 +3,8 @@
 // no pass of its own over the output:
 // - the bias (CUBLASLT_EPILOGUE_BIAS), in every 16-bit dense layer's forward;
 // - the bias and GPT-2's GELU (CUBLASLT_EPILOGUE_GELU_AUX_BIAS), in the MLP's first dense
-//   layer, which also stores the GELU's input as the epilogue's auxiliary output;
+//   layer, which also stores the GELU's input as the epilogue's auxiliary output; without
+//   that output (CUBLASLT_EPILOGUE_GELU_BIAS) where no backward needs it (inference);
 // - the GELU's derivative (CUBLASLT_EPILOGUE_DGELU), in the input gradient of the MLP's
 //   second dense layer, which reads that auxiliary matrix back.
 // cuBLASLt takes the bias in the output's type (an fp32 bias vector with a bf16 output was
@@ -45,6 +46,9 @@
 #include <string>
 #include <vector>
 
+#include "core/op_params.h"
+#include "matmul.cuh"
+
 namespace scalestudy::cuda {
 
 // How much faster a timed GEMM sized for fewer multiprocessors must run than cuBLASLt's
@@ -58,34 +62,6 @@ inline constexpr int kTimedGemmFewerMultiprocessors = 4;
 
 enum class AlgorithmChoice { heuristic, timed };
 
-// A dense layer's forward through an epilogue: out[N,OC] = inp[N,IC] @ weight[OC,IC]^T +
-// bias[OC], every operand of `type` (CUDA_R_16BF or CUDA_R_16F), row-major. pre is the GELU
-// epilogue's auxiliary output, and null for the bias epilogue.
-struct EpilogueForwardArgs {
-  cudaDataType_t type = CUDA_R_16BF;
-  void* out = nullptr;
-  const void* inp = nullptr;
-  const void* weight = nullptr;
-  const void* bias = nullptr;
-  int rows = 0;
-  int in_channels = 0;
-  int out_channels = 0;
-  void* pre = nullptr;
-};
-
-// The input gradient of a dense layer out[N,OC] = gelu(pre)[N,IC] @ weight[OC,IC]^T + bias,
-// carried on through the GELU: dpre = gelu'(pre) * (dout @ weight). Operands as above.
-struct EpilogueInputGradientArgs {
-  cudaDataType_t type = CUDA_R_16BF;
-  void* dpre = nullptr;
-  const void* dout = nullptr;
-  const void* weight = nullptr;
-  const void* pre = nullptr;
-  int rows = 0;
-  int in_channels = 0;
-  int out_channels = 0;
-};
-
 class EpilogueGemm {
  public:
   // The cuBLASLt workspace this object allocates.
@@ -96,13 +72,20 @@ class EpilogueGemm {
   EpilogueGemm(const EpilogueGemm&) = delete;
   EpilogueGemm& operator=(const EpilogueGemm&) = delete;
 
-  // out = inp @ weight^T + bias (args.pre unused).
-  bool forward(cudaStream_t stream, const EpilogueForwardArgs& args);
+  // The dense layer out[N,OC] = inp[N,IC] @ weight[OC,IC]^T + bias[OC] through an
+  // epilogue, every operand of `type` (CUDA_R_16BF or CUDA_R_16F) and row-major, from the
+  // layer's arguments with untyped pointers. forward: out = inp @ weight^T + bias.
+  bool forward(cudaStream_t stream, cudaDataType_t type, const MatmulForwardArgs<void>& args);
   // pre = inp @ weight^T + bias and out = gelu(pre), both written; out is the GELU of the
-  // fp32 sum, before pre is rounded.
-  bool gelu_forward(cudaStream_t stream, const EpilogueForwardArgs& args);
-  // dpre = gelu'(pre) * (dout @ weight), written (dpre's old contents are never read).
-  bool gelu_input_gradient(cudaStream_t stream, const EpilogueInputGradientArgs& args);
+  // fp32 sum, before pre is rounded. pre is the epilogue's auxiliary output; a null pre
+  // is not written (inference).
+  bool gelu_forward(cudaStream_t stream, cudaDataType_t type,
+                    const DenseGeluForwardArgs<void>& args);
+  // The input gradient of a dense layer out = gelu(pre) @ weight^T + bias, carried on
+  // through the GELU: dpre = gelu'(pre) * (dout @ weight), written (dpre's old contents are
+  // never read). Reads dpre, dout, pre, weight and the shape of args.
+  bool gelu_input_gradient(cudaStream_t stream, cudaDataType_t type,
+                           const DenseGeluBackwardArgs<void>& args);
   // The multiprocessors the GEMMs from now on are sized for (cuBLASLt's SM count target),
   // where other kernels hold the rest; 0 for the whole device. Each target has its plans.
   void set_multiprocessor_target(int multiprocessors) { multiprocessor_target_ = multiprocessors; }
@@ -112,7 +95,7 @@ class EpilogueGemm {
   std::vector<std::string> algorithm_report() const;
 
  private:
-  enum class Epilogue { bias, gelu_aux_bias, dgelu };
+  enum class Epilogue { bias, gelu_bias, gelu_aux_bias, dgelu };
   // One algorithm for a plan, sized for `multiprocessors` (cuBLASLt's SM count target; 0:
   // the whole device).
   struct Sizing {
@@ -142,6 +125,21 @@ class EpilogueGemm {
                          std::initializer_list<const void*> operands);
   // A descriptor with the plan's epilogue, and cuBLASLt's first algorithm for it.
   Sizing size_for(const Plan& plan, int multiprocessors);
+  // One GEMM of an epilogue: D = op(A) B in cuBLAS's column-major terms, with the bias and
+  // the auxiliary matrix that the epilogue takes (null where it takes none).
+  struct EpilogueCall {
+    Epilogue epilogue;
+    cudaDataType_t type;
+    int m, n, k;
+    const void* a;
+    const void* b;
+    void* d;
+    const void* bias;
+    const void* aux;
+  };
+  // Runs the call's plan with its pointers set, or returns false, having done nothing,
+  // where an operand is not 16-byte aligned or the shape is not one the plans take.
+  bool run_epilogue(cudaStream_t stream, const EpilogueCall& call);
   // A bias or auxiliary pointer, on every descriptor the plan holds.
   static void set_pointer(Plan& plan, cublasLtMatmulDescAttributes_t attribute, const void* pointer);
   void run(Plan& plan, cudaStream_t stream, const void* a, const void* b, void* d);

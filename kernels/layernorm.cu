@@ -12,10 +12,7 @@
 namespace scalestudy::cuda {
 namespace {
 
-constexpr double kLayerNormEpsilon = 1e-5;
 constexpr int kRowThreads = 128;
-constexpr int kColumnTile = 32;
-constexpr int kColumnRowLanes = 8;
 
 // The warp-per-row kernels hold a row in registers as 16-byte packs, lane l taking packs
 // l, l + 32, ...: at most kMaxPacksPerLane of them, which is 2048 channels in bf16 or
@@ -30,38 +27,23 @@ constexpr int kBackwardWarps = 8;
 constexpr int kBackwardChunkRows = 32;
 constexpr size_t kDefaultSharedBytes = 48 * 1024;
 
-// T is the storage of the activations (inp, out, dout, dinp) and of the parameters read
-// (weight, bias: in bf16 or fp16, the backend's 16-bit copy of the parameters): fp32, bf16
-// or fp16. mean, rstd and the parameter gradients are fp32 whatever T is.
+// The kernels take the launchers' LayerNormForwardArgs and LayerNormBackwardArgs. T is the
+// storage of the activations (inp, out, dout, dinp) and of the parameters read (weight,
+// bias: in bf16 or fp16, the backend's 16-bit copy of the parameters): fp32, bf16 or fp16.
+// mean, rstd and the parameter gradients are fp32 whatever T is.
+
+// The residual + LayerNorm launch's addends: sum = a + b is written first, and it is the
+// inp that is normalised.
 template <class T>
-struct LayerNormForwardParams {
-  T* out;
-  float* mean;
-  float* rstd;
-  const T* inp;
-  const T* weight;
-  const T* bias;
-  int rows;
-  int channels;
-  // Set by the residual + LayerNorm launch only: sum = addend_a + addend_b is written
-  // first, and it is the inp that is normalised.
+struct Addends {
   T* sum = nullptr;
-  const T* addend_a = nullptr;
-  const T* addend_b = nullptr;
+  const T *a = nullptr, *b = nullptr;
 };
 
-template <class T>
-struct LayerNormBackwardParams {
-  T* dinp;
-  const T* dout;
-  const T* inp;
-  const T* weight;
-  const float* mean;
-  const float* rstd;
-  int rows;
-  int channels;
-  bool accumulate_dinp;
-};
+// x normalised by its row's statistics, rounded as the CPU's (x - mean) * rstd.
+__device__ __forceinline__ float normalized(float x, float mean, float rstd) {
+  return __fmul_rn(x - mean, rstd);
+}
 
 // The __f*_rn intrinsics below are never fused into multiply-adds, so each per-element
 // expression rounds exactly as the CPU reference's does, and the GPU-vs-CPU comparison
@@ -71,7 +53,7 @@ struct LayerNormBackwardParams {
 // reads the row from L1), as the CPU does: with C in the thousands an fp32 sum would
 // lose the digits that x - mean needs.
 template <class T>
-__global__ void layernorm_forward_kernel(LayerNormForwardParams<T> p) {
+__global__ void layernorm_forward_kernel(LayerNormForwardArgs<T> p) {
   __shared__ double shared[kWarpSize];
   const int row = blockIdx.x;
   const T* x = p.inp + size_t(row) * p.channels;
@@ -112,6 +94,18 @@ __device__ __forceinline__ void load_parameters(float (&dst)[kCount], const T* s
   }
 }
 
+// Calls f(k, column) for each pack k < kPacks of a warp-per-row kernel's lane that lies in
+// a row of `channels` (lane l holds packs l, l + 32, ... of the row), column being the
+// pack's first.
+template <int kPacks, int kCount, class F>
+__device__ __forceinline__ void for_each_lane_pack(int lane, int channels, F f) {
+#pragma unroll
+  for (int k = 0; k < kPacks; ++k) {
+    const int column = (k * kWarpSize + lane) * kCount;
+    if (column < channels) f(k, column);
+  }
+}
+
 // One warp per row, the row in registers: the whole row's loads are in flight together
 // and the statistics need shuffles only, no block barrier. The row is widened to double
 // once and kept so, centred in place: Hopper converts between float and double at a
@@ -119,70 +113,56 @@ __device__ __forceinline__ void load_parameters(float (&dst)[kCount], const T* s
 // the last) the arithmetic would take about as long as the memory traffic; kept, it is
 // two. The operations are the block kernel's, element for element.
 // With kResidual the row is first the sum of two rows, each element's fp32 sum rounded
-// once as the residual kernel rounds it (elementwise.cu), and stored to p.sum (the
+// once as the residual kernel rounds it (elementwise.cu), and stored to addends.sum (the
 // launcher's inp): the normalisation then starts from the values that the separate
 // kernels would read back.
 template <class T, int kPacks, bool kResidual>
 __global__ void __launch_bounds__(kForwardWarps * kWarpSize)
-    layernorm_forward_warp_kernel(LayerNormForwardParams<T> p) {
+    layernorm_forward_warp_kernel(LayerNormForwardArgs<T> p, Addends<T> addends) {
   constexpr int kCount = Pack<T>::kCount;
   const int lane = threadIdx.x % kWarpSize;
   const int row = blockIdx.x * kForwardWarps + threadIdx.x / kWarpSize;
   if (row >= p.rows) return;
   const size_t offset = size_t(row) * p.channels;
+  const auto for_each_pack = [&](auto f) {
+    for_each_lane_pack<kPacks, kCount>(lane, p.channels, f);
+  };
   Pack<T> packs[kPacks];
   if constexpr (kResidual) {
-    Pack<T> addends[kPacks];
+    Pack<T> others[kPacks];
+    for_each_pack([&](int k, int column) {
+      packs[k] = load_pack(addends.a + offset + column);
+      others[k] = load_pack(addends.b + offset + column);
+    });
+    for_each_pack([&](int k, int column) {
 #pragma unroll
-    for (int k = 0; k < kPacks; ++k) {
-      const int column = (k * kWarpSize + lane) * kCount;
-      if (column >= p.channels) continue;
-      packs[k] = load_pack(p.addend_a + offset + column);
-      addends[k] = load_pack(p.addend_b + offset + column);
-    }
-#pragma unroll
-    for (int k = 0; k < kPacks; ++k) {
-      const int column = (k * kWarpSize + lane) * kCount;
-      if (column >= p.channels) continue;
-#pragma unroll
-      for (int i = 0; i < kCount; ++i) packs[k].set(i, packs[k].get(i) + addends[k].get(i));
-      store_pack(p.sum + offset + column, packs[k]);
-    }
+      for (int i = 0; i < kCount; ++i) packs[k].set(i, packs[k].get(i) + others[k].get(i));
+      store_pack(addends.sum + offset + column, packs[k]);
+    });
   } else {
-#pragma unroll
-    for (int k = 0; k < kPacks; ++k) {
-      const int column = (k * kWarpSize + lane) * kCount;
-      if (column < p.channels) packs[k] = load_pack(p.inp + offset + column);
-    }
+    for_each_pack([&](int k, int column) { packs[k] = load_pack(p.inp + offset + column); });
   }
   double values[kPacks][kCount];
   double total = 0.0;
-#pragma unroll
-  for (int k = 0; k < kPacks; ++k) {
-    if ((k * kWarpSize + lane) * kCount >= p.channels) continue;
+  for_each_pack([&](int k, int) {
 #pragma unroll
     for (int i = 0; i < kCount; ++i) {
       values[k][i] = packs[k].get(i);
       total += values[k][i];
     }
-  }
+  });
   const double row_mean = warp_reduce_sum(total) / p.channels;
   double squared = 0.0;
-#pragma unroll
-  for (int k = 0; k < kPacks; ++k) {
-    if ((k * kWarpSize + lane) * kCount >= p.channels) continue;
+  for_each_pack([&](int k, int) {
 #pragma unroll
     for (int i = 0; i < kCount; ++i) {
       values[k][i] -= row_mean;
       squared += values[k][i] * values[k][i];
     }
-  }
+  });
   const double variance = warp_reduce_sum(squared) / p.channels;
   const double row_rstd = 1.0 / sqrt(variance + kLayerNormEpsilon);
-#pragma unroll
-  for (int k = 0; k < kPacks; ++k) {
-    const int column = (k * kWarpSize + lane) * kCount;
-    if (column >= p.channels) continue;
+  for_each_pack([&](int k, int column) {
     float weight[kCount], bias[kCount];
     load_parameters(weight, p.weight + column);
     load_parameters(bias, p.bias + column);
@@ -193,7 +173,7 @@ __global__ void __launch_bounds__(kForwardWarps * kWarpSize)
       result.set(i, __fadd_rn(__fmul_rn(normed, weight[i]), bias[i]));
     }
     store_pack(p.out + offset + column, result);
-  }
+  });
   if (lane == 0) {
     p.mean[row] = static_cast<float>(row_mean);
     p.rstd[row] = static_cast<float>(row_rstd);
@@ -203,7 +183,8 @@ __global__ void __launch_bounds__(kForwardWarps * kWarpSize)
 // One block per row: the input gradient, after the two projections that normalisation
 // removes (the mean of dnorm, and its component along the normalised input).
 template <class T>
-__global__ void layernorm_backward_input_kernel(LayerNormBackwardParams<T> p) {
+__global__ void layernorm_backward_input_kernel(LayerNormBackwardArgs<T> p,
+                                                bool accumulate_dinp) {
   __shared__ double shared[kWarpSize];
   const int row = blockIdx.x;
   const size_t offset = size_t(row) * p.channels;
@@ -214,7 +195,7 @@ __global__ void layernorm_backward_input_kernel(LayerNormBackwardParams<T> p) {
   const float row_rstd = p.rstd[row];
   double dnorm_total = 0.0, dnorm_dot_norm = 0.0;
   for (int c = threadIdx.x; c < p.channels; c += blockDim.x) {
-    const float normed = __fmul_rn(to_float(x[c]) - row_mean, row_rstd);
+    const float normed = normalized(to_float(x[c]), row_mean, row_rstd);
     const float dnorm = __fmul_rn(to_float(p.weight[c]), to_float(dy[c]));
     dnorm_total += dnorm;
     dnorm_dot_norm += static_cast<double>(dnorm) * normed;
@@ -223,12 +204,12 @@ __global__ void layernorm_backward_input_kernel(LayerNormBackwardParams<T> p) {
   const float dnorm_norm_mean =
       static_cast<float>(block_reduce_sum(dnorm_dot_norm, shared) / p.channels);
   for (int c = threadIdx.x; c < p.channels; c += blockDim.x) {
-    const float normed = __fmul_rn(to_float(x[c]) - row_mean, row_rstd);
+    const float normed = normalized(to_float(x[c]), row_mean, row_rstd);
     const float dnorm = __fmul_rn(to_float(p.weight[c]), to_float(dy[c]));
     const float centered = __fsub_rn(dnorm - dnorm_mean, __fmul_rn(normed, dnorm_norm_mean));
     const float gradient = __fmul_rn(row_rstd, centered);
     // Overwriting never reads dx, which may then hold anything, NaN included.
-    dx[c] = from_float<T>(p.accumulate_dinp ? __fadd_rn(to_float(dx[c]), gradient) : gradient);
+    dx[c] = from_float<T>(accumulate_dinp ? __fadd_rn(to_float(dx[c]), gradient) : gradient);
   }
 }
 
@@ -237,7 +218,7 @@ __global__ void layernorm_backward_input_kernel(LayerNormBackwardParams<T> p) {
 template <class T>
 __global__ void layernorm_backward_param_partials_kernel(float* __restrict__ weight_partials,
                                                          float* __restrict__ bias_partials,
-                                                         LayerNormBackwardParams<T> p) {
+                                                         LayerNormBackwardArgs<T> p) {
   __shared__ float weight_tile[kColumnRowLanes][kColumnTile + 1];
   __shared__ float bias_tile[kColumnRowLanes][kColumnTile + 1];
   const int c = blockIdx.x * kColumnTile + threadIdx.x;
@@ -247,7 +228,7 @@ __global__ void layernorm_backward_param_partials_kernel(float* __restrict__ wei
   if (c < p.channels) {
     for (int r = chunk * kColumnChunkRows + threadIdx.y; r < row_end; r += kColumnRowLanes) {
       const size_t at = size_t(r) * p.channels + c;
-      const float normed = __fmul_rn(to_float(p.inp[at]) - p.mean[r], p.rstd[r]);
+      const float normed = normalized(to_float(p.inp[at]), p.mean[r], p.rstd[r]);
       const float dy = to_float(p.dout[at]);
       bias_total += dy;
       weight_total = __fadd_rn(weight_total, __fmul_rn(normed, dy));
@@ -283,18 +264,14 @@ __device__ __forceinline__ void hide_from_compiler(Pack<T>& pack) {
 template <int kPacks, int kCount>
 __device__ void write_block_partial_row(float* partial_row, const float (&sums)[kPacks][kCount],
                                         float* warp_sums, int channels) {
-  const int lane = threadIdx.x % kWarpSize;
   float* own_sums = warp_sums + size_t(threadIdx.x / kWarpSize) * channels;
-#pragma unroll
-  for (int k = 0; k < kPacks; ++k) {
-    const int column = (k * kWarpSize + lane) * kCount;
-    if (column >= channels) continue;
+  for_each_lane_pack<kPacks, kCount>(threadIdx.x % kWarpSize, channels, [&](int k, int column) {
 #pragma unroll
     for (int i = 0; i < kCount; i += 4) {
       *reinterpret_cast<float4*>(own_sums + column + i) =
           make_float4(sums[k][i], sums[k][i + 1], sums[k][i + 2], sums[k][i + 3]);
     }
-  }
+  });
   __syncthreads();
   for (int c = threadIdx.x; c < channels; c += blockDim.x) {
     float total = warp_sums[c];
@@ -320,7 +297,7 @@ template <class T, int kPacks>
 __global__ void __launch_bounds__(kBackwardWarps * kWarpSize)
     layernorm_backward_warp_kernel(float* __restrict__ weight_partials,
                                    float* __restrict__ bias_partials,
-                                   LayerNormBackwardParams<T> p) {
+                                   LayerNormBackwardArgs<T> p, bool accumulate_dinp) {
   constexpr int kCount = Pack<T>::kCount;
   using LaneSum = std::conditional_t<std::is_same_v<T, float>, double, float>;
   extern __shared__ float4 shared_float4s[];  // float4 for the alignment of the stores
@@ -328,66 +305,59 @@ __global__ void __launch_bounds__(kBackwardWarps * kWarpSize)
   const int lane = threadIdx.x % kWarpSize;
   const int chunk = blockIdx.x;
   const int row_end = min(p.rows, (chunk + 1) * kBackwardChunkRows);
+  const auto for_each_pack = [&](auto f) {
+    for_each_lane_pack<kPacks, kCount>(lane, p.channels, f);
+  };
   float weight_sums[kPacks][kCount] = {};
   float bias_sums[kPacks][kCount] = {};
   for (int row = chunk * kBackwardChunkRows + threadIdx.x / kWarpSize; row < row_end;
        row += kBackwardWarps) {
     const size_t offset = size_t(row) * p.channels;
     Pack<T> x[kPacks], dy[kPacks], dx[kPacks];
-#pragma unroll
-    for (int k = 0; k < kPacks; ++k) {
-      const int column = (k * kWarpSize + lane) * kCount;
-      if (column >= p.channels) continue;
+    for_each_pack([&](int k, int column) {
       x[k] = load_pack(p.inp + offset + column);
       dy[k] = load_pack(p.dout + offset + column);
-      if (p.accumulate_dinp) dx[k] = load_pack(p.dinp + offset + column);
-    }
+      if (accumulate_dinp) dx[k] = load_pack(p.dinp + offset + column);
+    });
     const float row_mean = p.mean[row];
     const float row_rstd = p.rstd[row];
-    LaneSum dnorm_total = 0, dnorm_dot_norm = 0;
-#pragma unroll
-    for (int k = 0; k < kPacks; ++k) {
-      const int column = (k * kWarpSize + lane) * kCount;
-      if (column >= p.channels) continue;
+    // Calls f(i, normed, dnorm, upstream) for each element i of pack k: its normalised
+    // input, weight * dy, and dy.
+    const auto for_each_element = [&](int k, int column, auto f) {
       float weight[kCount];
       load_parameters(weight, p.weight + column);
 #pragma unroll
       for (int i = 0; i < kCount; ++i) {
-        const float normed = __fmul_rn(x[k].get(i) - row_mean, row_rstd);
-        const float dnorm = __fmul_rn(weight[i], dy[k].get(i));
+        const float normed = normalized(x[k].get(i), row_mean, row_rstd);
+        const float upstream = dy[k].get(i);
+        f(i, normed, __fmul_rn(weight[i], upstream), upstream);
+      }
+    };
+    LaneSum dnorm_total = 0, dnorm_dot_norm = 0;
+    for_each_pack([&](int k, int column) {
+      for_each_element(k, column, [&](int, float normed, float dnorm, float) {
         dnorm_total += dnorm;
         dnorm_dot_norm += static_cast<LaneSum>(dnorm) * normed;
-      }
-    }
+      });
+    });
     const float dnorm_mean =
         static_cast<float>(warp_reduce_sum(static_cast<double>(dnorm_total)) / p.channels);
     const float dnorm_norm_mean =
         static_cast<float>(warp_reduce_sum(static_cast<double>(dnorm_dot_norm)) / p.channels);
-#pragma unroll
-    for (int k = 0; k < kPacks; ++k) {
-      if ((k * kWarpSize + lane) * kCount >= p.channels) continue;
+    for_each_pack([&](int k, int) {
       hide_from_compiler(x[k]);
       hide_from_compiler(dy[k]);
-    }
-#pragma unroll
-    for (int k = 0; k < kPacks; ++k) {
-      const int column = (k * kWarpSize + lane) * kCount;
-      if (column >= p.channels) continue;
-      float weight[kCount];
-      load_parameters(weight, p.weight + column);
-#pragma unroll
-      for (int i = 0; i < kCount; ++i) {
-        const float normed = __fmul_rn(x[k].get(i) - row_mean, row_rstd);
-        const float upstream = dy[k].get(i);
-        const float dnorm = __fmul_rn(weight[i], upstream);
+    });
+    for_each_pack([&](int k, int column) {
+      for_each_element(k, column, [&](int i, float normed, float dnorm, float upstream) {
         const float centered = __fsub_rn(dnorm - dnorm_mean, __fmul_rn(normed, dnorm_norm_mean));
         const float gradient = __fmul_rn(row_rstd, centered);
-        dx[k].set(i, p.accumulate_dinp ? __fadd_rn(dx[k].get(i), gradient) : gradient);
+        dx[k].set(i, accumulate_dinp ? __fadd_rn(dx[k].get(i), gradient) : gradient);
         weight_sums[k][i] = __fadd_rn(weight_sums[k][i], __fmul_rn(normed, upstream));
         bias_sums[k][i] += upstream;
-      }
+      });
       store_pack(p.dinp + offset + column, dx[k]);
-    }
+    });
   }
   const size_t partial_offset = size_t(chunk) * p.channels;
   write_block_partial_row(weight_partials + partial_offset, weight_sums, warp_sums, p.channels);
@@ -426,14 +396,6 @@ void with_packs_per_lane(int packs_per_lane, const Launch& launch) {
 
 int backward_chunks(int rows) { return (rows + kBackwardChunkRows - 1) / kBackwardChunkRows; }
 
-// The residual + LayerNorm launch's addends, whose sum is the LayerNorm's input.
-template <class T>
-struct Addends {
-  T* sum = nullptr;
-  const T* a = nullptr;
-  const T* b = nullptr;
-};
-
 // out = layernorm(inp); with addends, inp is first written as their sum. Where the rows
 // cannot take the warp kernel, the residual kernel runs before the block kernel, with the
 // same results.
@@ -441,9 +403,7 @@ template <class T>
 void layernorm_forward(cudaStream_t stream, const LayerNormForwardArgs<T>& args,
                        Addends<T> addends = {}) {
   const auto& [out, mean, rstd, inp, weight, bias, rows, channels] = args;
-  T* const sum = addends.sum;
-  const T* const addend_a = addends.a;
-  const T* const addend_b = addends.b;
+  const auto& [sum, addend_a, addend_b] = addends;
   check_shape(rows, channels);
   check_not_null({{out, "layernorm out"},
                   {mean, "layernorm mean"},
@@ -456,14 +416,12 @@ void layernorm_forward(cudaStream_t stream, const LayerNormForwardArgs<T>& args,
     check_not_null(addend_a, "residual a");
     check_not_null(addend_b, "residual b");
   }
-  const LayerNormForwardParams<T> p{out,      mean, rstd,     inp,      weight, bias,
-                                    rows, channels, sum,  addend_a, addend_b};
   const int packs_per_lane = warp_row_packs_per_lane<T>(
       channels, {out, inp, weight, bias, residual ? addend_a : inp, residual ? addend_b : inp});
   if (packs_per_lane == 0) {
     if (residual)
       launch_residual_forward(stream, sum, addend_a, addend_b, size_t(rows) * size_t(channels));
-    layernorm_forward_kernel<T><<<rows, kRowThreads, 0, stream>>>(p);
+    layernorm_forward_kernel<T><<<rows, kRowThreads, 0, stream>>>(args);
     CHECK_LAUNCH();
     return;
   }
@@ -472,7 +430,7 @@ void layernorm_forward(cudaStream_t stream, const LayerNormForwardArgs<T>& args,
     constexpr int kPacks = decltype(packs)::value;
     const auto kernel = residual ? layernorm_forward_warp_kernel<T, kPacks, true>
                                  : layernorm_forward_warp_kernel<T, kPacks, false>;
-    kernel<<<blocks, kForwardWarps * kWarpSize, 0, stream>>>(p);
+    kernel<<<blocks, kForwardWarps * kWarpSize, 0, stream>>>(args, addends);
     CHECK_LAUNCH();
   });
 }
@@ -503,6 +461,8 @@ void launch_layernorm_backward(cudaStream_t stream, const LayerNormBackwardArgs<
                                Scratch scratch) {
   const auto& [dinp, dweight, dbias, dout, inp, weight, mean, rstd, rows, channels, dinp_write] =
       args;
+  // The kernels take dinp_write as a bool: read as the 32-bit enum, it makes nvcc order the
+  // warp kernel's loads and arithmetic otherwise than tuned.
   const bool accumulate_dinp = dinp_write == GradientWrite::accumulate;
   check_shape(rows, channels);
   check_not_null({{dinp, "layernorm dinp"},
@@ -518,8 +478,6 @@ void launch_layernorm_backward(cudaStream_t stream, const LayerNormBackwardArgs<
                    "layernorm backward: scratch too small");
   SCALESTUDY_CHECK(column_partial_rows(rows) <= 65535,
                    "layernorm backward: too many rows for the grid");
-  const LayerNormBackwardParams<T> p{dinp, dout, inp, weight, mean, rstd,
-                                     rows, channels, accumulate_dinp};
   const int packs_per_lane = warp_row_packs_per_lane<T>(channels, {dinp, dout, inp, weight});
   const int partial_rows = packs_per_lane > 0 ? backward_chunks(rows) : column_partial_rows(rows);
   float* weight_partials = scratch.data;
@@ -536,16 +494,16 @@ void launch_layernorm_backward(cudaStream_t stream, const LayerNormBackwardArgs<
                                         static_cast<int>(shared_bytes)));
       }
       kernel<<<partial_rows, kBackwardWarps * kWarpSize, shared_bytes, stream>>>(
-          weight_partials, bias_partials, p);
+          weight_partials, bias_partials, args, accumulate_dinp);
       CHECK_LAUNCH();
     });
   } else {
-    layernorm_backward_input_kernel<T><<<rows, kRowThreads, 0, stream>>>(p);
+    layernorm_backward_input_kernel<T><<<rows, kRowThreads, 0, stream>>>(args, accumulate_dinp);
     CHECK_LAUNCH();
     const dim3 grid((channels + kColumnTile - 1) / kColumnTile, partial_rows);
     const dim3 block(kColumnTile, kColumnRowLanes);
     layernorm_backward_param_partials_kernel<T><<<grid, block, 0, stream>>>(weight_partials,
-                                                                            bias_partials, p);
+                                                                            bias_partials, args);
     CHECK_LAUNCH();
   }
   launch_add_column_partials(stream, dweight, weight_partials, partial_rows, channels, dbias,
@@ -558,9 +516,7 @@ void launch_layernorm_backward(cudaStream_t stream, const LayerNormBackwardArgs<
   template void launch_residual_layernorm_forward(cudaStream_t,                                    \
                                                   const ResidualLayerNormForwardArgs<T>&);         \
   template void launch_layernorm_backward(cudaStream_t, const LayerNormBackwardArgs<T>&, Scratch);
-SCALESTUDY_LAYERNORM_INSTANCES(float)
-SCALESTUDY_LAYERNORM_INSTANCES(bf16)
-SCALESTUDY_LAYERNORM_INSTANCES(fp16)
+SCALESTUDY_FOR_EACH_STORAGE(SCALESTUDY_LAYERNORM_INSTANCES)
 #undef SCALESTUDY_LAYERNORM_INSTANCES
 
 }  // namespace scalestudy::cuda

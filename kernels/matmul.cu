@@ -19,19 +19,19 @@ namespace {
 template <class T>
 __global__ void add_bias_kernel(T* __restrict__ out, const T* __restrict__ bias, int rows,
                                 int out_channels, size_t packs) {
-  constexpr int kCount = Pack<T>::kCount;
-  const size_t elems = size_t(rows) * out_channels;
-  const size_t first = blockIdx.x * size_t{blockDim.x} + threadIdx.x;
-  const size_t stride = size_t{gridDim.x} * blockDim.x;
-  for (size_t p = first; p < packs; p += stride) {
-    Pack<T> values = load_pack(out + p * kCount);
-    const int column = static_cast<int>((p * kCount) % out_channels);
+  for_each_pack_then_element<T>(
+      size_t(rows) * out_channels, packs,
+      [&](size_t i) {
+        Pack<T> values = load_pack(out + i);
+        const int column = static_cast<int>(i % out_channels);
 #pragma unroll
-    for (int k = 0; k < kCount; ++k) values.set(k, values.get(k) + to_float(bias[column + k]));
-    store_pack(out + p * kCount, values);
-  }
-  for (size_t i = packs * kCount + first; i < elems; i += stride)
-    out[i] = from_float<T>(to_float(out[i]) + to_float(bias[i % out_channels]));
+        for (int k = 0; k < Pack<T>::kCount; ++k)
+          values.set(k, values.get(k) + to_float(bias[column + k]));
+        store_pack(out + i, values);
+      },
+      [&](size_t i) {
+        out[i] = from_float<T>(to_float(out[i]) + to_float(bias[i % out_channels]));
+      });
 }
 
 // ---- 16-bit rows that cuBLAS's fast kernels cannot take -------------------------------
@@ -51,64 +51,76 @@ int padded_columns_of(int columns) {
 
 bool needs_padding(int columns) { return columns % kAlignedColumns != 0; }
 
+// One 16-byte pack of a flat [rows, columns] range (flat, so packs cross row ends): its
+// elements [first, first + count) of the range (count is the pack's but in the last one),
+// and (row, column), where the next of them lies in the rows.
+struct FlatPack {
+  size_t first;
+  size_t row;
+  int column;
+  int count;
+  // Moves (row, column) on to the next element.
+  __device__ __forceinline__ void step(int columns) {
+    if (++column == columns) {
+      column = 0;
+      ++row;
+    }
+  }
+};
+
+// Calls at_pack(FlatPack) for each pack of T of a flat [rows, columns] range, one a thread
+// in a grid-stride loop.
+template <class T, class AtPack>
+__device__ __forceinline__ void for_each_flat_pack(int rows, int columns, AtPack at_pack) {
+  constexpr int kCount = Pack<T>::kCount;
+  const size_t elems = size_t(rows) * columns, packs = (elems + kCount - 1) / kCount;
+  for (size_t p = grid_thread_index(); p < packs; p += grid_threads()) {
+    const size_t first = p * kCount;
+    const size_t row = first / columns;
+    at_pack(FlatPack{first, row, static_cast<int>(first - row * columns),
+                     static_cast<int>(min(size_t{kCount}, elems - first))});
+  }
+}
+
 // out[r, c] = padded[r, c] + bias[c] (bias may be null) for c < columns: one 16-byte pack
-// of out (flat, so packs cross row ends) per thread, read from the padded rows. T is bf16
-// or fp16.
+// of out per thread, read from the padded rows. T is bf16 or fp16.
 template <class T>
 __global__ void unpad_rows_kernel(T* __restrict__ out, const T* __restrict__ padded,
                                   const T* __restrict__ bias, int rows, int columns,
                                   int padded_columns) {
-  constexpr int kCount = Pack<T>::kCount;
-  const size_t elems = size_t(rows) * columns, packs = (elems + kCount - 1) / kCount;
-  for (size_t p = blockIdx.x * size_t{blockDim.x} + threadIdx.x; p < packs;
-       p += size_t{gridDim.x} * blockDim.x) {
-    const size_t first = p * kCount;
-    size_t row = first / columns;
-    int column = static_cast<int>(first - row * columns);
+  for_each_flat_pack<T>(rows, columns, [&](FlatPack at) {
+    const size_t first = at.first;
     Pack<T> values;
-    const int count = static_cast<int>(min(size_t{kCount}, elems - first));
-    for (int k = 0; k < count; ++k) {
-      const float value = to_float(padded[row * padded_columns + column]);
-      values.set(k, bias != nullptr ? value + to_float(bias[column]) : value);
-      if (++column == columns) {
-        column = 0;
-        ++row;
-      }
+    for (int k = 0; k < at.count; ++k) {
+      const float value = to_float(padded[at.row * padded_columns + at.column]);
+      values.set(k, bias != nullptr ? value + to_float(bias[at.column]) : value);
+      at.step(columns);
     }
-    if (count == kCount) {
+    if (at.count == Pack<T>::kCount) {
       store_pack(out + first, values);
     } else {
-      for (int k = 0; k < count; ++k) out[first + k] = values.values[k];
+      for (int k = 0; k < at.count; ++k) out[first + k] = values.values[k];
     }
-  }
+  });
 }
 
 // padded[r, c] = inp[r, c] for c < columns; the padding columns are never read.
 template <class T>
 __global__ void pad_rows_kernel(T* __restrict__ padded, const T* __restrict__ inp, int rows,
                                 int columns, int padded_columns) {
-  constexpr int kCount = Pack<T>::kCount;
-  const size_t elems = size_t(rows) * columns, packs = (elems + kCount - 1) / kCount;
-  for (size_t p = blockIdx.x * size_t{blockDim.x} + threadIdx.x; p < packs;
-       p += size_t{gridDim.x} * blockDim.x) {
-    const size_t first = p * kCount;
-    size_t row = first / columns;
-    int column = static_cast<int>(first - row * columns);
-    const int count = static_cast<int>(min(size_t{kCount}, elems - first));
+  for_each_flat_pack<T>(rows, columns, [&](FlatPack at) {
+    const size_t first = at.first;
     Pack<T> values;
-    if (count == kCount) {
+    if (at.count == Pack<T>::kCount) {
       values = load_pack(inp + first);
     } else {
-      for (int k = 0; k < count; ++k) values.values[k] = inp[first + k];
+      for (int k = 0; k < at.count; ++k) values.values[k] = inp[first + k];
     }
-    for (int k = 0; k < count; ++k) {
-      padded[row * padded_columns + column] = values.values[k];
-      if (++column == columns) {
-        column = 0;
-        ++row;
-      }
+    for (int k = 0; k < at.count; ++k) {
+      padded[at.row * padded_columns + at.column] = values.values[k];
+      at.step(columns);
     }
-  }
+  });
 }
 
 // Both 16-bit types have 8 elements to a pack.
@@ -166,9 +178,10 @@ void matmul_forward(cublasHandle_t handle, cudaStream_t stream, const MatmulForw
   const auto& [out, inp, weight, bias, rows, in_channels, out_channels] = args;
   check_operands(handle, stream, rows, in_channels, out_channels,
                  {{out, "matmul out"}, {inp, "matmul inp"}, {weight, "matmul weight"}});
-  const EpilogueForwardArgs epilogue{GemmTypesOf<T>::same.ab, out, inp, weight, bias, rows,
-                                     in_channels, out_channels};
-  if (bias != nullptr && bias_gemm != nullptr && bias_gemm->forward(stream, epilogue)) return;
+  if (bias != nullptr && bias_gemm != nullptr &&
+      bias_gemm->forward(stream, GemmTypesOf<T>::same.ab,
+                         {out, inp, weight, bias, rows, in_channels, out_channels}))
+    return;
   gemm(handle, {GemmTypesOf<T>::same, CUBLAS_OP_T, CUBLAS_OP_N, out_channels, rows, in_channels,
                 1.0f, {weight, in_channels}, {inp, in_channels}, 0.0f, {out, out_channels}});
   if (bias != nullptr) {
@@ -187,24 +200,20 @@ void matmul_forward(cublasHandle_t handle, cudaStream_t stream, const MatmulForw
 //   dout^T with ld OC (op N), dinp is dinp^T with ld IC.
 // dweight^T[IC, OC] += inp^T[IC, N] · dout[N, OC]: inp is inp^T with ld IC (op N), dout
 //   is dout^T with ld OC (op T gives dout), dweight is dweight^T with ld IC.
+// Reads dweight, dbias, dout, inp and the shape of args.
 template <class T>
 void matmul_parameter_gradients(cublasHandle_t handle, cudaStream_t stream,
-                                const MatmulParameterGradientArgs<T>& args, Scratch scratch) {
-  const auto& [dweight, dbias, dout, inp, rows, in_channels, out_channels] = args;
+                                const MatmulBackwardArgs<T>& args, Scratch scratch) {
+  const int rows = args.rows, in_channels = args.in_channels, out_channels = args.out_channels;
   gemm(handle, {GemmTypesOf<T>::to_fp32, CUBLAS_OP_N, CUBLAS_OP_T, in_channels, out_channels, rows,
-                1.0f, {inp, in_channels}, {dout, out_channels}, 1.0f, {dweight, in_channels}});
-  if (dbias != nullptr) {
+                1.0f, {args.inp, in_channels}, {args.dout, out_channels}, 1.0f,
+                {args.dweight, in_channels}});
+  if (args.dbias != nullptr) {
     SCALESTUDY_CHECK(scratch.elems >= matmul_backward_scratch_elems(rows, out_channels),
                      "matmul backward: scratch too small");
-    launch_column_sums(stream, dbias, dout, rows, out_channels, scratch.data, scratch.elems);
+    launch_column_sums(stream, args.dbias, args.dout, rows, out_channels, scratch.data,
+                       scratch.elems);
   }
-}
-
-// The parameter-gradient part of a dense layer's backward.
-template <class T>
-MatmulParameterGradientArgs<T> parameter_gradients_of(const MatmulBackwardArgs<T>& args) {
-  return {args.dweight, args.dbias,        args.dout,        args.inp,
-          args.rows,    args.in_channels, args.out_channels};
 }
 
 template <class T>
@@ -218,7 +227,7 @@ void matmul_backward(cublasHandle_t handle, cudaStream_t stream, const MatmulBac
   gemm(handle, {GemmTypesOf<T>::same, CUBLAS_OP_N, CUBLAS_OP_N, in_channels, rows, out_channels,
                 1.0f, {weight, in_channels}, {dout, out_channels}, dinp_beta(accumulates(dinp_write)),
                 {dinp, in_channels}});
-  matmul_parameter_gradients(handle, stream, parameter_gradients_of(args), scratch);
+  matmul_parameter_gradients(handle, stream, args, scratch);
 }
 
 size_t matmul_forward_scratch_elems_padded(int rows, int out_channels) {
@@ -378,18 +387,22 @@ void check_classifier_logits_stride(const T*, int vocab, int logits_stride) {
   check_logits_stride(vocab, logits_stride);
 }
 
-// What both parts of the classifier's backward check: the logits' row stride, the shape,
-// dlogits and the other operands (none null), and the handle bound to the stream.
-template <class Args>
-void check_classifier_backward(cublasHandle_t handle, cudaStream_t stream, const Args& args,
-                               int logits_stride, std::initializer_list<NamedOperand> operands) {
+// Both parts of the classifier's backward: the checks (the logits' row stride, the shape,
+// dlogits and the other operands, none null, and the handle bound to the stream), then
+// run_rows(first, count) on each chunk of rows.
+template <class Args, class RunRows>
+void for_each_classifier_chunk(cublasHandle_t handle, cudaStream_t stream, const Args& args,
+                               int logits_stride, std::initializer_list<NamedOperand> operands,
+                               RunRows run_rows) {
   check_classifier_logits_stride(args.dlogits, args.vocab, logits_stride);
   check_operands(handle, stream, args.rows, args.channels, args.vocab, operands);
   check_not_null(args.dlogits, "classifier dlogits");
+  for_each_row_chunk(args.rows, args.channels, args.vocab, run_rows);
 }
 
 // The rows [first, first + count) of a dense layer's arguments: every activation pointer
-// moves on by `first` of its rows (in_channels or out_channels long).
+// moves on by `first` of its rows (in_channels or out_channels long). The parameter
+// gradients' backward leaves dinp null.
 template <class T>
 void skip_rows(MatmulForwardArgs<T>& args, size_t first) {
   args.out += first * args.out_channels;
@@ -397,12 +410,7 @@ void skip_rows(MatmulForwardArgs<T>& args, size_t first) {
 }
 template <class T>
 void skip_rows(MatmulBackwardArgs<T>& args, size_t first) {
-  args.dinp += first * args.in_channels;
-  args.dout += first * args.out_channels;
-  args.inp += first * args.in_channels;
-}
-template <class T>
-void skip_rows(MatmulParameterGradientArgs<T>& args, size_t first) {
+  if (args.dinp != nullptr) args.dinp += first * args.in_channels;
   args.dout += first * args.out_channels;
   args.inp += first * args.in_channels;
 }
@@ -462,8 +470,7 @@ void launch_matmul_backward(cublasHandle_t handle, cudaStream_t stream,
 // computes (dense_gelu.cuh); that GEMM reads dout in place, so its rows need no padding.
 template <class T>
 void launch_matmul_parameter_gradients(cublasHandle_t handle, cudaStream_t stream,
-                                       const MatmulParameterGradientArgs<T>& args,
-                                       Scratch scratch) {
+                                       const MatmulBackwardArgs<T>& args, Scratch scratch) {
   check_operands(handle, stream, args.rows, args.in_channels, args.out_channels,
                  {{args.dweight, "matmul dweight"}, {args.dout, "matmul dout"},
                   {args.inp, "matmul inp"}});
@@ -500,11 +507,9 @@ template <class T>
 void launch_classifier_input_gradient(cublasHandle_t handle, cudaStream_t stream,
                                       const ClassifierInputGradientArgs<T>& args,
                                       int logits_stride) {
-  check_classifier_backward(handle, stream, args, logits_stride,
-                            {{args.dinp, "classifier dinp"}, {args.weight, "classifier weight"}});
-  for_each_row_chunk(args.rows, args.channels, args.vocab, [&](int first, int count) {
-    // The dense layer's input gradient, of the chunk: the classifier has no bias, and its
-    // weight gradient is launch_classifier_weight_gradient's.
+  // The dense layer's input gradient, of a chunk: the classifier has no bias, and its
+  // weight gradient is launch_classifier_weight_gradient's.
+  const auto input_gradient_of_rows = [&](int first, int count) {
     const MatmulBackwardArgs<T> chunk{args.dinp + size_t(first) * args.channels,
                                       nullptr,
                                       nullptr,
@@ -516,22 +521,25 @@ void launch_classifier_input_gradient(cublasHandle_t handle, cudaStream_t stream
                                       args.vocab,
                                       args.dinp_write};
     input_gradient_strided(handle, chunk, logits_stride);
-  });
+  };
+  for_each_classifier_chunk(handle, stream, args, logits_stride,
+                            {{args.dinp, "classifier dinp"}, {args.weight, "classifier weight"}},
+                            input_gradient_of_rows);
 }
 
 template <class T>
 void launch_classifier_weight_gradient(cublasHandle_t handle, cudaStream_t stream,
                                        const ClassifierWeightGradientArgs<T>& args,
                                        int logits_stride) {
-  check_classifier_backward(handle, stream, args, logits_stride,
-                            {{args.dweight, "classifier dweight"}, {args.inp, "classifier inp"}});
-  for_each_row_chunk(args.rows, args.channels, args.vocab, [&](int first, int count) {
-    ClassifierWeightGradientArgs<T> chunk = args;
-    chunk.dlogits += size_t(first) * logits_stride;
-    chunk.inp += size_t(first) * args.channels;
-    chunk.rows = count;
-    weight_gradient_strided(handle, chunk, logits_stride);
-  });
+  for_each_classifier_chunk(handle, stream, args, logits_stride,
+                            {{args.dweight, "classifier dweight"}, {args.inp, "classifier inp"}},
+                            [&](int first, int count) {
+                              ClassifierWeightGradientArgs<T> chunk = args;
+                              chunk.dlogits += size_t(first) * logits_stride;
+                              chunk.inp += size_t(first) * args.channels;
+                              chunk.rows = count;
+                              weight_gradient_strided(handle, chunk, logits_stride);
+                            });
 }
 
 // The storage types the backend runs the classifier in.
@@ -541,8 +549,7 @@ void launch_classifier_weight_gradient(cublasHandle_t handle, cudaStream_t strea
   template void launch_matmul_backward(cublasHandle_t, cudaStream_t,                              \
                                        const MatmulBackwardArgs<Half>&, Scratch);                 \
   template void launch_matmul_parameter_gradients(cublasHandle_t, cudaStream_t,                   \
-                                                  const MatmulParameterGradientArgs<Half>&,       \
-                                                  Scratch);                                       \
+                                                  const MatmulBackwardArgs<Half>&, Scratch);      \
   template void launch_classifier_matmul_forward(cublasHandle_t, cudaStream_t,                    \
                                                  const ClassifierForwardArgs<Half>&, int);
 #define SCALESTUDY_CLASSIFIER_INSTANCES(T)                                                        \
@@ -550,11 +557,8 @@ void launch_classifier_weight_gradient(cublasHandle_t handle, cudaStream_t strea
                                                  const ClassifierInputGradientArgs<T>&, int);     \
   template void launch_classifier_weight_gradient(cublasHandle_t, cudaStream_t,                   \
                                                   const ClassifierWeightGradientArgs<T>&, int);
-SCALESTUDY_MATMUL_16BIT_INSTANCES(bf16)
-SCALESTUDY_MATMUL_16BIT_INSTANCES(fp16)
-SCALESTUDY_CLASSIFIER_INSTANCES(float)
-SCALESTUDY_CLASSIFIER_INSTANCES(bf16)
-SCALESTUDY_CLASSIFIER_INSTANCES(fp16)
+SCALESTUDY_FOR_EACH_16BIT_STORAGE(SCALESTUDY_MATMUL_16BIT_INSTANCES)
+SCALESTUDY_FOR_EACH_STORAGE(SCALESTUDY_CLASSIFIER_INSTANCES)
 #undef SCALESTUDY_MATMUL_16BIT_INSTANCES
 #undef SCALESTUDY_CLASSIFIER_INSTANCES
 

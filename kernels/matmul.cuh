@@ -21,29 +21,13 @@ namespace scalestudy::cuda {
 class EpilogueGemm;
 
 // out[N,OC] = inp[N,IC] @ weight[OC,IC]^T + bias[OC]; bias may be null (the tied LM head
-// has none). T is float, __nv_bfloat16 or __half, as for every struct below.
+// has none). T is float, __nv_bfloat16 or __half, or void for cuBLASLt's untyped calls
+// (gemm_lt.cuh). The backward's arguments are MatmulBackwardArgs (core/op_params.h).
 template <class T>
 struct MatmulForwardArgs {
   T* out = nullptr;
-  const T* inp = nullptr;
-  const T* weight = nullptr;
-  const T* bias = nullptr;
-  int rows = 0;
-  int in_channels = 0;
-  int out_channels = 0;
-};
-
-// The parameter gradients of a dense layer's backward: dweight += dout^T @ inp, dbias +=
-// column sums of dout (dbias may be null).
-template <class T>
-struct MatmulParameterGradientArgs {
-  float* dweight = nullptr;
-  float* dbias = nullptr;
-  const T* dout = nullptr;
-  const T* inp = nullptr;
-  int rows = 0;
-  int in_channels = 0;
-  int out_channels = 0;
+  const T *inp = nullptr, *weight = nullptr, *bias = nullptr;
+  int rows = 0, in_channels = 0, out_channels = 0;
 };
 
 // handle must be bound to stream, for every launcher below.
@@ -75,12 +59,12 @@ void launch_matmul_backward(cublasHandle_t handle, cudaStream_t stream,
                             const MatmulBackwardArgs<Half>& args, Scratch scratch);
 
 // The parameter gradients of the 16-bit backward without its input gradient, for a
-// backward that computes that elsewhere, with out_channels a multiple of 8 and
+// backward that computes that elsewhere: dweight and dbias from dout and inp (args' dinp,
+// weight and dinp_write are not read), with out_channels a multiple of 8 and
 // matmul_backward_scratch_elems(rows, out_channels) floats of scratch where dbias is given.
 template <class Half>
 void launch_matmul_parameter_gradients(cublasHandle_t handle, cudaStream_t stream,
-                                       const MatmulParameterGradientArgs<Half>& args,
-                                       Scratch scratch);
+                                       const MatmulBackwardArgs<Half>& args, Scratch scratch);
 
 // The tied LM head of the classifier in 16 bits, on logits whose rows are
 // padded_logits_row_elems(vocab) elements apart (a multiple of 8, so that the GEMMs stay on

@@ -22,6 +22,11 @@ namespace scalestudy::cuda {
 using bf16 = __nv_bfloat16;
 using fp16 = __half;
 
+// The explicit instantiations of a kernel family's launchers: INSTANCES(T) declares those
+// of storage type T, here for every storage type, or for the 16-bit ones.
+#define SCALESTUDY_FOR_EACH_STORAGE(INSTANCES) INSTANCES(float) INSTANCES(bf16) INSTANCES(fp16)
+#define SCALESTUDY_FOR_EACH_16BIT_STORAGE(INSTANCES) INSTANCES(bf16) INSTANCES(fp16)
+
 __device__ __forceinline__ float to_float(float x) { return x; }
 __device__ __forceinline__ float to_float(bf16 x) { return __bfloat162float(x); }
 __device__ __forceinline__ float to_float(fp16 x) { return __half2float(x); }
@@ -71,6 +76,18 @@ size_t pack_count(size_t elems, bool aligned) {
 template <class T>
 int packed_blocks(size_t elems, size_t packs) {
   return elementwise_blocks(packs > 0 ? packs + elems % Pack<T>::kCount : elems);
+}
+
+// The grid-stride walk of such a kernel: pack_at(i) for the first element i of each of the
+// `packs` whole packs, then element_at(i) for each element past them.
+template <class T, class PackAt, class ElementAt>
+__device__ __forceinline__ void for_each_pack_then_element(size_t elems, size_t packs,
+                                                           PackAt pack_at, ElementAt element_at) {
+  constexpr int kCount = Pack<T>::kCount;
+  const size_t first = grid_thread_index();
+  const size_t stride = grid_threads();
+  for (size_t p = first; p < packs; p += stride) pack_at(p * kCount);
+  for (size_t i = packs * kCount + first; i < elems; i += stride) element_at(i);
 }
 
 // Launches such a kernel over `elems` elements of T, as kernel(args..., elems, packs), with

@@ -41,8 +41,8 @@ template <bool kSquares, class T>
 __global__ void partial_sums_kernel(double* __restrict__ partials, const T* __restrict__ x,
                                     size_t elems) {
   __shared__ double shared[kWarpSize];
-  const size_t threads = size_t{gridDim.x} * blockDim.x;
-  const size_t first = blockIdx.x * size_t{blockDim.x} + threadIdx.x;
+  const size_t threads = grid_threads();
+  const size_t first = grid_thread_index();
   const size_t groups = elems / kSumGroup;
   const bool vectors = reinterpret_cast<uintptr_t>(x) % 16 == 0;
   double total = 0.0;
@@ -97,9 +97,6 @@ void launch_sum_impl(cudaStream_t stream, double* device_result, const T* x, siz
   final_sum_kernel<<<1, kFinalSumThreads, 0, stream>>>(device_result, scratch, blocks);
   CHECK_LAUNCH();
 }
-
-constexpr int kColumnTile = 32;
-constexpr int kColumnRowLanes = 8;
 
 // Block (kColumnTile, kColumnRowLanes): a warp reads 32 consecutive columns of one row,
 // so loads are coalesced; the row lanes are combined in lane order.

@@ -31,6 +31,10 @@ void launch_sum_of_squares(cudaStream_t stream, double* device_result, const flo
 // [column_partial_rows(rows), columns] matrix, then a double sum of the partials (split
 // over chunks and combined in a fixed order) added into the destination.
 inline constexpr int kColumnChunkRows = 64;
+// The first stage's blocks are kColumnTile columns (a warp's lanes) by kColumnRowLanes
+// rows, here and in the kernels that write such partials themselves.
+inline constexpr int kColumnTile = 32;
+inline constexpr int kColumnRowLanes = 8;
 inline int column_partial_rows(int rows) {
   return (rows + kColumnChunkRows - 1) / kColumnChunkRows;
 }

@@ -1,9 +1,11 @@
 """Benchmark files of `scalestudy bench` (docs/results-schema.md, "Benchmark files"):
 tables like the seed notebook's and a roofline.
 
-    scalestudy-bench-report BENCH_FILES... -o OUT_DIR [--runs RESULTS_DIR]
+    scalestudy-bench-report BENCH_FILES... -o OUT_DIR [--runs RESULTS_DIR] [--pytorch FILE.json]
 
-writes OUT_DIR/bench-report.md, one CSV of points per benchmark and roofline*.png. The
+writes OUT_DIR/bench-report.md, one CSV of points per benchmark, roofline*.png, the
+inference grid of each inference file (inference_grid.py, with PyTorch's points beside it
+from --pytorch) and each layer file against its device's roofline (layer_roofline.py). The
 rates in the files are recomputed from the stored times and FLOP/byte counts; a
 disagreement, a failed or unfinished file, or a wrong collective result is listed under
 Problems, never averaged in.
@@ -26,6 +28,8 @@ import h5py
 import numpy as np
 import pandas as pd
 
+from .inference_grid import inference_section, read_pytorch
+from .layer_roofline import layer_section
 from .problems import Problem
 from .schema import SUPPORTED_SCHEMA_VERSIONS
 
@@ -259,16 +263,15 @@ def bench_tables(bench):
         table.index = [f"{e} ({_bytes_label(int(e) * 4)})" for e in table.index]
         return [("GB/s (bytes read + written) by elements per buffer", table)]
     if bench.name == "layer":
-        block = p[p["part"] == "block"].sort_values(["seq", "pass"], kind="stable")
-        block = block.assign(where="seq " + block["seq"].astype(str) + ", " + block["pass"])
-        parts = p[p["part"] != "block"]
-        order = list(dict.fromkeys(block["where"]))
-        tables = [("Block TFLOP/s by batch", grid(block, "batch", "where", "tflops", 4, order))]
-        if not parts.empty:
-            at = f"batch {parts['batch'].iloc[0]}, seq {parts['seq'].iloc[0]}"
-            parts = parts.assign(ms=parts["time_median_s"] * 1e3)
-            tables.append((f"Parts at {at}: TFLOP/s", grid(parts, "part", "pass", "tflops", 4)))
-            tables.append((f"Parts at {at}: ms per call", grid(parts, "part", "pass", "ms", 4)))
+        # One table per part (the block first), batches down, seq and pass across; older
+        # files hold their parts at one batch and seq only.
+        tables = []
+        for part in dict.fromkeys(p["part"]):
+            rows = p[p["part"] == part].sort_values(["seq", "pass"], kind="stable")
+            rows = rows.assign(where="seq " + rows["seq"].astype(str) + ", " + rows["pass"])
+            title = "Block" if part == "block" else f"Part {part}:"
+            tables.append((f"{title} TFLOP/s by batch", grid(rows, "batch", "where", "tflops", 4,
+                                                           list(dict.fromkeys(rows["where"])))))
         return tables
     if bench.name == "inference":
         return [("Latency (ms) by batch × seq", grid(p, "batch", "seq", "latency_ms", 4)),
@@ -301,6 +304,7 @@ class Roofline:
     fp32_tflops: float = math.nan
     bandwidth_gbs: float = math.nan
     bandwidth_label: str = ""
+    gemm_peaks: dict = field(default_factory=dict)  # precision -> (best TFLOP/s, label)
     points: list = field(default_factory=list)  # (group, label, intensity FLOP/byte, TFLOP/s)
     notes: list = field(default_factory=list)
 
@@ -318,6 +322,9 @@ def _add_bench_points(roofline, bench):
         best = max(rows, key=lambda r: r["tflops"])
         if not best["tflops"] <= roofline.peak_tflops:
             roofline.peak_tflops, roofline.peak_label = best["tflops"], f"gemm {best['precision']} n={best['n']}"
+        for r in rows:
+            if not r["tflops"] <= roofline.gemm_peaks.get(r["precision"], (math.nan,))[0]:
+                roofline.gemm_peaks[r["precision"]] = (r["tflops"], f"gemm {r['precision']} n={r['n']}")
         fp32 = [r["tflops"] for r in rows if r["precision"] == "fp32"]
         if fp32:
             roofline.fp32_tflops = float(np.nanmax([roofline.fp32_tflops] + fp32))
@@ -438,12 +445,18 @@ def plot_roofline(roofline, path):
 
 # ---- report ------------------------------------------------------------------------------------
 
-def write_bench_report(paths, out_dir, runs_dir=None):
-    """Reads the files, writes bench-report.md, bench-<name>.csv and roofline*.png; returns
-    (report text, benches)."""
+def _figure_file(stem, number, count):
+    return f"{stem}.png" if count == 1 else f"{stem}-{number}.png"
+
+
+def write_bench_report(paths, out_dir, runs_dir=None, pytorch=None):
+    """Reads the files, writes bench-report.md, bench-<name>.csv and the PNGs; returns
+    (report text, benches). pytorch: the PytorchRuns drawn beside the inference files."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     benches = [read_bench_file(path) for path in paths]
+    rooflines = build_rooflines(benches, runs_dir)
+    by_device = {roofline.device: roofline for roofline in rooflines}
     lines = ["# scalestudy benchmarks", "", "## Files", "", "| file | bench | status | device | backend | git |",
              "|---|---|---|---|---|---|"]
     for b in benches:
@@ -456,15 +469,20 @@ def write_bench_report(paths, out_dir, runs_dir=None):
         pd.concat([b.points.assign(file=b.path, device=b.device) for b in mine]).to_csv(
             out_dir / f"bench-{name}.csv", index=False)
         lines += ["", f"## {name}", ""]
-        for b in mine:
+        for number, b in enumerate(mine):
             lines.append(f"`{b.path}` on {b.device}: " + "; ".join(
                 f"{key} = {b.method[key]}" for key in ("timing", "flop_model", "byte_model", "definitions")
                 if key in b.method))
             for title, table in bench_tables(b):
                 index = table.index.name or {"gemm": "n", "bandwidth": "elements", "comm": "bytes"}.get(name, "")
                 lines += ["", f"**{title}**", "", markdown(table, index)]
+            if name == "inference":
+                lines += inference_section(b, pytorch, out_dir, _figure_file("inference-grid", number, len(mine)))
+            if name == "layer":
+                lines += layer_section(b, by_device.get(b.device), out_dir,
+                                       _figure_file("layer-roofline", number, len(mine)))
+            lines.append("")
     lines += ["", "## Roofline", ""]
-    rooflines = build_rooflines(benches, runs_dir)
     for number, roofline in enumerate(rooflines):
         plotted = math.isfinite(roofline.peak_tflops) and math.isfinite(roofline.bandwidth_gbs)
         if plotted:
@@ -499,6 +517,9 @@ def parser():
                         help="directory for the report, CSVs and PNGs (created if missing)")
     result.add_argument("--runs", metavar="RESULTS_DIR", type=Path, default=None,
                         help="training result files whose forward and backward phases join the roofline")
+    result.add_argument("--pytorch", metavar="FILE.json", type=Path, default=None,
+                        help="PyTorch's points (jobscripts/inference_vs_pytorch.py --json), drawn beside the "
+                             "inference files of the same model and GPU")
     return result
 
 
@@ -514,7 +535,14 @@ def main(argv=None):
     if args.out_dir.exists() and not args.out_dir.is_dir():
         print(f"scalestudy-bench-report: error: OUT_DIR {str(args.out_dir)!r} is not a directory", file=sys.stderr)
         return USAGE_ERROR
-    text, benches = write_bench_report(args.files, args.out_dir, args.runs)
+    pytorch = None
+    if args.pytorch is not None:
+        try:
+            pytorch = read_pytorch(args.pytorch)
+        except ValueError as error:
+            print(f"scalestudy-bench-report: error: {error}", file=sys.stderr)
+            return USAGE_ERROR
+    text, benches = write_bench_report(args.files, args.out_dir, args.runs, pytorch)
     print(text)
     return 0 if any(b.usable for b in benches) else USAGE_ERROR
 

@@ -1,4 +1,4 @@
-"""Reading result files (schema v1 to v6) into RunRecords and one pandas row per run."""
+"""Reading result files (schema v1 to v7) into RunRecords and one pandas row per run."""
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,8 +15,8 @@ from .kernel_trace import KernelTrace, read_kernel_trace
 from .placement import read_placement
 from .problems import Problem
 from .schema import (COLLECTIVE_NAMES, HOST_INFO_DATASETS, HOST_INFO_VERSION, KERNEL_TRACE_GROUP,
-                     PHASE_NAMES, RESULT_SUFFIXES, STATUS_COMPLETE, SUMMARY_FLOAT_KEYS,
-                     SUPPORTED_SCHEMA_VERSIONS)
+                     MEMORY_ESTIMATE_ATTRIBUTE, PHASE_NAMES, RESULT_SUFFIXES, STATUS_COMPLETE,
+                     SUMMARY_FLOAT_KEYS, SUPPORTED_SCHEMA_VERSIONS)
 from .summary import compare_summary, compute_summary
 
 
@@ -34,10 +34,10 @@ class RunRecord:
     logical_cores: np.ndarray = None    # [R] the host's logical cores (version 5); None before
     cpu_binding: list = None            # [R] each rank's CPU list, e.g. "0-3" (version 5)
     cpu_model: list = None              # [R] the host's CPU model (version 5)
-    node_index: np.ndarray = None       # [R] the rank's node (version 5; MPI's from version 6)
+    node_index: np.ndarray = None       # [R] the rank's node (version 5; MPI's from version 7)
     local_rank: np.ndarray = None       # [R] the rank among its node's (version 5)
-    device_uuid: list = None            # [R] "GPU-...", "" on the cpu (version 6)
-    device_pci_bus_id: list = None      # [R] "00000000:19:00.0", "" on the cpu (version 6)
+    device_uuid: list = None            # [R] "GPU-...", "" on the cpu (version 7)
+    device_pci_bus_id: list = None      # [R] "00000000:19:00.0", "" on the cpu (version 7)
     intervals: np.ndarray = None        # [S, R, P, 2]
     loss: np.ndarray = None
     tokens: np.ndarray = None
@@ -64,6 +64,12 @@ class RunRecord:
     git_sha = property(lambda self: self.attrs.get("git_sha", ""))
     repeat = property(lambda self: self.config.get("repeat", ""))
     schema_version = property(lambda self: int(self.attrs.get("schema_version", -1)))
+
+    @property
+    def memory_estimate_bytes(self):
+        """The memory preflight's estimate of rank 0's bytes (version 6), or NaN."""
+        value = self.attrs.get(MEMORY_ESTIMATE_ATTRIBUTE)
+        return float(value) if value is not None else np.nan
 
     @property
     def measured(self):

@@ -34,19 +34,22 @@ def _largest_rank(run):
 
 def memory_table(series):
     """One row per N with memory: the median over runs of the largest rank's bytes by
-    kind (their sum is the total) and of its measured peak; empty without /memory."""
+    kind (their sum is the total), of its measured peak and of the memory preflight's
+    estimate (NaN where no run has one, as before version 6); empty without /memory."""
     by_n = defaultdict(list)
     for run in series.runs:
         if _has_memory(run):
-            by_n[run.world_size].append(_largest_rank(run))
+            by_n[run.world_size].append((*_largest_rank(run), run.memory_estimate_bytes))
     rows = []
     for n in sorted(by_n):
-        kinds = np.median(np.array([k for k, _ in by_n[n]]), axis=0)
+        kinds = np.median(np.array([k for k, _, _ in by_n[n]]), axis=0)
         row = {"N": n, **dict(zip(MEMORY_KIND_NAMES, kinds))}
         row["total"] = float(kinds.sum())
-        row["peak"] = float(np.nanmedian([p for _, p in by_n[n]]))
+        row["peak"] = float(np.nanmedian([p for _, p, _ in by_n[n]]))
+        estimates = [e for _, _, e in by_n[n] if np.isfinite(e)]
+        row["estimate"] = float(np.median(estimates)) if estimates else np.nan
         rows.append(row)
-    return pd.DataFrame(rows, columns=["N", *MEMORY_KIND_NAMES, "total", "peak"])
+    return pd.DataFrame(rows, columns=["N", *MEMORY_KIND_NAMES, "total", "peak", "estimate"])
 
 
 def _unit(values):
@@ -58,11 +61,16 @@ def memory_markdown(frame, peak_source=""):
     if frame.empty:
         return "*No run of this series has /memory.*"
     scale, unit = _unit(frame[["total", "peak"]].to_numpy(dtype=float))
+    columns = (*MEMORY_KIND_NAMES, "total", "peak")
     header = ["N"] + [f"{kind} ({unit})" for kind in MEMORY_KIND_NAMES] + [
         f"total ({unit})", f"measured peak ({unit})"]
-    rows = [[str(int(row["N"]))] + [fmt(row[c] / scale) for c in (*MEMORY_KIND_NAMES, "total", "peak")]
-            for _, row in frame.iterrows()]
     note = f" The peak is {peak_source}." if peak_source else ""
+    if frame["estimate"].notna().any():
+        columns += ("estimate",)
+        header.append(f"estimate ({unit})")
+        note += (" The estimate is the memory preflight's, of rank 0 before the run allocated: what "
+                 "the buffers by kind add up to at their most.")
+    rows = [[str(int(row["N"]))] + [fmt(row[c] / scale) for c in columns] for _, row in frame.iterrows()]
     return ("Memory of the rank that holds the most, by kind, after the last step (median "
             f"over runs).{note}\n\n" + table(header, rows))
 

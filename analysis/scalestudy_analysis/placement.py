@@ -1,5 +1,5 @@
 """Where each rank ran: its node and local rank, and the GPU it drove (/ranks, versions 5
-and 6). From version 6 the nodes are MPI's (its shared-memory domains, which also pick
+and 7). From version 7 the nodes are MPI's (its shared-memory domains, which also pick
 each rank's GPU) and the file's nodes × ranks per node count them. Where MPI's nodes and
 the hostnames disagree, or two ranks of one run drove one GPU, the run is named under
 Problems: its topology, or its devices, are not what its hostnames suggest."""
@@ -39,7 +39,7 @@ def _read_family(handle, run, names, since, as_text):
 
 def read_placement(handle, run):
     """Sets run.node_index and run.local_rank (version 5 on) and run.device_uuid and
-    run.device_pci_bus_id (version 6 on) where the file holds them, None otherwise.
+    run.device_pci_bus_id (version 7 on) where the file holds them, None otherwise.
     Returns the problems found in them."""
     placement, problems = _read_family(handle, run, PLACEMENT_DATASETS, PLACEMENT_VERSION, False)
     devices, device_problems = _read_family(handle, run, DEVICE_ID_DATASETS, DEVICE_ID_VERSION, True)
@@ -51,7 +51,7 @@ def read_placement(handle, run):
 
 
 def _disagreement(run):
-    """MPI's nodes against the hostnames (version 6; before it the nodes were numbered
+    """MPI's nodes against the hostnames (version 7; before it the nodes were numbered
     from the hostnames, so they cannot disagree): one node per host, one host per node."""
     if run.schema_version < MPI_PLACEMENT_VERSION or run.node_index is None:
         return []

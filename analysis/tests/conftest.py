@@ -1,5 +1,26 @@
 import sys
 from pathlib import Path
 
+import pytest
+
 # The synthetic-file writer lives next to the tests, not in the package.
 sys.path.insert(0, str(Path(__file__).parent))
+
+from scalestudy_analysis.load import read_run  # noqa: E402
+from synth import changed_file  # noqa: E402
+
+
+@pytest.fixture
+def read_with_one_gpu_problem():
+    """Reads the run at `path` after `change` has made one of its GPU datasets malformed,
+    and checks what such a file always leaves: a usable run that keeps its measured steps,
+    and one GPU-state problem, not excluded, whose message names `message`. Returns the run
+    and the problem."""
+    def read(path, change, message, steps_measured):
+        run = read_run(changed_file(path, change))
+        assert run.usable and run.summary["steps_measured"] == steps_measured
+        (problem,) = run.problems
+        assert problem.kind == "gpu state" and not problem.excluded
+        assert message in problem.message
+        return run, problem
+    return read

@@ -248,7 +248,7 @@ def write_host_info(handle, hostnames, logical_cores, cpu_binding, cpu_model):
 
 def write_placement(handle, hostnames, schema_version, devices, device_uuid, device_pci_bus_id):
     """/ranks/node_index and /ranks/local_rank (version 5): hosts numbered in order of
-    their lowest rank, and each rank's place among its host's; and from version 6
+    their lowest rank, and each rank's place among its host's; and from version 7
     /ranks/device_uuid and /ranks/device_pci_bus_id (default: one GPU per rank, as
     nvidia-smi names them, on cuda; "" on the cpu)."""
     node_of_host, local = {}, Counter()
@@ -259,7 +259,7 @@ def write_placement(handle, hostnames, schema_version, devices, device_uuid, dev
         local[host] += 1
     handle.create_dataset("ranks/node_index", data=np.array(node_index, dtype=np.int64))
     handle.create_dataset("ranks/local_rank", data=np.array(local_rank, dtype=np.int64))
-    if schema_version < 6:
+    if schema_version < 7:
         return
     gpu = [not str(device).startswith("cpu") for device in devices]
     if device_uuid is None:
@@ -296,10 +296,11 @@ def write_run(path, *, world_size=1, step_times=0.1, steps=6, warmup_steps=1,
               status="complete", git_sha="abc1234", config=None, tokens_per_step=None,
               flops_per_step=1e12, peak=math.nan, peak_source="none", backend="cpu",
               intervals=None, collectives=None, summary="reference", failure_reason="",
-              hostnames=None, schema_version=6, traced_steps=(), kernel_trace=None,
+              hostnames=None, schema_version=7, traced_steps=(), kernel_trace=None,
               gpu_state=None, gpu_phase_state=None, devices=None, logical_cores=64,
               cpu_binding=None, cpu_model="Synthetic CPU @ 3.0GHz", git_dirty=None,
-              loss=None, memory_bytes=None, device_uuid=None, device_pci_bus_id=None):
+              loss=None, memory_bytes=None, memory_estimate_bytes=None, device_uuid=None,
+              device_pci_bus_id=None):
     """Writes one run. step_times: scalar, [S] or [S, R] step lengths; intervals and
     collectives (rows of step, rank, kind, phase, begin, end, bytes) override the default
     layout. summary: "reference" (written for complete runs), None (not written) or a
@@ -313,11 +314,13 @@ def write_run(path, *, world_size=1, step_times=0.1, steps=6, warmup_steps=1,
     From version 5: /ranks/logical_cores (logical_cores: a scalar or one per rank),
     /ranks/cpu_binding (one CPU list per rank; default rank r bound to core r of its
     host), /ranks/cpu_model, /ranks/node_index and /ranks/local_rank, and, when git_dirty
-    is not None, the root attribute git_dirty. From version 6: /ranks/device_uuid and
+    is not None, the root attribute git_dirty. From version 7: /ranks/device_uuid and
     /ranks/device_pci_bus_id (see write_placement).
     devices: one name per rank (default: the backend's name on every rank); hostnames
     default to four ranks per host, and nodes and ranks_per_node follow from them. loss:
-    [S] values of /steps/loss; memory_bytes: anything that broadcasts to [R, M]."""
+    [S] values of /steps/loss; memory_bytes: anything that broadcasts to [R, M].
+    memory_estimate_bytes: from version 6, the root attributes of the memory preflight
+    (the estimate, its kinds split evenly, and twice it available), when not None."""
     assert schema_version >= 2 or not (traced_steps or kernel_trace), "v1 has no tracing"
     assert schema_version >= 3 or gpu_state is None, "the GPU state is new in v3"
     assert schema_version >= 4 or gpu_phase_state is None, "the state by phase is new in v4"
@@ -361,6 +364,11 @@ def write_run(path, *, world_size=1, step_times=0.1, steps=6, warmup_steps=1,
         attrs["ranks_per_node"] = np.int64(max(Counter(hostnames).values()))
         if schema_version >= 5 and git_dirty is not None:
             attrs["git_dirty"] = np.int64(git_dirty)
+        if schema_version >= 6 and memory_estimate_bytes is not None:
+            attrs["memory_estimate_bytes"] = np.int64(memory_estimate_bytes)
+            attrs["memory_estimate_by_kind"] = np.full(len(MEMORY_KINDS), memory_estimate_bytes // len(MEMORY_KINDS),
+                                                       dtype=np.int64)
+            attrs["memory_available_bytes"] = np.int64(2 * memory_estimate_bytes)
         group = handle.create_group("config")
         for key, value in config.items():
             group.attrs[key] = value
@@ -467,6 +475,12 @@ def reshape_steps_dataset(name, shape):
     def change(handle):
         values = handle[f"steps/{name}"][()]
         replace_steps_dataset(name, np.resize(values, shape))(handle)
+    return change
+
+
+def set_steps_value(name, index, value):
+    def change(handle):
+        handle[f"steps/{name}"][index] = value
     return change
 
 

@@ -17,7 +17,7 @@ MPIEXEC = shutil.which("mpiexec")
 
 
 def write_bench(path, name, columns, *, status="complete", device="cpu", world_size=1, method=None,
-                repeats=3, schema_version=1):
+                repeats=3, schema_version=1, precision="fp32"):
     """Writes a bench file as src/bench/bench_common.cpp does. columns: name -> list; the
     common columns not given are filled in (status ok, times from time_median_s)."""
     points = len(next(iter(columns.values())))
@@ -33,7 +33,7 @@ def write_bench(path, name, columns, *, status="complete", device="cpu", world_s
                            "argv": f"scalestudy bench {name}", "start_time": "2025-01-01T00:00:00Z",
                            "end_time": "2025-01-01T00:01:00Z", "world_size": np.int64(world_size),
                            "nodes": np.int64(1), "ranks_per_node": np.int64(world_size), "backend": "cpu",
-                           "precision": "fp32", "status": status, "failure_reason": "" if status == "complete"
+                           "precision": precision, "status": status, "failure_reason": "" if status == "complete"
                            else "rank 0: it broke", "cuda_version": "none", "nccl_version": "none",
                            "mpi_version": "synthetic", "hdf5_version": "1.14.3", "bench": name}.items():
             handle.attrs[key] = value
@@ -148,8 +148,8 @@ def test_failed_files_and_other_files_are_problems_not_data(tmp_path):
 
 
 @pytest.mark.parametrize("version, usable", [(1, True), (2, True), (3, True), (4, True),
-                                             (5, True), (6, True), (7, False)])
-def test_bench_files_of_schema_1_to_6_are_read_and_others_are_named(tmp_path, version, usable):
+                                             (5, True), (6, True), (7, True), (8, False)])
+def test_bench_files_of_schema_1_to_7_are_read_and_others_are_named(tmp_path, version, usable):
     path = tmp_path / "gemm.h5"
     write_bench(path, "gemm", gemm_columns([("fp32", 64, 1e-3)]), schema_version=version)
     loaded = bench.read_bench_file(path)
@@ -217,7 +217,7 @@ QUICK = ["--warmup", "1", "--repeats", "3", "--min-sample-ms", "0.2"]
 def test_real_cpu_bench_files_load_and_their_bytes_match_the_python_model(tmp_path):
     files = {}
     for name, options in (("gemm", ["--sizes", "16,32"]), ("bandwidth", ["--sizes", "1K..8K"]),
-                          ("layer", ["--batches", "1,2", "--seqs", "8,16", "--part-batch", "2", "--part-seq", "8"]),
+                          ("layer", ["--batches", "1,2", "--seqs", "8,16"]),
                           ("inference", ["--batches", "1,3", "--seqs", "8"])):
         files[name] = tmp_path / f"{name}.h5"
         subprocess.run([BINARY, "bench", name, *options, *QUICK, "-o", str(files[name])], check=True,

@@ -12,8 +12,8 @@ from scalestudy_analysis.gpu_state import gpu_metrics, has_samples, reason_names
 from scalestudy_analysis.load import load_results, read_run
 from scalestudy_analysis.metrics import group_series
 from scalestudy_analysis.report import write_report
-from synth import (GPU_DATASETS, base_config, changed_file, drop_steps_dataset,
-                   replace_steps_dataset, reshape_steps_dataset, write_run)
+from synth import (GPU_DATASETS, base_config, drop_steps_dataset,
+                   replace_steps_dataset, reshape_steps_dataset, set_steps_value, write_run)
 
 # Every expected value below is a median, minimum or maximum of stored numbers, or one
 # weighted mean of seven terms, so they agree to rounding.
@@ -149,10 +149,6 @@ def test_warmup_and_traced_steps_are_left_out(tmp_path):
         assert counted[key] != pytest.approx(EXPECTED[key], rel=RTOL), key
 
 
-def _negative_samples(handle):
-    handle["steps/gpu_samples"][2, 1] = -3
-
-
 MALFORMED = {
     "one rank too many": (reshape_steps_dataset("gpu_power_w", (STEPS, 3)),
                           "/steps/gpu_power_w has shape [7, 3], expected [S, R] = [7, 2]"),
@@ -161,20 +157,19 @@ MALFORMED = {
     "one dimension": (reshape_steps_dataset("gpu_clock_event_reasons", (STEPS,)),
                       "/steps/gpu_clock_event_reasons has shape [7], expected"),
     "missing dataset": (drop_steps_dataset("gpu_temperature_c"), "missing /steps/gpu_temperature_c"),
-    "negative samples": (_negative_samples,
+    "negative samples": (set_steps_value("gpu_samples", (2, 1), -3),
                          "/steps/gpu_samples is negative in 1 step-rank cells"),
 }
 
 
 @pytest.mark.parametrize("case", sorted(MALFORMED))
-def test_a_malformed_gpu_dataset_is_a_problem_and_the_run_stays(tmp_path, case):
+def test_a_malformed_gpu_dataset_is_a_problem_and_the_run_stays(tmp_path, case,
+                                                                 read_with_one_gpu_problem):
     change, message = MALFORMED[case]
-    run = read_run(changed_file(write_known(tmp_path / "run.h5"), change))
-    assert run.usable and run.summary["steps_measured"] == len(MEASURED_ROWS)
+    run, problem = read_with_one_gpu_problem(write_known(tmp_path / "run.h5"), change, message,
+                                             len(MEASURED_ROWS))
     assert run.gpu_state is None and not has_samples(run)
-    (problem,) = run.problems
-    assert problem.kind == "gpu state" and not problem.excluded
-    assert message in problem.message and "GPU state is left out" in problem.message
+    assert "GPU state is left out" in problem.message
 
     write_report(tmp_path, tmp_path / "out")
     report = (tmp_path / "out" / "report.md").read_text()

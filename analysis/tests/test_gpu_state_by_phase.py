@@ -13,8 +13,8 @@ from scalestudy_analysis.gpu_phase_state import (gpu_phase_metrics, has_phase_sa
 from scalestudy_analysis.gpu_state import gpu_metrics, has_samples
 from scalestudy_analysis.load import read_run
 from scalestudy_analysis.report import write_report
-from synth import (GPU_PHASE_DATASETS, PHASES, base_config, changed_file, drop_steps_dataset,
-                   replace_steps_dataset, reshape_steps_dataset, write_run)
+from synth import (GPU_PHASE_DATASETS, PHASES, base_config, drop_steps_dataset,
+                   replace_steps_dataset, reshape_steps_dataset, set_steps_value, write_run)
 
 # Tolerance: none. Every expected value below is one of the stored numbers or the mean of
 # two of them, all integers, which floats hold exactly; so the tests compare with ==.
@@ -289,10 +289,6 @@ def _as_text(name):
     return change
 
 
-def _negative_samples(handle):
-    handle["steps/gpu_phase_samples"][2, 1, 1] = -3
-
-
 MALFORMED = {
     "no phase axis": (reshape_steps_dataset("gpu_phase_power_w", (STEPS, 2)),
                       "/steps/gpu_phase_power_w has shape [7, 2], expected [S, R, P] = "
@@ -308,21 +304,18 @@ MALFORMED = {
     "text power": (_as_text("gpu_phase_power_w"),
                    "/steps/gpu_phase_power_w has dtype object, expected float64"),
     "missing dataset": (drop_steps_dataset("gpu_phase_power_w"), "missing /steps/gpu_phase_power_w"),
-    "negative samples": (_negative_samples,
+    "negative samples": (set_steps_value("gpu_phase_samples", (2, 1, 1), -3),
                          "/steps/gpu_phase_samples is negative in 1 step-rank-phase cells"),
 }
 
 
 @pytest.mark.parametrize("case", sorted(MALFORMED))
-def test_a_malformed_phase_dataset_is_a_problem_and_the_per_step_state_stays(tmp_path, case):
+def test_a_malformed_phase_dataset_is_a_problem_and_the_per_step_state_stays(tmp_path, case,
+                                                                            read_with_one_gpu_problem):
     change, message = MALFORMED[case]
     intact = read_run(write_known(tmp_path / "intact" / "run.h5"))
-    path = changed_file(write_known(tmp_path / "results" / "run.h5"), change)
-    run = read_run(path)
-    assert run.usable and run.summary["steps_measured"] == len(MEASURED_ROWS)
-    (problem,) = run.problems
-    assert problem.kind == "gpu state" and not problem.excluded
-    assert message in problem.message
+    run, problem = read_with_one_gpu_problem(write_known(tmp_path / "results" / "run.h5"), change,
+                                             message, len(MEASURED_ROWS))
     assert "GPU state by phase is left out, its GPU state per step is kept" in problem.message
     assert run.gpu_state is not None and run.gpu_state.phases is None
     assert has_samples(run) and not has_phase_samples(run)

@@ -1,4 +1,4 @@
-"""Where each rank ran (/ranks, versions 5 and 6): nodes and local ranks, each rank's GPU,
+"""Where each rank ran (/ranks, versions 5 and 7): nodes and local ranks, each rank's GPU,
 the problems when MPI's nodes and the hostnames disagree or ranks share a GPU, and the
 report's nodes × ranks per node."""
 import re
@@ -17,7 +17,7 @@ def rewrite(path, name, values):
         handle[f"ranks/{name}"][...] = values
 
 
-def test_a_version_6_file_holds_each_ranks_node_local_rank_and_gpu(tmp_path):
+def test_a_version_7_file_holds_each_ranks_node_local_rank_and_gpu(tmp_path):
     run = read_run(write_run(tmp_path / "run.h5", world_size=4, backend="cuda",
                              hostnames=FOUR_ON_TWO_HOSTS))
     assert run.problems == []
@@ -26,17 +26,19 @@ def test_a_version_6_file_holds_each_ranks_node_local_rank_and_gpu(tmp_path):
     assert run.device_pci_bus_id == ["00000000:18:00.0", "00000000:19:00.0"] * 2
 
 
-def test_older_files_read_without_what_they_lack_and_a_version_6_file_without_it_is_named(tmp_path):
+def test_older_files_read_without_what_they_lack_and_a_version_7_file_without_it_is_named(tmp_path):
     v4 = read_run(write_run(tmp_path / "v4.h5", world_size=2, schema_version=4))
     v5 = read_run(write_run(tmp_path / "v5.h5", world_size=2, schema_version=5))
     assert v4.problems == [] and v4.node_index is None and v4.device_uuid is None
-    assert v5.problems == [] and v5.local_rank.tolist() == [0, 1] and v5.device_uuid is None
-    path = write_run(tmp_path / "v6.h5", world_size=2)
+    v6 = read_run(write_run(tmp_path / "v6.h5", world_size=2, schema_version=6))
+    for older in (v5, v6):
+        assert older.problems == [] and older.local_rank.tolist() == [0, 1] and older.device_uuid is None
+    path = write_run(tmp_path / "v7.h5", world_size=2)
     with h5py.File(path, "r+") as handle:
         del handle["ranks/device_pci_bus_id"]
-    v6 = read_run(path)
-    assert [(p.kind, p.excluded) for p in v6.problems] == [("missing field", False)]
-    assert "/ranks/device_pci_bus_id" in v6.problems[0].message and v6.usable
+    v7 = read_run(path)
+    assert [(p.kind, p.excluded) for p in v7.problems] == [("missing field", False)]
+    assert "/ranks/device_pci_bus_id" in v7.problems[0].message and v7.usable
 
 
 def test_mpi_nodes_that_are_not_the_hosts_are_named(tmp_path):
@@ -53,8 +55,8 @@ def test_mpi_nodes_that_are_not_the_hosts_are_named(tmp_path):
                                                               "split.h5": "placement"}
     assert "MPI node 0 spans hosts ['node-a', 'node-b']" in by_file["merged.h5"].message
     assert "host localhost holds MPI nodes [0, 1]" in by_file["split.h5"].message
-    # A version 5 file numbered its nodes from the hostnames: nothing to compare.
-    old = write_run(tmp_path / "old" / "v5.h5", world_size=4, schema_version=5,
+    # A version 6 file numbered its nodes from the hostnames: nothing to compare.
+    old = write_run(tmp_path / "old" / "v6.h5", world_size=4, schema_version=6,
                     hostnames=FOUR_ON_TWO_HOSTS)
     rewrite(old, "node_index", [0, 0, 0, 0])
     assert read_run(old).problems == []

@@ -40,8 +40,11 @@ def test_two_rank_file_carries_every_field(tmp_path, strategy):
         root = handle.attrs
         for key in ("schema_version", "scalestudy_version", "git_sha", "argv", "start_time", "end_time",
                     "world_size", "nodes", "ranks_per_node", "backend", "precision", "status",
-                    "failure_reason", "cuda_version", "nccl_version", "mpi_version", "hdf5_version"):
+                    "failure_reason", "cuda_version", "nccl_version", "mpi_version", "hdf5_version",
+                    "memory_estimate_bytes", "memory_estimate_by_kind", "memory_available_bytes"):
             assert key in root, key
+        assert root["memory_estimate_by_kind"].shape == (6,)
+        assert root["memory_estimate_bytes"] == root["memory_estimate_by_kind"].sum() > 0
         assert root["status"] == "complete" and root["world_size"] == 2 and root["schema_version"] == SCHEMA_VERSION
         assert handle["config"].attrs["strategy"] == strategy
         assert handle["ranks/hostname"].shape == (2,) and handle["ranks/device"].shape == (2,)

@@ -9,7 +9,7 @@ from scalestudy_analysis.bandwidth import bandwidth_table, load_benches
 from scalestudy_analysis.cli import main
 from scalestudy_analysis.load import load_results
 from scalestudy_analysis.loss import loss_figure
-from scalestudy_analysis.memory import memory_table
+from scalestudy_analysis.memory import memory_markdown, memory_table
 from scalestudy_analysis.metrics import group_series
 from synth import MEMORY_KINDS, base_config, write_run
 from test_bench import write_bench
@@ -54,6 +54,23 @@ def test_memory_per_rank_is_the_fullest_ranks_by_kind_and_adds_up(tmp_path):
             assert frame.loc[n, "peak"] == 1 << 30
     zero2, ddp = memory_table(series["zero2"]), memory_table(series["ddp"])
     assert (zero2["optimizer"].iloc[1:].to_numpy() < ddp["optimizer"].iloc[1:].to_numpy()).all()
+    # Version 5 files carry no estimate: the column is there, empty, and the markdown leaves it out.
+    assert zero2["estimate"].isna().all()
+    assert "estimate" not in memory_markdown(zero2)
+
+
+def test_memory_table_holds_the_preflights_estimate_beside_the_measured_bytes(tmp_path):
+    for n, estimate in ((1, 900 * MIB), (2, 700 * MIB)):
+        write_run(tmp_path / f"v6_{n}.h5", world_size=n, step_times=STEP, config=base_config(strategy="zero2"),
+                  memory_bytes=memory_of("zero2", n), schema_version=6, memory_estimate_bytes=estimate)
+    write_run(tmp_path / "v5_2.h5", world_size=2, step_times=STEP, config=base_config(strategy="zero2"),
+              memory_bytes=memory_of("zero2", 2), schema_version=5)
+    _, series = series_by_strategy(tmp_path)
+    frame = memory_table(series["zero2"]).set_index("N")
+    # N = 2: the version 5 run counts in the measured bytes and not in the estimate.
+    assert frame.loc[1, "estimate"] == 900 * MIB and frame.loc[2, "estimate"] == 700 * MIB
+    markdown = memory_markdown(frame.reset_index())  # in GiB: the synthetic peak is 1 GiB
+    assert "estimate (GiB)" in markdown and "| 0.6836 |" in markdown
 
 
 def test_loss_curves_are_measured_against_the_1_rank_run(tmp_path):

@@ -13,6 +13,10 @@ namespace scalestudy {
 
 class Backend : public Ops, public DeviceMemory, public DeviceServices {
  public:
+  // A backend owns its device's memory and streams: it is never copied.
+  Backend() = default;
+  Backend(const Backend&) = delete;
+  Backend& operator=(const Backend&) = delete;
   // "cpu" or "cuda".
   virtual std::string name() const = 0;
 };

@@ -1,6 +1,10 @@
 #pragma once
 // The memory of a backend's device: buffers, fills and copies, and what they add up to.
 // Pointers are the backend's own memory (host on cpu, device on cuda).
+//
+// An allocation that the device (or host) cannot satisfy throws OutOfMemoryError
+// (core/out_of_memory.h) naming the kind and the bytes; anything else that fails ends the
+// job as every failed check does.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -24,6 +28,12 @@ class DeviceMemory {
   // rounded to bf16 would bias every backward through it.
   virtual float* allocate_statistics(size_t elems) = 0;
   virtual int32_t* allocate_ints(size_t elems, MemoryKind kind) = 0;
+  // The bytes these allocations take, as allocated_bytes counts them, without making them:
+  // the memory preflight sums a run's buffers with them before it allocates any. Statistics
+  // and ints are 4 bytes an element on every backend.
+  virtual size_t floats_bytes(size_t elems, MemoryKind kind) const = 0;
+  static size_t statistics_bytes(size_t elems) { return elems * sizeof(float); }
+  static size_t ints_bytes(size_t elems) { return elems * sizeof(int32_t); }
   virtual void release(void* ptr) = 0;
   virtual void fill_zero(float* dst, size_t elems) = 0;
   virtual void copy(float* dst, const float* src, size_t elems) = 0;
@@ -32,6 +42,9 @@ class DeviceMemory {
   // In stream order, without waiting for the stream; host_src may be reused at once.
   virtual void copy_ints_from_host(int32_t* dst, const int32_t* host_src, size_t elems) = 0;
 
+  // What new allocations may take now: the device's free memory (cudaMemGetInfo) on a
+  // GPU; on the CPU the host's MemAvailable, which every process of the host shares.
+  virtual size_t available_bytes() const = 0;
   // Bytes currently allocated through this backend, by kind.
   virtual size_t allocated_bytes(MemoryKind kind) const = 0;
   // The measured peak memory of this rank where the backend computes, and the name of

@@ -19,6 +19,7 @@
 #include <optional>
 #include <vector>
 
+#include "core/model_shape.h"
 #include "core/op_params.h"
 
 namespace scalestudy {
@@ -49,10 +50,12 @@ class Ops {
   //
   // pre[N,OC] = inp[N,IC] @ weight[OC,IC]^T + bias[OC] and out[N,OC] = gelu(pre): both are
   // written, pre for the backward and out for the next layer. bias may be null.
+  // A null pre is not kept: the GELU then runs in place on out.
   virtual void dense_gelu_forward(const DenseGeluForwardArgs<float>& args) {
-    matmul_forward(args.pre, args.inp, args.weight, args.bias, args.rows, args.in_channels,
+    float* pre = args.pre != nullptr ? args.pre : args.out;
+    matmul_forward(pre, args.inp, args.weight, args.bias, args.rows, args.in_channels,
                    args.out_channels);
-    gelu_forward(args.out, args.pre, static_cast<size_t>(args.rows) * args.out_channels);
+    gelu_forward(args.out, pre, static_cast<size_t>(args.rows) * args.out_channels);
   }
   // The backward of a dense layer out[N,OC] = act[N,IC] @ weight[OC,IC]^T + bias[OC] whose
   // input is act = gelu(pre), carried on through the GELU:
@@ -87,6 +90,8 @@ class Ops {
   // frees: the probabilities on the CPU; a backend with fused attention keeps less (the
   // CUDA backend in bf16/fp16: the rows' log-sum-exp, [B,NH,T] fp32).
   virtual float* allocate_attention_state(const AttentionShape& shape) = 0;
+  // The bytes allocate_attention_state(shape) takes, without allocating.
+  virtual size_t attention_state_bytes(const AttentionShape& shape) const = 0;
 
   // ---- tanh-approximated GELU, elementwise ---------------------------------------
   virtual void gelu_forward(float* out, const float* inp, size_t elems) = 0;
@@ -128,6 +133,10 @@ class Ops {
   // need them, so nothing is copied to or from padded rows in the step. The CPU's are the
   // plain [N,V]. DeviceMemory::release frees them.
   virtual float* allocate_logits(int rows, int vocab) = 0;
+  // The bytes allocate_logits(rows, vocab) takes, without allocating (rows as a size, so
+  // that the preflight can size a micro-batch too large for the ops' int rows).
+  virtual size_t logits_bytes(size_t rows, int vocab) const = 0;
+  // Without losses it computes the logits alone (inference).
   // With dlogits_scale, a training step's loss_scale, the cross-entropy's backward runs
   // here too: the logits are left holding dlogits, and the step's backward starts at
   // classifier_backward_from_dlogits. The CUDA backend then reads the logits once for the
@@ -136,6 +145,7 @@ class Ops {
     const auto& [losses, row_stats, logits, inp, weight, targets, rows, channels, vocab,
                  dlogits_scale] = args;
     matmul_forward(logits, inp, weight, nullptr, rows, channels, vocab);
+    if (losses == nullptr) return;
     softmax_cross_entropy_forward(losses, row_stats, logits, targets, rows, vocab);
     if (dlogits_scale)
       softmax_cross_entropy_backward(logits, logits, row_stats, targets, rows, vocab,
@@ -181,6 +191,12 @@ class Ops {
     }
     return false;
   }
+  // The bytes a backend keeps for a list of pieces that adamw_update_pieces was given (the
+  // CUDA backend uploads each distinct list once, under MemoryKind::optimizer); 0 here.
+  virtual size_t adamw_pieces_bytes(const std::vector<AdamWPiece>& pieces) const {
+    (void)pieces;
+    return 0;
+  }
 
   // The master parameters [params + begin_elems, params + end_elems) changed (an optimizer
   // update, a parameter all-gather, a copy from the host): backends that compute from a
@@ -196,6 +212,16 @@ class Ops {
   virtual uint16_t* compute_copy_of(float* params) {
     (void)params;
     return nullptr;
+  }
+
+  // ---- scratch --------------------------------------------------------------------
+  // The most scratch that the ops of a GPT model of `shape` hold at micro-batches of
+  // batch x seq tokens (batch * seq within int), counted as MemoryKind::other: the memory
+  // preflight's term for the backend's own buffers. 0 where the ops hold none (the CPU's
+  // per-row scratch lives and dies inside one op).
+  virtual size_t model_scratch_bytes(const ModelShape& shape, int batch, int seq) const {
+    (void)shape, (void)batch, (void)seq;
+    return 0;
   }
 };
 

@@ -1,9 +1,7 @@
 #include "bench/bench_bandwidth.h"
 
-#include <cstdio>
-#include <memory>
-
 #include "bench/bench_gpt.h"
+#include "bench/bench_point.h"
 #include "core/check.h"
 #include "profile/kernel_tag.h"
 
@@ -24,18 +22,10 @@ namespace {
 
 void report(BenchContext& context, size_t row) {
   const PointTable& t = context.table;
-  char line[256];
   const std::string point = "bandwidth " + t.text(row, "kernel") + " " + std::to_string(t.integer(row, "elems")) +
                             " elements";
-  if (t.status(row) != PointStatus::ok) {
-    std::snprintf(line, sizeof(line), "%s: %s (%s)", point.c_str(), t.text(row, "status").c_str(),
-                  t.text(row, "detail").c_str());
-  } else {
-    std::snprintf(line, sizeof(line), "%s: median %.4g us [IQR %.4g-%.4g], %.4g GB/s", point.c_str(),
-                  t.number(row, "time_median_s") * 1e6, t.number(row, "time_q1_s") * 1e6,
-                  t.number(row, "time_q3_s") * 1e6, t.number(row, "gb_per_s"));
-  }
-  context.progress(line);
+  report_row(context, row, point,
+             time_text(t, row, "median", "us") + format_text(", %.4g GB/s", t.number(row, "gb_per_s")));
 }
 
 // The call that one point times.
@@ -65,9 +55,8 @@ void run_bandwidth_bench(BenchContext& context) {
   table.add_int("bytes", "bytes", "bytes read plus bytes written by one call: 8 per element (copy), 12 (accumulate)");
   table.add_float("flops", "FLOP", "0 (copy) or 1 per element (accumulate)");
   table.add_float("arithmetic_intensity", "FLOP/byte", "flops / bytes");
-  table.add_float("gb_per_s", "10^9 bytes/s", "bytes / time_median_s / 1e9");
+  add_byte_rate_column(table, "gb_per_s");
   const bool cuda = context.backend.name() == "cuda";
-  context.method["timing"] = context.timer_description();
   context.method["kernel_copy"] = cuda ? "float4 grid-stride copy, kernels/bench_bandwidth.cu" : "CpuOps::copy (memmove)";
   context.method["kernel_accumulate"] = cuda ? "CudaOps::accumulate" : "CpuOps::accumulate";
   context.method["byte_model"] = "bytes read plus bytes written, each element once: copy 8, accumulate 12 per element";
@@ -84,19 +73,13 @@ void run_bandwidth_bench(BenchContext& context) {
       table.set(row, "arithmetic_intensity",
                 bandwidth_flops_per_elem(kernel) / bandwidth_bytes_per_elem(kernel));
       const size_t needed = 2 * elems * sizeof(float);
-      if (memory_with_headroom(needed) > available_memory_bytes(context.backend, config)) {
-        table.set_status(row, PointStatus::oom, "needs " + std::to_string(needed) + " bytes and head-room");
-        report(context, row);
+      if (!point_fits(context, {row}, needed, "needs " + std::to_string(needed) + " bytes and head-room", report))
         continue;
-      }
       // MemoryKind::other: plain fp32 buffers on every backend, whatever its activations.
       float* src = allocate_random(context.backend, elems, MemoryKind::other, 21);
       float* dst = allocate_random(context.backend, elems, MemoryKind::other, 22);
-      std::unique_ptr<StepTimer> timer = context.backend.make_step_timer();
-      const TimedCalls timed = time_calls(*timer, kernel_call(context, kernel, dst, src, elems), config.warmup,
-                                          config.repeats, config.min_sample_s, context.trace_hooks(row));
-      table.set_timing(row, timed);
-      table.set(row, "gb_per_s", static_cast<double>(table.integer(row, "bytes")) / timed.stats.median_s / 1e9);
+      time_row(context, row, kernel_call(context, kernel, dst, src, elems));
+      set_byte_rate(table, row, "gb_per_s");
       context.backend.release(src);
       context.backend.release(dst);
       report(context, row);

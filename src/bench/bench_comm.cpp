@@ -1,9 +1,8 @@
 #include "bench/bench_comm.h"
 
 #include <algorithm>
-#include <cstdio>
-#include <memory>
 
+#include "bench/bench_point.h"
 #include "core/check.h"
 
 namespace scalestudy {
@@ -23,18 +22,12 @@ float pattern(size_t index) { return static_cast<float>(1 + index % kPatternPeri
 // jobscripts/bench_gpu_vs_torch.py reads the median, algbw, busbw and wrong count.
 void report(BenchContext& context, size_t row) {
   const PointTable& t = context.table;
-  char point[96], line[320];
-  std::snprintf(point, sizeof(point), "comm %s %lld bytes", t.text(row, "collective").c_str(),
-                static_cast<long long>(t.integer(row, "bytes")));
-  if (t.status(row) == PointStatus::oom) {
-    std::snprintf(line, sizeof(line), "%s: oom (%s)", point, t.text(row, "detail").c_str());
-  } else {
-    std::snprintf(line, sizeof(line), "%s: median %.4g us [IQR %.4g-%.4g], algbw %.4g GB/s, busbw %.4g GB/s, %lld wrong",
-                  point, t.number(row, "time_median_s") * 1e6, t.number(row, "time_q1_s") * 1e6,
-                  t.number(row, "time_q3_s") * 1e6, t.number(row, "algbw_gb_per_s"), t.number(row, "busbw_gb_per_s"),
-                  static_cast<long long>(t.integer(row, "wrong_elems")));
-  }
-  context.progress(line);
+  const std::string point = format_text("comm %s %lld bytes", t.text(row, "collective").c_str(),
+                                        static_cast<long long>(t.integer(row, "bytes")));
+  report_row(context, row, point,
+             time_text(t, row, "median", "us") +
+                 format_text(", algbw %.4g GB/s, busbw %.4g GB/s, %lld wrong", t.number(row, "algbw_gb_per_s"),
+                             t.number(row, "busbw_gb_per_s"), static_cast<long long>(t.integer(row, "wrong_elems"))));
 }
 
 // The send and receive buffers of one collective at one size.
@@ -99,7 +92,6 @@ int64_t check_point(BenchContext& context, CommBuffers& buffers, CollectiveKind 
 }
 
 TimedCalls time_point(BenchContext& context, CommBuffers& buffers, size_t row) {
-  const BenchConfig& config = context.config;
   Communicator& comm = *context.comm;
   context.backend.fill_zero(buffers.send, buffers.send_elems);
   if (buffers.recv != buffers.send) context.backend.fill_zero(buffers.recv, buffers.recv_elems);
@@ -115,9 +107,7 @@ TimedCalls time_point(BenchContext& context, CommBuffers& buffers, size_t row) {
     CHECK_MPI(MPI_Allreduce(&calls, &agreed, 1, MPI_INT, MPI_MAX, context.world));
     return agreed;
   };
-  std::unique_ptr<StepTimer> timer = context.backend.make_step_timer();
-  TimedCalls timed = time_calls(*timer, [&] { buffers.run(comm); }, config.warmup, config.repeats,
-                                config.min_sample_s, hooks);
+  TimedCalls timed = time_point_calls(context, [&] { buffers.run(comm); }, hooks);
   context.backend.synchronize();
   (void)comm.take_records();
   std::vector<double> slowest(timed.samples_s.size());
@@ -177,7 +167,7 @@ void run_comm_bench(BenchContext& context) {
   table.add_text("collective", "allreduce, reduce_scatter or allgather");
   table.add_int("bytes", "bytes", "payload: the full buffer the collective covers (nccl-tests' size)");
   table.add_int("elems", "elements", "fp32 elements of the payload; a multiple of the world size");
-  table.add_float("algbw_gb_per_s", "10^9 bytes/s", "bytes / time_median_s / 1e9");
+  add_byte_rate_column(table, "algbw_gb_per_s");
   table.add_float("bus_factor", "", "2(n-1)/n for allreduce, (n-1)/n for reduce_scatter and allgather");
   table.add_float("busbw_gb_per_s", "10^9 bytes/s", "algbw_gb_per_s · bus_factor");
   table.add_int("wrong_elems", "elements", "result elements, summed over ranks, that differ from the exact answer");
@@ -203,22 +193,16 @@ void run_comm_bench(BenchContext& context) {
       table.set(row, "bytes", static_cast<int64_t>(elems * sizeof(float)));
       table.set(row, "elems", static_cast<int64_t>(elems));
       table.set(row, "bus_factor", bus_bandwidth_factor(kind, context.world_size));
-      // Every rank must take the same branch, or the others would wait in a collective.
       const size_t needed = predicted_bytes(kind, elems, context.world_size);
-      int oom = memory_with_headroom(needed) > available_memory_bytes(context.backend, config) ? 1 : 0;
-      CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &oom, 1, MPI_INT, MPI_MAX, context.world));
-      if (oom) {
-        table.set_status(row, PointStatus::oom, "needs " + std::to_string(needed) + " bytes per rank and head-room");
-        report(context, row);
+      if (!point_fits(context, {row}, needed, "needs " + std::to_string(needed) + " bytes per rank and head-room",
+                      report))
         continue;
-      }
       CommBuffers buffers(context.backend, kind, elems, context.world_size);
       const int64_t wrong = check_point(context, buffers, kind);
       const TimedCalls timed = time_point(context, buffers, row);
       table.set_timing(row, timed);
       table.set(row, "wrong_elems", wrong);
-      const double algbw = static_cast<double>(elems * sizeof(float)) / timed.stats.median_s / 1e9;
-      table.set(row, "algbw_gb_per_s", algbw);
+      const double algbw = set_byte_rate(table, row, "algbw_gb_per_s");
       table.set(row, "busbw_gb_per_s", algbw * table.number(row, "bus_factor"));
       if (wrong > 0)
         table.set_status(row, PointStatus::wrong, std::to_string(wrong) + " result elements differ from the exact sums");

@@ -9,22 +9,16 @@
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <sstream>
 
 #include "results/hdf5_check.h"
+#include "core/enum_names.h"
 #include "core/usage_error.h"
 #include "results/hdf5_io.h"
 #include "results/kernel_trace_writer.h"
 #include "results/provenance.h"
 #include "results/run_summary.h"
-
-#if SCALESTUDY_HAVE_CUDA
-#include <cuda_runtime.h>
-
-#include "cuda_check.h"
-#endif
 
 namespace scalestudy {
 namespace {
@@ -66,36 +60,26 @@ void describe_dataset(hid_t parent, const std::string& name, const std::string& 
   h5::set_attribute(dataset.get(), "description", description);
 }
 
-size_t host_available_bytes() {
-  std::ifstream meminfo("/proc/meminfo");
-  std::string key;
-  size_t value_kib = 0;
-  std::string unit;
-  while (meminfo >> key >> value_kib >> unit)
-    if (key == "MemAvailable:") return value_kib * 1024;
-  return std::numeric_limits<size_t>::max();  // no /proc: nothing to compare with
-}
-
 }  // namespace
 
 // ---- names and parsing ------------------------------------------------------------------
 
-const char* bench_kind_name(BenchKind kind) {
-  switch (kind) {
-    case BenchKind::gemm: return "gemm";
-    case BenchKind::bandwidth: return "bandwidth";
-    case BenchKind::layer: return "layer";
-    case BenchKind::inference: return "inference";
-    case BenchKind::comm: return "comm";
-  }
-  return "?";
-}
+namespace {
+
+constexpr EnumNames<BenchKind, kBenchKindCount> kBenchKindNames{{"gemm", "bandwidth", "layer", "inference", "comm"},
+                                                                "?"};
+static_assert(kBenchKindNames.complete());
+
+constexpr EnumNames<PointStatus, kPointStatusCount> kPointStatusNames{{"ok", "oom", "unavailable", "wrong"}, "?"};
+static_assert(kPointStatusNames.complete());
+
+}  // namespace
+
+const char* bench_kind_name(BenchKind kind) { return kBenchKindNames.name(kind); }
 
 BenchKind parse_bench_kind(const std::string& name) {
-  for (BenchKind kind : {BenchKind::gemm, BenchKind::bandwidth, BenchKind::layer, BenchKind::inference,
-                         BenchKind::comm})
-    if (name == bench_kind_name(kind)) return kind;
-  throw UsageError("unknown benchmark '" + name + "' (known: gemm, bandwidth, layer, inference, comm)");
+  if (const std::optional<BenchKind> kind = kBenchKindNames.find(name)) return *kind;
+  throw UsageError("unknown benchmark '" + name + "' (known: " + join(kBenchKindNames.all(), ", ") + ")");
 }
 
 namespace {
@@ -209,36 +193,15 @@ TimedCalls time_calls(StepTimer& timer, const std::function<void()>& call, int w
 
 // ---- memory -------------------------------------------------------------------------------
 
-size_t available_memory_bytes(Backend& backend, const BenchConfig& config) {
-  size_t available = 0;
-#if SCALESTUDY_HAVE_CUDA
-  if (backend.name() == "cuda") {
-    size_t free_bytes = 0, total_bytes = 0;
-    CHECK_CUDA(cudaMemGetInfo(&free_bytes, &total_bytes));
-    available = free_bytes;
-  }
-#endif
-  if (backend.name() != "cuda") available = host_available_bytes();
+size_t available_memory_bytes(const Backend& backend, const BenchConfig& config) {
+  size_t available = backend.available_bytes();
   if (config.memory_limit_bytes > 0) available = std::min(available, config.memory_limit_bytes);
   return available;
 }
 
-size_t memory_with_headroom(size_t predicted_bytes) {
-  constexpr size_t kFixedHeadroomBytes = size_t{128} << 20;
-  return predicted_bytes + predicted_bytes / 20 + kFixedHeadroomBytes;
-}
-
 // ---- the table ----------------------------------------------------------------------------
 
-const char* point_status_name(PointStatus status) {
-  switch (status) {
-    case PointStatus::ok: return "ok";
-    case PointStatus::oom: return "oom";
-    case PointStatus::unavailable: return "unavailable";
-    case PointStatus::wrong: return "wrong";
-  }
-  return "?";
-}
+const char* point_status_name(PointStatus status) { return kPointStatusNames.name(status); }
 
 PointTable::PointTable(int repeats) : repeats_(repeats) {
   add_text("status", "ok, oom (predicted not to fit in the memory available; not run), unavailable "
@@ -379,15 +342,8 @@ std::string BenchContext::timer_description() const {
   return "std::chrono::steady_clock on the calling thread around the calls";
 }
 
-void time_flops_row(BenchContext& context, size_t row, const std::function<void()>& call) {
-  const BenchConfig& c = context.config;
-  std::unique_ptr<StepTimer> timer = context.backend.make_step_timer();
-  const TimedCalls timed = time_calls(*timer, call, c.warmup, c.repeats, c.min_sample_s, context.trace_hooks(row));
-  context.table.set_timing(row, timed);
-  context.table.set(row, "tflops", context.table.number(row, "flops") / timed.stats.median_s / 1e12);
-}
-
-void describe_shape(std::map<std::string, std::string>& method, const ModelShape& shape) {
+void describe_model(std::map<std::string, std::string>& method, const std::string& model, const ModelShape& shape) {
+  method["model"] = model;
   method["layers"] = std::to_string(shape.layers);
   method["hidden"] = std::to_string(shape.channels);
   method["heads"] = std::to_string(shape.heads);

@@ -20,13 +20,16 @@
 
 #include "backend/backend.h"
 #include "comm/communicator.h"
+#include "core/memory_estimate.h"
 #include "core/model_shape.h"
+#include "core/precision.h"
 #include "results/run_recorder.h"
 #include "timing/step_timer.h"
 
 namespace scalestudy {
 
 enum class BenchKind { gemm, bandwidth, layer, inference, comm };
+inline constexpr int kBenchKindCount = 5;
 const char* bench_kind_name(BenchKind kind);
 // Throws UsageError naming the benchmark when it is unknown.
 BenchKind parse_bench_kind(const std::string& name);
@@ -47,10 +50,10 @@ struct BenchConfig {
   std::vector<std::string> precisions;     // fp32, tf32, fp16, bf16
   std::vector<int64_t> bandwidth_elems;    // fp32 elements per buffer
 
+  Precision precision = Precision::fp32;   // what layer / inference compute in
   std::string model;                       // preset of layer / inference
   ModelShape shape;                        // resolved: preset, overrides, max_seq
   std::vector<int> batches, seqs;          // the grid of layer / inference
-  int part_batch = 0, part_seq = 0;        // where the layer's parts are measured
 
   std::vector<std::string> collectives;    // allreduce, reduce_scatter, allgather
   int64_t min_bytes = 0, max_bytes = 0;    // payload range of comm, doubling
@@ -114,16 +117,17 @@ int calls_for(double seconds_per_call, double min_sample_s);
 
 // ---- memory ---------------------------------------------------------------------------
 
-// Bytes that may be allocated now: free device memory (cudaMemGetInfo) on cuda,
-// MemAvailable on the cpu; never more than config.memory_limit_bytes when that is set.
-size_t available_memory_bytes(Backend& backend, const BenchConfig& config);
-// Head-room kept free beyond a point's predicted allocations: the backend's scratch
-// buffers, cuBLAS workspaces and the allocator's rounding are not in the prediction.
-size_t memory_with_headroom(size_t predicted_bytes);
+// Bytes that may be allocated now (DeviceMemory::available_bytes: free device memory on
+// cuda, MemAvailable on the cpu); never more than config.memory_limit_bytes when that is
+// set. A point's prediction is compared with it after memory_with_headroom
+// (core/memory_estimate.h), since the backend's scratch, cuBLAS's workspaces and the
+// allocator's rounding are not in the prediction.
+size_t available_memory_bytes(const Backend& backend, const BenchConfig& config);
 
 // ---- the table of points --------------------------------------------------------------
 
 enum class PointStatus { ok, oom, unavailable, wrong };
+inline constexpr int kPointStatusCount = 4;
 const char* point_status_name(PointStatus status);
 
 // One row per point, in measurement order. Every table has the common columns (status,
@@ -205,15 +209,9 @@ struct BenchContext {
   }
 };
 
-// Times `call` for a row of the table (warm-up, repeats and sample length from the
-// config; the tracer's window where one runs), and sets the row's timing and its rate,
-// "tflops", from its "flops".
-void time_flops_row(BenchContext& context, size_t row, const std::function<void()>& call);
-
-
-// Writes the model's shape into a group's method attributes as /config does: layers,
-// hidden, heads, vocab, max_seq and attention, every value a string.
-void describe_shape(std::map<std::string, std::string>& method, const ModelShape& shape);
+// Writes the model into a group's method attributes as /config does: its preset name as
+// model, then layers, hidden, heads, vocab, max_seq and attention, every value a string.
+void describe_model(std::map<std::string, std::string>& method, const std::string& model, const ModelShape& shape);
 
 // ---- the file -------------------------------------------------------------------------
 

@@ -1,11 +1,11 @@
 #include "bench/bench_gemm.h"
 
-#include <cstdio>
 #include <cstring>
 #include <memory>
 
 #include "bench/bench_gpt.h"
 #include "bench/bench_model.h"
+#include "bench/bench_point.h"
 #include "core/check.h"
 #include "profile/kernel_tag.h"
 
@@ -24,23 +24,12 @@ namespace {
 
 constexpr uint64_t kSeedA = 11, kSeedB = 12;
 
-std::string format_point(const std::string& precision, int64_t n) {
-  return "gemm " + precision + " n=" + std::to_string(n);
-}
-
 // jobscripts/bench_gpu_vs_torch.py reads the ok line's median and TFLOP/s.
-void report(BenchContext& context, size_t row, const std::string& precision, int64_t n) {
+void report(BenchContext& context, size_t row) {
   const PointTable& t = context.table;
-  char line[256];
-  if (t.status(row) != PointStatus::ok) {
-    std::snprintf(line, sizeof(line), "%s: %s (%s)", format_point(precision, n).c_str(),
-                  t.text(row, "status").c_str(), t.text(row, "detail").c_str());
-  } else {
-    std::snprintf(line, sizeof(line), "%s: median %.4g ms [IQR %.4g-%.4g], %.4g TFLOP/s",
-                  format_point(precision, n).c_str(), t.number(row, "time_median_s") * 1e3,
-                  t.number(row, "time_q1_s") * 1e3, t.number(row, "time_q3_s") * 1e3, t.number(row, "tflops"));
-  }
-  context.progress(line);
+  const std::string point = "gemm " + t.text(row, "precision") + " n=" + std::to_string(t.integer(row, "n"));
+  report_row(context, row, point,
+             time_text(t, row, "median", "ms") + format_text(", %.4g TFLOP/s", t.number(row, "tflops")));
 }
 
 void run_cpu_point(BenchContext& context, size_t row, int64_t n) {
@@ -181,12 +170,8 @@ void run_gemm_bench(BenchContext& context) {
   PointTable& table = context.table;
   table.add_text("precision", "fp32, tf32 (fp32 storage, TF32 tensor cores), fp16 or bf16 (fp32 accumulation)");
   table.add_int("n", "", "the matrices are n×n: C[n,n] = A[n,n]·B[n,n]");
-  table.add_float("flops", "FLOP", "2·n³");
-  table.add_float("bytes", "bytes", "3·n²·element bytes: A and B read once, C written once");
-  table.add_float("arithmetic_intensity", "FLOP/byte", "flops / bytes");
-  table.add_float("tflops", "10^12 FLOP/s", "flops / time_median_s / 1e12");
+  add_work_columns(table, "2·n³", "3·n²·element bytes: A and B read once, C written once");
   const bool cuda = context.backend.name() == "cuda";
-  context.method["timing"] = context.timer_description();
   context.method["kernel"] = cuda ? "cublasGemmEx, CUBLAS_GEMM_DEFAULT, 32 MiB workspace, column-major NN"
                                   : "CpuOps::matmul_forward (out = inp·weightᵀ, fp32, single thread)";
   context.method["inputs"] = "uniform random values in ±[0.25, 1), never zero";
@@ -201,18 +186,18 @@ void run_gemm_bench(BenchContext& context) {
     std::vector<float> host_a, host_b;  // drawn once per size, shared by the precisions
     for (const std::string& precision : config.precisions) {
       const size_t row = table.add_row();
-      const double element_bytes = gemm_element_bytes(precision);
+      const double bytes = bench_model::gemm_bytes(static_cast<double>(n), gemm_element_bytes(precision));
       table.set(row, "precision", precision);
       table.set(row, "n", n);
-      table.set(row, "flops", bench_model::gemm_flops(static_cast<double>(n)));
-      table.set(row, "bytes", bench_model::gemm_bytes(static_cast<double>(n), element_bytes));
-      table.set(row, "arithmetic_intensity", table.number(row, "flops") / table.number(row, "bytes"));
-      const size_t needed = static_cast<size_t>(table.number(row, "bytes"));
+      set_work(table, row, bench_model::gemm_flops(static_cast<double>(n)), bytes);
+      const size_t needed = static_cast<size_t>(bytes);
       if (!cuda && precision != "fp32") {
-        table.set_status(row, PointStatus::unavailable, "not available on cpu");
-      } else if (memory_with_headroom(needed) > available_memory_bytes(context.backend, config)) {
-        table.set_status(row, PointStatus::oom, "needs " + std::to_string(needed) + " bytes and head-room");
-      } else if (!cuda) {
+        skip_point(context, {row}, PointStatus::unavailable, "not available on cpu", report);
+        continue;
+      }
+      if (!point_fits(context, {row}, needed, "needs " + std::to_string(needed) + " bytes and head-room", report))
+        continue;
+      if (!cuda) {
         run_cpu_point(context, row, n);
       } else {
 #if SCALESTUDY_HAVE_CUDA
@@ -224,7 +209,7 @@ void run_gemm_bench(BenchContext& context) {
         run_cuda_point(context, *gemm, row, precision, n, host_a, host_b);
 #endif
       }
-      report(context, row, precision, n);
+      report(context, row);
     }
   }
 }

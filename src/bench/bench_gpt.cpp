@@ -1,5 +1,7 @@
 #include "bench/bench_gpt.h"
 
+#include "model/initial_parameters.h"
+
 namespace scalestudy {
 namespace {
 
@@ -47,19 +49,13 @@ FlatGradients::~FlatGradients() { memory_.release(grads_); }
 
 float* FlatGradients::tensor_gradients(size_t tensor_begin_elems) { return grads_ + tensor_begin_elems; }
 
-// The parameters are fp32 master weights (MemoryKind::parameters), so copying them in
-// and out is exact on every backend; a backend that computes from a lower-precision
-// copy of them refreshes it in parameters_changed.
-void ParameterCache::initialize(Backend& backend, Gpt& model) {
-  const size_t elems = model.padded_param_elems();
-  if (host_params_.size() != elems) {
-    model.initialize(seed_);
-    host_params_.resize(elems);
-    backend.copy_to_host(host_params_.data(), model.params(), elems);
-  } else {
-    backend.copy_from_host(model.params(), host_params_.data(), elems);
-  }
-  backend.parameters_changed(model.params(), 0, elems);
+// The parameters are fp32 master weights (MemoryKind::parameters), so copying them in is
+// exact on every backend; a backend that computes from a lower-precision copy of them
+// refreshes it in parameters_changed.
+void ParameterCache::initialize(Backend& backend, float* params, const ParameterLayout& layout, size_t elems) {
+  if (host_params_.size() != elems) host_params_ = initial_parameters(layout, elems, seed_);
+  backend.copy_from_host(params, host_params_.data(), elems);
+  backend.parameters_changed(params, 0, elems);
 }
 
 }  // namespace scalestudy

@@ -36,12 +36,16 @@ class FlatGradients final : public GradientSink {
 };
 
 // GPT-2 initialisation draws every parameter on the host, which takes seconds at BERT
-// size; every point of a benchmark has the same shape, so the first model's parameters
+// size; every point of a benchmark has the same shape, so the first point's parameters
 // are kept and copied into the later ones. Tells the backend they changed.
 class ParameterCache {
  public:
   explicit ParameterCache(uint64_t seed) : seed_(seed) {}
-  void initialize(Backend& backend, Gpt& model);
+  // The `elems` parameters at `params` (a model's, laid out as `layout` says).
+  void initialize(Backend& backend, float* params, const ParameterLayout& layout, size_t elems);
+  void initialize(Backend& backend, Gpt& model) {
+    initialize(backend, model.params(), model.layout(), model.padded_param_elems());
+  }
 
  private:
   uint64_t seed_;

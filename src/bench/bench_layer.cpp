@@ -1,9 +1,10 @@
 #include "bench/bench_layer.h"
 
-#include <cstdio>
-#include <memory>
+#include <functional>
+#include <vector>
 
 #include "bench/bench_gpt.h"
+#include "bench/bench_point.h"
 #include "model/flops.h"
 #include "model/gpt.h"
 
@@ -17,19 +18,11 @@ constexpr const char* kForwardBackward = "forward+backward";
 
 void report(BenchContext& context, size_t row) {
   const PointTable& t = context.table;
-  char point[160], line[320];
-  std::snprintf(point, sizeof(point), "layer %s %s batch %lld seq %lld", t.text(row, "part").c_str(),
-                t.text(row, "pass").c_str(), static_cast<long long>(t.integer(row, "batch")),
-                static_cast<long long>(t.integer(row, "seq")));
-  if (t.status(row) != PointStatus::ok) {
-    std::snprintf(line, sizeof(line), "%s: %s (%s)", point, t.text(row, "status").c_str(),
-                  t.text(row, "detail").c_str());
-  } else {
-    std::snprintf(line, sizeof(line), "%s: median %.4g ms [IQR %.4g-%.4g], %.4g TFLOP/s", point,
-                  t.number(row, "time_median_s") * 1e3, t.number(row, "time_q1_s") * 1e3,
-                  t.number(row, "time_q3_s") * 1e3, t.number(row, "tflops"));
-  }
-  context.progress(line);
+  const std::string point = format_text("layer %s %s batch %lld seq %lld", t.text(row, "part").c_str(),
+                                        t.text(row, "pass").c_str(), static_cast<long long>(t.integer(row, "batch")),
+                                        static_cast<long long>(t.integer(row, "seq")));
+  report_row(context, row, point,
+             time_text(t, row, "median", "ms") + format_text(", %.4g TFLOP/s", t.number(row, "tflops")));
 }
 
 // What the models say of one point: its FLOPs, the bytes its ops move, and the bytes it
@@ -40,52 +33,52 @@ struct PointModel {
   size_t memory_bytes = 0;
 };
 
-size_t add_point(PointTable& table, const std::string& part, const std::string& pass, int batch, int seq,
-                 const PointModel& model) {
+// The byte model counts fp32 elements; 16-bit activations and weights move half as many
+// bytes.
+size_t add_point(BenchContext& context, const std::string& part, const std::string& pass, int batch, int seq,
+                 PointModel model) {
+  if (is_16bit(context.config.precision)) model.bytes /= 2;
+  PointTable& table = context.table;
   const size_t row = table.add_row();
   table.set(row, "part", part);
   table.set(row, "pass", pass);
   table.set(row, "batch", batch);
   table.set(row, "seq", seq);
-  table.set(row, "flops", model.flops);
-  table.set(row, "bytes", model.bytes);
-  table.set(row, "arithmetic_intensity", model.flops / model.bytes);
+  set_work(table, row, model.flops, model.bytes);
   table.set(row, "memory_bytes", static_cast<int64_t>(model.memory_bytes));
   return row;
 }
 
-void time_row(BenchContext& context, size_t row, const std::function<void()>& call) {
+void measure_row(BenchContext& context, size_t row, const std::function<void()>& call) {
   time_flops_row(context, row, call);
   report(context, row);
 }
 
-bool fits(BenchContext& context, size_t predicted_bytes) {
-  return memory_with_headroom(predicted_bytes) <= available_memory_bytes(context.backend, context.config);
+bool fits(BenchContext& context, const std::vector<size_t>& rows, size_t predicted_bytes) {
+  return point_fits(context, rows, predicted_bytes,
+                    "predicted to need " + std::to_string(predicted_bytes) + " bytes and head-room", report);
 }
 
-std::string oom_detail(size_t predicted_bytes) {
-  return "predicted to need " + std::to_string(predicted_bytes) + " bytes and head-room";
+// `first`, then `second`: a pass made of two, each called as directly as it was given.
+template <typename First, typename Second>
+auto in_turn(First first, Second second) {
+  return [first, second] {
+    first();
+    second();
+  };
 }
 
 // The whole block (as a 1-layer Gpt) at one batch and seq, both passes.
 void run_block(BenchContext& context, ParameterCache& parameters, const ModelShape& shape, int batch, int seq) {
-  PointTable& table = context.table;
   const double forward = forward_flops(shape, batch, seq);
   const double forward_bytes = bench_model::gpt_forward_bytes(shape, batch, seq);
   const double backward_bytes = bench_model::gpt_backward_bytes(shape, batch, seq);
-  const size_t memory = bench_model::gpt_allocation_bytes(shape, static_cast<size_t>(batch), static_cast<size_t>(seq),
-                                                          /*backward=*/true);
-  const size_t forward_row = add_point(table, "block", kForward, batch, seq, {forward, forward_bytes, memory});
+  const size_t memory = bench_model::gpt_allocation_bytes(context.backend, shape, batch, seq, /*backward=*/true);
+  const size_t forward_row = add_point(context, "block", kForward, batch, seq, {forward, forward_bytes, memory});
   const size_t both_row =
-      add_point(table, "block", kForwardBackward, batch, seq,
+      add_point(context, "block", kForwardBackward, batch, seq,
                 {training_flops(shape, batch, seq), forward_bytes + backward_bytes, memory});
-  if (!fits(context, memory)) {
-    for (size_t row : {forward_row, both_row}) {
-      table.set_status(row, PointStatus::oom, oom_detail(memory));
-      report(context, row);
-    }
-    return;
-  }
+  if (!fits(context, {forward_row, both_row}, memory)) return;
   Gpt model(context.backend, shape, batch, seq, make_parameter_layout(shape).param_elems);
   parameters.initialize(context.backend, model);
   FlatGradients gradients(context.backend, model);
@@ -93,11 +86,9 @@ void run_block(BenchContext& context, ParameterCache& parameters, const ModelSha
   const std::vector<int32_t> tokens = random_tokens(tokens_count, shape.vocab, 31);
   const std::vector<int32_t> targets = random_tokens(tokens_count, shape.vocab, 32);
   const float loss_scale = 1.0f / static_cast<float>(tokens_count);
-  time_row(context, forward_row, [&] { model.forward(tokens.data(), targets.data(), nullptr); });
-  time_row(context, both_row, [&] {
-    model.forward(tokens.data(), targets.data(), nullptr);
-    model.backward(gradients, loss_scale);
-  });
+  const auto forward_pass = [&] { model.forward(tokens.data(), targets.data(), nullptr); };
+  measure_row(context, forward_row, forward_pass);
+  measure_row(context, both_row, in_turn(forward_pass, [&] { model.backward(gradients, loss_scale); }));
 }
 
 // Every tensor of one block, shared by the parts; weights in one parameter buffer and
@@ -105,7 +96,6 @@ void run_block(BenchContext& context, ParameterCache& parameters, const ModelSha
 struct BlockBuffers {
   BlockBuffers(Backend& backend, const ModelShape& shape, size_t batch, size_t seq) : backend_(backend) {
     const size_t n = batch * seq, c = static_cast<size_t>(shape.channels);
-    const size_t probs_elems = batch * static_cast<size_t>(shape.heads) * seq * seq;
     uint64_t seed = 41;
     auto activation = [&](size_t elems) {
       float* p = allocate_random(backend_, elems, MemoryKind::activations, seed++);
@@ -113,10 +103,15 @@ struct BlockBuffers {
       return p;
     };
     for (auto [view, elems] : {std::pair{&x, n * c}, {&fch, 4 * n * c}, {&fch_gelu, 4 * n * c}, {&out, n * c},
-                               {&qkv, 3 * n * c}, {&atty, n * c}, {&probs, probs_elems}, {&dx, n * c},
+                               {&qkv, 3 * n * c}, {&atty, n * c}, {&dx, n * c},
                                {&dfch, 4 * n * c}, {&dfch_gelu, 4 * n * c}, {&dout, n * c}, {&dqkv, 3 * n * c},
                                {&datty, n * c}})
       *view = activation(elems);
+    // The attention's state as the backend keeps it: the probabilities, or the fused
+    // kernels' log-sum-exp, which the forward writes before any backward reads it.
+    probs = backend_.allocate_attention_state(
+        {static_cast<int>(batch), static_cast<int>(seq), shape.channels, shape.heads, shape.causal});
+    owned_.push_back(probs);
     // Weight offsets: fc [4C,C], fc bias, proj [C,4C], proj bias, qkv [3C,C], qkv bias,
     // attention projection [C,C], its bias.
     const size_t sizes[] = {4 * c * c, 4 * c, 4 * c * c, c, 3 * c * c, 3 * c, c * c, c};
@@ -199,24 +194,12 @@ void part_passes(Ops& ops, BlockBuffers& m, Part part, const AttentionShape& att
       backward = fc_backward;
       return;
     case Part::ffn_dense_gelu:
-      forward = [=] {
-        fc_forward();
-        gelu_forward();
-      };
-      backward = [=] {
-        gelu_backward();
-        fc_backward();
-      };
+      forward = in_turn(fc_forward, gelu_forward);
+      backward = in_turn(gelu_backward, fc_backward);
       return;
     case Part::ffn:
-      forward = [=] {
-        fc_gelu_forward();
-        proj_forward();
-      };
-      backward = [=] {
-        proj_backward_through_gelu();
-        fc_backward();
-      };
+      forward = in_turn(fc_gelu_forward, proj_forward);
+      backward = in_turn(proj_backward_through_gelu, fc_backward);
       return;
     case Part::attention:
       forward = [=, &ops, &m] {
@@ -238,37 +221,28 @@ void part_passes(Ops& ops, BlockBuffers& m, Part part, const AttentionShape& att
 }
 
 void run_parts(BenchContext& context, const ModelShape& shape, int batch, int seq) {
-  PointTable& table = context.table;
-  const size_t memory = parts_allocation_bytes(shape, static_cast<size_t>(batch), static_cast<size_t>(seq));
+  const size_t memory = parts_allocation_bytes(context.backend, shape, batch, seq);
   std::vector<std::pair<Part, std::pair<size_t, size_t>>> rows;
   for (Part part : bench_model::kParts) {
     const double flops = bench_model::part_forward_flops(part, shape, batch, seq);
     const double forward_bytes = bench_model::part_forward_bytes(part, shape, batch, seq);
     const double backward_bytes = bench_model::part_backward_bytes(part, shape, batch, seq);
     const size_t forward_row =
-        add_point(table, bench_model::part_name(part), kForward, batch, seq, {flops, forward_bytes, memory});
-    const size_t both_row = add_point(table, bench_model::part_name(part), kForwardBackward, batch, seq,
+        add_point(context, bench_model::part_name(part), kForward, batch, seq, {flops, forward_bytes, memory});
+    const size_t both_row = add_point(context, bench_model::part_name(part), kForwardBackward, batch, seq,
                                       {3 * flops, forward_bytes + backward_bytes, memory});
     rows.push_back({part, {forward_row, both_row}});
   }
-  if (!fits(context, memory)) {
-    for (const auto& [part, pair] : rows)
-      for (size_t row : {pair.first, pair.second}) {
-        table.set_status(row, PointStatus::oom, oom_detail(memory));
-        report(context, row);
-      }
-    return;
-  }
+  std::vector<size_t> all_rows;
+  for (const auto& [part, pair] : rows) all_rows.insert(all_rows.end(), {pair.first, pair.second});
+  if (!fits(context, all_rows, memory)) return;
   BlockBuffers buffers(context.backend, shape, static_cast<size_t>(batch), static_cast<size_t>(seq));
   const AttentionShape att{batch, seq, shape.channels, shape.heads, shape.causal};
   for (const auto& [part, pair] : rows) {
     std::function<void()> forward, backward;
     part_passes(context.backend, buffers, part, att, forward, backward);
-    time_row(context, pair.first, forward);
-    time_row(context, pair.second, [&] {
-      forward();
-      backward();
-    });
+    measure_row(context, pair.first, forward);
+    measure_row(context, pair.second, in_turn(forward, backward));
   }
 }
 
@@ -281,12 +255,15 @@ ModelShape layer_model_shape(const ModelShape& shape) {
   return one;
 }
 
-size_t parts_allocation_bytes(const ModelShape& shape, size_t batch, size_t seq) {
-  const size_t n = batch * seq, c = static_cast<size_t>(shape.channels);
-  const size_t probs = batch * static_cast<size_t>(shape.heads) * seq * seq;
-  const size_t activations = 2 * (14 * n * c) + probs;  // the tensors and their gradients, probs once
+size_t parts_allocation_bytes(const Backend& backend, const ModelShape& shape, int batch, int seq) {
+  const size_t n = static_cast<size_t>(batch) * static_cast<size_t>(seq), c = static_cast<size_t>(shape.channels);
+  const AttentionShape attention{batch, seq, shape.channels, shape.heads, shape.causal};
+  const size_t activations = 2 * (14 * n * c);  // the tensors and their gradients
   const size_t weights = 12 * c * c + 9 * c;
-  return (activations + 2 * weights + probs /* attention backward's scratch */) * sizeof(float);
+  // The attention state, and as much again for the attention backward's scratch (the
+  // probabilities' gradient, where the backend keeps probabilities).
+  return backend.floats_bytes(activations, MemoryKind::activations) + 2 * backend.attention_state_bytes(attention) +
+         backend.floats_bytes(weights, MemoryKind::parameters) + backend.floats_bytes(weights, MemoryKind::gradients);
 }
 
 void run_layer_bench(BenchContext& context) {
@@ -297,17 +274,14 @@ void run_layer_bench(BenchContext& context) {
   table.add_text("pass", "forward or forward+backward");
   table.add_int("batch", "sequences", "sequences per call");
   table.add_int("seq", "tokens", "tokens per sequence");
-  table.add_float("flops", "FLOP", "FLOPs of one call (see the group's flop_model)");
-  table.add_float("bytes", "bytes", "bytes one call moves by the op-level byte model (see byte_model)");
-  table.add_float("arithmetic_intensity", "FLOP/byte", "flops / bytes");
-  table.add_float("tflops", "10^12 FLOP/s", "flops / time_median_s / 1e12");
-  table.add_int("memory_bytes", "bytes", "bytes the point allocates, predicted before it runs");
+  add_work_columns(table, "FLOPs of one call (see the group's flop_model)",
+                   "bytes one call moves by the op-level byte model (see byte_model)");
+  add_memory_column(table);
 
   const ModelShape shape = layer_model_shape(config.shape);
   auto& m = context.method;
-  m["timing"] = context.timer_description();
-  m["model"] = config.model;
-  describe_shape(m, shape);
+  describe_model(m, config.model, shape);
+  m["precision"] = precision_name(config.precision);
   m["block"] = "scalestudy::Gpt with one layer: embedding, the block, final LayerNorm, tied LM head, softmax "
                "cross-entropy; forward+backward adds Gpt::backward into one gradient buffer";
   m["flop_model"] = "block: forward_flops of the 1-layer model (src/model/flops.h), 24·b·s·h² + 4·b·s²·h + "
@@ -315,14 +289,17 @@ void run_layer_bench(BenchContext& context) {
                     "16·b·s·h², attention 8·b·s·h² + 4·b·s²·h, attention-core 4·b·s²·h; backward 2× forward. "
                     "Elementwise work is not counted.";
   m["byte_model"] = "per op of src/backend/ops.h: every tensor it reads once, every tensor it writes once, "
-                    "accumulated tensors read and written; fp32; traffic inside an op not counted "
+                    "accumulated tensors read and written, in elements of the precision's activations (2 "
+                    "bytes in bf16/fp16, 4 in fp32); traffic inside an op not counted "
                     "(src/bench/bench_model.h)";
   for (Part part : bench_model::kParts) m[std::string("part_") + bench_model::part_name(part)] = bench_model::part_description(part);
 
   ParameterCache parameters(1234);
   for (int seq : config.seqs)
-    for (int batch : config.batches) run_block(context, parameters, shape, batch, seq);
-  run_parts(context, shape, config.part_batch, config.part_seq);
+    for (int batch : config.batches) {
+      run_block(context, parameters, shape, batch, seq);
+      run_parts(context, shape, batch, seq);
+    }
 }
 
 }  // namespace scalestudy

@@ -22,9 +22,9 @@ inline constexpr int kLayerVocab = 64;
 // The 1-layer model the block is timed as: `shape` with layers = 1 and V = kLayerVocab.
 ModelShape layer_model_shape(const ModelShape& shape);
 
-// Bytes that the parts' buffers take (they share one set: every activation, gradient
-// and weight of a block, plus attention backward's scratch).
-size_t parts_allocation_bytes(const ModelShape& shape, size_t batch, size_t seq);
+// Bytes that the parts' buffers take on `backend` (they share one set: every activation,
+// gradient and weight of a block, plus attention backward's scratch).
+size_t parts_allocation_bytes(const Backend& backend, const ModelShape& shape, int batch, int seq);
 
 void run_layer_bench(BenchContext& context);
 

@@ -1,5 +1,6 @@
 #include "bench/bench_model.h"
 
+#include "model/gpt.h"
 #include "model/parameter_layout.h"
 
 namespace scalestudy::bench_model {
@@ -190,19 +191,13 @@ double part_backward_bytes(Part part, const ModelShape& s, double b, double t) {
 
 // ---- memory ---------------------------------------------------------------------------------
 
-size_t gpt_allocation_bytes(const ModelShape& s, size_t b, size_t t, bool backward) {
-  const size_t params = make_parameter_layout(s).param_elems;
-  const size_t n = b * t, c = static_cast<size_t>(s.channels), v = static_cast<size_t>(s.vocab);
-  const size_t probs = b * static_cast<size_t>(s.heads) * t * t;
-  const size_t layers = static_cast<size_t>(s.layers);
-  // Per layer: ln1, atty, residual2, ln2, residual3 (5NC), qkv (3NC), fch and fch_gelu
-  // (8NC), four row statistics and the attention probabilities. Outside the layers:
-  // encoded, lnf, branch_out, dresidual, dln, datty (6NC), dqkv (3NC), dfch and
-  // dfch_gelu (8NC), the logits (NV, which backward turns into their gradient in place),
-  // lnf mean/rstd, the losses and the logits' row statistics (5N).
-  size_t floats = params + layers * (16 * n * c + 4 * n + probs) + 17 * n * c + n * v + 5 * n;
-  if (backward) floats += params + probs;  // the gradient buffer; attention backward's scratch
-  return floats * sizeof(float) + 2 * n * sizeof(int32_t);
+size_t gpt_allocation_bytes(const Backend& backend, const ModelShape& shape, int batch, int seq, bool backward) {
+  const size_t param_elems = make_parameter_layout(shape).param_elems;
+  size_t bytes = Gpt::parameter_bytes(backend, param_elems) +
+                 Gpt::activation_bytes(backend, shape, batch, seq, /*recompute=*/false);
+  if (backward)
+    bytes += backend.floats_bytes(param_elems, MemoryKind::gradients) + backend.model_scratch_bytes(shape, batch, seq);
+  return bytes;
 }
 
 }  // namespace scalestudy::bench_model

@@ -20,6 +20,7 @@
 // run files; its tests compare the two on files written by this binary.
 #include <cstddef>
 
+#include "backend/backend.h"
 #include "core/model_shape.h"
 
 namespace scalestudy::bench_model {
@@ -74,9 +75,9 @@ inline double gemm_flops(double n) { return 2.0 * n * n * n; }
 inline double gemm_bytes(double n, double element_bytes) { return 3.0 * n * n * element_bytes; }
 
 // ---- memory a point allocates ------------------------------------------------------------
-// Everything scalestudy::Gpt allocates for a micro-batch (parameters and activations,
-// mirroring its constructor), plus a gradient buffer and the attention backward's scratch
-// when backward runs.
-size_t gpt_allocation_bytes(const ModelShape& shape, size_t batch, size_t seq, bool backward);
+// Everything scalestudy::Gpt allocates on `backend` for a micro-batch (its parameters and
+// activations, as Gpt counts them), plus, when backward runs, a gradient buffer and the
+// most scratch the backend's ops hold.
+size_t gpt_allocation_bytes(const Backend& backend, const ModelShape& shape, int batch, int seq, bool backward);
 
 }  // namespace scalestudy::bench_model

@@ -38,8 +38,8 @@ struct RawOptions {
   double min_sample_ms = 1.0, comm_timeout_s = 300.0;
   std::string memory_limit = "0";
   std::string sizes, precisions = "fp32,tf32,fp16,bf16";
-  std::string model, batches, seqs;
-  int hidden = 0, heads = 0, layers = 0, part_batch = 0, part_seq = 0;
+  std::string model, batches, seqs, precision = "auto";
+  int hidden = 0, heads = 0, layers = 0;
   std::string collectives = "allreduce,reduce_scatter,allgather", min_bytes = "1K", max_bytes;
 };
 
@@ -48,10 +48,10 @@ const std::map<std::string, std::vector<BenchKind>>& option_scope() {
   using K = BenchKind;
   static const std::map<std::string, std::vector<BenchKind>> scope = {
       {"sizes", {K::gemm, K::bandwidth}}, {"precisions", {K::gemm}},
-      {"model", {K::layer, K::inference}}, {"hidden", {K::layer, K::inference}},
+      {"model", {K::layer, K::inference}}, {"precision", {K::layer, K::inference}},
+      {"hidden", {K::layer, K::inference}},
       {"heads", {K::layer, K::inference}}, {"layers", {K::inference}},
       {"batches", {K::layer, K::inference}}, {"seqs", {K::layer, K::inference}},
-      {"part-batch", {K::layer}}, {"part-seq", {K::layer}},
       {"collectives", {K::comm}}, {"min-bytes", {K::comm}}, {"max-bytes", {K::comm}},
   };
   return scope;
@@ -61,19 +61,19 @@ po::options_description bench_options(RawOptions& raw) {
   po::options_description general = help_section("General");
   general.add_options()
       ("help,h", "print this help and exit")
-      ("backend", po::value(&raw.backend)->default_value(raw.backend), "cpu or cuda; the size defaults follow it")
-      ("memory-limit", po::value(&raw.memory_limit)->default_value(raw.memory_limit),
+      ("backend", defaulted(&raw.backend), "cpu or cuda; the size defaults follow it")
+      ("memory-limit", defaulted(&raw.memory_limit),
        "bytes a point may allocate (K/M/G suffixes); 0: what the device (host) has free. Points "
        "predicted to need more are marked oom")
-      ("comm-timeout", po::value(&raw.comm_timeout_s)->default_value(raw.comm_timeout_s),
+      ("comm-timeout", defaulted(&raw.comm_timeout_s),
        "seconds a collective may take before the job is ended");
 
   po::options_description timing = help_section("Timing");
   timing.add_options()
-      ("warmup", po::value(&raw.warmup)->default_value(raw.warmup),
+      ("warmup", defaulted(&raw.warmup),
        "samples run and discarded before the timed ones; at least 1 (the last sets the calls per sample)")
-      ("repeats", po::value(&raw.repeats)->default_value(raw.repeats), "timed samples per point (median and IQR)")
-      ("min-sample-ms", po::value(&raw.min_sample_ms)->default_value(raw.min_sample_ms),
+      ("repeats", defaulted(&raw.repeats), "timed samples per point (median and IQR)")
+      ("min-sample-ms", defaulted(&raw.min_sample_ms),
        "a sample repeats the call until it lasts about this long");
 
   po::options_description output = help_section("Output");
@@ -93,28 +93,29 @@ po::options_description bench_options(RawOptions& raw) {
       ("sizes", po::value(&raw.sizes)->default_value("", "by backend"),
        "gemm: n of the n×n×n products (cuda 128,512,2048,8192; cpu 64,128,256); bandwidth: elements per "
        "buffer (cuda 16K..64M; cpu 16K..1M). K/M/G suffixes; A..B doubles from A to B")
-      ("precisions", po::value(&raw.precisions)->default_value(raw.precisions),
+      ("precisions", defaulted(&raw.precisions),
        "gemm precisions: fp32, tf32, fp16, bf16 (the cpu has fp32 only; the others are marked unavailable)");
 
   po::options_description model = help_section("layer and inference");
   model.add_options()
       ("model", po::value(&raw.model)->default_value("", "by backend"),
        "model preset (see scalestudy info): layer bert-large, inference bert-base on cuda; tiny on the cpu")
+      ("precision", po::value(&raw.precision)->default_value(raw.precision),
+       "fp32, bf16 or fp16 (the last two cuda only), as train computes; auto: bf16 on cuda, fp32 on cpu")
       ("hidden", po::value(&raw.hidden)->default_value(0, "preset"), "hidden size override")
       ("heads", po::value(&raw.heads)->default_value(0, "preset"), "attention heads override; must divide the hidden size")
       ("layers", po::value(&raw.layers)->default_value(0, "preset"), "inference: layers override (layer uses one)")
       ("batches", po::value(&raw.batches)->default_value("", "by backend"),
        "batch sizes (layer: cuda 4..128, cpu 1,2,4; inference: cuda 1..256, cpu 1,4)")
       ("seqs", po::value(&raw.seqs)->default_value("", "by backend"),
-       "sequence lengths (layer: cuda 128,512, cpu 16,32; inference: cuda 64..4096, cpu 16,64)")
-      ("part-batch", po::value(&raw.part_batch)->default_value(0, "cuda 64, cpu 4"), "layer: batch of the parts")
-      ("part-seq", po::value(&raw.part_seq)->default_value(0, "cuda 128, cpu 32"), "layer: seq of the parts");
+       "sequence lengths (layer: cuda 128,512, cpu 16,32; inference: cuda 64,128,384,1024,4096, cpu 16,64); "
+       "layer measures the block and each part at every batch × seq");
 
   po::options_description comm = help_section("comm");
   comm.add_options()
-      ("collectives", po::value(&raw.collectives)->default_value(raw.collectives),
+      ("collectives", defaulted(&raw.collectives),
        "collectives to measure: allreduce, reduce_scatter, allgather")
-      ("min-bytes", po::value(&raw.min_bytes)->default_value(raw.min_bytes), "smallest payload (doubling from it)")
+      ("min-bytes", defaulted(&raw.min_bytes), "smallest payload (doubling from it)")
       ("max-bytes", po::value(&raw.max_bytes)->default_value("", "cuda 1G, cpu 1M"), "largest payload");
 
   po::options_description all = help_sections();
@@ -140,6 +141,16 @@ std::string bench_help() {
 
 [[noreturn]] void bad_value(const std::string& option, const std::string& value, const std::string& why) {
   throw UsageError("--" + option + " " + value + ": " + why);
+}
+
+Precision compute_precision(const std::string& text, bool cuda) {
+  if (text == "auto") return cuda ? Precision::bf16 : Precision::fp32;
+  for (Precision precision : {Precision::fp32, Precision::bf16, Precision::fp16}) {
+    if (text != precision_name(precision)) continue;
+    if (!cuda && precision != Precision::fp32) bad_value("precision", text, "the cpu backend computes in fp32 only");
+    return precision;
+  }
+  bad_value("precision", text, "must be auto, fp32, bf16 or fp16");
 }
 
 std::vector<int> int_list(const std::string& option, const std::string& text, int64_t most) {
@@ -194,6 +205,7 @@ BenchConfig resolve(BenchKind kind, const RawOptions& raw, const po::variables_m
     const bool layer = kind == BenchKind::layer;
     c.model = !raw.model.empty() ? raw.model : !cuda ? "tiny" : layer ? "bert-large" : "bert-base";
     c.shape = find_model_preset(c.model).shape;
+    c.precision = compute_precision(raw.precision, cuda);
     for (auto [option, value, field] : {std::tuple{"hidden", raw.hidden, &c.shape.channels},
                                         {"heads", raw.heads, &c.shape.heads}, {"layers", raw.layers, &c.shape.layers}}) {
       if (value < 0) bad_value(option, std::to_string(value), "must be positive");
@@ -202,16 +214,10 @@ BenchConfig resolve(BenchKind kind, const RawOptions& raw, const po::variables_m
     if (c.shape.channels % c.shape.heads != 0)
       bad_value("heads", std::to_string(c.shape.heads), "must divide the hidden size " + std::to_string(c.shape.channels));
     const char* batches = layer ? (cuda ? "4..128" : "1,2,4") : (cuda ? "1..256" : "1,4");
-    const char* seqs = layer ? (cuda ? "128,512" : "16,32") : (cuda ? "64..4096" : "16,64");
+    const char* seqs = layer ? (cuda ? "128,512" : "16,32") : (cuda ? "64,128,384,1024,4096" : "16,64");
     c.batches = int_list("batches", raw.batches.empty() ? batches : raw.batches, 1 << 20);
     c.seqs = int_list("seqs", raw.seqs.empty() ? seqs : raw.seqs, 1 << 20);
-    if (raw.part_batch < 0) bad_value("part-batch", std::to_string(raw.part_batch), "must be positive");
-    if (raw.part_seq < 0) bad_value("part-seq", std::to_string(raw.part_seq), "must be positive");
-    c.part_batch = raw.part_batch > 0 ? raw.part_batch : cuda ? 64 : 4;
-    c.part_seq = raw.part_seq > 0 ? raw.part_seq : cuda ? 128 : 32;
-    int longest = *std::max_element(c.seqs.begin(), c.seqs.end());
-    if (layer) longest = std::max(longest, c.part_seq);
-    c.shape.max_seq = longest;
+    c.shape.max_seq = *std::max_element(c.seqs.begin(), c.seqs.end());
     // Inference marks such points OOM instead (they never fit): its default grid has them.
     const int64_t most_tokens = INT_MAX / (4 * static_cast<int64_t>(c.shape.channels));
     for (int batch : layer ? c.batches : std::vector<int>{})
@@ -280,16 +286,19 @@ int run_bench_command(int argc, const char* const* argv) {
 
   RunConfig backend_config;
   backend_config.backend = config.backend;
-  backend_config.precision = Precision::fp32;
+  // layer and inference compute in --precision; the others keep BenchConfig's fp32.
+  backend_config.precision = config.precision;
   backend_config.comm_timeout_s = config.comm_timeout_s;
   BackendSetup backend = make_backend(backend_config, where);
   RunIdentity identity = backend.identity;
   identity.argv.assign(argv, argv + argc);
   identity.argv.insert(identity.argv.begin(), "scalestudy");
   if (where.rank == 0) {
-    std::printf("scalestudy bench %s: backend %s on %s, %d rank(s); warm-up %d, %d timed samples of >= %.3g ms\n",
-                name.c_str(), config.backend.c_str(), identity.device_name.c_str(), where.world_size, config.warmup,
-                config.repeats, config.min_sample_s * 1e3);
+    const bool model_bench = kind == BenchKind::layer || kind == BenchKind::inference;
+    std::printf("scalestudy bench %s: backend %s%s%s on %s, %d rank(s); warm-up %d, %d timed samples of >= %.3g ms\n",
+                name.c_str(), config.backend.c_str(), model_bench ? " " : "",
+                model_bench ? precision_name(config.precision) : "", identity.device_name.c_str(), where.world_size,
+                config.warmup, config.repeats, config.min_sample_s * 1e3);
     std::fflush(stdout);
   }
 
@@ -301,11 +310,12 @@ int run_bench_command(int argc, const char* const* argv) {
   method["memory_limit_bytes"] = std::to_string(config.memory_limit_bytes);
   method["statistics"] = "median and quartiles (linear interpolation, numpy's default) of the per-call time over the "
                          "timed samples; warm-up samples excluded";
-  const std::string precision = kind == BenchKind::gemm ? join(config.precisions, ",") : "fp32";
+  const std::string precision = kind == BenchKind::gemm ? join(config.precisions, ",") : precision_name(config.precision);
   BenchFile file(config.output, kind, identity, precision, MPI_COMM_WORLD);
   file.watch(&table, &method);
   BenchContext context{config, *backend.ops, backend.comm.get(), MPI_COMM_WORLD, where.rank, where.world_size,
                        table, method};
+  method["timing"] = context.timer_description();
   std::unique_ptr<KernelTracer> tracer;
   if (config.profile_kernels) {
     tracer = backend.ops->make_kernel_tracer();

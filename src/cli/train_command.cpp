@@ -2,6 +2,7 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "config/run_config.h"
 #include "core/check.h"
 #include "core/control_wait.h"
+#include "core/out_of_memory.h"
 #include "core/stop_signal.h"
 #include "core/usage_error.h"
 #include "model/flops.h"
@@ -40,6 +42,7 @@ void print_header(const RunConfig& c, const Trainer& trainer, const ProcessPlace
   std::printf("  %s scaling: global batch %d = %d rank(s) x %d, %d micro-batch(es) of %d, seq %d; data %s\n",
               scaling_name(c.scaling), c.global_batch, where.world_size, c.batch_per_rank, c.grad_accum,
               c.micro_batch(), c.seq, trainer.data().describe().c_str());
+  std::printf("  %s\n", trainer.memory_preflight().describe().c_str());
   std::printf("  %s\n", trainer.memory_summary("before the first step").c_str());
   std::fflush(stdout);
 }
@@ -84,6 +87,27 @@ void print_summary(const Trainer& trainer, const RunRecorder& recorder, const Ru
   if (!recorder.output().empty()) std::printf("  results: %s\n", recorder.output().c_str());
 }
 
+// An allocation failed although the preflight let the run start (another process took
+// the memory, or the estimate fell short): the job ends once, with one line naming the
+// rank, what was being allocated and when, and the result file (which rank 0 writes) is
+// marked failed with it. The peers may wait in a collective for this rank, so the job is
+// ended rather than this rank alone.
+[[noreturn]] void end_out_of_memory(RunRecorder& recorder, int rank, const std::string& what) {
+  recorder.finish_failed("rank " + std::to_string(rank) + ": " + what);
+  end_job(what, 1);
+}
+
+std::unique_ptr<Trainer> allocate_trainer(TrainingSetup setup, const BackendSetup& backend, RunRecorder& recorder,
+                                          int rank) {
+  try {
+    return std::make_unique<Trainer>(std::move(setup), *backend.ops, *backend.comm, MPI_COMM_WORLD);
+  } catch (const OutOfMemoryError& error) {
+    end_out_of_memory(recorder, rank, OutOfMemoryError(error, "before the first step").what());
+  } catch (const std::bad_alloc&) {
+    end_out_of_memory(recorder, rank, "out of host memory before the first step");
+  }
+}
+
 }  // namespace
 
 int run_train_command(int argc, const char* const* argv) {
@@ -97,13 +121,18 @@ int run_train_command(int argc, const char* const* argv) {
   }
   set_control_timeout(config.comm_timeout_s);
   BackendSetup backend = make_backend(config, where);
-  Trainer trainer(config, *backend.ops, *backend.comm, MPI_COMM_WORLD);
-  if (where.rank == 0) print_header(trainer.config(), trainer, where);
+  // Bad input, a run too large for the memory included, is refused here, before the
+  // result file exists and before anything is allocated.
+  TrainingSetup setup = prepare_training(config, *backend.ops, *backend.comm, MPI_COMM_WORLD);
 
   RunIdentity identity = backend.identity;
   identity.argv.assign(argv, argv + argc);
   identity.argv.insert(identity.argv.begin(), "scalestudy");
-  RunRecorder recorder(trainer.config(), identity, MPI_COMM_WORLD);
+  RunRecorder recorder(setup.config, identity, MPI_COMM_WORLD,
+                       MemoryPreflightRecord{setup.memory.estimate, setup.memory.available_bytes});
+  const std::unique_ptr<Trainer> owned_trainer = allocate_trainer(std::move(setup), backend, recorder, where.rank);
+  Trainer& trainer = *owned_trainer;
+  if (where.rank == 0) print_header(trainer.config(), trainer, where);
   std::unique_ptr<KernelTracer> tracer;
   if (config.profile_kernels) {
     tracer = backend.ops->make_kernel_tracer();
@@ -122,6 +151,10 @@ int run_train_command(int argc, const char* const* argv) {
                     config.profile_last, trace.records.size());
       recorder.record_kernel_trace(trace, config.profile_first, config.profile_last);
     }
+  } catch (const OutOfMemoryError& error) {
+    end_out_of_memory(recorder, where.rank, error.what());
+  } catch (const std::bad_alloc&) {
+    end_out_of_memory(recorder, where.rank, "out of host memory during the steps");
   } catch (const std::exception& error) {
     recorder.finish_failed(std::string("rank ") + std::to_string(where.rank) + ": " + error.what());
     throw;

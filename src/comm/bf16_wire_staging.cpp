@@ -3,6 +3,7 @@
 #if SCALESTUDY_HAVE_CUDA
 #include <string>
 
+#include "core/out_of_memory.h"
 #include "cuda_check.h"
 #include "elementwise.cuh"
 
@@ -15,7 +16,14 @@ void Bf16WireStaging::reserve(size_t elems) {
   CHECK_CUDA(cudaStreamSynchronize(stream_));
   CHECK_CUDA(cudaFree(buffer_));
   buffer_ = nullptr;
-  CHECK_CUDA(cudaMalloc(&buffer_, elems * sizeof(__nv_bfloat16)));
+  elems_ = 0;
+  const cudaError_t rc = cudaMalloc(&buffer_, elems * sizeof(__nv_bfloat16));
+  if (rc == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    buffer_ = nullptr;
+    throw OutOfMemoryError(MemoryKind::communication, elems * sizeof(__nv_bfloat16), "bf16 wire staging");
+  }
+  CHECK_CUDA(rc);
   elems_ = elems;
 }
 

@@ -29,6 +29,10 @@ enum class CommLane { awaited, overlapped };
 
 class Communicator {
  public:
+  // A communicator owns its connection to the other ranks: it is never copied.
+  Communicator() = default;
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
   virtual ~Communicator() = default;
   virtual std::string name() const = 0;
   virtual int rank() const = 0;
@@ -67,6 +71,14 @@ class Communicator {
   virtual std::vector<size_t> payload_bytes_by_kind() const = 0;
   // Bytes the communicator holds for staging (the bf16 wire buffers), at their peak.
   virtual size_t staging_bytes() const { return 0; }
+  // The staging_bytes() that one collective of `kind` over `elems` elements in `wire`
+  // (CollectiveArgs' elems and wire) holds, without starting it: the memory preflight's
+  // term for the communicator's buffers. Staging is held for the largest collective, so
+  // a run's staging is this for its largest one.
+  virtual size_t staging_bytes_for(CollectiveKind kind, size_t elems, WireType wire) const {
+    (void)kind, (void)elems, (void)wire;
+    return 0;
+  }
   // The device stream collectives run on (a cudaStream_t), for the kernel tracer to name;
   // nullptr when they run on the host.
   virtual void* native_stream() const { return nullptr; }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <exception>
+#include <new>
 #include <utility>
 
 #include "core/bf16_host.h"
@@ -207,6 +208,10 @@ void MpiCommunicator::worker_loop() {
     const Clock::time_point begin = Clock::now();
     try {
       running.run();
+    } catch (const std::bad_alloc&) {
+      // The bf16 forms' host copies: the job ends as on any rank that runs out of memory.
+      end_job("out of memory while allocating communication (the bf16 staging of a collective, on the comm stream)",
+              1);
     } catch (const std::exception& error) {
       abort_job(__FILE__, __LINE__, "collective on the comm stream threw", error.what());
     }
@@ -238,7 +243,7 @@ CommHandle MpiCommunicator::start_bf16_allreduce(const CollectiveArgs& args) {
   const MpiCall call = call_for(args.wire, bf16_sum_);
   auto* buffer = static_cast<float*>(args.recv);
   const size_t elems = args.elems;
-  note_staging(elems * sizeof(uint16_t));
+  note_staging(staging_bytes_for(CollectiveKind::allreduce, elems, args.wire));
   return enqueue(CollectiveKind::allreduce, args, [=] {
     std::vector<uint16_t> wire = to_bf16_bits(buffer, elems);
     allreduce_in_pieces(call, wire.data(), elems);
@@ -261,7 +266,7 @@ CommHandle MpiCommunicator::start_bf16_reduce_scatter(const CollectiveArgs& args
   const auto* send = static_cast<const float*>(args.send);
   auto* recv = static_cast<float*>(args.recv);
   const size_t recv_elems = args.elems, send_elems = recv_elems * static_cast<size_t>(world_size_);
-  note_staging((send_elems + recv_elems) * sizeof(uint16_t));
+  note_staging(staging_bytes_for(CollectiveKind::reduce_scatter, recv_elems, args.wire));
   return enqueue(CollectiveKind::reduce_scatter, args, [=] {
     const std::vector<uint16_t> wire_send = to_bf16_bits(send, send_elems);
     std::vector<uint16_t> wire_recv(recv_elems);
@@ -291,6 +296,13 @@ CommHandle MpiCommunicator::start_barrier(const std::string& phase) {
   CollectiveArgs args;
   args.phase = phase;
   return enqueue(CollectiveKind::barrier, args, [=] { CHECK_MPI(MPI_Barrier(comm)); });
+}
+
+size_t MpiCommunicator::staging_bytes_for(CollectiveKind kind, size_t elems, WireType wire) const {
+  if (wire != WireType::bf16_from_f32) return 0;
+  if (kind == CollectiveKind::allreduce) return elems * sizeof(uint16_t);
+  if (kind == CollectiveKind::reduce_scatter) return (elems * static_cast<size_t>(world_size_) + elems) * sizeof(uint16_t);
+  return 0;
 }
 
 void MpiCommunicator::note_staging(size_t bytes) {

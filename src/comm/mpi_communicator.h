@@ -51,8 +51,6 @@ class MpiCommunicator final : public Communicator {
   // messages. A collective that has not finished timeout_s after its start ends the job.
   MpiCommunicator(MPI_Comm comm, double timeout_s);
   ~MpiCommunicator() override;
-  MpiCommunicator(const MpiCommunicator&) = delete;
-  MpiCommunicator& operator=(const MpiCommunicator&) = delete;
 
   std::string name() const override { return "mpi"; }
   int rank() const override { return rank_; }
@@ -71,6 +69,8 @@ class MpiCommunicator final : public Communicator {
   std::vector<size_t> payload_bytes_by_kind() const override;
   // The bf16 forms' host copies of their buffers in bf16, at their largest.
   size_t staging_bytes() const override;
+  // bf16_from_f32: an allreduce's buffer, a reduce-scatter's send and receive, in bf16.
+  size_t staging_bytes_for(CollectiveKind kind, size_t elems, WireType wire) const override;
 
   Clock::time_point epoch() const { return epoch_; }
   // Affects the records handed over by later take_records() calls, including those of

@@ -49,32 +49,43 @@ MpiRuntime::~MpiRuntime() {
   if (!finalized) CHECK_MPI(MPI_Finalize());
 }
 
+NodeRanks node_ranks(MPI_Comm comm) {
+  int rank = 0;
+  CHECK_MPI(MPI_Comm_rank(comm, &rank));
+  // Keyed by rank so that local ranks follow global order within a node.
+  MPI_Comm node_comm = MPI_COMM_NULL;
+  CHECK_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node_comm));
+  NodeRanks node;
+  CHECK_MPI(MPI_Comm_rank(node_comm, &node.local_rank));
+  CHECK_MPI(MPI_Comm_size(node_comm, &node.local_size));
+
+  // The nodes' first ranks, keyed by rank, number the nodes in order of their lowest rank;
+  // each tells the ranks of its node.
+  MPI_Comm leaders = MPI_COMM_NULL;
+  CHECK_MPI(MPI_Comm_split(comm, node.local_rank == 0 ? 0 : MPI_UNDEFINED, rank, &leaders));
+  int index_and_count[2] = {0, 0};
+  if (node.local_rank == 0) {
+    CHECK_MPI(MPI_Comm_rank(leaders, &index_and_count[0]));
+    CHECK_MPI(MPI_Comm_size(leaders, &index_and_count[1]));
+    CHECK_MPI(MPI_Comm_free(&leaders));
+  }
+  CHECK_MPI(MPI_Bcast(index_and_count, 2, MPI_INT, 0, node_comm));
+  node.node_index = index_and_count[0];
+  node.node_count = index_and_count[1];
+  CHECK_MPI(MPI_Comm_free(&node_comm));
+  return node;
+}
+
 ProcessPlacement discover_placement(MPI_Comm comm) {
   ProcessPlacement placement;
   CHECK_MPI(MPI_Comm_rank(comm, &placement.rank));
   CHECK_MPI(MPI_Comm_size(comm, &placement.world_size));
 
-  // Keyed by rank so that local ranks follow global order within a node.
-  MPI_Comm node_comm = MPI_COMM_NULL;
-  CHECK_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, placement.rank, MPI_INFO_NULL,
-                                &node_comm));
-  CHECK_MPI(MPI_Comm_rank(node_comm, &placement.local_rank));
-  CHECK_MPI(MPI_Comm_size(node_comm, &placement.local_size));
-
-  // The nodes' first ranks, keyed by rank, number the nodes in order of their lowest rank;
-  // each tells the ranks of its node.
-  MPI_Comm leaders = MPI_COMM_NULL;
-  CHECK_MPI(MPI_Comm_split(comm, placement.local_rank == 0 ? 0 : MPI_UNDEFINED, placement.rank, &leaders));
-  int node[2] = {0, 0};  // index, count
-  if (placement.local_rank == 0) {
-    CHECK_MPI(MPI_Comm_rank(leaders, &node[0]));
-    CHECK_MPI(MPI_Comm_size(leaders, &node[1]));
-    CHECK_MPI(MPI_Comm_free(&leaders));
-  }
-  CHECK_MPI(MPI_Bcast(node, 2, MPI_INT, 0, node_comm));
-  placement.node_index = node[0];
-  placement.node_count = node[1];
-  CHECK_MPI(MPI_Comm_free(&node_comm));
+  const NodeRanks node = node_ranks(comm);
+  placement.local_rank = node.local_rank;
+  placement.local_size = node.local_size;
+  placement.node_index = node.node_index;
+  placement.node_count = node.node_count;
 
   std::vector<char> host(MPI_MAX_PROCESSOR_NAME + 1, '\0');
   int host_chars = 0;

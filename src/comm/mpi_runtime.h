@@ -32,4 +32,14 @@ class MpiRuntime {
 // the hosts are called. Collective over comm.
 ProcessPlacement discover_placement(MPI_Comm comm);
 
+// This rank's place among the ranks of `comm` on its node, how many they are, and its
+// node among the nodes (the same split as discover_placement's). Collective over `comm`.
+struct NodeRanks {
+  int local_rank = 0;
+  int local_size = 1;
+  int node_index = 0;  // nodes numbered in order of their lowest rank
+  int node_count = 1;
+};
+NodeRanks node_ranks(MPI_Comm comm);
+
 }  // namespace scalestudy

@@ -164,7 +164,7 @@ CommHandle NcclCommunicator::start_host_allreduce(const CollectiveArgs& args) {
 
 CommHandle NcclCommunicator::start_bf16_allreduce(const CollectiveArgs& args) {
   auto* buffer = static_cast<float*>(args.recv);
-  wire_.reserve(std::min(args.elems, Bf16WireStaging::kPieceElems));
+  wire_.reserve(wire_elems_for(CollectiveKind::allreduce, args.elems, args.wire));
   return launch(CollectiveKind::allreduce, args, [&](const auto& first_enqueued) {
     Bf16WireStaging::for_each_piece(args.elems, [&](size_t offset, size_t piece) {
       wire_.to_wire(buffer + offset, piece);
@@ -173,6 +173,14 @@ CommHandle NcclCommunicator::start_bf16_allreduce(const CollectiveArgs& args) {
       wire_.from_wire(buffer + offset, piece);
     });
   });
+}
+
+size_t NcclCommunicator::wire_elems_for(CollectiveKind kind, size_t elems, WireType wire) const {
+  if (wire != WireType::bf16_from_f32) return 0;
+  const size_t piece = std::min(elems, Bf16WireStaging::kPieceElems);
+  if (kind == CollectiveKind::allreduce) return piece;
+  if (kind == CollectiveKind::reduce_scatter) return piece * static_cast<size_t>(world_size_);
+  return 0;
 }
 
 CommHandle NcclCommunicator::start_reduce_scatter(const CollectiveArgs& args) {
@@ -187,7 +195,7 @@ CommHandle NcclCommunicator::start_bf16_reduce_scatter(const CollectiveArgs& arg
   const auto* send = static_cast<const float*>(args.send);
   auto* recv = static_cast<float*>(args.recv);
   const size_t world = static_cast<size_t>(world_size_), recv_elems = args.elems;
-  wire_.reserve(std::min(recv_elems, Bf16WireStaging::kPieceElems) * world);
+  wire_.reserve(wire_elems_for(CollectiveKind::reduce_scatter, recv_elems, args.wire));
   return launch(CollectiveKind::reduce_scatter, args, [&](const auto& first_enqueued) {
     Bf16WireStaging::for_each_piece(recv_elems, [&](size_t offset, size_t piece) {
       // Piece `offset` of every rank's chunk, side by side as NCCL's send layout wants.

@@ -66,8 +66,6 @@ class NcclCommunicator final : public Communicator {
   // runs both lanes alike.
   NcclCommunicator(MPI_Comm comm, cudaStream_t compute_stream, double timeout_s, int overlapped_ctas = 0);
   ~NcclCommunicator() override;
-  NcclCommunicator(const NcclCommunicator&) = delete;
-  NcclCommunicator& operator=(const NcclCommunicator&) = delete;
 
   std::string name() const override { return "nccl"; }
   int rank() const override { return rank_; }
@@ -89,6 +87,11 @@ class NcclCommunicator final : public Communicator {
   std::vector<CollectiveRecord> take_records() override;
   std::vector<size_t> payload_bytes_by_kind() const override;
   size_t staging_bytes() const override { return wire_.bytes(); }
+  // bf16_from_f32: the wire buffer for the collective's largest piece (all ranks' chunks
+  // of it, for a reduce-scatter).
+  size_t staging_bytes_for(CollectiveKind kind, size_t elems, WireType wire) const override {
+    return wire_elems_for(kind, elems, wire) * sizeof(uint16_t);
+  }
   void* native_stream() const override { return comm_stream_; }
 
   cudaStream_t comm_stream() const { return comm_stream_; }
@@ -115,6 +118,8 @@ class NcclCommunicator final : public Communicator {
   CommHandle start_host_allreduce(const CollectiveArgs& args);
   CommHandle start_bf16_allreduce(const CollectiveArgs& args);
   CommHandle start_bf16_reduce_scatter(const CollectiveArgs& args);
+  // The bf16 elements the wire buffer needs for a collective (0 where it needs none).
+  size_t wire_elems_for(CollectiveKind kind, size_t elems, WireType wire) const;
   cudaEvent_t take_event();
   void recycle_events(const InFlight& entry);
   InFlight& find(uint64_t id);

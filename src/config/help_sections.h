@@ -2,6 +2,7 @@
 // The layout of every subcommand's --help: options are declared in sections, and the
 // help prints those declarations, each entry wrapped within kHelpLineLength columns.
 #include <boost/program_options/options_description.hpp>
+#include <boost/program_options/value_semantic.hpp>
 
 #include <string>
 
@@ -15,6 +16,13 @@ inline constexpr unsigned kHelpMinDescriptionLength = 66;
 // One titled section of a subcommand's options.
 inline boost::program_options::options_description help_section(const std::string& caption) {
   return boost::program_options::options_description(caption, kHelpLineLength, kHelpMinDescriptionLength);
+}
+
+// The value of an option stored in `field`, whose --help shows the field's initial value
+// as the default: the default is written once, where the field is.
+template <typename T>
+boost::program_options::typed_value<T>* defaulted(T* field) {
+  return boost::program_options::value(field)->default_value(*field);
 }
 
 // The sections together, in the order --help prints them.

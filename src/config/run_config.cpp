@@ -64,7 +64,7 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
 
   po::options_description model = help_section("Model");
   model.add_options()
-      ("model", po::value(&c.model)->default_value(c.model),
+      ("model", defaulted(&c.model),
        "preset: tiny, gpt2-small, gpt2-medium, gpt2-large, gpt2-xl, bert-base or bert-large; "
        "the options below override its shape")
       ("layers", po::value(&raw.layers)->default_value(0, "preset"), "transformer blocks (L)")
@@ -74,17 +74,17 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
       ("max-seq", po::value(&raw.max_seq)->default_value(0, "preset"), "rows of the position table")
       ("attention", po::value(&raw.attention)->default_value("", "preset"), "causal (GPT) or bidirectional (BERT)")
       ("seq", po::value(&c.seq)->default_value(0, "max-seq"), "tokens per sample (T); at most --max-seq")
-      ("recompute", po::value(&raw.recompute)->default_value(raw.recompute),
+      ("recompute", defaulted(&raw.recompute),
        "on: keep only each block's output and recompute the block in backward (activation "
        "checkpointing): far less activation memory for one more forward of the blocks");
 
   po::options_description data = help_section("Data");
   data.add_options()
-      ("data", po::value(&c.data)->default_value(c.data),
+      ("data", defaulted(&c.data),
        "random (uniform tokens), markov (a synthetic source of known entropy) or file")
       ("token-file", po::value(&c.token_file),
        "token file of --data file (docs/token-file-format.md). Default: none")
-      ("seed", po::value(&raw.seed)->default_value(raw.seed), "seed of the initialisation and of the data");
+      ("seed", defaulted(&raw.seed), "seed of the initialisation and of the data");
 
   po::options_description scaling = help_section("Batch and scaling");
   scaling.add_options()
@@ -92,9 +92,9 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
        "strong scaling: samples per step over all ranks, split evenly (must divide by the number of ranks)")
       ("batch-per-rank", po::value(&c.batch_per_rank)->default_value(0, "4"),
        "weak scaling: samples per step on each rank; not with --global-batch")
-      ("grad-accum", po::value(&c.grad_accum)->default_value(c.grad_accum),
+      ("grad-accum", defaulted(&c.grad_accum),
        "micro-batches per optimizer step; must divide the batch per rank")
-      ("steps", po::value(&c.steps)->default_value(c.steps), "optimizer steps")
+      ("steps", defaulted(&c.steps), "optimizer steps")
       ("warmup-steps", po::value(&c.warmup_steps)->default_value(-1, "2"),
        "first steps, timed and recorded, that the summaries leave out; below --steps (the default 2 "
        "becomes --steps - 1 on shorter runs)");
@@ -103,7 +103,7 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
   optimizer.add_options()
       ("lr", decimal(&c.learning_rate), "peak learning rate")
       ("min-lr-ratio", decimal(&c.min_lr_ratio), "final learning rate of the cosine decay, as a fraction of --lr")
-      ("lr-warmup-steps", po::value(&c.lr_warmup_steps)->default_value(c.lr_warmup_steps),
+      ("lr-warmup-steps", defaulted(&c.lr_warmup_steps),
        "steps of linear learning-rate warm-up")
       ("beta1", decimal(&c.adamw.beta1), "AdamW beta1")
       ("beta2", decimal(&c.adamw.beta2), "AdamW beta2")
@@ -113,29 +113,29 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
 
   po::options_description parallel = help_section("Data parallelism");
   parallel.add_options()
-      ("strategy", po::value(&raw.strategy)->default_value(raw.strategy),
+      ("strategy", defaulted(&raw.strategy),
        "ddp (allreduce) or zero2 (reduce-scatter, optimizer state sharded over the ranks, allgather)")
-      ("overlap", po::value(&raw.overlap)->default_value(raw.overlap),
+      ("overlap", defaulted(&raw.overlap),
        "on: communicate each bucket while backward (and, for zero2, forward) runs")
-      ("bucket-mb", po::value(&c.bucket_mb)->default_value(c.bucket_mb), "gradient bucket size, MiB of fp32")
-      ("grad-reduce", po::value(&raw.grad_reduce)->default_value(raw.grad_reduce),
+      ("bucket-mb", defaulted(&c.bucket_mb), "gradient bucket size, MiB of fp32")
+      ("grad-reduce", defaulted(&raw.grad_reduce),
        "what gradients cross ranks in: fp32, or bf16 (half the bytes; each rank's gradient and every "
        "partial sum are rounded to bf16)")
-      ("comm-timeout", po::value(&c.comm_timeout_s)->default_value(c.comm_timeout_s),
+      ("comm-timeout", defaulted(&c.comm_timeout_s),
        "seconds a collective may take before the job is ended, naming the rank and the phase; ranks "
        "other than 0 wait 1 s longer, so that rank 0 first marks the result file failed");
 
   po::options_description precision = help_section("Backend and precision");
   precision.add_options()
-      ("backend", po::value(&c.backend)->default_value(c.backend),
+      ("backend", defaulted(&c.backend),
        "cpu (the fp32 reference, MPI) or cuda (cuBLAS and the project's kernels, NCCL)")
-      ("precision", po::value(&raw.precision)->default_value(raw.precision),
+      ("precision", defaulted(&raw.precision),
        "fp32, bf16 or fp16 (the last two cuda only); auto: bf16 on cuda, fp32 on cpu")
-      ("loss-scaling", po::value(&raw.loss_scaling)->default_value(raw.loss_scaling),
+      ("loss-scaling", defaulted(&raw.loss_scaling),
        "dynamic loss scaling: on, off, or auto (on for fp16 only); steps whose gradients overflow are skipped")
       ("loss-scale-init", decimal(&c.loss_scale_init), "initial loss scale (a power of two keeps scaling exact)")
       ("loss-scale-growth-interval",
-       po::value(&c.loss_scale_growth_interval)->default_value(c.loss_scale_growth_interval),
+       defaulted(&c.loss_scale_growth_interval),
        "good steps in a row before the loss scale doubles");
 
   po::options_description output = help_section("Output");
@@ -144,37 +144,37 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
        "HDF5 result file to write (docs/results-schema.md). Default: none, the run only prints")
       ("overwrite", po::bool_switch(&c.overwrite),
        "replace a file that exists at --output; without it such a file is refused. Default: off")
-      ("flush-every", po::value(&c.flush_every)->default_value(c.flush_every),
+      ("flush-every", defaulted(&c.flush_every),
        "write completed steps to the result file every N steps")
-      ("log-every", po::value(&c.log_every)->default_value(c.log_every), "print progress every N steps")
+      ("log-every", defaulted(&c.log_every), "print progress every N steps")
       ("experiment", po::value(&c.experiment), "experiment name, recorded in the result file. Default: none")
-      ("repeat", po::value(&c.repeat)->default_value(c.repeat), "repeat index, recorded in the result file");
+      ("repeat", defaulted(&c.repeat), "repeat index, recorded in the result file");
 
   po::options_description diagnostics = help_section("Diagnostics");
   diagnostics.add_options()
-      ("nonfinite-loss", po::value(&raw.nonfinite_loss)->default_value(raw.nonfinite_loss),
+      ("nonfinite-loss", defaulted(&raw.nonfinite_loss),
        "what a step whose loss is inf or nan does: stop (the run ends, its file marked failed at that "
        "step) or continue (training goes on)")
-      ("check-every", po::value(&c.check_every)->default_value(c.check_every),
+      ("check-every", defaulted(&c.check_every),
        "compare a parameter checksum across ranks every N steps; 0: never")
       ("profile-kernels", po::bool_switch(&c.profile_kernels),
        "cuda: trace the kernels, memcpys and memsets of the --profile-window steps with CUPTI into the "
        "result file's /kernel_trace; the summaries leave those steps out. Default: off")
-      ("profile-window", po::value(&raw.profile_window)->default_value(raw.profile_window),
+      ("profile-window", defaulted(&raw.profile_window),
        "FIRST-LAST, the steps to trace (0-based, inclusive); auto: the first three steps after warm-up")
-      ("gpu-telemetry-ms", po::value(&raw.gpu_telemetry_ms)->default_value(raw.gpu_telemetry_ms),
+      ("gpu-telemetry-ms", defaulted(&raw.gpu_telemetry_ms),
        "cuda: sample each GPU's SM clock, power, temperature and clock limits through NVML every N ms, "
        "into the result file's /steps/gpu_*; 0: off; at most 1000; auto: 10 on cuda, 0 on cpu");
 
   po::options_description tuning = help_section("Tuning (the defaults suit most runs)");
   tuning.add_options()
-      ("overlapped-ctas", po::value(&raw.overlapped_ctas)->default_value(raw.overlapped_ctas),
+      ("overlapped-ctas", defaulted(&raw.overlapped_ctas),
        "cuda: the most CTAs NCCL's kernels take for buckets that compute hides, to study how they slow the "
        "compute beside them; 0: NCCL's own choice; at most 64; auto: 4 with --overlap on, else 0")
-      ("overlap-after", po::value(&raw.overlap_after)->default_value(raw.overlap_after),
+      ("overlap-after", defaulted(&raw.overlap_after),
        "with --overlap on, how long buckets wait: the share (0 to 1) of the gradients backward finishes "
        "first; later starts cost power-capped GPUs less clock. auto: 0.5, zero2 at most 1/ranks")
-      ("gemm-algos", po::value(&raw.gemm_algos)->default_value(raw.gemm_algos),
+      ("gemm-algos", defaulted(&raw.gemm_algos),
        "cuda, 16-bit GEMMs with an epilogue: timed also times cuBLASLt's pick for fewer multiprocessors and "
        "keeps it where clearly faster; heuristic: its first pick, the same bits on every run");
 

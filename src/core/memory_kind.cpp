@@ -1,19 +1,19 @@
 #include "core/memory_kind.h"
 
+#include "core/enum_names.h"
+
 namespace scalestudy {
+
+namespace {
 
 // The names are the ones the results file and the memory report use as keys, so they
 // must stay stable across versions.
-const char* memory_kind_name(MemoryKind kind) {
-  switch (kind) {
-    case MemoryKind::parameters: return "parameters";
-    case MemoryKind::gradients: return "gradients";
-    case MemoryKind::optimizer: return "optimizer";
-    case MemoryKind::activations: return "activations";
-    case MemoryKind::communication: return "communication";
-    case MemoryKind::other: return "other";
-  }
-  return "unknown";
-}
+constexpr EnumNames<MemoryKind, kMemoryKindCount> kMemoryKindNames{
+    {"parameters", "gradients", "optimizer", "activations", "communication", "other"}, "unknown"};
+static_assert(kMemoryKindNames.complete());
+
+}  // namespace
+
+const char* memory_kind_name(MemoryKind kind) { return kMemoryKindNames.name(kind); }
 
 }  // namespace scalestudy

@@ -1,7 +1,7 @@
 #pragma once
 // The parameters that the ops of every backend and the CUDA kernels under them share:
-// how a backward op writes its input's gradient, the attention's shape, AdamW's
-// hyper-parameters, and the arguments of the ops that take many.
+// the constants of their arithmetic, how a backward op writes its input's gradient, the
+// attention's shape, AdamW's hyper-parameters, and the arguments of the ops that take many.
 //
 // An op's arguments are a struct of its tensors and sizes, templated on T, the storage of
 // the activations and of the parameters the op reads: float in the op interface (whose
@@ -15,6 +15,13 @@
 #include <optional>
 
 namespace scalestudy {
+
+// The constants of the ops' arithmetic, the same on every backend: LayerNorm's epsilon
+// (added to the variance), and sqrt(2/pi) and the cubic coefficient of the tanh
+// approximation of GELU that GPT-2 was trained with.
+inline constexpr double kLayerNormEpsilon = 1e-5;
+inline constexpr float kGeluScale = 0.7978845608028654f;
+inline constexpr float kGeluCubic = 0.044715f;
 
 // How a backward op writes the gradient of its input. accumulate: dinp += the
 // gradient. overwrite: dinp = the gradient, and dinp's old contents are never read (they
@@ -36,9 +43,7 @@ struct AttentionShape {
 template <class T, class State = T>
 struct AttentionBackwardArgs {
   T* dqkv = nullptr;
-  const T* dout = nullptr;
-  const T* qkv = nullptr;
-  const T* out = nullptr;
+  const T *dout = nullptr, *qkv = nullptr, *out = nullptr;
   const State* state = nullptr;
   AttentionShape shape;
   GradientWrite dqkv_write = GradientWrite::accumulate;
@@ -67,8 +72,7 @@ struct AdamWParams {
 struct AdamWTensors {
   float* params = nullptr;
   const float* grads = nullptr;
-  float* m = nullptr;
-  float* v = nullptr;
+  float *m = nullptr, *v = nullptr;
 };
 
 // A piece [begin_elems, end_elems) of a range that adamw_update_pieces updates, offsets
@@ -83,28 +87,23 @@ struct AdamWPiece {
   }
 };
 
+// Each struct lists its outputs first, then its inputs, its sizes, and how it writes.
 // ---- embedding: out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:] ---------------------------
 template <class T>
 struct EmbeddingForwardArgs {
   T* out = nullptr;
   const int32_t* tokens = nullptr;
-  const T* wte = nullptr;
-  const T* wpe = nullptr;
-  int batch = 0;
-  int seq = 0;
-  int channels = 0;
+  const T *wte = nullptr, *wpe = nullptr;
+  int batch = 0, seq = 0, channels = 0;
 };
 
 // dwte[tokens[n],:] += dout[n,:] and dwpe[t,:] += dout[b,t,:].
 template <class T>
 struct EmbeddingBackwardArgs {
-  float* dwte = nullptr;
-  float* dwpe = nullptr;
+  float *dwte = nullptr, *dwpe = nullptr;
   const T* dout = nullptr;
   const int32_t* tokens = nullptr;
-  int batch = 0;
-  int seq = 0;
-  int channels = 0;
+  int batch = 0, seq = 0, channels = 0;
 };
 
 // ---- LayerNorm over rows of C channels ------------------------------------------------
@@ -113,40 +112,27 @@ struct LayerNormForwardArgs {
   T* out = nullptr;
   float* mean = nullptr;  // [rows], kept for the backward
   float* rstd = nullptr;  // [rows], kept for the backward
-  const T* inp = nullptr;
-  const T* weight = nullptr;
-  const T* bias = nullptr;
-  int rows = 0;
-  int channels = 0;
+  const T *inp = nullptr, *weight = nullptr, *bias = nullptr;
+  int rows = 0, channels = 0;
 };
 
 // residual = a + b, then out = layernorm(residual).
 template <class T>
 struct ResidualLayerNormForwardArgs {
-  T* residual = nullptr;
-  T* out = nullptr;
-  float* mean = nullptr;
-  float* rstd = nullptr;
-  const T* a = nullptr;
-  const T* b = nullptr;
-  const T* weight = nullptr;
-  const T* bias = nullptr;
-  int rows = 0;
-  int channels = 0;
+  T *residual = nullptr, *out = nullptr;
+  float *mean = nullptr, *rstd = nullptr;
+  const T *a = nullptr, *b = nullptr, *weight = nullptr, *bias = nullptr;
+  int rows = 0, channels = 0;
 };
 
+// dinp (+)= the input gradient as dinp_write says; dweight and dbias accumulated.
 template <class T>
 struct LayerNormBackwardArgs {
   T* dinp = nullptr;
-  float* dweight = nullptr;  // accumulated
-  float* dbias = nullptr;    // accumulated
-  const T* dout = nullptr;
-  const T* inp = nullptr;
-  const T* weight = nullptr;
-  const float* mean = nullptr;
-  const float* rstd = nullptr;
-  int rows = 0;
-  int channels = 0;
+  float *dweight = nullptr, *dbias = nullptr;
+  const T *dout = nullptr, *inp = nullptr, *weight = nullptr;
+  const float *mean = nullptr, *rstd = nullptr;
+  int rows = 0, channels = 0;
   GradientWrite dinp_write = GradientWrite::accumulate;
 };
 
@@ -156,28 +142,19 @@ struct LayerNormBackwardArgs {
 template <class T>
 struct MatmulBackwardArgs {
   T* dinp = nullptr;
-  float* dweight = nullptr;
-  float* dbias = nullptr;
-  const T* dout = nullptr;
-  const T* inp = nullptr;
-  const T* weight = nullptr;
-  int rows = 0;
-  int in_channels = 0;
-  int out_channels = 0;
+  float *dweight = nullptr, *dbias = nullptr;
+  const T *dout = nullptr, *inp = nullptr, *weight = nullptr;
+  int rows = 0, in_channels = 0, out_channels = 0;
   GradientWrite dinp_write = GradientWrite::accumulate;
 };
 
 // pre = inp @ weight^T + bias and out = gelu(pre), both written; bias may be null.
 template <class T>
 struct DenseGeluForwardArgs {
-  T* pre = nullptr;
+  T* pre = nullptr;  // may be null where no backward follows: then it is not kept
   T* out = nullptr;
-  const T* inp = nullptr;
-  const T* weight = nullptr;
-  const T* bias = nullptr;
-  int rows = 0;
-  int in_channels = 0;
-  int out_channels = 0;
+  const T *inp = nullptr, *weight = nullptr, *bias = nullptr;
+  int rows = 0, in_channels = 0, out_channels = 0;
 };
 
 // The backward of out = act @ weight^T + bias with act = gelu(pre), carried on through the
@@ -187,32 +164,25 @@ struct DenseGeluForwardArgs {
 template <class T>
 struct DenseGeluBackwardArgs {
   T* dpre = nullptr;
-  float* dweight = nullptr;
-  float* dbias = nullptr;
-  const T* dout = nullptr;
-  const T* act = nullptr;
-  const T* pre = nullptr;
-  const T* weight = nullptr;
-  int rows = 0;
-  int in_channels = 0;
-  int out_channels = 0;
+  float *dweight = nullptr, *dbias = nullptr;
+  const T *dout = nullptr, *act = nullptr, *pre = nullptr, *weight = nullptr;
+  int rows = 0, in_channels = 0, out_channels = 0;
   T* dact_scratch = nullptr;
 };
 
 // ---- the classifier: the tied LM head (no bias) and the cross-entropy ------------------
 // logits[N,V] = inp[N,C] @ weight[V,C]^T, then the loss; with dlogits_scale, the logits
-// are left holding dlogits for that loss scale.
+// are left holding dlogits for that loss scale. losses: [rows]; row_stats: [2 rows], each
+// row's max logit and 1 / sum(exp(logit - max)).
 template <class T>
 struct ClassifierForwardArgs {
-  float* losses = nullptr;     // [rows]
-  float* row_stats = nullptr;  // [2 rows]: each row's max logit and 1 / sum(exp(logit - max))
+  // losses null: the logits alone (inference); then row_stats, targets and dlogits_scale
+  // are unused.
+  float *losses = nullptr, *row_stats = nullptr;
   T* logits = nullptr;
-  const T* inp = nullptr;
-  const T* weight = nullptr;
+  const T *inp = nullptr, *weight = nullptr;
   const int32_t* targets = nullptr;
-  int rows = 0;
-  int channels = 0;
-  int vocab = 0;
+  int rows = 0, channels = 0, vocab = 0;
   std::optional<float> dlogits_scale;
 };
 
@@ -220,11 +190,8 @@ struct ClassifierForwardArgs {
 template <class T>
 struct ClassifierInputGradientArgs {
   T* dinp = nullptr;
-  const T* dlogits = nullptr;
-  const T* weight = nullptr;
-  int rows = 0;
-  int channels = 0;
-  int vocab = 0;
+  const T *dlogits = nullptr, *weight = nullptr;
+  int rows = 0, channels = 0, vocab = 0;
   GradientWrite dinp_write = GradientWrite::accumulate;
 };
 
@@ -233,27 +200,20 @@ struct ClassifierInputGradientArgs {
 template <class T>
 struct ClassifierWeightGradientArgs {
   float* dweight = nullptr;
-  const T* dlogits = nullptr;
-  const T* inp = nullptr;
-  int rows = 0;
-  int channels = 0;
-  int vocab = 0;
-  int vocab_begin = 0;
-  int vocab_end = 0;
+  const T *dlogits = nullptr, *inp = nullptr;
+  int rows = 0, channels = 0, vocab = 0;
+  int vocab_begin = 0, vocab_end = 0;
 };
 
 // The whole backward after a forward without dlogits_scale: logits overwritten with
 // dlogits for loss_scale, then dinp (+)= dlogits @ weight as dinp_write says.
 template <class T>
 struct ClassifierBackwardArgs {
-  T* dinp = nullptr;
-  T* logits = nullptr;
+  T *dinp = nullptr, *logits = nullptr;
   const float* row_stats = nullptr;
   const T* weight = nullptr;
   const int32_t* targets = nullptr;
-  int rows = 0;
-  int channels = 0;
-  int vocab = 0;
+  int rows = 0, channels = 0, vocab = 0;
   float loss_scale = 1.0f;
   GradientWrite dinp_write = GradientWrite::accumulate;
 };

@@ -1,15 +1,17 @@
 #include "core/precision.h"
 
+#include "core/enum_names.h"
+
 namespace scalestudy {
 
-const char* precision_name(Precision precision) {
-  switch (precision) {
-    case Precision::fp32: return "fp32";
-    case Precision::bf16: return "bf16";
-    case Precision::fp16: return "fp16";
-  }
-  return "?";
-}
+namespace {
+
+constexpr EnumNames<Precision, kPrecisionCount> kPrecisionNames{{"fp32", "bf16", "fp16"}, "?"};
+static_assert(kPrecisionNames.complete());
+
+}  // namespace
+
+const char* precision_name(Precision precision) { return kPrecisionNames.name(precision); }
 
 const char* gemm_algos_name(GemmAlgos algos) {
   return algos == GemmAlgos::timed ? "timed" : "heuristic";

@@ -6,6 +6,7 @@ namespace scalestudy {
 
 // fp32 everywhere, or 16-bit activations and GEMMs with fp32 master weights.
 enum class Precision { fp32, bf16, fp16 };
+inline constexpr int kPrecisionCount = 3;
 const char* precision_name(Precision precision);
 inline bool is_16bit(Precision precision) {
   return precision == Precision::bf16 || precision == Precision::fp16;

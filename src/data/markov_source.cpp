@@ -247,10 +247,7 @@ int32_t MarkovSource::next_token(int32_t current, SampleRng& rng) const {
 
 void MarkovSource::fill_sample(int64_t sample_index, int seq, int32_t* inputs,
                                int32_t* targets) const {
-  if (seq < 1) {
-    throw UsageError("markov source: sequence length must be at least 1, got " +
-                     std::to_string(seq));
-  }
+  check_sample_length("markov source", seq);
   SampleRng rng(seed_, kSampleDomain, static_cast<uint64_t>(sample_index));
   // Starting in the stationary distribution makes every position of every sample
   // distributed alike, so the best achievable loss is the entropy rate at every position,
@@ -259,13 +256,8 @@ void MarkovSource::fill_sample(int64_t sample_index, int seq, int32_t* inputs,
   const auto first_state = std::upper_bound(stationary_cumulative_.begin(),
                                             stationary_cumulative_.end(), u) -
                            stationary_cumulative_.begin();
-  int32_t current = static_cast<int32_t>(std::min<int64_t>(first_state, vocab_ - 1));
-  for (int t = 0; t < seq; ++t) {
-    const int32_t next = next_token(current, rng);
-    inputs[t] = current;
-    targets[t] = next;
-    current = next;
-  }
+  const auto first = static_cast<int32_t>(std::min<int64_t>(first_state, vocab_ - 1));
+  write_token_chain(first, seq, inputs, targets, [&](int32_t current) { return next_token(current, rng); });
 }
 
 }  // namespace scalestudy

@@ -68,20 +68,17 @@ std::string RandomTokens::describe() const {
   return "random(vocab=" + std::to_string(vocab_) + ", seed=" + std::to_string(seed_) + ")";
 }
 
+void check_sample_length(const std::string& source, int seq) {
+  if (seq < 1) throw UsageError(source + ": sequence length must be at least 1, got " + std::to_string(seq));
+}
+
 void RandomTokens::fill_sample(int64_t sample_index, int seq, int32_t* inputs,
                                int32_t* targets) const {
-  if (seq < 1) {
-    throw UsageError("random token source: sequence length must be at least 1, got " +
-                     std::to_string(seq));
-  }
+  check_sample_length("random token source", seq);
   SampleRng rng(seed_, kRandomTokensDomain, static_cast<uint64_t>(sample_index));
-  int32_t previous = static_cast<int32_t>(rng.below(static_cast<uint64_t>(vocab_)));
-  for (int t = 0; t < seq; ++t) {
-    const int32_t next = static_cast<int32_t>(rng.below(static_cast<uint64_t>(vocab_)));
-    inputs[t] = previous;
-    targets[t] = next;
-    previous = next;
-  }
+  // Every token is drawn alone: the chain's step ignores the token before.
+  const auto draw = [&](int32_t) { return static_cast<int32_t>(rng.below(static_cast<uint64_t>(vocab_))); };
+  write_token_chain(draw(0), seq, inputs, targets, draw);
 }
 
 std::optional<double> RandomTokens::entropy_rate_nats() const {

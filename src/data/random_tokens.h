@@ -28,6 +28,22 @@ class SampleRng {
 // splitmix64's finaliser: a bijective 64-bit mix, good enough to decorrelate seeds.
 uint64_t mix64(uint64_t x);
 
+// Throws UsageError, naming `source`, for a sequence length below 1.
+void check_sample_length(const std::string& source, int seq);
+
+// Writes a chain of seq + 1 tokens, `first` and then each `next(previous)`, as a sample:
+// its seq inputs and their seq next-token targets.
+template <typename Next>
+void write_token_chain(int32_t first, int seq, int32_t* inputs, int32_t* targets, Next next) {
+  int32_t current = first;
+  for (int t = 0; t < seq; ++t) {
+    const int32_t following = next(current);
+    inputs[t] = current;
+    targets[t] = following;
+    current = following;
+  }
+}
+
 class RandomTokens final : public TokenSource {
  public:
   RandomTokens(int vocab, uint64_t seed);

@@ -91,15 +91,18 @@ void TokenFileSource::parse_header() {
   const auto* bytes = static_cast<const unsigned char*>(mapping_);
   const std::string where = "token file " + path_ + ": ";
   size_t header_bytes = 0;
+  // Every field of a header is read only once the whole header is known to be there.
+  const auto require_header = [&](size_t bytes_needed, const std::string& header) {
+    if (file_bytes_ < bytes_needed) {
+      throw UsageError(where + "truncated: " + std::to_string(file_bytes_) + " bytes, shorter than the " +
+                       std::to_string(bytes_needed) + "-byte " + header);
+    }
+  };
   if (file_bytes_ >= sizeof kTokenFileMagic &&
       std::memcmp(bytes, kTokenFileMagic, sizeof kTokenFileMagic) == 0) {
     format_ = TokenFileFormat::kScalestudy;
     header_bytes = kTokenFileHeaderBytes;
-    if (file_bytes_ < header_bytes) {
-      throw UsageError(where + "truncated: " + std::to_string(file_bytes_) +
-                       " bytes, shorter than the " + std::to_string(header_bytes) +
-                       "-byte header");
-    }
+    require_header(header_bytes, "header");
     const uint64_t version = read_le(bytes + 8, 4);
     if (version != kTokenFileVersion) {
       throw UsageError(where + "unsupported version " + std::to_string(version) +
@@ -120,11 +123,7 @@ void TokenFileSource::parse_header() {
              static_cast<int32_t>(read_le(bytes, 4)) == kLlmcShardMagic) {
     format_ = TokenFileFormat::kLlmc;
     header_bytes = kLlmcShardHeaderBytes;
-    if (file_bytes_ < header_bytes) {
-      throw UsageError(where + "truncated: " + std::to_string(file_bytes_) +
-                       " bytes, shorter than the " + std::to_string(header_bytes) +
-                       "-byte llm.c shard header");
-    }
+    require_header(header_bytes, "llm.c shard header");
     const auto version = static_cast<int32_t>(read_le(bytes + 4, 4));
     if (version != kLlmcShardVersion) {
       throw UsageError(where + "unsupported llm.c shard version " + std::to_string(version) +

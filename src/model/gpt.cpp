@@ -4,62 +4,58 @@
 #include <vector>
 
 #include "core/check.h"
+#include "model/gpt_activations.h"
+#include "model/initial_parameters.h"
 
 namespace scalestudy {
 
-// Saved activations of one micro-batch, per layer where backward needs them, plus the
-// scratch gradients that backward reuses from layer to layer. With recomputation every
-// layer's entry points at the same buffers except residual3, its output and the next
-// layer's input, which backward recomputes the rest from.
-struct Gpt::Activations {
-  struct Layer {
-    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att_probs, *residual2;
-    float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *residual3;
-  };
-  int32_t *tokens = nullptr, *targets = nullptr;
-  float* encoded = nullptr;
-  std::vector<Layer> layers;
-  float *lnf = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr;
-  // logits turn into their own gradient: in a training step's forward, or in backward.
-  float *logits = nullptr, *row_stats = nullptr, *losses = nullptr;
-  // Scratch: one branch output in forward, and the gradients in backward.
-  float *branch_out = nullptr, *dresidual = nullptr, *dln = nullptr, *dqkv = nullptr,
-        *datty = nullptr, *dfch = nullptr, *dfch_gelu = nullptr;
-  std::vector<void*> owned;
-};
-
 namespace {
 
-// A normal generator defined here rather than by <random>, whose distributions differ
-// between standard libraries: the same seed gives the same model everywhere.
-class NormalGenerator {
+// The constructor's source: the backend's allocations, each remembered for release.
+class AllocatingSource final : public ActivationSource {
  public:
-  explicit NormalGenerator(uint64_t seed) : state_(seed) {}
-  double next() {
-    if (has_spare_) {
-      has_spare_ = false;
-      return spare_;
-    }
-    const double two_pi = 6.283185307179586;
-    double u1 = uniform(), u2 = uniform();
-    while (u1 <= 0.0) u1 = uniform();
-    const double radius = std::sqrt(-2.0 * std::log(u1));
-    spare_ = radius * std::sin(two_pi * u2);
-    has_spare_ = true;
-    return radius * std::cos(two_pi * u2);
+  AllocatingSource(Backend& backend, std::vector<void*>& owned) : backend_(backend), owned_(owned) {}
+  float* floats(size_t elems) override { return own(backend_.allocate_floats(elems, MemoryKind::activations)); }
+  float* statistics(size_t elems) override { return own(backend_.allocate_statistics(elems)); }
+  int32_t* ints(size_t elems) override { return own(backend_.allocate_ints(elems, MemoryKind::activations)); }
+  float* attention_state(const AttentionShape& shape) override {
+    return own(backend_.allocate_attention_state(shape));
+  }
+  float* logits(size_t rows, int vocab) override {
+    return own(backend_.allocate_logits(static_cast<int>(rows), vocab));
   }
 
  private:
-  uint64_t next_u64() {
-    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
+  template <class T>
+  T* own(T* buffer) {
+    owned_.push_back(buffer);
+    return buffer;
   }
-  double uniform() { return static_cast<double>(next_u64() >> 11) * 0x1.0p-53; }
-  uint64_t state_;
-  bool has_spare_ = false;
-  double spare_ = 0.0;
+  Backend& backend_;
+  std::vector<void*>& owned_;
+};
+
+// The preflight's source: the bytes each allocation would take, and no buffers.
+class CountingSource final : public ActivationSource {
+ public:
+  explicit CountingSource(const Backend& backend) : backend_(backend) {}
+  float* floats(size_t elems) override { return count(backend_.floats_bytes(elems, MemoryKind::activations)); }
+  float* statistics(size_t elems) override { return count(DeviceMemory::statistics_bytes(elems)); }
+  int32_t* ints(size_t elems) override {
+    bytes_ += DeviceMemory::ints_bytes(elems);
+    return nullptr;
+  }
+  float* attention_state(const AttentionShape& shape) override { return count(backend_.attention_state_bytes(shape)); }
+  float* logits(size_t rows, int vocab) override { return count(backend_.logits_bytes(rows, vocab)); }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  float* count(size_t bytes) {
+    bytes_ += bytes;
+    return nullptr;
+  }
+  const Backend& backend_;
+  size_t bytes_ = 0;
 };
 
 }  // namespace
@@ -75,98 +71,43 @@ Gpt::Gpt(Backend& backend, const ModelShape& shape, int micro_batch, int seq,
       recompute_(recompute) {
   SCALESTUDY_CHECK(padded_param_elems_ >= layout_.param_elems, "padding shorter than the model");
   SCALESTUDY_CHECK(seq_ <= shape.max_seq && micro_batch > 0, "bad micro-batch shape");
-  params_ = memory_.allocate_floats(padded_param_elems_, MemoryKind::parameters);
-  memory_.fill_zero(params_, padded_param_elems_);
-
   acts_ = new Activations();
-  Activations& a = *acts_;
-  const size_t N = static_cast<size_t>(batch_) * seq_;
-  const size_t C = shape.channels, V = shape.vocab, NH = shape.heads;
-  auto floats = [&](size_t elems) {
-    float* p = memory_.allocate_floats(elems, MemoryKind::activations);
-    a.owned.push_back(p);
-    return p;
-  };
-  // Row statistics and losses stay fp32 whatever the activation precision.
-  auto statistics = [&](size_t elems) {
-    float* p = memory_.allocate_statistics(elems);
-    a.owned.push_back(p);
-    return p;
-  };
-  auto attention_state = [&](size_t heads) {
-    const AttentionShape shape_of_layer{batch_, seq_, static_cast<int>(C), static_cast<int>(heads), shape.causal};
-    float* p = ops_.allocate_attention_state(shape_of_layer);
-    a.owned.push_back(p);
-    return p;
-  };
-  a.tokens = memory_.allocate_ints(N, MemoryKind::activations);
-  a.targets = memory_.allocate_ints(N, MemoryKind::activations);
-  a.owned.push_back(a.tokens);
-  a.owned.push_back(a.targets);
-  a.encoded = floats(N * C);
-  Activations::Layer shared{};
-  for (int l = 0; l < shape.layers; ++l) {
-    if (recompute_ && l > 0) {
-      Activations::Layer layer = shared;
-      layer.residual3 = floats(N * C);
-      a.layers.push_back(layer);
-      continue;
-    }
-    Activations::Layer layer{};
-    layer.ln1 = floats(N * C);
-    layer.ln1_mean = statistics(N);
-    layer.ln1_rstd = statistics(N);
-    layer.qkv = floats(N * 3 * C);
-    layer.atty = floats(N * C);
-    layer.att_probs = attention_state(NH);
-    layer.residual2 = floats(N * C);
-    layer.ln2 = floats(N * C);
-    layer.ln2_mean = statistics(N);
-    layer.ln2_rstd = statistics(N);
-    layer.fch = floats(N * 4 * C);
-    layer.fch_gelu = floats(N * 4 * C);
-    layer.residual3 = floats(N * C);
-    a.layers.push_back(layer);
-    shared = layer;
+  try {
+    params_ = memory_.allocate_floats(padded_param_elems_, MemoryKind::parameters);
+    memory_.fill_zero(params_, padded_param_elems_);
+    AllocatingSource source(backend, owned_);
+    lay_out_activations({shape, batch_, seq_, recompute_}, source, *acts_);
+  } catch (...) {
+    release_buffers();
+    throw;
   }
-  a.lnf = floats(N * C);
-  a.lnf_mean = statistics(N);
-  a.lnf_rstd = statistics(N);
-  a.logits = ops_.allocate_logits(static_cast<int>(N), static_cast<int>(V));
-  a.owned.push_back(a.logits);
-  a.row_stats = statistics(2 * N);
-  a.losses = statistics(N);
-  a.branch_out = floats(N * C);
-  a.dresidual = floats(N * C);
-  a.dln = floats(N * C);
-  a.dqkv = floats(N * 3 * C);
-  a.datty = floats(N * C);
-  a.dfch = floats(N * 4 * C);
-  a.dfch_gelu = floats(N * 4 * C);
 }
 
-Gpt::~Gpt() {
-  for (void* p : acts_->owned) memory_.release(p);
+Gpt::~Gpt() { release_buffers(); }
+
+void Gpt::release_buffers() {
+  for (void* p : owned_) memory_.release(p);
+  owned_.clear();
   delete acts_;
+  acts_ = nullptr;
   memory_.release(params_);
+  params_ = nullptr;
+}
+
+size_t Gpt::parameter_bytes(const Backend& backend, size_t padded_param_elems) {
+  return backend.floats_bytes(padded_param_elems, MemoryKind::parameters);
+}
+
+size_t Gpt::activation_bytes(const Backend& backend, const ModelShape& shape, int micro_batch, int seq,
+                             bool recompute) {
+  CountingSource source(backend);
+  GptActivations uncounted;
+  lay_out_activations({shape, micro_batch, seq, recompute}, source, uncounted);
+  return source.bytes();
 }
 
 void Gpt::initialize(uint64_t seed) {
-  std::vector<float> host(padded_param_elems_, 0.0f);
-  NormalGenerator normal(seed);
-  const double residual_std = 0.02 / std::sqrt(2.0 * layout_.shape.layers);
-  for (const TensorSpec& tensor : layout_.tensors) {
-    const bool is_norm_weight = tensor.name.find("ln") != std::string::npos &&
-                                tensor.name.find(".weight") != std::string::npos;
-    const bool is_residual_proj = tensor.name.find("proj.weight") != std::string::npos;
-    float* out = host.data() + tensor.offset_elems;
-    if (is_norm_weight) {
-      for (size_t i = 0; i < tensor.elems; ++i) out[i] = 1.0f;
-    } else if (tensor.decay) {
-      const double stddev = is_residual_proj ? residual_std : 0.02;
-      for (size_t i = 0; i < tensor.elems; ++i) out[i] = static_cast<float>(stddev * normal.next());
-    }
-  }
+  const std::vector<float> host = initial_parameters(layout_, padded_param_elems_, seed);
   memory_.copy_from_host(params_, host.data(), padded_param_elems_);
 }
 
@@ -278,6 +219,8 @@ void Gpt::recompute_block(int l) {
   forward_block_body(l);
   ops_.residual_forward(x.residual3, x.residual2, acts_->branch_out, NC);
 }
+
+const float* Gpt::logits() const { return acts_->logits; }
 
 double Gpt::mean_loss() {
   const size_t rows = static_cast<size_t>(batch_) * seq_;

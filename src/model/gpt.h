@@ -14,6 +14,8 @@
 
 namespace scalestudy {
 
+struct GptActivations;  // model/gpt_activations.h
+
 class GradientSink {
  public:
   virtual ~GradientSink() = default;
@@ -46,12 +48,20 @@ class ForwardHooks {
 class Gpt {
  public:
   // recompute: keep only each block's output and recompute the block's other
-  // activations in backward, in buffers that all blocks share (--recompute).
+  // activations in backward, in buffers that all blocks share (--recompute). An allocation
+  // that fails throws OutOfMemoryError, with whatever was allocated released.
   Gpt(Backend& backend, const ModelShape& shape, int micro_batch, int seq, size_t padded_param_elems,
       bool recompute = false);
   ~Gpt();
   Gpt(const Gpt&) = delete;
   Gpt& operator=(const Gpt&) = delete;
+
+  // The bytes the constructor allocates on `backend` with these arguments, counted without
+  // allocating, by the walk over the buffers that allocates them: the padded parameters
+  // (MemoryKind::parameters), and one micro-batch's activations (MemoryKind::activations).
+  static size_t parameter_bytes(const Backend& backend, size_t padded_param_elems);
+  static size_t activation_bytes(const Backend& backend, const ModelShape& shape, int micro_batch, int seq,
+                                 bool recompute);
 
   const ParameterLayout& layout() const { return layout_; }
   float* params() { return params_; }
@@ -71,12 +81,16 @@ class Gpt {
                std::optional<float> backward_loss_scale = std::nullopt);
   // Mean cross-entropy of the last forward, in nats.
   double mean_loss();
+  // The logits of the last forward ([micro_batch*seq, vocab] in the layout of
+  // Ops::allocate_logits), until a training step's forward or backward turns them into
+  // their gradient.
+  const float* logits() const;
   // loss_scale multiplies d(sum of token losses): 1/(tokens per rank * micro-batches *
   // world) makes the summed gradients over ranks the mean gradient of the global batch.
   void backward(GradientSink& sink, float loss_scale);
 
  private:
-  struct Activations;
+  using Activations = GptActivations;
   // The input of block `layer`: the embedding's output, or the block before's residual3.
   const float* block_input(int layer) const;
   // The block's first LayerNorm, of its input alone.
@@ -101,6 +115,8 @@ class Gpt {
                                         const float* mean, const float* rstd, GradientSink& sink);
   // The tied LM head's weight gradient, the end of backward, in the parts the sink asks for.
   void lm_head_weight_backward(GradientSink& sink, float* dwte);
+  // Releases every buffer allocated so far (the destructor, and a constructor that failed).
+  void release_buffers();
   Ops& ops_;
   DeviceMemory& memory_;
   ParameterLayout layout_;
@@ -111,6 +127,7 @@ class Gpt {
   std::optional<float> dlogits_scale_;
   float* params_ = nullptr;
   Activations* acts_ = nullptr;
+  std::vector<void*> owned_;  // the activation buffers, for release
 };
 
 }  // namespace scalestudy

@@ -8,12 +8,30 @@ DdpStrategy::DdpStrategy(const DataParallelConfig& config, Backend& backend, Com
                          const BucketPlan& plan)
     : config_(config), backend_(backend), comm_(comm), model_(model), plan_(plan),
       hold_until_elems_(hold_until_elems(config.overlap_after, plan)) {
-  grads_ = backend_.allocate_floats(plan_.padded_elems, MemoryKind::gradients);
-  m_ = backend_.allocate_floats(plan_.padded_elems, MemoryKind::optimizer);
-  v_ = backend_.allocate_floats(plan_.padded_elems, MemoryKind::optimizer);
+  try {
+    grads_ = backend_.allocate_floats(plan_.padded_elems, MemoryKind::gradients);
+    m_ = backend_.allocate_floats(plan_.padded_elems, MemoryKind::optimizer);
+    v_ = backend_.allocate_floats(plan_.padded_elems, MemoryKind::optimizer);
+  } catch (...) {
+    for (float* buffer : {grads_, m_, v_}) backend_.release(buffer);
+    throw;
+  }
   backend_.fill_zero(grads_, plan_.padded_elems);
   backend_.fill_zero(m_, plan_.padded_elems);
   backend_.fill_zero(v_, plan_.padded_elems);
+}
+
+MemoryEstimate DdpStrategy::planned_memory(const StrategyMemoryInputs& in) {
+  const size_t elems = in.plan.padded_elems;
+  MemoryEstimate estimate;
+  estimate[MemoryKind::gradients] = in.backend.floats_bytes(elems, MemoryKind::gradients);
+  estimate[MemoryKind::optimizer] =
+      2 * in.backend.floats_bytes(elems, MemoryKind::optimizer) +
+      in.backend.adamw_pieces_bytes(adamw_pieces(in.layout, 0, elems, in.config.adamw.weight_decay));
+  const size_t largest_allreduce_elems = in.config.overlap ? in.plan.bucket_elems : elems;
+  estimate[MemoryKind::communication] =
+      in.comm.staging_bytes_for(CollectiveKind::allreduce, largest_allreduce_elems, gradient_wire(in.config));
+  return estimate;
 }
 
 DdpStrategy::~DdpStrategy() {
@@ -56,8 +74,7 @@ void DdpStrategy::segment_done_from(int segment, size_t offset_elems) {
 }
 
 CommHandle DdpStrategy::start_allreduce(float* gradients, size_t elems) {
-  const WireType wire = config_.grad_reduce == Precision::bf16 ? WireType::bf16_from_f32 : WireType::f32;
-  return comm_.start_allreduce(in_place(gradients, elems, "grad-comm", wire));
+  return comm_.start_allreduce(in_place(gradients, elems, "grad-comm", gradient_wire(config_)));
 }
 
 void DdpStrategy::finish_gradient_sync() {

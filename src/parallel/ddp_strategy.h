@@ -15,6 +15,10 @@ class DdpStrategy final : public GradientStrategy {
  public:
   DdpStrategy(const DataParallelConfig& config, Backend& backend, Communicator& comm, Gpt& model, const BucketPlan& plan);
   ~DdpStrategy() override;
+  // The whole padded gradient, m and v (and the backend's AdamW table of the buffer), and
+  // the communicator's staging for the largest allreduce: the whole gradient without
+  // overlap, the largest bucket with it.
+  static MemoryEstimate planned_memory(const StrategyMemoryInputs& inputs);
 
   const char* name() const override { return "ddp"; }
   const BucketPlan& plan() const override { return plan_; }

@@ -20,10 +20,24 @@
 #include "backend/backend.h"
 #include "comm/communicator.h"
 #include "config/data_parallel_config.h"
+#include "core/memory_estimate.h"
 #include "model/gpt.h"
 #include "parallel/bucket_plan.h"
 
 namespace scalestudy {
+
+// What a strategy's buffers are predicted to take before it is made (the memory
+// preflight): its constructor's allocations exactly, as the backend counts them, and, for
+// the buffers that grow in the first steps (zero2's bucket staging and receive buffers,
+// the communicator's bf16 staging), the most they can grow to.
+struct StrategyMemoryInputs {
+  const DataParallelConfig& config;
+  const Backend& backend;
+  const Communicator& comm;
+  const BucketPlan& plan;
+  const ParameterLayout& layout;
+  int micro_batches = 1;  // --grad-accum
+};
 
 struct StrategyMemory {
   size_t gradient_bytes = 0;       // every buffer that holds gradients
@@ -55,6 +69,9 @@ class GradientStrategy : public GradientSink, public ForwardHooks {
 
   virtual StrategyMemory memory() const = 0;
 };
+
+// The gradients, optimizer and communication kinds of the chosen strategy's prediction.
+MemoryEstimate plan_strategy_memory(const StrategyMemoryInputs& inputs);
 
 // Chooses the strategy from the config. The plan pads the buffer for the world size.
 std::unique_ptr<GradientStrategy> make_strategy(const DataParallelConfig& config, Backend& backend,

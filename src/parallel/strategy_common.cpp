@@ -20,15 +20,19 @@ AdamWParams adamw_params(const AdamWConfig& adamw, float learning_rate, int adam
   return hyper;
 }
 
-bool adamw_over_range(Ops& ops, const ParameterLayout& layout, size_t param_begin,
-                      size_t param_end, const AdamWTensors& tensors, const AdamWParams& hyper) {
+std::vector<AdamWPiece> adamw_pieces(const ParameterLayout& layout, size_t param_begin, size_t param_end,
+                                     float weight_decay) {
   std::vector<AdamWPiece> pieces;
   for_each_tensor_piece(layout, param_begin, param_end, [&](size_t lo, size_t hi, bool decay) {
-    pieces.push_back(AdamWPiece{lo - param_begin, hi - param_begin,
-                                decay ? hyper.weight_decay : 0.0f});
+    pieces.push_back(AdamWPiece{lo - param_begin, hi - param_begin, decay ? weight_decay : 0.0f});
   });
-  return ops.adamw_update_pieces(tensors.params, tensors.grads, tensors.m, tensors.v, pieces,
-                                 hyper);
+  return pieces;
+}
+
+bool adamw_over_range(Ops& ops, const ParameterLayout& layout, size_t param_begin,
+                      size_t param_end, const AdamWTensors& tensors, const AdamWParams& hyper) {
+  return ops.adamw_update_pieces(tensors.params, tensors.grads, tensors.m, tensors.v,
+                                 adamw_pieces(layout, param_begin, param_end, hyper.weight_decay), hyper);
 }
 
 std::vector<size_t> bucket_cuts(const BucketPlan& plan, const Segment& segment) {
@@ -67,6 +71,11 @@ OptimizerStats unscale_and_clip(double scaled_norm, float grad_scale, float max_
   }
   stats.clip_factor = clip_factor(stats.grad_norm, max_norm) * grad_scale;
   return stats;
+}
+
+MemoryEstimate plan_strategy_memory(const StrategyMemoryInputs& inputs) {
+  if (inputs.config.strategy == Strategy::zero2) return Zero2Strategy::planned_memory(inputs);
+  return DdpStrategy::planned_memory(inputs);
 }
 
 std::unique_ptr<GradientStrategy> make_strategy(const DataParallelConfig& config, Backend& backend,

@@ -13,12 +13,21 @@ namespace scalestudy {
 // AdamW's hyper-parameters for one step: the learning rate and step given, the rest from
 // the config, with its weight decay (the decay of the tensors that are decayed).
 AdamWParams adamw_params(const AdamWConfig& adamw, float learning_rate, int adam_step);
+// The pieces of [param_begin, param_end) that one adamw_update_pieces call takes: one per
+// tensor it overlaps, offsets from param_begin, the matrices with `weight_decay`.
+std::vector<AdamWPiece> adamw_pieces(const ParameterLayout& layout, size_t param_begin, size_t param_end,
+                                     float weight_decay);
 // AdamW over the parameters [param_begin, param_end) of the flat buffer, with
 // hyper.weight_decay on the matrices only, in one adamw_update_pieces call. The tensors
 // point at the element that corresponds to param_begin. Returns what that call returns:
 // true where the backend has refreshed its compute copy of the range already.
 bool adamw_over_range(Ops& ops, const ParameterLayout& layout, size_t param_begin,
                       size_t param_end, const AdamWTensors& tensors, const AdamWParams& hyper);
+
+// What the gradients cross ranks in (--grad-reduce).
+inline WireType gradient_wire(const DataParallelConfig& config) {
+  return config.grad_reduce == Precision::bf16 ? WireType::bf16_from_f32 : WireType::f32;
+}
 
 // The offsets into `segment` where buckets of the plan begin, ascending (GradientSink::
 // segment_cuts).

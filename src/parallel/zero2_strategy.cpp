@@ -14,35 +14,106 @@ Zero2Strategy::Zero2Strategy(const DataParallelConfig& config, Backend& backend,
       hold_until_elems_(hold_until_elems(config.overlap_after, plan)),
       compute_copy_(backend.compute_copy_of(model.params())) {
   SCALESTUDY_CHECK(plan_.world_size == comm.world_size(), "bucket plan for another world size");
-  const size_t shard = plan_.shard_elems();
-  shard_grads_ = backend_.allocate_floats(shard, MemoryKind::gradients);
-  m_ = backend_.allocate_floats(shard, MemoryKind::optimizer);
-  v_ = backend_.allocate_floats(shard, MemoryKind::optimizer);
+  const FixedSizes sizes = fixed_sizes(plan_, model_.layout());
+  const size_t shard = sizes.shard_elems;
+  embedding_staged_buckets_ = sizes.embedding_staged_buckets;
+  embedding_scratch_elems_ = sizes.embedding_scratch_elems;
+  block_scratch_elems_ = sizes.block_scratch_elems;
+  try {
+    shard_grads_ = backend_.allocate_floats(shard, MemoryKind::gradients);
+    m_ = backend_.allocate_floats(shard, MemoryKind::optimizer);
+    v_ = backend_.allocate_floats(shard, MemoryKind::optimizer);
+    embedding_scratch_ = backend_.allocate_floats(embedding_scratch_elems_, MemoryKind::gradients);
+    block_scratch_ = backend_.allocate_floats(block_scratch_elems_, MemoryKind::gradients);
+  } catch (...) {
+    for (float* buffer : {shard_grads_, m_, v_, embedding_scratch_, block_scratch_}) backend_.release(buffer);
+    throw;
+  }
   backend_.fill_zero(shard_grads_, shard);
   backend_.fill_zero(m_, shard);
   backend_.fill_zero(v_, shard);
+  buckets_.resize(plan_.buckets.size());
+}
 
-  const ParameterLayout& layout = model_.layout();
+Zero2Strategy::FixedSizes Zero2Strategy::fixed_sizes(const BucketPlan& plan, const ParameterLayout& layout) {
+  FixedSizes sizes;
+  sizes.shard_elems = plan.shard_elems();
   // The buckets below the embeddings' end, rounded up to whole chunks (the plan's region
   // finished last), are staged in the embedding scratch itself, which covers them whole:
   // backward's largest tensor needs no copy, and collectives run on that scratch.
   const Segment& embeddings = layout.segments[layout.embedding_segment()];
   SCALESTUDY_CHECK(embeddings.begin_elems == 0, "zero2 expects the embeddings first in the buffer");
-  const size_t embeddings_chunk_end = plan_.round_up_to_chunks(embeddings.end_elems);
+  const size_t embeddings_chunk_end = plan.round_up_to_chunks(embeddings.end_elems);
   int staged = 0;
-  const int buckets = static_cast<int>(plan_.buckets.size());
-  while (staged < buckets && plan_.buckets[staged].end_elems <= embeddings_chunk_end) ++staged;
+  const int buckets = static_cast<int>(plan.buckets.size());
+  while (staged < buckets && plan.buckets[staged].end_elems <= embeddings_chunk_end) ++staged;
   // Without the region, the embeddings end in a bucket that block 0 shares: scratch as usual.
-  if (staged > 0 && plan_.buckets[staged - 1].end_elems >= embeddings.end_elems)
-    embedding_staged_buckets_ = staged;
-  embedding_scratch_elems_ =
-      embedding_staged_buckets_ > 0 ? plan_.buckets[embedding_staged_buckets_ - 1].end_elems : embeddings.elems();
-  embedding_scratch_ = backend_.allocate_floats(embedding_scratch_elems_, MemoryKind::gradients);
+  if (staged > 0 && plan.buckets[staged - 1].end_elems >= embeddings.end_elems)
+    sizes.embedding_staged_buckets = staged;
+  sizes.embedding_scratch_elems = sizes.embedding_staged_buckets > 0
+                                      ? plan.buckets[sizes.embedding_staged_buckets - 1].end_elems
+                                      : embeddings.elems();
   for (size_t s = 1; s < layout.segments.size(); ++s)
-    block_scratch_elems_ = std::max(block_scratch_elems_, layout.segments[s].elems());
-  block_scratch_ = backend_.allocate_floats(block_scratch_elems_, MemoryKind::gradients);
+    sizes.block_scratch_elems = std::max(sizes.block_scratch_elems, layout.segments[s].elems());
+  return sizes;
+}
 
-  buckets_.resize(plan_.buckets.size());
+// A bucket's staging is taken while backward fills it (at most kMaxBucketsFilled: a
+// segment over more goes through scratch) and held until its reduction completes: at most
+// kMaxBucketsInFlight in flight, and one more for the moment before the oldest is waited
+// for. With --overlap-after, the report of backward that ends the hold (the first whose
+// gradients are final below hold_until_elems) starts every bucket above where it begins,
+// and those count on top of the bound for the rest of the micro-batch. With several
+// micro-batches, the last buckets one of them started may still be in flight while the
+// next holds its top buckets again, until its first reduction waits for them. A receive
+// buffer is held from a reduction's start to its end, after the first micro-batch only.
+Zero2Strategy::PoolBounds Zero2Strategy::pool_bounds(const StrategyMemoryInputs& in, int embedding_staged_buckets) {
+  size_t released = 0;
+  if (in.config.overlap && in.config.overlap_after > 0) {
+    const size_t hold_until = hold_until_elems(in.config.overlap_after, in.plan);
+    // Where that report begins: a segment's start, or, within the embeddings, which
+    // backward reports in parts of its own choosing, at most their start.
+    size_t release_from = 0;
+    for (size_t s = 1; s < in.layout.segments.size(); ++s)
+      if (in.layout.segments[s].begin_elems <= hold_until)
+        release_from = std::max(release_from, in.layout.segments[s].begin_elems);
+    for (const Bucket& bucket : in.plan.buckets) released += bucket.end_elems > release_from;
+  }
+  const size_t pooled = in.plan.buckets.size() - static_cast<size_t>(embedding_staged_buckets);
+  const size_t in_flight = kMaxBucketsInFlight + 1 + released;
+  const bool accumulating = in.micro_batches > 1;
+  PoolBounds bounds;
+  bounds.staging = std::min(pooled, kMaxBucketsFilled + in_flight + (accumulating ? released : 0));
+  bounds.received = accumulating ? std::min(in.plan.buckets.size(), in_flight + 1) : 0;
+  return bounds;
+}
+
+MemoryEstimate Zero2Strategy::planned_memory(const StrategyMemoryInputs& in) {
+  const FixedSizes sizes = fixed_sizes(in.plan, in.layout);
+  const PoolBounds pools = pool_bounds(in, sizes.embedding_staged_buckets);
+  const Backend& backend = in.backend;
+  const size_t chunk_elems = in.plan.bucket_elems / static_cast<size_t>(in.plan.world_size);
+  MemoryEstimate estimate;
+  estimate[MemoryKind::gradients] = backend.floats_bytes(sizes.shard_elems, MemoryKind::gradients) +
+                                    backend.floats_bytes(sizes.embedding_scratch_elems, MemoryKind::gradients) +
+                                    backend.floats_bytes(sizes.block_scratch_elems, MemoryKind::gradients);
+  estimate[MemoryKind::optimizer] = 2 * backend.floats_bytes(sizes.shard_elems, MemoryKind::optimizer);
+  // The backend's AdamW table of each distinct list of pieces of this rank's chunks
+  // (optimizer_step updates one chunk at a time).
+  std::vector<std::vector<AdamWPiece>> tables;
+  for (int b = 0; b < static_cast<int>(in.plan.buckets.size()); ++b) {
+    const size_t begin = in.plan.chunk_begin(b, in.comm.rank());
+    std::vector<AdamWPiece> pieces =
+        adamw_pieces(in.layout, begin, begin + in.plan.chunk_elems(b), in.config.adamw.weight_decay);
+    if (std::find(tables.begin(), tables.end(), pieces) != tables.end()) continue;
+    estimate[MemoryKind::optimizer] += backend.adamw_pieces_bytes(pieces);
+    tables.push_back(std::move(pieces));
+  }
+  estimate[MemoryKind::communication] =
+      pools.staging * backend.floats_bytes(in.plan.bucket_elems, MemoryKind::communication) +
+      pools.received * backend.floats_bytes(chunk_elems, MemoryKind::communication) +
+      in.comm.staging_bytes_for(CollectiveKind::reduce_scatter, chunk_elems, gradient_wire(in.config));
+  return estimate;
 }
 
 Zero2Strategy::~Zero2Strategy() {
@@ -220,9 +291,8 @@ void Zero2Strategy::start_reduce(int b) {
   float* destination = state.received ? state.received : shard_chunk;
   if (config_.overlap) reserve_for_overlapped_lane(backend_, comm_, true);
   const size_t chunk_elems = plan_.chunk_elems(b);
-  const WireType wire = config_.grad_reduce == Precision::bf16 ? WireType::bf16_from_f32 : WireType::f32;
-  state.reduce =
-      comm_.start_reduce_scatter(collective_args(state.staging, destination, chunk_elems, "grad-comm", wire));
+  state.reduce = comm_.start_reduce_scatter(
+      collective_args(state.staging, destination, chunk_elems, "grad-comm", gradient_wire(config_)));
   state.reducing = true;
   reducing_.push_back(b);
   if (!config_.overlap) {

@@ -47,6 +47,11 @@ class Zero2Strategy final : public GradientStrategy {
 
   Zero2Strategy(const DataParallelConfig& config, Backend& backend, Communicator& comm, Gpt& model, const BucketPlan& plan);
   ~Zero2Strategy() override;
+  // The shard's gradients, m and v (and the backend's AdamW tables of its chunks) and the
+  // two scratch buffers, as the constructor allocates them; the bucket staging and receive buffers at the most the pools grow to
+  // (the buckets being filled, in flight and held, BucketBounds), and the communicator's
+  // staging for the largest reduce-scatter.
+  static MemoryEstimate planned_memory(const StrategyMemoryInputs& inputs);
 
   const char* name() const override { return "zero2"; }
   const BucketPlan& plan() const override { return plan_; }
@@ -67,6 +72,21 @@ class Zero2Strategy final : public GradientStrategy {
   const float* shard_gradients() const { return shard_grads_; }
 
  private:
+  // The fixed buffers' sizes, which the constructor allocates and planned_memory counts.
+  struct FixedSizes {
+    size_t shard_elems = 0;
+    int embedding_staged_buckets = 0;  // the lowest buckets, staged in the embedding scratch
+    size_t embedding_scratch_elems = 0;
+    size_t block_scratch_elems = 0;
+  };
+  static FixedSizes fixed_sizes(const BucketPlan& plan, const ParameterLayout& layout);
+  // The most staging and receive buffers the pools hold at once.
+  struct PoolBounds {
+    size_t staging = 0;
+    size_t received = 0;
+  };
+  static PoolBounds pool_bounds(const StrategyMemoryInputs& inputs, int embedding_staged_buckets);
+
   struct BucketState {
     float* staging = nullptr;  // the bucket's gradients, all ranks' chunks
     float* received = nullptr; // this rank's reduced chunk, after the first micro-batch

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cctype>
 
+#include "core/enum_names.h"
+
 namespace scalestudy {
 namespace {
 
@@ -11,6 +13,14 @@ namespace {
 // (sm90_xmma_gemm_*, cutlass*_gemm*, nvjet_* on Hopper, gemv2T_kernel, splitKreduce_kernel).
 constexpr std::array<const char*, 1> kCommunicationPatterns = {"nccl"};
 constexpr std::array<const char*, 6> kGemmPatterns = {"gemm", "sm90_xmma", "cutlass", "nvjet", "gemv", "splitk"};
+
+constexpr EnumNames<KernelCategory, kKernelCategoryCount> kKernelCategoryNames{
+    {"gemm", "attention", "norm_elementwise", "optimizer", "communication", "memory", "other"}, "other"};
+static_assert(kKernelCategoryNames.complete());
+
+constexpr EnumNames<TraceRecordKind, kTraceRecordKindCount> kTraceRecordKindNames{{"kernel", "memcpy", "memset"},
+                                                                                  "kernel"};
+static_assert(kTraceRecordKindNames.complete());
 
 std::string lower(const std::string& text) {
   std::string out = text;
@@ -33,39 +43,13 @@ std::string quoted_list(const std::array<const char*, N>& patterns) {
 
 }  // namespace
 
-const char* kernel_category_name(KernelCategory category) {
-  switch (category) {
-    case KernelCategory::gemm: return "gemm";
-    case KernelCategory::attention: return "attention";
-    case KernelCategory::norm_elementwise: return "norm_elementwise";
-    case KernelCategory::optimizer: return "optimizer";
-    case KernelCategory::communication: return "communication";
-    case KernelCategory::memory: return "memory";
-    case KernelCategory::other: return "other";
-  }
-  return "other";
-}
+const char* kernel_category_name(KernelCategory category) { return kKernelCategoryNames.name(category); }
 
-std::vector<std::string> kernel_category_names() {
-  std::vector<std::string> names;
-  for (int c = 0; c < kKernelCategoryCount; ++c) names.push_back(kernel_category_name(static_cast<KernelCategory>(c)));
-  return names;
-}
+std::vector<std::string> kernel_category_names() { return kKernelCategoryNames.all(); }
 
-const char* trace_record_kind_name(TraceRecordKind kind) {
-  switch (kind) {
-    case TraceRecordKind::kernel: return "kernel";
-    case TraceRecordKind::memcpy: return "memcpy";
-    case TraceRecordKind::memset: return "memset";
-  }
-  return "kernel";
-}
+const char* trace_record_kind_name(TraceRecordKind kind) { return kTraceRecordKindNames.name(kind); }
 
-std::vector<std::string> trace_record_kind_names() {
-  std::vector<std::string> names;
-  for (int k = 0; k < kTraceRecordKindCount; ++k) names.push_back(trace_record_kind_name(static_cast<TraceRecordKind>(k)));
-  return names;
-}
+std::vector<std::string> trace_record_kind_names() { return kTraceRecordKindNames.all(); }
 
 KernelCategory categorize(TraceRecordKind kind, const std::string& name, LaunchTag tag) {
   if (kind != TraceRecordKind::kernel) return KernelCategory::memory;

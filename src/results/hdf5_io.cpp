@@ -98,6 +98,15 @@ void set_attribute(hid_t object, const std::string& name, double value) {
   write_scalar_attribute(object, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &value);
 }
 
+void set_attribute(hid_t object, const std::string& name, const std::vector<int64_t>& values) {
+  replace_attribute(object, name);
+  const hsize_t count = values.size();
+  Handle space(CHECK_HDF5(H5Screate_simple(1, &count, nullptr)));
+  Handle attribute(
+      CHECK_HDF5(H5Acreate2(object, name.c_str(), H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT)));
+  CHECK_HDF5(H5Awrite(attribute.get(), H5T_NATIVE_INT64, values.data()));
+}
+
 void set_attribute(hid_t object, const std::string& name, const std::vector<std::string>& values) {
   replace_attribute(object, name);
   Handle type = utf8_string_type();

@@ -35,6 +35,8 @@ bool try_set_attribute(hid_t object, const std::string& name, const std::string&
 void set_attribute(hid_t object, const std::string& name, int64_t value);
 void set_attribute(hid_t object, const std::string& name, double value);
 void set_attribute(hid_t object, const std::string& name, const std::vector<std::string>& values);
+// A 1-D int64 attribute.
+void set_attribute(hid_t object, const std::string& name, const std::vector<int64_t>& values);
 
 // A fixed-size 1-D dataset of variable-length strings.
 void write_strings(hid_t parent, const std::string& name, const std::vector<std::string>& values);

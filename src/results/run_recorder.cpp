@@ -85,11 +85,15 @@ std::string result_config_hash(const RunConfig& config) {
 // The HDF5 file, on rank 0.
 class RunRecorder::File {
  public:
-  File(const std::string& output, const RunConfig& config, const ProvenanceHeader& header)
+  File(const std::string& output, const RunConfig& config, const ProvenanceHeader& header,
+       const std::optional<MemoryPreflightRecord>& memory)
       : output_(output), partial_(output + ".partial"), world_(config.world_size) {
     file_ = h5::Handle(create_partial_file(output));
     const hid_t root = file_.get();
     write_provenance_header(root, header);
+    // With the header: root attributes added once the steps exist leave a file that a
+    // full disk can make unreadable when it is closed.
+    if (memory) write_memory_estimate(memory->estimate, memory->available_bytes);
 
     h5::Handle config_group = h5::create_group(root, "config");
     for (const auto& [key, value] : describe_config(config)) h5::set_attribute(config_group.get(), key, value);
@@ -233,6 +237,15 @@ class RunRecorder::File {
     flush();
   }
 
+  void write_memory_estimate(const MemoryEstimate& estimate, size_t available_bytes) {
+    const hid_t root = file_.get();
+    std::vector<int64_t> by_kind;
+    for (size_t kind_bytes : estimate.bytes) by_kind.push_back(static_cast<int64_t>(kind_bytes));
+    h5::set_attribute(root, "memory_estimate_bytes", static_cast<int64_t>(estimate.total_bytes()));
+    h5::set_attribute(root, "memory_estimate_by_kind", by_kind);
+    h5::set_attribute(root, "memory_available_bytes", static_cast<int64_t>(available_bytes));
+  }
+
   void write_memory(const std::vector<int64_t>& bytes, const std::vector<int64_t>& peak, const std::string& source) {
     h5::Handle memory = h5::create_group(file_.get(), "memory");
     h5::write_int64(memory.get(), "bytes", {static_cast<hsize_t>(world_), kMemoryKindCount}, bytes);
@@ -324,7 +337,8 @@ void mark_failed_on_abort(const std::string& reason) {
 
 }  // namespace
 
-RunRecorder::RunRecorder(const RunConfig& config, const RunIdentity& identity, MPI_Comm control)
+RunRecorder::RunRecorder(const RunConfig& config, const RunIdentity& identity, MPI_Comm control,
+                         const std::optional<MemoryPreflightRecord>& memory)
     : config_(config), identity_(identity), control_(control), output_(config.output) {
   CHECK_MPI(MPI_Comm_rank(control_, &rank_));
   CHECK_MPI(MPI_Comm_size(control_, &world_size_));
@@ -335,7 +349,7 @@ RunRecorder::RunRecorder(const RunConfig& config, const RunIdentity& identity, M
                           .nccl_version = identity.nccl_version,
                           .ranks = gather_rank_placement(control_, identity)};
   if (rank_ == 0 && !output_.empty()) {
-    file_ = std::make_unique<File>(output_, config_, header);
+    file_ = std::make_unique<File>(output_, config_, header, memory);
     active_recorder.store(this);
     set_abort_hook(mark_failed_on_abort);
   }

@@ -9,10 +9,12 @@
 #include <mpi.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "config/run_config.h"
+#include "core/memory_estimate.h"
 #include "profile/kernel_trace.h"
 #include "results/provenance.h"
 #include "results/run_summary.h"
@@ -20,9 +22,17 @@
 
 namespace scalestudy {
 
+// The memory preflight's figures of rank 0, which the file's header holds.
+struct MemoryPreflightRecord {
+  MemoryEstimate estimate;
+  size_t available_bytes = 0;
+};
+
 class RunRecorder final : public StepObserver {
  public:
-  RunRecorder(const RunConfig& config, const RunIdentity& identity, MPI_Comm control);
+  // memory: written as root attributes with the header, where given (a training run).
+  RunRecorder(const RunConfig& config, const RunIdentity& identity, MPI_Comm control,
+              const std::optional<MemoryPreflightRecord>& memory = std::nullopt);
   ~RunRecorder() override;
   RunRecorder(const RunRecorder&) = delete;
   RunRecorder& operator=(const RunRecorder&) = delete;

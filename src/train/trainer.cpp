@@ -7,6 +7,7 @@
 
 #include "core/check.h"
 #include "core/control_wait.h"
+#include "core/out_of_memory.h"
 #include "core/stop_signal.h"
 #include "core/usage_error.h"
 #include "data/make_token_source.h"
@@ -14,27 +15,40 @@
 
 namespace scalestudy {
 
-Trainer::Trainer(const RunConfig& config, Backend& backend, Communicator& comm, MPI_Comm control)
-    : config_(config), backend_(backend), comm_(comm), control_(control), timer_(backend.make_step_timer()), clock_(*timer_) {
+TrainingSetup prepare_training(const RunConfig& config, const Backend& backend, const Communicator& comm,
+                               MPI_Comm control) {
   int control_size = 0;
-  CHECK_MPI(MPI_Comm_size(control_, &control_size));
-  SCALESTUDY_CHECK(control_size == comm_.world_size(), "the control communicator must hold the same ranks");
-  resolve_for_world(config_, comm_.world_size());
-  check_same_config(control_, describe_config(config_));
+  CHECK_MPI(MPI_Comm_size(control, &control_size));
+  SCALESTUDY_CHECK(control_size == comm.world_size(), "the control communicator must hold the same ranks");
+  TrainingSetup setup;
+  setup.config = config;
+  RunConfig& c = setup.config;
+  resolve_for_world(c, comm.world_size());
+  check_same_config(control, describe_config(c));
 
-  data_ = make_token_source(config_.data, config_.shape.vocab, config_.seed, config_.token_file);
-  if (data_->vocab_size() > config_.shape.vocab)
-    throw UsageError("--vocab " + std::to_string(config_.shape.vocab) + ": smaller than the data's vocabulary (" +
-                     std::to_string(data_->vocab_size()) + ")");
-  const DataParallelConfig parallel = config_.data_parallel();
-  const ParameterLayout layout = make_parameter_layout(config_.shape);
-  plan_ = make_bucket_plan(layout.param_elems, parallel.bucket_bytes, comm_.world_size(),
-                           layout.segments[layout.embedding_segment()].end_elems);
+  setup.data = make_token_source(c.data, c.shape.vocab, c.seed, c.token_file);
+  if (setup.data->vocab_size() > c.shape.vocab)
+    throw UsageError("--vocab " + std::to_string(c.shape.vocab) + ": smaller than the data's vocabulary (" +
+                     std::to_string(setup.data->vocab_size()) + ")");
+  const ParameterLayout layout = make_parameter_layout(c.shape);
+  setup.plan = make_bucket_plan(layout.param_elems, c.data_parallel().bucket_bytes, comm.world_size(),
+                                layout.segments[layout.embedding_segment()].end_elems);
+  setup.memory = check_training_memory(c, setup.plan, backend, comm, control);
+  return setup;
+}
+
+Trainer::Trainer(const RunConfig& config, Backend& backend, Communicator& comm, MPI_Comm control)
+    : Trainer(prepare_training(config, backend, comm, control), backend, comm, control) {}
+
+Trainer::Trainer(TrainingSetup setup, Backend& backend, Communicator& comm, MPI_Comm control)
+    : config_(std::move(setup.config)), backend_(backend), comm_(comm), control_(control),
+      data_(std::move(setup.data)), plan_(setup.plan), memory_preflight_(setup.memory),
+      timer_(backend.make_step_timer()), clock_(*timer_) {
   model_ = std::make_unique<Gpt>(backend_, config_.shape, config_.micro_batch(), config_.seq, plan_.padded_elems,
                                  config_.recompute);
   model_->initialize(config_.seed);
   backend_.parameters_changed(model_->params(), 0, plan_.padded_elems);
-  strategy_ = make_strategy(parallel, backend_, comm_, *model_, plan_);
+  strategy_ = make_strategy(config_.data_parallel(), backend_, comm_, *model_, plan_);
   schedule_ = {config_.learning_rate, config_.min_lr_ratio, config_.lr_warmup_steps, config_.steps};
   scaler_ = DynamicLossScaler(config_.loss_scaling, config_.loss_scale_init, config_.loss_scale_growth_interval);
 
@@ -154,7 +168,14 @@ RunOutcome Trainer::run(StepObserver* observer) {
   if (telemetry_) (void)telemetry_->take_samples();
   RunOutcome outcome;
   for (int step = 0; step < config_.steps; ++step) {
-    const StepRecord record = train_step(step);
+    StepRecord record;
+    try {
+      record = train_step(step);
+    } catch (const OutOfMemoryError& error) {
+      // The buffers that grow on first use (zero2's staging, the backend's scratch, the
+      // communicator's bf16 staging) are allocated inside a step.
+      throw OutOfMemoryError(error, "in step " + std::to_string(step + 1));
+    }
     if (observer) observer->on_step(record);
     outcome.steps_completed = step + 1;
     if (comm_.rank() == 0 && ((step + 1) % config_.log_every == 0 || step + 1 == config_.steps))

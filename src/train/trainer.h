@@ -19,6 +19,7 @@
 #include "profile/gpu_state.h"
 #include "results/step_record.h"
 #include "timing/phases.h"
+#include "train/memory_preflight.h"
 #include "train/micro_batch_loader.h"
 
 namespace scalestudy {
@@ -31,10 +32,29 @@ struct RunOutcome {
   int steps_completed = 0;
 };
 
+// A run checked and planned before it allocates anything: the config resolved for the
+// world and checked to be every rank's, the token source, the bucket plan and the memory
+// preflight.
+struct TrainingSetup {
+  RunConfig config;
+  std::unique_ptr<TokenSource> data;
+  BucketPlan plan;
+  MemoryPreflight memory;
+};
+
+// control is the MPI communicator for checks that are not part of the measured training
+// (config and replica checks, the memory preflight); comm carries the training's
+// collectives. Collective over control. Bad input, a run that does not fit in memory
+// included, throws UsageError on every rank.
+TrainingSetup prepare_training(const RunConfig& config, const Backend& backend, const Communicator& comm,
+                               MPI_Comm control);
+
 class Trainer {
  public:
-  // control is the MPI communicator for checks that are not part of the measured
-  // training (config and replica checks); comm carries the training's collectives.
+  // Allocates the model and the strategy of a prepared run. An allocation that fails
+  // despite the preflight throws OutOfMemoryError.
+  Trainer(TrainingSetup setup, Backend& backend, Communicator& comm, MPI_Comm control);
+  // prepare_training, then the constructor above.
   Trainer(const RunConfig& config, Backend& backend, Communicator& comm, MPI_Comm control);
   ~Trainer();
 
@@ -61,6 +81,7 @@ class Trainer {
   const TokenSource& data() const { return *data_; }
   const GradientStrategy& strategy() const { return *strategy_; }
   const BucketPlan& plan() const { return plan_; }
+  const MemoryPreflight& memory_preflight() const { return memory_preflight_; }
 
  private:
   void print_progress(const StepRecord& record) const;
@@ -72,6 +93,7 @@ class Trainer {
   MPI_Comm control_;
   std::unique_ptr<TokenSource> data_;
   BucketPlan plan_;
+  MemoryPreflight memory_preflight_;
   std::unique_ptr<Gpt> model_;
   std::unique_ptr<GradientStrategy> strategy_;
   LearningRateSchedule schedule_;

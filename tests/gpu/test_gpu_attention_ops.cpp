@@ -22,44 +22,13 @@
 // them (each check prints the largest error/bound). A wrong index, a missed or doubled
 // tile, a mask off by one or a lost accumulation moves results by O(1) of a term, far
 #include "attention.cuh"
-#include "cuda_ops_half_fixture.h"
+#include "cuda_ops_fixture.h"
 #include "flash_attention_support.h"
 
 namespace scalestudy::gpu_test {
 namespace {
 
 TEST_P(CudaOpsShapes, Attention) {
-  const OpShape s = GetParam();
-  const size_t N = s.rows(), C = s.channels, T = s.seq;
-  const size_t probs_elems = size_t(s.batch) * s.heads * T * T;
-  for (bool causal : {true, false}) {
-    const std::string label = causal ? " (causal)" : " (bidirectional)";
-    const AttentionShape shape{s.batch, s.seq, s.channels, s.heads, causal};
-    const auto qkv = random_floats(N * 3 * C, 40);
-    std::vector<float> out(N * C), probs(probs_elems);
-    float *d_out = poisoned(out.size()), *d_probs = poisoned(probs_elems);
-    const float* d_qkv = upload(qkv);
-    cpu_.attention_forward(out.data(), probs.data(), qkv.data(), shape);
-    gpu_->attention_forward(d_out, d_probs, d_qkv, shape);
-    EXPECT_TRUE(matches("attention out" + label, d_out, out, kDotProduct));
-    EXPECT_TRUE(matches("attention probs" + label, d_probs, probs, kSoftmax));
-    if (causal) {
-      EXPECT_EQ(unmasked_probabilities(download(d_probs, probs_elems), T), 0u)
-          << "masked probabilities must be exact zeros";
-    }
-
-    const auto dout = random_floats(N * C, 41);
-    for (GradientWrite write : kGradientWrites) {
-      auto dqkv = random_floats(qkv.size(), 42);
-      float* d_dqkv = write == GradientWrite::accumulate ? upload(dqkv) : poisoned(dqkv.size());
-      cpu_.attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), probs.data(), shape, write);
-      gpu_->attention_backward(d_dqkv, upload(dout), d_qkv, d_out, upload(probs), shape, write);
-      EXPECT_TRUE(matches("attention dqkv" + label + write_label(write), d_dqkv, dqkv, kDotProduct));
-    }
-  }
-}
-
-TEST_P(CudaOpsHalfShapes, Attention) {
   const OpShape s = shape();
   const size_t N = s.rows(), C = s.channels, T = s.seq;
   const size_t probs_elems = size_t(s.batch) * s.heads * T * T;
@@ -79,7 +48,7 @@ TEST_P(CudaOpsHalfShapes, Attention) {
           << "masked probabilities must be exact zeros";
     }
 
-    // Both sides take the 16-bit rounding of the CPU's probabilities.
+    // Both sides take the storage's rounding of the CPU's probabilities.
     const auto probs_rounded = rounded(probs);
     const auto dout = rounded(random_floats(N * C, 41));
     for (GradientWrite write : kGradientWrites) {
@@ -131,9 +100,6 @@ struct Reference {
   std::vector<double> out_bound, lse_bound, dqkv_bound;
 };
 
-double unit_roundoff(Precision precision) {
-  return precision == Precision::fp16 ? 0x1p-11 : 0x1p-8;
-}
 double subnormal_rounding(Precision precision) {
   return precision == Precision::fp16 ? 0x1p-25 : 0.0;
 }
@@ -388,8 +354,7 @@ TEST_F(FlashAttentionTest, DeterministicAcrossRuns) {
   }
 }
 
-SCALESTUDY_FP32_SHAPE_TESTS();
-SCALESTUDY_HALF_SHAPE_TESTS();
+SCALESTUDY_SHAPE_TESTS();
 
 }  // namespace
 }  // namespace scalestudy::gpu_test

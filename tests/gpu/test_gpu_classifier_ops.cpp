@@ -1,30 +1,16 @@
 // The classifier's ops of the CUDA backend against the CPU reference, in fp32, bf16 and
 // fp16: the softmax cross-entropy (at the op shapes and at GPT-2's vocabulary) and, in 16
 // bits, the tied LM head on padded logits rows.
-#include "cuda_ops_half_fixture.h"
+#include "cuda_ops_fixture.h"
 
 namespace scalestudy::gpu_test {
 namespace {
 
-TEST_P(CudaOpsShapes, SoftmaxCrossEntropy) {
-  const OpShape s = GetParam();
-  check_cross_entropy(s.rows(), s.vocab, "");
-}
-
-TEST_P(CudaOpsHalfShapes, SoftmaxCrossEntropy) {
-  const OpShape s = shape();
-  check_cross_entropy(s.rows(), s.vocab, "");
-}
+TEST_P(CudaOpsShapes, SoftmaxCrossEntropy) { check_cross_entropy(shape().rows(), shape().vocab, ""); }
 
 // GPT-2's vocabulary on enough rows that each row gets one warp, whose row spans many
 // chunks of loads (the running max moves between them), at every alignment of a row.
-TEST_F(CudaOpsTest, SoftmaxCrossEntropyAtGpt2Vocabulary) {
-  check_cross_entropy(4096, 50257, " (4096 x 50257)");
-}
-
-// GPT-2's vocabulary on enough rows that each row gets one warp, whose row spans many
-// chunks of loads (the running max moves between them), at every alignment of a row.
-TEST_P(CudaOpsHalf, SoftmaxCrossEntropyAtGpt2Vocabulary) {
+TEST_P(CudaOpsPrecision, SoftmaxCrossEntropyAtGpt2Vocabulary) {
   check_cross_entropy(4096, 50257, " (4096 x 50257)");
 }
 
@@ -92,7 +78,7 @@ TEST_P(CudaOpsHalfShapes, ClassifierOnPaddedLogits) {
                            .logits = cpu_logits.data(), .inp = inp.data(), .weight = weight,
                            .targets = targets.data(), .rows = N, .channels = C, .vocab = V,
                            .dlogits_scale = std::nullopt});
-  const double unit = precision_ == Precision::fp16 ? 0x1p-11 : 0x1p-8;
+  const double unit = unit_roundoff(precision_);
   expect_close("classifier losses vs cpu", losses, cpu_losses, Tolerance{2 * unit * max_abs(cpu_logits), 0.0});
   cpu_.classifier_backward({.dinp = cpu_dinp.data(), .logits = cpu_logits.data(),
                             .row_stats = cpu_stats.data(), .weight = weight,
@@ -194,9 +180,9 @@ TEST_P(CudaOpsHalfShapes, ClassifierOnPaddedLogits) {
   expect_close("classifier dweight in parts vs the whole range", parts_dweight, whole, gemm_tolerance(whole));
 }
 
-SCALESTUDY_FP32_SHAPE_TESTS();
+SCALESTUDY_SHAPE_TESTS();
 SCALESTUDY_HALF_SHAPE_TESTS();
-SCALESTUDY_HALF_PRECISION_TESTS();
+SCALESTUDY_PRECISION_TESTS();
 
 }  // namespace
 }  // namespace scalestudy::gpu_test

@@ -2,7 +2,7 @@
 // and the host buffers they reuse; 16-bit storage sizes and conversions; the parameters'
 // 16-bit copy, its refresh, and that every op reads it rather than the masters; and fp16's
 // range (overflow to inf, never clamped, and its way into the gradient norm).
-#include "cuda_ops_half_fixture.h"
+#include "cuda_ops_fixture.h"
 
 namespace scalestudy::gpu_test {
 namespace {
@@ -229,9 +229,9 @@ TEST_P(CudaOpsHalf, OpsReadTheParameterCopyNotTheMasters) {
 // casts and in the kernels alike, never clamped to 65504 - so that it reaches the fp32
 // weight gradients and their norm, where the trainer's dynamic loss scaling looks for it.
 // Below 2^-14 values lose precision into the subnormals, and below 2^-25 they vanish.
-class CudaOpsFp16Range : public CudaOpsHalfTest {
+class CudaOpsFp16Range : public CudaOpsTest {
  protected:
-  CudaOpsFp16Range() : CudaOpsHalfTest(Precision::fp16) {}
+  CudaOpsFp16Range() : CudaOpsTest(Precision::fp16) {}
 };
 
 TEST_F(CudaOpsFp16Range, OverflowIsInfNotClampedAndReachesTheGradientNorm) {

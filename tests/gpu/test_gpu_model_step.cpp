@@ -1,41 +1,83 @@
 // A whole model step of the CUDA backend (two layers, causal and bidirectional) against
 // the CPU reference: the loss and every gradient, in fp32, bf16 and fp16, through the
 // cuBLAS attention and the fused one.
-#include "cuda_ops_half_fixture.h"
+#include <optional>
+#include <utility>
+
+#include "cuda_ops_fixture.h"
 
 namespace scalestudy::gpu_test {
 namespace {
 
-TEST_F(CudaOpsTest, WholeModelLossAndGradientsMatchTheCpu) {
+// Both backends' models of one shape, initialised alike, with one batch of inputs and
+// targets, and the GPU's gradient buffer.
+struct ModelPair {
+  ModelPair(CpuOps& cpu_ops, CudaOps& gpu_ops, const ModelShape& shape, int batch, int seq)
+      : layout(make_parameter_layout(shape)),
+        cpu(cpu_ops, shape, batch, seq, layout.param_elems),
+        gpu(gpu_ops, shape, batch, seq, layout.param_elems),
+        inputs(random_ids(size_t(batch) * seq, 100, shape.vocab)),
+        targets(random_ids(size_t(batch) * seq, 101, shape.vocab)) {
+    cpu.initialize(1234);
+    gpu.initialize(1234);
+    gpu_ops.parameters_changed(gpu.params(), 0, layout.param_elems);
+  }
+  ParameterLayout layout;
+  Gpt cpu, gpu;
+  std::vector<int32_t> inputs, targets;
+};
+
+class CudaOpsModel : public CudaOpsPrecision {
+ protected:
+  // The CPU's loss, after both forwards; the GPU's is model.gpu.mean_loss().
+  static double forward_both(ModelPair& model) {
+    model.cpu.forward(model.inputs.data(), model.targets.data(), nullptr);
+    model.gpu.forward(model.inputs.data(), model.targets.data(), nullptr);
+    return model.cpu.mean_loss();
+  }
+  // The gradients of both backends' backward, each into a zeroed buffer: the CPU's, and
+  // the GPU's into d_grads (downloaded).
+  std::pair<std::vector<float>, std::vector<float>> backward_both(ModelPair& model, float* d_grads,
+                                                                  float loss_scale) {
+    const size_t param_elems = model.layout.param_elems;
+    std::vector<float> cpu_grads(param_elems, 0.0f);
+    FullGradient cpu_sink(cpu_grads.data());
+    model.cpu.backward(cpu_sink, loss_scale);
+    gpu_->fill_zero(d_grads, param_elems);
+    FullGradient gpu_sink(d_grads);
+    model.gpu.backward(gpu_sink, loss_scale);
+    return {std::move(cpu_grads), download(d_grads, param_elems)};
+  }
+  // The same GPU step again (the forward given dlogits_scale, as the step was) gives the
+  // same loss and the same gradient bits: no atomics, fixed reductions.
+  void expect_repeatable(ModelPair& model, float* d_grads, float loss_scale,
+                         std::optional<float> dlogits_scale, double loss,
+                         const std::vector<float>& grads, const std::string& label) {
+    model.gpu.forward(model.inputs.data(), model.targets.data(), nullptr, dlogits_scale);
+    EXPECT_EQ(model.gpu.mean_loss(), loss) << "repeated forward" << label;
+    gpu_->fill_zero(d_grads, model.layout.param_elems);
+    FullGradient gpu_sink(d_grads);
+    model.gpu.backward(gpu_sink, loss_scale);
+    EXPECT_TRUE(all_close("repeated backward" + label, download(d_grads, model.layout.param_elems),
+                          grads, kBitExact));
+  }
+};
+class CudaOpsFp32Model : public CudaOpsModel {};
+class CudaOpsHalfModel : public CudaOpsModel {};
+
+TEST_P(CudaOpsFp32Model, WholeModelLossAndGradientsMatchTheCpu) {
   for (bool causal : {true, false}) {
     const std::string label = causal ? " (causal)" : " (bidirectional)";
-    const ModelShape shape{2, 64, 4, 101, 32, causal};
     const int batch = 3, seq = 17;
-    const ParameterLayout layout = make_parameter_layout(shape);
-    const size_t param_elems = layout.param_elems;
-    Gpt cpu_model(cpu_, shape, batch, seq, param_elems);
-    Gpt gpu_model(*gpu_, shape, batch, seq, param_elems);
-    cpu_model.initialize(1234);
-    gpu_model.initialize(1234);
-    const auto inputs = random_ids(size_t(batch) * seq, 100, shape.vocab);
-    const auto targets = random_ids(size_t(batch) * seq, 101, shape.vocab);
-
-    cpu_model.forward(inputs.data(), targets.data(), nullptr);
-    gpu_model.forward(inputs.data(), targets.data(), nullptr);
-    const double cpu_loss = cpu_model.mean_loss(), gpu_loss = gpu_model.mean_loss();
+    ModelPair model(cpu_, *gpu_, ModelShape{2, 64, 4, 101, 32, causal}, batch, seq);
+    const double cpu_loss = forward_both(model), gpu_loss = model.gpu.mean_loss();
     EXPECT_TRUE(all_close("mean loss" + label, std::vector<double>{gpu_loss},
                           std::vector<double>{cpu_loss}, kModelLoss));
 
     const float loss_scale = 1.0f / static_cast<float>(batch * seq);
-    std::vector<float> cpu_grads(param_elems, 0.0f);
-    FullGradient cpu_sink(cpu_grads.data());
-    cpu_model.backward(cpu_sink, loss_scale);
-    float* d_grads = upload(std::vector<float>(param_elems, 0.0f));
-    FullGradient gpu_sink(d_grads);
-    gpu_model.backward(gpu_sink, loss_scale);
-    const auto gpu_grads = download(d_grads, param_elems);
-
-    for (const TensorSpec& tensor : layout.tensors) {
+    float* d_grads = upload(std::vector<float>(model.layout.param_elems, 0.0f));
+    const auto [cpu_grads, gpu_grads] = backward_both(model, d_grads, loss_scale);
+    for (const TensorSpec& tensor : model.layout.tensors) {
       const auto begin = static_cast<std::ptrdiff_t>(tensor.offset_elems);
       const auto end = begin + static_cast<std::ptrdiff_t>(tensor.elems);
       const std::vector<float> ref(cpu_grads.begin() + begin, cpu_grads.begin() + end);
@@ -46,14 +88,7 @@ TEST_F(CudaOpsTest, WholeModelLossAndGradientsMatchTheCpu) {
       EXPECT_TRUE(all_close("gradient of " + tensor.name + label, got, ref,
                             Tolerance{kModelGradient.atol * scale, kModelGradient.rtol}));
     }
-
-    // The same step again on the GPU gives the same bits: no atomics, fixed reductions.
-    gpu_model.forward(inputs.data(), targets.data(), nullptr);
-    EXPECT_EQ(gpu_model.mean_loss(), gpu_loss) << "repeated forward" << label;
-    gpu_->fill_zero(d_grads, param_elems);
-    gpu_model.backward(gpu_sink, loss_scale);
-    EXPECT_TRUE(all_close("repeated backward" + label, download(d_grads, param_elems), gpu_grads,
-                          kBitExact));
+    expect_repeatable(model, d_grads, loss_scale, std::nullopt, gpu_loss, gpu_grads, label);
   }
 }
 
@@ -64,26 +99,15 @@ struct WholeModelCase {
   const char* attention;
 };
 
-TEST_P(CudaOpsHalf, WholeModelLossAndGradientsMatchTheFp32Cpu) {
+TEST_P(CudaOpsHalfModel, WholeModelLossAndGradientsMatchTheFp32Cpu) {
   for (const WholeModelCase& model_case : {WholeModelCase{64, 4, 17, "cuBLAS attention"},
                                            WholeModelCase{128, 2, 70, "fused attention"}})
   for (bool causal : {true, false}) {
     const std::string label = std::string(causal ? " (causal, " : " (bidirectional, ") + model_case.attention + ")";
-    const ModelShape shape{2, model_case.channels, model_case.heads, 101, 80, causal};
     const int batch = 3, seq = model_case.seq;
-    const ParameterLayout layout = make_parameter_layout(shape);
-    const size_t param_elems = layout.param_elems;
-    Gpt cpu_model(cpu_, shape, batch, seq, param_elems);
-    Gpt gpu_model(*gpu_, shape, batch, seq, param_elems);
-    cpu_model.initialize(1234);
-    gpu_model.initialize(1234);
-    gpu_->parameters_changed(gpu_model.params(), 0, param_elems);
-    const auto inputs = random_ids(size_t(batch) * seq, 100, shape.vocab);
-    const auto targets = random_ids(size_t(batch) * seq, 101, shape.vocab);
-
-    cpu_model.forward(inputs.data(), targets.data(), nullptr);
-    gpu_model.forward(inputs.data(), targets.data(), nullptr);
-    const double cpu_loss = cpu_model.mean_loss(), gpu_loss = gpu_model.mean_loss();
+    ModelPair model(cpu_, *gpu_, ModelShape{2, model_case.channels, model_case.heads, 101, 80, causal},
+                    batch, seq);
+    const double cpu_loss = forward_both(model), gpu_loss = model.gpu.mean_loss();
     const double loss_error = std::fabs(gpu_loss - cpu_loss) / std::fabs(cpu_loss);
     EXPECT_LE(loss_error, tol_.model_loss_relative) << "loss" << label << ": gpu " << gpu_loss
                                               << ", cpu " << cpu_loss;
@@ -91,19 +115,14 @@ TEST_P(CudaOpsHalf, WholeModelLossAndGradientsMatchTheFp32Cpu) {
               << ", relative error " << loss_error << "\n";
 
     const float loss_scale = tol_.model_loss_scale / static_cast<float>(batch * seq);
-    std::vector<float> cpu_grads(param_elems, 0.0f);
-    FullGradient cpu_sink(cpu_grads.data());
-    cpu_model.backward(cpu_sink, loss_scale);
-    float* d_grads = upload(std::vector<float>(param_elems, 0.0f), MemoryKind::gradients);
-    FullGradient gpu_sink(d_grads);
-    gpu_model.backward(gpu_sink, loss_scale);
-    const auto gpu_grads = download(d_grads, param_elems);
+    float* d_grads = upload(std::vector<float>(model.layout.param_elems, 0.0f), MemoryKind::gradients);
+    const auto [cpu_grads, gpu_grads] = backward_both(model, d_grads, loss_scale);
 
     // Every tensor's gradient within the norm-wise bound of the CPU's.
     auto check_gradients = [&](const std::vector<float>& grads, const std::string& form) {
       double worst = 0.0;
       std::string worst_name;
-      for (const TensorSpec& tensor : layout.tensors) {
+      for (const TensorSpec& tensor : model.layout.tensors) {
         double difference = 0.0, reference = 0.0;
         for (size_t i = tensor.offset_elems; i < tensor.offset_elems + tensor.elems; ++i) {
           const double delta = double{grads[i]} - double{cpu_grads[i]};
@@ -122,37 +141,30 @@ TEST_P(CudaOpsHalf, WholeModelLossAndGradientsMatchTheFp32Cpu) {
                 << worst_name << ")\n";
     };
     check_gradients(gpu_grads, "");
-
-    // Deterministic in 16 bits too: the same step gives the same bits.
-    gpu_model.forward(inputs.data(), targets.data(), nullptr);
-    EXPECT_EQ(gpu_model.mean_loss(), gpu_loss) << "repeated forward" << label;
-    gpu_->fill_zero(d_grads, param_elems);
-    gpu_model.backward(gpu_sink, loss_scale);
-    EXPECT_TRUE(all_close("repeated backward" + label, download(d_grads, param_elems), gpu_grads,
-                          kBitExact));
+    // Deterministic in 16 bits too.
+    expect_repeatable(model, d_grads, loss_scale, std::nullopt, gpu_loss, gpu_grads, label);
 
     // A training step's form: forward takes the loss scale and computes the logits'
     // gradient with the loss in one kernel. The same bounds against the CPU, and the same
     // bits when repeated.
     const std::string early = " (dlogits in forward)";
-    gpu_model.forward(inputs.data(), targets.data(), nullptr, loss_scale);
-    const double early_loss = gpu_model.mean_loss();
+    model.gpu.forward(model.inputs.data(), model.targets.data(), nullptr, loss_scale);
+    const double early_loss = model.gpu.mean_loss();
     EXPECT_LE(std::fabs(early_loss - cpu_loss) / std::fabs(cpu_loss), tol_.model_loss_relative)
         << "loss" << early << label << ": gpu " << early_loss << ", cpu " << cpu_loss;
-    gpu_->fill_zero(d_grads, param_elems);
-    gpu_model.backward(gpu_sink, loss_scale);
-    const auto early_grads = download(d_grads, param_elems);
+    gpu_->fill_zero(d_grads, model.layout.param_elems);
+    FullGradient gpu_sink(d_grads);
+    model.gpu.backward(gpu_sink, loss_scale);
+    const auto early_grads = download(d_grads, model.layout.param_elems);
     check_gradients(early_grads, early);
-    gpu_model.forward(inputs.data(), targets.data(), nullptr, loss_scale);
-    EXPECT_EQ(gpu_model.mean_loss(), early_loss) << "repeated forward" << early << label;
-    gpu_->fill_zero(d_grads, param_elems);
-    gpu_model.backward(gpu_sink, loss_scale);
-    EXPECT_TRUE(all_close("repeated backward" + early + label, download(d_grads, param_elems), early_grads,
-                          kBitExact));
+    expect_repeatable(model, d_grads, loss_scale, loss_scale, early_loss, early_grads, early + label);
   }
 }
 
-SCALESTUDY_HALF_PRECISION_TESTS();
+INSTANTIATE_TEST_SUITE_P(Precisions, CudaOpsFp32Model, ::testing::Values(Precision::fp32),
+                         precision_test_name);
+INSTANTIATE_TEST_SUITE_P(Precisions, CudaOpsHalfModel, ::testing::ValuesIn(kHalfPrecisions),
+                         precision_test_name);
 
 }  // namespace
 }  // namespace scalestudy::gpu_test

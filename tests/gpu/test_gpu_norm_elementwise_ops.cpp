@@ -1,44 +1,16 @@
 // The embedding, LayerNorm (alone and after the residual add), GELU, residual, accumulate,
 // scale and fill ops of the CUDA backend against the CPU reference, in fp32, bf16 and fp16,
 // at the op shapes and at GPT-2's widths.
-#include "cuda_ops_half_fixture.h"
+#include "cuda_ops_fixture.h"
 
 namespace scalestudy::gpu_test {
 namespace {
 
 TEST_P(CudaOpsShapes, Embedding) {
-  const OpShape s = GetParam();
-  const size_t N = s.rows(), C = s.channels;
-  const auto tokens = random_ids(N, 10, s.vocab);
-  const auto wte = random_floats(s.vocab * C, 11), wpe = random_floats(s.seq * C, 12);
-  std::vector<float> out(N * C);
-  float* d_out = poisoned(out.size());
-  const int32_t* d_tokens = upload(tokens);
-  cpu_.embedding_forward({.out = out.data(), .tokens = tokens.data(), .wte = wte.data(),
-                          .wpe = wpe.data(), .batch = s.batch, .seq = s.seq, .channels = s.channels});
-  gpu_->embedding_forward({.out = d_out, .tokens = d_tokens, .wte = upload(wte), .wpe = upload(wpe),
-                           .batch = s.batch, .seq = s.seq, .channels = s.channels});
-  EXPECT_TRUE(matches("embedding out", d_out, out, kBitExact));
-
-  const auto dout = random_floats(N * C, 13);
-  auto dwte = random_floats(wte.size(), 14), dwpe = random_floats(wpe.size(), 15);
-  float* d_dwte = upload(dwte);
-  float* d_dwpe = upload(dwpe);
-  cpu_.embedding_backward({.dwte = dwte.data(), .dwpe = dwpe.data(), .dout = dout.data(),
-                           .tokens = tokens.data(), .batch = s.batch, .seq = s.seq,
-                           .channels = s.channels});
-  gpu_->embedding_backward({.dwte = d_dwte, .dwpe = d_dwpe, .dout = upload(dout),
-                            .tokens = d_tokens, .batch = s.batch, .seq = s.seq,
-                            .channels = s.channels});
-  EXPECT_TRUE(matches("dwte (repeated tokens)", d_dwte, dwte, kBitExact));
-  EXPECT_TRUE(matches("dwpe", d_dwpe, dwpe, kBitExact));
-}
-
-TEST_P(CudaOpsHalfShapes, Embedding) {
   const OpShape s = shape();
   const size_t N = s.rows(), C = s.channels;
   const auto tokens = random_ids(N, 10, s.vocab);
-  // The GPU reads the tables' 16-bit copy: the CPU adds the same rounded values, in fp32.
+  // The GPU reads the tables' storage copy: the CPU adds the same rounded values, in fp32.
   const auto master_wte = random_floats(s.vocab * C, 11), master_wpe = random_floats(s.seq * C, 12);
   const auto wte = rounded(master_wte), wpe = rounded(master_wpe);
   std::vector<float> out(N * C);
@@ -64,15 +36,7 @@ TEST_P(CudaOpsHalfShapes, Embedding) {
   expect_close("dwpe", d_dwpe, dwpe, kBitExact);
 }
 
-TEST_P(CudaOpsShapes, LayerNorm) {
-  const OpShape s = GetParam();
-  check_layernorm(s.rows(), s.channels, "");
-}
-
-TEST_P(CudaOpsHalfShapes, LayerNorm) {
-  const OpShape s = shape();
-  check_layernorm(s.rows(), s.channels, "");
-}
+TEST_P(CudaOpsShapes, LayerNorm) { check_layernorm(shape().rows(), shape().channels, ""); }
 
 // In fp32 a row stays in registers up to 1024 channels (8 packs of 4 per lane): GPT-2
 // small's and medium's widths take that path, 1032 the block-per-row one. 70 rows leave
@@ -93,26 +57,6 @@ TEST_P(CudaOpsHalf, LayerNormAtModelWidths) {
 }
 
 TEST_P(CudaOpsShapes, Gelu) {
-  const OpShape s = GetParam();
-  const size_t elems = size_t(s.rows()) * 4 * s.channels;
-  const auto inp = random_floats(elems, 50, -5.0f, 5.0f);
-  std::vector<float> out(elems);
-  float* d_out = poisoned(elems);
-  const float* d_inp = upload(inp);
-  cpu_.gelu_forward(out.data(), inp.data(), elems);
-  gpu_->gelu_forward(d_out, d_inp, elems);
-  EXPECT_TRUE(matches("gelu out", d_out, out, kGeluForward));
-  const auto dout = random_floats(elems, 51);
-  for (GradientWrite write : kGradientWrites) {
-    auto dinp = random_floats(elems, 52);
-    float* d_dinp = write == GradientWrite::accumulate ? upload(dinp) : poisoned(elems);
-    cpu_.gelu_backward(dinp.data(), inp.data(), dout.data(), elems, write);
-    gpu_->gelu_backward(d_dinp, d_inp, upload(dout), elems, write);
-    EXPECT_TRUE(matches("gelu dinp" + write_label(write), d_dinp, dinp, kGeluBackward));
-  }
-}
-
-TEST_P(CudaOpsHalfShapes, Gelu) {
   const OpShape s = shape();
   const size_t elems = size_t(s.rows()) * 4 * s.channels + 5;  // +5: a ragged tail
   const auto inp = rounded(random_floats(elems, 50, -5.0f, 5.0f));
@@ -121,6 +65,7 @@ TEST_P(CudaOpsHalfShapes, Gelu) {
   const float* d_inp = activation(inp);
   cpu_.gelu_forward(out.data(), inp.data(), elems);
   gpu_->gelu_forward(d_out, d_inp, elems);
+  // fp32: kGeluForward, the same bound as tol_.rounding's.
   expect_close("gelu out", d_out, out, tol_.rounding);
   const auto dout = rounded(random_floats(elems, 51));
   for (GradientWrite write : kGradientWrites) {
@@ -132,28 +77,7 @@ TEST_P(CudaOpsHalfShapes, Gelu) {
   }
 }
 
-TEST_P(CudaOpsShapes, ResidualAccumulateScaleFill) {
-  const OpShape s = GetParam();
-  const size_t elems = size_t(s.rows()) * s.channels + 3;  // +3: a ragged tail
-  const auto a = random_floats(elems, 60), b = random_floats(elems, 61);
-  std::vector<float> out(elems);
-  float* d_out = poisoned(elems);
-  const float *d_a = upload(a), *d_b = upload(b);
-  cpu_.residual_forward(out.data(), a.data(), b.data(), elems);
-  gpu_->residual_forward(d_out, d_a, d_b, elems);
-  EXPECT_TRUE(matches("residual out", d_out, out, kBitExact));
-  cpu_.accumulate(out.data(), b.data(), elems);
-  gpu_->accumulate(d_out, d_b, elems);
-  EXPECT_TRUE(matches("accumulate", d_out, out, kBitExact));
-  cpu_.scale(out.data(), elems, 0.37f);
-  gpu_->scale(d_out, elems, 0.37f);
-  EXPECT_TRUE(matches("scale", d_out, out, kBitExact));
-  cpu_.fill_zero(out.data(), elems - 1);
-  gpu_->fill_zero(d_out, elems - 1);
-  EXPECT_TRUE(matches("fill_zero", d_out, out, kBitExact));
-}
-
-TEST_P(CudaOpsHalfShapes, ResidualAndAccumulate) {
+TEST_P(CudaOpsShapes, ResidualAndAccumulate) {
   const OpShape s = shape();
   const size_t elems = size_t(s.rows()) * s.channels + 3;  // +3: a ragged tail
   const auto a = rounded(random_floats(elems, 60)), b = rounded(random_floats(elems, 61));
@@ -169,8 +93,21 @@ TEST_P(CudaOpsHalfShapes, ResidualAndAccumulate) {
   expect_close("accumulate", d_out, rounded(out), kBitExact);
 }
 
-SCALESTUDY_FP32_SHAPE_TESTS();
-SCALESTUDY_HALF_SHAPE_TESTS();
+// scale and fill_zero take fp32 buffers (gradients) in every precision.
+TEST_P(CudaOpsShapes, ScaleAndFillZero) {
+  const OpShape s = shape();
+  const size_t elems = size_t(s.rows()) * s.channels + 3;  // +3: a ragged tail
+  auto x = random_floats(elems, 62);
+  float* d_x = upload(x);
+  cpu_.scale(x.data(), elems, 0.37f);
+  gpu_->scale(d_x, elems, 0.37f);
+  expect_close("scale", d_x, x, kBitExact);
+  cpu_.fill_zero(x.data(), elems - 1);
+  gpu_->fill_zero(d_x, elems - 1);
+  expect_close("fill_zero", d_x, x, kBitExact);
+}
+
+SCALESTUDY_SHAPE_TESTS();
 SCALESTUDY_HALF_PRECISION_TESTS();
 
 }  // namespace

@@ -1,7 +1,7 @@
 // The optimizer's ops of the CUDA backend against the CPU reference: the sums in double,
 // AdamW bit for bit, AdamW over a model's pieces in one launch, and the 16-bit copy that
 // launch refreshes.
-#include "cuda_ops_half_fixture.h"
+#include "cuda_ops_fixture.h"
 
 namespace scalestudy::gpu_test {
 namespace {
@@ -30,50 +30,69 @@ TEST_F(CudaOpsTest, SumsInDoubleAreAccurateAndDeterministic) {
   }
 }
 
-TEST_F(CudaOpsTest, AdamWStepsAreBitIdentical) {
-  const size_t elems = 100003;
-  auto params = random_floats(elems, 90), m = random_floats(elems, 91, -0.1f, 0.1f);
-  auto v = random_floats(elems, 92, 0.0f, 0.01f);
-  float *d_params = upload(params), *d_m = upload(m), *d_v = upload(v);
-  for (int step = 1; step <= 3; ++step) {
+// AdamW's fp32 state, random from three seeds on, on the host and on the GPU.
+struct AdamWState {
+  std::vector<float> params, m, v;
+  float *d_params = nullptr, *d_m = nullptr, *d_v = nullptr;
+};
+
+class CudaOpsAdamW : public CudaOpsTest {
+ protected:
+  AdamWState state(size_t elems, uint64_t seed) {
+    AdamWState state;
+    state.params = random_floats(elems, seed);
+    state.m = random_floats(elems, seed + 1, -0.1f, 0.1f);
+    state.v = random_floats(elems, seed + 2, 0.0f, 0.01f);
+    state.d_params = upload(state.params);
+    state.d_m = upload(state.m);
+    state.d_v = upload(state.v);
+    return state;
+  }
+  static AdamWParams hyper(int step, float weight_decay) {
     AdamWParams hyper;
     hyper.learning_rate = 3e-3f;
-    hyper.weight_decay = step == 2 ? 0.0f : 0.1f;
+    hyper.weight_decay = weight_decay;
     hyper.step = step;
+    return hyper;
+  }
+  // Every AdamW step here is the CPU's, bit for bit.
+  void expect_same_state(const std::string& what, const AdamWState& state) {
+    EXPECT_TRUE(matches(what + " params", state.d_params, state.params, kBitExact));
+    EXPECT_TRUE(matches(what + " m", state.d_m, state.m, kBitExact));
+    EXPECT_TRUE(matches(what + " v", state.d_v, state.v, kBitExact));
+  }
+};
+
+TEST_F(CudaOpsAdamW, AdamWStepsAreBitIdentical) {
+  const size_t elems = 100003;
+  AdamWState s = state(elems, 90);
+  for (int step = 1; step <= 3; ++step) {
+    const AdamWParams step_hyper = hyper(step, step == 2 ? 0.0f : 0.1f);
     const auto grads = random_floats(elems, 93 + step);
-    cpu_.adamw_update(params.data(), grads.data(), m.data(), v.data(), elems, hyper);
-    gpu_->adamw_update(d_params, upload(grads), d_m, d_v, elems, hyper);
-    const std::string label = " after step " + std::to_string(step);
-    EXPECT_TRUE(matches("adamw params" + label, d_params, params, kBitExact));
-    EXPECT_TRUE(matches("adamw m" + label, d_m, m, kBitExact));
-    EXPECT_TRUE(matches("adamw v" + label, d_v, v, kBitExact));
+    cpu_.adamw_update(s.params.data(), grads.data(), s.m.data(), s.v.data(), elems, step_hyper);
+    gpu_->adamw_update(s.d_params, upload(grads), s.d_m, s.d_v, elems, step_hyper);
+    expect_same_state("adamw after step " + std::to_string(step), s);
   }
 }
 
 // The one-launch AdamW over a model's pieces against the CPU's piece-by-piece steps: the
 // pieces' sizes straddle the kernel's tiles (2048 elements) or fall far inside one, and
 // empty pieces are left out of the launch.
-TEST_F(CudaOpsTest, AdamWOverPiecesIsThePieceByPieceStep) {
+TEST_F(CudaOpsAdamW, AdamWOverPiecesIsThePieceByPieceStep) {
   const std::vector<AdamWPiece> pieces = {{0, 768, 0.0f},          {768, 768, 0.1f},
                                           {768, 3 * 2048 + 5, 0.1f}, {3 * 2048 + 5, 3 * 2048 + 6, 0.0f},
                                           {3 * 2048 + 6, 40000, 0.1f}, {40000, 41001, 0.0f}};
   const size_t elems = pieces.back().end_elems;
-  auto params = random_floats(elems, 94), m = random_floats(elems, 95, -0.1f, 0.1f);
-  auto v = random_floats(elems, 96, 0.0f, 0.01f);
-  float *d_params = upload(params), *d_m = upload(m), *d_v = upload(v);
+  AdamWState s = state(elems, 94);
   for (int step = 1; step <= 2; ++step) {
-    AdamWParams hyper;
-    hyper.learning_rate = 3e-3f;
-    hyper.weight_decay = 0.5f;  // each piece's own decay replaces it
-    hyper.step = step;
+    const AdamWParams step_hyper = hyper(step, 0.5f);  // each piece's own decay replaces it
     const auto grads = random_floats(elems, 97 + step);
-    EXPECT_FALSE(cpu_.adamw_update_pieces(params.data(), grads.data(), m.data(), v.data(), pieces, hyper));
-    EXPECT_FALSE(gpu_->adamw_update_pieces(d_params, upload(grads), d_m, d_v, pieces, hyper))
+    EXPECT_FALSE(cpu_.adamw_update_pieces(s.params.data(), grads.data(), s.m.data(), s.v.data(),
+                                          pieces, step_hyper));
+    EXPECT_FALSE(gpu_->adamw_update_pieces(s.d_params, upload(grads), s.d_m, s.d_v, pieces,
+                                           step_hyper))
         << "fp32 has no compute copy to refresh";
-    const std::string label = " after step " + std::to_string(step);
-    EXPECT_TRUE(matches("adamw pieces params" + label, d_params, params, kBitExact));
-    EXPECT_TRUE(matches("adamw pieces m" + label, d_m, m, kBitExact));
-    EXPECT_TRUE(matches("adamw pieces v" + label, d_v, v, kBitExact));
+    expect_same_state("adamw pieces after step " + std::to_string(step), s);
   }
 }
 

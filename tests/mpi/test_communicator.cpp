@@ -202,29 +202,23 @@ float allgather_value(int owner, size_t i) {
   return static_cast<float>(owner * 100000 + static_cast<int>(i));
 }
 
-TEST(MpiCommunicator, AllgatherOutOfPlaceIsExact) {
+// Allgathers this rank's chunk of allgather_value, sent from a buffer of its own or, in
+// place, from the rank's chunk of the result, and checks every rank's chunk.
+void expect_exact_allgather(bool in_place, const std::string& what) {
   MpiCommunicator comm(MPI_COMM_WORLD, kTimeoutS);
   const size_t send_elems = 1031;
-  std::vector<float> send(send_elems);
+  std::vector<float> own(send_elems), recv(send_elems * static_cast<size_t>(world_size()), -1.0f);
+  float* send = in_place ? recv.data() + static_cast<size_t>(world_rank()) * send_elems : own.data();
   for (size_t i = 0; i < send_elems; ++i) send[i] = allgather_value(world_rank(), i);
-  std::vector<float> recv(send_elems * static_cast<size_t>(world_size()), -1.0f);
-  comm.finish(comm.start_allgather(collective_args(send.data(), recv.data(), send_elems, "test")));
+  comm.finish(comm.start_allgather(collective_args(send, recv.data(), send_elems, "test")));
   expect_exact<float>(recv, [&](size_t i) {
     return allgather_value(static_cast<int>(i / send_elems), i % send_elems);
-  }, "allgather out of place");
+  }, what);
 }
 
-TEST(MpiCommunicator, AllgatherInPlaceIsExact) {
-  MpiCommunicator comm(MPI_COMM_WORLD, kTimeoutS);
-  const size_t send_elems = 1031;
-  std::vector<float> recv(send_elems * static_cast<size_t>(world_size()), -1.0f);
-  float* own_chunk = recv.data() + static_cast<size_t>(world_rank()) * send_elems;
-  for (size_t i = 0; i < send_elems; ++i) own_chunk[i] = allgather_value(world_rank(), i);
-  comm.finish(comm.start_allgather(collective_args(own_chunk, recv.data(), send_elems, "test")));
-  expect_exact<float>(recv, [&](size_t i) {
-    return allgather_value(static_cast<int>(i / send_elems), i % send_elems);
-  }, "allgather in place");
-}
+TEST(MpiCommunicator, AllgatherOutOfPlaceIsExact) { expect_exact_allgather(false, "allgather out of place"); }
+
+TEST(MpiCommunicator, AllgatherInPlaceIsExact) { expect_exact_allgather(true, "allgather in place"); }
 
 // 16-bit words (a backend's parameter copy) arrive as they were sent, every bit pattern
 // included, in place and in pieces; the record counts 2 bytes a word.

@@ -38,12 +38,17 @@ grep -q '"unavailable"' <<<"$(dataset "$tmp/gemm.h5" /bench/gemm/status)" || fai
 expect_exit 0 "accumulate" "$binary" bench bandwidth --sizes 1K..4K "${quick[@]}" -o "$tmp/bandwidth.h5"
 expect_file "$tmp/bandwidth.h5" bandwidth
 
-expect_exit 0 "attention-core" "$binary" bench layer --batches 1,2 --seqs 8 --part-batch 2 --part-seq 8 \
+expect_exit 0 "attention-core" "$binary" bench layer --batches 1,2 --seqs 8 \
   "${quick[@]}" -o "$tmp/layer.h5"
 expect_file "$tmp/layer.h5" layer
 
-expect_exit 0 "sequences_per_s" "$binary" bench inference --batches 1,2 --seqs 8,16 "${quick[@]}" -o "$tmp/inference.h5"
+expect_exit 0 "backend cpu fp32" "$binary" bench inference --batches 1,2 --seqs 8,16 "${quick[@]}" -o "$tmp/inference.h5"
 expect_file "$tmp/inference.h5" inference
+grep -q '"fp32"' <<<"$(h5dump -a /precision "$tmp/inference.h5")" || fail "inference: the file does not record fp32"
+# The backend counts exactly what the prediction says: the same numbers in both columns.
+[ "$(dataset "$tmp/inference.h5" /bench/inference/memory_bytes | sed -n '/DATA {/,/}/p' | grep -o '[0-9]\{4,\}')" = \
+  "$(dataset "$tmp/inference.h5" /bench/inference/allocated_bytes | sed -n '/DATA {/,/}/p' | grep -o '[0-9]\{4,\}')" ] ||
+  fail "inference: allocated bytes differ from the predicted ones"
 
 # With 130 MiB allowed, 128 MiB of head-room leaves the small point room and not the
 # large one: the large one is kept, marked oom.
@@ -72,6 +77,9 @@ expect_exit 2 "\-\-max-bytes 1K" "$binary" bench comm --min-bytes 4K --max-bytes
 expect_exit 2 "unrecognised option '--comm-engine'" "$binary" bench comm --comm-engine copy
 expect_exit 2 "unrecognised option '--comm-engine'" "$binary" bench gemm --comm-engine copy
 expect_exit 2 "\-\-heads 5" "$binary" bench layer --heads 5
+expect_exit 2 "\-\-precision bf16: the cpu backend computes in fp32 only" "$binary" bench inference --precision bf16
+expect_exit 2 "\-\-precision tf16: must be auto" "$binary" bench layer --precision tf16
+expect_exit 2 "\-\-precision does not apply to bench gemm" "$binary" bench gemm --precision bf16
 expect_exit 2 "\-\-repeats 0" "$binary" bench inference --repeats 0
 expect_exit 2 "\-\-warmup 0" "$binary" bench gemm --warmup 0
 expect_exit 2 "\-\-profile-kernels: needs \-\-backend cuda" "$binary" bench gemm --profile-kernels

@@ -31,6 +31,9 @@ class ForwardingCommunicator : public Communicator {
   std::vector<CollectiveRecord> take_records() override { return inner_.take_records(); }
   std::vector<size_t> payload_bytes_by_kind() const override { return inner_.payload_bytes_by_kind(); }
   size_t staging_bytes() const override { return inner_.staging_bytes(); }
+  size_t staging_bytes_for(CollectiveKind kind, size_t elems, WireType wire) const override {
+    return inner_.staging_bytes_for(kind, elems, wire);
+  }
   void* native_stream() const override { return inner_.native_stream(); }
 
  private:

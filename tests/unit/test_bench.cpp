@@ -17,6 +17,7 @@
 #include "bench/bench_gpt.h"
 #include "bench/bench_layer.h"
 #include "bench/bench_model.h"
+#include "bench/bench_point.h"
 #include "comm/mpi_communicator.h"
 #include "core/usage_error.h"
 #include "model/flops.h"
@@ -247,17 +248,17 @@ TEST(MicrobenchModel, PredictedAllocationsAreWhatTheModelAllocates) {
   for (const char* preset : {"tiny", "bert-base"}) {
     ModelShape shape = find_model_preset(preset).shape;
     shape.max_seq = 32;
-    const size_t batch = 3, seq = 32;
+    const int batch = 3, seq = 32;
     CpuOps ops;
     {
-      Gpt model(ops, shape, static_cast<int>(batch), static_cast<int>(seq), make_parameter_layout(shape).param_elems);
+      Gpt model(ops, shape, batch, seq, make_parameter_layout(shape).param_elems);
       size_t allocated = 0;
       for (int k = 0; k < kMemoryKindCount; ++k) allocated += ops.allocated_bytes(static_cast<MemoryKind>(k));
-      EXPECT_EQ(allocated, bench_model::gpt_allocation_bytes(shape, batch, seq, false)) << preset;
+      EXPECT_EQ(allocated, bench_model::gpt_allocation_bytes(ops, shape, batch, seq, false)) << preset;
       FlatGradients gradients(ops, model);
-      const size_t probs = batch * static_cast<size_t>(shape.heads) * seq * seq;
-      EXPECT_EQ(allocated + ops.allocated_bytes(MemoryKind::gradients) + probs * sizeof(float),
-                bench_model::gpt_allocation_bytes(shape, batch, seq, true))
+      // The CPU's ops hold no scratch of their own.
+      EXPECT_EQ(allocated + ops.allocated_bytes(MemoryKind::gradients),
+                bench_model::gpt_allocation_bytes(ops, shape, batch, seq, true))
           << preset;
     }
   }
@@ -316,13 +317,11 @@ TEST(MicrobenchCpu, LayerPointsThatDoNotFitAreMarkedOomAndKept) {
   config.shape = find_model_preset("tiny").shape;
   config.batches = {1, 2};
   config.seqs = {8};
-  config.part_batch = 2;
-  config.part_seq = 8;
   config.memory_limit_bytes = 1;  // below any point's head-room: every point is oom
   BenchRun oom_run(config);
   BenchContext oom_context = oom_run.context();
   run_layer_bench(oom_context);
-  const size_t rows = 2 * 2 + 2 * 5;  // two block points and five parts, two passes each
+  const size_t rows = 2 * (2 + 2 * 5);  // at each of two points: the block and five parts, two passes each
   ASSERT_EQ(oom_run.table.rows(), rows);
   for (size_t row = 0; row < rows; ++row) EXPECT_EQ(oom_run.table.status(row), PointStatus::oom) << row;
 
@@ -350,6 +349,29 @@ TEST(MicrobenchTable, RendersStatusAndMissingValues) {
   EXPECT_NE(text.find("1.5"), std::string::npos);
   EXPECT_NE(text.find(" -\n"), std::string::npos);
   EXPECT_EQ(table.text(oom, "detail"), "too big");
+}
+
+TEST(MicrobenchPoint, ProgressLinesShowTheMeasurementOfPointsThatRanAndWhyTheOthersDidNot) {
+  BenchRun run(tiny_config(BenchKind::gemm));
+  BenchContext context = run.context();
+  TimedCalls timed;
+  timed.stats = {.median_s = 0.0015, .q1_s = 0.001, .q3_s = 0.002};
+  const size_t ok = run.table.add_row(), wrong = run.table.add_row(), oom = run.table.add_row();
+  run.table.set_timing(ok, timed);
+  run.table.set_timing(wrong, timed);
+  run.table.set_status(wrong, PointStatus::wrong, "3 result elements differ");
+  run.table.set_status(oom, PointStatus::oom, "needs 99 bytes");
+  testing::internal::CaptureStdout();
+  for (size_t row : {ok, wrong, oom})
+    report_row(context, row, "p" + std::to_string(row), time_text(run.table, row, "median", "ms"));
+  report_row(context, ok, "q", time_text(run.table, ok, "latency", "us"));
+  EXPECT_EQ(testing::internal::GetCapturedStdout(),
+            "  p0: median 1.5 ms [IQR 1-2]\n"
+            "  p1: median 1.5 ms [IQR 1-2]\n"
+            "  p2: oom (needs 99 bytes)\n"
+            "  q: latency 1500 us [IQR 1000-2000]\n");
+  const std::string long_text(500, 'x');
+  EXPECT_EQ(format_text("%s-%d", long_text.c_str(), 7), long_text + "-7");
 }
 
 }  // namespace

@@ -111,24 +111,10 @@ TEST(KernelTraceWriter, WritesEveryRankAndReadsBack) {
   rank0.origin_ns = 123456789;
   rank0.names = {"gemm_kernel", "memcpy HtoD"};
   rank0.stream_names = {"compute", "stream 7"};
-  TraceRecord kernel;
-  kernel.step = 5;
-  kernel.start_ns = 100;
-  kernel.end_ns = 350;
-  kernel.name = 0;
-  kernel.stream = 0;
-  kernel.grid = {4, 2, 1};
-  kernel.block = {128, 1, 1};
-  kernel.category = KernelCategory::gemm;
-  TraceRecord copy;
-  copy.step = 6;
-  copy.start_ns = 400;
-  copy.end_ns = 420;
-  copy.bytes = 4096;
-  copy.name = 1;
-  copy.stream = 1;
-  copy.kind = TraceRecordKind::memcpy;
-  copy.category = KernelCategory::memory;
+  const TraceRecord kernel{.step = 5, .start_ns = 100, .end_ns = 350, .name = 0, .stream = 0, .grid = {4, 2, 1},
+                           .block = {128, 1, 1}, .category = KernelCategory::gemm};
+  const TraceRecord copy{.step = 6, .start_ns = 400, .end_ns = 420, .bytes = 4096, .name = 1, .stream = 1,
+                         .kind = TraceRecordKind::memcpy, .category = KernelCategory::memory};
   rank0.records = {kernel, copy};
   RankTrace rank1;  // a rank that recorded nothing still gets its group
   rank1.device = "GPU 1";

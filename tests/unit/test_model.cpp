@@ -5,6 +5,7 @@
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -37,6 +38,16 @@ struct TokenBatch {
   }
   std::vector<int32_t> inputs, targets;
 };
+
+// Expects `actual` equal to `expected` bit for bit, counting the elements that differ;
+// `what` says what changed between the two runs.
+void expect_same_gradients(const std::vector<float>& actual, const std::vector<float>& expected,
+                           const std::string& what) {
+  ASSERT_EQ(actual.size(), expected.size());
+  size_t differing = 0;
+  for (size_t i = 0; i < expected.size(); ++i) differing += actual[i] != expected[i];
+  EXPECT_EQ(differing, 0u) << "gradient elements that differ " << what;
+}
 
 struct GradientCase {
   bool causal;
@@ -144,10 +155,7 @@ TEST(TrainingForward, LossScaleInForwardGivesTheSameLossAndGradientsBitForBit) {
   };
   const auto plain = run(false), early = run(true);
   EXPECT_EQ(early.first, plain.first);
-  ASSERT_EQ(early.second.size(), plain.second.size());
-  size_t differing = 0;
-  for (size_t i = 0; i < plain.second.size(); ++i) differing += early.second[i] != plain.second[i];
-  EXPECT_EQ(differing, 0u) << "gradient elements that differ with the loss scale in forward";
+  expect_same_gradients(early.second, plain.second, "with the loss scale in forward");
   double gradient_norm = 0.0;
   for (float g : plain.second) gradient_norm += double{g} * g;
   EXPECT_GT(gradient_norm, 0.0) << "all-zero gradients would test nothing";
@@ -242,10 +250,7 @@ TEST(Recomputation, SameLossAndGradientsBitForBitWithLessActivationMemory) {
   };
   const Result kept = run(false), recomputed = run(true);
   EXPECT_EQ(recomputed.loss, kept.loss);
-  ASSERT_EQ(recomputed.grads.size(), kept.grads.size());
-  size_t differing = 0;
-  for (size_t i = 0; i < kept.grads.size(); ++i) differing += recomputed.grads[i] != kept.grads[i];
-  EXPECT_EQ(differing, 0u) << "gradient elements that differ with recomputation";
+  expect_same_gradients(recomputed.grads, kept.grads, "with recomputation");
   EXPECT_EQ(recomputed.order, kept.order);
 
   // Per block, without recomputation: ln1, atty, residual2, ln2, residual3 (N·C each),

@@ -4,9 +4,12 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "core/check.h"
+#include "core/memory_estimate.h"
+#include "core/out_of_memory.h"
 
 namespace scalestudy {
 namespace {
@@ -14,11 +17,6 @@ namespace {
 // Cache-line alignment, so that the contiguous inner loops vectorise on aligned data and
 // two tensors never share a line.
 constexpr size_t kAlignmentBytes = 64;
-constexpr double kLayerNormEpsilon = 1e-5;
-// sqrt(2/pi), the constant of the tanh approximation of GELU that GPT-2 was trained with.
-constexpr float kGeluScale = 0.7978845608028654f;
-constexpr float kGeluCubic = 0.044715f;
-
 // Rows a matmul handles together: each weight row is then read from L1 once per block
 // rather than once per row. The per-element arithmetic does not depend on the block,
 // so the results do not either.
@@ -89,12 +87,13 @@ CpuOps::~CpuOps() {
 void* CpuOps::allocate_bytes(size_t bytes, MemoryKind kind) {
   // aligned_alloc wants a multiple of the alignment, and a zero-byte request would be
   // allowed to return null, which callers would mistake for failure.
+  const bool representable = bytes <= std::numeric_limits<size_t>::max() - kAlignmentBytes;
   size_t padded_bytes = std::max(kAlignmentBytes,
                                  (bytes + kAlignmentBytes - 1) / kAlignmentBytes * kAlignmentBytes);
-  void* ptr = std::aligned_alloc(kAlignmentBytes, padded_bytes);
-  SCALESTUDY_CHECK(ptr != nullptr, "cpu backend: out of host memory allocating " +
-                                       std::to_string(bytes) + " bytes of " +
-                                       memory_kind_name(kind));
+  void* ptr = representable ? std::aligned_alloc(kAlignmentBytes, padded_bytes) : nullptr;
+  if (ptr == nullptr)
+    throw OutOfMemoryError(kind, bytes, "cpu backend",
+                           human_bytes(host_available_bytes()) + " available on the host");
   std::lock_guard<std::mutex> lock(memory_mutex_);
   allocations_[ptr] = Allocation{bytes, kind};
   bytes_by_kind_[static_cast<size_t>(kind)] += bytes;
@@ -102,11 +101,11 @@ void* CpuOps::allocate_bytes(size_t bytes, MemoryKind kind) {
 }
 
 float* CpuOps::allocate_floats(size_t elems, MemoryKind kind) {
-  return static_cast<float*>(allocate_bytes(elems * sizeof(float), kind));
+  return static_cast<float*>(allocate_bytes(floats_bytes(elems, kind), kind));
 }
 
 int32_t* CpuOps::allocate_ints(size_t elems, MemoryKind kind) {
-  return static_cast<int32_t*>(allocate_bytes(elems * sizeof(int32_t), kind));
+  return static_cast<int32_t*>(allocate_bytes(ints_bytes(elems), kind));
 }
 
 void CpuOps::release(void* ptr) {
@@ -159,30 +158,24 @@ float* CpuOps::allocate_logits(int rows, int vocab) {
 void CpuOps::embedding_forward(const EmbeddingForwardArgs<float>& args) {
   const auto& [out, tokens, wte, wpe, batch, seq, channels] = args;
   check_embedding_shape(batch, seq, channels);
-  for (int b = 0; b < batch; ++b) {
-    for (int t = 0; t < seq; ++t) {
-      size_t row = static_cast<size_t>(b) * seq + t;
-      int32_t token = tokens[row];
-      SCALESTUDY_CHECK(token >= 0, "embedding: negative token id " + std::to_string(token));
-      float* out_row = out + row * channels;
-      const float* token_row = wte + static_cast<size_t>(token) * channels;
-      const float* position_row = wpe + static_cast<size_t>(t) * channels;
-      for (int c = 0; c < channels; ++c) out_row[c] = token_row[c] + position_row[c];
-    }
+  for (size_t row = 0; row < static_cast<size_t>(batch) * seq; ++row) {
+    const int32_t token = tokens[row];
+    SCALESTUDY_CHECK(token >= 0, "embedding: negative token id " + std::to_string(token));
+    float* out_row = out + row * channels;
+    const float* token_row = wte + static_cast<size_t>(token) * channels;
+    const float* position_row = wpe + (row % seq) * channels;
+    for (int c = 0; c < channels; ++c) out_row[c] = token_row[c] + position_row[c];
   }
 }
 
-// Rows are visited in token order, so repeated tokens add into dwte in a fixed order.
+// Rows are visited in order, so repeated tokens add into dwte in a fixed order.
 void CpuOps::embedding_backward(const EmbeddingBackwardArgs<float>& args) {
   const auto& [dwte, dwpe, dout, tokens, batch, seq, channels] = args;
   check_embedding_shape(batch, seq, channels);
-  for (int b = 0; b < batch; ++b) {
-    for (int t = 0; t < seq; ++t) {
-      size_t row = static_cast<size_t>(b) * seq + t;
-      const float* dout_row = dout + row * channels;
-      axpy(dwte + static_cast<size_t>(tokens[row]) * channels, 1.0f, dout_row, channels);
-      axpy(dwpe + static_cast<size_t>(t) * channels, 1.0f, dout_row, channels);
-    }
+  for (size_t row = 0; row < static_cast<size_t>(batch) * seq; ++row) {
+    const float* dout_row = dout + row * channels;
+    axpy(dwte + static_cast<size_t>(tokens[row]) * channels, 1.0f, dout_row, channels);
+    axpy(dwpe + (row % seq) * channels, 1.0f, dout_row, channels);
   }
 }
 

@@ -26,8 +26,6 @@ class CpuOps : public Backend {
  public:
   CpuOps() = default;
   ~CpuOps() override;
-  CpuOps(const CpuOps&) = delete;
-  CpuOps& operator=(const CpuOps&) = delete;
 
   std::string name() const override { return "cpu"; }
 
@@ -38,12 +36,14 @@ class CpuOps : public Backend {
     return allocate_floats(elems, MemoryKind::activations);
   }
   int32_t* allocate_ints(size_t elems, MemoryKind kind) override;
+  size_t floats_bytes(size_t elems, MemoryKind) const override { return elems * sizeof(float); }
   void release(void* ptr) override;
   void fill_zero(float* dst, size_t elems) override;
   void copy(float* dst, const float* src, size_t elems) override;
   void copy_to_host(float* host_dst, const float* src, size_t elems) override;
   void copy_from_host(float* dst, const float* host_src, size_t elems) override;
   void copy_ints_from_host(int32_t* dst, const int32_t* host_src, size_t elems) override;
+  size_t available_bytes() const override { return host_available_bytes(); }
   size_t allocated_bytes(MemoryKind kind) const override;
   size_t measured_peak_bytes() const override { return peak_resident_bytes(); }
   std::string peak_source() const override { return "VmHWM"; }
@@ -72,6 +72,9 @@ class CpuOps : public Backend {
                           const AttentionShape& shape, GradientWrite dqkv_write) override;
   // The probabilities, [B,NH,T,T].
   float* allocate_attention_state(const AttentionShape& shape) override;
+  size_t attention_state_bytes(const AttentionShape& shape) const override {
+    return floats_bytes(attention_probs_elems(shape), MemoryKind::activations);
+  }
 
   void gelu_forward(float* out, const float* inp, size_t elems) override;
   void gelu_backward(float* dinp, const float* inp, const float* dout, size_t elems,
@@ -82,6 +85,9 @@ class CpuOps : public Backend {
 
   // The plain [N,V].
   float* allocate_logits(int rows, int vocab) override;
+  size_t logits_bytes(size_t rows, int vocab) const override {
+    return floats_bytes(rows * static_cast<size_t>(vocab), MemoryKind::activations);
+  }
   void softmax_cross_entropy_forward(float* losses, float* row_stats, const float* logits,
                                      const int32_t* targets, int rows, int vocab) override;
   void softmax_cross_entropy_backward(float* dlogits, const float* logits,

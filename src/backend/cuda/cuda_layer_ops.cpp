@@ -34,8 +34,7 @@ using namespace cuda_storage;
 
 void CudaOps::embedding_forward(const EmbeddingForwardArgs<float>& args) {
   ScopedKernelTag tag(KernelCategory::norm_elementwise);
-  with_storage_type(stores_half(args.out, "embedding out"), precision_, [&](auto storage) {
-    using T = typename decltype(storage)::type;
+  with_storage_type(stores_half(args.out, "embedding out"), precision_, [&]<class T>(Storage<T>) {
     const EmbeddingForwardArgs<T> typed{.out = as<T>(args.out), .tokens = args.tokens,
                                         .wte = parameter_as<T>(args.wte),
                                         .wpe = parameter_as<T>(args.wpe), .batch = args.batch,
@@ -46,12 +45,10 @@ void CudaOps::embedding_forward(const EmbeddingForwardArgs<float>& args) {
 
 void CudaOps::embedding_backward(const EmbeddingBackwardArgs<float>& args) {
   ScopedKernelTag tag(KernelCategory::norm_elementwise);
-  require_fp32(args.dwte, "embedding dwte");
-  require_fp32(args.dwpe, "embedding dwpe");
+  require_fp32({{args.dwte, "embedding dwte"}, {args.dwpe, "embedding dwpe"}});
   const cuda::Scratch scratch =
       scratch_of(cuda::embedding_backward_scratch_elems(args.batch, args.seq));
-  with_storage_type(stores_half(args.dout, "embedding dout"), precision_, [&](auto storage) {
-    using T = typename decltype(storage)::type;
+  with_storage_type(stores_half(args.dout, "embedding dout"), precision_, [&]<class T>(Storage<T>) {
     const EmbeddingBackwardArgs<T> typed{.dwte = args.dwte, .dwpe = args.dwpe,
                                          .dout = as<T>(args.dout), .tokens = args.tokens,
                                          .batch = args.batch, .seq = args.seq,
@@ -62,11 +59,9 @@ void CudaOps::embedding_backward(const EmbeddingBackwardArgs<float>& args) {
 
 void CudaOps::layernorm_forward(const LayerNormForwardArgs<float>& args) {
   ScopedKernelTag tag(KernelCategory::norm_elementwise);
-  require_fp32(args.mean, "layernorm mean");
-  require_fp32(args.rstd, "layernorm rstd");
+  require_fp32({{args.mean, "layernorm mean"}, {args.rstd, "layernorm rstd"}});
   const bool half = half_operands("layernorm_forward", {{args.out, "out"}, {args.inp, "inp"}});
-  with_storage_type(half, precision_, [&](auto storage) {
-    using T = typename decltype(storage)::type;
+  with_storage_type(half, precision_, [&]<class T>(Storage<T>) {
     const LayerNormForwardArgs<T> typed{.out = as<T>(args.out), .mean = args.mean,
                                         .rstd = args.rstd, .inp = as<T>(args.inp),
                                         .weight = parameter_as<T>(args.weight),
@@ -78,14 +73,12 @@ void CudaOps::layernorm_forward(const LayerNormForwardArgs<float>& args) {
 
 void CudaOps::layernorm_backward(const LayerNormBackwardArgs<float>& args) {
   ScopedKernelTag tag(KernelCategory::norm_elementwise);
-  require_fp32(args.mean, "layernorm mean");
-  require_fp32(args.rstd, "layernorm rstd");
+  require_fp32({{args.mean, "layernorm mean"}, {args.rstd, "layernorm rstd"}});
   const bool half = half_operands("layernorm_backward",
                                   {{args.dinp, "dinp"}, {args.dout, "dout"}, {args.inp, "inp"}});
   const cuda::Scratch scratch =
       scratch_of(cuda::layernorm_backward_scratch_elems(args.rows, args.channels));
-  with_storage_type(half, precision_, [&](auto storage) {
-    using T = typename decltype(storage)::type;
+  with_storage_type(half, precision_, [&]<class T>(Storage<T>) {
     const LayerNormBackwardArgs<T> typed{.dinp = as<T>(args.dinp), .dweight = args.dweight,
                                          .dbias = args.dbias, .dout = as<T>(args.dout),
                                          .inp = as<T>(args.inp),
@@ -102,8 +95,7 @@ void CudaOps::matmul_forward(float* out, const float* inp, const float* weight,
   if (half_operands("matmul_forward", {{out, "out"}, {inp, "inp"}})) {
     const size_t scratch_elems = cuda::matmul_forward_scratch_elems_16bit(rows, out_channels);
     const cuda::Scratch scratch = scratch_elems > 0 ? scratch_of(scratch_elems) : cuda::Scratch{};
-    with_half_type(precision_, [&](auto storage) {
-      using Half = typename decltype(storage)::type;
+    with_half_type(precision_, [&]<class Half>(Storage<Half>) {
       const cuda::MatmulForwardArgs<Half> half_args{
           .out = as<Half>(out),
           .inp = as<Half>(inp),
@@ -123,8 +115,7 @@ void CudaOps::matmul_forward(float* out, const float* inp, const float* weight,
 
 void CudaOps::matmul_backward(const MatmulBackwardArgs<float>& args) {
   ScopedKernelTag tag(KernelCategory::gemm);
-  require_fp32(args.dweight, "matmul dweight");
-  require_fp32(args.dbias, "matmul dbias");
+  require_fp32({{args.dweight, "matmul dweight"}, {args.dbias, "matmul dbias"}});
   const bool half = half_operands("matmul_backward",
                                   {{args.dinp, "dinp"}, {args.dout, "dout"}, {args.inp, "inp"}});
   if (half) {
@@ -132,8 +123,7 @@ void CudaOps::matmul_backward(const MatmulBackwardArgs<float>& args) {
     const cuda::Scratch scratch =
         scratch_of(cuda::matmul_backward_scratch_elems_16bit(args.rows, args.out_channels));
     const void* weight_copy = parameter_copy_of(args.weight);
-    with_half_type(precision_, [&](auto storage) {
-      using Half = typename decltype(storage)::type;
+    with_half_type(precision_, [&]<class Half>(Storage<Half>) {
       const MatmulBackwardArgs<Half> half_args{.dinp = as<Half>(args.dinp), .dweight = args.dweight,
                                                .dbias = args.dbias, .dout = as<Half>(args.dout),
                                                .inp = as<Half>(args.inp),
@@ -170,8 +160,7 @@ void CudaOps::dense_gelu_forward(const DenseGeluForwardArgs<float>& args) {
     if (bias_copy != nullptr) {
       const void* weight_copy = parameter_copy_of(args.weight);
       ScopedKernelTag tag(KernelCategory::gemm);
-      with_half_type(precision_, [&](auto storage) {
-        using Half = typename decltype(storage)::type;
+      with_half_type(precision_, [&]<class Half>(Storage<Half>) {
         const DenseGeluForwardArgs<Half> typed{.pre = as<Half>(args.pre), .out = as<Half>(args.out),
                                                .inp = as<Half>(args.inp),
                                                .weight = as<Half>(weight_copy),
@@ -196,8 +185,8 @@ void CudaOps::dense_backward_through_gelu(const DenseGeluBackwardArgs<float>& ar
                     {{args.dpre, "dpre"}, {args.dout, "dout"}, {args.act, "act"}, {args.pre, "pre"},
                      {args.dact_scratch, "dact_scratch"}}) &&
       gelu_epilogues_allowed()) {
-    require_fp32(args.dweight, "dense_backward_through_gelu dweight");
-    require_fp32(args.dbias, "dense_backward_through_gelu dbias");
+    require_fp32({{args.dweight, "dense_backward_through_gelu dweight"},
+                  {args.dbias, "dense_backward_through_gelu dbias"}});
     const cuda::Scratch scratch =
         args.dbias != nullptr ? scratch_of(cuda::dense_backward_through_gelu_scratch_elems(
                                     args.rows, args.out_channels))
@@ -206,8 +195,7 @@ void CudaOps::dense_backward_through_gelu(const DenseGeluBackwardArgs<float>& ar
     bool fused = false;
     {
       ScopedKernelTag tag(KernelCategory::gemm);
-      with_half_type(precision_, [&](auto storage) {
-        using Half = typename decltype(storage)::type;
+      with_half_type(precision_, [&]<class Half>(Storage<Half>) {
         const DenseGeluBackwardArgs<Half> half_args{.dpre = as<Half>(args.dpre),
                                                     .dweight = args.dweight, .dbias = args.dbias,
                                                     .dout = as<Half>(args.dout),
@@ -231,7 +219,7 @@ void CudaOps::dense_backward_through_gelu(const DenseGeluBackwardArgs<float>& ar
 }
 
 float* CudaOps::allocate_attention_state(const AttentionShape& shape) {
-  if (half_mode() && cuda::flash_attention_supported(shape))
+  if (keeps_log_sum_exp(shape))
     return allocate_statistics(static_cast<size_t>(shape.batch) * shape.heads * shape.seq);
   return allocate_floats(attention_probs_elems(shape), MemoryKind::activations);
 }
@@ -251,16 +239,14 @@ void CudaOps::attention_forward(float* out, float* state, const float* qkv,
   if (fused_attention_state(state, shape)) {
     SCALESTUDY_CHECK(half_operands("attention_forward", {{out, "out"}, {qkv, "qkv"}}),
                      "the fused attention needs 16-bit out and qkv");
-    with_half_type(precision_, [&](auto storage) {
-      using Half = typename decltype(storage)::type;
+    with_half_type(precision_, [&]<class Half>(Storage<Half>) {
       cuda::launch_flash_attention_forward(stream_, as<Half>(out), state, as<Half>(qkv), shape);
     });
     return;
   }
   if (half_operands("attention_forward", {{out, "out"}, {state, "probs"}, {qkv, "qkv"}})) {
     const cuda::Scratch scratch = scratch_of(cuda::attention_forward_scratch_elems_16bit(shape));
-    with_half_type(precision_, [&](auto storage) {
-      using Half = typename decltype(storage)::type;
+    with_half_type(precision_, [&]<class Half>(Storage<Half>) {
       cuda::launch_attention_forward(cublas_, stream_, as<Half>(out), as<Half>(state),
                                      as<Half>(qkv), shape, scratch);
     });
@@ -278,8 +264,7 @@ void CudaOps::attention_backward(float* dqkv, const float* dout, const float* qk
     SCALESTUDY_CHECK(half_operands("attention_backward", {{dqkv, "dqkv"}, {dout, "dout"}, {qkv, "qkv"}, {out, "out"}}),
                      "the fused attention needs 16-bit dqkv, dout, qkv and out");
     const cuda::Scratch scratch = scratch_of(cuda::flash_attention_backward_scratch_elems(shape));
-    with_half_type(precision_, [&](auto storage) {
-      using Half = typename decltype(storage)::type;
+    with_half_type(precision_, [&]<class Half>(Storage<Half>) {
       const AttentionBackwardArgs<Half, float> typed{.dqkv = as<Half>(dqkv), .dout = as<Half>(dout),
                                                      .qkv = as<Half>(qkv), .out = as<Half>(out),
                                                      .state = state, .shape = shape,
@@ -294,8 +279,7 @@ void CudaOps::attention_backward(float* dqkv, const float* dout, const float* qk
   if (half_operands("attention_backward",
                     {{dqkv, "dqkv"}, {dout, "dout"}, {qkv, "qkv"}, {state, "probs"}})) {
     const cuda::Scratch scratch = scratch_of(cuda::attention_backward_scratch_elems_16bit(shape));
-    with_half_type(precision_, [&](auto storage) {
-      using Half = typename decltype(storage)::type;
+    with_half_type(precision_, [&]<class Half>(Storage<Half>) {
       const AttentionBackwardArgs<Half> typed{.dqkv = as<Half>(dqkv), .dout = as<Half>(dout),
                                               .qkv = as<Half>(qkv), .out = as<Half>(out),
                                               .state = as<Half>(state), .shape = shape};
@@ -313,8 +297,7 @@ void CudaOps::attention_backward(float* dqkv, const float* dout, const float* qk
 void CudaOps::gelu_forward(float* out, const float* inp, size_t elems) {
   ScopedKernelTag tag(KernelCategory::norm_elementwise);
   const bool half = half_operands("gelu_forward", {{out, "out"}, {inp, "inp"}});
-  with_storage_type(half, precision_, [&](auto storage) {
-    using T = typename decltype(storage)::type;
+  with_storage_type(half, precision_, [&]<class T>(Storage<T>) {
     cuda::launch_gelu_forward(stream_, as<T>(out), as<T>(inp), elems);
   });
 }
@@ -324,8 +307,7 @@ void CudaOps::gelu_backward(float* dinp, const float* inp, const float* dout, si
   ScopedKernelTag tag(KernelCategory::norm_elementwise);
   const bool accumulate_dinp = dinp_write == GradientWrite::accumulate;
   const bool half = half_operands("gelu_backward", {{dinp, "dinp"}, {inp, "inp"}, {dout, "dout"}});
-  with_storage_type(half, precision_, [&](auto storage) {
-    using T = typename decltype(storage)::type;
+  with_storage_type(half, precision_, [&]<class T>(Storage<T>) {
     cuda::launch_gelu_backward(stream_, as<T>(dinp), as<T>(inp), as<T>(dout), elems,
                                accumulate_dinp);
   });
@@ -334,21 +316,18 @@ void CudaOps::gelu_backward(float* dinp, const float* inp, const float* dout, si
 void CudaOps::residual_forward(float* out, const float* a, const float* b, size_t elems) {
   ScopedKernelTag tag(KernelCategory::norm_elementwise);
   const bool half = half_operands("residual_forward", {{out, "out"}, {a, "a"}, {b, "b"}});
-  with_storage_type(half, precision_, [&](auto storage) {
-    using T = typename decltype(storage)::type;
+  with_storage_type(half, precision_, [&]<class T>(Storage<T>) {
     cuda::launch_residual_forward(stream_, as<T>(out), as<T>(a), as<T>(b), elems);
   });
 }
 
 void CudaOps::residual_layernorm_forward(const ResidualLayerNormForwardArgs<float>& args) {
   ScopedKernelTag tag(KernelCategory::norm_elementwise);
-  require_fp32(args.mean, "layernorm mean");
-  require_fp32(args.rstd, "layernorm rstd");
+  require_fp32({{args.mean, "layernorm mean"}, {args.rstd, "layernorm rstd"}});
   const bool half =
       half_operands("residual_layernorm_forward",
                     {{args.residual, "residual"}, {args.out, "out"}, {args.a, "a"}, {args.b, "b"}});
-  with_storage_type(half, precision_, [&](auto storage) {
-    using T = typename decltype(storage)::type;
+  with_storage_type(half, precision_, [&]<class T>(Storage<T>) {
     const ResidualLayerNormForwardArgs<T> typed{.residual = as<T>(args.residual),
                                                 .out = as<T>(args.out), .mean = args.mean,
                                                 .rstd = args.rstd, .a = as<T>(args.a),
@@ -363,8 +342,7 @@ void CudaOps::residual_layernorm_forward(const ResidualLayerNormForwardArgs<floa
 void CudaOps::accumulate(float* dst, const float* src, size_t elems) {
   ScopedKernelTag tag(KernelCategory::norm_elementwise);
   const bool half = half_operands("accumulate", {{dst, "dst"}, {src, "src"}});
-  with_storage_type(half, precision_, [&](auto storage) {
-    using T = typename decltype(storage)::type;
+  with_storage_type(half, precision_, [&]<class T>(Storage<T>) {
     cuda::launch_accumulate(stream_, as<T>(dst), as<T>(src), elems);
   });
 }
@@ -385,12 +363,11 @@ int CudaOps::padded_logits_stride(const float* logits, int rows, int vocab) cons
 void CudaOps::softmax_cross_entropy_forward(float* losses, float* row_stats, const float* logits,
                                             const int32_t* targets, int rows, int vocab) {
   ScopedKernelTag tag(KernelCategory::norm_elementwise);
-  require_fp32(losses, "cross-entropy losses");
-  require_fp32(row_stats, "cross-entropy row statistics");
+  require_fp32({{losses, "cross-entropy losses"}, {row_stats, "cross-entropy row statistics"}});
   SCALESTUDY_CHECK(padded_logits_stride(logits, rows, vocab) == 0,
                    "cross-entropy: padded logits from allocate_logits go to classifier_forward");
-  with_storage_type(stores_half(logits, "cross-entropy logits"), precision_, [&](auto storage) {
-    using T = typename decltype(storage)::type;
+  const bool half = stores_half(logits, "cross-entropy logits");
+  with_storage_type(half, precision_, [&]<class T>(Storage<T>) {
     cuda::launch_softmax_cross_entropy_forward(stream_, losses, row_stats, as<T>(logits),
                                                {targets, rows, vocab, vocab});
   });
@@ -406,8 +383,7 @@ void CudaOps::softmax_cross_entropy_backward(float* dlogits, const float* logits
                    "cross-entropy: padded logits from allocate_logits go to classifier_backward");
   const bool half = half_operands("softmax_cross_entropy_backward",
                                   {{dlogits, "dlogits"}, {logits, "logits"}});
-  with_storage_type(half, precision_, [&](auto storage) {
-    using T = typename decltype(storage)::type;
+  with_storage_type(half, precision_, [&]<class T>(Storage<T>) {
     cuda::launch_softmax_cross_entropy_backward(stream_, as<T>(dlogits), as<T>(logits), row_stats,
                                                 {targets, rows, vocab, vocab}, loss_scale);
   });
@@ -426,18 +402,15 @@ float* CudaOps::allocate_logits(int rows, int vocab) {
 }
 
 void CudaOps::classifier_forward(const ClassifierForwardArgs<float>& args) {
+  // Logits not from allocate_logits (fp32, or a plain buffer) take Ops's plain ops.
   const int stride = padded_logits_stride(args.logits, args.rows, args.vocab);
-  if (stride == 0) {
-    Ops::classifier_forward(args);
-    return;
-  }
-  require_fp32(args.losses, "cross-entropy losses");
-  require_fp32(args.row_stats, "cross-entropy row statistics");
+  if (stride == 0) return Ops::classifier_forward(args);
+  require_fp32({{args.losses, "cross-entropy losses"},
+                {args.row_stats, "cross-entropy row statistics"}});
   SCALESTUDY_CHECK(stores_half(args.inp, "classifier inp"),
                    "classifier_forward: inp must be an activation buffer like the logits");
   const void* weight_copy = parameter_copy_of(args.weight);
-  with_half_type(precision_, [&](auto storage) {
-    using Half = typename decltype(storage)::type;
+  with_half_type(precision_, [&]<class Half>(Storage<Half>) {
     const ClassifierForwardArgs<Half> half_args{.losses = args.losses, .row_stats = args.row_stats,
                                                 .logits = as<Half>(args.logits),
                                                 .inp = as<Half>(args.inp),
@@ -449,6 +422,7 @@ void CudaOps::classifier_forward(const ClassifierForwardArgs<float>& args) {
       ScopedKernelTag tag(KernelCategory::gemm);
       cuda::launch_classifier_matmul_forward(cublas_, stream_, half_args, stride);
     }
+    if (args.losses == nullptr) return;
     ScopedKernelTag tag(KernelCategory::norm_elementwise);
     const cuda::CrossEntropyRows rows{args.targets, args.rows, args.vocab, stride};
     if (args.dlogits_scale)
@@ -472,15 +446,11 @@ int CudaOps::classifier_logits_stride(const float* logits, int rows, int vocab) 
 void CudaOps::classifier_backward_from_dlogits(const ClassifierInputGradientArgs<float>& args) {
   ScopedKernelTag tag(KernelCategory::gemm);
   const int stride = classifier_logits_stride(args.dlogits, args.rows, args.vocab);
-  if (!half_mode()) {
-    cuda::launch_classifier_input_gradient(cublas_, stream_, args, stride);
-    return;
-  }
+  if (!half_mode()) return cuda::launch_classifier_input_gradient(cublas_, stream_, args, stride);
   SCALESTUDY_CHECK(stores_half(args.dinp, "classifier dinp"),
                    "classifier_backward: dinp must be an activation buffer like the logits");
   const void* weight_copy = parameter_copy_of(args.weight);
-  with_half_type(precision_, [&](auto storage) {
-    using Half = typename decltype(storage)::type;
+  with_half_type(precision_, [&]<class Half>(Storage<Half>) {
     const ClassifierInputGradientArgs<Half> half_args{.dinp = as<Half>(args.dinp),
                                                       .dlogits = as<Half>(args.dlogits),
                                                       .weight = as<Half>(weight_copy),
@@ -495,14 +465,10 @@ void CudaOps::classifier_weight_backward(const ClassifierWeightGradientArgs<floa
   ScopedKernelTag tag(KernelCategory::gemm);
   require_fp32(args.dweight, "classifier dweight");
   const int stride = classifier_logits_stride(args.dlogits, args.rows, args.vocab);
-  if (!half_mode()) {
-    cuda::launch_classifier_weight_gradient(cublas_, stream_, args, stride);
-    return;
-  }
+  if (!half_mode()) return cuda::launch_classifier_weight_gradient(cublas_, stream_, args, stride);
   SCALESTUDY_CHECK(stores_half(args.inp, "classifier inp"),
                    "classifier_weight_backward: inp must be an activation buffer like the logits");
-  with_half_type(precision_, [&](auto storage) {
-    using Half = typename decltype(storage)::type;
+  with_half_type(precision_, [&]<class Half>(Storage<Half>) {
     const ClassifierWeightGradientArgs<Half> half_args{.dweight = args.dweight,
                                                        .dlogits = as<Half>(args.dlogits),
                                                        .inp = as<Half>(args.inp), .rows = args.rows,
@@ -515,14 +481,11 @@ void CudaOps::classifier_weight_backward(const ClassifierWeightGradientArgs<floa
 }
 
 void CudaOps::classifier_backward(const ClassifierBackwardArgs<float>& args) {
+  // Logits not from allocate_logits (fp32, or a plain buffer) take Ops's plain ops.
   const int stride = padded_logits_stride(args.logits, args.rows, args.vocab);
-  if (stride == 0) {
-    Ops::classifier_backward(args);
-    return;
-  }
+  if (stride == 0) return Ops::classifier_backward(args);
   require_fp32(args.row_stats, "cross-entropy row statistics");
-  with_half_type(precision_, [&](auto storage) {
-    using Half = typename decltype(storage)::type;
+  with_half_type(precision_, [&]<class Half>(Storage<Half>) {
     ScopedKernelTag tag(KernelCategory::norm_elementwise);
     cuda::launch_softmax_cross_entropy_backward(stream_, as<Half>(args.logits), as<Half>(args.logits),
                                                 args.row_stats,

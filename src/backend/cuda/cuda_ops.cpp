@@ -16,6 +16,8 @@
 #include "backend/cuda/cupti_tracer.h"
 #include "backend/cuda/device_info.h"
 #include "backend/cuda/half_host.h"
+#include "core/memory_estimate.h"
+#include "core/out_of_memory.h"
 #include "cuda_check.h"
 #include "elementwise.cuh"
 #include "gemm_lt.cuh"
@@ -33,10 +35,6 @@ namespace {
 // cudaMalloc returns 256-byte aligned blocks; a zero-byte request still gets a real
 // block, because callers take a null pointer for failure.
 constexpr size_t kMinAllocationBytes = 256;
-
-// Scratch grows by at least this factor, so a sequence of slightly larger requests
-// does not reallocate (and synchronise) every time.
-constexpr double kScratchGrowth = 1.5;
 
 }  // namespace
 
@@ -125,6 +123,9 @@ void* CudaOps::device_malloc(size_t bytes, MemoryKind kind) {
     size_t free_bytes = 0, total_bytes = 0;
     (void)cudaGetLastError();
     (void)cudaMemGetInfo(&free_bytes, &total_bytes);
+    if (rc == cudaErrorMemoryAllocation)
+      throw OutOfMemoryError(kind, bytes, "cuda backend on device " + std::to_string(device_),
+                             human_bytes(free_bytes) + " of " + human_bytes(total_bytes) + " free");
     abort_job(__FILE__, __LINE__, "cudaMalloc",
               std::string(cudaGetErrorString(rc)) + " allocating " + std::to_string(bytes) +
                   " bytes of " + memory_kind_name(kind) + " on device " +
@@ -143,16 +144,28 @@ void* CudaOps::allocate_bytes(size_t bytes, MemoryKind kind, bool half) {
   return ptr;
 }
 
+size_t CudaOps::floats_bytes(size_t elems, MemoryKind kind) const {
+  if (!half_mode()) return elems * sizeof(float);
+  if (kind == MemoryKind::activations) return elems * kHalfBytes;
+  return elems * sizeof(float) + (kind == MemoryKind::parameters ? elems * kHalfBytes : 0);
+}
+
 float* CudaOps::allocate_floats(size_t elems, MemoryKind kind) {
-  if (!half_mode()) return static_cast<float*>(allocate_bytes(elems * sizeof(float), kind));
+  if (!half_mode()) return static_cast<float*>(allocate_bytes(floats_bytes(elems, kind), kind));
   if (kind == MemoryKind::activations)
-    return static_cast<float*>(allocate_bytes(elems * kHalfBytes, kind, true));
+    return static_cast<float*>(allocate_bytes(floats_bytes(elems, kind), kind, true));
   float* ptr = static_cast<float*>(allocate_bytes(elems * sizeof(float), kind));
   if (kind == MemoryKind::parameters) {
     // All-ones bytes are a NaN in bf16 and in fp16 alike: GEMMs on a copy that
     // parameters_changed never filled give NaN.
-    const size_t copy_bytes = elems * kHalfBytes;
-    void* copy = device_malloc(copy_bytes, kind);
+    const size_t copy_bytes = floats_bytes(elems, kind) - elems * sizeof(float);
+    void* copy = nullptr;
+    try {
+      copy = device_malloc(copy_bytes, kind);
+    } catch (const OutOfMemoryError&) {
+      release(ptr);
+      throw;
+    }
     CHECK_CUDA(cudaMemsetAsync(copy, 0xff, copy_bytes, stream_));
     sample_device_usage();
     std::lock_guard<std::mutex> lock(memory_mutex_);
@@ -165,11 +178,11 @@ float* CudaOps::allocate_floats(size_t elems, MemoryKind kind) {
 }
 
 float* CudaOps::allocate_statistics(size_t elems) {
-  return static_cast<float*>(allocate_bytes(elems * sizeof(float), MemoryKind::activations));
+  return static_cast<float*>(allocate_bytes(statistics_bytes(elems), MemoryKind::activations));
 }
 
 int32_t* CudaOps::allocate_ints(size_t elems, MemoryKind kind) {
-  return static_cast<int32_t*>(allocate_bytes(elems * sizeof(int32_t), kind));
+  return static_cast<int32_t*>(allocate_bytes(ints_bytes(elems), kind));
 }
 
 void CudaOps::release(void* ptr) {
@@ -193,6 +206,13 @@ void CudaOps::release(void* ptr) {
   sample_device_usage();
   CHECK_CUDA(cudaFree(ptr));
   CHECK_CUDA(cudaFree(parameter_copy));
+}
+
+size_t CudaOps::available_bytes() const {
+  CHECK_CUDA(cudaSetDevice(device_));
+  size_t free_bytes = 0, total_bytes = 0;
+  CHECK_CUDA(cudaMemGetInfo(&free_bytes, &total_bytes));
+  return free_bytes;
 }
 
 size_t CudaOps::allocated_bytes(MemoryKind kind) const {
@@ -246,6 +266,10 @@ void CudaOps::require_fp32(const void* ptr, const char* what) const {
                        " activation buffer");
 }
 
+void CudaOps::require_fp32(std::initializer_list<Operand> operands) const {
+  for (const Operand& operand : operands) require_fp32(operand.ptr, operand.what);
+}
+
 const void* CudaOps::parameter_copy_or_null(const float* param) const {
   const Lookup lookup = find_allocation(param);
   if (!lookup.found || lookup.allocation.parameter_copy == nullptr) return nullptr;
@@ -276,8 +300,7 @@ void CudaOps::parameters_changed(const float* params, size_t begin_elems, size_t
   SCALESTUDY_CHECK(offset_bytes % sizeof(float) == 0 &&
                        offset_bytes + end_elems * sizeof(float) <= lookup.allocation.bytes,
                    "parameters_changed: range outside the parameters allocation");
-  with_half_type(precision_, [&](auto storage) {
-    using Half = typename decltype(storage)::type;
+  with_half_type(precision_, [&]<class Half>(Storage<Half>) {
     Half* copy =
         static_cast<Half*>(lookup.allocation.parameter_copy) + offset_bytes / sizeof(float);
     cuda::launch_cast(stream_, copy + begin_elems, params + begin_elems, end_elems - begin_elems);
@@ -312,6 +335,15 @@ float* CudaOps::scratch_floats(size_t elems) {
   CHECK_CUDA(cudaFree(scratch_));
   scratch_ = nullptr;
   const cudaError_t rc = cudaMalloc(&scratch_, grown * sizeof(float));
+  if (rc == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    // The old scratch is gone: nothing is left to account for.
+    std::lock_guard<std::mutex> lock(memory_mutex_);
+    bytes_by_kind_[static_cast<size_t>(MemoryKind::other)] -= scratch_elems_ * sizeof(float);
+    scratch_elems_ = 0;
+    throw OutOfMemoryError(MemoryKind::other, grown * sizeof(float),
+                           "cuda backend on device " + std::to_string(device_));
+  }
   SCALESTUDY_CHECK(rc == cudaSuccess, std::string(cudaGetErrorString(rc)) +
                                           " allocating " + std::to_string(grown * sizeof(float)) +
                                           " bytes of cuda backend scratch");
@@ -352,8 +384,7 @@ void CudaOps::copy(float* dst, const float* src, size_t elems) {
     return;
   }
   if (dst_half || src_half) {
-    with_half_type(precision_, [&](auto storage) {
-      using Half = typename decltype(storage)::type;
+    with_half_type(precision_, [&]<class Half>(Storage<Half>) {
       if (dst_half)
         cuda::launch_cast(stream_, as<Half>(dst), src, elems);
       else
@@ -460,8 +491,7 @@ double CudaOps::read_device_double() {
 
 double CudaOps::sum(const float* x, size_t elems) {
   ScopedKernelTag tag(KernelCategory::norm_elementwise);
-  with_storage_type(stores_half(x, "sum input"), precision_, [&](auto storage) {
-    using T = typename decltype(storage)::type;
+  with_storage_type(stores_half(x, "sum input"), precision_, [&]<class T>(Storage<T>) {
     cuda::launch_sum(stream_, device_result_, as<T>(x), elems, reduction_partials_,
                      reduction_partials_elems_);
   });
@@ -485,9 +515,12 @@ void CudaOps::scale(float* x, size_t elems, float factor) {
 void CudaOps::adamw_update(float* params, const float* grads, float* m, float* v, size_t elems,
                            const AdamWParams& hyper) {
   ScopedKernelTag tag(KernelCategory::optimizer);
-  require_fp32(params, "adamw params");
-  require_fp32(grads, "adamw grads");
+  require_fp32({{params, "adamw params"}, {grads, "adamw grads"}});
   cuda::launch_adamw_update(stream_, params, grads, m, v, elems, hyper);
+}
+
+size_t CudaOps::adamw_pieces_bytes(const std::vector<AdamWPiece>& pieces) const {
+  return cuda::make_adamw_piece_table(pieces).pieces.size() * sizeof(cuda::AdamWDevicePiece);
 }
 
 const CudaOps::AdamWTable& CudaOps::adamw_table_for(const std::vector<AdamWPiece>& pieces) {
@@ -496,7 +529,7 @@ const CudaOps::AdamWTable& CudaOps::adamw_table_for(const std::vector<AdamWPiece
   const cuda::AdamWPieceTable made = cuda::make_adamw_piece_table(pieces);
   AdamWTable table{pieces, nullptr, static_cast<int>(made.pieces.size()), made.blocks};
   if (!made.pieces.empty()) {
-    const size_t table_bytes = made.pieces.size() * sizeof(cuda::AdamWDevicePiece);
+    const size_t table_bytes = adamw_pieces_bytes(pieces);
     CHECK_CUDA(cudaMalloc(&table.device, table_bytes));
     // Synchronous, once per distinct range: the host vector may go right after.
     CHECK_CUDA(cudaMemcpy(table.device, made.pieces.data(), table_bytes, cudaMemcpyHostToDevice));
@@ -511,8 +544,7 @@ bool CudaOps::adamw_update_pieces(float* params, const float* grads, float* m, f
                                   const std::vector<AdamWPiece>& pieces,
                                   const AdamWParams& hyper) {
   ScopedKernelTag tag(KernelCategory::optimizer);
-  require_fp32(params, "adamw params");
-  require_fp32(grads, "adamw grads");
+  require_fp32({{params, "adamw params"}, {grads, "adamw grads"}});
   const AdamWTable& table = adamw_table_for(pieces);
   // The copy is the backend's own, written here as parameters_changed writes it.
   void* copy = half_mode() ? const_cast<void*>(parameter_copy_or_null(params)) : nullptr;
@@ -523,8 +555,7 @@ bool CudaOps::adamw_update_pieces(float* params, const float* grads, float* m, f
     cuda::launch_adamw_update_pieces(stream_, tensors, device_table, hyper);
     return false;
   }
-  with_half_type(precision_, [&](auto storage) {
-    using Half = typename decltype(storage)::type;
+  with_half_type(precision_, [&]<class Half>(Storage<Half>) {
     cuda::launch_adamw_update_pieces(stream_, tensors, device_table, hyper, static_cast<Half*>(copy));
   });
   return true;

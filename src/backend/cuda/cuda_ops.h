@@ -79,8 +79,6 @@ class CudaOps final : public Backend {
   explicit CudaOps(int device, Precision precision = Precision::fp32,
                    GemmAlgos gemm_algos = GemmAlgos::heuristic);
   ~CudaOps() override;
-  CudaOps(const CudaOps&) = delete;
-  CudaOps& operator=(const CudaOps&) = delete;
 
   std::string name() const override { return "cuda"; }
   int device() const { return device_; }
@@ -93,12 +91,17 @@ class CudaOps final : public Backend {
   float* allocate_floats(size_t elems, MemoryKind kind) override;
   float* allocate_statistics(size_t elems) override;
   int32_t* allocate_ints(size_t elems, MemoryKind kind) override;
+  // 2 bytes an element for activations in bf16/fp16, 4 + 2 for parameters there (their
+  // 16-bit copy), else 4.
+  size_t floats_bytes(size_t elems, MemoryKind kind) const override;
   void release(void* ptr) override;
   void fill_zero(float* dst, size_t elems) override;
   void copy(float* dst, const float* src, size_t elems) override;
   void copy_to_host(float* host_dst, const float* src, size_t elems) override;
   void copy_from_host(float* dst, const float* host_src, size_t elems) override;
   void copy_ints_from_host(int32_t* dst, const int32_t* host_src, size_t elems) override;
+  // The device's free memory (cudaMemGetInfo).
+  size_t available_bytes() const override;
   // Includes the backend's own scratch buffers, under MemoryKind::other.
   size_t allocated_bytes(MemoryKind kind) const override;
   // The largest device-wide use (total - free, from cudaMemGetInfo) seen at any of this
@@ -150,6 +153,7 @@ class CudaOps final : public Backend {
                           const float* state, const AttentionShape& shape,
                           GradientWrite dqkv_write) override;
   float* allocate_attention_state(const AttentionShape& shape) override;
+  size_t attention_state_bytes(const AttentionShape& shape) const override;
 
   void gelu_forward(float* out, const float* inp, size_t elems) override;
   void gelu_backward(float* dinp, const float* inp, const float* dout, size_t elems,
@@ -168,6 +172,7 @@ class CudaOps final : public Backend {
   // (cuda::padded_logits_row_elems), so that the LM head's GEMMs read and write them in
   // place; in fp32 they are the plain [N,V] of the default.
   float* allocate_logits(int rows, int vocab) override;
+  size_t logits_bytes(size_t rows, int vocab) const override;
   // With dlogits_scale and padded logits, one kernel computes the loss and dlogits
   // (cuda::launch_softmax_cross_entropy_forward_backward).
   void classifier_forward(const ClassifierForwardArgs<float>& args) override;
@@ -185,11 +190,16 @@ class CudaOps final : public Backend {
   bool adamw_update_pieces(float* params, const float* grads, float* m, float* v,
                            const std::vector<AdamWPiece>& pieces,
                            const AdamWParams& hyper) override;
+  // Its device table: one entry per non-empty piece.
+  size_t adamw_pieces_bytes(const std::vector<AdamWPiece>& pieces) const override;
 
   // bf16 / fp16: casts the range into the parameters' 16-bit copy, on the compute stream
   // (in fp16, masters beyond 65504 become +-inf there).
   void parameters_changed(const float* params, size_t begin_elems, size_t end_elems) override;
   uint16_t* compute_copy_of(float* params) override;
+
+  // The largest scratch request of the model's ops, grown as scratch_floats grows it.
+  size_t model_scratch_bytes(const ModelShape& shape, int batch, int seq) const override;
 
  private:
   struct Allocation {
@@ -221,7 +231,8 @@ class CudaOps final : public Backend {
   bool half_mode() const { return precision_ == Precision::bf16 || precision_ == Precision::fp16; }
   // The name of the mode, for messages: "bf16" or "fp16" (or "fp32").
   const char* mode_name() const { return precision_name(precision_); }
-  // cudaMalloc on this backend's device, aborting with a report on failure.
+  // cudaMalloc on this backend's device. Out of memory throws OutOfMemoryError; any other
+  // failure aborts with a report.
   void* device_malloc(size_t bytes, MemoryKind kind);
   void* allocate_bytes(size_t bytes, MemoryKind kind, bool half = false);
   Lookup find_allocation(const void* ptr) const;
@@ -230,10 +241,14 @@ class CudaOps final : public Backend {
   bool stores_half(const void* ptr, const char* what) const;
   // Whether the (non-null) operands of `op` are all 16-bit; a mix aborts.
   bool half_operands(const char* op, std::initializer_list<Operand> operands) const;
+  // Whether allocate_attention_state keeps the fused kernels' log-sum-exp for `shape`
+  // (bf16/fp16, where they take the shape) rather than the probabilities.
+  bool keeps_log_sum_exp(const AttentionShape& shape) const;
   // Whether an attention state is the fused kernels' (bf16/fp16, an fp32 buffer).
   bool fused_attention_state(const float* state, const AttentionShape& shape) const;
   // Aborts when ptr is 16-bit storage: statistics, losses, gradients and optimizer state.
   void require_fp32(const void* ptr, const char* what) const;
+  void require_fp32(std::initializer_list<Operand> operands) const;
   // The 16-bit copy of the parameter `weight` points at.
   const void* parameter_copy_of(const float* weight) const;
   // The parameter as ops whose activations are of storage T read it: the fp32 master
@@ -270,6 +285,9 @@ class CudaOps final : public Backend {
   std::unique_ptr<cuda::EpilogueGemm> epilogue_gemm_;
   size_t gelu_epilogue_gemms_ = 0;
 
+  // Scratch grows by at least this factor, so a sequence of slightly larger requests
+  // does not reallocate (and synchronise) every time.
+  static constexpr double kScratchGrowth = 1.5;
   float* scratch_ = nullptr;
   size_t scratch_elems_ = 0;
   // Partials and result of sum / sum_of_squares, and the pinned word the result is

@@ -1,0 +1,63 @@
+#include <algorithm>
+#include <cmath>
+#include <initializer_list>
+
+#include "attention.cuh"
+#include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/cuda_storage.h"
+#include "dense_gelu.cuh"
+#include "embedding.cuh"
+#include "flash_attention.cuh"
+#include "layernorm.cuh"
+#include "matmul.cuh"
+
+// The sizes of what the CUDA backend allocates for a model, without allocating: the
+// memory preflight's view of allocate_attention_state, allocate_logits and the ops'
+// scratch, from the same size functions the allocations and launchers use.
+namespace scalestudy {
+
+using namespace cuda_storage;
+
+bool CudaOps::keeps_log_sum_exp(const AttentionShape& shape) const {
+  return half_mode() && cuda::flash_attention_supported(shape);
+}
+
+size_t CudaOps::attention_state_bytes(const AttentionShape& shape) const {
+  if (keeps_log_sum_exp(shape)) return statistics_bytes(static_cast<size_t>(shape.batch) * shape.heads * shape.seq);
+  return floats_bytes(attention_probs_elems(shape), MemoryKind::activations);
+}
+
+size_t CudaOps::logits_bytes(size_t rows, int vocab) const {
+  const size_t row_elems = half_mode() ? static_cast<size_t>(cuda::padded_logits_row_elems(vocab)) : vocab;
+  return floats_bytes(rows * row_elems, MemoryKind::activations);
+}
+
+// The scratch requests of the ops Gpt's forward and backward run (model/gpt.cpp): the
+// embedding's and every LayerNorm's backward, the dense layers of 3C, C and 4C output
+// channels (with the dense-GELU pair's), and the attention of its path. The classifier
+// takes none. scratch_floats grows to at least kScratchGrowth times its old size, so the
+// scratch ends below that factor times the largest request.
+size_t CudaOps::model_scratch_bytes(const ModelShape& shape, int batch, int seq) const {
+  const int rows = batch * seq, channels = shape.channels;
+  const AttentionShape attention{batch, seq, channels, shape.heads, shape.causal};
+  size_t largest_elems = std::max(cuda::embedding_backward_scratch_elems(batch, seq),
+                                  cuda::layernorm_backward_scratch_elems(rows, channels));
+  for (int out_channels : {3 * channels, channels, 4 * channels}) {
+    largest_elems = std::max(largest_elems, half_mode()
+                                                ? std::max(cuda::matmul_forward_scratch_elems_16bit(rows, out_channels),
+                                                           cuda::matmul_backward_scratch_elems_16bit(rows, out_channels))
+                                                : cuda::matmul_backward_scratch_elems(rows, out_channels));
+  }
+  if (half_mode())
+    largest_elems = std::max(largest_elems, cuda::dense_backward_through_gelu_scratch_elems(rows, channels));
+  if (keeps_log_sum_exp(attention))
+    largest_elems = std::max(largest_elems, cuda::flash_attention_backward_scratch_elems(attention));
+  else if (half_mode())
+    largest_elems = std::max({largest_elems, cuda::attention_forward_scratch_elems_16bit(attention),
+                              cuda::attention_backward_scratch_elems_16bit(attention)});
+  else
+    largest_elems = std::max(largest_elems, cuda::attention_backward_scratch_elems(attention));
+  return static_cast<size_t>(std::ceil(kScratchGrowth * static_cast<double>(largest_elems))) * sizeof(float);
+}
+
+}  // namespace scalestudy

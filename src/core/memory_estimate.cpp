@@ -1,0 +1,43 @@
+#include "core/memory_estimate.h"
+
+#include <cstdio>
+
+namespace scalestudy {
+
+size_t MemoryEstimate::total_bytes() const {
+  size_t total = 0;
+  for (size_t kind_bytes : bytes) total += kind_bytes;
+  return total;
+}
+
+std::string MemoryEstimate::describe() const {
+  std::string text;
+  for (int k = 0; k < kMemoryKindCount; ++k) {
+    if (bytes[static_cast<size_t>(k)] == 0) continue;
+    if (!text.empty()) text += ", ";
+    text += std::string(memory_kind_name(static_cast<MemoryKind>(k))) + " " + human_bytes(bytes[static_cast<size_t>(k)]);
+  }
+  return text.empty() ? "nothing" : text;
+}
+
+size_t memory_with_headroom(size_t predicted_bytes) {
+  constexpr size_t kFixedHeadroomBytes = size_t{128} << 20;
+  return predicted_bytes + predicted_bytes / 20 + kFixedHeadroomBytes;
+}
+
+std::string human_bytes(size_t bytes) {
+  static const char* const kUnits[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  if (bytes < 1024) return std::to_string(bytes) + " bytes";
+  double value = static_cast<double>(bytes) / 1024.0;
+  size_t unit = 0;
+  while (value >= 1024.0 && unit + 1 < sizeof(kUnits) / sizeof(kUnits[0])) {
+    value /= 1024.0;
+    ++unit;
+  }
+  char text[32];
+  std::snprintf(text, sizeof(text), value >= 100.0 ? "%.0f %s" : value >= 10.0 ? "%.1f %s" : "%.2f %s", value,
+                kUnits[unit]);
+  return text;
+}
+
+}  // namespace scalestudy

@@ -1,0 +1,111 @@
+#include "model/gpt_inference.h"
+
+#include <vector>
+
+#include "core/check.h"
+#include "model/initial_parameters.h"
+
+namespace scalestudy {
+namespace {
+
+// The working set in units of N·C activations: two residual buffers, the LayerNorm (and
+// attention) output, the branch output, Q/K/V (3) and the MLP's hidden layer (4).
+constexpr size_t kWorkingSetRowsOfChannels = 2 + 1 + 1 + 3 + 4;
+
+}  // namespace
+
+InferenceMemory inference_memory(const ModelShape& shape, int batch, int seq) {
+  const size_t rows = static_cast<size_t>(batch) * static_cast<size_t>(seq);
+  InferenceMemory m;
+  m.parameter_elems = make_parameter_layout(shape).param_elems;
+  m.activation_elems = kWorkingSetRowsOfChannels * rows * static_cast<size_t>(shape.channels);
+  m.statistics_elems = 2 * rows;
+  m.token_elems = rows;
+  m.attention = {batch, seq, shape.channels, shape.heads, shape.causal};
+  m.logits_rows = static_cast<int>(rows);
+  m.vocab = shape.vocab;
+  return m;
+}
+
+size_t InferenceMemory::bytes(const Backend& backend) const {
+  return backend.floats_bytes(parameter_elems, MemoryKind::parameters) +
+         backend.floats_bytes(activation_elems, MemoryKind::activations) +
+         statistics_elems * sizeof(float) + token_elems * sizeof(int32_t) +
+         backend.attention_state_bytes(attention) + backend.logits_bytes(logits_rows, vocab);
+}
+
+GptInference::GptInference(Backend& backend, const ModelShape& shape, int batch, int seq)
+    : ops_(backend), memory_(backend), layout_(make_parameter_layout(shape)), batch_(batch), seq_(seq) {
+  SCALESTUDY_CHECK(batch > 0 && seq > 0 && seq <= shape.max_seq, "bad inference batch shape");
+  const InferenceMemory plan = inference_memory(shape, batch, seq);
+  const size_t rows = plan.token_elems, channels = static_cast<size_t>(shape.channels);
+  params_ = memory_.allocate_floats(plan.parameter_elems, MemoryKind::parameters);
+  tokens_ = memory_.allocate_ints(rows, MemoryKind::activations);
+  auto activations = [&](size_t rows_of_channels) {
+    return memory_.allocate_floats(rows_of_channels * rows * channels, MemoryKind::activations);
+  };
+  residual_[0] = activations(1);
+  residual_[1] = activations(1);
+  ln_ = activations(1);
+  branch_ = activations(1);
+  qkv_ = activations(3);
+  hidden_ = activations(4);
+  mean_ = memory_.allocate_statistics(rows);
+  rstd_ = memory_.allocate_statistics(rows);
+  attention_state_ = ops_.allocate_attention_state(plan.attention);
+  logits_ = ops_.allocate_logits(plan.logits_rows, plan.vocab);
+}
+
+GptInference::~GptInference() {
+  for (void* buffer : std::vector<void*>{params_, tokens_, residual_[0], residual_[1], ln_, branch_, qkv_,
+                                         hidden_, mean_, rstd_, attention_state_, logits_})
+    memory_.release(buffer);
+}
+
+void GptInference::initialize(uint64_t seed) {
+  const std::vector<float> host = initial_parameters(layout_, layout_.param_elems, seed);
+  memory_.copy_from_host(params_, host.data(), layout_.param_elems);
+  ops_.parameters_changed(params_, 0, layout_.param_elems);
+}
+
+void GptInference::forward(const int32_t* host_tokens) {
+  const ModelShape& s = layout_.shape;
+  const int C = s.channels, N = batch_ * seq_;
+  const float* p = params_;
+  memory_.copy_ints_from_host(tokens_, host_tokens, static_cast<size_t>(N));
+  // The stream enters each block in residual_[0], leaves its attention half in residual_[1],
+  // and its MLP half back in residual_[0]. ln_ holds the LayerNorm before each half, and the
+  // attention's output between them.
+  ops_.embedding_forward({.out = residual_[0], .tokens = tokens_, .wte = p + layout_.wte, .wpe = p + layout_.wpe,
+                          .batch = batch_, .seq = seq_, .channels = C});
+  const bool no_blocks = s.layers == 0;
+  ops_.layernorm_forward({.out = ln_, .mean = mean_, .rstd = rstd_, .inp = residual_[0],
+                          .weight = p + (no_blocks ? layout_.lnf_weight : layout_.blocks[0].ln1_weight),
+                          .bias = p + (no_blocks ? layout_.lnf_bias : layout_.blocks[0].ln1_bias), .rows = N,
+                          .channels = C});
+  const AttentionShape attention{batch_, seq_, C, s.heads, s.causal};
+  for (int l = 0; l < s.layers; ++l) {
+    const BlockOffsets& w = layout_.blocks[l];
+    const bool last = l + 1 == s.layers;
+    ops_.matmul_forward(qkv_, ln_, p + w.qkv_weight, p + w.qkv_bias, N, C, 3 * C);
+    ops_.attention_forward(ln_, attention_state_, qkv_, attention);
+    ops_.matmul_forward(branch_, ln_, p + w.attn_proj_weight, p + w.attn_proj_bias, N, C, C);
+    ops_.residual_layernorm_forward({.residual = residual_[1], .out = ln_, .mean = mean_, .rstd = rstd_,
+                                     .a = residual_[0], .b = branch_, .weight = p + w.ln2_weight,
+                                     .bias = p + w.ln2_bias, .rows = N, .channels = C});
+    ops_.dense_gelu_forward({.pre = nullptr, .out = hidden_, .inp = ln_, .weight = p + w.fc_weight,
+                             .bias = p + w.fc_bias, .rows = N, .in_channels = C, .out_channels = 4 * C});
+    ops_.matmul_forward(branch_, hidden_, p + w.fc_proj_weight, p + w.fc_proj_bias, N, 4 * C, C);
+    // The LayerNorm after the block: the next block's first, or the final one.
+    ops_.residual_layernorm_forward(
+        {.residual = residual_[0], .out = ln_, .mean = mean_, .rstd = rstd_, .a = residual_[1], .b = branch_,
+         .weight = p + (last ? layout_.lnf_weight : layout_.blocks[l + 1].ln1_weight),
+         .bias = p + (last ? layout_.lnf_bias : layout_.blocks[l + 1].ln1_bias), .rows = N, .channels = C});
+  }
+  // The LM head is tied to the token embedding: logits = lnf @ wte^T.
+  ops_.classifier_forward({.losses = nullptr, .row_stats = nullptr, .logits = logits_, .inp = ln_,
+                           .weight = p + layout_.wte, .targets = nullptr, .rows = N, .channels = C,
+                           .vocab = s.vocab, .dlogits_scale = std::nullopt});
+}
+
+}  // namespace scalestudy

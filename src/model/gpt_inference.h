@@ -1,0 +1,66 @@
+#pragma once
+// The model's forward for inference: the logits of a batch of sequences, keeping no state
+// for a backward.
+//
+// It holds the parameters and one layer's working set, which every layer reuses: the
+// residual stream (two buffers, read and written in turn), one LayerNorm output that the
+// attention's output also uses, Q/K/V, one branch output, the MLP's hidden layer and one
+// layer's attention state. No per-layer activations, no gradients, no optimizer state.
+// Its ops are the training forward's (Gpt::forward), so it runs the same kernels: flash
+// attention and the GEMM epilogues where the backend has them. Two differences, both
+// free of rounding: the MLP's pre-GELU values are not kept (DenseGeluForwardArgs::pre is
+// null), and the classifier computes the logits alone (no targets, no loss).
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/backend.h"
+#include "model/parameter_layout.h"
+
+namespace scalestudy {
+
+// What one GptInference of a shape allocates: its buffers in the backend's elements, and
+// the bytes they take on a backend (its storage precision decides).
+struct InferenceMemory {
+  size_t parameter_elems = 0;   // MemoryKind::parameters
+  size_t activation_elems = 0;  // MemoryKind::activations, the working set
+  size_t statistics_elems = 0;  // fp32 LayerNorm mean and rstd
+  size_t token_elems = 0;       // int32
+  AttentionShape attention;     // one layer's attention state
+  int logits_rows = 0, vocab = 0;
+  // The bytes on `backend`: every buffer above as the backend stores it.
+  size_t bytes(const Backend& backend) const;
+};
+InferenceMemory inference_memory(const ModelShape& shape, int batch, int seq);
+
+class GptInference {
+ public:
+  GptInference(Backend& backend, const ModelShape& shape, int batch, int seq);
+  ~GptInference();
+  GptInference(const GptInference&) = delete;
+  GptInference& operator=(const GptInference&) = delete;
+
+  const ParameterLayout& layout() const { return layout_; }
+  // The fp32 parameters, layout().param_elems of them; after writing them, call
+  // Ops::parameters_changed (initialize does).
+  float* params() { return params_; }
+  void initialize(uint64_t seed);
+
+  // tokens: a host array of batch*seq. Queues the forward; the logits are ready in stream
+  // order.
+  void forward(const int32_t* host_tokens);
+  // [batch*seq, vocab] in the layout of Ops::allocate_logits.
+  const float* logits() const { return logits_; }
+
+ private:
+  Ops& ops_;
+  DeviceMemory& memory_;
+  ParameterLayout layout_;
+  int batch_, seq_;
+  float* params_ = nullptr;
+  int32_t* tokens_ = nullptr;
+  float* residual_[2] = {nullptr, nullptr};
+  float *ln_ = nullptr, *mean_ = nullptr, *rstd_ = nullptr, *qkv_ = nullptr, *branch_ = nullptr;
+  float *hidden_ = nullptr, *attention_state_ = nullptr, *logits_ = nullptr;
+};
+
+}  // namespace scalestudy
