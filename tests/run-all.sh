@@ -2,7 +2,8 @@
 # Builds scalestudy and runs every test that this machine can run: the C++ unit, MPI and
 # command-line tests through ctest (the GPU tests need a GPU and are skipped without one),
 # the analysis package's and the sweep tool's tests through pytest, and (as root) the
-# quickstart sweep submitted to a single-node Slurm cluster started for the purpose.
+# quickstart sweep submitted to a single-node Slurm cluster started for the purpose, and
+# a sweep across the two nodes of a cluster of network namespaces (both torn down after).
 set -euo pipefail
 SCALESTUDY_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 export SCALESTUDY_ROOT
@@ -35,8 +36,12 @@ echo "== analysis and sweep-tool tests"
 setup_analysis_venv "$SCALESTUDY_ROOT/build/venv"
 SCALESTUDY_BINARY="$SCALESTUDY_ROOT/build/cpu/scalestudy" \
   "$SCALESTUDY_ROOT/build/venv/bin/python" -m pytest -q "$SCALESTUDY_ROOT/analysis/tests" \
-  "$SCALESTUDY_ROOT/tests/jobscripts"
+  "$SCALESTUDY_ROOT/tests/jobscripts" "$SCALESTUDY_ROOT/tests/slurm"
 
 echo "== the quickstart sweep on a real single-node Slurm cluster"
 bash "$SCALESTUDY_ROOT/tests/slurm/test_slurm_sweep.sh" "$SCALESTUDY_ROOT/build/cpu/scalestudy" \
+  "$SCALESTUDY_ROOT/build/venv/bin/python"
+
+echo "== a sweep across two nodes of a Slurm cluster in network namespaces"
+bash "$SCALESTUDY_ROOT/tests/slurm/test_two_node_sweep.sh" "$SCALESTUDY_ROOT/build/cpu/scalestudy" \
   "$SCALESTUDY_ROOT/build/venv/bin/python"

@@ -1,4 +1,4 @@
-"""Reading result files (schema v1 to v6) into RunRecords and one pandas row per run."""
+"""Reading result files (schema v1 to v7) into RunRecords and one pandas row per run."""
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,6 +12,7 @@ from .gpu_state import GpuState, read_gpu_state
 from .h5text import attributes as _attributes, text as _text, text_list as _text_list
 from .intervals import StepQuantities, step_quantities
 from .kernel_trace import KernelTrace, read_kernel_trace
+from .placement import read_placement
 from .problems import Problem
 from .schema import (COLLECTIVE_NAMES, HOST_INFO_DATASETS, HOST_INFO_VERSION, KERNEL_TRACE_GROUP,
                      MEMORY_ESTIMATE_ATTRIBUTE, PHASE_NAMES, RESULT_SUFFIXES, STATUS_COMPLETE,
@@ -33,6 +34,10 @@ class RunRecord:
     logical_cores: np.ndarray = None    # [R] the host's logical cores (version 5); None before
     cpu_binding: list = None            # [R] each rank's CPU list, e.g. "0-3" (version 5)
     cpu_model: list = None              # [R] the host's CPU model (version 5)
+    node_index: np.ndarray = None       # [R] the rank's node (version 5; MPI's from version 7)
+    local_rank: np.ndarray = None       # [R] the rank among its node's (version 5)
+    device_uuid: list = None            # [R] "GPU-...", "" on the cpu (version 7)
+    device_pci_bus_id: list = None      # [R] "00000000:19:00.0", "" on the cpu (version 7)
     intervals: np.ndarray = None        # [S, R, P, 2]
     loss: np.ndarray = None
     tokens: np.ndarray = None
@@ -205,6 +210,7 @@ def _read_body(handle, run):
     run.hostnames = list(_dataset(handle, "/ranks/hostname"))
     run.devices = list(_dataset(handle, "/ranks/device"))
     _read_host_info(handle, run)
+    run.problems.extend(read_placement(handle, run))
     _read_steps(handle, run)
     run.gpu_state, problems = read_gpu_state(handle, run.path, run.schema_version,
                                              run.intervals.shape[0], run.world_size)

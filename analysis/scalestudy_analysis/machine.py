@@ -56,6 +56,12 @@ def topology(run):
     return f"{nodes(run)}×{ranks_per_node(run)}"
 
 
+def topology_words(nodes_, ranks_per_node_):
+    """"2 nodes × 2 ranks", as the report's text says it."""
+    return (f"{nodes_} node{'s' if nodes_ != 1 else ''} × {ranks_per_node_} "
+            f"rank{'s' if ranks_per_node_ != 1 else ''}")
+
+
 def packing(run):
     """The ranks per node of a run spread over several nodes, or None on one node (which
     fits any packing of at least world_size ranks per node). An uneven spread is named by

@@ -233,6 +233,7 @@ def point_metrics(runs, world_size, peak=math.nan):
     communicates = world_size > 1 and comm_median > 0
     return {
         "N": world_size,
+        "topology": " / ".join(sorted({machine.topology(run) for run in runs})),
         "repeats": len({run.repeat for run in runs}),
         "runs": len(runs),
         "steps": int(step_times.size),

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import __version__, noise, plots
+from . import __version__, machine, noise, plots
 from .exports import write_series_exports
 from .gpu_state_report import gpu_state_section
 from .html import write_html
@@ -61,7 +61,7 @@ DEFINITIONS = """\
 def _series_table(series):
     strong = series.scaling == "strong"
     common = np.isfinite(series.table["efficiency_common"]).any()
-    header = ["N", "repeats", "steps", "step time median [IQR] (s)", "tokens/s",
+    header = ["N", "nodes×ranks per node", "repeats", "steps", "step time median [IQR] (s)", "tokens/s",
               "speedup" if strong else "throughput ratio", "efficiency",
               "Karp–Flatt", "exposed comm fraction", "comm / step", "MFU"]
     header += ["efficiency vs baseline [IQR]"] if common else []
@@ -70,7 +70,7 @@ def _series_table(series):
         extra = [f"{_fmt(point['efficiency_common'])} [{_fmt(point['efficiency_common_lo'])}–"
                  f"{_fmt(point['efficiency_common_hi'])}]"] if common else []
         rows.append([
-            str(int(point["N"])), str(int(point["repeats"])), str(int(point["steps"])),
+            str(int(point["N"])), str(point["topology"]), str(int(point["repeats"])), str(int(point["steps"])),
             f"{_fmt(point['step_time_median_s'])} [{_fmt(point['step_time_q1_s'])}–"
             f"{_fmt(point['step_time_q3_s'])}]",
             _fmt(point["tokens_per_s"]), _fmt(point["speedup"]), _fmt(point["efficiency"]),
@@ -103,6 +103,7 @@ def _loaded_section(results_dir, runs, series_list):
     hosts = sorted({str(h) for run in used for h in run.hostnames})
     devices = Counter(str(d) for run in used for d in run.devices)
     backends = Counter(str(run.attrs.get("backend")) for run in used)
+    topologies = Counter((machine.nodes(run), machine.ranks_per_node(run)) for run in used)
     lines = [
         f"- Results directory: `{results_dir}`",
         f"- Result files found: {len(runs)} "
@@ -113,6 +114,9 @@ def _loaded_section(results_dir, runs, series_list):
                                                for sha, n in sorted(shas.items())) or "none"),
         f"- Hosts ({len(hosts)}): " + (", ".join(f"`{h}`" for h in hosts[:20])
                                       + (" ..." if len(hosts) > 20 else "") or "none"),
+        "- Runs by nodes × ranks per node: " + (", ".join(
+            f"{machine.topology_words(*shape)} ({n})" for shape, n in sorted(topologies.items()))
+            or "none"),
         "- Devices (rank count): " + (", ".join(f"{d} ({n})" for d, n in
                                                sorted(devices.items())) or "none"),
         "- Backends: " + (", ".join(f"{b} ({n} runs)" for b, n in sorted(backends.items()))

@@ -1,13 +1,13 @@
-"""Names and conventions of result schema v6, in one place (docs/results-schema.md)."""
+"""Names and conventions of result schema v7, in one place (docs/results-schema.md)."""
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 # Version 1 reads as version 2 with no traced steps and no /kernel_trace, versions 1 and 2
 # read as version 3 without the GPUs' state, versions 1 to 3 as version 4 without the
 # GPUs' state by phase, versions 1 to 4 as version 5 without the host's cores, CPU
-# binding and CPU model, and versions 1 to 5 as version 6 without the memory preflight's
-# estimate, so the analysis reads all six; anything else may mean something this code
-# does not know.
-SUPPORTED_SCHEMA_VERSIONS = (1, 2, 3, 4, 5, 6)
+# binding and CPU model, versions 1 to 5 as version 6 without the memory preflight's
+# estimate, and versions 1 to 6 as version 7 without the GPUs' UUIDs and bus ids, so the
+# analysis reads all seven; anything else may mean something this code does not know.
+SUPPORTED_SCHEMA_VERSIONS = (1, 2, 3, 4, 5, 6, 7)
 
 # Root attributes (version 6): the memory preflight's estimate of rank 0's memory before
 # the run allocated (int64 bytes, and by kind in MEMORY_KIND_NAMES' order) and the memory
@@ -21,6 +21,15 @@ MEMORY_AVAILABLE_ATTRIBUTE = "memory_available_bytes"
 # (a Linux CPU list, "0-3": every CPU the rank may run on) and the host's CPU model (strings).
 HOST_INFO_VERSION = 5
 HOST_INFO_DATASETS = ("logical_cores", "cpu_binding", "cpu_model")
+
+# /ranks: each rank's node and local rank (versions 5 and 6: numbered from the hostnames;
+# from version 7 as MPI placed the ranks, its shared-memory domains) and, from version 7,
+# the GPU it drove as nvidia-smi names it ("" on the cpu backend).
+PLACEMENT_VERSION = 5
+PLACEMENT_DATASETS = ("node_index", "local_rank")
+MPI_PLACEMENT_VERSION = 7
+DEVICE_ID_VERSION = 7
+DEVICE_ID_DATASETS = ("device_uuid", "device_pci_bus_id")
 
 PHASE_NAMES = ("data", "forward", "backward", "grad-comm", "optimizer", "param-gather", "step")
 PHASE = {name: index for index, name in enumerate(PHASE_NAMES)}

@@ -246,6 +246,33 @@ def write_host_info(handle, hostnames, logical_cores, cpu_binding, cpu_model):
                                                            dtype=object), dtype=text)
 
 
+def write_placement(handle, hostnames, schema_version, devices, device_uuid, device_pci_bus_id):
+    """/ranks/node_index and /ranks/local_rank (version 5): hosts numbered in order of
+    their lowest rank, and each rank's place among its host's; and from version 7
+    /ranks/device_uuid and /ranks/device_pci_bus_id (default: one GPU per rank, as
+    nvidia-smi names them, on cuda; "" on the cpu)."""
+    node_of_host, local = {}, Counter()
+    node_index, local_rank = [], []
+    for host in hostnames:
+        node_index.append(node_of_host.setdefault(host, len(node_of_host)))
+        local_rank.append(local[host])
+        local[host] += 1
+    handle.create_dataset("ranks/node_index", data=np.array(node_index, dtype=np.int64))
+    handle.create_dataset("ranks/local_rank", data=np.array(local_rank, dtype=np.int64))
+    if schema_version < 7:
+        return
+    gpu = [not str(device).startswith("cpu") for device in devices]
+    if device_uuid is None:
+        device_uuid = [f"GPU-{rank:08x}-0000-0000-0000-000000000000" if on_gpu else ""
+                       for rank, on_gpu in enumerate(gpu)]
+    if device_pci_bus_id is None:
+        device_pci_bus_id = [f"00000000:{0x18 + local_rank[rank]:02X}:00.0" if on_gpu else ""
+                             for rank, on_gpu in enumerate(gpu)]
+    text = h5py.string_dtype()
+    for name, values in (("device_uuid", device_uuid), ("device_pci_bus_id", device_pci_bus_id)):
+        handle.create_dataset(f"ranks/{name}", data=np.array(values, dtype=object), dtype=text)
+
+
 def step_lengths(step_times, steps, world_size):
     values = np.asarray(step_times, dtype=float)
     if values.ndim == 0:
@@ -269,10 +296,11 @@ def write_run(path, *, world_size=1, step_times=0.1, steps=6, warmup_steps=1,
               status="complete", git_sha="abc1234", config=None, tokens_per_step=None,
               flops_per_step=1e12, peak=math.nan, peak_source="none", backend="cpu",
               intervals=None, collectives=None, summary="reference", failure_reason="",
-              hostnames=None, schema_version=5, traced_steps=(), kernel_trace=None,
+              hostnames=None, schema_version=7, traced_steps=(), kernel_trace=None,
               gpu_state=None, gpu_phase_state=None, devices=None, logical_cores=64,
               cpu_binding=None, cpu_model="Synthetic CPU @ 3.0GHz", git_dirty=None,
-              loss=None, memory_bytes=None, memory_estimate_bytes=None):
+              loss=None, memory_bytes=None, memory_estimate_bytes=None, device_uuid=None,
+              device_pci_bus_id=None):
     """Writes one run. step_times: scalar, [S] or [S, R] step lengths; intervals and
     collectives (rows of step, rank, kind, phase, begin, end, bytes) override the default
     layout. summary: "reference" (written for complete runs), None (not written) or a
@@ -285,7 +313,9 @@ def write_run(path, *, world_size=1, step_times=0.1, steps=6, warmup_steps=1,
     /steps/gpu_phase_* (see write_gpu_phase_state), likewise, written from version 4.
     From version 5: /ranks/logical_cores (logical_cores: a scalar or one per rank),
     /ranks/cpu_binding (one CPU list per rank; default rank r bound to core r of its
-    host), /ranks/cpu_model and, when git_dirty is not None, the root attribute git_dirty.
+    host), /ranks/cpu_model, /ranks/node_index and /ranks/local_rank, and, when git_dirty
+    is not None, the root attribute git_dirty. From version 7: /ranks/device_uuid and
+    /ranks/device_pci_bus_id (see write_placement).
     devices: one name per rank (default: the backend's name on every rank); hostnames
     default to four ranks per host, and nodes and ranks_per_node follow from them. loss:
     [S] values of /steps/loss; memory_bytes: anything that broadcasts to [R, M].
@@ -350,6 +380,8 @@ def write_run(path, *, world_size=1, step_times=0.1, steps=6, warmup_steps=1,
         handle.create_dataset("ranks/device", data=np.array(devices, dtype=object), dtype=text)
         if schema_version >= 5:
             write_host_info(handle, hostnames, logical_cores, cpu_binding, cpu_model)
+            write_placement(handle, hostnames, schema_version, devices, device_uuid,
+                            device_pci_bus_id)
         group = handle.create_group("steps")
         group.attrs["phase_names"] = np.array(PHASES, dtype=object)
         created = group.create_dataset("intervals", data=intervals,

@@ -48,6 +48,12 @@ def test_two_rank_file_carries_every_field(tmp_path, strategy):
         assert root["status"] == "complete" and root["world_size"] == 2 and root["schema_version"] == SCHEMA_VERSION
         assert handle["config"].attrs["strategy"] == strategy
         assert handle["ranks/hostname"].shape == (2,) and handle["ranks/device"].shape == (2,)
+        # mpiexec starts both ranks here: one node, as MPI's shared-memory split sees it.
+        assert handle["ranks/node_index"][...].tolist() == [0, 0]
+        assert handle["ranks/local_rank"][...].tolist() == [0, 1]
+        assert root["nodes"] == 1 and root["ranks_per_node"] == 2
+        for name in ("device_uuid", "device_pci_bus_id"):  # no GPU on the cpu backend
+            assert handle[f"ranks/{name}"].asstr()[...].tolist() == ["", ""], name
         intervals = handle["steps/intervals"]
         assert intervals.shape == (5, 2, 7, 2) and intervals.attrs["units"] == "s"
         assert intervals.maxshape[0] is None

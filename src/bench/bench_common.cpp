@@ -373,7 +373,7 @@ BenchFile::BenchFile(const std::string& output, BenchKind kind, const RunIdentit
                                 .precision = precision,
                                 .cuda_version = identity.cuda_version,
                                 .nccl_version = identity.nccl_version,
-                                .ranks = gather_rank_placement(world, identity.device_name)};
+                                .ranks = gather_rank_placement(world, identity)};
   if (rank_ != 0 || output_.empty()) return;
 
   file_ = create_partial_file(output_);

@@ -85,6 +85,8 @@ BackendSetup make_backend(const RunConfig& config, const ProcessPlacement& where
                                                   config.overlapped_ctas);
   setup.identity.backend = "cuda";
   setup.identity.device_name = cuda_device_description(where.local_rank);
+  setup.identity.device_uuid = cuda_device_uuid(where.local_rank);
+  setup.identity.device_pci_bus_id = cuda_device_pci_bus_id(where.local_rank);
   setup.identity.cuda_version = cuda_runtime_version();
   setup.identity.nccl_version = NcclCommunicator::nccl_version();
   set_datasheet_peak(setup.identity, config.precision);

@@ -63,6 +63,20 @@ NodeRanks node_ranks(MPI_Comm comm) {
   NodeRanks node;
   CHECK_MPI(MPI_Comm_rank(node_comm, &node.local_rank));
   CHECK_MPI(MPI_Comm_size(node_comm, &node.local_size));
+
+  // The nodes' first ranks, keyed by rank, number the nodes in order of their lowest rank;
+  // each tells the ranks of its node.
+  MPI_Comm leaders = MPI_COMM_NULL;
+  CHECK_MPI(MPI_Comm_split(comm, node.local_rank == 0 ? 0 : MPI_UNDEFINED, rank, &leaders));
+  int index_and_count[2] = {0, 0};
+  if (node.local_rank == 0) {
+    CHECK_MPI(MPI_Comm_rank(leaders, &index_and_count[0]));
+    CHECK_MPI(MPI_Comm_size(leaders, &index_and_count[1]));
+    CHECK_MPI(MPI_Comm_free(&leaders));
+  }
+  CHECK_MPI(MPI_Bcast(index_and_count, 2, MPI_INT, 0, node_comm));
+  node.node_index = index_and_count[0];
+  node.node_count = index_and_count[1];
   CHECK_MPI(MPI_Comm_free(&node_comm));
   return node;
 }
@@ -75,9 +89,8 @@ ProcessPlacement discover_placement(MPI_Comm comm) {
   const NodeRanks node = node_ranks(comm);
   placement.local_rank = node.local_rank;
   placement.local_size = node.local_size;
-
-  int is_node_leader = placement.local_rank == 0 ? 1 : 0;
-  CHECK_MPI(MPI_Allreduce(&is_node_leader, &placement.node_count, 1, MPI_INT, MPI_SUM, comm));
+  placement.node_index = node.node_index;
+  placement.node_count = node.node_count;
 
   std::vector<char> host(MPI_MAX_PROCESSOR_NAME + 1, '\0');
   int host_chars = 0;

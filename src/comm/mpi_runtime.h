@@ -11,6 +11,7 @@ struct ProcessPlacement {
   int world_size = 1;
   int local_rank = 0;        // rank among the processes of this node
   int local_size = 1;
+  int node_index = 0;        // this node among the job's, numbered in order of their lowest rank
   int node_count = 1;
   std::string host;
 };
@@ -26,14 +27,18 @@ class MpiRuntime {
 };
 
 // Node-local rank from MPI_Comm_split_type(MPI_COMM_TYPE_SHARED): right under srun and
-// mpirun alike, whichever of SLURM_LOCALID and OMPI_COMM_WORLD_LOCAL_RANK is set.
+// mpirun alike, whichever of SLURM_LOCALID and OMPI_COMM_WORLD_LOCAL_RANK is set. A node
+// is one such shared-memory domain, so the node index and count are MPI's too, whatever
+// the hosts are called. Collective over comm.
 ProcessPlacement discover_placement(MPI_Comm comm);
 
-// This rank's place among the ranks of `comm` on its node, and how many they are (the
-// same split as discover_placement's). Collective over `comm`.
+// This rank's place among the ranks of `comm` on its node, how many they are, and its
+// node among the nodes (the same split as discover_placement's). Collective over `comm`.
 struct NodeRanks {
   int local_rank = 0;
   int local_size = 1;
+  int node_index = 0;  // nodes numbered in order of their lowest rank
+  int node_count = 1;
 };
 NodeRanks node_ranks(MPI_Comm comm);
 

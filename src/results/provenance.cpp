@@ -13,6 +13,7 @@
 #include <map>
 
 #include "build_info.h"
+#include "comm/mpi_runtime.h"
 #include "core/control_wait.h"
 #include "results/hdf5_check.h"
 #include "results/hdf5_io.h"
@@ -79,14 +80,23 @@ std::string cpu_model() {
   return "unknown";
 }
 
-RankPlacement gather_rank_placement(MPI_Comm comm, const std::string& device_name) {
-  int world_size = 1, rank = 0;
-  CHECK_MPI(MPI_Comm_size(comm, &world_size));
-  CHECK_MPI(MPI_Comm_rank(comm, &rank));
-  RankPlacement placement{gather_strings(comm, host_name(), world_size), gather_strings(comm, device_name, world_size),
-                          std::vector<int64_t>(rank == 0 ? world_size : 0),
-                          gather_strings(comm, cpu_binding(), world_size), gather_strings(comm, cpu_model(), world_size)};
+RankPlacement gather_rank_placement(MPI_Comm comm, const RunIdentity& identity) {
+  const ProcessPlacement where = discover_placement(comm);
+  const int world = where.world_size;
+  const bool root = where.rank == 0;
+  RankPlacement placement{.hosts = gather_strings(comm, host_name(), world),
+                          .node_indices = std::vector<int64_t>(root ? world : 0),
+                          .local_ranks = std::vector<int64_t>(root ? world : 0),
+                          .devices = gather_strings(comm, identity.device_name, world),
+                          .device_uuids = gather_strings(comm, identity.device_uuid, world),
+                          .device_pci_bus_ids = gather_strings(comm, identity.device_pci_bus_id, world),
+                          .logical_cores = std::vector<int64_t>(root ? world : 0),
+                          .cpu_bindings = gather_strings(comm, cpu_binding(), world),
+                          .cpu_models = gather_strings(comm, cpu_model(), world)};
+  const int64_t node_index = where.node_index, local_rank = where.local_rank;
   const int64_t cores = sysconf(_SC_NPROCESSORS_ONLN);
+  control_gather(&node_index, 1, MPI_INT64_T, placement.node_indices.data(), 0, comm, "provenance");
+  control_gather(&local_rank, 1, MPI_INT64_T, placement.local_ranks.data(), 0, comm, "provenance");
   control_gather(&cores, 1, MPI_INT64_T, placement.logical_cores.data(), 0, comm, "provenance");
   return placement;
 }
@@ -105,10 +115,12 @@ hid_t create_partial_file(const std::string& output) {
 void write_provenance_header(hid_t root, const ProvenanceHeader& header) {
   std::string argv;
   for (const auto& arg : header.argv) argv += (argv.empty() ? "" : " ") + arg;
-  std::map<std::string, int64_t> ranks_by_host;
-  for (const auto& host : header.ranks.hosts) ++ranks_by_host[host];
+  // Nodes as MPI placed the ranks: the node indices count them, and the fullest holds
+  // the ranks per node.
+  std::map<int64_t, int64_t> ranks_by_node;
+  for (const int64_t node : header.ranks.node_indices) ++ranks_by_node[node];
   int64_t ranks_per_node = 0;
-  for (const auto& [host, count] : ranks_by_host) ranks_per_node = std::max(ranks_per_node, count);
+  for (const auto& [node, count] : ranks_by_node) ranks_per_node = std::max(ranks_per_node, count);
 
   h5::set_attribute(root, "schema_version", kSchemaVersion);
   h5::set_attribute(root, "scalestudy_version", SCALESTUDY_VERSION);
@@ -122,7 +134,7 @@ void write_provenance_header(hid_t root, const ProvenanceHeader& header) {
   h5::set_attribute(root, "start_time", utc_now());
   h5::set_attribute(root, "end_time", "");
   h5::set_attribute(root, "world_size", static_cast<int64_t>(header.ranks.hosts.size()));
-  h5::set_attribute(root, "nodes", static_cast<int64_t>(ranks_by_host.size()));
+  h5::set_attribute(root, "nodes", static_cast<int64_t>(ranks_by_node.size()));
   h5::set_attribute(root, "ranks_per_node", ranks_per_node);
   h5::set_attribute(root, "backend", header.backend);
   h5::set_attribute(root, "precision", header.precision);
@@ -135,17 +147,11 @@ void write_provenance_header(hid_t root, const ProvenanceHeader& header) {
   h5::Handle ranks = h5::create_group(root, "ranks");
   h5::write_strings(ranks.get(), "hostname", header.ranks.hosts);
   h5::write_strings(ranks.get(), "device", header.ranks.devices);
-  // Node index: hosts numbered in order of their lowest rank; local rank: the rank's place
-  // among the ranks of its host, in rank order (MPI_Comm_split_type's, keyed by rank).
-  std::map<std::string, int64_t> node_of_host, ranks_seen;
-  std::vector<int64_t> node_index, local_rank;
-  for (const auto& host : header.ranks.hosts) {
-    node_index.push_back(node_of_host.emplace(host, static_cast<int64_t>(node_of_host.size())).first->second);
-    local_rank.push_back(ranks_seen[host]++);
-  }
+  h5::write_strings(ranks.get(), "device_uuid", header.ranks.device_uuids);
+  h5::write_strings(ranks.get(), "device_pci_bus_id", header.ranks.device_pci_bus_ids);
   const hsize_t world = header.ranks.hosts.size();
-  h5::write_int64(ranks.get(), "node_index", {world}, node_index);
-  h5::write_int64(ranks.get(), "local_rank", {world}, local_rank);
+  h5::write_int64(ranks.get(), "node_index", {world}, header.ranks.node_indices);
+  h5::write_int64(ranks.get(), "local_rank", {world}, header.ranks.local_ranks);
   h5::write_int64(ranks.get(), "logical_cores", {world}, header.ranks.logical_cores);
   h5::write_strings(ranks.get(), "cpu_binding", header.ranks.cpu_bindings);
   h5::write_strings(ranks.get(), "cpu_model", header.ranks.cpu_models);

@@ -5,13 +5,12 @@
 
 #include <cstdint>
 #include <string>
-#include <string>
 #include <vector>
 
 namespace scalestudy {
 
 // docs/results-schema.md's version, of run files and benchmark files alike.
-inline constexpr int64_t kSchemaVersion = 6;
+inline constexpr int64_t kSchemaVersion = 7;
 
 // ISO-8601 UTC with a Z suffix, e.g. "2026-11-22T03:53:10Z".
 std::string utc_now();
@@ -21,20 +20,40 @@ std::string hdf5_library_version();
 // Every rank's string, on rank 0 (at most 255 characters each); empty elsewhere.
 std::vector<std::string> gather_strings(MPI_Comm comm, const std::string& mine, int world);
 
+// What a run or benchmark records about itself and this rank's device; the backend's
+// setup fills it, and the command adds argv.
+struct RunIdentity {
+  std::vector<std::string> argv;
+  std::string backend;      // "cpu" or "cuda"
+  std::string device_name;  // this rank's: "cpu" or the GPU's name
+  // This rank's GPU as nvidia-smi names it: "GPU-<uuid>" and "<domain>:<bus>:<device>.0";
+  // empty on the cpu backend. They tell two GPUs of one model apart, across nodes too.
+  std::string device_uuid;
+  std::string device_pci_bus_id;
+  double peak_tflops_per_gpu = 0.0;  // NaN when unknown (the CPU)
+  std::string peak_source = "none";
+  std::string cuda_version = "none";
+  std::string nccl_version = "none";
+};
+
 // Where each rank runs, gathered from every rank onto rank 0 (empty elsewhere).
 struct RankPlacement {
   std::vector<std::string> hosts;
-  std::vector<std::string> devices;       // "cpu" or the GPU's name
-  std::vector<int64_t> logical_cores;     // the host's online logical CPUs
-  std::vector<std::string> cpu_bindings;  // the CPUs the rank may run on, e.g. "0-3,8"
-  std::vector<std::string> cpu_models;    // the host's CPU model name
+  std::vector<int64_t> node_indices;       // MPI's node of the rank (comm/mpi_runtime.h)
+  std::vector<int64_t> local_ranks;        // MPI's rank among its node's, which picks the GPU
+  std::vector<std::string> devices;        // "cpu" or the GPU's name
+  std::vector<std::string> device_uuids;   // "" on the cpu
+  std::vector<std::string> device_pci_bus_ids;
+  std::vector<int64_t> logical_cores;      // the host's online logical CPUs
+  std::vector<std::string> cpu_bindings;   // the CPUs the rank may run on, e.g. "0-3,8"
+  std::vector<std::string> cpu_models;     // the host's CPU model name
 };
 // This process's CPU affinity as a list of ranges, e.g. "0-3,8".
 std::string cpu_binding();
 // The model name of this host's CPUs (/proc/cpuinfo), or "unknown".
 std::string cpu_model();
-// Collective over comm: every rank passes its own device name.
-RankPlacement gather_rank_placement(MPI_Comm comm, const std::string& device_name);
+// Collective over comm: every rank passes its own identity, and MPI places it.
+RankPlacement gather_rank_placement(MPI_Comm comm, const RunIdentity& identity);
 
 // The header that run files and benchmark files share (docs/results-schema.md).
 struct ProvenanceHeader {
@@ -52,7 +71,7 @@ hid_t create_partial_file(const std::string& output);
 
 // Writes the root's provenance attributes (schema version, build, argv, start time, world
 // size, nodes and ranks per node, backend, precision, library versions), the status
-// "running" with an empty failure reason and end time, and /ranks (hostname, device).
+// "running" with an empty failure reason and end time, and /ranks (docs/results-schema.md).
 void write_provenance_header(hid_t root, const ProvenanceHeader& header);
 
 }  // namespace scalestudy

@@ -347,7 +347,7 @@ RunRecorder::RunRecorder(const RunConfig& config, const RunIdentity& identity, M
                           .precision = precision_name(config.precision),
                           .cuda_version = identity.cuda_version,
                           .nccl_version = identity.nccl_version,
-                          .ranks = gather_rank_placement(control_, identity.device_name)};
+                          .ranks = gather_rank_placement(control_, identity)};
   if (rank_ == 0 && !output_.empty()) {
     file_ = std::make_unique<File>(output_, config_, header, memory);
     active_recorder.store(this);

@@ -16,20 +16,11 @@
 #include "config/run_config.h"
 #include "core/memory_estimate.h"
 #include "profile/kernel_trace.h"
+#include "results/provenance.h"
 #include "results/run_summary.h"
 #include "results/step_record.h"
 
 namespace scalestudy {
-
-struct RunIdentity {
-  std::vector<std::string> argv;
-  std::string backend;      // "cpu" or "cuda"
-  std::string device_name;  // this rank's: "cpu" or the GPU's name
-  double peak_tflops_per_gpu = 0.0;  // NaN when unknown (the CPU)
-  std::string peak_source = "none";
-  std::string cuda_version = "none";
-  std::string nccl_version = "none";
-};
 
 // The memory preflight's figures of rank 0, which the file's header holds.
 struct MemoryPreflightRecord {

@@ -88,6 +88,7 @@ TEST(MpiRuntime, PlacementOnOneNode) {
   // ctest starts every rank on this machine.
   EXPECT_EQ(placement.local_rank, placement.rank);
   EXPECT_EQ(placement.local_size, placement.world_size);
+  EXPECT_EQ(placement.node_index, 0);
   EXPECT_EQ(placement.node_count, 1);
   EXPECT_FALSE(placement.host.empty());
 }

@@ -26,6 +26,15 @@ bool query_properties(int device, cudaDeviceProp& props, std::string& reason) {
   return true;
 }
 
+// describe(props) for the device, or "unavailable: <reason>" when it cannot be queried.
+template <typename Describe>
+std::string describe_device(int device, Describe describe) {
+  cudaDeviceProp props{};
+  std::string reason;
+  if (!query_properties(device, props, reason)) return "unavailable: " + reason;
+  return describe(props);
+}
+
 }  // namespace
 
 int cuda_device_count() {
@@ -39,14 +48,36 @@ int cuda_device_count() {
 }
 
 std::string cuda_device_description(int device) {
-  cudaDeviceProp props{};
-  std::string reason;
-  if (!query_properties(device, props, reason)) return "unavailable: " + reason;
-  char text[512];
-  std::snprintf(text, sizeof(text), "%s (sm_%d%d, %d SMs, %.1f GiB)", props.name, props.major,
-                props.minor, props.multiProcessorCount,
-                static_cast<double>(props.totalGlobalMem) / (1024.0 * 1024.0 * 1024.0));
-  return text;
+  return describe_device(device, [](const cudaDeviceProp& props) {
+    char text[512];
+    std::snprintf(text, sizeof(text), "%s (sm_%d%d, %d SMs, %.1f GiB)", props.name, props.major,
+                  props.minor, props.multiProcessorCount,
+                  static_cast<double>(props.totalGlobalMem) / (1024.0 * 1024.0 * 1024.0));
+    return std::string(text);
+  });
+}
+
+std::string cuda_device_uuid(int device) {
+  return describe_device(device, [](const cudaDeviceProp& props) {
+    // 16 bytes in nvidia-smi's groups of 4, 2, 2, 2 and 6.
+    std::string text = "GPU-";
+    char hex[3];
+    for (int i = 0; i < 16; ++i) {
+      if (i == 4 || i == 6 || i == 8 || i == 10) text += '-';
+      std::snprintf(hex, sizeof(hex), "%02x", static_cast<unsigned char>(props.uuid.bytes[i]));
+      text += hex;
+    }
+    return text;
+  });
+}
+
+std::string cuda_device_pci_bus_id(int device) {
+  return describe_device(device, [](const cudaDeviceProp& props) {
+    char text[32];
+    std::snprintf(text, sizeof(text), "%08X:%02X:%02X.0", static_cast<unsigned>(props.pciDomainID),
+                  static_cast<unsigned>(props.pciBusID), static_cast<unsigned>(props.pciDeviceID));
+    return std::string(text);
+  });
 }
 
 std::string cuda_compute_capability(int device) {
