@@ -45,33 +45,33 @@ std::string hex_prefix(const unsigned char* bytes, size_t count) {
 TokenFileSource::TokenFileSource(const std::string& path, int vocab)
     : path_(path), vocab_(vocab) {
   if (vocab < 1) {
-    throw UsageError("token file " + path + ": vocab size must be at least 1, got " +
+    throw UsageError("--token-file " + path + ": vocab size must be at least 1, got " +
                      std::to_string(vocab));
   }
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
-    throw UsageError("token file " + path + ": cannot open: " + std::strerror(errno));
+    throw UsageError("--token-file " + path + ": cannot open: " + std::strerror(errno));
   }
   struct stat info {};
   if (::fstat(fd, &info) != 0) {
     const int saved_errno = errno;
     ::close(fd);
-    throw UsageError("token file " + path + ": cannot stat: " + std::strerror(saved_errno));
+    throw UsageError("--token-file " + path + ": cannot stat: " + std::strerror(saved_errno));
   }
   if (!S_ISREG(info.st_mode)) {
     ::close(fd);
-    throw UsageError("token file " + path + ": not a regular file");
+    throw UsageError("--token-file " + path + ": not a regular file");
   }
   file_bytes_ = static_cast<size_t>(info.st_size);
   if (file_bytes_ == 0) {
     ::close(fd);
-    throw UsageError("token file " + path + ": is empty, so it has no header");
+    throw UsageError("--token-file " + path + ": is empty, so it has no header");
   }
   void* mapping = ::mmap(nullptr, file_bytes_, PROT_READ, MAP_PRIVATE, fd, 0);
   const int saved_errno = errno;
   ::close(fd);
   if (mapping == MAP_FAILED) {
-    throw UsageError("token file " + path + ": cannot map: " + std::strerror(saved_errno));
+    throw UsageError("--token-file " + path + ": cannot map: " + std::strerror(saved_errno));
   }
   mapping_ = mapping;
   try {
@@ -89,7 +89,7 @@ TokenFileSource::~TokenFileSource() {
 
 void TokenFileSource::parse_header() {
   const auto* bytes = static_cast<const unsigned char*>(mapping_);
-  const std::string where = "token file " + path_ + ": ";
+  const std::string where = "--token-file " + path_ + ": ";
   size_t header_bytes = 0;
   // Every field of a header is read only once the whole header is known to be there.
   const auto require_header = [&](size_t bytes_needed, const std::string& header) {
@@ -169,7 +169,7 @@ void TokenFileSource::check_tokens() const {
   for (int64_t position = 0; position < token_count_; ++position) {
     const uint64_t value = read_le(tokens_ + position * token_bytes_, token_bytes_);
     if (value >= limit) {
-      throw UsageError("token file " + path_ + ": token at position " +
+      throw UsageError("--token-file " + path_ + ": token at position " +
                        std::to_string(position) + " is " + std::to_string(value) +
                        ", not below the vocab size " + std::to_string(vocab_));
     }
@@ -189,11 +189,11 @@ std::string TokenFileSource::describe() const {
 
 int64_t TokenFileSource::samples_per_epoch(int seq) const {
   if (seq < 1) {
-    throw UsageError("token file " + path_ + ": sequence length must be at least 1, got " +
+    throw UsageError("--token-file " + path_ + ": sequence length must be at least 1, got " +
                      std::to_string(seq));
   }
   if (token_count_ < static_cast<int64_t>(seq) + 1) {
-    throw UsageError("token file " + path_ + ": holds " + std::to_string(token_count_) +
+    throw UsageError("--token-file " + path_ + ": holds " + std::to_string(token_count_) +
                      " tokens, fewer than the seq + 1 = " + std::to_string(seq + 1) +
                      " one sample needs");
   }

@@ -37,7 +37,8 @@ lines=$("$binary" train --steps $'2\n3' 2>&1 | wc -l)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 printf 'not a token file at all, just text\n%.0s' {1..10} >"$tmp/bad.bin"
-expect_exit 2 "$tmp/bad.bin" "$binary" train --data file --token-file "$tmp/bad.bin" --steps 2
+# A bad token file is named as the option that gave it.
+expect_exit 2 "\-\-token-file $tmp/bad.bin: " "$binary" train --data file --token-file "$tmp/bad.bin" --steps 2
 printf 'model = tiny\nsteps = 3\nbogus_key = 1\n' >"$tmp/bad.ini"
 expect_exit 2 "bogus_key" "$binary" train --config "$tmp/bad.ini"
 printf 'model = tiny\nsteps = 3\nstrategy = zero2\n' >"$tmp/good.ini"
