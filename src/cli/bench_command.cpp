@@ -7,6 +7,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <map>
 #include <sstream>
 #include <tuple>
@@ -23,7 +24,9 @@
 #include "config/help_sections.h"
 #include "config/option_files.h"
 #include "config/output_path.h"
+#include "core/blocking_call_deadline.h"
 #include "core/check.h"
+#include "core/control_wait.h"
 #include "core/usage_error.h"
 
 namespace po = boost::program_options;
@@ -317,7 +320,10 @@ int run_bench_command(int argc, const char* const* argv) {
   // layer and inference compute in --precision; the others keep BenchConfig's fp32.
   backend_config.precision = config.precision;
   backend_config.comm_timeout_s = config.comm_timeout_s;
+  set_control_timeout(config.comm_timeout_s);
+  std::optional<BlockingCallDeadline> startup(std::in_place, "the start-up (backend, communicator)", where.rank);
   BackendSetup backend = make_backend(backend_config, where);
+  startup.reset();
   RunIdentity identity = backend.identity;
   identity.argv.assign(argv, argv + argc);
   identity.argv.insert(identity.argv.begin(), "scalestudy");

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <memory>
 #include <new>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -10,6 +11,7 @@
 #include "cli/commands.h"
 #include "comm/mpi_runtime.h"
 #include "config/run_config.h"
+#include "core/blocking_call_deadline.h"
 #include "core/check.h"
 #include "core/control_wait.h"
 #include "core/out_of_memory.h"
@@ -114,13 +116,19 @@ int run_train_command(int argc, const char* const* argv) {
   // From here on SIGTERM, SIGINT and SIGUSR1 stop the run cleanly (core/stop_signal.h).
   install_stop_signal_handlers();
   RunConfig config;
-  const ProcessPlacement where = discover_placement(MPI_COMM_WORLD);
+  int rank = 0;
+  CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
   if (!parse_train_config(argc, argv, config)) {
-    if (where.rank == 0) std::printf("%s", train_help().c_str());
+    if (rank == 0) std::printf("%s", train_help().c_str());
     return 0;
   }
   set_control_timeout(config.comm_timeout_s);
+  // The node split and the communicators' set-up wait for every peer, with no deadline of
+  // their own.
+  std::optional<BlockingCallDeadline> startup(std::in_place, "the start-up (node split, backend, communicator)", rank);
+  const ProcessPlacement where = discover_placement(MPI_COMM_WORLD);
   BackendSetup backend = make_backend(config, where);
+  startup.reset();
   // Bad input, a run too large for the memory included, is refused here, before the
   // result file exists and before anything is allocated.
   TrainingSetup setup = prepare_training(config, *backend.ops, *backend.comm, MPI_COMM_WORLD);

@@ -2,15 +2,21 @@
 // peer would not: the collective watchdog must end it once the timeout has passed, with a
 // message naming the rank, the collective and its phase. Run by
 // tests/scripts/test_comm_timeout.sh as `stuck_collective TIMEOUT_S` under mpiexec.
+// `stuck_collective TIMEOUT_S startup` blocks the others in a barrier under a
+// BlockingCallDeadline instead, as a peer that never reaches the start-up's node split
+// would (core/blocking_call_deadline.h).
 #include <mpi.h>
 
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <thread>
 #include <vector>
 
 #include "comm/mpi_communicator.h"
 #include "comm/mpi_runtime.h"
+#include "core/blocking_call_deadline.h"
+#include "core/control_wait.h"
 
 int main(int argc, char** argv) {
   scalestudy::MpiRuntime mpi(&argc, &argv);
@@ -19,6 +25,12 @@ int main(int argc, char** argv) {
   if (comm.rank() == comm.world_size() - 1) {
     // Ended by the others' MPI_Abort; the sleep only bounds a job whose watchdog failed.
     std::this_thread::sleep_for(std::chrono::seconds(120));
+    return 0;
+  }
+  if (argc > 2 && std::strcmp(argv[2], "startup") == 0) {
+    scalestudy::set_control_timeout(timeout_s);
+    const scalestudy::BlockingCallDeadline deadline("the test's start-up barrier", comm.rank());
+    MPI_Barrier(MPI_COMM_WORLD);
     return 0;
   }
   std::vector<float> gradients(1024, 1.0f);
