@@ -30,7 +30,7 @@ InferenceMemory inference_memory(const ModelShape& shape, int batch, int seq) {
 size_t InferenceMemory::bytes(const Backend& backend) const {
   return backend.floats_bytes(parameter_elems, MemoryKind::parameters) +
          backend.floats_bytes(activation_elems, MemoryKind::activations) +
-         statistics_elems * sizeof(float) + token_elems * sizeof(int32_t) +
+         DeviceMemory::statistics_bytes(statistics_elems) + DeviceMemory::ints_bytes(token_elems) +
          backend.attention_state_bytes(attention) + backend.logits_bytes(logits_rows, vocab);
 }
 
