@@ -7,9 +7,12 @@
 // attention's output also uses, Q/K/V, one branch output, the MLP's hidden layer and one
 // layer's attention state. No per-layer activations, no gradients, no optimizer state.
 // Its ops are the training forward's (Gpt::forward), so it runs the same kernels: flash
-// attention and the GEMM epilogues where the backend has them. Two differences, both
-// free of rounding: the MLP's pre-GELU values are not kept (DenseGeluForwardArgs::pre is
-// null), and the classifier computes the logits alone (no targets, no loss).
+// attention and the GEMM epilogues where the backend has them. Two differences: the MLP's
+// pre-GELU values are not kept (DenseGeluForwardArgs::pre is null), and the classifier
+// computes the logits alone (no targets, no loss). Neither changes a value's arithmetic,
+// so the logits are the training forward's bit for bit on the CPU and in fp32 and fp16 on
+// cuda; in bf16 cuBLASLt may choose another algorithm for the GELU epilogue without its
+// auxiliary output, and a hidden value may round the other way (tests/gpu/test_gpu_inference.cpp).
 #include <cstddef>
 #include <cstdint>
 
