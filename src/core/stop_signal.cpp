@@ -1,5 +1,8 @@
 #include "core/stop_signal.h"
 
+#include <mpi.h>
+
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 
@@ -7,6 +10,22 @@
 
 namespace scalestudy {
 namespace {
+
+// How long a rank that receives SIGTERM waits for another rank's job-end notice; far
+// longer than a message takes between the ranks of one job, and short beside the seconds
+// that Slurm leaves between SIGTERM and SIGKILL.
+constexpr std::chrono::milliseconds kTeardownNoticeWait{500};
+
+// Whether this process is rank 0 of MPI_COMM_WORLD, or runs without MPI.
+bool is_world_rank_zero() {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (!initialized || finalized) return true;
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return rank == 0;
+}
 
 volatile std::sig_atomic_t received_signal = 0;
 
@@ -50,6 +69,11 @@ std::string stop_reason(int signal) {
 }
 
 void end_job_for_signal(int signal, const std::string& where) {
+  // A launcher tears every rank down with SIGTERM once one rank has ended the job, and that
+  // rank's notice, which names the real cause, may still be on its way: a rank that finds
+  // it in time ends quietly instead of blaming the signal. Rank 0 does not wait: it marks
+  // the result file failed, in the time the launcher leaves before SIGKILL.
+  if (signal == SIGTERM && !is_world_rank_zero()) defer_to_reporting_rank(kTeardownNoticeWait);
   end_job(stop_reason(signal) + " while " + where, stop_exit_code(signal));
 }
 
