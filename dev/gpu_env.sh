@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Sourced by the GPU scripts of dev/, from the repository root:
+# Sourced by dev/gpu.sh, or by hand on a GPU node, from the repository root:
 #   source "$(dirname "$0")/gpu_env.sh" OUTPUT_DIR
 # The executables and the libraries the GPU node lacks are in the bundle folder, $BUNDLE
 # or .gpu-bundle/ (dev/make_bundle.sh makes it), plain or packed in executables.tar.xz,

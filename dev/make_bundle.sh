@@ -9,7 +9,7 @@
 # With STRIP=1 the executables lose their debug information (a tenth of their size).
 # With PACK=1 the executables are packed into BUNDLE_DIR/executables.tar.xz (about a
 # quarter of their size), which dev/gpu_env.sh unpacks on the node. Another binary to
-# compare against (dev/gpu_ab.sh's BINARIES) is copied in by hand under a name of its own.
+# compare against (`dev/gpu.sh ab`'s BINARIES) is copied in by hand under a name of its own.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${1:-build/cuda}

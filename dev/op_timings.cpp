@@ -7,7 +7,7 @@
 #include <cublasLt.h>
 
 #include "attention.cuh"
-#include "cuda_ops_half_fixture.h"
+#include "cuda_ops_fixture.h"
 #include "flash_attention_support.h"
 
 namespace scalestudy::gpu_test {
@@ -61,7 +61,7 @@ TEST_P(CudaOpsHalf, Gpt2SmallTimings) {
     float* grads = ops.allocate_floats(layout.param_elems, MemoryKind::gradients);
     ops.fill_zero(grads, layout.param_elems);
     FullGradient sink(grads);
-    const std::string mode = storage_name(precision);
+    const std::string mode = precision_name(precision);
     std::cout << "  " << mode << " forward";
     const double forward_ms =
         median_ms(ops, 1, [&] { model.forward(inputs.data(), targets.data(), nullptr); });

@@ -6,8 +6,8 @@
 namespace scalestudy::cuda {
 namespace {
 
-// No __restrict__ in this file: out (or dst) may alias an input, as on the CPU, and
-// each element (each pack) is read and written by the same thread.
+// No __restrict__ in the ops' kernels: out (or dst) may alias an input, as on the CPU,
+// and each element (each pack) is read and written by the same thread.
 // out = a + b, each fp32 sum rounded once; the accumulate is out = dst + src into dst.
 template <class T>
 __global__ void add_kernel(T* out, const T* a, const T* b, size_t elems, size_t packs) {
@@ -88,5 +88,36 @@ SCALESTUDY_FOR_EACH_STORAGE(SCALESTUDY_ELEMENTWISE_INSTANCES)
   template void launch_cast(cudaStream_t, float*, const T*, size_t);
 SCALESTUDY_FOR_EACH_16BIT_STORAGE(SCALESTUDY_CAST_INSTANCES)
 #undef SCALESTUDY_CAST_INSTANCES
+
+// The copy kernel of `scalestudy bench bandwidth`, whose buffers never overlap: as little
+// as possible between the loads and the stores, so that its rate is the memory system's. 16-byte accesses halve
+// the instructions per byte against scalar ones, and a grid-stride loop over a capped
+// grid keeps every multiprocessor streaming whatever the size.
+namespace {
+
+__global__ void bench_copy_kernel(float4* __restrict__ dst, const float4* __restrict__ src, size_t vectors,
+                                  float* __restrict__ dst_tail, const float* __restrict__ src_tail,
+                                  size_t tail_elems) {
+  const size_t stride = grid_threads();
+  const size_t first = grid_thread_index();
+  for (size_t i = first; i < vectors; i += stride) dst[i] = src[i];
+  if (first < tail_elems) dst_tail[first] = src_tail[first];
+}
+
+}  // namespace
+
+void launch_bench_copy(cudaStream_t stream, float* dst, const float* src, size_t elems) {
+  if (elems == 0) return;
+  check_not_null(dst, "bench copy dst");
+  check_not_null(src, "bench copy src");
+  SCALESTUDY_CHECK(reinterpret_cast<uintptr_t>(dst) % 16 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0,
+                   "bench copy buffers must be 16-byte aligned");
+  const size_t vectors = elems / 4, tail = elems % 4;
+  const int blocks = elementwise_blocks(vectors > 0 ? vectors : 1);
+  bench_copy_kernel<<<blocks, kElementwiseThreads, 0, stream>>>(
+      reinterpret_cast<float4*>(dst), reinterpret_cast<const float4*>(src), vectors, dst + 4 * vectors,
+      src + 4 * vectors, tail);
+  CHECK_LAUNCH();
+}
 
 }  // namespace scalestudy::cuda

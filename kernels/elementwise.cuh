@@ -4,7 +4,8 @@
 // fp32 and the 16-bit storage types. In fp32 each is exactly one fp32 operation per
 // element, so the results are bit-identical to the CPU backend's; in bf16 or fp16 the
 // same fp32 operation is rounded once to the storage type, so the result is that
-// rounding of the CPU's fp32 result (in fp16, +-inf beyond 65504).
+// rounding of the CPU's fp32 result (in fp16, +-inf beyond 65504). Also the plain copy
+// that `scalestudy bench bandwidth` times.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -29,5 +30,9 @@ void launch_fill(cudaStream_t stream, float* dst, size_t elems, float value);
 // One of To and From is float, the other __nv_bfloat16 or __half.
 template <class To, class From>
 void launch_cast(cudaStream_t stream, To* dst, const From* src, size_t elems);
+
+// dst[i] = src[i] with 16-byte loads and stores (and a scalar tail); the buffers must not
+// overlap and must be 16-byte aligned (cudaMalloc gives 256).
+void launch_bench_copy(cudaStream_t stream, float* dst, const float* src, size_t elems);
 
 }  // namespace scalestudy::cuda

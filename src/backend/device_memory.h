@@ -3,13 +3,13 @@
 // Pointers are the backend's own memory (host on cpu, device on cuda).
 //
 // An allocation that the device (or host) cannot satisfy throws OutOfMemoryError
-// (core/out_of_memory.h) naming the kind and the bytes; anything else that fails ends the
+// (core/memory_estimate.h) naming the kind and the bytes; anything else that fails ends the
 // job as every failed check does.
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
-#include "core/memory_kind.h"
+#include "core/memory_estimate.h"
 
 namespace scalestudy {
 

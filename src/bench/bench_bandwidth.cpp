@@ -7,7 +7,7 @@
 
 #if SCALESTUDY_HAVE_CUDA
 #include "backend/cuda/cuda_ops.h"
-#include "bench_bandwidth.cuh"
+#include "elementwise.cuh"
 #endif
 
 namespace scalestudy {
@@ -57,7 +57,7 @@ void run_bandwidth_bench(BenchContext& context) {
   table.add_float("arithmetic_intensity", "FLOP/byte", "flops / bytes");
   add_byte_rate_column(table, "gb_per_s");
   const bool cuda = context.backend.name() == "cuda";
-  context.method["kernel_copy"] = cuda ? "float4 grid-stride copy, kernels/bench_bandwidth.cu" : "CpuOps::copy (memmove)";
+  context.method["kernel_copy"] = cuda ? "float4 grid-stride copy, kernels/elementwise.cu" : "CpuOps::copy (memmove)";
   context.method["kernel_accumulate"] = cuda ? "CudaOps::accumulate" : "CpuOps::accumulate";
   context.method["byte_model"] = "bytes read plus bytes written, each element once: copy 8, accumulate 12 per element";
   context.method["flop_model"] = "accumulate: one add per element; copy: none";

@@ -2,7 +2,7 @@
 // `scalestudy bench bandwidth`: GB/s of elementwise kernels over fp32 buffers, from 16K to
 // 64M elements by default. Two kernels on each backend:
 //   copy:       dst = src          8 bytes per element (read 4, write 4), no FLOPs
-//               cuda: a float4 grid-stride kernel (kernels/bench_bandwidth.cu);
+//               cuda: a float4 grid-stride kernel (kernels/elementwise.cu);
 //               cpu: the backend's copy (memmove)
 //   accumulate: dst += src         12 bytes per element (read 8, write 4), 1 FLOP
 //               the backend's accumulate, as backward's residual gradients use it

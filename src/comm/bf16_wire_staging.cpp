@@ -3,7 +3,7 @@
 #if SCALESTUDY_HAVE_CUDA
 #include <string>
 
-#include "core/out_of_memory.h"
+#include "core/memory_estimate.h"
 #include "cuda_check.h"
 #include "elementwise.cuh"
 

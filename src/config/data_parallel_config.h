@@ -8,7 +8,7 @@
 namespace scalestudy {
 
 enum class Strategy { ddp, zero2 };
-const char* strategy_name(Strategy strategy);
+inline const char* strategy_name(Strategy strategy) { return strategy == Strategy::ddp ? "ddp" : "zero2"; }
 
 // AdamW's hyper-parameters other than the learning rate, which the schedule gives each step.
 struct AdamWConfig {

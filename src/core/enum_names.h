@@ -4,8 +4,8 @@
 // so they cannot disagree. Declared with the enum's count, and checked with complete(), a
 // table that misses an enumerator does not compile:
 //
-//   constexpr EnumNames<Precision, kPrecisionCount> kPrecisionNames{{"fp32", "bf16", "fp16"}, "?"};
-//   static_assert(kPrecisionNames.complete());
+//   constexpr EnumNames<MemoryKind, kMemoryKindCount> kMemoryKindNames{{"parameters", ...}, "?"};
+//   static_assert(kMemoryKindNames.complete());
 #include <array>
 #include <cstddef>
 #include <optional>

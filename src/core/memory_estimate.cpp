@@ -2,7 +2,21 @@
 
 #include <cstdio>
 
+#include "core/enum_names.h"
+
 namespace scalestudy {
+
+namespace {
+
+// The names are the ones the results file and the memory report use as keys, so they
+// must stay stable across versions.
+constexpr EnumNames<MemoryKind, kMemoryKindCount> kMemoryKindNames{
+    {"parameters", "gradients", "optimizer", "activations", "communication", "other"}, "unknown"};
+static_assert(kMemoryKindNames.complete());
+
+}  // namespace
+
+const char* memory_kind_name(MemoryKind kind) { return kMemoryKindNames.name(kind); }
 
 size_t MemoryEstimate::total_bytes() const {
   size_t total = 0;
@@ -39,5 +53,25 @@ std::string human_bytes(size_t bytes) {
                 kUnits[unit]);
   return text;
 }
+
+namespace {
+
+// What a kind's allocation holds, as the message names it: "other" is the backends' own
+// scratch and workspaces.
+std::string allocation_name(MemoryKind kind) {
+  return kind == MemoryKind::other ? "backend scratch" : memory_kind_name(kind);
+}
+
+}  // namespace
+
+OutOfMemoryError::OutOfMemoryError(MemoryKind kind, size_t bytes, const std::string& where,
+                                   const std::string& detail)
+    : std::runtime_error("out of memory while allocating " + allocation_name(kind) + " (" +
+                         human_bytes(bytes) + ", " + where + (detail.empty() ? "" : "; " + detail) + ")"),
+      kind_(kind),
+      bytes_(bytes) {}
+
+OutOfMemoryError::OutOfMemoryError(const OutOfMemoryError& cause, const std::string& when)
+    : std::runtime_error(std::string(cause.what()) + " " + when), kind_(cause.kind_), bytes_(cause.bytes_) {}
 
 }  // namespace scalestudy

@@ -13,10 +13,17 @@
 
 namespace scalestudy {
 
-double forward_flops(const ModelShape& shape, double batch, double seq);
-// The model FLOPs of a step: what MFU divides, with or without recomputation.
-double training_flops(const ModelShape& shape, double batch, double seq);
 // What recomputation adds to a step: the transformer blocks' forward.
-double recompute_flops(const ModelShape& shape, double batch, double seq);
+inline double recompute_flops(const ModelShape& shape, double batch, double seq) {
+  const double h = shape.channels, layers = shape.layers;
+  return layers * (24.0 * batch * seq * h * h + 4.0 * batch * seq * seq * h);
+}
+inline double forward_flops(const ModelShape& shape, double batch, double seq) {
+  return recompute_flops(shape, batch, seq) + 2.0 * batch * seq * shape.channels * shape.vocab;
+}
+// The model FLOPs of a step: what MFU divides, with or without recomputation.
+inline double training_flops(const ModelShape& shape, double batch, double seq) {
+  return 3.0 * forward_flops(shape, batch, seq);
+}
 
 }  // namespace scalestudy

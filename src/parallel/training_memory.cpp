@@ -3,7 +3,6 @@
 #include <climits>
 
 #include "model/gpt.h"
-#include "parallel/strategy.h"
 
 namespace scalestudy {
 
@@ -12,16 +11,15 @@ bool rows_fit_the_ops(int micro_batch, int seq) {
 }
 
 MemoryEstimate estimate_training_memory(const TrainingMemoryInputs& in) {
-  const ParameterLayout layout = make_parameter_layout(in.shape);
-  MemoryEstimate estimate = plan_strategy_memory(
-      {in.parallel, in.backend, in.comm, in.plan, layout, in.micro_batches});
-  estimate[MemoryKind::parameters] += Gpt::parameter_bytes(in.backend, in.plan.padded_elems);
+  const Backend& backend = in.strategy.backend;
+  MemoryEstimate estimate = plan_strategy_memory(in.strategy);
+  estimate[MemoryKind::parameters] += Gpt::parameter_bytes(backend, in.strategy.plan.padded_elems);
   estimate[MemoryKind::activations] +=
-      Gpt::activation_bytes(in.backend, in.shape, in.micro_batch, in.seq, in.recompute);
-  estimate[MemoryKind::other] += in.backend.allocated_bytes(MemoryKind::other);
+      Gpt::activation_bytes(backend, in.shape, in.micro_batch, in.seq, in.recompute);
+  estimate[MemoryKind::other] += backend.allocated_bytes(MemoryKind::other);
   // A micro-batch beyond the ops' rows never runs; its activations alone tell how far off it is.
   if (rows_fit_the_ops(in.micro_batch, in.seq))
-    estimate[MemoryKind::other] += in.backend.model_scratch_bytes(in.shape, in.micro_batch, in.seq);
+    estimate[MemoryKind::other] += backend.model_scratch_bytes(in.shape, in.micro_batch, in.seq);
   return estimate;
 }
 

@@ -6,24 +6,17 @@
 // strategies' planned_memory, the backend's scratch and the communicator's staging), so
 // the estimate is what the run allocates, exactly for the buffers that the constructors
 // allocate, and an upper bound for the ones that grow in the first steps.
-#include "backend/backend.h"
-#include "comm/communicator.h"
-#include "config/data_parallel_config.h"
 #include "core/memory_estimate.h"
 #include "core/model_shape.h"
-#include "parallel/bucket_plan.h"
+#include "parallel/strategy.h"
 
 namespace scalestudy {
 
 struct TrainingMemoryInputs {
-  const DataParallelConfig& parallel;
-  const Backend& backend;
-  const Communicator& comm;
+  StrategyMemoryInputs strategy;  // its layout is make_parameter_layout(shape)
   const ModelShape& shape;
-  const BucketPlan& plan;
-  int micro_batch = 1;    // sequences per micro-batch
+  int micro_batch = 1;  // sequences per micro-batch
   int seq = 1;
-  int micro_batches = 1;  // --grad-accum
   bool recompute = false;
 };
 

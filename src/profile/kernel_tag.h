@@ -15,8 +15,15 @@ struct KernelTagHooks {
   void (*pop)();
 };
 
-void set_kernel_tag_hooks(const KernelTagHooks* hooks);
-const KernelTagHooks* active_kernel_tag_hooks();
+// One slot for the whole program: an inline variable has one definition across the layers.
+inline std::atomic<const KernelTagHooks*> installed_kernel_tag_hooks{nullptr};
+
+inline void set_kernel_tag_hooks(const KernelTagHooks* hooks) {
+  installed_kernel_tag_hooks.store(hooks, std::memory_order_release);
+}
+inline const KernelTagHooks* active_kernel_tag_hooks() {
+  return installed_kernel_tag_hooks.load(std::memory_order_acquire);
+}
 
 class ScopedKernelTag {
  public:

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "core/memory_kind.h"
+#include "core/memory_estimate.h"
 #include "profile/gpu_state.h"
 #include "timing/collective_record.h"
 #include "timing/phases.h"

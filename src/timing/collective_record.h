@@ -6,11 +6,18 @@
 #include <limits>
 #include <string>
 
+#include "core/enum_names.h"
+
 namespace scalestudy {
 
 enum class CollectiveKind { allreduce, reduce_scatter, allgather, broadcast, barrier };
 inline constexpr int kCollectiveKindCount = 5;
-const char* collective_kind_name(CollectiveKind kind);
+// The names match the enumerators so that result files and the analysis package can map
+// them back without a second table.
+inline constexpr EnumNames<CollectiveKind, kCollectiveKindCount> kCollectiveKindNames{
+    {"allreduce", "reduce_scatter", "allgather", "broadcast", "barrier"}, "unknown"};
+static_assert(kCollectiveKindNames.complete());
+inline const char* collective_kind_name(CollectiveKind kind) { return kCollectiveKindNames.name(kind); }
 
 // What the comm stream did for one collective, for timing and byte accounting.
 // Times are seconds on the steady clock since Communicator::epoch().

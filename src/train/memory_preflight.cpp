@@ -10,6 +10,7 @@
 #include "core/check.h"
 #include "core/control_wait.h"
 #include "core/usage_error.h"
+#include "model/parameter_layout.h"
 #include "parallel/training_memory.h"
 
 namespace scalestudy {
@@ -47,13 +48,18 @@ int64_t as_int64(size_t bytes) {
 class RunVariants {
  public:
   RunVariants(const RunConfig& config, const BucketPlan& plan, const Backend& backend, const Communicator& comm)
-      : config_(config), plan_(plan), backend_(backend), comm_(comm), parallel_(config.data_parallel()) {}
+      : config_(config),
+        plan_(plan),
+        backend_(backend),
+        comm_(comm),
+        parallel_(config.data_parallel()),
+        layout_(make_parameter_layout(config.shape)) {}
 
   MemoryEstimate estimate(int grad_accum, bool recompute) const {
-    return estimate_training_memory({.parallel = parallel_, .backend = backend_, .comm = comm_,
-                                     .shape = config_.shape, .plan = plan_,
-                                     .micro_batch = config_.batch_per_rank / grad_accum, .seq = config_.seq,
-                                     .micro_batches = grad_accum, .recompute = recompute});
+    return estimate_training_memory(
+        {.strategy = {parallel_, backend_, comm_, plan_, layout_, grad_accum},
+         .shape = config_.shape, .micro_batch = config_.batch_per_rank / grad_accum, .seq = config_.seq,
+         .recompute = recompute});
   }
   // Whether the run fits in `available_bytes` with this split and recomputation.
   bool fits(int grad_accum, bool recompute, size_t held_bytes, size_t available_bytes) const {
@@ -85,6 +91,7 @@ class RunVariants {
   const Backend& backend_;
   const Communicator& comm_;
   const DataParallelConfig parallel_;
+  const ParameterLayout layout_;
 };
 
 // "--global-batch 100000" or "--batch-per-rank 4": the batch option the run was given.

@@ -7,7 +7,7 @@
 
 #include "core/check.h"
 #include "core/control_wait.h"
-#include "core/out_of_memory.h"
+#include "core/memory_estimate.h"
 #include "core/stop_signal.h"
 #include "core/usage_error.h"
 #include "data/make_token_source.h"

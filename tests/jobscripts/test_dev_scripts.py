@@ -1,4 +1,4 @@
-"""The developer scripts' common parts: dev/gpu_env.sh, which every GPU script of dev/
+"""The developer scripts' common parts: dev/gpu.sh's command line, dev/gpu_env.sh, which it
 sources (the output folder is its argument, the executables packed in the bundle are
 unpacked in place once, every rank runs with NVLink multicast off), and
 dev/make_bundle.sh, which packs a build with the libraries it loads."""
@@ -26,6 +26,15 @@ def sourced(cwd, *args, env_extra=None):
     result = source_env(cwd, *args, env_extra=env_extra)
     assert result.returncode == 0, result.stderr
     return result.stdout.splitlines()
+
+
+@pytest.mark.parametrize("args", [[], ["ab"], ["bogus", "out"]])
+def test_gpu_script_refuses_a_missing_or_unknown_command(tmp_path, args):
+    result = subprocess.run(["bash", str(ROOT / "dev" / "gpu.sh"), *args], cwd=tmp_path,
+                            capture_output=True, text=True)
+    assert result.returncode == 2
+    assert "usage:" in result.stderr and "ab|per-device|state|profile|bench" in result.stderr
+    assert not (tmp_path / "out").exists()
 
 
 def pack(bundle, files):

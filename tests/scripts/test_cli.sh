@@ -55,5 +55,7 @@ expect_exit 0 "gradients reduced in bf16" "$mpiexec" --oversubscribe --allow-run
 # Ranks started with different options end the job with a message, not a hang.
 expect_exit 2 "resolved seed (/config/seed in a result file) differently" timeout 120 "$mpiexec" --oversubscribe --allow-run-as-root \
   -np 1 "$binary" train --steps 2 --seed 1 : -np 1 "$binary" train --steps 2 --seed 2
+expect_exit 2 "configuration mismatch: rank 1 resolved bucket_mb" timeout 120 "$mpiexec" --oversubscribe \
+  --allow-run-as-root -np 1 "$binary" train --steps 3 --bucket-mb 1 : -np 1 "$binary" train --steps 3 --bucket-mb 2
 
 finish

@@ -10,7 +10,7 @@
 
 #include "backend/cpu/cpu_ops.h"
 #include "comm/mpi_communicator.h"
-#include "core/out_of_memory.h"
+#include "core/memory_estimate.h"
 #include "core/usage_error.h"
 #include "forwarding_communicator.h"
 #include "memory_tracking.h"
@@ -65,8 +65,8 @@ TEST(MemoryEstimate, ParameterGradientOptimizerAndActivationTermsAreWhatTheConst
                                                    layout.segments[layout.embedding_segment()].end_elems);
           ASSERT_GT(plan.buckets.size(), 4u) << label;
           const MemoryEstimate estimate = estimate_training_memory(
-              {.parallel = parallel, .backend = ops, .comm = comm, .shape = c.shape, .plan = plan,
-               .micro_batch = c.micro_batch, .seq = c.seq, .micro_batches = 1, .recompute = recompute});
+              {.strategy = {parallel, ops, comm, plan, layout, 1}, .shape = c.shape,
+               .micro_batch = c.micro_batch, .seq = c.seq, .recompute = recompute});
           Gpt model(ops, c.shape, c.micro_batch, c.seq, plan.padded_elems, recompute);
           const std::unique_ptr<GradientStrategy> gradients = make_strategy(parallel, ops, comm, model, plan);
           for (MemoryKind kind : {MemoryKind::parameters, MemoryKind::gradients, MemoryKind::optimizer,
@@ -120,13 +120,13 @@ size_t needed_bytes(const std::vector<std::string>& options, int grad_accum, boo
   resolve_for_world(config, 1);
   CpuOps ops;
   MpiCommunicator self(MPI_COMM_SELF, 120.0);
+  const DataParallelConfig parallel = config.data_parallel();
   const ParameterLayout layout = make_parameter_layout(config.shape);
-  const BucketPlan plan = make_bucket_plan(layout.param_elems, config.data_parallel().bucket_bytes, 1,
+  const BucketPlan plan = make_bucket_plan(layout.param_elems, parallel.bucket_bytes, 1,
                                            layout.segments[layout.embedding_segment()].end_elems);
   const MemoryEstimate estimate = estimate_training_memory(
-      {.parallel = config.data_parallel(), .backend = ops, .comm = self, .shape = config.shape, .plan = plan,
-       .micro_batch = config.batch_per_rank / grad_accum, .seq = config.seq, .micro_batches = grad_accum,
-       .recompute = recompute});
+      {.strategy = {parallel, ops, self, plan, layout, grad_accum}, .shape = config.shape,
+       .micro_batch = config.batch_per_rank / grad_accum, .seq = config.seq, .recompute = recompute});
   return memory_with_headroom(estimate.total_bytes());
 }
 

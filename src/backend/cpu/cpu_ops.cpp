@@ -9,7 +9,6 @@
 
 #include "core/check.h"
 #include "core/memory_estimate.h"
-#include "core/out_of_memory.h"
 
 namespace scalestudy {
 namespace {

@@ -17,7 +17,6 @@
 #include "backend/cuda/device_info.h"
 #include "backend/cuda/half_host.h"
 #include "core/memory_estimate.h"
-#include "core/out_of_memory.h"
 #include "cuda_check.h"
 #include "elementwise.cuh"
 #include "gemm_lt.cuh"
