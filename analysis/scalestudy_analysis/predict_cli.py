@@ -332,7 +332,8 @@ def _check_section(studies):
     for study in studies:
         check = study.check
         if check is None:
-            rows.append([study.label, "—", "—", "—", "—", "one N measured: nothing to hold out"])
+            rows.append([study.label, "—", "—", "—", "—",
+                         "one N measured: nothing to hold out"])
             continue
         extrapolated = check["micro_batch"] < check["smallest_fitted_batch"] - 1e-9
         rows.append([study.label, ", ".join(map(str, check["fit_N"])), check["predicted_N"],
@@ -418,8 +419,10 @@ def write_outputs(out, args, network, studies, predictions, take, ledger, now):
                 "level": args.level, "resamples": args.resamples, "models": models,
                 "held_out": checks, "what_it_takes": take_rows,
                 "predictions": predictions.to_dict(orient="records")}
-    (out / "predictions.json").write_text(json.dumps(document, indent=1, default=_json_value) + "\n")
-    _plot(out / "prediction.png", studies, predictions)
+    (out / "predictions.json").write_text(
+        json.dumps(document, indent=1, default=_json_value) + "\n")
+    _plot(out / "prediction.png", studies, predictions,
+          f"{Path(args.sweep).resolve().name} on {network.name}")
     notes = "\n".join(f"- **{s.label}**: " + "; ".join(s.model.notes) + "." for s in studies)
     text = "\n\n".join([
         f"# Scaling prediction: `{args.sweep}` on {network.name}",
@@ -434,7 +437,7 @@ def write_outputs(out, args, network, studies, predictions, take, ledger, now):
             ["strategy", "N", "micro-batch", "step (ms)", "ktokens/s", "efficiency",
              "exposed comm (ms)", "memory/GPU (GiB)", "allreduce"],
             _prediction_rows(predictions, "strong")),
-        f"## Weak scaling\n\nEfficiency against one GPU at the same micro-batch.\n\n" + _md_table(
+        "## Weak scaling\n\nEfficiency against one GPU at the same micro-batch.\n\n" + _md_table(
             ["strategy", "N", "micro-batch", "step (ms)", "ktokens/s", "efficiency",
              "exposed comm (ms)", "memory/GPU (GiB)", "allreduce"],
             _prediction_rows(predictions, "weak")),
@@ -468,7 +471,7 @@ def _plot_check(axis, study, row, scale):
               label="held-out prediction" if study.series.index == 1 and row == 0 else None)
 
 
-def _plot(path, studies, predictions):
+def _plot(path, studies, predictions, title):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -494,8 +497,11 @@ def _plot(path, studies, predictions):
                          else table["step_time_median_s"].iloc[0] / table["step_time_median_s"])
                     axis.plot(table["N"], y, "o", color=colour, markersize=5)
                     _plot_check(axis, study, row, scale)
-        axes[0][column].set_title(f"{scaling} scaling: step time (ms)", fontsize="medium")
-        axes[1][column].set_title(f"{scaling} scaling: efficiency", fontsize="medium")
+        batch = (f"global batch {studies[0].global_batch:g}" if scaling == "strong"
+                 else f"{studies[0].weak_batch:g} sequences per GPU")
+        axes[0][column].set_title(f"{scaling} scaling, {batch}: step time (ms)",
+                                  fontsize="medium")
+        axes[1][column].set_title(f"{scaling} scaling, {batch}: efficiency", fontsize="medium")
         axes[1][column].set_xlabel("GPUs N; dots measured, dashed: micro-batch never measured")
         for row in range(2):
             axis = axes[row][column]
@@ -506,6 +512,7 @@ def _plot(path, studies, predictions):
         axes[0][column].set_yscale("log")
         axes[1][column].set_ylim(0, 1.1)
     axes[0][0].legend(fontsize="small")
+    figure.suptitle(title, fontsize="medium")
     figure.tight_layout()
     figure.savefig(path, dpi=80)
     plt.close(figure)

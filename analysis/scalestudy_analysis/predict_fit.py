@@ -186,7 +186,8 @@ def fit_comm(durations, network, notes):
     intra_latency = network.intra_latency_s
     base, bus = network.base_latency_s, network.intra_bandwidth_bytes_per_s
     if durations is not None and not durations.empty:
-        grouped = durations.groupby(["N", "kind", "payload_bytes"])["seconds"].median().reset_index()
+        grouped = (durations.groupby(["N", "kind", "payload_bytes"])["seconds"].median()
+                   .reset_index())
         grouped = grouped[grouped["kind"].isin(["allreduce", "reduce_scatter", "allgather"])]
         steps = np.array([ring_steps(k, n, 1)[0] for k, n in zip(grouped["kind"], grouped["N"])])
         factor = np.array([bus_factor(k, n) for k, n in zip(grouped["kind"], grouped["N"])])
@@ -313,13 +314,6 @@ def resample(summaries, rng):
 def bootstrap_models(label, sharded, summaries, network, resamples, rng, **kwargs):
     return [fit_model(label, sharded, resample(summaries, rng), network, **kwargs)
             for _ in range(resamples)]
-
-
-def interval(models, world_size, batch, key, level, comm_for=None):
-    values = np.array([predict_point(m, world_size, batch, comm_for(m) if comm_for else None)[key]
-                       for m in models])
-    tail = (1.0 - level) / 2.0
-    return float(np.quantile(values, tail)), float(np.quantile(values, 1.0 - tail))
 
 
 def held_out(label, sharded, summaries, network, models_kwargs=None):

@@ -11,8 +11,8 @@ The step at N GPUs with a micro-batch of b sequences per GPU and A micro-batches
 
 with C(N) the sum of the step's collectives' modelled times (they run one after another
 on the comm stream), h the share of them hidden behind compute in the sweep and w the
-share of compute that communication can run beside. docs/scaling-model.md gives the
-sources and what the model cannot know.
+share of compute that communication can run beside. docs/strategies.md ("Predicting
+larger clusters") gives the sources and what the model cannot know.
 """
 import configparser
 import math
@@ -70,7 +70,8 @@ def read_network(path):
         try:
             values[key] = kind(text)
         except (TypeError, ValueError):
-            raise NetworkError(f"--network {str(path)!r}: {key} = {text!r} is not a number") from None
+            raise NetworkError(f"--network {str(path)!r}: {key} = {text!r} is not a "
+                               "number") from None
         if not values[key] > 0 and not (key.endswith("latency_us") and values[key] == 0):
             raise NetworkError(f"--network {str(path)!r}: {key} = {text!r} must be positive")
     return Network(name=section.get("name", str(path)), gpus_per_node=values["gpus_per_node"],

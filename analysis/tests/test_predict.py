@@ -60,7 +60,8 @@ def test_nccl_choice_takes_the_ring_for_large_and_the_tree_for_small_messages():
     seconds, algorithm = collective_time("allreduce", 1e3, 4096, PARAMS)
     assert algorithm == "tree" and seconds < 0.3e-3
     ring = ring_time("allreduce", 1e3, 4096, PARAMS)
-    assert ring == pytest.approx((8.4 + 7168 * 3.4 + 1022 * 9.6) * US + 2 * 4095 / 4096 * 1e3 / 400e9)
+    assert ring == pytest.approx((8.4 + 7168 * 3.4 + 1022 * 9.6) * US
+                                 + 2 * 4095 / 4096 * 1e3 / 400e9)
     # reduce-scatter has no tree in NCCL, whatever the size.
     assert collective_time("reduce_scatter", 1e3, 4096, PARAMS)[1] == "ring"
     assert collective_time("allreduce", 1e9, 1, PARAMS) == (0.0, "ring")
@@ -104,7 +105,8 @@ def _synthetic_summaries(rng):
                     ] if size > 1 else []
             comm = point["comm_s"]
             summaries.append(RunSummary(
-                world_size=size, ranks_per_node=size, nodes=1, micro_batch=batch, grad_accum=1, seq=1024,
+                world_size=size, ranks_per_node=size, nodes=1, micro_batch=batch,
+                grad_accum=1, seq=1024,
                 compute_s=noisy(point["compute_s"]),
                 jitter_cv=noisy(TRUE.jitter_cv) if size > 1 else math.nan,
                 step_jitter_cv=noisy(TRUE.jitter_cv), optimizer_s=noisy(point["optimizer_s"]),
