@@ -288,7 +288,12 @@ def run(args):
     now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     ledger = None
     if not args.no_ledger:
-        ledger = update_ledger(args.sweep / LEDGER_NAME, studies, network, args.level, now)
+        path = args.sweep / LEDGER_NAME
+        try:
+            ledger = update_ledger(path, studies, network, args.level, now)
+        except (OSError, ValueError, KeyError) as error:
+            return _usage_error(f"SWEEP {str(args.sweep)!r}: {LEDGER_NAME} cannot be read or "
+                                f"written ({error}); --no-ledger leaves it out")
     out = args.out or args.sweep.resolve().parent / f"{args.sweep.resolve().name}-prediction"
     out.mkdir(parents=True, exist_ok=True)
     summary = write_outputs(out, args, network, studies, predictions, take, ledger, now)

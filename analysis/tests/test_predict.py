@@ -260,3 +260,30 @@ def test_bench_comm_gives_the_intra_node_latency_and_bandwidth(tmp_path):
     _bench_comm(tmp_path / "one.h5", 12e-6, 300e9, world_size=1)
     assert main([str(EXAMPLE), "--network", str(NETWORKS / "ib-ndr-400.ini"), "--no-ledger",
                  "--bench-comm", str(tmp_path / "one.h5")]) == 2
+
+
+def test_batch_sweep_joins_the_compute_fit_and_must_match_the_model(tmp_path):
+    batches = tmp_path / "batches"
+    for path in EXAMPLE.rglob("n1-*.h5"):
+        target = batches / path.relative_to(EXAMPLE)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, target)
+    network = str(NETWORKS / "ib-ndr-400.ini")
+    out = tmp_path / "out"
+    assert main([str(EXAMPLE), "--network", network, "--no-ledger", "--resamples", "20",
+                 "--batch-sweep", str(batches), "--out", str(out)]) == 0
+    fitted = (out / "prediction.md").read_text().split("## What was fitted", 1)[1]
+    assert "no batch sweep given" not in fitted.split("## Strong scaling", 1)[0]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main([str(EXAMPLE), "--network", network, "--no-ledger",
+                 "--batch-sweep", str(empty)]) == 2
+
+
+def test_a_ledger_that_cannot_be_read_exits_2_naming_it(tmp_path, capsys):
+    sweep = tmp_path / "sweep"
+    shutil.copytree(EXAMPLE, sweep)
+    (sweep / LEDGER_NAME).write_text("{not json")
+    assert main([str(sweep), "--network", str(NETWORKS / "ib-ndr-400.ini"),
+                 "--resamples", "20", "--out", str(tmp_path / "out")]) == 2
+    assert LEDGER_NAME in capsys.readouterr().err
