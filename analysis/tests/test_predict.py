@@ -167,14 +167,19 @@ def test_held_out_check_on_the_example_sweep(example_series):
         assert abs(error) < 0.05, f"{label}: {100 * error:+.2f} %"
 
 
+def _transfer(source, pattern, destination, how):
+    """Copies or moves the result files matching pattern, keeping their folders."""
+    for path in source.rglob(pattern):
+        target = destination / path.relative_to(source)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        how(path, target)
+
+
 def test_ledger_keeps_predictions_and_scores_them_when_their_n_is_measured(tmp_path):
     sweep = tmp_path / "sweep"
     shutil.copytree(EXAMPLE, sweep)
     held = tmp_path / "held"
-    for path in sweep.rglob("n4-*.h5"):
-        target = held / path.relative_to(sweep)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.move(path, target)
+    _transfer(sweep, "n4-*.h5", held, shutil.move)
     network = str(NETWORKS / "ib-ndr-400.ini")
     assert main([str(sweep), "--network", network, "--resamples", "20",
                  "--out", str(tmp_path / "first")]) == 0
@@ -264,10 +269,7 @@ def test_bench_comm_gives_the_intra_node_latency_and_bandwidth(tmp_path):
 
 def test_batch_sweep_joins_the_compute_fit_and_must_match_the_model(tmp_path):
     batches = tmp_path / "batches"
-    for path in EXAMPLE.rglob("n1-*.h5"):
-        target = batches / path.relative_to(EXAMPLE)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(path, target)
+    _transfer(EXAMPLE, "n1-*.h5", batches, shutil.copy)
     network = str(NETWORKS / "ib-ndr-400.ini")
     out = tmp_path / "out"
     assert main([str(EXAMPLE), "--network", network, "--no-ledger", "--resamples", "20",
