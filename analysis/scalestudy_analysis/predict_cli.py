@@ -15,6 +15,7 @@ CURVE_SIZES = tuple(2 ** i for i in range(13))          # 1 .. 4096
 TABLE_SIZES = (8, 64, 512, 4096)
 TAKE_SIZES = (64, 512, 4096)
 TAKE_TARGETS = (0.9, 0.8)
+TAKE_RANGE_BYTES_PER_S = (1e8, 1e13)   # the bisection's bounds: 0.1 GB/s to 10 TB/s
 LEDGER_NAME = "prediction-ledger.json"
 LEDGER_AHEAD = 2       # the ledger records the next powers of two above the largest N
 
@@ -121,11 +122,11 @@ def _batch_points(directory, reference):
 class Study:
     """One series of the sweep: its summaries, its fit, its bootstrap and its check."""
 
-    def __init__(self, series, network, args, extra):
+    def __init__(self, series, label, network, args, extra):
         from .predict_fit import bootstrap_models, fit_model, held_out, summarize_run
         import numpy as np
         self.series = series
-        self.label = series.strategy_label
+        self.label = label
         self.sharded = series.fields.get("strategy") == "zero2"
         self.summaries = [summarize_run(run) for run in series.runs]
         self.model = fit_model(self.label, self.sharded, self.summaries, network, **extra)
@@ -190,7 +191,7 @@ def _what_it_takes(study, network, target):
     """The least inter-node bandwidth per GPU (bytes/s) that keeps weak efficiency at
     target, by bisection on a log scale between 0.1 GB/s and 10 TB/s; None where even
     10 TB/s does not (latency, the node's bus or the optimizer bound it)."""
-    low, high = math.log(1e8), math.log(1e13)
+    low, high = (math.log(bound) for bound in TAKE_RANGE_BYTES_PER_S)
     results = {}
     for size in TAKE_SIZES:
         def efficiency(log_bandwidth):
@@ -216,8 +217,8 @@ def _ledger_key(entry):
 
 def update_ledger(path, studies, network, level, now):
     """Scores the open entries whose N is now measured, then records the predictions of
-    the next powers of two above the largest N measured (once per fit). Returns the
-    ledger."""
+    the next powers of two above the largest N measured (once per fit and network).
+    Returns the ledger."""
     ledger = json.loads(path.read_text()) if path.is_file() else {"entries": []}
     measured = {}
     for study in studies:
@@ -232,7 +233,7 @@ def update_ledger(path, studies, network, level, now):
             entry["score"] = {"measured_step_s": step, "scored_utc": now,
                               "signed_error": entry["predicted_step_s"] / step - 1.0,
                               "inside_interval": entry["low_s"] <= step <= entry["high_s"]}
-    recorded = {(_ledger_key(e), tuple(e["fit_N"])) for e in ledger["entries"]}
+    recorded = {(_ledger_key(e), tuple(e["fit_N"]), e["network"]) for e in ledger["entries"]}
     for study in studies:
         sizes = sorted({s.world_size for s in study.summaries})
         ahead = [sizes[-1] * 2 ** k for k in range(1, LEDGER_AHEAD + 1)]
@@ -242,10 +243,19 @@ def update_ledger(path, studies, network, level, now):
                      "network": network.name, "made_utc": now,
                      "predicted_step_s": row["step_time_s"], "low_s": row["step_time_s_lo"],
                      "high_s": row["step_time_s_hi"], "score": None}
-            if (_ledger_key(entry), tuple(sizes)) not in recorded:
+            if (_ledger_key(entry), tuple(sizes), network.name) not in recorded:
                 ledger["entries"].append(entry)
     path.write_text(json.dumps(ledger, indent=1) + "\n")
     return ledger
+
+
+def _labels(series_list):
+    """The strategy names the series, unless two series share it: then their scaling,
+    batch and number tell them apart."""
+    names = [series.strategy_label for series in series_list]
+    return [name if names.count(name) == 1 else
+            f"{name} {series.scaling} ({series.index})"
+            for name, series in zip(names, series_list)]
 
 
 def run(args):
@@ -272,7 +282,8 @@ def run(args):
         if not extra["extra_compute"]:
             return _usage_error(f"--batch-sweep {str(args.batch_sweep)!r} holds no one-GPU "
                                 "run of the sweep's model, sequence and precision")
-    studies = [Study(series, network, args, extra) for series in series_list]
+    studies = [Study(series, label, network, args, extra)
+               for series, label in zip(series_list, _labels(series_list))]
     rows = []
     for study in studies:
         for scaling in ("strong", "weak"):
@@ -373,7 +384,9 @@ def _take_section(take, network):
             cells = [label, size, _fmt(by_target["described"][size], 3)]
             for target in TAKE_TARGETS:
                 value = by_target[target][size]
-                cells.append("not reachable" if value is None else f"{value / 1e9:.3g}")
+                floor = value is not None and value <= TAKE_RANGE_BYTES_PER_S[0] * (1 + 1e-9)
+                cells.append("not reachable" if value is None else
+                             f"≤ {value / 1e9:.3g}" if floor else f"{value / 1e9:.3g}")
             rows.append(cells)
     return (f"Weak scaling at the weak-scaling micro-batch; bandwidth per GPU across nodes "
             f"(GB/s per direction), everything else as in `{network.name}`. \"Not reachable\": "
