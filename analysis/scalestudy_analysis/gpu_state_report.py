@@ -5,9 +5,8 @@ from collections import defaultdict
 
 import pandas as pd
 
-from .gpu_phase_state import (gpu_phase_metrics, has_phase_samples, phases_with_samples,
-                              rank_phase_rows)
-from .gpu_state import gpu_metrics, has_samples, reason_names
+from .gpu_state import (gpu_metrics, gpu_phase_metrics, has_phase_samples, has_samples,
+                        phases_with_samples, rank_phase_rows, reason_names)
 from .markdown import fmt as _fmt, percent as _percent, relative as _relative, table as _table
 
 GPU_STATE_DEFINITIONS = """\

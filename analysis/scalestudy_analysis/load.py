@@ -7,11 +7,10 @@ import h5py
 import numpy as np
 import pandas as pd
 
-from .gpu_phase_state import read_gpu_phase_state
-from .gpu_state import GpuState, read_gpu_state
+from .gpu_state import GpuState, read_gpu_phase_state, read_gpu_state
 from .h5text import attributes as _attributes, text as _text, text_list as _text_list
 from .intervals import StepQuantities, step_quantities
-from .kernel_trace import KernelTrace, read_kernel_trace
+from .kernels import KernelTrace, read_kernel_trace
 from .placement import read_placement
 from .problems import Problem
 from .schema import (COLLECTIVE_NAMES, HOST_INFO_DATASETS, HOST_INFO_VERSION, KERNEL_TRACE_GROUP,

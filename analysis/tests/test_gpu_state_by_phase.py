@@ -8,9 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from scalestudy_analysis.gpu_phase_state import (gpu_phase_metrics, has_phase_samples,
-                                                 rank_phase_rows, slowest_rank_clock)
-from scalestudy_analysis.gpu_state import gpu_metrics, has_samples
+from scalestudy_analysis.gpu_state import (gpu_metrics, gpu_phase_metrics, has_phase_samples,
+                                           has_samples, rank_phase_rows, slowest_rank_clock)
 from scalestudy_analysis.load import read_run
 from scalestudy_analysis.report import write_report
 from synth import (GPU_PHASE_DATASETS, PHASES, base_config, drop_steps_dataset,
