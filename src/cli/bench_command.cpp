@@ -126,8 +126,8 @@ po::options_description bench_options(RawOptions& raw) {
       ("min-bytes", defaulted(&raw.min_bytes), "smallest payload (doubling from it)")
       ("max-bytes", po::value(&raw.max_bytes)->default_value("", "cuda 1G, cpu 1M"), "largest payload")
       ("scopes", defaulted(&raw.scopes),
-       "communicators to measure: world (every rank), intra_node (the ranks of each node, all nodes at once), "
-       "inter_node (each node's first rank); one of a single rank per communicator is recorded as absent");
+       "world, intra_node (each node's ranks, nodes at once), inter_node (one rank per node); a "
+       "communicator of one rank is absent");
 
   po::options_description all = help_sections();
   all.add(general).add(timing).add(output).add(diagnostics).add(kernels).add(model).add(comm);
