@@ -143,8 +143,8 @@ def scalestudy_comm(args, env):
     output = Path(args.workdir) / "comm-allreduce-1g.h5"
     out = run(["mpirun", "--allow-run-as-root", "--bind-to", "none", "-np", "2", "-x", "LD_LIBRARY_PATH",
                "-x", "NCCL_NVLS_ENABLE", args.binary, "bench", "comm", "--collectives", "allreduce",
-               "--min-bytes", "1G", "--max-bytes", "1G", *common_options(args), "-o", str(output)], env)
-    match = re.search(r"comm allreduce (\d+) bytes: median ([0-9.e+-]+) us .*?algbw ([0-9.e+-]+) GB/s, "
+               "--scopes", "world", "--min-bytes", "1G", "--max-bytes", "1G", *common_options(args), "-o", str(output)], env)
+    match = re.search(r"comm world allreduce (\d+) bytes: median ([0-9.e+-]+) us .*?algbw ([0-9.e+-]+) GB/s, "
                       r"busbw ([0-9.e+-]+) GB/s, (\d+) wrong", out or "")
     if not match:
         return None

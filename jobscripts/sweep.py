@@ -38,6 +38,11 @@ class Sweep:
     scalings: tuple
     gpu_counts: tuple
     gpus_per_node: int
+    ntasks_per_node: int  # ranks per node; at most gpus_per_node on cuda (one GPU a rank)
+    gpu_bind: str  # srun's --gpu-bind; "" leaves the cluster's default
+    exclusive: bool  # whole nodes, shared with no other job
+    constraint: str  # sbatch's --constraint (node features); "" for none
+    env: tuple  # (name, value) pairs of [env], exported to every rank of every point
     strategies: tuple
     overlaps: tuple
     repeats: int
@@ -102,6 +107,16 @@ SLURM_NAMES = re.compile(r"[A-Za-z0-9._-]+(,[A-Za-z0-9._-]+)*")
 SLURM_TIME = re.compile(r"\d+(:\d{1,2}){0,2}|\d+-\d{1,2}(:\d{1,2}){0,2}")
 SRUN_OPTION = re.compile(r"--?[A-Za-z][A-Za-z0-9-]*(=\S+)?")
 TRAIN_OPTION = re.compile(r"[a-z][a-z0-9-]*")
+# Slurm's node features, joined by & (and), | (or) or , (a list).
+SLURM_CONSTRAINT = re.compile(r"[A-Za-z0-9._-]+([&|,][A-Za-z0-9._-]+)*")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# scalestudy takes the GPU of its local rank among those the rank sees, so every rank must
+# see all of its node's GPUs: of srun's --gpu-bind forms, "none" keeps them visible (it
+# also overrides a binding that the cluster sets by default); closest, single, map_gpu,
+# mask_gpu and per_task would leave a rank one GPU, and every rank but the first without
+# its own.
+GPU_BINDS = ("none",)
+BOOLEANS = {"yes": True, "true": True, "on": True, "1": True, "no": False, "false": False, "off": False, "0": False}
 PATH_TEXT = re.compile(r"[A-Za-z0-9._/+@%-]+")
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -139,6 +154,19 @@ def check_train_option(where, key, value):
                              "with '-' unless it is a number") from None
 
 
+def environment(where, parser):
+    """[env]: NAME = value pairs, exported as they are written to every rank of every
+    point. Nothing is exported that the file does not name: NCCL, for one, keeps its own
+    defaults unless [env] sets them."""
+    if not parser.has_section("env"):
+        return ()
+    pairs = tuple(parser["env"].items())
+    for name, _ in pairs:
+        check_form(where, f"[env] {name}", name, ENV_NAME,
+                   "a variable name of letters, digits and _, not starting with a digit")
+    return pairs
+
+
 def gpu_counts_of(where, text):
     try:
         return parse_gpu_counts(text)
@@ -159,15 +187,18 @@ def read_experiment(path):
     for section in ("sweep", "train"):
         if not parser.has_section(section):
             raise UsageError(f"EXPERIMENT {path}: missing the [{section}] section")
-    sweep = parser["sweep"]
-    known = {"name", "scaling", "gpus", "gpus_per_node", "strategies", "overlap", "repeats",
-             "output_dir", "backend", "time_limit", "cpus_per_task", "srun_args", "partition",
-             "account", "signal_before_limit_s"}
     where = f"EXPERIMENT {path}"
+    extra = sorted(set(parser.sections()) - {"sweep", "train", "env"})
+    if extra:
+        raise UsageError(f"{where}: unknown section [{extra[0]}] (expected [sweep], [train] and [env])")
+    sweep = parser["sweep"]
+    known = {"name", "scaling", "gpus", "gpus_per_node", "ntasks_per_node", "gpu_bind", "exclusive",
+             "constraint", "strategies", "overlap", "repeats", "output_dir", "backend", "time_limit",
+             "cpus_per_task", "srun_args", "partition", "account", "signal_before_limit_s"}
     unknown = sorted(set(sweep) - known)
     if unknown:
         raise UsageError(f"{where}: unknown key {unknown[0]!r} in [sweep]")
-    for section in ("sweep", "train"):
+    for section in parser.sections():
         for key, value in parser[section].items():
             check_text(where, key, value)
 
@@ -185,6 +216,12 @@ def read_experiment(path):
         if value:
             check_form(where, key, value, pattern, expected)
         return value
+
+    def boolean(key, default):
+        text = sweep.get(key, default).strip().lower()
+        if text not in BOOLEANS:
+            raise UsageError(f"{where}: {key} = {text!r}: expected yes or no")
+        return BOOLEANS[text]
 
     def choices(key, default, allowed):
         values = split_list(sweep.get(key, default))
@@ -204,6 +241,19 @@ def read_experiment(path):
         raise UsageError(f"EXPERIMENT {path}: strong scaling needs global-batch in [train]")
     if "weak" in scalings and "batch-per-rank" not in train_keys:
         raise UsageError(f"EXPERIMENT {path}: weak scaling needs batch-per-rank in [train]")
+    backend = choices("backend", "cpu", ("cpu", "cuda"))[0]
+    gpus_per_node = integer("gpus_per_node", 1)
+    ntasks_per_node = integer("ntasks_per_node", gpus_per_node)
+    if backend == "cuda" and ntasks_per_node > gpus_per_node:
+        raise UsageError(f"{where}: ntasks_per_node = {ntasks_per_node} is above gpus_per_node = "
+                         f"{gpus_per_node}: on cuda each rank drives a GPU of its own")
+    gpu_bind = checked("gpu_bind", "", NAME, "one of " + ", ".join(GPU_BINDS))
+    if gpu_bind and gpu_bind not in GPU_BINDS:
+        raise UsageError(f"{where}: gpu_bind = {gpu_bind!r}: only {', '.join(GPU_BINDS)}; scalestudy takes "
+                         "its local rank's GPU among those a rank sees, so every rank must see all of "
+                         "its node's GPUs")
+    if gpu_bind and backend != "cuda":
+        raise UsageError(f"{where}: gpu_bind = {gpu_bind}: needs backend = cuda")
     output_dir = Path(checked("output_dir", f"results/{path.stem}", PATH_TEXT,
                               "a path of letters, digits and ._/+@%- (no spaces)"))
     if not output_dir.is_absolute():
@@ -212,11 +262,15 @@ def read_experiment(path):
         name=checked("name", path.stem, NAME, "letters, digits, '.', '_' and '-'"),
         scalings=scalings,
         gpu_counts=gpu_counts_of(where, sweep.get("gpus", "1")),
-        gpus_per_node=integer("gpus_per_node", 1),
+        gpus_per_node=gpus_per_node, ntasks_per_node=ntasks_per_node, gpu_bind=gpu_bind,
+        exclusive=boolean("exclusive", "no"),
+        constraint=checked("constraint", "", SLURM_CONSTRAINT,
+                           "node features of letters, digits and ._- joined by &, | or ,"),
+        env=environment(where, parser),
         strategies=choices("strategies", "ddp", ("ddp", "zero2")),
         overlaps=choices("overlap", "off", ("on", "off")),
         repeats=integer("repeats", 1), output_dir=output_dir,
-        backend=choices("backend", "cpu", ("cpu", "cuda"))[0],
+        backend=backend,
         time_limit=checked("time_limit", "00:30:00", SLURM_TIME,
                            "Slurm's time format, e.g. 30, 01:30:00 or 1-12:00:00"),
         cpus_per_task=integer("cpus_per_task", 1),
@@ -241,11 +295,11 @@ def plan(sweep):
 
 
 def nodes_for(sweep, point):
-    return math.ceil(point.ranks / sweep.gpus_per_node)
+    return math.ceil(point.ranks / sweep.ntasks_per_node)
 
 
 def ranks_per_node(sweep, point):
-    return min(point.ranks, sweep.gpus_per_node)
+    return min(point.ranks, sweep.ntasks_per_node)
 
 
 def train_arguments(sweep, point):
@@ -294,6 +348,17 @@ def report_command(sweep):
             str(sweep.output_dir / "report")]
 
 
+def local_command(sweep, point, binary, mpirun):
+    """The mpirun command of one point; [env] reaches every rank through -x."""
+    # Unbound: a rank's host threads (the comm thread, NCCL's proxy) must not share one core.
+    command = [mpirun, "--oversubscribe", "--bind-to", "none", "-np", str(point.ranks)]
+    for name, value in sweep.env:
+        command += ["-x", f"{name}={value}"]
+    if os.geteuid() == 0:
+        command.append("--allow-run-as-root")
+    return command + [str(binary)] + train_arguments(sweep, point)
+
+
 def run_local(sweep, points, binary, mpirun):
     pending = [p for p in points if result_status(p.result) != "complete"]
     print(f"sweep {sweep.name}: {len(points) - len(pending)} of {len(points)} point(s) already complete")
@@ -301,11 +366,7 @@ def run_local(sweep, points, binary, mpirun):
     for index, point in enumerate(pending, 1):
         point.result.parent.mkdir(parents=True, exist_ok=True)
         log = point.result.with_suffix(".log")
-        # Unbound: a rank's host threads (the comm thread, NCCL's proxy) must not share one core.
-        command = [mpirun, "--oversubscribe", "--bind-to", "none", "-np", str(point.ranks), "-x", "NCCL_NVLS_ENABLE=0"]
-        if os.geteuid() == 0:
-            command.append("--allow-run-as-root")
-        command += [str(binary)] + train_arguments(sweep, point)
+        command = local_command(sweep, point, binary, mpirun)
         print(f"[{index}/{len(pending)}] {point.label()} ... ", end="", flush=True)
         started = time.monotonic()
         with open(log, "w") as out:
@@ -332,6 +393,10 @@ def sbatch_script(sweep, point, binary):
              f"#SBATCH --output={logs}/%x-%j.out"]
     if sweep.backend == "cuda":
         lines.append(f"#SBATCH --gpus-per-node={per_node}")
+    if sweep.exclusive:
+        lines.append("#SBATCH --exclusive")
+    if sweep.constraint:
+        lines.append(f"#SBATCH --constraint={sweep.constraint}")
     if sweep.partition:
         lines.append(f"#SBATCH --partition={sweep.partition}")
     if sweep.account:
@@ -340,11 +405,13 @@ def sbatch_script(sweep, point, binary):
         # Every rank gets SIGTERM this long before the time limit, and scalestudy closes its
         # result file as failed, naming the signal, before Slurm kills the step.
         lines.append(f"#SBATCH --signal=TERM@{sweep.signal_before_limit_s}")
-    lines += ["set -euo pipefail",
-              "# NVLink multicast (NVLS) stays off: the study measures the ring/tree algorithms.",
-              "export NCCL_NVLS_ENABLE=0",
-              f"mkdir -p {shlex.quote(str(point.result.parent))}",
-              f"srun {shlex.join(sweep.srun_args)} --ntasks={point.ranks} {shlex.quote(str(binary))} "
+    srun_args = list(sweep.srun_args) + ([f"--gpu-bind={sweep.gpu_bind}"] if sweep.gpu_bind else [])
+    lines += ["set -euo pipefail"]
+    # The experiment's [env], and nothing else: srun passes the script's environment on to
+    # every rank.
+    lines += [f"export {name}={shlex.quote(value)}" for name, value in sweep.env]
+    lines += [f"mkdir -p {shlex.quote(str(point.result.parent))}",
+              f"srun {shlex.join(srun_args)} --ntasks={point.ranks} {shlex.quote(str(binary))} "
               + shlex.join(train_arguments(sweep, point)),
               ""]
     return "\n".join(lines)

@@ -89,7 +89,9 @@ def nearest_bench(benches, collective, world_size, payload):
     for bench in benches:
         if int(bench.attrs.get("world_size", 0)) != world_size:
             continue
+        # Training's collectives span every rank: the world scope's points are their match.
         points = bench.points[(bench.points["collective"] == collective)
+                              & (bench.points["scope"] == "world")
                               & (bench.points["status"] == "ok")]
         for size, busbw in zip(points["bytes"], points["busbw_gb_per_s"]):
             distance = abs(math.log(float(size) / payload))

@@ -31,7 +31,7 @@ import pandas as pd
 from .inference_grid import inference_section, read_pytorch
 from .layer_roofline import layer_section
 from .problems import Problem
-from .schema import SUPPORTED_SCHEMA_VERSIONS
+from .schema import COMM_SCOPES, SUPPORTED_SCHEMA_VERSIONS
 
 USAGE_ERROR = 2
 BENCH_NAMES = ("gemm", "bandwidth", "layer", "inference", "comm")
@@ -58,7 +58,7 @@ def bus_factor(collective, world_size):
     return 2 * (n - 1) / n if collective == "allreduce" else (n - 1) / n
 
 
-def _recomputed(name, points, world_size):
+def _recomputed(name, points):
     """The rates a file stores, recomputed from its times and counts."""
     t = points["time_median_s"]
     if name == "gemm" or name == "layer":
@@ -68,7 +68,8 @@ def _recomputed(name, points, world_size):
     if name == "inference":
         return {"tflops": points["flops"] / t / 1e12, "latency_ms": t * 1e3,
                 "sequences_per_s": points["batch"] / t, "tokens_per_s": points["batch"] * points["seq"] / t}
-    factor = points["collective"].map(lambda c: bus_factor(c, world_size))
+    factor = pd.Series([bus_factor(c, n) for c, n in zip(points["collective"], points["ranks"])],
+                       index=points.index)
     algbw = points["bytes"] / t / 1e9
     return {"bus_factor": factor, "algbw_gb_per_s": algbw, "busbw_gb_per_s": algbw * factor}
 
@@ -176,14 +177,19 @@ def _read_group(handle, name, bench):
     missing = [c for c in COMMON_COLUMNS + COLUMNS[name] if c not in columns]
     if missing:
         raise KeyError(f"/bench/{name} lacks {', '.join(missing)}")
-    return pd.DataFrame(columns)
+    points = pd.DataFrame(columns)
+    if name == "comm" and "scope" not in points:
+        # Before version 8 bench comm measured the world communicator only.
+        world = int(bench.attrs.get("world_size", 1))
+        points = points.assign(scope="world", ranks=world, groups=1)
+    return points
 
 
 def _check_rates(bench):
     points = bench.points
     ok = points["status"] != "oom"
     ok &= points["status"] != "unavailable"
-    for column, values in _recomputed(bench.name, points, int(bench.attrs.get("world_size", 1))).items():
+    for column, values in _recomputed(bench.name, points).items():
         stored, computed = points.loc[ok, column].astype(float), values[ok].astype(float)
         bad = ~np.isclose(stored, computed, rtol=RATE_RTOL, atol=0.0)
         if bad.any():
@@ -276,14 +282,55 @@ def bench_tables(bench):
     if bench.name == "inference":
         return [("Latency (ms) by batch × seq", grid(p, "batch", "seq", "latency_ms", 4)),
                 ("Throughput (sequences/s) by batch × seq", grid(p, "batch", "seq", "sequences_per_s", 4))]
-    world = bench.attrs.get("world_size", 1)
-    frame = pd.concat([p.assign(what=p["collective"] + " algbw", value=p["algbw_gb_per_s"]),
-                       p.assign(what=p["collective"] + " busbw", value=p["busbw_gb_per_s"])])
-    order = [f"{c} {bw}" for c in ("allreduce", "reduce_scatter", "allgather") for bw in ("algbw", "busbw")]
-    table = grid(frame, "bytes", "what", "value", 4, order)
-    table["wrong elements"] = p.groupby("bytes")["wrong_elems"].sum().astype(int).astype(str)
-    table.index = [_bytes_label(int(b)) for b in table.index]
-    return [(f"GB/s over {world} rank(s), nccl-tests definitions", table)]
+    return comm_tables(bench)
+
+
+COLLECTIVE_ORDER = ("allreduce", "reduce_scatter", "allgather")
+SCOPE_TITLES = {"world": "every rank", "intra_node": "intra-node (the ranks of each node)",
+                "inter_node": "inter-node (one rank per node)"}
+
+
+def comm_scopes(bench):
+    """(scope, description) of every scope the file asked for, measured or absent; an
+    older file's world alone."""
+    asked = [s for s in str(bench.method.get("scopes", "world")).split(",") if s]
+    return [(scope, str(bench.method.get(f"scope_{scope}", ""))) for scope in asked]
+
+
+def comm_tables(bench):
+    """Per measured scope its algbw and busbw by size; then busbw by size with the scopes
+    side by side, intra- and inter-node beside the world."""
+    p = bench.points
+    tables = []
+    for scope, _ in comm_scopes(bench):
+        rows = p[p["scope"] == scope]
+        if rows.empty:
+            continue
+        frame = pd.concat([rows.assign(what=rows["collective"] + " algbw", value=rows["algbw_gb_per_s"]),
+                           rows.assign(what=rows["collective"] + " busbw", value=rows["busbw_gb_per_s"])])
+        order = [f"{c} {bw}" for c in COLLECTIVE_ORDER for bw in ("algbw", "busbw")]
+        table = grid(frame, "bytes", "what", "value", 4, order)
+        table["wrong elements"] = rows.groupby("bytes")["wrong_elems"].sum().astype(int).astype(str)
+        table.index = [_bytes_label(int(b)) for b in table.index]
+        ranks, groups = int(rows["ranks"].iloc[0]), int(rows["groups"].iloc[0])
+        at_once = f", {groups} at once" if groups > 1 else ""
+        tables.append((f"{SCOPE_TITLES.get(scope, scope)}: GB/s over {ranks} rank(s){at_once}, nccl-tests "
+                       "definitions", table))
+    measured = [s for s in COMM_SCOPES if (p["scope"] == s).any()]
+    if len(measured) > 1:
+        frame = p[p["scope"].isin(measured)]
+        frame = frame.assign(what=frame["collective"] + " " + frame["scope"])
+        order = [f"{c} {s}" for c in COLLECTIVE_ORDER for s in measured]
+        table = grid(frame, "bytes", "what", "busbw_gb_per_s", 4, order)
+        table.index = [_bytes_label(int(b)) for b in table.index]
+        tables.append(("busbw (GB/s) by size: " + ", ".join(SCOPE_TITLES[s] for s in measured), table))
+    return tables
+
+
+def comm_absent_lines(bench):
+    """One line per scope asked for and not measured, with the file's reason."""
+    return [f"- {SCOPE_TITLES.get(scope, scope)}: {description}" for scope, description in comm_scopes(bench)
+            if description.startswith("absent")]
 
 
 def markdown(table, index_name):
@@ -476,6 +523,8 @@ def write_bench_report(paths, out_dir, runs_dir=None, pytorch=None):
             for title, table in bench_tables(b):
                 index = table.index.name or {"gemm": "n", "bandwidth": "elements", "comm": "bytes"}.get(name, "")
                 lines += ["", f"**{title}**", "", markdown(table, index)]
+            if name == "comm" and comm_absent_lines(b):
+                lines += ["", "Not measured:", ""] + comm_absent_lines(b)
             if name == "inference":
                 lines += inference_section(b, pytorch, out_dir, _figure_file("inference-grid", number, len(mine)))
             if name == "layer":

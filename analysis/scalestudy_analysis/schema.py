@@ -1,13 +1,17 @@
-"""Names and conventions of result schema v7, in one place (docs/results-schema.md)."""
+"""Names and conventions of result schema v8, in one place (docs/results-schema.md)."""
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 # Version 1 reads as version 2 with no traced steps and no /kernel_trace, versions 1 and 2
 # read as version 3 without the GPUs' state, versions 1 to 3 as version 4 without the
 # GPUs' state by phase, versions 1 to 4 as version 5 without the host's cores, CPU
 # binding and CPU model, versions 1 to 5 as version 6 without the memory preflight's
-# estimate, and versions 1 to 6 as version 7 without the GPUs' UUIDs and bus ids, so the
-# analysis reads all seven; anything else may mean something this code does not know.
-SUPPORTED_SCHEMA_VERSIONS = (1, 2, 3, 4, 5, 6, 7)
+# estimate, and versions 1 to 6 as version 7 without the GPUs' UUIDs and bus ids. Version 8
+# changed benchmark files only (bench comm's scopes), and a comm file before it reads as
+# one of the world scope alone. The analysis reads all eight; anything else may mean
+# something this code does not know.
+SUPPORTED_SCHEMA_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8)
+# bench comm's scopes (version 8); an older file measured the world only.
+COMM_SCOPES = ("world", "intra_node", "inter_node")
 
 # Root attributes (version 6): the memory preflight's estimate of rank 0's memory before
 # the run allocated (int64 bytes, and by kind in MEMORY_KIND_NAMES' order) and the memory

@@ -147,9 +147,62 @@ def test_failed_files_and_other_files_are_problems_not_data(tmp_path):
         assert not loaded.usable and [p.kind for p in loaded.problems] == [kind]
 
 
+def comm_scope_columns(points):
+    """points: (scope, ranks, groups, collective, bytes, seconds); rates as the binary
+    writes them."""
+    columns = {k: [] for k in ("scope", "ranks", "groups", "collective", "bytes", "elems", "time_median_s",
+                               "algbw_gb_per_s", "bus_factor", "busbw_gb_per_s", "wrong_elems")}
+    for scope, ranks, groups, collective, size, seconds in points:
+        factor, algbw = bench.bus_factor(collective, ranks), size / seconds / 1e9
+        for key, value in (("scope", scope), ("ranks", ranks), ("groups", groups), ("collective", collective),
+                           ("bytes", size), ("elems", size // 4), ("time_median_s", seconds),
+                           ("algbw_gb_per_s", algbw), ("bus_factor", factor),
+                           ("busbw_gb_per_s", algbw * factor), ("wrong_elems", 0)):
+            columns[key].append(value)
+    return columns
+
+
+def test_comm_scopes_get_their_own_bus_factor_tables_and_absences(tmp_path):
+    # 2 nodes × 2 ranks: the world of 4, each node's 2 at once, and the 2 nodes' first ranks.
+    mib, seconds = 1 << 20, 1e-3
+    path = tmp_path / "comm.h5"
+    write_bench(path, "comm", comm_scope_columns([
+        ("world", 4, 1, "allreduce", mib, seconds), ("intra_node", 2, 2, "allreduce", mib, seconds / 4),
+        ("inter_node", 2, 1, "allreduce", mib, seconds * 2)]), world_size=4, schema_version=8,
+        method={"timing": "synthetic", "scopes": "world,intra_node,inter_node",
+                "scope_world": "every rank: one communicator of 4 rank(s)",
+                "scope_intra_node": "the ranks of each node: 2 communicator(s) of 2 rank(s)",
+                "scope_inter_node": "each node's first rank: one communicator of 2 rank(s)"})
+    loaded = bench.read_bench_file(path)
+    # The bus factor of each scope is its own communicator's: a world factor (1.5) for the
+    # 2-rank scopes would be a rate mismatch.
+    assert loaded.usable and loaded.problems == []
+    busbw = loaded.points.set_index("scope")["busbw_gb_per_s"]
+    algbw = mib / seconds / 1e9
+    assert busbw["world"] == pytest.approx(algbw * 1.5)
+    assert busbw["intra_node"] == pytest.approx(algbw * 4 * 1.0)
+    assert busbw["inter_node"] == pytest.approx(algbw / 2 * 1.0)
+    titles = [title for title, _ in bench.bench_tables(loaded)]
+    assert titles[1] == "intra-node (the ranks of each node): GB/s over 2 rank(s), 2 at once, nccl-tests definitions"
+    side_by_side = bench.bench_tables(loaded)[-1][1]
+    assert list(side_by_side.columns) == ["allreduce world", "allreduce intra_node", "allreduce inter_node"]
+    assert side_by_side.loc["1 MiB", "allreduce intra_node"] == f"{algbw * 4:.4g}"
+    assert bench.comm_absent_lines(loaded) == []
+
+    one_node = tmp_path / "one-node.h5"
+    write_bench(one_node, "comm", comm_scope_columns([("world", 2, 1, "allgather", mib, seconds),
+                                                      ("intra_node", 2, 1, "allgather", mib, seconds)]),
+                world_size=2, schema_version=8,
+                method={"timing": "synthetic", "scopes": "world,intra_node,inter_node",
+                        "scope_inter_node": "absent: one node"})
+    report, _ = bench.write_bench_report([one_node], tmp_path / "out")
+    assert "- inter-node (one rank per node): absent: one node" in report
+    assert "allgather inter_node" not in report, "an absent scope gets no column"
+
+
 @pytest.mark.parametrize("version, usable", [(1, True), (2, True), (3, True), (4, True),
-                                             (5, True), (6, True), (7, True), (8, False)])
-def test_bench_files_of_schema_1_to_7_are_read_and_others_are_named(tmp_path, version, usable):
+                                             (5, True), (6, True), (7, True), (8, True), (9, False)])
+def test_bench_files_of_schema_1_to_8_are_read_and_others_are_named(tmp_path, version, usable):
     path = tmp_path / "gemm.h5"
     write_bench(path, "gemm", gemm_columns([("fp32", 64, 1e-3)]), schema_version=version)
     loaded = bench.read_bench_file(path)

@@ -120,6 +120,15 @@ def test_bandwidth_is_payload_over_the_comm_streams_time_with_the_bus_factor(tmp
     assert frame.loc[4, "bench_busbw_gb_per_s"] == pytest.approx(80.0)
     assert frame.loc[4, "bench_bytes"] == 4 * MIB + 4096
     assert np.isnan(frame.loc[2, "bench_busbw_gb_per_s"])  # no 2-rank bench file
+    # A node-local point of a 4-rank file, at the payload's very size, is not training's
+    # match: training's collectives span every rank.
+    from test_bench import comm_scope_columns
+    write_bench(tmp_path / "scoped4.h5", "comm", comm_scope_columns(
+        [("world", 4, 1, "allreduce", 4 * MIB + 4096, times[1]),
+         ("intra_node", 2, 2, "allreduce", PAYLOAD, 1e-6)]), world_size=4, schema_version=8)
+    scoped, _ = load_benches([tmp_path / "scoped4.h5"])
+    frame = bandwidth_table(series, scoped).set_index("N")
+    assert frame.loc[4, "bench_busbw_gb_per_s"] == pytest.approx(80.0)
     out = tmp_path / "out"
     assert main([str(tmp_path / "runs"), "-o", str(out), "--bench", str(tmp_path / "comm4.h5")]) == 0
     report = (out / "report.md").read_text()

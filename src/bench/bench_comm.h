@@ -13,6 +13,19 @@
 // compared bit for bit; the wrong elements of all ranks are counted. The timed calls
 // then run on zeroed buffers, whose in-place sums stay zero however often they repeat.
 // A sample's time is the slowest rank's.
+//
+// Scopes. Each collective runs over up to three communicators, each a scope of its own
+// rows (--scopes):
+//   world       every rank of the job (the job's communicator);
+//   intra_node  the ranks of one node, every node's at once (the node split of
+//               comm/mpi_runtime.h); each node's link is its own, so the nodes do not
+//               share bandwidth, and a sample is the slowest node's;
+//   inter_node  one rank per node, the node's first; the others wait, so its traffic has
+//               the inter-node link to itself.
+// A sub-scope's communicator is the backend's (MPI on the cpu, NCCL on cuda), built over
+// the scope's ranks. A scope of one rank per communicator (one node, one rank per node),
+// or with nodes of unequal rank counts, is not measured: the file records it as absent,
+// with the reason, and holds no rows for it.
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -23,6 +36,7 @@
 namespace scalestudy {
 
 inline const std::vector<std::string> kCommCollectives = {"allreduce", "reduce_scatter", "allgather"};
+inline const std::vector<std::string> kCommScopes = {"world", "intra_node", "inter_node"};
 CollectiveKind comm_collective_kind(const std::string& name);
 
 // nccl-tests' bus-bandwidth factor of a collective over world_size ranks.

@@ -56,6 +56,7 @@ struct BenchConfig {
   std::vector<int> batches, seqs;          // the grid of layer / inference
 
   std::vector<std::string> collectives;    // allreduce, reduce_scatter, allgather
+  std::vector<std::string> comm_scopes = {"world", "intra_node", "inter_node"};  // bench_comm.h
   int64_t min_bytes = 0, max_bytes = 0;    // payload range of comm, doubling
 
   bool profile_kernels = false;            // trace one extra sample per point (cuda)
@@ -200,6 +201,9 @@ struct BenchContext {
   std::string timer_description() const;
   // --profile-kernels: the tracer, or nullptr.
   KernelTracer* tracer = nullptr;
+  // comm only: a communicator of the job's backend (MPI or NCCL) over a group of ranks,
+  // built by every rank of the group.
+  std::function<std::unique_ptr<Communicator>(MPI_Comm group)> make_group_comm = nullptr;
   // Timing hooks that trace the point in `row` when there is a tracer.
   TimingHooks trace_hooks(size_t row) const {
     TimingHooks hooks;

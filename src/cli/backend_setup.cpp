@@ -68,6 +68,9 @@ BackendSetup make_backend(const RunConfig& config, const ProcessPlacement& where
   if (config.backend == "cpu") {
     setup.ops = std::make_unique<CpuOps>();
     setup.comm = std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, config.comm_timeout_s);
+    setup.make_group_comm = [timeout_s = config.comm_timeout_s](MPI_Comm group) -> std::unique_ptr<Communicator> {
+      return std::make_unique<MpiCommunicator>(group, timeout_s);
+    };
     setup.identity.backend = "cpu";
     setup.identity.device_name = "cpu";
     setup.identity.peak_tflops_per_gpu = measure_cpu_matmul_tflops(*setup.ops);
@@ -83,6 +86,10 @@ BackendSetup make_backend(const RunConfig& config, const ProcessPlacement& where
   auto ops = std::make_unique<CudaOps>(where.local_rank, config.precision, config.gemm_algos);
   setup.comm = std::make_unique<NcclCommunicator>(MPI_COMM_WORLD, ops->stream(), config.comm_timeout_s,
                                                   config.overlapped_ctas);
+  setup.make_group_comm = [stream = ops->stream(), timeout_s = config.comm_timeout_s,
+                           ctas = config.overlapped_ctas](MPI_Comm group) -> std::unique_ptr<Communicator> {
+    return std::make_unique<NcclCommunicator>(group, stream, timeout_s, ctas);
+  };
   setup.identity.backend = "cuda";
   setup.identity.device_name = cuda_device_description(where.local_rank);
   setup.identity.device_uuid = cuda_device_uuid(where.local_rank);

@@ -1,5 +1,6 @@
 #pragma once
 // Builds the backend and the communicator a run asked for, on this rank's device.
+#include <functional>
 #include <memory>
 
 #include "backend/backend.h"
@@ -14,6 +15,9 @@ namespace scalestudy {
 struct BackendSetup {
   std::unique_ptr<Backend> ops;
   std::unique_ptr<Communicator> comm;
+  // A communicator of the same kind as comm over a group of ranks (MPI's over the group,
+  // or NCCL's initialised over it with ncclCommInitRank), built by every rank of the group.
+  std::function<std::unique_ptr<Communicator>(MPI_Comm group)> make_group_comm;
   RunIdentity identity;  // without argv
   std::unique_ptr<GpuTelemetry> telemetry;  // --gpu-telemetry-ms; null when off or without NVML
 };

@@ -46,6 +46,7 @@ struct RawOptions {
   std::string model, batches, seqs, precision = "auto";
   int hidden = 0, heads = 0, layers = 0;
   std::string collectives = "allreduce,reduce_scatter,allgather", min_bytes = "1K", max_bytes;
+  std::string scopes = "world,intra_node,inter_node";
 };
 
 // The benchmarks each specific option applies to; the general options apply to all.
@@ -57,7 +58,7 @@ const std::map<std::string, std::vector<BenchKind>>& option_scope() {
       {"hidden", {K::layer, K::inference}},
       {"heads", {K::layer, K::inference}}, {"layers", {K::inference}},
       {"batches", {K::layer, K::inference}}, {"seqs", {K::layer, K::inference}},
-      {"collectives", {K::comm}}, {"min-bytes", {K::comm}}, {"max-bytes", {K::comm}},
+      {"collectives", {K::comm}}, {"min-bytes", {K::comm}}, {"max-bytes", {K::comm}}, {"scopes", {K::comm}},
   };
   return scope;
 }
@@ -123,7 +124,10 @@ po::options_description bench_options(RawOptions& raw) {
       ("collectives", defaulted(&raw.collectives),
        "collectives to measure: allreduce, reduce_scatter, allgather")
       ("min-bytes", defaulted(&raw.min_bytes), "smallest payload (doubling from it)")
-      ("max-bytes", po::value(&raw.max_bytes)->default_value("", "cuda 1G, cpu 1M"), "largest payload");
+      ("max-bytes", po::value(&raw.max_bytes)->default_value("", "cuda 1G, cpu 1M"), "largest payload")
+      ("scopes", defaulted(&raw.scopes),
+       "world, intra_node (each node's ranks, nodes at once), inter_node (one rank per node); a "
+       "communicator of one rank is absent");
 
   po::options_description all = help_sections();
   all.add(general).add(timing).add(output).add(diagnostics).add(kernels).add(model).add(comm);
@@ -139,8 +143,9 @@ std::string bench_help() {
          "  bandwidth  GB/s of elementwise copy and accumulate kernels\n"
          "  layer      TFLOP/s of one transformer block, forward and forward+backward, and of its parts\n"
          "  inference  forward latency and throughput of a whole model over batch × seq\n"
-         "  comm       algbw and busbw of allreduce, reduce_scatter and allgather, checked exactly;\n"
-         "             launch several ranks with mpirun or srun (the others run on one rank)\n"
+         "  comm       algbw and busbw of allreduce, reduce_scatter and allgather, checked exactly, over\n"
+         "             every rank, the ranks of each node and one rank per node; launch several ranks\n"
+         "             with mpirun or srun (the others run on one rank)\n"
          "Timing: warm-up samples discarded, then --repeats samples; median and IQR per point.\n"
       << bench_options(raw);
   return out.str();
@@ -254,7 +259,8 @@ BenchConfig resolve(BenchKind kind, const RawOptions& raw, const po::variables_m
                                                 " is more tokens than the ops' int row counts allow");
   }
   if (kind == BenchKind::comm) {
-    c.collectives = parse_name_list("collectives", raw.collectives, {"allreduce", "reduce_scatter", "allgather"});
+    c.collectives = parse_name_list("collectives", raw.collectives, kCommCollectives);
+    c.comm_scopes = parse_name_list("scopes", raw.scopes, kCommScopes);
     c.min_bytes = parse_size("min-bytes", raw.min_bytes);
     c.max_bytes = parse_size("max-bytes", raw.max_bytes.empty() ? (cuda ? "1G" : "1M") : raw.max_bytes);
     if (c.max_bytes < c.min_bytes) {
@@ -275,7 +281,8 @@ std::vector<std::string> summary_columns(BenchKind kind) {
     case BenchKind::layer: return {"part", "pass", "batch", "seq", "status", "time_median_s", "tflops"};
     case BenchKind::inference: return {"batch", "seq", "status", "latency_ms", "sequences_per_s", "tflops"};
     case BenchKind::comm:
-      return {"collective", "bytes", "status", "time_median_s", "algbw_gb_per_s", "busbw_gb_per_s", "wrong_elems"};
+      return {"scope", "ranks", "collective", "bytes", "status", "time_median_s", "algbw_gb_per_s", "busbw_gb_per_s",
+              "wrong_elems"};
   }
   return {};
 }
@@ -349,6 +356,7 @@ int run_bench_command(int argc, const char* const* argv) {
   file.watch(&table, &method);
   BenchContext context{config, *backend.ops, backend.comm.get(), MPI_COMM_WORLD, where.rank, where.world_size,
                        table, method};
+  context.make_group_comm = backend.make_group_comm;
   method["timing"] = context.timer_description();
   std::unique_ptr<KernelTracer> tracer;
   if (config.profile_kernels) {

@@ -54,30 +54,39 @@ MpiRuntime::~MpiRuntime() {
   CHECK_MPI(MPI_Finalize());
 }
 
-NodeRanks node_ranks(MPI_Comm comm) {
+NodeSplit split_by_node(MPI_Comm comm) {
   int rank = 0;
   CHECK_MPI(MPI_Comm_rank(comm, &rank));
-  // Keyed by rank so that local ranks follow global order within a node.
-  MPI_Comm node_comm = MPI_COMM_NULL;
-  CHECK_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node_comm));
-  NodeRanks node;
-  CHECK_MPI(MPI_Comm_rank(node_comm, &node.local_rank));
-  CHECK_MPI(MPI_Comm_size(node_comm, &node.local_size));
+  // Keyed by rank so that local ranks follow global order within a node, and the leaders
+  // number the nodes in order of their lowest rank.
+  NodeSplit split;
+  CHECK_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &split.node));
+  int local_rank = 0;
+  CHECK_MPI(MPI_Comm_rank(split.node, &local_rank));
+  CHECK_MPI(MPI_Comm_split(comm, local_rank == 0 ? 0 : MPI_UNDEFINED, rank, &split.leaders));
+  return split;
+}
 
-  // The nodes' first ranks, keyed by rank, number the nodes in order of their lowest rank;
-  // each tells the ranks of its node.
-  MPI_Comm leaders = MPI_COMM_NULL;
-  CHECK_MPI(MPI_Comm_split(comm, node.local_rank == 0 ? 0 : MPI_UNDEFINED, rank, &leaders));
+void free_node_split(NodeSplit& split) {
+  if (split.leaders != MPI_COMM_NULL) CHECK_MPI(MPI_Comm_free(&split.leaders));
+  if (split.node != MPI_COMM_NULL) CHECK_MPI(MPI_Comm_free(&split.node));
+}
+
+NodeRanks node_ranks(MPI_Comm comm) {
+  NodeSplit split = split_by_node(comm);
+  NodeRanks node;
+  CHECK_MPI(MPI_Comm_rank(split.node, &node.local_rank));
+  CHECK_MPI(MPI_Comm_size(split.node, &node.local_size));
+  // Each node's first rank tells the ranks of its node where the node stands among them.
   int index_and_count[2] = {0, 0};
-  if (node.local_rank == 0) {
-    CHECK_MPI(MPI_Comm_rank(leaders, &index_and_count[0]));
-    CHECK_MPI(MPI_Comm_size(leaders, &index_and_count[1]));
-    CHECK_MPI(MPI_Comm_free(&leaders));
+  if (split.leaders != MPI_COMM_NULL) {
+    CHECK_MPI(MPI_Comm_rank(split.leaders, &index_and_count[0]));
+    CHECK_MPI(MPI_Comm_size(split.leaders, &index_and_count[1]));
   }
-  CHECK_MPI(MPI_Bcast(index_and_count, 2, MPI_INT, 0, node_comm));
+  CHECK_MPI(MPI_Bcast(index_and_count, 2, MPI_INT, 0, split.node));
   node.node_index = index_and_count[0];
   node.node_count = index_and_count[1];
-  CHECK_MPI(MPI_Comm_free(&node_comm));
+  free_node_split(split);
   return node;
 }
 

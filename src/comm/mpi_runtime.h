@@ -42,4 +42,14 @@ struct NodeRanks {
 };
 NodeRanks node_ranks(MPI_Comm comm);
 
+// The two communicators of that split: `node` holds the ranks of this rank's node, keyed
+// by rank; `leaders` holds each node's first rank, keyed by rank, and is MPI_COMM_NULL on
+// the other ranks. Collective over `comm`; the caller frees both (free_node_split).
+struct NodeSplit {
+  MPI_Comm node = MPI_COMM_NULL;
+  MPI_Comm leaders = MPI_COMM_NULL;
+};
+NodeSplit split_by_node(MPI_Comm comm);
+void free_node_split(NodeSplit& split);
+
 }  // namespace scalestudy

@@ -10,7 +10,7 @@
 namespace scalestudy {
 
 // docs/results-schema.md's version, of run files and benchmark files alike.
-inline constexpr int64_t kSchemaVersion = 7;
+inline constexpr int64_t kSchemaVersion = 8;
 
 // ISO-8601 UTC with a Z suffix, e.g. "2026-11-22T03:53:10Z".
 std::string utc_now();

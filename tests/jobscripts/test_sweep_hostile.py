@@ -1,5 +1,5 @@
-"""Hostile experiment files: every field of [sweep] and [train] carrying shell syntax or a
-continuation line. Each must be refused with exit code 2, or give scripts in which nothing
+"""Hostile experiment files: every field of [sweep], [train] and [env] carrying shell
+syntax or a continuation line. Each must be refused with exit code 2, or give scripts in which nothing
 but the intended commands run: the scripts are run here with a stub srun, and a canary
 file that every payload tries to create must not appear."""
 import os
@@ -17,17 +17,22 @@ import sweep  # noqa: E402
 BASE_SWEEP = {"name": "hostile", "scaling": "strong", "gpus": "1, 2", "gpus_per_node": "2",
               "strategies": "ddp", "overlap": "off", "repeats": "1", "backend": "cpu",
               "time_limit": "00:10:00", "cpus_per_task": "1", "srun_args": "--mpi=pmix",
-              "partition": "debug", "account": "lab", "signal_before_limit_s": "60"}
+              "partition": "debug", "account": "lab", "signal_before_limit_s": "60",
+              "ntasks_per_node": "2", "exclusive": "yes", "constraint": "intel&ib"}
 BASE_TRAIN = {"model": "tiny", "global-batch": "8", "steps": "3"}
+BASE_ENV = {"NCCL_DEBUG": "INFO"}
+# Keys that only a cuda experiment may set, with the values it may take.
+CUDA_SWEEP = {"gpu_bind": "none"}
 PAYLOADS = {"semicolon": "; touch {canary}", "substitution": "$(touch {canary})",
             "backticks": "`touch {canary}`", "continuation": "\n  touch {canary}"}
 
 
-def write(tmp_path, sweep_values, train_values):
+def write(tmp_path, sweep_values, train_values, env_values=None):
     sweep_values = {"output_dir": str(tmp_path / "out"), **sweep_values}
     lines = ["[sweep]"] + [f"{key} = {value}" for key, value in sweep_values.items()]
     lines += ["[train]"]
     lines += [f"{key} = {value}" for key, value in train_values.items()]
+    lines += ["[env]"] + [f"{key} = {value}" for key, value in (env_values or {}).items()]
     path = tmp_path / "experiment.ini"
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -37,22 +42,28 @@ def stub_srun(tmp_path):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     srun = bin_dir / "srun"
-    srun.write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$SRUN_ARGS_FILE.$$"\n')
+    # The arguments, and what [env] exported, as each rank would get them.
+    srun.write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$SRUN_ARGS_FILE.$$"\n'
+                    'printf "%s" "$NCCL_DEBUG" > "$SRUN_ENV_FILE.$$"\n')
     srun.chmod(srun.stat().st_mode | stat.S_IEXEC)
     return bin_dir
 
 
 def run_scripts(tmp_path, binary):
-    """Runs every point script with the stub srun; returns the argument lists srun got."""
+    """Runs every point script with the stub srun; returns the argument lists srun got,
+    and the values of NCCL_DEBUG it saw."""
     bin_dir = stub_srun(tmp_path)
     args_file = tmp_path / "srun-args"
-    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", SRUN_ARGS_FILE=str(args_file))
+    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", SRUN_ARGS_FILE=str(args_file),
+               SRUN_ENV_FILE=str(tmp_path / "srun-env"))
+    env.pop("NCCL_DEBUG", None)
     jobs = sorted((tmp_path / "out" / "jobs").glob("*.sbatch"))
     for script in jobs:
         if script.name != "report.sbatch":
             subprocess.run(["bash", str(script)], env=env, cwd=tmp_path, check=True,
                            capture_output=True, timeout=30)
-    return [path.read_text().splitlines() for path in tmp_path.glob("srun-args.*")]
+    return ([path.read_text().splitlines() for path in tmp_path.glob("srun-args.*")],
+            [path.read_text() for path in tmp_path.glob("srun-env.*")])
 
 
 def hostile_cases():
@@ -64,6 +75,13 @@ def hostile_cases():
             yield "train", key, payload
     for payload in PAYLOADS:
         yield "train-key", "steps", payload
+    for key in CUDA_SWEEP:
+        for payload in PAYLOADS:
+            yield "sweep-cuda", key, payload
+    for key in BASE_ENV:
+        for payload in PAYLOADS:
+            yield "env", key, payload
+            yield "env-key", key, payload
 
 
 @pytest.mark.parametrize("section,key,payload", list(hostile_cases()))
@@ -72,14 +90,20 @@ def test_a_hostile_value_is_refused_or_runs_nothing_but_the_intended_commands(
     canary = tmp_path / "canary"
     text = PAYLOADS[payload].format(canary=canary)
     sweep_values = dict(BASE_SWEEP, output_dir=str(tmp_path / "out"))
-    train_values = dict(BASE_TRAIN)
-    if section == "sweep":
+    train_values, env_values = dict(BASE_TRAIN), dict(BASE_ENV)
+    if section == "sweep-cuda":
+        sweep_values.update(CUDA_SWEEP, backend="cuda")
+    if section.startswith("sweep"):
         sweep_values[key] += text
     elif section == "train":
         train_values[key] += text
-    else:
+    elif section == "train-key":
         train_values[key + text] = train_values.pop(key)
-    path = write(tmp_path, sweep_values, train_values)
+    elif section == "env":
+        env_values[key] += text
+    else:
+        env_values[key + text] = env_values.pop(key)
+    path = write(tmp_path, sweep_values, train_values, env_values)
     binary = tmp_path / "scalestudy"
     binary.write_text("#!/bin/sh\nexit 0\n")
     code = sweep.main([str(path), "--launcher", "slurm", "--binary", str(binary)])
@@ -88,12 +112,14 @@ def test_a_hostile_value_is_refused_or_runs_nothing_but_the_intended_commands(
         assert err.startswith("sweep: error: EXPERIMENT") and "\n" not in err.rstrip("\n")
     else:
         assert code == 0
-        calls = run_scripts(tmp_path, binary)
+        calls, exported = run_scripts(tmp_path, binary)
         assert len(calls) == 2, "one srun per point"
         for args in calls:
             assert args.count(str(binary)) == 1
             program_at = args.index(str(binary))
             assert all(arg.startswith("-") for arg in args[:program_at]), args
+        # An [env] value reaches the ranks as it was written, shell syntax and all.
+        assert exported == [env_values.get("NCCL_DEBUG", "")] * 2
     assert not canary.exists(), "a payload ran"
 
 
@@ -116,6 +142,10 @@ def test_the_srun_options_are_split_and_requoted(tmp_path):
     ("account", "$(id)", "letters, digits"),
     ("signal_before_limit_s", "-5", "not a whole number"),
     ("gpus_per_node", "2; x", "not a whole number"),
+    ("ntasks_per_node", "$(id)", "not a whole number"),
+    ("exclusive", "yes; touch x", "expected yes or no"),
+    ("constraint", "intel;touch", "node features"),
+    ("constraint", "intel & ib", "node features"),
 ])
 def test_a_value_of_the_wrong_form_names_the_key(tmp_path, capsys, key, value, message):
     path = write(tmp_path, dict(BASE_SWEEP, **{key: value}), BASE_TRAIN)

@@ -62,8 +62,16 @@ grep -q '"ok"' <<<"$statuses" && grep -q '"oom"' <<<"$statuses" || fail "inferen
 expect_exit 0 "busbw" timeout 300 "$mpiexec" --oversubscribe --allow-run-as-root -np 2 \
   "$binary" bench comm --max-bytes 16K "${quick[@]}" -o "$tmp/comm.h5"
 expect_file "$tmp/comm.h5" comm
-wrong=$(dataset "$tmp/comm.h5" /bench/comm/wrong_elems | sed -n '/DATA {/,/}/p' | grep -o '[0-9]\+' | sort -u | tr '\n' ' ')
+# The values only, without h5dump's "(index):" labels.
+wrong=$(dataset "$tmp/comm.h5" /bench/comm/wrong_elems | sed -n '/DATA {/,/}/p' | sed 's/([0-9]*)://g' |
+  grep -o '[0-9]\+' | sort -u | tr '\n' ' ')
 [ "$wrong" = "0 " ] || fail "comm: wrong elements or none checked: '$wrong'"
+# One node of two ranks: the node's communicator is measured, the cross-node one is absent.
+scopes=$(dataset "$tmp/comm.h5" /bench/comm/scope)
+grep -q '"world"' <<<"$scopes" && grep -q '"intra_node"' <<<"$scopes" || fail "comm: no world and intra_node rows"
+! grep -q '"inter_node"' <<<"$scopes" || fail "comm: inter_node rows on one node"
+grep -q '"absent: one node"' <<<"$(h5dump -a /bench/comm/scope_inter_node "$tmp/comm.h5")" ||
+  fail "comm: the cross-node scope is not recorded as absent"
 grep -q "0.5" <<<"$(dataset "$tmp/comm.h5" /bench/comm/bus_factor)" || fail "comm: no (n-1)/n factor at 2 ranks"
 grep -q "(0): 2" <<<"$(h5dump -a /world_size "$tmp/comm.h5")" || fail "comm: world_size is not 2"
 
@@ -75,6 +83,8 @@ expect_exit 2 "\-\-batches does not apply to bench gemm" "$binary" bench gemm --
 expect_exit 2 "\-\-precisions fp8" "$binary" bench gemm --precisions fp8
 expect_exit 2 "\-\-max-bytes 1K" "$binary" bench comm --min-bytes 4K --max-bytes 1K
 expect_exit 2 "unrecognised option '--comm-engine'" "$binary" bench comm --comm-engine copy
+expect_exit 2 "\-\-scopes rack" "$binary" bench comm --scopes rack
+expect_exit 2 "\-\-scopes does not apply to bench gemm" "$binary" bench gemm --scopes world
 expect_exit 2 "unrecognised option '--comm-engine'" "$binary" bench gemm --comm-engine copy
 expect_exit 2 "\-\-heads 5" "$binary" bench layer --heads 5
 expect_exit 2 "\-\-precision bf16: the cpu backend computes in fp32 only" "$binary" bench inference --precision bf16

@@ -2,9 +2,11 @@
 """Checks what the two-node sweep (experiments/two-nodes-cpu.ini) wrote: every point is
 complete, every multi-rank run trains what the one-rank run trains, every rank's place is
 recorded as Slurm gave it, the collectives crossed the link between the nodes, and the
-report shows the nodes.
+report shows the nodes. With --bench-comm, also the `bench comm` file of 4 ranks on the
+two nodes: busbw of the world, of each node's ranks and of one rank per node, by size, in
+the file and in its report.
 
-    check_two_node_results.py RESULTS_DIR HOST0 HOST1 --link-bytes BYTES
+    check_two_node_results.py RESULTS_DIR HOST0 HOST1 --link-bytes BYTES [--bench-comm FILE]
 
 BYTES: what the second node's link carried, both ways. Prints one line per failed check
 and exits 1 if there is any.
@@ -132,14 +134,60 @@ def check_report(results):
     return [] if "2 nodes" in text else [f"{report} does not say '2 nodes'"]
 
 
+# The bench comm run: every rank, each node's ranks (both nodes at once), one rank per node.
+EXPECTED_SCOPES = {"world": (4, 1), "intra_node": (RANKS_PER_NODE, 2), "inter_node": (2, 1)}
+
+
+def bench_comm_errors(points, method):
+    """points: the comm table as scalestudy_analysis.bench reads it; method: its group's
+    attributes. Every scope is measured, over the ranks it should span, every point ok and
+    exact, with a positive busbw at every size of every collective."""
+    errors = []
+    for scope, (ranks, groups) in EXPECTED_SCOPES.items():
+        rows = points[points["scope"] == scope]
+        if rows.empty:
+            errors.append(f"bench comm: no {scope} points ({method.get('scope_' + scope, 'no scope_' + scope)})")
+            continue
+        if set(rows["ranks"]) != {ranks} or set(rows["groups"]) != {groups}:
+            errors.append(f"bench comm: {scope} over {sorted(set(rows['ranks']))} rank(s) in "
+                          f"{sorted(set(rows['groups']))} communicator(s), expected {ranks} in {groups}")
+        bad = rows[(rows["status"] != "ok") | (rows["wrong_elems"] != 0) | ~(rows["busbw_gb_per_s"] > 0)]
+        if not bad.empty:
+            errors.append(f"bench comm: {scope}: {len(bad)} point(s) not ok, wrong or without busbw")
+        if len(rows) != len(points[points["scope"] == "world"]):
+            errors.append(f"bench comm: {scope} has {len(rows)} points, the world "
+                          f"{len(points[points['scope'] == 'world'])}: not every size and collective")
+    return errors
+
+
+def check_bench_comm(path, out_dir):
+    from scalestudy_analysis import bench
+    loaded = bench.read_bench_file(path)
+    if not loaded.usable:
+        return [f"bench comm {path}: " + "; ".join(p.line() for p in loaded.problems)]
+    errors = bench_comm_errors(loaded.points, loaded.method)
+    text, _ = bench.write_bench_report([path], out_dir)
+    heading = "busbw (GB/s) by size: every rank, intra-node (the ranks of each node), inter-node (one rank per node)"
+    if heading not in text:
+        errors.append(f"bench comm: the report has no table '{heading}'")
+    if not errors:
+        world = loaded.points[loaded.points["scope"] == "world"]
+        print(f"bench comm on 2 nodes × 2 ranks: world, intra-node and inter-node busbw at "
+              f"{len(set(world['bytes']))} sizes of {len(set(world['collective']))} collectives")
+    return errors
+
+
 def main(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("results", type=Path)
     parser.add_argument("hosts", nargs=2)
     parser.add_argument("--link-bytes", type=int, required=True)
+    parser.add_argument("--bench-comm", type=Path, help="the bench comm file of 4 ranks on the two nodes")
     args = parser.parse_args(argv[1:])
     failures = (check_sweep(args.results, args.hosts) + check_link(args.results, args.link_bytes)
                 + check_report(args.results))
+    if args.bench_comm:
+        failures += check_bench_comm(args.bench_comm, args.results / "bench-report")
     for failure in failures:
         print(f"FAIL: {failure}")
     print(f"{'passed' if not failures else f'{len(failures)} check(s) failed'}")

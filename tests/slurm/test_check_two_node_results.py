@@ -45,6 +45,30 @@ def test_each_misrecorded_place_is_named(changes, fragment):
     assert len(errors) == 1 and fragment in errors[0], errors
 
 
+def comm_points(**changes):
+    """A bench comm table of 2 nodes × 2 ranks: one size of allreduce in every scope."""
+    import pandas as pd
+    points = pd.DataFrame({"scope": ["world", "intra_node", "inter_node"], "ranks": [4, 2, 2],
+                           "groups": [1, 2, 1], "collective": ["allreduce"] * 3, "bytes": [1024] * 3,
+                           "status": ["ok"] * 3, "wrong_elems": [0] * 3, "busbw_gb_per_s": [1.0, 2.0, 0.5]})
+    for column, values in changes.items():
+        points[column] = values
+    return points
+
+
+def test_bench_comm_with_every_scope_passes_and_each_gap_is_named():
+    assert check.bench_comm_errors(comm_points(), {}) == []
+    absent = comm_points().iloc[:2]
+    (error,) = check.bench_comm_errors(absent, {"scope_inter_node": "absent: one node"})
+    assert "no inter_node points (absent: one node)" in error
+    (error,) = check.bench_comm_errors(comm_points(ranks=[4, 4, 2], groups=[1, 1, 1]), {})
+    assert "intra_node over [4] rank(s) in [1] communicator(s), expected 2 in 2" in error
+    (error,) = check.bench_comm_errors(comm_points(wrong_elems=[0, 0, 3]), {})
+    assert "inter_node: 1 point(s)" in error
+    (error,) = check.bench_comm_errors(comm_points(busbw_gb_per_s=[1.0, float("nan"), 0.5]), {})
+    assert "intra_node: 1 point(s)" in error
+
+
 def test_losses_within_the_tolerance_pass_and_one_step_beyond_it_fails():
     reference = np.array([4.17, 4.09, 4.04])
     assert check.loss_mismatches(reference * (1 + 1e-9), reference) == []

@@ -8,8 +8,8 @@
 # between the nodes over TCP on the bridge's network only.
 #
 # The sweep (experiments/two-nodes-cpu.ini: 1, 2 and 4 ranks, two per node, ddp and
-# zero2, overlap off and on) goes through sbatch and srun --mpi=pmix, then
-# check_two_node_results.py checks what it wrote. Needs root and network namespaces;
+# zero2, overlap off and on) goes through sbatch and srun --mpi=pmix; then `bench comm`
+# runs on 4 ranks, two per node, and check_two_node_results.py checks what both wrote. Needs root and network namespaces;
 # otherwise it says so and skips.
 #   tests/slurm/test_two_node_sweep.sh BINARY PYTHON
 set -euo pipefail
@@ -144,9 +144,15 @@ in_cluster "$python" "$SCALESTUDY_ROOT/jobscripts/sweep.py" "$experiment" --outp
 echo "== wait for the jobs"
 slurm_wait_for_jobs 600
 
+echo "== bench comm on both nodes: the world, each node's ranks, one rank per node"
+bench_comm="$SLURM_TEST_WORK/bench-comm.h5"
+in_cluster srun --mpi=pmix --nodes=2 --ntasks-per-node=2 --time=5 "$binary" bench comm --max-bytes 64K \
+  --warmup 1 --repeats 3 --min-sample-ms 0.2 --comm-timeout 60 -o "$bench_comm"
+
 echo "== check the results"
 slurm_sweep_complete "$python" "$experiment" "$out"
 # What the second node's port on the bridge carried, both ways (read in the switch's
 # namespace, whose /sys shows its links).
 link_bytes=$(ip netns exec "$switch" sh -c 'echo $(( $(cat /sys/class/net/port1/statistics/rx_bytes) + $(cat /sys/class/net/port1/statistics/tx_bytes) ))')
-"$python" "$SCALESTUDY_ROOT/tests/slurm/check_two_node_results.py" "$out" "${hosts[@]}" --link-bytes "$link_bytes"
+"$python" "$SCALESTUDY_ROOT/tests/slurm/check_two_node_results.py" "$out" "${hosts[@]}" --link-bytes "$link_bytes" \
+  --bench-comm "$bench_comm"

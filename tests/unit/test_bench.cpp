@@ -166,6 +166,8 @@ BenchConfig tiny_config(BenchKind kind) {
   return c;
 }
 
+// One rank is one node of one rank: the node-local and the cross-node scopes each have a
+// single rank per communicator, so they are recorded as absent, with no rows.
 TEST(MicrobenchComm, OneRankResultsAreExactAndItsBusBandwidthIsZero) {
   BenchConfig config = tiny_config(BenchKind::comm);
   config.collectives = kCommCollectives;
@@ -176,7 +178,13 @@ TEST(MicrobenchComm, OneRankResultsAreExactAndItsBusBandwidthIsZero) {
   BenchContext context = run.context(&comm);
   run_comm_bench(context);
   ASSERT_EQ(run.table.rows(), 3u * 4u);
+  EXPECT_EQ(run.method["scope_world"], "every rank: one communicator of 1 rank(s)");
+  EXPECT_EQ(run.method["scope_intra_node"], "absent: one rank per node");
+  EXPECT_EQ(run.method["scope_inter_node"], "absent: one node");
+  EXPECT_EQ(run.method["scopes"], "world,intra_node,inter_node");
   for (size_t row = 0; row < run.table.rows(); ++row) {
+    EXPECT_EQ(run.table.text(row, "scope"), "world") << row;
+    EXPECT_EQ(run.table.integer(row, "ranks"), 1) << row;
     EXPECT_EQ(run.table.status(row), PointStatus::ok) << row;
     EXPECT_EQ(run.table.integer(row, "wrong_elems"), 0) << row;
     EXPECT_GT(run.table.number(row, "algbw_gb_per_s"), 0.0) << row;
