@@ -32,6 +32,10 @@ class DeviceMemory {
   // the memory preflight sums a run's buffers with them before it allocates any. Statistics
   // and ints are 4 bytes an element on every backend.
   virtual size_t floats_bytes(size_t elems, MemoryKind kind) const = 0;
+  // The handle of element `elems` of an activation buffer: where a caller lays several
+  // activations out in one allocation, the offset follows the storage precision. Release
+  // takes the allocation's own handle only.
+  virtual float* activation_at(float* activations, size_t elems) const = 0;
   static size_t statistics_bytes(size_t elems) { return elems * sizeof(float); }
   static size_t ints_bytes(size_t elems) { return elems * sizeof(int32_t); }
   virtual void release(void* ptr) = 0;

@@ -1,5 +1,7 @@
 #include "model/gpt_inference.h"
 
+#include <algorithm>
+#include <iterator>
 #include <vector>
 
 #include "core/check.h"
@@ -8,17 +10,26 @@
 namespace scalestudy {
 namespace {
 
-// The working set in units of N·C activations: two residual buffers, the LayerNorm (and
-// attention) output, the branch output, Q/K/V (3) and the MLP's hidden layer (4).
-constexpr size_t kWorkingSetRowsOfChannels = 2 + 1 + 1 + 3 + 4;
+// The working set inside the logits, in units of N·C activations, in the order it is laid
+// out: the two residual buffers, the branch output, Q/K/V and the MLP's hidden layer.
+constexpr size_t kWorkingRowsOfChannels[] = {1, 1, 1, 3, 4};
+// Each buffer starts at a multiple of 128 elements, 256 bytes in 16-bit storage: the
+// alignment of a buffer of its own, which the vectorised kernels rely on.
+constexpr size_t kWorkingAlignElems = 128;
+
+size_t aligned_elems(size_t elems) { return (elems + kWorkingAlignElems - 1) / kWorkingAlignElems * kWorkingAlignElems; }
+
+size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
 
 }  // namespace
 
 InferenceMemory inference_memory(const ModelShape& shape, int batch, int seq) {
   const size_t rows = static_cast<size_t>(batch) * static_cast<size_t>(seq);
+  const size_t row_of_channels = rows * static_cast<size_t>(shape.channels);
   InferenceMemory m;
   m.parameter_elems = make_parameter_layout(shape).param_elems;
-  m.activation_elems = kWorkingSetRowsOfChannels * rows * static_cast<size_t>(shape.channels);
+  for (size_t buffer_rows : kWorkingRowsOfChannels) m.working_elems += aligned_elems(buffer_rows * row_of_channels);
+  m.layernorm_elems = row_of_channels;
   m.statistics_elems = 2 * rows;
   m.token_elems = rows;
   m.attention = {batch, seq, shape.channels, shape.heads, shape.causal};
@@ -27,38 +38,40 @@ InferenceMemory inference_memory(const ModelShape& shape, int batch, int seq) {
   return m;
 }
 
+size_t InferenceMemory::logits_allocation_rows(const Backend& backend) const {
+  const size_t working_bytes = backend.floats_bytes(working_elems, MemoryKind::activations);
+  return std::max(static_cast<size_t>(logits_rows), ceil_div(working_bytes, backend.logits_bytes(1, vocab)));
+}
+
 size_t InferenceMemory::bytes(const Backend& backend) const {
   return backend.floats_bytes(parameter_elems, MemoryKind::parameters) +
-         backend.floats_bytes(activation_elems, MemoryKind::activations) +
+         backend.floats_bytes(layernorm_elems, MemoryKind::activations) +
          DeviceMemory::statistics_bytes(statistics_elems) + DeviceMemory::ints_bytes(token_elems) +
-         backend.attention_state_bytes(attention) + backend.logits_bytes(logits_rows, vocab);
+         backend.attention_state_bytes(attention) + backend.logits_bytes(logits_allocation_rows(backend), vocab);
 }
 
 GptInference::GptInference(Backend& backend, const ModelShape& shape, int batch, int seq)
     : ops_(backend), memory_(backend), layout_(make_parameter_layout(shape)), batch_(batch), seq_(seq) {
   SCALESTUDY_CHECK(batch > 0 && seq > 0 && seq <= shape.max_seq, "bad inference batch shape");
   const InferenceMemory plan = inference_memory(shape, batch, seq);
-  const size_t rows = plan.token_elems, channels = static_cast<size_t>(shape.channels);
+  const size_t rows = plan.token_elems;
   params_ = memory_.allocate_floats(plan.parameter_elems, MemoryKind::parameters);
   tokens_ = memory_.allocate_ints(rows, MemoryKind::activations);
-  auto activations = [&](size_t rows_of_channels) {
-    return memory_.allocate_floats(rows_of_channels * rows * channels, MemoryKind::activations);
-  };
-  residual_[0] = activations(1);
-  residual_[1] = activations(1);
-  ln_ = activations(1);
-  branch_ = activations(1);
-  qkv_ = activations(3);
-  hidden_ = activations(4);
+  logits_ = ops_.allocate_logits(static_cast<int>(plan.logits_allocation_rows(backend)), plan.vocab);
+  float** working[] = {&residual_[0], &residual_[1], &branch_, &qkv_, &hidden_};
+  size_t offset_elems = 0;
+  for (size_t i = 0; i < std::size(working); ++i) {
+    *working[i] = memory_.activation_at(logits_, offset_elems);
+    offset_elems += aligned_elems(kWorkingRowsOfChannels[i] * plan.layernorm_elems);
+  }
+  ln_ = memory_.allocate_floats(plan.layernorm_elems, MemoryKind::activations);
   mean_ = memory_.allocate_statistics(rows);
   rstd_ = memory_.allocate_statistics(rows);
   attention_state_ = ops_.allocate_attention_state(plan.attention);
-  logits_ = ops_.allocate_logits(plan.logits_rows, plan.vocab);
 }
 
 GptInference::~GptInference() {
-  for (void* buffer : std::vector<void*>{params_, tokens_, residual_[0], residual_[1], ln_, branch_, qkv_,
-                                         hidden_, mean_, rstd_, attention_state_, logits_})
+  for (void* buffer : std::vector<void*>{params_, tokens_, logits_, ln_, mean_, rstd_, attention_state_})
     memory_.release(buffer);
 }
 

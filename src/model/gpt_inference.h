@@ -6,6 +6,10 @@
 // residual stream (two buffers, read and written in turn), one LayerNorm output that the
 // attention's output also uses, Q/K/V, one branch output, the MLP's hidden layer and one
 // layer's attention state. No per-layer activations, no gradients, no optimizer state.
+// Only the final LayerNorm's output is read by the LM head, so the rest of the working
+// set lies inside the logits buffer, which the head writes last: a batch needs the larger
+// of the two, not their sum (for BERT's vocabulary, the logits alone). The logits are
+// therefore valid until the next forward.
 // Its ops are the training forward's (Gpt::forward), so it runs the same kernels: flash
 // attention and the GEMM epilogues where the backend has them. Two differences: the MLP's
 // pre-GELU values are not kept (DenseGeluForwardArgs::pre is null), and the classifier
@@ -25,11 +29,15 @@ namespace scalestudy {
 // the bytes they take on a backend (its storage precision decides).
 struct InferenceMemory {
   size_t parameter_elems = 0;   // MemoryKind::parameters
-  size_t activation_elems = 0;  // MemoryKind::activations, the working set
+  size_t working_elems = 0;     // activations: the working set that lies inside the logits
+  size_t layernorm_elems = 0;   // activations: the LayerNorm output, beside the logits
   size_t statistics_elems = 0;  // fp32 LayerNorm mean and rstd
   size_t token_elems = 0;       // int32
   AttentionShape attention;     // one layer's attention state
   int logits_rows = 0, vocab = 0;
+  // The rows of the logits allocation on `backend`: the batch's, or more where the working
+  // set is larger than the batch's logits (a small vocabulary).
+  size_t logits_allocation_rows(const Backend& backend) const;
   // The bytes on `backend`: every buffer above as the backend stores it.
   size_t bytes(const Backend& backend) const;
 };
@@ -61,9 +69,10 @@ class GptInference {
   int batch_, seq_;
   float* params_ = nullptr;
   int32_t* tokens_ = nullptr;
+  float* logits_ = nullptr;  // the allocation that also holds the working set below
   float* residual_[2] = {nullptr, nullptr};
-  float *ln_ = nullptr, *mean_ = nullptr, *rstd_ = nullptr, *qkv_ = nullptr, *branch_ = nullptr;
-  float *hidden_ = nullptr, *attention_state_ = nullptr, *logits_ = nullptr;
+  float *qkv_ = nullptr, *branch_ = nullptr, *hidden_ = nullptr;
+  float *ln_ = nullptr, *mean_ = nullptr, *rstd_ = nullptr, *attention_state_ = nullptr;
 };
 
 }  // namespace scalestudy

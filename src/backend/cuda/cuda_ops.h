@@ -94,6 +94,10 @@ class CudaOps final : public Backend {
   // 2 bytes an element for activations in bf16/fp16, 4 + 2 for parameters there (their
   // 16-bit copy), else 4.
   size_t floats_bytes(size_t elems, MemoryKind kind) const override;
+  float* activation_at(float* activations, size_t elems) const override {
+    return reinterpret_cast<float*>(reinterpret_cast<char*>(activations) +
+                                    floats_bytes(elems, MemoryKind::activations));
+  }
   void release(void* ptr) override;
   void fill_zero(float* dst, size_t elems) override;
   void copy(float* dst, const float* src, size_t elems) override;
