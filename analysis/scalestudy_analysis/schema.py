@@ -57,10 +57,11 @@ BATCH_KEY = {"strong": "global_batch", "weak": "batch_per_rank"}
 
 # Keys that legitimately differ between the runs of one series.
 # gpu_telemetry_ms only sets how often a side thread samples the GPU, not what is
-# measured, and files before version 3 lack it.
+# measured, and files before version 3 lack it. overlap_after_resolved is --overlap-after
+# auto bounded by 1/N for zero2: it follows the world size by design.
 PER_RUN_KEYS = frozenset({"repeat", "output", "seed", "global_batch", "batch_per_rank",
                           "config_hash", "world_size", "nodes", "ranks_per_node",
-                          "gpu_telemetry_ms"})
+                          "gpu_telemetry_ms", "overlap_after_resolved"})
 
 SUMMARY_FLOAT_KEYS = (
     "step_time_median_s", "step_time_q1_s", "step_time_q3_s", "tokens_per_s",

@@ -85,6 +85,23 @@ def test_each_difference_makes_a_series_of_its_own(tmp_path, change, kind):
     assert [p.kind for p in problems] == [kind]
 
 
+def test_overlap_after_resolved_per_world_size_keeps_one_series_and_a_requested_one_splits(tmp_path):
+    # --overlap-after auto bounds zero2's share by 1/N: what ran differs along the series.
+    for n, resolved in ((1, 0.5), (2, 0.5), (4, 0.25)):
+        config = base_config(strategy="zero2", overlap="on", overlap_after="auto",
+                             overlap_after_resolved=resolved)
+        write_run(tmp_path / "auto" / f"n{n}.h5", world_size=n, config=config)
+    series_list, problems = series_of(tmp_path / "auto")
+    assert [len(s.runs) for s in series_list] == [3] and problems == []
+    # Another requested share is another configuration.
+    write_run(tmp_path / "auto" / "n4-explicit.h5", world_size=4,
+              config=base_config(strategy="zero2", overlap="on", overlap_after="0.1",
+                                 overlap_after_resolved=0.1, repeat=1))
+    series_list, problems = series_of(tmp_path / "auto")
+    assert sorted(len(s.runs) for s in series_list) == [1, 3]
+    assert [p.kind for p in problems] == ["mixed config"]
+
+
 def test_a_dirty_flag_and_a_dirty_suffix_are_the_same_build(tmp_path):
     # GPU runs, so that the version 4 file's unknown CPU does not split them.
     write_run(tmp_path / "a.h5", world_size=1, git_sha="abc1234", git_dirty=1, backend="cuda")

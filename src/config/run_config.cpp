@@ -546,7 +546,10 @@ std::vector<std::pair<std::string, std::string>> describe_config(const RunConfig
       {"bucket_mb", text(c.bucket_mb)},
       {"grad_reduce", precision_name(c.grad_reduce)},
       {"overlapped_ctas", text(c.overlapped_ctas)},
-      {"overlap_after", text(c.overlap_after)},
+      // What the user asked for, which one series shares, and what it resolved to on this
+      // world size (auto bounds zero2's share by 1/N, so that differs along a series).
+      {"overlap_after", c.overlap_after_auto ? "auto" : text(c.overlap_after)},
+      {"overlap_after_resolved", text(c.overlap_after)},
       {"check_every", text(c.check_every)},
       {"comm_timeout", text(c.comm_timeout_s)},
       {"backend", c.backend},

@@ -140,6 +140,15 @@ TEST(Config, BadInputNamesTheOptionAndValue) {
     RunConfig chosen = parse({"--overlap", "on", "--strategy", "zero2", "--overlap-after", "0.75"});
     resolve_for_world(chosen, world);
     EXPECT_EQ(chosen.overlap_after, 0.75) << "a chosen share stays, on " << world << " ranks";
+    // The file records what was asked for, which a series shares, beside what it became.
+    const auto described = describe_config(zero2);
+    const auto value_of = [&](const std::string& name) {
+      for (const auto& [key, value] : described)
+        if (key == name) return value;
+      return std::string("(absent)");
+    };
+    EXPECT_EQ(value_of("overlap_after"), "auto");
+    EXPECT_EQ(std::stod(value_of("overlap_after_resolved")), zero2.overlap_after) << world << " ranks";
   }
   EXPECT_EQ(parse({"--overlap", "on", "--overlap-after", "0"}).overlap_after, 0.0);
   EXPECT_EQ(parse({"--overlap", "on", "--overlap-after", "0.25"}).overlap_after, 0.25);
@@ -285,7 +294,7 @@ TEST(Config, DescribedNamesStayTheResultFilesKeys) {
       "global_batch", "batch_per_rank", "grad_accum", "steps", "warmup_steps", "lr", "min_lr_ratio",
       "lr_warmup_steps", "beta1", "beta2", "eps", "weight_decay", "grad_clip", "loss_scaling", "loss_scale_init",
       "loss_scale_growth_interval", "data", "token_file", "seed", "strategy", "overlap", "bucket_mb", "grad_reduce",
-      "overlapped_ctas", "overlap_after", "check_every", "comm_timeout", "backend", "precision", "gemm_algos",
+      "overlapped_ctas", "overlap_after", "overlap_after_resolved", "check_every", "comm_timeout", "backend", "precision", "gemm_algos",
       "output", "flush_every", "experiment", "repeat", "profile_kernels", "profile_window", "gpu_telemetry_ms",
       "world_size"};
   std::vector<std::string> names;
