@@ -46,6 +46,7 @@ struct RawOptions {
   std::string model, batches, seqs, precision = "auto";
   int hidden = 0, heads = 0, layers = 0;
   std::string collectives = "allreduce,reduce_scatter,allgather", min_bytes = "1K", max_bytes;
+  std::string link_emulation = "none";
 };
 
 // The benchmarks each specific option applies to; the general options apply to all.
@@ -58,6 +59,7 @@ const std::map<std::string, std::vector<BenchKind>>& option_scope() {
       {"heads", {K::layer, K::inference}}, {"layers", {K::inference}},
       {"batches", {K::layer, K::inference}}, {"seqs", {K::layer, K::inference}},
       {"collectives", {K::comm}}, {"min-bytes", {K::comm}}, {"max-bytes", {K::comm}},
+      {"link-emulation", {K::comm}},
   };
   return scope;
 }
@@ -123,7 +125,10 @@ po::options_description bench_options(RawOptions& raw) {
       ("collectives", defaulted(&raw.collectives),
        "collectives to measure: allreduce, reduce_scatter, allgather")
       ("min-bytes", defaulted(&raw.min_bytes), "smallest payload (doubling from it)")
-      ("max-bytes", po::value(&raw.max_bytes)->default_value("", "cuda 1G, cpu 1M"), "largest payload");
+      ("max-bytes", po::value(&raw.max_bytes)->default_value("", "cuda 1G, cpu 1M"), "largest payload")
+      ("link-emulation", defaulted(&raw.link_emulation),
+       "cuda, one host: none (NCCL's own links) or socket (NCCL's network transport over TCP on the "
+       "loopback, as if each GPU were on a node of its own; docs/strategies.md)");
 
   po::options_description all = help_sections();
   all.add(general).add(timing).add(output).add(diagnostics).add(kernels).add(model).add(comm);
@@ -264,6 +269,12 @@ BenchConfig resolve(BenchKind kind, const RawOptions& raw, const po::variables_m
       bad_value("max-bytes", raw.max_bytes, "is below --min-bytes " + raw.min_bytes);
     }
     if (c.max_bytes > (int64_t{1} << 36)) bad_value("max-bytes", raw.max_bytes, "at most 64G");
+    if (raw.link_emulation != "none" && raw.link_emulation != "socket")
+      bad_value("link-emulation", raw.link_emulation, "must be none or socket");
+    if (raw.link_emulation != "none" && !cuda)
+      bad_value("link-emulation", raw.link_emulation,
+                "needs --backend cuda (the cpu backend communicates through MPI, whose links this option does not set)");
+    c.link_emulation = raw.link_emulation;
   }
   return c;
 }
@@ -320,6 +331,7 @@ int run_bench_command(int argc, const char* const* argv) {
   // layer and inference compute in --precision; the others keep BenchConfig's fp32.
   backend_config.precision = config.precision;
   backend_config.comm_timeout_s = config.comm_timeout_s;
+  backend_config.link_emulation = config.link_emulation;
   set_control_timeout(config.comm_timeout_s);
   std::optional<BlockingCallDeadline> startup(std::in_place, "the start-up (backend, communicator)", where.rank);
   BackendSetup backend = make_backend(backend_config, where);
