@@ -148,8 +148,8 @@ def test_failed_files_and_other_files_are_problems_not_data(tmp_path):
 
 
 @pytest.mark.parametrize("version, usable", [(1, True), (2, True), (3, True), (4, True),
-                                             (5, True), (6, True), (7, True), (8, False)])
-def test_bench_files_of_schema_1_to_7_are_read_and_others_are_named(tmp_path, version, usable):
+                                             (5, True), (6, True), (7, True), (8, True), (9, False)])
+def test_bench_files_of_schema_1_to_8_are_read_and_others_are_named(tmp_path, version, usable):
     path = tmp_path / "gemm.h5"
     write_bench(path, "gemm", gemm_columns([("fp32", 64, 1e-3)]), schema_version=version)
     loaded = bench.read_bench_file(path)

@@ -68,15 +68,15 @@ def test_unreadable_and_incomplete_schema_files_are_named(tmp_path):
     path = write_run(tmp_path / "noloss.h5", world_size=1, step_times=0.1)
     with h5py.File(path, "r+") as handle:
         del handle["steps/loss"]
-    path = write_run(tmp_path / "v8.h5", world_size=1, step_times=0.1)
+    path = write_run(tmp_path / "v9.h5", world_size=1, step_times=0.1)
     with h5py.File(path, "r+") as handle:
-        handle.attrs["schema_version"] = np.int64(8)
+        handle.attrs["schema_version"] = np.int64(9)
     _, _, problems = load_results(tmp_path)
     messages = {problem.where.rsplit("/", 1)[-1]: problem for problem in problems}
     assert messages["garbage.h5"].kind == "unreadable"
     assert messages["noloss.h5"].kind == "missing field"
     assert "/steps/loss" in messages["noloss.h5"].message
-    assert messages["v8.h5"].kind == "schema"
+    assert messages["v9.h5"].kind == "schema"
     assert all(problem.excluded for problem in problems)
 
 
