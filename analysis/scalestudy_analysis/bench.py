@@ -28,6 +28,7 @@ import h5py
 import numpy as np
 import pandas as pd
 
+from . import machine
 from .inference_grid import inference_section, read_pytorch
 from .layer_roofline import layer_section
 from .problems import Problem
@@ -283,7 +284,8 @@ def bench_tables(bench):
     table = grid(frame, "bytes", "what", "value", 4, order)
     table["wrong elements"] = p.groupby("bytes")["wrong_elems"].sum().astype(int).astype(str)
     table.index = [_bytes_label(int(b)) for b in table.index]
-    return [(f"GB/s over {world} rank(s), nccl-tests definitions", table)]
+    link = machine.link_kind(bench) or "one rank"
+    return [(f"GB/s over {world} rank(s), link {link}, nccl-tests definitions", table)]
 
 
 def markdown(table, index_name):
@@ -457,11 +459,11 @@ def write_bench_report(paths, out_dir, runs_dir=None, pytorch=None):
     benches = [read_bench_file(path) for path in paths]
     rooflines = build_rooflines(benches, runs_dir)
     by_device = {roofline.device: roofline for roofline in rooflines}
-    lines = ["# scalestudy benchmarks", "", "## Files", "", "| file | bench | status | device | backend | git |",
-             "|---|---|---|---|---|---|"]
+    lines = ["# scalestudy benchmarks", "", "## Files", "",
+             "| file | bench | status | device | backend | link | git |", "|---|---|---|---|---|---|---|"]
     for b in benches:
         lines.append(f"| `{b.path}` | {b.name or '—'} | {b.attrs.get('status', 'unreadable')} | {b.device} | "
-                     f"{b.attrs.get('backend', '—')} | {b.attrs.get('git_sha', '—')} |")
+                     f"{b.attrs.get('backend', '—')} | {machine.link_kind(b) or '—'} | {b.attrs.get('git_sha', '—')} |")
     for name in BENCH_NAMES:
         mine = [b for b in benches if b.usable and b.name == name]
         if not mine:

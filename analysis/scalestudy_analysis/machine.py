@@ -52,7 +52,7 @@ def nodes(run):
 
 
 def ranks_per_node(run):
-    return int(run.attrs.get("ranks_per_node", run.world_size))
+    return int(run.attrs.get("ranks_per_node", _world_size(run)))
 
 
 def topology(run):
@@ -68,8 +68,8 @@ def topology_words(nodes_, ranks_per_node_):
 
 def link_emulation(run):
     """--link-emulation: "none" or "socket"; "none" in files before version 8, which
-    predate it."""
-    return str(run.attrs.get(LINK_EMULATION_ATTRIBUTE, run.config.get("link_emulation", "none")))
+    predate it. run: a run, or anything with the root attributes as .attrs (a bench file)."""
+    return str(run.attrs.get(LINK_EMULATION_ATTRIBUTE, "none"))
 
 
 def emulated(run):
@@ -86,12 +86,16 @@ def transports(run):
     return TRANSPORT_NONE if str(run.attrs.get("backend")) == "cpu" else TRANSPORT_UNKNOWN
 
 
+def _world_size(run):
+    return int(run.attrs.get("world_size", 1))
+
+
 def comm_scope(run):
     """Where a run's collectives run: "inter-node" when its ranks span nodes, or when an
     emulation stands in for separate nodes; "intra-node" on one node; None on one rank,
     which exchanges nothing. Every collective runs on the world communicator, so it spans
     what the ranks span."""
-    if run.world_size <= 1:
+    if _world_size(run) <= 1:
         return None
     return "inter-node" if nodes(run) > 1 or emulated(run) else "intra-node"
 
@@ -100,7 +104,7 @@ def link_kind(run):
     """The links between a run's ranks as the report names them: "emulated inter-node
     (NET/Socket)", "P2P", "NET/IB + P2P", "MPI (cpu backend)", "unknown"; None on one rank.
     An emulated run is always named so, whatever NCCL chose."""
-    if run.world_size <= 1:
+    if _world_size(run) <= 1:
         return None
     if str(run.attrs.get("backend")) == "cpu":
         return "MPI (cpu backend)"

@@ -109,12 +109,12 @@ BackendSetup make_backend(const RunConfig& config, const ProcessPlacement& where
     return setup;
   }
 #if SCALESTUDY_HAVE_CUDA
+  set_up_link_emulation(config, where);
   const int devices = cuda_device_count();
   if (where.local_rank >= devices)
     throw UsageError("--backend cuda: rank " + std::to_string(where.rank) + " is local rank " +
                      std::to_string(where.local_rank) + " on " + where.host + ", which has " +
                      std::to_string(devices) + " visible GPU(s)");
-  set_up_link_emulation(config, where);
   auto ops = std::make_unique<CudaOps>(where.local_rank, config.precision, config.gemm_algos);
   auto nccl = std::make_unique<NcclCommunicator>(MPI_COMM_WORLD, ops->stream(), config.comm_timeout_s,
                                                  config.overlapped_ctas);
