@@ -11,7 +11,7 @@ from .h5text import text_list
 from .problems import Problem
 from .schema import (DEVICE_ID_DATASETS, DEVICE_ID_VERSION, LINK_EMULATION_ATTRIBUTE, LINK_VERSION,
                      MPI_PLACEMENT_VERSION, PLACEMENT_DATASETS, PLACEMENT_VERSION, TRANSPORTS_ATTRIBUTE,
-                     TRANSPORTS_DATASET)
+                     TRANSPORTS_RANKS_ATTRIBUTE)
 
 # What a device id reads as when the rank could not query its GPU (src/backend/cuda/).
 UNAVAILABLE_PREFIX = "unavailable"
@@ -49,14 +49,26 @@ def read_placement(handle, run):
     run.local_rank = placement.get("local_rank")
     run.device_uuid = devices.get("device_uuid")
     run.device_pci_bus_id = devices.get("device_pci_bus_id")
-    links, link_problems = _read_family(handle, run, (TRANSPORTS_DATASET,), LINK_VERSION, True)
-    run.rank_transports = links.get(TRANSPORTS_DATASET)
+    run.rank_transports, link_problems = _rank_transports(handle, run)
     absent = [name for name in (LINK_EMULATION_ATTRIBUTE, TRANSPORTS_ATTRIBUTE) if name not in run.attrs]
     if absent and run.schema_version >= LINK_VERSION:
         link_problems.append(Problem(run.path, "missing field", "root attribute " + ", ".join(absent) +
                                      f" in a schema version {run.schema_version} file; read as no "
                                      "emulation and transports unknown", False))
     return (problems + device_problems + link_problems + _disagreement(run) + _shared_devices(run))
+
+
+def _rank_transports(handle, run):
+    """/ranks' attribute nccl_transports, one list per rank (version 8), or None with the
+    problem that names its absence or wrong length in a file of a version that writes it."""
+    values = handle["/ranks"].attrs.get(TRANSPORTS_RANKS_ATTRIBUTE) if "/ranks" in handle else None
+    if values is not None and np.shape(values) == (run.world_size,):
+        return text_list(values), []
+    if run.schema_version < LINK_VERSION:
+        return None, []
+    found = "missing" if values is None else f"of shape {np.shape(values)}, expected [{run.world_size}]"
+    return None, [Problem(run.path, "missing field", f"/ranks attribute {TRANSPORTS_RANKS_ATTRIBUTE} {found} "
+                          f"in a schema version {run.schema_version} file; read as unknown", False)]
 
 
 def _disagreement(run):

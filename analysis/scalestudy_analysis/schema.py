@@ -13,12 +13,12 @@ SUPPORTED_SCHEMA_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8)
 
 # Root attributes (version 8): --link-emulation ("none" or "socket"), the transports NCCL
 # connected the ranks through as its log named them ("P2P", "NET/Socket,P2P"; "none"
-# without connections; "unknown"), and the NCCL_* environment; /ranks/nccl_transports per
-# rank.
+# without connections; "unknown"), and the NCCL_* environment; per rank, the /ranks
+# attribute nccl_transports.
 LINK_VERSION = 8
 LINK_EMULATION_ATTRIBUTE = "link_emulation"
 TRANSPORTS_ATTRIBUTE = "nccl_transports"
-TRANSPORTS_DATASET = "nccl_transports"
+TRANSPORTS_RANKS_ATTRIBUTE = "nccl_transports"
 TRANSPORT_UNKNOWN = "unknown"
 TRANSPORT_NONE = "none"
 

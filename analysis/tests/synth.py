@@ -391,8 +391,7 @@ def write_run(path, *, world_size=1, step_times=0.1, steps=6, warmup_steps=1,
         devices = devices or [backend] * world_size
         handle.create_dataset("ranks/device", data=np.array(devices, dtype=object), dtype=text)
         if schema_version >= 8:
-            handle.create_dataset("ranks/nccl_transports", data=np.array([nccl_transports] * world_size,
-                                                                          dtype=object), dtype=text)
+            handle["ranks"].attrs["nccl_transports"] = np.array([nccl_transports] * world_size, dtype=object)
         if schema_version >= 5:
             write_host_info(handle, hostnames, logical_cores, cpu_binding, cpu_model)
             write_placement(handle, hostnames, schema_version, devices, device_uuid,

@@ -143,6 +143,7 @@ def test_files_before_version_8_read_as_not_emulated_with_their_transport_unknow
     cpu = read_run(write_run(tmp_path / "cpu.h5", world_size=2, schema_version=7))
     assert machine.transports(cpu) == "none" and machine.link_kind(cpu) == "MPI (cpu backend)"
     path = write_run(tmp_path / "v8.h5", world_size=2, backend="cuda")
+    assert read_run(path).rank_transports == ["P2P", "P2P"]
     with h5py.File(path, "r+") as handle:
         del handle.attrs["nccl_transports"]
     v8 = read_run(path)

@@ -44,8 +44,8 @@ void record_links(const RunConfig& config, const ProcessPlacement& where, const 
   const bool emulated = config.link_emulation == "socket";
   if (emulated && where.world_size > 1 && nccl.transports() != "NET/Socket" && nccl.transports() != kTransportUnknown)
     std::fprintf(stderr, "rank %d on %s: --link-emulation socket, yet NCCL connected through %s, not only its "
-                 "sockets (NVLS needs NCCL_NVLS_ENABLE=0 to stay off)\n",
-                 where.rank, where.host.c_str(), nccl.transports().c_str());
+                 "sockets%s\n", where.rank, where.host.c_str(), nccl.transports().c_str(),
+                 nccl.transports().find("NVLS") != std::string::npos ? " (NCCL_NVLS_ENABLE=0 keeps NVLS off)" : "");
   if (where.rank != 0 || where.world_size == 1) return;
   if (nccl.transports() == kTransportUnknown)
     std::printf("NCCL's transports on rank 0: unknown (%s)%s\n", nccl.transports_unknown_why().c_str(),
