@@ -186,8 +186,9 @@ void write_provenance_header(hid_t root, const ProvenanceHeader& header) {
   h5::write_int64(ranks.get(), "logical_cores", {world}, header.ranks.logical_cores);
   h5::write_strings(ranks.get(), "cpu_binding", header.ranks.cpu_bindings);
   h5::write_strings(ranks.get(), "cpu_model", header.ranks.cpu_models);
-  // An attribute, not a dataset: with one more dataset in /ranks, a disk that fills during
-  // the steps left files whose steps HDF5 could not read back (tests/scripts/test_faults.sh).
+  // An attribute, not a dataset: a further dataset in /ranks moves the file's metadata so
+  // that a disk filling during the steps leaves steps HDF5 cannot read back
+  // (tests/scripts/test_faults.sh, disk-full).
   h5::set_attribute(ranks.get(), "nccl_transports", header.ranks.nccl_transports);
 }
 
