@@ -12,6 +12,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from . import machine  # noqa: E402
 from .bench import bus_factor as _bench_bus_factor, read_bench_file  # noqa: E402
 from .markdown import fmt, table  # noqa: E402
 from .plots import Figure, _legend_outside, _save, _world_size_axis, _wrap  # noqa: E402
@@ -61,7 +62,8 @@ def bandwidth_table(series, benches=()):
         for (collective, payload), group in records.groupby(["collective", "payload_bytes"]):
             seconds = float(np.median(group["seconds"]))
             algbw = payload / seconds / 1e9
-            bench_busbw, bench_bytes = nearest_bench(benches, collective, n, payload)
+            bench_busbw, bench_bytes = nearest_bench(benches, collective, n, payload,
+                                                     machine.link_emulation(series.runs[0]))
             rows.append({"N": n, "collective": collective, "payload_bytes": int(payload),
                          "records": len(group), "median_s": seconds, "algbw_gb_per_s": algbw,
                          "busbw_gb_per_s": algbw * bus_factor(collective, n),
@@ -82,12 +84,13 @@ def load_benches(paths):
     return benches, problems
 
 
-def nearest_bench(benches, collective, world_size, payload):
-    """(bus bandwidth, size) of the bench point of this collective and world size whose
-    size is nearest on a log scale; (NaN, NaN) without one."""
+def nearest_bench(benches, collective, world_size, payload, link_emulation="none"):
+    """(bus bandwidth, size) of the bench point of this collective, world size and link
+    emulation (a series' runs share theirs) whose size is nearest on a log scale; (NaN,
+    NaN) without one."""
     best = (math.inf, math.nan, math.nan)
     for bench in benches:
-        if int(bench.attrs.get("world_size", 0)) != world_size:
+        if int(bench.attrs.get("world_size", 0)) != world_size or machine.link_emulation(bench) != link_emulation:
             continue
         # Training's collectives span every rank: the world scope's points are their match.
         points = bench.points[(bench.points["collective"] == collective)

@@ -28,6 +28,7 @@ import h5py
 import numpy as np
 import pandas as pd
 
+from . import machine
 from .inference_grid import inference_section, read_pytorch
 from .layer_roofline import layer_section
 from .problems import Problem
@@ -301,6 +302,7 @@ def comm_tables(bench):
     """Per measured scope its algbw and busbw by size; then busbw by size with the scopes
     side by side, intra- and inter-node beside the world."""
     p = bench.points
+    link = machine.link_kind(bench) or "one rank"
     tables = []
     for scope, _ in comm_scopes(bench):
         rows = p[p["scope"] == scope]
@@ -314,8 +316,8 @@ def comm_tables(bench):
         table.index = [_bytes_label(int(b)) for b in table.index]
         ranks, groups = int(rows["ranks"].iloc[0]), int(rows["groups"].iloc[0])
         at_once = f", {groups} at once" if groups > 1 else ""
-        tables.append((f"{SCOPE_TITLES.get(scope, scope)}: GB/s over {ranks} rank(s){at_once}, nccl-tests "
-                       "definitions", table))
+        tables.append((f"{SCOPE_TITLES.get(scope, scope)}: GB/s over {ranks} rank(s){at_once}, link {link}, "
+                       "nccl-tests definitions", table))
     measured = [s for s in COMM_SCOPES if (p["scope"] == s).any()]
     if len(measured) > 1:
         frame = p[p["scope"].isin(measured)]
@@ -504,11 +506,11 @@ def write_bench_report(paths, out_dir, runs_dir=None, pytorch=None):
     benches = [read_bench_file(path) for path in paths]
     rooflines = build_rooflines(benches, runs_dir)
     by_device = {roofline.device: roofline for roofline in rooflines}
-    lines = ["# scalestudy benchmarks", "", "## Files", "", "| file | bench | status | device | backend | git |",
-             "|---|---|---|---|---|---|"]
+    lines = ["# scalestudy benchmarks", "", "## Files", "",
+             "| file | bench | status | device | backend | link | git |", "|---|---|---|---|---|---|---|"]
     for b in benches:
         lines.append(f"| `{b.path}` | {b.name or '—'} | {b.attrs.get('status', 'unreadable')} | {b.device} | "
-                     f"{b.attrs.get('backend', '—')} | {b.attrs.get('git_sha', '—')} |")
+                     f"{b.attrs.get('backend', '—')} | {machine.link_kind(b) or '—'} | {b.attrs.get('git_sha', '—')} |")
     for name in BENCH_NAMES:
         mine = [b for b in benches if b.usable and b.name == name]
         if not mine:

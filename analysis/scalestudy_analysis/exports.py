@@ -13,7 +13,7 @@ from .schema import MEMORY_KIND_NAMES
 # Columns of a series' scaling table that are exported, in order; the breakdown's and
 # the common baseline's follow.
 POINT_COLUMNS = (
-    "N", "topology", "repeats", "runs", "steps", "step_time_median_s", "step_time_q1_s", "step_time_q3_s",
+    "N", "topology", "comm_scope", "link", "repeats", "runs", "steps", "step_time_median_s", "step_time_q1_s", "step_time_q3_s",
     "tokens_per_step", "tokens_per_s", "tokens_per_s_lo", "tokens_per_s_hi", "speedup",
     "speedup_lo", "speedup_hi", "efficiency", "efficiency_lo", "efficiency_hi", "karp_flatt",
     "comm_time_median_s", "comm_fraction_of_step", "exposed_comm_median_s",

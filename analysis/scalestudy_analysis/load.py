@@ -1,4 +1,4 @@
-"""Reading result files (schema v1 to v7) into RunRecords and one pandas row per run."""
+"""Reading result files (schema v1 to v8) into RunRecords and one pandas row per run."""
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -7,6 +7,7 @@ import h5py
 import numpy as np
 import pandas as pd
 
+from . import machine
 from .gpu_state import GpuState, read_gpu_phase_state, read_gpu_state
 from .h5text import attributes as _attributes, text as _text, text_list as _text_list
 from .intervals import StepQuantities, step_quantities
@@ -37,6 +38,7 @@ class RunRecord:
     local_rank: np.ndarray = None       # [R] the rank among its node's (version 5)
     device_uuid: list = None            # [R] "GPU-...", "" on the cpu (version 7)
     device_pci_bus_id: list = None      # [R] "00000000:19:00.0", "" on the cpu (version 7)
+    rank_transports: list = None        # [R] NCCL's transports, "P2P", "NET/Socket" (version 8)
     intervals: np.ndarray = None        # [S, R, P, 2]
     loss: np.ndarray = None
     tokens: np.ndarray = None
@@ -350,6 +352,10 @@ def run_row(run, results_dir=None):
     for key in ("git_sha", "world_size", "nodes", "ranks_per_node", "backend", "start_time",
                 "end_time", "scalestudy_version"):
         row[key] = run.attrs.get(key)
+    row["link_emulation"] = machine.link_emulation(run)
+    row["nccl_transports"] = machine.transports(run)
+    row["link"] = machine.link_kind(run) or "—"
+    row["comm_scope"] = machine.comm_scope(run) or "—"
     for key, value in sorted(run.config.items()):
         row[key if key not in row else f"config.{key}"] = value
     row["hosts"] = " ".join(sorted(set(map(str, run.hostnames))))

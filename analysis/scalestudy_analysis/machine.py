@@ -1,11 +1,15 @@
-"""What a run ran on and what built it: device model, topology, build (sha and dirty flag),
-and for the CPU backend the host's CPU model, logical cores and each rank's binding.
+"""What a run ran on and what built it: device model, topology, links (emulated or not,
+and NCCL's transports), build (sha and dirty flag), and for the CPU backend the host's
+CPU model, logical cores and each rank's binding.
 Series never pool runs that differ in any of these (docs/results-schema.md, "How the
 analysis groups runs"); files before version 5 lack the host's cores, binding and CPU
 model, which then read as unknown."""
 from collections import Counter
 
 import numpy as np
+
+from .schema import (LINK_EMULATION_ATTRIBUTE, TRANSPORT_NONE, TRANSPORT_UNKNOWN,
+                     TRANSPORTS_ATTRIBUTE)
 
 UNKNOWN = "unknown"
 DIRTY_SUFFIX = "-dirty"
@@ -48,7 +52,7 @@ def nodes(run):
 
 
 def ranks_per_node(run):
-    return int(run.attrs.get("ranks_per_node", run.world_size))
+    return int(run.attrs.get("ranks_per_node", _world_size(run)))
 
 
 def topology(run):
@@ -60,6 +64,55 @@ def topology_words(nodes_, ranks_per_node_):
     """"2 nodes × 2 ranks", as the report's text says it."""
     return (f"{nodes_} node{'s' if nodes_ != 1 else ''} × {ranks_per_node_} "
             f"rank{'s' if ranks_per_node_ != 1 else ''}")
+
+
+def link_emulation(run):
+    """--link-emulation: "none" or "socket"; "none" in files before version 8, which
+    predate it. run: a run, or anything with the root attributes as .attrs (a bench file)."""
+    return str(run.attrs.get(LINK_EMULATION_ATTRIBUTE, "none"))
+
+
+def emulated(run):
+    return link_emulation(run) != "none"
+
+
+def transports(run):
+    """NCCL's transports as the run measured them ("NET/Socket,P2P"), "none" where no rank
+    connected through any (one rank, the cpu backend), "unknown" where the file does not
+    know (before version 8 on cuda, or NCCL's log was the user's)."""
+    value = run.attrs.get(TRANSPORTS_ATTRIBUTE)
+    if value is not None:
+        return str(value)
+    return TRANSPORT_NONE if str(run.attrs.get("backend")) == "cpu" else TRANSPORT_UNKNOWN
+
+
+def _world_size(run):
+    return int(run.attrs.get("world_size", 1))
+
+
+def comm_scope(run):
+    """Where a run's collectives run: "inter-node" when its ranks span nodes, or when an
+    emulation stands in for separate nodes; "intra-node" on one node; None on one rank,
+    which exchanges nothing. Every collective runs on the world communicator, so it spans
+    what the ranks span."""
+    if _world_size(run) <= 1:
+        return None
+    return "inter-node" if nodes(run) > 1 or emulated(run) else "intra-node"
+
+
+def link_kind(run):
+    """The links between a run's ranks as the report names them: "emulated inter-node
+    (NET/Socket)", "P2P", "NET/IB + P2P", "MPI (cpu backend)", "unknown"; None on one rank.
+    An emulated run is always named so, whatever NCCL chose."""
+    if _world_size(run) <= 1:
+        return None
+    if str(run.attrs.get("backend")) == "cpu":
+        return "MPI (cpu backend)"
+    measured = transports(run)
+    shown = "transport unknown" if measured == TRANSPORT_UNKNOWN else " + ".join(measured.split(","))
+    if emulated(run):
+        return f"emulated inter-node ({shown})"
+    return shown if measured != TRANSPORT_UNKNOWN else TRANSPORT_UNKNOWN
 
 
 def packing(run):
@@ -178,7 +231,7 @@ def describe(run):
     The CPU's model and cores matter for the CPU backend only, where they are the
     device."""
     values = {"device": device_model(run), "backend": str(run.attrs.get("backend", UNKNOWN)),
-              "git_sha": build(run)}
+              "git_sha": build(run), "link_emulation": link_emulation(run)}
     if values["backend"] == "cpu":
         values["cpu_model"] = cpu_model(run)
         values["logical_cores"] = logical_cores(run)

@@ -42,7 +42,16 @@ class Series:
                  self.fields.get("model", "?"), self.strategy_label, f"{self.scaling} scaling",
                  f"{batch_key}={self.fields.get(batch_key)}", f"seq={self.fields.get('seq')}",
                  f"grad_accum={self.fields.get('grad_accum')}", self.fields.get("precision", "?")]
-        return " ".join(parts) + self.variant_suffix
+        return " ".join(parts) + self.link_suffix + self.variant_suffix
+
+    @property
+    def link_suffix(self):
+        """An emulated series says so in its name, so that no table or figure shows it as
+        a run over the host's own links (its runs all share one emulation setting)."""
+        kinds = sorted({machine.link_kind(run) for run in self.runs if machine.emulated(run)} - {None})
+        if not any(machine.emulated(run) for run in self.runs):
+            return ""
+        return f" [{' / '.join(kinds) if kinds else 'emulated inter-node'}]"
 
     @property
     def variant_suffix(self):
@@ -103,7 +112,8 @@ def _by_packing(runs):
 
 
 # The first key of these that differs names a split in Problems; any other is "config".
-SPLIT_KINDS = ("git_sha", "device", "backend", "cpu_model", "logical_cores", "ranks per node")
+SPLIT_KINDS = ("git_sha", "device", "backend", "link_emulation", "cpu_model", "logical_cores",
+               "ranks per node")
 
 
 def _split_problem(fields_, members, variants, differing):
@@ -149,6 +159,7 @@ def group_series(runs):
     for index, series in enumerate(series_list, start=1):
         series.index = index
         problems.extend(_duplicate_problems(series))
+        problems.extend(_mixed_link_problems(series))
         series.table = scaling_table(series)
     return series_list, problems
 
@@ -160,6 +171,17 @@ def _duplicate_problems(series):
     return [Problem(series.label, "duplicate repeat", f"N={n} repeat={repeat!r} appears in "
                     f"{len(paths)} files ({', '.join(paths)}); all are pooled", False)
             for (n, repeat), paths in sorted(seen.items()) if len(paths) > 1]
+
+
+def _mixed_link_problems(series):
+    """Runs of one N whose NCCL chose different transports (the emulation setting, which
+    splits series, agrees): their times are pooled, so the point says both links."""
+    kinds = defaultdict(set)
+    for run in series.runs:
+        kinds[run.world_size].add(machine.link_kind(run))
+    return [Problem(series.label, "mixed link", f"N={n}: the runs' links differ ({', '.join(sorted(found))}); "
+                    "the point pools them and its link column names each", False)
+            for n, found in sorted(kinds.items()) if len(found) > 1]
 
 
 def _pooled(runs, name):
@@ -217,6 +239,17 @@ def _breakdown(runs):
     return values
 
 
+def _joined_or_dash(values):
+    shown = sorted({value for value in values if value is not None})
+    return " / ".join(shown) if shown else "—"
+
+
+def comm_part_name(scope):
+    """The breakdown's name for a point's communication: "inter-node comm", "intra-node
+    comm", or "comm" where nothing is exchanged (one rank)."""
+    return f"{scope} comm" if scope in ("inter-node", "intra-node") else "comm"
+
+
 def point_metrics(runs, world_size, peak=math.nan):
     """Pooled values at one world size: all measured steps of all repeats together. peak:
     the FLOP rate MFU divides by (the series' one peak, series_peak)."""
@@ -234,6 +267,10 @@ def point_metrics(runs, world_size, peak=math.nan):
     return {
         "N": world_size,
         "topology": " / ".join(sorted({machine.topology(run) for run in runs})),
+        # Where the point's collectives ran and through what; runs of one point share
+        # their emulation setting (the series' fingerprint), not always NCCL's choice.
+        "comm_scope": _joined_or_dash(machine.comm_scope(run) for run in runs),
+        "link": _joined_or_dash(machine.link_kind(run) for run in runs),
         "repeats": len({run.repeat for run in runs}),
         "runs": len(runs),
         "steps": int(step_times.size),

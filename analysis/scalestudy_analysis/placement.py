@@ -1,5 +1,5 @@
-"""Where each rank ran: its node and local rank, and the GPU it drove (/ranks, versions 5
-and 7). From version 7 the nodes are MPI's (its shared-memory domains, which also pick
+"""Where each rank ran: its node and local rank, the GPU it drove and the transports NCCL
+connected it through (/ranks, versions 5, 7 and 8). From version 7 the nodes are MPI's (its shared-memory domains, which also pick
 each rank's GPU) and the file's nodes × ranks per node count them. Where MPI's nodes and
 the hostnames disagree, or two ranks of one run drove one GPU, the run is named under
 Problems: its topology, or its devices, are not what its hostnames suggest."""
@@ -9,8 +9,9 @@ import numpy as np
 
 from .h5text import text_list
 from .problems import Problem
-from .schema import (DEVICE_ID_DATASETS, DEVICE_ID_VERSION, MPI_PLACEMENT_VERSION,
-                     PLACEMENT_DATASETS, PLACEMENT_VERSION)
+from .schema import (DEVICE_ID_DATASETS, DEVICE_ID_VERSION, LINK_EMULATION_ATTRIBUTE, LINK_VERSION,
+                     MPI_PLACEMENT_VERSION, PLACEMENT_DATASETS, PLACEMENT_VERSION, TRANSPORTS_ATTRIBUTE,
+                     TRANSPORTS_RANKS_ATTRIBUTE)
 
 # What a device id reads as when the rank could not query its GPU (src/backend/cuda/).
 UNAVAILABLE_PREFIX = "unavailable"
@@ -38,8 +39,9 @@ def _read_family(handle, run, names, since, as_text):
 
 
 def read_placement(handle, run):
-    """Sets run.node_index and run.local_rank (version 5 on) and run.device_uuid and
-    run.device_pci_bus_id (version 7 on) where the file holds them, None otherwise.
+    """Sets run.node_index and run.local_rank (version 5 on), run.device_uuid and
+    run.device_pci_bus_id (version 7 on) and run.rank_transports (version 8) where the
+    file holds them, None otherwise.
     Returns the problems found in them."""
     placement, problems = _read_family(handle, run, PLACEMENT_DATASETS, PLACEMENT_VERSION, False)
     devices, device_problems = _read_family(handle, run, DEVICE_ID_DATASETS, DEVICE_ID_VERSION, True)
@@ -47,7 +49,26 @@ def read_placement(handle, run):
     run.local_rank = placement.get("local_rank")
     run.device_uuid = devices.get("device_uuid")
     run.device_pci_bus_id = devices.get("device_pci_bus_id")
-    return problems + device_problems + _disagreement(run) + _shared_devices(run)
+    run.rank_transports, link_problems = _rank_transports(handle, run)
+    absent = [name for name in (LINK_EMULATION_ATTRIBUTE, TRANSPORTS_ATTRIBUTE) if name not in run.attrs]
+    if absent and run.schema_version >= LINK_VERSION:
+        link_problems.append(Problem(run.path, "missing field", "root attribute " + ", ".join(absent) +
+                                     f" in a schema version {run.schema_version} file; read as no "
+                                     "emulation and transports unknown", False))
+    return (problems + device_problems + link_problems + _disagreement(run) + _shared_devices(run))
+
+
+def _rank_transports(handle, run):
+    """/ranks' attribute nccl_transports, one list per rank (version 8), or None with the
+    problem that names its absence or wrong length in a file of a version that writes it."""
+    values = handle["/ranks"].attrs.get(TRANSPORTS_RANKS_ATTRIBUTE) if "/ranks" in handle else None
+    if values is not None and np.shape(values) == (run.world_size,):
+        return text_list(values), []
+    if run.schema_version < LINK_VERSION:
+        return None, []
+    found = "missing" if values is None else f"of shape {np.shape(values)}, expected [{run.world_size}]"
+    return None, [Problem(run.path, "missing field", f"/ranks attribute {TRANSPORTS_RANKS_ATTRIBUTE} {found} "
+                          f"in a schema version {run.schema_version} file; read as unknown", False)]
 
 
 def _disagreement(run):

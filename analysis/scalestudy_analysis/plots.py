@@ -180,8 +180,11 @@ def breakdown(series, out_dir):
     axis.scatter(positions, step, marker="_", s=900, color="black", zorder=3,
                  label="median step")
     axis.set_xticks(positions)
-    axis.set_xticklabels([str(int(n)) for n in table["N"]])
-    axis.set_xlabel("world size N (ranks)")
+    # Under each bar, whether its communication crossed nodes (metrics.comm_part_name).
+    scopes = table["comm_scope"] if "comm_scope" in table else ["—"] * len(table)
+    axis.set_xticklabels([str(int(n)) + ("" if scope == "—" else f"\n{scope}")
+                          for n, scope in zip(table["N"], scopes)])
+    axis.set_xlabel("world size N (ranks); communication intra- or inter-node")
     axis.set_ylabel("median time per step (ms), IQR whiskers")
     axis.set_ylim(bottom=0)
     axis.set_title(_wrap(title), fontsize="medium")

@@ -19,7 +19,7 @@ from .load import load_results
 from .markdown import (figure_markdown as _figure_markdown, fmt as _fmt, percent as _percent,
                        relative as _relative, table as _table)
 from .memory import memory_figures
-from .metrics import group_series, series_peak
+from .metrics import comm_part_name, group_series, series_peak
 from .series_details import series_details
 from .series_overview import overview_section
 from .timeline import timeline
@@ -49,6 +49,18 @@ DEFINITIONS = """\
   **other**, the rest (waits with no collective running, host gaps). Bars and table give
   each part's median over the measured steps with its IQR; the medians' sum is set
   beside the median step, and a sum more than 1 % away is listed under Warnings.
+- **Link** of a point: how its ranks exchanged data. On cuda, the transports NCCL
+  connected them through, as its log named them when the run started (`P2P`: NVLink or
+  PCIe; `SHM`: host memory; `NET/Socket`, `NET/IB`: the network; `NVLS`: NVLink SHARP);
+  "unknown" where the file does not say. A run of `--link-emulation socket` is
+  "emulated inter-node": its GPUs share one host and NCCL's network transport carries
+  their data over the loopback interface, so it stands for a run across nodes, never
+  for one over the host's NVLink. Series of different emulation settings are never
+  pooled.
+- **Intra-node / inter-node comm**: every collective runs over all ranks, so a point's
+  communication is inter-node where its ranks span more than one node (or an emulation
+  stands in for separate nodes) and intra-node otherwise; the breakdown's
+  "communication" column names it.
 - **Compute spread**: per step, the slowest rank's own compute time (forward ∪ backward,
   less the time blocked in it waiting for collectives) over the fastest rank's, minus 1;
   the median over measured steps. Devices of unequal speed show here, and a
@@ -61,7 +73,7 @@ DEFINITIONS = """\
 def _series_table(series):
     strong = series.scaling == "strong"
     common = np.isfinite(series.table["efficiency_common"]).any()
-    header = ["N", "nodes×ranks per node", "repeats", "steps", "step time median [IQR] (s)", "tokens/s",
+    header = ["N", "nodes×ranks per node", "link", "repeats", "steps", "step time median [IQR] (s)", "tokens/s",
               "speedup" if strong else "throughput ratio", "efficiency",
               "Karp–Flatt", "exposed comm fraction", "comm / step", "MFU"]
     header += ["efficiency vs baseline [IQR]"] if common else []
@@ -70,7 +82,8 @@ def _series_table(series):
         extra = [f"{_fmt(point['efficiency_common'])} [{_fmt(point['efficiency_common_lo'])}–"
                  f"{_fmt(point['efficiency_common_hi'])}]"] if common else []
         rows.append([
-            str(int(point["N"])), str(point["topology"]), str(int(point["repeats"])), str(int(point["steps"])),
+            str(int(point["N"])), str(point["topology"]), str(point["link"]), str(int(point["repeats"])),
+            str(int(point["steps"])),
             f"{_fmt(point['step_time_median_s'])} [{_fmt(point['step_time_q1_s'])}–"
             f"{_fmt(point['step_time_q3_s'])}]",
             _fmt(point["tokens_per_s"]), _fmt(point["speedup"]), _fmt(point["efficiency"]),
@@ -82,15 +95,19 @@ def _series_table(series):
 
 
 def _breakdown_table(series):
-    header = ["N", "step (ms)"] + [f"{part.replace('_comm', ' comm')} (ms)" for part, _, _ in plots.BREAKDOWN_PARTS] + [
+    header = ["N", "step (ms)", "communication"] + [
+        f"{part.replace('_comm', ' comm')} (ms)" for part, _, _ in plots.BREAKDOWN_PARTS] + [
         "sum of parts (ms)", "sum vs step", "compute spread over ranks"]
     rows = []
     for _, p in series.table.iterrows():
+        # Whether the point's exposed communication crossed nodes (or an emulation of it).
+        scope = str(p["comm_scope"])
+        communication = " / ".join(comm_part_name(part) for part in scope.split(" / ")) if scope != "—" else "—"
         cells = [f"{_fmt(1e3 * p[f'breakdown_{part}_median_s'])} "
                  f"[{_fmt(1e3 * p[f'breakdown_{part}_q1_s'])}–"
                  f"{_fmt(1e3 * p[f'breakdown_{part}_q3_s'])}]"
                  for part, _, _ in plots.BREAKDOWN_PARTS]
-        rows.append([str(int(p["N"])), _fmt(1e3 * p["step_time_median_s"])] + cells + [
+        rows.append([str(int(p["N"])), _fmt(1e3 * p["step_time_median_s"]), communication] + cells + [
             _fmt(1e3 * p["breakdown_median_sum_s"]), f"{100 * p['breakdown_sum_error']:+.2f} %",
             _percent(p["compute_spread"]) if p["N"] > 1 else "—"])
     return _table(header, rows)
@@ -104,6 +121,7 @@ def _loaded_section(results_dir, runs, series_list):
     devices = Counter(str(d) for run in used for d in run.devices)
     backends = Counter(str(run.attrs.get("backend")) for run in used)
     topologies = Counter((machine.nodes(run), machine.ranks_per_node(run)) for run in used)
+    links = Counter(machine.link_kind(run) for run in used if machine.link_kind(run) is not None)
     lines = [
         f"- Results directory: `{results_dir}`",
         f"- Result files found: {len(runs)} "
@@ -117,6 +135,8 @@ def _loaded_section(results_dir, runs, series_list):
         "- Runs by nodes × ranks per node: " + (", ".join(
             f"{machine.topology_words(*shape)} ({n})" for shape, n in sorted(topologies.items()))
             or "none"),
+        "- Links between ranks (runs): " + (", ".join(f"{kind} ({n})" for kind, n in sorted(links.items()))
+                                             or "none (one rank)"),
         "- Devices (rank count): " + (", ".join(f"{d} ({n})" for d, n in
                                                sorted(devices.items())) or "none"),
         "- Backends: " + (", ".join(f"{b} ({n} runs)" for b, n in sorted(backends.items()))

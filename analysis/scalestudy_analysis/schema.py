@@ -5,13 +5,24 @@ SCHEMA_VERSION = 8
 # read as version 3 without the GPUs' state, versions 1 to 3 as version 4 without the
 # GPUs' state by phase, versions 1 to 4 as version 5 without the host's cores, CPU
 # binding and CPU model, versions 1 to 5 as version 6 without the memory preflight's
-# estimate, and versions 1 to 6 as version 7 without the GPUs' UUIDs and bus ids. Version 8
-# changed benchmark files only (bench comm's scopes), and a comm file before it reads as
-# one of the world scope alone. The analysis reads all eight; anything else may mean
-# something this code does not know.
+# estimate, versions 1 to 6 as version 7 without the GPUs' UUIDs and bus ids, and
+# versions 1 to 7 as version 8 without link emulation (none) and with NCCL's transports
+# unknown; a comm benchmark file before version 8 reads as one of the world scope alone.
+# The analysis reads all eight; anything else may mean something this code does not know.
 SUPPORTED_SCHEMA_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8)
 # bench comm's scopes (version 8); an older file measured the world only.
 COMM_SCOPES = ("world", "intra_node", "inter_node")
+
+# Root attributes (version 8): --link-emulation ("none" or "socket"), the transports NCCL
+# connected the ranks through as its log named them ("P2P", "NET/Socket,P2P"; "none"
+# without connections; "unknown"), and the NCCL_* environment; per rank, the /ranks
+# attribute nccl_transports.
+LINK_VERSION = 8
+LINK_EMULATION_ATTRIBUTE = "link_emulation"
+TRANSPORTS_ATTRIBUTE = "nccl_transports"
+TRANSPORTS_RANKS_ATTRIBUTE = "nccl_transports"
+TRANSPORT_UNKNOWN = "unknown"
+TRANSPORT_NONE = "none"
 
 # Root attributes (version 6): the memory preflight's estimate of rank 0's memory before
 # the run allocated (int64 bytes, and by kind in MEMORY_KIND_NAMES' order) and the memory
@@ -58,10 +69,12 @@ BATCH_KEY = {"strong": "global_batch", "weak": "batch_per_rank"}
 # Keys that legitimately differ between the runs of one series.
 # gpu_telemetry_ms only sets how often a side thread samples the GPU, not what is
 # measured, and files before version 3 lack it. overlap_after_resolved is --overlap-after
-# auto bounded by 1/N for zero2: it follows the world size by design.
+# auto bounded by 1/N for zero2: it follows the world size by design. link_emulation does
+# set what is measured: it is left out here only because machine.describe puts it in every
+# run's fingerprint, "none" for files before version 8, which lack it.
 PER_RUN_KEYS = frozenset({"repeat", "output", "seed", "global_batch", "batch_per_rank",
                           "config_hash", "world_size", "nodes", "ranks_per_node",
-                          "gpu_telemetry_ms", "overlap_after_resolved"})
+                          "gpu_telemetry_ms", "overlap_after_resolved", "link_emulation"})
 
 SUMMARY_FLOAT_KEYS = (
     "step_time_median_s", "step_time_q1_s", "step_time_q3_s", "tokens_per_s",

@@ -1,4 +1,4 @@
-"""Writes synthetic result files (schema v5, or v1 to v4 on request) with h5py, for tests
+"""Writes synthetic result files (schema v8, or v1 to v7 on request) with h5py, for tests
 with known answers.
 
 The stored /summary is computed here by a deliberately naive reference (Python loops over
@@ -296,11 +296,11 @@ def write_run(path, *, world_size=1, step_times=0.1, steps=6, warmup_steps=1,
               status="complete", git_sha="abc1234", config=None, tokens_per_step=None,
               flops_per_step=1e12, peak=math.nan, peak_source="none", backend="cpu",
               intervals=None, collectives=None, summary="reference", failure_reason="",
-              hostnames=None, schema_version=7, traced_steps=(), kernel_trace=None,
+              hostnames=None, schema_version=8, traced_steps=(), kernel_trace=None,
               gpu_state=None, gpu_phase_state=None, devices=None, logical_cores=64,
               cpu_binding=None, cpu_model="Synthetic CPU @ 3.0GHz", git_dirty=None,
               loss=None, memory_bytes=None, memory_estimate_bytes=None, device_uuid=None,
-              device_pci_bus_id=None):
+              device_pci_bus_id=None, link_emulation="none", nccl_transports=None):
     """Writes one run. step_times: scalar, [S] or [S, R] step lengths; intervals and
     collectives (rows of step, rank, kind, phase, begin, end, bytes) override the default
     layout. summary: "reference" (written for complete runs), None (not written) or a
@@ -320,7 +320,10 @@ def write_run(path, *, world_size=1, step_times=0.1, steps=6, warmup_steps=1,
     default to four ranks per host, and nodes and ranks_per_node follow from them. loss:
     [S] values of /steps/loss; memory_bytes: anything that broadcasts to [R, M].
     memory_estimate_bytes: from version 6, the root attributes of the memory preflight
-    (the estimate, its kinds split evenly, and twice it available), when not None."""
+    (the estimate, its kinds split evenly, and twice it available), when not None.
+    From version 8: link_emulation (root attribute and /config) and NCCL's transports
+    (nccl_transports: one list for every rank; default "none" on the cpu or one rank,
+    else "NET/Socket" emulated, "NET/IB,P2P" across hosts and "P2P" on one)."""
     assert schema_version >= 2 or not (traced_steps or kernel_trace), "v1 has no tracing"
     assert schema_version >= 3 or gpu_state is None, "the GPU state is new in v3"
     assert schema_version >= 4 or gpu_phase_state is None, "the state by phase is new in v4"
@@ -362,6 +365,15 @@ def write_run(path, *, world_size=1, step_times=0.1, steps=6, warmup_steps=1,
         attrs["world_size"] = np.int64(world_size)
         attrs["nodes"] = np.int64(len(set(hostnames)))
         attrs["ranks_per_node"] = np.int64(max(Counter(hostnames).values()))
+        if schema_version >= 8:
+            if nccl_transports is None:
+                nccl_transports = ("none" if backend == "cpu" or world_size == 1 else
+                                   "NET/Socket" if link_emulation != "none" else
+                                   "NET/IB,P2P" if len(set(hostnames)) > 1 else "P2P")
+            attrs["link_emulation"] = link_emulation
+            attrs["nccl_transports"] = nccl_transports
+            attrs["nccl_environment"] = "" if link_emulation == "none" else "NCCL_NET=Socket"
+            config["link_emulation"] = link_emulation
         if schema_version >= 5 and git_dirty is not None:
             attrs["git_dirty"] = np.int64(git_dirty)
         if schema_version >= 6 and memory_estimate_bytes is not None:
@@ -378,6 +390,8 @@ def write_run(path, *, world_size=1, step_times=0.1, steps=6, warmup_steps=1,
                               dtype=text)
         devices = devices or [backend] * world_size
         handle.create_dataset("ranks/device", data=np.array(devices, dtype=object), dtype=text)
+        if schema_version >= 8:
+            handle["ranks"].attrs["nccl_transports"] = np.array([nccl_transports] * world_size, dtype=object)
         if schema_version >= 5:
             write_host_info(handle, hostnames, logical_cores, cpu_binding, cpu_model)
             write_placement(handle, hostnames, schema_version, devices, device_uuid,

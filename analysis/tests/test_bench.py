@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from scalestudy_analysis import bench
+from scalestudy_analysis.bandwidth import nearest_bench
 from synth import base_config, write_run
 
 BINARY = os.environ.get("SCALESTUDY_BINARY")
@@ -17,7 +18,7 @@ MPIEXEC = shutil.which("mpiexec")
 
 
 def write_bench(path, name, columns, *, status="complete", device="cpu", world_size=1, method=None,
-                repeats=3, schema_version=1, precision="fp32"):
+                repeats=3, schema_version=1, precision="fp32", attrs=None):
     """Writes a bench file as src/bench/bench_common.cpp does. columns: name -> list; the
     common columns not given are filled in (status ok, times from time_median_s)."""
     points = len(next(iter(columns.values())))
@@ -36,6 +37,8 @@ def write_bench(path, name, columns, *, status="complete", device="cpu", world_s
                            "precision": precision, "status": status, "failure_reason": "" if status == "complete"
                            else "rank 0: it broke", "cuda_version": "none", "nccl_version": "none",
                            "mpi_version": "synthetic", "hdf5_version": "1.14.3", "bench": name}.items():
+            handle.attrs[key] = value
+        for key, value in (attrs or {}).items():
             handle.attrs[key] = value
         text = h5py.string_dtype()
         handle.create_dataset("ranks/hostname", data=np.array(["node"] * world_size, dtype=object), dtype=text)
@@ -135,6 +138,28 @@ def test_comm_busbw_follows_nccl_tests_and_a_wrong_rate_is_a_problem(tmp_path):
     (_, table), = bench.bench_tables(loaded)
     assert table.loc["1 GiB", "reduce_scatter busbw"] == "53.69"
     assert table.loc["1 GiB", "wrong elements"] == "0"
+
+
+def test_a_comm_file_names_its_link_and_meets_only_runs_of_its_emulation(tmp_path):
+    def comm_file(name, busbw, attrs):
+        path = tmp_path / name
+        write_bench(path, "comm", {"collective": ["allreduce"], "bytes": [1 << 20], "elems": [1 << 18],
+                                   "time_median_s": [(1 << 20) / busbw / 1e9], "algbw_gb_per_s": [busbw],
+                                   "bus_factor": [1.0], "busbw_gb_per_s": [busbw], "wrong_elems": [0]},
+                    world_size=2, schema_version=8, attrs={"backend": "cuda", **attrs})
+        return bench.read_bench_file(path)
+    nvlink = comm_file("nvlink.h5", 100.0, {"link_emulation": "none", "nccl_transports": "P2P"})
+    socket = comm_file("socket.h5", 2.0, {"link_emulation": "socket", "nccl_transports": "NET/Socket"})
+    old = comm_file("old.h5", 50.0, {})
+    titles = [bench.bench_tables(b)[0][0] for b in (nvlink, socket, old)]
+    assert titles == ["GB/s over 2 rank(s), link P2P, nccl-tests definitions",
+                      "GB/s over 2 rank(s), link emulated inter-node (NET/Socket), nccl-tests definitions",
+                      "GB/s over 2 rank(s), link unknown, nccl-tests definitions"]
+    # The bus bandwidth comes back through the file's time, to the last bit or so.
+    assert nearest_bench([nvlink, socket], "allreduce", 2, 1 << 20, "socket") == (pytest.approx(2.0), 1 << 20)
+    assert nearest_bench([nvlink, socket], "allreduce", 2, 1 << 20, "none") == (pytest.approx(100.0), 1 << 20)
+    assert math.isnan(nearest_bench([socket], "allreduce", 2, 1 << 20, "none")[0]), \
+        "no native file to set beside a native run"
 
 
 def test_failed_files_and_other_files_are_problems_not_data(tmp_path):

@@ -62,8 +62,8 @@ def speedups_in_report(report):
     for section in report.split("\n### ")[1:]:
         title = section.splitlines()[0]
         strategy = re.search(r"gpt2-small (\S+) strong scaling", title).group(1)
-        # N, nodes×ranks per node, repeats, steps, step time, tokens/s, speedup.
-        rows = re.findall(r"^\| (\d+) \| \d+×\d+ \| \d+ \| \d+ \| [^|]+ \| [^|]+ \| ([0-9.]+) \|", section,
+        # N, nodes×ranks per node, link, repeats, steps, step time, tokens/s, speedup.
+        rows = re.findall(r"^\| (\d+) \| \d+×\d+ \| [^|]+ \| \d+ \| \d+ \| [^|]+ \| [^|]+ \| ([0-9.]+) \|", section,
                           re.MULTILINE)
         found[strategy] = {int(n): float(speedup) for n, speedup in rows}
     return found

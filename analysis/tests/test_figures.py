@@ -35,9 +35,9 @@ def test_exposed_fraction_is_a_dash_at_one_rank_and_mfu_starts_at_0(tmp_path, dr
                   peak=100.0, peak_source="datasheet: test", flops_per_step=2e13)
     assert main([str(tmp_path / "r"), "-o", str(tmp_path / "out")]) == 0
     report = (tmp_path / "out" / "report.md").read_text()
-    # N, nodes×ranks per node, repeats, steps, step time, tokens/s, speedup, efficiency,
-    # Karp–Flatt, exposed.
-    rows = dict(re.findall(r"^\| (\d) \| 1×\d \| \d \| \d \| [^|]+ \| [^|]+ \| [^|]+ \| [^|]+ \| [^|]+ \| "
+    # N, nodes×ranks per node, link, repeats, steps, step time, tokens/s, speedup,
+    # efficiency, Karp–Flatt, exposed.
+    rows = dict(re.findall(r"^\| (\d) \| 1×\d \| [^|]+ \| \d \| \d \| [^|]+ \| [^|]+ \| [^|]+ \| [^|]+ \| [^|]+ \| "
                            r"([^|]+) \|", report, re.MULTILINE))
     assert rows == {"1": "—", "2": "100.0 %"}
     assert drawn["mfu.png"]["ylim"][0] == 0.0

@@ -1,12 +1,16 @@
-"""Where each rank ran (/ranks, versions 5 and 7): nodes and local ranks, each rank's GPU,
-the problems when MPI's nodes and the hostnames disagree or ranks share a GPU, and the
-report's nodes × ranks per node."""
+"""Where each rank ran (/ranks, versions 5, 7 and 8): nodes and local ranks, each rank's
+GPU, the problems when MPI's nodes and the hostnames disagree or ranks share a GPU, the
+report's nodes × ranks per node, its links (emulated or not, NCCL's transports) and its
+intra- and inter-node communication."""
 import re
 
 import h5py
+import pandas as pd
 
+from scalestudy_analysis import machine
 from scalestudy_analysis.cli import main
 from scalestudy_analysis.load import load_results, read_run
+from scalestudy_analysis.metrics import group_series
 from synth import base_config, write_run
 
 FOUR_ON_TWO_HOSTS = ["node-a", "node-a", "node-b", "node-b"]
@@ -73,7 +77,14 @@ def test_ranks_that_drove_one_gpu_are_named_and_unqueried_gpus_are_not(tmp_path)
                               device_uuid=unqueried)).problems == []
 
 
-def test_the_report_shows_nodes_by_ranks_per_node_for_every_n(tmp_path):
+def _breakdown_rows(report):
+    """{N: the breakdown table's "communication" cell} of a report with one series."""
+    section = report.split("Median time per step on the slowest rank, by part [IQR]:", 1)[1]
+    table = section.strip().split("\n\n", 1)[0]
+    return {int(n): cell for n, cell in re.findall(r"^\| (\d) \| [^|]+ \| ([^|]+?) \|", table, re.MULTILINE)}
+
+
+def test_the_report_shows_nodes_by_ranks_per_node_and_intra_or_inter_node_comm_for_every_n(tmp_path):
     write_run(tmp_path / "r" / "n1.h5", world_size=1, hostnames=["node-a"])
     write_run(tmp_path / "r" / "n2.h5", world_size=2, hostnames=["node-b", "node-b"])
     write_run(tmp_path / "r" / "n4.h5", world_size=4, hostnames=FOUR_ON_TWO_HOSTS)
@@ -85,3 +96,56 @@ def test_the_report_shows_nodes_by_ranks_per_node_for_every_n(tmp_path):
     assert rows == [("1", "1×1"), ("2", "1×2"), ("4", "2×2")]
     series = (tmp_path / "out" / "series.csv").read_text().splitlines()
     assert series[0].split(",").count("topology") == 1
+    assert _breakdown_rows(report) == {1: "—", 2: "intra-node comm", 4: "inter-node comm"}
+    series = pd.read_csv(tmp_path / "out" / "series.csv")
+    assert series["comm_scope"].tolist() == ["—", "intra-node", "inter-node"]
+    assert series["link"].tolist() == ["—", "MPI (cpu backend)", "MPI (cpu backend)"]
+
+
+def test_an_emulated_run_is_inter_node_never_nvlink_and_never_pooled_with_a_native_one(tmp_path):
+    for n in (1, 2):
+        write_run(tmp_path / "r" / f"native-n{n}.h5", world_size=n, backend="cuda", hostnames=["gpu-host"] * n)
+        write_run(tmp_path / "r" / f"emulated-n{n}.h5", world_size=n, backend="cuda", hostnames=["gpu-host"] * n,
+                  link_emulation="socket")
+    runs, _, problems = load_results(tmp_path / "r")
+    assert all(run.usable for run in runs)
+    series_list, series_problems = group_series(runs)
+    assert len(series_list) == 2 and [p.kind for p in series_problems] == ["mixed link_emulation"]
+    by_emulation = {series.variant["link_emulation"]: series for series in series_list}
+    emulated, native = by_emulation["socket"], by_emulation["none"]
+    assert "[emulated inter-node (NET/Socket)]" in emulated.label and "emulated" not in native.label
+    assert emulated.table["comm_scope"].tolist() == ["—", "inter-node"]
+    assert emulated.table["link"].tolist() == ["—", "emulated inter-node (NET/Socket)"]
+    assert native.table["comm_scope"].tolist() == ["—", "intra-node"] and native.table["link"].tolist() == ["—", "P2P"]
+    assert main([str(tmp_path / "r"), "-o", str(tmp_path / "out")]) == 0
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "Links between ranks (runs): P2P (1), emulated inter-node (NET/Socket) (1)" in report
+    sections = report.split("### ")[1:]
+    emulated_section = next(s for s in sections if s.startswith(f"{emulated.index}."))
+    assert _breakdown_rows(emulated_section.replace("### ", "")) == {1: "—", 2: "inter-node comm"}
+    assert "| P2P |" not in emulated_section
+
+
+def test_an_emulated_run_whose_nccl_chose_another_transport_says_so(tmp_path):
+    run = read_run(write_run(tmp_path / "run.h5", world_size=2, backend="cuda", link_emulation="socket",
+                             nccl_transports="NET/Socket,NVLS"))
+    assert machine.link_kind(run) == "emulated inter-node (NET/Socket + NVLS)"
+    unknown = read_run(write_run(tmp_path / "u.h5", world_size=2, backend="cuda", link_emulation="socket",
+                                 nccl_transports="unknown"))
+    assert machine.link_kind(unknown) == "emulated inter-node (transport unknown)"
+
+
+def test_files_before_version_8_read_as_not_emulated_with_their_transport_unknown(tmp_path):
+    v7 = read_run(write_run(tmp_path / "v7.h5", world_size=2, backend="cuda", schema_version=7))
+    assert v7.problems == [] and v7.rank_transports is None
+    assert machine.link_emulation(v7) == "none" and machine.link_kind(v7) == "unknown"
+    assert machine.comm_scope(v7) == "intra-node"
+    cpu = read_run(write_run(tmp_path / "cpu.h5", world_size=2, schema_version=7))
+    assert machine.transports(cpu) == "none" and machine.link_kind(cpu) == "MPI (cpu backend)"
+    path = write_run(tmp_path / "v8.h5", world_size=2, backend="cuda")
+    assert read_run(path).rank_transports == ["P2P", "P2P"]
+    with h5py.File(path, "r+") as handle:
+        del handle.attrs["nccl_transports"]
+    v8 = read_run(path)
+    assert [(p.kind, p.excluded) for p in v8.problems] == [("missing field", False)]
+    assert "nccl_transports" in v8.problems[0].message and machine.link_kind(v8) == "unknown"

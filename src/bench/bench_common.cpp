@@ -368,12 +368,7 @@ BenchFile::BenchFile(const std::string& output, BenchKind kind, const RunIdentit
                      const std::string& precision, MPI_Comm world)
     : output_(output), partial_(output + ".partial"), kind_(kind) {
   CHECK_MPI(MPI_Comm_rank(world, &rank_));
-  const ProvenanceHeader header{.argv = identity.argv,
-                                .backend = identity.backend,
-                                .precision = precision,
-                                .cuda_version = identity.cuda_version,
-                                .nccl_version = identity.nccl_version,
-                                .ranks = gather_rank_placement(world, identity)};
+  const ProvenanceHeader header = provenance_header(identity, precision, world);
   if (rank_ != 0 || output_.empty()) return;
 
   file_ = create_partial_file(output_);

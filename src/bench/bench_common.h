@@ -58,6 +58,7 @@ struct BenchConfig {
   std::vector<std::string> collectives;    // allreduce, reduce_scatter, allgather
   std::vector<std::string> comm_scopes = {"world", "intra_node", "inter_node"};  // bench_comm.h
   int64_t min_bytes = 0, max_bytes = 0;    // payload range of comm, doubling
+  std::string link_emulation = "none";     // comm on cuda: none | socket (comm/nccl_transport.h)
 
   bool profile_kernels = false;            // trace one extra sample per point (cuda)
 };

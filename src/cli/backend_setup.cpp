@@ -16,12 +16,46 @@
 #include "backend/cuda/device_info.h"
 #include "backend/cuda/nvml_telemetry.h"
 #include "comm/nccl_communicator.h"
+#include "comm/nccl_transport.h"
 #endif
 
 namespace scalestudy {
 namespace {
 
 #if SCALESTUDY_HAVE_CUDA
+// --link-emulation socket: NCCL's settings, before its first call. The loopback interface
+// joins only the ranks of one host, so a job across hosts is refused.
+void set_up_link_emulation(const RunConfig& config, const ProcessPlacement& where) {
+  if (config.link_emulation != "socket") return;
+  if (where.node_count > 1)
+    throw UsageError("--link-emulation socket: emulates separate nodes with the GPUs of one host, and this job "
+                     "spans " + std::to_string(where.node_count) + " nodes (leave the option out: its links "
+                     "between the nodes are real)");
+  apply_socket_emulation();
+}
+
+// What the result file records of NCCL's links, and what rank 0 says of them.
+void record_links(const RunConfig& config, const ProcessPlacement& where, const NcclCommunicator& nccl,
+                  RunIdentity& identity) {
+  identity.link_emulation = config.link_emulation;
+  identity.nccl_transports = nccl.transports();
+  for (const auto& [name, value] : nccl.nccl_environment())
+    identity.nccl_environment += (identity.nccl_environment.empty() ? "" : "\n") + name + "=" + value;
+  const bool emulated = config.link_emulation == "socket";
+  if (emulated && where.world_size > 1 && nccl.transports() != "NET/Socket" && nccl.transports() != kTransportUnknown)
+    std::fprintf(stderr, "rank %d on %s: --link-emulation socket, yet NCCL connected through %s, not only its "
+                 "sockets%s\n", where.rank, where.host.c_str(), nccl.transports().c_str(),
+                 nccl.transports().find("NVLS") != std::string::npos ? " (NCCL_NVLS_ENABLE=0 keeps NVLS off)" : "");
+  if (where.rank != 0 || where.world_size == 1) return;
+  if (nccl.transports() == kTransportUnknown)
+    std::printf("NCCL's transports on rank 0: unknown (%s)%s\n", nccl.transports_unknown_why().c_str(),
+                emulated ? "; --link-emulation socket" : "");
+  else
+    std::printf("NCCL's transports on rank 0: %s%s\n", nccl.transports().c_str(),
+                emulated ? " (--link-emulation socket: inter-node links emulated on one host)" : "");
+  std::fflush(stdout);
+}
+
 // Dense peak rates from NVIDIA's H100/H200 SXM datasheets; MFU is reported against
 // them until a measured peak (scalestudy bench gemm) is available.
 void set_datasheet_peak(RunIdentity& identity, Precision precision) {
@@ -78,14 +112,17 @@ BackendSetup make_backend(const RunConfig& config, const ProcessPlacement& where
     return setup;
   }
 #if SCALESTUDY_HAVE_CUDA
+  set_up_link_emulation(config, where);
   const int devices = cuda_device_count();
   if (where.local_rank >= devices)
     throw UsageError("--backend cuda: rank " + std::to_string(where.rank) + " is local rank " +
                      std::to_string(where.local_rank) + " on " + where.host + ", which has " +
                      std::to_string(devices) + " visible GPU(s)");
   auto ops = std::make_unique<CudaOps>(where.local_rank, config.precision, config.gemm_algos);
-  setup.comm = std::make_unique<NcclCommunicator>(MPI_COMM_WORLD, ops->stream(), config.comm_timeout_s,
-                                                  config.overlapped_ctas);
+  auto nccl = std::make_unique<NcclCommunicator>(MPI_COMM_WORLD, ops->stream(), config.comm_timeout_s,
+                                                 config.overlapped_ctas);
+  record_links(config, where, *nccl, setup.identity);
+  setup.comm = std::move(nccl);
   setup.make_group_comm = [stream = ops->stream(), timeout_s = config.comm_timeout_s,
                            ctas = config.overlapped_ctas](MPI_Comm group) -> std::unique_ptr<Communicator> {
     return std::make_unique<NcclCommunicator>(group, stream, timeout_s, ctas);

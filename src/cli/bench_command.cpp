@@ -47,6 +47,7 @@ struct RawOptions {
   int hidden = 0, heads = 0, layers = 0;
   std::string collectives = "allreduce,reduce_scatter,allgather", min_bytes = "1K", max_bytes;
   std::string scopes = "world,intra_node,inter_node";
+  std::string link_emulation = "none";
 };
 
 // The benchmarks each specific option applies to; the general options apply to all.
@@ -59,6 +60,7 @@ const std::map<std::string, std::vector<BenchKind>>& option_scope() {
       {"heads", {K::layer, K::inference}}, {"layers", {K::inference}},
       {"batches", {K::layer, K::inference}}, {"seqs", {K::layer, K::inference}},
       {"collectives", {K::comm}}, {"min-bytes", {K::comm}}, {"max-bytes", {K::comm}}, {"scopes", {K::comm}},
+      {"link-emulation", {K::comm}},
   };
   return scope;
 }
@@ -127,7 +129,10 @@ po::options_description bench_options(RawOptions& raw) {
       ("max-bytes", po::value(&raw.max_bytes)->default_value("", "cuda 1G, cpu 1M"), "largest payload")
       ("scopes", defaulted(&raw.scopes),
        "world, intra_node (each node's ranks, nodes at once), inter_node (one rank per node); a "
-       "communicator of one rank is absent");
+       "communicator of one rank is absent")
+      ("link-emulation", defaulted(&raw.link_emulation),
+       "cuda, one host: none (NCCL's own links) or socket (NCCL's network transport over TCP on the "
+       "loopback, as if each GPU were on a node of its own; docs/strategies.md)");
 
   po::options_description all = help_sections();
   all.add(general).add(timing).add(output).add(diagnostics).add(kernels).add(model).add(comm);
@@ -270,6 +275,12 @@ BenchConfig resolve(BenchKind kind, const RawOptions& raw, const po::variables_m
       bad_value("max-bytes", raw.max_bytes, "is below --min-bytes " + raw.min_bytes);
     }
     if (c.max_bytes > (int64_t{1} << 36)) bad_value("max-bytes", raw.max_bytes, "at most 64G");
+    if (raw.link_emulation != "none" && raw.link_emulation != "socket")
+      bad_value("link-emulation", raw.link_emulation, "must be none or socket");
+    if (raw.link_emulation != "none" && !cuda)
+      bad_value("link-emulation", raw.link_emulation,
+                "needs --backend cuda (the cpu backend communicates through MPI, whose links this option does not set)");
+    c.link_emulation = raw.link_emulation;
   }
   return c;
 }
@@ -327,6 +338,7 @@ int run_bench_command(int argc, const char* const* argv) {
   // layer and inference compute in --precision; the others keep BenchConfig's fp32.
   backend_config.precision = config.precision;
   backend_config.comm_timeout_s = config.comm_timeout_s;
+  backend_config.link_emulation = config.link_emulation;
   set_control_timeout(config.comm_timeout_s);
   std::optional<BlockingCallDeadline> startup(std::in_place, "the start-up (backend, communicator)", where.rank);
   BackendSetup backend = make_backend(backend_config, where);

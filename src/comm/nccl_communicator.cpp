@@ -3,9 +3,11 @@
 #if SCALESTUDY_HAVE_CUDA
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <limits>
 
 #include "comm/nccl_check.h"
+#include "comm/nccl_transport.h"
 #include "cuda_check.h"
 
 namespace scalestudy {
@@ -43,6 +45,10 @@ NcclCommunicator::NcclCommunicator(MPI_Comm comm, cudaStream_t compute_stream, d
   CHECK_MPI(MPI_Comm_dup(comm, &mpi_comm_));
   CHECK_MPI(MPI_Comm_rank(mpi_comm_, &rank_));
   CHECK_MPI(MPI_Comm_size(mpi_comm_, &world_size_));
+  // Before NCCL's first call in this process, which reads its log settings once.
+  NcclLog& log = NcclLog::instance();
+  log_offset_ = log.size();
+  nccl_environment_ = environment_with_prefix("NCCL_");
   ncclUniqueId id;
   if (rank_ == 0) CHECK_NCCL(ncclGetUniqueId(&id));
   CHECK_MPI(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, mpi_comm_));
@@ -56,6 +62,7 @@ NcclCommunicator::NcclCommunicator(MPI_Comm comm, cudaStream_t compute_stream, d
   CHECK_CUDA(cudaStreamCreateWithFlags(&marker_stream_, cudaStreamNonBlocking));
   CHECK_CUDA(cudaMalloc(&device_barrier_, sizeof(int)));
   CHECK_CUDA(cudaMemset(device_barrier_, 0, sizeof(int)));
+  measure_transports(log_offset_);
   epoch_ = take_event();
   CHECK_CUDA(cudaEventRecord(epoch_, compute_stream_));
   CollectiveWatchdog::Hooks hooks;
@@ -67,6 +74,7 @@ NcclCommunicator::NcclCommunicator(MPI_Comm comm, cudaStream_t compute_stream, d
 NcclCommunicator::~NcclCommunicator() {
   finish_all();
   CHECK_CUDA(cudaStreamSynchronize(compute_stream_));
+  forward_nccl_warnings();
   watchdog_.reset();  // before the communicators it checks go
   for (cudaEvent_t event : all_events_) cudaEventDestroy(event);
   cudaFree(device_barrier_);
@@ -76,6 +84,41 @@ NcclCommunicator::~NcclCommunicator() {
   // The staging buffer is freed after this body; freeing memory needs no stream.
   cudaStreamDestroy(comm_stream_);
   MPI_Comm_free(&mpi_comm_);
+}
+
+void NcclCommunicator::measure_transports(size_t log_offset) {
+  if (world_size_ > 1) {
+    for (ncclComm_t comm : {nccl_, overlapped_comm_})
+      if (comm) CHECK_NCCL(ncclAllReduce(device_barrier_, device_barrier_, 1, ncclInt, ncclSum, comm, comm_stream_));
+    CHECK_CUDA(cudaStreamSynchronize(comm_stream_));
+  }
+  NcclLog& log = NcclLog::instance();
+  if (!log.capturing()) {
+    transports_unknown_why_ = log.why_not();
+    return;
+  }
+  const std::string mine = log.read_from(log_offset);
+  if (mine.empty()) {
+    // NCCL opened its log before the capture was set up (an earlier NCCL call in this
+    // process), so its lines went elsewhere.
+    transports_unknown_why_ = "NCCL wrote nothing to the captured log";
+    return;
+  }
+  log.remove_name();  // NCCL holds the file open now
+  const std::set<std::string> found = parse_nccl_transports(mine);
+  if (found.empty() && world_size_ > 1) {
+    transports_unknown_why_ = "NCCL's log names no channel connection";
+    return;
+  }
+  transports_ = transport_list(found);
+}
+
+void NcclCommunicator::forward_nccl_warnings() const {
+  const NcclLog& log = NcclLog::instance();
+  if (!log.capturing()) return;
+  for (const std::string& line : nccl_warnings(log.read_from(log_offset_)))
+    std::fprintf(stderr, "rank %d: %s\n", rank_, line.c_str());
+  std::fflush(stderr);
 }
 
 cudaEvent_t NcclCommunicator::take_event() {
@@ -307,6 +350,7 @@ void NcclCommunicator::check_async_errors() const {
     ncclResult_t async_error = ncclSuccess;
     if (comm && ncclCommGetAsyncError(comm, &async_error) == ncclSuccess && async_error != ncclSuccess &&
         async_error != ncclInProgress) {
+      forward_nccl_warnings();
       abort_job(__FILE__, __LINE__, "NCCL asynchronous error",
                 std::string(ncclGetErrorString(async_error)) + " on rank " + std::to_string(rank_));
     }
@@ -317,6 +361,7 @@ void NcclCommunicator::abort_timed_out(const std::string& message) {
   // Both communicators, so that neither leaves a kernel spinning.
   for (ncclComm_t comm : {nccl_, overlapped_comm_})
     if (comm) ncclCommAbort(comm);
+  forward_nccl_warnings();
   abort_job(__FILE__, __LINE__, "collective timed out", message);
 }
 

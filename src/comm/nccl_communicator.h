@@ -38,6 +38,12 @@
 // than of 4, and 0.8 ms longer in clusters of 1. NCCL_CGA_CLUSTER_SIZE overrides this
 // value, as it does for every communicator.
 //
+// Links. Before NCCL's first call the constructor has NCCL's log sent to a private file
+// (comm/nccl_transport.h); once the communicators exist, one small allreduce on each makes
+// NCCL connect its channels (since 2.22 it connects them at the first collective), and the
+// transports its log names are this rank's transports(). NCCL's warnings in that log are
+// copied to stderr when the communicator ends or aborts.
+//
 // The watchdog (comm/collective_watchdog.h) times every collective from its start until
 // its `end` has passed, and also ends the job on an asynchronous NCCL error; on a timeout
 // it aborts the NCCL communicators first, so that no kernel is left spinning.
@@ -49,6 +55,7 @@
 #include <array>
 #include <chrono>
 #include <deque>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -100,6 +107,13 @@ class NcclCommunicator final : public Communicator {
   // The CTAs of one cluster of the overlapped lane's kernels (see "Lanes" above).
   static constexpr int kOverlappedClusterCtas = 2;
   static std::string nccl_version();
+  // The transports NCCL connected this rank through, measured from its log: e.g. "P2P",
+  // "NET/Socket", "NET/IB,P2P"; "none" on one rank; "unknown" where the log was not
+  // captured (nccl_transport.h), with the reason in transports_unknown_why().
+  const std::string& transports() const { return transports_; }
+  const std::string& transports_unknown_why() const { return transports_unknown_why_; }
+  // The NCCL_* variables of this process when NCCL started, as NAME=VALUE.
+  const std::map<std::string, std::string>& nccl_environment() const { return nccl_environment_; }
 
  private:
   struct InFlight {
@@ -127,6 +141,10 @@ class NcclCommunicator final : public Communicator {
   ncclComm_t lane_comm();
   // The watchdog's hooks.
   void check_async_errors() const;
+  // Connects the channels with one allreduce per communicator and reads the transports.
+  void measure_transports(size_t log_offset);
+  // NCCL's WARN lines logged since this communicator started, to stderr.
+  void forward_nccl_warnings() const;
   [[noreturn]] void abort_timed_out(const std::string& message);
 
   MPI_Comm mpi_comm_ = MPI_COMM_NULL;
@@ -148,6 +166,9 @@ class NcclCommunicator final : public Communicator {
   // Main thread only: the watchdog keeps its own account of what is in flight.
   std::deque<InFlight> in_flight_;
   std::unique_ptr<CollectiveWatchdog> watchdog_;  // started once the NCCL communicators are
+  std::map<std::string, std::string> nccl_environment_;
+  std::string transports_ = "unknown", transports_unknown_why_;
+  size_t log_offset_ = 0;  // where this communicator's lines of NCCL's log begin
 };
 
 }  // namespace scalestudy

@@ -125,7 +125,10 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
        "partial sum are rounded to bf16)")
       ("comm-timeout", defaulted(&c.comm_timeout_s),
        "seconds a collective may take before the job is ended, naming the rank and the phase; ranks "
-       "other than 0 wait 1 s longer, so that rank 0 first marks the result file failed");
+       "other than 0 wait 1 s longer, so that rank 0 first marks the result file failed")
+      ("link-emulation", defaulted(&c.link_emulation),
+       "cuda, one host: none (NCCL's own links) or socket (NCCL's network transport over TCP on the "
+       "loopback, as if each GPU were on a node of its own; docs/strategies.md)");
 
   po::options_description precision = help_section("Backend and precision");
   precision.add_options()
@@ -401,6 +404,8 @@ void resolve_and_validate(RunConfig& c, const RawOptions& raw) {
   else if (raw.nonfinite_loss == "continue") c.stop_on_nonfinite_loss = false;
   else bad_value("nonfinite-loss", raw.nonfinite_loss, "must be stop or continue");
   require_positive("comm-timeout", c.comm_timeout_s);
+  if (c.link_emulation != "none" && c.link_emulation != "socket")
+    bad_value("link-emulation", c.link_emulation, "must be none or socket");
 
   if (raw.precision == "auto") c.precision = c.backend == "cuda" ? Precision::bf16 : Precision::fp32;
   else if (raw.precision == "fp32") c.precision = Precision::fp32;
@@ -421,6 +426,9 @@ void resolve_and_validate(RunConfig& c, const RawOptions& raw) {
       bad_value("precision", raw.precision, "the cpu backend computes in fp32 only");
     if (c.overlapped_ctas > 0)
       bad_value("overlapped-ctas", raw.overlapped_ctas, "needs --backend cuda (the cpu backend communicates through MPI)");
+    if (c.link_emulation != "none")
+      bad_value("link-emulation", c.link_emulation, "needs --backend cuda (the cpu backend communicates through MPI, "
+                                                     "whose links this option does not set)");
   } else if (c.backend == "cuda") {
     if (!SCALESTUDY_HAVE_CUDA) bad_value("backend", c.backend, "this build has no CUDA backend");
     if (auto_ctas && c.overlap) c.overlapped_ctas = kAutoOverlappedCtas;
@@ -552,6 +560,7 @@ std::vector<std::pair<std::string, std::string>> describe_config(const RunConfig
       {"overlap_after_resolved", text(c.overlap_after)},
       {"check_every", text(c.check_every)},
       {"comm_timeout", text(c.comm_timeout_s)},
+      {"link_emulation", c.link_emulation},
       {"backend", c.backend},
       {"precision", precision_name(c.precision)},
       {"gemm_algos", gemm_algos_name(c.gemm_algos)},

@@ -70,6 +70,9 @@ struct RunConfig {
   int check_every = 0;
   bool stop_on_nonfinite_loss = true;  // a step with an inf or nan loss ends the run         // replica checksum every N steps; 0 = never
   double comm_timeout_s = 300.0;
+  // cuda: "none", or "socket": NCCL connects the GPUs of one host through its network
+  // transport over TCP, as it connects nodes (comm/nccl_transport.h, docs/strategies.md)
+  std::string link_emulation = "none";
 
   // ---- backend ----------------------------------------------------------------------
   std::string backend = "cpu";

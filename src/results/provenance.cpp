@@ -11,6 +11,8 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
+#include <sstream>
 
 #include "build_info.h"
 #include "comm/mpi_runtime.h"
@@ -92,13 +94,39 @@ RankPlacement gather_rank_placement(MPI_Comm comm, const RunIdentity& identity) 
                           .device_pci_bus_ids = gather_strings(comm, identity.device_pci_bus_id, world),
                           .logical_cores = std::vector<int64_t>(root ? world : 0),
                           .cpu_bindings = gather_strings(comm, cpu_binding(), world),
-                          .cpu_models = gather_strings(comm, cpu_model(), world)};
+                          .cpu_models = gather_strings(comm, cpu_model(), world),
+                          .nccl_transports = gather_strings(comm, identity.nccl_transports, world)};
   const int64_t node_index = where.node_index, local_rank = where.local_rank;
   const int64_t cores = sysconf(_SC_NPROCESSORS_ONLN);
   control_gather(&node_index, 1, MPI_INT64_T, placement.node_indices.data(), 0, comm, "provenance");
   control_gather(&local_rank, 1, MPI_INT64_T, placement.local_ranks.data(), 0, comm, "provenance");
   control_gather(&cores, 1, MPI_INT64_T, placement.logical_cores.data(), 0, comm, "provenance");
   return placement;
+}
+
+std::string run_transports(const std::vector<std::string>& rank_transports) {
+  std::set<std::string> all;
+  for (const std::string& list : rank_transports) {
+    if (list == "unknown") return list;
+    std::istringstream parts(list);
+    std::string part;
+    while (std::getline(parts, part, ','))
+      if (!part.empty() && part != "none") all.insert(part);
+  }
+  std::string joined;
+  for (const std::string& transport : all) joined += (joined.empty() ? "" : ",") + transport;
+  return joined.empty() ? "none" : joined;
+}
+
+ProvenanceHeader provenance_header(const RunIdentity& identity, const std::string& precision, MPI_Comm comm) {
+  return ProvenanceHeader{.argv = identity.argv,
+                          .backend = identity.backend,
+                          .precision = precision,
+                          .cuda_version = identity.cuda_version,
+                          .nccl_version = identity.nccl_version,
+                          .link_emulation = identity.link_emulation,
+                          .nccl_environment = identity.nccl_environment,
+                          .ranks = gather_rank_placement(comm, identity)};
 }
 
 hid_t create_partial_file(const std::string& output) {
@@ -142,6 +170,9 @@ void write_provenance_header(hid_t root, const ProvenanceHeader& header) {
   h5::set_attribute(root, "failure_reason", "");
   h5::set_attribute(root, "cuda_version", header.cuda_version);
   h5::set_attribute(root, "nccl_version", header.nccl_version);
+  h5::set_attribute(root, "link_emulation", header.link_emulation);
+  h5::set_attribute(root, "nccl_transports", run_transports(header.ranks.nccl_transports));
+  h5::set_attribute(root, "nccl_environment", header.nccl_environment);
   h5::set_attribute(root, "mpi_version", mpi_library_version());
   h5::set_attribute(root, "hdf5_version", hdf5_library_version());
   h5::Handle ranks = h5::create_group(root, "ranks");
@@ -155,6 +186,10 @@ void write_provenance_header(hid_t root, const ProvenanceHeader& header) {
   h5::write_int64(ranks.get(), "logical_cores", {world}, header.ranks.logical_cores);
   h5::write_strings(ranks.get(), "cpu_binding", header.ranks.cpu_bindings);
   h5::write_strings(ranks.get(), "cpu_model", header.ranks.cpu_models);
+  // An attribute, not a dataset: a further dataset in /ranks moves the file's metadata so
+  // that a disk filling during the steps leaves steps HDF5 cannot read back
+  // (tests/scripts/test_faults.sh, disk-full).
+  h5::set_attribute(ranks.get(), "nccl_transports", header.ranks.nccl_transports);
 }
 
 }  // namespace scalestudy

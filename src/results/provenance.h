@@ -34,6 +34,14 @@ struct RunIdentity {
   std::string peak_source = "none";
   std::string cuda_version = "none";
   std::string nccl_version = "none";
+  // --link-emulation: "none" or "socket" (comm/nccl_transport.h).
+  std::string link_emulation = "none";
+  // The transports NCCL connected this rank through, as it logged them ("P2P",
+  // "NET/Socket", ...); "none" without NCCL or peers; "unknown" where NCCL's log was not
+  // readable.
+  std::string nccl_transports = "none";
+  // The NCCL_* variables in effect when NCCL started, one NAME=VALUE per line, sorted.
+  std::string nccl_environment;
 };
 
 // Where each rank runs, gathered from every rank onto rank 0 (empty elsewhere).
@@ -47,7 +55,11 @@ struct RankPlacement {
   std::vector<int64_t> logical_cores;      // the host's online logical CPUs
   std::vector<std::string> cpu_bindings;   // the CPUs the rank may run on, e.g. "0-3,8"
   std::vector<std::string> cpu_models;     // the host's CPU model name
+  std::vector<std::string> nccl_transports;  // RunIdentity::nccl_transports
 };
+// One run's transports from its ranks': "unknown" where any rank's is, else the union of
+// the ranks' lists ("NET/Socket,P2P"), "none" when no rank connected through any.
+std::string run_transports(const std::vector<std::string>& rank_transports);
 // This process's CPU affinity as a list of ranges, e.g. "0-3,8".
 std::string cpu_binding();
 // The model name of this host's CPUs (/proc/cpuinfo), or "unknown".
@@ -62,8 +74,12 @@ struct ProvenanceHeader {
   std::string precision;  // "fp32", "bf16" or "fp16"
   std::string cuda_version = "none";
   std::string nccl_version = "none";
+  std::string link_emulation = "none";
+  std::string nccl_environment;  // rank 0's
   RankPlacement ranks;
 };
+// The header's fields that come from the identity of rank 0 and every rank's placement.
+ProvenanceHeader provenance_header(const RunIdentity& identity, const std::string& precision, MPI_Comm comm);
 // Creates OUTPUT.partial, the name a result file has until it is complete or failed (its
 // folder too), saying so where a stale one is replaced; HDF5 prints no error stacks from
 // here on (the checks report one line).
@@ -71,7 +87,8 @@ hid_t create_partial_file(const std::string& output);
 
 // Writes the root's provenance attributes (schema version, build, argv, start time, world
 // size, nodes and ranks per node, backend, precision, library versions), the status
-// "running" with an empty failure reason and end time, and /ranks (docs/results-schema.md).
+// "running" with an empty failure reason and end time, the links (link_emulation, NCCL's
+// transports and environment), and /ranks (docs/results-schema.md).
 void write_provenance_header(hid_t root, const ProvenanceHeader& header);
 
 }  // namespace scalestudy

@@ -342,12 +342,7 @@ RunRecorder::RunRecorder(const RunConfig& config, const RunIdentity& identity, M
     : config_(config), identity_(identity), control_(control), output_(config.output) {
   CHECK_MPI(MPI_Comm_rank(control_, &rank_));
   CHECK_MPI(MPI_Comm_size(control_, &world_size_));
-  ProvenanceHeader header{.argv = identity.argv,
-                          .backend = identity.backend,
-                          .precision = precision_name(config.precision),
-                          .cuda_version = identity.cuda_version,
-                          .nccl_version = identity.nccl_version,
-                          .ranks = gather_rank_placement(control_, identity)};
+  const ProvenanceHeader header = provenance_header(identity, precision_name(config.precision), control_);
   if (rank_ == 0 && !output_.empty()) {
     file_ = std::make_unique<File>(output_, config_, header, memory);
     active_recorder.store(this);

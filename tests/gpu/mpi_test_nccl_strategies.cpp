@@ -17,6 +17,7 @@
 #include "comm/mpi_communicator.h"
 #include "comm/mpi_runtime.h"
 #include "comm/nccl_communicator.h"
+#include "comm/nccl_transport.h"
 #include "config/run_config.h"
 #include "cuda_check.h"
 #include "forwarding_communicator.h"
@@ -319,6 +320,27 @@ TEST(NcclCommunicator, HostDoublesSumExactlyAndAreRecorded) {
   EXPECT_EQ(records[0].kind, CollectiveKind::allreduce);
   EXPECT_EQ(records[0].payload_bytes, values.size() * sizeof(double));
   EXPECT_LE(records[0].begin_s, records[0].end_s);
+}
+
+// The transports come from NCCL's own log of this communicator's connections: on two
+// GPUs something NCCL connected them through (P2P over NVLink or PCIe, SHM, or a network),
+// never "none", and "unknown" only where the user keeps NCCL's log.
+TEST(NcclCommunicator, MeasuresTheTransportsNcclConnectedThrough) {
+  if (!have_two_gpus()) GTEST_SKIP() << "needs 2 ranks with a visible GPU each: multi-GPU tests skipped";
+  if (!NcclLog::instance().capturing())
+    GTEST_SKIP() << "the transports are unknown by design here: " << NcclLog::instance().why_not();
+  const RankDevice device;
+  NcclCommunicator comm(MPI_COMM_WORLD, device.stream, 120.0);
+  ASSERT_NE(comm.transports(), "unknown") << comm.transports_unknown_why();
+  ASSERT_NE(comm.transports(), "none");
+  const std::string list = comm.transports();
+  for (size_t begin = 0; begin < list.size();) {
+    const size_t end = std::min(list.find(',', begin), list.size());
+    const std::string one = list.substr(begin, end - begin);
+    EXPECT_TRUE(one == "P2P" || one == "SHM" || one == "NVLS" || one == "CollNet" || one.rfind("NET/", 0) == 0)
+        << "rank " << device.where.rank << ": " << one << " in " << list;
+    begin = end + 1;
+  }
 }
 
 // One finish() of the latest collective makes compute wait for all of them (they run in

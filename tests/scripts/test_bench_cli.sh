@@ -88,6 +88,8 @@ expect_exit 2 "\-\-scopes does not apply to bench gemm" "$binary" bench gemm --s
 expect_exit 2 "unrecognised option '--comm-engine'" "$binary" bench gemm --comm-engine copy
 expect_exit 2 "\-\-heads 5" "$binary" bench layer --heads 5
 expect_exit 2 "\-\-precision bf16: the cpu backend computes in fp32 only" "$binary" bench inference --precision bf16
+expect_exit 2 "\-\-link-emulation socket: needs \-\-backend cuda" "$binary" bench comm --link-emulation socket
+expect_exit 2 "\-\-link-emulation does not apply to bench gemm" "$binary" bench gemm --link-emulation socket
 expect_exit 2 "\-\-precision tf16: must be auto" "$binary" bench layer --precision tf16
 expect_exit 2 "\-\-precision does not apply to bench gemm" "$binary" bench gemm --precision bf16
 expect_exit 2 "\-\-repeats 0" "$binary" bench inference --repeats 0

@@ -195,6 +195,15 @@ TEST(Config, GpuTelemetryIsOnByDefaultOnCudaAndRefusedOnTheCpu) {
   }
 }
 
+TEST(Config, LinkEmulationIsCheckedAndRefusedOnTheCpu) {
+  EXPECT_EQ(parse({}).link_emulation, "none");
+  expect_usage_error({"--link-emulation", "tcp"}, {"--link-emulation tcp", "none or socket"});
+  expect_usage_error({"--link-emulation", "socket"}, {"--link-emulation socket", "needs --backend cuda", "MPI"});
+  if (SCALESTUDY_HAVE_CUDA) {
+    EXPECT_EQ(parse({"--backend", "cuda", "--link-emulation", "socket"}).link_emulation, "socket");
+  }
+}
+
 TEST(Config, KernelProfileIsRefusedOnTheCpuAndItsWindowChecked) {
   expect_usage_error({"--profile-kernels"}, {"--profile-kernels", "--backend cuda", "cpu"});
   expect_usage_error({"--profile-window", "2-3"}, {"--profile-window 2-3", "needs --profile-kernels"});
@@ -294,7 +303,8 @@ TEST(Config, DescribedNamesStayTheResultFilesKeys) {
       "global_batch", "batch_per_rank", "grad_accum", "steps", "warmup_steps", "lr", "min_lr_ratio",
       "lr_warmup_steps", "beta1", "beta2", "eps", "weight_decay", "grad_clip", "loss_scaling", "loss_scale_init",
       "loss_scale_growth_interval", "data", "token_file", "seed", "strategy", "overlap", "bucket_mb", "grad_reduce",
-      "overlapped_ctas", "overlap_after", "overlap_after_resolved", "check_every", "comm_timeout", "backend", "precision", "gemm_algos",
+      "overlapped_ctas", "overlap_after", "overlap_after_resolved", "check_every", "comm_timeout", "link_emulation",
+      "backend", "precision", "gemm_algos",
       "output", "flush_every", "experiment", "repeat", "profile_kernels", "profile_window", "gpu_telemetry_ms",
       "world_size"};
   std::vector<std::string> names;
