@@ -152,9 +152,10 @@ def test_a_comm_file_names_its_link_and_meets_only_runs_of_its_emulation(tmp_pat
     socket = comm_file("socket.h5", 2.0, {"link_emulation": "socket", "nccl_transports": "NET/Socket"})
     old = comm_file("old.h5", 50.0, {})
     titles = [bench.bench_tables(b)[0][0] for b in (nvlink, socket, old)]
-    assert titles == ["GB/s over 2 rank(s), link P2P, nccl-tests definitions",
-                      "GB/s over 2 rank(s), link emulated inter-node (NET/Socket), nccl-tests definitions",
-                      "GB/s over 2 rank(s), link unknown, nccl-tests definitions"]
+    assert titles == ["every rank: GB/s over 2 rank(s), link P2P, nccl-tests definitions",
+                      "every rank: GB/s over 2 rank(s), link emulated inter-node (NET/Socket), nccl-tests "
+                      "definitions",
+                      "every rank: GB/s over 2 rank(s), link unknown, nccl-tests definitions"]
     # The bus bandwidth comes back through the file's time, to the last bit or so.
     assert nearest_bench([nvlink, socket], "allreduce", 2, 1 << 20, "socket") == (pytest.approx(2.0), 1 << 20)
     assert nearest_bench([nvlink, socket], "allreduce", 2, 1 << 20, "none") == (pytest.approx(100.0), 1 << 20)
@@ -208,7 +209,8 @@ def test_comm_scopes_get_their_own_bus_factor_tables_and_absences(tmp_path):
     assert busbw["intra_node"] == pytest.approx(algbw * 4 * 1.0)
     assert busbw["inter_node"] == pytest.approx(algbw / 2 * 1.0)
     titles = [title for title, _ in bench.bench_tables(loaded)]
-    assert titles[1] == "intra-node (the ranks of each node): GB/s over 2 rank(s), 2 at once, nccl-tests definitions"
+    assert titles[1] == ("intra-node (the ranks of each node): GB/s over 2 rank(s), 2 at once, "
+                         "link MPI (cpu backend), nccl-tests definitions")
     side_by_side = bench.bench_tables(loaded)[-1][1]
     assert list(side_by_side.columns) == ["allreduce world", "allreduce intra_node", "allreduce inter_node"]
     assert side_by_side.loc["1 MiB", "allreduce intra_node"] == f"{algbw * 4:.4g}"
