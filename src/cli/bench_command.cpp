@@ -333,9 +333,12 @@ int run_bench_command(int argc, const char* const* argv) {
   identity.argv.insert(identity.argv.begin(), "scalestudy");
   if (where.rank == 0) {
     const bool model_bench = kind == BenchKind::layer || kind == BenchKind::inference;
-    std::printf("scalestudy bench %s: backend %s%s%s on %s, %d rank(s); warm-up %d, %d timed samples of >= %.3g ms\n",
-                name.c_str(), config.backend.c_str(), model_bench ? " " : "",
-                model_bench ? precision_name(config.precision) : "", identity.device_name.c_str(), where.world_size,
+    const std::string computes =
+        model_bench ? std::string(" ") + precision_name(config.precision) + ", attention " +
+                          attention_kernel_used(config.attention_kernel, config.backend == "cuda", config.precision)
+                    : "";
+    std::printf("scalestudy bench %s: backend %s%s on %s, %d rank(s); warm-up %d, %d timed samples of >= %.3g ms\n",
+                name.c_str(), config.backend.c_str(), computes.c_str(), identity.device_name.c_str(), where.world_size,
                 config.warmup, config.repeats, config.min_sample_s * 1e3);
     std::fflush(stdout);
   }
