@@ -4,7 +4,8 @@
 # The executables and the libraries the GPU node lacks are in the bundle folder, $BUNDLE
 # or .gpu-bundle/ (dev/make_bundle.sh makes it), plain or packed in executables.tar.xz,
 # which is unpacked in place once. Sets out (OUTPUT_DIR, created), bundle, binary, mpirun
-# (NVLink multicast off and the bundle's libraries first on every rank) and timed_train:
+# (NVLink multicast off and the bundle's libraries first on every rank, then PyTorch's
+# cuDNN where python3 has it) and timed_train:
 # the train options that time the GPT-2 small bf16 step at BATCH per GPU (default 32),
 # 14 steps of which 4 warm-up, without progress lines.
 if [ -z "${1:-}" ]; then
@@ -23,6 +24,12 @@ if [ -f "$bundle/executables.tar.xz" ] && [ ! -e "$bundle/.unpacked" ]; then
 fi
 binary="$bundle/scalestudy"
 export LD_LIBRARY_PATH="$bundle:${LD_LIBRARY_PATH:-}" NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+# --attention-kernel cudnn opens libcudnn at run time; a GPU node whose cuDNN is PyTorch's
+# (the nvidia.cudnn package) has it in that package's lib/ folder.
+cudnn_root=$(python3 -c "import nvidia.cudnn; print(list(nvidia.cudnn.__path__)[0])" 2>/dev/null || true)
+if [ -n "$cudnn_root" ] && [ -d "$cudnn_root/lib" ]; then
+  export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$cudnn_root/lib"
+fi
 mpirun="mpirun --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE"
 [ "$(id -u)" = 0 ] && mpirun="$mpirun --allow-run-as-root"
 timed_train="train --backend cuda --model gpt2-small --seq 1024 --batch-per-rank ${BATCH:-32} --steps 14

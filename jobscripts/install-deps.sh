@@ -40,7 +40,8 @@ install_system_packages() {
   fi
 }
 
-# A virtual environment for the analysis package, inside the build folder.
+# A virtual environment for the analysis package, inside the build folder, which also
+# holds cudnn-frontend's headers for the CUDA build.
 setup_analysis_venv() {
   local venv=$1
   if [ ! -x "$venv/bin/python" ]; then
@@ -48,4 +49,7 @@ setup_analysis_venv() {
   fi
   "$venv/bin/python" -m pip install -q --upgrade pip >/dev/null
   "$venv/bin/python" -m pip install -q -e "$SCALESTUDY_ROOT/analysis[test]"
+  # cudnn-frontend's C++ headers (its include/ folder), which the CUDA build looks for here
+  # to build --attention-kernel cudnn; without dependencies, as only the headers are used.
+  "$venv/bin/python" -m pip install -q --no-deps nvidia-cudnn-frontend
 }

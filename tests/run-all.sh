@@ -19,6 +19,10 @@ cmake --build --preset cpu -j "$jobs"
 echo "== C++ tests"
 ctest --preset cpu -j "$jobs" --timeout 900
 
+# The analysis environment also holds cudnn-frontend's headers, which the CUDA
+# configuration looks for.
+setup_analysis_venv "$SCALESTUDY_ROOT/build/venv"
+
 # Where the CUDA toolkit is installed the CUDA configuration is built too, so a CUDA
 # compile error fails here; its GPU tests skip themselves without a GPU.
 nvcc=$(command -v nvcc || true)
@@ -33,7 +37,6 @@ else
 fi
 
 echo "== analysis and sweep-tool tests"
-setup_analysis_venv "$SCALESTUDY_ROOT/build/venv"
 SCALESTUDY_BINARY="$SCALESTUDY_ROOT/build/cpu/scalestudy" \
   "$SCALESTUDY_ROOT/build/venv/bin/python" -m pytest -q "$SCALESTUDY_ROOT/analysis/tests" \
   "$SCALESTUDY_ROOT/tests/jobscripts" "$SCALESTUDY_ROOT/tests/slurm"

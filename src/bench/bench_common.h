@@ -51,6 +51,7 @@ struct BenchConfig {
   std::vector<int64_t> bandwidth_elems;    // fp32 elements per buffer
 
   Precision precision = Precision::fp32;   // what layer / inference compute in
+  AttentionKernel attention_kernel = AttentionKernel::auto_select;  // layer / inference, cuda bf16/fp16
   std::string model;                       // preset of layer / inference
   ModelShape shape;                        // resolved: preset, overrides, max_seq
   std::vector<int> batches, seqs;          // the grid of layer / inference

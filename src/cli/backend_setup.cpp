@@ -13,6 +13,7 @@
 
 #if SCALESTUDY_HAVE_CUDA
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/cudnn_attention.h"
 #include "backend/cuda/device_info.h"
 #include "backend/cuda/nvml_telemetry.h"
 #include "comm/nccl_communicator.h"
@@ -118,7 +119,14 @@ BackendSetup make_backend(const RunConfig& config, const ProcessPlacement& where
     throw UsageError("--backend cuda: rank " + std::to_string(where.rank) + " is local rank " +
                      std::to_string(where.local_rank) + " on " + where.host + ", which has " +
                      std::to_string(devices) + " visible GPU(s)");
-  auto ops = std::make_unique<CudaOps>(where.local_rank, config.precision, config.gemm_algos);
+  if (resolve_attention_kernel(config.attention_kernel) == AttentionKernel::cudnn) {
+    std::string why_not;
+    if (!cudnn_attention_loadable(why_not))
+      throw UsageError("--attention-kernel cudnn: " + why_not + " (rank " + std::to_string(where.rank) + " on " +
+                       where.host + ")");
+  }
+  auto ops = std::make_unique<CudaOps>(where.local_rank, config.precision, config.gemm_algos,
+                                       config.attention_kernel);
   auto nccl = std::make_unique<NcclCommunicator>(MPI_COMM_WORLD, ops->stream(), config.comm_timeout_s,
                                                  config.overlapped_ctas);
   record_links(config, where, *nccl, setup.identity);

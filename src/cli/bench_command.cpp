@@ -43,7 +43,7 @@ struct RawOptions {
   double min_sample_ms = 1.0, comm_timeout_s = 300.0;
   std::string memory_limit = "0";
   std::string sizes, precisions = "fp32,tf32,fp16,bf16";
-  std::string model, batches, seqs, precision = "auto";
+  std::string model, batches, seqs, precision = "auto", attention_kernel = "auto";
   int hidden = 0, heads = 0, layers = 0;
   std::string collectives = "allreduce,reduce_scatter,allgather", min_bytes = "1K", max_bytes;
   std::string scopes = "world,intra_node,inter_node";
@@ -56,7 +56,7 @@ const std::map<std::string, std::vector<BenchKind>>& option_scope() {
   static const std::map<std::string, std::vector<BenchKind>> scope = {
       {"sizes", {K::gemm, K::bandwidth}}, {"precisions", {K::gemm}},
       {"model", {K::layer, K::inference}}, {"precision", {K::layer, K::inference}},
-      {"hidden", {K::layer, K::inference}},
+      {"hidden", {K::layer, K::inference}}, {"attention-kernel", {K::layer, K::inference}},
       {"heads", {K::layer, K::inference}}, {"layers", {K::inference}},
       {"batches", {K::layer, K::inference}}, {"seqs", {K::layer, K::inference}},
       {"collectives", {K::comm}}, {"min-bytes", {K::comm}}, {"max-bytes", {K::comm}}, {"scopes", {K::comm}},
@@ -112,6 +112,8 @@ po::options_description bench_options(RawOptions& raw) {
        "model preset (see scalestudy info): layer bert-large, inference bert-base on cuda; tiny on the cpu")
       ("precision", po::value(&raw.precision)->default_value(raw.precision),
        "fp32, bf16 or fp16 (the last two cuda only), as train computes; auto: bf16 on cuda, fp32 on cpu")
+      ("attention-kernel", po::value(&raw.attention_kernel)->default_value(raw.attention_kernel),
+       kAttentionKernelHelp)
       ("hidden", po::value(&raw.hidden)->default_value(0, "preset"), "hidden size override")
       ("heads", po::value(&raw.heads)->default_value(0, "preset"), "attention heads override; must divide the hidden size")
       ("layers", po::value(&raw.layers)->default_value(0, "preset"), "inference: layers override (layer uses one)")
@@ -243,6 +245,7 @@ BenchConfig resolve(BenchKind kind, const RawOptions& raw, const po::variables_m
     c.model = !raw.model.empty() ? raw.model : !cuda ? "tiny" : layer ? "bert-large" : "bert-base";
     c.shape = find_model_preset(c.model).shape;
     c.precision = compute_precision(raw.precision, cuda);
+    c.attention_kernel = parse_attention_kernel(raw.attention_kernel, raw.backend, c.precision);
     for (auto [option, value, field] : {std::tuple{"hidden", raw.hidden, &c.shape.channels},
                                         {"heads", raw.heads, &c.shape.heads}, {"layers", raw.layers, &c.shape.layers}}) {
       if (value < 0) bad_value(option, std::to_string(value), "must be positive");
@@ -337,6 +340,7 @@ int run_bench_command(int argc, const char* const* argv) {
   backend_config.backend = config.backend;
   // layer and inference compute in --precision; the others keep BenchConfig's fp32.
   backend_config.precision = config.precision;
+  backend_config.attention_kernel = config.attention_kernel;
   backend_config.comm_timeout_s = config.comm_timeout_s;
   backend_config.link_emulation = config.link_emulation;
   set_control_timeout(config.comm_timeout_s);
@@ -348,9 +352,12 @@ int run_bench_command(int argc, const char* const* argv) {
   identity.argv.insert(identity.argv.begin(), "scalestudy");
   if (where.rank == 0) {
     const bool model_bench = kind == BenchKind::layer || kind == BenchKind::inference;
-    std::printf("scalestudy bench %s: backend %s%s%s on %s, %d rank(s); warm-up %d, %d timed samples of >= %.3g ms\n",
-                name.c_str(), config.backend.c_str(), model_bench ? " " : "",
-                model_bench ? precision_name(config.precision) : "", identity.device_name.c_str(), where.world_size,
+    const std::string computes =
+        model_bench ? std::string(" ") + precision_name(config.precision) + ", attention " +
+                          attention_kernel_used(config.attention_kernel, config.backend == "cuda", config.precision)
+                    : "";
+    std::printf("scalestudy bench %s: backend %s%s on %s, %d rank(s); warm-up %d, %d timed samples of >= %.3g ms\n",
+                name.c_str(), config.backend.c_str(), computes.c_str(), identity.device_name.c_str(), where.world_size,
                 config.warmup, config.repeats, config.min_sample_s * 1e3);
     std::fflush(stdout);
   }

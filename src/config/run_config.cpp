@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
+#include <optional>
 #include <sstream>
 
 #include "config/help_sections.h"
@@ -32,6 +33,7 @@ struct RawOptions {
   std::string overlapped_ctas = "auto";
   std::string overlap_after = "auto";
   std::string gemm_algos = "timed";
+  std::string attention_kernel = "auto";
   std::string precision = "auto";
   std::string loss_scaling = "auto";
   std::string attention;  // empty: the preset's
@@ -136,6 +138,7 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
        "cpu (the fp32 reference, MPI) or cuda (cuBLAS and the project's kernels, NCCL)")
       ("precision", defaulted(&raw.precision),
        "fp32, bf16 or fp16 (the last two cuda only); auto: bf16 on cuda, fp32 on cpu")
+      ("attention-kernel", defaulted(&raw.attention_kernel), kAttentionKernelHelp)
       ("loss-scaling", defaulted(&raw.loss_scaling),
        "dynamic loss scaling: on, off, or auto (on for fp16 only); steps whose gradients overflow are skipped")
       ("loss-scale-init", decimal(&c.loss_scale_init), "initial loss scale (a power of two keeps scaling exact)")
@@ -415,6 +418,7 @@ void resolve_and_validate(RunConfig& c, const RawOptions& raw) {
   if (raw.gemm_algos == "timed") c.gemm_algos = GemmAlgos::timed;
   else if (raw.gemm_algos == "heuristic") c.gemm_algos = GemmAlgos::heuristic;
   else bad_value("gemm-algos", raw.gemm_algos, "must be timed or heuristic");
+  c.attention_kernel = parse_attention_kernel(raw.attention_kernel, c.backend, c.precision);
   if (raw.loss_scaling == "auto") c.loss_scaling = c.precision == Precision::fp16;
   else if (raw.loss_scaling == "on") c.loss_scaling = true;
   else if (raw.loss_scaling == "off") c.loss_scaling = false;
@@ -458,6 +462,17 @@ void resolve_and_validate(RunConfig& c, const RawOptions& raw) {
 }
 
 }  // namespace
+
+AttentionKernel parse_attention_kernel(const std::string& text, const std::string& backend, Precision precision) {
+  const std::optional<AttentionKernel> kernel = kAttentionKernelNames.find(text);
+  if (!kernel) bad_value("attention-kernel", text, "must be auto, flash or cudnn");
+  if (*kernel == AttentionKernel::cudnn && backend != "cuda")
+    bad_value("attention-kernel", text, "needs --backend cuda (the " + backend + " backend has no cuDNN)");
+  if (*kernel == AttentionKernel::cudnn && !is_16bit(precision))
+    bad_value("attention-kernel", text, std::string("needs --precision bf16 or fp16 (cuDNN's fused attention is 16-bit; ") +
+                                            precision_name(precision) + " keeps the probabilities in memory)");
+  return *kernel;
+}
 
 const char* scaling_name(Scaling s) { return s == Scaling::strong ? "strong" : "weak"; }
 
@@ -564,6 +579,7 @@ std::vector<std::pair<std::string, std::string>> describe_config(const RunConfig
       {"backend", c.backend},
       {"precision", precision_name(c.precision)},
       {"gemm_algos", gemm_algos_name(c.gemm_algos)},
+      {"attention_kernel", attention_kernel_used(c.attention_kernel, c.backend == "cuda", c.precision)},
       {"output", c.output},
       {"flush_every", text(c.flush_every)},
       {"experiment", c.experiment},

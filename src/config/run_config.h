@@ -78,6 +78,7 @@ struct RunConfig {
   std::string backend = "cpu";
   Precision precision = Precision::fp32;
   GemmAlgos gemm_algos = GemmAlgos::timed;
+  AttentionKernel attention_kernel = AttentionKernel::auto_select;  // cuda bf16/fp16: flash or cudnn
 
   // ---- output -----------------------------------------------------------------------
   std::string output;          // HDF5 result file; empty = none
@@ -108,6 +109,16 @@ const char* scaling_name(Scaling scaling);
 // optional --config INI file; the command line wins. Throws UsageError on bad input.
 // Returns false when --help was printed instead.
 bool parse_train_config(int argc, const char* const* argv, RunConfig& config);
+
+// --attention-kernel's value for a run on `backend` in `precision` (train and bench share
+// it): auto, flash or cudnn, where cudnn needs cuda in bf16 or fp16. Throws UsageError
+// naming the option and the value. Whether libcudnn loads is checked where the backend is
+// made.
+AttentionKernel parse_attention_kernel(const std::string& text, const std::string& backend, Precision precision);
+// Its --help text, the same in train and bench.
+inline constexpr const char* kAttentionKernelHelp =
+    "cuda in bf16 or fp16: the fused attention's kernels, flash (the project's own) or cudnn (cuDNN 9's SDPA, "
+    "libcudnn opened at run time); auto: flash. fp32 and cpu keep the probabilities in memory";
 
 // The --help text of `scalestudy train`.
 std::string train_help();

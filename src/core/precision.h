@@ -1,6 +1,7 @@
 #pragma once
-// How a run computes: the number format of the activations and GEMMs, and how cuBLASLt's
-// GEMM algorithms are chosen. Shared by the configuration, the backends and the kernels.
+// How a run computes: the number format of the activations and GEMMs, how cuBLASLt's
+// GEMM algorithms are chosen, and which kernels compute the attention. Shared by the
+// configuration, the backends and the kernels.
 #include "core/enum_names.h"
 
 namespace scalestudy {
@@ -21,6 +22,29 @@ inline bool is_16bit(Precision precision) {
 enum class GemmAlgos { heuristic, timed };
 inline const char* gemm_algos_name(GemmAlgos algos) {
   return algos == GemmAlgos::timed ? "timed" : "heuristic";
+}
+
+// Which kernels compute the attention of cuda's bf16 and fp16 modes: flash, the project's
+// own (kernels/flash_attention.cuh), or cudnn, cuDNN's fused scaled-dot-product attention
+// through its graph API (backend/cuda/cudnn_attention.h), with libcudnn opened at run time.
+// auto stands for flash. fp32 and the cpu backend always keep the probabilities in memory
+// (the unfused path), whatever is asked.
+enum class AttentionKernel { auto_select, flash, cudnn };
+inline constexpr int kAttentionKernelCount = 3;
+inline constexpr EnumNames<AttentionKernel, kAttentionKernelCount> kAttentionKernelNames{
+    {"auto", "flash", "cudnn"}, "?"};
+static_assert(kAttentionKernelNames.complete());
+inline const char* attention_kernel_name(AttentionKernel kernel) { return kAttentionKernelNames.name(kernel); }
+// What `requested` resolves to: auto is flash.
+inline AttentionKernel resolve_attention_kernel(AttentionKernel requested) {
+  return requested == AttentionKernel::auto_select ? AttentionKernel::flash : requested;
+}
+// The attention a run computes with, as result files record it: "flash" or "cudnn" in the
+// 16-bit modes of cuda, "unfused" in fp32 and on the cpu backend. A shape that the fused
+// kernels do not take (kernels/flash_attention.cuh, cudnn_attention.h) runs unfused too.
+inline const char* attention_kernel_used(AttentionKernel requested, bool cuda, Precision precision) {
+  if (!cuda || !is_16bit(precision)) return "unfused";
+  return attention_kernel_name(resolve_attention_kernel(requested));
 }
 
 }  // namespace scalestudy

@@ -1,7 +1,9 @@
 // Multi-head attention of the CUDA backend against the CPU reference: the cuBLAS path in
 // fp32, bf16 and fp16 at the op shapes; then the fused (flash) kernels of
 // kernels/flash_attention.cuh in bf16 and fp16 (CpuOps::attention_forward /
-// attention_backward on the same 16-bit-rounded inputs) and their determinism.
+// attention_backward on the same 16-bit-rounded inputs) and their determinism; then cuDNN's
+// fused attention (--attention-kernel cudnn) on the same cases, against the same bounds and
+// against the flash kernels.
 //
 // The fused kernels' tolerances.
 // Each element is checked against its own bound, computed on the host in
@@ -22,6 +24,7 @@
 // them (each check prints the largest error/bound). A wrong index, a missed or doubled
 // tile, a mask off by one or a lost accumulation moves results by O(1) of a term, far
 #include "attention.cuh"
+#include "backend/cuda/cudnn_attention.h"
 #include "cuda_ops_fixture.h"
 #include "flash_attention_support.h"
 
@@ -229,6 +232,43 @@ class FlashAttentionCases
       public ::testing::WithParamInterface<std::tuple<Precision, FlashCase>> {};
 
 
+// The rounded inputs of a case: qkv, with the keys growing along the sequence as the case
+// says, and dout.
+struct CaseInputs {
+  std::vector<float> qkv, dout;
+};
+
+CaseInputs case_inputs(Precision precision, const FlashCase& c) {
+  const size_t tokens = size_t(c.batch) * c.seq, C = c.channels;
+  auto raw_qkv = random_floats(tokens * 3 * C, 70, -c.input_range, c.input_range);
+  for (size_t token = 0; token < tokens; ++token) {
+    const float growth = 1.0f + (c.key_growth - 1.0f) * float(token % c.seq) / float(c.seq);
+    for (size_t k = 0; k < C; ++k) raw_qkv[token * 3 * C + C + k] *= growth;
+  }
+  CaseInputs inputs{raw_qkv, random_floats(tokens * C, 71)};
+  for (auto* values : {&inputs.qkv, &inputs.dout})
+    for (float& value : *values) value = round_to_storage(precision, value);
+  return inputs;
+}
+
+// The CPU's out and the gradients of qkv (into `grad`, from zeros), with compute_bounds'
+// bounds; out's bound includes its final rounding, dqkv's does not yet.
+Reference case_reference(Precision precision, const FlashCase& c, const CaseInputs& inputs,
+                         std::vector<float>& grad) {
+  const AttentionShape shape{c.batch, c.seq, c.channels, c.heads, c.causal};
+  Reference ref;
+  CpuOps cpu;
+  std::vector<float> probs(size_t(c.batch) * c.heads * c.seq * c.seq);
+  ref.out.resize(size_t(c.batch) * c.seq * c.channels);
+  cpu.attention_forward(ref.out.data(), probs.data(), inputs.qkv.data(), shape);
+  grad.assign(inputs.qkv.size(), 0.0f);
+  cpu.attention_backward(grad.data(), inputs.dout.data(), inputs.qkv.data(), ref.out.data(), probs.data(),
+                         shape, GradientWrite::accumulate);
+  compute_bounds(precision, inputs.qkv, inputs.dout, shape, ref);
+  for (double& bound : ref.out_bound) bound *= 1.0 + 2.0 * unit_roundoff(precision);
+  return ref;
+}
+
 TEST_P(FlashAttentionCases, MatchesCpuReference) {
   const Precision precision = std::get<0>(GetParam());
   const FlashCase c = std::get<1>(GetParam());
@@ -241,23 +281,11 @@ TEST_P(FlashAttentionCases, MatchesCpuReference) {
     for (float& value : values) value = round_to_storage(precision, value);
     return values;
   };
-  auto raw_qkv = random_floats(qkv_elems, 70, -c.input_range, c.input_range);
-  for (size_t token = 0; token < tokens; ++token) {
-    const float growth = 1.0f + (c.key_growth - 1.0f) * float(token % c.seq) / float(c.seq);
-    for (size_t k = 0; k < C; ++k) raw_qkv[token * 3 * C + C + k] *= growth;
-  }
-  const auto qkv = rounded(raw_qkv);
-  const auto dout = rounded(random_floats(out_elems, 71));
-
-  Reference ref;
-  CpuOps cpu;
-  std::vector<float> probs(lse_elems * c.seq);
-  ref.out.resize(out_elems);
-  cpu.attention_forward(ref.out.data(), probs.data(), qkv.data(), shape);
-  std::vector<float> grad(qkv_elems, 0.0f);
-  cpu.attention_backward(grad.data(), dout.data(), qkv.data(), ref.out.data(), probs.data(),
-                         shape, GradientWrite::accumulate);
-  compute_bounds(precision, qkv, dout, shape, ref);
+  const CaseInputs inputs = case_inputs(precision, c);
+  const auto& qkv = inputs.qkv;
+  const auto& dout = inputs.dout;
+  std::vector<float> grad;
+  Reference ref = case_reference(precision, c, inputs, grad);
   // A prior of the gradient's own scale: the kernels must add to it (a prior of 1 would
   // hide the gradient's errors under the final rounding of the prior).
   float grad_scale = 0.0f;
@@ -272,7 +300,6 @@ TEST_P(FlashAttentionCases, MatchesCpuReference) {
     ref.dqkv_bound[i] = (1.0 + 2.0 * u) * (ref.dqkv_bound[i] + u * std::fabs(ref.dqkv[i])) +
                         c.seq * 0x1p-24 * std::fabs(prior[i]) + eta;
   }
-  for (double& bound : ref.out_bound) bound *= 1.0 + 2.0 * u;
 
   DeviceBuffer d_qkv(qkv_elems * 2), d_out(out_elems * 2), d_lse(lse_elems * 4);
   DeviceBuffer d_dout(out_elems * 2), d_dqkv(qkv_elems * 2);
@@ -352,6 +379,138 @@ TEST_F(FlashAttentionTest, DeterministicAcrossRuns) {
       EXPECT_TRUE(same_bits(dqkv_a, dqkv_b)) << label << " dqkv";
     }
   }
+}
+
+// ---- cuDNN's fused attention (--attention-kernel cudnn) ---------------------------------------
+//
+// Through CudaOps, as the model runs it, on the cases of the flash kernels and against the
+// same references and bounds: cuDNN's SDPA rounds where the flash kernels do (the
+// probabilities before P V and P^T dO, dS before dS K and dS^T Q, every stored result once),
+// sums in fp32, and keeps the same statistics (the natural-log log-sum-exp of the scaled
+// scores), so compute_bounds covers it. Its backward writes dqkv over:
+// - overwriting, the reference is the gradient alone, its bound compute_bounds' plus the
+//   final rounding (u |ref| + eta, times 1 + 2u for the second-order terms);
+// - accumulating, the gradient is rounded to 16 bits once more before it is added to the
+//   prior and the sum rounded: u |gradient| and (u + 2^-24) |ref| (fp32 add, final rounding)
+//   on top of the gradient's bound, and eta for each of the two 16-bit roundings.
+// Against the flash kernels, which lie within the same bounds of the same reference, each
+// result differs by at most twice its bound.
+class CudnnAttentionCases : public FlashAttentionCases {
+ protected:
+  void SetUp() override {
+    FlashAttentionCases::SetUp();
+    if (IsSkipped()) return;
+    std::string why_not;
+    if (!cudnn_attention_loadable(why_not)) GTEST_SKIP() << "cuDNN's attention unavailable: " << why_not;
+  }
+};
+
+// A 16-bit activation buffer of the backend holding `values` (already rounded).
+float* upload_activation(CudaOps& ops, const std::vector<float>& values) {
+  float* device = ops.allocate_floats(values.size(), MemoryKind::activations);
+  ops.copy_from_host(device, values.data(), values.size());
+  return device;
+}
+
+std::vector<float> download_activation(CudaOps& ops, const float* device, size_t elems) {
+  std::vector<float> values(elems);
+  ops.copy_to_host(values.data(), device, elems);
+  return values;
+}
+
+std::vector<double> doubled(std::vector<double> bounds) {
+  for (double& bound : bounds) bound *= 2.0;
+  return bounds;
+}
+
+TEST_P(CudnnAttentionCases, MatchesCpuReferenceAndFlash) {
+  const Precision precision = std::get<0>(GetParam());
+  const FlashCase c = std::get<1>(GetParam());
+  const AttentionShape shape{c.batch, c.seq, c.channels, c.heads, c.causal};
+  const size_t tokens = size_t(c.batch) * c.seq, C = c.channels;
+  const size_t qkv_elems = tokens * 3 * C, out_elems = tokens * C, lse_elems = tokens * c.heads;
+  const double u = unit_roundoff(precision), eta = subnormal_rounding(precision);
+  const CaseInputs inputs = case_inputs(precision, c);
+  std::vector<float> grad;
+  Reference ref = case_reference(precision, c, inputs, grad);
+  std::vector<double> overwrite_bound(qkv_elems), accumulate_bound(qkv_elems);
+  float grad_scale = 0.0f;
+  for (float g : grad) grad_scale = std::max(grad_scale, std::fabs(g));
+  std::vector<float> prior = random_floats(qkv_elems, 73, -grad_scale, grad_scale);
+  for (float& value : prior) value = round_to_storage(precision, value);
+  std::vector<float> accumulated(qkv_elems);
+  for (size_t i = 0; i < qkv_elems; ++i) {
+    accumulated[i] = prior[i] + grad[i];
+    overwrite_bound[i] = (1.0 + 2.0 * u) * (ref.dqkv_bound[i] + u * std::fabs(grad[i])) + eta;
+    accumulate_bound[i] = (1.0 + 2.0 * u) * (ref.dqkv_bound[i] + u * std::fabs(grad[i]) +
+                                             (u + 0x1p-24) * std::fabs(accumulated[i])) +
+                          3.0 * eta;
+  }
+
+  CudaOps ops(0, precision, GemmAlgos::heuristic, AttentionKernel::cudnn);
+  ASSERT_EQ(ops.attention_kernel(), AttentionKernel::cudnn);
+  ASSERT_TRUE(cudnn_attention_supported(shape));
+  const std::vector<float> nan_out(out_elems, NAN), nan_lse(lse_elems, NAN), nan_dqkv(qkv_elems, NAN);
+  float* d_qkv = upload_activation(ops, inputs.qkv);
+  float* d_dout = upload_activation(ops, inputs.dout);
+  float* d_out = upload_activation(ops, nan_out);
+  float* d_lse = ops.allocate_attention_state(shape);
+  ASSERT_EQ(ops.attention_state_bytes(shape), lse_elems * sizeof(float)) << "cuDNN keeps the log-sum-exp";
+  ops.copy_from_host(d_lse, nan_lse.data(), lse_elems);
+  float* d_overwritten = upload_activation(ops, nan_dqkv);
+  float* d_accumulated = upload_activation(ops, prior);
+  ops.attention_forward(d_out, d_lse, d_qkv, shape);
+  ops.attention_backward(d_overwritten, d_dout, d_qkv, d_out, d_lse, shape, GradientWrite::overwrite);
+  ops.attention_backward(d_accumulated, d_dout, d_qkv, d_out, d_lse, shape, GradientWrite::accumulate);
+  const auto out = download_activation(ops, d_out, out_elems);
+  std::vector<float> lse(lse_elems);
+  ops.copy_to_host(lse.data(), d_lse, lse_elems);
+  const auto overwritten = download_activation(ops, d_overwritten, qkv_elems);
+  const auto accumulated_gpu = download_activation(ops, d_accumulated, qkv_elems);
+  for (float* buffer : {d_qkv, d_dout, d_out, d_lse, d_overwritten, d_accumulated}) ops.release(buffer);
+
+  const std::string label = std::string(precision_name(precision)) + " cudnn " + c.name;
+  EXPECT_TRUE(within_bounds(label + " out", out, ref.out, ref.out_bound));
+  EXPECT_TRUE(within_bounds(label + " lse", lse, ref.lse, ref.lse_bound));
+  EXPECT_TRUE(within_bounds(label + " dqkv overwritten", overwritten, grad, overwrite_bound));
+  EXPECT_TRUE(within_bounds(label + " dqkv accumulated", accumulated_gpu, accumulated, accumulate_bound));
+
+  // The flash kernels on the same inputs.
+  DeviceBuffer f_qkv(qkv_elems * 2), f_out(out_elems * 2), f_lse(lse_elems * 4);
+  DeviceBuffer f_dout(out_elems * 2), f_dqkv(qkv_elems * 2);
+  DeviceBuffer scratch(cuda::flash_attention_backward_scratch_elems(shape) * 4);
+  upload_half(f_qkv, precision, inputs.qkv);
+  upload_half(f_dout, precision, inputs.dout);
+  f_dqkv.poison();
+  flash_forward(precision, stream_, f_out, f_lse, f_qkv, shape);
+  flash_backward(precision, stream_, {f_dqkv, f_dout, f_qkv, f_out, f_lse}, shape, scratch,
+                 GradientWrite::overwrite);
+  CHECK_CUDA(cudaStreamSynchronize(stream_));
+  EXPECT_TRUE(within_bounds(label + " out vs flash", out, download_half(f_out, precision, out_elems),
+                            doubled(ref.out_bound)));
+  EXPECT_TRUE(within_bounds(label + " lse vs flash", lse, download_floats(f_lse, lse_elems),
+                            doubled(ref.lse_bound)));
+  EXPECT_TRUE(within_bounds(label + " dqkv vs flash", overwritten, download_half(f_dqkv, precision, qkv_elems),
+                            doubled(overwrite_bound)));
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudnnAttentionCases,
+                         ::testing::Combine(::testing::Values(Precision::bf16, Precision::fp16),
+                                            ::testing::ValuesIn(kCases)),
+                         case_name);
+
+// A shape that cuDNN does not take (head size 4) keeps the probabilities, as the flash path
+// does for the shapes it does not take, and the choice of kernels stays what was asked.
+TEST_F(FlashAttentionTest, CudnnLeavesShapesItDoesNotTakeUnfused) {
+  std::string why_not;
+  if (!cudnn_attention_loadable(why_not)) GTEST_SKIP() << "cuDNN's attention unavailable: " << why_not;
+  CudaOps ops(0, Precision::bf16, GemmAlgos::heuristic, AttentionKernel::cudnn);
+  const AttentionShape narrow{2, 16, 8, 2, true};
+  EXPECT_FALSE(cudnn_attention_supported(narrow));
+  EXPECT_EQ(ops.attention_state_bytes(narrow), ops.floats_bytes(attention_probs_elems(narrow), MemoryKind::activations));
+  EXPECT_EQ(CudaOps(0, Precision::bf16).attention_kernel(), AttentionKernel::flash);
+  EXPECT_EQ(CudaOps(0, Precision::bf16, GemmAlgos::heuristic, AttentionKernel::auto_select).attention_kernel(),
+            AttentionKernel::flash);
 }
 
 SCALESTUDY_SHAPE_TESTS();

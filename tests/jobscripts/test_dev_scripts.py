@@ -76,6 +76,26 @@ def test_a_plain_bundle_elsewhere_is_used_as_it_is(tmp_path):
     assert sorted(p.name for p in bundle.iterdir()) == ["scalestudy"]
 
 
+def fake_python(folder, script):
+    folder.mkdir()
+    python = folder / "python3"
+    python.write_text("#!/bin/sh\n" + script)
+    python.chmod(0o755)
+    return {"PATH": f"{folder}:{os.environ['PATH']}"}
+
+
+def test_pytorchs_cudnn_goes_last_on_the_library_path_where_python_has_it(tmp_path):
+    (tmp_path / ".gpu-bundle").mkdir()
+    cudnn = tmp_path / "site" / "nvidia" / "cudnn"
+    (cudnn / "lib").mkdir(parents=True)
+    found = fake_python(tmp_path / "bin", f"echo {cudnn}\n")
+    library_path = sourced(tmp_path, "out", env_extra=found)[3].split(":")
+    assert library_path[0] == str(tmp_path / ".gpu-bundle") and library_path[-1] == str(cudnn / "lib")
+    # Without the package (python3 fails), nothing is added.
+    missing = fake_python(tmp_path / "bin-none", "exit 1\n")
+    assert str(cudnn / "lib") not in sourced(tmp_path, "out", env_extra=missing)[3]
+
+
 def test_without_an_output_folder_or_a_bundle_it_stops_with_usage(tmp_path):
     (tmp_path / ".gpu-bundle").mkdir()
     result = source_env(tmp_path, env_extra={"OUT": str(tmp_path / "ignored")})

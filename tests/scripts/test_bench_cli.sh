@@ -92,6 +92,9 @@ expect_exit 2 "\-\-link-emulation socket: needs \-\-backend cuda" "$binary" benc
 expect_exit 2 "\-\-link-emulation does not apply to bench gemm" "$binary" bench gemm --link-emulation socket
 expect_exit 2 "\-\-precision tf16: must be auto" "$binary" bench layer --precision tf16
 expect_exit 2 "\-\-precision does not apply to bench gemm" "$binary" bench gemm --precision bf16
+expect_exit 2 "\-\-attention-kernel cudnn: needs \-\-backend cuda" "$binary" bench inference --attention-kernel cudnn
+expect_exit 2 "\-\-attention-kernel flashy: must be auto, flash or cudnn" "$binary" bench layer --attention-kernel flashy
+expect_exit 2 "\-\-attention-kernel does not apply to bench gemm" "$binary" bench gemm --attention-kernel flash
 expect_exit 2 "\-\-repeats 0" "$binary" bench inference --repeats 0
 expect_exit 2 "\-\-warmup 0" "$binary" bench gemm --warmup 0
 expect_exit 2 "\-\-profile-kernels: needs \-\-backend cuda" "$binary" bench gemm --profile-kernels

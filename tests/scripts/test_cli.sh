@@ -20,6 +20,7 @@ expect_exit 2 "no-such-option" "$binary" train --no-such-option 3
 expect_exit 2 "unknown command 'trian'" "$binary" trian
 expect_exit 2 "\-\-heads 5" "$binary" train --heads 5
 expect_exit 2 "\-\-seq 100" "$binary" train --seq 100
+expect_exit 2 "\-\-attention-kernel cudnn: needs \-\-backend cuda" "$binary" train --attention-kernel cudnn
 expect_exit 2 "\-\-profile-kernels: needs \-\-backend cuda" "$binary" train --profile-kernels
 expect_exit 2 "\-\-steps 0" "$binary" train --steps 0
 expect_exit 2 "\-\-batch-per-rank -2" "$binary" train --batch-per-rank=-2

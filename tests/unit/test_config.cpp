@@ -245,6 +245,38 @@ TEST(Config, HashSeesEveryOption) {
   EXPECT_NE(config_hash(a), config_hash(b));
 }
 
+// --attention-kernel: auto stands for flash; cudnn needs cuda in a 16-bit precision, and
+// anything else is refused naming the option, the value and what it needs. The result file
+// records the attention the run computes with.
+TEST(Config, AttentionKernelParsesAndRefuses) {
+  EXPECT_EQ(parse({}).attention_kernel, AttentionKernel::auto_select);
+  EXPECT_EQ(parse({"--attention-kernel", "flash"}).attention_kernel, AttentionKernel::flash);
+  expect_usage_error({"--attention-kernel", "fast"}, {"--attention-kernel fast", "auto, flash or cudnn"});
+  expect_usage_error({"--attention-kernel", "cudnn"}, {"--attention-kernel cudnn", "--backend cuda"});
+  EXPECT_EQ(parse_attention_kernel("cudnn", "cuda", Precision::bf16), AttentionKernel::cudnn);
+  EXPECT_EQ(parse_attention_kernel("cudnn", "cuda", Precision::fp16), AttentionKernel::cudnn);
+  for (const auto& [backend, precision] : {std::pair{"cuda", Precision::fp32}, std::pair{"cpu", Precision::fp32}}) {
+    try {
+      parse_attention_kernel("cudnn", backend, precision);
+      ADD_FAILURE() << "cudnn accepted on " << backend << " in " << precision_name(precision);
+    } catch (const UsageError& error) {
+      EXPECT_NE(std::string(error.what()).find("--attention-kernel cudnn"), std::string::npos) << error.what();
+    }
+  }
+  EXPECT_EQ(parse_attention_kernel("auto", "cuda", Precision::fp32), AttentionKernel::auto_select)
+      << "fp32 keeps the unfused path whatever auto would pick";
+  EXPECT_STREQ(attention_kernel_used(AttentionKernel::auto_select, true, Precision::bf16), "flash");
+  EXPECT_STREQ(attention_kernel_used(AttentionKernel::cudnn, true, Precision::fp16), "cudnn");
+  EXPECT_STREQ(attention_kernel_used(AttentionKernel::flash, true, Precision::fp32), "unfused");
+  EXPECT_STREQ(attention_kernel_used(AttentionKernel::auto_select, false, Precision::fp32), "unfused");
+  const auto described = describe_config(parse({"--attention-kernel", "flash"}));
+  const auto recorded = std::find_if(described.begin(), described.end(),
+                                     [](const auto& pair) { return pair.first == "attention_kernel"; });
+  ASSERT_NE(recorded, described.end());
+  EXPECT_EQ(recorded->second, "unfused") << "the cpu backend keeps the probabilities whatever is asked";
+  EXPECT_NE(train_help().find("--attention-kernel"), std::string::npos);
+}
+
 TEST(Config, HelpComesFromTheDeclarations) {
   const std::string help = train_help();
   for (const char* option : {"--model", "--global-batch", "--batch-per-rank", "--grad-accum", "--strategy",
@@ -304,8 +336,8 @@ TEST(Config, DescribedNamesStayTheResultFilesKeys) {
       "lr_warmup_steps", "beta1", "beta2", "eps", "weight_decay", "grad_clip", "loss_scaling", "loss_scale_init",
       "loss_scale_growth_interval", "data", "token_file", "seed", "strategy", "overlap", "bucket_mb", "grad_reduce",
       "overlapped_ctas", "overlap_after", "overlap_after_resolved", "check_every", "comm_timeout", "link_emulation",
-      "backend", "precision", "gemm_algos",
-      "output", "flush_every", "experiment", "repeat", "profile_kernels", "profile_window", "gpu_telemetry_ms",
+      "backend", "precision", "gemm_algos", "attention_kernel", "output", "flush_every", "experiment", "repeat",
+      "profile_kernels", "profile_window", "gpu_telemetry_ms",
       "world_size"};
   std::vector<std::string> names;
   for (const auto& [name, value] : describe_config(parse({}))) names.push_back(name);

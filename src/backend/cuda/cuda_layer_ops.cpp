@@ -8,6 +8,7 @@
 
 #include "attention.cuh"
 #include "backend/cuda/cuda_storage.h"
+#include "backend/cuda/cudnn_attention.h"
 #include "cuda_check.h"
 #include "cross_entropy.cuh"
 #include "dense_gelu.cuh"
@@ -227,10 +228,36 @@ float* CudaOps::allocate_attention_state(const AttentionShape& shape) {
 // In bf16/fp16 an fp32 state is the fused kernels' log-sum-exp (allocate_attention_state).
 bool CudaOps::fused_attention_state(const float* state, const AttentionShape& shape) const {
   if (!half_mode() || stores_half(state, "state")) return false;
-  SCALESTUDY_CHECK(cuda::flash_attention_supported(shape),
+  SCALESTUDY_CHECK(keeps_log_sum_exp(shape),
                    "an fp32 attention state in " + std::string(mode_name()) +
                        " asks for the fused kernels, which do not take this shape");
   return true;
+}
+
+void CudaOps::cudnn_attention_forward(float* out, float* lse, const float* qkv, const AttentionShape& shape) {
+  const size_t workspace_bytes = cudnn_attention_->forward_workspace_bytes(shape);
+  const cuda::Scratch workspace = scratch_of((workspace_bytes + sizeof(float) - 1) / sizeof(float));
+  cudnn_attention_->forward({.out = out, .lse = lse, .qkv = qkv, .shape = shape}, workspace.data);
+}
+
+// cuDNN writes the gradients over its outputs. Accumulating, they land in the scratch after
+// the workspace (16-byte aligned, as cuDNN's 16-bit tensors need) and are added to dqkv.
+void CudaOps::cudnn_attention_backward(const AttentionBackwardArgs<float>& args) {
+  constexpr size_t kAlignElems = 16 / sizeof(float);
+  const size_t workspace_bytes = cudnn_attention_->backward_workspace_bytes(args.shape);
+  const size_t workspace_elems = (workspace_bytes + 16 - 1) / 16 * kAlignElems;
+  const size_t dqkv_elems = size_t(args.shape.batch) * args.shape.seq * 3 * size_t(args.shape.channels);
+  const bool accumulate = args.dqkv_write == GradientWrite::accumulate;
+  const size_t gradient_elems = accumulate ? (dqkv_elems * kHalfBytes + sizeof(float) - 1) / sizeof(float) : 0;
+  const cuda::Scratch scratch = scratch_of(workspace_elems + gradient_elems);
+  void* gradients = accumulate ? static_cast<void*>(scratch.data + workspace_elems) : static_cast<void*>(args.dqkv);
+  cudnn_attention_->backward({.dqkv = gradients, .dout = args.dout, .qkv = args.qkv, .out = args.out,
+                              .lse = args.state, .shape = args.shape},
+                             scratch.data);
+  if (!accumulate) return;
+  with_half_type(precision_, [&]<class Half>(Storage<Half>) {
+    cuda::launch_accumulate(stream_, as<Half>(args.dqkv), static_cast<const Half*>(gradients), dqkv_elems);
+  });
 }
 
 void CudaOps::attention_forward(float* out, float* state, const float* qkv,
@@ -239,6 +266,10 @@ void CudaOps::attention_forward(float* out, float* state, const float* qkv,
   if (fused_attention_state(state, shape)) {
     SCALESTUDY_CHECK(half_operands("attention_forward", {{out, "out"}, {qkv, "qkv"}}),
                      "the fused attention needs 16-bit out and qkv");
+    if (uses_cudnn_attention(shape)) {
+      cudnn_attention_forward(out, state, qkv, shape);
+      return;
+    }
     with_half_type(precision_, [&]<class Half>(Storage<Half>) {
       cuda::launch_flash_attention_forward(stream_, as<Half>(out), state, as<Half>(qkv), shape);
     });
@@ -263,6 +294,11 @@ void CudaOps::attention_backward(float* dqkv, const float* dout, const float* qk
   if (fused_attention_state(state, shape)) {
     SCALESTUDY_CHECK(half_operands("attention_backward", {{dqkv, "dqkv"}, {dout, "dout"}, {qkv, "qkv"}, {out, "out"}}),
                      "the fused attention needs 16-bit dqkv, dout, qkv and out");
+    if (uses_cudnn_attention(shape)) {
+      cudnn_attention_backward({.dqkv = dqkv, .dout = dout, .qkv = qkv, .out = out, .state = state,
+                                .shape = shape, .dqkv_write = dqkv_write});
+      return;
+    }
     const cuda::Scratch scratch = scratch_of(cuda::flash_attention_backward_scratch_elems(shape));
     with_half_type(precision_, [&]<class Half>(Storage<Half>) {
       const AttentionBackwardArgs<Half, float> typed{.dqkv = as<Half>(dqkv), .dout = as<Half>(dout),

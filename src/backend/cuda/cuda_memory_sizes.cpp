@@ -5,6 +5,7 @@
 #include "attention.cuh"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/cuda_storage.h"
+#include "backend/cuda/cudnn_attention.h"
 #include "dense_gelu.cuh"
 #include "embedding.cuh"
 #include "flash_attention.cuh"
@@ -18,9 +19,29 @@ namespace scalestudy {
 
 using namespace cuda_storage;
 
-bool CudaOps::keeps_log_sum_exp(const AttentionShape& shape) const {
-  return half_mode() && cuda::flash_attention_supported(shape);
+bool CudaOps::uses_cudnn_attention(const AttentionShape& shape) const {
+  return cudnn_attention_ != nullptr && cudnn_attention_supported(shape);
 }
+
+// cuDNN keeps the same statistics as the flash kernels (cudnn_attention.h), so the state
+// is the log-sum-exp on either path.
+bool CudaOps::keeps_log_sum_exp(const AttentionShape& shape) const {
+  return half_mode() && (uses_cudnn_attention(shape) || cuda::flash_attention_supported(shape));
+}
+
+namespace {
+
+// The preflight's allowance for cuDNN's attention workspace, which is known only once a
+// graph is planned: an fp32 accumulator of dQ [B,T,C] and an fp32 value per query row
+// [B,NH,T] (what its backward keeps beside the gradients), and with an accumulating backward
+// the 16-bit gradients [B,T,3C] before they are added.
+size_t cudnn_attention_scratch_elems(const AttentionShape& shape, bool accumulate) {
+  const size_t tokens = static_cast<size_t>(shape.batch) * shape.seq;
+  const size_t gradient_elems = accumulate ? tokens * 3 * shape.channels / 2 : 0;
+  return tokens * shape.channels + tokens * shape.heads + gradient_elems;
+}
+
+}  // namespace
 
 size_t CudaOps::attention_state_bytes(const AttentionShape& shape) const {
   if (keeps_log_sum_exp(shape)) return statistics_bytes(static_cast<size_t>(shape.batch) * shape.heads * shape.seq);
@@ -50,7 +71,10 @@ size_t CudaOps::model_scratch_bytes(const ModelShape& shape, int batch, int seq)
   }
   if (half_mode())
     largest_elems = std::max(largest_elems, cuda::dense_backward_through_gelu_scratch_elems(rows, channels));
-  if (keeps_log_sum_exp(attention))
+  // The model's attention backward overwrites dqkv (model/gpt.cpp).
+  if (uses_cudnn_attention(attention))
+    largest_elems = std::max(largest_elems, cudnn_attention_scratch_elems(attention, false));
+  else if (keeps_log_sum_exp(attention))
     largest_elems = std::max(largest_elems, cuda::flash_attention_backward_scratch_elems(attention));
   else if (half_mode())
     largest_elems = std::max({largest_elems, cuda::attention_forward_scratch_elems_16bit(attention),

@@ -12,6 +12,7 @@
 
 #include "adamw.cuh"
 #include "backend/cuda/cuda_step_timer.h"
+#include "backend/cuda/cudnn_attention.h"
 #include "backend/cuda/cuda_storage.h"
 #include "backend/cuda/cupti_tracer.h"
 #include "backend/cuda/device_info.h"
@@ -37,8 +38,8 @@ constexpr size_t kMinAllocationBytes = 256;
 
 }  // namespace
 
-CudaOps::CudaOps(int device, Precision precision, GemmAlgos gemm_algos)
-    : device_(device), precision_(precision) {
+CudaOps::CudaOps(int device, Precision precision, GemmAlgos gemm_algos, AttentionKernel attention_kernel)
+    : device_(device), precision_(precision), attention_kernel_(resolve_attention_kernel(attention_kernel)) {
   const int count = cuda_device_count();
   SCALESTUDY_CHECK(device >= 0 && device < count,
                    "cuda backend: device " + std::to_string(device) + " requested, " +
@@ -61,6 +62,11 @@ CudaOps::CudaOps(int device, Precision precision, GemmAlgos gemm_algos)
                                                               ? cuda::AlgorithmChoice::timed
                                                               : cuda::AlgorithmChoice::heuristic);
     bytes_by_kind_[static_cast<size_t>(MemoryKind::other)] += cuda::EpilogueGemm::kWorkspaceBytes;
+  }
+  if (attention_kernel_ == AttentionKernel::cudnn) {
+    SCALESTUDY_CHECK(half_mode(), std::string("cuDNN's fused attention runs in bf16 or fp16; ") + mode_name() +
+                                      " keeps the probabilities in memory");
+    cudnn_attention_ = std::make_unique<CudnnAttention>(precision_, stream_);
   }
 
   reduction_partials_elems_ = cuda::reduction_scratch_doubles();
@@ -107,6 +113,7 @@ CudaOps::~CudaOps() {
     if (slot.host) CHECK_CUDA(cudaFreeHost(slot.host));
   }
   epilogue_gemm_.reset();
+  cudnn_attention_.reset();
   CHECK_CUBLAS(cublasDestroy(cublas_));
   CHECK_CUDA(cudaStreamDestroy(stream_));
 }

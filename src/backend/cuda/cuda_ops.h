@@ -71,18 +71,27 @@ struct AdamWDevicePiece;
 
 namespace scalestudy {
 
+class CudnnAttention;
+
 class CudaOps final : public Backend {
  public:
   // Makes `device` current for the calling thread and creates the stream and handle.
   // gemm_algos: how the cuBLASLt GEMMs with an epilogue pick their algorithm (RunConfig's
   // --gemm-algos). The default, heuristic, gives the same bits on every run.
+  // attention_kernel: which fused attention bf16 and fp16 run (RunConfig's
+  // --attention-kernel; auto is flash); cudnn opens libcudnn here and ends the job where it
+  // cannot (callers that take user input check cudnn_attention_loadable first), and is
+  // refused in fp32, which keeps the probabilities in memory.
   explicit CudaOps(int device, Precision precision = Precision::fp32,
-                   GemmAlgos gemm_algos = GemmAlgos::heuristic);
+                   GemmAlgos gemm_algos = GemmAlgos::heuristic,
+                   AttentionKernel attention_kernel = AttentionKernel::flash);
   ~CudaOps() override;
 
   std::string name() const override { return "cuda"; }
   int device() const { return device_; }
   Precision precision() const { return precision_; }
+  // The fused attention of the 16-bit modes: flash or cudnn (auto resolved).
+  AttentionKernel attention_kernel() const { return attention_kernel_; }
   // The compute stream: every op of this backend runs on it, in issue order.
   cudaStream_t stream() const { return stream_; }
   cublasHandle_t cublas_handle() const { return cublas_; }
@@ -250,6 +259,11 @@ class CudaOps final : public Backend {
   bool keeps_log_sum_exp(const AttentionShape& shape) const;
   // Whether an attention state is the fused kernels' (bf16/fp16, an fp32 buffer).
   bool fused_attention_state(const float* state, const AttentionShape& shape) const;
+  // Whether the attention of `shape` runs through cuDNN (--attention-kernel cudnn, a shape
+  // it takes); the other fused shapes run through the flash kernels.
+  bool uses_cudnn_attention(const AttentionShape& shape) const;
+  void cudnn_attention_forward(float* out, float* lse, const float* qkv, const AttentionShape& shape);
+  void cudnn_attention_backward(const AttentionBackwardArgs<float>& args);
   // Aborts when ptr is 16-bit storage: statistics, losses, gradients and optimizer state.
   void require_fp32(const void* ptr, const char* what) const;
   void require_fp32(std::initializer_list<Operand> operands) const;
@@ -288,6 +302,9 @@ class CudaOps final : public Backend {
   // epilogue.
   std::unique_ptr<cuda::EpilogueGemm> epilogue_gemm_;
   size_t gelu_epilogue_gemms_ = 0;
+  AttentionKernel attention_kernel_ = AttentionKernel::flash;
+  // With --attention-kernel cudnn: the cuDNN handle and the graphs built so far.
+  std::unique_ptr<CudnnAttention> cudnn_attention_;
 
   // Scratch grows by at least this factor, so a sequence of slightly larger requests
   // does not reallocate (and synchronise) every time.
