@@ -16,6 +16,7 @@ import math
 import os
 import platform
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -137,13 +138,15 @@ def bench_pytorch(args, gpus, mode, precision):
     return json.loads(match.group(1)) if match else None
 
 
-def bench_scalestudy(args, gpus, precision, strategy, overlap):
-    output = Path(args.workdir) / f"scalestudy-{gpus}gpu-{strategy}-{overlap}.h5"
+def bench_scalestudy(args, gpus, precision, strategy, overlap, variant=("", "")):
+    name, options = variant
+    output = Path(args.workdir) / f"scalestudy-{gpus}gpu-{strategy}-{overlap}{'-' + name if name else ''}.h5"
     command = ["mpirun", "--allow-run-as-root", "-np", str(gpus), "-x", "LD_LIBRARY_PATH", "-x", "NCCL_NVLS_ENABLE=0",
                args.binary, "train", "--backend", "cuda", "--precision", precision, "--model", args.model,
                "--seq", str(args.seq), "--batch-per-rank", str(args.batch_per_gpu), "--data", "random",
                "--steps", str(args.steps + args.warmup), "--warmup-steps", str(args.warmup),
-               "--strategy", strategy, "--overlap", overlap, "--log-every", "1000", "--output", str(output)]
+               "--strategy", strategy, "--overlap", overlap, "--log-every", "1000", "--output", str(output),
+               "--overwrite", *shlex.split(options)]
     out = run(command, env=dict(os.environ, NCCL_NVLS_ENABLE="0"))
     if out is None:
         return None
@@ -151,6 +154,14 @@ def bench_scalestudy(args, gpus, precision, strategy, overlap):
     with h5py.File(output, "r") as handle:
         summary = handle["summary"].attrs
         return {"median_step_s": float(summary["step_time_median_s"]), "tokens_per_s": float(summary["tokens_per_s"])}
+
+
+def variant(text):
+    """NAME=OPTIONS of --scalestudy-variants: a row name and further train options."""
+    name, sep, options = text.partition("=")
+    if not sep or not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected NAME=OPTIONS, NAME of letters, digits, _ . -")
+    return name, options
 
 
 def main():
@@ -172,6 +183,9 @@ def main():
     parser.add_argument("--pytorch-modes", nargs="+", default=["eager", "compile"], choices=("eager", "compile"))
     parser.add_argument("--pytorch-precisions", nargs="+", default=None, choices=("fp32", "bf16"),
                         help="default: scalestudy's precision and bf16")
+    parser.add_argument("--scalestudy-variants", nargs="*", default=[], type=variant, metavar="NAME=OPTIONS",
+                        help="more scalestudy rows, each with further train options under a name, e.g. "
+                             "cudnn='--attention-kernel cudnn'")
     args = parser.parse_args()
     if args.worker:
         return torch_worker(args)
@@ -186,6 +200,8 @@ def main():
     for gpus in args.gpus:
         flops = training_flops(layers, hidden, vocab, args.batch_per_gpu * gpus, args.seq)
         runs = [("scalestudy ddp+overlap", bench_scalestudy(args, gpus, args.precision, "ddp", "on"), args.precision)]
+        runs += [(f"scalestudy ddp+overlap [{v[0]}]", bench_scalestudy(args, gpus, args.precision, "ddp", "on", v),
+                  args.precision) for v in args.scalestudy_variants]
         if gpus > 1:
             runs.append(("scalestudy zero2+overlap", bench_scalestudy(args, gpus, args.precision, "zero2", "on"),
                          args.precision))
