@@ -117,7 +117,7 @@ bool parse_train_config(int argc, const char* const* argv, RunConfig& config);
 AttentionKernel parse_attention_kernel(const std::string& text, const std::string& backend, Precision precision);
 // Its --help text, the same in train and bench.
 inline constexpr const char* kAttentionKernelHelp =
-    "cuda in bf16 or fp16: the fused attention's kernels, flash (the project's own) or cudnn (cuDNN 9's SDPA, "
+    "cuda: the fused attention's kernels, flash (the project's own) or, in bf16, cudnn (cuDNN 9's SDPA, "
     "libcudnn opened at run time); auto: flash. fp32 and cpu keep the probabilities in memory";
 
 // The --help text of `scalestudy train`.

@@ -254,8 +254,8 @@ TEST(Config, AttentionKernelParsesAndRefuses) {
   expect_usage_error({"--attention-kernel", "fast"}, {"--attention-kernel fast", "auto, flash or cudnn"});
   expect_usage_error({"--attention-kernel", "cudnn"}, {"--attention-kernel cudnn", "--backend cuda"});
   EXPECT_EQ(parse_attention_kernel("cudnn", "cuda", Precision::bf16), AttentionKernel::cudnn);
-  EXPECT_EQ(parse_attention_kernel("cudnn", "cuda", Precision::fp16), AttentionKernel::cudnn);
-  for (const auto& [backend, precision] : {std::pair{"cuda", Precision::fp32}, std::pair{"cpu", Precision::fp32}}) {
+  for (const auto& [backend, precision] : {std::pair{"cuda", Precision::fp32}, std::pair{"cpu", Precision::fp32},
+                                           std::pair{"cuda", Precision::fp16}}) {
     try {
       parse_attention_kernel("cudnn", backend, precision);
       ADD_FAILURE() << "cudnn accepted on " << backend << " in " << precision_name(precision);
@@ -266,7 +266,7 @@ TEST(Config, AttentionKernelParsesAndRefuses) {
   EXPECT_EQ(parse_attention_kernel("auto", "cuda", Precision::fp32), AttentionKernel::auto_select)
       << "fp32 keeps the unfused path whatever auto would pick";
   EXPECT_STREQ(attention_kernel_used(AttentionKernel::auto_select, true, Precision::bf16), "flash");
-  EXPECT_STREQ(attention_kernel_used(AttentionKernel::cudnn, true, Precision::fp16), "cudnn");
+  EXPECT_STREQ(attention_kernel_used(AttentionKernel::cudnn, true, Precision::bf16), "cudnn");
   EXPECT_STREQ(attention_kernel_used(AttentionKernel::flash, true, Precision::fp32), "unfused");
   EXPECT_STREQ(attention_kernel_used(AttentionKernel::auto_select, false, Precision::fp32), "unfused");
   const auto described = describe_config(parse({"--attention-kernel", "flash"}));

@@ -202,6 +202,8 @@ void CudaOps::release(void* ptr) {
     const Allocation& record = found->second;
     bytes_by_kind_[static_cast<size_t>(record.kind)] -=
         record.bytes + record.parameter_copy_bytes;
+    activation_views_.erase(activation_views_.lower_bound(found->first),
+                            activation_views_.lower_bound(found->first + record.bytes));
     parameter_copy = record.parameter_copy;
     allocations_.erase(found);
   }
@@ -237,11 +239,29 @@ CudaOps::Lookup CudaOps::find_allocation(const void* ptr) const {
   return Lookup{true, base, record};
 }
 
+float* CudaOps::activation_at(float* activations, size_t elems) const {
+  const Lookup lookup = find_allocation(activations);
+  SCALESTUDY_CHECK(lookup.found && reinterpret_cast<uintptr_t>(activations) == lookup.base &&
+                       floats_bytes(elems, MemoryKind::activations) < lookup.allocation.bytes,
+                   "cuda backend: activation_at(" + std::to_string(elems) +
+                       ") outside an activation allocation, or from a handle that is not one");
+  auto* view = reinterpret_cast<float*>(reinterpret_cast<char*>(activations) +
+                                        floats_bytes(elems, MemoryKind::activations));
+  std::lock_guard<std::mutex> lock(memory_mutex_);
+  activation_views_.insert(reinterpret_cast<uintptr_t>(view));
+  return view;
+}
+
+bool CudaOps::is_activation_view(const void* ptr) const {
+  std::lock_guard<std::mutex> lock(memory_mutex_);
+  return activation_views_.count(reinterpret_cast<uintptr_t>(ptr)) > 0;
+}
+
 bool CudaOps::stores_half(const void* ptr, const char* what) const {
   if (!half_mode() || ptr == nullptr) return false;
   const Lookup lookup = find_allocation(ptr);
   if (!lookup.found || !lookup.allocation.half) return false;
-  SCALESTUDY_CHECK(reinterpret_cast<uintptr_t>(ptr) == lookup.base,
+  SCALESTUDY_CHECK(reinterpret_cast<uintptr_t>(ptr) == lookup.base || is_activation_view(ptr),
                    std::string("cuda backend (") + mode_name() + "): " + what + " points into a " +
                        mode_name() +
                        " activation buffer; activation handles are opaque and must be passed "

@@ -55,6 +55,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <map>
+#include <set>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -103,10 +104,7 @@ class CudaOps final : public Backend {
   // 2 bytes an element for activations in bf16/fp16, 4 + 2 for parameters there (their
   // 16-bit copy), else 4.
   size_t floats_bytes(size_t elems, MemoryKind kind) const override;
-  float* activation_at(float* activations, size_t elems) const override {
-    return reinterpret_cast<float*>(reinterpret_cast<char*>(activations) +
-                                    floats_bytes(elems, MemoryKind::activations));
-  }
+  float* activation_at(float* activations, size_t elems) const override;
   void release(void* ptr) override;
   void fill_zero(float* dst, size_t elems) override;
   void copy(float* dst, const float* src, size_t elems) override;
@@ -250,8 +248,10 @@ class CudaOps final : public Backend {
   void* allocate_bytes(size_t bytes, MemoryKind kind, bool half = false);
   Lookup find_allocation(const void* ptr) const;
   // Whether ptr's storage is 16-bit. Always false in fp32 mode; in the 16-bit modes an
-  // offset into 16-bit storage is an error.
+  // offset into 16-bit storage is an error unless activation_at gave it.
   bool stores_half(const void* ptr, const char* what) const;
+  // Whether ptr is a handle activation_at gave out.
+  bool is_activation_view(const void* ptr) const;
   // Whether the (non-null) operands of `op` are all 16-bit; a mix aborts.
   bool half_operands(const char* op, std::initializer_list<Operand> operands) const;
   // Whether allocate_attention_state keeps the fused kernels' log-sum-exp for `shape`
@@ -344,6 +344,9 @@ class CudaOps final : public Backend {
   mutable std::mutex memory_mutex_;
   // Ordered by address, so that a pointer into an allocation finds it.
   std::map<uintptr_t, Allocation> allocations_;
+  // Handles inside an allocation that activation_at gave out: ops take them as they take a
+  // base, where any other pointer inside a 16-bit buffer is a caller's offset on float*.
+  mutable std::set<uintptr_t> activation_views_;
   std::array<size_t, kMemoryKindCount> bytes_by_kind_{};
   mutable size_t peak_used_bytes_ = 0;
 };

@@ -25,7 +25,9 @@ namespace scalestudy {
 
 bool cudnn_attention_supported(const AttentionShape& shape) {
   const int head_size = attention_head_size(shape);
-  return head_size % 8 == 0 && head_size <= 128;
+  // cuDNN refuses one query against one key (its graph validation: "s_q = s_kv = 1 is not
+  // supported").
+  return head_size % 8 == 0 && head_size <= 128 && shape.seq > 1;
 }
 
 #if SCALESTUDY_HAVE_CUDNN
@@ -234,8 +236,9 @@ struct CudnnAttention::Graphs {
 
   GraphKey key(const AttentionShape& shape) const {
     SCALESTUDY_CHECK(cudnn_attention_supported(shape),
-                     "cuDNN's fused attention takes head sizes that are multiples of 8 up to 128, not " +
-                         std::to_string(attention_head_size(shape)));
+                     "cuDNN's fused attention takes head sizes that are multiples of 8 up to 128 and more "
+                     "than one token, not head size " + std::to_string(attention_head_size(shape)) + " at seq " +
+                         std::to_string(shape.seq));
     return {shape.batch, shape.seq, shape.heads, attention_head_size(shape), shape.causal, precision};
   }
   // The pass's graph for `shape`, built by `build` the first time the shape comes.

@@ -31,7 +31,7 @@ bool cudnn_attention_loadable(std::string& why_not);
 
 // Whether cuDNN's SDPA takes this shape here: head sizes that are multiples of 8 up to 128
 // (cuDNN's condition on Hopper for forward and backward alike), so that every head starts
-// 16-byte aligned in qkv.
+// 16-byte aligned in qkv, and sequences of more than one token.
 bool cudnn_attention_supported(const AttentionShape& shape);
 
 // The tensors of one forward: 16-bit (the precision's type) out and qkv, fp32 lse.
