@@ -22,7 +22,7 @@ expect_help_fits() {  # command...: each option's entry in the --help it prints 
     /^  -/ { entry = $1; lines = 0 }
     entry != "" && ++lines == 4 { print entry " takes more than 3 lines" }
     length > 100 { print "a line of " length " columns: " $0 }
-    /[Cc]hanges? [0-9]|performance-notes|H[12]00/ { print "history: " $0 }')
+    /[Cc]hange[s]? [0-9]|performance[-]notes|H[12]00/ { print "history: " $0 }')
   [ -z "$problems" ] || fail "'$*': $problems"
 }
 
