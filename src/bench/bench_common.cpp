@@ -352,6 +352,14 @@ void describe_model(std::map<std::string, std::string>& method, const std::strin
   method["attention"] = shape.causal ? "causal" : "bidirectional";
 }
 
+void describe_model_run(std::map<std::string, std::string>& method, const BenchConfig& config,
+                        const ModelShape& shape) {
+  describe_model(method, config.model, shape);
+  method["precision"] = precision_name(config.precision);
+  method["attention_kernel"] =
+      attention_kernel_used(config.attention_kernel, config.backend == "cuda", config.precision);
+}
+
 // ---- the file -----------------------------------------------------------------------------
 
 namespace {

@@ -218,6 +218,10 @@ struct BenchContext {
 // Writes the model into a group's method attributes as /config does: its preset name as
 // model, then layers, hidden, heads, vocab, max_seq and attention, every value a string.
 void describe_model(std::map<std::string, std::string>& method, const std::string& model, const ModelShape& shape);
+// describe_model for a bench that runs the model, and how it computes: the precision and
+// the attention kernels used.
+void describe_model_run(std::map<std::string, std::string>& method, const BenchConfig& config,
+                        const ModelShape& shape);
 
 // ---- the file -------------------------------------------------------------------------
 

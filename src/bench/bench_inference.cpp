@@ -45,9 +45,7 @@ void run_inference_bench(BenchContext& context) {
   table.add_int("allocated_bytes", "bytes", "bytes the point allocated, counted by the backend");
 
   auto& m = context.method;
-  describe_model(m, config.model, shape);
-  m["precision"] = precision_name(config.precision);
-  m["attention_kernel"] = attention_kernel_used(config.attention_kernel, config.backend == "cuda", config.precision);
+  describe_model_run(m, config, shape);
   m["forward"] = "GptInference::forward (src/model/gpt_inference.h): token upload, embedding, blocks, final "
                  "LayerNorm, tied LM head; the logits alone, no loss, no state kept for a backward";
   m["flop_model"] = "forward_flops (src/model/flops.h): L·(24·b·s·h² + 4·b·s²·h) + 2·b·s·h·V";

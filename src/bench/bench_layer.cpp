@@ -280,9 +280,7 @@ void run_layer_bench(BenchContext& context) {
 
   const ModelShape shape = layer_model_shape(config.shape);
   auto& m = context.method;
-  describe_model(m, config.model, shape);
-  m["precision"] = precision_name(config.precision);
-  m["attention_kernel"] = attention_kernel_used(config.attention_kernel, config.backend == "cuda", config.precision);
+  describe_model_run(m, config, shape);
   m["block"] = "scalestudy::Gpt with one layer: embedding, the block, final LayerNorm, tied LM head, softmax "
                "cross-entropy; forward+backward adds Gpt::backward into one gradient buffer";
   m["flop_model"] = "block: forward_flops of the 1-layer model (src/model/flops.h), 24·b·s·h² + 4·b·s²·h + "
