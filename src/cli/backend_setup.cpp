@@ -98,6 +98,19 @@ double measure_cpu_matmul_tflops(Backend& ops) {
 
 }  // namespace
 
+AttentionKernel choose_attention_kernel(const std::string& backend, Precision precision, AttentionKernel requested) {
+  if (requested != AttentionKernel::auto_select) return requested;
+#if SCALESTUDY_HAVE_CUDA
+  std::string why_not;
+  if (backend == "cuda" && precision == Precision::bf16 && cudnn_attention_loadable(why_not))
+    return AttentionKernel::cudnn;
+#else
+  (void)backend;
+  (void)precision;
+#endif
+  return AttentionKernel::flash;
+}
+
 BackendSetup make_backend(const RunConfig& config, const ProcessPlacement& where) {
   BackendSetup setup;
   if (config.backend == "cpu") {

@@ -27,4 +27,11 @@ struct BackendSetup {
 // sampler; a rank whose NVML fails prints why and runs without it.
 BackendSetup make_backend(const RunConfig& config, const ProcessPlacement& where);
 
+// --attention-kernel as this machine answers it: auto is cudnn for cuda in bf16 where
+// libcudnn 9 loads (cuDNN's fused attention is the faster there, docs/benchmarks.md), and
+// flash otherwise; an explicit value stays. Resolved before the run records its config,
+// so that the file names the kernels used and ranks that resolve differently disagree in
+// the start-up's configuration check.
+AttentionKernel choose_attention_kernel(const std::string& backend, Precision precision, AttentionKernel requested);
+
 }  // namespace scalestudy

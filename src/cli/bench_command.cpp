@@ -331,11 +331,12 @@ int run_bench_command(int argc, const char* const* argv) {
     if (where.rank == 0) std::printf("%s", bench_help().c_str());
     return 0;
   }
-  const BenchConfig config = resolve(kind, raw, values);
+  BenchConfig config = resolve(kind, raw, values);
   if (kind != BenchKind::comm && where.world_size > 1)
     throw UsageError("bench " + name + " runs on one rank (this job has " + std::to_string(where.world_size) +
                      "); only bench comm uses several");
 
+  config.attention_kernel = choose_attention_kernel(config.backend, config.precision, config.attention_kernel);
   RunConfig backend_config;
   backend_config.backend = config.backend;
   // layer and inference compute in --precision; the others keep BenchConfig's fp32.

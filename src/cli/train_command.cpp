@@ -123,6 +123,7 @@ int run_train_command(int argc, const char* const* argv) {
     return 0;
   }
   set_control_timeout(config.comm_timeout_s);
+  config.attention_kernel = choose_attention_kernel(config.backend, config.precision, config.attention_kernel);
   // The node split and the communicators' set-up wait for every peer, with no deadline of
   // their own.
   std::optional<BlockingCallDeadline> startup(std::in_place, "the start-up (node split, backend, communicator)", rank);

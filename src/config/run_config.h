@@ -118,7 +118,7 @@ AttentionKernel parse_attention_kernel(const std::string& text, const std::strin
 // Its --help text, the same in train and bench.
 inline constexpr const char* kAttentionKernelHelp =
     "cuda: the fused attention's kernels, flash (the project's own) or, in bf16, cudnn (cuDNN 9's SDPA, "
-    "libcudnn opened at run time); auto: flash. fp32 and cpu keep the probabilities in memory";
+    "opened at run time); auto: cudnn in bf16 where libcudnn 9 loads, else flash";
 
 // The --help text of `scalestudy train`.
 std::string train_help();

@@ -27,15 +27,17 @@ inline const char* gemm_algos_name(GemmAlgos algos) {
 // Which kernels compute the attention of cuda's bf16 and fp16 modes: flash, the project's
 // own (kernels/flash_attention.cuh), or cudnn, cuDNN's fused scaled-dot-product attention
 // through its graph API (backend/cuda/cudnn_attention.h), with libcudnn opened at run time.
-// auto stands for flash. fp32 and the cpu backend always keep the probabilities in memory
-// (the unfused path), whatever is asked.
+// auto is chosen by the machine (resolve_attention_kernel). fp32 and the cpu backend
+// always keep the probabilities in memory (the unfused path), whatever is asked.
 enum class AttentionKernel { auto_select, flash, cudnn };
 inline constexpr int kAttentionKernelCount = 3;
 inline constexpr EnumNames<AttentionKernel, kAttentionKernelCount> kAttentionKernelNames{
     {"auto", "flash", "cudnn"}, "?"};
 static_assert(kAttentionKernelNames.complete());
 inline const char* attention_kernel_name(AttentionKernel kernel) { return kAttentionKernelNames.name(kernel); }
-// What `requested` resolves to: auto is flash.
+// What `requested` resolves to where the machine is not asked: auto is flash. A run on cuda
+// asks it first (cli/backend_setup.h, choose_attention_kernel), and there auto is cudnn in
+// bf16 wherever libcudnn 9 loads.
 inline AttentionKernel resolve_attention_kernel(AttentionKernel requested) {
   return requested == AttentionKernel::auto_select ? AttentionKernel::flash : requested;
 }
