@@ -63,16 +63,21 @@ def compare_parser():
                         required=True, help="directory for compare.md and its files")
     result.add_argument("--labels", metavar="A,B,...", help="names of the sets, comma-separated "
                         "(default: the directories' names)")
-    result.add_argument("--level", type=float, default=0.95,
-                        help="confidence level of the intervals (default 0.95)")
     result.add_argument("--threshold", type=float, default=0.01,
                         help="half-width of the band around 1 inside which two sets count as "
                              "no different (default 0.01, 1 %%)")
-    result.add_argument("--resamples", type=int, default=2000,
-                        help="bootstrap resamples per point (default 2000)")
-    result.add_argument("--seed", type=int, default=0,
-                        help="seed of the bootstrap: the same seed gives the same intervals")
+    add_bootstrap_options(result, resamples=2000, level=0.95)
     return result
+
+
+def add_bootstrap_options(parser, resamples, level):
+    """--level, --resamples and --seed of the bootstrap intervals, with these defaults."""
+    parser.add_argument("--level", type=float, default=level,
+                        help=f"confidence level of the intervals (default {level})")
+    parser.add_argument("--resamples", type=int, default=resamples,
+                        help=f"bootstrap resamples per point (default {resamples})")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of the bootstrap: the same seed gives the same intervals")
 
 
 def _check_results_dir(path, name):

@@ -10,6 +10,8 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
+from .cli import add_bootstrap_options
+
 USAGE_ERROR = 2
 CURVE_SIZES = tuple(2 ** i for i in range(13))          # 1 .. 4096
 TABLE_SIZES = (8, 64, 512, 4096)
@@ -53,11 +55,7 @@ def parser():
     result.add_argument("--weak-batch", metavar="B", type=float,
                         help="sequences per GPU per micro-batch of the weak-scaling "
                              "prediction (default: the largest micro-batch measured)")
-    result.add_argument("--resamples", type=int, default=200,
-                        help="bootstrap resamples (default 200)")
-    result.add_argument("--level", type=float, default=0.9,
-                        help="level of the intervals (default 0.9)")
-    result.add_argument("--seed", type=int, default=0, help="seed of the bootstrap")
+    add_bootstrap_options(result, resamples=200, level=0.9)
     result.add_argument("--no-ledger", action="store_true",
                         help="neither read nor write SWEEP/" + LEDGER_NAME)
     return result

@@ -132,9 +132,7 @@ po::options_description bench_options(RawOptions& raw) {
       ("scopes", defaulted(&raw.scopes),
        "world, intra_node (each node's ranks, nodes at once), inter_node (one rank per node); a "
        "communicator of one rank is absent")
-      ("link-emulation", defaulted(&raw.link_emulation),
-       "cuda, one host: none (NCCL's own links) or socket (NCCL's network transport over TCP on the "
-       "loopback, as if each GPU were on a node of its own; docs/strategies.md)");
+      ("link-emulation", defaulted(&raw.link_emulation), kLinkEmulationHelp);
 
   po::options_description all = help_sections();
   all.add(general).add(timing).add(output).add(diagnostics).add(kernels).add(model).add(comm);

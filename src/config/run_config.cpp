@@ -128,9 +128,7 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
       ("comm-timeout", defaulted(&c.comm_timeout_s),
        "seconds a collective may take before the job is ended, naming the rank and the phase; ranks "
        "other than 0 wait 1 s longer, so that rank 0 first marks the result file failed")
-      ("link-emulation", defaulted(&c.link_emulation),
-       "cuda, one host: none (NCCL's own links) or socket (NCCL's network transport over TCP on the "
-       "loopback, as if each GPU were on a node of its own; docs/strategies.md)");
+      ("link-emulation", defaulted(&c.link_emulation), kLinkEmulationHelp);
 
   po::options_description precision = help_section("Backend and precision");
   precision.add_options()

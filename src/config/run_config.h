@@ -120,6 +120,10 @@ inline constexpr const char* kAttentionKernelHelp =
     "cuda: the fused attention's kernels, flash (the project's own) or, in bf16, cudnn (cuDNN 9's SDPA, "
     "opened at run time); auto: cudnn in bf16 where libcudnn 9 loads, else flash";
 
+inline constexpr const char* kLinkEmulationHelp =
+    "cuda, one host: none (NCCL's own links) or socket (NCCL's network transport over TCP on the "
+    "loopback, as if each GPU were on a node of its own; docs/strategies.md)";
+
 // The --help text of `scalestudy train`.
 std::string train_help();
 
