@@ -273,10 +273,11 @@ def bench_tables(bench):
         # One table per part (the block first), batches down, seq and pass across; older
         # files hold their parts at one batch and seq only.
         tables = []
-        for part in dict.fromkeys(p["part"]):
+        parts = list(dict.fromkeys(p["part"]))
+        for part in sorted(parts, key=lambda part: part != "block"):
             rows = p[p["part"] == part].sort_values(["seq", "pass"], kind="stable")
             rows = rows.assign(where="seq " + rows["seq"].astype(str) + ", " + rows["pass"])
-            title = "Block" if part == "block" else f"Part {part}:"
+            title = "Block" if part == "block" else f"{layer_part_kind(part).capitalize()} {part}:"
             tables.append((f"{title} TFLOP/s by batch", grid(rows, "batch", "where", "tflops", 4,
                                                            list(dict.fromkeys(rows["where"])))))
         return tables
@@ -392,12 +393,20 @@ def _add_bench_points(roofline, bench):
         if len(with_flops) < len(rows):
             roofline.notes.append("copy does no FLOPs (intensity 0): it sets the bandwidth roof only")
     if bench.name == "layer":
-        roofline.points += [(f"layer {'block' if r['part'] == 'block' else 'parts'} ({r['pass']})",
+        roofline.points += [(f"layer {layer_part_kind(r['part'])} ({r['pass']})",
                              f"{r['part']} b{r['batch']} s{r['seq']}", r["arithmetic_intensity"], r["tflops"])
                             for r in rows]
     if bench.name == "inference":
         roofline.points += [("inference forward", f"b{r['batch']} s{r['seq']}", r["arithmetic_intensity"],
                              r["tflops"]) for r in rows]
+
+
+def layer_part_kind(part):
+    """What a `bench layer` row times: the block (one layer's marginal time), a whole model
+    (model-1-layer, model-2-layers), or a part of the block."""
+    if part == "block":
+        return "block"
+    return "model" if part.startswith("model-") else "part"
 
 
 def training_phase_points(runs_dir):

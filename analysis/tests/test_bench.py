@@ -315,14 +315,24 @@ def test_real_cpu_bench_files_load_and_their_bytes_match_the_python_model(tmp_pa
     layer = loaded["layer"]
     shape = [int(layer.method[k]) for k in ("layers", "hidden", "heads", "vocab")]
     assert shape[0] == 1
-    for row in layer.points[layer.points["part"] == "block"].to_dict("records"):
-        expected = bench.gpt_forward_bytes(*shape, row["batch"], row["seq"])
+    def model_work(layers, row):
+        model = [layers, *shape[1:]]
+        work = bench.gpt_forward_bytes(*model, row["batch"], row["seq"])
+        flops = bench.forward_flops(layers, shape[1], shape[3], row["batch"], row["seq"])
         if row["pass"] == "forward+backward":
-            expected += bench.gpt_backward_bytes(*shape, row["batch"], row["seq"])
-        assert row["bytes"] == pytest.approx(expected, rel=1e-12), row
-        assert row["flops"] == pytest.approx(
-            bench.forward_flops(shape[0], shape[1], shape[3], row["batch"], row["seq"])
-            * (3 if row["pass"] == "forward+backward" else 1), rel=1e-12)
+            work += bench.gpt_backward_bytes(*model, row["batch"], row["seq"])
+            flops *= 3
+        return work, flops
+
+    for part, work in (("model-1-layer", lambda row: model_work(1, row)),
+                       ("model-2-layers", lambda row: model_work(2, row)),
+                       ("block", lambda row: np.subtract(model_work(2, row), model_work(1, row)))):
+        rows = layer.points[layer.points["part"] == part].to_dict("records")
+        assert len(rows) == 8, part  # 2 batches × 2 seqs × 2 passes
+        for row in rows:
+            expected_bytes, expected_flops = work(row)
+            assert row["bytes"] == pytest.approx(expected_bytes, rel=1e-12), row
+            assert row["flops"] == pytest.approx(expected_flops, rel=1e-12), row
     inference = loaded["inference"]
     shape = [int(inference.method[k]) for k in ("layers", "hidden", "heads", "vocab")]
     for row in inference.points.to_dict("records"):

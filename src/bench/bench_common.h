@@ -159,6 +159,8 @@ class PointTable {
   double number(size_t row, const std::string& name) const;
   int64_t integer(size_t row, const std::string& name) const;
   const std::string& text(size_t row, const std::string& name) const;
+  // The row's timed samples, seconds per call (NaN until set_timing).
+  const std::vector<double>& samples_s(size_t row) const { return samples_s_.at(row); }
 
   // Writes every column into `group` (and samples_s as [points, repeats]).
   void write(hid_t group) const;

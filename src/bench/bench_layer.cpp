@@ -15,6 +15,9 @@ using bench_model::Part;
 
 constexpr const char* kForward = "forward";
 constexpr const char* kForwardBackward = "forward+backward";
+constexpr const char* kBlock = "block";
+constexpr const char* kOneLayerModel = "model-1-layer";
+constexpr const char* kTwoLayerModel = "model-2-layers";
 
 void report(BenchContext& context, size_t row) {
   const PointTable& t = context.table;
@@ -49,9 +52,10 @@ size_t add_point(BenchContext& context, const std::string& part, const std::stri
   return row;
 }
 
-void measure_row(BenchContext& context, size_t row, const std::function<void()>& call) {
-  time_flops_row(context, row, call);
+TimedCalls measure_row(BenchContext& context, size_t row, const std::function<void()>& call) {
+  const TimedCalls timed = time_flops_row(context, row, call);
   report(context, row);
+  return timed;
 }
 
 bool fits(BenchContext& context, const std::vector<size_t>& rows, size_t predicted_bytes) {
@@ -68,17 +72,44 @@ auto in_turn(First first, Second second) {
   };
 }
 
-// The whole block (as a 1-layer Gpt) at one batch and seq, both passes.
-void run_block(BenchContext& context, ParameterCache& parameters, const ModelShape& shape, int batch, int seq) {
-  const double forward = forward_flops(shape, batch, seq);
-  const double forward_bytes = bench_model::gpt_forward_bytes(shape, batch, seq);
-  const double backward_bytes = bench_model::gpt_backward_bytes(shape, batch, seq);
-  const size_t memory = bench_model::gpt_allocation_bytes(context.backend, shape, batch, seq, /*backward=*/true);
-  const size_t forward_row = add_point(context, "block", kForward, batch, seq, {forward, forward_bytes, memory});
-  const size_t both_row =
-      add_point(context, "block", kForwardBackward, batch, seq,
-                {training_flops(shape, batch, seq), forward_bytes + backward_bytes, memory});
-  if (!fits(context, {forward_row, both_row}, memory)) return;
+// One model's timing calls at a point: the forward pass, and forward then backward.
+struct ModelPasses {
+  std::function<void()> forward;
+  std::function<void()> forward_backward;
+};
+
+// The rows of one pass of the 1-layer and 2-layer models, and of the block between them.
+struct PassRows {
+  size_t one_layer, two_layers, block;
+  size_t model_row(int layers) const { return layers == 1 ? one_layer : two_layers; }
+};
+
+// What the models say of `shape` at one point, for the forward pass or for both passes.
+PointModel model_point(const ModelShape& shape, int batch, int seq, bool backward, size_t memory_bytes) {
+  double bytes = bench_model::gpt_forward_bytes(shape, batch, seq);
+  if (backward) bytes += bench_model::gpt_backward_bytes(shape, batch, seq);
+  const double flops = backward ? training_flops(shape, batch, seq) : forward_flops(shape, batch, seq);
+  return {flops, bytes, memory_bytes};
+}
+
+// The rows of one pass: the two models, and the block as their difference.
+PassRows add_pass_rows(BenchContext& context, const ModelShape& shape, int batch, int seq, bool backward,
+                       size_t memory_bytes) {
+  ModelShape two = shape;
+  two.layers = 2;
+  const PointModel one_model = model_point(shape, batch, seq, backward, memory_bytes);
+  const PointModel two_model = model_point(two, batch, seq, backward, memory_bytes);
+  const PointModel block{two_model.flops - one_model.flops, two_model.bytes - one_model.bytes, memory_bytes};
+  const char* pass = backward ? kForwardBackward : kForward;
+  return {add_point(context, kOneLayerModel, pass, batch, seq, one_model),
+          add_point(context, kTwoLayerModel, pass, batch, seq, two_model),
+          add_point(context, kBlock, pass, batch, seq, block)};
+}
+
+// Builds a Gpt of `shape` with its parameters, gradients and a batch of random tokens,
+// and hands `measure` the two passes to time; the model is freed when measure returns.
+void with_model(BenchContext& context, ParameterCache& parameters, const ModelShape& shape, int batch, int seq,
+                const std::function<void(const ModelPasses&)>& measure) {
   Gpt model(context.backend, shape, batch, seq, make_parameter_layout(shape).param_elems);
   parameters.initialize(context.backend, model);
   FlatGradients gradients(context.backend, model);
@@ -86,9 +117,47 @@ void run_block(BenchContext& context, ParameterCache& parameters, const ModelSha
   const std::vector<int32_t> tokens = random_tokens(tokens_count, shape.vocab, 31);
   const std::vector<int32_t> targets = random_tokens(tokens_count, shape.vocab, 32);
   const float loss_scale = 1.0f / static_cast<float>(tokens_count);
-  const auto forward_pass = [&] { model.forward(tokens.data(), targets.data(), nullptr); };
-  measure_row(context, forward_row, forward_pass);
-  measure_row(context, both_row, in_turn(forward_pass, [&] { model.backward(gradients, loss_scale); }));
+  const auto forward = [&] { model.forward(tokens.data(), targets.data(), nullptr); };
+  measure({forward, in_turn(forward, [&] { model.backward(gradients, loss_scale); })});
+}
+
+// The block row's timing: sample by sample, the 2-layer model's time less the 1-layer
+// model's, and the median and quartiles of those differences.
+void set_block_timing(BenchContext& context, size_t row, const TimedCalls& one, const TimedCalls& two) {
+  TimedCalls block;
+  block.calls_per_sample = two.calls_per_sample;
+  for (size_t i = 0; i < one.samples_s.size() && i < two.samples_s.size(); ++i)
+    block.samples_s.push_back(two.samples_s[i] - one.samples_s[i]);
+  block.stats = summarize_samples(block.samples_s);
+  PointTable& table = context.table;
+  table.set_timing(row, block);
+  table.set(row, "tflops", table.number(row, "flops") / block.stats.median_s / 1e12);
+  report(context, row);
+}
+
+// The block at one batch and seq, both passes: what one more layer adds to the time of
+// scalestudy::Gpt, measured as the 2-layer model less the 1-layer model, so that the
+// embedding, the final LayerNorm, the head and the loss, which every model pays once,
+// drop out. Both models' rows are kept. caches[i] holds the (i+1)-layer model's parameters.
+void run_block(BenchContext& context, ParameterCache (&caches)[2], const ModelShape& shape, int batch, int seq) {
+  ModelShape two = shape;
+  two.layers = 2;
+  const size_t memory = bench_model::gpt_allocation_bytes(context.backend, two, batch, seq, /*backward=*/true);
+  const PassRows forward = add_pass_rows(context, shape, batch, seq, false, memory);
+  const PassRows both = add_pass_rows(context, shape, batch, seq, true, memory);
+  const std::vector<size_t> rows{forward.one_layer, forward.two_layers, forward.block,
+                                 both.one_layer,    both.two_layers,    both.block};
+  if (!fits(context, rows, memory)) return;
+  TimedCalls timed[2][2];  // [layers - 1][forward, forward+backward]
+  for (const ModelShape& model_shape : {shape, two}) {
+    const int index = model_shape.layers - 1;
+    with_model(context, caches[index], model_shape, batch, seq, [&](const ModelPasses& passes) {
+      timed[index][0] = measure_row(context, forward.model_row(model_shape.layers), passes.forward);
+      timed[index][1] = measure_row(context, both.model_row(model_shape.layers), passes.forward_backward);
+    });
+  }
+  set_block_timing(context, forward.block, timed[0][0], timed[1][0]);
+  set_block_timing(context, both.block, timed[0][1], timed[1][1]);
 }
 
 // Every tensor of one block, shared by the parts; weights in one parameter buffer and
@@ -269,8 +338,8 @@ size_t parts_allocation_bytes(const Backend& backend, const ModelShape& shape, i
 void run_layer_bench(BenchContext& context) {
   const BenchConfig& config = context.config;
   PointTable& table = context.table;
-  table.add_text("part", "block (the whole 1-layer model) or a part: ffn-dense, ffn-dense-gelu, ffn, attention, "
-                         "attention-core");
+  table.add_text("part", "block (model-2-layers less model-1-layer), model-1-layer, model-2-layers, or a part: "
+                         "ffn-dense, ffn-dense-gelu, ffn, attention, attention-core");
   table.add_text("pass", "forward or forward+backward");
   table.add_int("batch", "sequences", "sequences per call");
   table.add_int("seq", "tokens", "tokens per sequence");
@@ -281,22 +350,24 @@ void run_layer_bench(BenchContext& context) {
   const ModelShape shape = layer_model_shape(config.shape);
   auto& m = context.method;
   describe_model_run(m, config, shape);
-  m["block"] = "scalestudy::Gpt with one layer: embedding, the block, final LayerNorm, tied LM head, softmax "
-               "cross-entropy; forward+backward adds Gpt::backward into one gradient buffer";
-  m["flop_model"] = "block: forward_flops of the 1-layer model (src/model/flops.h), 24·b·s·h² + 4·b·s²·h + "
-                    "2·b·s·h·V; forward+backward 3× that. Parts: ffn-dense and ffn-dense-gelu 8·b·s·h², ffn "
-                    "16·b·s·h², attention 8·b·s·h² + 4·b·s²·h, attention-core 4·b·s²·h; backward 2× forward. "
-                    "Elementwise work is not counted.";
+  m["block"] = "what one layer adds to scalestudy::Gpt (embedding, the blocks, final LayerNorm, tied LM "
+               "head, softmax cross-entropy; forward+backward adds Gpt::backward into one gradient "
+               "buffer): sample by sample, the model-2-layers time less the model-1-layer time";
+  m["flop_model"] = "model-1-layer and model-2-layers: forward_flops (src/model/flops.h), L·(24·b·s·h² + "
+                    "4·b·s²·h) + 2·b·s·h·V; block: 24·b·s·h² + 4·b·s²·h; forward+backward 3× forward. "
+                    "Parts: ffn-dense and ffn-dense-gelu 8·b·s·h², ffn 16·b·s·h², attention 8·b·s·h² + "
+                    "4·b·s²·h, attention-core 4·b·s²·h; backward 2× forward. Elementwise work is not "
+                    "counted.";
   m["byte_model"] = "per op of src/backend/ops.h: every tensor it reads once, every tensor it writes once, "
                     "accumulated tensors read and written, in elements of the precision's activations (2 "
                     "bytes in bf16/fp16, 4 in fp32); traffic inside an op not counted "
                     "(src/bench/bench_model.h)";
   for (Part part : bench_model::kParts) m[std::string("part_") + bench_model::part_name(part)] = bench_model::part_description(part);
 
-  ParameterCache parameters(1234);
+  ParameterCache caches[2] = {ParameterCache(1234), ParameterCache(1234)};
   for (int seq : config.seqs)
     for (int batch : config.batches) {
-      run_block(context, parameters, shape, batch, seq);
+      run_block(context, caches, shape, batch, seq);
       run_parts(context, shape, batch, seq);
     }
 }

@@ -5,12 +5,14 @@
 // dense layer, that layer with its GELU, the whole FFN, the attention sub-layer and the
 // attention core.
 //
-// The block runs as scalestudy::Gpt with one layer, so it is exactly the code training
-// runs. That model also has an embedding, a final LayerNorm, a tied LM head and the
-// loss; the vocabulary is cut to kLayerVocab so that the head's 2·b·s·h·V FLOPs are a
-// fraction of a percent of the block's at h = 1024. The FLOPs counted are the whole
-// 1-layer model's, from src/model/flops.h:
-//   forward  = 24·b·s·h² + 4·b·s²·h + 2·b·s·h·V,  forward+backward = 3 × forward.
+// The block is timed as the code training runs: scalestudy::Gpt with one layer and with
+// two, and the block's rows are the difference, sample by sample. What every model pays
+// once (the embedding, the final LayerNorm, the tied LM head and the loss, and the launch
+// of each pass) drops out, so the block's rate is the one a deep model's blocks reach.
+// Both models' rows are kept ("model-1-layer", "model-2-layers"). The vocabulary is cut
+// to kLayerVocab. FLOPs are src/model/flops.h's:
+//   model forward = L·(24·b·s·h² + 4·b·s²·h) + 2·b·s·h·V, forward+backward = 3 × forward;
+//   block forward = 24·b·s·h² + 4·b·s²·h (the 2-layer model's less the 1-layer's).
 // The parts call the backend's ops directly; their FLOPs are in bench_model.h.
 #include "bench/bench_common.h"
 #include "bench/bench_model.h"
@@ -19,7 +21,7 @@ namespace scalestudy {
 
 inline constexpr int kLayerVocab = 64;
 
-// The 1-layer model the block is timed as: `shape` with layers = 1 and V = kLayerVocab.
+// The 1-layer model of the block's timing: `shape` with layers = 1 and V = kLayerVocab.
 ModelShape layer_model_shape(const ModelShape& shape);
 
 // Bytes that the parts' buffers take on `backend` (they share one set: every activation,

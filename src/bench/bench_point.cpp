@@ -38,9 +38,10 @@ TimedCalls time_row(BenchContext& context, size_t row, const std::function<void(
   return timed;
 }
 
-void time_flops_row(BenchContext& context, size_t row, const std::function<void()>& call) {
+TimedCalls time_flops_row(BenchContext& context, size_t row, const std::function<void()>& call) {
   const TimedCalls timed = time_row(context, row, call);
   context.table.set(row, "tflops", context.table.number(row, "flops") / timed.stats.median_s / 1e12);
+  return timed;
 }
 
 void add_work_columns(PointTable& table, const std::string& flops_description, const std::string& bytes_description) {

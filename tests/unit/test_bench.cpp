@@ -329,7 +329,9 @@ TEST(MicrobenchCpu, LayerPointsThatDoNotFitAreMarkedOomAndKept) {
   BenchRun oom_run(config);
   BenchContext oom_context = oom_run.context();
   run_layer_bench(oom_context);
-  const size_t rows = 2 * (2 + 2 * 5);  // at each of two points: the block and five parts, two passes each
+  // At each of two points: the 1-layer model, the 2-layer model and the block, then five
+  // parts, two passes each.
+  const size_t rows = 2 * (2 * 3 + 2 * 5);
   ASSERT_EQ(oom_run.table.rows(), rows);
   for (size_t row = 0; row < rows; ++row) EXPECT_EQ(oom_run.table.status(row), PointStatus::oom) << row;
 
@@ -340,10 +342,31 @@ TEST(MicrobenchCpu, LayerPointsThatDoNotFitAreMarkedOomAndKept) {
   ASSERT_EQ(run.table.rows(), rows);
   for (size_t row = 0; row < rows; ++row) {
     EXPECT_EQ(run.table.status(row), PointStatus::ok) << row;
+    if (run.table.text(row, "part") == "block") continue;  // a difference of two timings: any sign
     EXPECT_GT(run.table.number(row, "tflops"), 0.0) << row;
   }
-  EXPECT_EQ(run.table.text(0, "part"), "block");
-  EXPECT_DOUBLE_EQ(run.table.number(1, "flops"), 3 * run.table.number(0, "flops"));
+  const PointTable& t = run.table;
+  ASSERT_EQ(t.text(0, "part"), "model-1-layer");
+  ASSERT_EQ(t.text(1, "part"), "model-2-layers");
+  ASSERT_EQ(t.text(2, "part"), "block");
+  ASSERT_EQ(t.text(5, "part"), "block");
+  EXPECT_EQ(t.text(5, "pass"), "forward+backward");
+  // The block's FLOPs are one layer's, 24·b·s·h² + 4·b·s²·h, at the first point (batch 1,
+  // seq 8); sums of a few exact products, hence the tight bound.
+  const double h = config.shape.channels, b = 1, s = 8;
+  EXPECT_NEAR(t.number(2, "flops"), 24 * b * s * h * h + 4 * b * s * s * h, 1e-9 * t.number(2, "flops"));
+  EXPECT_NEAR(t.number(5, "flops"), 3 * t.number(2, "flops"), 1e-9 * t.number(5, "flops"));
+  EXPECT_DOUBLE_EQ(t.number(3, "flops"), 3 * t.number(0, "flops"));
+  // The block's samples are the 2-layer model's less the 1-layer model's, sample by
+  // sample, and its median is theirs: exact, since it is the same arithmetic.
+  for (size_t pass : {size_t{0}, size_t{3}}) {
+    std::vector<double> differences;
+    for (size_t i = 0; i < t.samples_s(pass).size(); ++i)
+      differences.push_back(t.samples_s(pass + 1)[i] - t.samples_s(pass)[i]);
+    EXPECT_EQ(t.samples_s(pass + 2), differences) << pass;
+    EXPECT_EQ(t.number(pass + 2, "time_median_s"), summarize_samples(differences).median_s) << pass;
+    EXPECT_EQ(t.number(pass + 2, "tflops"), t.number(pass + 2, "flops") / summarize_samples(differences).median_s / 1e12);
+  }
 }
 
 TEST(MicrobenchTable, RendersStatusAndMissingValues) {
