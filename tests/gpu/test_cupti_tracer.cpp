@@ -1,16 +1,19 @@
 // The CUPTI kernel tracer on one GPU: nothing of CUPTI is loaded until a tracer is made;
 // a traced run labels every record with its step, and every record gets a category
-// other than "other" (scalestudy's kernels by their ops' launch tags, cuBLAS and NCCL by
-// name, copies and sets as memory), in fp32 and in bf16.
+// other than "other" (scalestudy's kernels and cuDNN's by their ops' launch tags, cuBLAS
+// and NCCL by name, copies and sets as memory), in fp32, in bf16 with the flash attention
+// and in bf16 with cuDNN's, which launches through the driver API.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/cudnn_attention.h"
 #include "backend/cuda/cupti_tracer.h"
 #include "backend/cuda/device_info.h"
 #include "comm/nccl_communicator.h"
@@ -31,11 +34,14 @@ RunConfig small_config(const char* precision) {
   return parse_train_options(args);
 }
 
-RankTrace traced_run(const char* precision) {
-  const Precision mode = std::string(precision) == "bf16" ? Precision::bf16 : Precision::fp32;
-  CudaOps ops(0, mode);
+// A traced run in `mode`: "fp32", "bf16" (flash attention) or "bf16-cudnn".
+RankTrace traced_run(const std::string& mode) {
+  const bool cudnn = mode == "bf16-cudnn";
+  const std::string precision = cudnn ? "bf16" : mode;
+  CudaOps ops(0, precision == "bf16" ? Precision::bf16 : Precision::fp32, GemmAlgos::heuristic,
+              cudnn ? AttentionKernel::cudnn : AttentionKernel::flash);
   NcclCommunicator comm(MPI_COMM_WORLD, ops.stream(), 120.0);
-  Trainer trainer(small_config(precision), ops, comm, MPI_COMM_WORLD);
+  Trainer trainer(small_config(precision.c_str()), ops, comm, MPI_COMM_WORLD);
   std::unique_ptr<KernelTracer> tracer = ops.make_kernel_tracer();
   tracer->name_stream("comm", comm.native_stream());
   trainer.set_kernel_tracer(tracer.get(), kTraceFirst, kTraceLast);
@@ -50,6 +56,9 @@ class KernelProfile : public ::testing::TestWithParam<const char*> {
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device visible: GPU tests skipped";
     if (world != 1) GTEST_SKIP() << "runs on one rank";
+    std::string why_not;
+    if (std::string(GetParam()) == "bf16-cudnn" && !cudnn_attention_loadable(why_not))
+      GTEST_SKIP() << "cuDNN's attention unavailable: " << why_not;
   }
 };
 
@@ -94,8 +103,12 @@ TEST_P(KernelProfile, EveryRecordHasAStepAndACategoryOtherThanOther) {
   EXPECT_TRUE(compute_named);
 }
 
-INSTANTIATE_TEST_SUITE_P(Precisions, KernelProfile, ::testing::Values("fp32", "bf16"),
-                         [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
+INSTANTIATE_TEST_SUITE_P(Modes, KernelProfile, ::testing::Values("fp32", "bf16", "bf16-cudnn"),
+                         [](const ::testing::TestParamInfo<const char*>& info) {
+                           std::string name = info.param;
+                           name.erase(std::remove(name.begin(), name.end(), '-'), name.end());
+                           return name;
+                         });
 
 }  // namespace
 }  // namespace scalestudy

@@ -95,13 +95,13 @@ constexpr CUpti_ExternalCorrelationKind kTagKind = CUPTI_EXTERNAL_CORRELATION_KI
 constexpr size_t kBufferBytes = size_t{8} << 20;
 constexpr size_t kBufferAlignment = 8;
 
-constexpr std::array<CUpti_ActivityKind, 5> kRecordedKinds = {
+constexpr std::array<CUpti_ActivityKind, 6> kRecordedKinds = {
     CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET,
     // Launch tags reach a kernel through its API call's correlation id: external
-    // correlation records are emitted only for API records, so the runtime's must be on.
-    // scalestudy launches its kernels through the runtime; the driver API's records (cuBLAS
-    // and NCCL launches, which rules 2 and 3 name) would only add tracing cost.
-    CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION};
+    // correlation records are emitted only for API records, so the API records must be on.
+    // scalestudy launches its kernels through the runtime, and cuDNN (--attention-kernel
+    // cudnn) through the driver API, so both are.
+    CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_ACTIVITY_KIND_DRIVER, CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION};
 
 // The tag's external id is the category plus one, so that 0 never means a category.
 void push_tag(KernelCategory category) {
