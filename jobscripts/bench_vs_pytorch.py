@@ -168,24 +168,33 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--mode", default="eager", help=argparse.SUPPRESS)
-    parser.add_argument("--binary", default="build/cuda/scalestudy")
-    parser.add_argument("--model", choices=sorted(PRESETS), default="gpt2-small")
-    parser.add_argument("--seq", type=int, default=1024)
-    parser.add_argument("--batch-per-gpu", type=int, default=8)
-    parser.add_argument("--gpus", type=int, nargs="+", default=[1])
+    parser.add_argument("--binary", default="build/cuda/scalestudy",
+                        help="the scalestudy executable, a CUDA build (default: %(default)s)")
+    parser.add_argument("--model", choices=sorted(PRESETS), default="gpt2-small",
+                        help="the model both sides train (default: %(default)s)")
+    parser.add_argument("--seq", type=int, default=1024, help="tokens per sequence (default: %(default)s)")
+    parser.add_argument("--batch-per-gpu", type=int, default=8,
+                        help="sequences per GPU per step, on both sides (default: %(default)s)")
+    parser.add_argument("--gpus", type=int, nargs="+", default=[1],
+                        help="GPU counts to run scalestudy at, ddp+overlap and, above 1, zero2+overlap "
+                             "(default: 1)")
     parser.add_argument("--precision", choices=("fp32", "bf16"), default="bf16",
-                        help="scalestudy's precision; PyTorch runs in this precision and in bf16")
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--workdir", default="/tmp/scalestudy-bench")
+                        help="scalestudy's precision; PyTorch runs in this precision and in bf16 (default: %(default)s)")
+    parser.add_argument("--steps", type=int, default=10,
+                        help="measured steps of each run, whose median is reported (default: %(default)s)")
+    parser.add_argument("--warmup", type=int, default=3,
+                        help="steps run first and left out of the median (default: %(default)s)")
+    parser.add_argument("--workdir", default="/tmp/scalestudy-bench",
+                        help="where scalestudy's result files go (default: %(default)s)")
     parser.add_argument("--pytorch-gpus", type=int, nargs="*", default=None,
                         help="GPU counts to run PyTorch at (default: every --gpus)")
-    parser.add_argument("--pytorch-modes", nargs="+", default=["eager", "compile"], choices=("eager", "compile"))
+    parser.add_argument("--pytorch-modes", nargs="+", default=["eager", "compile"], choices=("eager", "compile"),
+                        help="how PyTorch runs the model: eager, torch.compile, or both (default: both)")
     parser.add_argument("--pytorch-precisions", nargs="+", default=None, choices=("fp32", "bf16"),
-                        help="default: scalestudy's precision and bf16")
+                        help="the precisions PyTorch runs in (default: scalestudy's precision and bf16)")
     parser.add_argument("--scalestudy-variants", nargs="*", default=[], type=variant, metavar="NAME=OPTIONS",
                         help="more scalestudy rows, each with further train options under a name, e.g. "
-                             "cudnn='--attention-kernel cudnn'")
+                             "flash='--attention-kernel flash'")
     args = parser.parse_args()
     if args.worker:
         return torch_worker(args)
