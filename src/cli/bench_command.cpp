@@ -12,12 +12,8 @@
 #include <sstream>
 #include <tuple>
 
-#include "bench/bench_bandwidth.h"
-#include "bench/bench_comm.h"
 #include "bench/bench_common.h"
-#include "bench/bench_gemm.h"
-#include "bench/bench_inference.h"
-#include "bench/bench_layer.h"
+#include "bench/benchmarks.h"
 #include "cli/backend_setup.h"
 #include "cli/commands.h"
 #include "comm/mpi_runtime.h"
