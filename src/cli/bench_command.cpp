@@ -20,7 +20,6 @@
 #include "config/help_sections.h"
 #include "config/option_files.h"
 #include "config/output_path.h"
-#include "core/blocking_call_deadline.h"
 #include "core/check.h"
 #include "core/control_wait.h"
 #include "core/usage_error.h"
