@@ -1,7 +1,6 @@
 #include <cmath>
 #include <cstdint>
 
-#include "async_copy.cuh"
 #include "common.cuh"
 #include "cross_entropy.cuh"
 #include "cross_entropy_rows.cuh"

@@ -1,12 +1,11 @@
 #pragma once
 // The tiles of the fused attention (flash_attention.cu): its shape constants and the
 // warp-level building blocks (mma.m16n8k16, ldmatrix, the fragment layouts, masking)
-// that its kernels share; its cp.async copies are async_copy.cuh's. Included by
+// that its kernels share; its cp.async copies are common.cuh's. Included by
 // flash_attention.cu only.
 #include <cstdint>
 #include <type_traits>
 
-#include "async_copy.cuh"
 #include "common.cuh"
 #include "precision.cuh"
 

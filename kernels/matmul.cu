@@ -467,7 +467,7 @@ void launch_matmul_backward(cublasHandle_t handle, cudaStream_t stream,
 }
 
 // The 16-bit parameter gradients alone, for a backward whose input gradient another GEMM
-// computes (dense_gelu.cuh); that GEMM reads dout in place, so its rows need no padding.
+// computes (gelu.cuh); that GEMM reads dout in place, so its rows need no padding.
 template <class T>
 void launch_matmul_parameter_gradients(cublasHandle_t handle, cudaStream_t stream,
                                        const MatmulBackwardArgs<T>& args, Scratch scratch) {

@@ -1,4 +1,4 @@
-#include "bench/bench_bandwidth.h"
+#include "bench/benchmarks.h"
 
 #include "bench/bench_gpt.h"
 #include "bench/bench_point.h"

@@ -1,4 +1,4 @@
-#include "bench/bench_comm.h"
+#include "bench/benchmarks.h"
 
 #include <algorithm>
 #include <memory>

@@ -57,7 +57,7 @@ struct BenchConfig {
   std::vector<int> batches, seqs;          // the grid of layer / inference
 
   std::vector<std::string> collectives;    // allreduce, reduce_scatter, allgather
-  std::vector<std::string> comm_scopes = {"world", "intra_node", "inter_node"};  // bench_comm.h
+  std::vector<std::string> comm_scopes = {"world", "intra_node", "inter_node"};  // benchmarks.h
   int64_t min_bytes = 0, max_bytes = 0;    // payload range of comm, doubling
   std::string link_emulation = "none";     // comm on cuda: none | socket (comm/nccl_transport.h)
 

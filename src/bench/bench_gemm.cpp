@@ -1,4 +1,4 @@
-#include "bench/bench_gemm.h"
+#include "bench/benchmarks.h"
 
 #include <cstring>
 #include <memory>

@@ -1,6 +1,6 @@
 #include "bench/bench_gpt.h"
 
-#include "model/initial_parameters.h"
+#include "model/parameter_layout.h"
 
 namespace scalestudy {
 namespace {

@@ -1,4 +1,4 @@
-#include "bench/bench_inference.h"
+#include "bench/benchmarks.h"
 
 #include <climits>
 

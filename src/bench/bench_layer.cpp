@@ -1,4 +1,4 @@
-#include "bench/bench_layer.h"
+#include "bench/benchmarks.h"
 
 #include <functional>
 #include <vector>

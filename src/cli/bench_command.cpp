@@ -12,19 +12,13 @@
 #include <sstream>
 #include <tuple>
 
-#include "bench/bench_bandwidth.h"
-#include "bench/bench_comm.h"
 #include "bench/bench_common.h"
-#include "bench/bench_gemm.h"
-#include "bench/bench_inference.h"
-#include "bench/bench_layer.h"
+#include "bench/benchmarks.h"
 #include "cli/backend_setup.h"
 #include "cli/commands.h"
 #include "comm/mpi_runtime.h"
-#include "config/help_sections.h"
-#include "config/option_files.h"
+#include "config/command_options.h"
 #include "config/output_path.h"
-#include "core/blocking_call_deadline.h"
 #include "core/check.h"
 #include "core/control_wait.h"
 #include "core/usage_error.h"

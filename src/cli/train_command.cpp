@@ -11,7 +11,6 @@
 #include "cli/commands.h"
 #include "comm/mpi_runtime.h"
 #include "config/run_config.h"
-#include "core/blocking_call_deadline.h"
 #include "core/check.h"
 #include "core/control_wait.h"
 #include "core/memory_estimate.h"

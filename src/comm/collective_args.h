@@ -17,7 +17,7 @@
 #include <string>
 #include <utility>
 
-#include "timing/collective_record.h"
+#include "timing/phases.h"
 
 namespace scalestudy {
 

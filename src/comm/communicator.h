@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "comm/collective_args.h"
-#include "timing/collective_record.h"
+#include "timing/phases.h"
 
 namespace scalestudy {
 

@@ -4,7 +4,7 @@
 
 #include <filesystem>
 
-#include "config/option_files.h"
+#include "config/command_options.h"
 
 namespace scalestudy {
 namespace {

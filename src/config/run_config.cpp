@@ -14,8 +14,7 @@
 #include <optional>
 #include <sstream>
 
-#include "config/help_sections.h"
-#include "config/option_files.h"
+#include "config/command_options.h"
 #include "config/output_path.h"
 #include "core/usage_error.h"
 

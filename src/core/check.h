@@ -1,7 +1,9 @@
 #pragma once
 // How every failed check ends the job: it reports rank, host, file:line and the
 // library's own message, then aborts the whole job, since a half-failed collective on one
-// rank would otherwise leave its peers waiting forever. This header holds the generic
+// rank would otherwise leave its peers waiting forever. Before it aborts, the ending rank
+// tells every other rank why (a job-end notice), so that the ranks the launcher then tears
+// down end quietly instead of each blaming the teardown. This header holds the generic
 // check and MPI's; each library target that calls another library has its own check
 // header on top of abort_job: kernels/cuda_check.h (CUDA, cuBLAS), comm/nccl_check.h,
 // results/hdf5_check.h, and CUPTI's in backend/cuda/cupti_tracer.cpp.
@@ -23,8 +25,8 @@ namespace scalestudy {
 
 // For a rank that is not the one to report a failure that its peers see too (a roll call,
 // core/roll_call.h, names a lower rank that responds): waits up to `grace` for the notice
-// of the rank that ends the job (core/job_end_notice.h). On one, this rank ends quietly,
-// and the abort hook records the notice's reason. Returns when none came.
+// that the rank ending the job sends every other rank before it aborts. On one, this rank
+// ends quietly, and the abort hook records the notice's reason. Returns when none came.
 void defer_to_reporting_rank(std::chrono::milliseconds grace);
 
 // Called once, on the aborting rank, before the job is ended: the results writer marks

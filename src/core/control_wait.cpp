@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <utility>
 
 #include "core/check.h"
 #include "core/roll_call.h"
@@ -115,6 +116,28 @@ void control_barrier(MPI_Comm comm, const std::string& phase) {
   MPI_Request request;
   CHECK_MPI(MPI_Ibarrier(comm, &request));
   wait_control(request, number, "barrier", phase);
+}
+
+BlockingCallDeadline::BlockingCallDeadline(std::string phase, int rank) : phase_(std::move(phase)) {
+  const double limit_s = rank_timeout(control_timeout(), rank);
+  watcher_ = std::thread([this, limit_s] { watch(limit_s); });
+}
+
+BlockingCallDeadline::~BlockingCallDeadline() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    finished_ = true;
+  }
+  finished_changed_.notify_all();
+  watcher_.join();
+}
+
+void BlockingCallDeadline::watch(double limit_s) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (finished_changed_.wait_for(lock, std::chrono::duration<double>(limit_s), [this] { return finished_; })) return;
+  end_job(phase_ + " did not complete within " + seconds_text(limit_s) +
+              " s (--comm-timeout): a peer rank is stuck or gone",
+          1);
 }
 
 }  // namespace scalestudy

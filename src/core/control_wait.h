@@ -3,11 +3,16 @@
 // checks, the stop agreement) are started with MPI's nonblocking calls and waited for
 // here, so that no rank waits past the timeout for a peer that is stuck or gone, and a
 // stop signal ends a wait at once (core/stop_signal.h). Each is counted as it starts, so
-// that a wait that times out can name the ranks that never came (core/roll_call.h).
+// that a wait that times out can name the ranks that never came (core/roll_call.h). The
+// blocking calls that have no nonblocking form run under a BlockingCallDeadline, which
+// holds them to the same timeout.
 #include <mpi.h>
 
+#include <condition_variable>
 #include <cstdint>
+#include <mutex>
 #include <string>
+#include <thread>
 
 namespace scalestudy {
 
@@ -54,5 +59,27 @@ void control_gatherv(const GathervArgs& gather, MPI_Comm comm, const std::string
 void control_allgather(const void* send, int count, MPI_Datatype type, void* recv, MPI_Comm comm,
                        const std::string& phase);
 void control_barrier(MPI_Comm comm, const std::string& phase);
+
+// A deadline for blocking calls that MPI and NCCL give none: the start-up's node split
+// (MPI_Comm_split_type) and NCCL's communicator init wait for every peer, so a peer that
+// is stopped or gone would hold the others there forever. While a BlockingCallDeadline
+// lives, a thread watches the clock; past the rank's control timeout (rank_timeout) it
+// ends the job with one line naming the phase.
+class BlockingCallDeadline {
+ public:
+  BlockingCallDeadline(std::string phase, int rank);
+  // Disarms the deadline: the calls completed in time.
+  ~BlockingCallDeadline();
+  BlockingCallDeadline(const BlockingCallDeadline&) = delete;
+  BlockingCallDeadline& operator=(const BlockingCallDeadline&) = delete;
+
+ private:
+  void watch(double limit_s);
+  std::string phase_;
+  std::mutex mutex_;
+  std::condition_variable finished_changed_;
+  bool finished_ = false;
+  std::thread watcher_;
+};
 
 }  // namespace scalestudy

@@ -1,6 +1,10 @@
 #include "core/memory_estimate.h"
 
 #include <cstdio>
+#include <fstream>
+#include <limits>
+#include <optional>
+#include <sstream>
 
 #include "core/enum_names.h"
 
@@ -52,6 +56,29 @@ std::string human_bytes(size_t bytes) {
   std::snprintf(text, sizeof(text), value >= 100.0 ? "%.0f %s" : value >= 10.0 ? "%.1f %s" : "%.2f %s", value,
                 kUnits[unit]);
   return text;
+}
+
+namespace {
+
+// The value of the "KEY:   N kB" line of a /proc file, in bytes, where there is one.
+std::optional<size_t> proc_kib_field(const char* path, const std::string& key) {
+  std::ifstream file(path);
+  std::string line;
+  while (std::getline(file, line)) {
+    if (line.rfind(key + ":", 0) != 0) continue;
+    std::istringstream fields(line.substr(key.size() + 1));
+    size_t kib = 0;
+    if (fields >> kib) return kib * 1024;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+size_t peak_resident_bytes() { return proc_kib_field("/proc/self/status", "VmHWM").value_or(0); }
+
+size_t host_available_bytes() {
+  return proc_kib_field("/proc/meminfo", "MemAvailable").value_or(std::numeric_limits<size_t>::max());
 }
 
 namespace {

@@ -2,7 +2,8 @@
 // Per-rank memory accounting: what a block of memory holds (MemoryKind, for the backends'
 // blocks and the communicators'); the memory a run holds at its peak, by kind, predicted
 // before it allocates (the memory preflight), with the head-room kept beside a prediction
-// when it is compared with the memory available; and the error an allocation that cannot
+// when it is compared with the memory available; the host memory of this process, its
+// peak and what new allocations may still take; and the error an allocation that cannot
 // be satisfied throws.
 #include <array>
 #include <cstddef>
@@ -33,6 +34,15 @@ size_t memory_with_headroom(size_t predicted_bytes);
 // Bytes in binary units with three significant digits: "17 bytes", "3.20 KiB", "512 MiB",
 // "1.50 GiB", up to EiB.
 std::string human_bytes(size_t bytes);
+
+// The process's peak resident set (VmHWM from /proc/self/status), in bytes; 0 where
+// /proc is missing.
+size_t peak_resident_bytes();
+
+// The host's MemAvailable (/proc/meminfo), in bytes: what new allocations may take
+// without swapping, shared by every process of the host. SIZE_MAX where /proc is
+// missing, so that nothing is refused for want of a number.
+size_t host_available_bytes();
 
 // An allocation that the device or the host could not satisfy. The backends (and the
 // communicators' staging) throw it instead of ending the job inside the allocator, so

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "core/check.h"
-#include "model/initial_parameters.h"
+#include "model/parameter_layout.h"
 
 namespace scalestudy {
 namespace {

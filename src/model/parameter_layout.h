@@ -1,6 +1,7 @@
 #pragma once
-// Where every parameter lives in the one flat buffer. Tensors are views into it; the
-// strategies cut buckets and shards by arithmetic on these offsets alone.
+// Where every parameter lives in the one flat buffer, and the values it starts from.
+// Tensors are views into it; the strategies cut buckets and shards by arithmetic on these
+// offsets alone.
 //
 // Order: wte, wpe, then block 0 .. L-1, then the final LayerNorm. Backward finishes
 // gradients from the end of the buffer towards the start (final LayerNorm, block L-1,
@@ -8,6 +9,7 @@
 // gradient, from its last rows down), so buckets taken from the end fill up in the order
 // backward produces them.
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -68,5 +70,12 @@ void for_each_tensor_piece(const ParameterLayout& layout, size_t begin_elems, si
   }
   if (cursor < end_elems) visit(cursor, end_elems, false);
 }
+
+// The model's starting weights, the same on every rank and every backend. GPT-2
+// initialisation from a seed, as a host buffer of padded_elems floats: weights N(0, 0.02),
+// residual projections N(0, 0.02/sqrt(2L)), biases and padding 0, LayerNorm weights 1.
+// The normal draws come from a generator defined here rather than from <random>, whose
+// distributions differ between standard libraries.
+std::vector<float> initial_parameters(const ParameterLayout& layout, size_t padded_elems, uint64_t seed);
 
 }  // namespace scalestudy

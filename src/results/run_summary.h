@@ -7,7 +7,6 @@
 #include <string>
 #include <vector>
 
-#include "timing/collective_record.h"
 #include "profile/gpu_state.h"
 #include "timing/phases.h"
 

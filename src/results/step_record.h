@@ -9,7 +9,6 @@
 
 #include "core/memory_estimate.h"
 #include "profile/gpu_state.h"
-#include "timing/collective_record.h"
 #include "timing/phases.h"
 
 namespace scalestudy {

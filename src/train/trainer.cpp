@@ -10,7 +10,7 @@
 #include "core/memory_estimate.h"
 #include "core/stop_signal.h"
 #include "core/usage_error.h"
-#include "data/make_token_source.h"
+#include "data/token_source.h"
 #include "train/consistency.h"
 
 namespace scalestudy {

@@ -3,7 +3,7 @@
 # and the job ends once the timeout has passed, with a message naming where it waited.
 # - The collective watchdog: a collective that the last rank never joins; the message
 #   names the rank, the collective and its phase.
-# - The start-up's deadline (core/blocking_call_deadline.h): a blocking call with no
+# - The start-up's deadline (core/control_wait.h): a blocking call with no
 #   deadline of its own (as the node split and NCCL's init are); one line names the phase.
 set -uo pipefail
 mpiexec=$2

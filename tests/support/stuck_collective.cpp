@@ -4,7 +4,7 @@
 // tests/scripts/test_comm_timeout.sh as `stuck_collective TIMEOUT_S` under mpiexec.
 // `stuck_collective TIMEOUT_S startup` blocks the others in a barrier under a
 // BlockingCallDeadline instead, as a peer that never reaches the start-up's node split
-// would (core/blocking_call_deadline.h).
+// would (core/control_wait.h).
 #include <mpi.h>
 
 #include <chrono>
@@ -15,7 +15,6 @@
 
 #include "comm/mpi_communicator.h"
 #include "comm/mpi_runtime.h"
-#include "core/blocking_call_deadline.h"
 #include "core/control_wait.h"
 
 int main(int argc, char** argv) {

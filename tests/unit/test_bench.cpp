@@ -11,13 +11,11 @@
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
-#include "bench/bench_comm.h"
 #include "bench/bench_common.h"
-#include "bench/bench_gemm.h"
 #include "bench/bench_gpt.h"
-#include "bench/bench_layer.h"
 #include "bench/bench_model.h"
 #include "bench/bench_point.h"
+#include "bench/benchmarks.h"
 #include "comm/mpi_communicator.h"
 #include "core/usage_error.h"
 #include "model/flops.h"

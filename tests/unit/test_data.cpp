@@ -15,10 +15,10 @@
 #include <vector>
 
 #include "core/usage_error.h"
-#include "data/make_token_source.h"
 #include "data/markov_source.h"
 #include "data/random_tokens.h"
 #include "data/token_file.h"
+#include "data/token_source.h"
 
 namespace scalestudy {
 namespace {

@@ -16,7 +16,7 @@
 #include "memory_tracking.h"
 #include "model/gpt.h"
 #include "parallel/strategy.h"
-#include "parallel/training_memory.h"
+#include "train/memory_preflight.h"
 #include "train/trainer.h"
 #include "train_args.h"
 

@@ -16,7 +16,7 @@
 #include <unordered_map>
 
 #include "backend/backend.h"
-#include "core/process_memory.h"
+#include "core/memory_estimate.h"
 
 namespace scalestudy {
 

@@ -11,7 +11,6 @@
 #include "backend/cuda/cudnn_attention.h"
 #include "cuda_check.h"
 #include "cross_entropy.cuh"
-#include "dense_gelu.cuh"
 #include "elementwise.cuh"
 #include "embedding.cuh"
 #include "flash_attention.cuh"

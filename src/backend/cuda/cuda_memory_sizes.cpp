@@ -6,9 +6,9 @@
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/cuda_storage.h"
 #include "backend/cuda/cudnn_attention.h"
-#include "dense_gelu.cuh"
 #include "embedding.cuh"
 #include "flash_attention.cuh"
+#include "gelu.cuh"
 #include "layernorm.cuh"
 #include "matmul.cuh"
 

@@ -144,7 +144,7 @@ class CudaOps final : public Backend {
   void matmul_backward(const MatmulBackwardArgs<float>& args) override;
 
   // bf16 with a bias among the parameters: one cuBLASLt GEMM each, the GELU in its
-  // epilogue (kernels/dense_gelu.cuh), where cuBLASLt takes the shapes; otherwise, and in
+  // epilogue (kernels/gelu.cuh), where cuBLASLt takes the shapes; otherwise, and in
   // fp16 and fp32, the plain ops (Ops's defaults).
   void dense_gelu_forward(const DenseGeluForwardArgs<float>& args) override;
   void dense_backward_through_gelu(const DenseGeluBackwardArgs<float>& args) override;

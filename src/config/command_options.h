@@ -1,7 +1,9 @@
 #pragma once
-// Reading the options of a subcommand from its command line and an optional INI file
-// (--config), strictly: no guessed abbreviations, no stray positional arguments, and a
-// config file that is a readable text file whose every error names the file and the line.
+// The options of a subcommand: declared in titled sections, whose declarations its --help
+// prints, each entry wrapped within kHelpLineLength columns; and read from its command
+// line and an optional INI file (--config), strictly: no guessed abbreviations, no stray
+// positional arguments, and a config file that is a readable text file whose every error
+// names the file and the line.
 #include <boost/program_options.hpp>
 
 #include <functional>
@@ -9,6 +11,28 @@
 #include <string>
 
 namespace scalestudy {
+
+inline constexpr unsigned kHelpLineLength = 100;
+// The descriptions' column starts at most this far from the line's end; an option whose
+// name and default are longer starts its description on the next line.
+inline constexpr unsigned kHelpMinDescriptionLength = 66;
+
+// One titled section of a subcommand's options.
+inline boost::program_options::options_description help_section(const std::string& caption) {
+  return boost::program_options::options_description(caption, kHelpLineLength, kHelpMinDescriptionLength);
+}
+
+// The value of an option stored in `field`, whose --help shows the field's initial value
+// as the default: the default is written once, where the field is.
+template <typename T>
+boost::program_options::typed_value<T>* defaulted(T* field) {
+  return boost::program_options::value(field)->default_value(*field);
+}
+
+// The sections together, in the order --help prints them.
+inline boost::program_options::options_description help_sections() {
+  return boost::program_options::options_description(kHelpLineLength, kHelpMinDescriptionLength);
+}
 
 // Where the options that a --config file set are set: the file, and the line of each option
 // that the command line does not override.

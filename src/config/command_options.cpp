@@ -1,4 +1,4 @@
-#include "config/option_files.h"
+#include "config/command_options.h"
 
 #include <algorithm>
 #include <filesystem>

@@ -1,4 +1,4 @@
-#include "data/make_token_source.h"
+#include "data/token_source.h"
 
 #include "core/usage_error.h"
 #include "data/markov_source.h"
