@@ -22,7 +22,7 @@
 #include "cuda_ops_fixture.h"
 #include "memory_tracking.h"
 #include "train/trainer.h"
-#include "train_args.h"
+#include "training.h"
 
 namespace scalestudy::gpu_test {
 namespace {

@@ -24,7 +24,7 @@
 #include "comm/nccl_communicator.h"
 #include "config/run_config.h"
 #include "train/trainer.h"
-#include "train_args.h"
+#include "training.h"
 
 namespace scalestudy {
 namespace {

@@ -18,7 +18,7 @@
 #include "model/flops.h"
 #include "model/parameter_layout.h"
 #include "parallel/bucket_plan.h"
-#include "train_args.h"
+#include "training.h"
 
 namespace scalestudy {
 namespace {

@@ -22,8 +22,7 @@
 #include "optim/loss_scaler.h"
 #include "parallel/ddp_strategy.h"
 #include "train/trainer.h"
-#include "cpu_training.h"
-#include "train_args.h"
+#include "training.h"
 
 namespace scalestudy {
 namespace {
