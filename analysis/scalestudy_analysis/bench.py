@@ -31,7 +31,7 @@ import pandas as pd
 from . import machine
 from .inference_grid import inference_section, read_pytorch
 from .layer_roofline import layer_section
-from .problems import Problem
+from .reading import Problem
 from .schema import COMM_SCOPES, SUPPORTED_SCHEMA_VERSIONS
 
 USAGE_ERROR = 2

@@ -133,7 +133,7 @@ def compare_main(argv):
             return _usage_error(message)
     if args.out_dir.exists() and not args.out_dir.is_dir():
         return _usage_error(f"OUT_DIR {str(args.out_dir)!r} exists and is not a directory")
-    from .compare_report import write_compare
+    from .compare import write_compare
     print(write_compare(args.sets, args.out_dir, labels, level=args.level,
                         threshold=args.threshold, resamples=args.resamples, seed=args.seed))
     return 0

@@ -9,11 +9,10 @@ import pandas as pd
 
 from . import machine
 from .gpu_state import GpuState, read_gpu_phase_state, read_gpu_state
-from .h5text import attributes as _attributes, text as _text, text_list as _text_list
 from .intervals import StepQuantities, step_quantities
 from .kernels import KernelTrace, read_kernel_trace
 from .placement import read_placement
-from .problems import Problem
+from .reading import Problem, attributes as _attributes, text as _text, text_list as _text_list
 from .schema import (COLLECTIVE_NAMES, HOST_INFO_DATASETS, HOST_INFO_VERSION, KERNEL_TRACE_GROUP,
                      MEMORY_ESTIMATE_ATTRIBUTE, PHASE_NAMES, RESULT_SUFFIXES, STATUS_COMPLETE,
                      SUMMARY_FLOAT_KEYS, SUPPORTED_SCHEMA_VERSIONS)

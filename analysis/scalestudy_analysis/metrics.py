@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from . import machine
-from .problems import Problem
+from .reading import Problem
 from .schema import BATCH_KEY, PER_RUN_KEYS, SERIES_KEYS
 from .summary import quartiles, ratio
 

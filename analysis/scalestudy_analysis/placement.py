@@ -7,8 +7,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from .h5text import text_list
-from .problems import Problem
+from .reading import Problem, text_list
 from .schema import (DEVICE_ID_DATASETS, DEVICE_ID_VERSION, LINK_EMULATION_ATTRIBUTE, LINK_VERSION,
                      MPI_PLACEMENT_VERSION, PLACEMENT_DATASETS, PLACEMENT_VERSION, TRANSPORTS_ATTRIBUTE,
                      TRANSPORTS_RANKS_ATTRIBUTE)

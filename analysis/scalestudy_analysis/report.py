@@ -1,27 +1,35 @@
-"""The markdown report and runs.csv: what was loaded, per-series tables and figures, and
-every problem found on the way; the sections of their own (GPU state, kernel profile)
-come from their modules."""
+"""The markdown report and runs.csv: what was loaded, what sets the series apart (what
+each ran on and what built it, and the names of whatever differs between them, so that a
+reader comparing two series sees first whether they differ in more than the strategy),
+per-series tables and figures with memory per rank by kind, loss against step beside the
+1-rank run and the collectives' achieved bandwidth, and every problem found on the way;
+the sections of their own (GPU state, kernel profile) come from their modules; and beside
+runs.csv, series.csv and series.json: one row per series and N with every number the
+report shows of it (speedup, efficiency with its interval, communication and exposed
+fractions, MFU, the breakdown, memory, the loss's departure), for other tools."""
+import json
+import math
 from collections import Counter
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from . import __version__, machine, noise, plots
-from .exports import write_series_exports
-from .gpu_state_report import gpu_state_section
+from .gpu_state import gpu_state_section
 from .html import write_html
-from .kernel_report import kernel_section
-from .bandwidth import load_benches
+from .kernels import kernel_section
+from .bandwidth import bandwidth_figure, bandwidth_markdown, bandwidth_table, load_benches
 from .baseline import add_common_efficiency
 from .load import load_results
+from .loss import departure_line, loss_figure
 from .markdown import (figure_markdown as _figure_markdown, fmt as _fmt, percent as _percent,
                        relative as _relative, table as _table)
-from .memory import memory_figures
+from .memory import memory_figures, memory_markdown, memory_table
 from .metrics import comm_part_name, group_series, series_peak
-from .series_details import series_details
-from .series_overview import overview_section
+from .schema import MEMORY_KIND_NAMES
 from .timeline import timeline
 
 DEFINITIONS = """\
@@ -145,6 +153,97 @@ def _loaded_section(results_dir, runs, series_list):
     return "\n".join(lines)
 
 
+# Columns of the list of series ("What sets the series apart"): (heading, value of a
+# series), in display order.
+OVERVIEW_COLUMNS = (
+    ("device", lambda s: _distinct(s, machine.device_model)),
+    ("nodes×ranks per node (by N)", lambda s: _topologies(s)),
+    ("backend", lambda s: _distinct(s, lambda r: str(r.attrs.get("backend", machine.UNKNOWN)))),
+    ("precision", lambda s: str(s.fields.get("precision", machine.UNKNOWN))),
+    ("build", lambda s: _distinct(s, machine.build)),
+    ("CPU model", lambda s: _distinct(s, machine.cpu_model)),
+    ("logical cores", lambda s: _distinct(s, machine.logical_cores)),
+)
+# Shown only where some series runs on the CPU backend: there they are the device.
+CPU_COLUMNS = ("CPU model", "logical cores")
+
+
+def _distinct(series, value_of):
+    return " + ".join(sorted({str(value_of(run)) for run in series.runs}))
+
+
+def _topologies(series):
+    by_n = {}
+    for run in sorted(series.runs, key=lambda r: r.world_size):
+        by_n.setdefault(run.world_size, set()).add(machine.topology(run))
+    return ", ".join(f"{n}: {' / '.join(sorted(shapes))}" for n, shapes in by_n.items())
+
+
+def differing_columns(series_list):
+    """Headings of the columns whose value is not the same for every series (the
+    topology compared by its ranks per node, since N changes the node count)."""
+    differing = []
+    for heading, value_of in OVERVIEW_COLUMNS:
+        if heading.startswith("nodes"):
+            values = {run_packing for s in series_list
+                      for run_packing in {machine.packing(run) or "1 node" for run in s.runs}}
+            if len(values - {"1 node"}) > 1:
+                differing.append(heading)
+            continue
+        if len({value_of(s) for s in series_list}) > 1:
+            differing.append(heading)
+    return differing
+
+
+def overview_section(series_list):
+    if not series_list:
+        return "No series."
+    with_cpu = any(str(run.attrs.get("backend")) == "cpu" for s in series_list for run in s.runs)
+    columns = [(h, f) for h, f in OVERVIEW_COLUMNS if with_cpu or h not in CPU_COLUMNS]
+    differing = [h for h in differing_columns(series_list) if with_cpu or h not in CPU_COLUMNS]
+    rows = [[str(s.index), f"{s.strategy_label} {s.scaling}"] + [f(s) for _, f in columns]
+            for s in series_list]
+    lines = ["Runs that differ in device, topology (ranks per node), backend, precision, "
+             "build (commit and dirty flag) or, on the CPU backend, CPU model and logical "
+             "cores are never pooled: each such difference makes a series of its own.", ""]
+    if differing:
+        lines.append("**Differs between series:** " + ", ".join(differing) + ".")
+    else:
+        lines.append("Every series ran on the same kind of machine, from the same build.")
+    lines += ["", _table(["#", "series"] + [h for h, _ in columns], rows)]
+    return "\n".join(lines)
+
+
+@dataclass
+class SeriesDetails:
+    """What a series' section shows beyond its scaling table and breakdown; the numbers
+    are kept for the warnings and the exports."""
+    memory: pd.DataFrame
+    bandwidth: pd.DataFrame
+    loss_departure: dict                 # N -> largest relative departure from 1 rank
+    figures: list = field(default_factory=list)
+
+    def markdown(self, series):
+        sources = sorted({run.peak_bytes_source for run in series.runs if run.peak_bytes_source})
+        loss, bandwidth = self.figures
+        parts = ["#### Memory per rank", "", memory_markdown(self.memory, ", ".join(sources)), "",
+                 "#### Loss", "", _figure_markdown(loss), ""]
+        line = departure_line(series, self.loss_departure)
+        if line:
+            parts += [line, ""]
+        parts += ["#### Collectives' bandwidth", "", bandwidth_markdown(self.bandwidth), "",
+                  _figure_markdown(bandwidth), ""]
+        return "\n".join(parts)
+
+
+def series_details(series, series_list, out_dir, benches):
+    loss, departures = loss_figure(series, series_list, out_dir)
+    bandwidth = bandwidth_table(series, benches)
+    return SeriesDetails(memory=memory_table(series), bandwidth=bandwidth,
+                         loss_departure=departures,
+                         figures=[loss, bandwidth_figure(series, bandwidth, out_dir)])
+
+
 def _series_section(series, figures, results_dir, details):
     baseline = series.baseline_n
     sizes = ", ".join(str(int(n)) for n in series.table["N"])
@@ -185,6 +284,72 @@ def _series_section(series, figures, results_dir, details):
         parts += [_figure_markdown(figure), ""]
     parts += [details.markdown(series)]
     return "\n".join(parts)
+
+
+# Columns of a series' scaling table that are exported, in order; the breakdown's and
+# the common baseline's follow.
+POINT_COLUMNS = (
+    "N", "topology", "comm_scope", "link", "repeats", "runs", "steps", "step_time_median_s", "step_time_q1_s", "step_time_q3_s",
+    "tokens_per_step", "tokens_per_s", "tokens_per_s_lo", "tokens_per_s_hi", "speedup",
+    "speedup_lo", "speedup_hi", "efficiency", "efficiency_lo", "efficiency_hi", "karp_flatt",
+    "comm_time_median_s", "comm_fraction_of_step", "exposed_comm_median_s",
+    "exposed_comm_fraction", "exposed_fraction_of_step", "tflops_per_gpu",
+    "peak_tflops_per_gpu", "mfu", "compute_spread", "efficiency_common", "efficiency_common_lo",
+    "efficiency_common_hi", "baseline_series", "baseline_n")
+
+
+def _identity(series):
+    """What names a series: its fields, what sets it apart, and its machine and build."""
+    described = {}
+    for run in series.runs:
+        for key, value in machine.describe(run).items():
+            described.setdefault(key, set()).add(value)
+    return {"series": series.index, "label": series.label, "strategy": series.strategy_label,
+            **{key: str(value) for key, value in series.fields.items() if key != "strategy"},
+            **{key: " + ".join(sorted(values)) for key, values in described.items()},
+            "variant": "; ".join(f"{k}={v}" for k, v in sorted(series.variant.items()))}
+
+
+def series_rows(series, details):
+    """One dict per N: the series' identity, then its numbers."""
+    table = series.table
+    breakdown = [c for c in table.columns if c.startswith("breakdown_") or c.endswith("_mean_s")]
+    memory = details.memory.set_index("N") if not details.memory.empty else None
+    rows = []
+    for _, point in table.iterrows():
+        n = int(point["N"])
+        row = _identity(series)
+        row.update({column: point[column] for column in POINT_COLUMNS if column in table})
+        row.update({column: point[column] for column in breakdown})
+        for kind in (*MEMORY_KIND_NAMES, "total", "peak"):
+            row[f"memory_{kind}_bytes"] = (memory.loc[n, kind] if memory is not None
+                                           and n in memory.index else math.nan)
+        row["loss_departure"] = details.loss_departure.get(n, math.nan)
+        rows.append(row)
+    return rows
+
+
+def _plain(value):
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return None if not math.isfinite(value) else float(value)
+    return value
+
+
+def write_series_exports(series_list, details, out_dir):
+    """Writes series.csv (flat) and series.json (a list of series, each with its points);
+    NaN is empty in the CSV and null in the JSON."""
+    rows = [row for series in series_list for row in series_rows(series, details[series.index])]
+    pd.DataFrame(rows).to_csv(out_dir / "series.csv", index=False)
+    document = []
+    for series in series_list:
+        points = series_rows(series, details[series.index])
+        identity = _identity(series)
+        document.append({**identity, "points": [
+            {k: _plain(v) for k, v in point.items() if k not in identity} for point in points]})
+    (out_dir / "series.json").write_text(json.dumps({"series": document}, indent=1),
+                                         encoding="utf-8")
 
 
 def _csv_frame(frame):

@@ -18,7 +18,7 @@
 #include "config/run_config.h"
 #include "results/run_summary.h"
 #include "train/trainer.h"
-#include "train_args.h"
+#include "training.h"
 
 namespace scalestudy {
 namespace {

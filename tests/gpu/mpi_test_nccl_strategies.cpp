@@ -22,7 +22,7 @@
 #include "cuda_check.h"
 #include "forwarding_communicator.h"
 #include "train/trainer.h"
-#include "train_args.h"
+#include "training.h"
 
 namespace scalestudy {
 namespace {

@@ -21,7 +21,7 @@
 #include "comm/mpi_communicator.h"
 #include "results/run_recorder.h"
 #include "train/trainer.h"
-#include "train_args.h"
+#include "training.h"
 
 namespace scalestudy {
 namespace {

@@ -11,7 +11,7 @@
 #include "comm/mpi_communicator.h"
 #include "memory_tracking.h"
 #include "train/trainer.h"
-#include "train_args.h"
+#include "training.h"
 
 namespace scalestudy {
 namespace {

@@ -16,7 +16,7 @@
 #include "config/run_config.h"
 #include "forwarding_communicator.h"
 #include "train/trainer.h"
-#include "train_args.h"
+#include "training.h"
 
 namespace scalestudy {
 namespace {

@@ -21,8 +21,7 @@
 #include "parallel/ddp_strategy.h"
 #include "parallel/zero2_strategy.h"
 #include "train/trainer.h"
-#include "cpu_training.h"
-#include "train_args.h"
+#include "training.h"
 
 namespace scalestudy {
 namespace {

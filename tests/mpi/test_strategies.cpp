@@ -14,8 +14,7 @@
 #include "config/run_config.h"
 #include "parallel/zero2_strategy.h"
 #include "train/trainer.h"
-#include "cpu_training.h"
-#include "train_args.h"
+#include "training.h"
 
 namespace scalestudy {
 namespace {

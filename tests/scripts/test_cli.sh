@@ -1,62 +1,120 @@
 #!/usr/bin/env bash
-# The scalestudy binary as a user meets it: help, a short run, and bad input that must
-# end with exit code 2 and one line naming the option and the value.
+# The scalestudy binary as a user meets it, in parts, each a ctest test of its own
+# (test_cli.<part>); with no PART, every part runs.
+# - commands: help, a short run, and bad input that must end with exit code 2 and one line
+#   naming the option and the value.
+# - memory_preflight: a run too large for the memory is refused before anything is
+#   allocated, on every rank alike, with exit code 2 and one line naming the batch option,
+#   the model, the bytes and what would fit; a run that fits records the estimate in its
+#   result file; and an allocation that fails later ends the run naming what it allocated,
+#   with the result file marked failed.
+#   test_cli.sh BINARY MPIEXEC [STUCK_COLLECTIVE [PART]]
 set -uo pipefail
 binary=$1
 mpiexec=$2
+only_part=${4:-}
+parts=(commands memory_preflight)
 source "$(dirname "$0")/cli_checks.sh"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+# The value of a root attribute of an HDF5 file, a string or a number.
+attribute() { h5dump -a "$2" "$1" 2>/dev/null | sed -n 's/^ *(0): "\{0,1\}\([^"]*\)"\{0,1\}$/\1/p'; }
 
-expect_exit 0 "Usage: scalestudy train" "$binary" train --help
-expect_exit 0 "--strategy" "$binary" train --help
-expect_help_fits "$binary" train --help
-expect_help_fits "$binary" bench --help
-expect_exit 0 "Commands:" "$binary" --help
-expect_exit 2 "Usage" "$binary"
-expect_exit 0 "gpt2-small" "$binary" info
-expect_exit 0 "124439808" "$binary" info
-expect_exit 0 "summary: loss" "$binary" train --model tiny --steps 50
+commands() {
+  expect_exit 0 "Usage: scalestudy train" "$binary" train --help
+  expect_exit 0 "--strategy" "$binary" train --help
+  expect_help_fits "$binary" train --help
+  expect_help_fits "$binary" bench --help
+  expect_exit 0 "Commands:" "$binary" --help
+  expect_exit 2 "Usage" "$binary"
+  expect_exit 0 "gpt2-small" "$binary" info
+  expect_exit 0 "124439808" "$binary" info
+  expect_exit 0 "summary: loss" "$binary" train --model tiny --steps 50
 
-expect_exit 2 "no-such-option" "$binary" train --no-such-option 3
-expect_exit 2 "unknown command 'trian'" "$binary" trian
-expect_exit 2 "\-\-heads 5" "$binary" train --heads 5
-expect_exit 2 "\-\-seq 100" "$binary" train --seq 100
-expect_exit 2 "\-\-attention-kernel cudnn: needs \-\-backend cuda" "$binary" train --attention-kernel cudnn
-expect_exit 2 "\-\-profile-kernels: needs \-\-backend cuda" "$binary" train --profile-kernels
-expect_exit 2 "\-\-steps 0" "$binary" train --steps 0
-expect_exit 2 "\-\-batch-per-rank -2" "$binary" train --batch-per-rank=-2
-expect_exit 2 "steps" "$binary" train --steps ten
-expect_exit 2 "\-\-config /nonexistent.ini" "$binary" train --config /nonexistent.ini
-expect_exit 2 "\-\-token-file /nonexistent.bin" "$binary" train --data file --token-file /nonexistent.bin
-expect_exit 2 "\-\-output /proc/no-such-folder/run.h5" "$binary" train --output /proc/no-such-folder/run.h5
-expect_exit 2 "\-\-grad-reduce fp8" "$binary" train --grad-reduce fp8
-expect_exit 2 "unrecognised option '--comm-engine'" "$binary" train --comm-engine copy
-# A value that holds a newline or an escape is written as \xNN: the error stays one line.
-expect_exit 2 "\-\-strategy ddp.x0arm -rf x: must be ddp or zero2" "$binary" train --strategy $'ddp\nrm -rf x'
-lines=$("$binary" train --steps $'2\n3' 2>&1 | wc -l)
-[ "$lines" = 1 ] || fail "a value with a newline gave $lines lines of error, not one"
+  expect_exit 2 "no-such-option" "$binary" train --no-such-option 3
+  expect_exit 2 "unknown command 'trian'" "$binary" trian
+  expect_exit 2 "\-\-heads 5" "$binary" train --heads 5
+  expect_exit 2 "\-\-seq 100" "$binary" train --seq 100
+  expect_exit 2 "\-\-attention-kernel cudnn: needs \-\-backend cuda" "$binary" train --attention-kernel cudnn
+  expect_exit 2 "\-\-profile-kernels: needs \-\-backend cuda" "$binary" train --profile-kernels
+  expect_exit 2 "\-\-steps 0" "$binary" train --steps 0
+  expect_exit 2 "\-\-batch-per-rank -2" "$binary" train --batch-per-rank=-2
+  expect_exit 2 "steps" "$binary" train --steps ten
+  expect_exit 2 "\-\-config /nonexistent.ini" "$binary" train --config /nonexistent.ini
+  expect_exit 2 "\-\-token-file /nonexistent.bin" "$binary" train --data file --token-file /nonexistent.bin
+  expect_exit 2 "\-\-output /proc/no-such-folder/run.h5" "$binary" train --output /proc/no-such-folder/run.h5
+  expect_exit 2 "\-\-grad-reduce fp8" "$binary" train --grad-reduce fp8
+  expect_exit 2 "unrecognised option '--comm-engine'" "$binary" train --comm-engine copy
+  # A value that holds a newline or an escape is written as \xNN: the error stays one line.
+  expect_exit 2 "\-\-strategy ddp.x0arm -rf x: must be ddp or zero2" "$binary" train --strategy $'ddp\nrm -rf x'
+  lines=$("$binary" train --steps $'2\n3' 2>&1 | wc -l)
+  [ "$lines" = 1 ] || fail "a value with a newline gave $lines lines of error, not one"
 
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-printf 'not a token file at all, just text\n%.0s' {1..10} >"$tmp/bad.bin"
-# A bad token file is named as the option that gave it.
-expect_exit 2 "\-\-token-file $tmp/bad.bin: " "$binary" train --data file --token-file "$tmp/bad.bin" --steps 2
-printf 'model = tiny\nsteps = 3\nbogus_key = 1\n' >"$tmp/bad.ini"
-expect_exit 2 "bogus_key" "$binary" train --config "$tmp/bad.ini"
-printf 'model = tiny\nsteps = 3\nstrategy = zero2\n' >"$tmp/good.ini"
-expect_exit 0 "strategy zero2" "$binary" train --config "$tmp/good.ini"
+  printf 'not a token file at all, just text\n%.0s' {1..10} >"$work/bad.bin"
+  # A bad token file is named as the option that gave it.
+  expect_exit 2 "\-\-token-file $work/bad.bin: " "$binary" train --data file --token-file "$work/bad.bin" --steps 2
+  printf 'model = tiny\nsteps = 3\nbogus_key = 1\n' >"$work/bad.ini"
+  expect_exit 2 "bogus_key" "$binary" train --config "$work/bad.ini"
+  printf 'model = tiny\nsteps = 3\nstrategy = zero2\n' >"$work/good.ini"
+  expect_exit 0 "strategy zero2" "$binary" train --config "$work/good.ini"
 
-# Strong scaling that does not divide over the ranks: every rank refuses, exit 2.
-expect_exit 2 "\-\-global-batch 8" "$mpiexec" --oversubscribe --allow-run-as-root -np 3 \
-  "$binary" train --global-batch 8 --steps 2
+  # Strong scaling that does not divide over the ranks: every rank refuses, exit 2.
+  expect_exit 2 "\-\-global-batch 8" "$mpiexec" --oversubscribe --allow-run-as-root -np 3 \
+    "$binary" train --global-batch 8 --steps 2
 
-# Gradients crossing 2 ranks in bf16 (zero2 with overlap: reduce-scatters in bf16).
-expect_exit 0 "gradients reduced in bf16" "$mpiexec" --oversubscribe --allow-run-as-root -np 2 \
-  "$binary" train --model tiny --steps 4 --grad-reduce bf16 --strategy zero2 --overlap on
+  # Gradients crossing 2 ranks in bf16 (zero2 with overlap: reduce-scatters in bf16).
+  expect_exit 0 "gradients reduced in bf16" "$mpiexec" --oversubscribe --allow-run-as-root -np 2 \
+    "$binary" train --model tiny --steps 4 --grad-reduce bf16 --strategy zero2 --overlap on
 
-# Ranks started with different options end the job with a message, not a hang.
-expect_exit 2 "resolved seed (/config/seed in a result file) differently" timeout 120 "$mpiexec" --oversubscribe --allow-run-as-root \
-  -np 1 "$binary" train --steps 2 --seed 1 : -np 1 "$binary" train --steps 2 --seed 2
-expect_exit 2 "configuration mismatch: rank 1 resolved bucket_mb" timeout 120 "$mpiexec" --oversubscribe \
-  --allow-run-as-root -np 1 "$binary" train --steps 3 --bucket-mb 1 : -np 1 "$binary" train --steps 3 --bucket-mb 2
+  # Ranks started with different options end the job with a message, not a hang.
+  expect_exit 2 "resolved seed (/config/seed in a result file) differently" timeout 120 "$mpiexec" --oversubscribe --allow-run-as-root \
+    -np 1 "$binary" train --steps 2 --seed 1 : -np 1 "$binary" train --steps 2 --seed 2
+  expect_exit 2 "configuration mismatch: rank 1 resolved bucket_mb" timeout 120 "$mpiexec" --oversubscribe \
+    --allow-run-as-root -np 1 "$binary" train --steps 3 --bucket-mb 1 : -np 1 "$binary" train --steps 3 --bucket-mb 2
+}
 
+memory_preflight() {
+  # GPT-2 small with 100000 sequences in one micro-batch needs tens of TiB. The refusal comes
+  # from the estimate, within seconds, not from an allocation.
+  for pattern in "^scalestudy train: error: --global-batch 100000: model gpt2-small needs [0-9.]* TiB per rank" \
+                 "it fits with --grad-accum [0-9]*, or with --recompute on --grad-accum [0-9]*"; do
+    expect_exit 2 "$pattern" timeout 30 "$binary" train --model gpt2-small --global-batch 100000
+  done
+  expect_exit 2 "\-\-batch-per-rank 4096: model gpt2-xl needs" timeout 30 "$binary" train --model gpt2-xl --batch-per-rank 4096
+
+  # Every rank refuses alike, and the job prints the refusal once.
+  output=$(timeout 60 "$mpiexec" --oversubscribe --allow-run-as-root -np 2 \
+    "$binary" train --model gpt2-small --global-batch 100000 2>&1); code=$?
+  [ "$code" = 2 ] || fail "2 ranks: exit code $code, expected 2"
+  count=$(grep -c "error: --global-batch 100000: model gpt2-small" <<<"$output")
+  [ "$count" = 1 ] || fail "2 ranks: the refusal printed $count times"
+
+  # A run that fits says what it expects to hold and records it beside what it held.
+  expect_exit 0 "memory per rank: estimated [0-9.]* MiB" "$binary" train --model tiny --steps 2 \
+    --output "$work/tiny.h5"
+  estimate=$(attribute "$work/tiny.h5" memory_estimate_bytes)
+  available=$(attribute "$work/tiny.h5" memory_available_bytes)
+  { [ -n "$estimate" ] && [ "$estimate" -gt 0 ] && [ -n "$available" ] && [ "$available" -gt "$estimate" ]; } ||
+    fail "the result file holds memory_estimate_bytes '$estimate', memory_available_bytes '$available'"
+
+  # An allocation that fails after the preflight (here: an address-space limit that the
+  # host's MemAvailable does not show) ends the run naming what it was allocating, and the
+  # result file is marked failed with that reason. 1.5 GB of address space holds the MPI
+  # runtime and the libraries, not the 2 GiB of activations of 4096 tiny sequences.
+  (ulimit -v 1500000; exec "$binary" train --model tiny --batch-per-rank 4096 --steps 2 --output "$work/oom.h5") \
+    >"$work/oom.log" 2>&1
+  code=$?
+  [ "$code" = 1 ] || fail "out of memory later: exit code $code, expected 1"
+  grep -q "out of memory while allocating activations ([0-9.]* MiB, cpu backend; .*) before the first step" \
+    "$work/oom.log" || { fail "out of memory later: no message naming the phase"; tail -3 "$work/oom.log"; }
+  [ "$(attribute "$work/oom.h5" status)" = failed ] || fail "out of memory later: the file is not marked failed"
+  [[ "$(attribute "$work/oom.h5" failure_reason)" == "rank 0: out of memory while allocating activations"* ]] ||
+    fail "out of memory later: failure_reason '$(attribute "$work/oom.h5" failure_reason)'"
+}
+
+[ -n "$only_part" ] && selected=("$only_part") || selected=("${parts[@]}")
+for part in "${selected[@]}"; do
+  [[ " ${parts[*]} " == *" $part "* ]] || { echo "FAIL: no part '$part' (parts: ${parts[*]})"; exit 2; }
+  "$part"
+done
 finish

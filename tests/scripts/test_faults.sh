@@ -1,18 +1,33 @@
 #!/usr/bin/env bash
-# Faults injected into running jobs (invariants 4 and 5): SIGSTOP of a random rank with a
-# short --comm-timeout, SIGTERM and SIGINT of a rank or of the launcher, and SIGKILL of a
-# rank, across ddp and zero2, with and without overlap, at 2-4 ranks, each at a random
-# step. Every job must end within the timeout plus 5 s, with a non-zero exit code and a
-# message naming the cause, and leave a readable result file that holds its completed
-# steps: renamed and marked failed with the reason, never complete; where the stopped or
-# killed rank is rank 0, which writes the file, the .partial it leaves must still read.
-# The target of each fault is found by process id, among the launcher's children. A SIGSTOP
-# ends the job with one line from the ranks, whose roll call names the stopped rank, and only
-# it, as the one that does not respond.
-#   test_faults.sh BINARY MPIEXEC [STUCK_COLLECTIVE]; SIGSTOP_TRIALS=N (default 4)
+# Faults of running jobs, in parts, each a ctest test of its own (test_faults.<part>); with
+# no PART, every part runs.
+# - injected (invariants 4 and 5): SIGSTOP of a random rank with a short --comm-timeout,
+#   SIGTERM and SIGINT of a rank or of the launcher, and SIGKILL of a rank, across ddp and
+#   zero2, with and without overlap, at 2-4 ranks, each at a random step. Every job must end
+#   within the timeout plus 5 s, with a non-zero exit code and a message naming the cause,
+#   and leave a readable result file that holds its completed steps: renamed and marked
+#   failed with the reason, never complete; where the stopped or killed rank is rank 0,
+#   which writes the file, the .partial it leaves must still read. The target of each fault
+#   is found by process id, among the launcher's children. A SIGSTOP ends the job with one
+#   line from the ranks, whose roll call names the stopped rank, and only it, as the one
+#   that does not respond. Then the output on a file system that fills up during the run,
+#   or that is read-only.
+# - nonfinite_loss: a run whose loss turns inf or nan stops at that step (--nonfinite-loss
+#   stop, the default): exit code 1, one message, and the result file marked failed with
+#   the step, never complete. With --nonfinite-loss continue it trains on and completes.
+# - comm_timeout (invariant 5 through the deadlines): a peer that never joins leaves the
+#   others waiting, and the job ends once the timeout has passed, with a message naming
+#   where it waited. The collective watchdog: a collective that the last rank of
+#   STUCK_COLLECTIVE never joins; the message names the rank, the collective and its phase.
+#   The start-up's deadline (core/control_wait.h): a blocking call with no
+#   deadline of its own (as the node split and NCCL's init are); one line names the phase.
+#   test_faults.sh BINARY MPIEXEC STUCK_COLLECTIVE [PART]; SIGSTOP_TRIALS=N (default 4)
 set -uo pipefail
 binary=$1
 mpiexec=$2
+stuck_collective=$3
+only_part=${4:-}
+parts=(injected nonfinite_loss comm_timeout)
 work=$(mktemp -d)
 cleanup() {
   pkill -KILL -P $$ 2>/dev/null
@@ -20,7 +35,8 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-timeout_s=3
+timeout_s=3         # --comm-timeout of the injected faults
+stuck_timeout_s=2   # and of stuck_collective
 passed=0
 failed=0
 strategies=("ddp --overlap off" "ddp --overlap on" "zero2 --overlap off" "zero2 --overlap on")
@@ -122,18 +138,6 @@ run_trial() {
   passed=$((passed + 1))
 }
 
-stop_message="did not (finish|complete) within [0-9.]+ s"
-term_message="terminated by SIG(TERM|INT)"
-for i in $(seq 1 "${SIGSTOP_TRIALS:-4}"); do
-  ranks=$((2 + RANDOM % 3))
-  run_trial "stop$i" STOP $((RANDOM % ranks)) "$ranks" "${strategies[RANDOM % 4]}" "$stop_message"
-done
-run_trial term-launcher TERM launcher 3 "zero2 --overlap on" "$term_message"
-run_trial term-rank TERM 1 2 "ddp --overlap on" "$term_message"
-run_trial term-rank0 TERM 0 3 "ddp --overlap off" "$term_message"
-run_trial int-launcher INT launcher 2 "zero2 --overlap off" "$term_message"
-run_trial kill-rank KILL 2 3 "zero2 --overlap on" "killed|signal 9|exited on signal|did not finish"
-
 # The output on a file system that fills up during the run, or that is read-only: the
 # first fails with one line naming the file and the OS's error and keeps what was flushed;
 # the second, and one too small from the start, are refused before the first step.
@@ -169,7 +173,85 @@ disk_trials() {
     passed=$((passed + 1))
   fi
 }
-disk_trials
+
+# The signal trials, then the disk trials.
+injected() {
+  stop_message="did not (finish|complete) within [0-9.]+ s"
+  term_message="terminated by SIG(TERM|INT)"
+  for i in $(seq 1 "${SIGSTOP_TRIALS:-4}"); do
+    ranks=$((2 + RANDOM % 3))
+    run_trial "stop$i" STOP $((RANDOM % ranks)) "$ranks" "${strategies[RANDOM % 4]}" "$stop_message"
+  done
+  run_trial term-launcher TERM launcher 3 "zero2 --overlap on" "$term_message"
+  run_trial term-rank TERM 1 2 "ddp --overlap on" "$term_message"
+  run_trial term-rank0 TERM 0 3 "ddp --overlap off" "$term_message"
+  run_trial int-launcher INT launcher 2 "zero2 --overlap off" "$term_message"
+  run_trial kill-rank KILL 2 3 "zero2 --overlap on" "killed|signal 9|exited on signal|did not finish"
+  disk_trials
+}
+
+# A learning rate of 1e30 without clipping sends the weights, and the loss, to nan.
+nonfinite_loss() {
+  local diverging="train --steps 30 --lr 1e30 --grad-clip 0 --log-every 100" code
+  trial=nonfinite-stop; log="$work/$trial.log"
+  # shellcheck disable=SC2086
+  "$binary" $diverging --output "$work/stop.h5" >"$log" 2>&1
+  code=$?
+  if [ "$code" != 1 ] || ! grep -q "the loss is nan at step" "$log"; then
+    fail "exit code $code, or no message"
+  elif [ "$(attribute "$work/stop.h5" status)" != failed ] ||
+       [[ "$(attribute "$work/stop.h5" failure_reason)" != "the loss is nan at step"* ]]; then
+    fail "the file is not marked failed with the step"
+  else
+    echo "ok [$trial] $(attribute "$work/stop.h5" failure_reason)"; passed=$((passed + 1))
+  fi
+  trial=nonfinite-continue; log="$work/$trial.log"
+  # shellcheck disable=SC2086
+  "$binary" $diverging --nonfinite-loss continue --output "$work/go.h5" >"$log" 2>&1
+  code=$?
+  if [ "$code" != 0 ] || [ "$(attribute "$work/go.h5" status)" != complete ]; then
+    fail "--nonfinite-loss continue did not complete (exit code $code)"
+  else
+    echo "ok [$trial] --nonfinite-loss continue completes"; passed=$((passed + 1))
+  fi
+}
+
+# Runs stuck_collective in `mode` on 3 ranks and checks that it ended with an error between
+# the timeout and 8 s after it (rank 0 gives up first, the others a second later, then the
+# launcher tears the job down), with a line matching `pattern`.
+expect_stuck_timeout() {  # mode pattern
+  local mode=$1 pattern=$2 started code elapsed
+  trial=${mode:-collective}; log="$work/stuck-$trial.log"
+  started=$(date +%s)
+  # shellcheck disable=SC2086
+  timeout 120 "$mpiexec" --oversubscribe --allow-run-as-root -np 3 "$stuck_collective" "$stuck_timeout_s" $mode \
+    >"$log" 2>&1
+  code=$?
+  elapsed=$(( $(date +%s) - started ))
+  echo "$trial: the job ended with exit code $code after ${elapsed}s"
+  if [ "$code" = 0 ] || [ "$code" = 124 ]; then
+    fail "the job did not end with an error"; return
+  fi
+  if [ "$elapsed" -lt "$stuck_timeout_s" ] || [ "$elapsed" -gt $((stuck_timeout_s + 8)) ]; then
+    fail "the job did not end between ${stuck_timeout_s} and $((stuck_timeout_s + 8)) s"; return
+  fi
+  if ! grep -Eq "$pattern" "$log"; then
+    fail "no message names where it waited"; return
+  fi
+  echo "ok [$trial] $(grep -E "$pattern" "$log" | head -1)"
+  passed=$((passed + 1))
+}
+
+comm_timeout() {
+  expect_stuck_timeout "" "collective timed out: collective allreduce #1 \(phase grad-comm, 4.0 KiB\) did not finish within $stuck_timeout_s s on rank [01] -- a peer may have died or be stuck"
+  expect_stuck_timeout startup "rank 0 on .*: the test's start-up barrier did not complete within $stuck_timeout_s s \(--comm-timeout\): a peer"
+}
+
+[ -n "$only_part" ] && selected=("$only_part") || selected=("${parts[@]}")
+for part in "${selected[@]}"; do
+  [[ " ${parts[*]} " == *" $part "* ]] || { echo "FAIL: no part '$part' (parts: ${parts[*]})"; exit 2; }
+  "$part"
+done
 
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

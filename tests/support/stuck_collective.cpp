@@ -1,7 +1,7 @@
 // A job in which the last rank never joins a collective that the others start, as a hung
 // peer would not: the collective watchdog must end it once the timeout has passed, with a
-// message naming the rank, the collective and its phase. Run by
-// tests/scripts/test_comm_timeout.sh as `stuck_collective TIMEOUT_S` under mpiexec.
+// message naming the rank, the collective and its phase. Run by tests/scripts/test_faults.sh
+// (its part comm_timeout) as `stuck_collective TIMEOUT_S` under mpiexec.
 // `stuck_collective TIMEOUT_S startup` blocks the others in a barrier under a
 // BlockingCallDeadline instead, as a peer that never reaches the start-up's node split
 // would (core/control_wait.h).

@@ -1,6 +1,8 @@
 // Training-data sources: every source is a pure function of the global sample index, the
 // Markov source's stationary distribution and entropy rate are exact, and token files are
-// read back bit for bit with a clear error for every kind of bad file.
+// read back bit for bit with a clear error for every kind of bad file; and the trainer's
+// micro-batches read from a source: whatever it read ahead, load(step, m) gives exactly the
+// samples that step and micro-batch cover on this rank.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -19,6 +21,7 @@
 #include "data/random_tokens.h"
 #include "data/token_file.h"
 #include "data/token_source.h"
+#include "train/micro_batch_loader.h"
 
 namespace scalestudy {
 namespace {
@@ -453,6 +456,50 @@ TEST_F(MakeTokenSource, RejectsBadCombinations) {
                      {"--data", "shakespeare"});
   expect_usage_error([] { make_token_source("file", 100, 1, ""); }, {"--data=file", "--token-file"});
   expect_usage_error([] { make_token_source("random", 100, 1, "x.bin"); }, {"--token-file", "x.bin"});
+}
+
+// The trainer's micro-batches on rank 1 of 2.
+constexpr int kLoaderSeq = 8;
+const MicroBatchShape kLoaderShape{/*rank=*/1, /*global_batch=*/8, /*batch_per_rank=*/4, /*micro_batch=*/2,
+                                   kLoaderSeq};
+
+// The samples of (step, micro_batch) straight from the source, inputs then targets.
+std::vector<int32_t> source_samples(const TokenSource& source, int step, int micro_batch) {
+  const int64_t first = int64_t{step} * kLoaderShape.global_batch +
+                        int64_t{kLoaderShape.rank} * kLoaderShape.batch_per_rank +
+                        int64_t{micro_batch} * kLoaderShape.micro_batch;
+  const size_t elems = static_cast<size_t>(kLoaderShape.micro_batch) * kLoaderSeq;
+  std::vector<int32_t> tokens(2 * elems);
+  for (int i = 0; i < kLoaderShape.micro_batch; ++i)
+    source.fill_sample(first + i, kLoaderSeq, tokens.data() + i * kLoaderSeq,
+                       tokens.data() + elems + i * kLoaderSeq);
+  return tokens;
+}
+
+// The micro-batch the loader holds, inputs then targets.
+std::vector<int32_t> loaded_samples(const MicroBatchLoader& loader) {
+  const size_t elems = static_cast<size_t>(kLoaderShape.micro_batch) * kLoaderSeq;
+  std::vector<int32_t> tokens(loader.inputs(), loader.inputs() + elems);
+  tokens.insert(tokens.end(), loader.targets(), loader.targets() + elems);
+  return tokens;
+}
+
+TEST(MicroBatchLoader, GivesEachStepItsOwnSamplesWhateverWasReadAhead) {
+  const RandomTokens source(50, 7);
+  MicroBatchLoader loader(source, kLoaderShape);
+  struct Load {
+    int step, micro_batch, prefetch_after;  // prefetch_after: the step read ahead, -1 none
+  };
+  // In order with read-ahead, then a read-ahead that is not used (step 3 skipped), a
+  // load of a step read ahead but of its second micro-batch, and one never read ahead.
+  const std::vector<Load> loads = {{0, 0, -1}, {0, 1, 1}, {1, 0, -1}, {1, 1, 2}, {2, 0, -1},
+                                   {2, 1, 3}, {4, 0, 5}, {5, 1, -1}, {5, 0, -1}, {3, 0, -1}};
+  for (const Load& load : loads) {
+    loader.load(load.step, load.micro_batch);
+    EXPECT_EQ(loaded_samples(loader), source_samples(source, load.step, load.micro_batch))
+        << "step " << load.step << ", micro-batch " << load.micro_batch;
+    if (load.prefetch_after >= 0) loader.prefetch(load.prefetch_after);
+  }
 }
 
 }  // namespace

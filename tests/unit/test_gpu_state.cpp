@@ -1,6 +1,6 @@
 // The GPU state of a step from its samples, whole and by phase (profile/gpu_state.h), and
 // over a run's measured steps (results/run_summary.h). The samples here are made up; the NVML sampler
-// that takes real ones is tested on a GPU (tests/gpu/test_nvml_telemetry.cpp).
+// that takes real ones is tested on a GPU (tests/gpu/test_gpu_profilers.cpp).
 #include <gtest/gtest.h>
 
 #include <chrono>

@@ -18,7 +18,7 @@
 #include "parallel/strategy.h"
 #include "train/memory_preflight.h"
 #include "train/trainer.h"
-#include "train_args.h"
+#include "training.h"
 
 namespace scalestudy {
 namespace {

@@ -1,8 +1,13 @@
-// The whole model's gradient against central finite differences of its loss, and the
-// end-to-end learning check on the Markov source.
+// The whole model on the CPU oracle: its gradient against central finite differences of its
+// loss; the loss scale in forward, the embeddings' gradient reported in parts and
+// recomputation, each giving the plain step's gradient bit for bit; the end-to-end learning
+// check on the Markov source; dynamic loss scaling (the scaler's rule, an exact no-op when
+// nothing overflows, and a skipped step when the gradients are not finite); and the
+// inference forward against the training forward, with its memory against its prediction.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <string>
@@ -13,7 +18,11 @@
 #include "comm/mpi_communicator.h"
 #include "config/run_config.h"
 #include "model/gpt.h"
+#include "model/gpt_inference.h"
+#include "optim/loss_scaler.h"
+#include "parallel/ddp_strategy.h"
 #include "train/trainer.h"
+#include "training.h"
 
 namespace scalestudy {
 namespace {
@@ -288,6 +297,159 @@ TEST(Learning, TinyModelLearnsTheMarkovSourceDownToItsEntropyRate) {
       std::accumulate(losses.values.end() - 20, losses.values.end(), 0.0) / 20.0;
   EXPECT_LT(final_loss, 1.10 * entropy_rate) << "H = " << entropy_rate;
   EXPECT_GT(final_loss, 0.95 * entropy_rate) << "below the entropy rate: the data must be leaking";
+}
+
+// A tiny run of 4 steps without warm-up, with `extra` options, for the loss-scaling tests.
+RunConfig tiny_run_config(std::vector<std::string> extra) {
+  std::vector<std::string> args = {"--model", "tiny", "--seq", "16", "--batch-per-rank", "4",
+                                   "--steps", "4", "--warmup-steps", "0"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return parse_train_options(args);
+}
+
+TEST(LossScaler, HalvesOnOverflowAndDoublesAfterAGoodRun) {
+  DynamicLossScaler scaler(true, 1024.0f, 3);
+  EXPECT_FALSE(scaler.update(false));
+  EXPECT_EQ(scaler.scale(), 512.0f);
+  EXPECT_TRUE(scaler.update(true));
+  EXPECT_TRUE(scaler.update(true));
+  EXPECT_EQ(scaler.scale(), 512.0f);
+  EXPECT_TRUE(scaler.update(true));
+  EXPECT_EQ(scaler.scale(), 1024.0f);
+  DynamicLossScaler off(false, 1024.0f, 3);
+  EXPECT_EQ(off.scale(), 1.0f);
+  EXPECT_TRUE(off.update(false));
+}
+
+TEST(LossScaler, DefaultsFollowThePrecision) {
+  EXPECT_FALSE(tiny_run_config({}).loss_scaling);
+  EXPECT_TRUE(tiny_run_config({"--loss-scaling", "on"}).loss_scaling);
+}
+
+TEST(LossScaling, APowerOfTwoScaleChangesNothingWithoutOverflow) {
+  // Scaling by 2^10 and unscaling by 2^-10 are exact in fp32 away from overflow and
+  // underflow, so the parameters must match bit for bit.
+  const std::vector<float> plain = train_on_cpu(tiny_run_config({}), MPI_COMM_SELF);
+  const std::vector<float> scaled =
+      train_on_cpu(tiny_run_config({"--loss-scaling", "on", "--loss-scale-init", "1024"}), MPI_COMM_SELF);
+  ASSERT_EQ(plain.size(), scaled.size());
+  EXPECT_EQ(count_differing(plain, scaled), 0u);
+}
+
+TEST(LossScaling, NonFiniteGradientsSkipTheUpdate) {
+  const RunConfig config = tiny_run_config({"--loss-scaling", "on"});
+  CpuOps ops;
+  MpiCommunicator comm(MPI_COMM_SELF, 60.0);
+  const ParameterLayout layout = make_parameter_layout(config.shape);
+  const BucketPlan plan = make_bucket_plan(layout.param_elems, 1e9, 1);
+  Gpt model(ops, config.shape, 4, 16, plan.padded_elems);
+  model.initialize(1);
+  DdpStrategy strategy(config.data_parallel(), ops, comm, model, plan);
+  std::vector<int32_t> tokens(4 * 16, 3), targets(4 * 16, 5);
+  model.forward(tokens.data(), targets.data(), &strategy);
+  strategy.begin_micro_batch(0, 1);
+  model.backward(strategy, 1.0f / 64);
+  strategy.finish_gradient_sync();
+  strategy.tensor_gradients(layout.segments[1].begin_elems)[7] = std::numeric_limits<float>::infinity();
+
+  std::vector<float> before(layout.param_elems), after(layout.param_elems);
+  ops.copy_to_host(before.data(), model.params(), before.size());
+  const OptimizerStats stats = strategy.optimizer_step(1e-3f, 1, 1.0f / 65536);
+  ops.copy_to_host(after.data(), model.params(), after.size());
+  EXPECT_TRUE(stats.skipped);
+  EXPECT_EQ(before, after);
+}
+
+std::vector<int32_t> random_token_ids(int vocab, size_t count, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> token(0, vocab - 1);
+  std::vector<int32_t> ids(count);
+  for (auto& id : ids) id = token(rng);
+  return ids;
+}
+
+size_t allocated_total(const CpuOps& ops) {
+  size_t total = 0;
+  for (int kind = 0; kind < kMemoryKindCount; ++kind) total += ops.allocated_bytes(static_cast<MemoryKind>(kind));
+  return total;
+}
+
+// vocab 37 gives logits smaller than the working set, which then sizes the logits'
+// allocation; vocab 400 gives logits larger than it, as BERT's and GPT-2's are.
+struct InferenceCase {
+  int layers;
+  bool causal;
+  int vocab = 37;
+};
+
+class InferenceForward : public ::testing::TestWithParam<InferenceCase> {};
+
+// The same ops in the same order on the same values: the CPU gives the same bits. The
+// one op that differs, the MLP's GELU, runs in place on the dense layer's output instead
+// of from a kept copy of it, which changes no value.
+TEST_P(InferenceForward, LogitsEqualTheTrainingForwardsBitForBit) {
+  CpuOps ops;
+  const ModelShape shape{GetParam().layers, 16, 4, GetParam().vocab, 9, GetParam().causal};
+  const int batch = 3, seq = 7;
+  const size_t rows = static_cast<size_t>(batch) * seq;
+  const std::vector<int32_t> tokens = random_token_ids(shape.vocab, rows, 5);
+  const std::vector<int32_t> targets = random_token_ids(shape.vocab, rows, 6);
+
+  Gpt training(ops, shape, batch, seq, make_parameter_layout(shape).param_elems);
+  training.initialize(42);
+  training.forward(tokens.data(), targets.data(), nullptr);
+  std::vector<float> expected(rows * shape.vocab);
+  ops.copy_to_host(expected.data(), training.logits(), expected.size());
+
+  GptInference inference(ops, shape, batch, seq);
+  inference.initialize(42);
+  inference.forward(tokens.data());
+  std::vector<float> logits(rows * shape.vocab);
+  ops.copy_to_host(logits.data(), inference.logits(), logits.size());
+
+  ASSERT_EQ(logits.size(), expected.size());
+  for (size_t i = 0; i < logits.size(); ++i) ASSERT_EQ(logits[i], expected[i]) << "logit " << i;
+}
+
+TEST_P(InferenceForward, AllocatesExactlyWhatItPredicts) {
+  CpuOps ops;
+  const ModelShape shape{GetParam().layers, 16, 4, GetParam().vocab, 9, GetParam().causal};
+  const size_t before = allocated_total(ops);
+  GptInference inference(ops, shape, 2, 9);
+  EXPECT_EQ(allocated_total(ops) - before, inference_memory(shape, 2, 9).bytes(ops));
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, InferenceForward,
+                         ::testing::Values(InferenceCase{0, true}, InferenceCase{1, true}, InferenceCase{3, true},
+                                           InferenceCase{3, false}, InferenceCase{3, false, 400},
+                                           InferenceCase{2, true, 400}));
+
+// The working set does not grow with depth: a 12-layer model needs only its larger
+// parameters beyond a 1-layer one's.
+TEST(InferenceMemory, WorkingSetIsOneLayers) {
+  const ModelShape one{1, 64, 4, 100, 32, true};
+  ModelShape twelve = one;
+  twelve.layers = 12;
+  const InferenceMemory a = inference_memory(one, 4, 32), b = inference_memory(twelve, 4, 32);
+  EXPECT_EQ(a.working_elems, b.working_elems);
+  EXPECT_EQ(a.layernorm_elems, b.layernorm_elems);
+  EXPECT_EQ(a.statistics_elems, b.statistics_elems);
+  EXPECT_GT(b.parameter_elems, a.parameter_elems);
+}
+
+// With logits larger than the working set, the working set costs nothing beyond them:
+// the prediction is the logits of the batch plus the buffers that stay beside them.
+TEST(InferenceMemory, WorkingSetLiesInsideLargerLogits) {
+  CpuOps ops;
+  const ModelShape shape{2, 16, 4, 400, 32, false};
+  const InferenceMemory m = inference_memory(shape, 4, 32);
+  ASSERT_GT(ops.logits_bytes(m.logits_rows, m.vocab), ops.floats_bytes(m.working_elems, MemoryKind::activations));
+  EXPECT_EQ(m.logits_allocation_rows(ops), static_cast<size_t>(m.logits_rows));
+  const size_t beside_bytes = ops.floats_bytes(m.parameter_elems, MemoryKind::parameters) +
+                              ops.floats_bytes(m.layernorm_elems, MemoryKind::activations) +
+                              DeviceMemory::statistics_bytes(m.statistics_elems) +
+                              DeviceMemory::ints_bytes(m.token_elems) + ops.attention_state_bytes(m.attention);
+  EXPECT_EQ(m.bytes(ops), beside_bytes + ops.logits_bytes(m.logits_rows, m.vocab));
 }
 
 }  // namespace

@@ -1,13 +1,17 @@
-// CollectiveWatchdog on its own: a collective still in flight past the timeout is reported
-// once, by a message naming the rank, the collective, its phase and its bytes; one that
-// finishes in time, by forget() or by its done test, never is. Timeouts are reported
-// here instead of ending the job (Hooks::on_timeout); tests/scripts/test_comm_timeout.sh
-// covers the job's end.
+// How a job that cannot go on ends, seen from one process. CollectiveWatchdog: a collective
+// still in flight past the timeout is reported once, by a message naming the rank, the
+// collective, its phase and its bytes; one that finishes in time, by forget() or by its done
+// test, never is. Timeouts are reported here instead of ending the job (Hooks::on_timeout).
+// The stop signals are recorded, not acted on, by their handler: the run stops at its next
+// safe point, or a wait ends the job. tests/scripts/test_faults.sh covers the job's end in
+// each case.
 #include <gtest/gtest.h>
+#include <mpi.h>
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <csignal>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -15,6 +19,7 @@
 
 #include "comm/collective_watchdog.h"
 #include "core/control_wait.h"
+#include "core/stop_signal.h"
 
 namespace scalestudy {
 namespace {
@@ -117,6 +122,31 @@ TEST(CollectiveWatchdog, RunsItsCheckEveryPeriod) {
   // A loaded machine may stretch the periods, never add any.
   EXPECT_GE(checks.load(), 2);
   EXPECT_LE(checks.load(), 21);
+}
+
+// After the watchdog's tests: the signal this records stays with the process, and a
+// watchdog or a control wait that sees one ends the job after its grace, so a test that
+// follows it in one process must not leave a collective waiting.
+TEST(StopSignal, TheFirstSignalIsRecordedAndNamed) {
+  EXPECT_EQ(stop_signal(), 0);
+  install_stop_signal_handlers();
+  std::raise(SIGUSR1);
+  EXPECT_EQ(stop_signal(), SIGUSR1) << "the handler records the signal and returns";
+  // A different signal after the first does not replace it: the reason stays the first.
+  std::raise(SIGINT);
+  EXPECT_EQ(stop_signal(), SIGUSR1);
+  EXPECT_EQ(signal_name(SIGTERM), "SIGTERM");
+  EXPECT_EQ(stop_reason(SIGTERM), "terminated by SIGTERM (time limit, scancel or kill)");
+  EXPECT_EQ(stop_exit_code(SIGTERM), 143) << "128 + 15, as a shell reports it";
+}
+
+TEST(ControlWait, ACompletedCollectiveReturnsItsResult) {
+  set_control_timeout(5.0);
+  const int mine = 3;
+  int sum = 0;
+  control_allreduce(&mine, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_SELF, "test");
+  EXPECT_EQ(sum, 3);
+  EXPECT_EQ(control_timeout(), 5.0);
 }
 
 }  // namespace

@@ -1,9 +1,43 @@
-"""Reading a family of per-step datasets of /steps (the GPU state per step, or by phase)
-with the checks that turn a missing or malformed dataset into one reported problem."""
+"""What every reader of result files shares: attribute values as h5py hands them back,
+turned into plain Python values; the Problem a reader reports, so that nothing it finds
+changes a number silently; and the reading of a family of per-step datasets of /steps
+(the GPU state per step, or by phase), with the checks that turn a missing or malformed
+dataset into one reported problem."""
 from dataclasses import dataclass
 from typing import Callable
 
-from .problems import Problem
+import numpy as np
+
+
+def text(value):
+    """Scalars as Python values; bytes (fixed-length strings) decoded without padding."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace").rstrip("\x00")
+    if isinstance(value, np.ndarray) and value.shape == ():
+        return text(value[()])
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def text_list(value):
+    return [str(text(item)) for item in np.atleast_1d(value)]
+
+
+def attributes(obj):
+    return {key: text(value) for key, value in obj.attrs.items()}
+
+
+@dataclass(frozen=True)
+class Problem:
+    where: str      # a file path or a series label
+    kind: str       # short category, e.g. "failed", "incomplete", "mixed git_sha"
+    message: str    # one line for the report
+    excluded: bool  # True when the data behind `where` was left out of every number
+
+    def line(self):
+        effect = "excluded" if self.excluded else "kept"
+        return f"**{self.kind}** ({effect}) `{self.where}`: {self.message}"
 
 
 class MalformedStepDatasets(Exception):

@@ -1,8 +1,12 @@
 #pragma once
-// A whole training run on the CPU backend, and the comparison the tests make of its result.
+// A test's training: its options parsed as the command line parses them (the test fails
+// when they do not parse), a whole run on the CPU backend, and the comparison the tests
+// make of its result.
+#include <gtest/gtest.h>
 #include <mpi.h>
 
 #include <cstddef>
+#include <string>
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
@@ -11,6 +15,15 @@
 #include "train/trainer.h"
 
 namespace scalestudy {
+
+// `options` are what follows "train" on the command line.
+inline RunConfig parse_train_options(const std::vector<std::string>& options) {
+  std::vector<const char*> argv = {"train"};
+  for (const std::string& option : options) argv.push_back(option.c_str());
+  RunConfig config;
+  EXPECT_TRUE(parse_train_config(static_cast<int>(argv.size()), argv.data(), config));
+  return config;
+}
 
 // Trains `config` on the ranks of `comm_world` (MPI_COMM_SELF: this rank alone) and returns
 // this rank's parameters after the last step.
