@@ -84,6 +84,12 @@ struct PassRows {
   size_t model_row(int layers) const { return layers == 1 ? one_layer : two_layers; }
 };
 
+// `shape` with `layers` layers.
+ModelShape with_layers(ModelShape shape, int layers) {
+  shape.layers = layers;
+  return shape;
+}
+
 // What the models say of `shape` at one point, for the forward pass or for both passes.
 PointModel model_point(const ModelShape& shape, int batch, int seq, bool backward, size_t memory_bytes) {
   double bytes = bench_model::gpt_forward_bytes(shape, batch, seq);
@@ -95,10 +101,8 @@ PointModel model_point(const ModelShape& shape, int batch, int seq, bool backwar
 // The rows of one pass: the two models, and the block as their difference.
 PassRows add_pass_rows(BenchContext& context, const ModelShape& shape, int batch, int seq, bool backward,
                        size_t memory_bytes) {
-  ModelShape two = shape;
-  two.layers = 2;
-  const PointModel one_model = model_point(shape, batch, seq, backward, memory_bytes);
-  const PointModel two_model = model_point(two, batch, seq, backward, memory_bytes);
+  const PointModel one_model = model_point(with_layers(shape, 1), batch, seq, backward, memory_bytes);
+  const PointModel two_model = model_point(with_layers(shape, 2), batch, seq, backward, memory_bytes);
   const PointModel block{two_model.flops - one_model.flops, two_model.bytes - one_model.bytes, memory_bytes};
   const char* pass = backward ? kForwardBackward : kForward;
   return {add_point(context, kOneLayerModel, pass, batch, seq, one_model),
@@ -129,9 +133,8 @@ void set_block_timing(BenchContext& context, size_t row, const TimedCalls& one, 
   for (size_t i = 0; i < one.samples_s.size() && i < two.samples_s.size(); ++i)
     block.samples_s.push_back(two.samples_s[i] - one.samples_s[i]);
   block.stats = summarize_samples(block.samples_s);
-  PointTable& table = context.table;
-  table.set_timing(row, block);
-  table.set(row, "tflops", table.number(row, "flops") / block.stats.median_s / 1e12);
+  context.table.set_timing(row, block);
+  set_flops_rate(context.table, row);
   report(context, row);
 }
 
@@ -140,8 +143,7 @@ void set_block_timing(BenchContext& context, size_t row, const TimedCalls& one, 
 // embedding, the final LayerNorm, the head and the loss, which every model pays once,
 // drop out. Both models' rows are kept. caches[i] holds the (i+1)-layer model's parameters.
 void run_block(BenchContext& context, ParameterCache (&caches)[2], const ModelShape& shape, int batch, int seq) {
-  ModelShape two = shape;
-  two.layers = 2;
+  const ModelShape two = with_layers(shape, 2);
   const size_t memory = bench_model::gpt_allocation_bytes(context.backend, two, batch, seq, /*backward=*/true);
   const PassRows forward = add_pass_rows(context, shape, batch, seq, false, memory);
   const PassRows both = add_pass_rows(context, shape, batch, seq, true, memory);
@@ -149,7 +151,7 @@ void run_block(BenchContext& context, ParameterCache (&caches)[2], const ModelSh
                                  both.one_layer,    both.two_layers,    both.block};
   if (!fits(context, rows, memory)) return;
   TimedCalls timed[2][2];  // [layers - 1][forward, forward+backward]
-  for (const ModelShape& model_shape : {shape, two}) {
+  for (const ModelShape& model_shape : {with_layers(shape, 1), two}) {
     const int index = model_shape.layers - 1;
     with_model(context, caches[index], model_shape, batch, seq, [&](const ModelPasses& passes) {
       timed[index][0] = measure_row(context, forward.model_row(model_shape.layers), passes.forward);

@@ -40,8 +40,12 @@ TimedCalls time_row(BenchContext& context, size_t row, const std::function<void(
 
 TimedCalls time_flops_row(BenchContext& context, size_t row, const std::function<void()>& call) {
   const TimedCalls timed = time_row(context, row, call);
-  context.table.set(row, "tflops", context.table.number(row, "flops") / timed.stats.median_s / 1e12);
+  set_flops_rate(context.table, row);
   return timed;
+}
+
+void set_flops_rate(PointTable& table, size_t row) {
+  table.set(row, "tflops", table.number(row, "flops") / table.number(row, "time_median_s") / 1e12);
 }
 
 void add_work_columns(PointTable& table, const std::string& flops_description, const std::string& bytes_description) {

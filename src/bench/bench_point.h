@@ -32,7 +32,10 @@ TimedCalls time_point_calls(BenchContext& context, const std::function<void()>& 
 // Times `call` for `row` (the tracer's window where one runs) and sets the row's timing.
 TimedCalls time_row(BenchContext& context, size_t row, const std::function<void()>& call);
 
-// time_row, then the row's rate "tflops" from its "flops"; returns the timing.
+// The row's rate "tflops" from its "flops" and its median time.
+void set_flops_rate(PointTable& table, size_t row);
+
+// time_row, then set_flops_rate; returns the timing.
 TimedCalls time_flops_row(BenchContext& context, size_t row, const std::function<void()>& call);
 
 // The columns of what one call does by the benchmark's models, and its rate: flops, bytes
