@@ -233,10 +233,10 @@ TEST_P(CudaOpsHalf, Gpt2SmallTimings) {
   }
 }
 
-// GPT-2 small's MLP at batch 8, seq 1024, through the plain
+// GPT-2 small's MLP at batch 32, seq 1024, through the plain
 // ops and through the dense-GELU pair (per layer; the model has 12).
 TEST_P(CudaOpsHalf, DenseGeluTimings) {
-  const int N = 8192, C = 768, H = 4 * C;
+  const int N = 32768, C = 768, H = 4 * C;
   const size_t NH = size_t(N) * H;
   const size_t fc_bias_at = size_t(H) * C, proj_weight_at = fc_bias_at + H;
   const size_t param_elems = proj_weight_at + size_t(C) * H + C;
@@ -286,9 +286,11 @@ TEST_P(CudaOpsHalf, DenseGeluTimings) {
 
 // Every algorithm cuBLASLt's heuristic offers for GPT-2
 // small's and medium's dense GEMMs at 32768 rows, in bf16, with the epilogues the step
-// uses, sized for the whole device and for the multiprocessors the overlapped lane leaves,
-// timed one by one, with each algorithm's configuration. With --gemm-algos heuristic the
-// step takes the first.
+// uses and the ones it could use instead (the GELU without its stored pre-activation, the
+// DGELU with the bias gradient, the MLP's weights in the other layout), sized for the
+// whole device and for the multiprocessors the overlapped lane leaves, timed one by one,
+// with each algorithm's configuration. With --gemm-algos heuristic the step takes the
+// first.
 TEST_P(CudaOpsHalf, EpilogueGemmCandidateTimings) {
   if (precision_ != Precision::bf16) GTEST_SKIP() << "the candidates are timed in bf16";
   // GPT-2 small's and medium's widths, at 32768 rows.
@@ -305,7 +307,7 @@ TEST_P(CudaOpsHalf, EpilogueGemmCandidateTimings) {
   };
   void *a = device_bf16(size_t(4) * widest * widest), *b = device_bf16(largest_elems);
   void *d = device_bf16(largest_elems), *aux = device_bf16(largest_elems),
-       *bias = device_bf16(size_t(4) * widest);
+       *bias = device_bf16(size_t(8) * widest);  // room for an fp32 bias gradient
   int multiprocessors = 0;
   CHECK_CUDA(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, 0));
   void* workspace = nullptr;
@@ -325,8 +327,13 @@ TEST_P(CudaOpsHalf, EpilogueGemmCandidateTimings) {
     const int H = 4 * C;
     shapes.insert(shapes.end(), {
         {"fc forward, GELU_AUX_BIAS", CUBLASLT_EPILOGUE_GELU_AUX_BIAS, true, H, N, C},
+        {"fc forward, GELU_AUX_BIAS, weight transposed", CUBLASLT_EPILOGUE_GELU_AUX_BIAS, false, H, N, C},
+        {"fc forward, GELU_BIAS (no aux)", CUBLASLT_EPILOGUE_GELU_BIAS, true, H, N, C},
         {"fc forward, BIAS only", CUBLASLT_EPILOGUE_BIAS, true, H, N, C},
         {"fc_proj input gradient, DGELU", CUBLASLT_EPILOGUE_DGELU, false, H, N, C},
+        {"fc_proj input gradient, DGELU, weight transposed", CUBLASLT_EPILOGUE_DGELU, true, H, N, C},
+        {"fc_proj input gradient, no epilogue, weight transposed", CUBLASLT_EPILOGUE_DEFAULT, true, H, N, C},
+        {"fc_proj input gradient, DGELU_BGRAD", CUBLASLT_EPILOGUE_DGELU_BGRAD, false, H, N, C},
         {"fc_proj input gradient, no epilogue", CUBLASLT_EPILOGUE_DEFAULT, false, H, N, C},
         {"fc_proj forward, BIAS", CUBLASLT_EPILOGUE_BIAS, true, C, N, H},
         {"qkv forward, BIAS", CUBLASLT_EPILOGUE_BIAS, true, 3 * C, N, C},
@@ -368,9 +375,12 @@ TEST_P(CudaOpsHalf, EpilogueGemmCandidateTimings) {
       CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &target,
                                                   sizeof(target)));
     const bool has_bias = shape.epilogue == CUBLASLT_EPILOGUE_BIAS ||
-                          shape.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+                          shape.epilogue == CUBLASLT_EPILOGUE_GELU_BIAS ||
+                          shape.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
+                          shape.epilogue == CUBLASLT_EPILOGUE_DGELU_BGRAD;
     const bool has_aux = shape.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
-                         shape.epilogue == CUBLASLT_EPILOGUE_DGELU;
+                         shape.epilogue == CUBLASLT_EPILOGUE_DGELU ||
+                         shape.epilogue == CUBLASLT_EPILOGUE_DGELU_BGRAD;
     if (has_bias)
       CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
     if (has_aux) {
