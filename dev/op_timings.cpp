@@ -1,13 +1,15 @@
 // Timings of the CUDA backend's ops, for the developer tuning them: GPT-2 small's ops one
 // by one and its MLP through the plain ops and the dense-GELU pair (bf16 and fp16), every
 // algorithm cuBLASLt offers for GPT-2's epilogue GEMMs (bf16), and the fused attention
-// against the cuBLAS path (bf16). They print and assert nothing, so they are no tests:
+// against the cuBLAS path (bf16); with OP_TIMINGS_ENERGY set, the energy of a call too
+// (energy_per_call.h). They print and assert nothing, so they are no tests:
 // built with -DSCALESTUDY_DEV=ON, run as build/<preset>/dev/op_timings on a GPU
 // (--gtest_filter picks some).
 #include <cublasLt.h>
 
 #include "attention.cuh"
 #include "cuda_ops_fixture.h"
+#include "energy_per_call.h"
 #include "flash_attention_support.h"
 
 namespace scalestudy::gpu_test {
@@ -40,7 +42,7 @@ double median_ms(CudaOps& ops, int reps, const std::function<void()>& work) {
 void print_median_ms(CudaOps& ops, const std::string& label, int reps, const std::function<void()>& work) {
   std::cout << "  " << label;
   const double ms = median_ms(ops, reps, work);
-  std::cout << ": " << ms << " ms\n";
+  std::cout << ": " << ms << " ms" << energy_suffix(ops.stream(), ms, work) << "\n";
 }
 
 // GPT-2 small (124M) at batch 8, seq 1024: the forward + backward of one micro-batch in
@@ -66,10 +68,12 @@ TEST_P(CudaOpsHalf, Gpt2SmallTimings) {
     const double forward_ms =
         median_ms(ops, 1, [&] { model.forward(inputs.data(), targets.data(), nullptr); });
     std::cout << "\n  " << mode << " forward+backward";
-    const double step_ms = median_ms(ops, 1, [&] {
+    const auto forward_backward = [&] {
       model.forward(inputs.data(), targets.data(), nullptr);
       model.backward(sink, loss_scale);
-    });
+    };
+    const double step_ms = median_ms(ops, 1, forward_backward);
+    std::cout << energy_suffix(ops.stream(), step_ms, forward_backward);
     // A whole ddp step on one GPU: zeroed gradients, the gradient norm, AdamW, and the
     // refresh of the parameters' 16-bit copy.
     float* m = ops.allocate_floats(layout.param_elems, MemoryKind::optimizer);
@@ -79,14 +83,16 @@ TEST_P(CudaOpsHalf, Gpt2SmallTimings) {
     AdamWParams hyper;
     hyper.learning_rate = 1e-4f;
     std::cout << "\n  " << mode << " full step";
-    const double full_ms = median_ms(ops, 1, [&] {
+    const auto full_step = [&] {
       ops.fill_zero(grads, layout.param_elems);
       model.forward(inputs.data(), targets.data(), nullptr);
       model.backward(sink, loss_scale);
       (void)ops.sum_of_squares(grads, layout.param_elems);
       ops.adamw_update(model.params(), grads, m, v, layout.param_elems, hyper);
       ops.parameters_changed(model.params(), 0, layout.param_elems);
-    });
+    };
+    const double full_ms = median_ms(ops, 1, full_step);
+    std::cout << energy_suffix(ops.stream(), full_ms, full_step);
     std::cout << "\n  " << mode << ": forward " << forward_ms << " ms, forward+backward " << step_ms
               << " ms = " << N / (step_ms * 1e-3) << " tokens/s; full step " << full_ms
               << " ms = " << N / (full_ms * 1e-3) << " tokens/s (loss " << model.mean_loss()
@@ -422,12 +428,15 @@ TEST_P(CudaOpsHalf, EpilogueGemmCandidateTimings) {
       const float alpha = 1.0f, beta = 0.0f;
       std::cout << "    #" << i << config_of(results[i].algo) << " waves=" << results[i].wavesCount
                 << " workspace=" << results[i].workspaceSize;
-      const double ms = median_ms(*gpu_, 10, [&] {
+      const auto call = [&] {
         CHECK_CUBLAS(cublasLtMatmul(handle, desc, &alpha, a, a_layout, b, b_layout, &beta, d, d_layout,
                                     d, d_layout, &results[i].algo, workspace, workspace_bytes,
                                     gpu_->stream()));
-      });
-      std::cout << ": " << ms << " ms, " << flops / ms / 1e9 << " TFLOP/s\n";
+      };
+      const double ms = median_ms(*gpu_, 10, call);
+      // The energy of the first three only: it takes a second a candidate.
+      std::cout << ": " << ms << " ms, " << flops / ms / 1e9 << " TFLOP/s"
+                << (i < 3 ? energy_suffix(gpu_->stream(), ms, call) : std::string()) << "\n";
     }
     CHECK_CUBLAS(cublasLtMatmulPreferenceDestroy(preference));
     for (cublasLtMatrixLayout_t layout : {a_layout, b_layout, d_layout})

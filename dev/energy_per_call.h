@@ -1,0 +1,71 @@
+#pragma once
+// The energy of one call of a piece of GPU work, for op_timings: the work repeated for
+// about a second, the GPU's power read through NVML every 5 ms, and the mean power of the
+// samples after the first 0.3 s (once the power, and at the cap the clock, have settled)
+// times the time per call. On a power-capped GPU the step lasts about its energy over the
+// cap, so what a change saves in energy, not in time alone, is what the step gains.
+// Enabled by OP_TIMINGS_ENERGY; without it, or without NVML, the suffix is empty.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "backend/cuda/nvml_telemetry.h"
+#include "cuda_check.h"
+
+namespace scalestudy::gpu_test {
+
+inline GpuTelemetry* energy_telemetry() {
+  static const std::unique_ptr<GpuTelemetry> telemetry = [] {
+    std::unique_ptr<GpuTelemetry> made;
+    if (std::getenv("OP_TIMINGS_ENERGY") == nullptr) return made;
+    int device = 0;
+    CHECK_CUDA(cudaGetDevice(&device));
+    std::string why_not;
+    made = make_nvml_telemetry(device, std::chrono::milliseconds(5), why_not);
+    if (!made) std::printf("  (no energy: %s)\n", why_not.c_str());
+    return made;
+  }();
+  return telemetry.get();
+}
+
+// ", <W> W at <MHz> MHz, <mJ> mJ a call" for `work`, which takes about ms_per_call on
+// `stream`; empty when energy is not measured.
+inline std::string energy_suffix(cudaStream_t stream, double ms_per_call,
+                                 const std::function<void()>& work) {
+  GpuTelemetry* telemetry = energy_telemetry();
+  if (telemetry == nullptr || !(ms_per_call > 0.0)) return {};
+  constexpr double kLoopSeconds = 1.0, kSettleSeconds = 0.3;
+  const int calls = std::max(1, static_cast<int>(kLoopSeconds * 1e3 / ms_per_call));
+  CHECK_CUDA(cudaStreamSynchronize(stream));
+  (void)telemetry->take_samples();
+  const auto begin = std::chrono::steady_clock::now();
+  for (int call = 0; call < calls; ++call) work();
+  CHECK_CUDA(cudaStreamSynchronize(stream));
+  const auto end = std::chrono::steady_clock::now();
+  double watts = 0.0, mhz = 0.0;
+  int counted = 0;
+  for (const GpuSample& sample : telemetry->take_samples()) {
+    if (sample.taken_at < begin + std::chrono::duration<double>(kSettleSeconds) ||
+        sample.taken_at > end || !(sample.power_w > 0.0))
+      continue;
+    watts += sample.power_w;
+    mhz += sample.sm_clock_mhz;
+    ++counted;
+  }
+  if (counted == 0) return ", no power samples";
+  watts /= counted;
+  mhz /= counted;
+  const double seconds_per_call = std::chrono::duration<double>(end - begin).count() / calls;
+  char text[96];
+  std::snprintf(text, sizeof(text), ", %.0f W at %.0f MHz, %.4g mJ a call", watts, mhz,
+                watts * seconds_per_call * 1e3);
+  return text;
+}
+
+}  // namespace scalestudy::gpu_test
