@@ -14,9 +14,11 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backend/cuda/nvml_telemetry.h"
 #include "cuda_check.h"
+#include "profile/gpu_state.h"
 
 namespace scalestudy::gpu_test {
 
@@ -48,23 +50,17 @@ inline std::string energy_suffix(cudaStream_t stream, double ms_per_call,
   for (int call = 0; call < calls; ++call) work();
   CHECK_CUDA(cudaStreamSynchronize(stream));
   const auto end = std::chrono::steady_clock::now();
-  double watts = 0.0, mhz = 0.0;
-  int counted = 0;
-  for (const GpuSample& sample : telemetry->take_samples()) {
-    if (sample.taken_at < begin + std::chrono::duration<double>(kSettleSeconds) ||
-        sample.taken_at > end || !(sample.power_w > 0.0))
-      continue;
-    watts += sample.power_w;
-    mhz += sample.sm_clock_mhz;
-    ++counted;
-  }
-  if (counted == 0) return ", no power samples";
-  watts /= counted;
-  mhz /= counted;
+  // The settled samples, summarised as a step's are (profile/gpu_state.h).
+  std::vector<GpuSample> settled;
+  for (const GpuSample& sample : telemetry->take_samples())
+    if (sample.taken_at >= begin + std::chrono::duration<double>(kSettleSeconds) && sample.taken_at <= end)
+      settled.push_back(sample);
+  const StepGpuState state = summarize_gpu_samples(settled);
+  if (!(state.power_w > 0.0)) return ", no power samples";
   const double seconds_per_call = std::chrono::duration<double>(end - begin).count() / calls;
   char text[96];
-  std::snprintf(text, sizeof(text), ", %.0f W at %.0f MHz, %.4g mJ a call", watts, mhz,
-                watts * seconds_per_call * 1e3);
+  std::snprintf(text, sizeof(text), ", %.0f W at %.0f MHz, %.4g mJ a call", state.power_w,
+                state.sm_clock_mhz, state.power_w * seconds_per_call * 1e3);
   return text;
 }
 
