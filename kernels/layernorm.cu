@@ -25,6 +25,16 @@ constexpr int kBackwardWarps = 8;
 // row: enough rows to keep the partials small next to the activations, few enough that
 // 8192 rows still give a wave of 256 blocks.
 constexpr int kBackwardChunkRows = 32;
+// Above 16384 rows a chunk grows with the rows, up to kMaxBackwardChunkRows, keeping about
+// 512 chunks: a block's closing partial rows cost it a few row times, and fewer, longer
+// blocks pay them less often. A function of the rows alone, so that the bits of the sums
+// depend on the shape only.
+constexpr int kMaxBackwardChunkRows = 128;
+int backward_chunk_rows(int rows) {
+  int chunk_rows = kBackwardChunkRows;
+  while (chunk_rows < kMaxBackwardChunkRows && rows > 512 * chunk_rows) chunk_rows *= 2;
+  return chunk_rows;
+}
 constexpr size_t kDefaultSharedBytes = 48 * 1024;
 
 // The kernels take the launchers' LayerNormForwardArgs and LayerNormBackwardArgs. T is the
@@ -284,7 +294,7 @@ __device__ void write_block_partial_row(float* partial_row, const float (&sums)[
 }
 
 // The input gradient and the parameter-gradient partials in one pass over x and dy. A
-// block takes kBackwardChunkRows consecutive rows, warp w the rows w, w + 8, ... of them,
+// block takes chunk_rows consecutive rows, warp w the rows w, w + 8, ... of them,
 // one at a time and whole in registers, with the arithmetic of the block-per-row kernels
 // above but for the row sums' terms: in the 16-bit instantiations a lane adds its own
 // (kPacks * kCount <= 64 of them) in fp32 and the lanes' sums are added in double, a
@@ -297,20 +307,21 @@ template <class T, int kPacks>
 __global__ void __launch_bounds__(kBackwardWarps * kWarpSize)
     layernorm_backward_warp_kernel(float* __restrict__ weight_partials,
                                    float* __restrict__ bias_partials,
-                                   LayerNormBackwardArgs<T> p, bool accumulate_dinp) {
+                                   LayerNormBackwardArgs<T> p, bool accumulate_dinp,
+                                   int chunk_rows) {
   constexpr int kCount = Pack<T>::kCount;
   using LaneSum = std::conditional_t<std::is_same_v<T, float>, double, float>;
   extern __shared__ float4 shared_float4s[];  // float4 for the alignment of the stores
   float* warp_sums = reinterpret_cast<float*>(shared_float4s);
   const int lane = threadIdx.x % kWarpSize;
   const int chunk = blockIdx.x;
-  const int row_end = min(p.rows, (chunk + 1) * kBackwardChunkRows);
+  const int row_end = min(p.rows, (chunk + 1) * chunk_rows);
   const auto for_each_pack = [&](auto f) {
     for_each_lane_pack<kPacks, kCount>(lane, p.channels, f);
   };
   float weight_sums[kPacks][kCount] = {};
   float bias_sums[kPacks][kCount] = {};
-  for (int row = chunk * kBackwardChunkRows + threadIdx.x / kWarpSize; row < row_end;
+  for (int row = chunk * chunk_rows + threadIdx.x / kWarpSize; row < row_end;
        row += kBackwardWarps) {
     const size_t offset = size_t(row) * p.channels;
     Pack<T> x[kPacks], dy[kPacks], dx[kPacks];
@@ -394,7 +405,10 @@ void with_packs_per_lane(int packs_per_lane, const Launch& launch) {
   launch(std::integral_constant<int, kPacks>{});
 }
 
-int backward_chunks(int rows) { return (rows + kBackwardChunkRows - 1) / kBackwardChunkRows; }
+int backward_chunks(int rows) {
+  const int chunk_rows = backward_chunk_rows(rows);
+  return (rows + chunk_rows - 1) / chunk_rows;
+}
 
 // out = layernorm(inp); with addends, inp is first written as their sum. Where the rows
 // cannot take the warp kernel, the residual kernel runs before the block kernel, with the
@@ -479,6 +493,7 @@ void launch_layernorm_backward(cudaStream_t stream, const LayerNormBackwardArgs<
   SCALESTUDY_CHECK(column_partial_rows(rows) <= 65535,
                    "layernorm backward: too many rows for the grid");
   const int packs_per_lane = warp_row_packs_per_lane<T>(channels, {dinp, dout, inp, weight});
+  const int chunk_rows = backward_chunk_rows(rows);
   const int partial_rows = packs_per_lane > 0 ? backward_chunks(rows) : column_partial_rows(rows);
   float* weight_partials = scratch.data;
   float* bias_partials = scratch.data + size_t(partial_rows) * channels;
@@ -494,7 +509,7 @@ void launch_layernorm_backward(cudaStream_t stream, const LayerNormBackwardArgs<
                                         static_cast<int>(shared_bytes)));
       }
       kernel<<<partial_rows, kBackwardWarps * kWarpSize, shared_bytes, stream>>>(
-          weight_partials, bias_partials, args, accumulate_dinp);
+          weight_partials, bias_partials, args, accumulate_dinp, chunk_rows);
       CHECK_LAUNCH();
     });
   } else {

@@ -56,6 +56,46 @@ TEST_P(CudaOpsHalf, LayerNormAtModelWidths) {
     check_layernorm(70, channels, " (C=" + std::to_string(channels) + ")");
 }
 
+// Beyond 16384 rows the backward's blocks take 64 rows, beyond 32768 rows 128; rows a few
+// past each step leave the last block partly empty. The CPU's fp32 column sums lose
+// ~sqrt(N)*2^-24*|partial sums| over this many rows, so the parameter gradients are held
+// to double sums instead: the GPU adds at most 16 rows a lane and 8 warps in fp32, about
+// 24 roundings of partial sums of ~sqrt(128) O(1) terms a block (~2e-5), and ~500 blocks
+// in double, ~sqrt(500)*2e-5 = 5e-4 at most on sums of ~sqrt(N) ~ 180; a block's rows
+// lost or counted twice would be O(1) off.
+TEST_P(CudaOpsHalf, LayerNormBackwardBlocksGrowWithTheRows) {
+  constexpr int C = 768;
+  constexpr Tolerance kManyRowColumnSum{1e-3, 1e-5};
+  for (int N : {16400, 32800}) {
+    const std::string label = " (rows=" + std::to_string(N) + ")";
+    const auto inp = rounded(random_floats(size_t(N) * C, 20, -3.0f, 5.0f));
+    const auto master_weight = random_floats(C, 21, 0.5f, 1.5f), master_bias = random_floats(C, 22);
+    std::vector<float> out(inp.size()), mean(N), rstd(N);
+    cpu_.layernorm_forward({.out = out.data(), .mean = mean.data(), .rstd = rstd.data(),
+                            .inp = inp.data(), .weight = rounded(master_weight).data(),
+                            .bias = rounded(master_bias).data(), .rows = N, .channels = C});
+    const auto dout = rounded(random_floats(inp.size(), 23));
+    float *d_dweight = upload(std::vector<float>(C, 0.0f)), *d_dbias = upload(std::vector<float>(C, 0.0f));
+    gpu_->layernorm_backward({.dinp = poisoned_activation(inp.size()), .dweight = d_dweight,
+                              .dbias = d_dbias, .dout = activation(dout), .inp = activation(inp),
+                              .weight = parameters(master_weight), .mean = upload(mean),
+                              .rstd = upload(rstd), .rows = N, .channels = C,
+                              .dinp_write = GradientWrite::overwrite});
+    std::vector<double> weight_sums(C, 0.0), bias_sums(C, 0.0);
+    for (int r = 0; r < N; ++r) {
+      for (int c = 0; c < C; ++c) {
+        const size_t at = size_t(r) * C + c;
+        weight_sums[c] += (double{inp[at]} - mean[r]) * rstd[r] * dout[at];
+        bias_sums[c] += dout[at];
+      }
+    }
+    expect_close("layernorm dweight" + label, d_dweight,
+                 std::vector<float>(weight_sums.begin(), weight_sums.end()), kManyRowColumnSum);
+    expect_close("layernorm dbias" + label, d_dbias,
+                 std::vector<float>(bias_sums.begin(), bias_sums.end()), kManyRowColumnSum);
+  }
+}
+
 TEST_P(CudaOpsShapes, Gelu) {
   const OpShape s = shape();
   const size_t elems = size_t(s.rows()) * 4 * s.channels + 5;  // +5: a ragged tail
