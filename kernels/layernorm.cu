@@ -22,13 +22,12 @@ constexpr int kMaxPacksPerLane = 8;
 constexpr int kForwardWarps = 4;
 constexpr int kBackwardWarps = 8;
 // Rows of one backward block, whose parameter-gradient contributions become one partial
-// row: enough rows to keep the partials small next to the activations, few enough that
-// 8192 rows still give a wave of 256 blocks.
+// row. kBackwardChunkRows at the least: enough rows to keep the partials small next to the
+// activations, few enough that 8192 rows still give a wave of 256 blocks. Above 16384 rows
+// a block takes twice, then four times as many, so that at most 512 blocks pay for closing
+// partial rows until the rows reach kMaxBackwardChunkRows a block. A function of the rows
+// alone, so that the bits of the sums depend on the shape only.
 constexpr int kBackwardChunkRows = 32;
-// Above 16384 rows a chunk grows with the rows, up to kMaxBackwardChunkRows, keeping about
-// 512 chunks: a block's closing partial rows cost it a few row times, and fewer, longer
-// blocks pay them less often. A function of the rows alone, so that the bits of the sums
-// depend on the shape only.
 constexpr int kMaxBackwardChunkRows = 128;
 int backward_chunk_rows(int rows) {
   int chunk_rows = kBackwardChunkRows;
