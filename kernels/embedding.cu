@@ -15,23 +15,49 @@ struct EmbeddingParams {
   int batch, seq, channels;
 };
 
-// T is the storage of out (fp32, bf16 or fp16); the tables are fp32 master weights, and the
-// sum is one fp32 addition rounded once to T.
+// T is the storage of out and of the tables (fp32, bf16 or fp16); each sum is one fp32
+// addition rounded once to T. A row of C channels is whole 16-byte packs where packs > 0
+// (C a multiple of the pack, every pointer aligned): a thread then takes a pack of one
+// row, a wte row's pack and a wpe row's pack. The elements, on either path, are the same
+// sums.
 template <class T>
 __global__ void embedding_forward_kernel(T* __restrict__ out,
                                          const int32_t* __restrict__ tokens,
                                          const T* __restrict__ wte,
-                                         const T* __restrict__ wpe, EmbeddingParams p) {
-  const size_t elems = size_t(p.batch) * p.seq * p.channels;
-  for (size_t i = grid_thread_index(); i < elems; i += grid_threads()) {
+                                         const T* __restrict__ wpe, EmbeddingParams p,
+                                         size_t elems, size_t packs) {
+  constexpr int kCount = Pack<T>::kCount;
+  // The row, channel, table offsets and token of element i.
+  struct Place {
+    size_t wte_at, wpe_at;
+    int32_t token;
+  };
+  const auto place_of = [&](size_t i) {
     const size_t row = i / p.channels;
     const int c = static_cast<int>(i - row * p.channels);
     const int t = static_cast<int>(row % p.seq);
     const int32_t token = tokens[row];
-    out[i] = from_float<T>(token >= 0 ? to_float(wte[size_t(token) * p.channels + c]) +
-                                            to_float(wpe[size_t(t) * p.channels + c])
-                                      : NAN);
-  }
+    return Place{size_t(token) * p.channels + c, size_t(t) * p.channels + c, token};
+  };
+  for_each_pack_then_element<T>(
+      elems, packs,
+      [&](size_t i) {
+        const Place at = place_of(i);
+        Pack<T> sums;
+        if (at.token >= 0) {
+          const Pack<T> token_row = load_pack(wte + at.wte_at), position_row = load_pack(wpe + at.wpe_at);
+#pragma unroll
+          for (int k = 0; k < kCount; ++k) sums.set(k, token_row.get(k) + position_row.get(k));
+        } else {
+#pragma unroll
+          for (int k = 0; k < kCount; ++k) sums.set(k, NAN);
+        }
+        store_pack(out + i, sums);
+      },
+      [&](size_t i) {
+        const Place at = place_of(i);
+        out[i] = from_float<T>(at.token >= 0 ? to_float(wte[at.wte_at]) + to_float(wpe[at.wpe_at]) : NAN);
+      });
 }
 
 // One thread per (t, c): the batch rows of one position are summed in increasing b.
@@ -120,8 +146,11 @@ void launch_embedding_forward(cudaStream_t stream, const EmbeddingForwardArgs<T>
                   {wpe, "embedding wpe"}});
   const EmbeddingParams p{batch, seq, channels};
   const size_t elems = size_t(batch) * seq * channels;
-  embedding_forward_kernel<T><<<elementwise_blocks(elems), kElementwiseThreads, 0, stream>>>(
-      out, tokens, wte, wpe, p);
+  const bool whole_packs = channels % Pack<T>::kCount == 0 && aligned16(out) && aligned16(wte) &&
+                           aligned16(wpe);
+  const size_t packs = pack_count<T>(elems, whole_packs);
+  embedding_forward_kernel<T><<<packed_blocks<T>(elems, packs), kElementwiseThreads, 0, stream>>>(
+      out, tokens, wte, wpe, p, elems, packs);
   CHECK_LAUNCH();
 }
 
