@@ -60,6 +60,12 @@ constexpr Tolerance kRowStatistics{1e-6, 1e-6};
 // the rows one by one in fp32, whose rounding error grows like sqrt(N)*2^-24*|partial
 // sums| ~ 1e-5 at most for O(1) terms; the GPU's chunked sums are more accurate still.
 constexpr Tolerance kColumnSum{5e-5, 1e-5};
+// Column sums of O(1) terms over tens of thousands of rows, against double sums (the CPU's
+// fp32 sums lose ~sqrt(N)*2^-24*|partial sums| there): the GPU adds at most 16 rows a
+// lane and 8 lanes in fp32, about 24 roundings of partial sums of ~sqrt(128) terms a chunk
+// (~2e-5), and ~500 chunks in double, ~sqrt(500)*2e-5 = 5e-4 at most on sums of ~sqrt(N)
+// ~ 180; a chunk lost or counted twice would be O(1) off.
+constexpr Tolerance kManyRowColumnSum{1e-3, 1e-5};
 // Dot products of up to 1000 O(1) terms (matmul, attention; the LM head's dinp sums over
 // V) in different orders: the CPU with 8 lanes, cuBLAS with its own tiling and fused
 // multiply-adds. Each side's error is ~sqrt(K)*2^-24*|partial sums| <~ 2e-5 for results
@@ -257,6 +263,15 @@ class CudaOpsTest : public gpu_test::CudaOpsFixture {
     if (result)
       std::cout << "  " << name() << " " << what << ": worst error/bound " << result.message()
                 << "\n";
+  }
+
+  // Each column's sum over rows of a row-major [rows, columns] matrix, in double.
+  static std::vector<float> double_column_sums(const std::vector<float>& x, int rows, int columns) {
+    std::vector<double> totals(columns, 0.0);
+    for (int r = 0; r < rows; ++r) {
+      for (int c = 0; c < columns; ++c) totals[c] += x[size_t(r) * columns + c];
+    }
+    return std::vector<float>(totals.begin(), totals.end());
   }
 
   // LayerNorm forward and backward, both ways of writing dinp, against the CPU at one

@@ -57,6 +57,29 @@ TEST_P(CudaOpsShapes, Matmul) {
   }
 }
 
+// The bias gradient's column sums over many rows, in chunks of 64 rows: at 32800 the last
+// is partly empty. 768 columns take the 16-byte kernel, 770 the element one; both are held
+// to double sums.
+TEST_P(CudaOpsHalf, BiasGradientOverManyRows) {
+  constexpr int N = 32800, kIn = 8;
+  for (int out_channels : {768, 770}) {
+    const std::string label = " (" + std::to_string(out_channels) + " columns)";
+    const auto params = rounded(random_floats(size_t(out_channels) * (kIn + 1), 31));
+    float* d_params = upload(params, MemoryKind::parameters);
+    gpu_->parameters_changed(d_params, 0, params.size());
+    const auto inp = rounded(random_floats(size_t(N) * kIn, 30));
+    const auto dout = rounded(random_floats(size_t(N) * out_channels, 33));
+    float* d_dbias = upload(std::vector<float>(out_channels, 0.0f));
+    gpu_->matmul_backward({.dinp = poisoned_activation(inp.size()),
+                           .dweight = upload(std::vector<float>(size_t(out_channels) * kIn, 0.0f)),
+                           .dbias = d_dbias, .dout = activation(dout), .inp = activation(inp),
+                           .weight = d_params, .rows = N, .in_channels = kIn,
+                           .out_channels = out_channels, .dinp_write = GradientWrite::overwrite});
+    expect_close("matmul dbias" + label, d_dbias, double_column_sums(dout, N, out_channels),
+                 kManyRowColumnSum);
+  }
+}
+
 // GPT-2's dense layers take their bias in cuBLASLt's epilogue (no bias kernel): the
 // epilogue must accept their shapes, or the step silently keeps the slower fallback.
 // Where the operands are not 16-byte aligned it declines, and the GEMM-then-bias path
