@@ -27,7 +27,7 @@ __global__ void embedding_forward_kernel(T* __restrict__ out,
                                          const T* __restrict__ wpe, EmbeddingParams p,
                                          size_t elems, size_t packs) {
   constexpr int kCount = Pack<T>::kCount;
-  // The row, channel, table offsets and token of element i.
+  // Where element i's addends sit in the tables, and its token.
   struct Place {
     size_t wte_at, wpe_at;
     int32_t token;
@@ -45,7 +45,8 @@ __global__ void embedding_forward_kernel(T* __restrict__ out,
         const Place at = place_of(i);
         Pack<T> sums;
         if (at.token >= 0) {
-          const Pack<T> token_row = load_pack(wte + at.wte_at), position_row = load_pack(wpe + at.wpe_at);
+          const Pack<T> token_row = load_pack(wte + at.wte_at);
+          const Pack<T> position_row = load_pack(wpe + at.wpe_at);
 #pragma unroll
           for (int k = 0; k < kCount; ++k) sums.set(k, token_row.get(k) + position_row.get(k));
         } else {
@@ -56,7 +57,8 @@ __global__ void embedding_forward_kernel(T* __restrict__ out,
       },
       [&](size_t i) {
         const Place at = place_of(i);
-        out[i] = from_float<T>(at.token >= 0 ? to_float(wte[at.wte_at]) + to_float(wpe[at.wpe_at]) : NAN);
+        out[i] = from_float<T>(at.token >= 0 ? to_float(wte[at.wte_at]) + to_float(wpe[at.wpe_at])
+                                             : NAN);
       });
 }
 
