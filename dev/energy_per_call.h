@@ -52,9 +52,9 @@ inline std::string energy_suffix(cudaStream_t stream, double ms_per_call,
   const auto end = std::chrono::steady_clock::now();
   // The settled samples, summarised as a step's are (profile/gpu_state.h).
   std::vector<GpuSample> settled;
+  const auto settled_from = begin + std::chrono::duration<double>(kSettleSeconds);
   for (const GpuSample& sample : telemetry->take_samples())
-    if (sample.taken_at >= begin + std::chrono::duration<double>(kSettleSeconds) && sample.taken_at <= end)
-      settled.push_back(sample);
+    if (sample.taken_at >= settled_from && sample.taken_at <= end) settled.push_back(sample);
   const StepGpuState state = summarize_gpu_samples(settled);
   if (!(state.power_w > 0.0)) return ", no power samples";
   const double seconds_per_call = std::chrono::duration<double>(end - begin).count() / calls;

@@ -101,8 +101,10 @@ PointModel model_point(const ModelShape& shape, int batch, int seq, bool backwar
 // The rows of one pass: the two models, and the block as their difference.
 PassRows add_pass_rows(BenchContext& context, const ModelShape& shape, int batch, int seq, bool backward,
                        size_t memory_bytes) {
-  const PointModel one_model = model_point(with_layers(shape, 1), batch, seq, backward, memory_bytes);
-  const PointModel two_model = model_point(with_layers(shape, 2), batch, seq, backward, memory_bytes);
+  const PointModel one_model =
+      model_point(with_layers(shape, 1), batch, seq, backward, memory_bytes);
+  const PointModel two_model =
+      model_point(with_layers(shape, 2), batch, seq, backward, memory_bytes);
   const PointModel block{two_model.flops - one_model.flops, two_model.bytes - one_model.bytes, memory_bytes};
   const char* pass = backward ? kForwardBackward : kForward;
   return {add_point(context, kOneLayerModel, pass, batch, seq, one_model),

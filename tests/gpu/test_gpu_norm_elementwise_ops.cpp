@@ -62,8 +62,8 @@ TEST_P(CudaOpsHalf, LayerNormAtModelWidths) {
 // The backward's partial rows over many rows. At 768 channels the warp kernel's blocks
 // take 32 rows, 64 beyond 16384 rows and 128 beyond 32768; at 2056 the block-per-row
 // kernels' parameter partials take chunks of 64 rows. Rows a few past each step leave the
-// last block or chunk partly empty. The parameter gradients are held
-// to double sums (kManyRowColumnSum), dinp to the CPU's.
+// last block or chunk partly empty. The parameter gradients are held to double sums
+// (kManyRowColumnSum), dinp to the CPU's.
 TEST_P(CudaOpsHalf, LayerNormBackwardPartialsOverManyRows) {
   for (const auto& [N, C] :
        std::initializer_list<std::pair<int, int>>{{16400, 768}, {32800, 768}, {32800, 2056}}) {
@@ -81,13 +81,14 @@ TEST_P(CudaOpsHalf, LayerNormBackwardPartialsOverManyRows) {
     std::vector<float> dinp(inp.size()), cpu_dweight(C), cpu_dbias(C);
     cpu_.layernorm_backward({.dinp = dinp.data(), .dweight = cpu_dweight.data(),
                              .dbias = cpu_dbias.data(), .dout = dout.data(), .inp = inp.data(),
-                             .weight = weight.data(), .mean = mean.data(),
-                             .rstd = rstd.data(), .rows = N, .channels = C,
+                             .weight = weight.data(), .mean = mean.data(), .rstd = rstd.data(),
+                             .rows = N, .channels = C,
                              .dinp_write = GradientWrite::overwrite});
     float* d_dinp = poisoned_activation(inp.size());
-    float *d_dweight = upload(std::vector<float>(C, 0.0f)), *d_dbias = upload(std::vector<float>(C, 0.0f));
-    gpu_->layernorm_backward({.dinp = d_dinp, .dweight = d_dweight,
-                              .dbias = d_dbias, .dout = activation(dout), .inp = activation(inp),
+    float* d_dweight = upload(std::vector<float>(C, 0.0f));
+    float* d_dbias = upload(std::vector<float>(C, 0.0f));
+    gpu_->layernorm_backward({.dinp = d_dinp, .dweight = d_dweight, .dbias = d_dbias,
+                              .dout = activation(dout), .inp = activation(inp),
                               .weight = parameters(master_weight), .mean = upload(mean),
                               .rstd = upload(rstd), .rows = N, .channels = C,
                               .dinp_write = GradientWrite::overwrite});
