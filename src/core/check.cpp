@@ -166,6 +166,11 @@ void abort_job(const char* file, int line, const std::string& what, const std::s
 
 void end_job(const std::string& reason, int exit_code) { end_job_with("", reason, reason, exit_code); }
 
+void end_job_quietly(const std::string& reason, int exit_code) {
+  wait_unless_first_to_end();
+  end_after_notice(reason, exit_code);
+}
+
 void defer_to_reporting_rank(std::chrono::milliseconds grace) {
   if (!mpi_running()) return;
   const auto deadline = std::chrono::steady_clock::now() + grace;

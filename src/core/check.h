@@ -29,6 +29,11 @@ namespace scalestudy {
 // ends quietly, and the abort hook records the notice's reason. Returns when none came.
 void defer_to_reporting_rank(std::chrono::milliseconds grace);
 
+// Ends this rank without a line of its own, for a failure that another rank reports: the
+// abort hook records `reason`, and the process exits with exit_code once the launcher has
+// had the time to tear the job down.
+[[noreturn]] void end_job_quietly(const std::string& reason, int exit_code);
+
 // Called once, on the aborting rank, before the job is ended: the results writer marks
 // its file failed here. Pass nullptr to remove it.
 using AbortHook = void (*)(const std::string& reason);

@@ -28,6 +28,9 @@ bool is_world_rank_zero() {
 }
 
 volatile std::sig_atomic_t received_signal = 0;
+volatile std::sig_atomic_t continued = 0;
+
+extern "C" void record_continue(int) { continued = 1; }
 
 extern "C" void record_stop_signal(int signal) {
   if (received_signal == signal) {
@@ -48,9 +51,17 @@ void install_stop_signal_handlers() {
   // No SA_RESTART: a blocking system call returns EINTR, so a wait can see the signal.
   action.sa_flags = 0;
   for (int signal : {SIGTERM, SIGINT, SIGUSR1}) sigaction(signal, &action, nullptr);
+  // SA_RESTART: a continue is no reason for a blocking call to return early.
+  struct sigaction on_continue {};
+  on_continue.sa_handler = record_continue;
+  sigemptyset(&on_continue.sa_mask);
+  on_continue.sa_flags = SA_RESTART;
+  sigaction(SIGCONT, &on_continue, nullptr);
 }
 
 int stop_signal() { return received_signal; }
+
+bool was_continued() { return continued != 0; }
 
 std::string signal_name(int signal) {
   switch (signal) {
@@ -73,8 +84,16 @@ void end_job_for_signal(int signal, const std::string& where) {
   // rank's notice, which names the real cause, may still be on its way: a rank that finds
   // it in time ends quietly instead of blaming the signal. Rank 0 does not wait: it marks
   // the result file failed, in the time the launcher leaves before SIGKILL.
-  if (signal == SIGTERM && !is_world_rank_zero()) defer_to_reporting_rank(kTeardownNoticeWait);
-  end_job(stop_reason(signal) + " while " + where, stop_exit_code(signal));
+  const std::string reason = stop_reason(signal) + " while " + where;
+  if (signal == SIGTERM && !is_world_rank_zero()) {
+    defer_to_reporting_rank(kTeardownNoticeWait);
+    // A stopped rank (SIGSTOP) is the one its peers found silent: the rank that reports
+    // names it. The launcher's teardown wakes it (SIGCONT, then SIGTERM), and the notice
+    // may never reach it, queued at the reporting rank behind the messages that this rank
+    // could not take while stopped. Its own line would only blame the signal.
+    if (was_continued()) end_job_quietly(reason + ", after it was stopped", stop_exit_code(signal));
+  }
+  end_job(reason, stop_exit_code(signal));
 }
 
 }  // namespace scalestudy

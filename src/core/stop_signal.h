@@ -9,10 +9,14 @@
 
 namespace scalestudy {
 
-// Installs the handlers for SIGTERM, SIGINT and SIGUSR1 (idempotent).
+// Installs the handlers for SIGTERM, SIGINT and SIGUSR1, and the one that records
+// SIGCONT (idempotent).
 void install_stop_signal_handlers();
 // The first stop signal received, or 0.
 int stop_signal();
+// Whether the process has been continued (SIGCONT) after a stop: a launcher that tears a
+// job down wakes its stopped ranks so that they take its SIGTERM.
+bool was_continued();
 // "SIGTERM", "SIGINT", "SIGUSR1", else "signal N".
 std::string signal_name(int signal);
 // Why the run ended, for the result file: "terminated by SIGTERM (time limit or scancel)".
@@ -27,7 +31,8 @@ inline constexpr std::chrono::milliseconds kStopGrace{500};
 
 // Ends the job for a stop signal received while this rank waited in `where`: the abort
 // hook marks the result file failed with stop_reason and where, and the job ends with
-// stop_exit_code.
+// stop_exit_code. A rank other than 0 that was stopped, and is woken by the teardown,
+// ends without a line (stop_signal.cpp says why).
 [[noreturn]] void end_job_for_signal(int signal, const std::string& where);
 
 }  // namespace scalestudy

@@ -140,6 +140,17 @@ TEST(StopSignal, TheFirstSignalIsRecordedAndNamed) {
   EXPECT_EQ(stop_exit_code(SIGTERM), 143) << "128 + 15, as a shell reports it";
 }
 
+// A continue (the launcher waking a stopped rank to tear it down) is recorded, and is no
+// stop signal: the first stop signal stays the reason.
+TEST(StopSignal, AContinueIsRecordedAndIsNoStopSignal) {
+  install_stop_signal_handlers();
+  const int before = stop_signal();
+  EXPECT_FALSE(was_continued());
+  std::raise(SIGCONT);
+  EXPECT_TRUE(was_continued()) << "the handler records the continue";
+  EXPECT_EQ(stop_signal(), before);
+}
+
 TEST(ControlWait, ACompletedCollectiveReturnsItsResult) {
   set_control_timeout(5.0);
   const int mine = 3;
