@@ -29,9 +29,11 @@ constexpr int kBackwardWarps = 8;
 // alone, so that the bits of the sums depend on the shape only.
 constexpr int kBackwardChunkRows = 32;
 constexpr int kMaxBackwardChunkRows = 128;
+constexpr int kMaxBackwardBlocksBeforeGrowing = 512;
 int backward_chunk_rows(int rows) {
   int chunk_rows = kBackwardChunkRows;
-  while (chunk_rows < kMaxBackwardChunkRows && rows > 512 * chunk_rows) chunk_rows *= 2;
+  while (chunk_rows < kMaxBackwardChunkRows && rows > kMaxBackwardBlocksBeforeGrowing * chunk_rows)
+    chunk_rows *= 2;
   return chunk_rows;
 }
 constexpr size_t kDefaultSharedBytes = 48 * 1024;

@@ -45,18 +45,17 @@ extern "C" void record_stop_signal(int signal) {
 }  // namespace
 
 void install_stop_signal_handlers() {
-  struct sigaction action {};
-  action.sa_handler = record_stop_signal;
-  sigemptyset(&action.sa_mask);
+  const auto install = [](int signal, void (*handler)(int), int flags) {
+    struct sigaction action {};
+    action.sa_handler = handler;
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = flags;
+    sigaction(signal, &action, nullptr);
+  };
   // No SA_RESTART: a blocking system call returns EINTR, so a wait can see the signal.
-  action.sa_flags = 0;
-  for (int signal : {SIGTERM, SIGINT, SIGUSR1}) sigaction(signal, &action, nullptr);
+  for (int signal : {SIGTERM, SIGINT, SIGUSR1}) install(signal, record_stop_signal, 0);
   // SA_RESTART: a continue is no reason for a blocking call to return early.
-  struct sigaction on_continue {};
-  on_continue.sa_handler = record_continue;
-  sigemptyset(&on_continue.sa_mask);
-  on_continue.sa_flags = SA_RESTART;
-  sigaction(SIGCONT, &on_continue, nullptr);
+  install(SIGCONT, record_continue, SA_RESTART);
 }
 
 int stop_signal() { return received_signal; }
