@@ -169,6 +169,9 @@ int run_train_command(int argc, const char* const* argv) {
     throw;
   }
   if (outcome.stop_signal) {
+    // A stopped rank, woken by the teardown, may still finish the step that its peers
+    // gave up on: the cause is then the reporting rank's, not the signal.
+    defer_to_reporting_rank_if_continued();
     const std::string reason =
         stop_reason(outcome.stop_signal) + " after step " + std::to_string(outcome.steps_completed);
     recorder.finish_failed(reason);

@@ -15,6 +15,9 @@ namespace {
 // longer than a message takes between the ranks of one job, and short beside the seconds
 // that Slurm leaves between SIGTERM and SIGKILL.
 constexpr std::chrono::milliseconds kTeardownNoticeWait{500};
+// How long a rank woken after a stop waits for it before it records a cause of its own: a
+// notice sent while the rank was stopped is read on the first poll once it runs.
+constexpr std::chrono::milliseconds kContinuedRankNoticeWait{200};
 
 // Whether this process is rank 0 of MPI_COMM_WORLD, or runs without MPI.
 bool is_world_rank_zero() {
@@ -81,8 +84,7 @@ std::string stop_reason(int signal) {
 void end_job_for_signal(int signal, const std::string& where) {
   // A launcher tears every rank down with SIGTERM once one rank has ended the job, and that
   // rank's notice, which names the real cause, may still be on its way: a rank that finds
-  // it in time ends quietly instead of blaming the signal. Rank 0 does not wait: it marks
-  // the result file failed, in the time the launcher leaves before SIGKILL.
+  // it in time ends quietly instead of blaming the signal.
   const std::string reason = stop_reason(signal) + " while " + where;
   if (signal == SIGTERM && !is_world_rank_zero()) {
     defer_to_reporting_rank(kTeardownNoticeWait);
@@ -91,8 +93,18 @@ void end_job_for_signal(int signal, const std::string& where) {
     // may never reach it, queued at the reporting rank behind the messages that this rank
     // could not take while stopped. Its own line would only blame the signal.
     if (was_continued()) end_job_quietly(reason + ", after it was stopped", stop_exit_code(signal));
+  } else if (signal == SIGTERM) {
+    // Rank 0 marks the result file failed in the time the launcher leaves before SIGKILL,
+    // so it waits only where it was stopped itself. Without a notice it still ends the job
+    // with its own line: a job that Slurm suspended and resumed, then ended, has no other
+    // rank to name the signal.
+    defer_to_reporting_rank_if_continued();
   }
   end_job(reason, stop_exit_code(signal));
+}
+
+void defer_to_reporting_rank_if_continued() {
+  if (was_continued()) defer_to_reporting_rank(kContinuedRankNoticeWait);
 }
 
 }  // namespace scalestudy

@@ -32,7 +32,15 @@ inline constexpr std::chrono::milliseconds kStopGrace{500};
 // Ends the job for a stop signal received while this rank waited in `where`: the abort
 // hook marks the result file failed with stop_reason and where, and the job ends with
 // stop_exit_code. A rank other than 0 that was stopped, and is woken by the teardown,
-// ends without a line (stop_signal.cpp says why).
+// ends without a line; a stopped rank 0 first waits as defer_to_reporting_rank_if_continued
+// does (stop_signal.cpp says why).
 [[noreturn]] void end_job_for_signal(int signal, const std::string& where);
+
+// For a rank that was stopped and then woken, as a launcher's teardown does (SIGCONT, then
+// SIGTERM): the rank that found it silent has ended the job and sent its notice, which
+// waited while this rank was stopped. Waits briefly for that notice and, where it comes,
+// ends quietly with its cause, which the result file records (defer_to_reporting_rank,
+// core/check.h). Returns at once for a rank never stopped.
+void defer_to_reporting_rank_if_continued();
 
 }  // namespace scalestudy
