@@ -141,7 +141,8 @@ class EpilogueGemm {
   // where an operand is not 16-byte aligned or the shape is not one the plans take.
   bool run_epilogue(cudaStream_t stream, const EpilogueCall& call);
   // A bias or auxiliary pointer, on every descriptor the plan holds.
-  static void set_pointer(Plan& plan, cublasLtMatmulDescAttributes_t attribute, const void* pointer);
+  static void set_pointer(Plan& plan, cublasLtMatmulDescAttributes_t attribute,
+                          const void* pointer);
   void run(Plan& plan, cudaStream_t stream, const void* a, const void* b, void* d);
   // Sets plan.sizing for good: the process's earlier choice for this plan, or (timed) the
   // faster sizing on these operands where it clears the threshold.
