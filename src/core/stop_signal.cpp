@@ -15,8 +15,8 @@ namespace {
 // longer than a message takes between the ranks of one job, and short beside the seconds
 // that Slurm leaves between SIGTERM and SIGKILL.
 constexpr std::chrono::milliseconds kTeardownNoticeWait{500};
-// How long a rank woken after a stop waits for it before it records a cause of its own: a
-// notice sent while the rank was stopped is read on the first poll once it runs.
+// How long a rank woken after a stop waits for another rank's job-end notice before it
+// records a cause of its own: a notice sent while it was stopped is read on the first poll.
 constexpr std::chrono::milliseconds kContinuedRankNoticeWait{200};
 
 // Whether this process is rank 0 of MPI_COMM_WORLD, or runs without MPI.
