@@ -1,14 +1,27 @@
 #!/usr/bin/env python3
-"""Measures scalestudy's training step against a PyTorch implementation of the same model,
-side by side in one run on one machine: tokens/s and TFLOP/s per GPU, and their ratios.
+"""Measures scalestudy's training step against PyTorch's step of the same model, side by
+side on one machine: tokens/s and TFLOP/s per GPU, scalestudy's ratio to each PyTorch mode,
+and its own scaling factors from one GPU.
 
-    python3 jobscripts/bench_vs_pytorch.py --binary build/cuda/scalestudy --batch-per-gpu 32 --gpus 1 2
+    python3 jobscripts/bench_vs_pytorch.py --binary build/cuda/scalestudy --batch-per-gpu 64 \\
+        --gpus 1 2 --pytorch-modes compile --rounds 3 --json bench.json
 
 scalestudy runs ddp+overlap (and zero2+overlap on more than one GPU) with its defaults.
-PyTorch runs in eager mode and under torch.compile, with bf16 autocast, fused AdamW and
-scaled_dot_product_attention (and in fp32 with --precision fp32, to compare like with
-like). Multi-GPU PyTorch runs use DDP through torchrun. Run it with a Python that has
-PyTorch and h5py; docs/benchmarks.md gives the published figures and their commands.
+PyTorch (jobscripts/train_torch.py) runs in eager mode and under torch.compile, with bf16
+autocast, fused AdamW and scaled_dot_product_attention (and in fp32 with --precision fp32,
+to compare like with like); on several GPUs it runs DDP through torchrun.
+
+Rounds: every run is repeated --rounds times, in plan order in the odd rounds and in the
+reverse order in the even ones, so that each side runs as often early as late. On GPUs
+that run at their power cap, a run's speed depends on what ran just before it. A row's
+tokens/s is the median over its rounds, and each ratio is the median of the ratios taken
+within a round, with their range.
+
+Exit status: 0 when every run gave its result, 1 when one did not (the table and the JSON
+still hold the others), 2 for bad input. --backend cpu with no PyTorch modes runs
+scalestudy's CPU build, to check the tool on a machine without a GPU. Run it with a Python
+that has h5py, and PyTorch for the PyTorch rows; docs/benchmarks.md gives the published
+figures and their commands.
 """
 import argparse
 import json
@@ -18,224 +31,383 @@ import platform
 import re
 import shlex
 import shutil
+import statistics
 import subprocess
 import sys
-import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
-PRESETS = {"gpt2-small": (12, 768, 12, 50257, 1024), "gpt2-medium": (24, 1024, 16, 50257, 1024),
-           "bert-large": (24, 1024, 16, 30522, 512)}
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from train_torch import PRESETS as TORCH_PRESETS  # noqa: E402
+
+USAGE_ERROR = 2
+BASELINE = "scalestudy ddp+overlap"
+TORCH_WORKER = Path(__file__).resolve().parent / "train_torch.py"
 
 
-def training_flops(layers, hidden, vocab, batch, seq):
-    """The project's accounting (src/model/flops.h): 3 x forward."""
-    forward = layers * (24 * batch * seq * hidden ** 2 + 4 * batch * seq ** 2 * hidden) + 2 * batch * seq * hidden * vocab
-    return 3 * forward
+class UsageError(Exception):
+    pass
 
 
-def torch_worker(args):
-    """One rank of the PyTorch run (launched directly or by torchrun)."""
-    import torch
-    import torch.nn as nn
-    import torch.nn.functional as F
+@dataclass(frozen=True)
+class Run:
+    """One row of the table: a side's run at a GPU count, repeated once a round."""
+    gpus: int
+    name: str
+    precision: str
+    strategy: str = ""  # scalestudy's --strategy
+    options: str = ""   # further scalestudy train options
+    mode: str = ""      # PyTorch's eager or compile
 
-    layers, hidden, heads, vocab, max_seq = PRESETS[args.model]
-    causal = not args.model.startswith("bert")
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = int(os.environ.get("RANK", "0"))
-    local = int(os.environ.get("LOCAL_RANK", "0"))
-    torch.cuda.set_device(local)
-    if world > 1:
-        torch.distributed.init_process_group("nccl")
-
-    class Block(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.ln1, self.ln2 = nn.LayerNorm(hidden), nn.LayerNorm(hidden)
-            self.qkv, self.proj = nn.Linear(hidden, 3 * hidden), nn.Linear(hidden, hidden)
-            self.fc, self.fc_proj = nn.Linear(hidden, 4 * hidden), nn.Linear(4 * hidden, hidden)
-
-        def forward(self, x):
-            b, t, c = x.shape
-            q, k, v = self.qkv(self.ln1(x)).split(c, dim=2)
-            q, k, v = (z.view(b, t, heads, c // heads).transpose(1, 2) for z in (q, k, v))
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-            x = x + self.proj(y.transpose(1, 2).reshape(b, t, c))
-            return x + self.fc_proj(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
-
-    class Gpt(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.wte, self.wpe = nn.Embedding(vocab, hidden), nn.Embedding(max_seq, hidden)
-            self.blocks = nn.ModuleList(Block() for _ in range(layers))
-            self.lnf = nn.LayerNorm(hidden)
-
-        def forward(self, idx, targets):
-            x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1], device=idx.device))
-            for block in self.blocks:
-                x = block(x)
-            logits = self.lnf(x) @ self.wte.weight.t()
-            return F.cross_entropy(logits.float().reshape(-1, vocab), targets.reshape(-1))
-
-    model = Gpt().cuda()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
-    if world > 1:
-        model = nn.parallel.DistributedDataParallel(model, device_ids=[local])
-    step_model = torch.compile(model) if args.mode == "compile" else model
-    dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
-    torch.backends.cuda.matmul.allow_tf32 = False
-    generator = torch.Generator(device="cuda").manual_seed(1234 + rank)
-    batch = args.batch_per_gpu
-    tokens = torch.randint(0, vocab, (batch, args.seq + 1), device="cuda", generator=generator)
-
-    def step():
-        with torch.autocast("cuda", dtype=dtype, enabled=args.precision == "bf16"):
-            loss = step_model(tokens[:, :-1], tokens[:, 1:])
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
-    for _ in range(args.warmup):
-        step()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(args.steps):
-        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        begin.record()
-        step()
-        end.record()
-        end.synchronize()
-        times.append(begin.elapsed_time(end) / 1e3)
-    if world > 1:
-        slowest = torch.tensor(times, device="cuda")
-        torch.distributed.all_reduce(slowest, op=torch.distributed.ReduceOp.MAX)
-        times = slowest.tolist()
-        torch.distributed.destroy_process_group()
-    if rank == 0:
-        times.sort()
-        median = times[len(times) // 2]
-        print("RESULT " + json.dumps({"median_step_s": median, "tokens_per_s": batch * args.seq * world / median}))
+    @property
+    def side(self):
+        return "pytorch" if self.mode else "scalestudy"
 
 
-def run(command, env=None, timeout=900):
-    print("$ " + " ".join(command), flush=True)
-    out = subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout)
-    if out.returncode != 0:
-        print(out.stdout[-3000:] + out.stderr[-3000:])
-        return None
-    return out.stdout
+def plan(args):
+    """The runs of one round, in order: at each GPU count scalestudy's rows, then PyTorch's."""
+    runs = []
+    for gpus in args.gpus:
+        runs.append(Run(gpus, BASELINE, args.precision, "ddp"))
+        runs += [Run(gpus, f"{BASELINE} [{name}]", args.precision, "ddp", options)
+                 for name, options in args.scalestudy_variants]
+        if gpus > 1:
+            runs.append(Run(gpus, "scalestudy zero2+overlap", args.precision, "zero2"))
+        if gpus in args.pytorch_gpus:
+            runs += [Run(gpus, f"pytorch {mode}", precision, mode=mode)
+                     for mode in args.pytorch_modes for precision in args.pytorch_precisions]
+    return runs
 
 
-def bench_pytorch(args, gpus, mode, precision):
-    script = [sys.executable, __file__, "--worker", "--model", args.model, "--seq", str(args.seq),
-              "--batch-per-gpu", str(args.batch_per_gpu), "--mode", mode, "--precision", precision,
+def round_order(runs, round_index):
+    """Round 0, 2, ... run in plan order; rounds 1, 3, ... in reverse."""
+    return list(runs) if round_index % 2 == 0 else list(reversed(runs))
+
+
+def launcher(gpus):
+    command = ["mpirun", "-np", str(gpus), "-x", "NCCL_NVLS_ENABLE=0"]
+    if "LD_LIBRARY_PATH" in os.environ:
+        command += ["-x", "LD_LIBRARY_PATH"]
+    if os.geteuid() == 0:
+        command.insert(1, "--allow-run-as-root")
+    return command
+
+
+def scalestudy_command(args, run, output):
+    return launcher(run.gpus) + [
+        args.binary, "train", "--backend", args.backend, "--precision", run.precision, "--model", args.model,
+        "--seq", str(args.seq), "--batch-per-rank", str(args.batch_per_gpu), "--data", "random",
+        "--steps", str(args.steps + args.warmup), "--warmup-steps", str(args.warmup),
+        "--strategy", run.strategy, "--overlap", "on", "--log-every", "1000", "--output", str(output),
+        "--overwrite", *shlex.split(run.options)]
+
+
+def pytorch_command(args, run):
+    worker = [str(TORCH_WORKER), "--model", args.model, "--seq", str(args.seq), "--batch-per-gpu",
+              str(args.batch_per_gpu), "--mode", run.mode, "--precision", run.precision,
               "--steps", str(args.steps), "--warmup", str(args.warmup)]
-    if gpus > 1:
-        script = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={gpus}"] + script[1:]
-    out = run(script, env=dict(os.environ, NCCL_NVLS_ENABLE="0"))
-    match = re.search(r"RESULT (\{.*\})", out or "")
-    return json.loads(match.group(1)) if match else None
+    if run.gpus > 1:
+        return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                f"--nproc-per-node={run.gpus}"] + worker
+    return [sys.executable] + worker
 
 
-def bench_scalestudy(args, gpus, precision, strategy, overlap, variant=("", "")):
-    name, options = variant
-    output = Path(args.workdir) / f"scalestudy-{gpus}gpu-{strategy}-{overlap}{'-' + name if name else ''}.h5"
-    command = ["mpirun", "--allow-run-as-root", "-np", str(gpus), "-x", "LD_LIBRARY_PATH", "-x", "NCCL_NVLS_ENABLE=0",
-               args.binary, "train", "--backend", "cuda", "--precision", precision, "--model", args.model,
-               "--seq", str(args.seq), "--batch-per-rank", str(args.batch_per_gpu), "--data", "random",
-               "--steps", str(args.steps + args.warmup), "--warmup-steps", str(args.warmup),
-               "--strategy", strategy, "--overlap", overlap, "--log-every", "1000", "--output", str(output),
-               "--overwrite", *shlex.split(options)]
-    out = run(command, env=dict(os.environ, NCCL_NVLS_ENABLE="0"))
-    if out is None:
-        return None
+def execute(command, timeout_s):
+    """The command's standard output, or None and the reason it gave none."""
+    print("$ " + shlex.join(command), flush=True)
+    try:
+        out = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s,
+                             env=dict(os.environ, NCCL_NVLS_ENABLE="0"))
+    except subprocess.TimeoutExpired:
+        return None, f"ran past --timeout-s {timeout_s:g}"
+    if out.returncode != 0:
+        print((out.stdout[-3000:] + out.stderr[-3000:]).rstrip(), flush=True)
+        return None, f"exited with {out.returncode}"
+    return out.stdout, ""
+
+
+def measure_scalestudy(args, run, round_index):
+    slug = re.sub(r"[^A-Za-z0-9.]+", "-", run.name).strip("-")
+    output = Path(args.workdir) / f"{slug}-{run.gpus}gpu-round{round_index + 1}.h5"
+    _, reason = execute(scalestudy_command(args, run, output), args.timeout_s)
+    if reason:
+        return {"failed": reason}
     import h5py
     with h5py.File(output, "r") as handle:
+        if "summary" not in handle:
+            return {"failed": f"{output} has no /summary"}
         summary = handle["summary"].attrs
-        return {"median_step_s": float(summary["step_time_median_s"]), "tokens_per_s": float(summary["tokens_per_s"])}
+        return {"tokens_per_s": float(summary["tokens_per_s"]),
+                "median_step_s": float(summary["step_time_median_s"]),
+                "flops_per_step": float(summary["flops_per_step"]), "file": str(output)}
+
+
+def measure_pytorch(args, run):
+    stdout, reason = execute(pytorch_command(args, run), args.timeout_s)
+    if reason:
+        return {"failed": reason}
+    lines = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
+    if not lines:
+        return {"failed": "no RESULT line"}
+    result = json.loads(lines[-1][len("RESULT "):])
+    return {"tokens_per_s": float(result["tokens_per_s"]), "median_step_s": float(result["median_step_s"])}
+
+
+def measure(args, run, round_index):
+    if run.side == "pytorch":
+        return measure_pytorch(args, run)
+    return measure_scalestudy(args, run, round_index)
+
+
+def ok(result):
+    return result is not None and "failed" not in result
+
+
+def median_or_nan(values):
+    return statistics.median(values) if values else math.nan
+
+
+def row(run, results, flops_per_step):
+    """A run's figures over its rounds: the median of the rounds that gave a result."""
+    done = [r for r in results if ok(r)]
+    tokens = median_or_nan([r["tokens_per_s"] for r in done])
+    step_s = median_or_nan([r["median_step_s"] for r in done])
+    return {**asdict(run), "tokens_per_s": tokens, "median_step_s": step_s,
+            "tflops_per_gpu": flops_per_step / step_s / run.gpus / 1e12,
+            "rounds": [r if r is not None else {"failed": "not run"} for r in results]}
+
+
+def paired(numerators, denominators):
+    """The ratio within each round where both runs gave a result: median, lowest, highest."""
+    ratios = [a["tokens_per_s"] / b["tokens_per_s"] for a, b in zip(numerators, denominators) if ok(a) and ok(b)]
+    if not ratios:
+        return {"ratio": math.nan, "low": math.nan, "high": math.nan, "rounds": 0}
+    return {"ratio": statistics.median(ratios), "low": min(ratios), "high": max(ratios), "rounds": len(ratios)}
+
+
+def flops_at(runs, results, gpus):
+    """Model FLOPs of one step at a GPU count, from any scalestudy result at that count: the
+    PyTorch rows train the same model on the same tokens."""
+    for run in runs:
+        if run.gpus == gpus and run.side == "scalestudy":
+            for result in results[run]:
+                if ok(result):
+                    return result["flops_per_step"]
+    return math.nan
+
+
+def summarise(runs, results):
+    """The rows, scalestudy's ratio to each PyTorch run on as many GPUs, and each
+    scalestudy run's factor over the baseline on one GPU, paired round by round."""
+    rows = [row(run, results[run], flops_at(runs, results, run.gpus)) for run in runs]
+    baseline = {run.gpus: run for run in runs if run.name == BASELINE}
+    comparisons = [{"gpus": run.gpus, "against": run.name, "precision": run.precision,
+                    **paired(results[baseline[run.gpus]], results[run])}
+                   for run in runs if run.side == "pytorch" and run.gpus in baseline]
+    factors = [{"gpus": run.gpus, "run": run.name, **paired(results[run], results[baseline[1]])}
+               for run in runs if run.side == "scalestudy" and run.gpus > 1 and 1 in baseline]
+    return rows, comparisons, factors
+
+
+def cut(value):
+    """Three decimals, cut rather than rounded: a ratio judged against a bar such as 1.25x or
+    1.95x must not appear to reach it when it misses (1.2496 reads 1.249)."""
+    if math.isnan(value):
+        return "—"
+    return f"{math.floor(value * 1000) / 1000:.3f}"
+
+
+def ratio_text(entry, rounds):
+    """The ratio, and over several rounds the range of the rounds' own ratios."""
+    if entry["rounds"] == 0:
+        return "no round gave both runs"
+    if rounds < 2:
+        return f"{cut(entry['ratio'])}x"
+    return f"{cut(entry['ratio'])}x (median of {entry['rounds']} rounds; {cut(entry['low'])} to {cut(entry['high'])})"
+
+
+def format_report(rows, comparisons, factors, rounds):
+    lines = ["| GPUs | run | precision | tokens/s | TFLOP/s per GPU | vs scalestudy (same GPUs) | rounds |",
+             "|---|---|---|---|---|---|---|"]
+    for entry in rows:
+        ours = next((r["tokens_per_s"] for r in rows if r["gpus"] == entry["gpus"] and r["name"] == BASELINE),
+                    math.nan)
+        done = sum(ok(r) for r in entry["rounds"])
+        if done == 0:
+            lines.append(f"| {entry['gpus']} | {entry['name']} | {entry['precision']} | failed | | | 0 of {rounds} |")
+            continue
+        lines.append(f"| {entry['gpus']} | {entry['name']} | {entry['precision']} | {entry['tokens_per_s']:,.0f} | "
+                     f"{entry['tflops_per_gpu']:.4g} | {cut(entry['tokens_per_s'] / ours)} | {done} of {rounds} |")
+    lines.append("")
+    for entry in comparisons:
+        lines.append(f"{BASELINE} over {entry['against']} ({entry['precision']}) on {entry['gpus']} GPU(s): "
+                     f"{ratio_text(entry, rounds)}")
+    for entry in factors:
+        lines.append(f"{entry['run']} on {entry['gpus']} GPUs over scalestudy's own 1-GPU tokens/s: "
+                     f"{ratio_text(entry, rounds)}")
+    return "\n".join(lines)
+
+
+def machine_description(args):
+    version = subprocess.run([args.binary, "--version"], capture_output=True, text=True).stdout.strip()
+    gpu = ""
+    if shutil.which("nvidia-smi"):
+        gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                             capture_output=True, text=True).stdout.split("\n")[0]
+    return {"scalestudy": version, "gpu": gpu or "no GPU", "host": platform.node()}
+
+
+def without_nan(value):
+    """JSON has no NaN: a figure that no round gave is null."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {key: without_nan(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [without_nan(item) for item in value]
+    return value
+
+
+def write_document(path, doc):
+    """Written whole to a temporary file and renamed, so that a reader never sees half."""
+    partial = Path(f"{path}.partial")
+    partial.write_text(json.dumps(without_nan(doc), indent=1) + "\n")
+    partial.replace(path)
+
+
+def integer_at_least(minimum, what):
+    """An argparse type: an integer of at least `minimum`, refused as not being `what`."""
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            value = minimum - 1
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
+        return value
+    return parse
+
+
+positive_int = integer_at_least(1, "a positive integer")
+non_negative_int = integer_at_least(0, "a non-negative integer")
+
+
+def positive_float(text):
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number")
+    return value
 
 
 def variant(text):
     """NAME=OPTIONS of --scalestudy-variants: a row name and further train options."""
-    name, sep, options = text.partition("=")
-    if not sep or not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+    name, separator, options = text.partition("=")
+    if not separator or not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
         raise argparse.ArgumentTypeError(f"{text!r}: expected NAME=OPTIONS, NAME of letters, digits, _ . -")
     return name, options
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--mode", default="eager", help=argparse.SUPPRESS)
-    parser.add_argument("--binary", default="build/cuda/scalestudy",
-                        help="the scalestudy executable, a CUDA build (default: %(default)s)")
-    parser.add_argument("--model", choices=sorted(PRESETS), default="gpt2-small",
-                        help="the model both sides train (default: %(default)s)")
-    parser.add_argument("--seq", type=int, default=1024, help="tokens per sequence (default: %(default)s)")
-    parser.add_argument("--batch-per-gpu", type=int, default=8,
+def parser():
+    result = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    result.add_argument("--binary", default="build/cuda/scalestudy",
+                        help="the scalestudy executable (default: %(default)s)")
+    result.add_argument("--backend", choices=("cuda", "cpu"), default="cuda",
+                        help="scalestudy's backend; cpu runs scalestudy only, to check the tool without a GPU "
+                             "(default: %(default)s)")
+    result.add_argument("--model", default="gpt2-small",
+                        help="a preset of `scalestudy info`; PyTorch builds " + ", ".join(sorted(TORCH_PRESETS))
+                             + " (default: %(default)s)")
+    result.add_argument("--seq", type=positive_int, default=1024, help="tokens per sequence (default: %(default)s)")
+    result.add_argument("--batch-per-gpu", type=positive_int, default=8,
                         help="sequences per GPU per step, on both sides (default: %(default)s)")
-    parser.add_argument("--gpus", type=int, nargs="+", default=[1],
-                        help="GPU counts to run scalestudy at, ddp+overlap and, above 1, zero2+overlap "
-                             "(default: 1)")
-    parser.add_argument("--precision", choices=("fp32", "bf16"), default="bf16",
+    result.add_argument("--gpus", type=positive_int, nargs="+", default=[1],
+                        help="GPU counts to run scalestudy at, ddp+overlap and, above 1, zero2+overlap (default: 1)")
+    result.add_argument("--precision", choices=("fp32", "bf16"), default="bf16",
                         help="scalestudy's precision; PyTorch runs in this precision and in bf16 (default: %(default)s)")
-    parser.add_argument("--steps", type=int, default=10,
+    result.add_argument("--steps", type=positive_int, default=10,
                         help="measured steps of each run, whose median is reported (default: %(default)s)")
-    parser.add_argument("--warmup", type=int, default=3,
+    result.add_argument("--warmup", type=non_negative_int, default=3,
                         help="steps run first and left out of the median (default: %(default)s)")
-    parser.add_argument("--workdir", default="/tmp/scalestudy-bench",
+    result.add_argument("--rounds", type=positive_int, default=1,
+                        help="times every run is repeated, the order reversed in every other round; rows and "
+                             "ratios are medians over the rounds (default: %(default)s)")
+    result.add_argument("--workdir", default="/tmp/scalestudy-bench",
                         help="where scalestudy's result files go (default: %(default)s)")
-    parser.add_argument("--pytorch-gpus", type=int, nargs="*", default=None,
-                        help="GPU counts to run PyTorch at (default: every --gpus)")
-    parser.add_argument("--pytorch-modes", nargs="+", default=["eager", "compile"], choices=("eager", "compile"),
-                        help="how PyTorch runs the model: eager, torch.compile, or both (default: both)")
-    parser.add_argument("--pytorch-precisions", nargs="+", default=None, choices=("fp32", "bf16"),
+    result.add_argument("--json", default=None,
+                        help="write every round's figures, the rows and the ratios here, after each run")
+    result.add_argument("--timeout-s", type=positive_float, default=900,
+                        help="limit of one run in seconds (default: %(default)s)")
+    result.add_argument("--pytorch-gpus", type=positive_int, nargs="*", default=None,
+                        help="GPU counts, of --gpus, to run PyTorch at (default: every --gpus)")
+    result.add_argument("--pytorch-modes", nargs="*", default=None, choices=("eager", "compile"),
+                        help="how PyTorch runs the model: eager, torch.compile, both, or none when given with no "
+                             "value (default: both; none with --backend cpu)")
+    result.add_argument("--pytorch-precisions", nargs="+", default=None, choices=("fp32", "bf16"),
                         help="the precisions PyTorch runs in (default: scalestudy's precision and bf16)")
-    parser.add_argument("--scalestudy-variants", nargs="*", default=[], type=variant, metavar="NAME=OPTIONS",
+    result.add_argument("--scalestudy-variants", nargs="*", default=[], type=variant, metavar="NAME=OPTIONS",
                         help="more scalestudy rows, each with further train options under a name, e.g. "
                              "flash='--attention-kernel flash'")
-    args = parser.parse_args()
-    if args.worker:
-        return torch_worker(args)
+    return result
+
+
+def scalestudy_presets(binary):
+    listing = subprocess.run([binary, "info"], capture_output=True, text=True).stdout.splitlines()
+    return {line.split()[0] for line in listing[1:] if line.strip()}
+
+
+def check_inputs(args):
+    """Fills the defaults that depend on other options; raises UsageError naming the option."""
+    if not (Path(args.binary).is_file() and os.access(args.binary, os.X_OK)):
+        raise UsageError(f"--binary {args.binary}: not an executable file")
+    if args.pytorch_modes is None:
+        args.pytorch_modes = [] if args.backend == "cpu" else ["eager", "compile"]
+    if args.backend == "cpu" and args.pytorch_modes:
+        raise UsageError("--pytorch-modes: PyTorch's side runs on GPUs only; with --backend cpu give none")
+    if args.model not in scalestudy_presets(args.binary):
+        raise UsageError(f"--model {args.model}: not a preset of `{args.binary} info`")
+    if args.pytorch_modes and args.model not in TORCH_PRESETS:
+        raise UsageError(f"--model {args.model}: PyTorch's side builds {', '.join(sorted(TORCH_PRESETS))} only; "
+                         "give --pytorch-modes no value to run scalestudy alone")
+    args.pytorch_gpus = args.gpus if args.pytorch_gpus is None else args.pytorch_gpus
+    missing = sorted(set(args.pytorch_gpus) - set(args.gpus))
+    if missing:
+        raise UsageError(f"--pytorch-gpus {' '.join(map(str, missing))}: not among --gpus")
+    args.pytorch_precisions = args.pytorch_precisions or sorted({args.precision, "bf16"})
     Path(args.workdir).mkdir(parents=True, exist_ok=True)
-    layers, hidden, _, vocab, _ = PRESETS[args.model]
-    rows = []
-    # The binary's own build records its commit (a copy of the tree may carry no .git).
-    sha = subprocess.run([args.binary, "--version"], capture_output=True, text=True).stdout.strip()
-    gpu = shutil.which("nvidia-smi") and subprocess.run(
-        ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True).stdout.split("\n")[0]
-    print(f"# {args.model} seq {args.seq}, batch {args.batch_per_gpu} per GPU; commit {sha}; {gpu}; {platform.node()}")
-    for gpus in args.gpus:
-        flops = training_flops(layers, hidden, vocab, args.batch_per_gpu * gpus, args.seq)
-        runs = [("scalestudy ddp+overlap", bench_scalestudy(args, gpus, args.precision, "ddp", "on"), args.precision)]
-        runs += [(f"scalestudy ddp+overlap [{v[0]}]", bench_scalestudy(args, gpus, args.precision, "ddp", "on", v),
-                  args.precision) for v in args.scalestudy_variants]
-        if gpus > 1:
-            runs.append(("scalestudy zero2+overlap", bench_scalestudy(args, gpus, args.precision, "zero2", "on"),
-                         args.precision))
-        torch_gpus = args.gpus if args.pytorch_gpus is None else args.pytorch_gpus
-        precisions = args.pytorch_precisions or sorted({args.precision, "bf16"})
-        for mode in args.pytorch_modes if gpus in torch_gpus else []:
-            for precision in precisions:
-                runs.append((f"pytorch {mode}", bench_pytorch(args, gpus, mode, precision), precision))
-        for name, result, precision in runs:
-            if result:
-                tflops = flops / result["median_step_s"] / gpus / 1e12
-                rows.append((gpus, name, precision, result["tokens_per_s"], tflops))
-            else:
-                rows.append((gpus, name, precision, math.nan, math.nan))
-    print("\n| GPUs | run | precision | tokens/s | TFLOP/s per GPU | vs scalestudy (same GPUs) |")
-    print("|---|---|---|---|---|---|")
-    for gpus, name, precision, tokens, tflops in rows:
-        ours = next((r[3] for r in rows if r[0] == gpus and r[1] == "scalestudy ddp+overlap"), math.nan)
-        print(f"| {gpus} | {name} | {precision} | {tokens:,.0f} | {tflops:.1f} | {tokens / ours:.2f} |")
-    one_gpu = next((r[3] for r in rows if r[0] == 1 and r[1] == "scalestudy ddp+overlap"), math.nan)
-    for gpus, name, _, tokens, _ in rows:
-        if gpus > 1 and name.startswith("scalestudy"):
-            # Three decimals: a factor judged against a bar such as 1.95x must not round up to it.
-            print(f"{name} on {gpus} GPUs: {tokens / one_gpu:.3f}x scalestudy's own 1-GPU tokens/s")
-    return 0
+
+
+def main(argv=None):
+    args = parser().parse_args(argv)
+    try:
+        check_inputs(args)
+    except UsageError as error:
+        print(f"bench_vs_pytorch.py: error: {error}", file=sys.stderr)
+        return USAGE_ERROR
+    machine = machine_description(args)
+    print(f"# {args.model} seq {args.seq}, batch {args.batch_per_gpu} per GPU, {args.rounds} round(s); "
+          f"{machine['scalestudy']}; {machine['gpu']}; {machine['host']}", flush=True)
+    runs = plan(args)
+    results = {run: [None] * args.rounds for run in runs}
+    command = [sys.argv[0]] + (sys.argv[1:] if argv is None else list(argv))
+    for round_index in range(args.rounds):
+        for run in round_order(runs, round_index):
+            result = measure(args, run, round_index)
+            results[run][round_index] = result
+            figure = f"{result['tokens_per_s']:,.0f} tokens/s" if ok(result) else f"failed: {result['failed']}"
+            print(f"[round {round_index + 1}/{args.rounds}] {run.gpus} GPU(s), {run.name} {run.precision}: {figure}",
+                  flush=True)
+            if args.json:
+                rows, comparisons, factors = summarise(runs, results)
+                write_document(args.json, {"command": command, "machine": machine, "rows": rows,
+                                           "comparisons": comparisons, "factors": factors})
+    rows, comparisons, factors = summarise(runs, results)
+    print("\n" + format_report(rows, comparisons, factors, args.rounds))
+    if args.json:
+        print(f"wrote {args.json}")
+    return 0 if all(ok(r) for run in runs for r in results[run]) else 1
 
 
 if __name__ == "__main__":

@@ -1,0 +1,164 @@
+"""jobscripts/bench_vs_pytorch.py without a GPU or torch: the rounds' order, the medians of
+the rows, the ratios paired within a round, the report, the exit status and the refusals
+of bad input. The scalestudy side runs the real CPU build on the tiny preset; PyTorch's
+side is written by hand where a test needs it."""
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import h5py
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "jobscripts" / "bench_vs_pytorch.py"
+sys.path.insert(0, str(ROOT / "jobscripts"))
+import bench_vs_pytorch as bench  # noqa: E402
+
+BINARY = os.environ.get("SCALESTUDY_BINARY")
+needs_binary = pytest.mark.skipif(not BINARY, reason="set SCALESTUDY_BINARY to the scalestudy binary")
+TINY = ["--backend", "cpu", "--precision", "fp32", "--model", "tiny", "--seq", "64", "--batch-per-gpu", "2",
+        "--steps", "3", "--warmup", "1"]
+
+
+def measured(tokens_per_s):
+    return {"tokens_per_s": tokens_per_s, "median_step_s": 1.0 / tokens_per_s, "flops_per_step": 1e12}
+
+
+FAILED = {"failed": "exited with 1"}
+
+
+def test_rows_are_medians_of_the_rounds_and_ratios_are_paired_within_each_round():
+    one = bench.Run(1, bench.BASELINE, "bf16", "ddp")
+    compiled = bench.Run(1, "pytorch compile", "bf16", mode="compile")
+    two = bench.Run(2, bench.BASELINE, "bf16", "ddp")
+    results = {one: [measured(100.0), measured(110.0), measured(90.0)],
+               compiled: [measured(80.0), measured(100.0), measured(75.0)],
+               two: [measured(190.0), measured(200.0), measured(180.0)]}
+    rows, comparisons, factors = bench.summarise([one, compiled, two], results)
+    assert [r["tokens_per_s"] for r in rows] == [100.0, 80.0, 190.0]
+    # Within the rounds: 100/80, 110/100, 90/75. The median of the three, 1.2, is not the
+    # ratio of the rows' medians, 1.25: a round's two runs share the machine's state.
+    [comparison] = comparisons
+    assert comparison["ratio"] == pytest.approx(1.2)
+    assert (comparison["low"], comparison["high"], comparison["rounds"]) == (pytest.approx(1.1), 1.25, 3)
+    [factor] = factors
+    assert factor["ratio"] == pytest.approx(1.9) and factor["high"] == pytest.approx(2.0)
+    # TFLOP/s per GPU from the scalestudy file's FLOPs at the same GPU count, for PyTorch's row too.
+    assert rows[1]["tflops_per_gpu"] == pytest.approx(1e12 * 80.0 / 1e12)
+    assert rows[2]["tflops_per_gpu"] == pytest.approx(1e12 * 190.0 / 2 / 1e12)
+
+
+def test_a_failed_round_leaves_its_pair_out_and_a_run_that_never_ran_has_no_figures():
+    one = bench.Run(1, bench.BASELINE, "bf16", "ddp")
+    eager = bench.Run(1, "pytorch eager", "bf16", mode="eager")
+    results = {one: [measured(100.0), measured(300.0), measured(90.0)],
+               eager: [measured(50.0), FAILED, measured(60.0)]}
+    rows, [comparison], _ = bench.summarise([one, eager], results)
+    assert comparison["rounds"] == 2 and comparison["ratio"] == pytest.approx((2.0 + 1.5) / 2)
+    assert rows[1]["tokens_per_s"] == 55.0 and rows[1]["rounds"][1] == FAILED
+    results = {one: [FAILED, FAILED, FAILED], eager: [measured(50.0), FAILED, None]}
+    rows, [comparison], _ = bench.summarise([one, eager], results)
+    assert comparison["rounds"] == 0
+    assert rows[1]["rounds"][2] == {"failed": "not run"}
+    report = bench.format_report(rows, [comparison], [], 3)
+    assert "| 1 | scalestudy ddp+overlap | bf16 | failed | | | 0 of 3 |" in report
+    assert "over pytorch eager (bf16) on 1 GPU(s): no round gave both runs" in report
+
+
+def test_the_report_cuts_ratios_to_three_decimals_with_the_rounds_range():
+    one = bench.Run(1, bench.BASELINE, "bf16", "ddp")
+    compiled = bench.Run(1, "pytorch compile", "bf16", mode="compile")
+    results = {one: [measured(1249.6), measured(1300.0)], compiled: [measured(1000.0), measured(1000.0)]}
+    report = bench.format_report(*bench.summarise([one, compiled], results), 2)
+    # 1.2496 reads as 1.249, not as the 1.250 that rounding gives: a ratio must not appear
+    # to reach a bar it misses. The median of 1.2496 and 1.3 is 1.2748.
+    assert ("scalestudy ddp+overlap over pytorch compile (bf16) on 1 GPU(s): 1.274x "
+            "(median of 2 rounds; 1.249 to 1.300)") in report
+    one_round = {one: [measured(1249.6)], compiled: [measured(1000.0)]}
+    report = bench.format_report(*bench.summarise([one, compiled], one_round), 1)
+    assert "on 1 GPU(s): 1.249x\n" in report + "\n"
+    assert "| 1 | pytorch compile | bf16 | 1,000 | 1000 | 0.800 | 1 of 1 |" in report
+
+
+def test_even_rounds_run_in_reverse_order():
+    runs = ["a", "b", "c"]
+    assert bench.round_order(runs, 0) == ["a", "b", "c"]
+    assert bench.round_order(runs, 1) == ["c", "b", "a"]
+    assert bench.round_order(runs, 2) == ["a", "b", "c"]
+
+
+def run_script(*args, cwd=None):
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=600,
+                          cwd=cwd)
+
+
+@needs_binary
+def test_a_cpu_run_of_two_rounds_reads_every_file_and_pairs_the_factors(tmp_path):
+    document = tmp_path / "bench.json"
+    done = run_script("--binary", BINARY, *TINY, "--gpus", "1", "2", "--rounds", "2",
+                      "--workdir", str(tmp_path / "runs"), "--json", str(document))
+    assert done.returncode == 0, done.stdout + done.stderr
+    order = [line.split("] ", 1)[1].split(":")[0] for line in done.stdout.splitlines() if line.startswith("[round")]
+    first = ["1 GPU(s), scalestudy ddp+overlap fp32", "2 GPU(s), scalestudy ddp+overlap fp32",
+             "2 GPU(s), scalestudy zero2+overlap fp32"]
+    assert order == first + first[::-1]
+    doc = json.loads(document.read_text())
+    assert [(r["gpus"], r["name"]) for r in doc["rows"]] == [(1, "scalestudy ddp+overlap"),
+                                                             (2, "scalestudy ddp+overlap"),
+                                                             (2, "scalestudy zero2+overlap")]
+    for row in doc["rows"]:
+        rates = []
+        for result in row["rounds"]:
+            with h5py.File(result["file"], "r") as handle:
+                rates.append(float(handle["summary"].attrs["tokens_per_s"]))
+            assert result["tokens_per_s"] == rates[-1]
+        assert row["tokens_per_s"] == pytest.approx(statistics.median(rates), rel=1e-12)
+    one = doc["rows"][0]["rounds"]
+    for factor, row in zip(doc["factors"], doc["rows"][1:]):
+        within = [a["tokens_per_s"] / b["tokens_per_s"] for a, b in zip(row["rounds"], one)]
+        assert factor["ratio"] == pytest.approx(statistics.median(within), rel=1e-12)
+        assert (factor["low"], factor["high"]) == (pytest.approx(min(within)), pytest.approx(max(within)))
+    assert "scalestudy zero2+overlap on 2 GPUs over scalestudy's own 1-GPU tokens/s: " in done.stdout
+    assert doc["comparisons"] == []
+
+
+@needs_binary
+def test_a_run_that_fails_makes_the_exit_status_1_and_keeps_the_others(tmp_path):
+    document = tmp_path / "bench.json"
+    done = run_script("--binary", BINARY, *TINY, "--scalestudy-variants", "broken=--no-such-option",
+                      "--workdir", str(tmp_path / "runs"), "--json", str(document))
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "| 1 | scalestudy ddp+overlap [broken] | fp32 | failed | | | 0 of 1 |" in done.stdout
+    rows = json.loads(document.read_text())["rows"]
+    assert rows[0]["tokens_per_s"] > 0 and rows[1]["rounds"] == [{"failed": "exited with 2"}]
+    assert rows[1]["tokens_per_s"] is None
+
+
+@pytest.mark.parametrize("args, named", [
+    (["--batch-per-gpu", "0"], "--batch-per-gpu"),
+    (["--rounds", "0"], "--rounds"),
+    (["--warmup", "-1"], "--warmup"),
+    (["--timeout-s", "0"], "--timeout-s"),
+    (["--gpus", "two"], "--gpus"),
+    (["--scalestudy-variants", "no name=--overlap off"], "--scalestudy-variants"),
+])
+def test_bad_values_exit_2_naming_the_option(args, named, tmp_path):
+    done = run_script("--binary", sys.executable, *args, cwd=tmp_path)
+    assert done.returncode == 2 and named in done.stderr, done.stderr
+
+
+@needs_binary
+@pytest.mark.parametrize("args, named", [
+    (["--binary", "/no/such/scalestudy"], "--binary /no/such/scalestudy"),
+    (["--backend", "cpu", "--pytorch-modes", "compile"], "--pytorch-modes"),
+    (["--model", "no-such-model"], "--model no-such-model"),
+    (["--model", "tiny", "--pytorch-modes", "eager"], "--model tiny"),
+    (["--gpus", "1", "--pytorch-gpus", "4"], "--pytorch-gpus 4"),
+])
+def test_inputs_that_cannot_run_exit_2_naming_the_option(args, named, tmp_path):
+    done = run_script("--binary", BINARY, "--workdir", str(tmp_path), *args, cwd=tmp_path)
+    assert done.returncode == 2 and named in done.stderr, done.stderr
+    assert "$ " not in done.stdout  # nothing ran
