@@ -217,6 +217,11 @@ def cut(value):
     return f"{math.floor(value * 1000) / 1000:.3f}"
 
 
+def tflops_text(value):
+    """One decimal, or three significant digits for the small rates of the CPU backend."""
+    return f"{value:.1f}" if value >= 1 else f"{value:.3g}"
+
+
 def ratio_text(entry, rounds):
     """The ratio, and over several rounds the range of the rounds' own ratios."""
     if entry["rounds"] == 0:
@@ -237,7 +242,7 @@ def format_report(rows, comparisons, factors, rounds):
             lines.append(f"| {entry['gpus']} | {entry['name']} | {entry['precision']} | failed | | | 0 of {rounds} |")
             continue
         lines.append(f"| {entry['gpus']} | {entry['name']} | {entry['precision']} | {entry['tokens_per_s']:,.0f} | "
-                     f"{entry['tflops_per_gpu']:.4g} | {cut(entry['tokens_per_s'] / ours)} | {done} of {rounds} |")
+                     f"{tflops_text(entry['tflops_per_gpu'])} | {cut(entry['tokens_per_s'] / ours)} | {done} of {rounds} |")
     lines.append("")
     for entry in comparisons:
         lines.append(f"{BASELINE} over {entry['against']} ({entry['precision']}) on {entry['gpus']} GPU(s): "

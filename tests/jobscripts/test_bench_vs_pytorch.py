@@ -80,7 +80,7 @@ def test_the_report_cuts_ratios_to_three_decimals_with_the_rounds_range():
     one_round = {one: [measured(1249.6)], compiled: [measured(1000.0)]}
     report = bench.format_report(*bench.summarise([one, compiled], one_round), 1)
     assert "on 1 GPU(s): 1.249x\n" in report + "\n"
-    assert "| 1 | pytorch compile | bf16 | 1,000 | 1000 | 0.800 | 1 of 1 |" in report
+    assert "| 1 | pytorch compile | bf16 | 1,000 | 1000.0 | 0.800 | 1 of 1 |" in report
 
 
 def test_even_rounds_run_in_reverse_order():
