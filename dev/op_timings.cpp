@@ -198,10 +198,11 @@ TEST_P(CudaOpsHalf, Gpt2SmallTimings) {
   for (const Timed& t : timed) print_median_ms(ops, name() + " " + t.name, t.reps, t.work);
 
   // The LM head's rows are V = 50257 16-bit values long, not a multiple of 16 bytes; the
-  // same three GEMMs with rows padded to a multiple of 8 show what that alignment costs.
+  // same three GEMMs with rows padded to a multiple of 8 (16 bytes) and of 64 (128-byte
+  // lines, as allocate_logits pads them) show what each alignment costs.
   // The buffers are untyped here: only the cuBLAS data type says bf16 or fp16.
-  const int padded_vocab = (V + 7) / 8 * 8;
-  float* padded = act(size_t(N) * padded_vocab);
+  const int padded_vocab = (V + 7) / 8 * 8, line_vocab = (V + 63) / 64 * 64;
+  float* padded = act(size_t(N) * line_vocab);
   const float one = 1.0f, zero = 0.0f;
   const cublasHandle_t handle = ops.cublas_handle();
   const cudaDataType_t half_type = precision_ == Precision::fp16 ? CUDA_R_16F : CUDA_R_16BF;
@@ -225,7 +226,7 @@ TEST_P(CudaOpsHalf, Gpt2SmallTimings) {
     CHECK_CUBLAS(cublasGemmEx(handle, g.op_a, g.op_b, g.m, g.n, g.k, &one, g.a, half_type, g.lda, g.b, half_type,
                               g.ldb, g.beta, g.c, g.c_type, g.ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   };
-  for (int ld : {V, padded_vocab}) {
+  for (int ld : {V, padded_vocab, line_vocab}) {
     void* head_out = ld == V ? logits : padded;
     const std::string label = " (ld " + std::to_string(ld) + ")";
     const HeadGemm gemms[] = {

@@ -51,6 +51,12 @@ int padded_columns_of(int columns) {
 
 bool needs_padding(int columns) { return columns % kAlignedColumns != 0; }
 
+// The logits' rows start on 128-byte lines: 64 16-bit elements. With rows only 8 apart
+// (16 bytes), most rows of GPT-2's 50264 began 48 bytes into a line, so that every 128-byte
+// slice of a row that the LM head's GEMMs and the cross-entropy read or write touched five
+// lines instead of four.
+constexpr int kLogitsRowAlignElems = 64;
+
 // One 16-byte pack of a flat [rows, columns] range (flat, so packs cross row ends): its
 // elements [first, first + count) of the range (count is the pack's but in the last one),
 // and (row, column), where the next of them lies in the rows.
@@ -160,11 +166,17 @@ void check_operands(cublasHandle_t handle, cudaStream_t stream, int rows, int in
 // that keep every operand below 2^31 elements. A weight gradient then sums over the
 // chunks one after another: a fixed order, still deterministic.
 template <class F>
-void for_each_row_chunk(int rows, int in_channels, int out_channels, F run_rows) {
+void for_each_row_chunk(int rows, int in_channels, int out_row_elems, F run_rows) {
   constexpr long long kMaxGemmOperandElems = (1LL << 31) - 1;
-  const long long widest = std::max(in_channels, padded_columns_of(out_channels));
+  const long long widest = std::max(in_channels, out_row_elems);
   const int chunk = static_cast<int>(std::max(1LL, kMaxGemmOperandElems / widest));
   for (int first = 0; first < rows; first += chunk) run_rows(first, std::min(chunk, rows - first));
+}
+
+// A dense layer's chunks: its output's rows are at most padded to a multiple of 8.
+template <class Args, class F>
+void for_each_layer_row_chunk(const Args& args, F run_rows) {
+  for_each_row_chunk(args.rows, args.in_channels, padded_columns_of(args.out_channels), run_rows);
 }
 
 // Column-major view (see gemm.cuh): out^T[OC, N] = W[OC, IC] · inp^T[IC, N].
@@ -374,7 +386,7 @@ void matmul_backward_16bit(cublasHandle_t handle, cudaStream_t stream,
 }
 
 void check_logits_stride(int vocab, int logits_stride) {
-  SCALESTUDY_CHECK(logits_stride == padded_columns_of(vocab),
+  SCALESTUDY_CHECK(logits_stride == padded_logits_row_elems(vocab),
                    "classifier matmul: logits rows must be padded_logits_row_elems(vocab) apart");
 }
 
@@ -397,7 +409,7 @@ void for_each_classifier_chunk(cublasHandle_t handle, cudaStream_t stream, const
   check_classifier_logits_stride(args.dlogits, args.vocab, logits_stride);
   check_operands(handle, stream, args.rows, args.channels, args.vocab, operands);
   check_not_null(args.dlogits, "classifier dlogits");
-  for_each_row_chunk(args.rows, args.channels, args.vocab, run_rows);
+  for_each_row_chunk(args.rows, args.channels, logits_stride, run_rows);
 }
 
 // The rows [first, first + count) of a dense layer's arguments: every activation pointer
@@ -425,7 +437,7 @@ Args rows_of(Args args, int first, int count) {
 
 void launch_matmul_forward(cublasHandle_t handle, cudaStream_t stream,
                            const MatmulForwardArgs<float>& args) {
-  for_each_row_chunk(args.rows, args.in_channels, args.out_channels, [&](int first, int count) {
+  for_each_layer_row_chunk(args, [&](int first, int count) {
     matmul_forward(handle, stream, rows_of(args, first, count));
   });
 }
@@ -438,7 +450,7 @@ template <class Half>
 void launch_matmul_forward(cublasHandle_t handle, cudaStream_t stream,
                            const MatmulForwardArgs<Half>& args, Scratch scratch,
                            EpilogueGemm* bias_gemm) {
-  for_each_row_chunk(args.rows, args.in_channels, args.out_channels, [&](int first, int count) {
+  for_each_layer_row_chunk(args, [&](int first, int count) {
     matmul_forward_16bit(handle, stream, rows_of(args, first, count), scratch, bias_gemm);
   });
 }
@@ -449,7 +461,7 @@ size_t matmul_backward_scratch_elems(int rows, int out_channels) {
 
 void launch_matmul_backward(cublasHandle_t handle, cudaStream_t stream,
                             const MatmulBackwardArgs<float>& args, Scratch scratch) {
-  for_each_row_chunk(args.rows, args.in_channels, args.out_channels, [&](int first, int count) {
+  for_each_layer_row_chunk(args, [&](int first, int count) {
     matmul_backward(handle, stream, rows_of(args, first, count), scratch);
   });
 }
@@ -461,7 +473,7 @@ size_t matmul_backward_scratch_elems_16bit(int rows, int out_channels) {
 template <class Half>
 void launch_matmul_backward(cublasHandle_t handle, cudaStream_t stream,
                             const MatmulBackwardArgs<Half>& args, Scratch scratch) {
-  for_each_row_chunk(args.rows, args.in_channels, args.out_channels, [&](int first, int count) {
+  for_each_layer_row_chunk(args, [&](int first, int count) {
     matmul_backward_16bit(handle, stream, rows_of(args, first, count), scratch);
   });
 }
@@ -476,12 +488,14 @@ void launch_matmul_parameter_gradients(cublasHandle_t handle, cudaStream_t strea
                   {args.inp, "matmul inp"}});
   SCALESTUDY_CHECK(!needs_padding(args.out_channels),
                    "matmul parameter gradients: out_channels must be a multiple of 8");
-  for_each_row_chunk(args.rows, args.in_channels, args.out_channels, [&](int first, int count) {
+  for_each_layer_row_chunk(args, [&](int first, int count) {
     matmul_parameter_gradients(handle, stream, rows_of(args, first, count), scratch);
   });
 }
 
-int padded_logits_row_elems(int vocab) { return padded_columns_of(vocab); }
+int padded_logits_row_elems(int vocab) {
+  return (vocab + kLogitsRowAlignElems - 1) / kLogitsRowAlignElems * kLogitsRowAlignElems;
+}
 
 // The tied LM head on logits rows already padded: no copy into or out of scratch.
 template <class T>
@@ -491,7 +505,7 @@ void launch_classifier_matmul_forward(cublasHandle_t handle, cudaStream_t stream
   check_operands(handle, stream, args.rows, args.channels, args.vocab,
                  {{args.logits, "classifier logits"}, {args.inp, "classifier inp"},
                   {args.weight, "classifier weight"}});
-  for_each_row_chunk(args.rows, args.channels, args.vocab, [&](int first, int count) {
+  for_each_row_chunk(args.rows, args.channels, logits_stride, [&](int first, int count) {
     matmul_forward_strided(handle,
                            MatmulForwardArgs<T>{args.logits + size_t(first) * logits_stride,
                                                 args.inp + size_t(first) * args.channels,

@@ -67,9 +67,10 @@ void launch_matmul_parameter_gradients(cublasHandle_t handle, cudaStream_t strea
                                        const MatmulBackwardArgs<Half>& args, Scratch scratch);
 
 // The tied LM head of the classifier in 16 bits, on logits whose rows are
-// padded_logits_row_elems(vocab) elements apart (a multiple of 8, so that the GEMMs stay on
-// cuBLAS's fast kernels without copies): logits = inp @ weight^T, of args' logits, inp,
-// weight and shape. The padding columns are never read or written.
+// padded_logits_row_elems(vocab) elements apart (a multiple of 64, so that the GEMMs stay on
+// cuBLAS's fast kernels without copies and every row starts on a 128-byte line): logits =
+// inp @ weight^T, of args' logits, inp, weight and shape. The padding columns are never read
+// or written.
 int padded_logits_row_elems(int vocab);
 // T is __nv_bfloat16 or __half.
 template <class T>

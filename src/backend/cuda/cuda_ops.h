@@ -179,9 +179,10 @@ class CudaOps final : public Backend {
   void softmax_cross_entropy_backward(float* dlogits, const float* logits,
                                       const float* row_stats, const int32_t* targets, int rows,
                                       int vocab, float loss_scale) override;
-  // In bf16/fp16 the logits' rows are padded to a multiple of 8 elements
+  // In bf16/fp16 the logits' rows are padded to a multiple of 64 elements
   // (cuda::padded_logits_row_elems), so that the LM head's GEMMs read and write them in
-  // place; in fp32 they are the plain [N,V] of the default.
+  // place, each row from the start of a 128-byte line; in fp32 they are the plain [N,V] of
+  // the default.
   float* allocate_logits(int rows, int vocab) override;
   size_t logits_bytes(size_t rows, int vocab) const override;
   // With dlogits_scale and padded logits, one kernel computes the loss and dlogits
