@@ -12,10 +12,10 @@ autocast, fused AdamW and scaled_dot_product_attention (and in fp32 with --preci
 to compare like with like); on several GPUs it runs DDP through torchrun.
 
 Rounds: every run is repeated --rounds times, in plan order in the odd rounds and in the
-reverse order in the even ones, so that each side runs as often early as late. On GPUs
-that run at their power cap, a run's speed depends on what ran just before it. A row's
-tokens/s is the median over its rounds, and each ratio is the median of the ratios taken
-within a round, with their range.
+reverse order in the even ones, so that over an even number of rounds each side runs as
+often early as late: on GPUs at their power cap, a run's speed can depend on what ran
+just before it. A row's tokens/s is the median over its rounds, and each ratio is the
+median of the ratios taken within a round, with their range.
 
 Exit status: 0 when every run gave its result, 1 when one did not (the table and the JSON
 still hold the others), 2 for bad input. --backend cpu with no PyTorch modes runs
@@ -316,7 +316,9 @@ def variant(text):
 
 
 def parser():
-    result = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    paragraphs = __doc__.split("\n\n")
+    # The help ends with the docstring's paragraphs on rounds and the exit status.
+    result = argparse.ArgumentParser(description=paragraphs[0], epilog="\n\n".join(paragraphs[3:5]))
     result.add_argument("--binary", default="build/cuda/scalestudy",
                         help="the scalestudy executable (default: %(default)s)")
     result.add_argument("--backend", choices=("cuda", "cpu"), default="cuda",
