@@ -30,7 +30,6 @@ import os
 import platform
 import re
 import shlex
-import shutil
 import statistics
 import subprocess
 import sys
@@ -38,15 +37,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from script_cli import USAGE_ERROR, UsageError, gpu_name, non_negative_int, positive_int  # noqa: E402
 from train_torch import PRESETS as TORCH_PRESETS  # noqa: E402
 
-USAGE_ERROR = 2
 BASELINE = "scalestudy ddp+overlap"
 TORCH_WORKER = Path(__file__).resolve().parent / "train_torch.py"
-
-
-class UsageError(Exception):
-    pass
 
 
 @dataclass(frozen=True)
@@ -242,7 +237,8 @@ def format_report(rows, comparisons, factors, rounds):
             lines.append(f"| {entry['gpus']} | {entry['name']} | {entry['precision']} | failed | | | 0 of {rounds} |")
             continue
         lines.append(f"| {entry['gpus']} | {entry['name']} | {entry['precision']} | {entry['tokens_per_s']:,.0f} | "
-                     f"{tflops_text(entry['tflops_per_gpu'])} | {cut(entry['tokens_per_s'] / ours)} | {done} of {rounds} |")
+                     f"{tflops_text(entry['tflops_per_gpu'])} | {cut(entry['tokens_per_s'] / ours)} | "
+                     f"{done} of {rounds} |")
     lines.append("")
     for entry in comparisons:
         lines.append(f"{BASELINE} over {entry['against']} ({entry['precision']}) on {entry['gpus']} GPU(s): "
@@ -255,11 +251,7 @@ def format_report(rows, comparisons, factors, rounds):
 
 def machine_description(args):
     version = subprocess.run([args.binary, "--version"], capture_output=True, text=True).stdout.strip()
-    gpu = ""
-    if shutil.which("nvidia-smi"):
-        gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
-                             capture_output=True, text=True).stdout.split("\n")[0]
-    return {"scalestudy": version, "gpu": gpu or "no GPU", "host": platform.node()}
+    return {"scalestudy": version, "gpu": gpu_name() or "no GPU", "host": platform.node()}
 
 
 def without_nan(value):
@@ -278,23 +270,6 @@ def write_document(path, doc):
     partial = Path(f"{path}.partial")
     partial.write_text(json.dumps(without_nan(doc), indent=1) + "\n")
     partial.replace(path)
-
-
-def integer_at_least(minimum, what):
-    """An argparse type: an integer of at least `minimum`, refused as not being `what`."""
-    def parse(text):
-        try:
-            value = int(text)
-        except ValueError:
-            value = minimum - 1
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
-        return value
-    return parse
-
-
-positive_int = integer_at_least(1, "a positive integer")
-non_negative_int = integer_at_least(0, "a non-negative integer")
 
 
 def positive_float(text):
@@ -333,7 +308,8 @@ def parser():
     result.add_argument("--gpus", type=positive_int, nargs="+", default=[1],
                         help="GPU counts to run scalestudy at, ddp+overlap and, above 1, zero2+overlap (default: 1)")
     result.add_argument("--precision", choices=("fp32", "bf16"), default="bf16",
-                        help="scalestudy's precision; PyTorch runs in this precision and in bf16 (default: %(default)s)")
+                        help="scalestudy's precision; PyTorch runs in this precision and in bf16 "
+                             "(default: %(default)s)")
     result.add_argument("--steps", type=positive_int, default=10,
                         help="measured steps of each run, whose median is reported (default: %(default)s)")
     result.add_argument("--warmup", type=non_negative_int, default=3,

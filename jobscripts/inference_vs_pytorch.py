@@ -28,12 +28,12 @@ import argparse
 import json
 import os
 import platform
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import h5py
+from script_cli import USAGE_ERROR, UsageError, gpu_name, positive_int
 
 DEFAULT_MODELS = ("bert-base", "bert-large")
 DEFAULT_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -46,11 +46,6 @@ SHAPE_KEYS = ("layers", "hidden", "heads", "vocab", "max_seq", "attention")
 COMPILE_BAR_FROM_BATCH = 8
 JSON_KIND = "scalestudy inference vs pytorch"
 JSON_VERSION = 1
-USAGE_ERROR = 2
-
-
-class UsageError(Exception):
-    pass
 
 
 # ---- the scalestudy side ------------------------------------------------------------------
@@ -215,10 +210,7 @@ def machine_description(args, torch_versions):
     version = "unknown"
     if Path(args.binary).is_file():
         version = subprocess.run([args.binary, "--version"], capture_output=True, text=True).stdout.strip()
-    gpu = torch_versions.get("gpu")
-    if not gpu and shutil.which("nvidia-smi"):
-        gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                             text=True).stdout.split("\n")[0]
+    gpu = torch_versions.get("gpu") or gpu_name()
     return dict(torch_versions, host=platform.node(), python=platform.python_version(), scalestudy=version,
                 gpu=gpu or "unknown")
 
@@ -277,13 +269,6 @@ def model_pair(text):
     if not separator or not model or not path:
         raise argparse.ArgumentTypeError(f"{text!r} is not MODEL=FILE")
     return model, path
-
-
-def positive_int(text):
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
-    return value
 
 
 def parser():

@@ -24,12 +24,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from script_cli import USAGE_ERROR, UsageError
+
 ROOT = Path(__file__).resolve().parent.parent
-USAGE_ERROR = 2
-
-
-class UsageError(Exception):
-    """Bad input from the user: reported in one line, exit code 2."""
 
 
 @dataclass(frozen=True)
