@@ -11,7 +11,6 @@
 #include "cuda_ops_fixture.h"
 #include "energy_per_call.h"
 #include "flash_attention_support.h"
-#include "sm90/gelu_gemm.cuh"
 
 namespace scalestudy::gpu_test {
 namespace {
@@ -447,50 +446,6 @@ TEST_P(CudaOpsHalf, EpilogueGemmCandidateTimings) {
   }
   CHECK_CUBLAS(cublasLtDestroy(handle));
   for (void* buffer : {a, b, d, aux, bias, workspace}) CHECK_CUDA(cudaFree(buffer));
-}
-
-// The project's Hopper kernel for the two GELU GEMMs (kernels/sm90/gelu_gemm.cuh) at the
-// shapes of EpilogueGemmCandidateTimings (GPT-2 small's and medium's MLPs at 32768 rows),
-// to set beside cuBLASLt's candidates there, with the weight's transpose that the input
-// gradient takes.
-TEST_P(CudaOpsHalf, HopperGeluGemmTimings) {
-  if (precision_ != Precision::bf16) GTEST_SKIP() << "the kernel is bf16 only";
-  CudaOps ops(0, precision_);
-  cuda::sm90::GeluGemm gemm;
-  const int N = 32768;
-  for (const int C : {768, 1024}) {
-    const int H = 4 * C;
-    const size_t wide_elems = size_t(N) * H;
-    Rng rng(130);
-    std::vector<uint16_t> host(wide_elems);
-    for (uint16_t& value : host) value = bf16_bits_from_float(rng.uniform(-1.0f, 1.0f));
-    auto device_bf16 = [&](size_t elems) {
-      void* buffer = nullptr;
-      CHECK_CUDA(cudaMalloc(&buffer, elems * sizeof(uint16_t)));
-      CHECK_CUDA(cudaMemcpy(buffer, host.data(), elems * sizeof(uint16_t), cudaMemcpyHostToDevice));
-      return buffer;
-    };
-    void *inp = device_bf16(size_t(N) * C), *weight = device_bf16(size_t(H) * C);
-    void *out = device_bf16(wide_elems), *pre = device_bf16(wide_elems), *bias = device_bf16(H);
-    const cuda::sm90::GeluGemmCall forward{cuda::sm90::GeluEpilogue::forward, N, H, C, inp,
-                                           weight, out, pre, bias};
-    const cuda::sm90::GeluGemmCall input_gradient{cuda::sm90::GeluEpilogue::input_gradient,
-                                                  N, H, C, inp, weight, out, pre, nullptr};
-    const std::string shape = " (C=" + std::to_string(C) + ", " + std::to_string(N) +
-                              " rows, " + std::to_string(gemm.resident_ctas()) + " CTAs)";
-    if (!gemm.takes(forward)) {
-      std::cout << "  the Hopper kernel does not take" << shape << "\n";
-      for (void* buffer : {inp, weight, out, pre, bias}) CHECK_CUDA(cudaFree(buffer));
-      continue;
-    }
-    print_median_ms(ops, "Hopper fc forward, GELU and pre" + shape, 10,
-                    [&] { gemm.run(ops.stream(), forward, 0); });
-    print_median_ms(ops, "Hopper fc_proj input gradient, DGELU" + shape, 10,
-                    [&] { gemm.run(ops.stream(), input_gradient, 0); });
-    print_median_ms(ops, "its weight's transpose" + shape, 10,
-                    [&] { gemm.transposed(ops.stream(), weight, C, H); });
-    for (void* buffer : {inp, weight, out, pre, bias}) CHECK_CUDA(cudaFree(buffer));
-  }
 }
 
 // Median milliseconds of `run` on `stream` over `repeats` runs after `warmups`.

@@ -4,7 +4,6 @@
 
 #include "common.cuh"
 #include "core/op_params.h"
-#include "gelu_math.cuh"
 #include "gemm.cuh"
 #include "gemm_lt.cuh"
 #include "matmul.cuh"
@@ -14,6 +13,34 @@ namespace scalestudy::cuda {
 
 // ---- elementwise ----------------------------------------------------------------------
 namespace {
+
+// kGeluScale and kGeluCubic (core/op_params.h) are the CPU reference's.
+constexpr float kGeluCubicSlope = 3.0f * kGeluCubic;
+
+// The __f*_rn intrinsics keep nvcc from fusing multiply-adds, so every step rounds as
+// in the CPU reference; only tanhf itself (within 2 ulp of the CPU's) can differ.
+__device__ inline float gelu_inner(float x) {
+  const float cube = __fmul_rn(__fmul_rn(__fmul_rn(kGeluCubic, x), x), x);
+  return __fmul_rn(kGeluScale, __fadd_rn(x, cube));
+}
+
+__device__ inline float gelu(float x) {
+  return __fmul_rn(__fmul_rn(0.5f, x), __fadd_rn(1.0f, tanhf(gelu_inner(x))));
+}
+
+// gelu'(x) * dout, added to dinp where kAccumulate.
+template <bool kAccumulate>
+__device__ inline float gelu_backward(float dinp, float x, float dout) {
+  const float tanh_inner = tanhf(gelu_inner(x));
+  const float sech_squared = __fsub_rn(1.0f, __fmul_rn(tanh_inner, tanh_inner));
+  const float dinner =
+      __fmul_rn(kGeluScale, __fadd_rn(1.0f, __fmul_rn(__fmul_rn(kGeluCubicSlope, x), x)));
+  const float local_grad =
+      __fadd_rn(__fmul_rn(0.5f, __fadd_rn(1.0f, tanh_inner)),
+                __fmul_rn(__fmul_rn(__fmul_rn(0.5f, x), sech_squared), dinner));
+  const float grad = __fmul_rn(local_grad, dout);
+  return kAccumulate ? __fadd_rn(dinp, grad) : grad;
+}
 
 // No __restrict__: as on the CPU, an output may alias an input; each element (each
 // 16-byte pack, where the pointers allow packs) is read and written by one thread.

@@ -228,7 +228,7 @@ void EpilogueGemm::keep_faster_sizing(Plan& plan, cudaStream_t stream, const voi
 }
 
 std::vector<std::string> EpilogueGemm::algorithm_report() const {
-  std::vector<std::string> lines = hopper_report_;
+  std::vector<std::string> lines;
   for (const Plan& plan : plans_) {
     if (!plan.sizing.usable || !plan.chosen) continue;
     const char* epilogue = plan.epilogue == Epilogue::bias            ? "bias"
@@ -268,29 +268,8 @@ bool EpilogueGemm::forward(cudaStream_t stream, cudaDataType_t type,
                                args.weight, args.inp, args.out, args.bias, nullptr});
 }
 
-bool EpilogueGemm::run_on_hopper(cudaStream_t stream, cudaDataType_t type,
-                                 sm90::GeluGemmCall call, const void* untransposed_weight) {
-  if (type != CUDA_R_16BF || !hopper_gelu_.takes(call)) return false;
-  if (untransposed_weight != nullptr)
-    call.b = hopper_gelu_.transposed(stream, untransposed_weight, call.depth, call.columns);
-  hopper_gelu_.run(stream, call, multiprocessor_target_);
-  const bool forward = call.epilogue == sm90::GeluEpilogue::forward;
-  const std::string line =
-      std::string(forward ? (call.pre != nullptr ? "gelu_aux_bias" : "gelu_bias") : "dgelu") +
-      " bf16 rows=" + std::to_string(call.rows) + " columns=" + std::to_string(call.columns) +
-      " depth=" + std::to_string(call.depth) + ": the Hopper kernel (kernels/sm90) on " +
-      std::to_string(hopper_gelu_.resident_ctas()) + " CTAs";
-  if (std::find(hopper_report_.begin(), hopper_report_.end(), line) == hopper_report_.end())
-    hopper_report_.push_back(line);
-  return true;
-}
-
 bool EpilogueGemm::gelu_forward(cudaStream_t stream, cudaDataType_t type,
                                 const DenseGeluForwardArgs<void>& args) {
-  const sm90::GeluGemmCall hopper{sm90::GeluEpilogue::forward, args.rows, args.out_channels,
-                                  args.in_channels, args.inp, args.weight, args.out, args.pre,
-                                  args.bias};
-  if (run_on_hopper(stream, type, hopper, nullptr)) return true;
   const Epilogue epilogue = args.pre != nullptr ? Epilogue::gelu_aux_bias : Epilogue::gelu_bias;
   return run_epilogue(stream, {epilogue, type, args.out_channels, args.rows, args.in_channels,
                                args.weight, args.inp, args.out, args.bias, args.pre});
@@ -298,13 +277,6 @@ bool EpilogueGemm::gelu_forward(cudaStream_t stream, cudaDataType_t type,
 
 bool EpilogueGemm::gelu_input_gradient(cudaStream_t stream, cudaDataType_t type,
                                        const DenseGeluBackwardArgs<void>& args) {
-  // The kernel takes b K-major: the weight [out_channels, in_channels] transposed, which
-  // run_on_hopper makes once takes() has accepted the call (checked on the weight itself).
-  // pre is only read.
-  const sm90::GeluGemmCall hopper{sm90::GeluEpilogue::input_gradient, args.rows,
-                                  args.in_channels, args.out_channels, args.dout, args.weight,
-                                  args.dpre, const_cast<void*>(args.pre), nullptr};
-  if (run_on_hopper(stream, type, hopper, args.weight)) return true;
   return run_epilogue(stream, {Epilogue::dgelu, type, args.in_channels, args.rows,
                                args.out_channels, args.weight, args.dout, args.dpre, nullptr,
                                args.pre});

@@ -18,10 +18,6 @@
 // GeluEpiloguesTakeTheGpt2ShapesAndAreTheTanhGelu checks the forward and the derivative
 // against the tanh form on inputs where the erf form fails the same check.
 //
-// In bf16 on an sm_90 device, the two GELU GEMMs run the project's Hopper kernel instead
-// (sm90/gelu_gemm.cuh) wherever it takes the shape: its epilogue warps run the GELU beside
-// the next tile's MMAs.
-//
 // Every call returns false, having done nothing, where cuBLASLt offers no algorithm, the
 // operands are not 16-byte aligned, or an operand has 2^31 elements or more (the limit
 // that matmul.cu's row chunks keep): the caller then runs the unfused kernels. Plans
@@ -52,7 +48,6 @@
 
 #include "core/op_params.h"
 #include "matmul.cuh"
-#include "sm90/gelu_gemm.cuh"
 
 namespace scalestudy::cuda {
 
@@ -162,13 +157,7 @@ class EpilogueGemm {
   cublasStatus_t launch(const Plan& plan, const Sizing& sizing, cudaStream_t stream, const void* a,
                         const void* b, void* d);
 
-  // Runs the call on the Hopper kernel where it takes it; false otherwise.
-  bool run_on_hopper(cudaStream_t stream, cudaDataType_t type, sm90::GeluGemmCall call,
-                     const void* untransposed_weight);
-
   AlgorithmChoice choice_;
-  sm90::GeluGemm hopper_gelu_;
-  std::vector<std::string> hopper_report_;  // one line per shape the Hopper kernel ran
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   std::vector<Plan> plans_;
