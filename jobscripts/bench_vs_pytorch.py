@@ -37,7 +37,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from script_cli import USAGE_ERROR, UsageError, gpu_name, non_negative_int, positive_int  # noqa: E402
+from script_cli import (USAGE_ERROR, UsageError, gpu_name, non_negative_int, positive_float,  # noqa: E402
+                        positive_int)
 from train_torch import PRESETS as TORCH_PRESETS  # noqa: E402
 
 BASELINE = "scalestudy ddp+overlap"
@@ -270,16 +271,6 @@ def write_document(path, doc):
     partial = Path(f"{path}.partial")
     partial.write_text(json.dumps(without_nan(doc), indent=1) + "\n")
     partial.replace(path)
-
-
-def positive_float(text):
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number")
-    return value
 
 
 def variant(text):

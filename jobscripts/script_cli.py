@@ -1,6 +1,7 @@
 """What the command-line scripts of jobscripts/ share: the usage error and its exit status,
-argparse types that refuse out-of-range integers, and the name of the machine's GPU."""
+argparse types that refuse out-of-range numbers, and the name of the machine's GPU."""
 import argparse
+import math
 import shutil
 import subprocess
 
@@ -26,6 +27,17 @@ def integer_at_least(minimum, what):
 
 positive_int = integer_at_least(1, "a positive integer")
 non_negative_int = integer_at_least(0, "a non-negative integer")
+
+
+def positive_float(text):
+    """An argparse type: a number above zero (not NaN)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number")
+    return value
 
 
 def gpu_name():

@@ -45,9 +45,9 @@ __global__ void add_bias_kernel(T* __restrict__ out, const T* __restrict__ bias,
 // and the same alignment rules, and takes the same path.
 constexpr int kAlignedColumns = 8;
 
-int padded_columns_of(int columns) {
-  return (columns + kAlignedColumns - 1) / kAlignedColumns * kAlignedColumns;
-}
+int rounded_up(int value, int multiple) { return (value + multiple - 1) / multiple * multiple; }
+
+int padded_columns_of(int columns) { return rounded_up(columns, kAlignedColumns); }
 
 bool needs_padding(int columns) { return columns % kAlignedColumns != 0; }
 
@@ -493,9 +493,7 @@ void launch_matmul_parameter_gradients(cublasHandle_t handle, cudaStream_t strea
   });
 }
 
-int padded_logits_row_elems(int vocab) {
-  return (vocab + kLogitsRowAlignElems - 1) / kLogitsRowAlignElems * kLogitsRowAlignElems;
-}
+int padded_logits_row_elems(int vocab) { return rounded_up(vocab, kLogitsRowAlignElems); }
 
 // The tied LM head on logits rows already padded: no copy into or out of scratch.
 template <class T>
