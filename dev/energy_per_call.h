@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,12 +37,19 @@ inline GpuTelemetry* energy_telemetry() {
   return telemetry.get();
 }
 
-// ", <W> W at <MHz> MHz, <mJ> mJ a call" for `work`, which takes about ms_per_call on
-// `stream`; empty when energy is not measured.
-inline std::string energy_suffix(cudaStream_t stream, double ms_per_call,
-                                 const std::function<void()>& work) {
+// What one call of a piece of GPU work costs, run for about a second.
+struct CallEnergy {
+  double power_w = 0.0;       // mean of the settled samples
+  double sm_clock_mhz = 0.0;  // mean of the settled samples
+  double mj_per_call = 0.0;   // power_w times the time a call
+};
+
+// The energy of `work`, which takes about ms_per_call on `stream`; nothing when energy is
+// not measured or no power sample settled.
+inline std::optional<CallEnergy> energy_per_call(cudaStream_t stream, double ms_per_call,
+                                                 const std::function<void()>& work) {
   GpuTelemetry* telemetry = energy_telemetry();
-  if (telemetry == nullptr || !(ms_per_call > 0.0)) return {};
+  if (telemetry == nullptr || !(ms_per_call > 0.0)) return std::nullopt;
   constexpr double kLoopSeconds = 1.0, kSettleSeconds = 0.3;
   const int calls = std::max(1, static_cast<int>(kLoopSeconds * 1e3 / ms_per_call));
   CHECK_CUDA(cudaStreamSynchronize(stream));
@@ -56,11 +64,21 @@ inline std::string energy_suffix(cudaStream_t stream, double ms_per_call,
   for (const GpuSample& sample : telemetry->take_samples())
     if (sample.taken_at >= settled_from && sample.taken_at <= end) settled.push_back(sample);
   const StepGpuState state = summarize_gpu_samples(settled);
-  if (!(state.power_w > 0.0)) return ", no power samples";
+  if (!(state.power_w > 0.0)) return std::nullopt;
   const double seconds_per_call = std::chrono::duration<double>(end - begin).count() / calls;
+  return CallEnergy{state.power_w, state.sm_clock_mhz, state.power_w * seconds_per_call * 1e3};
+}
+
+// ", <W> W at <MHz> MHz, <mJ> mJ a call" for `work`, as energy_per_call measures it; empty
+// when energy is not measured.
+inline std::string energy_suffix(cudaStream_t stream, double ms_per_call,
+                                 const std::function<void()>& work) {
+  if (energy_telemetry() == nullptr || !(ms_per_call > 0.0)) return {};
+  const std::optional<CallEnergy> energy = energy_per_call(stream, ms_per_call, work);
+  if (!energy) return ", no power samples";
   char text[96];
-  std::snprintf(text, sizeof(text), ", %.0f W at %.0f MHz, %.4g mJ a call", state.power_w,
-                state.sm_clock_mhz, state.power_w * seconds_per_call * 1e3);
+  std::snprintf(text, sizeof(text), ", %.0f W at %.0f MHz, %.4g mJ a call", energy->power_w,
+                energy->sm_clock_mhz, energy->mj_per_call);
   return text;
 }
 

@@ -1,16 +1,18 @@
 // Timings of the CUDA backend's ops, for the developer tuning them: GPT-2 small's ops one
 // by one and its MLP through the plain ops and the dense-GELU pair (bf16 and fp16), every
-// algorithm cuBLASLt offers for GPT-2's epilogue GEMMs (bf16), and the fused attention
-// against the cuBLAS path (bf16); with OP_TIMINGS_ENERGY set, the energy of a call too
-// (energy_per_call.h). They print and assert nothing, so they are no tests:
-// built with -DSCALESTUDY_DEV=ON, run as build/<preset>/dev/op_timings on a GPU
-// (--gtest_filter picks some).
+// algorithm cuBLASLt offers for GPT-2's epilogue GEMMs (bf16), the fused attention against
+// the cuBLAS path (bf16), and the step's GEMMs through each of cuBLASLt's first candidates
+// (gemm_energy.cpp); with OP_TIMINGS_ENERGY set, the energy of a call too
+// (energy_per_call.h). They print and assert nothing, so they are no tests: built with
+// -DSCALESTUDY_DEV=ON, run as build/<preset>/dev/op_timings on a GPU (--gtest_filter picks
+// some).
 #include <cublasLt.h>
 
 #include "attention.cuh"
 #include "cuda_ops_fixture.h"
 #include "energy_per_call.h"
 #include "flash_attention_support.h"
+#include "lt_candidates.h"
 
 namespace scalestudy::gpu_test {
 namespace {
@@ -346,41 +348,10 @@ TEST_P(CudaOpsHalf, EpilogueGemmCandidateTimings) {
         {"qkv forward, BIAS", CUBLASLT_EPILOGUE_BIAS, true, 3 * C, N, C},
     });
   }
-  auto config_of = [](const cublasLtMatmulAlgo_t& algo) {
-    std::ostringstream text;
-    const std::pair<cublasLtMatmulAlgoConfigAttributes_t, const char*> attributes[] = {
-        {CUBLASLT_ALGO_CONFIG_ID, "id"},
-        {CUBLASLT_ALGO_CONFIG_TILE_ID, "tile"},
-        {CUBLASLT_ALGO_CONFIG_STAGES_ID, "stages"},
-        {CUBLASLT_ALGO_CONFIG_SPLITK_NUM, "splitk"},
-        {CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, "swizzle"},
-        {CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, "custom"},
-        {CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, "inner"},
-        {CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, "cluster"}};
-    for (const auto& [attribute, label] : attributes) {
-      // Each attribute has its own width (16 or 32 bits): asked first, then read.
-      uint64_t value = 0;
-      size_t width = 0;
-      CHECK_CUBLAS(cublasLtMatmulAlgoConfigGetAttribute(&algo, attribute, nullptr, 0, &width));
-      CHECK_CUBLAS(cublasLtMatmulAlgoConfigGetAttribute(&algo, attribute, &value, width, &width));
-      text << " " << label << "=" << value;
-    }
-    return text.str();
-  };
   // Each shape sized for the whole device and for the multiprocessors that the overlapped
   // lane's 4 CTAs leave (cuBLASLt's SM count target, CudaOps::reserve_multiprocessors).
   for (const int target : {0, multiprocessors - 4})
   for (const Shape& shape : shapes) {
-    cublasLtMatmulDesc_t desc = nullptr;
-    CHECK_CUBLAS(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    const cublasOperation_t op_a = shape.transposed_a ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = CUBLAS_OP_N;
-    CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
-    CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
-    CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &shape.epilogue,
-                                                sizeof(shape.epilogue)));
-    if (target > 0)
-      CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &target,
-                                                  sizeof(target)));
     const bool has_bias = shape.epilogue == CUBLASLT_EPILOGUE_BIAS ||
                           shape.epilogue == CUBLASLT_EPILOGUE_GELU_BIAS ||
                           shape.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
@@ -388,61 +359,26 @@ TEST_P(CudaOpsHalf, EpilogueGemmCandidateTimings) {
     const bool has_aux = shape.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
                          shape.epilogue == CUBLASLT_EPILOGUE_DGELU ||
                          shape.epilogue == CUBLASLT_EPILOGUE_DGELU_BGRAD;
-    if (has_bias)
-      CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
-    if (has_aux) {
-      const int64_t aux_ld = shape.m;
-      CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
-                                                  sizeof(aux_ld)));
-      CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
-                                                  sizeof(aux)));
-    }
-    cublasLtMatrixLayout_t a_layout = nullptr, b_layout = nullptr, d_layout = nullptr;
-    if (shape.transposed_a)
-      CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&a_layout, CUDA_R_16BF, shape.k, shape.m, shape.k));
-    else
-      CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&a_layout, CUDA_R_16BF, shape.m, shape.k, shape.m));
-    CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&b_layout, CUDA_R_16BF, shape.k, shape.n, shape.k));
-    CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&d_layout, CUDA_R_16BF, shape.m, shape.n, shape.m));
-    cublasLtMatmulPreference_t preference = nullptr;
-    CHECK_CUBLAS(cublasLtMatmulPreferenceCreate(&preference));
-    const uint64_t max_workspace = workspace_bytes;
-    const uint32_t reduction_mask = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE, alignment = 16;
-    CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                      &max_workspace, sizeof(max_workspace)));
-    CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
-                                                      &reduction_mask, sizeof(reduction_mask)));
-    for (const auto attribute :
-         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-          CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
-      CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(preference, attribute, &alignment, sizeof(alignment)));
-    std::vector<cublasLtMatmulHeuristicResult_t> results(32);
-    int found = 0;
-    CHECK_CUBLAS(cublasLtMatmulAlgoGetHeuristic(handle, desc, a_layout, b_layout, d_layout, d_layout,
-                                                preference, static_cast<int>(results.size()),
-                                                results.data(), &found));
+    LtGemmShape gemm{shape.transposed_a ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, shape.m, shape.n, shape.k,
+                     shape.transposed_a ? shape.k : shape.m, shape.k, shape.m};
+    gemm.epilogue = shape.epilogue;
+    gemm.bias = has_bias ? bias : nullptr;
+    gemm.aux = has_aux ? aux : nullptr;
+    gemm.multiprocessor_target = target;
+    const LtCandidates candidates(handle, gemm, workspace_bytes, 32);
     const double flops = 2.0 * shape.m * shape.n * shape.k;
     std::cout << "  " << shape.name << " (m=" << shape.m << " n=" << shape.n << " k=" << shape.k
-              << ", sized for " << (target > 0 ? target : multiprocessors) << " multiprocessors): " << found
-              << " candidates\n";
-    for (int i = 0; i < found; ++i) {
-      const float alpha = 1.0f, beta = 0.0f;
-      std::cout << "    #" << i << config_of(results[i].algo) << " waves=" << results[i].wavesCount
-                << " workspace=" << results[i].workspaceSize;
-      const auto call = [&] {
-        CHECK_CUBLAS(cublasLtMatmul(handle, desc, &alpha, a, a_layout, b, b_layout, &beta, d, d_layout,
-                                    d, d_layout, &results[i].algo, workspace, workspace_bytes,
-                                    gpu_->stream()));
-      };
+              << ", sized for " << (target > 0 ? target : multiprocessors) << " multiprocessors): "
+              << candidates.count() << " candidates\n";
+    for (int i = 0; i < candidates.count(); ++i) {
+      std::cout << "    #" << i << candidates.config(i) << " waves=" << candidates.result(i).wavesCount
+                << " workspace=" << candidates.result(i).workspaceSize;
+      const auto call = [&] { candidates.run(i, a, b, 0.0f, d, workspace, workspace_bytes, gpu_->stream()); };
       const double ms = median_ms(*gpu_, 10, call);
       // The energy of the first three only: it takes a second a candidate.
       std::cout << ": " << ms << " ms, " << flops / ms / 1e9 << " TFLOP/s"
                 << (i < 3 ? energy_suffix(gpu_->stream(), ms, call) : std::string()) << "\n";
     }
-    CHECK_CUBLAS(cublasLtMatmulPreferenceDestroy(preference));
-    for (cublasLtMatrixLayout_t layout : {a_layout, b_layout, d_layout})
-      CHECK_CUBLAS(cublasLtMatrixLayoutDestroy(layout));
-    CHECK_CUBLAS(cublasLtMatmulDescDestroy(desc));
   }
   CHECK_CUBLAS(cublasLtDestroy(handle));
   for (void* buffer : {a, b, d, aux, bias, workspace}) CHECK_CUDA(cudaFree(buffer));

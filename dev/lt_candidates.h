@@ -1,0 +1,133 @@
+#pragma once
+// The algorithms cuBLASLt's heuristic offers for one GEMM, each runnable by its rank, for
+// the timing programs of dev/. The GEMM is c[m, n] = op_a(a) · op_b(b) + beta · c in
+// cuBLAS's column-major terms (kernels/gemm.cuh), with fp32 accumulation and, optionally,
+// one of cuBLASLt's epilogues.
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cuda_check.h"
+
+namespace scalestudy::gpu_test {
+
+struct LtGemmShape {
+  cublasOperation_t op_a = CUBLAS_OP_N;
+  cublasOperation_t op_b = CUBLAS_OP_N;
+  int m = 0, n = 0, k = 0;
+  int lda = 0, ldb = 0, ldc = 0;
+  cudaDataType_t ab_type = CUDA_R_16BF;
+  cudaDataType_t c_type = CUDA_R_16BF;
+  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  const void* bias = nullptr;  // for the epilogues with a bias (or its gradient)
+  void* aux = nullptr;         // for the GELU epilogues' pre-activation, ld m
+  int multiprocessor_target = 0;  // cuBLASLt's SM count target; 0: the whole device
+};
+
+class LtCandidates {
+ public:
+  LtCandidates(cublasLtHandle_t handle, const LtGemmShape& shape, size_t workspace_bytes,
+               int max_candidates)
+      : handle_(handle) {
+    CHECK_CUBLAS(cublasLtMatmulDescCreate(&desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    set(CUBLASLT_MATMUL_DESC_TRANSA, shape.op_a);
+    set(CUBLASLT_MATMUL_DESC_TRANSB, shape.op_b);
+    set(CUBLASLT_MATMUL_DESC_EPILOGUE, shape.epilogue);
+    if (shape.multiprocessor_target > 0)
+      set(CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, shape.multiprocessor_target);
+    if (shape.bias != nullptr) set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, shape.bias);
+    if (shape.aux != nullptr) {
+      set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, int64_t{shape.m});
+      set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, shape.aux);
+    }
+    const bool a_stored_m_by_k = shape.op_a == CUBLAS_OP_N;
+    const bool b_stored_k_by_n = shape.op_b == CUBLAS_OP_N;
+    CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&a_layout_, shape.ab_type, a_stored_m_by_k ? shape.m : shape.k,
+                                            a_stored_m_by_k ? shape.k : shape.m, shape.lda));
+    CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&b_layout_, shape.ab_type, b_stored_k_by_n ? shape.k : shape.n,
+                                            b_stored_k_by_n ? shape.n : shape.k, shape.ldb));
+    CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&c_layout_, shape.c_type, shape.m, shape.n, shape.ldc));
+    find(workspace_bytes, max_candidates);
+  }
+  ~LtCandidates() {
+    for (cublasLtMatrixLayout_t layout : {a_layout_, b_layout_, c_layout_})
+      CHECK_CUBLAS(cublasLtMatrixLayoutDestroy(layout));
+    CHECK_CUBLAS(cublasLtMatmulDescDestroy(desc_));
+  }
+  LtCandidates(const LtCandidates&) = delete;
+  LtCandidates& operator=(const LtCandidates&) = delete;
+
+  int count() const { return static_cast<int>(results_.size()); }
+  const cublasLtMatmulHeuristicResult_t& result(int rank) const { return results_[rank]; }
+
+  // c = a · b (+ beta · c) through the candidate of this rank, on `stream`.
+  void run(int rank, const void* a, const void* b, float beta, void* c, void* workspace,
+           size_t workspace_bytes, cudaStream_t stream) const {
+    const float alpha = 1.0f;
+    CHECK_CUBLAS(cublasLtMatmul(handle_, desc_, &alpha, a, a_layout_, b, b_layout_, &beta, c, c_layout_, c,
+                                c_layout_, &results_[rank].algo, workspace, workspace_bytes, stream));
+  }
+
+  // " id=... tile=... stages=... splitk=... swizzle=... custom=... inner=... cluster=...".
+  std::string config(int rank) const {
+    std::ostringstream text;
+    const std::pair<cublasLtMatmulAlgoConfigAttributes_t, const char*> attributes[] = {
+        {CUBLASLT_ALGO_CONFIG_ID, "id"},
+        {CUBLASLT_ALGO_CONFIG_TILE_ID, "tile"},
+        {CUBLASLT_ALGO_CONFIG_STAGES_ID, "stages"},
+        {CUBLASLT_ALGO_CONFIG_SPLITK_NUM, "splitk"},
+        {CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, "swizzle"},
+        {CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, "custom"},
+        {CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, "inner"},
+        {CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, "cluster"}};
+    for (const auto& [attribute, label] : attributes) {
+      // Each attribute has its own width (16 or 32 bits): asked first, then read.
+      uint64_t value = 0;
+      size_t width = 0;
+      const cublasLtMatmulAlgo_t& algo = results_[rank].algo;
+      CHECK_CUBLAS(cublasLtMatmulAlgoConfigGetAttribute(&algo, attribute, nullptr, 0, &width));
+      CHECK_CUBLAS(cublasLtMatmulAlgoConfigGetAttribute(&algo, attribute, &value, width, &width));
+      text << " " << label << "=" << value;
+    }
+    return text.str();
+  }
+
+ private:
+  template <class Value>
+  void set(cublasLtMatmulDescAttributes_t attribute, const Value& value) {
+    CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(desc_, attribute, &value, sizeof(value)));
+  }
+
+  void find(size_t workspace_bytes, int max_candidates) {
+    cublasLtMatmulPreference_t preference = nullptr;
+    CHECK_CUBLAS(cublasLtMatmulPreferenceCreate(&preference));
+    const uint64_t max_workspace = workspace_bytes;
+    const uint32_t reduction_mask = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE, alignment = 16;
+    CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                      &max_workspace, sizeof(max_workspace)));
+    CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                                      &reduction_mask, sizeof(reduction_mask)));
+    for (const auto attribute :
+         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+          CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+      CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(preference, attribute, &alignment, sizeof(alignment)));
+    results_.resize(max_candidates);
+    int found = 0;
+    CHECK_CUBLAS(cublasLtMatmulAlgoGetHeuristic(handle_, desc_, a_layout_, b_layout_, c_layout_, c_layout_,
+                                                preference, max_candidates, results_.data(), &found));
+    results_.resize(found);
+    CHECK_CUBLAS(cublasLtMatmulPreferenceDestroy(preference));
+  }
+
+  cublasLtHandle_t handle_;
+  cublasLtMatmulDesc_t desc_ = nullptr;
+  cublasLtMatrixLayout_t a_layout_ = nullptr, b_layout_ = nullptr, c_layout_ = nullptr;
+  std::vector<cublasLtMatmulHeuristicResult_t> results_;
+};
+
+}  // namespace scalestudy::gpu_test
