@@ -29,9 +29,9 @@ run_ab() {
       for variant in "${variants[@]}"; do
         # The first round also keeps the GEMM algorithms each run chose.
         keep="median step|exposed"
-        [ "$round" = 1 ] && keep="median step|exposed|GEMM algorithms|^    (bias|gelu|dgelu)"
+        [ "$round" = 1 ] && keep="median step|exposed|GEMM algorithms|^    (bias|gelu|dgelu|plain)"
         $mpirun -np "${GPUS:-1}" "$bundle/$name" $timed_train $variant 2>&1 | grep -E "$keep" |
-          sed "s/^/[$name${variant:+ $variant}] /" | tee -a "$log"
+          sed "s|^|[$name${variant:+ $variant}] |" | tee -a "$log"
       done
     done
   done

@@ -193,13 +193,16 @@ def flops_at(runs, results, gpus):
 
 
 def summarise(runs, results):
-    """The rows, scalestudy's ratio to each PyTorch run on as many GPUs, and each
-    scalestudy run's factor over the baseline on one GPU, paired round by round."""
+    """The rows, each scalestudy run's ratio to each PyTorch run on as many GPUs (the
+    baseline's first), and each scalestudy run's factor over the baseline on one GPU, paired
+    round by round."""
     rows = [row(run, results[run], flops_at(runs, results, run.gpus)) for run in runs]
     baseline = {run.gpus: run for run in runs if run.name == BASELINE}
-    comparisons = [{"gpus": run.gpus, "against": run.name, "precision": run.precision,
-                    **paired(results[baseline[run.gpus]], results[run])}
-                   for run in runs if run.side == "pytorch" and run.gpus in baseline]
+    ours = sorted((run for run in runs if run.side == "scalestudy"), key=lambda run: run.name != BASELINE)
+    comparisons = [{"gpus": theirs.gpus, "run": mine.name, "against": theirs.name, "precision": theirs.precision,
+                    **paired(results[mine], results[theirs])}
+                   for mine in ours for theirs in runs
+                   if theirs.side == "pytorch" and theirs.gpus == mine.gpus]
     factors = [{"gpus": run.gpus, "run": run.name, **paired(results[run], results[baseline[1]])}
                for run in runs if run.side == "scalestudy" and run.gpus > 1 and 1 in baseline]
     return rows, comparisons, factors
@@ -242,7 +245,7 @@ def format_report(rows, comparisons, factors, rounds):
                      f"{done} of {rounds} |")
     lines.append("")
     for entry in comparisons:
-        lines.append(f"{BASELINE} over {entry['against']} ({entry['precision']}) on {entry['gpus']} GPU(s): "
+        lines.append(f"{entry['run']} over {entry['against']} ({entry['precision']}) on {entry['gpus']} GPU(s): "
                      f"{ratio_text(entry, rounds)}")
     for entry in factors:
         lines.append(f"{entry['run']} on {entry['gpus']} GPUs over scalestudy's own 1-GPU tokens/s: "

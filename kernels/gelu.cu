@@ -97,8 +97,8 @@ void launch_gelu_backward(cudaStream_t stream, T* dinp, const T* inp, const T* d
                    {{dinp, "gelu dinp"}, {inp, "gelu inp"}, {dout, "gelu dout"}}, dinp, inp, dout);
 }
 
-#define SCALESTUDY_GELU_INSTANCES(T)                                                              \
-  template void launch_gelu_forward(cudaStream_t, T*, const T*, size_t);                          \
+#define SCALESTUDY_GELU_INSTANCES(T)                                                               \
+  template void launch_gelu_forward(cudaStream_t, T*, const T*, size_t);                           \
   template void launch_gelu_backward(cudaStream_t, T*, const T*, const T*, size_t, bool);
 SCALESTUDY_FOR_EACH_STORAGE(SCALESTUDY_GELU_INSTANCES)
 #undef SCALESTUDY_GELU_INSTANCES
@@ -136,7 +136,7 @@ size_t dense_backward_through_gelu_scratch_elems(int rows, int out_channels) {
 // The input gradient's GEMM goes first: where its epilogue is declined nothing has been
 // written, and the caller's unfused backward computes the parameter gradients itself.
 template <class T>
-bool launch_dense_backward_through_gelu(EpilogueGemm& epilogue_gemm, cublasHandle_t handle,
+bool launch_dense_backward_through_gelu(EpilogueGemm& epilogue_gemm, const Blas& blas,
                                         cudaStream_t stream, const DenseGeluBackwardArgs<T>& args,
                                         Scratch scratch) {
   const auto& [dpre, dweight, dbias, dout, act, pre, weight, rows, in_channels, out_channels,
@@ -150,14 +150,14 @@ bool launch_dense_backward_through_gelu(EpilogueGemm& epilogue_gemm, cublasHandl
   // The dense layer's parameter gradients, of act = gelu(pre); no dinp, no weight.
   const MatmulBackwardArgs<T> parameter_gradients{nullptr, dweight, dbias, dout,        act,
                                                   nullptr, rows,    in_channels, out_channels};
-  launch_matmul_parameter_gradients(handle, stream, parameter_gradients, scratch);
+  launch_matmul_parameter_gradients(blas, stream, parameter_gradients, scratch);
   return true;
 }
 
-#define SCALESTUDY_DENSE_GELU_INSTANCES(T)                                                        \
-  template bool launch_dense_gelu_forward(EpilogueGemm&, cudaStream_t,                            \
-                                          const DenseGeluForwardArgs<T>&);                        \
-  template bool launch_dense_backward_through_gelu(EpilogueGemm&, cublasHandle_t, cudaStream_t,   \
+#define SCALESTUDY_DENSE_GELU_INSTANCES(T)                                                         \
+  template bool launch_dense_gelu_forward(EpilogueGemm&, cudaStream_t,                             \
+                                          const DenseGeluForwardArgs<T>&);                         \
+  template bool launch_dense_backward_through_gelu(EpilogueGemm&, const Blas&, cudaStream_t,       \
                                                    const DenseGeluBackwardArgs<T>&, Scratch);
 SCALESTUDY_FOR_EACH_16BIT_STORAGE(SCALESTUDY_DENSE_GELU_INSTANCES)
 #undef SCALESTUDY_DENSE_GELU_INSTANCES

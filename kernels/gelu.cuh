@@ -13,8 +13,8 @@
 // work, but the backend takes them in bf16 only: cuBLASLt's fp16 GELU missed the fp16
 // rounding (CudaOps::gelu_epilogues_allowed). Each of these launchers returns false,
 // having done nothing, where cuBLASLt declines the epilogue (gemm_lt.cuh): the caller then
-// runs the dense layer and the elementwise GELU kernels one after the other. handle must
-// be bound to stream.
+// runs the dense layer and the elementwise GELU kernels one after the other. blas.handle
+// must be bound to stream.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -38,6 +38,7 @@ void launch_gelu_backward(cudaStream_t stream, T* dinp, const T* inp, const T* d
 
 // ---- inside the dense layers' GEMMs ---------------------------------------------------
 class EpilogueGemm;
+struct Blas;  // gemm.cuh
 
 // pre[N,OC] = inp[N,IC] @ weight[OC,IC]^T + bias[OC], out = gelu(pre); both written. T is
 // __nv_bfloat16 or __half, here and below.
@@ -52,7 +53,7 @@ size_t dense_backward_through_gelu_scratch_elems(int rows, int out_channels);
 // dout^T @ act and dbias += column sums of dout (dbias may be null) accumulated.
 // dact_scratch is not used.
 template <class T>
-bool launch_dense_backward_through_gelu(EpilogueGemm& epilogue_gemm, cublasHandle_t handle,
+bool launch_dense_backward_through_gelu(EpilogueGemm& epilogue_gemm, const Blas& blas,
                                         cudaStream_t stream, const DenseGeluBackwardArgs<T>& args,
                                         Scratch scratch);
 

@@ -4,11 +4,13 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <tuple>
 
 #include "common.cuh"
 #include "cuda_check.h"
+#include "gemm_sustained.cuh"
 
 namespace scalestudy::cuda {
 namespace {
@@ -33,11 +35,13 @@ bool shape_allowed(int m, int n, int k) {
          elems(k, n) <= kMaxOperandElems && elems(m, k) <= kMaxOperandElems;
 }
 
-// Timed choices, one per device, epilogue, type and shape, shared by every EpilogueGemm
-// of the process: whether the sizing for fewer multiprocessors was kept, and the report.
-using ChoiceKey = std::tuple<int, int, int, int, int, int>;
+// Timed and sustained choices, one per device, way of choosing, epilogue, type, shape and
+// multiprocessor target, shared by every EpilogueGemm of the process: whether the sizing for fewer
+// multiprocessors was kept (timed), which candidate was (sustained), and the report.
+using ChoiceKey = std::tuple<int, int, int, int, int, int, int, int>;
 struct ProcessChoice {
-  bool fewer_kept;
+  bool fewer_kept = false;
+  int candidate = 0;
   std::string description;
 };
 std::mutex process_choices_mutex;
@@ -48,7 +52,7 @@ constexpr int kCallsPerTrial = 3;
 
 }  // namespace
 
-EpilogueGemm::EpilogueGemm(AlgorithmChoice choice) : choice_(choice) {
+EpilogueGemm::EpilogueGemm(AlgorithmChoice choice, GemmChoiceFile* file) : choice_(choice), file_(file) {
   int device = 0;
   CHECK_CUDA(cudaGetDevice(&device));
   CHECK_CUDA(cudaDeviceGetAttribute(&device_multiprocessors_, cudaDevAttrMultiProcessorCount, device));
@@ -112,32 +116,16 @@ EpilogueGemm::Sizing EpilogueGemm::size_for(const Plan& plan, int multiprocessor
   if (multiprocessors > 0)
     set_attribute(sizing.desc, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, int32_t{multiprocessors});
 
-  cublasLtMatmulPreference_t preference = nullptr;
-  CHECK_CUBLAS(cublasLtMatmulPreferenceCreate(&preference));
-  const uint64_t workspace_bytes = kWorkspaceBytes;
-  const uint32_t reduction_mask = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
-  const uint32_t alignment = kOperandAlignment;
-  CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(
-      preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes, sizeof(workspace_bytes)));
-  CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(
-      preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reduction_mask, sizeof(reduction_mask)));
-  for (const auto attribute :
-       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
-    CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(preference, attribute, &alignment,
-                                                      sizeof(alignment)));
-  cublasLtMatmulHeuristicResult_t result{};
-  int found = 0;
   // A refusal (no algorithm, or a configuration this cuBLASLt does not take) is an answer,
   // not a failure: the caller falls back to the unfused kernels, and the GPU tests
   // BiasEpilogueTakesTheGpt2Shapes and GeluEpiloguesTakeTheGpt2ShapesAndAreTheTanhGelu say
   // so where it happens.
-  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
-      handle_, sizing.desc, plan.a_layout, plan.b_layout, plan.d_layout, plan.d_layout, preference,
-      1, &result, &found);
-  CHECK_CUBLAS(cublasLtMatmulPreferenceDestroy(preference));
-  sizing.usable = status == CUBLAS_STATUS_SUCCESS && found > 0;
-  sizing.algo = result.algo;
+  const int count = choice_ == AlgorithmChoice::sustained ? kSustainedCandidates : 1;
+  sizing.candidates = lt_candidates(handle_, sizing.desc, plan.a_layout, plan.b_layout, plan.d_layout,
+                                    kWorkspaceBytes, count);
+  sizing.usable = !sizing.candidates.empty();
+  if (sizing.usable) sizing.algo = sizing.candidates.front();
+  if (choice_ != AlgorithmChoice::sustained) sizing.candidates.clear();
   return sizing;
 }
 
@@ -192,6 +180,8 @@ void EpilogueGemm::choose_sizing(Plan& plan, cudaStream_t stream, const void* a,
   plan.chosen = true;
   plan.choice = "cuBLASLt's first";
   if (plan.fewer.usable) keep_faster_sizing(plan, stream, a, b, d);
+  if (plan.sizing.candidates.size() > 1) keep_sustained_candidate(plan, stream, a, b, d);
+  plan.sizing.candidates.clear();
   if (plan.fewer.desc) CHECK_CUBLAS(cublasLtMatmulDescDestroy(plan.fewer.desc));
   plan.fewer = Sizing{};
 }
@@ -200,8 +190,8 @@ void EpilogueGemm::keep_faster_sizing(Plan& plan, cudaStream_t stream, const voi
                                       void* d) {
   int device = 0;
   CHECK_CUDA(cudaGetDevice(&device));
-  const ChoiceKey key{device, static_cast<int>(plan.epilogue), static_cast<int>(plan.type),
-                      plan.m, plan.n, plan.k};
+  const ChoiceKey key{device, static_cast<int>(choice_), static_cast<int>(plan.epilogue),
+                      static_cast<int>(plan.type), plan.m, plan.n, plan.k, plan.multiprocessor_target};
   // Held while timing, so that two threads of a process never time the same plan at once.
   std::lock_guard<std::mutex> lock(process_choices_mutex);
   auto earlier = process_choices.find(key);
@@ -221,28 +211,68 @@ void EpilogueGemm::keep_faster_sizing(Plan& plan, cudaStream_t stream, const voi
     const double other_ms = fewer_kept ? whole_ms : fewer_ms;
     if (other_ms < 0.0) description << "refused";
     else description << other_ms << " ms";
-    earlier = process_choices.emplace(key, ProcessChoice{fewer_kept, description.str()}).first;
+    earlier = process_choices.emplace(key, ProcessChoice{fewer_kept, 0, description.str()}).first;
   }
   if (earlier->second.fewer_kept) std::swap(plan.sizing, plan.fewer);
   plan.choice = earlier->second.description;
 }
 
+void EpilogueGemm::keep_sustained_candidate(Plan& plan, cudaStream_t stream, const void* a, const void* b,
+                                            void* d) {
+  const std::vector<cublasLtMatmulAlgo_t>& candidates = plan.sizing.candidates;
+  const auto name_of = [](size_t index) {
+    return index == 0 ? std::string("cuBLASLt's first") : "cuBLASLt's #" + std::to_string(index);
+  };
+  const std::string shape = shape_of(plan);
+  const std::optional<std::string> kept = file_ != nullptr ? file_->find(shape) : std::nullopt;
+  const int from_file = kept ? find_lt_algorithm(candidates, *kept) : -1;
+  if (from_file >= 0) {
+    plan.sizing.algo = candidates[from_file];
+    plan.choice = name_of(from_file) + ", as --gemm-algos-file keeps it";
+    return;
+  }
+  int device = 0;
+  CHECK_CUDA(cudaGetDevice(&device));
+  const ChoiceKey key{device, static_cast<int>(choice_), static_cast<int>(plan.epilogue),
+                      static_cast<int>(plan.type), plan.m, plan.n, plan.k, plan.multiprocessor_target};
+  std::lock_guard<std::mutex> lock(process_choices_mutex);
+  auto earlier = process_choices.find(key);
+  if (earlier == process_choices.end()) {
+    // Each candidate overwrites the outputs from inputs it does not change.
+    std::vector<GemmLaunch> launches;
+    std::vector<std::string> names;
+    for (size_t index = 0; index < candidates.size(); ++index) {
+      Sizing candidate = plan.sizing;
+      candidate.algo = candidates[index];
+      launches.push_back(
+          [this, &plan, candidate, stream, a, b, d] { return launch(plan, candidate, stream, a, b, d); });
+      names.push_back(name_of(index));
+    }
+    const SustainedChoice choice = choose_sustained(stream, launches);
+    const ProcessChoice made{false, choice.kept, describe_sustained(choice, names)};
+    earlier = process_choices.emplace(key, made).first;
+    if (file_ != nullptr) file_->store(shape, lt_algorithm_config(candidates[choice.kept]));
+  }
+  plan.sizing.algo = candidates[earlier->second.candidate];
+  plan.choice = earlier->second.description;
+}
+
+std::string EpilogueGemm::shape_of(const Plan& plan) {
+  const char* epilogue = plan.epilogue == Epilogue::bias            ? "bias"
+                         : plan.epilogue == Epilogue::gelu_bias     ? "gelu_bias"
+                         : plan.epilogue == Epilogue::gelu_aux_bias ? "gelu_aux_bias"
+                                                                    : "dgelu";
+  std::ostringstream shape;
+  shape << epilogue << (plan.type == CUDA_R_16BF ? " bf16" : " fp16") << " m=" << plan.m << " n=" << plan.n
+        << " k=" << plan.k;
+  if (plan.multiprocessor_target > 0) shape << " on " << plan.multiprocessor_target << " multiprocessors";
+  return shape.str();
+}
+
 std::vector<std::string> EpilogueGemm::algorithm_report() const {
   std::vector<std::string> lines;
-  for (const Plan& plan : plans_) {
-    if (!plan.sizing.usable || !plan.chosen) continue;
-    const char* epilogue = plan.epilogue == Epilogue::bias            ? "bias"
-                           : plan.epilogue == Epilogue::gelu_bias     ? "gelu_bias"
-                           : plan.epilogue == Epilogue::gelu_aux_bias ? "gelu_aux_bias"
-                                                                      : "dgelu";
-    lines.push_back(std::string(epilogue) + (plan.type == CUDA_R_16BF ? " bf16" : " fp16") +
-                    " m=" + std::to_string(plan.m) + " n=" + std::to_string(plan.n) +
-                    " k=" + std::to_string(plan.k) +
-                    (plan.multiprocessor_target > 0
-                         ? " on " + std::to_string(plan.multiprocessor_target) + " multiprocessors"
-                         : std::string()) +
-                    ": " + plan.choice);
-  }
+  for (const Plan& plan : plans_)
+    if (plan.sizing.usable && plan.chosen) lines.push_back(shape_of(plan) + ": " + plan.choice);
   return lines;
 }
 

@@ -46,6 +46,7 @@
 #include <string>
 #include <vector>
 
+#include "core/gemm_choice_file.h"
 #include "core/op_params.h"
 #include "matmul.cuh"
 
@@ -60,14 +61,19 @@ inline constexpr int kTimedGemmRequiredGainPercent = 25;
 // sizing that the overlapped lane's default CTAs leave (--overlapped-ctas auto, 4).
 inline constexpr int kTimedGemmFewerMultiprocessors = 4;
 
-enum class AlgorithmChoice { heuristic, timed };
+// heuristic: cuBLASLt's first; timed: also its first for fewer multiprocessors, where
+// clearly faster; sustained: the fastest under sustained load of its first
+// kSustainedCandidates (gemm_sustained.cuh).
+enum class AlgorithmChoice { heuristic, timed, sustained };
 
 class EpilogueGemm {
  public:
   // The cuBLASLt workspace this object allocates.
   static constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 
-  explicit EpilogueGemm(AlgorithmChoice choice = AlgorithmChoice::heuristic);
+  // With AlgorithmChoice::sustained, takes the choices `file` holds (none: null) and
+  // stores the ones it makes there.
+  explicit EpilogueGemm(AlgorithmChoice choice = AlgorithmChoice::heuristic, GemmChoiceFile* file = nullptr);
   ~EpilogueGemm();
   EpilogueGemm(const EpilogueGemm&) = delete;
   EpilogueGemm& operator=(const EpilogueGemm&) = delete;
@@ -103,6 +109,9 @@ class EpilogueGemm {
     cublasLtMatmulDesc_t desc = nullptr;
     cublasLtMatmulAlgo_t algo{};
     bool usable = false;  // cuBLASLt had an algorithm for it
+    // With AlgorithmChoice::sustained, all that cuBLASLt offered ([0] is algo) until the
+    // first call has chosen.
+    std::vector<cublasLtMatmulAlgo_t> candidates;
   };
   // One GEMM D[m,n] = op(A)[m,k] · B[k,n] in cuBLAS's column-major terms, B and D untransposed.
   struct Plan {
@@ -123,7 +132,8 @@ class EpilogueGemm {
   // the plans take.
   Plan* aligned_plan_for(Epilogue epilogue, cudaDataType_t type, int m, int n, int k,
                          std::initializer_list<const void*> operands);
-  // A descriptor with the plan's epilogue, and cuBLASLt's first algorithm for it.
+  // A descriptor with the plan's epilogue, and cuBLASLt's first algorithm for it (and,
+  // sustained, its next ones).
   Sizing size_for(const Plan& plan, int multiprocessors);
   // One GEMM of an epilogue: D = op(A) B in cuBLAS's column-major terms, with the bias and
   // the auxiliary matrix that the epilogue takes (null where it takes none).
@@ -150,6 +160,9 @@ class EpilogueGemm {
   // Swaps plan.fewer into plan.sizing where the process's choice for this shape, made now
   // if it has none, kept it.
   void keep_faster_sizing(Plan& plan, cudaStream_t stream, const void* a, const void* b, void* d);
+  // Sets plan.sizing's algorithm to the candidate that the process's choice for this shape,
+  // made now under sustained load if it has none, kept.
+  void keep_sustained_candidate(Plan& plan, cudaStream_t stream, const void* a, const void* b, void* d);
   // Milliseconds per call of one sizing on these operands (median of a few trials), or a
   // negative value where cuBLASLt refuses to run it.
   double time_sizing(const Plan& plan, const Sizing& sizing, cudaStream_t stream, const void* a,
@@ -157,7 +170,11 @@ class EpilogueGemm {
   cublasStatus_t launch(const Plan& plan, const Sizing& sizing, cudaStream_t stream, const void* a,
                         const void* b, void* d);
 
+  // "<epilogue> <type> m=... n=... k=...[ on <target> multiprocessors]".
+  static std::string shape_of(const Plan& plan);
+
   AlgorithmChoice choice_;
+  GemmChoiceFile* file_;
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   std::vector<Plan> plans_;

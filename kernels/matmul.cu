@@ -152,12 +152,12 @@ void check_shape(int rows, int in_channels, int out_channels) {
 }
 
 // What every GEMM path checks before it launches anything: the shape, the named operands
-// (none null) and the handle bound to the stream.
-void check_operands(cublasHandle_t handle, cudaStream_t stream, int rows, int in_channels,
+// (none null) and the cuBLAS handle bound to the stream.
+void check_operands(const Blas& blas, cudaStream_t stream, int rows, int in_channels,
                     int out_channels, std::initializer_list<NamedOperand> operands) {
   check_shape(rows, in_channels, out_channels);
   check_not_null(operands);
-  check_handle_stream(handle, stream);
+  check_handle_stream(blas.handle, stream);
 }
 
 // GPT-2 small at batch 64 faulted with an illegal address in the LM head's forward GEMM,
@@ -185,16 +185,16 @@ void for_each_layer_row_chunk(const Args& args, F run_rows) {
 // out, row-major [N, OC], is out^T [OC, N] with ld OC.
 // With a bias_gemm (16-bit only), the bias goes into cuBLASLt's epilogue where it can.
 template <class T>
-void matmul_forward(cublasHandle_t handle, cudaStream_t stream, const MatmulForwardArgs<T>& args,
+void matmul_forward(const Blas& blas, cudaStream_t stream, const MatmulForwardArgs<T>& args,
                     EpilogueGemm* bias_gemm = nullptr) {
   const auto& [out, inp, weight, bias, rows, in_channels, out_channels] = args;
-  check_operands(handle, stream, rows, in_channels, out_channels,
+  check_operands(blas, stream, rows, in_channels, out_channels,
                  {{out, "matmul out"}, {inp, "matmul inp"}, {weight, "matmul weight"}});
   if (bias != nullptr && bias_gemm != nullptr &&
       bias_gemm->forward(stream, GemmTypesOf<T>::same.ab,
                          {out, inp, weight, bias, rows, in_channels, out_channels}))
     return;
-  gemm(handle, {GemmTypesOf<T>::same, CUBLAS_OP_T, CUBLAS_OP_N, out_channels, rows, in_channels,
+  gemm(blas, {GemmTypesOf<T>::same, CUBLAS_OP_T, CUBLAS_OP_N, out_channels, rows, in_channels,
                 1.0f, {weight, in_channels}, {inp, in_channels}, 0.0f, {out, out_channels}});
   if (bias != nullptr) {
     const size_t elems = size_t(rows) * out_channels;
@@ -214,10 +214,10 @@ void matmul_forward(cublasHandle_t handle, cudaStream_t stream, const MatmulForw
 //   is dout^T with ld OC (op T gives dout), dweight is dweight^T with ld IC.
 // Reads dweight, dbias, dout, inp and the shape of args.
 template <class T>
-void matmul_parameter_gradients(cublasHandle_t handle, cudaStream_t stream,
+void matmul_parameter_gradients(const Blas& blas, cudaStream_t stream,
                                 const MatmulBackwardArgs<T>& args, Scratch scratch) {
   const int rows = args.rows, in_channels = args.in_channels, out_channels = args.out_channels;
-  gemm(handle, {GemmTypesOf<T>::to_fp32, CUBLAS_OP_N, CUBLAS_OP_T, in_channels, out_channels, rows,
+  gemm(blas, {GemmTypesOf<T>::to_fp32, CUBLAS_OP_N, CUBLAS_OP_T, in_channels, out_channels, rows,
                 1.0f, {args.inp, in_channels}, {args.dout, out_channels}, 1.0f,
                 {args.dweight, in_channels}});
   if (args.dbias != nullptr) {
@@ -229,17 +229,17 @@ void matmul_parameter_gradients(cublasHandle_t handle, cudaStream_t stream,
 }
 
 template <class T>
-void matmul_backward(cublasHandle_t handle, cudaStream_t stream, const MatmulBackwardArgs<T>& args,
+void matmul_backward(const Blas& blas, cudaStream_t stream, const MatmulBackwardArgs<T>& args,
                      Scratch scratch) {
   const auto& [dinp, dweight, dbias, dout, inp, weight, rows, in_channels, out_channels,
                dinp_write] = args;
-  check_operands(handle, stream, rows, in_channels, out_channels,
+  check_operands(blas, stream, rows, in_channels, out_channels,
                  {{dinp, "matmul dinp"}, {dweight, "matmul dweight"}, {dout, "matmul dout"},
                   {inp, "matmul inp"}, {weight, "matmul weight"}});
-  gemm(handle, {GemmTypesOf<T>::same, CUBLAS_OP_N, CUBLAS_OP_N, in_channels, rows, out_channels,
+  gemm(blas, {GemmTypesOf<T>::same, CUBLAS_OP_N, CUBLAS_OP_N, in_channels, rows, out_channels,
                 1.0f, {weight, in_channels}, {dout, out_channels}, dinp_beta(accumulates(dinp_write)),
                 {dinp, in_channels}});
-  matmul_parameter_gradients(handle, stream, args, scratch);
+  matmul_parameter_gradients(blas, stream, args, scratch);
 }
 
 size_t matmul_forward_scratch_elems_padded(int rows, int out_channels) {
@@ -255,16 +255,16 @@ size_t matmul_backward_scratch_elems_padded(int rows, int out_channels) {
 // two GEMMs: W's first OC0 rows, then its last OC - OC0 rows. Columns OC.. of each row
 // are not written, and no bias is added.
 template <class T>
-void matmul_forward_strided(cublasHandle_t handle, const MatmulForwardArgs<T>& args,
+void matmul_forward_strided(const Blas& blas, const MatmulForwardArgs<T>& args,
                             int out_stride) {
   const auto& [out, inp, weight, bias, rows, in_channels, out_channels] = args;
   const GemmTypes types = GemmTypesOf<T>::same;
   const int aligned_channels = out_channels / kAlignedColumns * kAlignedColumns;
   if (aligned_channels > 0)
-    gemm(handle, {types, CUBLAS_OP_T, CUBLAS_OP_N, aligned_channels, rows, in_channels, 1.0f,
+    gemm(blas, {types, CUBLAS_OP_T, CUBLAS_OP_N, aligned_channels, rows, in_channels, 1.0f,
                   {weight, in_channels}, {inp, in_channels}, 0.0f, {out, out_stride}});
   if (aligned_channels < out_channels)
-    gemm(handle, {types, CUBLAS_OP_T, CUBLAS_OP_N, out_channels - aligned_channels, rows,
+    gemm(blas, {types, CUBLAS_OP_T, CUBLAS_OP_N, out_channels - aligned_channels, rows,
                   in_channels, 1.0f, {weight + size_t(aligned_channels) * in_channels, in_channels},
                   {inp, in_channels}, 0.0f, {out + aligned_channels, out_stride}});
 }
@@ -276,20 +276,20 @@ void matmul_forward_strided(cublasHandle_t handle, const MatmulForwardArgs<T>& a
 // rows on an H200, against 0.86 ms for the forward's aligned GEMM of the same size.
 // Reads dinp, dout, weight, the shape and dinp_write of args.
 template <class T>
-void input_gradient_strided(cublasHandle_t handle, const MatmulBackwardArgs<T>& args,
+void input_gradient_strided(const Blas& blas, const MatmulBackwardArgs<T>& args,
                             int dout_stride) {
   const auto& [dinp, dweight, dbias, dout, inp, weight, rows, in_channels, out_channels,
                dinp_write] = args;
   const GemmTypes types = GemmTypesOf<T>::same;
   const int aligned_channels = out_channels / kAlignedColumns * kAlignedColumns;
   if (aligned_channels > 0)
-    gemm(handle, {types, CUBLAS_OP_N, CUBLAS_OP_N, in_channels, rows, aligned_channels, 1.0f,
+    gemm(blas, {types, CUBLAS_OP_N, CUBLAS_OP_N, in_channels, rows, aligned_channels, 1.0f,
                   {weight, in_channels}, {dout, dout_stride}, dinp_beta(accumulates(dinp_write)),
                   {dinp, in_channels}});
   // The tail adds to the main part's result, or starts dinp where there is no main part.
   const bool tail_accumulates = accumulates(dinp_write) || aligned_channels > 0;
   if (aligned_channels < out_channels)
-    gemm(handle, {types, CUBLAS_OP_N, CUBLAS_OP_N, in_channels, rows,
+    gemm(blas, {types, CUBLAS_OP_N, CUBLAS_OP_N, in_channels, rows,
                   out_channels - aligned_channels, 1.0f,
                   {weight + size_t(aligned_channels) * in_channels, in_channels},
                   {dout + aligned_channels, dout_stride}, dinp_beta(tail_accumulates),
@@ -302,7 +302,7 @@ void input_gradient_strided(cublasHandle_t handle, const MatmulBackwardArgs<T>& 
 // GEMM, whatever the range. dweight points at row 0; vocab_begin is a multiple of 8
 // (16-byte aligned 16-bit columns).
 template <class T>
-void weight_gradient_strided(cublasHandle_t handle, const ClassifierWeightGradientArgs<T>& args,
+void weight_gradient_strided(const Blas& blas, const ClassifierWeightGradientArgs<T>& args,
                              int dout_stride) {
   float* const dweight = args.dweight;
   const T* const dout = args.dlogits;
@@ -316,7 +316,7 @@ void weight_gradient_strided(cublasHandle_t handle, const ClassifierWeightGradie
   const int aligned_channels = out_channels / kAlignedColumns * kAlignedColumns;
   auto columns = [&](int begin, int end) {
     if (begin < end)
-      gemm(handle, {weight_types, CUBLAS_OP_N, CUBLAS_OP_T, in_channels, end - begin, rows, 1.0f,
+      gemm(blas, {weight_types, CUBLAS_OP_N, CUBLAS_OP_T, in_channels, end - begin, rows, 1.0f,
                     {inp, in_channels}, {dout + begin, dout_stride}, 1.0f,
                     {dweight + size_t(begin) * in_channels, in_channels}});
   };
@@ -327,15 +327,15 @@ void weight_gradient_strided(cublasHandle_t handle, const ClassifierWeightGradie
 // The 16-bit forward, T = bf16 or fp16. With padding: out^T[OC, N] is computed into
 // padded^T[OCp, N] (ld OCp), then copied (adding the bias) into out.
 template <class T>
-void matmul_forward_16bit(cublasHandle_t handle, cudaStream_t stream,
+void matmul_forward_16bit(const Blas& blas, cudaStream_t stream,
                           const MatmulForwardArgs<T>& args, Scratch scratch,
                           EpilogueGemm* bias_gemm) {
   const auto& [out, inp, weight, bias, rows, in_channels, out_channels] = args;
   if (!needs_padding(out_channels)) {
-    matmul_forward(handle, stream, args, bias_gemm);
+    matmul_forward(blas, stream, args, bias_gemm);
     return;
   }
-  check_operands(handle, stream, rows, in_channels, out_channels,
+  check_operands(blas, stream, rows, in_channels, out_channels,
                  {{out, "matmul out"}, {inp, "matmul inp"}, {weight, "matmul weight"},
                   {scratch.data, "matmul scratch"}});
   SCALESTUDY_CHECK(scratch.elems >= matmul_forward_scratch_elems_padded(rows, out_channels),
@@ -343,7 +343,7 @@ void matmul_forward_16bit(cublasHandle_t handle, cudaStream_t stream,
   const int padded_channels = padded_columns_of(out_channels);
   auto* padded = reinterpret_cast<T*>(scratch.data);
   matmul_forward_strided(
-      handle, MatmulForwardArgs<T>{padded, inp, weight, nullptr, rows, in_channels, out_channels},
+      blas, MatmulForwardArgs<T>{padded, inp, weight, nullptr, rows, in_channels, out_channels},
       padded_channels);
   unpad_rows_kernel<T><<<pack_blocks(rows, out_channels), kElementwiseThreads, 0, stream>>>(
       out, padded, bias, rows, out_channels, padded_channels);
@@ -353,15 +353,15 @@ void matmul_forward_16bit(cublasHandle_t handle, cudaStream_t stream,
 // The 16-bit backward. With padding, dout is first copied into padded rows (ld OCp) in
 // scratch; the bias partials follow the padded rows there.
 template <class T>
-void matmul_backward_16bit(cublasHandle_t handle, cudaStream_t stream,
+void matmul_backward_16bit(const Blas& blas, cudaStream_t stream,
                            const MatmulBackwardArgs<T>& args, Scratch scratch) {
   const auto& [dinp, dweight, dbias, dout, inp, weight, rows, in_channels, out_channels,
                dinp_write] = args;
   if (!needs_padding(out_channels)) {
-    matmul_backward(handle, stream, args, scratch);
+    matmul_backward(blas, stream, args, scratch);
     return;
   }
-  check_operands(handle, stream, rows, in_channels, out_channels,
+  check_operands(blas, stream, rows, in_channels, out_channels,
                  {{dinp, "matmul dinp"}, {dweight, "matmul dweight"}, {dout, "matmul dout"},
                   {inp, "matmul inp"}, {weight, "matmul weight"}, {scratch.data, "matmul scratch"}});
   SCALESTUDY_CHECK(scratch.elems >= matmul_backward_scratch_elems_padded(rows, out_channels),
@@ -373,8 +373,8 @@ void matmul_backward_16bit(cublasHandle_t handle, cudaStream_t stream,
   CHECK_LAUNCH();
   MatmulBackwardArgs<T> from_padded = args;
   from_padded.dout = padded;
-  input_gradient_strided(handle, from_padded, padded_channels);
-  weight_gradient_strided(handle,
+  input_gradient_strided(blas, from_padded, padded_channels);
+  weight_gradient_strided(blas,
                           ClassifierWeightGradientArgs<T>{dweight, padded, inp, rows, in_channels,
                                                           out_channels, 0, out_channels},
                           padded_channels);
@@ -400,14 +400,14 @@ void check_classifier_logits_stride(const T*, int vocab, int logits_stride) {
 }
 
 // Both parts of the classifier's backward: the checks (the logits' row stride, the shape,
-// dlogits and the other operands, none null, and the handle bound to the stream), then
+// dlogits and the other operands, none null, and the cuBLAS handle bound to the stream), then
 // run_rows(first, count) on each chunk of rows.
 template <class Args, class RunRows>
-void for_each_classifier_chunk(cublasHandle_t handle, cudaStream_t stream, const Args& args,
+void for_each_classifier_chunk(const Blas& blas, cudaStream_t stream, const Args& args,
                                int logits_stride, std::initializer_list<NamedOperand> operands,
                                RunRows run_rows) {
   check_classifier_logits_stride(args.dlogits, args.vocab, logits_stride);
-  check_operands(handle, stream, args.rows, args.channels, args.vocab, operands);
+  check_operands(blas, stream, args.rows, args.channels, args.vocab, operands);
   check_not_null(args.dlogits, "classifier dlogits");
   for_each_row_chunk(args.rows, args.channels, logits_stride, run_rows);
 }
@@ -435,10 +435,10 @@ Args rows_of(Args args, int first, int count) {
 
 }  // namespace
 
-void launch_matmul_forward(cublasHandle_t handle, cudaStream_t stream,
+void launch_matmul_forward(const Blas& blas, cudaStream_t stream,
                            const MatmulForwardArgs<float>& args) {
   for_each_layer_row_chunk(args, [&](int first, int count) {
-    matmul_forward(handle, stream, rows_of(args, first, count));
+    matmul_forward(blas, stream, rows_of(args, first, count));
   });
 }
 
@@ -447,11 +447,11 @@ size_t matmul_forward_scratch_elems_16bit(int rows, int out_channels) {
 }
 
 template <class Half>
-void launch_matmul_forward(cublasHandle_t handle, cudaStream_t stream,
+void launch_matmul_forward(const Blas& blas, cudaStream_t stream,
                            const MatmulForwardArgs<Half>& args, Scratch scratch,
                            EpilogueGemm* bias_gemm) {
   for_each_layer_row_chunk(args, [&](int first, int count) {
-    matmul_forward_16bit(handle, stream, rows_of(args, first, count), scratch, bias_gemm);
+    matmul_forward_16bit(blas, stream, rows_of(args, first, count), scratch, bias_gemm);
   });
 }
 
@@ -459,10 +459,10 @@ size_t matmul_backward_scratch_elems(int rows, int out_channels) {
   return size_t(column_partial_rows(rows)) * size_t(out_channels);
 }
 
-void launch_matmul_backward(cublasHandle_t handle, cudaStream_t stream,
+void launch_matmul_backward(const Blas& blas, cudaStream_t stream,
                             const MatmulBackwardArgs<float>& args, Scratch scratch) {
   for_each_layer_row_chunk(args, [&](int first, int count) {
-    matmul_backward(handle, stream, rows_of(args, first, count), scratch);
+    matmul_backward(blas, stream, rows_of(args, first, count), scratch);
   });
 }
 
@@ -471,25 +471,25 @@ size_t matmul_backward_scratch_elems_16bit(int rows, int out_channels) {
 }
 
 template <class Half>
-void launch_matmul_backward(cublasHandle_t handle, cudaStream_t stream,
+void launch_matmul_backward(const Blas& blas, cudaStream_t stream,
                             const MatmulBackwardArgs<Half>& args, Scratch scratch) {
   for_each_layer_row_chunk(args, [&](int first, int count) {
-    matmul_backward_16bit(handle, stream, rows_of(args, first, count), scratch);
+    matmul_backward_16bit(blas, stream, rows_of(args, first, count), scratch);
   });
 }
 
 // The 16-bit parameter gradients alone, for a backward whose input gradient another GEMM
 // computes (gelu.cuh); that GEMM reads dout in place, so its rows need no padding.
 template <class T>
-void launch_matmul_parameter_gradients(cublasHandle_t handle, cudaStream_t stream,
+void launch_matmul_parameter_gradients(const Blas& blas, cudaStream_t stream,
                                        const MatmulBackwardArgs<T>& args, Scratch scratch) {
-  check_operands(handle, stream, args.rows, args.in_channels, args.out_channels,
+  check_operands(blas, stream, args.rows, args.in_channels, args.out_channels,
                  {{args.dweight, "matmul dweight"}, {args.dout, "matmul dout"},
                   {args.inp, "matmul inp"}});
   SCALESTUDY_CHECK(!needs_padding(args.out_channels),
                    "matmul parameter gradients: out_channels must be a multiple of 8");
   for_each_layer_row_chunk(args, [&](int first, int count) {
-    matmul_parameter_gradients(handle, stream, rows_of(args, first, count), scratch);
+    matmul_parameter_gradients(blas, stream, rows_of(args, first, count), scratch);
   });
 }
 
@@ -497,14 +497,14 @@ int padded_logits_row_elems(int vocab) { return rounded_up(vocab, kLogitsRowAlig
 
 // The tied LM head on logits rows already padded: no copy into or out of scratch.
 template <class T>
-void launch_classifier_matmul_forward(cublasHandle_t handle, cudaStream_t stream,
+void launch_classifier_matmul_forward(const Blas& blas, cudaStream_t stream,
                                       const ClassifierForwardArgs<T>& args, int logits_stride) {
   check_logits_stride(args.vocab, logits_stride);
-  check_operands(handle, stream, args.rows, args.channels, args.vocab,
+  check_operands(blas, stream, args.rows, args.channels, args.vocab,
                  {{args.logits, "classifier logits"}, {args.inp, "classifier inp"},
                   {args.weight, "classifier weight"}});
   for_each_row_chunk(args.rows, args.channels, logits_stride, [&](int first, int count) {
-    matmul_forward_strided(handle,
+    matmul_forward_strided(blas,
                            MatmulForwardArgs<T>{args.logits + size_t(first) * logits_stride,
                                                 args.inp + size_t(first) * args.channels,
                                                 args.weight, nullptr, count, args.channels,
@@ -516,7 +516,7 @@ void launch_classifier_matmul_forward(cublasHandle_t handle, cudaStream_t stream
 // The LM head's backward on logits rows logits_stride apart (padded in 16 bits, the vocabulary
 // in fp32), in the two parts that the model runs apart.
 template <class T>
-void launch_classifier_input_gradient(cublasHandle_t handle, cudaStream_t stream,
+void launch_classifier_input_gradient(const Blas& blas, cudaStream_t stream,
                                       const ClassifierInputGradientArgs<T>& args,
                                       int logits_stride) {
   // The dense layer's input gradient, of a chunk: the classifier has no bias, and its
@@ -532,42 +532,42 @@ void launch_classifier_input_gradient(cublasHandle_t handle, cudaStream_t stream
                                       args.channels,
                                       args.vocab,
                                       args.dinp_write};
-    input_gradient_strided(handle, chunk, logits_stride);
+    input_gradient_strided(blas, chunk, logits_stride);
   };
-  for_each_classifier_chunk(handle, stream, args, logits_stride,
+  for_each_classifier_chunk(blas, stream, args, logits_stride,
                             {{args.dinp, "classifier dinp"}, {args.weight, "classifier weight"}},
                             input_gradient_of_rows);
 }
 
 template <class T>
-void launch_classifier_weight_gradient(cublasHandle_t handle, cudaStream_t stream,
+void launch_classifier_weight_gradient(const Blas& blas, cudaStream_t stream,
                                        const ClassifierWeightGradientArgs<T>& args,
                                        int logits_stride) {
-  for_each_classifier_chunk(handle, stream, args, logits_stride,
+  for_each_classifier_chunk(blas, stream, args, logits_stride,
                             {{args.dweight, "classifier dweight"}, {args.inp, "classifier inp"}},
                             [&](int first, int count) {
                               ClassifierWeightGradientArgs<T> chunk = args;
                               chunk.dlogits += size_t(first) * logits_stride;
                               chunk.inp += size_t(first) * args.channels;
                               chunk.rows = count;
-                              weight_gradient_strided(handle, chunk, logits_stride);
+                              weight_gradient_strided(blas, chunk, logits_stride);
                             });
 }
 
 // The storage types the backend runs the classifier in.
-#define SCALESTUDY_MATMUL_16BIT_INSTANCES(Half)                                                   \
-  template void launch_matmul_forward(cublasHandle_t, cudaStream_t, const MatmulForwardArgs<Half>&, \
-                                      Scratch, EpilogueGemm*);                                    \
-  template void launch_matmul_backward(cublasHandle_t, cudaStream_t,                              \
-                                       const MatmulBackwardArgs<Half>&, Scratch);                 \
-  template void launch_matmul_parameter_gradients(cublasHandle_t, cudaStream_t,                   \
-                                                  const MatmulBackwardArgs<Half>&, Scratch);      \
-  template void launch_classifier_matmul_forward(cublasHandle_t, cudaStream_t,                    \
+#define SCALESTUDY_MATMUL_16BIT_INSTANCES(Half)                                                    \
+  template void launch_matmul_forward(const Blas&, cudaStream_t, const MatmulForwardArgs<Half>&,   \
+                                      Scratch, EpilogueGemm*);                                     \
+  template void launch_matmul_backward(const Blas&, cudaStream_t,                                  \
+                                       const MatmulBackwardArgs<Half>&, Scratch);                  \
+  template void launch_matmul_parameter_gradients(const Blas&, cudaStream_t,                       \
+                                                  const MatmulBackwardArgs<Half>&, Scratch);       \
+  template void launch_classifier_matmul_forward(const Blas&, cudaStream_t,                        \
                                                  const ClassifierForwardArgs<Half>&, int);
-#define SCALESTUDY_CLASSIFIER_INSTANCES(T)                                                        \
-  template void launch_classifier_input_gradient(cublasHandle_t, cudaStream_t,                    \
-                                                 const ClassifierInputGradientArgs<T>&, int);     \
-  template void launch_classifier_weight_gradient(cublasHandle_t, cudaStream_t,                   \
+#define SCALESTUDY_CLASSIFIER_INSTANCES(T)                                                         \
+  template void launch_classifier_input_gradient(const Blas&, cudaStream_t,                        \
+                                                 const ClassifierInputGradientArgs<T>&, int);      \
+  template void launch_classifier_weight_gradient(const Blas&, cudaStream_t,                       \
                                                   const ClassifierWeightGradientArgs<T>&, int);
 SCALESTUDY_FOR_EACH_16BIT_STORAGE(SCALESTUDY_MATMUL_16BIT_INSTANCES)
 SCALESTUDY_FOR_EACH_STORAGE(SCALESTUDY_CLASSIFIER_INSTANCES)

@@ -19,6 +19,7 @@
 namespace scalestudy::cuda {
 
 class EpilogueGemm;
+struct Blas;  // gemm.cuh
 
 // out[N,OC] = inp[N,IC] @ weight[OC,IC]^T + bias[OC]; bias may be null (the tied LM head
 // has none). T is float, __nv_bfloat16 or __half, or void for cuBLASLt's untyped calls
@@ -30,8 +31,8 @@ struct MatmulForwardArgs {
   int rows = 0, in_channels = 0, out_channels = 0;
 };
 
-// handle must be bound to stream, for every launcher below.
-void launch_matmul_forward(cublasHandle_t handle, cudaStream_t stream,
+// blas.handle must be bound to stream, for every launcher below.
+void launch_matmul_forward(const Blas& blas, cudaStream_t stream,
                            const MatmulForwardArgs<float>& args);
 // bf16 and fp16 need scratch when out_channels is not a multiple of 8 (rows padded for
 // cuBLAS's fast kernels); this many floats, possibly 0. With a bias and a bias_gemm, the
@@ -40,7 +41,7 @@ void launch_matmul_forward(cublasHandle_t handle, cudaStream_t stream,
 size_t matmul_forward_scratch_elems_16bit(int rows, int out_channels);
 // Half is __nv_bfloat16 or __half, here and below.
 template <class Half>
-void launch_matmul_forward(cublasHandle_t handle, cudaStream_t stream,
+void launch_matmul_forward(const Blas& blas, cudaStream_t stream,
                            const MatmulForwardArgs<Half>& args, Scratch scratch,
                            EpilogueGemm* bias_gemm);
 
@@ -49,13 +50,13 @@ size_t matmul_backward_scratch_elems(int rows, int out_channels);
 // dinp += dout @ weight (GradientWrite::accumulate) or dinp = dout @ weight (overwrite:
 // dinp not read); dweight += dout^T @ inp; dbias += column sums of dout (dbias may be
 // null, and then nothing is reduced).
-void launch_matmul_backward(cublasHandle_t handle, cudaStream_t stream,
+void launch_matmul_backward(const Blas& blas, cudaStream_t stream,
                             const MatmulBackwardArgs<float>& args, Scratch scratch);
 // Floats of scratch for the bf16 and fp16 backwards: padded rows where out_channels needs
 // them, and the bias reduction.
 size_t matmul_backward_scratch_elems_16bit(int rows, int out_channels);
 template <class Half>
-void launch_matmul_backward(cublasHandle_t handle, cudaStream_t stream,
+void launch_matmul_backward(const Blas& blas, cudaStream_t stream,
                             const MatmulBackwardArgs<Half>& args, Scratch scratch);
 
 // The parameter gradients of the 16-bit backward without its input gradient, for a
@@ -63,7 +64,7 @@ void launch_matmul_backward(cublasHandle_t handle, cudaStream_t stream,
 // weight and dinp_write are not read), with out_channels a multiple of 8 and
 // matmul_backward_scratch_elems(rows, out_channels) floats of scratch where dbias is given.
 template <class Half>
-void launch_matmul_parameter_gradients(cublasHandle_t handle, cudaStream_t stream,
+void launch_matmul_parameter_gradients(const Blas& blas, cudaStream_t stream,
                                        const MatmulBackwardArgs<Half>& args, Scratch scratch);
 
 // The tied LM head of the classifier in 16 bits, on logits whose rows are
@@ -74,18 +75,18 @@ void launch_matmul_parameter_gradients(cublasHandle_t handle, cudaStream_t strea
 int padded_logits_row_elems(int vocab);
 // T is __nv_bfloat16 or __half.
 template <class T>
-void launch_classifier_matmul_forward(cublasHandle_t handle, cudaStream_t stream,
+void launch_classifier_matmul_forward(const Blas& blas, cudaStream_t stream,
                                       const ClassifierForwardArgs<T>& args, int logits_stride);
 // The backward in the two parts that the model runs apart, on dlogits rows logits_stride
 // apart (padded_logits_row_elems(vocab) in 16 bits, vocab in fp32); each element of
 // dweight comes from one GEMM whatever the range, so a range's rows do not depend on the
 // cut. T is float, __nv_bfloat16 or __half.
 template <class T>
-void launch_classifier_input_gradient(cublasHandle_t handle, cudaStream_t stream,
+void launch_classifier_input_gradient(const Blas& blas, cudaStream_t stream,
                                       const ClassifierInputGradientArgs<T>& args,
                                       int logits_stride);
 template <class T>
-void launch_classifier_weight_gradient(cublasHandle_t handle, cudaStream_t stream,
+void launch_classifier_weight_gradient(const Blas& blas, cudaStream_t stream,
                                        const ClassifierWeightGradientArgs<T>& args,
                                        int logits_stride);
 

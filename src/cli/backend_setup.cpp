@@ -139,7 +139,7 @@ BackendSetup make_backend(const RunConfig& config, const ProcessPlacement& where
                        where.host + ")");
   }
   auto ops = std::make_unique<CudaOps>(where.local_rank, config.precision, config.gemm_algos,
-                                       config.attention_kernel);
+                                       config.attention_kernel, config.gemm_algos_file);
   auto nccl = std::make_unique<NcclCommunicator>(MPI_COMM_WORLD, ops->stream(), config.comm_timeout_s,
                                                  config.overlapped_ctas);
   record_links(config, where, *nccl, setup.identity);

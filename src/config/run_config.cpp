@@ -180,8 +180,11 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
        "with --overlap on, how long buckets wait: the share (0 to 1) of the gradients backward finishes "
        "first; later starts cost power-capped GPUs less clock. auto: 0.5, zero2 at most 1/ranks")
       ("gemm-algos", defaulted(&raw.gemm_algos),
-       "cuda, 16-bit GEMMs with an epilogue: timed also times cuBLASLt's pick for fewer multiprocessors and "
-       "keeps it where clearly faster; heuristic: its first pick, the same bits on every run");
+       "cuda 16-bit GEMMs: timed (a fewer-SM pick where clearly faster), sustained (candidates "
+       "timed in sustained load in step 1, minutes) or heuristic (the same bits on every run)")
+      ("gemm-algos-file", po::value(&c.gemm_algos_file),
+       "with --gemm-algos sustained: a file that keeps the choices for later runs on the same GPU model "
+       "and cuBLASLt, which then skip the timing; made where absent. Default: none");
 
   po::options_description all = help_sections();
   all.add(general).add(model).add(data).add(scaling).add(optimizer).add(parallel).add(precision).add(output)
@@ -414,7 +417,10 @@ void resolve_and_validate(RunConfig& c, const RawOptions& raw) {
   else bad_value("precision", raw.precision, "must be auto, fp32, bf16 or fp16");
   if (raw.gemm_algos == "timed") c.gemm_algos = GemmAlgos::timed;
   else if (raw.gemm_algos == "heuristic") c.gemm_algos = GemmAlgos::heuristic;
-  else bad_value("gemm-algos", raw.gemm_algos, "must be timed or heuristic");
+  else if (raw.gemm_algos == "sustained") c.gemm_algos = GemmAlgos::sustained;
+  else bad_value("gemm-algos", raw.gemm_algos, "must be timed, sustained or heuristic");
+  if (!c.gemm_algos_file.empty() && c.gemm_algos != GemmAlgos::sustained)
+    bad_value("gemm-algos-file", c.gemm_algos_file, "needs --gemm-algos sustained");
   c.attention_kernel = parse_attention_kernel(raw.attention_kernel, c.backend, c.precision);
   if (raw.loss_scaling == "auto") c.loss_scaling = c.precision == Precision::fp16;
   else if (raw.loss_scaling == "on") c.loss_scaling = true;
@@ -579,6 +585,7 @@ std::vector<std::pair<std::string, std::string>> describe_config(const RunConfig
       {"backend", c.backend},
       {"precision", precision_name(c.precision)},
       {"gemm_algos", gemm_algos_name(c.gemm_algos)},
+      {"gemm_algos_file", c.gemm_algos_file},
       {"attention_kernel", attention_kernel_used(c.attention_kernel, c.backend == "cuda", c.precision)},
       {"output", c.output},
       {"flush_every", text(c.flush_every)},

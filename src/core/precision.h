@@ -16,12 +16,15 @@ inline bool is_16bit(Precision precision) {
   return precision == Precision::bf16 || precision == Precision::fp16;
 }
 
-// How cuda picks each cuBLASLt GEMM's algorithm: the heuristic's first, the same on every
-// run, or also the heuristic's first for fewer multiprocessors where it times clearly
-// faster in the run's first step (kernels/gemm_lt.cuh).
-enum class GemmAlgos { heuristic, timed };
+// How cuda picks each 16-bit GEMM's algorithm: heuristic, cuBLASLt's first (and cuBLAS's
+// own for the plain GEMMs), the same on every run; timed, also cuBLASLt's first for fewer
+// multiprocessors where it times clearly faster in the run's first step
+// (kernels/gemm_lt.cuh); sustained, for every GEMM the fastest under sustained load of
+// cuBLAS's own and cuBLASLt's first eight, in the run's first step
+// (kernels/gemm_sustained.cuh).
+enum class GemmAlgos { heuristic, timed, sustained };
 inline const char* gemm_algos_name(GemmAlgos algos) {
-  return algos == GemmAlgos::timed ? "timed" : "heuristic";
+  return algos == GemmAlgos::sustained ? "sustained" : algos == GemmAlgos::timed ? "timed" : "heuristic";
 }
 
 // Which kernels compute the attention of cuda's bf16 and fp16 modes: flash, the project's

@@ -396,6 +396,55 @@ class CudaOpsTest : public gpu_test::CudaOpsFixture {
     expect_close("fused cross-entropy dlogits" + label, d_fused, dlogits, tol_.probability);
   }
 
+  // One dense layer against the CPU at N rows: the forward with its bias, then the backward
+  // both ways it writes its input gradient. The parameter gradients start from a random
+  // prior that the GPU must add to.
+  void check_matmul(const DenseCase& c, int N) {
+    const std::string label = c.label();
+    // The weight sits 8 elements into the parameters (as the model's weights sit at
+    // offsets), the bias after it; both are fp32 masters of values the storage holds.
+    const size_t weight_elems = size_t(c.out_channels) * c.in_channels;
+    const size_t weight_at = 8, bias_at = weight_at + weight_elems;
+    const auto params = rounded(random_floats(bias_at + c.out_channels, 31));
+    float* d_params = upload(params, MemoryKind::parameters);
+    gpu_->parameters_changed(d_params, 0, params.size());
+    const float* weight = params.data() + weight_at;
+    const float* bias = c.bias ? params.data() + bias_at : nullptr;
+    const float* d_bias = c.bias ? d_params + bias_at : nullptr;
+
+    const auto inp = rounded(random_floats(size_t(N) * c.in_channels, 30));
+    std::vector<float> out(size_t(N) * c.out_channels);
+    float* d_out = poisoned_activation(out.size());
+    const float* d_inp = activation(inp);
+    cpu_.matmul_forward(out.data(), inp.data(), weight, bias, N, c.in_channels, c.out_channels);
+    gpu_->matmul_forward(d_out, d_inp, d_params + weight_at, d_bias, N, c.in_channels, c.out_channels);
+    expect_close("matmul out" + label, d_out, out, gemm_tolerance(out));
+
+    const auto dout = rounded(random_floats(out.size(), 33));
+    for (GradientWrite write : kGradientWrites) {
+      const std::string labels = label + write_label(write);
+      auto dinp = rounded(random_floats(inp.size(), 34));
+      auto dweight = random_floats(weight_elems, 35), dbias = random_floats(c.out_channels, 36);
+      float* d_dinp =
+          write == GradientWrite::accumulate ? activation(dinp) : poisoned_activation(dinp.size());
+      float *d_dweight = upload(dweight), *d_dbias = upload(dbias);
+      cpu_.matmul_backward({.dinp = dinp.data(), .dweight = dweight.data(),
+                            .dbias = c.bias ? dbias.data() : nullptr, .dout = dout.data(),
+                            .inp = inp.data(), .weight = weight, .rows = N,
+                            .in_channels = c.in_channels, .out_channels = c.out_channels,
+                            .dinp_write = write});
+      gpu_->matmul_backward({.dinp = d_dinp, .dweight = d_dweight,
+                             .dbias = c.bias ? d_dbias : nullptr, .dout = activation(dout),
+                             .inp = d_inp, .weight = d_params + weight_at, .rows = N,
+                             .in_channels = c.in_channels, .out_channels = c.out_channels,
+                             .dinp_write = write});
+      expect_close("matmul dinp" + labels, d_dinp, dinp, gemm_tolerance(dinp));
+      expect_close("matmul dweight" + labels, d_dweight, dweight, kDotProduct);
+      // Without a bias the dbias buffer must be left alone.
+      expect_close("matmul dbias" + labels, d_dbias, dbias, kColumnSum);
+    }
+  }
+
   // GPT-2's MLP, C -> 4C -> C on N rows, through the dense-GELU pair against the CPU's (its
   // defaults, the plain ops): the forward of the first layer, and the second layer's
   // backward through the GELU. Weights sit at offsets in the parameters, as the model's do,

@@ -1,7 +1,12 @@
 // The dense layer of the CUDA backend against the CPU reference, in fp32, bf16 and fp16:
 // the GEMMs with their bias, the dense-GELU pair, and cuBLASLt's bias and GELU epilogues at
 // GPT-2's shapes (which shapes take them, the tanh GELU they compute, and the timed
-// algorithm choice made once per process).
+// algorithm choice made once per process), and every 16-bit GEMM with the algorithms
+// chosen under sustained load.
+#include <unistd.h>
+
+#include <cstdio>
+
 #include "cuda_ops_fixture.h"
 
 namespace scalestudy::gpu_test {
@@ -9,52 +14,7 @@ namespace {
 
 TEST_P(CudaOpsShapes, Matmul) {
   const OpShape s = shape();
-  const int N = s.rows();
-  for (const DenseCase& c : dense_cases(s)) {
-    const std::string label = c.label();
-    // The weight sits 8 elements into the parameters (as the model's weights sit at
-    // offsets), the bias after it; both are fp32 masters of values the storage holds.
-    const size_t weight_elems = size_t(c.out_channels) * c.in_channels;
-    const size_t weight_at = 8, bias_at = weight_at + weight_elems;
-    const auto params = rounded(random_floats(bias_at + c.out_channels, 31));
-    float* d_params = upload(params, MemoryKind::parameters);
-    gpu_->parameters_changed(d_params, 0, params.size());
-    const float* weight = params.data() + weight_at;
-    const float* bias = c.bias ? params.data() + bias_at : nullptr;
-    const float* d_bias = c.bias ? d_params + bias_at : nullptr;
-
-    const auto inp = rounded(random_floats(size_t(N) * c.in_channels, 30));
-    std::vector<float> out(size_t(N) * c.out_channels);
-    float* d_out = poisoned_activation(out.size());
-    const float* d_inp = activation(inp);
-    cpu_.matmul_forward(out.data(), inp.data(), weight, bias, N, c.in_channels, c.out_channels);
-    gpu_->matmul_forward(d_out, d_inp, d_params + weight_at, d_bias, N, c.in_channels, c.out_channels);
-    expect_close("matmul out" + label, d_out, out, gemm_tolerance(out));
-
-    const auto dout = rounded(random_floats(out.size(), 33));
-    for (GradientWrite write : kGradientWrites) {
-      const std::string labels = label + write_label(write);
-      auto dinp = rounded(random_floats(inp.size(), 34));
-      auto dweight = random_floats(weight_elems, 35), dbias = random_floats(c.out_channels, 36);
-      float* d_dinp =
-          write == GradientWrite::accumulate ? activation(dinp) : poisoned_activation(dinp.size());
-      float *d_dweight = upload(dweight), *d_dbias = upload(dbias);
-      cpu_.matmul_backward({.dinp = dinp.data(), .dweight = dweight.data(),
-                            .dbias = c.bias ? dbias.data() : nullptr, .dout = dout.data(),
-                            .inp = inp.data(), .weight = weight, .rows = N,
-                            .in_channels = c.in_channels, .out_channels = c.out_channels,
-                            .dinp_write = write});
-      gpu_->matmul_backward({.dinp = d_dinp, .dweight = d_dweight,
-                             .dbias = c.bias ? d_dbias : nullptr, .dout = activation(dout),
-                             .inp = d_inp, .weight = d_params + weight_at, .rows = N,
-                             .in_channels = c.in_channels, .out_channels = c.out_channels,
-                             .dinp_write = write});
-      expect_close("matmul dinp" + labels, d_dinp, dinp, gemm_tolerance(dinp));
-      expect_close("matmul dweight" + labels, d_dweight, dweight, kDotProduct);
-      // Without a bias the dbias buffer must be left alone.
-      expect_close("matmul dbias" + labels, d_dbias, dbias, kColumnSum);
-    }
-  }
+  for (const DenseCase& c : dense_cases(s)) check_matmul(c, s.rows());
 }
 
 // The bias gradient's column sums over many rows, in chunks of 64 rows: at 32800 the last
@@ -166,6 +126,36 @@ TEST_P(CudaOpsHalf, TimedAlgorithmChoiceIsMadeOncePerProcess) {
                                                  .in_channels = C, .out_channels = OC}));
   ASSERT_EQ(beside_lane.algorithm_report().size(), 1u);
   EXPECT_EQ(beside_lane.algorithm_report()[0].find("timed"), std::string::npos) << beside_lane.algorithm_report()[0];
+}
+
+// With --gemm-algos sustained every 16-bit GEMM of a dense layer and of the MLP runs the
+// algorithm that its first call chose under sustained load: the plain GEMMs through the
+// GemmTuner, those with an epilogue through EpilogueGemm. Their results hold to the same
+// tolerances against the CPU, and the weight gradients, which add to their output, add to
+// the random prior they started from: timing them leaves that output as it was. A second
+// backend given the same --gemm-algos-file takes every choice from it, without timing.
+TEST_P(CudaOpsHalf, SustainedAlgorithmsMatchTheCpu) {
+  // fp16 takes the same code paths; timing every candidate takes about a minute a precision.
+  if (precision_ != Precision::bf16) GTEST_SKIP() << "bf16 stands for both 16-bit modes";
+  const std::string file = ::testing::TempDir() + "gemm_algos_" + name() + "_" + std::to_string(::getpid());
+  std::remove(file.c_str());
+  for (const char* made : {"a call sustained", "as --gemm-algos-file keeps it"}) {
+    owned_.clear();  // the backend they came from frees them
+    gpu_ = std::make_unique<CudaOps>(0, precision_, GemmAlgos::sustained, AttentionKernel::flash, file);
+    const int N = 512;
+    check_matmul({.in_channels = 768, .out_channels = 2304, .bias = true}, N);
+    check_dense_gelu(N, 768, " (sustained)");
+    size_t plain = 0, with_epilogue = 0;
+    for (const std::string& line : gpu_->algorithm_choices()) {
+      std::cout << "  " << name() << " " << line << "\n";
+      EXPECT_NE(line.find(made), std::string::npos) << line;
+      (line.rfind("plain ", 0) == 0 ? plain : with_epilogue) += 1;
+    }
+    // The input gradients (written, then added to) and the weight gradients of both layers.
+    EXPECT_GE(plain, 4u) << "the plain GEMMs must go through the tuner";
+    EXPECT_GE(with_epilogue, 1u) << "the bias epilogue at least (bf16 also takes the GELU's)";
+  }
+  std::remove(file.c_str());
 }
 
 // ---- GPT-2's MLP GELU in cuBLASLt's epilogues ---------------------------------------------

@@ -68,6 +68,20 @@ def test_a_failed_round_leaves_its_pair_out_and_a_run_that_never_ran_has_no_figu
     assert "over pytorch eager (bf16) on 1 GPU(s): no round gave both runs" in report
 
 
+def test_each_scalestudy_variant_gets_its_own_ratio_after_the_baselines():
+    one = bench.Run(1, bench.BASELINE, "bf16", "ddp")
+    tuned = bench.Run(1, bench.BASELINE + " [tuned]", "bf16", "ddp", "--gemm-algos sustained")
+    compiled = bench.Run(1, "pytorch compile", "bf16", mode="compile")
+    results = {tuned: [measured(130.0), measured(132.0)], one: [measured(125.0), measured(126.0)],
+               compiled: [measured(100.0), measured(100.0)]}
+    rows, comparisons, _ = bench.summarise([tuned, one, compiled], results)
+    assert [(c["run"], c["against"]) for c in comparisons] == [(one.name, compiled.name), (tuned.name, compiled.name)]
+    assert comparisons[1]["ratio"] == pytest.approx(1.31)
+    report = bench.format_report(rows, comparisons, [], 2)
+    assert ("scalestudy ddp+overlap [tuned] over pytorch compile (bf16) on 1 GPU(s): 1.310x "
+            "(median of 2 rounds; 1.300 to 1.320)") in report
+
+
 def test_the_report_cuts_ratios_to_three_decimals_with_the_rounds_range():
     one = bench.Run(1, bench.BASELINE, "bf16", "ddp")
     compiled = bench.Run(1, "pytorch compile", "bf16", mode="compile")

@@ -166,11 +166,15 @@ TEST(Config, BadInputNamesTheOptionAndValue) {
   EXPECT_EQ(parse({"--overlap", "on", "--overlap-after", "0"}).overlap_after, 0.0);
   EXPECT_EQ(parse({"--overlap", "on", "--overlap-after", "0.25"}).overlap_after, 0.25);
   EXPECT_EQ(parse({"--overlap-after", "0", "--strategy", "zero2"}).overlap_after, 0.0) << "0 asks for nothing";
-  expect_usage_error({"--gemm-algos", "fastest"}, {"--gemm-algos fastest", "timed or heuristic"});
+  expect_usage_error({"--gemm-algos", "fastest"}, {"--gemm-algos fastest", "timed, sustained or heuristic"});
   EXPECT_EQ(parse({}).gemm_algos, GemmAlgos::timed);
   EXPECT_EQ(parse({"--gemm-algos", "heuristic"}).gemm_algos, GemmAlgos::heuristic);
-  EXPECT_NE(train_help().find("keeps it where clearly"), std::string::npos)
+  EXPECT_EQ(parse({"--gemm-algos", "sustained"}).gemm_algos, GemmAlgos::sustained);
+  EXPECT_EQ(parse({"--gemm-algos", "sustained", "--gemm-algos-file", "/tmp/a"}).gemm_algos_file, "/tmp/a");
+  expect_usage_error({"--gemm-algos-file", "/tmp/a"}, {"--gemm-algos-file /tmp/a", "needs --gemm-algos sustained"});
+  EXPECT_NE(train_help().find("clearly faster"), std::string::npos)
       << "the help states when a timed candidate is kept";
+  EXPECT_NE(train_help().find("in sustained"), std::string::npos) << "the help states how sustained times";
   expect_usage_error({"--no-such-option"}, {"no-such-option"});
   expect_usage_error({"--steps", "abc"}, {"steps", "abc"});
   expect_usage_error({"--steps", "0"}, {"--steps 0"});
@@ -293,7 +297,7 @@ TEST(Config, AttentionKernelParsesAndRefuses) {
 TEST(Config, HelpComesFromTheDeclarations) {
   const std::string help = train_help();
   for (const char* option : {"--model", "--global-batch", "--batch-per-rank", "--grad-accum", "--strategy",
-                             "--overlap", "--bucket-mb", "--grad-reduce", "--overlapped-ctas", "--overlap-after", "--gemm-algos", "--check-every", "--config", "--token-file",
+                             "--overlap", "--bucket-mb", "--grad-reduce", "--overlapped-ctas", "--overlap-after", "--gemm-algos", "--gemm-algos-file", "--check-every", "--config", "--token-file",
                              "--profile-kernels", "--profile-window"})
     EXPECT_NE(help.find(option), std::string::npos) << option;
 }
@@ -349,7 +353,7 @@ TEST(Config, DescribedNamesStayTheResultFilesKeys) {
       "lr_warmup_steps", "beta1", "beta2", "eps", "weight_decay", "grad_clip", "loss_scaling", "loss_scale_init",
       "loss_scale_growth_interval", "data", "token_file", "seed", "strategy", "overlap", "bucket_mb", "grad_reduce",
       "overlapped_ctas", "overlap_after", "overlap_after_resolved", "check_every", "comm_timeout", "link_emulation",
-      "backend", "precision", "gemm_algos", "attention_kernel", "output", "flush_every", "experiment", "repeat",
+      "backend", "precision", "gemm_algos", "gemm_algos_file", "attention_kernel", "output", "flush_every", "experiment", "repeat",
       "profile_kernels", "profile_window", "gpu_telemetry_ms",
       "world_size"};
   std::vector<std::string> names;

@@ -15,6 +15,7 @@
 #include "embedding.cuh"
 #include "flash_attention.cuh"
 #include "gelu.cuh"
+#include "gemm.cuh"
 #include "gemm_lt.cuh"
 #include "layernorm.cuh"
 #include "matmul.cuh"
@@ -104,11 +105,11 @@ void CudaOps::matmul_forward(float* out, const float* inp, const float* weight,
           .rows = rows,
           .in_channels = in_channels,
           .out_channels = out_channels};
-      cuda::launch_matmul_forward(cublas_, stream_, half_args, scratch, epilogue_gemm_.get());
+      cuda::launch_matmul_forward(blas(), stream_, half_args, scratch, epilogue_gemm_.get());
     });
     return;
   }
-  cuda::launch_matmul_forward(cublas_, stream_,
+  cuda::launch_matmul_forward(blas(), stream_,
                               {.out = out, .inp = inp, .weight = weight, .bias = bias, .rows = rows,
                                .in_channels = in_channels, .out_channels = out_channels});
 }
@@ -131,7 +132,7 @@ void CudaOps::matmul_backward(const MatmulBackwardArgs<float>& args) {
                                                .in_channels = args.in_channels,
                                                .out_channels = args.out_channels,
                                                .dinp_write = args.dinp_write};
-      cuda::launch_matmul_backward(cublas_, stream_, half_args, scratch);
+      cuda::launch_matmul_backward(blas(), stream_, half_args, scratch);
     });
     return;
   }
@@ -139,7 +140,7 @@ void CudaOps::matmul_backward(const MatmulBackwardArgs<float>& args) {
       args.dbias != nullptr
           ? scratch_of(cuda::matmul_backward_scratch_elems(args.rows, args.out_channels))
           : cuda::Scratch{};
-  cuda::launch_matmul_backward(cublas_, stream_, args, scratch);
+  cuda::launch_matmul_backward(blas(), stream_, args, scratch);
 }
 
 // The epilogue reads the bias from the parameters' 16-bit copy: a bias outside the
@@ -206,7 +207,7 @@ void CudaOps::dense_backward_through_gelu(const DenseGeluBackwardArgs<float>& ar
                                                     .in_channels = args.in_channels,
                                                     .out_channels = args.out_channels,
                                                     .dact_scratch = as<Half>(args.dact_scratch)};
-        fused = cuda::launch_dense_backward_through_gelu(*epilogue_gemm_, cublas_, stream_,
+        fused = cuda::launch_dense_backward_through_gelu(*epilogue_gemm_, blas(), stream_,
                                                          half_args, scratch);
       });
     }
@@ -455,7 +456,7 @@ void CudaOps::classifier_forward(const ClassifierForwardArgs<float>& args) {
                                                 .dlogits_scale = args.dlogits_scale};
     {
       ScopedKernelTag tag(KernelCategory::gemm);
-      cuda::launch_classifier_matmul_forward(cublas_, stream_, half_args, stride);
+      cuda::launch_classifier_matmul_forward(blas(), stream_, half_args, stride);
     }
     if (args.losses == nullptr) return;
     ScopedKernelTag tag(KernelCategory::norm_elementwise);
@@ -481,7 +482,7 @@ int CudaOps::classifier_logits_stride(const float* logits, int rows, int vocab) 
 void CudaOps::classifier_backward_from_dlogits(const ClassifierInputGradientArgs<float>& args) {
   ScopedKernelTag tag(KernelCategory::gemm);
   const int stride = classifier_logits_stride(args.dlogits, args.rows, args.vocab);
-  if (!half_mode()) return cuda::launch_classifier_input_gradient(cublas_, stream_, args, stride);
+  if (!half_mode()) return cuda::launch_classifier_input_gradient(blas(), stream_, args, stride);
   SCALESTUDY_CHECK(stores_half(args.dinp, "classifier dinp"),
                    "classifier_backward: dinp must be an activation buffer like the logits");
   const void* weight_copy = parameter_copy_of(args.weight);
@@ -492,7 +493,7 @@ void CudaOps::classifier_backward_from_dlogits(const ClassifierInputGradientArgs
                                                       .rows = args.rows, .channels = args.channels,
                                                       .vocab = args.vocab,
                                                       .dinp_write = args.dinp_write};
-    cuda::launch_classifier_input_gradient(cublas_, stream_, half_args, stride);
+    cuda::launch_classifier_input_gradient(blas(), stream_, half_args, stride);
   });
 }
 
@@ -500,7 +501,7 @@ void CudaOps::classifier_weight_backward(const ClassifierWeightGradientArgs<floa
   ScopedKernelTag tag(KernelCategory::gemm);
   require_fp32(args.dweight, "classifier dweight");
   const int stride = classifier_logits_stride(args.dlogits, args.rows, args.vocab);
-  if (!half_mode()) return cuda::launch_classifier_weight_gradient(cublas_, stream_, args, stride);
+  if (!half_mode()) return cuda::launch_classifier_weight_gradient(blas(), stream_, args, stride);
   SCALESTUDY_CHECK(stores_half(args.inp, "classifier inp"),
                    "classifier_weight_backward: inp must be an activation buffer like the logits");
   with_half_type(precision_, [&]<class Half>(Storage<Half>) {
@@ -511,7 +512,7 @@ void CudaOps::classifier_weight_backward(const ClassifierWeightGradientArgs<floa
                                                        .vocab = args.vocab,
                                                        .vocab_begin = args.vocab_begin,
                                                        .vocab_end = args.vocab_end};
-    cuda::launch_classifier_weight_gradient(cublas_, stream_, half_args, stride);
+    cuda::launch_classifier_weight_gradient(blas(), stream_, half_args, stride);
   });
 }
 

@@ -4,6 +4,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdint>
 #include <cstring>
 #include <iterator>
@@ -17,10 +18,12 @@
 #include "backend/cuda/cupti_tracer.h"
 #include "backend/cuda/device_info.h"
 #include "backend/cuda/half_host.h"
+#include "core/gemm_choice_file.h"
 #include "core/memory_estimate.h"
 #include "cuda_check.h"
 #include "elementwise.cuh"
 #include "gemm_lt.cuh"
+#include "gemm_sustained.cuh"
 #include "profile/kernel_tag.h"
 #include "reductions.cuh"
 
@@ -38,7 +41,8 @@ constexpr size_t kMinAllocationBytes = 256;
 
 }  // namespace
 
-CudaOps::CudaOps(int device, Precision precision, GemmAlgos gemm_algos, AttentionKernel attention_kernel)
+CudaOps::CudaOps(int device, Precision precision, GemmAlgos gemm_algos, AttentionKernel attention_kernel,
+                 const std::string& gemm_algos_file)
     : device_(device), precision_(precision), attention_kernel_(resolve_attention_kernel(attention_kernel)) {
   const int count = cuda_device_count();
   SCALESTUDY_CHECK(device >= 0 && device < count,
@@ -58,9 +62,21 @@ CudaOps::CudaOps(int device, Precision precision, GemmAlgos gemm_algos, Attentio
           : CUBLAS_DEFAULT_MATH;
   CHECK_CUBLAS(cublasSetMathMode(cublas_, static_cast<cublasMath_t>(math_mode)));
   if (half_mode()) {
-    epilogue_gemm_ = std::make_unique<cuda::EpilogueGemm>(gemm_algos == GemmAlgos::timed
-                                                              ? cuda::AlgorithmChoice::timed
-                                                              : cuda::AlgorithmChoice::heuristic);
+    const cuda::AlgorithmChoice choice =
+        gemm_algos == GemmAlgos::sustained ? cuda::AlgorithmChoice::sustained
+        : gemm_algos == GemmAlgos::timed   ? cuda::AlgorithmChoice::timed
+                                           : cuda::AlgorithmChoice::heuristic;
+    if (gemm_algos == GemmAlgos::sustained) {
+      gemm_choice_file_ = std::make_unique<GemmChoiceFile>(gemm_algos_file, cuda::gemm_machine(device_));
+      if (!gemm_choice_file_->set_aside_because().empty())
+        std::fprintf(stderr, "scalestudy: --gemm-algos-file: %s; its choices are made anew\n",
+                     gemm_choice_file_->set_aside_because().c_str());
+    }
+    epilogue_gemm_ = std::make_unique<cuda::EpilogueGemm>(choice, gemm_choice_file_.get());
+    if (gemm_algos == GemmAlgos::sustained) {
+      gemm_tuner_ = std::make_unique<cuda::GemmTuner>(gemm_choice_file_.get());
+      bytes_by_kind_[static_cast<size_t>(MemoryKind::other)] += cuda::GemmTuner::kWorkspaceBytes;
+    }
     bytes_by_kind_[static_cast<size_t>(MemoryKind::other)] += cuda::EpilogueGemm::kWorkspaceBytes;
   }
   if (attention_kernel_ == AttentionKernel::cudnn) {
@@ -93,7 +109,10 @@ void CudaOps::reserve_multiprocessors(int count) {
   multiprocessor_target_ = target;
   CHECK_CUBLAS(cublasSetSmCountTarget(cublas_, target));
   if (epilogue_gemm_) epilogue_gemm_->set_multiprocessor_target(target);
+  if (gemm_tuner_) gemm_tuner_->set_multiprocessor_target(target);
 }
+
+cuda::Blas CudaOps::blas() const { return {cublas_, gemm_tuner_.get()}; }
 
 CudaOps::~CudaOps() {
   CHECK_CUDA(cudaSetDevice(device_));
@@ -113,6 +132,8 @@ CudaOps::~CudaOps() {
     if (slot.host) CHECK_CUDA(cudaFreeHost(slot.host));
   }
   epilogue_gemm_.reset();
+  gemm_tuner_.reset();
+  gemm_choice_file_.reset();
   cudnn_attention_.reset();
   CHECK_CUBLAS(cublasDestroy(cublas_));
   CHECK_CUDA(cudaStreamDestroy(stream_));
@@ -505,7 +526,11 @@ std::unique_ptr<KernelTracer> CudaOps::make_kernel_tracer() {
 }
 
 std::vector<std::string> CudaOps::algorithm_choices() const {
-  return epilogue_gemm_ ? epilogue_gemm_->algorithm_report() : std::vector<std::string>{};
+  std::vector<std::string> lines;
+  if (epilogue_gemm_) lines = epilogue_gemm_->algorithm_report();
+  if (gemm_tuner_)
+    for (std::string& line : gemm_tuner_->algorithm_report()) lines.push_back(std::move(line));
+  return lines;
 }
 
 double CudaOps::read_device_double() {

@@ -67,25 +67,32 @@
 
 namespace scalestudy::cuda {
 class EpilogueGemm;
+class GemmTuner;
 struct AdamWDevicePiece;
+struct Blas;
 }
 
 namespace scalestudy {
 
 class CudnnAttention;
+class GemmChoiceFile;
 
 class CudaOps final : public Backend {
  public:
   // Makes `device` current for the calling thread and creates the stream and handle.
-  // gemm_algos: how the cuBLASLt GEMMs with an epilogue pick their algorithm (RunConfig's
-  // --gemm-algos). The default, heuristic, gives the same bits on every run.
+  // gemm_algos: how the 16-bit GEMMs pick their algorithm (RunConfig's --gemm-algos): those
+  // with a cuBLASLt epilogue, and with sustained the plain ones too. The default,
+  // heuristic, gives the same bits on every run.
   // attention_kernel: which fused attention bf16 and fp16 run (RunConfig's
   // --attention-kernel; auto is flash); cudnn opens libcudnn here and ends the job where it
   // cannot (callers that take user input check cudnn_attention_loadable first), and is
   // refused in fp32, which keeps the probabilities in memory.
+  // gemm_algos_file: with sustained, the file that keeps the choices between runs (RunConfig's
+  // --gemm-algos-file; empty: none).
   explicit CudaOps(int device, Precision precision = Precision::fp32,
                    GemmAlgos gemm_algos = GemmAlgos::heuristic,
-                   AttentionKernel attention_kernel = AttentionKernel::flash);
+                   AttentionKernel attention_kernel = AttentionKernel::flash,
+                   const std::string& gemm_algos_file = "");
   ~CudaOps() override;
 
   std::string name() const override { return "cuda"; }
@@ -302,6 +309,12 @@ class CudaOps final : public Backend {
   // 16-bit modes: the dense layers' GEMMs with the bias, or the GELU, in cuBLASLt's
   // epilogue.
   std::unique_ptr<cuda::EpilogueGemm> epilogue_gemm_;
+  // 16-bit modes with --gemm-algos sustained: the choices kept between runs, and the
+  // algorithms of the plain GEMMs.
+  std::unique_ptr<GemmChoiceFile> gemm_choice_file_;
+  std::unique_ptr<cuda::GemmTuner> gemm_tuner_;
+  // The cuBLAS handle and the tuner, for the GEMM launchers.
+  cuda::Blas blas() const;
   size_t gelu_epilogue_gemms_ = 0;
   AttentionKernel attention_kernel_ = AttentionKernel::flash;
   // With --attention-kernel cudnn: the cuDNN handle and the graphs built so far.
