@@ -176,7 +176,7 @@ TEST(StepGemmEnergy, Gpt2SmallBatch64) {
     for (int rank = 0; rank < candidates.count(); ++rank) {
       const double ms = median_call_ms(stream, 10, candidate(rank));
       const double mj = mj_per_call(stream, ms, candidate(rank));
-      std::cout << "  #" << rank << candidates.config(rank) << ": " << ms << " ms, " << flops / ms / 1e9
+      std::cout << "  #" << rank << " " << candidates.config(rank) << ": " << ms << " ms, " << flops / ms / 1e9
                 << " TFLOP/s, " << mj << " mJ\n";
       if (mj > 0.0 && mj < least_mj) least_rank = rank, least_mj = mj, least_ms = ms;
     }

@@ -1,18 +1,17 @@
 #pragma once
-// The algorithms cuBLASLt's heuristic offers for one GEMM, each runnable by its rank, for
-// the timing programs of dev/. The GEMM is c[m, n] = op_a(a) · op_b(b) + beta · c in
+// The algorithms cuBLASLt's heuristic offers for one GEMM (cuda::lt_candidates, with the
+// step's preferences), each runnable by its rank, for the timing programs of dev/. The GEMM is c[m, n] = op_a(a) · op_b(b) + beta · c in
 // cuBLAS's column-major terms (kernels/gemm.cuh), with fp32 accumulation and, optionally,
 // one of cuBLASLt's epilogues.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <sstream>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "cuda_check.h"
+#include "gemm_sustained.cuh"
 
 namespace scalestudy::gpu_test {
 
@@ -52,7 +51,8 @@ class LtCandidates {
     CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&b_layout_, shape.ab_type, b_stored_k_by_n ? shape.k : shape.n,
                                             b_stored_k_by_n ? shape.n : shape.k, shape.ldb));
     CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&c_layout_, shape.c_type, shape.m, shape.n, shape.ldc));
-    find(workspace_bytes, max_candidates);
+    algos_ = cuda::lt_candidates(handle_, desc_, a_layout_, b_layout_, c_layout_, workspace_bytes,
+                                 max_candidates);
   }
   ~LtCandidates() {
     for (cublasLtMatrixLayout_t layout : {a_layout_, b_layout_, c_layout_})
@@ -62,40 +62,18 @@ class LtCandidates {
   LtCandidates(const LtCandidates&) = delete;
   LtCandidates& operator=(const LtCandidates&) = delete;
 
-  int count() const { return static_cast<int>(results_.size()); }
-  const cublasLtMatmulHeuristicResult_t& result(int rank) const { return results_[rank]; }
+  int count() const { return static_cast<int>(algos_.size()); }
 
   // c = a · b (+ beta · c) through the candidate of this rank, on `stream`.
   void run(int rank, const void* a, const void* b, float beta, void* c, void* workspace,
            size_t workspace_bytes, cudaStream_t stream) const {
     const float alpha = 1.0f;
     CHECK_CUBLAS(cublasLtMatmul(handle_, desc_, &alpha, a, a_layout_, b, b_layout_, &beta, c, c_layout_, c,
-                                c_layout_, &results_[rank].algo, workspace, workspace_bytes, stream));
+                                c_layout_, &algos_[rank], workspace, workspace_bytes, stream));
   }
 
-  // " id=... tile=... stages=... splitk=... swizzle=... custom=... inner=... cluster=...".
-  std::string config(int rank) const {
-    std::ostringstream text;
-    const std::pair<cublasLtMatmulAlgoConfigAttributes_t, const char*> attributes[] = {
-        {CUBLASLT_ALGO_CONFIG_ID, "id"},
-        {CUBLASLT_ALGO_CONFIG_TILE_ID, "tile"},
-        {CUBLASLT_ALGO_CONFIG_STAGES_ID, "stages"},
-        {CUBLASLT_ALGO_CONFIG_SPLITK_NUM, "splitk"},
-        {CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, "swizzle"},
-        {CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, "custom"},
-        {CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, "inner"},
-        {CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, "cluster"}};
-    for (const auto& [attribute, label] : attributes) {
-      // Each attribute has its own width (16 or 32 bits): asked first, then read.
-      uint64_t value = 0;
-      size_t width = 0;
-      const cublasLtMatmulAlgo_t& algo = results_[rank].algo;
-      CHECK_CUBLAS(cublasLtMatmulAlgoConfigGetAttribute(&algo, attribute, nullptr, 0, &width));
-      CHECK_CUBLAS(cublasLtMatmulAlgoConfigGetAttribute(&algo, attribute, &value, width, &width));
-      text << " " << label << "=" << value;
-    }
-    return text.str();
-  }
+  // "lt id=... tile=... stages=... ...", as --gemm-algos-file keeps it.
+  std::string config(int rank) const { return cuda::lt_algorithm_config(algos_[rank]); }
 
  private:
   template <class Value>
@@ -103,31 +81,10 @@ class LtCandidates {
     CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(desc_, attribute, &value, sizeof(value)));
   }
 
-  void find(size_t workspace_bytes, int max_candidates) {
-    cublasLtMatmulPreference_t preference = nullptr;
-    CHECK_CUBLAS(cublasLtMatmulPreferenceCreate(&preference));
-    const uint64_t max_workspace = workspace_bytes;
-    const uint32_t reduction_mask = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE, alignment = 16;
-    CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                      &max_workspace, sizeof(max_workspace)));
-    CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
-                                                      &reduction_mask, sizeof(reduction_mask)));
-    for (const auto attribute :
-         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-          CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
-      CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(preference, attribute, &alignment, sizeof(alignment)));
-    results_.resize(max_candidates);
-    int found = 0;
-    CHECK_CUBLAS(cublasLtMatmulAlgoGetHeuristic(handle_, desc_, a_layout_, b_layout_, c_layout_, c_layout_,
-                                                preference, max_candidates, results_.data(), &found));
-    results_.resize(found);
-    CHECK_CUBLAS(cublasLtMatmulPreferenceDestroy(preference));
-  }
-
   cublasLtHandle_t handle_;
   cublasLtMatmulDesc_t desc_ = nullptr;
   cublasLtMatrixLayout_t a_layout_ = nullptr, b_layout_ = nullptr, c_layout_ = nullptr;
-  std::vector<cublasLtMatmulHeuristicResult_t> results_;
+  std::vector<cublasLtMatmulAlgo_t> algos_;
 };
 
 }  // namespace scalestudy::gpu_test

@@ -371,8 +371,7 @@ TEST_P(CudaOpsHalf, EpilogueGemmCandidateTimings) {
               << ", sized for " << (target > 0 ? target : multiprocessors) << " multiprocessors): "
               << candidates.count() << " candidates\n";
     for (int i = 0; i < candidates.count(); ++i) {
-      std::cout << "    #" << i << candidates.config(i) << " waves=" << candidates.result(i).wavesCount
-                << " workspace=" << candidates.result(i).workspaceSize;
+      std::cout << "    #" << i << " " << candidates.config(i);
       const auto call = [&] { candidates.run(i, a, b, 0.0f, d, workspace, workspace_bytes, gpu_->stream()); };
       const double ms = median_ms(*gpu_, 10, call);
       // The energy of the first three only: it takes a second a candidate.

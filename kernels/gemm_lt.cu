@@ -47,6 +47,16 @@ struct ProcessChoice {
 std::mutex process_choices_mutex;
 std::map<ChoiceKey, ProcessChoice> process_choices;
 
+// The process's choice for `key`, made by `make` where it has none. The lock is held while
+// `make` times, so that two threads of a process never time the same plan at once.
+template <class Make>
+const ProcessChoice& process_choice(const ChoiceKey& key, Make make) {
+  std::lock_guard<std::mutex> lock(process_choices_mutex);
+  auto earlier = process_choices.find(key);
+  if (earlier == process_choices.end()) earlier = process_choices.emplace(key, make()).first;
+  return earlier->second;  // entries are never erased, so the reference stays valid
+}
+
 constexpr int kTimedTrials = 5;
 constexpr int kCallsPerTrial = 3;
 
@@ -186,16 +196,16 @@ void EpilogueGemm::choose_sizing(Plan& plan, cudaStream_t stream, const void* a,
   plan.fewer = Sizing{};
 }
 
-void EpilogueGemm::keep_faster_sizing(Plan& plan, cudaStream_t stream, const void* a, const void* b,
-                                      void* d) {
+ChoiceKey EpilogueGemm::choice_key(const Plan& plan) const {
   int device = 0;
   CHECK_CUDA(cudaGetDevice(&device));
-  const ChoiceKey key{device, static_cast<int>(choice_), static_cast<int>(plan.epilogue),
-                      static_cast<int>(plan.type), plan.m, plan.n, plan.k, plan.multiprocessor_target};
-  // Held while timing, so that two threads of a process never time the same plan at once.
-  std::lock_guard<std::mutex> lock(process_choices_mutex);
-  auto earlier = process_choices.find(key);
-  if (earlier == process_choices.end()) {
+  return {device, static_cast<int>(choice_), static_cast<int>(plan.epilogue), static_cast<int>(plan.type),
+          plan.m, plan.n, plan.k, plan.multiprocessor_target};
+}
+
+void EpilogueGemm::keep_faster_sizing(Plan& plan, cudaStream_t stream, const void* a, const void* b,
+                                      void* d) {
+  const ProcessChoice& kept = process_choice(choice_key(plan), [&] {
     const double whole_ms = time_sizing(plan, plan.sizing, stream, a, b, d);
     const double fewer_ms = time_sizing(plan, plan.fewer, stream, a, b, d);
     SCALESTUDY_CHECK(whole_ms >= 0.0 || fewer_ms >= 0.0,
@@ -211,10 +221,10 @@ void EpilogueGemm::keep_faster_sizing(Plan& plan, cudaStream_t stream, const voi
     const double other_ms = fewer_kept ? whole_ms : fewer_ms;
     if (other_ms < 0.0) description << "refused";
     else description << other_ms << " ms";
-    earlier = process_choices.emplace(key, ProcessChoice{fewer_kept, 0, description.str()}).first;
-  }
-  if (earlier->second.fewer_kept) std::swap(plan.sizing, plan.fewer);
-  plan.choice = earlier->second.description;
+    return ProcessChoice{fewer_kept, 0, description.str()};
+  });
+  if (kept.fewer_kept) std::swap(plan.sizing, plan.fewer);
+  plan.choice = kept.description;
 }
 
 void EpilogueGemm::keep_sustained_candidate(Plan& plan, cudaStream_t stream, const void* a, const void* b,
@@ -224,20 +234,14 @@ void EpilogueGemm::keep_sustained_candidate(Plan& plan, cudaStream_t stream, con
     return index == 0 ? std::string("cuBLASLt's first") : "cuBLASLt's #" + std::to_string(index);
   };
   const std::string shape = shape_of(plan);
-  const std::optional<std::string> kept = file_ != nullptr ? file_->find(shape) : std::nullopt;
-  const int from_file = kept ? find_lt_algorithm(candidates, *kept) : -1;
+  const std::optional<std::string> in_file = file_ != nullptr ? file_->find(shape) : std::nullopt;
+  const int from_file = in_file ? find_lt_algorithm(candidates, *in_file) : -1;
   if (from_file >= 0) {
     plan.sizing.algo = candidates[from_file];
     plan.choice = name_of(from_file) + ", as --gemm-algos-file keeps it";
     return;
   }
-  int device = 0;
-  CHECK_CUDA(cudaGetDevice(&device));
-  const ChoiceKey key{device, static_cast<int>(choice_), static_cast<int>(plan.epilogue),
-                      static_cast<int>(plan.type), plan.m, plan.n, plan.k, plan.multiprocessor_target};
-  std::lock_guard<std::mutex> lock(process_choices_mutex);
-  auto earlier = process_choices.find(key);
-  if (earlier == process_choices.end()) {
+  const ProcessChoice& kept = process_choice(choice_key(plan), [&] {
     // Each candidate overwrites the outputs from inputs it does not change.
     std::vector<GemmLaunch> launches;
     std::vector<std::string> names;
@@ -249,12 +253,11 @@ void EpilogueGemm::keep_sustained_candidate(Plan& plan, cudaStream_t stream, con
       names.push_back(name_of(index));
     }
     const SustainedChoice choice = choose_sustained(stream, launches);
-    const ProcessChoice made{false, choice.kept, describe_sustained(choice, names)};
-    earlier = process_choices.emplace(key, made).first;
     if (file_ != nullptr) file_->store(shape, lt_algorithm_config(candidates[choice.kept]));
-  }
-  plan.sizing.algo = candidates[earlier->second.candidate];
-  plan.choice = earlier->second.description;
+    return ProcessChoice{false, choice.kept, describe_sustained(choice, names)};
+  });
+  plan.sizing.algo = candidates[kept.candidate];
+  plan.choice = kept.description;
 }
 
 std::string EpilogueGemm::shape_of(const Plan& plan) {

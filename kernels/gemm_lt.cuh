@@ -44,6 +44,7 @@
 #include <cstddef>
 #include <initializer_list>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/gemm_choice_file.h"
@@ -172,6 +173,9 @@ class EpilogueGemm {
 
   // "<epilogue> <type> m=... n=... k=...[ on <target> multiprocessors]".
   static std::string shape_of(const Plan& plan);
+  // What a process's timed and sustained choices are kept by: the device, the way of
+  // choosing, the epilogue, the type, m, n, k and the multiprocessor target.
+  std::tuple<int, int, int, int, int, int, int, int> choice_key(const Plan& plan) const;
 
   AlgorithmChoice choice_;
   GemmChoiceFile* file_;
