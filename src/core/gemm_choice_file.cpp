@@ -60,7 +60,10 @@ void GemmChoiceFile::store(const std::string& shape, const std::string& algorith
 }
 
 void GemmChoiceFile::write() const {
-  const std::string temporary = path_ + ".tmp." + std::to_string(::getpid());
+  // Unique to this process among the ranks of every node that may share the file.
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  const std::string temporary = path_ + ".tmp." + host + "." + std::to_string(::getpid());
   {
     std::ofstream out(temporary, std::ios::trunc);
     SCALESTUDY_CHECK(static_cast<bool>(out), "--gemm-algos-file: cannot write " + temporary);
