@@ -1,8 +1,8 @@
 #pragma once
 // The algorithms cuBLASLt's heuristic offers for one GEMM (cuda::lt_candidates, with the
-// step's preferences), each runnable by its rank, for the timing programs of dev/. The GEMM is c[m, n] = op_a(a) · op_b(b) + beta · c in
-// cuBLAS's column-major terms (kernels/gemm.cuh), with fp32 accumulation and, optionally,
-// one of cuBLASLt's epilogues.
+// step's preferences), each runnable by its rank, for the timing programs of dev/. The
+// GEMM is c[m, n] = op_a(a) · op_b(b) + beta · c in cuBLAS's column-major terms
+// (kernels/gemm.cuh), with fp32 accumulation and, optionally, one of cuBLASLt's epilogues.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 

@@ -148,7 +148,9 @@ std::vector<cublasLtMatmulAlgo_t> lt_candidates(cublasLtHandle_t handle, cublasL
   return algos;
 }
 
-bool run_tuned_gemm(GemmTuner& tuner, cublasHandle_t handle, const GemmArgs& g) { return tuner.run(handle, g); }
+bool run_tuned_gemm(GemmTuner& tuner, cublasHandle_t handle, const GemmArgs& g) {
+  return tuner.run(handle, g);
+}
 
 GemmTuner::GemmTuner(GemmChoiceFile* file) : file_(file) {
   CHECK_CUBLAS(cublasLtCreate(&handle_));
@@ -170,8 +172,9 @@ bool GemmTuner::run(cublasHandle_t handle, const GemmArgs& g) {
   const bool leading_dims_aligned = g.a.ld * element_bytes(g.types.ab) % kOperandAlignment == 0 &&
                                     g.b.ld * element_bytes(g.types.ab) % kOperandAlignment == 0 &&
                                     g.c.ld * element_bytes(g.types.c) % kOperandAlignment == 0;
-  if (g.batch_count != 1 || g.alpha != 1.0f || !is_16bit(g.types.ab) || !c_type_taken || !leading_dims_aligned ||
-      !aligned(g.a.data) || !aligned(g.b.data) || !aligned(g.c.data))
+  const bool operands_aligned = aligned(g.a.data) && aligned(g.b.data) && aligned(g.c.data);
+  if (g.batch_count != 1 || g.alpha != 1.0f || !is_16bit(g.types.ab) || !c_type_taken ||
+      !leading_dims_aligned || !operands_aligned)
     return false;
   const Key key{g.op_a, g.op_b, g.m, g.n, g.k, g.a.ld, g.b.ld, g.c.ld, g.types.ab, g.types.c, g.beta != 0.0f,
                 multiprocessor_target_};
@@ -192,8 +195,9 @@ bool GemmTuner::run(cublasHandle_t handle, const GemmArgs& g) {
 GemmTuner::Plan GemmTuner::make_plan(const GemmArgs& g) const {
   Plan plan;
   CHECK_CUBLAS(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &g.op_a, sizeof(g.op_a)));
-  CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &g.op_b, sizeof(g.op_b)));
+  for (const auto& [attribute, op] : {std::pair{CUBLASLT_MATMUL_DESC_TRANSA, g.op_a},
+                                      std::pair{CUBLASLT_MATMUL_DESC_TRANSB, g.op_b}})
+    CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(plan.desc, attribute, &op, sizeof(op)));
   if (multiprocessor_target_ > 0)
     CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET,
                                                 &multiprocessor_target_, sizeof(multiprocessor_target_)));
@@ -210,7 +214,8 @@ GemmTuner::Plan GemmTuner::make_plan(const GemmArgs& g) const {
   return plan;
 }
 
-cublasStatus_t GemmTuner::launch(const Plan& plan, int candidate, cudaStream_t stream, const GemmArgs& g) const {
+cublasStatus_t GemmTuner::launch(const Plan& plan, int candidate, cudaStream_t stream,
+                                 const GemmArgs& g) const {
   return cublasLtMatmul(handle_, plan.desc, &g.alpha, g.a.data, plan.a, g.b.data, plan.b, &g.beta, g.c.data,
                         plan.c, g.c.data, plan.c, &plan.candidates[candidate], workspace_, kWorkspaceBytes,
                         stream);
