@@ -19,6 +19,7 @@
 #include "cuda_check.h"
 #include "energy_per_call.h"
 #include "lt_candidates.h"
+#include "trial_times.h"
 #include "op_checks.h"
 
 namespace scalestudy::gpu_test {
@@ -47,27 +48,6 @@ void* random_bf16(size_t elems, uint64_t seed) {
                           std::min(pattern.size(), elems - first) * sizeof(uint16_t),
                           cudaMemcpyHostToDevice));
   return buffer;
-}
-
-// Median milliseconds a call over 5 trials of `reps` calls, after one warm-up trial.
-double median_call_ms(cudaStream_t stream, int reps, const std::function<void()>& work) {
-  cudaEvent_t begin, end;
-  CHECK_CUDA(cudaEventCreate(&begin));
-  CHECK_CUDA(cudaEventCreate(&end));
-  std::vector<float> trials;
-  for (int trial = 0; trial < 6; ++trial) {
-    CHECK_CUDA(cudaEventRecord(begin, stream));
-    for (int r = 0; r < reps; ++r) work();
-    CHECK_CUDA(cudaEventRecord(end, stream));
-    CHECK_CUDA(cudaEventSynchronize(end));
-    float ms = 0.0f;
-    CHECK_CUDA(cudaEventElapsedTime(&ms, begin, end));
-    if (trial > 0) trials.push_back(ms / reps);
-  }
-  CHECK_CUDA(cudaEventDestroy(begin));
-  CHECK_CUDA(cudaEventDestroy(end));
-  std::sort(trials.begin(), trials.end());
-  return trials[trials.size() / 2];
 }
 
 // GPT-2 small's step GEMMs at batch 64 (65536 rows), in cuBLAS's column-major terms
@@ -167,14 +147,14 @@ TEST(StepGemmEnergy, Gpt2SmallBatch64) {
     const double flops = 2.0 * shape.m * shape.n * shape.k;
     std::cout << gemm.name << " (m=" << shape.m << " n=" << shape.n << " k=" << shape.k << ", "
               << gemm.calls_per_step << " a step), " << candidates.count() << " candidates\n";
-    const double step_ms = median_call_ms(stream, 10, step_call);
+    const double step_ms = time_trials(stream, 10, step_call).median_ms;
     const double step_first_mj = mj_per_call(stream, step_ms, step_call);
     std::cout << "  the step's " << (gemm.step_uses_lt ? "(cuBLASLt #0)" : "(cublasGemmEx)") << ": "
               << step_ms << " ms, " << flops / step_ms / 1e9 << " TFLOP/s, " << step_first_mj << " mJ\n";
     int least_rank = -1;
     double least_mj = step_first_mj, least_ms = step_ms;
     for (int rank = 0; rank < candidates.count(); ++rank) {
-      const double ms = median_call_ms(stream, 10, candidate(rank));
+      const double ms = time_trials(stream, 10, candidate(rank)).median_ms;
       const double mj = mj_per_call(stream, ms, candidate(rank));
       std::cout << "  #" << rank << " " << candidates.config(rank) << ": " << ms << " ms, " << flops / ms / 1e9
                 << " TFLOP/s, " << mj << " mJ\n";

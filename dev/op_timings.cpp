@@ -13,31 +13,17 @@
 #include "energy_per_call.h"
 #include "flash_attention_support.h"
 #include "lt_candidates.h"
+#include "trial_times.h"
 
 namespace scalestudy::gpu_test {
 namespace {
 
-// Median milliseconds per call of `work` over 5 trials of `reps` calls, after one warm-up
-// trial, timed with events on the compute stream.
+// Median milliseconds per call of `work` (trial_times.h) on the compute stream, with the
+// trials' spread printed.
 double median_ms(CudaOps& ops, int reps, const std::function<void()>& work) {
-  cudaEvent_t begin, end;
-  EXPECT_EQ(cudaEventCreate(&begin), cudaSuccess);
-  EXPECT_EQ(cudaEventCreate(&end), cudaSuccess);
-  std::vector<double> trials;
-  for (int trial = 0; trial < 6; ++trial) {
-    cudaEventRecord(begin, ops.stream());
-    for (int r = 0; r < reps; ++r) work();
-    cudaEventRecord(end, ops.stream());
-    cudaEventSynchronize(end);
-    float ms = 0.0f;
-    cudaEventElapsedTime(&ms, begin, end);
-    if (trial > 0) trials.push_back(ms / reps);
-  }
-  cudaEventDestroy(begin);
-  cudaEventDestroy(end);
-  std::sort(trials.begin(), trials.end());
-  std::cout << "    (spread " << trials.front() << " .. " << trials.back() << " ms)";
-  return trials[trials.size() / 2];
+  const TrialTimes times = time_trials(ops.stream(), reps, work);
+  std::cout << "    (spread " << times.fastest_ms << " .. " << times.slowest_ms << " ms)";
+  return times.median_ms;
 }
 
 // Prints "  <label> (spread ...): <median> ms", the median of median_ms.

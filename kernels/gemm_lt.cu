@@ -165,22 +165,10 @@ double EpilogueGemm::time_sizing(const Plan& plan, const Sizing& sizing, cudaStr
                                  const void* a, const void* b, void* d) {
   // An algorithm the heuristic offered may still be refused at launch: it then does not run.
   if (launch(plan, sizing, stream, a, b, d) != CUBLAS_STATUS_SUCCESS) return -1.0;
-  cudaEvent_t begin = nullptr, end = nullptr;
-  CHECK_CUDA(cudaEventCreate(&begin));
-  CHECK_CUDA(cudaEventCreate(&end));
+  const GemmLaunch call = [&] { return launch(plan, sizing, stream, a, b, d); };
   std::vector<double> trials;
-  for (int trial = 0; trial < kTimedTrials; ++trial) {
-    CHECK_CUDA(cudaEventRecord(begin, stream));
-    for (int call = 0; call < kCallsPerTrial; ++call)
-      CHECK_CUBLAS(launch(plan, sizing, stream, a, b, d));
-    CHECK_CUDA(cudaEventRecord(end, stream));
-    CHECK_CUDA(cudaEventSynchronize(end));
-    float ms = 0.0f;
-    CHECK_CUDA(cudaEventElapsedTime(&ms, begin, end));
-    trials.push_back(static_cast<double>(ms) / kCallsPerTrial);
-  }
-  CHECK_CUDA(cudaEventDestroy(begin));
-  CHECK_CUDA(cudaEventDestroy(end));
+  for (int trial = 0; trial < kTimedTrials; ++trial)
+    trials.push_back(timed_ms(stream, call, kCallsPerTrial) / kCallsPerTrial);
   std::sort(trials.begin(), trials.end());
   return trials[trials.size() / 2];
 }

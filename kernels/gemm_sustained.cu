@@ -19,7 +19,20 @@ size_t element_bytes(cudaDataType_t type) { return type == CUDA_R_32F ? 4 : 2; }
 
 bool is_16bit(cudaDataType_t type) { return type == CUDA_R_16BF || type == CUDA_R_16F; }
 
-// Milliseconds between two events around `calls` launches on `stream`.
+// Milliseconds a call of `launch` run back to back for kSustainedWindowMs, after
+// kSustainedLeadMs of it untimed; negative where cuBLAS refuses it.
+double sustained_ms(cudaStream_t stream, const GemmLaunch& launch) {
+  if (launch() != CUBLAS_STATUS_SUCCESS) return -1.0;
+  constexpr int kProbeCalls = 3;
+  const double probe_ms = std::max(timed_ms(stream, launch, kProbeCalls) / kProbeCalls, 1e-3);
+  const auto calls_for = [&](double ms) { return std::max(kProbeCalls, static_cast<int>(ms / probe_ms)); };
+  for (int call = 0, lead = calls_for(kSustainedLeadMs); call < lead; ++call) CHECK_CUBLAS(launch());
+  const int calls = calls_for(kSustainedWindowMs);
+  return timed_ms(stream, launch, calls) / calls;
+}
+
+}  // namespace
+
 double timed_ms(cudaStream_t stream, const GemmLaunch& launch, int calls) {
   cudaEvent_t begin = nullptr, end = nullptr;
   CHECK_CUDA(cudaEventCreate(&begin));
@@ -34,20 +47,6 @@ double timed_ms(cudaStream_t stream, const GemmLaunch& launch, int calls) {
   CHECK_CUDA(cudaEventDestroy(end));
   return ms;
 }
-
-// Milliseconds a call of `launch` run back to back for kSustainedWindowMs, after
-// kSustainedLeadMs of it untimed; negative where cuBLAS refuses it.
-double sustained_ms(cudaStream_t stream, const GemmLaunch& launch) {
-  if (launch() != CUBLAS_STATUS_SUCCESS) return -1.0;
-  constexpr int kProbeCalls = 3;
-  const double probe_ms = std::max(timed_ms(stream, launch, kProbeCalls) / kProbeCalls, 1e-3);
-  const auto calls_for = [&](double ms) { return std::max(kProbeCalls, static_cast<int>(ms / probe_ms)); };
-  for (int call = 0, lead = calls_for(kSustainedLeadMs); call < lead; ++call) CHECK_CUBLAS(launch());
-  const int calls = calls_for(kSustainedWindowMs);
-  return timed_ms(stream, launch, calls) / calls;
-}
-
-}  // namespace
 
 SustainedChoice choose_sustained(cudaStream_t stream, const std::vector<GemmLaunch>& launches) {
   SustainedChoice choice;

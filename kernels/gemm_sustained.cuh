@@ -51,6 +51,9 @@ inline constexpr double kSustainedRequiredGainPercent = 1.0;
 // the heuristic offered may still be refused at launch).
 using GemmLaunch = std::function<cublasStatus_t()>;
 
+// Milliseconds between two events around `calls` launches on `stream`, each checked.
+double timed_ms(cudaStream_t stream, const GemmLaunch& launch, int calls);
+
 // Which of `launches` to keep, launches[0] being the default, and each one's sustained
 // milliseconds a call (negative where it was refused; the mean of two runs for the default
 // and the fastest). Runs every launch many times on `stream`: their outputs must be safe to
