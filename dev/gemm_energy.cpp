@@ -10,9 +10,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
+#include <cstdlib>
+#include <functional>
 #include <iomanip>
 #include <iostream>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/half_host.h"
@@ -98,52 +103,86 @@ std::vector<StepGemm> step_gemms(void* bias, void* aux) {
        false},
   };
 }
-
 // Energy in mJ a call, or 0 where it is not measured.
 double mj_per_call(cudaStream_t stream, double ms, const std::function<void()>& call) {
   const std::optional<CallEnergy> energy = energy_per_call(stream, ms, call);
   return energy ? energy->mj_per_call : 0.0;
 }
 
-TEST(StepGemmEnergy, Gpt2SmallBatch64) {
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) GTEST_SKIP() << "no GPU";
-  constexpr int kCandidates = 8;
-  constexpr size_t kLargestElems = size_t{42690} * 50304, kWorkspaceBytes = size_t{32} << 20;
+// The operands, workspace, stream and handles every step GEMM here runs with.
+struct StepGemmBench {
+  static constexpr size_t kLargestElems = size_t{42690} * 50304, kWorkspaceBytes = size_t{32} << 20;
   void* a = random_bf16(size_t{65536} * 3072, 1);
   void* b = random_bf16(kLargestElems, 2);
   void* c = random_bf16(kLargestElems, 3);
   void* aux = random_bf16(size_t{65536} * 3072, 4);
   void* bias = random_bf16(3072, 5);
-  void *c_fp32 = nullptr, *workspace = nullptr;
-  CHECK_CUDA(cudaMalloc(&c_fp32, size_t{50304} * 768 * sizeof(float)));
-  CHECK_CUDA(cudaMemset(c_fp32, 0, size_t{50304} * 768 * sizeof(float)));
-  CHECK_CUDA(cudaMalloc(&workspace, kWorkspaceBytes));
+  void* c_fp32 = nullptr;
+  void* workspace = nullptr;
   cudaStream_t stream = nullptr;
-  CHECK_CUDA(cudaStreamCreate(&stream));
   cublasHandle_t blas = nullptr;
-  CHECK_CUBLAS(cublasCreate(&blas));
-  CHECK_CUBLAS(cublasSetStream(blas, stream));
   cublasLtHandle_t lt = nullptr;
-  CHECK_CUBLAS(cublasLtCreate(&lt));
 
+  StepGemmBench() {
+    CHECK_CUDA(cudaMalloc(&c_fp32, size_t{50304} * 768 * sizeof(float)));
+    CHECK_CUDA(cudaMemset(c_fp32, 0, size_t{50304} * 768 * sizeof(float)));
+    CHECK_CUDA(cudaMalloc(&workspace, kWorkspaceBytes));
+    CHECK_CUDA(cudaStreamCreate(&stream));
+    CHECK_CUBLAS(cublasCreate(&blas));
+    CHECK_CUBLAS(cublasSetStream(blas, stream));
+    CHECK_CUBLAS(cublasLtCreate(&lt));
+  }
+  ~StepGemmBench() {
+    CHECK_CUBLAS(cublasLtDestroy(lt));
+    CHECK_CUBLAS(cublasDestroy(blas));
+    CHECK_CUDA(cudaStreamDestroy(stream));
+    for (void* buffer : {a, b, c, aux, bias, c_fp32, workspace}) CHECK_CUDA(cudaFree(buffer));
+  }
+  StepGemmBench(const StepGemmBench&) = delete;
+  StepGemmBench& operator=(const StepGemmBench&) = delete;
+
+  void* out(const StepGemm& gemm) const { return gemm.shape.c_type == CUDA_R_32F ? c_fp32 : c; }
+  // A call through the candidate of this rank, with cuBLAS's status.
+  cuda::GemmLaunch candidate(const LtCandidates& candidates, const StepGemm& gemm, int rank) const {
+    return [this, &candidates, &gemm, rank] {
+      return candidates.launch(rank, a, b, gemm.beta, out(gemm), workspace, kWorkspaceBytes, stream);
+    };
+  }
+  // A call as the step makes it.
+  cuda::GemmLaunch step_call(const LtCandidates& candidates, const StepGemm& gemm) const {
+    if (gemm.step_uses_lt) return candidate(candidates, gemm, 0);
+    return [this, &gemm] {
+      const LtGemmShape& shape = gemm.shape;
+      const float alpha = 1.0f;
+      return cublasGemmEx(blas, shape.op_a, shape.op_b, shape.m, shape.n, shape.k, &alpha, a, shape.ab_type,
+                          shape.lda, b, shape.ab_type, shape.ldb, &gemm.beta, out(gemm), shape.c_type,
+                          shape.ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    };
+  }
+};
+
+bool no_gpu() {
+  int devices = 0;
+  return cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0;
+}
+
+std::function<void()> checked(cuda::GemmLaunch launch) {
+  return [launch = std::move(launch)] { CHECK_CUBLAS(launch()); };
+}
+
+TEST(StepGemmEnergy, Gpt2SmallBatch64) {
+  if (no_gpu()) GTEST_SKIP() << "no GPU";
+  constexpr int kCandidates = 8;
+  StepGemmBench bench;
+  const cudaStream_t stream = bench.stream;
   double step_mj = 0.0, saved_mj = 0.0;
 
   std::cout << std::fixed << std::setprecision(3);
-  for (const StepGemm& gemm : step_gemms(bias, aux)) {
+  for (const StepGemm& gemm : step_gemms(bench.bias, bench.aux)) {
     const LtGemmShape& shape = gemm.shape;
-    void* out = shape.c_type == CUDA_R_32F ? c_fp32 : c;
-    const LtCandidates candidates(lt, shape, kWorkspaceBytes, kCandidates);
-    const auto candidate = [&](int rank) {
-      return [&, rank] { candidates.run(rank, a, b, gemm.beta, out, workspace, kWorkspaceBytes, stream); };
-    };
-    const std::function<void()> step_call =
-        gemm.step_uses_lt ? std::function<void()>(candidate(0)) : [&] {
-          const float alpha = 1.0f;
-          CHECK_CUBLAS(cublasGemmEx(blas, shape.op_a, shape.op_b, shape.m, shape.n, shape.k, &alpha, a,
-                                    shape.ab_type, shape.lda, b, shape.ab_type, shape.ldb, &gemm.beta, out,
-                                    shape.c_type, shape.ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-        };
+    const LtCandidates candidates(bench.lt, shape, StepGemmBench::kWorkspaceBytes, kCandidates);
+    const auto candidate = [&](int rank) { return checked(bench.candidate(candidates, gemm, rank)); };
+    const std::function<void()> step_call = checked(bench.step_call(candidates, gemm));
     const double flops = 2.0 * shape.m * shape.n * shape.k;
     std::cout << gemm.name << " (m=" << shape.m << " n=" << shape.n << " k=" << shape.k << ", "
               << gemm.calls_per_step << " a step), " << candidates.count() << " candidates\n";
@@ -174,10 +213,74 @@ TEST(StepGemmEnergy, Gpt2SmallBatch64) {
   }
   std::cout << "the step's GEMMs: " << step_mj << " mJ a step; the least-spending candidates save "
             << saved_mj << " mJ (" << 100.0 * saved_mj / step_mj << " % of that)\n";
-  CHECK_CUBLAS(cublasLtDestroy(lt));
-  CHECK_CUBLAS(cublasDestroy(blas));
-  CHECK_CUDA(cudaStreamDestroy(stream));
-  for (void* buffer : {a, b, c, aux, bias, c_fp32, workspace}) CHECK_CUDA(cudaFree(buffer));
+}
+
+// Beyond the heuristic's candidates: the configurations near them that
+// --gemm-algos sustained searches (cuda::lt_neighbours), under sustained load
+// (cuda::choose_sustained) beside the step's own and the heuristic's first eight, as the
+// option runs them; then the best of the heuristic's is timed once more against the best
+// of the others. STEP_GEMMS="0,2,7" limits it to those of the list.
+TEST(StepGemmConfigurations, Gpt2SmallBatch64) {
+  if (no_gpu()) GTEST_SKIP() << "no GPU";
+  constexpr int kCandidates = 8;
+  StepGemmBench bench;
+  const cudaStream_t stream = bench.stream;
+  const char* only = std::getenv("STEP_GEMMS");
+  const std::string chosen = only != nullptr ? std::string(",") + only + "," : "";
+  double heuristic_ms = 0.0, best_ms = 0.0;
+
+  std::cout << std::fixed << std::setprecision(4);
+  const std::vector<StepGemm> gemms = step_gemms(bench.bias, bench.aux);
+  for (int index = 0; index < static_cast<int>(gemms.size()); ++index) {
+    if (!chosen.empty() && chosen.find("," + std::to_string(index) + ",") == std::string::npos) continue;
+    const StepGemm& gemm = gemms[index];
+    LtCandidates candidates(bench.lt, gemm.shape, StepGemmBench::kWorkspaceBytes, kCandidates);
+    const int heuristic_count = candidates.count();
+    const auto started = std::chrono::steady_clock::now();
+    const cuda::LtLaunch launch_with = [&](const cublasLtMatmulAlgo_t& algo) {
+      return candidates.launch(algo, bench.a, bench.b, gemm.beta, bench.out(gemm), bench.workspace,
+                               StepGemmBench::kWorkspaceBytes, stream);
+    };
+    const std::vector<cublasLtMatmulAlgo_t> near =
+        cuda::lt_neighbours(candidates.problem(StepGemmBench::kWorkspaceBytes), candidates.algorithms(),
+                            stream, launch_with);
+    const double search_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    std::cout << index << " " << gemm.name << ": " << heuristic_count << " candidates, " << near.size()
+              << " near them (searched in " << search_seconds << " s)\n";
+    for (const cublasLtMatmulAlgo_t& algo : near) candidates.add(algo);
+    const int near_from = candidates.count() - static_cast<int>(near.size());
+
+    std::vector<cuda::GemmLaunch> launches{bench.step_call(candidates, gemm)};
+    std::vector<std::string> names{"the step's"};
+    for (int rank = 0; rank < heuristic_count; ++rank) {
+      launches.push_back(bench.candidate(candidates, gemm, rank));
+      names.push_back("#" + std::to_string(rank) + " " + candidates.config(rank));
+    }
+    for (int rank = near_from; rank < candidates.count(); ++rank) {
+      launches.push_back(bench.candidate(candidates, gemm, rank));
+      names.push_back("near: " + candidates.config(rank));
+    }
+    const cuda::SustainedChoice all = cuda::choose_sustained(stream, launches);
+    int best_heuristic = 0, best_other = -1;
+    for (int at = 0; at < static_cast<int>(launches.size()); ++at) {
+      std::cout << "  " << all.ms[at] << " ms  " << names[at] << "\n";
+      if (all.ms[at] < 0.0) continue;
+      int& best = at <= heuristic_count ? best_heuristic : best_other;
+      if (best < 0 || all.ms[at] < all.ms[best]) best = at;
+    }
+    if (best_other < 0) best_other = best_heuristic;
+    const cuda::SustainedChoice pair =
+        cuda::choose_sustained(stream, {launches[best_heuristic], launches[best_other]});
+    const double gain = 100.0 * (1.0 - pair.ms[1] / pair.ms[0]);
+    std::cout << "  again: " << names[best_heuristic] << " " << pair.ms[0] << " ms; " << names[best_other]
+              << " " << pair.ms[1] << " ms (" << gain << " % less" << (pair.kept == 1 ? ", kept" : "")
+              << ")\n";
+    heuristic_ms += gemm.calls_per_step * pair.ms[0];
+    best_ms += gemm.calls_per_step * pair.ms[pair.kept];
+  }
+  std::cout << "a step's GEMMs under sustained load: " << heuristic_ms << " ms with the heuristic's best, "
+            << best_ms << " ms with the others kept (" << 100.0 * (1.0 - best_ms / heuristic_ms) << " % less)\n";
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 #pragma once
 // The algorithms cuBLASLt's heuristic offers for one GEMM (cuda::lt_candidates, with the
-// step's preferences), each runnable by its rank, for the timing programs of dev/. The
-// GEMM is c[m, n] = op_a(a) · op_b(b) + beta · c in cuBLAS's column-major terms
+// step's preferences), and any added to them, each runnable by its rank, for the timing
+// programs of dev/. The GEMM is c[m, n] = op_a(a) · op_b(b) + beta · c in cuBLAS's column-major terms
 // (kernels/gemm.cuh), with fp32 accumulation and, optionally, one of cuBLASLt's epilogues.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -12,6 +12,7 @@
 
 #include "cuda_check.h"
 #include "gemm_sustained.cuh"
+#include "lt_algorithms.cuh"
 
 namespace scalestudy::gpu_test {
 
@@ -32,7 +33,7 @@ class LtCandidates {
  public:
   LtCandidates(cublasLtHandle_t handle, const LtGemmShape& shape, size_t workspace_bytes,
                int max_candidates)
-      : handle_(handle) {
+      : handle_(handle), ab_type_(shape.ab_type), c_type_(shape.c_type) {
     CHECK_CUBLAS(cublasLtMatmulDescCreate(&desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     set(CUBLASLT_MATMUL_DESC_TRANSA, shape.op_a);
     set(CUBLASLT_MATMUL_DESC_TRANSB, shape.op_b);
@@ -51,8 +52,7 @@ class LtCandidates {
     CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&b_layout_, shape.ab_type, b_stored_k_by_n ? shape.k : shape.n,
                                             b_stored_k_by_n ? shape.n : shape.k, shape.ldb));
     CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&c_layout_, shape.c_type, shape.m, shape.n, shape.ldc));
-    algos_ = cuda::lt_candidates(handle_, desc_, a_layout_, b_layout_, c_layout_, workspace_bytes,
-                                 max_candidates);
+    algos_ = cuda::lt_candidates(problem(workspace_bytes), max_candidates);
   }
   ~LtCandidates() {
     for (cublasLtMatrixLayout_t layout : {a_layout_, b_layout_, c_layout_})
@@ -64,12 +64,31 @@ class LtCandidates {
 
   int count() const { return static_cast<int>(algos_.size()); }
 
+  // The GEMM as kernels/lt_algorithms.cuh takes it.
+  cuda::LtProblem problem(size_t workspace_bytes) const {
+    return {handle_, desc_, a_layout_, b_layout_, c_layout_, ab_type_, c_type_, workspace_bytes};
+  }
+
+  // Appends an algorithm, runnable then by its rank.
+  void add(const cublasLtMatmulAlgo_t& algo) { algos_.push_back(algo); }
+  const std::vector<cublasLtMatmulAlgo_t>& algorithms() const { return algos_; }
+
   // c = a · b (+ beta · c) through the candidate of this rank, on `stream`.
   void run(int rank, const void* a, const void* b, float beta, void* c, void* workspace,
            size_t workspace_bytes, cudaStream_t stream) const {
+    CHECK_CUBLAS(launch(rank, a, b, beta, c, workspace, workspace_bytes, stream));
+  }
+  // The same, returning cuBLAS's status: an algorithm may still be refused at launch.
+  cublasStatus_t launch(int rank, const void* a, const void* b, float beta, void* c, void* workspace,
+                        size_t workspace_bytes, cudaStream_t stream) const {
+    return launch(algos_[rank], a, b, beta, c, workspace, workspace_bytes, stream);
+  }
+  // The same through any algorithm for this GEMM.
+  cublasStatus_t launch(const cublasLtMatmulAlgo_t& algo, const void* a, const void* b, float beta, void* c,
+                        void* workspace, size_t workspace_bytes, cudaStream_t stream) const {
     const float alpha = 1.0f;
-    CHECK_CUBLAS(cublasLtMatmul(handle_, desc_, &alpha, a, a_layout_, b, b_layout_, &beta, c, c_layout_, c,
-                                c_layout_, &algos_[rank], workspace, workspace_bytes, stream));
+    return cublasLtMatmul(handle_, desc_, &alpha, a, a_layout_, b, b_layout_, &beta, c, c_layout_, c, c_layout_,
+                          &algo, workspace, workspace_bytes, stream);
   }
 
   // "lt id=... tile=... stages=... ...", as --gemm-algos-file keeps it.
@@ -82,6 +101,7 @@ class LtCandidates {
   }
 
   cublasLtHandle_t handle_;
+  cudaDataType_t ab_type_, c_type_;
   cublasLtMatmulDesc_t desc_ = nullptr;
   cublasLtMatrixLayout_t a_layout_ = nullptr, b_layout_ = nullptr, c_layout_ = nullptr;
   std::vector<cublasLtMatmulAlgo_t> algos_;

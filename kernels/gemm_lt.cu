@@ -37,12 +37,12 @@ bool shape_allowed(int m, int n, int k) {
 
 // Timed and sustained choices, one per device, way of choosing, epilogue, type, shape and
 // multiprocessor target, shared by every EpilogueGemm of the process: whether the sizing for fewer
-// multiprocessors was kept (timed), which candidate was (sustained), and the report.
+// multiprocessors was kept (timed), the report, and which algorithm was kept (sustained).
 using ChoiceKey = std::tuple<int, int, int, int, int, int, int, int>;
 struct ProcessChoice {
   bool fewer_kept = false;
-  int candidate = 0;
   std::string description;
+  cublasLtMatmulAlgo_t algo{};
 };
 std::mutex process_choices_mutex;
 std::map<ChoiceKey, ProcessChoice> process_choices;
@@ -131,8 +131,7 @@ EpilogueGemm::Sizing EpilogueGemm::size_for(const Plan& plan, int multiprocessor
   // BiasEpilogueTakesTheGpt2Shapes and GeluEpiloguesTakeTheGpt2ShapesAndAreTheTanhGelu say
   // so where it happens.
   const int count = choice_ == AlgorithmChoice::sustained ? kSustainedCandidates : 1;
-  sizing.candidates = lt_candidates(handle_, sizing.desc, plan.a_layout, plan.b_layout, plan.d_layout,
-                                    kWorkspaceBytes, count);
+  sizing.candidates = lt_candidates(problem_of(plan, sizing), count);
   sizing.usable = !sizing.candidates.empty();
   if (sizing.usable) sizing.algo = sizing.candidates.front();
   if (choice_ != AlgorithmChoice::sustained) sizing.candidates.clear();
@@ -209,7 +208,7 @@ void EpilogueGemm::keep_faster_sizing(Plan& plan, cudaStream_t stream, const voi
     const double other_ms = fewer_kept ? whole_ms : fewer_ms;
     if (other_ms < 0.0) description << "refused";
     else description << other_ms << " ms";
-    return ProcessChoice{fewer_kept, 0, description.str()};
+    return ProcessChoice{fewer_kept, description.str()};
   });
   if (kept.fewer_kept) std::swap(plan.sizing, plan.fewer);
   plan.choice = kept.description;
@@ -217,35 +216,45 @@ void EpilogueGemm::keep_faster_sizing(Plan& plan, cudaStream_t stream, const voi
 
 void EpilogueGemm::keep_sustained_candidate(Plan& plan, cudaStream_t stream, const void* a, const void* b,
                                             void* d) {
-  const std::vector<cublasLtMatmulAlgo_t>& candidates = plan.sizing.candidates;
-  const auto name_of = [](size_t index) {
-    return index == 0 ? std::string("cuBLASLt's first") : "cuBLASLt's #" + std::to_string(index);
-  };
+  std::vector<cublasLtMatmulAlgo_t>& candidates = plan.sizing.candidates;
+  const LtProblem problem = problem_of(plan, plan.sizing);
   const std::string shape = shape_of(plan);
   const std::optional<std::string> in_file = file_ != nullptr ? file_->find(shape) : std::nullopt;
-  const int from_file = in_file ? find_lt_algorithm(candidates, *in_file) : -1;
-  if (from_file >= 0) {
-    plan.sizing.algo = candidates[from_file];
-    plan.choice = name_of(from_file) + ", as --gemm-algos-file keeps it";
+  const std::optional<cublasLtMatmulAlgo_t> from_file =
+      in_file ? lt_algorithm_of(problem, *in_file) : std::nullopt;
+  if (from_file) {
+    plan.sizing.algo = *from_file;
+    plan.choice = *in_file + ", as --gemm-algos-file keeps it";
     return;
   }
   const ProcessChoice& kept = process_choice(choice_key(plan), [&] {
     // Each candidate overwrites the outputs from inputs it does not change.
+    const auto launch_with = [this, &plan, stream, a, b, d](const cublasLtMatmulAlgo_t& algo) {
+      Sizing candidate = plan.sizing;
+      candidate.algo = algo;
+      return launch(plan, candidate, stream, a, b, d);
+    };
+    const int offered = static_cast<int>(candidates.size());
+    for (const cublasLtMatmulAlgo_t& algo : lt_neighbours(problem, candidates, stream, launch_with))
+      candidates.push_back(algo);
     std::vector<GemmLaunch> launches;
     std::vector<std::string> names;
     for (size_t index = 0; index < candidates.size(); ++index) {
-      Sizing candidate = plan.sizing;
-      candidate.algo = candidates[index];
-      launches.push_back(
-          [this, &plan, candidate, stream, a, b, d] { return launch(plan, candidate, stream, a, b, d); });
-      names.push_back(name_of(index));
+      launches.push_back([launch_with, algo = candidates[index]] { return launch_with(algo); });
+      names.push_back(index == 0 ? std::string("cuBLASLt's first")
+                                 : candidate_name(candidates, static_cast<int>(index), offered));
     }
     const SustainedChoice choice = choose_sustained(stream, launches);
     if (file_ != nullptr) file_->store(shape, lt_algorithm_config(candidates[choice.kept]));
-    return ProcessChoice{false, choice.kept, describe_sustained(choice, names)};
+    return ProcessChoice{false, describe_sustained(choice, names), candidates[choice.kept]};
   });
-  plan.sizing.algo = candidates[kept.candidate];
+  plan.sizing.algo = kept.algo;
   plan.choice = kept.description;
+}
+
+LtProblem EpilogueGemm::problem_of(const Plan& plan, const Sizing& sizing) const {
+  return LtProblem{handle_, sizing.desc, plan.a_layout, plan.b_layout, plan.d_layout,
+                   plan.type, plan.type, kWorkspaceBytes};
 }
 
 std::string EpilogueGemm::shape_of(const Plan& plan) {

@@ -49,6 +49,7 @@
 
 #include "core/gemm_choice_file.h"
 #include "core/op_params.h"
+#include "lt_algorithms.cuh"
 #include "matmul.cuh"
 
 namespace scalestudy::cuda {
@@ -64,7 +65,7 @@ inline constexpr int kTimedGemmFewerMultiprocessors = 4;
 
 // heuristic: cuBLASLt's first; timed: also its first for fewer multiprocessors, where
 // clearly faster; sustained: the fastest under sustained load of its first
-// kSustainedCandidates (gemm_sustained.cuh).
+// kSustainedCandidates and the configurations near them (gemm_sustained.cuh).
 enum class AlgorithmChoice { heuristic, timed, sustained };
 
 class EpilogueGemm {
@@ -110,8 +111,8 @@ class EpilogueGemm {
     cublasLtMatmulDesc_t desc = nullptr;
     cublasLtMatmulAlgo_t algo{};
     bool usable = false;  // cuBLASLt had an algorithm for it
-    // With AlgorithmChoice::sustained, all that cuBLASLt offered ([0] is algo) until the
-    // first call has chosen.
+    // With AlgorithmChoice::sustained, all that cuBLASLt offered ([0] is algo), then the
+    // configurations near them, until the first call has chosen.
     std::vector<cublasLtMatmulAlgo_t> candidates;
   };
   // One GEMM D[m,n] = op(A)[m,k] · B[k,n] in cuBLAS's column-major terms, B and D untransposed.
@@ -170,6 +171,8 @@ class EpilogueGemm {
                      const void* b, void* d);
   cublasStatus_t launch(const Plan& plan, const Sizing& sizing, cudaStream_t stream, const void* a,
                         const void* b, void* d);
+  // The plan's GEMM through one sizing's descriptor, as lt_algorithms.cuh takes it.
+  LtProblem problem_of(const Plan& plan, const Sizing& sizing) const;
 
   // "<epilogue> <type> m=... n=... k=...[ on <target> multiprocessors]".
   static std::string shape_of(const Plan& plan);

@@ -11,7 +11,7 @@
 namespace scalestudy::cuda {
 namespace {
 
-constexpr uintptr_t kOperandAlignment = 16;
+constexpr uintptr_t kOperandAlignment = 16;  // as lt_candidates asks of every operand
 
 bool aligned(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % kOperandAlignment == 0; }
 
@@ -32,6 +32,11 @@ double sustained_ms(cudaStream_t stream, const GemmLaunch& launch) {
 }
 
 }  // namespace
+
+std::string candidate_name(const std::vector<cublasLtMatmulAlgo_t>& candidates, int index, int offered) {
+  if (index < offered) return "cuBLASLt's #" + std::to_string(index);
+  return "the configuration near them " + lt_algorithm_config(candidates[index]);
+}
 
 double timed_ms(cudaStream_t stream, const GemmLaunch& launch, int calls) {
   cudaEvent_t begin = nullptr, end = nullptr;
@@ -82,69 +87,10 @@ std::string describe_sustained(const SustainedChoice& choice, const std::vector<
   return text.str();
 }
 
-std::string lt_algorithm_config(const cublasLtMatmulAlgo_t& algo) {
-  const std::pair<cublasLtMatmulAlgoConfigAttributes_t, const char*> attributes[] = {
-      {CUBLASLT_ALGO_CONFIG_ID, "id"},
-      {CUBLASLT_ALGO_CONFIG_TILE_ID, "tile"},
-      {CUBLASLT_ALGO_CONFIG_STAGES_ID, "stages"},
-      {CUBLASLT_ALGO_CONFIG_SPLITK_NUM, "splitk"},
-      {CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, "reduction"},
-      {CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, "swizzle"},
-      {CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, "custom"},
-      {CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, "inner"},
-      {CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, "cluster"}};
-  std::ostringstream text;
-  text << "lt";
-  for (const auto& [attribute, label] : attributes) {
-    // Each attribute has its own width (16, 32 or 64 bits): asked first, then read.
-    uint64_t value = 0;
-    size_t width = 0;
-    CHECK_CUBLAS(cublasLtMatmulAlgoConfigGetAttribute(&algo, attribute, nullptr, 0, &width));
-    CHECK_CUBLAS(cublasLtMatmulAlgoConfigGetAttribute(&algo, attribute, &value, width, &width));
-    text << " " << label << "=" << value;
-  }
-  return text.str();
-}
-
-int find_lt_algorithm(const std::vector<cublasLtMatmulAlgo_t>& candidates, const std::string& config) {
-  for (int index = 0; index < static_cast<int>(candidates.size()); ++index)
-    if (lt_algorithm_config(candidates[index]) == config) return index;
-  return -1;
-}
-
 std::string gemm_machine(int device) {
   cudaDeviceProp properties{};
   CHECK_CUDA(cudaGetDeviceProperties(&properties, device));
   return std::string(properties.name) + " | cuBLASLt " + std::to_string(cublasLtGetVersion());
-}
-
-std::vector<cublasLtMatmulAlgo_t> lt_candidates(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
-                                                cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
-                                                cublasLtMatrixLayout_t c, size_t workspace_bytes,
-                                                int count) {
-  cublasLtMatmulPreference_t preference = nullptr;
-  CHECK_CUBLAS(cublasLtMatmulPreferenceCreate(&preference));
-  const uint64_t max_workspace = workspace_bytes;
-  const uint32_t reduction_mask = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
-  const uint32_t alignment = kOperandAlignment;
-  CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                    &max_workspace, sizeof(max_workspace)));
-  CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
-                                                    &reduction_mask, sizeof(reduction_mask)));
-  for (const auto attribute :
-       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
-    CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(preference, attribute, &alignment, sizeof(alignment)));
-  std::vector<cublasLtMatmulHeuristicResult_t> results(count);
-  int found = 0;
-  // A refusal (no algorithm for this configuration) is an answer: no candidates.
-  const cublasStatus_t status =
-      cublasLtMatmulAlgoGetHeuristic(handle, desc, a, b, c, c, preference, count, results.data(), &found);
-  CHECK_CUBLAS(cublasLtMatmulPreferenceDestroy(preference));
-  std::vector<cublasLtMatmulAlgo_t> algos;
-  if (status == CUBLAS_STATUS_SUCCESS)
-    for (int index = 0; index < found; ++index) algos.push_back(results[index].algo);
-  return algos;
 }
 
 bool run_tuned_gemm(GemmTuner& tuner, cublasHandle_t handle, const GemmArgs& g) {
@@ -186,7 +132,7 @@ bool GemmTuner::run(cublasHandle_t handle, const GemmArgs& g) {
   }
   const Plan& plan = found->second;
   if (plan.kept < 0) return false;
-  CHECK_CUBLAS(launch(plan, plan.kept, stream, g));
+  CHECK_CUBLAS(launch(plan, plan.candidates[plan.kept], stream, g));
   return true;
 }
 
@@ -208,16 +154,18 @@ GemmTuner::Plan GemmTuner::make_plan(const GemmArgs& g) const {
   layout(&plan.a, g.types.ab, a_plain, g.m, g.k, g.a.ld);
   layout(&plan.b, g.types.ab, b_plain, g.k, g.n, g.b.ld);
   CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&plan.c, g.types.c, g.m, g.n, g.c.ld));
-  plan.candidates =
-      lt_candidates(handle_, plan.desc, plan.a, plan.b, plan.c, kWorkspaceBytes, kSustainedCandidates);
+  plan.candidates = lt_candidates(problem_of(plan, g), kSustainedCandidates);
   return plan;
 }
 
-cublasStatus_t GemmTuner::launch(const Plan& plan, int candidate, cudaStream_t stream,
+LtProblem GemmTuner::problem_of(const Plan& plan, const GemmArgs& g) const {
+  return {handle_, plan.desc, plan.a, plan.b, plan.c, g.types.ab, g.types.c, kWorkspaceBytes};
+}
+
+cublasStatus_t GemmTuner::launch(const Plan& plan, const cublasLtMatmulAlgo_t& algo, cudaStream_t stream,
                                  const GemmArgs& g) const {
   return cublasLtMatmul(handle_, plan.desc, &g.alpha, g.a.data, plan.a, g.b.data, plan.b, &g.beta, g.c.data,
-                        plan.c, g.c.data, plan.c, &plan.candidates[candidate], workspace_, kWorkspaceBytes,
-                        stream);
+                        plan.c, g.c.data, plan.c, &algo, workspace_, kWorkspaceBytes, stream);
 }
 
 std::string GemmTuner::shape_of(const GemmArgs& g) const {
@@ -237,11 +185,12 @@ void GemmTuner::choose(Plan& plan, cublasHandle_t handle, cudaStream_t stream, c
     return;
   }
   const std::optional<std::string> kept = file_ != nullptr ? file_->find(shape) : std::nullopt;
-  const int index = kept && *kept != "cublas" ? find_lt_algorithm(plan.candidates, *kept) : -1;
-  if (kept && (*kept == "cublas" || index >= 0)) {
-    plan.kept = index;
-    plan.choice = shape + ": " + (index < 0 ? "cuBLAS's own" : "cuBLASLt's #" + std::to_string(index)) +
-                  ", as --gemm-algos-file keeps it";
+  const std::optional<cublasLtMatmulAlgo_t> algo =
+      kept && *kept != "cublas" ? lt_algorithm_of(problem_of(plan, g), *kept) : std::nullopt;
+  if (kept && (*kept == "cublas" || algo)) {
+    if (algo) plan.candidates.push_back(*algo);
+    plan.kept = algo ? static_cast<int>(plan.candidates.size()) - 1 : -1;
+    plan.choice = shape + ": " + (algo ? *kept : "cuBLAS's own") + ", as --gemm-algos-file keeps it";
     return;
   }
   const bool timed = time_candidates(plan, handle, stream, g);
@@ -264,11 +213,16 @@ bool GemmTuner::time_candidates(Plan& plan, cublasHandle_t handle, cudaStream_t 
     }
     CHECK_CUDA(cudaMemcpyAsync(saved, g.c.data, c_bytes, cudaMemcpyDeviceToDevice, stream));
   }
+  const int offered = static_cast<int>(plan.candidates.size());
+  for (const cublasLtMatmulAlgo_t& algo :
+       lt_neighbours(problem_of(plan, g), plan.candidates, stream,
+                     [&](const cublasLtMatmulAlgo_t& tried) { return launch(plan, tried, stream, g); }))
+    plan.candidates.push_back(algo);
   std::vector<GemmLaunch> launches{[&] { return cublas_gemm(handle, g); }};
   std::vector<std::string> names{"cuBLAS's own"};
   for (int index = 0; index < static_cast<int>(plan.candidates.size()); ++index) {
-    launches.push_back([&, index] { return launch(plan, index, stream, g); });
-    names.push_back("cuBLASLt's #" + std::to_string(index));
+    launches.push_back([&, index] { return launch(plan, plan.candidates[index], stream, g); });
+    names.push_back(candidate_name(plan.candidates, index, offered));
   }
   const SustainedChoice choice = choose_sustained(stream, launches);
   plan.kept = choice.kept - 1;

@@ -13,11 +13,12 @@
 // 0.5 % longer; chosen by the energy of runs of a second, 1.9 % shorter. Each candidate
 // here therefore runs back to back for kSustainedLeadMs untimed, then kSustainedWindowMs
 // timed, with the GPU loaded throughout; at the cap its time a call is its energy over
-// the cap. That is about 9 s a shape: --gemm-algos-file keeps the choices for later runs.
+// the cap. That is about 10 s a shape, and 2–5 s of bursts: --gemm-algos-file keeps the choices for later runs.
 //
 // The candidates are the algorithm the step would otherwise take (cuBLAS's own for a plain
-// GEMM, cuBLASLt's first for one with an epilogue) and cuBLASLt's first
-// kSustainedCandidates. The fastest is timed once more beside the default, and replaces
+// GEMM, cuBLASLt's first for one with an epilogue), cuBLASLt's first kSustainedCandidates,
+// and the kNeighbourConfigurations configurations near them that run fastest in a burst
+// (lt_algorithms.cuh). The fastest is timed once more beside the default, and replaces
 // it only where the two runs of each leave it kSustainedRequiredGainPercent faster: the
 // least of nine noisy figures is biased low.
 //
@@ -39,6 +40,7 @@
 
 #include "core/gemm_choice_file.h"
 #include "gemm.cuh"
+#include "lt_algorithms.cuh"
 
 namespace scalestudy::cuda {
 
@@ -67,22 +69,12 @@ SustainedChoice choose_sustained(cudaStream_t stream, const std::vector<GemmLaun
 // "<kept>, <ms> ms a call sustained; <default>: <ms>" for a run's summary.
 std::string describe_sustained(const SustainedChoice& choice, const std::vector<std::string>& names);
 
-// An algorithm's configuration, "lt id=... tile=... stages=... splitk=... reduction=...
-// swizzle=... custom=... inner=... cluster=...": what --gemm-algos-file keeps of it.
-std::string lt_algorithm_config(const cublasLtMatmulAlgo_t& algo);
-// The index of the algorithm among `candidates` whose configuration is `config`, or -1.
-int find_lt_algorithm(const std::vector<cublasLtMatmulAlgo_t>& candidates, const std::string& config);
+// A candidate's name in a run's summary: "cuBLASLt's #<index>" for the heuristic's first
+// `offered`, the configuration for the ones near them.
+std::string candidate_name(const std::vector<cublasLtMatmulAlgo_t>& candidates, int index, int offered);
 
 // The GPU's model and cuBLASLt's version, for which --gemm-algos-file's choices hold.
 std::string gemm_machine(int device);
-
-// cuBLASLt's first `count` algorithms for a descriptor and layouts, with the preferences
-// every cuBLASLt GEMM here takes: `workspace_bytes` at most, split-K reduced in the compute
-// type, every operand 16-byte aligned. Empty where cuBLASLt has none.
-std::vector<cublasLtMatmulAlgo_t> lt_candidates(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
-                                                cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
-                                                cublasLtMatrixLayout_t c, size_t workspace_bytes,
-                                                int count);
 
 // The plain 16-bit GEMMs (no epilogue, one matrix, alpha = 1) through the algorithm chosen
 // for their shape, leading dimensions, types, beta and multiprocessor target.
@@ -110,17 +102,19 @@ class GemmTuner {
   struct Plan {
     cublasLtMatmulDesc_t desc = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-    std::vector<cublasLtMatmulAlgo_t> candidates;
+    std::vector<cublasLtMatmulAlgo_t> candidates;  // the heuristic's, then the neighbours or the file's
     int kept = -1;  // the candidate's index; -1: cuBLAS's own
     std::string choice;
   };
   Plan make_plan(const GemmArgs& g) const;
+  LtProblem problem_of(const Plan& plan, const GemmArgs& g) const;
   // Sets plan.kept from the file, or by timing (then stored in the file).
   void choose(Plan& plan, cublasHandle_t handle, cudaStream_t stream, const GemmArgs& g);
   // Sets plan.kept by timing; false where it could not time (cuBLAS's own stays).
   bool time_candidates(Plan& plan, cublasHandle_t handle, cudaStream_t stream, const GemmArgs& g);
   std::string shape_of(const GemmArgs& g) const;
-  cublasStatus_t launch(const Plan& plan, int candidate, cudaStream_t stream, const GemmArgs& g) const;
+  cublasStatus_t launch(const Plan& plan, const cublasLtMatmulAlgo_t& algo, cudaStream_t stream,
+                        const GemmArgs& g) const;
 
   GemmChoiceFile* file_;
   cublasLtHandle_t handle_ = nullptr;
