@@ -170,26 +170,36 @@ std::vector<cublasLtMatmulAlgo_t> lt_neighbours(const LtProblem& problem,
                                                 cudaStream_t stream, const LtLaunch& launch) {
   NeighbourSearch search(problem, stream, launch);
   for (const cublasLtMatmulAlgo_t& candidate : candidates) search.try_algorithm(candidate, true);
-  for (const cublasLtMatmulAlgo_t& candidate : candidates)
-    for (uint32_t tile : capability_list(candidate, CUBLASLT_ALGO_CAP_TILE_IDS)) {
-      cublasLtMatmulAlgo_t algo = candidate;
-      if (set_config(algo, CUBLASLT_ALGO_CONFIG_TILE_ID, tile) == CUBLAS_STATUS_SUCCESS)
-        search.try_algorithm(algo, false);
-    }
+  // The first pass: every tile and custom option of each kind of candidate (its algorithm,
+  // stages and split-K), in the first such candidate's cluster shape and swizzling.
+  std::set<std::string> kinds;
+  for (const cublasLtMatmulAlgo_t& candidate : candidates) {
+    std::ostringstream kind;
+    for (const auto attribute : {CUBLASLT_ALGO_CONFIG_ID, CUBLASLT_ALGO_CONFIG_STAGES_ID,
+                                 CUBLASLT_ALGO_CONFIG_SPLITK_NUM, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME})
+      kind << config_value(candidate, attribute) << " ";
+    if (!kinds.insert(kind.str()).second) continue;
+    const auto custom_max = static_cast<uint32_t>(capability(candidate, CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX));
+    for (uint32_t tile : capability_list(candidate, CUBLASLT_ALGO_CAP_TILE_IDS))
+      for (uint32_t custom = 0; custom <= custom_max; ++custom) {
+        cublasLtMatmulAlgo_t algo = candidate;
+        if (set_config(algo, CUBLASLT_ALGO_CONFIG_TILE_ID, tile) == CUBLAS_STATUS_SUCCESS &&
+            set_config(algo, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, custom) == CUBLAS_STATUS_SUCCESS)
+          search.try_algorithm(algo, false);
+      }
+  }
+  // The second pass: each cluster shape of up to 2 x 2 and each swizzling of the fastest.
   constexpr uint16_t kClusters[] = {CUBLASLT_CLUSTER_SHAPE_1x1x1, CUBLASLT_CLUSTER_SHAPE_2x1x1,
                                     CUBLASLT_CLUSTER_SHAPE_1x2x1, CUBLASLT_CLUSTER_SHAPE_2x2x1};
   for (const cublasLtMatmulAlgo_t& base : search.fastest(kNeighbourTiles, true)) {
-    const auto custom_max = static_cast<uint32_t>(capability(base, CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX));
     const uint32_t swizzle_max = capability(base, CUBLASLT_ALGO_CAP_CTA_SWIZZLING_SUPPORT) != 0 ? 1 : 0;
-    for (uint32_t custom = 0; custom <= custom_max; ++custom)
-      for (uint16_t cluster : kClusters)
-        for (uint32_t swizzle = 0; swizzle <= swizzle_max; ++swizzle) {
-          cublasLtMatmulAlgo_t algo = base;
-          if (set_config(algo, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, custom) == CUBLAS_STATUS_SUCCESS &&
-              set_config(algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, cluster) == CUBLAS_STATUS_SUCCESS &&
-              set_config(algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, swizzle) == CUBLAS_STATUS_SUCCESS)
-            search.try_algorithm(algo, false);
-        }
+    for (uint16_t cluster : kClusters)
+      for (uint32_t swizzle = 0; swizzle <= swizzle_max; ++swizzle) {
+        cublasLtMatmulAlgo_t algo = base;
+        if (set_config(algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, cluster) == CUBLAS_STATUS_SUCCESS &&
+            set_config(algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, swizzle) == CUBLAS_STATUS_SUCCESS)
+          search.try_algorithm(algo, false);
+      }
   }
   return search.fastest(kNeighbourConfigurations, false);
 }

@@ -5,11 +5,12 @@
 // Why look beyond the heuristic. Its candidates are ranked without running, and for GPT-2
 // small's step they share a handful of tiles: for the qkv forward at batch 64 on an H200,
 // none of its first eight comes within 6 % of a 128 x 168 tile in 2 x 1 clusters under
-// sustained load (dev/op_timings StepGemmConfigurations). The configurations near a
-// candidate (its other tiles, custom options, cluster shapes and swizzling) are many: over
+// sustained load, in a search of every configuration near them (docs/performance.md). Such
+// configurations (other tiles, custom options, cluster shapes and swizzling) are many: over
 // 8000 for a plain GEMM. lt_neighbours therefore searches in two passes of short bursts,
-// first the tiles, then the rest around the fastest tiles, and hands the fastest few to
-// the sustained choice, which has the last word (gemm_sustained.cuh).
+// first the tiles and custom options (the 128 x 168 tile is fast with a custom option that
+// no candidate has), then the cluster shapes around the fastest, and hands the fastest few
+// to the sustained choice, which has the last word (gemm_sustained.cuh).
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
@@ -45,19 +46,20 @@ std::string lt_algorithm_config(const cublasLtMatmulAlgo_t& algo);
 // (cublasLtMatmulAlgoCheck); nothing for a malformed text or a refused configuration.
 std::optional<cublasLtMatmulAlgo_t> lt_algorithm_of(const LtProblem& problem, const std::string& config);
 
-// How many configurations lt_neighbours returns, and how many of the first pass's fastest
-// tiles its second pass searches around.
+// How many configurations lt_neighbours returns, and around how many of its first pass's
+// fastest its second pass searches.
 inline constexpr int kNeighbourConfigurations = 4;
-inline constexpr int kNeighbourTiles = 4;
+inline constexpr int kNeighbourTiles = 8;
 
 // A launch of the problem through one algorithm, with cuBLAS's status; its output must be
 // safe to overwrite.
 using LtLaunch = std::function<cublasStatus_t(const cublasLtMatmulAlgo_t&)>;
 
 // Up to kNeighbourConfigurations configurations that none of `candidates` is, fastest first
-// in a burst of one call each: first every tile of each candidate, then, around the
-// kNeighbourTiles fastest configurations so far, every custom option, cluster shape of up
-// to 2 x 2 and swizzling. Each configuration cuBLASLt accepts runs on `stream`.
+// in a burst of one call each: first every tile and custom option of each kind of candidate
+// (algorithm, stages, split-K), then, around the kNeighbourTiles fastest configurations so
+// far, every cluster shape of up to 2 x 2 and swizzling. Each configuration cuBLASLt
+// accepts runs on `stream`.
 std::vector<cublasLtMatmulAlgo_t> lt_neighbours(const LtProblem& problem,
                                                 const std::vector<cublasLtMatmulAlgo_t>& candidates,
                                                 cudaStream_t stream, const LtLaunch& launch);
