@@ -13,7 +13,8 @@
 // 0.5 % longer; chosen by the energy of runs of a second, 1.9 % shorter. Each candidate
 // here therefore runs back to back for kSustainedLeadMs untimed, then kSustainedWindowMs
 // timed, with the GPU loaded throughout; at the cap its time a call is its energy over
-// the cap. That is about 10 s a shape, and 2–5 s of bursts: --gemm-algos-file keeps the choices for later runs.
+// the cap. With the search's bursts (lt_algorithms.cuh) that is about 20 s a shape, 614 s
+// for GPT-2 small's 28 at batch 64 on an H200: --gemm-algos-file keeps the choices.
 //
 // The candidates are the algorithm the step would otherwise take (cuBLAS's own for a plain
 // GEMM, cuBLASLt's first for one with an epilogue), cuBLASLt's first kSustainedCandidates,
