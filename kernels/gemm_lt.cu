@@ -15,12 +15,9 @@
 namespace scalestudy::cuda {
 namespace {
 
-constexpr uintptr_t kOperandAlignment = 16;
 // 16-bit columns of a multiple of 8 elements keep every column 16-byte aligned.
 constexpr int kAlignedColumns = 8;
 constexpr long long kMaxOperandElems = (1LL << 31) - 1;
-
-bool aligned(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % kOperandAlignment == 0; }
 
 template <class Value>
 void set_attribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attribute,
@@ -142,7 +139,7 @@ EpilogueGemm::Plan* EpilogueGemm::aligned_plan_for(Epilogue epilogue, cudaDataTy
                                                    int n, int k,
                                                    std::initializer_list<const void*> operands) {
   for (const void* operand : operands)
-    if (!aligned(operand)) return nullptr;
+    if (!lt_aligned(operand)) return nullptr;
   return shape_allowed(m, n, k) ? plan_for(epilogue, type, m, n, k) : nullptr;
 }
 
@@ -229,10 +226,11 @@ void EpilogueGemm::keep_sustained_candidate(Plan& plan, cudaStream_t stream, con
   }
   const ProcessChoice& kept = process_choice(choice_key(plan), [&] {
     // Each candidate overwrites the outputs from inputs it does not change.
-    const auto launch_with = [this, &plan, stream, a, b, d](const cublasLtMatmulAlgo_t& algo) {
-      Sizing candidate = plan.sizing;
-      candidate.algo = algo;
-      return launch(plan, candidate, stream, a, b, d);
+    Sizing trial = plan.sizing;  // its descriptor, with each algorithm in turn
+    trial.candidates.clear();
+    const auto launch_with = [this, &plan, &trial, stream, a, b, d](const cublasLtMatmulAlgo_t& algo) {
+      trial.algo = algo;
+      return launch(plan, trial, stream, a, b, d);
     };
     const int offered = static_cast<int>(candidates.size());
     for (const cublasLtMatmulAlgo_t& algo : lt_neighbours(problem, candidates, stream, launch_with))

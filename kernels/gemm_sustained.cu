@@ -11,10 +11,6 @@
 namespace scalestudy::cuda {
 namespace {
 
-constexpr uintptr_t kOperandAlignment = 16;  // as lt_candidates asks of every operand
-
-bool aligned(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % kOperandAlignment == 0; }
-
 size_t element_bytes(cudaDataType_t type) { return type == CUDA_R_32F ? 4 : 2; }
 
 bool is_16bit(cudaDataType_t type) { return type == CUDA_R_16BF || type == CUDA_R_16F; }
@@ -114,10 +110,10 @@ GemmTuner::~GemmTuner() {
 
 bool GemmTuner::run(cublasHandle_t handle, const GemmArgs& g) {
   const bool c_type_taken = g.types.c == g.types.ab || g.types.c == CUDA_R_32F;
-  const bool leading_dims_aligned = g.a.ld * element_bytes(g.types.ab) % kOperandAlignment == 0 &&
-                                    g.b.ld * element_bytes(g.types.ab) % kOperandAlignment == 0 &&
-                                    g.c.ld * element_bytes(g.types.c) % kOperandAlignment == 0;
-  const bool operands_aligned = aligned(g.a.data) && aligned(g.b.data) && aligned(g.c.data);
+  const bool leading_dims_aligned = g.a.ld * element_bytes(g.types.ab) % kLtOperandAlignmentBytes == 0 &&
+                                    g.b.ld * element_bytes(g.types.ab) % kLtOperandAlignmentBytes == 0 &&
+                                    g.c.ld * element_bytes(g.types.c) % kLtOperandAlignmentBytes == 0;
+  const bool operands_aligned = lt_aligned(g.a.data) && lt_aligned(g.b.data) && lt_aligned(g.c.data);
   if (g.batch_count != 1 || g.alpha != 1.0f || !is_16bit(g.types.ab) || !c_type_taken ||
       !leading_dims_aligned || !operands_aligned)
     return false;

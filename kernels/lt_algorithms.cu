@@ -12,8 +12,6 @@
 namespace scalestudy::cuda {
 namespace {
 
-constexpr uint32_t kOperandAlignmentBytes = 16;
-
 // The configuration attributes lt_algorithm_config writes, in its order, with its labels.
 constexpr std::pair<cublasLtMatmulAlgoConfigAttributes_t, const char*> kConfigAttributes[] = {
     {CUBLASLT_ALGO_CONFIG_ID, "id"},
@@ -118,8 +116,8 @@ std::vector<cublasLtMatmulAlgo_t> lt_candidates(const LtProblem& problem, int co
   for (const auto attribute :
        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
-    CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(preference, attribute, &kOperandAlignmentBytes,
-                                                      sizeof(kOperandAlignmentBytes)));
+    CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(preference, attribute, &kLtOperandAlignmentBytes,
+                                                      sizeof(kLtOperandAlignmentBytes)));
   std::vector<cublasLtMatmulHeuristicResult_t> results(count);
   int found = 0;
   // A refusal (no algorithm for this configuration) is an answer: no candidates.

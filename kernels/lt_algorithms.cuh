@@ -15,12 +15,20 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
 #include <vector>
 
 namespace scalestudy::cuda {
+
+// The alignment lt_candidates asks of every operand, its pointer and its columns, and so
+// the alignment a GEMM needs to run through the algorithms here.
+inline constexpr uint32_t kLtOperandAlignmentBytes = 16;
+inline bool lt_aligned(const void* ptr) {
+  return reinterpret_cast<uintptr_t>(ptr) % kLtOperandAlignmentBytes == 0;
+}
 
 // One GEMM as cuBLASLt takes it: its descriptor and layouts (D laid out as C), the types
 // its algorithms are made for, and the workspace they may use.
