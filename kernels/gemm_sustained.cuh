@@ -13,15 +13,15 @@
 // 0.5 % longer; chosen by the energy of runs of a second, 1.9 % shorter. Each candidate
 // here therefore runs back to back for kSustainedLeadMs untimed, then kSustainedWindowMs
 // timed, with the GPU loaded throughout; at the cap its time a call is its energy over
-// the cap. With the search's bursts (lt_algorithms.cuh) that is about 20 s a shape, 614 s
-// for GPT-2 small's 28 at batch 64 on an H200: --gemm-algos-file keeps the choices.
+// the cap. With the search's bursts (lt_algorithms.cuh) that is about 25 s a shape, 12
+// minutes for GPT-2 small's 28 at batch 64 on an H200: --gemm-algos-file keeps the choices.
 //
 // The candidates are the algorithm the step would otherwise take (cuBLAS's own for a plain
 // GEMM, cuBLASLt's first for one with an epilogue), cuBLASLt's first kSustainedCandidates,
 // and the kNeighbourConfigurations configurations near them that run fastest in a burst
 // (lt_algorithms.cuh). The fastest is timed once more beside the default, and replaces
 // it only where the two runs of each leave it kSustainedRequiredGainPercent faster: the
-// least of nine noisy figures is biased low.
+// least of seventeen noisy figures is biased low.
 //
 // A GEMM whose output it adds to (beta = 1: the weight gradients) is timed on its own
 // output, which is saved first and restored after, so the call the step makes adds to

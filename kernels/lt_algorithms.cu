@@ -186,18 +186,23 @@ std::vector<cublasLtMatmulAlgo_t> lt_neighbours(const LtProblem& problem,
           search.try_algorithm(algo, false);
       }
   }
-  // The second pass: each cluster shape of up to 2 x 2 and each swizzling of the fastest.
+  // The second pass: each cluster shape of up to 2 x 2, swizzling and custom option of the
+  // fastest. The custom option goes again with the cluster shape: the best configuration of
+  // a tile in one cluster shape may take another custom option than in the first pass's.
   constexpr uint16_t kClusters[] = {CUBLASLT_CLUSTER_SHAPE_1x1x1, CUBLASLT_CLUSTER_SHAPE_2x1x1,
                                     CUBLASLT_CLUSTER_SHAPE_1x2x1, CUBLASLT_CLUSTER_SHAPE_2x2x1};
   for (const cublasLtMatmulAlgo_t& base : search.fastest(kNeighbourTiles, true)) {
     const uint32_t swizzle_max = capability(base, CUBLASLT_ALGO_CAP_CTA_SWIZZLING_SUPPORT) != 0 ? 1 : 0;
+    const auto custom_max = static_cast<uint32_t>(capability(base, CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX));
     for (uint16_t cluster : kClusters)
-      for (uint32_t swizzle = 0; swizzle <= swizzle_max; ++swizzle) {
-        cublasLtMatmulAlgo_t algo = base;
-        if (set_config(algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, cluster) == CUBLAS_STATUS_SUCCESS &&
-            set_config(algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, swizzle) == CUBLAS_STATUS_SUCCESS)
-          search.try_algorithm(algo, false);
-      }
+      for (uint32_t swizzle = 0; swizzle <= swizzle_max; ++swizzle)
+        for (uint32_t custom = 0; custom <= custom_max; ++custom) {
+          cublasLtMatmulAlgo_t algo = base;
+          if (set_config(algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, cluster) == CUBLAS_STATUS_SUCCESS &&
+              set_config(algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, swizzle) == CUBLAS_STATUS_SUCCESS &&
+              set_config(algo, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, custom) == CUBLAS_STATUS_SUCCESS)
+            search.try_algorithm(algo, false);
+        }
   }
   return search.fastest(kNeighbourConfigurations, false);
 }

@@ -9,8 +9,9 @@
 // configurations (other tiles, custom options, cluster shapes and swizzling) are many: over
 // 8000 for a plain GEMM. lt_neighbours therefore searches in two passes of short bursts,
 // first the tiles and custom options (the 128 x 168 tile is fast with a custom option that
-// no candidate has), then the cluster shapes around the fastest, and hands the fastest few
-// to the sustained choice, which has the last word (gemm_sustained.cuh).
+// no candidate has), then the cluster shapes with the custom options around the fastest,
+// and hands the fastest few to the sustained choice, which has the last word
+// (gemm_sustained.cuh).
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
@@ -56,7 +57,7 @@ std::optional<cublasLtMatmulAlgo_t> lt_algorithm_of(const LtProblem& problem, co
 
 // How many configurations lt_neighbours returns, and around how many of its first pass's
 // fastest its second pass searches.
-inline constexpr int kNeighbourConfigurations = 4;
+inline constexpr int kNeighbourConfigurations = 8;
 inline constexpr int kNeighbourTiles = 8;
 
 // A launch of the problem through one algorithm, with cuBLAS's status; its output must be
@@ -66,8 +67,8 @@ using LtLaunch = std::function<cublasStatus_t(const cublasLtMatmulAlgo_t&)>;
 // Up to kNeighbourConfigurations configurations that none of `candidates` is, fastest first
 // in a burst of one call each: first every tile and custom option of each kind of candidate
 // (algorithm, stages, split-K), then, around the kNeighbourTiles fastest configurations so
-// far, every cluster shape of up to 2 x 2 and swizzling. Each configuration cuBLASLt
-// accepts runs on `stream`.
+// far, every cluster shape of up to 2 x 2, swizzling and custom option. Each configuration
+// cuBLASLt accepts runs on `stream`.
 std::vector<cublasLtMatmulAlgo_t> lt_neighbours(const LtProblem& problem,
                                                 const std::vector<cublasLtMatmulAlgo_t>& candidates,
                                                 cudaStream_t stream, const LtLaunch& launch);
