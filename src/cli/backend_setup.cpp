@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <iostream>
 #include <vector>
 #include <string>
 
@@ -140,6 +141,8 @@ BackendSetup make_backend(const RunConfig& config, const ProcessPlacement& where
   }
   auto ops = std::make_unique<CudaOps>(where.local_rank, config.precision, config.gemm_algos,
                                        config.attention_kernel, config.gemm_algos_file);
+  // Every rank chooses for the same shapes at about the same time; rank 0 speaks for them.
+  if (where.rank == 0) ops->report_gemm_choices_to(&std::cout);
   auto nccl = std::make_unique<NcclCommunicator>(MPI_COMM_WORLD, ops->stream(), config.comm_timeout_s,
                                                  config.overlapped_ctas);
   record_links(config, where, *nccl, setup.identity);

@@ -57,6 +57,10 @@ void GemmChoiceFile::store(const std::string& shape, const std::string& algorith
                    "gemm algorithms file: a shape and an algorithm are one field each");
   choices_[shape] = algorithm;
   if (!path_.empty()) write();
+  ++stored_;
+  if (progress_ != nullptr)
+    *progress_ << "gemm algorithm " << stored_ << " chosen under sustained load: " << shape << ": " << algorithm
+               << std::endl;
 }
 
 void GemmChoiceFile::write() const {

@@ -11,10 +11,12 @@
 // breaks. A later entry for a shape replaces an earlier one.
 //
 // Each store() rewrites the whole file through a temporary beside it and a rename, so a
-// reader never sees half a file. Ranks that share one file each write what they hold:
+// reader never sees half a file. Choosing takes tens of seconds a shape, so a run that
+// chooses many reports each one as it is stored, where it is given a stream for that. Ranks that share one file each write what they hold:
 // the last to write wins, and with one model on one kind of GPU they choose for the same
 // shapes.
 #include <map>
+#include <ostream>
 #include <optional>
 #include <string>
 
@@ -28,9 +30,12 @@ class GemmChoiceFile {
   // Why the file's choices were set aside (another machine), or empty.
   const std::string& set_aside_because() const { return set_aside_because_; }
   std::optional<std::string> find(const std::string& shape) const;
-  // Keeps the choice and rewrites the file (where there is one).
+  // Keeps the choice, rewrites the file (where there is one) and writes a line about it to
+  // the progress stream (where there is one).
   void store(const std::string& shape, const std::string& algorithm);
   size_t size() const { return choices_.size(); }
+  // Where store() reports each choice it keeps; null (the default): nowhere.
+  void report_progress_to(std::ostream* progress) { progress_ = progress; }
 
  private:
   void read();
@@ -40,6 +45,8 @@ class GemmChoiceFile {
   std::string machine_;
   std::string set_aside_because_;
   std::map<std::string, std::string> choices_;
+  std::ostream* progress_ = nullptr;
+  int stored_ = 0;  // by this object, that is, in this run
 };
 
 }  // namespace scalestudy

@@ -5,7 +5,10 @@
 // chosen under sustained load.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <sstream>
+#include <string>
 
 #include "cuda_ops_fixture.h"
 
@@ -132,8 +135,9 @@ TEST_P(CudaOpsHalf, TimedAlgorithmChoiceIsMadeOncePerProcess) {
 // algorithm that its first call chose under sustained load: the plain GEMMs through the
 // GemmTuner, those with an epilogue through EpilogueGemm. Their results hold to the same
 // tolerances against the CPU, and the weight gradients, which add to their output, add to
-// the random prior they started from: timing them leaves that output as it was. A second
-// backend given the same --gemm-algos-file takes every choice from it, without timing.
+// the random prior they started from: timing them leaves that output as it was. Each choice
+// is reported as it is made. A second backend given the same --gemm-algos-file takes every
+// choice from it, without timing, and reports none.
 TEST_P(CudaOpsHalf, SustainedAlgorithmsMatchTheCpu) {
   // fp16 takes the same code paths; timing every candidate takes about a minute a precision.
   if (precision_ != Precision::bf16) GTEST_SKIP() << "bf16 stands for both 16-bit modes";
@@ -142,6 +146,8 @@ TEST_P(CudaOpsHalf, SustainedAlgorithmsMatchTheCpu) {
   for (const char* made : {"a call sustained", "as --gemm-algos-file keeps it"}) {
     owned_.clear();  // the backend they came from frees them
     gpu_ = std::make_unique<CudaOps>(0, precision_, GemmAlgos::sustained, AttentionKernel::flash, file);
+    std::ostringstream progress;
+    gpu_->report_gemm_choices_to(&progress);
     const int N = 512;
     check_matmul({.in_channels = 768, .out_channels = 2304, .bias = true}, N);
     check_dense_gelu(N, 768, " (sustained)");
@@ -154,6 +160,11 @@ TEST_P(CudaOpsHalf, SustainedAlgorithmsMatchTheCpu) {
     // The input gradients (written, then added to) and the weight gradients of both layers.
     EXPECT_GE(plain, 4u) << "the plain GEMMs must go through the tuner";
     EXPECT_GE(with_epilogue, 1u) << "the bias epilogue at least (bf16 also takes the GELU's)";
+    // One progress line for each choice made, none for those the file keeps.
+    const std::string reported = progress.str();
+    const size_t made_here = std::string(made) == "a call sustained" ? plain + with_epilogue : 0;
+    EXPECT_EQ(static_cast<size_t>(std::count(reported.begin(), reported.end(), '\n')), made_here) << reported;
+    gpu_->report_gemm_choices_to(nullptr);
   }
   std::remove(file.c_str());
 }

@@ -1,6 +1,7 @@
 // The file of GEMM algorithms chosen under sustained load (--gemm-algos-file): what one run
 // stores, the next run on the same machine finds; a file made on another machine is set
-// aside whole; a shape stored twice keeps its last algorithm.
+// aside whole; a shape stored twice keeps its last algorithm; each choice made is reported
+// as it is stored.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -64,6 +65,26 @@ TEST(GemmChoiceFile, WithoutAPathNothingIsWritten) {
   GemmChoiceFile in_memory("", "NVIDIA H200 | cuBLASLt 130100");
   in_memory.store("shape", "cublas");
   EXPECT_EQ(in_memory.find("shape"), "cublas");
+}
+
+TEST(GemmChoiceFile, EachChoiceStoredIsReportedAsItIsMade) {
+  const std::string path = temporary_path("progress");
+  std::remove(path.c_str());
+  GemmChoiceFile(path, "NVIDIA H200 | cuBLASLt 130100").store("kept from before", "cublas");
+  GemmChoiceFile file(path, "NVIDIA H200 | cuBLASLt 130100");
+  std::ostringstream progress;
+  file.report_progress_to(&progress);
+  EXPECT_EQ(file.find("kept from before"), "cublas");
+  EXPECT_EQ(progress.str(), "") << "a choice found in the file is not made again";
+  file.store("bias bf16 m=2304 n=65536 k=768", "lt id=66 tile=408");
+  file.store("plain bf16 m=768 n=65536 k=768", "cublas");
+  EXPECT_EQ(progress.str(),
+            "gemm algorithm 1 chosen under sustained load: bias bf16 m=2304 n=65536 k=768: lt id=66 tile=408\n"
+            "gemm algorithm 2 chosen under sustained load: plain bf16 m=768 n=65536 k=768: cublas\n");
+  file.report_progress_to(nullptr);
+  file.store("plain bf16 m=768 n=768 k=65536", "cublas");
+  EXPECT_EQ(progress.str().find("m=768 n=768"), std::string::npos) << "reported after reporting stopped";
+  std::remove(path.c_str());
 }
 
 }  // namespace

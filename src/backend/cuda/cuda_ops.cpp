@@ -114,6 +114,10 @@ void CudaOps::reserve_multiprocessors(int count) {
 
 cuda::Blas CudaOps::blas() const { return {cublas_, gemm_tuner_.get()}; }
 
+void CudaOps::report_gemm_choices_to(std::ostream* progress) {
+  if (gemm_choice_file_ != nullptr) gemm_choice_file_->report_progress_to(progress);
+}
+
 CudaOps::~CudaOps() {
   CHECK_CUDA(cudaSetDevice(device_));
   CHECK_CUDA(cudaStreamSynchronize(stream_));

@@ -58,6 +58,7 @@
 #include <set>
 #include <memory>
 #include <mutex>
+#include <ostream>
 #include <string>
 #include <type_traits>
 
@@ -103,6 +104,9 @@ class CudaOps final : public Backend {
   // The compute stream: every op of this backend runs on it, in issue order.
   cudaStream_t stream() const { return stream_; }
   cublasHandle_t cublas_handle() const { return cublas_; }
+  // With --gemm-algos sustained, where a line goes for each GEMM algorithm chosen while
+  // the run goes on (null, the default: nowhere); the first steps can take minutes.
+  void report_gemm_choices_to(std::ostream* progress);
 
   // ---- DeviceMemory -----------------------------------------------------------------
   float* allocate_floats(size_t elems, MemoryKind kind) override;
