@@ -11,13 +11,13 @@
 // breaks. A later entry for a shape replaces an earlier one.
 //
 // Each store() rewrites the whole file through a temporary beside it and a rename, so a
-// reader never sees half a file. Choosing takes tens of seconds a shape, so a run that
-// chooses many reports each one as it is stored, where it is given a stream for that. Ranks that share one file each write what they hold:
+// reader never sees half a file. Ranks that share one file each write what they hold:
 // the last to write wins, and with one model on one kind of GPU they choose for the same
-// shapes.
+// shapes. Choosing takes tens of seconds a shape, so store() also reports each choice, to
+// a stream where it is given one.
 #include <map>
-#include <ostream>
 #include <optional>
+#include <ostream>
 #include <string>
 
 namespace scalestudy {
