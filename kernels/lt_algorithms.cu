@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 #include <set>
 #include <sstream>
 #include <utility>
@@ -57,6 +58,19 @@ int32_t capability(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoCapAttrib
   size_t bytes = 0;
   CHECK_CUBLAS(cublasLtMatmulAlgoCapGetAttribute(&algo, cap, &value, sizeof(value), &bytes));
   return value;
+}
+
+// `algo` with each attribute set to its value; nothing where cuBLASLt refuses one.
+std::optional<cublasLtMatmulAlgo_t> with_config(
+    cublasLtMatmulAlgo_t algo,
+    std::initializer_list<std::pair<cublasLtMatmulAlgoConfigAttributes_t, uint64_t>> values) {
+  for (const auto& [attribute, value] : values)
+    if (set_config(algo, attribute, value) != CUBLAS_STATUS_SUCCESS) return std::nullopt;
+  return algo;
+}
+
+uint32_t custom_option_max(const cublasLtMatmulAlgo_t& algo) {
+  return static_cast<uint32_t>(capability(algo, CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX));
 }
 
 bool accepted(const LtProblem& problem, const cublasLtMatmulAlgo_t& algo) {
@@ -177,14 +191,12 @@ std::vector<cublasLtMatmulAlgo_t> lt_neighbours(const LtProblem& problem,
                                  CUBLASLT_ALGO_CONFIG_SPLITK_NUM, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME})
       kind << config_value(candidate, attribute) << " ";
     if (!kinds.insert(kind.str()).second) continue;
-    const auto custom_max = static_cast<uint32_t>(capability(candidate, CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX));
+    const uint32_t custom_max = custom_option_max(candidate);
     for (uint32_t tile : capability_list(candidate, CUBLASLT_ALGO_CAP_TILE_IDS))
-      for (uint32_t custom = 0; custom <= custom_max; ++custom) {
-        cublasLtMatmulAlgo_t algo = candidate;
-        if (set_config(algo, CUBLASLT_ALGO_CONFIG_TILE_ID, tile) == CUBLAS_STATUS_SUCCESS &&
-            set_config(algo, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, custom) == CUBLAS_STATUS_SUCCESS)
-          search.try_algorithm(algo, false);
-      }
+      for (uint32_t custom = 0; custom <= custom_max; ++custom)
+        if (const auto algo = with_config(candidate, {{CUBLASLT_ALGO_CONFIG_TILE_ID, tile},
+                                                      {CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, custom}}))
+          search.try_algorithm(*algo, false);
   }
   // The second pass: each cluster shape of up to 2 x 2, swizzling and custom option of the
   // fastest. The custom option goes again with the cluster shape: the best configuration of
@@ -193,16 +205,14 @@ std::vector<cublasLtMatmulAlgo_t> lt_neighbours(const LtProblem& problem,
                                     CUBLASLT_CLUSTER_SHAPE_1x2x1, CUBLASLT_CLUSTER_SHAPE_2x2x1};
   for (const cublasLtMatmulAlgo_t& base : search.fastest(kNeighbourTiles, true)) {
     const uint32_t swizzle_max = capability(base, CUBLASLT_ALGO_CAP_CTA_SWIZZLING_SUPPORT) != 0 ? 1 : 0;
-    const auto custom_max = static_cast<uint32_t>(capability(base, CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX));
+    const uint32_t custom_max = custom_option_max(base);
     for (uint16_t cluster : kClusters)
       for (uint32_t swizzle = 0; swizzle <= swizzle_max; ++swizzle)
-        for (uint32_t custom = 0; custom <= custom_max; ++custom) {
-          cublasLtMatmulAlgo_t algo = base;
-          if (set_config(algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, cluster) == CUBLAS_STATUS_SUCCESS &&
-              set_config(algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, swizzle) == CUBLAS_STATUS_SUCCESS &&
-              set_config(algo, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, custom) == CUBLAS_STATUS_SUCCESS)
-            search.try_algorithm(algo, false);
-        }
+        for (uint32_t custom = 0; custom <= custom_max; ++custom)
+          if (const auto algo = with_config(base, {{CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, cluster},
+                                                   {CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, swizzle},
+                                                   {CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, custom}}))
+            search.try_algorithm(*algo, false);
   }
   return search.fastest(kNeighbourConfigurations, false);
 }
