@@ -232,19 +232,9 @@ void EpilogueGemm::keep_sustained_candidate(Plan& plan, cudaStream_t stream, con
       trial.algo = algo;
       return launch(plan, trial, stream, a, b, d);
     };
-    const int offered = static_cast<int>(candidates.size());
-    for (const cublasLtMatmulAlgo_t& algo : lt_neighbours(problem, candidates, stream, launch_with))
-      candidates.push_back(algo);
-    std::vector<GemmLaunch> launches;
-    std::vector<std::string> names;
-    for (size_t index = 0; index < candidates.size(); ++index) {
-      launches.push_back([launch_with, algo = candidates[index]] { return launch_with(algo); });
-      names.push_back(index == 0 ? std::string("cuBLASLt's first")
-                                 : candidate_name(candidates, static_cast<int>(index), offered));
-    }
-    const SustainedChoice choice = choose_sustained(stream, launches);
-    if (file_ != nullptr) file_->store(shape, lt_algorithm_config(candidates[choice.kept]));
-    return ProcessChoice{false, describe_sustained(choice, names), candidates[choice.kept]};
+    const SustainedPick pick = pick_sustained({problem, &candidates, stream, launch_with, {}, {}});
+    if (file_ != nullptr) file_->store(shape, lt_algorithm_config(candidates[pick.kept]));
+    return ProcessChoice{false, pick.description, candidates[pick.kept]};
   });
   plan.sizing.algo = kept.algo;
   plan.choice = kept.description;

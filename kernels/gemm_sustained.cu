@@ -83,6 +83,27 @@ std::string describe_sustained(const SustainedChoice& choice, const std::vector<
   return text.str();
 }
 
+SustainedPick pick_sustained(const SustainedSearch& search) {
+  std::vector<cublasLtMatmulAlgo_t>& candidates = *search.candidates;
+  const int offered = static_cast<int>(candidates.size());
+  for (const cublasLtMatmulAlgo_t& algo : lt_neighbours(search.problem, candidates, search.stream, search.launch))
+    candidates.push_back(algo);
+  const bool has_fallback = static_cast<bool>(search.fallback);
+  std::vector<GemmLaunch> launches;
+  std::vector<std::string> names;
+  if (has_fallback) {
+    launches.push_back(search.fallback);
+    names.push_back(search.fallback_name);
+  }
+  for (int index = 0; index < static_cast<int>(candidates.size()); ++index) {
+    launches.push_back([&, index] { return search.launch(candidates[index]); });
+    names.push_back(!has_fallback && index == 0 ? std::string("cuBLASLt's first")
+                                                : candidate_name(candidates, index, offered));
+  }
+  const SustainedChoice choice = choose_sustained(search.stream, launches);
+  return {choice.kept - (has_fallback ? 1 : 0), describe_sustained(choice, names)};
+}
+
 std::string gemm_machine(int device) {
   cudaDeviceProp properties{};
   CHECK_CUDA(cudaGetDeviceProperties(&properties, device));
@@ -209,20 +230,12 @@ bool GemmTuner::time_candidates(Plan& plan, cublasHandle_t handle, cudaStream_t 
     }
     CHECK_CUDA(cudaMemcpyAsync(saved, g.c.data, c_bytes, cudaMemcpyDeviceToDevice, stream));
   }
-  const int offered = static_cast<int>(plan.candidates.size());
-  for (const cublasLtMatmulAlgo_t& algo :
-       lt_neighbours(problem_of(plan, g), plan.candidates, stream,
-                     [&](const cublasLtMatmulAlgo_t& tried) { return launch(plan, tried, stream, g); }))
-    plan.candidates.push_back(algo);
-  std::vector<GemmLaunch> launches{[&] { return cublas_gemm(handle, g); }};
-  std::vector<std::string> names{"cuBLAS's own"};
-  for (int index = 0; index < static_cast<int>(plan.candidates.size()); ++index) {
-    launches.push_back([&, index] { return launch(plan, plan.candidates[index], stream, g); });
-    names.push_back(candidate_name(plan.candidates, index, offered));
-  }
-  const SustainedChoice choice = choose_sustained(stream, launches);
-  plan.kept = choice.kept - 1;
-  plan.choice = describe_sustained(choice, names);
+  const SustainedPick pick = pick_sustained(
+      {problem_of(plan, g), &plan.candidates, stream,
+       [&](const cublasLtMatmulAlgo_t& algo) { return launch(plan, algo, stream, g); },
+       [&] { return cublas_gemm(handle, g); }, "cuBLAS's own"});
+  plan.kept = pick.kept;
+  plan.choice = pick.description;
   if (saved != nullptr) {
     CHECK_CUDA(cudaMemcpyAsync(g.c.data, saved, c_bytes, cudaMemcpyDeviceToDevice, stream));
     CHECK_CUDA(cudaStreamSynchronize(stream));

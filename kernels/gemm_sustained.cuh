@@ -70,6 +70,24 @@ SustainedChoice choose_sustained(cudaStream_t stream, const std::vector<GemmLaun
 // "<kept>, <ms> ms a call sustained; <default>: <ms>" for a run's summary.
 std::string describe_sustained(const SustainedChoice& choice, const std::vector<std::string>& names);
 
+// A sustained choice among cuBLASLt's candidates for one problem and the configurations
+// near them. The default is `fallback` where given (a plain GEMM: cuBLAS's own), else the
+// first candidate (a GEMM with an epilogue: cuBLASLt's first).
+struct SustainedSearch {
+  LtProblem problem;
+  std::vector<cublasLtMatmulAlgo_t>* candidates;  // the configurations near them are added
+  cudaStream_t stream;
+  LtLaunch launch;
+  GemmLaunch fallback;  // empty: none
+  std::string fallback_name;
+};
+// The index kept among *search.candidates (-1: the fallback), and the run's summary of it.
+struct SustainedPick {
+  int kept = -1;
+  std::string description;
+};
+SustainedPick pick_sustained(const SustainedSearch& search);
+
 // A candidate's name in a run's summary: "cuBLASLt's #<index>" for the heuristic's first
 // `offered`, the configuration for the ones near them.
 std::string candidate_name(const std::vector<cublasLtMatmulAlgo_t>& candidates, int index, int offered);
