@@ -192,19 +192,28 @@ def flops_at(runs, results, gpus):
     return math.nan
 
 
+def one_gpu_reference(run, runs):
+    """The one-GPU run that a scalestudy run's scaling factor is taken over: the run of the same
+    name on one GPU, so that a variant scales from its own options, or else the baseline's
+    (zero2, which has no one-GPU row: on one rank it communicates nothing). None without one."""
+    on_one = {r.name: r for r in runs if r.gpus == 1 and r.side == "scalestudy"}
+    return on_one.get(run.name, on_one.get(BASELINE))
+
+
 def summarise(runs, results):
     """The rows, each scalestudy run's ratio to each PyTorch run on as many GPUs (the
-    baseline's first), and each scalestudy run's factor over the baseline on one GPU, paired
+    baseline's first), and each scalestudy run's factor over its one-GPU reference, paired
     round by round."""
     rows = [row(run, results[run], flops_at(runs, results, run.gpus)) for run in runs]
-    baseline = {run.gpus: run for run in runs if run.name == BASELINE}
     ours = sorted((run for run in runs if run.side == "scalestudy"), key=lambda run: run.name != BASELINE)
     comparisons = [{"gpus": theirs.gpus, "run": mine.name, "against": theirs.name, "precision": theirs.precision,
                     **paired(results[mine], results[theirs])}
                    for mine in ours for theirs in runs
                    if theirs.side == "pytorch" and theirs.gpus == mine.gpus]
-    factors = [{"gpus": run.gpus, "run": run.name, **paired(results[run], results[baseline[1]])}
-               for run in runs if run.side == "scalestudy" and run.gpus > 1 and 1 in baseline]
+    references = {run: one_gpu_reference(run, runs) for run in runs if run.side == "scalestudy" and run.gpus > 1}
+    factors = [{"gpus": run.gpus, "run": run.name, "over": reference.name,
+                **paired(results[run], results[reference])}
+               for run, reference in references.items() if reference is not None]
     return rows, comparisons, factors
 
 
@@ -248,7 +257,7 @@ def format_report(rows, comparisons, factors, rounds):
         lines.append(f"{entry['run']} over {entry['against']} ({entry['precision']}) on {entry['gpus']} GPU(s): "
                      f"{ratio_text(entry, rounds)}")
     for entry in factors:
-        lines.append(f"{entry['run']} on {entry['gpus']} GPUs over scalestudy's own 1-GPU tokens/s: "
+        lines.append(f"{entry['run']} on {entry['gpus']} GPUs over {entry['over']} on 1 GPU: "
                      f"{ratio_text(entry, rounds)}")
     return "\n".join(lines)
 

@@ -51,6 +51,27 @@ def test_rows_are_medians_of_the_rounds_and_ratios_are_paired_within_each_round(
     assert rows[2]["tflops_per_gpu"] == pytest.approx(1e12 * 190.0 / 2 / 1e12)
 
 
+def test_a_variant_scales_from_its_own_one_gpu_run_and_zero2_from_the_baseline():
+    base_one = bench.Run(1, bench.BASELINE, "bf16", "ddp")
+    variant_one = bench.Run(1, f"{bench.BASELINE} [fast]", "bf16", "ddp", "--gemm-algos sustained")
+    base_two = bench.Run(2, bench.BASELINE, "bf16", "ddp")
+    variant_two = bench.Run(2, f"{bench.BASELINE} [fast]", "bf16", "ddp", "--gemm-algos sustained")
+    zero2_two = bench.Run(2, "scalestudy zero2+overlap", "bf16", "zero2")
+    runs = [base_one, variant_one, base_two, variant_two, zero2_two]
+    results = {base_one: [measured(100.0)], variant_one: [measured(110.0)], base_two: [measured(190.0)],
+               variant_two: [measured(198.0)], zero2_two: [measured(192.0)]}
+    _, _, factors = bench.summarise(runs, results)
+    by_run = {f["run"]: f for f in factors}
+    # The variant's 198 over its own 110 (1.8), not over the baseline's 100 (1.98).
+    assert by_run[variant_two.name]["over"] == variant_one.name
+    assert by_run[variant_two.name]["ratio"] == pytest.approx(1.8)
+    assert by_run[zero2_two.name]["over"] == bench.BASELINE
+    assert by_run[zero2_two.name]["ratio"] == pytest.approx(1.92)
+    assert by_run[bench.BASELINE]["ratio"] == pytest.approx(1.9)
+    report = bench.format_report(*bench.summarise(runs, results), rounds=1)
+    assert f"{variant_two.name} on 2 GPUs over {variant_one.name} on 1 GPU: 1.800x" in report
+
+
 def test_a_failed_round_leaves_its_pair_out_and_a_run_that_never_ran_has_no_figures():
     one = bench.Run(1, bench.BASELINE, "bf16", "ddp")
     eager = bench.Run(1, "pytorch eager", "bf16", mode="eager")
@@ -135,7 +156,7 @@ def test_a_cpu_run_of_two_rounds_reads_every_file_and_pairs_the_factors(tmp_path
         within = [a["tokens_per_s"] / b["tokens_per_s"] for a, b in zip(row["rounds"], one)]
         assert factor["ratio"] == pytest.approx(statistics.median(within), rel=1e-12)
         assert (factor["low"], factor["high"]) == (pytest.approx(min(within)), pytest.approx(max(within)))
-    assert "scalestudy zero2+overlap on 2 GPUs over scalestudy's own 1-GPU tokens/s: " in done.stdout
+    assert "scalestudy zero2+overlap on 2 GPUs over scalestudy ddp+overlap on 1 GPU: " in done.stdout
     assert doc["comparisons"] == []
 
 
