@@ -27,12 +27,30 @@ double sustained_ms(cudaStream_t stream, const GemmLaunch& launch) {
   return timed_ms(stream, launch, calls) / calls;
 }
 
-}  // namespace
-
+// A candidate's name in a run's summary: "cuBLASLt's #<index>" for the heuristic's first
+// `offered`, the configuration for the ones near them.
 std::string candidate_name(const std::vector<cublasLtMatmulAlgo_t>& candidates, int index, int offered) {
   if (index < offered) return "cuBLASLt's #" + std::to_string(index);
   return "the configuration near them " + lt_algorithm_config(candidates[index]);
 }
+
+// "<kept>, <ms> ms a call sustained; <default>: <ms>" for a run's summary.
+std::string describe_sustained(const SustainedChoice& choice, const std::vector<std::string>& names) {
+  std::ostringstream text;
+  text.precision(4);
+  const auto ms_of = [&](int index) {
+    std::ostringstream ms;
+    ms.precision(4);
+    if (choice.ms[index] < 0.0) ms << "refused";
+    else ms << choice.ms[index] << " ms";
+    return ms.str();
+  };
+  text << names[choice.kept] << ", " << ms_of(choice.kept) << " a call sustained";
+  if (choice.kept != 0) text << "; " << names[0] << ": " << ms_of(0);
+  return text.str();
+}
+
+}  // namespace
 
 double timed_ms(cudaStream_t stream, const GemmLaunch& launch, int calls) {
   cudaEvent_t begin = nullptr, end = nullptr;
@@ -66,21 +84,6 @@ SustainedChoice choose_sustained(cudaStream_t stream, const std::vector<GemmLaun
   const double required = 1.0 - kSustainedRequiredGainPercent / 100.0;
   if (choice.ms[fastest] <= required * choice.ms[0]) choice.kept = fastest;
   return choice;
-}
-
-std::string describe_sustained(const SustainedChoice& choice, const std::vector<std::string>& names) {
-  std::ostringstream text;
-  text.precision(4);
-  const auto ms_of = [&](int index) {
-    std::ostringstream ms;
-    ms.precision(4);
-    if (choice.ms[index] < 0.0) ms << "refused";
-    else ms << choice.ms[index] << " ms";
-    return ms.str();
-  };
-  text << names[choice.kept] << ", " << ms_of(choice.kept) << " a call sustained";
-  if (choice.kept != 0) text << "; " << names[0] << ": " << ms_of(0);
-  return text.str();
 }
 
 SustainedPick pick_sustained(const SustainedSearch& search) {

@@ -67,9 +67,6 @@ struct SustainedChoice {
 };
 SustainedChoice choose_sustained(cudaStream_t stream, const std::vector<GemmLaunch>& launches);
 
-// "<kept>, <ms> ms a call sustained; <default>: <ms>" for a run's summary.
-std::string describe_sustained(const SustainedChoice& choice, const std::vector<std::string>& names);
-
 // A sustained choice among cuBLASLt's candidates for one problem and the configurations
 // near them. The default is `fallback` where given (a plain GEMM: cuBLAS's own), else the
 // first candidate (a GEMM with an epilogue: cuBLASLt's first).
@@ -87,10 +84,6 @@ struct SustainedPick {
   std::string description;
 };
 SustainedPick pick_sustained(const SustainedSearch& search);
-
-// A candidate's name in a run's summary: "cuBLASLt's #<index>" for the heuristic's first
-// `offered`, the configuration for the ones near them.
-std::string candidate_name(const std::vector<cublasLtMatmulAlgo_t>& candidates, int index, int offered);
 
 // The GPU's model and cuBLASLt's version, for which --gemm-algos-file's choices hold.
 std::string gemm_machine(int device);
