@@ -6,7 +6,9 @@ and its own scaling factors from one GPU.
     python3 jobscripts/bench_vs_pytorch.py --binary build/cuda/scalestudy --batch-per-gpu 64 \\
         --gpus 1 2 --pytorch-modes compile --rounds 3 --json bench.json
 
-scalestudy runs ddp+overlap (and zero2+overlap on more than one GPU) with its defaults.
+scalestudy runs ddp+overlap (and zero2+overlap on more than one GPU) with its defaults,
+and ddp+overlap once more with each --scalestudy-variants' options. A run's scaling factor
+is over the run of the same name on one GPU; zero2's is over ddp's.
 PyTorch (jobscripts/train_torch.py) runs in eager mode and under torch.compile, with bf16
 autocast, fused AdamW and scaled_dot_product_attention (and in fp32 with --precision fp32,
 to compare like with like); on several GPUs it runs DDP through torchrun.
@@ -335,7 +337,8 @@ def parser():
                         help="the precisions PyTorch runs in (default: scalestudy's precision and bf16)")
     result.add_argument("--scalestudy-variants", nargs="*", default=[], type=variant, metavar="NAME=OPTIONS",
                         help="more scalestudy rows, each with further train options under a name, e.g. "
-                             "flash='--attention-kernel flash'")
+                             "flash='--attention-kernel flash'; on several GPUs, each scales from its own "
+                             "one-GPU row")
     return result
 
 
