@@ -197,7 +197,7 @@ def flops_at(runs, results, gpus):
 def one_gpu_reference(run, runs):
     """The one-GPU run that a scalestudy run's scaling factor is taken over: the run of the same
     name on one GPU, so that a variant scales from its own options, or else the baseline's
-    (zero2, which has no one-GPU row: on one rank it communicates nothing). None without one."""
+    (zero2, which the bench does not run on one GPU). None without one."""
     on_one = {r.name: r for r in runs if r.gpus == 1 and r.side == "scalestudy"}
     return on_one.get(run.name, on_one.get(BASELINE))
 
