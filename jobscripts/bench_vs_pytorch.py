@@ -4,14 +4,16 @@ side on one machine: tokens/s and TFLOP/s per GPU, scalestudy's ratio to each Py
 and its own scaling factors from one GPU.
 
     python3 jobscripts/bench_vs_pytorch.py --binary build/cuda/scalestudy --batch-per-gpu 64 \\
-        --gpus 1 2 --pytorch-modes compile --rounds 3 --json bench.json
+        --vocab 50304 50257 --gpus 1 2 --pytorch-modes compile --rounds 2 --json bench.json
 
 scalestudy runs ddp+overlap (and zero2+overlap on more than one GPU) with its defaults,
 and ddp+overlap once more with each --scalestudy-variants' options. A run's scaling factor
 is over the run of the same name on one GPU; zero2's is over ddp's.
-PyTorch (jobscripts/train_torch.py) runs in eager mode and under torch.compile, with bf16
-autocast, fused AdamW and scaled_dot_product_attention (and in fp32 with --precision fp32,
-to compare like with like); on several GPUs it runs DDP through torchrun.
+PyTorch (jobscripts/train_torch.py) is GPT-2 written as nanoGPT writes it, in eager mode
+and under torch.compile, with bf16 autocast, fused AdamW and scaled_dot_product_attention
+(and in fp32 with --precision fp32, to compare like with like); on several GPUs it runs DDP
+through torchrun. Both sides run each --vocab: by default the preset's rounded up to a
+multiple of 64, the padding nanoGPT gives GPT-2.
 
 Rounds: every run is repeated --rounds times, in plan order in the odd rounds and in the
 reverse order in the even ones, so that over an even number of rounds each side runs as
@@ -41,7 +43,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from script_cli import (USAGE_ERROR, UsageError, gpu_name, non_negative_int, positive_float,  # noqa: E402
                         positive_int)
-from train_torch import PRESETS as TORCH_PRESETS  # noqa: E402
+from train_torch import PRESETS as TORCH_PRESETS, padded_vocab  # noqa: E402
 
 BASELINE = "scalestudy ddp+overlap"
 TORCH_WORKER = Path(__file__).resolve().parent / "train_torch.py"
@@ -56,6 +58,7 @@ class Run:
     strategy: str = ""  # scalestudy's --strategy
     options: str = ""   # further scalestudy train options
     mode: str = ""      # PyTorch's eager or compile
+    vocab: int = 0      # the vocabulary, the same on both sides
 
     @property
     def side(self):
@@ -63,17 +66,19 @@ class Run:
 
 
 def plan(args):
-    """The runs of one round, in order: at each GPU count scalestudy's rows, then PyTorch's."""
+    """The runs of one round, in order: for each vocabulary and GPU count scalestudy's rows,
+    then PyTorch's."""
     runs = []
-    for gpus in args.gpus:
-        runs.append(Run(gpus, BASELINE, args.precision, "ddp"))
-        runs += [Run(gpus, f"{BASELINE} [{name}]", args.precision, "ddp", options)
-                 for name, options in args.scalestudy_variants]
-        if gpus > 1:
-            runs.append(Run(gpus, "scalestudy zero2+overlap", args.precision, "zero2"))
-        if gpus in args.pytorch_gpus:
-            runs += [Run(gpus, f"pytorch {mode}", precision, mode=mode)
-                     for mode in args.pytorch_modes for precision in args.pytorch_precisions]
+    for vocab in args.vocab:
+        for gpus in args.gpus:
+            runs.append(Run(gpus, BASELINE, args.precision, "ddp", vocab=vocab))
+            runs += [Run(gpus, f"{BASELINE} [{name}]", args.precision, "ddp", options, vocab=vocab)
+                     for name, options in args.scalestudy_variants]
+            if gpus > 1:
+                runs.append(Run(gpus, "scalestudy zero2+overlap", args.precision, "zero2", vocab=vocab))
+            if gpus in args.pytorch_gpus:
+                runs += [Run(gpus, f"pytorch {mode}", precision, mode=mode, vocab=vocab)
+                         for mode in args.pytorch_modes for precision in args.pytorch_precisions]
     return runs
 
 
@@ -94,14 +99,14 @@ def launcher(gpus):
 def scalestudy_command(args, run, output):
     return launcher(run.gpus) + [
         args.binary, "train", "--backend", args.backend, "--precision", run.precision, "--model", args.model,
-        "--seq", str(args.seq), "--batch-per-rank", str(args.batch_per_gpu), "--data", "random",
+        "--vocab", str(run.vocab), "--seq", str(args.seq), "--batch-per-rank", str(args.batch_per_gpu), "--data", "random",
         "--steps", str(args.steps + args.warmup), "--warmup-steps", str(args.warmup),
         "--strategy", run.strategy, "--overlap", "on", "--log-every", "1000", "--output", str(output),
         "--overwrite", *shlex.split(run.options)]
 
 
 def pytorch_command(args, run):
-    worker = [str(TORCH_WORKER), "--model", args.model, "--seq", str(args.seq), "--batch-per-gpu",
+    worker = [str(TORCH_WORKER), "--model", args.model, "--vocab", str(run.vocab), "--seq", str(args.seq), "--batch-per-gpu",
               str(args.batch_per_gpu), "--mode", run.mode, "--precision", run.precision,
               "--steps", str(args.steps), "--warmup", str(args.warmup)]
     if run.gpus > 1:
@@ -126,7 +131,7 @@ def execute(command, timeout_s):
 
 def measure_scalestudy(args, run, round_index):
     slug = re.sub(r"[^A-Za-z0-9.]+", "-", run.name).strip("-")
-    output = Path(args.workdir) / f"{slug}-{run.gpus}gpu-round{round_index + 1}.h5"
+    output = Path(args.workdir) / f"{slug}-v{run.vocab}-{run.gpus}gpu-round{round_index + 1}.h5"
     _, reason = execute(scalestudy_command(args, run, output), args.timeout_s)
     if reason:
         return {"failed": reason}
@@ -183,11 +188,11 @@ def paired(numerators, denominators):
     return {"ratio": statistics.median(ratios), "low": min(ratios), "high": max(ratios), "rounds": len(ratios)}
 
 
-def flops_at(runs, results, gpus):
-    """Model FLOPs of one step at a GPU count, from any scalestudy result at that count: the
-    PyTorch rows train the same model on the same tokens."""
+def flops_at(runs, results, gpus, vocab):
+    """Model FLOPs of one step at a GPU count and vocabulary, from any scalestudy result of
+    them: the PyTorch rows train the same model on the same tokens."""
     for run in runs:
-        if run.gpus == gpus and run.side == "scalestudy":
+        if run.gpus == gpus and run.vocab == vocab and run.side == "scalestudy":
             for result in results[run]:
                 if ok(result):
                     return result["flops_per_step"]
@@ -198,22 +203,22 @@ def one_gpu_reference(run, runs):
     """The one-GPU run that a scalestudy run's scaling factor is taken over: the run of the same
     name on one GPU, so that a variant scales from its own options, or else the baseline's
     (zero2, which the bench does not run on one GPU). None without one."""
-    on_one = {r.name: r for r in runs if r.gpus == 1 and r.side == "scalestudy"}
+    on_one = {r.name: r for r in runs if r.gpus == 1 and r.vocab == run.vocab and r.side == "scalestudy"}
     return on_one.get(run.name, on_one.get(BASELINE))
 
 
 def summarise(runs, results):
-    """The rows, each scalestudy run's ratio to each PyTorch run on as many GPUs (the
-    baseline's first), and each scalestudy run's factor over its one-GPU reference, paired
-    round by round."""
-    rows = [row(run, results[run], flops_at(runs, results, run.gpus)) for run in runs]
+    """The rows, each scalestudy run's ratio to each PyTorch run on as many GPUs and the same
+    vocabulary (the baseline's first), and each scalestudy run's factor over its one-GPU
+    reference, paired round by round."""
+    rows = [row(run, results[run], flops_at(runs, results, run.gpus, run.vocab)) for run in runs]
     ours = sorted((run for run in runs if run.side == "scalestudy"), key=lambda run: run.name != BASELINE)
-    comparisons = [{"gpus": theirs.gpus, "run": mine.name, "against": theirs.name, "precision": theirs.precision,
-                    **paired(results[mine], results[theirs])}
+    comparisons = [{"gpus": theirs.gpus, "vocab": theirs.vocab, "run": mine.name, "against": theirs.name,
+                    "precision": theirs.precision, **paired(results[mine], results[theirs])}
                    for mine in ours for theirs in runs
-                   if theirs.side == "pytorch" and theirs.gpus == mine.gpus]
+                   if theirs.side == "pytorch" and (theirs.gpus, theirs.vocab) == (mine.gpus, mine.vocab)]
     references = {run: one_gpu_reference(run, runs) for run in runs if run.side == "scalestudy" and run.gpus > 1}
-    factors = [{"gpus": run.gpus, "run": run.name, "over": reference.name,
+    factors = [{"gpus": run.gpus, "vocab": run.vocab, "run": run.name, "over": reference.name,
                 **paired(results[run], results[reference])}
                for run, reference in references.items() if reference is not None]
     return rows, comparisons, factors
@@ -242,24 +247,27 @@ def ratio_text(entry, rounds):
 
 
 def format_report(rows, comparisons, factors, rounds):
-    lines = ["| GPUs | run | precision | tokens/s | TFLOP/s per GPU | vs scalestudy (same GPUs) | rounds |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| GPUs | vocab | run | precision | tokens/s | TFLOP/s per GPU | vs scalestudy (same GPUs, vocab) | rounds |",
+             "|---|---|---|---|---|---|---|---|"]
     for entry in rows:
-        ours = next((r["tokens_per_s"] for r in rows if r["gpus"] == entry["gpus"] and r["name"] == BASELINE),
-                    math.nan)
+        ours = next((r["tokens_per_s"] for r in rows if (r["gpus"], r["vocab"], r["name"]) ==
+                     (entry["gpus"], entry["vocab"], BASELINE)), math.nan)
         done = sum(ok(r) for r in entry["rounds"])
         if done == 0:
-            lines.append(f"| {entry['gpus']} | {entry['name']} | {entry['precision']} | failed | | | 0 of {rounds} |")
+            lines.append(f"| {entry['gpus']} | {entry['vocab']} | {entry['name']} | {entry['precision']} | failed | | | "
+                         f"0 of {rounds} |")
             continue
-        lines.append(f"| {entry['gpus']} | {entry['name']} | {entry['precision']} | {entry['tokens_per_s']:,.0f} | "
+        lines.append(f"| {entry['gpus']} | {entry['vocab']} | {entry['name']} | {entry['precision']} | "
+                     f"{entry['tokens_per_s']:,.0f} | "
                      f"{tflops_text(entry['tflops_per_gpu'])} | {cut(entry['tokens_per_s'] / ours)} | "
                      f"{done} of {rounds} |")
     lines.append("")
     for entry in comparisons:
-        lines.append(f"{entry['run']} over {entry['against']} ({entry['precision']}) on {entry['gpus']} GPU(s): "
+        lines.append(f"{entry['run']} over {entry['against']} ({entry['precision']}) on {entry['gpus']} GPU(s), "
+                     f"vocab {entry['vocab']}: "
                      f"{ratio_text(entry, rounds)}")
     for entry in factors:
-        lines.append(f"{entry['run']} on {entry['gpus']} GPUs over {entry['over']} on 1 GPU: "
+        lines.append(f"{entry['run']} on {entry['gpus']} GPUs over {entry['over']} on 1 GPU, vocab {entry['vocab']}: "
                      f"{ratio_text(entry, rounds)}")
     return "\n".join(lines)
 
@@ -307,6 +315,9 @@ def parser():
     result.add_argument("--model", default="gpt2-small",
                         help="a preset of `scalestudy info`; PyTorch builds " + ", ".join(sorted(TORCH_PRESETS))
                              + " (default: %(default)s)")
+    result.add_argument("--vocab", type=positive_int, nargs="+", default=None,
+                        help="vocabulary sizes to run, each on both sides alike (default: the preset's, rounded "
+                             "up to a multiple of 64 as nanoGPT pads GPT-2's 50257 to 50304)")
     result.add_argument("--seq", type=positive_int, default=1024, help="tokens per sequence (default: %(default)s)")
     result.add_argument("--batch-per-gpu", type=positive_int, default=8,
                         help="sequences per GPU per step, on both sides (default: %(default)s)")
@@ -343,8 +354,9 @@ def parser():
 
 
 def scalestudy_presets(binary):
+    """The presets of `scalestudy info`, each with its vocabulary."""
     listing = subprocess.run([binary, "info"], capture_output=True, text=True).stdout.splitlines()
-    return {line.split()[0] for line in listing[1:] if line.strip()}
+    return {line.split()[0]: int(line.split()[4]) for line in listing[1:] if line.strip()}
 
 
 def check_inputs(args):
@@ -355,8 +367,10 @@ def check_inputs(args):
         args.pytorch_modes = [] if args.backend == "cpu" else ["eager", "compile"]
     if args.backend == "cpu" and args.pytorch_modes:
         raise UsageError("--pytorch-modes: PyTorch's side runs on GPUs only; with --backend cpu give none")
-    if args.model not in scalestudy_presets(args.binary):
+    presets = scalestudy_presets(args.binary)
+    if args.model not in presets:
         raise UsageError(f"--model {args.model}: not a preset of `{args.binary} info`")
+    args.vocab = args.vocab or [padded_vocab(presets[args.model])]
     if args.pytorch_modes and args.model not in TORCH_PRESETS:
         raise UsageError(f"--model {args.model}: PyTorch's side builds {', '.join(sorted(TORCH_PRESETS))} only; "
                          "give --pytorch-modes no value to run scalestudy alone")
@@ -386,7 +400,8 @@ def main(argv=None):
             result = measure(args, run, round_index)
             results[run][round_index] = result
             figure = f"{result['tokens_per_s']:,.0f} tokens/s" if ok(result) else f"failed: {result['failed']}"
-            print(f"[round {round_index + 1}/{args.rounds}] {run.gpus} GPU(s), {run.name} {run.precision}: {figure}",
+            print(f"[round {round_index + 1}/{args.rounds}] {run.gpus} GPU(s), vocab {run.vocab}, {run.name} "
+                  f"{run.precision}: {figure}",
                   flush=True)
             if args.json:
                 rows, comparisons, factors = summarise(runs, results)

@@ -1,15 +1,24 @@
 #!/usr/bin/env python3
-"""The PyTorch side of jobscripts/bench_vs_pytorch.py: the training step of a model of
-scalestudy's shape and math, timed on one GPU, or on several through DDP under torchrun.
+"""The PyTorch side of jobscripts/bench_vs_pytorch.py: GPT-2 written the way nanoGPT's
+`model.py` and `train.py` write it for speed, timed on one GPU, or on several through DDP
+under torchrun.
 
-The model is GPT-2's (or, for the BERT presets, the same blocks without the causal mask):
-token plus learned position embeddings; per block LayerNorm, the QKV dense layer,
-scaled_dot_product_attention, the output dense layer and a residual add, then LayerNorm,
-dense 4C, tanh GELU, dense C and a residual add; a final LayerNorm and the LM head tied to
-the token embedding; cross-entropy in fp32 over the logits. The step is scalestudy's: bf16
-autocast (or fp32), backward, gradient clipping at norm 1, fused AdamW (lr 6e-4, betas 0.9
-and 0.95, weight decay 0.1). Random tokens, drawn once. With `--mode compile` the model runs
-under torch.compile; compilation happens in the warm-up steps.
+The model follows nanoGPT (github.com/karpathy/nanoGPT): token plus learned position
+embeddings; per block LayerNorm, the QKV `nn.Linear`, `F.scaled_dot_product_attention`
+(causal; bidirectional for the BERT presets), the output `nn.Linear` and a residual add,
+then LayerNorm, `nn.Linear` to 4C, GELU, `nn.Linear` back to C and a residual add; a final
+LayerNorm and the LM head, an `nn.Linear` without bias whose weight is the token
+embedding's; `F.cross_entropy` over the logits as autocast gives them. Two choices follow
+scalestudy rather than nanoGPT, so that both sides do the same arithmetic: GELU is the tanh
+approximation (GPT-2's own), and the vocabulary is the one given (`--vocab`; nanoGPT pads
+GPT-2's 50257 to 50304, a multiple of 64, and bench_vs_pytorch.py runs both sizes on both
+sides).
+
+The step is nanoGPT's: bf16 autocast (or fp32, with TF32 off so that fp32 means fp32),
+backward, gradient clipping at norm 1, fused AdamW (lr 6e-4, betas 0.9 and 0.95, weight
+decay 0.1 on the matrices and embeddings only), gradients set to None. Random tokens, drawn
+once. With `--mode compile` the model is compiled with `torch.compile` (and wrapped in DDP
+after, as nanoGPT does); compilation happens in the warm-up steps.
 
 Each measured step is timed between two CUDA events on the current stream; on several GPUs
 a step's time is the slowest rank's. Prints one line, `RESULT {json}`, with the median step
@@ -25,44 +34,86 @@ PRESETS = {"gpt2-small": (12, 768, 12, 50257, 1024), "gpt2-medium": (24, 1024, 1
            "bert-large": (24, 1024, 16, 30522, 512)}
 
 
-def build_model(name):
+def padded_vocab(vocab, multiple=64):
+    """The vocabulary rounded up to a multiple of 64, as nanoGPT pads GPT-2's: the LM head's
+    GEMMs then tile evenly."""
+    return -(-vocab // multiple) * multiple
+
+
+def build_model(name, vocab=None, device=None):
+    """The preset's model at `vocab` (default: the preset's), on `device`; returns it and its
+    vocabulary."""
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
 
-    layers, hidden, heads, vocab, max_seq = PRESETS[name]
+    layers, hidden, heads, preset_vocab, max_seq = PRESETS[name]
+    vocab = vocab or preset_vocab
     causal = not name.startswith("bert")
+
+    class SelfAttention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c_attn = nn.Linear(hidden, 3 * hidden)
+            self.c_proj = nn.Linear(hidden, hidden)
+
+        def forward(self, x):
+            b, t, c = x.shape
+            q, k, v = self.c_attn(x).split(c, dim=2)
+            q, k, v = (z.view(b, t, heads, c // heads).transpose(1, 2) for z in (q, k, v))
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            return self.c_proj(y.transpose(1, 2).contiguous().view(b, t, c))
+
+    class MLP(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c_fc = nn.Linear(hidden, 4 * hidden)
+            self.gelu = nn.GELU(approximate="tanh")
+            self.c_proj = nn.Linear(4 * hidden, hidden)
+
+        def forward(self, x):
+            return self.c_proj(self.gelu(self.c_fc(x)))
 
     class Block(nn.Module):
         def __init__(self):
             super().__init__()
-            self.ln1, self.ln2 = nn.LayerNorm(hidden), nn.LayerNorm(hidden)
-            self.qkv, self.proj = nn.Linear(hidden, 3 * hidden), nn.Linear(hidden, hidden)
-            self.fc, self.fc_proj = nn.Linear(hidden, 4 * hidden), nn.Linear(4 * hidden, hidden)
+            self.ln_1, self.attn = nn.LayerNorm(hidden), SelfAttention()
+            self.ln_2, self.mlp = nn.LayerNorm(hidden), MLP()
 
         def forward(self, x):
-            b, t, c = x.shape
-            q, k, v = self.qkv(self.ln1(x)).split(c, dim=2)
-            q, k, v = (z.view(b, t, heads, c // heads).transpose(1, 2) for z in (q, k, v))
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-            x = x + self.proj(y.transpose(1, 2).reshape(b, t, c))
-            return x + self.fc_proj(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+            x = x + self.attn(self.ln_1(x))
+            return x + self.mlp(self.ln_2(x))
 
-    class Transformer(nn.Module):
+    class GPT(nn.Module):
         def __init__(self):
             super().__init__()
             self.wte, self.wpe = nn.Embedding(vocab, hidden), nn.Embedding(max_seq, hidden)
-            self.blocks = nn.ModuleList(Block() for _ in range(layers))
-            self.lnf = nn.LayerNorm(hidden)
+            self.h = nn.ModuleList(Block() for _ in range(layers))
+            self.ln_f = nn.LayerNorm(hidden)
+            self.lm_head = nn.Linear(hidden, vocab, bias=False)
+            self.wte.weight = self.lm_head.weight  # tied, as in GPT-2
 
         def forward(self, idx, targets):
-            x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1], device=idx.device))
-            for block in self.blocks:
+            positions = torch.arange(idx.shape[1], dtype=torch.long, device=idx.device)
+            x = self.wte(idx) + self.wpe(positions)
+            for block in self.h:
                 x = block(x)
-            logits = self.lnf(x) @ self.wte.weight.t()
-            return F.cross_entropy(logits.float().reshape(-1, vocab), targets.reshape(-1))
+            logits = self.lm_head(self.ln_f(x))
+            return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
 
-    return Transformer(), vocab
+    with torch.device(device or "cpu"):
+        model = GPT()
+    return model, vocab
+
+
+def adamw(model, fused=True):
+    """nanoGPT's optimizer: weight decay on the parameters of two dimensions or more."""
+    import torch
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
+              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=6e-4, betas=(0.9, 0.95), fused=fused)
 
 
 def measure(args):
@@ -75,21 +126,21 @@ def measure(args):
     torch.cuda.set_device(local)
     if world > 1:
         torch.distributed.init_process_group("nccl")
-    model, vocab = build_model(args.model)
-    model = model.cuda()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1,
-                                  fused=True)
-    if world > 1:
-        model = nn.parallel.DistributedDataParallel(model, device_ids=[local])
-    step_model = torch.compile(model) if args.mode == "compile" else model
-    dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
     torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    model, vocab = build_model(args.model, args.vocab, device="cuda")
+    optimizer = adamw(model)
+    step_model = torch.compile(model) if args.mode == "compile" else model
+    if world > 1:
+        step_model = nn.parallel.DistributedDataParallel(step_model, device_ids=[local])
+    dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
     generator = torch.Generator(device="cuda").manual_seed(1234 + rank)
-    tokens = torch.randint(0, vocab, (args.batch_per_gpu, args.seq + 1), device="cuda", generator=generator)
+    data = torch.randint(0, vocab, (args.batch_per_gpu, args.seq + 1), device="cuda", generator=generator)
+    inputs, targets = data[:, :-1].contiguous(), data[:, 1:].contiguous()
 
     def step():
         with torch.autocast("cuda", dtype=dtype, enabled=args.precision == "bf16"):
-            loss = step_model(tokens[:, :-1], tokens[:, 1:])
+            loss = step_model(inputs, targets)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
@@ -116,12 +167,14 @@ def measure(args):
         # /summary, so that both sides are read alike.
         median = statistics.median(times)
         tokens_per_s = args.batch_per_gpu * args.seq * world / median
-        print("RESULT " + json.dumps({"median_step_s": median, "tokens_per_s": tokens_per_s}), flush=True)
+        print("RESULT " + json.dumps({"median_step_s": median, "tokens_per_s": tokens_per_s, "vocab": vocab}),
+              flush=True)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", choices=sorted(PRESETS), required=True)
+    parser.add_argument("--vocab", type=int, default=None, help="vocabulary size (default: the preset's)")
     parser.add_argument("--seq", type=int, required=True)
     parser.add_argument("--batch-per-gpu", type=int, required=True)
     parser.add_argument("--mode", choices=("eager", "compile"), required=True)

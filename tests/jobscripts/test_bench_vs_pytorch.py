@@ -69,7 +69,7 @@ def test_a_variant_scales_from_its_own_one_gpu_run_and_zero2_from_the_baseline()
     assert by_run[zero2_two.name]["ratio"] == pytest.approx(1.92)
     assert by_run[bench.BASELINE]["ratio"] == pytest.approx(1.9)
     report = bench.format_report(*bench.summarise(runs, results), rounds=1)
-    assert f"{variant_two.name} on 2 GPUs over {variant_one.name} on 1 GPU: 1.800x" in report
+    assert f"{variant_two.name} on 2 GPUs over {variant_one.name} on 1 GPU, vocab 0: 1.800x" in report
 
 
 def test_a_failed_round_leaves_its_pair_out_and_a_run_that_never_ran_has_no_figures():
@@ -85,8 +85,8 @@ def test_a_failed_round_leaves_its_pair_out_and_a_run_that_never_ran_has_no_figu
     assert comparison["rounds"] == 0
     assert rows[1]["rounds"][2] == {"failed": "not run"}
     report = bench.format_report(rows, [comparison], [], 3)
-    assert "| 1 | scalestudy ddp+overlap | bf16 | failed | | | 0 of 3 |" in report
-    assert "over pytorch eager (bf16) on 1 GPU(s): no round gave both runs" in report
+    assert "| 1 | 0 | scalestudy ddp+overlap | bf16 | failed | | | 0 of 3 |" in report
+    assert "over pytorch eager (bf16) on 1 GPU(s), vocab 0: no round gave both runs" in report
 
 
 def test_each_scalestudy_variant_gets_its_own_ratio_after_the_baselines():
@@ -99,7 +99,7 @@ def test_each_scalestudy_variant_gets_its_own_ratio_after_the_baselines():
     assert [(c["run"], c["against"]) for c in comparisons] == [(one.name, compiled.name), (tuned.name, compiled.name)]
     assert comparisons[1]["ratio"] == pytest.approx(1.31)
     report = bench.format_report(rows, comparisons, [], 2)
-    assert ("scalestudy ddp+overlap [tuned] over pytorch compile (bf16) on 1 GPU(s): 1.310x "
+    assert ("scalestudy ddp+overlap [tuned] over pytorch compile (bf16) on 1 GPU(s), vocab 0: 1.310x "
             "(median of 2 rounds; 1.300 to 1.320)") in report
 
 
@@ -110,12 +110,33 @@ def test_the_report_cuts_ratios_to_three_decimals_with_the_rounds_range():
     report = bench.format_report(*bench.summarise([one, compiled], results), 2)
     # 1.2496 reads as 1.249, not as the 1.250 that rounding gives: a ratio must not appear
     # to reach a bar it misses. The median of 1.2496 and 1.3 is 1.2748.
-    assert ("scalestudy ddp+overlap over pytorch compile (bf16) on 1 GPU(s): 1.274x "
+    assert ("scalestudy ddp+overlap over pytorch compile (bf16) on 1 GPU(s), vocab 0: 1.274x "
             "(median of 2 rounds; 1.249 to 1.300)") in report
     one_round = {one: [measured(1249.6)], compiled: [measured(1000.0)]}
     report = bench.format_report(*bench.summarise([one, compiled], one_round), 1)
-    assert "on 1 GPU(s): 1.249x\n" in report + "\n"
-    assert "| 1 | pytorch compile | bf16 | 1,000 | 1000.0 | 0.800 | 1 of 1 |" in report
+    assert "on 1 GPU(s), vocab 0: 1.249x\n" in report + "\n"
+    assert "| 1 | 0 | pytorch compile | bf16 | 1,000 | 1000.0 | 0.800 | 1 of 1 |" in report
+
+
+def test_ratios_and_factors_pair_runs_of_the_same_vocabulary_only():
+    ours = {vocab: bench.Run(1, bench.BASELINE, "bf16", "ddp", vocab=vocab) for vocab in (50304, 50257)}
+    theirs = {vocab: bench.Run(1, "pytorch compile", "bf16", mode="compile", vocab=vocab) for vocab in (50304, 50257)}
+    two = bench.Run(2, bench.BASELINE, "bf16", "ddp", vocab=50257)
+    runs = [ours[50304], theirs[50304], ours[50257], theirs[50257], two]
+    results = {ours[50304]: [measured(120.0)], theirs[50304]: [measured(100.0)],
+               ours[50257]: [measured(110.0)], theirs[50257]: [measured(80.0)], two: [measured(209.0)]}
+    rows, comparisons, factors = bench.summarise(runs, results)
+    assert [(c["vocab"], c["ratio"]) for c in comparisons] == [(50304, pytest.approx(1.2)),
+                                                               (50257, pytest.approx(1.375))]
+    [factor] = factors
+    assert (factor["vocab"], factor["ratio"]) == (50257, pytest.approx(1.9))
+    # Each row's "vs scalestudy" is against scalestudy at its own vocabulary.
+    report = bench.format_report(rows, comparisons, factors, 1)
+    assert "| 1 | 50257 | pytorch compile | bf16 | 80 | 80.0 | 0.727 | 1 of 1 |" in report
+
+
+def test_the_default_vocabulary_is_the_presets_padded_to_a_multiple_of_64():
+    assert [bench.padded_vocab(v) for v in (64, 50257, 30522, 65)] == [64, 50304, 30528, 128]
 
 
 def test_even_rounds_run_in_reverse_order():
@@ -137,8 +158,8 @@ def test_a_cpu_run_of_two_rounds_reads_every_file_and_pairs_the_factors(tmp_path
                       "--workdir", str(tmp_path / "runs"), "--json", str(document))
     assert done.returncode == 0, done.stdout + done.stderr
     order = [line.split("] ", 1)[1].split(":")[0] for line in done.stdout.splitlines() if line.startswith("[round")]
-    first = ["1 GPU(s), scalestudy ddp+overlap fp32", "2 GPU(s), scalestudy ddp+overlap fp32",
-             "2 GPU(s), scalestudy zero2+overlap fp32"]
+    first = ["1 GPU(s), vocab 64, scalestudy ddp+overlap fp32", "2 GPU(s), vocab 64, scalestudy ddp+overlap fp32",
+             "2 GPU(s), vocab 64, scalestudy zero2+overlap fp32"]
     assert order == first + first[::-1]
     doc = json.loads(document.read_text())
     assert [(r["gpus"], r["name"]) for r in doc["rows"]] == [(1, "scalestudy ddp+overlap"),
@@ -156,8 +177,21 @@ def test_a_cpu_run_of_two_rounds_reads_every_file_and_pairs_the_factors(tmp_path
         within = [a["tokens_per_s"] / b["tokens_per_s"] for a, b in zip(row["rounds"], one)]
         assert factor["ratio"] == pytest.approx(statistics.median(within), rel=1e-12)
         assert (factor["low"], factor["high"]) == (pytest.approx(min(within)), pytest.approx(max(within)))
-    assert "scalestudy zero2+overlap on 2 GPUs over scalestudy ddp+overlap on 1 GPU: " in done.stdout
+    assert "scalestudy zero2+overlap on 2 GPUs over scalestudy ddp+overlap on 1 GPU, vocab 64: " in done.stdout
     assert doc["comparisons"] == []
+
+
+@needs_binary
+def test_each_vocabulary_reaches_scalestudy(tmp_path):
+    document = tmp_path / "bench.json"
+    done = run_script("--binary", BINARY, *TINY, "--vocab", "64", "96", "--workdir", str(tmp_path / "runs"),
+                      "--json", str(document))
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = json.loads(document.read_text())["rows"]
+    assert [row["vocab"] for row in rows] == [64, 96]
+    for row in rows:
+        with h5py.File(row["rounds"][0]["file"], "r") as handle:
+            assert int(handle["config"].attrs["vocab"]) == row["vocab"]
 
 
 @needs_binary
@@ -166,7 +200,7 @@ def test_a_run_that_fails_makes_the_exit_status_1_and_keeps_the_others(tmp_path)
     done = run_script("--binary", BINARY, *TINY, "--scalestudy-variants", "broken=--no-such-option",
                       "--workdir", str(tmp_path / "runs"), "--json", str(document))
     assert done.returncode == 1, done.stdout + done.stderr
-    assert "| 1 | scalestudy ddp+overlap [broken] | fp32 | failed | | | 0 of 1 |" in done.stdout
+    assert "| 1 | 64 | scalestudy ddp+overlap [broken] | fp32 | failed | | | 0 of 1 |" in done.stdout
     rows = json.loads(document.read_text())["rows"]
     assert rows[0]["tokens_per_s"] > 0 and rows[1]["rounds"] == [{"failed": "exited with 2"}]
     assert rows[1]["tokens_per_s"] is None
@@ -178,6 +212,7 @@ def test_a_run_that_fails_makes_the_exit_status_1_and_keeps_the_others(tmp_path)
     (["--warmup", "-1"], "--warmup"),
     (["--timeout-s", "0"], "--timeout-s"),
     (["--gpus", "two"], "--gpus"),
+    (["--vocab", "0"], "--vocab"),
     (["--scalestudy-variants", "no name=--overlap off"], "--scalestudy-variants"),
 ])
 def test_bad_values_exit_2_naming_the_option(args, named, tmp_path):

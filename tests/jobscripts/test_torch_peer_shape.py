@@ -1,0 +1,62 @@
+"""The PyTorch training peer (jobscripts/train_torch.py) builds the model scalestudy trains:
+for every preset it builds, the same parameter count and the same training FLOPs per token
+as `scalestudy info` gives, so that a ratio of tokens/s is a ratio of speed on the same
+work. PyTorch's side is counted on the meta device (shapes only, no memory, no GPU):
+parameters once each (the LM head's weight is the embedding's), and the FLOPs of a forward
+and backward by torch.utils.flop_counter, which counts every matrix product, attention's
+included, from the operators actually dispatched.
+
+Needs PyTorch and the scalestudy binary (SCALESTUDY_BINARY); skipped without either."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "jobscripts"))
+import train_torch  # noqa: E402
+
+BINARY = os.environ.get("SCALESTUDY_BINARY")
+pytestmark = pytest.mark.skipif(not BINARY, reason="set SCALESTUDY_BINARY to the scalestudy binary")
+
+
+def scalestudy_presets():
+    """name -> (parameters, training GFLOP per token) from `scalestudy info`'s table."""
+    listing = subprocess.run([BINARY, "info"], capture_output=True, text=True, check=True).stdout.splitlines()
+    return {fields[0]: (int(fields[7]), float(fields[8])) for fields in map(str.split, listing[1:]) if fields}
+
+
+def peer_counts(name, vocab=None):
+    """The peer's parameters and training FLOPs per token at the preset's sequence length."""
+    model, vocab = train_torch.build_model(name, vocab, device="meta")
+    parameters = sum(p.numel() for p in model.parameters())  # a tied tensor is listed once
+    seq = train_torch.PRESETS[name][4]
+    tokens = torch.zeros((1, seq), dtype=torch.long, device="meta")
+    with FlopCounterMode(display=False) as counter:
+        model(tokens, tokens).backward()
+    return parameters, counter.get_total_flops() / seq
+
+
+@pytest.mark.parametrize("name", sorted(train_torch.PRESETS))
+def test_the_peer_has_scalestudys_parameters_and_flops_per_token(name):
+    parameters, flops_per_token = peer_counts(name)
+    ours_parameters, ours_gflop_per_token = scalestudy_presets()[name]
+    assert parameters == ours_parameters
+    # `scalestudy info` prints GFLOP/token to three decimals: the peer's count must round to it.
+    assert round(flops_per_token / 1e9, 3) == pytest.approx(ours_gflop_per_token, abs=1e-9)
+
+
+def test_the_padded_vocabulary_adds_only_the_tied_tables_rows():
+    layers, hidden, heads, vocab, max_seq = train_torch.PRESETS["gpt2-small"]
+    padded = train_torch.padded_vocab(vocab)
+    assert padded == 50304
+    base, base_flops = peer_counts("gpt2-small")
+    wider, wider_flops = peer_counts("gpt2-small", padded)
+    assert wider - base == (padded - vocab) * hidden
+    # The LM head's forward and backward: 3 x 2 FLOPs per multiply-add per token.
+    assert wider_flops - base_flops == pytest.approx(6 * hidden * (padded - vocab), rel=1e-12)
