@@ -10,18 +10,17 @@ logits = x @ wte^T without bias, all of them returned. Weights and activations a
 PyTorch's LayerNorm and attention kernels accumulate in fp32. LayerNorm's epsilon is 1e-5.
 
 What is compiled, and how often: the embedding, one block and the head are three functions
-that take their weights as arguments. By default ("regional" compilation) each is compiled
-alone, so the 12 or 24 blocks run one compiled block; with scope "whole" the forward is one
-graph, every block in it. torch.compile runs in its default mode with dynamic=False, so it
-compiles once for each (batch, seq); dynamo's caches are reset before each shape, so a point
-runs only the code made for it. Compilation happens in the warm-up, outside the timed
-samples, and its wall time is recorded.
+that take their weights as arguments. By default (scope "whole") the forward is one graph,
+every block in it, as torch.compile(model) gives a user; with scope "regional" each region
+is compiled alone, so the 12 or 24 blocks run one compiled block. torch.compile runs in its
+default mode with dynamic=False, so it compiles once for each (batch, seq); dynamo's caches
+are reset before each shape, so a point runs only the code made for it. Compilation happens
+in the warm-up, outside the timed samples, and its wall time is recorded.
 
-The two scopes trade compile time for host overhead. On one H100 at BERT-large, a whole
-graph takes 13-16 s to compile per shape against about 2.5 s regionally (the whole default
-grid would take over 20 minutes), and both run the same GPU work: 105.2 ms against 105.9 ms at
-batch 64 × 1024. Where the GPU work is small, the host's time to enter 24 compiled blocks
-shows: 7.9 ms regionally against 5.8 ms whole at 8 × 128, 7.8 ms against 4.4 ms at 1 × 128.
+The two scopes trade compile time for host time. Both run the same GPU work, but a whole
+graph takes several times longer to compile per shape, while regionally the host enters
+each compiled block in turn, which shows where the GPU work is small (a batch of a few
+short sequences): there the whole graph is the faster PyTorch, and the fair peer.
 """
 import math
 import statistics
@@ -212,7 +211,7 @@ def run_point(shape, weights, mode, batch, seq, timing, compile_scope):
     return point
 
 
-def run_grid(shape, modes, batches, seqs, timing, compile_scope="regional", progress=print):
+def run_grid(shape, modes, batches, seqs, timing, compile_scope="whole", progress=print):
     """Every point of the grid, sequence length by sequence length, batches rising. Once a
     mode runs out of memory at a batch, its larger batches at that length are not tried
     (they need more of every tensor) and are recorded as oom with that reason."""

@@ -20,9 +20,11 @@ table (`scalestudy-bench-report --pytorch` draws them). With --pytorch-file (an 
 --json) and --scalestudy-file, it joins results without running them; only the PyTorch
 runs need torch, and reading the bench files needs h5py.
 
-The default grid (5 lengths × 9 batches, BERT-base and BERT-large) took 6 minutes on one
-H100, about 4 of them PyTorch's, of which 2.5 s per shape compiling; --quick runs 6 points
-per model.
+PyTorch compiles the whole forward once per shape by default, as a user who writes
+torch.compile(model) gets; that takes seconds per shape, so the default grid (5 lengths × 9
+batches, BERT-base and BERT-large) takes tens of minutes, and --compile-scope regional
+(one compiled block for all) shortens it at the cost of host time at small shapes. --quick
+runs 6 points per model.
 """
 import argparse
 import json
@@ -287,17 +289,18 @@ def parser():
     result.add_argument("--backend", default="cuda", choices=("cuda", "cpu"),
                         help="scalestudy's backend (cpu with --pytorch-file checks the script without a GPU)")
     result.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES, help="PyTorch modes to run")
-    result.add_argument("--compile-scope", default="regional", choices=("regional", "whole"),
-                        help="compile each block alone (one compiled block for all) or the whole forward; "
-                             "jobscripts/inference_torch.py gives the trade-off")
+    result.add_argument("--compile-scope", default="whole", choices=("regional", "whole"),
+                        help="compile the whole forward, as torch.compile(model) does, or each block alone (one "
+                             "compiled block for all: faster to compile, slower to enter at small shapes); "
+                             "jobscripts/inference_torch.py gives the trade-off (default: %(default)s)")
     result.add_argument("--samples", type=positive_int, default=5, help="PyTorch: timed samples per point")
     result.add_argument("--point-budget-s", type=float, default=1.0,
                         help="PyTorch: a point stops sampling after this many seconds once it has 3 samples")
     result.add_argument("--min-sample-ms", type=float, default=20.0,
                         help="PyTorch: a sample repeats the call until it lasts this long")
     # The first warm-up sample of the bench is a single call, which leaves a GPU that sat idle
-    # cold for the first point: with --warmup 1, BERT-base at 1 × 64 read 2.6 ms first in a
-    # run and 0.67 ms after other work. Two more warm-up samples of min-sample-ms each warm it.
+    # at a low clock for the first point, several times slower than after other work. Two
+    # more warm-up samples of min-sample-ms each bring it to its working clock.
     result.add_argument("--scalestudy-options", default="--warmup 3 --repeats 5 --min-sample-ms 20",
                         help="further options of scalestudy bench inference (its timing by default)")
     result.add_argument("--scalestudy-file", action="append", type=model_pair, default=[], metavar="MODEL=FILE",
