@@ -3,7 +3,10 @@ scaling, strategy, N) that A and another set both measured: the ratio of through
 step time and efficiency, each with a bootstrap interval over repeats and steps, a
 verdict at a stated level, and how many more repeats would decide an undecided point;
 written as compare.md (and its HTML), compare.csv, compare.json and one figure of the
-ratios against N per compared set."""
+ratios against N per compared set. Series that ran different work (model shape, batch,
+sequence length, precision, gradient accumulation) are listed as not comparable, with no
+ratio and no verdict: compare is for what runs the same work differently (device, build,
+network, strategy)."""
 import json
 import math
 import re
@@ -28,6 +31,12 @@ from .metrics import group_series  # noqa: E402
 from .plots import DPI, _legend_outside, _world_size_axis  # noqa: E402
 
 DEFAULTS = {"level": 0.95, "threshold": 0.01, "resamples": 2000, "seed": 0}
+# What makes two runs the same work. Two series that differ in any of these measure
+# different work, so a ratio of their speeds mixes what is being compared (device, build,
+# network, strategy) with the work itself: such a pair gets no ratios and no verdict.
+WORKLOAD_KEYS = ("layers", "hidden", "heads", "vocab", "max_seq", "attention", "seq", "precision",
+                 "grad_accum", "global_batch", "batch_per_rank")
+NOT_COMPARABLE = "not comparable"
 
 
 @dataclass
@@ -108,14 +117,40 @@ def differences(a, b):
             if key not in skip and first.get(key) != second.get(key)]
 
 
+def workload_differences(a_runs, b_runs):
+    """The workload keys whose values differ between two groups of runs, each as
+    "key: A's values → B's values"."""
+    def values(runs, key):
+        return " + ".join(sorted({str(run.config.get(key, "—")) for run in runs}))
+    return [f"{key}: {values(a_runs, key)} → {values(b_runs, key)}" for key in WORKLOAD_KEYS
+            if values(a_runs, key) != values(b_runs, key)]
+
+
+def _not_comparable_row(reference, other, key, n, work, level):
+    nothing = Ratio(math.nan, math.nan, math.nan, level)
+    return {"reference": reference.label, "compared": other.label,
+            "model": key[0], "scaling": key[1], "strategy": key[2], "N": n, "N0": math.nan,
+            "repeats_reference": 0, "repeats_compared": 0,
+            "throughput_ratio": nothing, "step_time_ratio": nothing, "efficiency_ratio": nothing,
+            "verdict": NOT_COMPARABLE, "efficiency_verdict": "", "more_repeats": None,
+            "differs": "; ".join(work)}
+
+
 def compare_pair(reference, other, options):
     """Rows of the comparison of `other` against `reference`, one per key and N that both
-    measured."""
+    measured; a pair of series that differ in workload gives rows without ratios, marked
+    not comparable."""
     rows = []
     for key in sorted(set(reference.by_key) & set(other.by_key)):
         a, b = reference.by_key[key], other.by_key[key]
         sizes = sorted({r.world_size for r in a.runs} & {r.world_size for r in b.runs})
         if not sizes:
+            continue
+        shared_a = [run for n in sizes for run in _runs_at(a, n)]
+        shared_b = [run for n in sizes for run in _runs_at(b, n)]
+        work = workload_differences(shared_a, shared_b)
+        if work:
+            rows += [_not_comparable_row(reference, other, key, n, work, options["level"]) for n in sizes]
             continue
         samples = {(name, n): Sample.of(_runs_at(series, n)) for name, series in (("a", a), ("b", b))
                    for n in sizes}
@@ -200,6 +235,17 @@ def comparison_table(rows):
                       row["step_time_ratio"].cell(), row["efficiency_ratio"].cell(),
                       row["efficiency_verdict"] or "—", _more_cell(row), row["differs"] or "—"])
     return table(header, lines)
+
+
+def not_comparable_lines(rows):
+    """One line per pair of series that measured different work."""
+    lines = {}
+    for row in rows:
+        if row["verdict"] == NOT_COMPARABLE:
+            key = f"{row['model']} {row['scaling']} {row['strategy']}"
+            lines.setdefault(key, f"- {key}: {NOT_COMPARABLE}, different work ({row['differs']}); "
+                                  "no ratio or verdict")
+    return list(lines.values())
 
 
 def unmatched_lines(reference, other):
@@ -307,8 +353,9 @@ def write_compare(paths, out_dir, labels=None, **options):
              "", "## Method", "", METHOD.format(**options), ""]
     all_rows = []
     for other in sets[1:]:
-        rows = compare_pair(reference, other, options)
-        all_rows += rows
+        pair_rows = compare_pair(reference, other, options)
+        all_rows += pair_rows
+        rows = [row for row in pair_rows if row["verdict"] != NOT_COMPARABLE]
         parts += [f"## {other.label} against {reference.label}", ""]
         if rows:
             counts = pd.Series([row["verdict"] for row in rows]).value_counts()
@@ -321,8 +368,8 @@ def write_compare(paths, out_dir, labels=None, **options):
                                options["threshold"])
             parts += [f"![Ratios of {other.label} to {reference.label} against N]({name})", ""]
         else:
-            parts += ["No (model, scaling, strategy, N) was measured in both sets.", ""]
-        unmatched = unmatched_lines(reference, other)
+            parts += ["No (model, scaling, strategy, N) of the same work was measured in both sets.", ""]
+        unmatched = not_comparable_lines(pair_rows) + unmatched_lines(reference, other)
         if unmatched:
             parts += ["Not compared:", ""] + unmatched + [""]
     flat = flat_rows(all_rows)

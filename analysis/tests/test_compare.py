@@ -175,3 +175,24 @@ def test_experiment_files_stand_for_their_sweeps_results(tmp_path):
     assert (rows["verdict"] == "slower").all() and set(rows["compared"]) == {"after"}
     assert main(["compare", str(tmp_path / "experiments" / "before.ini"),
                  str(tmp_path / "nothing.ini"), "-o", str(tmp_path / "o2")]) == 2
+
+
+@pytest.mark.parametrize("change", [{"global_batch": 32}, {"seq": "128"}, {"precision": "bf16"},
+                                    {"grad_accum": "2"}, {"hidden": "128"}])
+def test_sets_that_ran_different_work_get_no_verdict(tmp_path, change):
+    rng = np.random.default_rng(5)
+    write_set(tmp_path / "before", range(2), rng)
+    for n in SIZES:
+        for repeat in range(2):
+            config = base_config(repeat=repeat, global_batch=16)
+            config.update({key: str(value) for key, value in change.items()})
+            write_run(tmp_path / "other" / f"n{n}-r{repeat}.h5", world_size=n, steps=STEPS,
+                      warmup_steps=WARMUP, step_times=step_time(n) / 2, config=config)
+    out, rows = compare(tmp_path, tmp_path / "before", tmp_path / "other")
+    [key] = change
+    assert (rows["verdict"] == "not comparable").all(), rows[["N", "verdict"]]
+    assert rows["throughput_ratio"].isna().all() and rows["efficiency_ratio"].isna().all()
+    assert rows["differs"].str.contains(f"{key}: ").all()
+    report = (out / "compare.md").read_text()
+    assert "Verdicts on throughput" not in report and "**faster**" not in report
+    assert f"not comparable, different work ({key}: " in report
