@@ -139,6 +139,33 @@ def compare_main(argv):
     return 0
 
 
+def trace_parser():
+    result = argparse.ArgumentParser(
+        prog="scalestudy-report trace",
+        description="Write a run's timeline as Chrome Trace Event JSON, which Perfetto "
+                    "(ui.perfetto.dev) and chrome://tracing open: one process per rank; tracks "
+                    "for the steps, the compute stream's phases, each comm-stream phase, the "
+                    "collectives and, for runs made with --profile-kernels, each GPU stream's "
+                    "kernels. Steps are laid end to end on each rank.",
+        epilog="Exit status: 0 on success, 2 on bad arguments or a file without step intervals.")
+    result.add_argument("run", metavar="RUN.h5", type=Path, help="a result file (.h5 or .h5.partial)")
+    result.add_argument("-o", "--out", metavar="FILE.json", type=Path, default=None,
+                        help="where to write the trace (default: RUN.trace.json beside the run)")
+    return result
+
+
+def trace_main(argv):
+    args = trace_parser().parse_args(argv)
+    if not args.run.is_file():
+        return _usage_error(f"RUN.h5 {str(args.run)!r} is not a file")
+    from .trace import TraceError, write_trace
+    try:
+        print(write_trace(args.run, args.out))
+    except TraceError as error:
+        return _usage_error(str(error))
+    return 0
+
+
 def _usage_error(message):
     print(f"scalestudy-report: error: {message}", file=sys.stderr)
     return USAGE_ERROR
@@ -148,6 +175,8 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["compare"]:
         return compare_main(argv[1:])
+    if argv[:1] == ["trace"]:
+        return trace_main(argv[1:])
     args = parser().parse_args(argv)
     message = _check_results_dir(args.results_dir, "RESULTS_DIR")
     if message:
