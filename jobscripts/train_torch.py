@@ -16,9 +16,10 @@ sides).
 
 The step is nanoGPT's: bf16 autocast (or fp32, with TF32 off so that fp32 means fp32),
 backward, gradient clipping at norm 1, fused AdamW (lr 6e-4, betas 0.9 and 0.95, weight
-decay 0.1 on the matrices and embeddings only), gradients set to None. Random tokens, drawn
-once. With `--mode compile` the model is compiled with `torch.compile` (and wrapped in DDP
-after, as nanoGPT does); compilation happens in the warm-up steps.
+decay 0.1 on the matrices and embeddings only), gradients set to None. The weights start
+as GPT-2's (init_weights); random tokens, drawn once. With `--mode compile` the model is
+compiled with `torch.compile` (and wrapped in DDP after, as nanoGPT does); compilation
+happens in the warm-up steps.
 
 Each measured step is timed between two CUDA events on the current stream; on several GPUs
 a step's time is the slowest rank's. Prints one line, `RESULT {json}`, with the median step
@@ -103,7 +104,25 @@ def build_model(name, vocab=None, device=None):
 
     with torch.device(device or "cpu"):
         model = GPT()
+    init_weights(model, layers)
     return model, vocab
+
+
+def init_weights(model, layers):
+    """GPT-2's initialisation, as nanoGPT and scalestudy give it: matrices and embeddings
+    N(0, 0.02), the residual projections N(0, 0.02/sqrt(2 layers)), biases 0, LayerNorm 1
+    and 0. The values matter to speed, not only to training: a GPU at its power cap runs
+    the same GEMMs at different clocks for operands of different magnitudes."""
+    import torch
+    import torch.nn as nn
+
+    with torch.no_grad():
+        for name, module in model.named_modules():
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                residual = name.endswith("c_proj")
+                module.weight.normal_(0.0, 0.02 / (2 * layers) ** 0.5 if residual else 0.02)
+            if isinstance(module, nn.Linear) and module.bias is not None:
+                module.bias.zero_()
 
 
 def adamw(model, fused=True):

@@ -60,3 +60,16 @@ def test_the_padded_vocabulary_adds_only_the_tied_tables_rows():
     assert wider - base == (padded - vocab) * hidden
     # The LM head's forward and backward: 3 x 2 FLOPs per multiply-add per token.
     assert wider_flops - base_flops == pytest.approx(6 * hidden * (padded - vocab), rel=1e-12)
+
+
+def test_the_peer_starts_from_gpt2s_initialisation():
+    layers = train_torch.PRESETS["gpt2-small"][0]
+    model, _ = train_torch.build_model("gpt2-small")
+    # A normal tensor of 768 x 768 or more: its sample deviation lies within 2 % of the
+    # true one (the standard error of a deviation over n samples is 1/sqrt(2n)).
+    assert model.wpe.weight.std().item() == pytest.approx(0.02, rel=0.02)
+    assert model.lm_head.weight is model.wte.weight
+    assert model.wte.weight.std().item() == pytest.approx(0.02, rel=0.02)
+    assert model.h[0].attn.c_proj.weight.std().item() == pytest.approx(0.02 / (2 * layers) ** 0.5, rel=0.02)
+    assert model.h[0].mlp.c_fc.bias.abs().max().item() == 0
+    assert model.h[0].ln_1.weight.min().item() == 1
