@@ -17,8 +17,10 @@ out=${1:-gpu-check}
 mkdir -p "$out" && out=$(cd "$out" && pwd)
 cd "$root" || exit 1
 
-export NCCL_NVLS_ENABLE=0  # NVLink multicast off on every rank
-mpirun=(mpirun --bind-to none -x NCCL_NVLS_ENABLE)
+# NCCL runs with its defaults, except for the NCCL_* settings of the caller's environment
+# (NCCL_NVLS_ENABLE=0, say), which reach every rank.
+mpirun=(mpirun --bind-to none)
+for name in $(compgen -e | grep '^NCCL_'); do mpirun+=(-x "$name"); done
 [ "$(id -u)" = 0 ] && mpirun+=(--allow-run-as-root)
 failed=()
 

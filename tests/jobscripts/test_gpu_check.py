@@ -49,7 +49,7 @@ done
 }
 
 
-def run_check(tmp_path, gpus, *args, ctest_status=0):
+def run_check(tmp_path, gpus, *args, ctest_status=0, nccl_env=None):
     repo = tmp_path / "repo"
     (repo / "jobscripts").mkdir(parents=True)
     shutil.copy(ROOT / "jobscripts" / "gpu_check.sh", repo / "jobscripts" / "gpu_check.sh")
@@ -61,7 +61,8 @@ def run_check(tmp_path, gpus, *args, ctest_status=0):
     calls = tmp_path / "calls.log"
     env = dict(os.environ, PATH=f"{stubs}:{os.environ['PATH']}", GPUS=str(gpus), CALLS=str(calls),
                CTEST_STATUS=str(ctest_status))
-    env.pop("NCCL_NVLS_ENABLE", None)
+    env = {key: value for key, value in env.items() if not key.startswith("NCCL_")}
+    env.update(nccl_env or {})
     cwd = tmp_path / "work"
     cwd.mkdir()
     result = subprocess.run(["bash", str(repo / "jobscripts" / "gpu_check.sh"), *args], cwd=cwd, env=env,
@@ -77,7 +78,8 @@ def test_two_gpus_build_test_and_train_with_each_strategy(tmp_path):
     assert calls[2].startswith("ctest --preset cuda -L gpu")
     trains = calls[3:]
     assert len(trains) == 3
-    assert all("NCCL_NVLS_ENABLE=0" in line and "-x NCCL_NVLS_ENABLE" in line for line in trains)
+    # NCCL's defaults: nothing is set or forwarded that the caller did not set.
+    assert all("NCCL_NVLS_ENABLE= " in line and "-x" not in line for line in trains)
     assert "-np 1" in trains[0]
     assert "-np 2" in trains[1] and "--strategy ddp --overlap on" in trains[1]
     assert "-np 2" in trains[2] and "--strategy zero2 --overlap on" in trains[2]
@@ -102,3 +104,12 @@ def test_a_failing_gpu_test_fails_the_check_and_is_named(tmp_path):
     assert "failed: GPU tests" in result.stderr
     # The training still runs, so one check reports everything that is wrong.
     assert any(line.startswith("mpirun") for line in calls)
+
+
+def test_the_callers_nccl_settings_reach_every_rank(tmp_path):
+    result, calls, _ = run_check(tmp_path, 2, "out", nccl_env={"NCCL_NVLS_ENABLE": "0", "NCCL_DEBUG": "WARN"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    trains = calls[3:]
+    assert len(trains) == 3
+    assert all("NCCL_NVLS_ENABLE=0" in line and "-x NCCL_NVLS_ENABLE" in line and "-x NCCL_DEBUG" in line
+               for line in trains)
