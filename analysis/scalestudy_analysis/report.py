@@ -31,6 +31,7 @@ from .memory import memory_figures, memory_markdown, memory_table
 from .metrics import comm_part_name, group_series, series_peak
 from .schema import MEMORY_KIND_NAMES
 from .timeline import timeline
+from .trace import series_trace
 
 DEFINITIONS = """\
 - **Step time** of a step: the longest `step` phase over all ranks. Warm-up steps, and
@@ -419,7 +420,11 @@ def write_report(results_dir, out_dir, baseline=None, bench_files=()):
     if not series_list:
         sections += ["No usable runs: every file was left out (see Problems).", ""]
     for series in series_list:
-        figures = [plots.breakdown(series, out_dir), timeline(series, out_dir)]
+        drawn = timeline(series, out_dir)
+        trace = series_trace(series, out_dir)
+        drawn = replace(drawn, note=f"{drawn.note}; every step of that run, for Perfetto "
+                                    f"(ui.perfetto.dev) or chrome://tracing: [{trace}]({trace})")
+        figures = [plots.breakdown(series, out_dir), drawn]
         sections += [_series_section(series, figures, results_dir, details[series.index]), ""]
     memory_figures_ = memory_figures(series_list, {i: d.memory for i, d in details.items()},
                                      out_dir)

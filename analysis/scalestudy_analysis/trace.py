@@ -23,6 +23,7 @@ import numpy as np
 from .load import read_run
 from .reading import text_list
 from .schema import KERNEL_TRACE_GROUP
+from .timeline import timeline_run
 
 STEP_PHASE = "step"
 COMM_PHASES = ("grad-comm", "param-gather")
@@ -143,6 +144,12 @@ def trace_document(path):
     return {"traceEvents": events, "displayTimeUnit": "ms",
             "otherData": {"file": str(path), "status": run.status, "git_sha": run.git_sha,
                           "world_size": run.world_size, "clock": "steps laid end to end per rank"}}
+
+
+def series_trace(series, out_dir):
+    """The trace of the run whose step the report draws for a series (timeline_run), as
+    out_dir/trace_<slug>.json; returns the file's name."""
+    return write_trace(timeline_run(series).path, Path(out_dir) / f"trace_{series.slug}.json").name
 
 
 def write_trace(path, out_path=None):

@@ -164,3 +164,15 @@ def test_the_series_exports_carry_the_reports_numbers(built_report):
     assert [len(series["points"]) for series in document["series"]] == [len(WORLD_SIZES)] * len(STRATEGIES)
     first = document["series"][0]["points"][0]
     assert first["N"] == 1 and first["exposed_comm_fraction"] is None and first["speedup"] == 1.0
+
+
+def test_each_series_links_the_trace_of_its_drawn_run(built_report):
+    report = (built_report / "report.md").read_text()
+    traces = sorted(built_report.glob("trace_*.json"))
+    assert len(traces) == len(STRATEGIES)
+    for trace in traces:
+        assert f"[{trace.name}]({trace.name})" in report
+        document = json.loads(trace.read_text())
+        # The drawn run is the largest N: one process per rank.
+        ranks = {event["pid"] for event in document["traceEvents"]}
+        assert ranks == set(range(max(WORLD_SIZES)))
