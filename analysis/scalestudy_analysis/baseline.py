@@ -1,7 +1,11 @@
-"""A common baseline (`--baseline SERIES`): every series' efficiency against one series'
-N0, so that strategies compare on one scale. Efficiency against a baseline series b is
+"""A common baseline: every series' efficiency against one series' N0, so that strategies
+compare on one scale. By default, among the series of one kind (comparable_key) run on one
+machine and build, the one fastest at the smallest N any of them measured; `--baseline
+SERIES` names another. Efficiency against a baseline series b is
 throughput(N) · N0_b / (N · throughput_b(N0_b)): for strong scaling the speedup over b's
 smallest run per rank added; for weak scaling tokens/s per rank over b's at N0_b."""
+from collections import defaultdict
+
 import numpy as np
 
 from . import machine
@@ -66,11 +70,29 @@ def resolve(series_list, spec):
     return chosen
 
 
+def default_baselines(series_list):
+    """{series index: baseline series}: for each group of series of one kind on one machine
+    and build, the member with the highest throughput at the smallest N of the group, so
+    that series differing only in strategy or overlap share one baseline: each strategy's
+    own N0 would make one that is slower on few GPUs look as if it scaled better."""
+    groups = defaultdict(list)
+    for series in series_list:
+        groups[(comparable_key(series), _machine(series))].append(series)
+    chosen = {}
+    for members in groups.values():
+        n0 = min(series.baseline_n for series in members)
+        fastest = max((series for series in members if series.baseline_n == n0),
+                      key=lambda series: float(series.table.set_index("N").loc[n0, "tokens_per_s"]))
+        chosen.update({series.index: fastest for series in members})
+    return chosen
+
+
 def add_common_efficiency(series_list, spec):
     """Adds to each series' table the efficiency against its baseline series
     (efficiency_common, with _lo and _hi from the throughput's IQR band) and the
-    baseline's number and N0; NaN for a series without one. Returns {index: baseline}."""
-    chosen = resolve(series_list, spec) if spec else {}
+    baseline's number and N0; NaN for a series without one. The baselines are those
+    --baseline names (spec), or else default_baselines'. Returns {index: baseline}."""
+    chosen = resolve(series_list, spec) if spec else default_baselines(series_list)
     for series in series_list:
         table = series.table
         baseline = chosen.get(series.index)

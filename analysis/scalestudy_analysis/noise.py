@@ -9,6 +9,7 @@ import numpy as np
 
 from . import machine
 from .loss import LOSS_DEPARTURE_WARNING
+from .markdown import table
 from .metrics import series_peak
 
 # An IQR wider than this share of the median step makes differences of that size noise.
@@ -147,8 +148,26 @@ def collect(series_list, details):
     return found + _build_warnings(series_list)
 
 
+# What a reader can do about each kind of warning.
+WHAT_TO_DO = {
+    "oversubscribed": "run fewer ranks per node, or spread them over more nodes",
+    "oversubscribed threads": "leave a core per rank for its communication thread (fewer ranks per node)",
+    "unbound": "bind ranks to cores (mpirun --bind-to core, srun --cpu-bind=cores)",
+    "shared cores": "give each rank cores of its own",
+    "cores unknown": "rerun with a build that records the host's cores",
+    "noisy": "run on an exclusive node, with more steps or repeats",
+    "superlinear": "check the baseline run for noise or oversubscription, and repeat it",
+    "few repeats": "raise repeats in the experiment file",
+    "breakdown": "read the parts as typical steps; look for outlier steps in the timeline",
+    "loss departs": "check that the strategy trains as one rank does (the equivalence tests)",
+    "dirty build": "rebuild from a committed tree before runs that are to be compared",
+    "peak varies": "compare MFU within one host, or give the peak rate",
+}
+
+
 def warnings_section(flags):
-    """One bullet per kind and meaning, naming every place it holds with its number."""
+    """A table of one row per kind and meaning: where it holds (with each place's number),
+    what it means and what to do."""
     if not flags:
         return ("None: no host had more ranks than cores (where recorded), every step time's "
                 f"IQR is within {IQR_WARNING:.0%} of its median, no efficiency exceeds "
@@ -158,8 +177,9 @@ def warnings_section(flags):
     for flag in flags:
         grouped.setdefault((flag.kind, flag.message), []).append(
             flag.where + (f" ({flag.detail})" if flag.detail else ""))
-    return "\n".join(f"- **{kind}**: {message}. At {'; '.join(places)}."
-                     for (kind, message), places in grouped.items())
+    return table(["kind", "where", "what it means", "what to do"],
+                 [[f"**{kind}**", "; ".join(places), message, WHAT_TO_DO.get(kind, "—")]
+                  for (kind, message), places in grouped.items()])
 
 
 CPU_STUDY = """\

@@ -44,10 +44,10 @@ def _save(figure, out_dir, name):
 
 
 def _line_plot(series_list, out_dir, name, title, column, ylabel, ideal=None, band=None,
-               log_y_base=None, ideal_in_series_colour=False, y_from_zero=False):
+               log_y_base=None, ideal_in_series_colour=False, y_from_zero=False, figsize=(9, 4.5)):
     """Lines of one column against N, an optional IQR band, and a dashed ideal
     (ideal(series) gives its y values at the series' N; identical ideals are drawn once)."""
-    figure, axis = plt.subplots(figsize=(9, 4.5))
+    figure, axis = plt.subplots(figsize=figsize)
     sizes = []
     drawn = set()
     for series, label in zip(series_list, legend_labels(series_list)):
@@ -212,7 +212,8 @@ def _wrap(text, width=70):
 
 
 def common_efficiency(series_list, out_dir, baselines):
-    """Per scaling mode, every series' efficiency against its common baseline series."""
+    """Per scaling mode, every series' efficiency against its common baseline series: the
+    report's headline figure, sized to share the first screen with the summary table."""
     figures = []
     for scaling in ("strong", "weak"):
         with_base = [s for s in series_list if s.scaling == scaling and s.index in baselines]
@@ -225,7 +226,8 @@ def common_efficiency(series_list, out_dir, baselines):
                                   _wrap(title), "efficiency_common",
                                   "throughput · N0 / (N · baseline throughput at N0)",
                                   ideal=lambda s: np.ones(len(s.table)),
-                                  band=("efficiency_common_lo", "efficiency_common_hi")))
+                                  band=("efficiency_common_lo", "efficiency_common_hi"),
+                                  figsize=(8, 3.4)))
         figures[-1].title = title
     return figures
 

@@ -30,8 +30,16 @@ from .markdown import (figure_markdown as _figure_markdown, fmt as _fmt, percent
 from .memory import memory_figures, memory_markdown, memory_table
 from .metrics import comm_part_name, group_series, series_peak
 from .schema import MEMORY_KIND_NAMES
+from .scaling_loss import loss_figures, loss_table
 from .timeline import timeline
 from .trace import series_trace
+from .verdict import summary_section
+
+SCALING_LOSS_INTRO = """\
+Each series' median step at N against the ideal, T(N0)·N0/N for strong scaling and T(N0)
+for weak, and the difference split over the breakdown's parts: a part's median at N less
+its median at N0 scaled as the ideal is. Shares are of the step at N, so they add up to
+1 − efficiency; "unexplained" is what the parts' medians leave of the median step."""
 
 DEFINITIONS = """\
 - **Step time** of a step: the longest `step` phase over all ranks. Warm-up steps, and
@@ -377,8 +385,8 @@ def write_report(results_dir, out_dir, baseline=None, bench_files=()):
     _csv_frame(frame).to_csv(out_dir / "runs.csv", index=False)
 
     overview = plots.overview_figures(series_list, out_dir)
-    if baseline:
-        overview += plots.common_efficiency(series_list, out_dir, baselines)
+    headline = {figure.file.split("_", 1)[0]: figure
+                for figure in plots.common_efficiency(series_list, out_dir, baselines)}
     details = {s.index: series_details(s, series_list, out_dir, benches) for s in series_list}
     flags = noise.collect(series_list, details)
     write_series_exports(series_list, details, out_dir)
@@ -389,6 +397,22 @@ def write_report(results_dir, out_dir, baseline=None, bench_files=()):
         f"scalestudy-analysis {__version__}. One row per run: `runs.csv`; one per series "
         "and N: `series.csv` and `series.json`.",
         "",
+        "## Summary",
+        "",
+        summary_section(series_list, baselines, bool(baseline), headline),
+        "",
+        "## Warnings",
+        "",
+        noise.warnings_section(flags),
+        "",
+        "## Where the scaling went",
+        "",
+        SCALING_LOSS_INTRO,
+        "",
+        loss_table(series_list),
+        "",
+        "\n\n".join(_figure_markdown(figure) for figure in loss_figures(series_list, out_dir)),
+        "",
         "## What was loaded",
         "",
         _loaded_section(results_dir, runs, series_list),
@@ -398,18 +422,10 @@ def write_report(results_dir, out_dir, baseline=None, bench_files=()):
         "",
         overview_section(series_list),
         "",
-        "## Warnings",
-        "",
-        noise.warnings_section(flags),
-        "",
     ]
     if noise.has_cpu_series(series_list):
         sections += ["## What a CPU study can show", "", noise.CPU_STUDY, ""]
     sections += [
-        "## Definitions",
-        "",
-        DEFINITIONS,
-        "",
         "## Overview",
         "",
         "\n\n".join(_figure_markdown(figure) for figure in overview),
@@ -441,6 +457,7 @@ def write_report(results_dir, out_dir, baseline=None, bench_files=()):
                      for p in problems]
     else:
         sections += ["None: every file was complete, readable and consistent."]
+    sections += ["", "## Appendix: definitions", "", DEFINITIONS]
     report = out_dir / "report.md"
     report.write_text("\n".join(sections) + "\n", encoding="utf-8")
     write_html(report)

@@ -59,7 +59,7 @@ def throughput_by_hand(strategy, world_size):
 def speedups_in_report(report):
     """{strategy: {N: speedup}} from each series' scaling table in report.md."""
     found = {}
-    for section in report.split("\n### ")[1:]:
+    for section in report.split("\n## Series\n", 1)[1].split("\n### ")[1:]:
         title = section.splitlines()[0]
         strategy = re.search(r"gpt2-small (\S+) strong scaling", title).group(1)
         # N, nodes×ranks per node, link, repeats, steps, step time, tokens/s, speedup.
