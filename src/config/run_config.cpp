@@ -65,9 +65,8 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
       ("config", po::value(&raw.config_file),
        "INI file of these options (name = value, without the --); the command line wins. Default: none")
       ("check", po::bool_switch(&c.check_only),
-       "resolve and validate the run as it would start on --check-ranks ranks, cross-field checks "
-       "included, then exit: 0 if it would start, 2 naming what stops it; nothing runs, no file or "
-       "folder is made. Default: off")
+       "validate the run as on --check-ranks ranks, cross-field checks included, and exit: 0 if it "
+       "would start, 2 naming what stops it; runs nothing, makes no file. Default: off")
       ("check-ranks", po::value(&c.check_ranks)->default_value(0, "unset"),
        "with --check: the number of ranks of the run checked");
 
