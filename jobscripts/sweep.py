@@ -148,7 +148,7 @@ ENV_PREFIXES = ("NCCL_", "UCX_", "OMPI_", "PMIX_", "FI_", "CUDA_", "CUBLAS_", "C
                 "OMP_", "SCALESTUDY_")
 # Of those, the names that say where to find code to load or run (NCCL_NET_PLUGIN,
 # FI_PROVIDER_PATH, OMPI_MCA_plm_rsh_agent, OMPI_MCA_mca_base_component_path, ...).
-ENV_CODE = re.compile(r"PATH|PLUGIN|AGENT|PRELOAD|LIBRAR|COMMAND|EXEC|SCRIPT|LAUNCH", re.I)
+ENV_CODE = re.compile(r"PATH|PLUGIN|AGENT|PRELOAD|LIBRAR|COMMAND|EXEC|SCRIPT", re.I)
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -584,6 +584,22 @@ def run_point(command, log):
             raise
 
 
+def run_report(sweep):
+    """Writes the report, in a session of its own: a Ctrl-C at the terminal reaches the
+    sweep alone, which ends the report with SIGTERM (quietly, where SIGINT would print
+    Python's traceback)."""
+    process = subprocess.Popen(report_command(sweep), start_new_session=True)
+    try:
+        return process.wait()
+    except Stopped:
+        send(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=LAUNCHER_STOP_S)
+        except subprocess.TimeoutExpired:
+            send(process.pid, signal.SIGKILL)
+        raise
+
+
 def run_local(sweep, points, binary, mpirun):
     become_subreaper()
     pending = pending_points(points)
@@ -856,7 +872,7 @@ def run(args, argv):
         failures = run_local(sweep, points, binary, args.mpirun)
         if not args.no_report:
             print(f"writing the report: {shlex.join(report_command(sweep))}")
-            subprocess.run(report_command(sweep), check=False)
+            run_report(sweep)
             print(f"report: {sweep.output_dir / 'report' / 'report.md'}")
         if failures:
             print(f"{len(failures)} point(s) did not complete: " + ", ".join(p.label() for p in failures))

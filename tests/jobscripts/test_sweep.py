@@ -179,7 +179,7 @@ def test_a_bad_env_name_exits_2_naming_it(tmp_path, env_lines, fragment, capsys)
 def test_the_library_settings_of_env_are_taken(tmp_path):
     names = ["NCCL_DEBUG", "UCX_TLS", "OMPI_MCA_btl", "PMIX_MCA_gds", "FI_PROVIDER", "CUDA_DEVICE_MAX_CONNECTIONS",
              "CUBLAS_WORKSPACE_CONFIG", "CUBLASLT_LOG_LEVEL", "CUDNN_LOGLEVEL_DBG", "HCOLL_ENABLE_MCAST_ALL",
-             "OMP_NUM_THREADS", "SCALESTUDY_X"]
+             "OMP_NUM_THREADS", "SCALESTUDY_X", "NCCL_LAUNCH_MODE", "CUDA_LAUNCH_BLOCKING"]
     path = write_experiment(tmp_path, ["scaling = weak"], ["model = tiny", "batch-per-rank = 2"],
                             [f"{name} = 1" for name in names])
     assert [name for name, _ in sweep.read_experiment(path).env] == names
@@ -595,7 +595,7 @@ def wait_for_no_process_naming(text, seconds):
 def stop_test_experiment(tmp_path):
     return write_experiment(tmp_path, ["scaling = strong", "gpus = 1, 2", "strategies = ddp, zero2",
                                        f"output_dir = {tmp_path}/out"],
-                            ["model = tiny", "global-batch = 4", "steps = 200", "warmup-steps = 1", "seq = 16"])
+                            ["model = tiny", "global-batch = 4", "steps = 300", "warmup-steps = 1", "seq = 16"])
 
 
 @needs_mpirun
