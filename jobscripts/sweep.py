@@ -7,19 +7,42 @@ Slurm cluster as one sbatch script per point plus a report job that runs after t
     jobscripts/sweep.py experiments/gpt2-small-strong.ini --launcher slurm --submit
 
 A point is one (scaling, strategy, overlap, GPU count, repeat). Its result file is
-complete once `scalestudy train` has marked it so; running the sweep again skips every
-complete point, so an interrupted sweep picks up where it stopped.
+complete once `scalestudy train` has marked it so and it reads back whole; running the
+sweep again skips every complete point, so an interrupted sweep picks up where it stopped.
+
+Before anything is written, run or submitted, the binary says what it can run
+(`scalestudy info --json`) and checks every point's options (`scalestudy train --check`).
+One sweep at a time writes into an output folder (a lock file there, .sweep.lock).
+SIGINT or SIGTERM stops a local sweep: the running point's ranks get the signal, mark
+their file failed, and the sweep exits 130 or 143.
 """
+import signal
+import sys
+
+if __name__ == "__main__":
+    # Outside main(), while the sweep starts or ends, no point is running: a stop says so
+    # in one line.
+    def stopped_at_start(signum, frame):
+        print(f"sweep: stopped by {signal.Signals(signum).name}; no point was running", file=sys.stderr)
+        sys.exit(128 + signum)
+
+    for _stop_signal in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(_stop_signal, stopped_at_start)
+
 import argparse
+import concurrent.futures
 import configparser
+import ctypes
 import dataclasses
+import fcntl
+import json
 import math
 import os
 import re
 import shlex
 import shutil
+import socket
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -114,7 +137,18 @@ ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # its own.
 GPU_BINDS = ("none",)
 BOOLEANS = {"yes": True, "true": True, "on": True, "1": True, "no": False, "false": False, "off": False, "0": False}
-PATH_TEXT = re.compile(r"[A-Za-z0-9._/+@%-]+")
+# No %: Slurm reads it as a file-name pattern in the #SBATCH --output path of the logs.
+PATH_TEXT = re.compile(r"[A-Za-z0-9._/+@-]+")
+PATH_EXPECTED = "a path of letters, digits and ._/+@- (no spaces)"
+# [env] names that set the libraries of a run and nothing else: NCCL, UCX, Open MPI (its
+# MCA parameters), PMIx (srun --mpi=pmix), libfabric, CUDA and its cuBLAS, cuBLASLt and
+# cuDNN, Mellanox's HCOLL, OpenMP, and scalestudy itself. Anything else (PATH, LD_*,
+# BASH_ENV, ENV, IFS, PYTHON*, ...) could change which programs a script runs.
+ENV_PREFIXES = ("NCCL_", "UCX_", "OMPI_", "PMIX_", "FI_", "CUDA_", "CUBLAS_", "CUBLASLT_", "CUDNN_", "HCOLL_",
+                "OMP_", "SCALESTUDY_")
+# Of those, the names that say where to find code to load or run (NCCL_NET_PLUGIN,
+# FI_PROVIDER_PATH, OMPI_MCA_plm_rsh_agent, OMPI_MCA_mca_base_component_path, ...).
+ENV_CODE = re.compile(r"PATH|PLUGIN|AGENT|PRELOAD|LIBRAR|COMMAND|EXEC|SCRIPT", re.I)
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -151,6 +185,16 @@ def check_train_option(where, key, value):
                              "with '-' unless it is a number") from None
 
 
+def check_env_name(where, name):
+    check_form(where, f"[env] {name}", name, ENV_NAME,
+               "a variable name of letters, digits and _, not starting with a digit")
+    if not name.startswith(ENV_PREFIXES):
+        raise UsageError(f"{where}: [env] {name}: not a library setting; [env] takes names starting with "
+                         f"{', '.join(ENV_PREFIXES)} (nothing that changes which programs run)")
+    if ENV_CODE.search(name):
+        raise UsageError(f"{where}: [env] {name}: names code to load or run, which an experiment file may not set")
+
+
 def environment(where, parser):
     """[env]: NAME = value pairs, exported as they are written to every rank of every
     point. Nothing is exported that the file does not name: NCCL, for one, keeps its own
@@ -159,8 +203,7 @@ def environment(where, parser):
         return ()
     pairs = tuple(parser["env"].items())
     for name, _ in pairs:
-        check_form(where, f"[env] {name}", name, ENV_NAME,
-                   "a variable name of letters, digits and _, not starting with a digit")
+        check_env_name(where, name)
     return pairs
 
 
@@ -175,12 +218,19 @@ def read_experiment(path):
     path = Path(path)
     if not path.is_file():
         raise UsageError(f"EXPERIMENT {path}: no such file")
-    parser = configparser.ConfigParser(inline_comment_prefixes=("#", ";"))
+    # No interpolation: a % is a character of the value, not the start of a reference.
+    parser = configparser.ConfigParser(inline_comment_prefixes=("#", ";"), interpolation=None)
     parser.optionxform = str  # train options keep their dashes and case
     try:
-        parser.read(path)
+        parser.read_string(path.read_text(encoding="utf-8"), source=str(path))
+    except (OSError, UnicodeDecodeError) as error:
+        raise UsageError(f"EXPERIMENT {path}: cannot be read as UTF-8 text ({error})") from None
     except configparser.Error as error:
         raise UsageError(f"EXPERIMENT {path}: {error}".splitlines()[0]) from None
+    if parser.defaults():
+        # Its keys would reach every section, [train] and [env] included.
+        raise UsageError(f"EXPERIMENT {path}: [{parser.default_section}] is not a section of an experiment file "
+                         "(expected [sweep], [train] and [env])")
     for section in ("sweep", "train"):
         if not parser.has_section(section):
             raise UsageError(f"EXPERIMENT {path}: missing the [{section}] section")
@@ -251,8 +301,7 @@ def read_experiment(path):
                          "its node's GPUs")
     if gpu_bind and backend != "cuda":
         raise UsageError(f"{where}: gpu_bind = {gpu_bind}: needs backend = cuda")
-    output_dir = Path(checked("output_dir", f"results/{path.stem}", PATH_TEXT,
-                              "a path of letters, digits and ._/+@%- (no spaces)"))
+    output_dir = Path(checked("output_dir", f"results/{path.stem}", PATH_TEXT, PATH_EXPECTED))
     if not output_dir.is_absolute():
         output_dir = ROOT / output_dir
     return Sweep(
@@ -260,7 +309,8 @@ def read_experiment(path):
         scalings=scalings,
         gpu_counts=gpu_counts_of(where, sweep.get("gpus", "1")),
         gpus_per_node=gpus_per_node, ntasks_per_node=ntasks_per_node, gpu_bind=gpu_bind,
-        exclusive=boolean("exclusive", "no"),
+        # A GPU point's timings are its own only on nodes shared with no other job.
+        exclusive=boolean("exclusive", "yes" if backend == "cuda" else "no"),
         constraint=checked("constraint", "", SLURM_CONSTRAINT,
                            "node features of letters, digits and ._- joined by &, | or ,"),
         env=environment(where, parser),
@@ -314,22 +364,61 @@ def train_arguments(sweep, point):
     return args
 
 
-def result_status(path):
-    """'complete', 'failed', 'running' or 'missing', read from the file's status attribute."""
-    if not path.exists():
-        return "running" if Path(str(path) + ".partial").exists() else "missing"
+def read_back(path):
+    """(status, why): the status attribute of the file at `path`, and, for a file marked
+    complete, whether every dataset in it reads back. A file that does not read back
+    (cut short, written by two runs at once, its disk full) is 'unreadable', whatever its
+    root says, and `why` says what failed; its point runs again."""
     try:
         import h5py
+    except ImportError:
+        return read_back_with_h5dump(path)
+    try:
         with h5py.File(path, "r") as handle:
             status = handle.attrs.get("status", "unknown")
-            return status.decode() if isinstance(status, bytes) else str(status)
-    except ImportError:
-        pass
-    except OSError:
-        return "unreadable"
+            status = status.decode() if isinstance(status, bytes) else str(status)
+            if status != "complete":
+                return status, ""
+            datasets = []
+            handle.visititems(lambda name, item: datasets.append(name) if isinstance(item, h5py.Dataset) else None)
+            if not datasets:
+                return "unreadable", "marked complete but holds no dataset"
+            for name in datasets:
+                handle[name][()]
+    except Exception as error:  # h5py raises OSError, KeyError, RuntimeError or ValueError by HDF5's error
+        return "unreadable", f"{type(error).__name__}: {error}".splitlines()[0]
+    return "complete", ""
+
+
+def read_back_with_h5dump(path):
     dump = subprocess.run(["h5dump", "-a", "/status", str(path)], capture_output=True, text=True)
     match = re.search(r'\(0\): "(\w+)"', dump.stdout)
-    return match.group(1) if match else "unreadable"
+    if not match:
+        return "unreadable", (dump.stderr.strip().splitlines() or ["h5dump read no status"])[0]
+    if match.group(1) != "complete":
+        return match.group(1), ""
+    whole = subprocess.run(["h5dump", str(path)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if whole.returncode != 0:
+        return "unreadable", (whole.stderr.strip().splitlines() or ["h5dump failed"])[0]
+    return "complete", ""
+
+
+def result_status(path):
+    """'complete' (marked so, and every dataset reads back), 'failed', 'running',
+    'unreadable' or 'missing'."""
+    return result_state(path)[0]
+
+
+def result_state(path):
+    """(status as result_status gives it, why the file does not read back or "")."""
+    if not path.exists():
+        return ("running" if Path(str(path) + ".partial").exists() else "missing"), ""
+    return read_back(path)
+
+
+def status_text(path):
+    status, why = result_state(path)
+    return f"{status}: {why}" if why else status
 
 
 def print_plan(sweep, points):
@@ -337,7 +426,7 @@ def print_plan(sweep, points):
     for index, point in enumerate(points, 1):
         print(f"  {index:3d}/{len(points)}  {point.scaling:6s} {point.strategy:5s} overlap={point.overlap:3s} "
               f"ranks={point.ranks:<3d} nodes={nodes_for(sweep, point):<3d} repeat={point.repeat}  "
-              f"{point.result}  [{result_status(point.result)}]")
+              f"{point.result}  [{status_text(point.result)}]")
 
 
 def report_command(sweep):
@@ -356,8 +445,164 @@ def local_command(sweep, point, binary, mpirun):
     return command + [str(binary)] + train_arguments(sweep, point)
 
 
+def pending_points(points):
+    """The points whose result is not complete. A file that says complete but does not
+    read back is redone, and the sweep says so."""
+    pending = []
+    for point in points:
+        status, why = result_state(point.result)
+        if status == "unreadable":
+            print(f"{point.label()}: {point.result} does not read back ({why}); running it again")
+        if status != "complete":
+            pending.append(point)
+    return pending
+
+
+class Stopped(BaseException):
+    """SIGINT or SIGTERM reached the sweep. Not an Exception, so that no handler of errors
+    (an HDF5 read's, for one) takes it for one."""
+
+    def __init__(self, signum):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def raise_stopped(signum, frame):
+    # A second signal while the first is handled must not cut the handling short.
+    for handled in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(handled, signal.SIG_IGN)
+    raise Stopped(signum)
+
+
+def become_subreaper():
+    """Ranks whose mpirun ends before them are handed to this process, not to init, so
+    that they stay among its descendants and a stop reaches them (Linux only)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        pass
+
+
+def descendants(root_pid):
+    """Every live process below root_pid, from /proc."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat_file:
+                fields = stat_file.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z":
+            children.setdefault(int(fields[1]), []).append(int(entry))
+    found, queue = [], [root_pid]
+    while queue:
+        for child in children.get(queue.pop(), []):
+            found.append(child)
+            queue.append(child)
+    return found
+
+
+def send(pid, signum):
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        pass
+
+
+def reap_orphans():
+    """Collects the exit status of ranks handed to this process (become_subreaper)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+# A stopped rank ends its step, marks its file failed and exits; this long is given it,
+# and then the launcher as long again to end on its own before it is signalled, and
+# everything left is killed a second later (the ranks are gone well within 10 s).
+RANKS_STOP_S = 6.0
+LAUNCHER_STOP_S = 1.0
+
+
+def wait_while(condition, seconds):
+    deadline = time.monotonic() + seconds
+    while condition() and time.monotonic() < deadline:
+        reap_orphans()
+        time.sleep(0.05)
+
+
+def stop_descendants(signum, launcher_pid):
+    """Forwards signum to every process below this one but the launcher, also to ranks
+    started while this runs, and waits for them. mpirun is signalled only if it has not
+    ended once its ranks have: signalled, it kills its ranks at once (before they could
+    mark their file failed), and signalled again while it aborts, it can crash. Whatever
+    is left then is killed."""
+    me = os.getpid()
+    signalled = set()
+
+    def ranks_left():
+        ranks = [pid for pid in descendants(me) if pid != launcher_pid]
+        for pid in ranks:
+            if pid not in signalled:
+                send(pid, signum)
+                signalled.add(pid)
+        return ranks
+
+    wait_while(ranks_left, RANKS_STOP_S)
+    if launcher_pid:
+        launcher_alive = lambda: launcher_pid in descendants(me)  # noqa: E731
+        wait_while(launcher_alive, LAUNCHER_STOP_S)
+        if launcher_alive():
+            try:
+                os.killpg(launcher_pid, signum)
+            except (ProcessLookupError, PermissionError):
+                pass
+            wait_while(lambda: descendants(me), LAUNCHER_STOP_S)
+    for pid in descendants(me):
+        send(pid, signal.SIGKILL)
+    reap_orphans()
+
+
+def run_point(command, log):
+    """Runs one point's launcher in a session of its own (so that a Ctrl-C at the terminal
+    reaches the sweep alone, which then stops the point's ranks before the launcher);
+    returns its exit status."""
+    with open(log, "w") as out:
+        out.write(shlex.join(command) + "\n")
+        out.flush()
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            return process.wait()
+        except Stopped as stop:
+            stop_descendants(stop.signum, process.pid)
+            process.wait()
+            raise
+
+
+def run_report(sweep):
+    """Writes the report, in a session of its own: a Ctrl-C at the terminal reaches the
+    sweep alone, which ends the report with SIGTERM (quietly, where SIGINT would print
+    Python's traceback)."""
+    process = subprocess.Popen(report_command(sweep), start_new_session=True)
+    try:
+        return process.wait()
+    except Stopped:
+        send(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=LAUNCHER_STOP_S)
+        except subprocess.TimeoutExpired:
+            send(process.pid, signal.SIGKILL)
+        raise
+
+
 def run_local(sweep, points, binary, mpirun):
-    pending = [p for p in points if result_status(p.result) != "complete"]
+    become_subreaper()
+    pending = pending_points(points)
     print(f"sweep {sweep.name}: {len(points) - len(pending)} of {len(points)} point(s) already complete")
     failures = []
     for index, point in enumerate(pending, 1):
@@ -366,12 +611,14 @@ def run_local(sweep, points, binary, mpirun):
         command = local_command(sweep, point, binary, mpirun)
         print(f"[{index}/{len(pending)}] {point.label()} ... ", end="", flush=True)
         started = time.monotonic()
-        with open(log, "w") as out:
-            out.write(shlex.join(command) + "\n")
-            out.flush()
-            code = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT).returncode
+        try:
+            code = run_point(command, log)
+        except Stopped as stop:
+            print(flush=True)
+            stop.point = point
+            raise
         seconds = time.monotonic() - started
-        status = result_status(point.result)
+        status = status_text(point.result)
         print(f"{status} in {seconds:.1f} s (log {log})")
         if code != 0 or status != "complete":
             failures.append(point)
@@ -427,11 +674,11 @@ def report_script(sweep):
                      + ["set -euo pipefail", shlex.join(report_command(sweep)), ""])
 
 
-def write_slurm(sweep, points, binary, submit, experiment):
+def write_slurm(sweep, points, binary, submit, submit_command):
     jobs_dir = sweep.output_dir / "jobs"
     (sweep.output_dir / "logs").mkdir(parents=True, exist_ok=True)
     jobs_dir.mkdir(parents=True, exist_ok=True)
-    pending = [p for p in points if result_status(p.result) != "complete"]
+    pending = pending_points(points)
     scripts = []
     for point in pending:
         script = jobs_dir / f"{point.label()}.sbatch"
@@ -442,7 +689,7 @@ def write_slurm(sweep, points, binary, submit, experiment):
     print(f"sweep {sweep.name}: wrote {len(scripts)} job script(s) for the pending points "
           f"({len(points) - len(pending)} complete) and {report}")
     if not submit:
-        print(f"submit them with: {Path(__file__).name} {shlex.quote(str(experiment))} --launcher slurm --submit")
+        print(f"submit them with: {submit_command}")
         return 0
     sbatch = shutil.which("sbatch")
     if not sbatch:
@@ -467,60 +714,198 @@ def write_slurm(sweep, points, binary, submit, experiment):
     return 0
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("experiment", metavar="EXPERIMENT", help="experiment file (INI with [sweep] and [train])")
-    parser.add_argument("--dry-run", action="store_true", help="print the plan and each point's status, run nothing")
-    parser.add_argument("--launcher", choices=("local", "slurm"), default="local",
-                        help="local: run the points here with mpirun; slurm: write sbatch scripts")
-    parser.add_argument("--submit", action="store_true", help="with --launcher slurm: submit the scripts")
-    parser.add_argument("--binary", default=str(ROOT / "build" / "cpu" / "scalestudy"),
-                        help="the scalestudy binary (default: %(default)s)")
-    parser.add_argument("--mpirun", default="mpirun", help="MPI launcher for --launcher local")
-    parser.add_argument("--no-report", action="store_true", help="local: skip the report after the points")
-    parser.add_argument("--gpus", help="run only these GPU counts, a subset of the experiment's (e.g. 1..4 on a "
-                                       "machine with fewer GPUs than the experiment asks for)")
-    parser.add_argument("--output-dir", help="write the results here instead of the experiment's output_dir")
-    args = parser.parse_args(argv)
+def default_binary(backend):
+    return ROOT / "build" / backend / "scalestudy"
+
+
+def binary_of(args, sweep):
+    """The binary the points run: --binary, or else the build of the experiment's backend
+    (build/cpu or build/cuda), never the CPU build for a cuda experiment."""
+    binary = Path(args.binary) if args.binary else default_binary(sweep.backend)
+    if not binary.is_file():
+        option = f"--binary {args.binary}" if args.binary else f"the default binary {binary}"
+        raise UsageError(f"{option}: no such file (build the {sweep.backend} preset, or pass --binary)")
+    if not os.access(binary, os.X_OK):
+        raise UsageError(f"--binary {binary}: not executable")
+    return binary.resolve()
+
+
+def binary_capabilities(binary):
+    """What `scalestudy info --json` says the binary can run."""
     try:
-        sweep = read_experiment(args.experiment)
-        if args.gpus:
-            subset = parse_gpu_counts(args.gpus)
-            outside = [n for n in subset if n not in sweep.gpu_counts]
-            if outside:
-                raise UsageError(f"--gpus {args.gpus}: {outside} not among the experiment's counts "
-                                 f"{list(sweep.gpu_counts)}")
-            sweep = dataclasses.replace(sweep, gpu_counts=subset)
-        if args.output_dir:
-            check_form("--output-dir", "--output-dir", args.output_dir, PATH_TEXT,
-                       "a path of letters, digits and ._/+@%- (no spaces)")
-            sweep = dataclasses.replace(sweep, output_dir=Path(args.output_dir))
-        points = plan(sweep)
-        if args.dry_run:
-            print_plan(sweep, points)
-            return 0
-        binary = Path(args.binary).resolve()
-        if not binary.is_file():
-            raise UsageError(f"--binary {args.binary}: no such file (build it first)")
+        out = subprocess.run([str(binary), "info", "--json"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise UsageError(f"--binary {binary}: 'info --json' did not answer ({error})") from None
+    try:
+        if out.returncode != 0:
+            raise ValueError(out.stderr.strip() or f"exit status {out.returncode}")
+        info = json.loads(out.stdout)
+        info["backends"]["cpu"]["precisions"]
+        return info
+    except (ValueError, KeyError, TypeError) as error:
+        raise UsageError(f"--binary {binary}: 'info --json' gave no description of what it runs "
+                         f"({str(error).splitlines()[0] if str(error) else type(error).__name__}); "
+                         "is it a scalestudy binary of this version?") from None
+
+
+def check_capabilities(where, sweep, binary, info):
+    backends = info["backends"]
+    if sweep.backend not in backends:
+        raise UsageError(f"{where}: backend = {sweep.backend}, which {binary} lacks (it has "
+                         f"{', '.join(sorted(backends))}); build the {sweep.backend} preset or pass its --binary")
+    precision = dict(sweep.train).get("precision", "auto")
+    precisions = backends[sweep.backend]["precisions"]
+    if precision != "auto" and precision not in precisions:
+        raise UsageError(f"{where}: [train] precision = {precision}: {binary} computes {sweep.backend} in "
+                         f"{', '.join(precisions)} only")
+
+
+def check_point(binary, sweep, point):
+    """The point's arguments as `scalestudy train --check` finds them: "" when the run
+    would start, else the binary's message."""
+    command = [str(binary)] + train_arguments(sweep, point) + ["--check", "--check-ranks", str(point.ranks)]
+    out = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    if out.returncode == 0:
+        return ""
+    message = out.stderr.strip().splitlines()
+    return message[-1] if message else f"train --check exited {out.returncode}"
+
+
+def check_points(where, sweep, points, binary):
+    """Every point's arguments, checked by the binary before anything is written."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        answers = list(pool.map(lambda point: check_point(binary, sweep, point), points))
+    for point, answer in zip(points, answers):
+        if answer:
+            raise UsageError(f"{where}: point {point.label()} ({point.ranks} rank(s)) would not start: {answer}")
+
+
+def lock_output_dir(output_dir):
+    """One sweep at a time writes into output_dir: an exclusive flock on its .sweep.lock,
+    held while this process lives, the holder's host and pid written in it. Returns the
+    open lock file; another sweep holding it is a usage error naming the holder."""
+    output_dir.mkdir(parents=True, exist_ok=True)
+    path = output_dir / ".sweep.lock"
+    lock = open(path, "a+")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.seek(0)
+        holder = lock.read().strip() or "a process that has not written its name yet"
+        lock.close()
+        raise UsageError(f"--output-dir {output_dir}: another sweep writes there ({holder}, lock {path}); "
+                         "wait for it to end, or give another --output-dir") from None
+    lock.seek(0)
+    lock.truncate()
+    lock.write(f"host {socket.gethostname()} pid {os.getpid()}\n")
+    lock.flush()
+    return lock
+
+
+def argument_parser():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("experiment", metavar="EXPERIMENT", help="experiment file (INI with [sweep] and [train])")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="check every point, print the plan and each point's status, run and write nothing "
+                             "(default: off)")
+    parser.add_argument("--launcher", choices=("local", "slurm"), default="local",
+                        help="local: run the points here with mpirun; slurm: write sbatch scripts "
+                             "(default: %(default)s)")
+    parser.add_argument("--submit", action="store_true",
+                        help="with --launcher slurm: submit the scripts (default: off, only write them)")
+    parser.add_argument("--binary",
+                        help="the scalestudy binary (default: the build of the experiment's backend, "
+                             f"{default_binary('BACKEND')}, BACKEND being cpu or cuda)")
+    parser.add_argument("--mpirun", default="mpirun",
+                        help="MPI launcher for --launcher local (default: %(default)s, found on PATH)")
+    parser.add_argument("--no-report", action="store_true",
+                        help="local: skip the report after the points (default: off, the report is written)")
+    parser.add_argument("--gpus", help="run only these GPU counts, a subset of the experiment's (e.g. 1..4 on a "
+                                       "machine with fewer GPUs than the experiment asks for; default: all of them)")
+    parser.add_argument("--output-dir", help="write the results here instead of the experiment's output_dir "
+                                             "(default: the experiment's output_dir)")
+    return parser
+
+
+def submit_command(argv):
+    """The command that submits what this one wrote: the same options, and --submit."""
+    script = os.path.relpath(__file__)
+    if script.startswith(".."):
+        script = __file__
+    return shlex.join([script] + list(argv) + ["--submit"])
+
+
+def planned_sweep(args):
+    sweep = read_experiment(args.experiment)
+    if args.gpus:
+        subset = parse_gpu_counts(args.gpus)
+        outside = [n for n in subset if n not in sweep.gpu_counts]
+        if outside:
+            raise UsageError(f"--gpus {args.gpus}: {outside} not among the experiment's counts "
+                             f"{list(sweep.gpu_counts)}")
+        sweep = dataclasses.replace(sweep, gpu_counts=subset)
+    if args.output_dir:
+        check_form("--output-dir", "--output-dir", args.output_dir, PATH_TEXT, PATH_EXPECTED)
+        sweep = dataclasses.replace(sweep, output_dir=Path(args.output_dir))
+    return sweep
+
+
+def run(args, argv):
+    sweep = planned_sweep(args)
+    if args.submit and args.launcher != "slurm":
+        raise UsageError("--submit: only with --launcher slurm")
+    if args.launcher == "local" and not args.dry_run and not shutil.which(args.mpirun):
+        raise UsageError(f"--mpirun {args.mpirun}: not found on PATH")
+    points = plan(sweep)
+    # The whole sweep is checked before anything is written or run.
+    binary = binary_of(args, sweep)
+    where = f"EXPERIMENT {args.experiment}"
+    check_capabilities(where, sweep, binary, binary_capabilities(binary))
+    check_points(where, sweep, points, binary)
+    if args.dry_run:
+        print_plan(sweep, points)
+        return 0
+    lock = lock_output_dir(sweep.output_dir)
+    try:
         if args.launcher == "slurm":
-            return write_slurm(sweep, points, binary, args.submit, args.experiment)
-        if args.submit:
-            raise UsageError("--submit: only with --launcher slurm")
-        if not shutil.which(args.mpirun):
-            raise UsageError(f"--mpirun {args.mpirun}: not found on PATH")
+            return write_slurm(sweep, points, binary, args.submit, submit_command(argv))
         failures = run_local(sweep, points, binary, args.mpirun)
         if not args.no_report:
             print(f"writing the report: {shlex.join(report_command(sweep))}")
-            subprocess.run(report_command(sweep), check=False)
+            run_report(sweep)
             print(f"report: {sweep.output_dir / 'report' / 'report.md'}")
         if failures:
             print(f"{len(failures)} point(s) did not complete: " + ", ".join(p.label() for p in failures))
             return 1
         return 0
+    finally:
+        lock.close()
+
+
+def stopped_message(stop):
+    point = getattr(stop, "point", None)
+    if point is None:
+        return f"sweep: stopped by {stop}; run the same command again to go on"
+    return (f"sweep: stopped by {stop} during {point.label()}: {point.result} is "
+            f"{status_text(point.result)}; run the same command again to go on")
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = argument_parser().parse_args(argv)
+    previous = {signum: signal.signal(signum, raise_stopped) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return run(args, argv)
     except UsageError as error:
         print(f"sweep: error: {error}", file=sys.stderr)
         return USAGE_ERROR
+    except Stopped as stop:
+        stop_descendants(stop.signum, None)
+        print(stopped_message(stop), file=sys.stderr)
+        return 128 + stop.signum
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 if __name__ == "__main__":

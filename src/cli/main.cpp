@@ -1,9 +1,11 @@
 // scalestudy: one binary, one subcommand per job.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <optional>
 #include <string>
 
 #include "cli/commands.h"
@@ -24,16 +26,13 @@ const char* kUsage =
     "\n"
     "'scalestudy <command> --help' describes a command's options.\n";
 
-int rank_in_world() {
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  return rank;
-}
-
 // Every rank parses the same arguments, so every rank meets the same usage error, and
 // rank 0 reports it. The others wait for rank 0 (a bounded while, in case the error was
 // theirs alone) so that the launcher does not tear rank 0 down before it has printed.
 void wait_for_rank0_report() {
+  int started = 0;
+  MPI_Initialized(&started);
+  if (!started) return;
   MPI_Request request;
   if (MPI_Ibarrier(MPI_COMM_WORLD, &request) != MPI_SUCCESS) return;
   const double deadline = MPI_Wtime() + 10.0;
@@ -46,8 +45,32 @@ void wait_for_rank0_report() {
 
 }  // namespace
 
+namespace scalestudy {
+
+bool runs_without_mpi(int argc, const char* const* argv) {
+  if (argc < 2) return false;
+  const std::string command = argv[1];
+  if (command == "info") return true;
+  // Boost reads every "--check" token as the switch: no option takes a value that starts with "--".
+  return command == "train" && std::any_of(argv + 2, argv + argc, [](const char* arg) {
+           return std::strcmp(arg, "--check") == 0;
+         });
+}
+
+int rank_in_world() {
+  int started = 0, rank = 0;
+  MPI_Initialized(&started);
+  if (started) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return rank;
+}
+
+}  // namespace scalestudy
+
+using scalestudy::rank_in_world;
+
 int main(int argc, char** argv) {
-  scalestudy::MpiRuntime mpi(&argc, &argv);
+  std::optional<scalestudy::MpiRuntime> mpi;
+  if (!scalestudy::runs_without_mpi(argc, argv)) mpi.emplace(&argc, &argv);
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
     if (rank_in_world() == 0) std::fputs(kUsage, argc < 2 ? stderr : stdout);
     return argc < 2 ? scalestudy::kUsageExitCode : 0;

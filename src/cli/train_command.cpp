@@ -9,6 +9,7 @@
 
 #include "cli/backend_setup.h"
 #include "cli/commands.h"
+#include "cli/train_check.h"
 #include "comm/mpi_runtime.h"
 #include "config/run_config.h"
 #include "core/check.h"
@@ -112,15 +113,18 @@ std::unique_ptr<Trainer> allocate_trainer(TrainingSetup setup, const BackendSetu
 }  // namespace
 
 int run_train_command(int argc, const char* const* argv) {
-  // From here on SIGTERM, SIGINT and SIGUSR1 stop the run cleanly (core/stop_signal.h).
-  install_stop_signal_handlers();
   RunConfig config;
-  int rank = 0;
-  CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
   if (!parse_train_config(argc, argv, config)) {
-    if (rank == 0) std::printf("%s", train_help().c_str());
+    if (rank_in_world() == 0) std::printf("%s", train_help().c_str());
     return 0;
   }
+  if (config.check_only) return run_train_check(config);
+  int started = 0;
+  MPI_Initialized(&started);
+  SCALESTUDY_CHECK(started, "a run reached train without MPI, as if it were train --check");
+  // From here on SIGTERM, SIGINT and SIGUSR1 stop the run cleanly (core/stop_signal.h).
+  install_stop_signal_handlers();
+  const int rank = rank_in_world();
   set_control_timeout(config.comm_timeout_s);
   config.attention_kernel = choose_attention_kernel(config.backend, config.precision, config.attention_kernel);
   // The node split and the communicators' set-up wait for every peer, with no deadline of

@@ -63,7 +63,12 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
   general.add_options()
       ("help,h", "print this help and exit")
       ("config", po::value(&raw.config_file),
-       "INI file of these options (name = value, without the --); the command line wins. Default: none");
+       "INI file of these options (name = value, without the --); the command line wins. Default: none")
+      ("check", po::bool_switch(&c.check_only),
+       "validate the run as on --check-ranks ranks, cross-field checks included, and exit: 0 if it "
+       "would start, 2 naming what stops it; runs nothing, makes no file. Default: off")
+      ("check-ranks", po::value(&c.check_ranks)->default_value(0, "unset"),
+       "with --check: the number of ranks of the run checked");
 
   po::options_description model = help_section("Model");
   model.add_options()
@@ -287,6 +292,10 @@ void check_given_values(RunConfig& c, const RawOptions& raw, const po::variables
     bad_value("global-batch", text(c.global_batch), "must be at least 1 (leave it out for weak scaling)");
   if (given(values, "warmup-steps") && c.warmup_steps < 0)
     bad_value("warmup-steps", text(c.warmup_steps), "must be at least 0");
+  if (given(values, "check-ranks") && !c.check_only)
+    bad_value("check-ranks", text(c.check_ranks), "needs --check (a run takes its ranks from the launcher)");
+  if (c.check_only && c.check_ranks < 1)
+    bad_value("check-ranks", text(c.check_ranks), "--check needs the ranks of the run checked, at least 1");
   if (given(values, "output") && c.output.empty())
     bad_value("output", "\"\"", "is empty: name a file, or leave --output out to write none");
   const std::string& seed = raw.seed;
@@ -457,7 +466,8 @@ void resolve_and_validate(RunConfig& c, const RawOptions& raw) {
 
   if (!c.output.empty())
     check_output_path({.output = c.output, .overwrite = c.overwrite,
-                       .inputs = {{"token-file", c.token_file}, {"config", raw.config_file}}});
+                       .inputs = {{"token-file", c.token_file}, {"config", raw.config_file}},
+                       .create_folder = !c.check_only});
   require_positive("flush-every", c.flush_every);
   require_positive("log-every", c.log_every);
   resolve_profile_window(c, raw.profile_window);

@@ -97,6 +97,10 @@ struct RunConfig {
   // ---- GPU state (cuda) ----------------------------------------------------------------
   int gpu_telemetry_ms = 0;    // NVML sampling period; 0 = off
 
+  // ---- check (train --check) -----------------------------------------------------------
+  bool check_only = false;     // resolve and validate for check_ranks ranks, then exit: nothing runs
+  int check_ranks = 0;         // the ranks the checked run would have; 0 = not given
+
   // Filled in by the trainer from the communicator, not from options.
   int world_size = 1;
 

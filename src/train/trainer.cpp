@@ -15,6 +15,14 @@
 
 namespace scalestudy {
 
+std::unique_ptr<TokenSource> make_checked_token_source(const RunConfig& c) {
+  std::unique_ptr<TokenSource> data = make_token_source(c.data, c.shape.vocab, c.seed, c.token_file);
+  if (data->vocab_size() > c.shape.vocab)
+    throw UsageError("--vocab " + std::to_string(c.shape.vocab) + ": smaller than the data's vocabulary (" +
+                     std::to_string(data->vocab_size()) + ")");
+  return data;
+}
+
 TrainingSetup prepare_training(const RunConfig& config, const Backend& backend, const Communicator& comm,
                                MPI_Comm control) {
   int control_size = 0;
@@ -26,10 +34,7 @@ TrainingSetup prepare_training(const RunConfig& config, const Backend& backend, 
   resolve_for_world(c, comm.world_size());
   check_same_config(control, describe_config(c));
 
-  setup.data = make_token_source(c.data, c.shape.vocab, c.seed, c.token_file);
-  if (setup.data->vocab_size() > c.shape.vocab)
-    throw UsageError("--vocab " + std::to_string(c.shape.vocab) + ": smaller than the data's vocabulary (" +
-                     std::to_string(setup.data->vocab_size()) + ")");
+  setup.data = make_checked_token_source(c);
   const ParameterLayout layout = make_parameter_layout(c.shape);
   setup.plan = make_bucket_plan(layout.param_elems, c.data_parallel().bucket_bytes, comm.world_size(),
                                 layout.segments[layout.embedding_segment()].end_elems);

@@ -49,6 +49,10 @@ struct TrainingSetup {
 TrainingSetup prepare_training(const RunConfig& config, const Backend& backend, const Communicator& comm,
                                MPI_Comm control);
 
+// The run's token source, checked against the model's vocabulary: what prepare_training
+// and `train --check` make alike. Throws UsageError.
+std::unique_ptr<TokenSource> make_checked_token_source(const RunConfig& config);
+
 class Trainer {
  public:
   // Allocates the model and the strategy of a prepared run. An allocation that fails

@@ -1,14 +1,23 @@
-"""The sweep tool: planning, Slurm scripts, and resuming an interrupted local sweep; and
-hostile experiment files, every field of [sweep], [train] and [env] carrying shell syntax
-or a continuation line. Each must be refused with exit code 2, or give scripts in which
-nothing but the intended commands run: the scripts are run here with a stub srun, and a
-canary file that every payload tries to create must not appear."""
+"""The sweep tool: planning, Slurm scripts, and resuming an interrupted local sweep;
+hostile experiment files, every field of [sweep], [train] and [env] carrying shell syntax,
+a continuation line or a %: each must be refused with exit code 2, or give scripts in which
+nothing but the launchers run (the scripts are run here with stub srun, mpirun and sbatch,
+and a canary file that every payload tries to create must not appear); the sweep checked
+whole by the binary before anything is written; a file that does not read back redone;
+and a local sweep stopped by a signal, and two sweeps on one folder, with the real
+binary and mpirun."""
+import json
 import os
+import random
 import re
+import shlex
 import shutil
+import signal
+import socket
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +27,7 @@ sys.path.insert(0, str(ROOT / "jobscripts"))
 import sweep  # noqa: E402
 
 BINARY = os.environ.get("SCALESTUDY_BINARY")
+needs_binary = pytest.mark.skipif(not BINARY, reason="needs SCALESTUDY_BINARY, the binary that checks each point")
 
 
 def write_experiment(tmp_path, sweep_lines, train_lines, env_lines=None):
@@ -62,7 +72,9 @@ def test_two_nodes_of_four_gpus_get_the_right_sbatch_lines(tmp_path):
     assert sbatch["output"].endswith("/logs/%x-%j.out")
     # Without [env] the job keeps NCCL's defaults, NVLS included.
     assert "NCCL" not in script
-    assert "--exclusive" not in script and "--constraint" not in script and "--gpu-bind" not in script
+    assert "--constraint" not in script and "--gpu-bind" not in script
+    # A GPU point asks for whole nodes unless the file says otherwise.
+    assert "\n#SBATCH --exclusive\n" in script
     (launch,) = [line for line in script.splitlines() if line.startswith("srun ")]
     assert "--mpi=pmix" in launch and "--ntasks=8" in launch
     assert "--global-batch 32" in launch and "--strategy zero2" in launch and "--backend cuda" in launch
@@ -74,7 +86,7 @@ def test_the_multi_node_settings_reach_the_sbatch_script_and_mpirun(tmp_path):
                                        "gpu_bind = none", "exclusive = yes", "constraint = h100&ib",
                                        "backend = cuda", f"output_dir = {tmp_path}/out"],
                             ["model = gpt2-small", "global-batch = 32"],
-                            ["NCCL_NVLS_ENABLE = 1", "NCCL_IB_HCA = mlx5_0:1,mlx5_1:1", "EMPTY ="])
+                            ["NCCL_NVLS_ENABLE = 1", "NCCL_IB_HCA = mlx5_0:1,mlx5_1:1", "NCCL_EMPTY ="])
     experiment = sweep.read_experiment(path)
     (point,) = sweep.plan(experiment)
     script = sweep.sbatch_script(experiment, point, Path("/opt/scalestudy"))
@@ -85,11 +97,11 @@ def test_the_multi_node_settings_reach_the_sbatch_script_and_mpirun(tmp_path):
     (launch,) = [line for line in script.splitlines() if line.startswith("srun ")]
     assert launch.startswith("srun --mpi=pmix --gpu-bind=none --ntasks=16 ")
     exports = [line for line in script.splitlines() if line.startswith("export ")]
-    assert exports == ["export NCCL_NVLS_ENABLE=1", "export NCCL_IB_HCA=mlx5_0:1,mlx5_1:1", "export EMPTY=''"]
-    assert script.index("export EMPTY") < script.index("\nsrun "), "exported before the ranks start"
+    assert exports == ["export NCCL_NVLS_ENABLE=1", "export NCCL_IB_HCA=mlx5_0:1,mlx5_1:1", "export NCCL_EMPTY=''"]
+    assert script.index("export NCCL_EMPTY") < script.index("\nsrun "), "exported before the ranks start"
     command = sweep.local_command(experiment, point, Path("/opt/scalestudy"), "mpirun")
     assert command[:6] == ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", "16"]
-    assert command[6:12] == ["-x", "NCCL_NVLS_ENABLE=1", "-x", "NCCL_IB_HCA=mlx5_0:1,mlx5_1:1", "-x", "EMPTY="]
+    assert command[6:12] == ["-x", "NCCL_NVLS_ENABLE=1", "-x", "NCCL_IB_HCA=mlx5_0:1,mlx5_1:1", "-x", "NCCL_EMPTY="]
 
 
 def test_a_sweep_without_env_passes_mpirun_no_nccl_setting(tmp_path):
@@ -139,11 +151,41 @@ def test_bad_experiments_exit_2_naming_the_key(tmp_path, lines, fragment, capsys
 @pytest.mark.parametrize("env_lines, fragment", [
     (["1NCCL = x"], "[env] 1NCCL"),
     (["NCCL-DEBUG = INFO"], "[env] NCCL-DEBUG"),
+    # Names that change which programs run, or load code, are refused.
+    (["PATH = /tmp/evil"], "[env] PATH"),
+    (["LD_PRELOAD = /tmp/evil.so"], "[env] LD_PRELOAD"),
+    (["LD_LIBRARY_PATH = /tmp"], "[env] LD_LIBRARY_PATH"),
+    (["BASH_ENV = /tmp/evil.sh"], "[env] BASH_ENV"),
+    (["ENV = /tmp/evil.sh"], "[env] ENV"),
+    (["IFS = x"], "[env] IFS"),
+    (["PYTHONPATH = /tmp"], "[env] PYTHONPATH"),
+    (["PYTHONSTARTUP = /tmp/evil.py"], "[env] PYTHONSTARTUP"),
+    (["SHELLOPTS = xtrace"], "[env] SHELLOPTS"),
+    (["nccl_debug = INFO"], "[env] nccl_debug"),
+    (["NCCL_NET_PLUGIN = evil"], "[env] NCCL_NET_PLUGIN"),
+    (["FI_PROVIDER_PATH = /tmp"], "[env] FI_PROVIDER_PATH"),
+    (["OMPI_MCA_plm_rsh_agent = /tmp/evil"], "[env] OMPI_MCA_plm_rsh_agent"),
 ])
 def test_a_bad_env_name_exits_2_naming_it(tmp_path, env_lines, fragment, capsys):
     path = write_experiment(tmp_path, ["scaling = weak"], ["model = tiny", "batch-per-rank = 2"], env_lines)
     assert sweep.main([str(path), "--dry-run"]) == 2
     assert fragment in capsys.readouterr().err
+
+
+def test_the_library_settings_of_env_are_taken(tmp_path):
+    names = ["NCCL_DEBUG", "UCX_TLS", "OMPI_MCA_btl", "PMIX_MCA_gds", "FI_PROVIDER", "CUDA_DEVICE_MAX_CONNECTIONS",
+             "CUBLAS_WORKSPACE_CONFIG", "CUBLASLT_LOG_LEVEL", "CUDNN_LOGLEVEL_DBG", "HCOLL_ENABLE_MCAST_ALL",
+             "OMP_NUM_THREADS", "SCALESTUDY_X", "NCCL_LAUNCH_MODE", "CUDA_LAUNCH_BLOCKING"]
+    path = write_experiment(tmp_path, ["scaling = weak"], ["model = tiny", "batch-per-rank = 2"],
+                            [f"{name} = 1" for name in names])
+    assert [name for name, _ in sweep.read_experiment(path).env] == names
+
+
+def test_a_default_section_is_refused(tmp_path, capsys):
+    path = write_experiment(tmp_path, ["scaling = weak"], ["model = tiny", "batch-per-rank = 2"])
+    path.write_text("[DEFAULT]\nPATH = /tmp\n" + path.read_text())
+    assert sweep.main([str(path), "--dry-run"]) == 2
+    assert "[DEFAULT]" in capsys.readouterr().err
 
 
 def test_an_unknown_section_exits_2_naming_it(tmp_path, capsys):
@@ -201,12 +243,13 @@ BASE_SWEEP = {"name": "hostile", "scaling": "strong", "gpus": "1, 2", "gpus_per_
               "time_limit": "00:10:00", "cpus_per_task": "1", "srun_args": "--mpi=pmix",
               "partition": "debug", "account": "lab", "signal_before_limit_s": "60",
               "ntasks_per_node": "2", "exclusive": "yes", "constraint": "intel&ib"}
-BASE_TRAIN = {"model": "tiny", "global-batch": "8", "steps": "3"}
+BASE_TRAIN = {"model": "tiny", "global-batch": "8", "steps": "3", "lr": "0.001", "seed": "5", "data": "random"}
 BASE_ENV = {"NCCL_DEBUG": "INFO"}
 # Keys that only a cuda experiment may set, with the values it may take.
 CUDA_SWEEP = {"gpu_bind": "none"}
 PAYLOADS = {"semicolon": "; touch {canary}", "substitution": "$(touch {canary})",
-            "backticks": "`touch {canary}`", "continuation": "\n  touch {canary}"}
+            "backticks": "`touch {canary}`", "continuation": "\n  touch {canary}",
+            "percent": "%(touch {canary})s%", "quotes": "' \" $(touch {canary}) \" '"}
 
 
 def write_values(tmp_path, sweep_values, train_values, env_values=None):
@@ -222,32 +265,30 @@ def write_values(tmp_path, sweep_values, train_values, env_values=None):
     return path
 
 
-def stub_srun(tmp_path):
+def stub_launchers(tmp_path):
+    """A folder of stub srun, mpirun and sbatch: each writes down its arguments, and what
+    [env] exported, as the ranks would get them, and runs nothing."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    srun = bin_dir / "srun"
-    # The arguments, and what [env] exported, as each rank would get them.
-    srun.write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$SRUN_ARGS_FILE.$$"\n'
-                    'printf "%s" "$NCCL_DEBUG" > "$SRUN_ENV_FILE.$$"\n')
-    srun.chmod(srun.stat().st_mode | stat.S_IEXEC)
+    for name in ("srun", "mpirun", "sbatch"):
+        stub = bin_dir / name
+        stub.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > "$STUB_CALLS/{name}.$$"\n'
+                        f'printf "%s" "$NCCL_DEBUG" > "$STUB_CALLS/{name}-env.$$"\necho 1\n')
+        stub.chmod(stub.stat().st_mode | stat.S_IEXEC)
     return bin_dir
 
 
-def run_scripts(tmp_path, binary):
-    """Runs every point script with the stub srun; returns the argument lists srun got,
-    and the values of NCCL_DEBUG it saw."""
-    bin_dir = stub_srun(tmp_path)
-    args_file = tmp_path / "srun-args"
-    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", SRUN_ARGS_FILE=str(args_file),
-               SRUN_ENV_FILE=str(tmp_path / "srun-env"))
-    env.pop("NCCL_DEBUG", None)
-    jobs = sorted((tmp_path / "out" / "jobs").glob("*.sbatch"))
-    for script in jobs:
+def stub_calls(calls_dir, name):
+    """The argument lists the stub `name` got, and the values of NCCL_DEBUG it saw."""
+    return ([path.read_text().splitlines() for path in sorted(calls_dir.glob(f"{name}.*"))],
+            [path.read_text() for path in sorted(calls_dir.glob(f"{name}-env.*"))])
+
+
+def run_scripts(tmp_path, env):
+    """Runs every point script with the stub launchers first on PATH."""
+    for script in sorted((tmp_path / "out" / "jobs").glob("*.sbatch")):
         if script.name != "report.sbatch":
-            subprocess.run(["bash", str(script)], env=env, cwd=tmp_path, check=True,
-                           capture_output=True, timeout=30)
-    return ([path.read_text().splitlines() for path in tmp_path.glob("srun-args.*")],
-            [path.read_text() for path in tmp_path.glob("srun-env.*")])
+            subprocess.run(["bash", str(script)], env=env, cwd=tmp_path, check=True, capture_output=True, timeout=30)
 
 
 def hostile_cases():
@@ -268,11 +309,7 @@ def hostile_cases():
             yield "env-key", key, payload
 
 
-@pytest.mark.parametrize("section,key,payload", list(hostile_cases()))
-def test_a_hostile_value_is_refused_or_runs_nothing_but_the_intended_commands(
-        tmp_path, capsys, section, key, payload):
-    canary = tmp_path / "canary"
-    text = PAYLOADS[payload].format(canary=canary)
+def hostile_file(tmp_path, section, key, text):
     sweep_values = dict(BASE_SWEEP, output_dir=str(tmp_path / "out"))
     train_values, env_values = dict(BASE_TRAIN), dict(BASE_ENV)
     if section == "sweep-cuda":
@@ -287,23 +324,56 @@ def test_a_hostile_value_is_refused_or_runs_nothing_but_the_intended_commands(
         env_values[key] += text
     else:
         env_values[key + text] = env_values.pop(key)
-    path = write_values(tmp_path, sweep_values, train_values, env_values)
-    binary = tmp_path / "scalestudy"
-    binary.write_text("#!/bin/sh\nexit 0\n")
-    code = sweep.main([str(path), "--launcher", "slurm", "--binary", str(binary)])
+    return write_values(tmp_path, sweep_values, train_values, env_values), env_values
+
+
+def check_launcher_calls(calls, binary):
+    for args in calls:
+        assert args.count(str(binary)) == 1
+        program_at = args.index(str(binary))
+        assert all(arg.startswith("-") or re.fullmatch(r"\d+|none|[A-Z_]+=.*", arg, re.S)
+                   for arg in args[:program_at]), args
+
+
+@needs_binary
+@pytest.mark.parametrize("section,key,payload", list(hostile_cases()))
+def test_a_hostile_value_is_refused_or_runs_nothing_but_the_stub_launchers(
+        tmp_path, monkeypatch, capsys, section, key, payload):
+    """Every key of every section with shell syntax, a continuation line or a %: the sweep
+    exits 2 in one line, or its Slurm scripts (run with stub srun, mpirun and sbatch first
+    on PATH, and submitted through the stub sbatch) and its local run (with the stub
+    mpirun) call the launchers and nothing else, the canary never made."""
+    canary = tmp_path / "canary"
+    path, env_values = hostile_file(tmp_path, section, key, PAYLOADS[payload].format(canary=canary))
+    bin_dir, calls_dir = stub_launchers(tmp_path), tmp_path / "calls"
+    calls_dir.mkdir()
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("STUB_CALLS", str(calls_dir))
+    monkeypatch.delenv("NCCL_DEBUG", raising=False)
+    binary = Path(BINARY).resolve()
+    code = sweep.main([str(path), "--launcher", "slurm", "--binary", str(binary), "--submit"])
     err = capsys.readouterr().err
     if code == 2:
-        assert err.startswith("sweep: error: EXPERIMENT") and "\n" not in err.rstrip("\n")
+        assert err.startswith("sweep: error: EXPERIMENT") and "\n" not in err.rstrip("\n"), err
+        assert not (tmp_path / "out").exists(), "refused before anything was written"
     else:
-        assert code == 0
-        calls, exported = run_scripts(tmp_path, binary)
+        assert code == 0, err
+        submitted, _ = stub_calls(calls_dir, "sbatch")
+        assert len(submitted) == 3, "two points and the report"
+        run_scripts(tmp_path, dict(os.environ))
+        calls, exported = stub_calls(calls_dir, "srun")
         assert len(calls) == 2, "one srun per point"
-        for args in calls:
-            assert args.count(str(binary)) == 1
-            program_at = args.index(str(binary))
-            assert all(arg.startswith("-") for arg in args[:program_at]), args
+        check_launcher_calls(calls, binary)
         # An [env] value reaches the ranks as it was written, shell syntax and all.
         assert exported == [env_values.get("NCCL_DEBUG", "")] * 2
+        assert sweep.main([str(path), "--launcher", "local", "--mpirun", "mpirun", "--binary", str(binary),
+                           "--no-report"]) == 1, "the stub mpirun runs no point"
+        calls, _ = stub_calls(calls_dir, "mpirun")
+        assert len(calls) == 2, "one mpirun per point"
+        check_launcher_calls(calls, binary)
+        for args in calls:
+            assert [args[i + 1] for i, arg in enumerate(args) if arg == "-x"] == \
+                [f"NCCL_DEBUG={env_values['NCCL_DEBUG']}"]
     assert not canary.exists(), "a payload ran"
 
 
@@ -342,5 +412,236 @@ def test_a_train_value_that_looks_like_an_option_is_refused(tmp_path, capsys):
     path = write_values(tmp_path, BASE_SWEEP, dict(BASE_TRAIN, steps="--output=/etc/passwd"))
     assert sweep.main([str(path), "--dry-run"]) == 2
     assert "[train] steps" in capsys.readouterr().err
+    # A negative number is a value: the sweep passes it on, and the binary's check names it.
     path = write_values(tmp_path, BASE_SWEEP, dict(BASE_TRAIN, **{"warmup-steps": "-1"}))
-    assert sweep.main([str(path), "--dry-run"]) == 0, "a negative number is a value"
+    assert sweep.main([str(path), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "[train] warmup-steps" not in err and "--warmup-steps -1: must be at least 0" in err, err
+
+
+# ---- the sweep checked whole before anything is written -------------------------------
+
+@needs_binary
+def test_the_binary_says_what_it_can_run():
+    out = subprocess.run([BINARY, "info", "--json"], capture_output=True, text=True, check=True)
+    info = json.loads(out.stdout)
+    assert info["backends"]["cpu"]["precisions"] == ["fp32"]
+    assert re.fullmatch(r"\d+\.\d+\.\d+", info["version"])
+    presets = {preset["name"]: preset for preset in info["presets"]}
+    # GPT-2 small's 124M parameters, and the text table's figures.
+    assert 124e6 < presets["gpt2-small"]["parameters"] < 125e6
+    table = subprocess.run([BINARY, "info"], capture_output=True, text=True, check=True).stdout
+    for line in table.splitlines()[1:]:
+        name, *_, parameters, gflop = line.split()
+        assert presets[name]["parameters"] == int(parameters)
+        # The table prints GFLOP to 3 decimals: it agrees to within half of its last digit.
+        assert abs(presets[name]["train_flops_per_token"] / 1e9 - float(gflop)) <= 0.0005
+
+
+@needs_binary
+def test_a_point_that_would_not_start_stops_the_sweep_before_anything_is_written(tmp_path, capsys):
+    path = write_experiment(tmp_path, ["scaling = strong", "gpus = 1, 2", f"output_dir = {tmp_path}/out"],
+                            ["model = tiny", "global-batch = 7", "steps = 3"])
+    for launcher in ("local", "slurm"):
+        assert sweep.main([str(path), "--launcher", launcher, "--binary", BINARY]) == 2
+        err = capsys.readouterr().err
+        assert "point strong-ddp-overlap_off-n2-r0 (2 rank(s))" in err and "--global-batch 7" in err, err
+        assert "n1-r0" not in err
+        assert not (tmp_path / "out").exists()
+    assert sweep.main([str(path), "--dry-run", "--binary", BINARY]) == 2, "a dry run checks the points too"
+    assert "n2-r0" in capsys.readouterr().err
+
+
+@needs_binary
+@pytest.mark.parametrize("train_line, fragment", [
+    ("lr = $(touch x)", "--lr"),
+    ("seed = 5%", "--seed 5%"),
+    ("model = gpt2-tiny", "--model"),
+])
+def test_train_values_are_checked_by_the_binary(tmp_path, capsys, train_line, fragment):
+    path = write_experiment(tmp_path, ["scaling = weak", f"output_dir = {tmp_path}/out"],
+                            ["batch-per-rank = 2", train_line])
+    assert sweep.main([str(path), "--launcher", "slurm", "--binary", BINARY]) == 2
+    err = capsys.readouterr().err
+    assert fragment in err and "\n" not in err.rstrip("\n") and "Traceback" not in err, err
+    assert not (tmp_path / "out").exists()
+
+
+@needs_binary
+def test_a_cuda_experiment_is_refused_by_a_binary_without_cuda(tmp_path, capsys):
+    info = json.loads(subprocess.run([BINARY, "info", "--json"], capture_output=True, text=True).stdout)
+    if "cuda" in info["backends"]:
+        pytest.skip("this binary has the cuda backend")
+    path = write_experiment(tmp_path, ["scaling = strong", "gpus = 1, 2", "backend = cuda",
+                                       f"output_dir = {tmp_path}/out"],
+                            ["model = tiny", "global-batch = 8", "precision = bf16"])
+    assert sweep.main([str(path), "--launcher", "slurm", "--binary", BINARY]) == 2
+    assert "backend = cuda, which" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_cuda_experiment_without_binary_never_takes_the_cpu_build(tmp_path):
+    path = write_experiment(tmp_path, ["backend = cuda", "scaling = weak"], ["model = tiny", "batch-per-rank = 2"])
+    experiment = sweep.read_experiment(path)
+    args = sweep.argument_parser().parse_args([str(path)])
+    cuda_build = ROOT / "build" / "cuda" / "scalestudy"
+    if cuda_build.is_file():
+        assert sweep.binary_of(args, experiment) == cuda_build.resolve()
+    else:
+        with pytest.raises(sweep.UsageError, match="build/cuda/scalestudy: no such file"):
+            sweep.binary_of(args, experiment)
+
+
+def test_gpu_experiments_ask_for_whole_nodes_unless_the_file_says_otherwise(tmp_path):
+    base = ["scaling = weak", "backend = cuda"]
+    assert sweep.read_experiment(write_experiment(tmp_path, base, ["batch-per-rank = 2"])).exclusive
+    assert not sweep.read_experiment(write_experiment(tmp_path, base + ["exclusive = no"], ["batch-per-rank = 2"])).exclusive
+    assert not sweep.read_experiment(write_experiment(tmp_path, ["scaling = weak"], ["batch-per-rank = 2"])).exclusive
+
+
+@needs_binary
+def test_the_submit_hint_repeats_every_option_given(tmp_path, capsys):
+    path = write_experiment(tmp_path, ["scaling = weak", "gpus = 1, 2", f"output_dir = {tmp_path}/out"],
+                            ["model = tiny", "batch-per-rank = 2"])
+    given = [str(path), "--launcher", "slurm", "--binary", BINARY, "--output-dir", str(tmp_path / "else"),
+             "--gpus", "2"]
+    assert sweep.main(given) == 0
+    (hint,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("submit them with: ")]
+    words = shlex.split(hint[len("submit them with: "):])
+    assert words[0].endswith("sweep.py") and words[1:] == given[:] + ["--submit"]
+
+
+def test_the_help_shows_every_default(capsys):
+    with pytest.raises(SystemExit):
+        sweep.main(["--help"])
+    text = capsys.readouterr().out
+    listed = re.split(r"\n(?:options|optional arguments):\n", text)[1]
+    options = [" ".join(option.split()) for option in re.split(r"\n  (?=-)", "\n" + listed)[1:]]
+    assert len(options) == 9
+    for option in options:
+        if not option.startswith("-h,"):
+            assert "default: " in option, option
+
+
+# ---- the skip logic: a file that does not read back is redone ------------------------------
+
+def test_a_file_marked_complete_that_does_not_read_back_is_redone(tmp_path, capsys):
+    h5py = pytest.importorskip("h5py")
+    import numpy as np
+    path = tmp_path / "n1-r0.h5"
+    with h5py.File(path, "w") as handle:
+        handle.attrs["status"] = "complete"
+        handle.create_dataset("steps/loss", data=np.arange(4096, dtype=np.float64), chunks=(1024,),
+                              compression="gzip")
+        offset = handle["steps/loss"].id.get_chunk_info(0).byte_offset
+    assert sweep.result_status(path) == "complete"
+    # The first chunk's bytes overwritten, as a second writer would: the root still says complete.
+    with open(path, "r+b") as handle:
+        handle.seek(offset)
+        handle.write(b"\xff" * 64)
+    with h5py.File(path, "r") as handle:
+        assert handle.attrs["status"] == "complete"
+    status, why = sweep.result_state(path)
+    assert status == "unreadable" and why, why
+    point = sweep.Point("strong", "ddp", "off", 1, 0, path)
+    assert sweep.pending_points([point]) == [point]
+    assert "does not read back" in capsys.readouterr().out
+
+
+# ---- a local sweep that stops cleanly, and one sweep per output folder ---------------------
+
+needs_mpirun = pytest.mark.skipif(not BINARY or not shutil.which("mpirun"), reason="needs SCALESTUDY_BINARY and mpirun")
+# Trials of a signal at a random time; more through the environment (20 for a release).
+STOP_TRIALS = int(os.environ.get("SCALESTUDY_SWEEP_STOP_TRIALS", "3"))
+
+
+def processes_naming(text):
+    """The live processes whose command line holds text (every rank names its output)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat_file:
+                if stat_file.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    continue
+            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                if text.encode() in cmdline.read():
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+def sweep_command(path):
+    return [sys.executable, str(ROOT / "jobscripts" / "sweep.py"), str(path), "--binary", BINARY, "--no-report"]
+
+
+def start_sweep(path):
+    return subprocess.Popen(sweep_command(path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for_no_process_naming(text, seconds):
+    deadline = time.monotonic() + seconds
+    while processes_naming(text) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return processes_naming(text)
+
+
+def stop_test_experiment(tmp_path):
+    return write_experiment(tmp_path, ["scaling = strong", "gpus = 1, 2", "strategies = ddp, zero2",
+                                       f"output_dir = {tmp_path}/out"],
+                            ["model = tiny", "global-batch = 4", "steps = 300", "warmup-steps = 1", "seq = 16"])
+
+
+@needs_mpirun
+@pytest.mark.parametrize("trial", range(STOP_TRIALS))
+def test_sigint_at_a_random_time_leaves_no_rank_and_no_file_that_looks_complete(tmp_path, trial):
+    path = stop_test_experiment(tmp_path)
+    points = sweep.plan(sweep.read_experiment(path))
+    out_dir = str(tmp_path / "out")
+    running = start_sweep(path)
+    # Anywhere from the checks before the first point to the last point's steps.
+    delay_s = random.Random(trial).uniform(0.2, 6.0)
+    time.sleep(delay_s)
+    running.send_signal(signal.SIGINT)
+    signalled = time.monotonic()
+    stdout, stderr = running.communicate(timeout=30)
+    if running.returncode == 0:
+        pytest.fail(f"the sweep ended before SIGINT at {delay_s:.1f} s: lengthen the points")
+    assert running.returncode == 130, stdout + stderr
+    assert "Traceback" not in stderr and stderr.strip().splitlines()[-1].startswith("sweep: stopped by SIGINT"), stderr
+    survivors = wait_for_no_process_naming(out_dir, 10.0 - (time.monotonic() - signalled))
+    assert not survivors, f"ranks {survivors} outlived the sweep by 10 s (SIGINT at {delay_s:.1f} s)"
+    statuses = {point.label(): sweep.result_status(point.result) for point in points}
+    print(f"SIGINT at {delay_s:.1f} s: {statuses}")
+    for point in points:
+        # Complete (it finished before the signal), failed (the ranks marked it), or absent.
+        status = statuses[point.label()]
+        assert status in ("complete", "failed", "missing", "running"), (point.label(), status, stderr)
+        if status == "running":
+            assert not point.result.exists()
+    again = subprocess.run(sweep_command(path), capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert all(sweep.result_status(point.result) == "complete" for point in points)
+
+
+@needs_mpirun
+def test_two_sweeps_on_one_folder_cannot_both_run(tmp_path):
+    path = write_experiment(tmp_path, ["scaling = weak", "gpus = 2", f"output_dir = {tmp_path}/out"],
+                            ["model = tiny", "batch-per-rank = 2", "steps = 100000", "seq = 16"])
+    first = start_sweep(path)
+    lock = tmp_path / "out" / ".sweep.lock"
+    deadline = time.monotonic() + 30
+    while not (lock.exists() and "pid" in lock.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    second = subprocess.run(sweep_command(path), capture_output=True, text=True, timeout=60)
+    assert second.returncode == 2, second.stdout + second.stderr
+    assert f"pid {first.pid}" in second.stderr and socket.gethostname() in second.stderr, second.stderr
+    first.send_signal(signal.SIGTERM)
+    _, stderr = first.communicate(timeout=30)
+    assert first.returncode == 143 and "Traceback" not in stderr, stderr
+    assert not wait_for_no_process_naming(str(tmp_path / "out"), 10.0)
+    (point,) = sweep.plan(sweep.read_experiment(path))
+    assert sweep.result_status(point.result) in ("failed", "missing", "running")
+    assert not point.result.exists() or sweep.result_status(point.result) == "failed"

@@ -3,6 +3,8 @@
 # (test_cli.<part>); with no PART, every part runs.
 # - commands: help, a short run, and bad input that must end with exit code 2 and one line
 #   naming the option and the value.
+# - check: `info --json` says what the build runs, and `train --check` refuses what a run
+#   would refuse, cross-field errors on the ranks given included, making no file or folder.
 # - memory_preflight: a run too large for the memory is refused before anything is
 #   allocated, on every rank alike, with exit code 2 and one line naming the batch option,
 #   the model, the bytes and what would fit; a run that fits records the estimate in its
@@ -13,7 +15,7 @@ set -uo pipefail
 binary=$1
 mpiexec=$2
 only_part=${4:-}
-parts=(commands memory_preflight)
+parts=(commands memory_preflight check)
 source "$(dirname "$0")/cli_checks.sh"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -110,6 +112,32 @@ memory_preflight() {
   [ "$(attribute "$work/oom.h5" status)" = failed ] || fail "out of memory later: the file is not marked failed"
   [[ "$(attribute "$work/oom.h5" failure_reason)" == "rank 0: out of memory while allocating activations"* ]] ||
     fail "out of memory later: failure_reason '$(attribute "$work/oom.h5" failure_reason)'"
+}
+
+check() {
+  "$binary" info --json >"$work/info.json" || fail "info --json exited $?"
+  python3 -c 'import json, sys
+info = json.load(open(sys.argv[1]))
+assert info["backends"]["cpu"]["precisions"] == ["fp32"], info["backends"]
+small = [p for p in info["presets"] if p["name"] == "gpt2-small"][0]
+assert small["parameters"] == 124439808 and small["train_flops_per_token"] > 0, small' "$work/info.json" ||
+    fail "info --json is not the JSON expected"
+  expect_exit 2 "unrecognised option '--yaml'" "$binary" info --yaml
+  local folder="$work/not-made/yet"
+  expect_exit 0 "valid on 2 rank(s)" "$binary" train --check --check-ranks 2 --global-batch 8 --output "$folder/run.h5"
+  [ ! -e "$work/not-made" ] || fail "train --check made the output's folder"
+  expect_exit 2 "\-\-global-batch 7: does not divide evenly over 2 ranks" \
+    "$binary" train --check --check-ranks 2 --global-batch 7 --output "$folder/run.h5"
+  expect_exit 0 "valid on 1 rank(s)" "$binary" train --check --check-ranks 1 --global-batch 7
+  expect_exit 2 "\-\-grad-accum 3: must divide the batch per rank (4)" \
+    "$binary" train --check --check-ranks 3 --batch-per-rank 4 --grad-accum 3
+  expect_exit 2 "\-\-lr" "$binary" train --check --check-ranks 1 --lr '$(touch x)'
+  expect_exit 2 "\-\-seed 5%" "$binary" train --check --check-ranks 1 --seed 5%
+  expect_exit 2 "\-\-check-ranks 2: needs \-\-check" "$binary" train --check-ranks 2
+  expect_exit 2 "\-\-check-ranks 0: \-\-check needs" "$binary" train --check
+  touch "$work/exists.h5"
+  expect_exit 2 "exists; pass \-\-overwrite" "$binary" train --check --check-ranks 1 --output "$work/exists.h5"
+  [ ! -e "$work/x" ] || fail "a value ran as a command"
 }
 
 [ -n "$only_part" ] && selected=("$only_part") || selected=("${parts[@]}")
