@@ -24,3 +24,16 @@ def read_with_one_gpu_problem():
         assert message in problem.message
         return run, problem
     return read
+
+
+@pytest.fixture
+def unnamed_in_report_help():
+    """The files in a report's output directory, figures aside, that `scalestudy-report
+    --help` does not name: a user reads from the help what the command writes."""
+    from scalestudy_analysis.cli import parser
+    help_text = " ".join(parser().format_help().split())
+
+    def unnamed(out_dir):
+        return sorted(path.name for path in Path(out_dir).iterdir()
+                      if path.suffix != ".png" and path.name not in help_text)
+    return unnamed
