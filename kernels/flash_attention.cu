@@ -110,7 +110,7 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FlashForwardPar
   }
   for (int j = 0; j < kv_tiles; ++j) {
     // KeyValueStream::acquire written out: with nvcc 13.0 the struct form made this
-    // kernel ~20% slower (different register allocation), the dQ kernel no slower.
+    // kernel markedly slower (different register allocation), the dQ kernel no slower.
     if (j + 1 < kv_tiles) {
       const int next = (j + 1) % 2;
       load_tile_async(k_tiles + next * kTileElems, k_base, (j + 1) * kTileRows, p.seq, ld);

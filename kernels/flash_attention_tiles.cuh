@@ -18,8 +18,8 @@ namespace {
 // With the head size also 64, every warp-level product below is kM 16x64 by 64x64 ones:
 // 4 k-steps by 8 n-tiles of mma.m16n8k16, so one fragment layout serves all of them.
 // Each B fragment read from shared memory feeds kM products. The query-side kernels give
-// each warp 32 rows (kM = 2): the dQ kernel runs 6 % faster for it on an H200, the forward
-// no faster. The dK/dV kernel's accumulators leave no registers for a second m-tile.
+// each warp 32 rows (kM = 2): the dQ kernel runs faster for it, the forward no slower.
+// The dK/dV kernel's accumulators leave no registers for a second m-tile.
 constexpr int kHeadSize = 64;
 constexpr int kTileRows = 64;
 constexpr int kWarps = 4;

@@ -25,15 +25,15 @@
 //
 // The algorithm. cuBLASLt's heuristic picks one without running it, and the SM count target
 // (the multiprocessors a GEMM is sized for) changes what it offers. For GPT-2 medium's
-// DGELU GEMM on an H200 it offers a single algorithm sized for all 132 multiprocessors,
-// an sm80 kernel, and for 128 an sm90 kernel that takes 0.60 of its time. With
+// DGELU GEMM it offers a single algorithm sized for the whole device, an sm80 kernel, and
+// for a few multiprocessors fewer an sm90 kernel that takes well under its time. With
 // AlgorithmChoice::timed, each plan sized for the whole device also asks for an algorithm
 // sized for kTimedGemmFewerMultiprocessors fewer, and its first call times both on that
 // call's own operands (each overwrites its outputs from inputs it does not change). The
 // fewer-multiprocessor one is kept only where it is kTimedGemmRequiredGainPercent faster:
 // back-to-back timing misleads by more than the few per cent that separate most
-// candidates (keeping any of the heuristic's first sixteen that timed 10 % faster made
-// GPT-2 small's step 2 ms longer on an H200). The call's results are the kept algorithm's.
+// candidates (at the power cap a kernel faster alone can lengthen the step,
+// gemm_sustained.cuh). The call's results are the kept algorithm's.
 // The choice is made once per process for each device, epilogue and shape, so every
 // EpilogueGemm in a process computes the same bits. Another process may choose otherwise
 // where a gain lies within timing noise of the threshold: AlgorithmChoice::heuristic
@@ -55,9 +55,9 @@
 namespace scalestudy::cuda {
 
 // How much faster a timed GEMM sized for fewer multiprocessors must run than cuBLASLt's
-// first for the whole device, to be kept (per cent): above the 10-17 % by which
-// back-to-back timing favoured algorithms that did not shorten GPT-2 small's step, below
-// the 40 % that GPT-2 medium's DGELU GEMM gains (both on an H200).
+// first for the whole device, to be kept (per cent): above the margin by which back-to-back
+// timing favours algorithms that do not shorten the step, below the gain of the sm90
+// kernel over the sm80 one that GPT-2 medium's DGELU GEMM is offered.
 inline constexpr int kTimedGemmRequiredGainPercent = 25;
 // A timed GEMM's other sizing: this many multiprocessors fewer than the device has, the
 // sizing that the overlapped lane's default CTAs leave (--overlapped-ctas auto, 4).

@@ -4,17 +4,17 @@
 // Why sustained. A training step keeps the GPU busy from end to end, and a power-capped GPU
 // (an H100 or H200 at 700 W) runs it at the cap: the clock falls until the power fits, so
 // a kernel lasts about its energy over the cap. Timed alone, in a short burst, a kernel
-// runs at the boost clock instead, and the two rankings differ: among cuBLASLt's first
-// eight candidates for GPT-2 small's weight gradients, the one 6 % faster in a burst spends
-// 3.5 % more energy at the cap (one H100, dev/op_timings StepGemmEnergy).
+// runs at the boost clock instead, and the two rankings differ: a candidate that is faster
+// in a burst can spend more energy at the cap, and so lengthen the step
+// (dev/op_timings StepGemmEnergy measures both).
 //
-// How long. The power controller takes longer than a short run to settle: chosen from
-// runs of 30 ms untimed and 100 ms timed, GPT-2 small's step at batch 64 on an H200 was
-// 0.5 % longer; chosen by the energy of runs of a second, 1.9 % shorter. Each candidate
-// here therefore runs back to back for kSustainedLeadMs untimed, then kSustainedWindowMs
-// timed, with the GPU loaded throughout; at the cap its time a call is its energy over
-// the cap. With the search's bursts (lt_algorithms.cuh) that is about 25 s a shape, 12
-// minutes for GPT-2 small's 28 at batch 64 on an H200: --gemm-algos-file keeps the choices.
+// How long. The power controller takes longer than a short run to settle on a candidate's
+// clock, and choices made from runs of tens of milliseconds lengthen the step rather than
+// shorten it. Each candidate here therefore runs back to back for kSustainedLeadMs
+// untimed, then kSustainedWindowMs timed, with the GPU loaded throughout; at the cap its
+// time a call is its energy over the cap. With the search's bursts (lt_algorithms.cuh)
+// that is tens of seconds a shape, minutes for a model's shapes: --gemm-algos-file keeps
+// the choices.
 //
 // The candidates are the algorithm the step would otherwise take (cuBLAS's own for a plain
 // GEMM, cuBLASLt's first for one with an epilogue), cuBLASLt's first kSustainedCandidates,

@@ -3,9 +3,9 @@
 // them, and the text form --gemm-algos-file keeps them in.
 //
 // Why look beyond the heuristic. Its candidates are ranked without running, and for GPT-2
-// small's step they share a handful of tiles: for the qkv forward at batch 64 on an H200,
-// none of its first eight comes within 6 % of a 128 x 168 tile in 2 x 1 clusters under
-// sustained load, in a search of every configuration near them (docs/performance.md). Such
+// small's step they share a handful of tiles: for the qkv forward at batch 64, none of its
+// first eight is as fast as a 128 x 168 tile in 2 x 1 clusters under sustained load, in a
+// search of every configuration near them (docs/performance.md). Such
 // configurations (other tiles, custom options, cluster shapes and swizzling) are many: over
 // 8000 for a plain GEMM. lt_neighbours therefore searches in two passes of short bursts,
 // first the tiles and custom options (the 128 x 168 tile is fast with a custom option that

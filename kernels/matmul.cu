@@ -36,12 +36,12 @@ __global__ void add_bias_kernel(T* __restrict__ out, const T* __restrict__ bias,
 
 // ---- 16-bit rows that cuBLAS's fast kernels cannot take -------------------------------
 // A bf16 GEMM whose output rows are not a multiple of 8 elements (16 bytes) - the tied LM
-// head, V = 50257 - falls off cuBLAS's fast kernels: on an H200 the LM head's forward takes
-// 6.6 ms for 0.3 TFLOP, and its input gradient 4.5 ms, whatever the leading dimension, as
-// long as the GEMM's m or k is V itself. So those GEMMs run on a copy with rows padded to
-// a multiple of 8 (in scratch), split into an aligned main part (the first V0 = V rounded
-// down to 8 columns) and a narrow tail GEMM for the last V - V0 columns, so that nothing
-// reads weights or activations beyond the real ones. fp16 has the same 2-byte elements
+// head, V = 50257 - falls off cuBLAS's fast kernels: the LM head's forward and input
+// gradient then run several times slower than aligned GEMMs of their size, whatever the
+// leading dimension, as long as the GEMM's m or k is V itself. So those GEMMs run on a
+// copy with rows padded to a multiple of 8 (in scratch), split into an aligned main part
+// (the first V0 = V rounded down to 8 columns) and a narrow tail GEMM for the last V - V0
+// columns, so that nothing reads weights or activations beyond the real ones. fp16 has the same 2-byte elements
 // and the same alignment rules, and takes the same path.
 constexpr int kAlignedColumns = 8;
 
@@ -272,8 +272,8 @@ void matmul_forward_strided(const Blas& blas, const MatmulForwardArgs<T>& args,
 // The backward's GEMMs from dout rows of dout_stride elements (a multiple of 8 >= OC, or
 // OC itself). dinp takes two GEMMs (the first OC0 columns of dout with W's first OC0 rows,
 // then the rest), so it is rounded to T twice. As one GEMM over all n = OC = 50257 columns
-// of dout, cuBLAS runs the LM head's weight gradient on an sm_80 kernel at 1.24 ms per 8192
-// rows on an H200, against 0.86 ms for the forward's aligned GEMM of the same size.
+// of dout, cuBLAS runs the LM head's weight gradient on an sm_80 kernel, much slower than
+// the forward's aligned GEMM of the same size, which takes a Hopper kernel.
 // Reads dinp, dout, weight, the shape and dinp_write of args.
 template <class T>
 void input_gradient_strided(const Blas& blas, const MatmulBackwardArgs<T>& args,

@@ -14,9 +14,14 @@ def parser():
     result = argparse.ArgumentParser(
         prog="scalestudy-report",
         description="Read every scalestudy result file (*.h5, and *.h5.partial left by runs "
-                    "that did not finish) under RESULTS_DIR, recursively, and write "
-                    "OUT_DIR/report.md (tables, figures, problems), OUT_DIR/runs.csv (one row "
-                    "per file) and the figures as PNG files in OUT_DIR. "
+                    "that did not finish) under RESULTS_DIR, recursively, and write into "
+                    "OUT_DIR: report.md (tables, figures, problems) and report.html, the same "
+                    "report in one self-contained file; runs.csv (one row per file); "
+                    "series.csv and series.json (one row per series and N: throughput, "
+                    "speedup, efficiency, breakdown, communication, MFU, memory); the "
+                    "figures as PNG files; and, where the runs recorded them, "
+                    "gpu_state.csv, gpu_state_by_phase.csv, kernel_top.csv and "
+                    "kernel_categories.csv. "
                     "'scalestudy-report compare A B [C ...] -o OUT_DIR' compares result sets "
                     "(see 'scalestudy-report compare --help').",
         epilog="Failed, unfinished and unreadable files, and series that mix builds or "
@@ -26,8 +31,9 @@ def parser():
     result.add_argument("results_dir", metavar="RESULTS_DIR", type=Path,
                         help="directory searched recursively for result files")
     result.add_argument("-o", "--out", dest="out_dir", metavar="OUT_DIR", type=Path,
-                        required=True, help="directory for report.md, runs.csv and the PNGs "
-                                            "(created if missing)")
+                        required=True, help="directory for report.md, report.html, the "
+                                            "CSV and JSON files and the PNGs (created if "
+                                            "missing)")
     result.add_argument("--baseline", metavar="SERIES",
                         help="measure every series' efficiency also against one series' "
                              "smallest N: a series number as the report numbers them, a "

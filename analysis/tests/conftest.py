@@ -1,3 +1,4 @@
+import re
 import sys
 from pathlib import Path
 
@@ -24,3 +25,19 @@ def read_with_one_gpu_problem():
         assert message in problem.message
         return run, problem
     return read
+
+
+@pytest.fixture
+def unnamed_in_report_help():
+    """The files in a report's output directory, figures aside, that `scalestudy-report
+    --help` does not name: a user reads from the help what the command writes. A file of
+    one series (its name holds the series' slug, `_s01-...`) counts as named where the
+    help names it with `<series>` in the slug's place."""
+    from scalestudy_analysis.cli import parser
+    help_text = " ".join(parser().format_help().split())
+
+    def unnamed(out_dir):
+        names = (re.sub(r"_s\d+-[^.]+", "_<series>", path.name)
+                 for path in Path(out_dir).iterdir() if path.suffix != ".png")
+        return sorted(name for name in set(names) if name not in help_text)
+    return unnamed

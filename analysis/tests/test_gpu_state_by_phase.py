@@ -183,10 +183,12 @@ def test_a_value_where_the_phase_held_no_sample_is_not_counted(tmp_path):
     assert [tuple(row[key] for key in CSV_COLUMNS) for row in rank_phase_rows(run)] == CSV_ROWS
 
 
-def test_report_table_and_csv_by_phase_carry_the_hand_computed_values(tmp_path):
+def test_report_table_and_csv_by_phase_carry_the_hand_computed_values(
+        tmp_path, unnamed_in_report_help):
     results, out = tmp_path / "results", tmp_path / "out"
     write_known(results / "n2.h5")
     write_report(results, out)
+    assert unnamed_in_report_help(out) == []
     section = gpu_section(out)
     assert "Runs with GPU samples by phase: 1 of 1" in section
     assert "**Phase SM clock, slowest rank**" in section

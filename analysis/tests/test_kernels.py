@@ -279,10 +279,12 @@ def make_results(root):
                   config=base_config(strategy="zero2"))
 
 
-def test_report_has_a_kernel_profile_with_four_plots_per_profiled_series(tmp_path):
+def test_report_has_a_kernel_profile_with_four_plots_per_profiled_series(
+        tmp_path, unnamed_in_report_help):
     results, out = tmp_path / "results", tmp_path / "out"
     make_results(results)
     assert main([str(results), "-o", str(out)]) == 0
+    assert unnamed_in_report_help(out) == []
     report = (out / "report.md").read_text()
     linked = set(re.findall(r"!\[[^\]]*\]\(([^)]+)\)", report))
     written = {path.name for path in out.glob("*.png")}

@@ -33,10 +33,9 @@
 // they were started. The overlapped lane launches its kernels in clusters of
 // kOverlappedClusterCtas CTAs. A cluster must fit within one GPC, and the GEMMs beside the
 // lane run in clusters of 2, so a cluster of NCCL's default 4 CTAs waits for those GEMMs'
-// first tiles to end, while single CTAs take multiprocessors the GEMMs' pairs cannot use.
-// On 2 H200s (GPT-2 small, ddp with overlap) the step was 0.3 ms shorter in clusters of 2
-// than of 4, and 0.8 ms longer in clusters of 1. NCCL_CGA_CLUSTER_SIZE overrides this
-// value, as it does for every communicator.
+// first tiles to end, while single CTAs take multiprocessors the GEMMs' pairs cannot use:
+// clusters of 2 start as soon as they are ready and leave the GEMMs whole pairs.
+// NCCL_CGA_CLUSTER_SIZE overrides this value, as it does for every communicator.
 //
 // Links. Before NCCL's first call the constructor has NCCL's log sent to a private file
 // (comm/nccl_transport.h); once the communicators exist, one small allreduce on each makes

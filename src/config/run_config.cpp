@@ -396,7 +396,7 @@ void resolve_and_validate(RunConfig& c, const RawOptions& raw) {
   if (!auto_ctas) {
     c.overlapped_ctas = parse_whole_number("overlapped-ctas", raw.overlapped_ctas);
     if (c.overlapped_ctas < 0) bad_value("overlapped-ctas", raw.overlapped_ctas, "must not be negative");
-    // A lane of more CTAs than NCCL's own choice (24 on 2 H200s) takes more of the GPU, not less.
+    // A lane of more CTAs than NCCL's own choice (tens of CTAs) takes more of the GPU, not less.
     if (c.overlapped_ctas > kMaxOverlappedCtas)
       bad_value("overlapped-ctas", raw.overlapped_ctas, "must be at most " + std::to_string(kMaxOverlappedCtas));
     if (c.overlapped_ctas > 0 && !c.overlap)

@@ -14,17 +14,22 @@ namespace scalestudy {
 enum class Scaling { strong, weak };
 
 // --overlapped-ctas auto on cuda with overlap: of 0 (NCCL's choice), 2, 4, 8 and 16 CTAs,
-// 4 gave ddp+overlap the shortest GPT-2 small step on two H200s (0.4-0.8 ms of 62 ms).
+// 4 gives the shortest data-parallel step with overlap. Fewer leave the collectives
+// running past the backward that hides them; more take multiprocessors that the GEMMs
+// beside them need.
 inline constexpr int kAutoOverlappedCtas = 4;
 inline constexpr int kMaxOverlappedCtas = 64;
 
-// --overlap-after auto with overlap: on two H200s, holding the buckets until backward has
-// finished half of the gradients made GPT-2 small's step (ddp and zero2) and GPT-2
-// medium's (ddp) 1-2 ms shorter than starting each at once. zero2 on N ranks holds at most
-// 1/N (resolve_for_world).
+// --overlap-after auto with overlap: on a power-capped GPU, communication beside compute
+// costs clock for the whole step, since the clock follows the step's average power. Held
+// until backward has finished half of the gradients, the collectives cost less clock for
+// a short tail after backward, and the step is shorter than with each bucket started at
+// once. zero2 on N ranks holds at most 1/N (resolve_for_world), so that the held
+// gradients never exceed its shard.
 inline constexpr double kAutoOverlapAfter = 0.5;
 
-// --gpu-telemetry-ms auto on cuda: about ten samples of GPT-2 small's step on an H200.
+// --gpu-telemetry-ms auto on cuda: several samples in each phase of a step of tens to
+// hundreds of milliseconds, at a cost too small to measure.
 inline constexpr int kAutoGpuTelemetryMs = 10;
 inline constexpr int kMaxGpuTelemetryMs = 1000;
 

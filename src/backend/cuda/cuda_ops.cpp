@@ -96,10 +96,10 @@ CudaOps::CudaOps(int device, Precision precision, GemmAlgos gemm_algos, Attentio
 
 // The overlapped lane's NCCL kernels hold their multiprocessors for as long as a collective
 // lasts, and GEMMs sized for the whole device slow down beside them far more than that
-// share: on 2 H200s the LM head's weight gradient takes 4.07 ms in parts beside 4-CTA
-// collectives, 3.19 ms whole and alone, and 3.47 ms in parts sized for the 128 of 132
-// multiprocessors left. The ddp+overlap step is 0.5-0.6 ms shorter sized for 128, and
-// 2.8-3.1 ms longer sized for 120.
+// share: their last wave waits for the tiles that the busy multiprocessors would have run.
+// Sized for the multiprocessors left, the waves end together. The target must match the
+// lane exactly: sized for fewer still, the GEMMs leave multiprocessors idle for the whole
+// backward, which costs more than the lane's collectives do.
 void CudaOps::reserve_multiprocessors(int count) {
   SCALESTUDY_CHECK(count >= 0 && count < multiprocessors_,
                    "reserve_multiprocessors: " + std::to_string(count) + " of " +
