@@ -354,9 +354,12 @@ def parser():
 
 
 def scalestudy_presets(binary):
-    """The presets of `scalestudy info`, each with its vocabulary."""
-    listing = subprocess.run([binary, "info"], capture_output=True, text=True).stdout.splitlines()
-    return {line.split()[0]: int(line.split()[4]) for line in listing[1:] if line.strip()}
+    """The presets of `scalestudy info --json`, each with its vocabulary."""
+    listing = subprocess.run([binary, "info", "--json"], capture_output=True, text=True).stdout
+    try:
+        return {preset["name"]: preset["vocab"] for preset in json.loads(listing)["presets"]}
+    except (ValueError, KeyError) as error:
+        raise UsageError(f"--binary {binary}: `info --json` gave no presets ({error})") from error
 
 
 def check_inputs(args):

@@ -21,7 +21,9 @@ def parser():
                     "speedup, efficiency, breakdown, communication, MFU, memory); the "
                     "figures as PNG files; and, where the runs recorded them, "
                     "gpu_state.csv, gpu_state_by_phase.csv, kernel_top.csv and "
-                    "kernel_categories.csv. "
+                    "kernel_categories.csv; and trace_<series>.json, the timeline of each "
+                    "series' drawn run for Perfetto. 'scalestudy-report trace RUN.h5' writes "
+                    "one run's trace. "
                     "'scalestudy-report compare A B [C ...] -o OUT_DIR' compares result sets "
                     "(see 'scalestudy-report compare --help').",
         epilog="Failed, unfinished and unreadable files, and series that mix builds or "

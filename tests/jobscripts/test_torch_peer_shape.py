@@ -7,6 +7,7 @@ and backward by torch.utils.flop_counter, which counts every matrix product, att
 included, from the operators actually dispatched.
 
 Needs PyTorch and the scalestudy binary (SCALESTUDY_BINARY); skipped without either."""
+import json
 import os
 import subprocess
 import sys
@@ -26,9 +27,10 @@ pytestmark = pytest.mark.skipif(not BINARY, reason="set SCALESTUDY_BINARY to the
 
 
 def scalestudy_presets():
-    """name -> (parameters, training GFLOP per token) from `scalestudy info`'s table."""
-    listing = subprocess.run([BINARY, "info"], capture_output=True, text=True, check=True).stdout.splitlines()
-    return {fields[0]: (int(fields[7]), float(fields[8])) for fields in map(str.split, listing[1:]) if fields}
+    """name -> (parameters, training FLOPs per token) from `scalestudy info --json`."""
+    listing = subprocess.run([BINARY, "info", "--json"], capture_output=True, text=True, check=True).stdout
+    return {preset["name"]: (preset["parameters"], preset["train_flops_per_token"])
+            for preset in json.loads(listing)["presets"]}
 
 
 def peer_counts(name, vocab=None):
@@ -45,10 +47,11 @@ def peer_counts(name, vocab=None):
 @pytest.mark.parametrize("name", sorted(train_torch.PRESETS))
 def test_the_peer_has_scalestudys_parameters_and_flops_per_token(name):
     parameters, flops_per_token = peer_counts(name)
-    ours_parameters, ours_gflop_per_token = scalestudy_presets()[name]
+    ours_parameters, ours_flops_per_token = scalestudy_presets()[name]
     assert parameters == ours_parameters
-    # `scalestudy info` prints GFLOP/token to three decimals: the peer's count must round to it.
-    assert round(flops_per_token / 1e9, 3) == pytest.approx(ours_gflop_per_token, abs=1e-9)
+    # Both are sums of products of the shape's integers, far below 2^53: exact but for the
+    # division by the sequence length, which float64 rounds to 1e-16 or so.
+    assert flops_per_token == pytest.approx(ours_flops_per_token, rel=1e-12)
 
 
 def test_the_padded_vocabulary_adds_only_the_tied_tables_rows():
