@@ -88,7 +88,12 @@ def round_order(runs, round_index):
 
 
 def launcher(gpus):
-    command = ["mpirun", "-np", str(gpus), "-x", "NCCL_NVLS_ENABLE=0"]
+    command = ["mpirun", "-np", str(gpus)]
+    # NCCL runs with its defaults, but for the NCCL_* settings of the caller's environment,
+    # which reach every rank as they reach PyTorch's side.
+    for name in sorted(os.environ):
+        if name.startswith("NCCL_"):
+            command += ["-x", name]
     if "LD_LIBRARY_PATH" in os.environ:
         command += ["-x", "LD_LIBRARY_PATH"]
     if os.geteuid() == 0:
@@ -120,7 +125,7 @@ def execute(command, timeout_s):
     print("$ " + shlex.join(command), flush=True)
     try:
         out = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s,
-                             env=dict(os.environ, NCCL_NVLS_ENABLE="0"))
+                             env=os.environ)
     except subprocess.TimeoutExpired:
         return None, f"ran past --timeout-s {timeout_s:g}"
     if out.returncode != 0:

@@ -95,7 +95,7 @@ def run_scalestudy(args, model):
                "--seqs", ",".join(map(str, args.seqs)), *args.scalestudy_options.split(), "-o", str(output)]
     print("$ " + " ".join(command), flush=True)
     try:
-        completed = subprocess.run(command, env=dict(os.environ, NCCL_NVLS_ENABLE="0"), timeout=args.timeout_s)
+        completed = subprocess.run(command, timeout=args.timeout_s)
     except subprocess.TimeoutExpired:
         print(f"scalestudy ran past --timeout-s {args.timeout_s} for {model}", flush=True)
         return None

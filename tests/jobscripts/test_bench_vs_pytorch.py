@@ -232,3 +232,12 @@ def test_inputs_that_cannot_run_exit_2_naming_the_option(args, named, tmp_path):
     done = run_script("--binary", BINARY, "--workdir", str(tmp_path), *args, cwd=tmp_path)
     assert done.returncode == 2 and named in done.stderr, done.stderr
     assert "$ " not in done.stdout  # nothing ran
+
+
+def test_nccl_keeps_its_defaults_but_for_the_callers_settings(monkeypatch):
+    for name in [name for name in os.environ if name.startswith("NCCL_")]:
+        monkeypatch.delenv(name)
+    assert not any(arg.startswith("NCCL") for arg in bench.launcher(2))
+    monkeypatch.setenv("NCCL_NVLS_ENABLE", "0")
+    command = bench.launcher(2)
+    assert command[command.index("-x") + 1] == "NCCL_NVLS_ENABLE"
