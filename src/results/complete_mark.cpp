@@ -19,23 +19,28 @@ namespace {
 struct Visit {
   hid_t file = -1;
   std::optional<hsize_t> steps_rows;
+  size_t file_bytes = 0;
   std::string error;  // the first failure, naming its object
 };
 
 // The values of a dataset or an attribute, read into memory in their native type and
-// dropped; variable-length strings are reclaimed.
-bool read_values(hid_t object, bool dataset) {
+// dropped; variable-length strings are reclaimed. Returns "" or why they do not read.
+// Every value scalestudy writes is stored (no fill values, no compression), so values
+// that would take more memory than the whole file are a dataspace that did not read back.
+std::string read_values(hid_t object, bool dataset, size_t file_bytes) {
   h5::Handle type(dataset ? H5Dget_type(object) : H5Aget_type(object));
   h5::Handle space(dataset ? H5Dget_space(object) : H5Aget_space(object));
-  if (type.get() < 0 || space.get() < 0) return false;
+  if (type.get() < 0 || space.get() < 0) return hdf5_error_string();
   h5::Handle memory(H5Tget_native_type(type.get(), H5T_DIR_ASCEND));
   const hssize_t points = H5Sget_select_npoints(space.get());
   const size_t point_bytes = memory.get() >= 0 ? H5Tget_size(memory.get()) : 0;
-  if (points < 0 || point_bytes == 0) return false;
+  if (points < 0 || point_bytes == 0) return hdf5_error_string();
+  if (static_cast<size_t>(points) > file_bytes / point_bytes + 1)
+    return std::to_string(points) + " values of " + std::to_string(point_bytes) + " bytes, more than the file holds";
   std::vector<unsigned char> values(static_cast<size_t>(points) * point_bytes);
   const herr_t read = dataset ? H5Dread(object, memory.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data())
                               : H5Aread(object, memory.get(), values.data());
-  if (read < 0) return false;
+  if (read < 0) return hdf5_error_string();
   if (H5Tis_variable_str(memory.get()) > 0 || H5Tdetect_class(memory.get(), H5T_VLEN) > 0) {
 #if H5_VERSION_GE(1, 12, 0)
     H5Treclaim(memory.get(), space.get(), H5P_DEFAULT, values.data());
@@ -43,12 +48,20 @@ bool read_values(hid_t object, bool dataset) {
     H5Dvlen_reclaim(memory.get(), space.get(), H5P_DEFAULT, values.data());
 #endif
   }
-  return true;
+  return "";
 }
 
-herr_t read_attribute(hid_t object, const char* name, const H5A_info_t*, void*) {
+struct AttributeVisit {
+  size_t file_bytes = 0;
+  std::string error;  // the first failure, naming its attribute
+};
+
+herr_t read_attribute(hid_t object, const char* name, const H5A_info_t*, void* data) {
+  auto* visit = static_cast<AttributeVisit*>(data);
   h5::Handle attribute(H5Aopen(object, name, H5P_DEFAULT));
-  return attribute.get() >= 0 && read_values(attribute.get(), false) ? 0 : -1;
+  visit->error = attribute.get() < 0 ? hdf5_error_string() : read_values(attribute.get(), false, visit->file_bytes);
+  if (!visit->error.empty()) visit->error = std::string("attribute ") + name + ": " + visit->error;
+  return visit->error.empty() ? 0 : 1;
 }
 
 std::string rows_error(hid_t dataset, const std::string& name, hsize_t expected) {
@@ -61,22 +74,23 @@ std::string rows_error(hid_t dataset, const std::string& name, hsize_t expected)
 }
 
 // Opens the object `name` and reads its attributes and, for a dataset, its values.
-std::string check_object(hid_t file, const std::string& name, const std::optional<hsize_t>& steps_rows) {
+std::string check_object(const Visit& visit, const std::string& name) {
   const std::string shown = name == "." ? "/" : "/" + name;
   errno = 0;  // hdf5_error_string names errno where it is set: only this check's may be
-  h5::Handle object(H5Oopen(file, name.c_str(), H5P_DEFAULT));
+  h5::Handle object(H5Oopen(visit.file, name.c_str(), H5P_DEFAULT));
   if (object.get() < 0) return shown + ": " + hdf5_error_string();
-  if (H5Aiterate2(object.get(), H5_INDEX_NAME, H5_ITER_NATIVE, nullptr, read_attribute, nullptr) < 0)
-    return shown + "'s attributes: " + hdf5_error_string();
+  AttributeVisit attributes{.file_bytes = visit.file_bytes, .error = ""};
+  if (H5Aiterate2(object.get(), H5_INDEX_NAME, H5_ITER_NATIVE, nullptr, read_attribute, &attributes) != 0)
+    return shown + ": " + (attributes.error.empty() ? "its attributes: " + hdf5_error_string() : attributes.error);
   if (H5Iget_type(object.get()) != H5I_DATASET) return "";
-  if (!read_values(object.get(), true)) return shown + ": " + hdf5_error_string();
-  if (steps_rows && name.rfind("steps/", 0) == 0) return rows_error(object.get(), name, *steps_rows);
+  if (std::string error = read_values(object.get(), true, visit.file_bytes); !error.empty()) return shown + ": " + error;
+  if (visit.steps_rows && name.rfind("steps/", 0) == 0) return rows_error(object.get(), name, *visit.steps_rows);
   return "";
 }
 
 herr_t visit_link(hid_t, const char* name, const H5L_info_t*, void* data) {
   auto* visit = static_cast<Visit*>(data);
-  visit->error = check_object(visit->file, name, visit->steps_rows);
+  visit->error = check_object(*visit, name);
   return visit->error.empty() ? 0 : 1;
 }
 
@@ -118,7 +132,10 @@ std::string read_back_error(const std::string& path, std::optional<hsize_t> step
   errno = 0;
   h5::Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
   if (file.get() < 0) return "cannot be opened: " + hdf5_error_string();
-  Visit visit{.file = file.get(), .steps_rows = steps_rows, .error = check_object(file.get(), ".", steps_rows)};
+  std::error_code size_error;
+  const size_t file_bytes = std::filesystem::file_size(path, size_error);
+  Visit visit{.file = file.get(), .steps_rows = steps_rows, .file_bytes = size_error ? 0 : file_bytes, .error = ""};
+  visit.error = check_object(visit, ".");
   if (!visit.error.empty()) return visit.error;
   if (H5Lvisit(file.get(), H5_INDEX_NAME, H5_ITER_NATIVE, visit_link, &visit) < 0 && visit.error.empty())
     return "its groups: " + hdf5_error_string();
