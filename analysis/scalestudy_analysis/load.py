@@ -223,10 +223,9 @@ def _read_host_info(handle, run):
 
 
 def _read_body(handle, run):
-    run.config = _attributes(handle["/config"]) if "/config" in handle else None
-    if run.config is None:
+    if "/config" not in handle:
         raise MissingField("missing /config")
-    run.config = {key: str(value) for key, value in run.config.items()}
+    run.config = {key: str(value) for key, value in _attributes(handle["/config"]).items()}
     run.hostnames = list(_dataset(handle, "/ranks/hostname"))
     run.devices = list(_dataset(handle, "/ranks/device"))
     _read_host_info(handle, run)

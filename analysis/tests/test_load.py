@@ -142,6 +142,15 @@ def test_a_root_attribute_table_that_does_not_decode_is_named_not_a_traceback(tm
     assert f"warning: {path} does not read back (" in capsys.readouterr().err
 
 
+def test_a_file_without_config_is_named_and_its_row_written(tmp_path):
+    path = write_run(tmp_path / "run.h5", world_size=1, step_times=0.1)
+    with h5py.File(path, "r+") as handle:
+        del handle["config"]
+    _, frame, problems = load_results(tmp_path)
+    assert [(p.kind, p.message) for p in problems] == [("missing field", "missing /config")]
+    assert list(frame["included"]) == [False]
+
+
 def test_collectives_naming_a_rank_outside_the_run_are_named(tmp_path):
     path = write_run(tmp_path / "run.h5", world_size=2, step_times=0.1)
     with h5py.File(path, "r+") as handle:
