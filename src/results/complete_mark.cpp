@@ -83,7 +83,8 @@ std::string check_object(const Visit& visit, const std::string& name) {
   if (H5Aiterate2(object.get(), H5_INDEX_NAME, H5_ITER_NATIVE, nullptr, read_attribute, &attributes) != 0)
     return shown + ": " + (attributes.error.empty() ? "its attributes: " + hdf5_error_string() : attributes.error);
   if (H5Iget_type(object.get()) != H5I_DATASET) return "";
-  if (std::string error = read_values(object.get(), true, visit.file_bytes); !error.empty()) return shown + ": " + error;
+  if (std::string error = read_values(object.get(), true, visit.file_bytes); !error.empty())
+    return shown + ": " + error;
   if (visit.steps_rows && name.rfind("steps/", 0) == 0) return rows_error(object.get(), name, *visit.steps_rows);
   return "";
 }
@@ -111,8 +112,9 @@ std::string set_status(const std::string& path, const std::string& status, const
   errno = 0;
   const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
   if (file < 0) return "cannot be opened for writing: " + hdf5_error_string();
-  bool written = h5::try_set_attribute(file, "status", status) && h5::try_set_attribute(file, "failure_reason", reason) &&
-                 h5::try_set_attribute(file, "end_time", utc_now());
+  const bool written = h5::try_set_attribute(file, "status", status) &&
+                       h5::try_set_attribute(file, "failure_reason", reason) &&
+                       h5::try_set_attribute(file, "end_time", utc_now());
   std::string error = written ? "" : hdf5_error_string();
   if (H5Fclose(file) < 0 && error.empty()) error = hdf5_error_string();
   return error;
@@ -123,7 +125,8 @@ std::string set_status(const std::string& path, const std::string& status, const
 bool give_final_name(const std::string& partial, const std::string& output) {
   std::error_code error;
   std::filesystem::rename(partial, output, error);
-  if (error) std::fprintf(stderr, "scalestudy: %s stays %s (%s)\n", output.c_str(), partial.c_str(), error.message().c_str());
+  if (error)
+    std::fprintf(stderr, "scalestudy: %s stays %s (%s)\n", output.c_str(), partial.c_str(), error.message().c_str());
   return !error;
 }
 

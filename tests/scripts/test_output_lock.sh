@@ -16,6 +16,7 @@ set -uo pipefail
 binary=$1
 mpiexec=$2
 only_part=${4:-}
+# shellcheck disable=SC2034  # run_parts (cli_checks.sh) reads it
 parts=(two_writers stale truncated)
 work=$(mktemp -d)
 started_pids=()
@@ -50,7 +51,7 @@ check_complete() {
   [ "$(attribute "$file" status)" = complete ] || { fail "[$name] status '$(attribute "$file" status)'"; return 1; }
   reads_whole "$file" || { fail "[$name] $file is marked complete and does not read back"; return 1; }
   [ "$(steps_in "$file")" = "$steps" ] || { fail "[$name] $(steps_in "$file") steps, not $steps"; return 1; }
-  [ ! -e "$file.partial" ] && [ ! -e "$file.lock" ] || { fail "[$name] a .partial or .lock is left"; return 1; }
+  if [ -e "$file.partial" ] || [ -e "$file.lock" ]; then fail "[$name] a .partial or .lock is left"; return 1; fi
 }
 
 # two_writers_trial NAME RANKS SECOND_OPTIONS: the second run starts once the first has
@@ -64,7 +65,8 @@ two_writers_trial() {
   started_pids+=("$first")
   wait_for_file "$output.partial" || { fail "[$name] the first run created no .partial"; wait "$first"; return; }
   # The holder is the first run's writing rank: the process itself, or a child of its launcher.
-  local writers=" $first $(pgrep -d ' ' -P "$first") "
+  local writers
+  writers=" $first $(pgrep -d ' ' -P "$first") "
   # shellcheck disable=SC2086
   "${launch[@]}" "$binary" train --model tiny --steps "$steps" -o "$output" $second_options >"$second_log" 2>&1
   local second_code=$?
@@ -79,7 +81,8 @@ two_writers_trial() {
   elif grep -q "replacing" "$second_log"; then fail "[$name] the second run touched the first's .partial"
   elif [ "$first_code" != 0 ]; then fail "[$name] the first run exited $first_code"; tail -3 "$first_log"
   elif check_complete "$name" "$output"; then
-    echo "ok [$name] $ranks rank(s)${second_options:+, $second_options}: $(grep -m1 "is being written" "$second_log" | cut -c1-160)"
+    echo "ok [$name] $ranks rank(s)${second_options:+, $second_options}:" \
+      "$(grep -m1 "is being written" "$second_log" | cut -c1-160)"
   fi
 }
 
