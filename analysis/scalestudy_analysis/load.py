@@ -1,5 +1,11 @@
-"""Reading result files (schema v1 to v8) into RunRecords and one pandas row per run."""
+"""Reading result files (schema v1 to v8) into RunRecords and one pandas row per run.
+
+A file that does not read back (HDF5 cannot open an object or read its values, as in a
+file two runs wrote at once) counts as failed: it is left out of every number, named
+under Problems, and named with HDF5's error in one warning line on stderr, so that no
+consumer drops it without a word."""
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,6 +27,12 @@ from .summary import compare_summary, compute_summary
 
 class MissingField(Exception):
     """The file lacks something the schema requires; the message names it."""
+
+
+# What h5py raises where a file does not read back: a header or B-tree it cannot decode
+# (OSError, KeyError, RuntimeError), values of the wrong kind (ValueError, TypeError), or a
+# corrupt dataspace whose size no memory holds (MemoryError).
+READ_ERRORS = (OSError, KeyError, ValueError, TypeError, RuntimeError, MemoryError)
 
 
 @dataclass
@@ -58,8 +70,11 @@ class RunRecord:
     summary: dict = field(default_factory=dict)   # recomputed by the analysis
     problems: list = field(default_factory=list)
     usable: bool = False
+    read_error: str = ""                # why the file does not read back; "" when it does
 
-    status = property(lambda self: self.attrs.get("status", "unreadable"))
+    # A file that does not read back counts as failed, whatever its root says.
+    status = property(lambda self: "failed" if self.read_error
+                      else self.attrs.get("status", "unreadable"))
     world_size = property(lambda self: int(self.attrs.get("world_size", -1)))
     git_sha = property(lambda self: self.attrs.get("git_sha", ""))
     repeat = property(lambda self: self.config.get("repeat", ""))
@@ -157,6 +172,11 @@ def _read_collectives(handle, run):
     lengths = {values.shape for values in columns.values()}
     if len(lengths) != 1:
         raise MissingField(f"/collectives datasets differ in length: {sorted(lengths)}")
+    for name, count in (("rank", run.world_size), ("kind", len(COLLECTIVE_NAMES)),
+                        ("phase", len(PHASE_NAMES))):
+        outside = int(((columns[name] < 0) | (columns[name] >= count)).sum())
+        if outside:
+            raise MissingField(f"/collectives/{name} holds {outside} values outside [0, {count})")
     steps = columns["step"]
     order = np.argsort(run.step_index, kind="stable")
     sorted_index = run.step_index[order]
@@ -203,10 +223,9 @@ def _read_host_info(handle, run):
 
 
 def _read_body(handle, run):
-    run.config = _attributes(handle["/config"]) if "/config" in handle else None
-    if run.config is None:
+    if "/config" not in handle:
         raise MissingField("missing /config")
-    run.config = {key: str(value) for key, value in run.config.items()}
+    run.config = {key: str(value) for key, value in _attributes(handle["/config"]).items()}
     run.hostnames = list(_dataset(handle, "/ranks/hostname"))
     run.devices = list(_dataset(handle, "/ranks/device"))
     _read_host_info(handle, run)
@@ -254,6 +273,15 @@ def _status_problem(run, handle):
     return None
 
 
+def _does_not_read_back(run, error):
+    message = str(error).strip("'\"")
+    run.read_error = message.splitlines()[0] if message else type(error).__name__
+    run.problems.append(Problem(run.path, "unreadable", f"does not read back ({run.read_error}); "
+                                "counted as failed", True))
+    print(f"warning: {run.path} does not read back ({run.read_error}); counted as failed",
+          file=sys.stderr)
+
+
 def read_run(path):
     """Reads one file. Never raises for bad content: problems land in run.problems and
     run.usable says whether the run may enter any number."""
@@ -278,9 +306,8 @@ def read_run(path):
     except MissingField as error:
         run.problems.append(Problem(run.path, "missing field", str(error), True))
         return run
-    except (OSError, KeyError, ValueError, TypeError) as error:
-        first_line = str(error).splitlines()[0] if str(error) else type(error).__name__
-        run.problems.append(Problem(run.path, "unreadable", first_line, True))
+    except READ_ERRORS as error:
+        _does_not_read_back(run, error)
         return run
 
     n_steps = run.intervals.shape[0]
@@ -325,7 +352,7 @@ def _is_benchmark_file(path):
     try:
         with h5py.File(path, "r") as handle:
             return "bench" in handle.attrs
-    except OSError:
+    except READ_ERRORS:
         return False
 
 

@@ -99,6 +99,67 @@ def test_unreadable_and_incomplete_schema_files_are_named(tmp_path):
     assert all(problem.excluded for problem in problems)
 
 
+def _corrupt_header(path, name):
+    """Overwrites the first bytes of the object's header, as a second writer left the steps
+    of a file marked complete: HDF5 then refuses the object ("bad object header version
+    number") although the root still reads."""
+    with h5py.File(path, "r") as handle:
+        address = h5py.h5o.get_info(handle[name].id).addr
+    with open(path, "r+b") as raw:
+        raw.seek(address)
+        raw.write(b"\x7f" * 4)
+
+
+def test_a_complete_file_that_does_not_read_back_counts_as_failed_with_a_warning(tmp_path, capsys):
+    for n in (1, 2):
+        write_run(tmp_path / "results" / f"{n}.h5", world_size=n, step_times=0.1)
+    corrupt = write_run(tmp_path / "results" / "corrupt.h5", world_size=2, step_times=0.1,
+                        config=base_config(repeat=1))
+    _corrupt_header(corrupt, "steps/intervals")
+    run = read_run(corrupt)
+    assert run.attrs["status"] == "complete" and run.status == "failed" and not run.usable
+    assert "bad object header" in run.read_error
+    assert [(p.kind, p.excluded) for p in run.problems] == [("unreadable", True)]
+    warning = capsys.readouterr().err
+    assert warning == (f"warning: {corrupt} does not read back ({run.read_error}); counted as "
+                       "failed\n")
+
+    assert main([str(tmp_path / "results"), "-o", str(tmp_path / "out")]) == 0
+    assert f"warning: {corrupt} does not read back (" in capsys.readouterr().err
+    runs = pd.read_csv(tmp_path / "out" / "runs.csv").set_index("path")
+    assert runs.loc["corrupt.h5", "status"] == "failed"
+    assert runs.loc["corrupt.h5", "included"] == False  # noqa: E712
+    assert runs["included"].sum() == 2
+    problems = (tmp_path / "out" / "report.md").read_text().split("## Problems", 1)[1]
+    assert "corrupt.h5" in problems and "does not read back" in problems
+
+
+def test_a_root_attribute_table_that_does_not_decode_is_named_not_a_traceback(tmp_path, capsys):
+    path = write_run(tmp_path / "run.h5", world_size=1, step_times=0.1)
+    _corrupt_header(path, "/")
+    _, _, problems = load_results(tmp_path)
+    assert [(p.kind, p.excluded) for p in problems] == [("unreadable", True)]
+    assert f"warning: {path} does not read back (" in capsys.readouterr().err
+
+
+def test_a_file_without_config_is_named_and_its_row_written(tmp_path):
+    path = write_run(tmp_path / "run.h5", world_size=1, step_times=0.1)
+    with h5py.File(path, "r+") as handle:
+        del handle["config"]
+    _, frame, problems = load_results(tmp_path)
+    assert [(p.kind, p.message) for p in problems] == [("missing field", "missing /config")]
+    assert list(frame["included"]) == [False]
+
+
+def test_collectives_naming_a_rank_outside_the_run_are_named(tmp_path):
+    path = write_run(tmp_path / "run.h5", world_size=2, step_times=0.1)
+    with h5py.File(path, "r+") as handle:
+        handle["collectives/rank"][0] = 211627975
+    run = read_run(path)
+    assert not run.usable
+    assert [p.message for p in run.problems] == ["/collectives/rank holds 1 values outside [0, 2)"]
+
+
 def test_mixed_git_sha_is_flagged_and_never_averaged(tmp_path):
     for n in (1, 2):
         write_run(tmp_path / f"old{n}.h5", world_size=n, step_times=0.2, git_sha="aaaa111")

@@ -12,6 +12,7 @@
 #include <limits>
 #include <sstream>
 
+#include "results/complete_mark.h"
 #include "results/hdf5_check.h"
 #include "core/enum_names.h"
 #include "core/usage_error.h"
@@ -372,14 +373,16 @@ void mark_bench_failed_on_abort(const std::string& reason) {
 
 }  // namespace
 
-BenchFile::BenchFile(const std::string& output, BenchKind kind, const RunIdentity& identity,
+BenchFile::BenchFile(const OutputPathCheck& output, BenchKind kind, const RunIdentity& identity,
                      const std::string& precision, MPI_Comm world)
-    : output_(output), partial_(output + ".partial"), kind_(kind) {
+    : output_(output.output), partial_(output.output + ".partial"), kind_(kind) {
   CHECK_MPI(MPI_Comm_rank(world, &rank_));
   const ProvenanceHeader header = provenance_header(identity, precision, world);
-  if (rank_ != 0 || output_.empty()) return;
+  if (output_.empty()) return;
+  lock_ = lock_output(output, world);
+  if (rank_ != 0) return;
 
-  file_ = create_partial_file(output_);
+  file_ = create_partial_file(*lock_);
   write_provenance_header(file_, header);
   h5::set_attribute(file_, "bench", bench_kind_name(kind_));
   CHECK_HDF5(H5Fflush(file_, H5F_SCOPE_GLOBAL));
@@ -396,12 +399,14 @@ void BenchFile::watch(const PointTable* table, const std::map<std::string, std::
   method_ = method;
 }
 
-void BenchFile::finish(const std::string& failure_reason) {
-  if (file_ < 0) return;
+std::string BenchFile::finish(const std::string& failure_reason) {
+  if (file_ < 0) return failure_reason;
   active_bench_file.store(nullptr);
   set_abort_hook(nullptr);
-  write_and_close(failure_reason.empty() ? "complete" : "failed",
-                  failure_reason.substr(0, failure_reason.find('\n')));
+  const std::string marked = write_and_close(failure_reason.empty() ? "complete" : "failed",
+                                             failure_reason.substr(0, failure_reason.find('\n')));
+  lock_.reset();
+  return failure_reason.empty() ? marked : failure_reason;
 }
 
 void BenchFile::write_kernel_trace(const std::vector<RankTrace>& traces, int64_t last_point) {
@@ -413,7 +418,7 @@ void BenchFile::write_kernel_trace(const std::vector<RankTrace>& traces, int64_t
   scalestudy::write_kernel_trace(file_, traces, window);
 }
 
-void BenchFile::write_and_close(const std::string& status, const std::string& reason) {
+std::string BenchFile::write_and_close(const std::string& status, const std::string& reason) {
   const hid_t file = file_;
   file_ = -1;
   {
@@ -423,12 +428,17 @@ void BenchFile::write_and_close(const std::string& status, const std::string& re
       for (const auto& [key, value] : *method_) h5::set_attribute(group.get(), key, value);
     if (table_) table_->write(group.get());
   }
+  if (status == "complete") {
+    { h5::Handle closing(file); }
+    return mark_complete({.partial = partial_, .output = output_, .steps_rows = std::nullopt});
+  }
   h5::set_attribute(file, "status", status);
   h5::set_attribute(file, "failure_reason", reason);
   h5::set_attribute(file, "end_time", utc_now());
   CHECK_HDF5(H5Fflush(file, H5F_SCOPE_GLOBAL));
   { h5::Handle closing(file); }
-  std::filesystem::rename(partial_, output_);
+  give_final_name(partial_, output_);
+  return reason;
 }
 
 }  // namespace scalestudy

@@ -23,6 +23,7 @@
 #include "core/memory_estimate.h"
 #include "core/model_shape.h"
 #include "core/precision.h"
+#include "results/output_lock.h"
 #include "results/run_recorder.h"
 #include "timing/step_timer.h"
 
@@ -40,6 +41,7 @@ struct BenchConfig {
   BenchKind kind = BenchKind::gemm;
   std::string backend = "cpu";  // cpu | cuda
   std::string output;           // HDF5 file; empty = print only
+  bool overwrite = false;       // an existing file at output may be replaced
   int warmup = 2;               // samples run and discarded before the timed ones (>= 1)
   int repeats = 10;             // timed samples per point
   double min_sample_s = 1e-3;   // a sample repeats the call until it lasts about this long
@@ -230,11 +232,12 @@ void describe_model_run(std::map<std::string, std::string>& method, const BenchC
 // A benchmark's HDF5 file, written by rank 0: created as "<output>.partial" with the
 // provenance attributes and status "running" when the benchmark starts, completed with
 // the points and renamed to <output> when it ends. An abort (a CUDA error, a stuck
-// collective) marks it failed, with the points measured so far. Construction and
-// finish() are collective over `world`.
+// collective) marks it failed, with the points measured so far. Construction, which
+// takes the output's lock (results/output_lock.h) and throws UsageError on every rank
+// where another run holds it, is collective over `world`.
 class BenchFile {
  public:
-  BenchFile(const std::string& output, BenchKind kind, const RunIdentity& identity,
+  BenchFile(const OutputPathCheck& output, BenchKind kind, const RunIdentity& identity,
             const std::string& precision, MPI_Comm world);
   ~BenchFile();
   BenchFile(const BenchFile&) = delete;
@@ -242,14 +245,17 @@ class BenchFile {
 
   // The table and method the abort hook writes if the job ends early.
   void watch(const PointTable* table, const std::map<std::string, std::string>* method);
-  // Writes the points and marks the file "complete", or "failed" when reason is not empty.
-  void finish(const std::string& failure_reason);
+  // Writes the points and marks the file "complete" once it reads back whole
+  // (results/complete_mark.h), or "failed" when reason is not empty. Returns the reason the
+  // file is failed: failure_reason, or on rank 0 why it could not be marked complete.
+  std::string finish(const std::string& failure_reason);
   // Rank 0: writes the gathered kernel traces as /kernel_trace, before finish().
   void write_kernel_trace(const std::vector<RankTrace>& traces, int64_t last_point);
   const std::string& output() const { return output_; }
 
  private:
-  void write_and_close(const std::string& status, const std::string& reason);
+  std::string write_and_close(const std::string& status, const std::string& reason);
+  std::unique_ptr<OutputLock> lock_;  // rank 0's, until the file has its final name
   std::string output_, partial_;
   BenchKind kind_;
   int rank_ = 0;

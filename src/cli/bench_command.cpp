@@ -84,7 +84,8 @@ po::options_description bench_options(RawOptions& raw) {
        "HDF5 file to write (docs/results-schema.md, \"Benchmark files\"). Default: none, the table is only "
        "printed")
       ("overwrite", po::bool_switch(&raw.overwrite),
-       "replace a file that exists at --output; without it such a file is refused. Default: off");
+       "replace a file that exists at --output (never one another run is writing); without it such a "
+       "file is refused. Default: off");
 
   po::options_description diagnostics = help_section("Diagnostics");
   diagnostics.add_options()
@@ -204,6 +205,7 @@ BenchConfig resolve(BenchKind kind, const RawOptions& raw, const po::variables_m
   const bool cuda = raw.backend == "cuda";
   c.backend = raw.backend;
   c.output = raw.output;
+  c.overwrite = raw.overwrite;
   check_given_values(raw, values);
   if (raw.warmup < 1) bad_value("warmup", std::to_string(raw.warmup), "must be at least 1");
   if (raw.repeats < 1) bad_value("repeats", std::to_string(raw.repeats), "must be at least 1");
@@ -364,7 +366,8 @@ int run_bench_command(int argc, const char* const* argv) {
   method["statistics"] = "median and quartiles (linear interpolation, numpy's default) of the per-call time over the "
                          "timed samples; warm-up samples excluded";
   const std::string precision = kind == BenchKind::gemm ? join(config.precisions, ",") : precision_name(config.precision);
-  BenchFile file(config.output, kind, identity, precision, MPI_COMM_WORLD);
+  BenchFile file({.output = config.output, .overwrite = config.overwrite, .inputs = {}}, kind, identity, precision,
+                 MPI_COMM_WORLD);
   file.watch(&table, &method);
   BenchContext context{config, *backend.ops, backend.comm.get(), MPI_COMM_WORLD, where.rank, where.world_size,
                        table, method};
@@ -394,7 +397,7 @@ int run_bench_command(int argc, const char* const* argv) {
   for (size_t row = 0; row < table.rows(); ++row)
     if (table.status(row) == PointStatus::wrong && failure.empty())
       failure = "wrong results: " + table.text(row, "detail") + " (row " + std::to_string(row) + ")";
-  file.finish(failure);
+  failure = file.finish(failure);
   if (where.rank == 0) {
     std::printf("\n%s", table.render(summary_columns(kind)).c_str());
     if (!config.output.empty()) std::printf("results: %s\n", config.output.c_str());

@@ -209,6 +209,11 @@ int run_train_command(int argc, const char* const* argv) {
     if (!choices.empty()) std::printf("  GEMM algorithms on rank 0 (--gemm-algos %s):\n", gemm_algos_name(config.gemm_algos));
     for (const std::string& choice : choices) std::printf("    %s\n", choice.c_str());
   }
+  if (where.rank == 0 && !recorder.file_failure().empty()) {
+    std::fprintf(stderr, "scalestudy train: %s is not complete: %s\n", recorder.output().c_str(),
+                 recorder.file_failure().c_str());
+    return 1;
+  }
   return 0;
 }
 

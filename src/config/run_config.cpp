@@ -153,7 +153,8 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
       ("output,o", po::value(&c.output),
        "HDF5 result file to write (docs/results-schema.md). Default: none, the run only prints")
       ("overwrite", po::bool_switch(&c.overwrite),
-       "replace a file that exists at --output; without it such a file is refused. Default: off")
+       "replace a file that exists at --output (never one another run is writing); without it such a "
+       "file is refused. Default: off")
       ("flush-every", defaulted(&c.flush_every),
        "write completed steps to the result file every N steps")
       ("log-every", defaulted(&c.log_every), "print progress every N steps")

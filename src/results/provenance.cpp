@@ -129,8 +129,9 @@ ProvenanceHeader provenance_header(const RunIdentity& identity, const std::strin
                           .ranks = gather_rank_placement(comm, identity)};
 }
 
-hid_t create_partial_file(const std::string& output) {
+hid_t create_partial_file(const OutputLock& lock) {
   silence_hdf5_error_printing();
+  const std::string& output = lock.output();
   const std::filesystem::path parent = std::filesystem::path(output).parent_path();
   if (!parent.empty()) std::filesystem::create_directories(parent);
   const std::string partial = output + ".partial";

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "results/output_lock.h"
+
 namespace scalestudy {
 
 // docs/results-schema.md's version, of run files and benchmark files alike.
@@ -82,8 +84,8 @@ struct ProvenanceHeader {
 ProvenanceHeader provenance_header(const RunIdentity& identity, const std::string& precision, MPI_Comm comm);
 // Creates OUTPUT.partial, the name a result file has until it is complete or failed (its
 // folder too), saying so where a stale one is replaced; HDF5 prints no error stacks from
-// here on (the checks report one line).
-hid_t create_partial_file(const std::string& output);
+// here on (the checks report one line). Only the holder of the output's lock may.
+hid_t create_partial_file(const OutputLock& lock);
 
 // Writes the root's provenance attributes (schema version, build, argv, start time, world
 // size, nodes and ranks per node, backend, precision, library versions), the status

@@ -16,6 +16,7 @@
 #include "results/hdf5_check.h"
 #include "model/flops.h"
 #include "results/hdf5_io.h"
+#include "results/complete_mark.h"
 #include "results/kernel_trace_writer.h"
 #include "results/provenance.h"
 
@@ -85,10 +86,10 @@ std::string result_config_hash(const RunConfig& config) {
 // The HDF5 file, on rank 0.
 class RunRecorder::File {
  public:
-  File(const std::string& output, const RunConfig& config, const ProvenanceHeader& header,
+  File(std::unique_ptr<OutputLock> lock, const RunConfig& config, const ProvenanceHeader& header,
        const std::optional<MemoryPreflightRecord>& memory)
-      : output_(output), partial_(output + ".partial"), world_(config.world_size) {
-    file_ = h5::Handle(create_partial_file(output));
+      : lock_(std::move(lock)), output_(lock_->output()), partial_(output_ + ".partial"), world_(config.world_size) {
+    file_ = h5::Handle(create_partial_file(*lock_));
     const hid_t root = file_.get();
     write_provenance_header(root, header);
     // With the header: root attributes added once the steps exist leave a file that a
@@ -278,25 +279,32 @@ class RunRecorder::File {
     h5::set_attribute(g, "comm_fraction_of_step", s.comm_fraction_of_step);
   }
 
-  // Sets the final status, closes the file and gives it its final name.
+  // Closes the file, and marks it complete once it reads back whole with `steps` rows
+  // (results/complete_mark.h). Returns "" when it is complete, else why it is failed.
+  std::string close_complete(hsize_t steps) {
+    close_handles();
+    return mark_complete({.partial = partial_, .output = output_, .steps_rows = steps});
+  }
+
+  // Sets the status failed with the reason, closes the file and gives it its final name.
   // A failed run closes its file as well as it still can: where the failure was the file's
   // own (a full disk), the status may not be written, and the file is still closed and
   // renamed, keeping every step flushed before.
-  void close(const std::string& status, const std::string& reason) {
-    if (!file_.get() || file_.get() < 0) return;
-    if (status == "complete") {
-      h5::set_attribute(file_.get(), "status", status);
-      h5::set_attribute(file_.get(), "failure_reason", reason);
-      h5::set_attribute(file_.get(), "end_time", utc_now());
-      flush();
-    } else {
-      const bool marked = h5::try_set_attribute(file_.get(), "status", status) &&
-                          h5::try_set_attribute(file_.get(), "failure_reason", reason) &&
-                          h5::try_set_attribute(file_.get(), "end_time", utc_now());
-      if (!marked)
-        std::fprintf(stderr, "scalestudy: %s could not be marked failed (%s); its flushed steps remain\n",
-                     output_.c_str(), hdf5_error_string().c_str());
-    }
+  void close_failed(const std::string& reason) {
+    if (file_.get() < 0) return;
+    const bool marked = h5::try_set_attribute(file_.get(), "status", "failed") &&
+                        h5::try_set_attribute(file_.get(), "failure_reason", reason) &&
+                        h5::try_set_attribute(file_.get(), "end_time", utc_now());
+    if (!marked)
+      std::fprintf(stderr, "scalestudy: %s could not be marked failed (%s); its flushed steps remain\n",
+                   output_.c_str(), hdf5_error_string().c_str());
+    close_handles();
+    give_final_name(partial_, output_);
+  }
+
+ private:
+  // Every dataset, group and the file; closing the file writes what HDF5 still held.
+  void close_handles() {
     for (auto* dataset : {&intervals_, &loss_, &tokens_, &warmup_, &traced_, &step_index_, &loss_scale_, &skipped_, &comm_bytes_, &c_step_, &c_rank_,
                           &c_kind_, &c_phase_, &c_begin_, &c_end_, &c_bytes_, &c_wait_begin_, &c_wait_end_})
       dataset->reset();
@@ -309,12 +317,10 @@ class RunRecorder::File {
     steps_group_.reset();
     collectives_group_.reset();
     file_.reset();
-    std::error_code error;
-    std::filesystem::rename(partial_, output_, error);
-    if (error) std::fprintf(stderr, "scalestudy: %s stays %s (%s)\n", output_.c_str(), partial_.c_str(), error.message().c_str());
   }
 
- private:
+  // First, so that it is released last: after the file has its final name.
+  std::unique_ptr<OutputLock> lock_;
   std::string output_, partial_;
   int world_;
   h5::Handle file_, steps_group_, collectives_group_;
@@ -343,8 +349,11 @@ RunRecorder::RunRecorder(const RunConfig& config, const RunIdentity& identity, M
   CHECK_MPI(MPI_Comm_rank(control_, &rank_));
   CHECK_MPI(MPI_Comm_size(control_, &world_size_));
   const ProvenanceHeader header = provenance_header(identity, precision_name(config.precision), control_);
-  if (rank_ == 0 && !output_.empty()) {
-    file_ = std::make_unique<File>(output_, config_, header, memory);
+  if (output_.empty()) return;
+  std::unique_ptr<OutputLock> lock =
+      lock_output({.output = output_, .overwrite = config.overwrite, .inputs = {}}, control_);
+  if (rank_ == 0) {
+    file_ = std::make_unique<File>(std::move(lock), config_, header, memory);
     active_recorder.store(this);
     set_abort_hook(mark_failed_on_abort);
   }
@@ -492,7 +501,7 @@ RunSummary RunRecorder::finish_complete(const MemoryReport& memory) {
     file_->write_memory(bytes, peak, memory.peak_source);
     file_->write_summary(summary);
     active_recorder.store(nullptr);
-    file_->close("complete", "");
+    file_failure_ = file_->close_complete(static_cast<hsize_t>(steps_.size()));
     file_.reset();
   }
   return summary;
@@ -501,7 +510,7 @@ RunSummary RunRecorder::finish_complete(const MemoryReport& memory) {
 void RunRecorder::finish_failed(const std::string& reason) {
   if (!file_) return;
   active_recorder.store(nullptr);
-  file_->close("failed", reason.substr(0, reason.find('\n')));
+  file_->close_failed(reason.substr(0, reason.find('\n')));
   file_.reset();
 }
 

@@ -5,7 +5,9 @@
 // renamed to <output> once marked complete or failed.
 //
 // Every rank constructs one and calls on_step and finish_* in the same order: they are
-// collective over the control communicator.
+// collective over the control communicator. Construction takes the output's lock
+// (results/output_lock.h) before any file of its name is touched, and throws UsageError on
+// every rank where another run holds it.
 #include <mpi.h>
 
 #include <memory>
@@ -42,14 +44,17 @@ class RunRecorder final : public StepObserver {
   // from the recorded steps, as /kernel_trace. Collective; call after the last step and
   // before finish_complete.
   void record_kernel_trace(const RankTrace& mine, int first_step, int last_step);
-  // Writes memory and the summary, marks the file complete and renames it. Returns the
-  // summary on rank 0 (other ranks get an empty one).
+  // Writes memory and the summary, marks the file complete once it reads back whole
+  // (results/complete_mark.h), or failed where it does not (file_failure() says why), and
+  // renames it. Returns the summary on rank 0 (other ranks get an empty one).
   RunSummary finish_complete(const MemoryReport& memory);
   // Marks the file failed with the reason and renames it. Needs only rank 0.
   void finish_failed(const std::string& reason);
 
   const std::vector<GatheredStep>& steps() const { return steps_; }
   const std::string& output() const { return output_; }
+  // Rank 0, after finish_complete: "" when the file is complete, else why it is not.
+  const std::string& file_failure() const { return file_failure_; }
 
  private:
   class File;
@@ -58,6 +63,7 @@ class RunRecorder final : public StepObserver {
   MPI_Comm control_;
   int rank_ = 0, world_size_ = 1;
   std::string output_;
+  std::string file_failure_;
   std::vector<GatheredStep> steps_;  // rank 0 only
   std::unique_ptr<File> file_;       // rank 0 only, when there is an output
 };

@@ -1,6 +1,6 @@
 # Sourced by the script tests (test_*.sh): a failure counter and the exit-code check they
-# share, and the check of a --help. Each test ends with `finish`, which prints the count and
-# fails if it is not 0.
+# share, the check of a --help, and the running of a script's parts. Each test ends with
+# `finish`, which prints the count and fails if it is not 0.
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
@@ -24,6 +24,17 @@ expect_help_fits() {  # command...: each option's entry in the --help it prints 
     length > 100 { print "a line of " length " columns: " $0 }
     /[Cc]hange[s]? [0-9]|performance[-]notes|H[12]00/ { print "history: " $0 }')
   [ -z "$problems" ] || fail "'$*': $problems"
+}
+
+# Runs the part named $1, or every part of the array `parts` when $1 is empty; a name that is
+# no part ends the script with exit code 2.
+run_parts() {
+  local part selected
+  [ -n "$1" ] && selected=("$1") || selected=("${parts[@]}")
+  for part in "${selected[@]}"; do
+    [[ " ${parts[*]} " == *" $part "* ]] || { echo "FAIL: no part '$part' (parts: ${parts[*]})"; exit 2; }
+    "$part"
+  done
 }
 
 finish() {
