@@ -512,6 +512,17 @@ TEST_F(ScratchFolder, ConfigFilesNameTheFileAndLine) {
   EXPECT_EQ(parse_train_options({"--config", write("good.ini", "steps = 7\r\n")}).steps, 7);
 }
 
+TEST_F(ScratchFolder, ConfigFileThatFailsToReadIsNoEmptyFile) {
+  // The first page of /proc/self/mem is unmapped: its read fails (EIO) at once.
+  expect_usage_error({"--config", "/proc/self/mem"}, {"--config /proc/self/mem: cannot be read: Input/output error"});
+  // A UTF-8 byte-order mark, as editors on Windows write, is no part of the first key;
+  // the lines keep their numbers.
+  const std::string bom = write("bom.ini", "\xEF\xBB\xBFsteps = 7\nlayers = 2\n");
+  EXPECT_EQ(parse_train_options({"--config", bom}).steps, 7);
+  const std::string bom_bad = write("bom_bad.ini", "\xEF\xBB\xBFsteps = x\n");
+  expect_usage_error({"--config", bom_bad}, {bom_bad + ":1", "'steps'"});
+}
+
 TEST_F(ScratchFolder, ConfigFileErrorsNameTheLineWhereverTheyAreFound) {
   // Lines that Boost cannot read, named by the line Boost quotes or the key it names.
   const std::string no_equals = write("no_equals.ini", "steps = 3\nlayers 2\n");
