@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/control_wait.h"
 #include "core/usage_error.h"
 
 namespace po = boost::program_options;
@@ -195,6 +196,16 @@ bool given(const po::variables_map& values, const char* option) {
 
 void bad_value(const std::string& option, const std::string& value, const std::string& why) {
   throw UsageError("--" + option + " " + one_line(value) + ": " + why);
+}
+
+const char* const kCommTimeoutBounds = "1 to 1e6 s";
+
+void check_comm_timeout(double seconds) {
+  if (seconds >= kMinCommTimeoutS && seconds <= kMaxCommTimeoutS) return;
+  std::ostringstream value;
+  value << seconds;
+  bad_value("comm-timeout", value.str(),
+            std::string("must be ") + kCommTimeoutBounds + " (it bounds the start-up too, where ranks arrive up to 0.5 s apart)");
 }
 
 }  // namespace scalestudy

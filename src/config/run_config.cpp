@@ -125,8 +125,10 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
        "what gradients cross ranks in: fp32, or bf16 (half the bytes; each rank's gradient and every "
        "partial sum are rounded to bf16)")
       ("comm-timeout", defaulted(&c.comm_timeout_s),
-       "seconds a collective may take before the job is ended, naming the rank and the phase; ranks "
-       "other than 0 wait 1 s longer, so that rank 0 first marks the result file failed")
+       (std::string("seconds a collective or the start-up may take before the job ends, naming rank and "
+                   "phase; other ranks wait 1 s more, so rank 0 marks the file failed first; ") +
+        kCommTimeoutBounds)
+           .c_str())
       ("link-emulation", defaulted(&c.link_emulation), kLinkEmulationHelp);
 
   po::options_description precision = help_section("Backend and precision");
@@ -406,7 +408,7 @@ void resolve_and_validate(RunConfig& c, const RawOptions& raw) {
   if (raw.nonfinite_loss == "stop") c.stop_on_nonfinite_loss = true;
   else if (raw.nonfinite_loss == "continue") c.stop_on_nonfinite_loss = false;
   else bad_value("nonfinite-loss", raw.nonfinite_loss, "must be stop or continue");
-  require_positive("comm-timeout", c.comm_timeout_s);
+  check_comm_timeout(c.comm_timeout_s);
   if (c.link_emulation != "none" && c.link_emulation != "socket")
     bad_value("link-emulation", c.link_emulation, "must be none or socket");
 

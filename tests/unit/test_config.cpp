@@ -450,6 +450,15 @@ TEST(ConfigRefusals, SentinelsAndNonFiniteNumbers) {
   EXPECT_EQ(parse_train_options({"--seed", "18446744073709551615"}).seed, 18446744073709551615ull);
 }
 
+TEST(ConfigRefusals, CommTimeoutHasBounds) {
+  // Below 1 s a healthy start outlasts it; far above, the deadline leaves the clock's range.
+  for (const char* seconds : {"4.9e-324", "0.002", "0.99", "-3", "1000001", "1e300"})
+    expect_usage_error({"--comm-timeout", seconds}, {"--comm-timeout ", "must be 1 to 1e6 s"});
+  EXPECT_EQ(parse_train_options({"--comm-timeout", "1"}).comm_timeout_s, 1.0);
+  EXPECT_EQ(parse_train_options({"--comm-timeout", "1e6"}).comm_timeout_s, 1e6);
+  EXPECT_NE(train_help().find("1 to 1e6 s"), std::string::npos);
+}
+
 TEST(ConfigRefusals, ZeroIsNoSilentDefault) {
   // Left out, each of these means the preset's value (or 4, or --max-seq); given as 0, it
   // would be taken for that without a word.
