@@ -27,6 +27,7 @@ TrainingSetup prepare_training(const RunConfig& config, const Backend& backend, 
   check_same_config(control, describe_config(c));
 
   setup.data = make_token_source(c.data, c.shape.vocab, c.seed, c.token_file);
+  setup.data->check_holds_sample(c.seq);
   if (setup.data->vocab_size() > c.shape.vocab)
     throw UsageError("--vocab " + std::to_string(c.shape.vocab) + ": smaller than the data's vocabulary (" +
                      std::to_string(setup.data->vocab_size()) + ")");

@@ -53,6 +53,14 @@ commands() {
   printf 'not a token file at all, just text\n%.0s' {1..10} >"$work/bad.bin"
   # A bad token file is named as the option that gave it.
   expect_exit 2 "\-\-token-file $work/bad.bin: " "$binary" train --data file --token-file "$work/bad.bin" --steps 2
+  # A token file too short for one sample (10 tokens, 65 needed) is refused before the
+  # banner, and no result file is left.
+  { printf 'SSTOKENS\x01\0\0\0\x02\0\0\0\x0a'; head -c $((15 + 2 * 10)) /dev/zero; } >"$work/short.bin"
+  output=$("$binary" train --data file --token-file "$work/short.bin" --output "$work/short.h5" 2>&1); code=$?
+  [ "$code" = 2 ] && grep -q "^scalestudy train: error: --token-file $work/short.bin: holds 10 tokens" <<<"$output" ||
+    fail "a token file too short: exit code $code: $(tail -1 <<<"$output")"
+  ! grep -q "^scalestudy train: model" <<<"$output" || fail "a token file too short was found after the banner"
+  [ -z "$(ls "$work" | grep short.h5)" ] || fail "a token file too short left $(ls "$work" | grep short.h5)"
   printf 'model = tiny\nsteps = 3\nbogus_key = 1\n' >"$work/bad.ini"
   expect_exit 2 "bogus_key" "$binary" train --config "$work/bad.ini"
   printf 'model = tiny\nsteps = 3\nstrategy = zero2\n' >"$work/good.ini"
