@@ -34,6 +34,7 @@ TrainingSetup prepare_training(const RunConfig& config, const Backend& backend, 
   const ParameterLayout layout = make_parameter_layout(c.shape);
   setup.plan = make_bucket_plan(layout.param_elems, c.data_parallel().bucket_bytes, comm.world_size(),
                                 layout.segments[layout.embedding_segment()].end_elems);
+  check_output_space(c, setup.plan.buckets.size());
   setup.memory = check_training_memory(c, setup.plan, backend, comm, control);
   return setup;
 }

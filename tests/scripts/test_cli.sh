@@ -8,12 +8,16 @@
 #   the model, the bytes and what would fit; a run that fits records the estimate in its
 #   result file; and an allocation that fails later ends the run naming what it allocated,
 #   with the result file marked failed.
+# - disk_bound: the disk preflight's bound on the result file, which the banner prints, is
+#   at least the file's size once written, for each strategy, overlap, rank count and
+#   gradient accumulation (29 buckets of the tiny model, as many collective records a
+#   step as a large model's default buckets give).
 #   test_cli.sh BINARY MPIEXEC [STUCK_COLLECTIVE [PART]]
 set -uo pipefail
 binary=$1
 mpiexec=$2
 only_part=${4:-}
-parts=(commands memory_preflight)
+parts=(commands memory_preflight disk_bound)
 source "$(dirname "$0")/cli_checks.sh"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -118,6 +122,24 @@ memory_preflight() {
   [ "$(attribute "$work/oom.h5" status)" = failed ] || fail "out of memory later: the file is not marked failed"
   [[ "$(attribute "$work/oom.h5" failure_reason)" == "rank 0: out of memory while allocating activations"* ]] ||
     fail "out of memory later: failure_reason '$(attribute "$work/oom.h5" failure_reason)'"
+}
+
+disk_bound() {
+  local ranks strategy accum output bound_kib size
+  for run in "1 ddp --overlap off" "4 ddp --overlap off" "1 ddp --overlap on" "4 ddp --overlap on" \
+             "1 zero2 --overlap off" "4 zero2 --overlap off" "1 zero2 --overlap on" "4 zero2 --overlap on" \
+             "3 zero2 --overlap on --grad-accum 2"; do
+    ranks=${run%% *}; strategy=${run#* }
+    output="$work/bound-${ranks}-${strategy// /}.h5"
+    # shellcheck disable=SC2086
+    bound_kib=$(timeout 120 "$mpiexec" --oversubscribe --allow-run-as-root --bind-to none -np "$ranks" "$binary" train \
+      --model tiny --steps 100 --bucket-mb 0.004 --log-every 1000 --strategy $strategy --output "$output" 2>&1 |
+      sed -n 's/^  result file: at most \([0-9]*\) KiB.*/\1/p')
+    size=$(stat -c %s "$output" 2>/dev/null)
+    if [ -z "$bound_kib" ] || [ -z "$size" ]; then fail "$ranks ranks, $strategy: no bound printed or no file"
+    elif [ "$size" -gt $((bound_kib * 1024)) ]; then fail "$ranks ranks, $strategy: $size bytes, above the bound of $bound_kib KiB"
+    else echo "ok: $ranks ranks, $strategy: $((size / 1024)) KiB written, bound $bound_kib KiB"; fi
+  done
 }
 
 [ -n "$only_part" ] && selected=("$only_part") || selected=("${parts[@]}")
