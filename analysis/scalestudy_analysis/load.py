@@ -4,6 +4,7 @@ A file that does not read back (HDF5 cannot open an object or read its values, a
 file two runs wrote at once) counts as failed: it is left out of every number, named
 under Problems, and named with HDF5's error in one warning line on stderr, so that no
 consumer drops it without a word."""
+import errno
 import os
 import sys
 from dataclasses import dataclass, field
@@ -356,12 +357,47 @@ def _is_benchmark_file(path):
         return False
 
 
+_WARNED = set()
+
+
+def _warn_once(message):
+    """One line on stderr, once per process: the report and predict look for files twice
+    (to refuse an empty folder, then to read them)."""
+    if message not in _WARNED:
+        _WARNED.add(message)
+        print(f"{Path(sys.argv[0]).name}: warning: {message}", file=sys.stderr)
+
+
+def _skip_unlistable_folder(error):
+    _warn_once(f"{error.filename}: skipped, the folder cannot be listed ({error.strerror})")
+
+
+def _symlink_loop(path):
+    """The OS's words for a name that leads round a loop of symlinks, else None. Such a
+    name holds no file and cannot be shown relative to the folder (resolving it fails)."""
+    try:
+        os.stat(path)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            return error.strerror
+    return None
+
+
 def find_result_files(results_dir):
+    """The result files under results_dir, recursively, without benchmark files. A name
+    that is a symlink loop, and a folder that cannot be listed, are skipped with a warning
+    on stderr naming them; any other file that does not read stays, to be reported."""
     found = []
-    for root, _, names in os.walk(results_dir):
+    for root, _, names in os.walk(results_dir, onerror=_skip_unlistable_folder):
         for name in names:
-            if name.endswith(RESULT_SUFFIXES) and not _is_benchmark_file(Path(root) / name):
-                found.append(Path(root) / name)
+            path = Path(root) / name
+            if not name.endswith(RESULT_SUFFIXES):
+                continue
+            loop = _symlink_loop(path)
+            if loop is not None:
+                _warn_once(f"{path}: skipped, a symlink loop ({loop})")
+            elif not _is_benchmark_file(path):
+                found.append(path)
     return sorted(found)
 
 

@@ -36,8 +36,11 @@ def parser():
                     "the largest, and keeps SWEEP/" + LEDGER_NAME + ": predictions for N "
                     "not yet measured, scored when a later sweep measures them.",
         epilog="Writes OUT/prediction.md, predictions.csv, predictions.json, "
-               "what-it-takes.csv and prediction.png. Exit status: 0 on success, 2 on bad "
-               "arguments or a SWEEP without usable result files.")
+               "what-it-takes.csv and prediction.png. Every result file left out of the "
+               "fit is named on stderr and in prediction.md with the reason: failed and "
+               "unfinished runs are left out; a file that does not read stops the fit "
+               "(see --skip-unreadable). Exit status: 0 on success, 2 on bad arguments, "
+               "a result file that does not read, or a SWEEP without usable result files.")
     result.add_argument("sweep", metavar="SWEEP", type=Path,
                         help="directory searched recursively for result files")
     result.add_argument("--network", metavar="FILE", type=Path, required=True,
@@ -58,12 +61,51 @@ def parser():
     add_bootstrap_options(result, resamples=200, level=0.9)
     result.add_argument("--no-ledger", action="store_true",
                         help="neither read nor write SWEEP/" + LEDGER_NAME)
+    result.add_argument("--skip-unreadable", action="store_true",
+                        help="leave out result files that do not read (truncated, altered, "
+                             "of another schema) instead of refusing to fit: what they "
+                             "measured is unknown, so the fit may lack a point or a repeat. "
+                             "Default: refuse, naming each")
     return result
 
 
 def _usage_error(message):
     print(f"scalestudy-predict: error: {message}", file=sys.stderr)
     return USAGE_ERROR
+
+
+class UnreadableFiles(Exception):
+    """Result files that do not read, and no --skip-unreadable; the message names each."""
+
+
+# What excludes a file that reads but measured nothing to fit: a run that failed, did not
+# finish or has only warm-up steps. Its configuration is known, and so is what the fit
+# lacks without it. Any other exclusion (a file truncated, altered or of another schema)
+# hides what the file measured: it may have been a point or a repeat of the fit.
+NOT_MEASURED = frozenset({"failed", "incomplete", "no measured steps"})
+
+
+def _read_sweep(directory, name, skip_unreadable):
+    """The runs under directory, and a line for each file left out. Raises UnreadableFiles
+    for files that do not read unless skip_unreadable; warns on stderr for every file left
+    out."""
+    from .load import load_results
+    runs, _, _ = load_results(directory)
+    left_out, unreadable = [], []
+    for run in runs:
+        for problem in (p for p in run.problems if p.excluded):
+            line = f"{run.path}: {problem.kind}: {problem.message}"
+            left_out.append(line)
+            if problem.kind not in NOT_MEASURED:
+                unreadable.append(line)
+    if unreadable and not skip_unreadable:
+        raise UnreadableFiles(
+            f"{name} {str(directory)!r}: {len(unreadable)} result file(s) do not read, and "
+            "what they measured may be a point of the fit (--skip-unreadable leaves them "
+            "out):\n  " + "\n  ".join(unreadable))
+    for line in left_out:
+        print(f"scalestudy-predict: warning: left out of the fit: {line}", file=sys.stderr)
+    return runs, left_out
 
 
 def _check(args):
@@ -105,12 +147,11 @@ def _bench_durations(path):
                          "seconds": points["time_median_s"].to_numpy()}), None
 
 
-def _batch_points(directory, reference):
+def _batch_points(directory, reference, skip_unreadable):
     """(b, t_c) of the one-GPU runs under directory whose model, sequence and precision
     match the reference run's."""
-    from .load import load_results
     from .predict_fit import summarize_run
-    runs, _, _ = load_results(directory)
+    runs, _ = _read_sweep(directory, "--batch-sweep", skip_unreadable)
     keys = ("model", "seq", "precision")
     return [(s.micro_batch, s.compute_s) for s in
             (summarize_run(run) for run in runs if run.usable and run.world_size == 1
@@ -258,7 +299,6 @@ def _labels(series_list):
 
 def run(args):
     import pandas as pd
-    from .load import load_results
     from .metrics import group_series
     from .predict_model import NetworkError, read_network
     try:
@@ -271,15 +311,19 @@ def run(args):
         if message:
             return _usage_error(message)
         extra["bench_durations"] = durations
-    runs, _, _ = load_results(args.sweep)
-    series_list, _ = group_series(runs)
-    if not series_list:
-        return _usage_error(f"SWEEP {str(args.sweep)!r} holds no usable run")
-    if args.batch_sweep is not None:
-        extra["extra_compute"] = _batch_points(args.batch_sweep, series_list[0].runs[0])
-        if not extra["extra_compute"]:
-            return _usage_error(f"--batch-sweep {str(args.batch_sweep)!r} holds no one-GPU "
-                                "run of the sweep's model, sequence and precision")
+    try:
+        runs, left_out = _read_sweep(args.sweep, "SWEEP", args.skip_unreadable)
+        series_list, _ = group_series(runs)
+        if not series_list:
+            return _usage_error(f"SWEEP {str(args.sweep)!r} holds no usable run")
+        if args.batch_sweep is not None:
+            extra["extra_compute"] = _batch_points(args.batch_sweep, series_list[0].runs[0],
+                                                   args.skip_unreadable)
+    except UnreadableFiles as error:
+        return _usage_error(str(error))
+    if args.batch_sweep is not None and not extra["extra_compute"]:
+        return _usage_error(f"--batch-sweep {str(args.batch_sweep)!r} holds no one-GPU "
+                            "run of the sweep's model, sequence and precision")
     studies = [Study(series, label, network, args, extra)
                for series, label in zip(series_list, _labels(series_list))]
     rows = []
@@ -305,7 +349,8 @@ def run(args):
                                 f"written ({error}); --no-ledger leaves it out")
     out = args.out or args.sweep.resolve().parent / f"{args.sweep.resolve().name}-prediction"
     out.mkdir(parents=True, exist_ok=True)
-    summary = write_outputs(out, args, network, studies, predictions, take, ledger, now)
+    summary = write_outputs(out, args, network, studies, predictions, take, ledger, now,
+                            left_out)
     print(summary)
     return 0
 
@@ -417,7 +462,7 @@ def _json_value(value):
     return value.item() if hasattr(value, "item") else str(value)
 
 
-def write_outputs(out, args, network, studies, predictions, take, ledger, now):
+def write_outputs(out, args, network, studies, predictions, take, ledger, now, left_out):
     predictions.to_csv(out / "predictions.csv", index=False)
     take_rows = [{"strategy": label, "N": size, "efficiency_on_network": t["described"][size],
                   **{f"inter_gb_per_s_for_{int(100 * target)}": (None if t[target][size] is None
@@ -433,7 +478,7 @@ def write_outputs(out, args, network, studies, predictions, take, ledger, now):
               for s in studies}
     document = {"made_utc": now, "sweep": str(args.sweep), "network": vars(network),
                 "level": args.level, "resamples": args.resamples, "models": models,
-                "held_out": checks, "what_it_takes": take_rows,
+                "held_out": checks, "what_it_takes": take_rows, "left_out": left_out,
                 "predictions": predictions.to_dict(orient="records")}
     (out / "predictions.json").write_text(
         json.dumps(document, indent=1, default=_json_value) + "\n")
@@ -447,7 +492,7 @@ def write_outputs(out, args, network, studies, predictions, take, ledger, now):
         "## Held-out check\n\nFitted on every N below the largest measured, then the largest "
         "predicted. Signed error = predicted / measured − 1 of the median step time.\n\n"
         + _check_section(studies),
-        "## What was fitted\n\n" + notes,
+        "## What was fitted\n\n" + notes + _left_out_section(left_out),
         "## Strong scaling\n\n" + "\n".join(f"- {_strong_end(s)}" for s in studies)
         + "\n\n* micro-batch below the smallest measured: extrapolated.\n\n" + _md_table(
             ["strategy", "N", "micro-batch", "step (ms)", "ktokens/s", "efficiency",
@@ -469,6 +514,12 @@ def write_outputs(out, args, network, studies, predictions, take, ledger, now):
                      else f"fit N={check['fit_N']} predict N={check['predicted_N']}: "
                      f"{100 * check['signed_error']:+.2f} %"))
     return "\n".join(lines + [f"wrote {out / 'prediction.md'}"])
+
+
+def _left_out_section(left_out):
+    if not left_out:
+        return "\n\nEvery result file under the sweep entered the fit."
+    return ("\n\nLeft out of the fit:\n\n" + "\n".join(f"- `{line}`" for line in left_out))
 
 
 def _plot_check(axis, study, row, scale):

@@ -2,6 +2,7 @@
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -84,3 +85,21 @@ def test_missing_out_option_is_a_usage_error(tmp_path):
     with pytest.raises(SystemExit) as raised:
         main([str(tmp_path)])
     assert raised.value.code == 2
+
+
+def test_a_symlink_loop_is_skipped_with_a_warning_naming_it(tmp_path, capsys):
+    """Two names that point at each other hold no file: the report skips them, saying
+    so once each, and reads the rest."""
+    results = tmp_path / "results"
+    for n in (1, 2):
+        write_run(results / "strong" / f"{n}.h5", world_size=n, step_times=0.1)
+    (results / "a.h5").symlink_to("b.h5")
+    (results / "b.h5").symlink_to("a.h5")
+    (results / "strong" / "here").symlink_to(".")
+    assert main([str(results), "-o", str(tmp_path / "out")]) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    program = Path(sys.argv[0]).name
+    assert sorted(warnings) == [f"{program}: warning: {results / loop}: skipped, a symlink "
+                                "loop (Too many levels of symbolic links)"
+                                for loop in ("a.h5", "b.h5")]
+    assert "a.h5" not in (tmp_path / "out" / "report.md").read_text()

@@ -17,6 +17,7 @@ from scalestudy_analysis.predict_fit import (RunSummary, fit_comm, fit_model, he
 from scalestudy_analysis.predict_model import (CommParams, MemoryModel, Network, StepModel,
                                                bus_factor, collective_time, predict_point,
                                                read_network, ring_time, tree_time)
+from synth import write_run
 from test_bench import write_bench
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -276,6 +277,7 @@ def test_batch_sweep_joins_the_compute_fit_and_must_match_the_model(tmp_path):
                  "--batch-sweep", str(batches), "--out", str(out)]) == 0
     fitted = (out / "prediction.md").read_text().split("## What was fitted", 1)[1]
     assert "no batch sweep given" not in fitted.split("## Strong scaling", 1)[0]
+    assert "Every result file under the sweep entered the fit." in fitted
     empty = tmp_path / "empty"
     empty.mkdir()
     assert main([str(EXAMPLE), "--network", network, "--no-ledger",
@@ -289,3 +291,35 @@ def test_a_ledger_that_cannot_be_read_exits_2_naming_it(tmp_path, capsys):
     assert main([str(sweep), "--network", str(NETWORKS / "ib-ndr-400.ini"),
                  "--resamples", "20", "--out", str(tmp_path / "out")]) == 2
     assert LEDGER_NAME in capsys.readouterr().err
+
+
+def test_a_file_that_does_not_read_stops_the_fit_naming_it(tmp_path, capsys):
+    """A truncated n4 file hides one repeat of the held-out point: the fit is refused
+    naming the file and HDF5's error, and --skip-unreadable fits without it, naming it
+    on stderr and in prediction.md. A failed run, whose configuration reads, is named and
+    left out without stopping the fit."""
+    sweep = tmp_path / "sweep"
+    shutil.copytree(EXAMPLE / "strong" / "ddp-overlap_on", sweep / "strong" / "ddp-overlap_on")
+    truncated = sweep / "strong" / "ddp-overlap_on" / "n4-r1.h5"
+    with open(truncated, "r+b") as handle:
+        handle.truncate(truncated.stat().st_size // 2)
+    write_run(sweep / "failed.h5", world_size=2, status="failed",
+              failure_reason="rank 1: collective allreduce timed out in grad-comm")
+    arguments = [str(sweep), "--network", str(NETWORKS / "ib-ndr-400.ini"), "--no-ledger",
+                 "--resamples", "20", "--out", str(tmp_path / "out")]
+    assert main(arguments) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("scalestudy-predict: error: SWEEP")
+    assert f"{truncated}: unreadable: " in error and "truncated file" in error
+    assert "failed.h5" not in error and "--skip-unreadable" in error
+    assert not (tmp_path / "out").exists()
+
+    assert main(arguments + ["--skip-unreadable"]) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert len(warnings) == 2
+    assert any(str(truncated) in line and "truncated file" in line for line in warnings)
+    assert any(str(sweep / "failed.h5") in line and "timed out" in line for line in warnings)
+    fitted = (tmp_path / "out" / "prediction.md").read_text().split("## What was fitted")[1]
+    assert "Left out of the fit" in fitted and str(truncated) in fitted
+    assert str(sweep / "failed.h5") in fitted
+

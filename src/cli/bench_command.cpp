@@ -68,7 +68,8 @@ po::options_description bench_options(RawOptions& raw) {
        "bytes a point may allocate (K/M/G suffixes); 0: what the device (host) has free. Points "
        "predicted to need more are marked oom")
       ("comm-timeout", defaulted(&raw.comm_timeout_s),
-       "seconds a collective may take before the job is ended");
+       (std::string("seconds a collective or the start-up may take before the job ends; ") + kCommTimeoutBounds)
+           .c_str());
 
   po::options_description timing = help_section("Timing");
   timing.add_options()
@@ -211,8 +212,7 @@ BenchConfig resolve(BenchKind kind, const RawOptions& raw, const po::variables_m
   if (raw.repeats < 1) bad_value("repeats", std::to_string(raw.repeats), "must be at least 1");
   if (!(raw.min_sample_ms >= 0) || !std::isfinite(raw.min_sample_ms))
     bad_value("min-sample-ms", number_text(raw.min_sample_ms), "must be a finite number, at least 0");
-  if (!(raw.comm_timeout_s > 0) || !std::isfinite(raw.comm_timeout_s))
-    bad_value("comm-timeout", number_text(raw.comm_timeout_s), "must be a positive, finite number of seconds");
+  check_comm_timeout(raw.comm_timeout_s);
   c.warmup = raw.warmup;
   c.repeats = raw.repeats;
   c.min_sample_s = raw.min_sample_ms / 1e3;

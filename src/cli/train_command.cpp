@@ -45,6 +45,9 @@ void print_header(const RunConfig& c, const Trainer& trainer, const ProcessPlace
               scaling_name(c.scaling), c.global_batch, where.world_size, c.batch_per_rank, c.grad_accum,
               c.micro_batch(), c.seq, trainer.data().describe().c_str());
   std::printf("  %s\n", trainer.memory_preflight().describe().c_str());
+  if (!c.output.empty())
+    std::printf("  result file: at most %.0f KiB (the disk preflight's bound)\n",
+                std::ceil(result_file_bytes_bound(c, trainer.plan().buckets.size()) / 1024));
   std::printf("  %s\n", trainer.memory_summary("before the first step").c_str());
   std::fflush(stdout);
 }

@@ -1,11 +1,17 @@
 #include "config/command_options.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
+#include <string_view>
 #include <vector>
 
+#include "core/control_wait.h"
 #include "core/usage_error.h"
 
 namespace po = boost::program_options;
@@ -16,13 +22,41 @@ namespace {
 // The command line's style without allow_guessing: "--outp" is not taken for "--output".
 constexpr int kStrictStyle = po::command_line_style::default_style & ~po::command_line_style::allow_guessing;
 
-std::vector<std::string> read_config_lines(const std::string& path) {
+// The whole file, or a UsageError naming it with the OS's error: a read that fails
+// part-way (EIO, or /proc/self/mem, whose first page is unmapped) is no end of file.
+std::string read_config_text(const std::string& path) {
   const std::string where = "--config " + path;
   std::error_code error;
   if (!std::filesystem::exists(path, error)) throw UsageError(where + ": no such file");
   if (!std::filesystem::is_regular_file(path, error)) throw UsageError(where + ": not a regular file");
-  std::ifstream file(path, std::ios::binary);
-  if (!file) throw UsageError(where + ": cannot be read (permission denied?)");
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw UsageError(where + ": cannot be opened: " + std::strerror(errno));
+  std::string text;
+  char buffer[4096];
+  for (;;) {
+    const ssize_t got = ::read(fd, buffer, sizeof buffer);
+    if (got > 0) {
+      text.append(buffer, static_cast<size_t>(got));
+    } else if (got == 0) {
+      break;
+    } else if (errno != EINTR) {
+      const int read_errno = errno;
+      ::close(fd);
+      throw UsageError(where + ": cannot be read: " + std::strerror(read_errno));
+    }
+  }
+  ::close(fd);
+  return text;
+}
+
+std::vector<std::string> read_config_lines(const std::string& path) {
+  const std::string where = "--config " + path;
+  std::string text = read_config_text(path);
+  // Editors on Windows start a UTF-8 file with a byte-order mark, which is no part of the
+  // first key.
+  constexpr std::string_view kUtf8Bom = "\xEF\xBB\xBF";
+  if (std::string_view(text).substr(0, kUtf8Bom.size()) == kUtf8Bom) text.erase(0, kUtf8Bom.size());
+  std::istringstream file(text);
   std::vector<std::string> lines;
   std::string line;
   while (std::getline(file, line)) {
@@ -162,6 +196,16 @@ bool given(const po::variables_map& values, const char* option) {
 
 void bad_value(const std::string& option, const std::string& value, const std::string& why) {
   throw UsageError("--" + option + " " + one_line(value) + ": " + why);
+}
+
+const char* const kCommTimeoutBounds = "1 to 1e6 s";
+
+void check_comm_timeout(double seconds) {
+  if (seconds >= kMinCommTimeoutS && seconds <= kMaxCommTimeoutS) return;
+  std::ostringstream value;
+  value << seconds;
+  bad_value("comm-timeout", value.str(),
+            std::string("must be ") + kCommTimeoutBounds + " (it bounds the start-up too, where ranks arrive up to 0.5 s apart)");
 }
 
 }  // namespace scalestudy

@@ -130,8 +130,10 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
        "what gradients cross ranks in: fp32, or bf16 (half the bytes; each rank's gradient and every "
        "partial sum are rounded to bf16)")
       ("comm-timeout", defaulted(&c.comm_timeout_s),
-       "seconds a collective may take before the job is ended, naming the rank and the phase; ranks "
-       "other than 0 wait 1 s longer, so that rank 0 first marks the result file failed")
+       (std::string("seconds a collective or the start-up may take before the job ends, naming rank and "
+                   "phase; other ranks wait 1 s more, so rank 0 marks the file failed first; ") +
+        kCommTimeoutBounds)
+           .c_str())
       ("link-emulation", defaulted(&c.link_emulation), kLinkEmulationHelp);
 
   po::options_description precision = help_section("Backend and precision");
@@ -258,21 +260,47 @@ void resolve_profile_window(RunConfig& c, const std::string& window) {
   c.profile_last = last;
 }
 
-// A result file takes about 1-1.5 KiB a step for each rank (its intervals, collective
-// records and GPU samples) and a few KiB of provenance: a file system with less room than
-// 2 KiB a rank-step and 256 KiB is found full before the first step.
-void check_output_space(const RunConfig& c) {
+// Whole chunks of `rows` rows, as HDF5 allocates a chunked dataset that grows.
+double chunked_rows(double rows, double chunk_rows) { return std::ceil(rows / chunk_rows) * chunk_rows; }
+
+}  // namespace
+
+// The result file's layout (results/run_recorder.cpp): per step, 75 bytes over the ranks
+// (loss, tokens, flags, step index, loss scale, bytes by collective kind) in chunks of 256
+// rows, 224 bytes per rank (GPU samples, 7 phases' GPU state) in chunks of 64 rows, and the
+// 7 phases' intervals, 112 bytes per rank, in chunks of 16; 60 bytes per collective record
+// in chunks of 1024. A chunk's entry in its dataset's index takes under 64 bytes. The
+// provenance, the config, the summary, the memory report and HDF5's own headers take under
+// 256 KiB. Collective records per rank and step, as the strategies issue them: ddp one
+// allreduce of all buckets, or one per bucket with --overlap on; zero2 a reduce-scatter of
+// each bucket per micro-batch, an allgather of each, and the gradient norm's allreduce.
+double result_file_bytes_bound(const RunConfig& c, size_t buckets) {
+  const double steps = c.steps, ranks = c.world_size, bucket_count = static_cast<double>(buckets);
+  const double records_per_rank_step =
+      c.strategy == Strategy::zero2 ? bucket_count * (c.grad_accum + 1) + 1 : bucket_count;
+  const double records = records_per_rank_step * ranks * steps;
+  const double data_bytes = chunked_rows(steps, 256) * 75 + chunked_rows(steps, 64) * ranks * 224 +
+                            chunked_rows(steps, 16) * ranks * 112 + chunked_rows(records, 1024) * 60;
+  const double chunks = 8 * chunked_rows(steps, 256) / 256 + 10 * chunked_rows(steps, 64) / 64 +
+                        chunked_rows(steps, 16) / 16 + 9 * chunked_rows(records, 1024) / 1024;
+  return 256.0 * 1024 + data_bytes + 64 * chunks;
+}
+
+void check_output_space(const RunConfig& c, size_t buckets) {
+  if (c.output.empty()) return;
   struct statvfs space {};
   const std::filesystem::path folder = std::filesystem::absolute(c.output).parent_path();
   if (statvfs(folder.c_str(), &space) != 0) return;
   const double free_bytes = static_cast<double>(space.f_bavail) * static_cast<double>(space.f_frsize);
-  const double needed_bytes = 256.0 * 1024 + 2048.0 * c.steps * c.world_size;
+  const double needed_bytes = result_file_bytes_bound(c, buckets);
   if (free_bytes < needed_bytes)
     bad_value("output", c.output,
               "its file system has " + text(std::floor(free_bytes / 1024)) + " KiB free; " + text(c.steps) +
-                  " steps on " + text(c.world_size) + " ranks need about " + text(std::ceil(needed_bytes / 1024)) +
+                  " steps on " + text(c.world_size) + " ranks need up to " + text(std::ceil(needed_bytes / 1024)) +
                   " KiB");
 }
+
+namespace {
 
 void require_positive(const std::string& option, double value) {
   if (!(value > 0) || !std::isfinite(value)) bad_value(option, text(value), "must be positive and finite");
@@ -416,7 +444,7 @@ void resolve_and_validate(RunConfig& c, const RawOptions& raw) {
   if (raw.nonfinite_loss == "stop") c.stop_on_nonfinite_loss = true;
   else if (raw.nonfinite_loss == "continue") c.stop_on_nonfinite_loss = false;
   else bad_value("nonfinite-loss", raw.nonfinite_loss, "must be stop or continue");
-  require_positive("comm-timeout", c.comm_timeout_s);
+  check_comm_timeout(c.comm_timeout_s);
   if (c.link_emulation != "none" && c.link_emulation != "socket")
     bad_value("link-emulation", c.link_emulation, "must be none or socket");
 
@@ -547,7 +575,6 @@ void resolve_for_world(RunConfig& c, int world_size) {
   if (c.batch_per_rank % c.grad_accum != 0)
     bad_value("grad-accum", text(c.grad_accum),
               "must divide the batch per rank (" + text(c.batch_per_rank) + ")");
-  if (!c.output.empty()) check_output_space(c);
 }
 
 std::vector<std::pair<std::string, std::string>> describe_config(const RunConfig& c) {

@@ -142,6 +142,13 @@ std::string train_help();
 // divides), and zero2's --overlap-after auto. Throws UsageError naming the option and value.
 void resolve_for_world(RunConfig& config, int world_size);
 
+// The most bytes the result file of this resolved run takes, `buckets` gradient buckets
+// per step (run_config.cpp says how the layout gives it).
+double result_file_bytes_bound(const RunConfig& config, size_t buckets);
+// Refuses, naming --output, a run whose output's file system has less room than
+// result_file_bytes_bound; nothing without an output.
+void check_output_space(const RunConfig& config, size_t buckets);
+
 // Every resolved field as (name, value) text pairs, in declaration order: printed at
 // start, stored in result files, and hashed to prove every rank runs the same config.
 std::vector<std::pair<std::string, std::string>> describe_config(const RunConfig& config);

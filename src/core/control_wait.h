@@ -24,6 +24,16 @@ double control_timeout();
 // ranks this much later: a rank that gives up ends the job, and the launcher tears down
 // every rank within about a second (Open MPI), which rank 0 needs to mark the file failed.
 inline constexpr double kPeerTimeoutMarginS = 1.0;
+// The bounds of --comm-timeout. It also holds the start-up's waits, which begin when a
+// rank is ready and end when the last rank is: ranks that one launcher starts on one node
+// arrive up to a few hundred ms apart (at 0.2 s, 1 of 12 healthy 2- and 4-rank CPU starts on
+// two busy cores timed out, blaming a peer; at 0.5 s none), and a roll call listens 300 ms
+// (kRollCallWindow). Below 1 s the timeout measures the launcher, not a stuck peer. Above
+// 1e6 s (11.6 days, beyond the time limit of any batch job) a wait is a hang all the same,
+// and the deadline, a steady_clock time point in 64-bit nanoseconds, stays far from its
+// 292-year range: 1e300 s wrapped round and ended every start at once.
+inline constexpr double kMinCommTimeoutS = 1.0;
+inline constexpr double kMaxCommTimeoutS = 1e6;
 // The timeout that `rank` waits for, given the run's: rank 0's, or the margin longer.
 inline double rank_timeout(double timeout_s, int rank) {
   return rank == 0 ? timeout_s : timeout_s + kPeerTimeoutMarginS;

@@ -40,6 +40,7 @@ class TokenFileSource final : public TokenSource {
   // How many consecutive samples have disjoint inputs before the file wraps; throws
   // UsageError when the file holds fewer than seq + 1 tokens.
   int64_t samples_per_epoch(int seq) const;
+  void check_holds_sample(int seq) const override { samples_per_epoch(seq); }
   int64_t token_count() const { return token_count_; }
   int token_bytes() const { return token_bytes_; }
   TokenFileFormat format() const { return format_; }

@@ -22,6 +22,9 @@ class TokenSource {
                            int32_t* targets) const = 0;
   // The exact entropy rate in nats per token, where the source knows it.
   virtual std::optional<double> entropy_rate_nats() const { return std::nullopt; }
+  // Throws UsageError where the source cannot give a sample of seq tokens (a token file
+  // too short), so that the run is refused before it starts rather than at its first step.
+  virtual void check_holds_sample(int /*seq*/) const {}
 };
 
 // The one place that turns the --data choice into a TokenSource. kind is "random",

@@ -17,6 +17,7 @@ namespace scalestudy {
 
 std::unique_ptr<TokenSource> make_checked_token_source(const RunConfig& c) {
   std::unique_ptr<TokenSource> data = make_token_source(c.data, c.shape.vocab, c.seed, c.token_file);
+  data->check_holds_sample(c.seq);
   if (data->vocab_size() > c.shape.vocab)
     throw UsageError("--vocab " + std::to_string(c.shape.vocab) + ": smaller than the data's vocabulary (" +
                      std::to_string(data->vocab_size()) + ")");
@@ -38,6 +39,7 @@ TrainingSetup prepare_training(const RunConfig& config, const Backend& backend, 
   const ParameterLayout layout = make_parameter_layout(c.shape);
   setup.plan = make_bucket_plan(layout.param_elems, c.data_parallel().bucket_bytes, comm.world_size(),
                                 layout.segments[layout.embedding_segment()].end_elems);
+  check_output_space(c, setup.plan.buckets.size());
   setup.memory = check_training_memory(c, setup.plan, backend, comm, control);
   return setup;
 }

@@ -103,7 +103,8 @@ expect_exit 2 "\-\-backend tpu" "$binary" bench gemm --backend tpu
 expect_exit 2 "no-such-option" "$binary" bench bandwidth --no-such-option 1
 # Values that stand for a default, or that never end a sample, are refused when given.
 expect_exit 2 "\-\-min-sample-ms inf: must be a finite number" "$binary" bench gemm --min-sample-ms inf
-expect_exit 2 "\-\-comm-timeout inf: must be a positive, finite" "$binary" bench comm --comm-timeout inf
+expect_exit 2 "\-\-comm-timeout inf: must be 1 to 1e6 s" "$binary" bench comm --comm-timeout inf
+expect_exit 2 "\-\-comm-timeout 0.002: must be 1 to 1e6 s" "$binary" bench comm --comm-timeout 0.002
 expect_exit 2 "\-\-sizes '': is empty" "$binary" bench gemm --sizes ""
 expect_exit 2 "\-\-hidden 0: must be at least 1" "$binary" bench layer --hidden 0
 expect_exit 2 "\-\-layers 0: must be at least 1" "$binary" bench inference --layers 0

@@ -10,12 +10,16 @@
 #   the model, the bytes and what would fit; a run that fits records the estimate in its
 #   result file; and an allocation that fails later ends the run naming what it allocated,
 #   with the result file marked failed.
+# - disk_bound: the disk preflight's bound on the result file, which the banner prints, is
+#   at least the file's size once written, for each strategy, overlap, rank count and
+#   gradient accumulation (29 buckets of the tiny model, as many collective records a
+#   step as a large model's default buckets give).
 #   test_cli.sh BINARY MPIEXEC [STUCK_COLLECTIVE [PART]]
 set -uo pipefail
 binary=$1
 mpiexec=$2
 only_part=${4:-}
-parts=(commands memory_preflight check)
+parts=(commands memory_preflight check disk_bound)
 source "$(dirname "$0")/cli_checks.sh"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -55,6 +59,14 @@ commands() {
   printf 'not a token file at all, just text\n%.0s' {1..10} >"$work/bad.bin"
   # A bad token file is named as the option that gave it.
   expect_exit 2 "\-\-token-file $work/bad.bin: " "$binary" train --data file --token-file "$work/bad.bin" --steps 2
+  # A token file too short for one sample (10 tokens, 65 needed) is refused before the
+  # banner, and no result file is left.
+  { printf 'SSTOKENS\x01\0\0\0\x02\0\0\0\x0a'; head -c $((15 + 2 * 10)) /dev/zero; } >"$work/short.bin"
+  output=$("$binary" train --data file --token-file "$work/short.bin" --output "$work/short.h5" 2>&1); code=$?
+  [ "$code" = 2 ] && grep -q "^scalestudy train: error: --token-file $work/short.bin: holds 10 tokens" <<<"$output" ||
+    fail "a token file too short: exit code $code: $(tail -1 <<<"$output")"
+  ! grep -q "^scalestudy train: model" <<<"$output" || fail "a token file too short was found after the banner"
+  [ -z "$(ls "$work" | grep short.h5)" ] || fail "a token file too short left $(ls "$work" | grep short.h5)"
   printf 'model = tiny\nsteps = 3\nbogus_key = 1\n' >"$work/bad.ini"
   expect_exit 2 "bogus_key" "$binary" train --config "$work/bad.ini"
   printf 'model = tiny\nsteps = 3\nstrategy = zero2\n' >"$work/good.ini"
@@ -138,6 +150,24 @@ assert small["parameters"] == 124439808 and small["train_flops_per_token"] > 0, 
   touch "$work/exists.h5"
   expect_exit 2 "exists; pass \-\-overwrite" "$binary" train --check --check-ranks 1 --output "$work/exists.h5"
   [ ! -e "$work/x" ] || fail "a value ran as a command"
+}
+
+disk_bound() {
+  local ranks strategy accum output bound_kib size
+  for run in "1 ddp --overlap off" "4 ddp --overlap off" "1 ddp --overlap on" "4 ddp --overlap on" \
+             "1 zero2 --overlap off" "4 zero2 --overlap off" "1 zero2 --overlap on" "4 zero2 --overlap on" \
+             "3 zero2 --overlap on --grad-accum 2"; do
+    ranks=${run%% *}; strategy=${run#* }
+    output="$work/bound-${ranks}-${strategy// /}.h5"
+    # shellcheck disable=SC2086
+    bound_kib=$(timeout 120 "$mpiexec" --oversubscribe --allow-run-as-root --bind-to none -np "$ranks" "$binary" train \
+      --model tiny --steps 100 --bucket-mb 0.004 --log-every 1000 --strategy $strategy --output "$output" 2>&1 |
+      sed -n 's/^  result file: at most \([0-9]*\) KiB.*/\1/p')
+    size=$(stat -c %s "$output" 2>/dev/null)
+    if [ -z "$bound_kib" ] || [ -z "$size" ]; then fail "$ranks ranks, $strategy: no bound printed or no file"
+    elif [ "$size" -gt $((bound_kib * 1024)) ]; then fail "$ranks ranks, $strategy: $size bytes, above the bound of $bound_kib KiB"
+    else echo "ok: $ranks ranks, $strategy: $((size / 1024)) KiB written, bound $bound_kib KiB"; fi
+  done
 }
 
 [ -n "$only_part" ] && selected=("$only_part") || selected=("${parts[@]}")

@@ -450,6 +450,15 @@ TEST(ConfigRefusals, SentinelsAndNonFiniteNumbers) {
   EXPECT_EQ(parse_train_options({"--seed", "18446744073709551615"}).seed, 18446744073709551615ull);
 }
 
+TEST(ConfigRefusals, CommTimeoutHasBounds) {
+  // Below 1 s a healthy start outlasts it; far above, the deadline leaves the clock's range.
+  for (const char* seconds : {"4.9e-324", "0.002", "0.99", "-3", "1000001", "1e300"})
+    expect_usage_error({"--comm-timeout", seconds}, {"--comm-timeout ", "must be 1 to 1e6 s"});
+  EXPECT_EQ(parse_train_options({"--comm-timeout", "1"}).comm_timeout_s, 1.0);
+  EXPECT_EQ(parse_train_options({"--comm-timeout", "1e6"}).comm_timeout_s, 1e6);
+  EXPECT_NE(train_help().find("1 to 1e6 s"), std::string::npos);
+}
+
 TEST(ConfigRefusals, ZeroIsNoSilentDefault) {
   // Left out, each of these means the preset's value (or 4, or --max-seq); given as 0, it
   // would be taken for that without a word.
@@ -510,6 +519,17 @@ TEST_F(ScratchFolder, ConfigFilesNameTheFileAndLine) {
   const std::string binary = write("binary.ini", std::string("steps = 3\n\x7f" "ELF\x01\x02", 15));
   expect_usage_error({"--config", binary}, {binary + ":2", "not a text file"});
   EXPECT_EQ(parse_train_options({"--config", write("good.ini", "steps = 7\r\n")}).steps, 7);
+}
+
+TEST_F(ScratchFolder, ConfigFileThatFailsToReadIsNoEmptyFile) {
+  // The first page of /proc/self/mem is unmapped: its read fails (EIO) at once.
+  expect_usage_error({"--config", "/proc/self/mem"}, {"--config /proc/self/mem: cannot be read: Input/output error"});
+  // A UTF-8 byte-order mark, as editors on Windows write, is no part of the first key;
+  // the lines keep their numbers.
+  const std::string bom = write("bom.ini", "\xEF\xBB\xBFsteps = 7\nlayers = 2\n");
+  EXPECT_EQ(parse_train_options({"--config", bom}).steps, 7);
+  const std::string bom_bad = write("bom_bad.ini", "\xEF\xBB\xBFsteps = x\n");
+  expect_usage_error({"--config", bom_bad}, {bom_bad + ":1", "'steps'"});
 }
 
 TEST_F(ScratchFolder, ConfigFileErrorsNameTheLineWhereverTheyAreFound) {
