@@ -77,14 +77,6 @@ void CollectiveWatchdog::run() {
       hooks_.before_check();
       lock.lock();
     }
-    if (stop_signal() && signal_seen_ == Clock::time_point{}) {
-      signal_seen_ = Clock::now();
-      if (const std::string in_flight = oldest_in_flight(); !in_flight.empty()) {
-        lock.unlock();  // the roll call waits for the peers' answers
-        end_job_if_ranks_lost(stop_signal(), "waiting for " + in_flight);
-        lock.lock();
-      }
-    }
     if (const std::string blocked = blocked_after_stop(Clock::now()); !blocked.empty()) {
       lock.unlock();  // as below: the abort hook must not wait on the owner's thread
       end_job_for_signal(stop_signal(), "waiting for " + blocked);
@@ -111,19 +103,15 @@ void CollectiveWatchdog::run() {
   }
 }
 
-std::string CollectiveWatchdog::oldest_in_flight() {
-  watched_.erase(std::remove_if(watched_.begin(), watched_.end(), [](const Watched& w) { return w.done && w.done(); }),
-                 watched_.end());
-  if (watched_.empty()) return "";
-  const StartedCollective& oldest = watched_.front().collective;
-  return std::string("collective ") + collective_kind_name(oldest.kind) + " (phase " + oldest.phase + ")";
-}
-
 std::string CollectiveWatchdog::blocked_after_stop(Clock::time_point now) {
   if (!stop_signal()) return "";
   if (signal_seen_ == Clock::time_point{}) signal_seen_ = now;
   if (now - signal_seen_ < kStopGrace) return "";
-  return oldest_in_flight();
+  watched_.erase(std::remove_if(watched_.begin(), watched_.end(), [](const Watched& w) { return w.done && w.done(); }),
+                 watched_.end());
+  if (watched_.empty()) return "";
+  const StartedCollective& blocked = watched_.front().collective;
+  return std::string("collective ") + collective_kind_name(blocked.kind) + " (phase " + blocked.phase + ")";
 }
 
 std::optional<StartedCollective> CollectiveWatchdog::take_timed_out(Clock::time_point now) {

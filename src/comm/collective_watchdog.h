@@ -66,9 +66,6 @@ class CollectiveWatchdog {
   std::optional<StartedCollective> take_timed_out(Clock::time_point now);
   // culprits: the roll call's ranks that do not respond or did not arrive, or "".
   std::string timeout_message(const StartedCollective& stuck, const std::string& culprits) const;
-  // Drops the collectives whose test says they are done, and names the oldest one left,
-  // or "" (mutex_ held).
-  std::string oldest_in_flight();
   // After a stop signal (core/stop_signal.h) and its grace, the oldest collective still in
   // flight, named: this rank is blocked on a peer and would never reach the step's end.
   // "" while none is (mutex_ held).

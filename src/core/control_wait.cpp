@@ -68,12 +68,9 @@ void wait_control(MPI_Request& request, int64_t number, const char* collective, 
     if (done) return;
     const auto now = Clock::now();
     if (const int signal = stop_signal()) {
-      const std::string where = std::string("waiting for the control plane's ") + collective + " (" + phase + ")";
-      if (stop_deadline == Clock::time_point::max()) {
-        end_job_if_ranks_lost(signal, where);
-        stop_deadline = now + kStopGrace;
-      }
-      if (now > stop_deadline) end_job_for_signal(signal, where);
+      if (stop_deadline == Clock::time_point::max()) stop_deadline = now + kStopGrace;
+      if (now > stop_deadline)
+        end_job_for_signal(signal, std::string("waiting for the control plane's ") + collective + " (" + phase + ")");
     }
     if (now > deadline) end_job_for_timeout(number, collective, phase, limit_s);
     if (now - started > kSpin) {

@@ -2,13 +2,11 @@
 
 #include <mpi.h>
 
-#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 
 #include "core/check.h"
-#include "core/roll_call.h"
 
 namespace scalestudy {
 namespace {
@@ -102,25 +100,6 @@ void end_job_for_signal(int signal, const std::string& where) {
     // rank to name the signal.
     defer_to_reporting_rank_if_continued();
   }
-  end_job(reason, stop_exit_code(signal));
-}
-
-void end_job_if_ranks_lost(int signal, const std::string& where) {
-  static std::atomic<bool> checked{false};
-  if (signal != SIGTERM || checked.exchange(true)) return;
-  // A rank that ended the job sent its notice before the launcher's SIGTERM (Open MPI sends
-  // SIGCONT first, so every rank it tears down reads as continued): that cause is the one
-  // to record, and the rank that sent it may no longer answer a roll call.
-  defer_to_reporting_rank(was_continued() ? kContinuedRankNoticeWait : std::chrono::milliseconds(0));
-  const RollCall roll_call = take_roll_call(control_collectives_entered());
-  if (roll_call.silent.empty()) return;
-  const std::string reason = rank_list(roll_call.silent) + (roll_call.silent.size() == 1 ? " does" : " do") +
-                             " not respond (killed, crashed or stopped), and SIGTERM came while " + where;
-  // The lowest rank that responds reports; the others end with its notice.
-  if (!is_reporting_rank(roll_call)) defer_to_reporting_rank(kTeardownNoticeWait);
-  // A rank that was stopped may be the one its peers found silent, and the rank that
-  // reported it may be gone by now: as in end_job_for_signal, it ends without a line.
-  if (was_continued() && !is_world_rank_zero()) end_job_quietly(reason + ", after it was stopped", stop_exit_code(signal));
   end_job(reason, stop_exit_code(signal));
 }
 

@@ -29,17 +29,6 @@ inline int stop_exit_code(int signal) { return 128 + signal; }
 // with every completed step kept. A wait that outlasts it is blocked on a peer.
 inline constexpr std::chrono::milliseconds kStopGrace{500};
 
-// For a wait that first sees a stop signal, in `where`. A launcher that loses a rank
-// (SIGKILL, a crash) ends the others with SIGTERM, as a time limit or scancel does; the
-// signal is then what followed the loss, not its cause. On SIGTERM, once per process,
-// takes a roll call: where ranks do not respond, ends the job at once naming them (the
-// ranks the signal reached answer, each waiting in its own collective for kStopGrace and
-// then, but for rank 0, for a notice). Returns where every rank answers, for a signal
-// other than SIGTERM, and in a rank that was stopped and woken (it defers to the
-// reporting rank instead). Early, not after kStopGrace: a launcher sends SIGKILL 1 s
-// after SIGTERM (Open MPI), and rank 0 must first mark the result file failed.
-void end_job_if_ranks_lost(int signal, const std::string& where);
-
 // Ends the job for a stop signal received while this rank waited in `where`: the abort
 // hook marks the result file failed with stop_reason and where, and the job ends with
 // stop_exit_code. A rank other than 0 that was stopped, and is woken by the teardown,
