@@ -52,7 +52,8 @@ class Reader {
   }
   void take(void* dst, size_t bytes) {
     SCALESTUDY_CHECK(static_cast<size_t>(end_ - at_) >= bytes, "a gathered kernel trace is truncated");
-    std::memcpy(dst, at_, bytes);
+    // An empty array's data() may be null, which memcpy must not be given even for 0 bytes.
+    if (bytes > 0) std::memcpy(dst, at_, bytes);
     at_ += bytes;
   }
 
