@@ -591,7 +591,7 @@ def wait_for_no_process_naming(text, seconds):
 def stop_test_experiment(tmp_path):
     return write_experiment(tmp_path, ["scaling = strong", "gpus = 1, 2", "strategies = ddp, zero2",
                                        f"output_dir = {tmp_path}/out"],
-                            ["model = tiny", "global-batch = 4", "steps = 300", "warmup-steps = 1", "seq = 16"])
+                            ["model = tiny", "global-batch = 4", "steps = 1000", "warmup-steps = 1", "seq = 16"])
 
 
 @needs_mpirun
