@@ -176,3 +176,32 @@ def test_each_series_links_the_trace_of_its_drawn_run(built_report):
         # The drawn run is the largest N: one process per rank.
         ranks = {event["pid"] for event in document["traceEvents"]}
         assert ranks == set(range(max(WORLD_SIZES)))
+
+
+def median_step_by_hand(strategy, world_size):
+    """The median over every measured step of every repeat of the slowest rank's step."""
+    steps = []
+    for path in files_of(strategy, world_size):
+        with h5py.File(path, "r") as handle:
+            intervals = handle["steps/intervals"][...]
+            measured = (handle["steps/warmup"][...] == 0) & (handle["steps/traced"][...] == 0)
+            steps.extend((intervals[:, :, STEP_PHASE, 1] - intervals[:, :, STEP_PHASE, 0]).max(axis=1)[measured])
+    return float(np.median(steps))
+
+
+def test_where_the_scaling_went_recomputes_by_hand_and_its_parts_add_up(example_series):
+    from scalestudy_analysis.scaling_loss import scaling_loss
+    _, series_list = example_series
+    checked = 0
+    for series in series_list:
+        strategy = series.strategy_label
+        base = median_step_by_hand(strategy, 1)
+        for _, row in scaling_loss(series).iterrows():
+            step = median_step_by_hand(strategy, row["N"])
+            assert row["loss_s"] == pytest.approx(step - base / row["N"], rel=1e-9)
+            parts = sum(row[f"{part}_s"] for part in ("compute", "optimizer", "exposed_comm", "data", "other"))
+            # The breakdown's medians add up to the median step within 1 % (the test above),
+            # so the parts' shares add up to the loss within 1 % of the step.
+            assert abs(parts - row["loss_s"]) <= MEDIAN_SUM_RTOL * step, (strategy, row["N"])
+            checked += 1
+    assert checked == len(STRATEGIES) * (len(WORLD_SIZES) - 1)
