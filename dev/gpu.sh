@@ -99,7 +99,7 @@ run_state() {
 # kernel profile (--profile-kernels) of GPT-2 small bf16 with ddp+overlap on each of
 # PROFILE_GPUS (default "1 2") GPUs and of one traced GEMM benchmark, the untraced
 # throughput at each of BATCHES (default "8 16") and, with --recompute on, of
-# RECOMPUTE_BATCHES (default 32), then jobscripts/bench_vs_pytorch.py for each of MODELS
+# RECOMPUTE_BATCHES (default 32), then peers/bench_vs_pytorch.py for each of MODELS
 # (default gpt2-small) at TORCH_BATCH per GPU (default 16) on TORCH_GPUS (default "1 2").
 # TESTS=0, PROFILE=0, THROUGHPUT=0 or VS_TORCH=0 skips a part. Writes the logs into
 # OUTPUT_DIR and the result files into OUTPUT_DIR/profile/ (scalestudy-report reads them).
@@ -154,7 +154,7 @@ run_profile() {
     for model in ${MODELS:-gpt2-small}; do
       seq=1024
       case "$model" in bert-*) seq=512 ;; esac  # BERT's position table ends at 512
-      "${PYTHON:-python3}" jobscripts/bench_vs_pytorch.py --binary "$binary" --model "$model" --seq "$seq" \
+      "${PYTHON:-python3}" peers/bench_vs_pytorch.py --binary "$binary" --model "$model" --seq "$seq" \
         --gpus ${TORCH_GPUS:-1 2} --precision bf16 --batch-per-gpu "${TORCH_BATCH:-16}" --pytorch-gpus 1 \
         --pytorch-modes ${TORCH_MODES:-eager compile} --workdir "$out/vs-torch-$model" 2>&1 |
         tee -a "$out/vs-torch.log" | tail -14

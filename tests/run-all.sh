@@ -39,7 +39,7 @@ fi
 echo "== analysis and sweep-tool tests"
 SCALESTUDY_BINARY="$SCALESTUDY_ROOT/build/cpu/scalestudy" \
   "$SCALESTUDY_ROOT/build/venv/bin/python" -m pytest -q "$SCALESTUDY_ROOT/analysis/tests" \
-  "$SCALESTUDY_ROOT/tests/jobscripts" "$SCALESTUDY_ROOT/tests/slurm"
+  "$SCALESTUDY_ROOT/tests/jobscripts" "$SCALESTUDY_ROOT/tests/peers" "$SCALESTUDY_ROOT/tests/slurm"
 
 echo "== the quickstart sweep on a real single-node Slurm cluster"
 bash "$SCALESTUDY_ROOT/tests/slurm/test_slurm_sweep.sh" "$SCALESTUDY_ROOT/build/cpu/scalestudy" \

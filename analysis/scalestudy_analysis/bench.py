@@ -578,7 +578,7 @@ def parser():
     result.add_argument("--runs", metavar="RESULTS_DIR", type=Path, default=None,
                         help="training result files whose forward and backward phases join the roofline")
     result.add_argument("--pytorch", metavar="FILE.json", type=Path, default=None,
-                        help="PyTorch's points (jobscripts/inference_vs_pytorch.py --json), drawn beside the "
+                        help="PyTorch's points (peers/inference_vs_pytorch.py --json), drawn beside the "
                              "inference files of the same model and GPU")
     return result
 

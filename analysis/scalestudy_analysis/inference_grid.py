@@ -1,6 +1,6 @@
 """The grid of a `bench inference` file as the seed's tables are read: latency and
 sequences/s against batch, one panel per sequence length, and beside scalestudy's curves
-PyTorch's eager and torch.compile ones from the JSON that jobscripts/inference_vs_pytorch.py
+PyTorch's eager and torch.compile ones from the JSON that peers/inference_vs_pytorch.py
 writes (`scalestudy-bench-report --pytorch FILE.json`).
 
 PyTorch's points are drawn beside a file only when they are of the same model (preset name
@@ -37,7 +37,7 @@ def read_pytorch(path):
     except (OSError, ValueError, AttributeError) as error:  # unreadable, not JSON, not a JSON object
         raise ValueError(f"--pytorch {path}: {error}") from None
     if not known:
-        raise ValueError(f"--pytorch {path}: not a file of jobscripts/inference_vs_pytorch.py --json")
+        raise ValueError(f"--pytorch {path}: not a file of peers/inference_vs_pytorch.py --json")
     runs = PytorchRuns(str(path), loaded.get("machine", {}), loaded.get("settings", {}))
     for model, entry in loaded.get("models", {}).items():
         points = pd.DataFrame(entry.get("pytorch", []), columns=["batch", "seq", "mode", "status", "detail",

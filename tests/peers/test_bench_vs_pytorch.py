@@ -1,4 +1,4 @@
-"""jobscripts/bench_vs_pytorch.py without a GPU or torch: the rounds' order, the medians of
+"""peers/bench_vs_pytorch.py without a GPU or torch: the rounds' order, the medians of
 the rows, the ratios paired within a round, the report, the exit status and the refusals
 of bad input. The scalestudy side runs the real CPU build on the tiny preset; PyTorch's
 side is written by hand where a test needs it."""
@@ -13,8 +13,8 @@ import h5py
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "jobscripts" / "bench_vs_pytorch.py"
-sys.path.insert(0, str(ROOT / "jobscripts"))
+SCRIPT = ROOT / "peers" / "bench_vs_pytorch.py"
+sys.path.insert(0, str(ROOT / "peers"))
 import bench_vs_pytorch as bench  # noqa: E402
 
 BINARY = os.environ.get("SCALESTUDY_BINARY")

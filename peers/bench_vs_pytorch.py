@@ -3,13 +3,13 @@
 side on one machine: tokens/s and TFLOP/s per GPU, scalestudy's ratio to each PyTorch mode,
 and its own scaling factors from one GPU.
 
-    python3 jobscripts/bench_vs_pytorch.py --binary build/cuda/scalestudy --batch-per-gpu 64 \\
+    python3 peers/bench_vs_pytorch.py --binary build/cuda/scalestudy --batch-per-gpu 64 \\
         --vocab 50304 50257 --gpus 1 2 --pytorch-modes compile --rounds 2 --json bench.json
 
 scalestudy runs ddp+overlap (and zero2+overlap on more than one GPU) with its defaults,
 and ddp+overlap once more with each --scalestudy-variants' options. A run's scaling factor
 is over the run of the same name on one GPU; zero2's is over ddp's.
-PyTorch (jobscripts/train_torch.py) is GPT-2 written as nanoGPT writes it, in eager mode
+PyTorch (peers/train_torch.py) is GPT-2 written as nanoGPT writes it, in eager mode
 and under torch.compile, with bf16 autocast, fused AdamW and scaled_dot_product_attention
 (and in fp32 with --precision fp32, to compare like with like); on several GPUs it runs DDP
 through torchrun. Both sides run each --vocab: by default the preset's rounded up to a
@@ -40,6 +40,8 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+# The command-line helpers are the sweep tool's (jobscripts/script_cli.py).
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "jobscripts"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from script_cli import (USAGE_ERROR, UsageError, gpu_name, non_negative_int, positive_float,  # noqa: E402
                         positive_int)

@@ -1,4 +1,4 @@
-"""jobscripts/inference_vs_pytorch.py without a GPU or torch: the join of a `bench inference`
+"""peers/inference_vs_pytorch.py without a GPU or torch: the join of a `bench inference`
 file with PyTorch's points, the speedups, the marks against the bar, the printed table and
 the JSON. The scalestudy side is a real CPU file of the tiny preset; PyTorch's side is
 written by hand, its latencies set as exact multiples of scalestudy's."""
@@ -12,7 +12,7 @@ import h5py
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "jobscripts"))
+sys.path.insert(0, str(ROOT / "peers"))
 import inference_vs_pytorch as grid  # noqa: E402
 
 BINARY = os.environ.get("SCALESTUDY_BINARY")

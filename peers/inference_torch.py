@@ -1,4 +1,4 @@
-"""The PyTorch side of jobscripts/inference_vs_pytorch.py: an encoder of scalestudy's shape
+"""The PyTorch side of peers/inference_vs_pytorch.py: an encoder of scalestudy's shape
 and math in fp16, timed at each (batch, seq) point in eager mode and under torch.compile.
 
 The math is scalestudy's forward (src/model/gpt_inference.cpp): token plus learned position

@@ -3,11 +3,11 @@
 a grid of batch × sequence length, side by side in one run on one GPU: latency, sequences/s
 (QPS) and their ratios.
 
-    python3 jobscripts/inference_vs_pytorch.py --binary build/cuda/scalestudy --json grid.json
+    python3 peers/inference_vs_pytorch.py --binary build/cuda/scalestudy --json grid.json
 
 For each model, `scalestudy bench inference --backend cuda --precision bf16` runs the whole
 grid once (its file goes to --workdir). Then PyTorch runs the same shape, read from that
-file, in fp16 (jobscripts/inference_torch.py says what it computes, what is compiled and
+file, in fp16 (peers/inference_torch.py says what it computes, what is compiled and
 how often), in eager mode and under torch.compile, at every point, under
 torch.inference_mode(). Times are medians of CUDA-event samples after warm-up on both
 sides. A PyTorch point that runs out of memory is recorded as oom.
@@ -35,7 +35,10 @@ import sys
 from pathlib import Path
 
 import h5py
-from script_cli import USAGE_ERROR, UsageError, gpu_name, positive_int
+
+# The command-line helpers are the sweep tool's (jobscripts/script_cli.py).
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "jobscripts"))
+from script_cli import USAGE_ERROR, UsageError, gpu_name, positive_int  # noqa: E402
 
 DEFAULT_MODELS = ("bert-base", "bert-large")
 DEFAULT_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -292,7 +295,7 @@ def parser():
     result.add_argument("--compile-scope", default="whole", choices=("regional", "whole"),
                         help="compile the whole forward, as torch.compile(model) does, or each block alone (one "
                              "compiled block for all: faster to compile, slower to enter at small shapes); "
-                             "jobscripts/inference_torch.py gives the trade-off (default: %(default)s)")
+                             "peers/inference_torch.py gives the trade-off (default: %(default)s)")
     result.add_argument("--samples", type=positive_int, default=5, help="PyTorch: timed samples per point")
     result.add_argument("--point-budget-s", type=float, default=1.0,
                         help="PyTorch: a point stops sampling after this many seconds once it has 3 samples")

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The PyTorch side of jobscripts/bench_vs_pytorch.py: GPT-2 written the way nanoGPT's
+"""The PyTorch side of peers/bench_vs_pytorch.py: GPT-2 written the way nanoGPT's
 `model.py` and `train.py` write it for speed, timed on one GPU, or on several through DDP
 under torchrun.
 

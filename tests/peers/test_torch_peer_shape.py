@@ -1,4 +1,4 @@
-"""The PyTorch training peer (jobscripts/train_torch.py) builds the model scalestudy trains:
+"""The PyTorch training peer (peers/train_torch.py) builds the model scalestudy trains:
 for every preset it builds, the same parameter count and the same training FLOPs per token
 as `scalestudy info` gives, so that a ratio of tokens/s is a ratio of speed on the same
 work. PyTorch's side is counted on the meta device (shapes only, no memory, no GPU):
@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch")
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "jobscripts"))
+sys.path.insert(0, str(ROOT / "peers"))
 import train_torch  # noqa: E402
 
 BINARY = os.environ.get("SCALESTUDY_BINARY")
