@@ -182,7 +182,7 @@ run_bench() {
   $mpirun -np 2 "$binary" bench comm --backend cuda -o "$out/comm.h5" 2>&1 | tee -a "$log" | tail -3
 
   echo "== against PyTorch" | tee -a "$log"
-  "${PYTHON:-python3}" dev/bench_gpu_vs_torch.py --binary "$binary" --workdir "$out/vs-torch" 2>&1 |
+  "${PYTHON:-python3}" peers/bench_gpu_vs_torch.py --binary "$binary" --workdir "$out/vs-torch" 2>&1 |
     tee "$out/vs-torch.log" | tail -12
 }
 

@@ -21,7 +21,7 @@ constexpr size_t kPatternPeriod = 251;
 
 float pattern(size_t index) { return static_cast<float>(1 + index % kPatternPeriod); }
 
-// dev/bench_gpu_vs_torch.py reads the scope, median, algbw, busbw and wrong count.
+// peers/bench_gpu_vs_torch.py reads the scope, median, algbw, busbw and wrong count.
 void report(BenchContext& context, size_t row) {
   const PointTable& t = context.table;
   const std::string point =

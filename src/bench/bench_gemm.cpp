@@ -24,7 +24,7 @@ namespace {
 
 constexpr uint64_t kSeedA = 11, kSeedB = 12;
 
-// jobscripts/bench_gpu_vs_torch.py reads the ok line's median and TFLOP/s.
+// peers/bench_gpu_vs_torch.py reads the ok line's median and TFLOP/s.
 void report(BenchContext& context, size_t row) {
   const PointTable& t = context.table;
   const std::string point = "gemm " + t.text(row, "precision") + " n=" + std::to_string(t.integer(row, "n"));

@@ -11,9 +11,10 @@ the timed samples, each sample at least --min-sample-ms long):
 
 Run it with a Python that has PyTorch, on the GPU node, from the repository root:
 
-    python3 dev/bench_gpu_vs_torch.py --binary build/cuda/scalestudy
+    python3 peers/bench_gpu_vs_torch.py --binary build/cuda/scalestudy
 
-NCCL_NVLS_ENABLE=0 is set for every launch. It prints the commit of the binary, the GPU,
+NCCL runs with its defaults on both sides, but for the NCCL_* settings of the caller's
+environment, which reach every rank. It prints the commit of the binary, the GPU,
 both measurements and their ratios (scalestudy / PyTorch), and writes the raw numbers to
 --workdir/bench_gpu_vs_torch.json.
 """
@@ -141,8 +142,9 @@ def scalestudy_gemm(args, env):
 
 def scalestudy_comm(args, env):
     output = Path(args.workdir) / "comm-allreduce-1g.h5"
+    nccl = [option for name in sorted(env) if name.startswith("NCCL_") for option in ("-x", name)]
     out = run(["mpirun", "--allow-run-as-root", "--bind-to", "none", "-np", "2", "-x", "LD_LIBRARY_PATH",
-               "-x", "NCCL_NVLS_ENABLE", args.binary, "bench", "comm", "--collectives", "allreduce",
+               *nccl, args.binary, "bench", "comm", "--collectives", "allreduce",
                "--scopes", "world", "--min-bytes", "1G", "--max-bytes", "1G", *common_options(args), "-o", str(output)], env)
     match = re.search(r"comm world allreduce (\d+) bytes: median ([0-9.e+-]+) us .*?algbw ([0-9.e+-]+) GB/s, "
                       r"busbw ([0-9.e+-]+) GB/s, (\d+) wrong", out or "")
@@ -182,8 +184,8 @@ def main():
         return torch_comm_worker(args)
 
     # This process never touches the GPU: every measurement runs in processes of its own.
-    env = dict(os.environ, NCCL_NVLS_ENABLE="0")
-    # A bundled binary's libraries travel next to it (dev/README.md, "The cross-build bundle").
+    env = dict(os.environ)
+    # A bundled binary's libraries travel next to it (dev/make_bundle.sh makes one).
     bundle = Path(args.binary).resolve().parent
     if any(bundle.glob("libhdf5_serial.so*")):
         env["LD_LIBRARY_PATH"] = f"{bundle}:{env.get('LD_LIBRARY_PATH', '')}"
