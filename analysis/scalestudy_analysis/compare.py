@@ -209,15 +209,16 @@ RATIO_COLUMNS = ("throughput_ratio", "step_time_ratio", "efficiency_ratio")
 
 
 def flat_rows(rows):
-    """Rows with every Ratio spread into estimate, low and high columns."""
+    """Rows with every Ratio spread into its estimate and its bootstrap confidence
+    interval's ends (_ci_lo, _ci_hi)."""
     flat = []
     for row in rows:
         out = {k: v for k, v in row.items() if k not in RATIO_COLUMNS}
         for column in RATIO_COLUMNS:
             ratio = row[column]
             out[column] = ratio.estimate
-            out[f"{column}_low"] = ratio.low
-            out[f"{column}_high"] = ratio.high
+            out[f"{column}_ci_lo"] = ratio.low
+            out[f"{column}_ci_hi"] = ratio.high
         out["level"] = row["throughput_ratio"].level
         flat.append(out)
     return flat

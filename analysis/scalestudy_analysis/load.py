@@ -401,15 +401,19 @@ def find_result_files(results_dir):
     return sorted(found)
 
 
-def run_row(run, results_dir=None):
-    """One flat row per run: provenance, config keys, recomputed summary, step times."""
-    path = run.path
+def shown_path(run, results_dir=None):
+    """The run's path relative to results_dir where it lies inside, else as read."""
     if results_dir is not None:
         try:
-            path = str(Path(run.path).relative_to(results_dir))
+            return str(Path(run.path).relative_to(results_dir))
         except ValueError:
             pass
-    row = {"path": path, "status": run.status, "included": run.usable,
+    return run.path
+
+
+def run_row(run, results_dir=None):
+    """One flat row per run: provenance, config keys, recomputed summary, step times."""
+    row = {"path": shown_path(run, results_dir), "status": run.status, "included": run.usable,
            "problem": "; ".join(p.message for p in run.problems if p.excluded)}
     for key in ("git_sha", "world_size", "nodes", "ranks_per_node", "backend", "start_time",
                 "end_time", "scalestudy_version"):

@@ -100,21 +100,21 @@ def strong_speedup(series_list, out_dir):
                          "Strong scaling: speedup over the smallest N", "speedup",
                          "speedup S(N) = T(N0) / T(N)",
                          ideal=lambda s: s.table["N"] / s.baseline_n,
-                         band=("speedup_lo", "speedup_hi"), log_y_base=2)
+                         band=("speedup_q1", "speedup_q3"), log_y_base=2)
 
 
 def strong_efficiency(series_list, out_dir):
     return _scaling_plot(series_list, out_dir, "strong", "strong_efficiency.png",
                          "Strong scaling: parallel efficiency", "efficiency",
                          "efficiency S(N) · N0 / N", ideal=lambda s: np.ones(len(s.table)),
-                         band=("efficiency_lo", "efficiency_hi"))
+                         band=("efficiency_q1", "efficiency_q3"))
 
 
 def weak_efficiency(series_list, out_dir):
     return _scaling_plot(series_list, out_dir, "weak", "weak_efficiency.png",
                          "Weak scaling: efficiency (tokens/s per rank relative to N0)",
                          "efficiency", "weak efficiency", ideal=lambda s: np.ones(len(s.table)),
-                         band=("efficiency_lo", "efficiency_hi"))
+                         band=("efficiency_q1", "efficiency_q3"))
 
 
 def tokens_per_second(series_list, out_dir):
@@ -122,7 +122,7 @@ def tokens_per_second(series_list, out_dir):
     if not series_list:
         return _skip(title, "no series")
     return _line_plot(series_list, out_dir, "tokens_per_s.png", title, "tokens_per_s",
-                      "throughput (tokens/s)", band=("tokens_per_s_lo", "tokens_per_s_hi"),
+                      "throughput (tokens/s)", band=("tokens_per_s_q1", "tokens_per_s_q3"),
                       ideal=lambda s: s.table["tokens_per_s"].iloc[0] * s.table["N"]
                       / s.baseline_n, log_y_base=10, ideal_in_series_colour=True)
 
@@ -226,7 +226,7 @@ def common_efficiency(series_list, out_dir, baselines):
                                   _wrap(title), "efficiency_common",
                                   "throughput · N0 / (N · baseline throughput at N0)",
                                   ideal=lambda s: np.ones(len(s.table)),
-                                  band=("efficiency_common_lo", "efficiency_common_hi"),
+                                  band=("efficiency_common_q1", "efficiency_common_q3"),
                                   figsize=(8, 3.4)))
         figures[-1].title = title
     return figures
