@@ -28,7 +28,7 @@ from .html import write_html  # noqa: E402
 from .load import load_results  # noqa: E402
 from .markdown import relative, table  # noqa: E402
 from .metrics import group_series  # noqa: E402
-from .plots import DPI, _legend_outside, _world_size_axis  # noqa: E402
+from .plots import DPI, legend_outside, world_size_axis  # noqa: E402
 
 DEFAULTS = {"level": 0.95, "threshold": 0.01, "resamples": 2000, "seed": 0}
 # What makes two runs the same work. Two series that differ in any of these measure
@@ -313,10 +313,10 @@ def plot_ratios(rows, out_dir, name, title, threshold):
             high = np.array([p[column].high for p in points])
             axis.errorbar(n, estimate, yerr=[estimate - low, high - estimate], marker="o",
                           capsize=3, label=" ".join(key))
-        _world_size_axis(axis, sizes)
+        world_size_axis(axis, sizes)
         axis.set_ylabel(label)
         axis.grid(True, alpha=0.3)
-    _legend_outside(axes[-1])
+    legend_outside(axes[-1])
     figure.suptitle(title, fontsize="medium")
     figure.tight_layout()
     figure.savefig(out_dir / name, dpi=DPI)
