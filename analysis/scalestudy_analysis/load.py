@@ -283,9 +283,11 @@ def _does_not_read_back(run, error):
           file=sys.stderr)
 
 
-def read_run(path):
+def read_run(path, also=None):
     """Reads one file. Never raises for bad content: problems land in run.problems and
-    run.usable says whether the run may enter any number."""
+    run.usable says whether the run may enter any number. also(handle, run), where
+    given, reads more of the open file once the run's body is read, so that a caller
+    that needs more than the run keeps (the trace's kernel records) opens it once."""
     run = RunRecord(path=str(path))
     try:
         with _open(path) as handle:
@@ -304,6 +306,8 @@ def read_run(path):
                 run.problems.append(status_problem)
                 return run
             _read_body(handle, run)
+            if also is not None:
+                also(handle, run)
     except MissingField as error:
         run.problems.append(Problem(run.path, "missing field", str(error), True))
         return run
