@@ -86,7 +86,7 @@ DEFINITIONS = """\
 def _series_table(series):
     strong = series.scaling == "strong"
     common = np.isfinite(series.table["efficiency_common"]).any()
-    header = ["N", "nodes×ranks per node", "link", "repeats", "steps", "step time median [IQR] (s)", "tokens/s",
+    header = ["N", "nodes×ranks per node", "link", "repeats", "steps", "step time median [IQR] (ms)", "tokens/s",
               "speedup" if strong else "throughput ratio", "efficiency",
               "Karp–Flatt", "exposed comm fraction", "comm / step", "MFU"]
     header += ["efficiency vs baseline [IQR]"] if common else []
@@ -97,8 +97,9 @@ def _series_table(series):
         rows.append([
             str(int(point["N"])), str(point["topology"]), str(point["link"]), str(int(point["repeats"])),
             str(int(point["steps"])),
-            f"{_fmt(point['step_time_median_s'])} [{_fmt(point['step_time_q1_s'])}–"
-            f"{_fmt(point['step_time_q3_s'])}]",
+            # Milliseconds, as in the breakdown's table below.
+            f"{_fmt(1e3 * point['step_time_median_s'])} [{_fmt(1e3 * point['step_time_q1_s'])}–"
+            f"{_fmt(1e3 * point['step_time_q3_s'])}]",
             _fmt(point["tokens_per_s"]), _fmt(point["speedup"]), _fmt(point["efficiency"]),
             _fmt(point["karp_flatt"]) if strong else "—",
             _percent(point["exposed_comm_fraction"]), _percent(point["comm_fraction_of_step"]),

@@ -202,3 +202,10 @@ def test_where_the_scaling_went_recomputes_by_hand_and_its_parts_add_up(example_
             assert abs(parts - row["loss_s"]) <= MEDIAN_SUM_RTOL * step, (strategy, row["N"])
             checked += 1
     assert checked == len(STRATEGIES) * (len(WORLD_SIZES) - 1)
+
+
+def test_the_reports_tables_give_every_time_in_milliseconds(built_report):
+    headers = [line for line in (built_report / "report.md").read_text().splitlines()
+               if line.startswith("| ") and "time" in line or line.startswith("| N | step")]
+    assert headers and not [line for line in headers if re.search(r"\((s|µs)\)", line)]
+    assert all("(ms)" in line for line in headers if "step time median" in line)
