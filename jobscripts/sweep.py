@@ -584,11 +584,24 @@ def run_point(command, log):
             raise
 
 
+def report_after_points(sweep):
+    """Writes the report and says where it is, once: the report's own stdout, which is
+    that path, is left out."""
+    print(f"writing the report: {shlex.join(report_command(sweep))}")
+    code = run_report(sweep)
+    if code == 0:
+        print(f"report: {sweep.output_dir / 'report' / 'report.md'}")
+    else:
+        print(f"the report did not complete (exit {code}); its messages are above", file=sys.stderr)
+    return code
+
+
 def run_report(sweep):
     """Writes the report, in a session of its own: a Ctrl-C at the terminal reaches the
     sweep alone, which ends the report with SIGTERM (quietly, where SIGINT would print
     Python's traceback)."""
-    process = subprocess.Popen(report_command(sweep), start_new_session=True)
+    process = subprocess.Popen(report_command(sweep), start_new_session=True,
+                               stdout=subprocess.DEVNULL)
     try:
         return process.wait()
     except Stopped:
@@ -871,9 +884,7 @@ def run(args, argv):
             return write_slurm(sweep, points, binary, args.submit, submit_command(argv))
         failures = run_local(sweep, points, binary, args.mpirun)
         if not args.no_report:
-            print(f"writing the report: {shlex.join(report_command(sweep))}")
-            run_report(sweep)
-            print(f"report: {sweep.output_dir / 'report' / 'report.md'}")
+            report_after_points(sweep)
         if failures:
             print(f"{len(failures)} point(s) did not complete: " + ", ".join(p.label() for p in failures))
             return 1

@@ -15,7 +15,7 @@ import pandas as pd  # noqa: E402
 from . import machine  # noqa: E402
 from .bench import bus_factor as _bench_bus_factor, read_bench_file  # noqa: E402
 from .markdown import fmt, table  # noqa: E402
-from .plots import Figure, _legend_outside, _save, _world_size_axis, _wrap  # noqa: E402
+from .plots import Figure, legend_outside, save_figure, world_size_axis, wrap_title  # noqa: E402
 from .schema import COLLECTIVE_NAMES  # noqa: E402
 
 LINES_SHOWN = 4   # the (collective, size) pairs that moved the most bytes get a line
@@ -123,13 +123,13 @@ def bandwidth_figure(series, frame, out_dir):
             axis.plot(bench["N"], bench["bench_busbw_gb_per_s"], marker="s", linestyle="--",
                       markerfacecolor="none", color=line.get_color(),
                       label=f"bench comm, nearest to {_size_label(payload)}")
-    _world_size_axis(axis, frame["N"])
+    world_size_axis(axis, frame["N"])
     axis.set_ylim(bottom=0)
     axis.set_ylabel("bus bandwidth (GB/s), median over records")
-    axis.set_title(_wrap(title), fontsize="medium")
+    axis.set_title(wrap_title(title), fontsize="medium")
     axis.grid(True, alpha=0.3)
-    _legend_outside(axis)
-    return Figure(_save(figure, out_dir, f"bandwidth_{series.slug}.png"), title)
+    legend_outside(axis)
+    return Figure(save_figure(figure, out_dir, f"bandwidth_{series.slug}.png"), title)
 
 
 def bandwidth_markdown(frame):

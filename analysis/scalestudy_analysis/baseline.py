@@ -89,7 +89,7 @@ def default_baselines(series_list):
 
 def add_common_efficiency(series_list, spec):
     """Adds to each series' table the efficiency against its baseline series
-    (efficiency_common, with _lo and _hi from the throughput's IQR band) and the
+    (efficiency_common, with _q1 and _q3 from the throughput's IQR band) and the
     baseline's number and N0; NaN for a series without one. The baselines are those
     --baseline names (spec), or else default_baselines'. Returns {index: baseline}."""
     chosen = resolve(series_list, spec) if spec else default_baselines(series_list)
@@ -97,7 +97,7 @@ def add_common_efficiency(series_list, spec):
         table = series.table
         baseline = chosen.get(series.index)
         if baseline is None:
-            for column in ("efficiency_common", "efficiency_common_lo", "efficiency_common_hi",
+            for column in ("efficiency_common", "efficiency_common_q1", "efficiency_common_q3",
                            "baseline_series", "baseline_n"):
                 table[column] = np.nan
             continue
@@ -105,8 +105,8 @@ def add_common_efficiency(series_list, spec):
         base = float(baseline.table.set_index("N").loc[base_n, "tokens_per_s"])
         scale = base_n / (table["N"].to_numpy(dtype=float) * base)
         table["efficiency_common"] = table["tokens_per_s"] * scale
-        table["efficiency_common_lo"] = table["tokens_per_s_lo"] * scale
-        table["efficiency_common_hi"] = table["tokens_per_s_hi"] * scale
+        table["efficiency_common_q1"] = table["tokens_per_s_q1"] * scale
+        table["efficiency_common_q3"] = table["tokens_per_s_q3"] * scale
         table["baseline_series"] = baseline.index
         table["baseline_n"] = base_n
     return chosen

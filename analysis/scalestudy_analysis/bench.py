@@ -602,8 +602,13 @@ def main(argv=None):
         except ValueError as error:
             print(f"scalestudy-bench-report: error: {error}", file=sys.stderr)
             return USAGE_ERROR
-    text, benches = write_bench_report(args.files, args.out_dir, args.runs, pytorch)
-    print(text)
+    _, benches = write_bench_report(args.files, args.out_dir, args.runs, pytorch)
+    # The path, as scalestudy-report prints it; the tables are in the file.
+    print(args.out_dir / "bench-report.md")
+    problems = sum(len(b.problems) for b in benches)
+    if problems:
+        print(f"scalestudy-bench-report: {problems} problem(s), listed under Problems in the report",
+              file=sys.stderr)
     return 0 if any(b.usable for b in benches) else USAGE_ERROR
 
 

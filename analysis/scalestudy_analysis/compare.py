@@ -28,7 +28,7 @@ from .html import write_html  # noqa: E402
 from .load import load_results  # noqa: E402
 from .markdown import relative, table  # noqa: E402
 from .metrics import group_series  # noqa: E402
-from .plots import DPI, _legend_outside, _world_size_axis  # noqa: E402
+from .plots import DPI, legend_outside, world_size_axis  # noqa: E402
 
 DEFAULTS = {"level": 0.95, "threshold": 0.01, "resamples": 2000, "seed": 0}
 # What makes two runs the same work. Two series that differ in any of these measure
@@ -209,15 +209,16 @@ RATIO_COLUMNS = ("throughput_ratio", "step_time_ratio", "efficiency_ratio")
 
 
 def flat_rows(rows):
-    """Rows with every Ratio spread into estimate, low and high columns."""
+    """Rows with every Ratio spread into its estimate and its bootstrap confidence
+    interval's ends (_ci_lo, _ci_hi)."""
     flat = []
     for row in rows:
         out = {k: v for k, v in row.items() if k not in RATIO_COLUMNS}
         for column in RATIO_COLUMNS:
             ratio = row[column]
             out[column] = ratio.estimate
-            out[f"{column}_low"] = ratio.low
-            out[f"{column}_high"] = ratio.high
+            out[f"{column}_ci_lo"] = ratio.low
+            out[f"{column}_ci_hi"] = ratio.high
         out["level"] = row["throughput_ratio"].level
         flat.append(out)
     return flat
@@ -312,10 +313,10 @@ def plot_ratios(rows, out_dir, name, title, threshold):
             high = np.array([p[column].high for p in points])
             axis.errorbar(n, estimate, yerr=[estimate - low, high - estimate], marker="o",
                           capsize=3, label=" ".join(key))
-        _world_size_axis(axis, sizes)
+        world_size_axis(axis, sizes)
         axis.set_ylabel(label)
         axis.grid(True, alpha=0.3)
-    _legend_outside(axes[-1])
+    legend_outside(axes[-1])
     figure.suptitle(title, fontsize="medium")
     figure.tight_layout()
     figure.savefig(out_dir / name, dpi=DPI)

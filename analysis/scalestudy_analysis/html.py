@@ -17,6 +17,10 @@ th, td { border: 1px solid #ccc; padding: .25em .5em; text-align: left; vertical
 th { background: #f3f3f3; }
 img { max-width: 100%; height: auto; display: block; margin: .5em 0; }
 code { background: #f5f5f5; padding: 0 .2em; border-radius: 3px; }
+/* The summary's first screen: each study's headline figure right of its table and text. */
+section.summary img { float: right; width: 46%; margin: 0 0 .5em 1.5em; }
+section.summary h3 { clear: both; }
+section.summary::after { content: ""; display: block; clear: both; }
 .broken { color: #b00; font-weight: bold; border: 2px dashed #b00; padding: .5em; }
 """
 
@@ -126,12 +130,33 @@ def _list(lines, base_dir):
     return "<ul>" + "".join(f"<li>{inline(item, base_dir)}</li>" for item in items) + "</ul>"
 
 
+def heading_id(text, taken):
+    """An anchor for a heading, unique in its page: its words in lower case joined by
+    hyphens ("## Where the scaling went" → where-the-scaling-went), then -2, -3 ... where
+    the same words head several sections. Links and tests find a section by it."""
+    base = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "section"
+    anchor, count = base, 1
+    while anchor in taken:
+        count += 1
+        anchor = f"{base}-{count}"
+    taken.add(anchor)
+    return anchor
+
+
 def markdown_to_html(text, base_dir, title):
-    parts = []
+    """The page; each second-level heading opens a <section> named by its anchor, which
+    the style may lay out (the summary sets its figures beside its tables)."""
+    parts, anchors, in_section = [], set(), False
     for kind, lines in _blocks(text.splitlines()):
         if kind == "heading":
             level = len(lines[0]) - len(lines[0].lstrip("#"))
-            parts.append(f"<h{level}>{inline(lines[0][level:].strip(), base_dir)}</h{level}>")
+            words = lines[0][level:].strip()
+            anchor = heading_id(words, anchors)
+            if level <= 2:
+                parts.append("</section>" if in_section else "")
+                parts.append(f'<section class="{anchor}">' if level == 2 else "")
+                in_section = level == 2
+            parts.append(f'<h{level} id="{anchor}">{inline(words, base_dir)}</h{level}>')
         elif kind == "table":
             parts.append(_table(lines, base_dir))
         elif kind == "list":
@@ -140,6 +165,8 @@ def markdown_to_html(text, base_dir, title):
             parts.append("<pre><code>" + html.escape("\n".join(lines)) + "</code></pre>")
         else:
             parts.append(f"<p>{inline(' '.join(line.strip() for line in lines), base_dir)}</p>")
+    parts.append("</section>" if in_section else "")
+    parts = [part for part in parts if part]
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>{html.escape(title)}</title><style>{STYLE}</style>"
             f"<script>{SCRIPT}</script></head>\n<body>\n" + "\n".join(parts)

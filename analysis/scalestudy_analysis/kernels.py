@@ -26,7 +26,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from .markdown import figure_markdown, fmt, percent, relative, table  # noqa: E402
-from .plots import Figure, _save, _world_size_axis, _wrap  # noqa: E402
+from .plots import Figure, save_figure, world_size_axis, wrap_title  # noqa: E402
 from .reading import Problem, attributes, text_list  # noqa: E402
 from .schema import (COMMUNICATION_CATEGORY, KERNEL_CATEGORY_NAMES, KERNEL_KIND_NAMES,  # noqa: E402
                      KERNEL_LAUNCH_DATASETS, KERNEL_RECORD_DATASETS, KERNEL_TRACE_GROUP)
@@ -508,11 +508,11 @@ def _stacked_bars(profile, frame, ylabel, title, out_dir, name):
     axis.set_xticklabels([str(n) for n in profile.sizes])
     axis.set_xlabel("world size N (ranks)")
     axis.set_ylabel(ylabel)
-    axis.set_title(_wrap(title), fontsize="medium")
+    axis.set_title(wrap_title(title), fontsize="medium")
     axis.grid(True, axis="y", alpha=0.3)
     if profile.active_categories():
         axis.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1))
-    return Figure(_save(figure, out_dir, name), title)
+    return Figure(save_figure(figure, out_dir, name), title)
 
 
 def category_time(series, profile, out_dir):
@@ -534,12 +534,12 @@ def comm_share(series, profile, out_dir):
     figure, axis = plt.subplots(figsize=(7, 4.5))
     axis.plot(profile.sizes, profile.comm_share.to_numpy(dtype=float), marker="o",
               color=CATEGORY_COLOURS[COMMUNICATION_CATEGORY])
-    _world_size_axis(axis, profile.sizes)
+    world_size_axis(axis, profile.sizes)
     axis.set_ylim(0, 1)
     axis.set_ylabel("communication / all traced kernel time")
-    axis.set_title(_wrap(title), fontsize="medium")
+    axis.set_title(wrap_title(title), fontsize="medium")
     axis.grid(True, alpha=0.3)
-    return Figure(_save(figure, out_dir, f"kernel_comm_share_{series.slug}.png"), title)
+    return Figure(save_figure(figure, out_dir, f"kernel_comm_share_{series.slug}.png"), title)
 
 
 def load_imbalance(series, profile, out_dir):
@@ -549,13 +549,13 @@ def load_imbalance(series, profile, out_dir):
         axis.plot(profile.sizes, profile.imbalance[category].to_numpy(dtype=float), marker="o",
                   label=category, color=CATEGORY_COLOURS.get(category))
     axis.axhline(1.0, color="black", linestyle="--", linewidth=1, label="balanced")
-    _world_size_axis(axis, profile.sizes)
+    world_size_axis(axis, profile.sizes)
     axis.set_ylim(bottom=0.9)  # the ratio is at least 1; keep the balanced line in view
     axis.set_ylabel("max over ranks / mean over ranks\nof the time per traced step")
-    axis.set_title(_wrap(title), fontsize="medium")
+    axis.set_title(wrap_title(title), fontsize="medium")
     axis.grid(True, alpha=0.3)
     axis.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1))
-    return Figure(_save(figure, out_dir, f"kernel_imbalance_{series.slug}.png"), title)
+    return Figure(save_figure(figure, out_dir, f"kernel_imbalance_{series.slug}.png"), title)
 
 
 def kernel_figures(series, profile, out_dir):

@@ -283,9 +283,11 @@ def _does_not_read_back(run, error):
           file=sys.stderr)
 
 
-def read_run(path):
+def read_run(path, also=None):
     """Reads one file. Never raises for bad content: problems land in run.problems and
-    run.usable says whether the run may enter any number."""
+    run.usable says whether the run may enter any number. also(handle, run), where
+    given, reads more of the open file once the run's body is read, so that a caller
+    that needs more than the run keeps (the trace's kernel records) opens it once."""
     run = RunRecord(path=str(path))
     try:
         with _open(path) as handle:
@@ -304,6 +306,8 @@ def read_run(path):
                 run.problems.append(status_problem)
                 return run
             _read_body(handle, run)
+            if also is not None:
+                also(handle, run)
     except MissingField as error:
         run.problems.append(Problem(run.path, "missing field", str(error), True))
         return run
@@ -401,15 +405,19 @@ def find_result_files(results_dir):
     return sorted(found)
 
 
-def run_row(run, results_dir=None):
-    """One flat row per run: provenance, config keys, recomputed summary, step times."""
-    path = run.path
+def shown_path(run, results_dir=None):
+    """The run's path relative to results_dir where it lies inside, else as read."""
     if results_dir is not None:
         try:
-            path = str(Path(run.path).relative_to(results_dir))
+            return str(Path(run.path).relative_to(results_dir))
         except ValueError:
             pass
-    row = {"path": path, "status": run.status, "included": run.usable,
+    return run.path
+
+
+def run_row(run, results_dir=None):
+    """One flat row per run: provenance, config keys, recomputed summary, step times."""
+    row = {"path": shown_path(run, results_dir), "status": run.status, "included": run.usable,
            "problem": "; ".join(p.message for p in run.problems if p.excluded)}
     for key in ("git_sha", "world_size", "nodes", "ranks_per_node", "backend", "start_time",
                 "end_time", "scalestudy_version"):

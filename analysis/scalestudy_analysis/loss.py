@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from .baseline import comparable_key  # noqa: E402
-from .plots import Figure, _legend_outside, _save, _wrap  # noqa: E402
+from .plots import Figure, legend_outside, save_figure, wrap_title  # noqa: E402
 
 # A strong-scaling curve further than this from the 1-rank one (relative, at any step) is
 # listed under Warnings. Reduction order alone moves a bf16 loss by some 1e-5 over tens
@@ -81,11 +81,11 @@ def loss_figure(series, series_list, out_dir):
             departures[n] = departure(curve, reference)
     axis.set_xlabel("step")
     axis.set_ylabel("loss (median over repeats)")
-    axis.set_title(_wrap(title), fontsize="medium")
+    axis.set_title(wrap_title(title), fontsize="medium")
     axis.grid(True, alpha=0.3)
-    _legend_outside(axis)
+    legend_outside(axis)
     note = ("" if reference_runs else "no 1-rank run to draw beside it")
-    return Figure(_save(figure, out_dir, f"loss_{series.slug}.png"), title, note), departures
+    return Figure(save_figure(figure, out_dir, f"loss_{series.slug}.png"), title, note), departures
 
 
 def departure_line(series, departures):

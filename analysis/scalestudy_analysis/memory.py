@@ -11,7 +11,7 @@ import pandas as pd  # noqa: E402
 
 from .baseline import comparable_key  # noqa: E402
 from .markdown import fmt, table  # noqa: E402
-from .plots import Figure, _legend_outside, _save, _wrap  # noqa: E402
+from .plots import Figure, legend_outside, save_figure, wrap_title  # noqa: E402
 from .schema import MEMORY_KIND_NAMES  # noqa: E402
 
 KIND_COLOURS = {"parameters": "#4C72B0", "gradients": "#8172B3", "optimizer": "#55A868",
@@ -105,10 +105,10 @@ def memory_figures(series_list, tables, out_dir):
             axis.set_title(f"{series.index}. {series.strategy_label}", fontsize="small")
             axis.grid(True, axis="y", alpha=0.3)
         axes[0][0].set_ylabel(f"per rank ({unit})")
-        _legend_outside(axes[0][-1])
+        legend_outside(axes[0][-1])
         title = (f"Memory per rank by kind: {key[0]}, {key[1]} scaling, seq {key[2]}, "
                  f"batch {key[3]}")
-        figure.suptitle(_wrap(title, 100), fontsize="medium")
+        figure.suptitle(wrap_title(title, 100), fontsize="medium")
         name = f"memory_{number:02d}.png"
-        figures.append(Figure(_save(figure, out_dir, name), title))
+        figures.append(Figure(save_figure(figure, out_dir, name), title))
     return figures

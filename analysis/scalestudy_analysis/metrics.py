@@ -279,8 +279,10 @@ def point_metrics(runs, world_size, peak=math.nan):
         "step_time_q3_s": q3,
         "tokens_per_step": tokens_median,
         "tokens_per_s": ratio(tokens_median, median),
-        "tokens_per_s_lo": ratio(tokens_median, q3),
-        "tokens_per_s_hi": ratio(tokens_median, q1),
+        # The throughput band of the step time's IQR: its first quartile is the slowest
+        # quarter's edge, tokens over the step's third quartile.
+        "tokens_per_s_q1": ratio(tokens_median, q3),
+        "tokens_per_s_q3": ratio(tokens_median, q1),
         "comm_time_median_s": comm_median,
         "exposed_comm_median_s": exposed_median,
         "exposed_comm_fraction": exposed_median / comm_median if communicates else math.nan,
@@ -331,14 +333,14 @@ def scaling_table(series):
     base = table["tokens_per_s"].iloc[0]
     p = table["N"] / n0
     table["speedup"] = table["tokens_per_s"] / base
-    table["speedup_lo"] = table["tokens_per_s_lo"] / base
-    table["speedup_hi"] = table["tokens_per_s_hi"] / base
+    table["speedup_q1"] = table["tokens_per_s_q1"] / base
+    table["speedup_q3"] = table["tokens_per_s_q3"] / base
     # Strong: S(N) * N0 / N. Weak: per-rank throughput at N over that at N0, which is
     # the same expression; only the meaning of "speedup" differs (throughput ratio).
     table["efficiency"] = table["speedup"] / p
     table["karp_flatt"] = karp_flatt(table["speedup"], p) if series.scaling != "weak" else np.nan
-    table["efficiency_lo"] = table["speedup_lo"] / p
-    table["efficiency_hi"] = table["speedup_hi"] / p
+    table["efficiency_q1"] = table["speedup_q1"] / p
+    table["efficiency_q3"] = table["speedup_q3"] / p
     return table
 
 

@@ -1,5 +1,10 @@
 """Scaling figures as PNG files. Each function returns a Figure entry for the report:
-the file written (None when skipped) and a note saying why when it was skipped."""
+the file written (None when skipped) and a note saying why when it was skipped.
+
+The helpers every figure of the report shares are public: world_size_axis (N on a
+log-2 axis, one tick per N), save_figure (tight layout, the report's DPI, the figure
+closed), legend_outside (a legend right of the axes) and wrap_title (a title in lines of
+70 characters)."""
 from dataclasses import dataclass
 
 import matplotlib
@@ -26,7 +31,8 @@ class Figure:
     note: str = ""
 
 
-def _world_size_axis(axis, sizes, log=True):
+def world_size_axis(axis, sizes, log=True):
+    """N on the x axis: log 2 where several N are drawn, a tick at each."""
     sizes = sorted({int(n) for n in sizes})
     if log and len(sizes) > 1:
         axis.set_xscale("log", base=2)
@@ -36,7 +42,8 @@ def _world_size_axis(axis, sizes, log=True):
     axis.set_xlabel("world size N (ranks)")
 
 
-def _save(figure, out_dir, name):
+def save_figure(figure, out_dir, name):
+    """Writes out_dir/name at the report's DPI, closes the figure, returns name."""
     figure.tight_layout()
     figure.savefig(out_dir / name, dpi=DPI)
     plt.close(figure)
@@ -70,7 +77,7 @@ def _line_plot(series_list, out_dir, name, title, column, ylabel, ideal=None, ba
                   label=None if drawn else
                   ("ideal: linear from N0" if ideal_in_series_colour else "ideal"))
         drawn.add(key)
-    _world_size_axis(axis, sizes)
+    world_size_axis(axis, sizes)
     if log_y_base:
         axis.set_yscale("log", base=log_y_base)
         axis.yaxis.set_major_formatter(ScalarFormatter())
@@ -79,8 +86,8 @@ def _line_plot(series_list, out_dir, name, title, column, ylabel, ideal=None, ba
     axis.set_ylabel(ylabel)
     axis.set_title(title)
     axis.grid(True, alpha=0.3)
-    _legend_outside(axis)
-    return Figure(_save(figure, out_dir, name), title)
+    legend_outside(axis)
+    return Figure(save_figure(figure, out_dir, name), title)
 
 
 def _skip(title, why):
@@ -100,21 +107,21 @@ def strong_speedup(series_list, out_dir):
                          "Strong scaling: speedup over the smallest N", "speedup",
                          "speedup S(N) = T(N0) / T(N)",
                          ideal=lambda s: s.table["N"] / s.baseline_n,
-                         band=("speedup_lo", "speedup_hi"), log_y_base=2)
+                         band=("speedup_q1", "speedup_q3"), log_y_base=2)
 
 
 def strong_efficiency(series_list, out_dir):
     return _scaling_plot(series_list, out_dir, "strong", "strong_efficiency.png",
                          "Strong scaling: parallel efficiency", "efficiency",
                          "efficiency S(N) · N0 / N", ideal=lambda s: np.ones(len(s.table)),
-                         band=("efficiency_lo", "efficiency_hi"))
+                         band=("efficiency_q1", "efficiency_q3"))
 
 
 def weak_efficiency(series_list, out_dir):
     return _scaling_plot(series_list, out_dir, "weak", "weak_efficiency.png",
                          "Weak scaling: efficiency (tokens/s per rank relative to N0)",
                          "efficiency", "weak efficiency", ideal=lambda s: np.ones(len(s.table)),
-                         band=("efficiency_lo", "efficiency_hi"))
+                         band=("efficiency_q1", "efficiency_q3"))
 
 
 def tokens_per_second(series_list, out_dir):
@@ -122,7 +129,7 @@ def tokens_per_second(series_list, out_dir):
     if not series_list:
         return _skip(title, "no series")
     return _line_plot(series_list, out_dir, "tokens_per_s.png", title, "tokens_per_s",
-                      "throughput (tokens/s)", band=("tokens_per_s_lo", "tokens_per_s_hi"),
+                      "throughput (tokens/s)", band=("tokens_per_s_q1", "tokens_per_s_q3"),
                       ideal=lambda s: s.table["tokens_per_s"].iloc[0] * s.table["N"]
                       / s.baseline_n, log_y_base=10, ideal_in_series_colour=True)
 
@@ -150,13 +157,13 @@ def comm_fraction(series_list, out_dir):
         axis.plot(table["N"], table["exposed_fraction_of_step"], marker="x", linestyle="--",
                   color=line.get_color(), label=f"{label}: exposed comm")
         sizes.extend(table["N"])
-    _world_size_axis(axis, sizes)
+    world_size_axis(axis, sizes)
     axis.set_ylabel("median comm time / median step time")
     axis.set_ylim(bottom=0)
     axis.set_title(title)
     axis.grid(True, alpha=0.3)
-    _legend_outside(axis)
-    return Figure(_save(figure, out_dir, "comm_fraction.png"), title)
+    legend_outside(axis)
+    return Figure(save_figure(figure, out_dir, "comm_fraction.png"), title)
 
 
 def breakdown(series, out_dir):
@@ -187,19 +194,20 @@ def breakdown(series, out_dir):
     axis.set_xlabel("world size N (ranks); communication intra- or inter-node")
     axis.set_ylabel("median time per step (ms), IQR whiskers")
     axis.set_ylim(bottom=0)
-    axis.set_title(_wrap(title), fontsize="medium")
-    _legend_outside(axis)
+    axis.set_title(wrap_title(title), fontsize="medium")
+    legend_outside(axis)
     axis.grid(True, axis="y", alpha=0.3)
-    return Figure(_save(figure, out_dir, f"breakdown_{series.slug}.png"), title)
+    return Figure(save_figure(figure, out_dir, f"breakdown_{series.slug}.png"), title)
 
 
-def _legend_outside(axis):
+def legend_outside(axis):
     """A legend right of the axes, so it never covers a line however many there are."""
     axis.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0),
                 borderaxespad=0.0)
 
 
-def _wrap(text, width=70):
+def wrap_title(text, width=70):
+    """text in lines of at most width characters, broken between words."""
     words, lines, current = text.split(), [], ""
     for word in words:
         if current and len(current) + 1 + len(word) > width:
@@ -223,10 +231,10 @@ def common_efficiency(series_list, out_dir, baselines):
                         for s in with_base for b in [baselines[s.index]]})
         title = f"{scaling.capitalize()} scaling: efficiency against series {', '.join(named)}"
         figures.append(_line_plot(with_base, out_dir, f"{scaling}_efficiency_common.png",
-                                  _wrap(title), "efficiency_common",
+                                  wrap_title(title), "efficiency_common",
                                   "throughput · N0 / (N · baseline throughput at N0)",
                                   ideal=lambda s: np.ones(len(s.table)),
-                                  band=("efficiency_common_lo", "efficiency_common_hi"),
+                                  band=("efficiency_common_q1", "efficiency_common_q3"),
                                   figsize=(8, 3.4)))
         figures[-1].title = title
     return figures

@@ -1,14 +1,10 @@
-"""The markdown report and runs.csv: what was loaded, what sets the series apart (what
+"""The markdown report: what was loaded, what sets the series apart (what
 each ran on and what built it, and the names of whatever differs between them, so that a
 reader comparing two series sees first whether they differ in more than the strategy),
 per-series tables and figures with memory per rank by kind, loss against step beside the
 1-rank run and the collectives' achieved bandwidth, and every problem found on the way;
-the sections of their own (GPU state, kernel profile) come from their modules; and beside
-runs.csv, series.csv and series.json: one row per series and N with every number the
-report shows of it (speedup, efficiency with its interval, communication and exposed
-fractions, MFU, the breakdown, memory, the loss's departure), for other tools."""
-import json
-import math
+the sections of their own (GPU state, kernel profile) come from their modules, and the
+tables for other tools from exports."""
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
@@ -19,6 +15,7 @@ import pandas as pd
 
 from . import __version__, machine, noise, plots
 from .gpu_state import gpu_state_section
+from .exports import write_exports
 from .html import write_html
 from .kernels import kernel_section
 from .bandwidth import bandwidth_figure, bandwidth_markdown, bandwidth_table, load_benches
@@ -29,7 +26,6 @@ from .markdown import (figure_markdown as _figure_markdown, fmt as _fmt, percent
                        relative as _relative, table as _table)
 from .memory import memory_figures, memory_markdown, memory_table
 from .metrics import comm_part_name, group_series, series_peak
-from .schema import MEMORY_KIND_NAMES
 from .scaling_loss import loss_figures, loss_table
 from .timeline import timeline
 from .trace import series_trace
@@ -90,19 +86,20 @@ DEFINITIONS = """\
 def _series_table(series):
     strong = series.scaling == "strong"
     common = np.isfinite(series.table["efficiency_common"]).any()
-    header = ["N", "nodes×ranks per node", "link", "repeats", "steps", "step time median [IQR] (s)", "tokens/s",
+    header = ["N", "nodes×ranks per node", "link", "repeats", "steps", "step time median [IQR] (ms)", "tokens/s",
               "speedup" if strong else "throughput ratio", "efficiency",
               "Karp–Flatt", "exposed comm fraction", "comm / step", "MFU"]
     header += ["efficiency vs baseline [IQR]"] if common else []
     rows = []
     for _, point in series.table.iterrows():
-        extra = [f"{_fmt(point['efficiency_common'])} [{_fmt(point['efficiency_common_lo'])}–"
-                 f"{_fmt(point['efficiency_common_hi'])}]"] if common else []
+        extra = [f"{_fmt(point['efficiency_common'])} [{_fmt(point['efficiency_common_q1'])}–"
+                 f"{_fmt(point['efficiency_common_q3'])}]"] if common else []
         rows.append([
             str(int(point["N"])), str(point["topology"]), str(point["link"]), str(int(point["repeats"])),
             str(int(point["steps"])),
-            f"{_fmt(point['step_time_median_s'])} [{_fmt(point['step_time_q1_s'])}–"
-            f"{_fmt(point['step_time_q3_s'])}]",
+            # Milliseconds, as in the breakdown's table below.
+            f"{_fmt(1e3 * point['step_time_median_s'])} [{_fmt(1e3 * point['step_time_q1_s'])}–"
+            f"{_fmt(1e3 * point['step_time_q3_s'])}]",
             _fmt(point["tokens_per_s"]), _fmt(point["speedup"]), _fmt(point["efficiency"]),
             _fmt(point["karp_flatt"]) if strong else "—",
             _percent(point["exposed_comm_fraction"]), _percent(point["comm_fraction_of_step"]),
@@ -295,80 +292,6 @@ def _series_section(series, figures, results_dir, details):
     return "\n".join(parts)
 
 
-# Columns of a series' scaling table that are exported, in order; the breakdown's and
-# the common baseline's follow.
-POINT_COLUMNS = (
-    "N", "topology", "comm_scope", "link", "repeats", "runs", "steps", "step_time_median_s", "step_time_q1_s", "step_time_q3_s",
-    "tokens_per_step", "tokens_per_s", "tokens_per_s_lo", "tokens_per_s_hi", "speedup",
-    "speedup_lo", "speedup_hi", "efficiency", "efficiency_lo", "efficiency_hi", "karp_flatt",
-    "comm_time_median_s", "comm_fraction_of_step", "exposed_comm_median_s",
-    "exposed_comm_fraction", "exposed_fraction_of_step", "tflops_per_gpu",
-    "peak_tflops_per_gpu", "mfu", "compute_spread", "efficiency_common", "efficiency_common_lo",
-    "efficiency_common_hi", "baseline_series", "baseline_n")
-
-
-def _identity(series):
-    """What names a series: its fields, what sets it apart, and its machine and build."""
-    described = {}
-    for run in series.runs:
-        for key, value in machine.describe(run).items():
-            described.setdefault(key, set()).add(value)
-    return {"series": series.index, "label": series.label, "strategy": series.strategy_label,
-            **{key: str(value) for key, value in series.fields.items() if key != "strategy"},
-            **{key: " + ".join(sorted(values)) for key, values in described.items()},
-            "variant": "; ".join(f"{k}={v}" for k, v in sorted(series.variant.items()))}
-
-
-def series_rows(series, details):
-    """One dict per N: the series' identity, then its numbers."""
-    table = series.table
-    breakdown = [c for c in table.columns if c.startswith("breakdown_") or c.endswith("_mean_s")]
-    memory = details.memory.set_index("N") if not details.memory.empty else None
-    rows = []
-    for _, point in table.iterrows():
-        n = int(point["N"])
-        row = _identity(series)
-        row.update({column: point[column] for column in POINT_COLUMNS if column in table})
-        row.update({column: point[column] for column in breakdown})
-        for kind in (*MEMORY_KIND_NAMES, "total", "peak"):
-            row[f"memory_{kind}_bytes"] = (memory.loc[n, kind] if memory is not None
-                                           and n in memory.index else math.nan)
-        row["loss_departure"] = details.loss_departure.get(n, math.nan)
-        rows.append(row)
-    return rows
-
-
-def _plain(value):
-    if isinstance(value, (np.integer,)):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        return None if not math.isfinite(value) else float(value)
-    return value
-
-
-def write_series_exports(series_list, details, out_dir):
-    """Writes series.csv (flat) and series.json (a list of series, each with its points);
-    NaN is empty in the CSV and null in the JSON."""
-    rows = [row for series in series_list for row in series_rows(series, details[series.index])]
-    pd.DataFrame(rows).to_csv(out_dir / "series.csv", index=False)
-    document = []
-    for series in series_list:
-        points = series_rows(series, details[series.index])
-        identity = _identity(series)
-        document.append({**identity, "points": [
-            {k: _plain(v) for k, v in point.items() if k not in identity} for point in points]})
-    (out_dir / "series.json").write_text(json.dumps({"series": document}, indent=1),
-                                         encoding="utf-8")
-
-
-def _csv_frame(frame):
-    frame = frame.copy()
-    if "step_times_s" in frame:
-        frame["step_times_s"] = [" ".join(f"{t:.9g}" for t in times)
-                                 for times in frame["step_times_s"]]
-    return frame
-
-
 def write_report(results_dir, out_dir, baseline=None, bench_files=()):
     """Loads results_dir, writes report.md, runs.csv, the PNGs and the sections' CSVs into
     out_dir. Returns the report path. The caller has checked that result files exist.
@@ -382,20 +305,21 @@ def write_report(results_dir, out_dir, baseline=None, bench_files=()):
     benches, bench_problems = load_benches(bench_files)
     problems = problems + series_problems + bench_problems
     out_dir.mkdir(parents=True, exist_ok=True)
-    _csv_frame(frame).to_csv(out_dir / "runs.csv", index=False)
 
     overview = plots.overview_figures(series_list, out_dir)
     headline = {figure.file.split("_", 1)[0]: figure
                 for figure in plots.common_efficiency(series_list, out_dir, baselines)}
     details = {s.index: series_details(s, series_list, out_dir, benches) for s in series_list}
     flags = noise.collect(series_list, details)
-    write_series_exports(series_list, details, out_dir)
+    exported = write_exports(runs, frame, series_list, details, results_dir, out_dir)
     sections = [
         "# scalestudy scaling report",
         "",
         f"Generated {datetime.now(timezone.utc).strftime('%Y-%m-%dT%H:%M:%SZ')} by "
-        f"scalestudy-analysis {__version__}. One row per run: `runs.csv`; one per series "
-        "and N: `series.csv` and `series.json`.",
+        f"scalestudy-analysis {__version__}. One row per run: `runs.csv`; per step: "
+        f"{' and '.join(f'`{name}`' for name in exported if name.startswith('steps'))}; one "
+        "per series and N: `series.csv` and `series.json` (their columns and units: "
+        "docs/exports.md).",
         "",
         "## Summary",
         "",

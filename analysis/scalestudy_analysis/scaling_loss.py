@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from .markdown import table
-from .plots import BREAKDOWN_PARTS, Figure, _legend_outside, _save, _wrap
+from .plots import BREAKDOWN_PARTS, Figure, legend_outside, save_figure, wrap_title
 
 import matplotlib
 
@@ -111,8 +111,8 @@ def loss_figures(series_list, out_dir):
         axis.set_xticks(positions)
         axis.set_xticklabels([f"{series.strategy_label}\nN = {row['N']}" for series, row in rows], fontsize="small")
         axis.set_ylabel("% of the step at N")
-        axis.set_title(_wrap(title), fontsize="medium")
+        axis.set_title(wrap_title(title), fontsize="medium")
         axis.grid(True, axis="y", alpha=0.3)
-        _legend_outside(axis)
-        figures.append(Figure(_save(figure, out_dir, f"{scaling}_scaling_loss.png"), title))
+        legend_outside(axis)
+        figures.append(Figure(save_figure(figure, out_dir, f"{scaling}_scaling_loss.png"), title))
     return figures

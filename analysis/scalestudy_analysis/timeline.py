@@ -7,7 +7,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
-from .plots import DPI, Figure, _wrap  # noqa: E402
+from .plots import DPI, Figure, wrap_title  # noqa: E402
 from .schema import COLLECTIVE_NAMES, PHASE  # noqa: E402
 
 MAX_RANKS_SHOWN = 16
@@ -90,7 +90,7 @@ def plot_timeline(run, out_path, title):
     axis.set_xlabel("time since the start of the step (ms)")
     shown = "" if len(ranks) == run.world_size else f", {len(ranks)} of {run.world_size} ranks"
     step = int(run.step_index[row])
-    axis.set_title(_wrap(f"{title}: step {step} (median of the measured steps), "
+    axis.set_title(wrap_title(f"{title}: step {step} (median of the measured steps), "
                          f"N={run.world_size}{shown}", 90), fontsize="medium")
     kinds = sorted(set(int(k) for k in pieces.kind[pieces.row == row]))
     handles = [Patch(color=colour, label=phase) for phase, colour in PHASE_COLOURS.items()]

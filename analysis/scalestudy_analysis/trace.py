@@ -17,12 +17,11 @@ import json
 import math
 from pathlib import Path
 
-import h5py
 import numpy as np
 
 from .load import read_run
 from .reading import text_list
-from .schema import KERNEL_TRACE_GROUP
+from .schema import COLLECTIVE_NAMES, KERNEL_TRACE_GROUP, PHASE_NAMES
 from .timeline import timeline_run
 
 STEP_PHASE = "step"
@@ -93,21 +92,29 @@ def collective_events(run, collective_names, starts):
     return events
 
 
-def kernel_events(handle, run, starts):
+def kernel_records(handle):
+    """{rank: (kernel names, stream names, record columns)} as /kernel_trace stores them;
+    empty without one."""
+    if KERNEL_TRACE_GROUP not in handle:
+        return {}
+    records = {}
+    for key, sub in handle[KERNEL_TRACE_GROUP].items():
+        if key.startswith("rank_"):
+            records[int(key[5:])] = (text_list(sub["names"][()]), text_list(sub["stream_names"][()]),
+                                     {name: sub[name][()] for name in ("step", "name", "stream",
+                                                                       "start_ns", "end_ns")})
+    return records
+
+
+def kernel_events(records, run, starts):
     """The kernel records of every rank, each traced step's aligned to the step's start;
     and each rank's kernel tracks by name."""
-    if KERNEL_TRACE_GROUP not in handle:
-        return [], {}
-    group = handle[KERNEL_TRACE_GROUP]
     row_of = {int(step): row for row, step in enumerate(run.step_index)}
     events, tracks = [], {}
-    for rank in range(run.world_size):
-        sub = group[f"rank_{rank}"]
-        names = text_list(sub["names"][()])
-        streams = text_list(sub["stream_names"][()])
+    for rank, (names, streams, columns) in sorted(records.items()):
         tracks[rank] = {f"GPU {stream}": KERNEL_TRACK_BASE + i for i, stream in enumerate(streams)}
-        step, name, stream = sub["step"][()], sub["name"][()], sub["stream"][()]
-        start_ns, end_ns = sub["start_ns"][()], sub["end_ns"][()]
+        step, name, stream = columns["step"], columns["name"], columns["stream"]
+        start_ns, end_ns = columns["start_ns"], columns["end_ns"]
         for traced_step in np.unique(step):
             if int(traced_step) not in row_of:
                 continue
@@ -123,23 +130,22 @@ def kernel_events(handle, run, starts):
 
 
 def trace_document(path):
-    """The Chrome Trace Event document of one run file."""
-    run = read_run(str(path))
+    """The Chrome Trace Event document of one run file, read once. The phase and
+    collective names are the schema's, which read_run checks the file against."""
+    records = {}
+    run = read_run(str(path), also=lambda handle, _: records.update(kernel_records(handle)))
     if run.intervals is None:
         reasons = "; ".join(problem.message for problem in run.problems) or "no /steps"
         raise TraceError(f"{path}: no step intervals to draw ({reasons})")
-    with h5py.File(path, "r") as handle:
-        phase_names = text_list(handle["steps"].attrs["phase_names"])
-        collective_names = text_list(handle["steps/comm_bytes"].attrs["collective_names"])
-        starts = step_starts(run.intervals, phase_names.index(STEP_PHASE))
-        kernels, kernel_tracks = kernel_events(handle, run, starts)
+    starts = step_starts(run.intervals, PHASE_NAMES.index(STEP_PHASE))
+    kernels, kernel_tracks = kernel_events(records, run, starts)
     events = []
     for rank in range(run.world_size):
         host = run.hostnames[rank] if rank < len(run.hostnames) else "?"
         device = run.devices[rank] if rank < len(run.devices) else "?"
         events += _metadata(rank, f"rank {rank} ({host}, {device})", {**TRACKS, **kernel_tracks.get(rank, {})})
-    events += phase_events(run, phase_names, starts)
-    events += collective_events(run, collective_names, starts)
+    events += phase_events(run, PHASE_NAMES, starts)
+    events += collective_events(run, COLLECTIVE_NAMES, starts)
     events += kernels
     return {"traceEvents": events, "displayTimeUnit": "ms",
             "otherData": {"file": str(path), "status": run.status, "git_sha": run.git_sha,

@@ -46,8 +46,8 @@ def _efficiency_cell(series, n):
     value = _at(series, n, "efficiency_common")
     if value != value:  # NaN: no common baseline
         return "—"
-    return (f"{value:.3f} [{_at(series, n, 'efficiency_common_lo'):.3f}–"
-            f"{_at(series, n, 'efficiency_common_hi'):.3f}]")
+    return (f"{value:.3f} [{_at(series, n, 'efficiency_common_q1'):.3f}–"
+            f"{_at(series, n, 'efficiency_common_q3'):.3f}]")
 
 
 def study_table(members):
@@ -76,16 +76,17 @@ def summary_section(series_list, baselines, named, headline_figures):
         return "No usable runs: every file was left out (see Problems)."
     parts = []
     for (model, scaling), members in studies(series_list).items():
-        parts += [f"### {model}, {scaling} scaling", "", study_table(members), "",
-                  baseline_line(members, baselines, named)]
+        parts += [f"### {model}, {scaling} scaling", ""]
+        # The figure first: the HTML sets it beside the table that follows (html.STYLE).
+        figure = headline_figures.get(scaling)
+        if figure is not None:
+            parts += [figure_markdown(figure), ""]
+        parts += [study_table(members), "", baseline_line(members, baselines, named)]
         fastest = fastest_line(members)
         if fastest:
             parts.append(fastest)
         losses = [main_loss_sentence(s, int(s.table["N"].max())) for s in members]
         if any(losses):
             parts += ["", " ".join(sentence for sentence in losses if sentence)]
-        figure = headline_figures.get(scaling)
-        if figure is not None:
-            parts += ["", figure_markdown(figure)]
         parts.append("")
     return "\n".join(parts).rstrip()

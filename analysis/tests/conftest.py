@@ -41,3 +41,17 @@ def unnamed_in_report_help():
                  for path in Path(out_dir).iterdir() if path.suffix != ".png")
         return sorted(name for name in set(names) if name not in help_text)
     return unnamed
+
+
+EXAMPLE_DATASET = Path(__file__).resolve().parents[2] / "examples" / "gpt2-small-strong-4xh200"
+
+
+@pytest.fixture(scope="session")
+def example_report(tmp_path_factory):
+    """The report of the example dataset, built once for every test that reads it."""
+    if not EXAMPLE_DATASET.is_dir():
+        pytest.skip(f"{EXAMPLE_DATASET} is missing")
+    from scalestudy_analysis.cli import main
+    out = tmp_path_factory.mktemp("example-report")
+    assert main([str(EXAMPLE_DATASET), "-o", str(out)]) == 0
+    return out

@@ -262,7 +262,7 @@ def test_roofline_roofs_are_the_best_gemm_and_the_largest_size_bandwidth(tmp_pat
     assert intensity == pytest.approx(1 / 12)
 
 
-def test_report_and_cli_write_tables_csvs_and_a_roofline_with_training_phases(tmp_path):
+def test_report_and_cli_write_tables_csvs_and_a_roofline_with_training_phases(tmp_path, capsys):
     write_bench(tmp_path / "gemm.h5", "gemm", gemm_columns([("fp32", 256, 1e-3)]))
     write_bench(tmp_path / "bw.h5", "bandwidth", bandwidth_columns([("accumulate", 1 << 20, 1e-3)]))
     runs = tmp_path / "runs"
@@ -270,6 +270,8 @@ def test_report_and_cli_write_tables_csvs_and_a_roofline_with_training_phases(tm
     out = tmp_path / "out"
     code = bench.main([str(tmp_path / "gemm.h5"), str(tmp_path / "bw.h5"), "-o", str(out), "--runs", str(runs)])
     assert code == 0
+    # On success it says where the report is, once, and nothing else.
+    assert capsys.readouterr().out == f"{out / 'bench-report.md'}\n"
     report = (out / "bench-report.md").read_text()
     assert "## gemm" in report and "## bandwidth" in report and "![roofline](roofline.png)" in report
     assert (out / "roofline.png").stat().st_size > 0 and (out / "bench-gemm.csv").exists()

@@ -57,8 +57,8 @@ def test_a_planted_2_percent_slowdown_is_found_at_every_n(tmp_path):
     assert rows["N"].tolist() == list(SIZES)
     assert (rows["verdict"] == "slower").all(), rows[["N", "throughput_ratio", "verdict"]]
     np.testing.assert_allclose(rows["throughput_ratio"], 1 / SLOWDOWN, rtol=ESTIMATE_TOLERANCE)
-    assert (rows["throughput_ratio_high"] < 1 / (1 + 0.01)).all()
-    assert (rows["step_time_ratio_low"] > 1).all()
+    assert (rows["throughput_ratio_ci_hi"] < 1 / (1 + 0.01)).all()
+    assert (rows["step_time_ratio_ci_lo"] > 1).all()
     report = (out / "compare.md").read_text()
     assert "Verdicts on throughput: 3 slower." in report
     assert (out / "compare_after.png").stat().st_size > 0
@@ -73,11 +73,11 @@ def test_the_same_data_split_in_two_shows_no_difference(tmp_path):
         repeat = int(path.stem.split("-r")[1])
         shutil.copy(path, tmp_path / ("even" if repeat % 2 == 0 else "odd") / path.name)
     out, rows = compare(tmp_path, tmp_path / "even", tmp_path / "odd")
-    assert (rows["verdict"] == "no difference").all(), rows[["N", "throughput_ratio_low",
-                                                             "throughput_ratio_high"]]
+    assert (rows["verdict"] == "no difference").all(), rows[["N", "throughput_ratio_ci_lo",
+                                                             "throughput_ratio_ci_hi"]]
     assert (rows["repeats_reference"] == 4).all() and (rows["repeats_compared"] == 4).all()
     efficiency = rows[rows["N"] > 1]
-    assert ((efficiency["efficiency_ratio_low"] < 1) & (efficiency["efficiency_ratio_high"] > 1)).all()
+    assert ((efficiency["efficiency_ratio_ci_lo"] < 1) & (efficiency["efficiency_ratio_ci_hi"] > 1)).all()
 
 
 @pytest.mark.skipif(not EXAMPLE.is_dir(), reason=f"{EXAMPLE} is missing")
@@ -110,7 +110,7 @@ def test_the_same_seed_gives_the_same_intervals_and_another_seed_others(tmp_path
     pd.testing.assert_frame_equal(first, again)
     shutil.rmtree(tmp_path / "out")
     other = compare(tmp_path, tmp_path / "a", tmp_path / "b", extra=["--seed", "8"])[1]
-    assert not np.allclose(first["throughput_ratio_low"], other["throughput_ratio_low"], rtol=0, atol=0)
+    assert not np.allclose(first["throughput_ratio_ci_lo"], other["throughput_ratio_ci_lo"], rtol=0, atol=0)
     np.testing.assert_array_equal(first["throughput_ratio"], other["throughput_ratio"])
     data = json.loads((tmp_path / "out" / "compare.json").read_text())
     assert data["options"]["seed"] == 8 and len(data["rows"]) == len(SIZES)

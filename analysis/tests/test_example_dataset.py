@@ -10,7 +10,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from scalestudy_analysis.cli import main
 from scalestudy_analysis.load import load_results
 from scalestudy_analysis.metrics import group_series
 
@@ -70,10 +69,8 @@ def speedups_in_report(report):
 
 
 @pytest.fixture(scope="module")
-def built_report(tmp_path_factory):
-    out = tmp_path_factory.mktemp("example-report")
-    assert main([str(DATASET), "-o", str(out)]) == 0
-    return out
+def built_report(example_report):
+    return example_report
 
 
 def test_the_dataset_holds_every_point_of_the_sweep():
@@ -157,7 +154,7 @@ def test_the_series_exports_carry_the_reports_numbers(built_report):
     for _, row in frame.iterrows():
         # The report prints 4 significant digits; the export keeps every one.
         assert row["speedup"] == pytest.approx(reported[row["strategy"]][row["N"]], abs=SPEEDUP_TOLERANCE)
-        assert row["efficiency_lo"] <= row["efficiency"] <= row["efficiency_hi"]
+        assert row["efficiency_q1"] <= row["efficiency"] <= row["efficiency_q3"]
         assert row["memory_total_bytes"] > 0 and row["device"].startswith("NVIDIA H200")
     assert frame.loc[frame["N"] == 1, "exposed_comm_fraction"].isna().all()
     document = json.loads((built_report / "series.json").read_text())
@@ -205,3 +202,10 @@ def test_where_the_scaling_went_recomputes_by_hand_and_its_parts_add_up(example_
             assert abs(parts - row["loss_s"]) <= MEDIAN_SUM_RTOL * step, (strategy, row["N"])
             checked += 1
     assert checked == len(STRATEGIES) * (len(WORLD_SIZES) - 1)
+
+
+def test_the_reports_tables_give_every_time_in_milliseconds(built_report):
+    headers = [line for line in (built_report / "report.md").read_text().splitlines()
+               if line.startswith("| ") and "time" in line or line.startswith("| N | step")]
+    assert headers and not [line for line in headers if re.search(r"\((s|µs)\)", line)]
+    assert all("(ms)" in line for line in headers if "step time median" in line)

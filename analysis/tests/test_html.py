@@ -90,7 +90,7 @@ def test_markdown_subset_converts_as_written(tmp_path):
     text = ("# Title\n\nA *note* with **bold**, `a_b*c*` and [a link](x.md).\n\n"
             "- one\n  continued\n- two\n\n| h1 | h2 |\n|---|---|\n| 1 < 2 | `x` |\n")
     page = markdown_to_html(text, tmp_path, "Title")
-    assert "<h1>Title</h1>" in page
+    assert '<h1 id="title">Title</h1>' in page
     assert "<p>A <em>note</em> with <strong>bold</strong>, <code>a_b*c*</code> and " \
            '<a href="x.md">a link</a>.</p>' in page
     assert "<ul><li>one continued</li><li>two</li></ul>" in page

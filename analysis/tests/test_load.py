@@ -345,7 +345,7 @@ def test_compare_puts_the_h100_set_beside_the_h200_set_with_intervals(h100_and_h
     assert rows["N"].tolist() == [1, 2, 4]
     # The copies hold the same steps, so every ratio is 1 and its interval is about it.
     np.testing.assert_allclose(rows["throughput_ratio"], 1.0, rtol=1e-12)
-    assert ((rows["throughput_ratio_low"] < 1) & (rows["throughput_ratio_high"] > 1)).all()
+    assert ((rows["throughput_ratio_ci_lo"] < 1) & (rows["throughput_ratio_ci_hi"] > 1)).all()
     assert rows["differs"].str.contains("device: NVIDIA H200").all()
     assert H100 in (out / "compare.md").read_text()
 

@@ -27,7 +27,7 @@ PAYLOAD = 4 * MIB
 def drawn(monkeypatch):
     """{file name: figure} of every figure saved, inspected just before it is written."""
     saved = {}
-    original = plots._save
+    original = plots.save_figure
 
     def keep(figure, out_dir, name):
         figure.canvas.draw()
@@ -37,7 +37,7 @@ def drawn(monkeypatch):
                        if figure.axes[0].get_legend() else None}
         return original(figure, out_dir, name)
 
-    monkeypatch.setattr(plots, "_save", keep)
+    monkeypatch.setattr(plots, "save_figure", keep)
     return saved
 
 

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from scalestudy_analysis.cli import main
+from scalestudy_analysis.trace import trace_document
 from synth import base_config, trace_records, write_run
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "gpt2-small-strong-4xh200"
@@ -99,6 +100,18 @@ def test_a_traced_runs_kernels_are_each_in_the_trace_within_their_step(tmp_path)
         assert begin - TIME_TOLERANCE_US <= event["ts"] <= end + TIME_TOLERANCE_US
     durations = sorted(e["dur"] for e in kernel_events if e["pid"] == 0)
     assert durations == pytest.approx(sorted(d / 1e3 for _, _, _, d in ranks[0]))
+
+
+def test_the_trace_reads_its_file_once(tmp_path, monkeypatch):
+    ranks = [trace_records((3,), [("sm90_xmma_gemm", "gemm", 4000)])] * 2
+    run = tmp_path / "traced.h5"
+    write_run(run, world_size=2, steps=5, warmup_steps=1, step_times=0.01, backend="cuda",
+              traced_steps=(3,), kernel_trace=ranks, config=base_config(global_batch=16))
+    opened = []
+    real_file = h5py.File
+    monkeypatch.setattr(h5py, "File", lambda *args, **kwargs: opened.append(args[0]) or real_file(*args, **kwargs))
+    document = trace_document(run)
+    assert opened == [str(run)] and len(events(document, "kernel")) == len(ranks[0]) * 2
 
 
 def test_a_file_that_is_not_there_exits_2(tmp_path, capsys):

@@ -36,7 +36,7 @@ struct RawOptions {
   bool profile_kernels = false, overwrite = false;
   double min_sample_ms = 1.0, comm_timeout_s = 300.0;
   std::string memory_limit = "0";
-  std::string sizes, precisions = "fp32,tf32,fp16,bf16";
+  std::string sizes, precisions;
   std::string model, batches, seqs, precision = "auto", attention_kernel = "auto";
   int hidden = 0, heads = 0, layers = 0;
   std::string collectives = "allreduce,reduce_scatter,allgather", min_bytes = "1K", max_bytes;
@@ -99,8 +99,9 @@ po::options_description bench_options(RawOptions& raw) {
       ("sizes", po::value(&raw.sizes)->default_value("", "by backend"),
        "gemm: n of the n×n×n products (cuda 128,512,2048,8192; cpu 64,128,256); bandwidth: elements per "
        "buffer (cuda 16K..64M; cpu 16K..1M). K/M/G suffixes; A..B doubles from A to B")
-      ("precisions", defaulted(&raw.precisions),
-       "gemm precisions: fp32, tf32, fp16, bf16 (the cpu has fp32 only; the others are marked unavailable)");
+      ("precisions", po::value(&raw.precisions)->default_value("", "by backend"),
+       "gemm precisions of fp32, tf32, fp16, bf16 (cuda all four; cpu fp32, the only one it has: any "
+       "other named is kept as an unavailable point)");
 
   po::options_description model = help_section("layer and inference");
   model.add_options()
@@ -227,7 +228,9 @@ BenchConfig resolve(BenchKind kind, const RawOptions& raw, const po::variables_m
     c.gemm_sizes = parse_size_list("sizes", raw.sizes.empty() ? (cuda ? "128,512,2048,8192" : "64,128,256") : raw.sizes);
     for (int64_t n : c.gemm_sizes)
       if (n > 65536) bad_value("sizes", raw.sizes, "n above 65536 does not fit cuBLAS's int dimensions usefully");
-    c.precisions = parse_name_list("precisions", raw.precisions, {"fp32", "tf32", "fp16", "bf16"});
+    c.precisions = parse_name_list("precisions", raw.precisions.empty() ? (cuda ? "fp32,tf32,fp16,bf16" : "fp32")
+                                                                        : raw.precisions,
+                                   {"fp32", "tf32", "fp16", "bf16"});
   }
   if (kind == BenchKind::bandwidth) {
     c.bandwidth_elems = parse_size_list("sizes", raw.sizes.empty() ? (cuda ? "16K..64M" : "16K..1M") : raw.sizes);

@@ -23,12 +23,14 @@ const char* kInfoHelp =
 double train_flops_per_token(const ModelShape& s) { return training_flops(s, 1, s.max_seq) / s.max_seq; }
 
 void print_table() {
+  // Four significant digits, not three decimals: tiny trains at 0.0002 GFLOP a token,
+  // gpt2-xl at 10, and %g writes both without an exponent.
   std::printf("%-12s %6s %6s %6s %7s %6s %-13s %15s %18s\n", "model", "layers", "hidden", "heads",
               "vocab", "seq", "attention", "parameters", "train GFLOP/token");
   for (const ModelPreset& preset : model_presets()) {
     const ModelShape& s = preset.shape;
     const ParameterLayout layout = make_parameter_layout(s);
-    std::printf("%-12s %6d %6d %6d %7d %6d %-13s %15zu %18.3f\n", preset.name.c_str(), s.layers, s.channels,
+    std::printf("%-12s %6d %6d %6d %7d %6d %-13s %15zu %18.4g\n", preset.name.c_str(), s.layers, s.channels,
                 s.heads, s.vocab, s.max_seq, s.causal ? "causal" : "bidirectional", layout.param_elems,
                 train_flops_per_token(s) / 1e9);
   }

@@ -66,8 +66,13 @@ void print_summary(const Trainer& trainer, const RunRecorder& recorder, const Ru
                 s.recompute_flops_per_step / 1e12);
   if (std::isfinite(s.mfu))
     std::printf("  MFU %.1f%% of %.3f TFLOP/s (%s)\n", 100.0 * s.mfu, s.peak_tflops_per_gpu, s.peak_source.c_str());
-  std::printf("  communication %.2f ms per step, %.2f ms of it exposed (%.0f%%)\n", s.comm_time_median_s * 1e3,
-              s.exposed_comm_median_s * 1e3, 100.0 * s.exposed_comm_fraction);
+  // One rank exchanges nothing with a peer: its collectives' share left exposed says
+  // nothing, as in the report, which shows no exposed fraction there.
+  if (trainer.config().world_size > 1)
+    std::printf("  communication %.2f ms per step, %.2f ms of it exposed (%.0f%%)\n", s.comm_time_median_s * 1e3,
+                s.exposed_comm_median_s * 1e3, 100.0 * s.exposed_comm_fraction);
+  else
+    std::printf("  communication: none between ranks (one rank)\n");
   if (const GpuStateSummary gpu = summarize_gpu_state(steps); gpu.samples > 0) {
     std::printf("  GPU state over the measured steps, %lld samples: SM clock %.0f MHz (median of the steps' means; "
                 "lowest %.0f), power %.0f W, hottest %.0f C, clocks held by the power cap in %.0f%% of samples\n",

@@ -240,10 +240,9 @@ MemoryReport Trainer::memory() const {
 std::string Trainer::memory_summary(const std::string& when) const {
   const MemoryReport report = memory();
   std::ostringstream out;
-  out << "memory per rank (MiB) " << when << ":";
+  out << "memory per rank " << when << ":";
   for (int k = 0; k < kMemoryKindCount; ++k)
-    out << " " << memory_kind_name(static_cast<MemoryKind>(k)) << " "
-        << static_cast<double>(report.bytes[k]) / (1024.0 * 1024.0);
+    out << " " << memory_kind_name(static_cast<MemoryKind>(k)) << " " << human_bytes(report.bytes[k]);
   return out.str();
 }
 

@@ -645,3 +645,17 @@ def test_two_sweeps_on_one_folder_cannot_both_run(tmp_path):
     (point,) = sweep.plan(sweep.read_experiment(path))
     assert sweep.result_status(point.result) in ("failed", "missing", "running")
     assert not point.result.exists() or sweep.result_status(point.result) == "failed"
+
+
+def test_the_report_after_the_points_names_its_path_once(tmp_path, capfd):
+    # One run of the example dataset stands for a finished sweep's results.
+    example = ROOT / "examples" / "gpt2-small-strong-4xh200" / "strong" / "ddp-overlap_on" / "n1-r0.h5"
+    out_dir = tmp_path / "out"
+    (out_dir / "strong").mkdir(parents=True)
+    shutil.copy(example, out_dir / "strong" / example.name)
+    path = write_experiment(tmp_path, ["scaling = strong", "gpus = 1", f"output_dir = {out_dir}"],
+                            ["model = tiny", "global-batch = 8"])
+    finished = sweep.read_experiment(path)
+    assert sweep.report_after_points(finished) == 0
+    out = capfd.readouterr().out
+    assert out.count("report.md") == 1 and f"report: {out_dir / 'report' / 'report.md'}" in out

@@ -31,9 +31,13 @@ expect_exit 0 "Usage: scalestudy bench" "$binary" bench --help
 expect_exit 0 "\-\-max-bytes" "$binary" bench comm --help
 expect_exit 0 "bench" "$binary" --help
 
-expect_exit 0 "not available on cpu" "$binary" bench gemm --sizes 16,32 "${quick[@]}" -o "$tmp/gemm.h5"
+expect_exit 0 "not available on cpu" "$binary" bench gemm --sizes 16,32 --precisions fp32,tf32,fp16,bf16 \
+  "${quick[@]}" -o "$tmp/gemm.h5"
 expect_file "$tmp/gemm.h5" gemm
 grep -q '"unavailable"' <<<"$(dataset "$tmp/gemm.h5" /bench/gemm/status)" || fail "gemm: tf32/fp16/bf16 not kept as unavailable"
+# By default the cpu measures the one precision it has and names none it lacks.
+output=$("$binary" bench gemm --sizes 16 "${quick[@]}" -o "$tmp/gemm-default.h5" 2>&1) || fail "bench gemm exited $?"
+! grep -q "unavailable\|not available" <<<"$output" || fail "bench gemm's defaults on the cpu: $(grep -c "not available" <<<"$output") unavailable points"
 
 expect_exit 0 "accumulate" "$binary" bench bandwidth --sizes 1K..4K "${quick[@]}" -o "$tmp/bandwidth.h5"
 expect_file "$tmp/bandwidth.h5" bandwidth

@@ -36,6 +36,14 @@ commands() {
   expect_exit 0 "gpt2-small" "$binary" info
   expect_exit 0 "124439808" "$binary" info
   expect_exit 0 "summary: loss" "$binary" train --model tiny --steps 50
+  # What info and a run print reads at a glance: tiny's FLOPs per token not rounded to 0,
+  # no exposed share of communication on one rank, memory not to six decimals.
+  tiny_flops=$("$binary" info | awk '$1 == "tiny" { print $NF }')
+  awk -v flops="$tiny_flops" 'BEGIN { exit !(flops + 0 > 0) }' || fail "info prints tiny at '$tiny_flops' per token"
+  output=$("$binary" train --model tiny --steps 5 2>&1)
+  ! grep -q "exposed" <<<"$output" || fail "a 1-rank run prints: $(grep exposed <<<"$output")"
+  long_memory=$(grep "memory per rank" <<<"$output" | grep -E "[0-9][.][0-9]{4}" | head -1)
+  [ -z "$long_memory" ] || fail "memory printed to more digits than it has: $long_memory"
 
   expect_exit 2 "no-such-option" "$binary" train --no-such-option 3
   expect_exit 2 "unknown command 'trian'" "$binary" trian
