@@ -1,16 +1,22 @@
 """Command line: scalestudy-predict SWEEP --network FILE. Fits the scaling model to the
-sweep, predicts every strategy from 1 to 4096 GPUs, checks itself on the largest N
-measured, keeps a ledger of its predictions beside the sweep and scores them once the N
-they name is measured; writes predictions.csv/json, prediction.md, the "what would it
-take" table and prediction.png."""
+sweep, predicts every strategy from 1 to 4096 GPUs with intervals that include the
+model's own measured error, checks itself on every N held out, keeps a ledger of its
+predictions beside its output and scores them once a sweep measures the same workload at
+that N on that network; writes predictions.csv/json, prediction.md and its HTML twin,
+the "what would it take" table and prediction.png."""
 import argparse
 import json
 import math
 import sys
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 from .cli import add_bootstrap_options
+from .html import write_html
+from . import predict_ledger
+from .predict_error import ModelError
+from .predict_ledger import LEDGER_NAME
 
 USAGE_ERROR = 2
 CURVE_SIZES = tuple(2 ** i for i in range(13))          # 1 .. 4096
@@ -18,8 +24,6 @@ TABLE_SIZES = (8, 64, 512, 4096)
 TAKE_SIZES = (64, 512, 4096)
 TAKE_TARGETS = (0.9, 0.8)
 TAKE_RANGE_BYTES_PER_S = (1e8, 1e13)   # the bisection's bounds: 0.1 GB/s to 10 TB/s
-LEDGER_NAME = "prediction-ledger.json"
-LEDGER_AHEAD = 2       # the ledger records the next powers of two above the largest N
 
 
 def parser():
@@ -31,11 +35,14 @@ def parser():
                     "the result files under SWEEP, and predict step time, tokens/s, strong "
                     "and weak efficiency, exposed communication and memory per GPU for "
                     "every strategy from 1 to 4096 GPUs on the network described by "
-                    "--network, with bootstrap intervals over the sweep's repeats. Checks "
-                    "itself by fitting the N below the largest measured and predicting "
-                    "the largest, and keeps SWEEP/" + LEDGER_NAME + ": predictions for N "
-                    "not yet measured, scored when a later sweep measures them.",
-        epilog="Writes OUT/prediction.md, predictions.csv, predictions.json, "
+                    "--network. Each interval combines a bootstrap over the sweep's repeats "
+                    "with the model's own error, measured by predicting every N of the "
+                    "sweep from the others and by the scored ledger entries, and widened "
+                    "with the factor by which N exceeds the largest N measured. Keeps "
+                    "OUT/" + LEDGER_NAME + ": predictions for N not yet measured, keyed "
+                    "by workload, network and NCCL version, scored when a later sweep "
+                    "measures the same point on the same network.",
+        epilog="Writes OUT/prediction.md, prediction.html, predictions.csv, predictions.json, "
                "what-it-takes.csv and prediction.png. Every result file left out of the "
                "fit is named on stderr and in prediction.md with the reason: failed and "
                "unfinished runs are left out; a file that does not read stops the fit "
@@ -59,8 +66,11 @@ def parser():
                         help="sequences per GPU per micro-batch of the weak-scaling "
                              "prediction (default: the largest micro-batch measured)")
     add_bootstrap_options(result, resamples=200, level=0.9)
+    result.add_argument("--ledger", metavar="FILE", type=Path,
+                        help="the prediction ledger to read, score and extend (default: "
+                             "OUT/" + LEDGER_NAME + ")")
     result.add_argument("--no-ledger", action="store_true",
-                        help="neither read nor write SWEEP/" + LEDGER_NAME)
+                        help="neither read nor write a ledger")
     result.add_argument("--skip-unreadable", action="store_true",
                         help="leave out result files that do not read (truncated, altered, "
                              "of another schema) instead of refusing to fit: what they "
@@ -72,6 +82,13 @@ def parser():
 def _usage_error(message):
     print(f"scalestudy-predict: error: {message}", file=sys.stderr)
     return USAGE_ERROR
+
+
+@dataclass
+class Ledger:
+    """The ledger's entries (None with --no-ledger) and where they are kept."""
+    data: dict
+    path: Path
 
 
 class UnreadableFiles(Exception):
@@ -123,6 +140,10 @@ def _check(args):
         return f"--batch-sweep {str(args.batch_sweep)!r} is not a directory"
     if args.weak_batch is not None and not args.weak_batch > 0:
         return f"--weak-batch {args.weak_batch}: must be positive"
+    if args.ledger is not None and args.no_ledger:
+        return "--ledger and --no-ledger exclude each other"
+    if args.ledger is not None and args.ledger.is_dir():
+        return f"--ledger {str(args.ledger)!r} is a directory, not a file"
     if args.resamples < 20:
         return f"--resamples {args.resamples}: must be at least 20"
     if not 0.5 <= args.level < 1.0:
@@ -162,7 +183,8 @@ class Study:
     """One series of the sweep: its summaries, its fit, its bootstrap and its check."""
 
     def __init__(self, series, label, network, args, extra):
-        from .predict_fit import bootstrap_models, fit_model, held_out, summarize_run
+        from .predict_fit import (bootstrap_models, fit_model, held_out, held_out_residuals,
+                                  summarize_run)
         import numpy as np
         self.series = series
         self.label = label
@@ -173,6 +195,9 @@ class Study:
         self.replicates = bootstrap_models(self.label, self.sharded, self.summaries, network,
                                            args.resamples, rng, **extra)
         self.check = held_out(self.label, self.sharded, self.summaries, network, extra)
+        self.residuals = held_out_residuals(self.label, self.sharded, self.summaries, network,
+                                            extra)
+        self.largest_size = max(s.world_size for s in self.summaries)
         self.smallest_batch = min(s.micro_batch for s in self.summaries)
         self.largest_batch = max(s.micro_batch for s in self.summaries)
         self.accum = self.summaries[0].grad_accum
@@ -181,10 +206,17 @@ class Study:
         self.weak_batch = args.weak_batch or self.largest_batch
 
 
-def _evaluate(study, sizes, scaling, level, network=None, intervals=True):
+# Widened by the model's measured error: the step and what follows from it alone.
+WIDENED_KEYS = ("step_time_s", "tokens_per_s", "efficiency")
+
+
+def _evaluate(study, sizes, scaling, level, network=None, intervals=True, error=None):
     """Rows of predictions with intervals (without: the fitted model alone); strong
-    scaling stops where a GPU would get less than one sequence per micro-batch."""
+    scaling stops where a GPU would get less than one sequence per micro-batch. error
+    (predict_error.ModelError) widens the step's interval with the model's own error at
+    the row's extrapolation factor."""
     import numpy as np
+    from .predict_error import widen
     from .predict_model import predict_point
     comm_for = _comm_for(network)
     rows = []
@@ -214,6 +246,12 @@ def _evaluate(study, sizes, scaling, level, network=None, intervals=True):
             spread = samples[1:] or samples[:1]
             row[f"{key}_lo"], row[f"{key}_hi"] = (float(v) for v in np.quantile(
                 spread, [tail, 1.0 - tail]))
+        row["extrapolation_factor"] = max(1.0, size / study.largest_size)
+        half_width = error.half_width(row["extrapolation_factor"]) if error else 0.0
+        row["model_error_half_width"] = half_width
+        for key in WIDENED_KEYS if intervals else ():
+            row[f"{key}_lo"], row[f"{key}_hi"] = widen(row[key], row[f"{key}_lo"],
+                                                       row[f"{key}_hi"], half_width)
         rows.append(row)
     return rows
 
@@ -248,44 +286,6 @@ def _what_it_takes(study, network, target):
             a, b = (a, middle) if efficiency(middle) >= target else (middle, b)
         results[size] = math.exp(b)
     return results
-
-
-def _ledger_key(entry):
-    return (entry["strategy"], entry["scaling"], entry["N"], round(entry["micro_batch"], 6))
-
-
-def update_ledger(path, studies, network, level, now):
-    """Scores the open entries whose N is now measured, then records the predictions of
-    the next powers of two above the largest N measured (once per fit and network).
-    Returns the ledger."""
-    ledger = json.loads(path.read_text()) if path.is_file() else {"entries": []}
-    measured = {}
-    for study in studies:
-        scaling = study.series.scaling
-        for summary in study.summaries:
-            key = (study.label, scaling, summary.world_size, round(summary.micro_batch, 6))
-            measured.setdefault(key, []).append(summary.step_s)
-    import numpy as np
-    for entry in ledger["entries"]:
-        if entry.get("score") is None and _ledger_key(entry) in measured:
-            step = float(np.median(measured[_ledger_key(entry)]))
-            entry["score"] = {"measured_step_s": step, "scored_utc": now,
-                              "signed_error": entry["predicted_step_s"] / step - 1.0,
-                              "inside_interval": entry["low_s"] <= step <= entry["high_s"]}
-    recorded = {(_ledger_key(e), tuple(e["fit_N"]), e["network"]) for e in ledger["entries"]}
-    for study in studies:
-        sizes = sorted({s.world_size for s in study.summaries})
-        ahead = [sizes[-1] * 2 ** k for k in range(1, LEDGER_AHEAD + 1)]
-        for row in _evaluate(study, ahead, study.series.scaling, level, network):
-            entry = {"strategy": study.label, "scaling": row["scaling"], "N": row["N"],
-                     "micro_batch": row["micro_batch"], "fit_N": sizes,
-                     "network": network.name, "made_utc": now,
-                     "predicted_step_s": row["step_time_s"], "low_s": row["step_time_s_lo"],
-                     "high_s": row["step_time_s_hi"], "score": None}
-            if (_ledger_key(entry), tuple(sizes), network.name) not in recorded:
-                ledger["entries"].append(entry)
-    path.write_text(json.dumps(ledger, indent=1) + "\n")
-    return ledger
 
 
 def _labels(series_list):
@@ -326,10 +326,27 @@ def run(args):
                             "run of the sweep's model, sequence and precision")
     studies = [Study(series, label, network, args, extra)
                for series, label in zip(series_list, _labels(series_list))]
+    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    out = args.out or args.sweep.resolve().parent / f"{args.sweep.resolve().name}-prediction"
+    ledger_path = None if args.no_ledger else (args.ledger or out / LEDGER_NAME)
+    try:
+        ledger = None if ledger_path is None else predict_ledger.read_ledger(ledger_path)
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        return _usage_error(f"--ledger {str(ledger_path)!r}: cannot be read as a ledger "
+                            f"({error}); --no-ledger leaves it out")
+    residuals = [r for study in studies for r in study.residuals]
+    if ledger is not None:
+        predict_ledger.score(ledger, predict_ledger.measured_points(studies, network), now)
+        residuals += predict_ledger.residuals(ledger)
+    error = ModelError(residuals, args.level)
     rows = []
     for study in studies:
         for scaling in ("strong", "weak"):
-            rows += _evaluate(study, CURVE_SIZES, scaling, args.level)
+            rows += _evaluate(study, CURVE_SIZES, scaling, args.level, error=error)
+        if ledger is not None:
+            predict_ledger.record(ledger, study, _evaluate(
+                study, predict_ledger.ahead(study), study.series.scaling, args.level,
+                network, error=error), network, now)
     predictions = pd.DataFrame(rows)
     take = {}
     for study in studies:
@@ -338,19 +355,14 @@ def run(args):
         take[study.label]["described"] = {
             size: _evaluate(study, [size], "weak", args.level, intervals=False)[0]["efficiency"]
             for size in TAKE_SIZES}
-    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    ledger = None
-    if not args.no_ledger:
-        path = args.sweep / LEDGER_NAME
+    if ledger is not None:
         try:
-            ledger = update_ledger(path, studies, network, args.level, now)
-        except (OSError, ValueError, KeyError) as error:
-            return _usage_error(f"SWEEP {str(args.sweep)!r}: {LEDGER_NAME} cannot be read or "
-                                f"written ({error}); --no-ledger leaves it out")
-    out = args.out or args.sweep.resolve().parent / f"{args.sweep.resolve().name}-prediction"
+            predict_ledger.write_ledger(ledger_path, ledger)
+        except OSError as problem:
+            return _usage_error(f"--ledger {str(ledger_path)!r}: cannot be written ({problem})")
     out.mkdir(parents=True, exist_ok=True)
-    summary = write_outputs(out, args, network, studies, predictions, take, ledger, now,
-                            left_out)
+    summary = write_outputs(out, args, network, studies, predictions, take,
+                            Ledger(ledger, ledger_path), now, left_out, error)
     print(summary)
     return 0
 
@@ -405,19 +417,54 @@ def _check_section(studies):
 
 
 def _ledger_section(ledger):
-    if ledger is None:
+    if ledger.data is None:
         return "*Ledger not used (--no-ledger).*"
-    scored = [e for e in ledger["entries"] if e.get("score")]
-    open_count = len(ledger["entries"]) - len(scored)
+    entries = ledger.data["entries"]
+    scored = [e for e in entries if e.get("score")]
+    where = (f"Kept in `{ledger.path}`, keyed by workload, network and NCCL version: an "
+             "entry is scored only by a run of the same workload on the same network (its "
+             "ranks per node the network's packing of N) under the same NCCL.")
+    open_count = len(entries) - len(scored)
     if not scored:
-        return (f"{open_count} predictions wait for their N to be measured; none scored yet.")
-    rows = [[e["strategy"], e["scaling"], e["N"], ", ".join(map(str, e["fit_N"])), e["made_utc"],
+        return (f"{where}\n\n{open_count} predictions wait for their N to be measured; "
+                "none scored yet.")
+    rows = [[e["workload"]["strategy"], e["workload"]["scaling"], e["N"],
+             ", ".join(map(str, e["fit_N"])), e["network"], e["nccl_version"], e["made_utc"],
              _fmt(1e3 * e["predicted_step_s"], 4), _fmt(1e3 * e["score"]["measured_step_s"], 4),
              f"{100 * e['score']['signed_error']:+.2f} %",
              "yes" if e["score"]["inside_interval"] else "no"] for e in scored]
-    return (f"{len(scored)} predictions scored, {open_count} still open.\n\n" + _md_table(
-        ["strategy", "scaling", "N", "fitted on N", "made", "predicted (ms)", "measured (ms)",
-         "signed error", "inside interval"], rows))
+    return (f"{where}\n\n{len(scored)} predictions scored, {open_count} still open.\n\n"
+            + _md_table(["strategy", "scaling", "N", "fitted on N", "network", "NCCL", "made",
+                         "predicted (ms)", "measured (ms)", "signed error", "inside interval"],
+                        rows))
+
+
+def _error_section(error, level):
+    """The model's measured error: the residuals, s, the rule, the coverage."""
+    if not error.known:
+        return ("No N could be held out (one N measured, no scored ledger entry): the "
+                "model's own error is unknown, and the intervals are the bootstrap's alone.")
+    inside, judged = error.coverage()
+    rows = [[r.strategy, r.source, r.size, ", ".join(map(str, r.fit_sizes)), f"{r.factor:g}",
+             _fmt(1e3 * r.predicted_s, 4), _fmt(1e3 * r.measured_s, 4),
+             f"{100 * r.signed_error:+.2f} %",
+             "—" if covered is None else "yes" if covered else "no"]
+            for r, covered in zip(error.residuals, error.covered)]
+    widths = ", ".join(f"x = {x}: ×/÷ {math.exp(error.half_width(x)):.3f}"
+                       for x in (1, 2, 16, 128, 1024))
+    return (f"Nominal level {int(round(100 * level))} %. Measured coverage on held-out "
+            f"points: **{inside} of {judged}** inside the band made from the other "
+            f"residuals. {len(error.residuals)} residuals give s = "
+            f"{100 * error.scale:.2f} % (root mean square of ln(predicted/measured)/g(x)), "
+            f"t = {error.quantile:.3f} (Student, {len(error.residuals)} degrees of freedom). "
+            "The model's share of an interval is exp(±t·s·g(x)), g(x) = 1 + log2 x, with x "
+            "the factor by which N exceeds the largest N measured: an error of a term that "
+            "grows with N is systematic and adds up with every doubling past the data. It "
+            "combines with the bootstrap's width in quadrature; step time, tokens/s and "
+            "efficiency carry it, exposed communication and memory the bootstrap alone. "
+            f"Model share by x: {widths}.\n\n"
+            + _md_table(["strategy", "held out by", "N", "fitted on N", "x", "predicted (ms)",
+                         "measured (ms)", "signed error", "inside the others' band"], rows))
 
 
 def _take_section(take, network):
@@ -462,7 +509,8 @@ def _json_value(value):
     return value.item() if hasattr(value, "item") else str(value)
 
 
-def write_outputs(out, args, network, studies, predictions, take, ledger, now, left_out):
+def write_outputs(out, args, network, studies, predictions, take, ledger, now, left_out,
+                  error):
     predictions.to_csv(out / "predictions.csv", index=False)
     take_rows = [{"strategy": label, "N": size, "efficiency_on_network": t["described"][size],
                   **{f"inter_gb_per_s_for_{int(100 * target)}": (None if t[target][size] is None
@@ -478,7 +526,8 @@ def write_outputs(out, args, network, studies, predictions, take, ledger, now, l
               for s in studies}
     document = {"made_utc": now, "sweep": str(args.sweep), "network": vars(network),
                 "level": args.level, "resamples": args.resamples, "models": models,
-                "held_out": checks, "what_it_takes": take_rows, "left_out": left_out,
+                "held_out": checks, "model_error": _error_document(error),
+                "what_it_takes": take_rows, "left_out": left_out,
                 "predictions": predictions.to_dict(orient="records")}
     (out / "predictions.json").write_text(
         json.dumps(document, indent=1, default=_json_value) + "\n")
@@ -487,11 +536,14 @@ def write_outputs(out, args, network, studies, predictions, take, ledger, now, l
     notes = "\n".join(f"- **{s.label}**: " + "; ".join(s.model.notes) + "." for s in studies)
     text = "\n\n".join([
         f"# Scaling prediction: `{args.sweep}` on {network.name}",
-        f"Made {now}. Intervals: {int(100 * args.level)} % bootstrap over the sweep's repeats "
-        f"({args.resamples} resamples). Network: `{args.network}` ({network.source}).",
+        f"Made {now}. Intervals: {int(round(100 * args.level))} % nominal, the bootstrap over "
+        f"the sweep's repeats ({args.resamples} resamples) combined with the model's own "
+        "measured error, which grows with the extrapolation factor (\"The model's own "
+        f"error\"). Network: `{args.network}` ({network.source}).",
         "## Held-out check\n\nFitted on every N below the largest measured, then the largest "
         "predicted. Signed error = predicted / measured − 1 of the median step time.\n\n"
         + _check_section(studies),
+        "## The model's own error\n\n" + _error_section(error, args.level),
         "## What was fitted\n\n" + notes + _left_out_section(left_out),
         "## Strong scaling\n\n" + "\n".join(f"- {_strong_end(s)}" for s in studies)
         + "\n\n* micro-batch below the smallest measured: extrapolated.\n\n" + _md_table(
@@ -507,6 +559,7 @@ def write_outputs(out, args, network, studies, predictions, take, ledger, now, l
         "## What the model assumes and leaves out\n\n" + ASSUMES,
         "![prediction](prediction.png)"])
     (out / "prediction.md").write_text(text + "\n")
+    write_html(out / "prediction.md")
     lines = [f"held-out check ({network.name}):"]
     for study in studies:
         check = study.check
@@ -514,6 +567,17 @@ def write_outputs(out, args, network, studies, predictions, take, ledger, now, l
                      else f"fit N={check['fit_N']} predict N={check['predicted_N']}: "
                      f"{100 * check['signed_error']:+.2f} %"))
     return "\n".join(lines + [f"wrote {out / 'prediction.md'}"])
+
+
+def _error_document(error):
+    inside, judged = error.coverage()
+    return {"scale": error.scale, "t": error.quantile, "coverage_inside": inside,
+            "coverage_judged": judged,
+            "residuals": [{"strategy": r.strategy, "source": r.source, "N": r.size,
+                           "fit_N": r.fit_sizes, "factor": r.factor,
+                           "predicted_step_s": r.predicted_s, "measured_step_s": r.measured_s,
+                           "inside_others_band": covered}
+                          for r, covered in zip(error.residuals, error.covered)]}
 
 
 def _left_out_section(left_out):

@@ -10,6 +10,7 @@ import pandas as pd
 
 from .predict_model import (CommParams, MemoryModel, StepModel, bus_factor, predict_point,
                             ring_steps)
+from .machine import device_model
 from .schema import COLLECTIVE_NAMES, MEMORY_KIND_NAMES, PHASE
 
 # 1.4826 · MAD estimates σ of a normal sample without the pull of a few slow steps.
@@ -40,6 +41,8 @@ class RunSummary:
     collectives: list         # [(kind, payload_bytes)] of one step, rank 0
     durations: pd.DataFrame   # [N, kind, payload_bytes, seconds] one row per collective
     memory: dict              # bytes by kind, the rank that holds the most
+    nccl_version: str = ""    # as the file records it; "" on the CPU backend
+    device: str = ""          # the devices' names, machine.device_model
 
 
 def micro_batch(run):
@@ -141,7 +144,8 @@ def summarize_run(run):
         exposed_s=_median(q.exposed_on_critical[measured]),
         window_share=_window_share(run, busy), step_s=_median(q.step_time[measured]),
         collectives=_step_collectives(run), durations=collective_durations(run),
-        memory=_largest_rank_memory(run))
+        memory=_largest_rank_memory(run), nccl_version=str(run.attrs.get("nccl_version", "")),
+        device=device_model(run))
 
 
 def _least_squares(design, target, weights=None):
@@ -316,6 +320,17 @@ def bootstrap_models(label, sharded, summaries, network, resamples, rng, **kwarg
             for _ in range(resamples)]
 
 
+def _predict_held(label, sharded, fitted, target, network, models_kwargs):
+    """The fit on fitted and its prediction of target's median step, predicted as it was
+    measured: its ranks per node, so that a run across nodes (or an emulated link)
+    checks the network's terms."""
+    model = fit_model(label, sharded, fitted, network, **(models_kwargs or {}))
+    size, batch = target[0].world_size, target[0].micro_batch
+    measured_comm = replace(model.comm, gpus_per_node=target[0].ranks_per_node)
+    predicted = predict_point(model, size, batch, measured_comm)
+    return model, predicted, _median([s.step_s for s in target])
+
+
 def held_out(label, sharded, summaries, network, models_kwargs=None):
     """Fits on every N below the largest measured and predicts the largest: the signed
     error of the median step time. None when fewer than two N were measured."""
@@ -324,17 +339,40 @@ def held_out(label, sharded, summaries, network, models_kwargs=None):
         return None
     largest = sizes[-1]
     fitted = [s for s in summaries if s.world_size < largest]
-    model = fit_model(label, sharded, fitted, network, **(models_kwargs or {}))
     target = [s for s in summaries if s.world_size == largest]
-    batch = target[0].micro_batch
-    # The held-out N is predicted as it was measured: its ranks per node, so that a run
-    # across nodes (or an emulated link) checks the network's terms.
-    measured_comm = replace(model.comm, gpus_per_node=target[0].ranks_per_node)
-    predicted = predict_point(model, largest, batch, measured_comm)
-    measured = _median([s.step_s for s in target])
+    model, predicted, measured = _predict_held(label, sharded, fitted, target, network,
+                                               models_kwargs)
     return {"strategy": label, "fit_N": sizes[:-1], "predicted_N": largest,
-            "micro_batch": batch, "predicted_step_s": predicted["step_time_s"],
+            "micro_batch": target[0].micro_batch, "predicted_step_s": predicted["step_time_s"],
             "measured_step_s": measured,
             "signed_error": predicted["step_time_s"] / measured - 1.0,
             "smallest_fitted_batch": min(s.micro_batch for s in fitted),
             "parts": predicted, "model": model}
+
+
+def held_out_residuals(label, sharded, summaries, network, models_kwargs=None):
+    """Every N predicted by a fit on the other N, and, where the runs span several node
+    counts, every node count's runs predicted by a fit on the others (predict_error.py)."""
+    from .predict_error import Residual
+    residuals = []
+    groups = [("leave one N out", lambda s, size=size: s.world_size == size)
+              for size in sorted({s.world_size for s in summaries})]
+    node_counts = sorted({s.nodes for s in summaries})
+    if len(node_counts) > 1:
+        groups += [("leave one node count out", lambda s, count=count: s.nodes == count)
+                   for count in node_counts]
+    seen = set()
+    for source, held in groups:
+        fitted = [s for s in summaries if not held(s)]
+        held_ids = frozenset(id(s) for s in summaries if held(s))
+        if not fitted or held_ids in seen:    # one node count per N repeats leave-one-N-out
+            continue
+        seen.add(held_ids)
+        for size in sorted({s.world_size for s in summaries if held(s)}):
+            target = [s for s in summaries if held(s) and s.world_size == size]
+            _, predicted, measured = _predict_held(label, sharded, fitted, target, network,
+                                                   models_kwargs)
+            residuals.append(Residual(label, source, size,
+                                      sorted({s.world_size for s in fitted}),
+                                      predicted["step_time_s"], measured))
+    return residuals

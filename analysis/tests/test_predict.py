@@ -182,16 +182,23 @@ def test_ledger_keeps_predictions_and_scores_them_when_their_n_is_measured(tmp_p
     held = tmp_path / "held"
     _transfer(sweep, "n4-*.h5", held, shutil.move)
     network = str(NETWORKS / "ib-ndr-400.ini")
+    first = tmp_path / "first"
     assert main([str(sweep), "--network", network, "--resamples", "20",
-                 "--out", str(tmp_path / "first")]) == 0
-    ledger = json.loads((sweep / LEDGER_NAME).read_text())
+                 "--out", str(first)]) == 0
+    # Beside the output, never in the sweep's folder.
+    assert not (sweep / LEDGER_NAME).exists()
+    ledger_path = first / LEDGER_NAME
+    ledger = json.loads(ledger_path.read_text())
     open_n4 = [e for e in ledger["entries"] if e["N"] == 4]
     assert len(open_n4) == 2 and all(e["score"] is None and e["fit_N"] == [1, 2]
                                      for e in open_n4)
+    assert all(e["nccl_version"] == "2.28.3" and e["ranks_per_node"] == 4
+               and e["workload"]["model"] == "gpt2-small" for e in open_n4)
     shutil.copytree(held, sweep, dirs_exist_ok=True)
     out = tmp_path / "second"
-    assert main([str(sweep), "--network", network, "--resamples", "20", "--out", str(out)]) == 0
-    ledger = json.loads((sweep / LEDGER_NAME).read_text())
+    assert main([str(sweep), "--network", network, "--resamples", "20", "--out", str(out),
+                 "--ledger", str(ledger_path)]) == 0
+    ledger = json.loads(ledger_path.read_text())
     scored = [e for e in ledger["entries"] if e["N"] == 4 and e["fit_N"] == [1, 2]]
     assert len(scored) == 2 and all(e["score"] is not None for e in scored)
     for entry in scored:
@@ -203,6 +210,9 @@ def test_ledger_keeps_predictions_and_scores_them_when_their_n_is_measured(tmp_p
     for section in ("## Held-out check", "## What would it take", "## Prediction ledger",
                     "2 predictions scored"):
         assert section in summary
+    # The scored entries join the model's residuals.
+    document = json.loads((out / "predictions.json").read_text())
+    assert sum(r["source"] == "ledger" for r in document["model_error"]["residuals"]) == 2
     predictions = pd.read_csv(out / "predictions.csv")
     weak = predictions[predictions["scaling"] == "weak"]
     assert set(weak["N"]) >= {8, 64, 512, 4096}
@@ -212,6 +222,28 @@ def test_ledger_keeps_predictions_and_scores_them_when_their_n_is_measured(tmp_p
     assert strong["N"].max() == 32       # global batch 32: one sequence per GPU at 32
     assert (out / "prediction.png").stat().st_size > 0
     assert len(pd.read_csv(out / "what-it-takes.csv")) == 2 * 3
+
+
+def test_a_prediction_for_one_network_is_not_scored_by_a_run_on_another(tmp_path):
+    """Predictions for N = 4 on the socket-emulated link (one GPU a node) are not scored by
+    the example's N = 4, four H200s of one NVLink node, whichever network file the scoring
+    run names; the same predictions made for NDR-400 nodes of eight are scored."""
+    sweep = tmp_path / "sweep"
+    _transfer(EXAMPLE / "strong" / "ddp-overlap_on", "n[12]-*.h5", sweep, shutil.copy)
+    socket, ndr = str(NETWORKS / "socket-emulated.ini"), str(NETWORKS / "ib-ndr-400.ini")
+    ledger = tmp_path / "ledger.json"
+    base = ["--resamples", "20", "--ledger", str(ledger), "--out", str(tmp_path / "out")]
+    assert main([str(sweep), "--network", socket] + base) == 0
+    assert main([str(sweep), "--network", ndr] + base) == 0
+    entries = json.loads(ledger.read_text())["entries"]
+    assert {(e["network"], e["N"], e["ranks_per_node"]) for e in entries} >= {
+        (read_network(socket).name, 4, 1), (read_network(ndr).name, 4, 4)}
+    _transfer(EXAMPLE / "strong" / "ddp-overlap_on", "n4-*.h5", sweep, shutil.copy)
+    for network in (socket, ndr):
+        assert main([str(sweep), "--network", network] + base) == 0
+    entries = json.loads(ledger.read_text())["entries"]
+    scored = {(e["network"], e["N"]) for e in entries if e["score"] is not None}
+    assert scored == {(read_network(ndr).name, 4)}
 
 
 @pytest.mark.parametrize("arguments, named", [
@@ -285,12 +317,13 @@ def test_batch_sweep_joins_the_compute_fit_and_must_match_the_model(tmp_path):
 
 
 def test_a_ledger_that_cannot_be_read_exits_2_naming_it(tmp_path, capsys):
-    sweep = tmp_path / "sweep"
-    shutil.copytree(EXAMPLE, sweep)
-    (sweep / LEDGER_NAME).write_text("{not json")
-    assert main([str(sweep), "--network", str(NETWORKS / "ib-ndr-400.ini"),
-                 "--resamples", "20", "--out", str(tmp_path / "out")]) == 2
-    assert LEDGER_NAME in capsys.readouterr().err
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / LEDGER_NAME).write_text("{not json")
+    assert main([str(EXAMPLE), "--network", str(NETWORKS / "ib-ndr-400.ini"),
+                 "--resamples", "20", "--out", str(out)]) == 2
+    error = capsys.readouterr().err
+    assert LEDGER_NAME in error and "--ledger" in error
 
 
 def test_a_file_that_does_not_read_stops_the_fit_naming_it(tmp_path, capsys):
