@@ -56,9 +56,12 @@ def parser():
     result.add_argument("--out", metavar="DIR", type=Path,
                         help="output directory (default: SWEEP's name + '-prediction', "
                              "beside SWEEP)")
-    result.add_argument("--bench-comm", metavar="FILE", type=Path,
-                        help="a `scalestudy bench comm` file: its times give the intra-node "
-                             "latency and bandwidth instead of the sweep's collective records")
+    result.add_argument("--bench-comm", metavar="FILE", type=Path, action="append",
+                        help="a `scalestudy bench comm` file; give it twice for one file "
+                             "inside a node and one across nodes. Inside a node its times "
+                             "give the per-call latency and the bus bandwidth instead of the "
+                             "sweep's collective records; across nodes they calibrate the "
+                             "network step's latency and one GPU's network bandwidth")
     result.add_argument("--batch-sweep", metavar="DIR", type=Path,
                         help="result files of one-GPU runs at several batches of the same "
                              "model: their compute joins the fit of t_c(b)")
@@ -134,8 +137,9 @@ def _check(args):
         return f"SWEEP {str(args.sweep)!r} holds no result files (*.h5 or *.h5.partial)"
     if not args.network.is_file():
         return f"--network {str(args.network)!r} is not a file"
-    if args.bench_comm is not None and not args.bench_comm.is_file():
-        return f"--bench-comm {str(args.bench_comm)!r} is not a file"
+    for path in args.bench_comm or ():
+        if not path.is_file():
+            return f"--bench-comm {str(path)!r} is not a file"
     if args.batch_sweep is not None and not args.batch_sweep.is_dir():
         return f"--batch-sweep {str(args.batch_sweep)!r} is not a directory"
     if args.weak_batch is not None and not args.weak_batch > 0:
@@ -152,7 +156,8 @@ def _check(args):
 
 
 def _bench_durations(path):
-    """bench comm's points as collective durations, or a message naming the file."""
+    """(durations, ranks per node, nodes) of bench comm's points, or a message naming
+    the file."""
     import pandas as pd
     from .bench import read_bench_file
     bench = read_bench_file(path)
@@ -160,12 +165,31 @@ def _bench_durations(path):
         return None, f"--bench-comm {str(path)!r} is not a usable `bench comm` file"
     points = bench.points[bench.points["status"] == "ok"]
     world_size = int(bench.attrs.get("world_size", 0))
-    if world_size < 2 or int(bench.attrs.get("nodes", 1)) != 1 or points.empty:
-        return None, (f"--bench-comm {str(path)!r}: needs ok points of two or more ranks on "
-                      f"one node (it has {world_size} ranks on {bench.attrs.get('nodes')} nodes)")
-    return pd.DataFrame({"N": world_size, "kind": points["collective"].to_numpy(),
-                         "payload_bytes": points["bytes"].to_numpy(),
-                         "seconds": points["time_median_s"].to_numpy()}), None
+    nodes = int(bench.attrs.get("nodes", 1))
+    if world_size < 2 or points.empty:
+        return None, (f"--bench-comm {str(path)!r}: needs ok points of two or more ranks "
+                      f"(it has {world_size} ranks on {nodes} nodes)")
+    durations = pd.DataFrame({"N": world_size, "kind": points["collective"].to_numpy(),
+                              "payload_bytes": points["bytes"].to_numpy(),
+                              "seconds": points["time_median_s"].to_numpy()})
+    ranks_per_node = int(bench.attrs.get("ranks_per_node", max(1, world_size // nodes)))
+    return (durations, ranks_per_node, nodes), None
+
+
+def _bench_extra(paths):
+    """fit_model's bench_durations (one node) and bench_inter (across nodes) from the
+    --bench-comm files, or a message naming the file. One file of each kind at most."""
+    extra = {}
+    for path in paths or ():
+        measured, message = _bench_durations(path)
+        if message:
+            return None, message
+        key = "bench_durations" if measured[2] == 1 else "bench_inter"
+        if key in extra:
+            return None, (f"--bench-comm {str(path)!r}: a second file "
+                          f"{'inside one node' if measured[2] == 1 else 'across nodes'}")
+        extra[key] = measured[0] if measured[2] == 1 else measured
+    return extra, None
 
 
 def _batch_points(directory, reference, skip_unreadable):
@@ -239,7 +263,7 @@ def _evaluate(study, sizes, scaling, level, network=None, intervals=True, error=
         first = values.pop("_first")
         row = {"strategy": study.label, "scaling": scaling, "N": size, "micro_batch": batch,
                "beyond_measured_batch": batch < study.smallest_batch - 1e-9,
-               "allreduce_algorithm": first["allreduce_algorithm"]}
+               "algorithms": first["algorithms"]}
         tail = (1.0 - level) / 2.0
         for key, samples in values.items():
             row[key] = samples[0]
@@ -305,12 +329,9 @@ def run(args):
         network = read_network(args.network)
     except NetworkError as error:
         return _usage_error(str(error))
-    extra = {}
-    if args.bench_comm is not None:
-        durations, message = _bench_durations(args.bench_comm)
-        if message:
-            return _usage_error(message)
-        extra["bench_durations"] = durations
+    extra, message = _bench_extra(args.bench_comm)
+    if message:
+        return _usage_error(message)
     try:
         runs, left_out = _read_sweep(args.sweep, "SWEEP", args.skip_unreadable)
         series_list, _ = group_series(runs)
@@ -324,8 +345,11 @@ def run(args):
     if args.batch_sweep is not None and not extra["extra_compute"]:
         return _usage_error(f"--batch-sweep {str(args.batch_sweep)!r} holds no one-GPU "
                             "run of the sweep's model, sequence and precision")
-    studies = [Study(series, label, network, args, extra)
-               for series, label in zip(series_list, _labels(series_list))]
+    try:
+        studies = [Study(series, label, network, args, extra)
+                   for series, label in zip(series_list, _labels(series_list))]
+    except NetworkError as error:
+        return _usage_error(str(error))
     now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     out = args.out or args.sweep.resolve().parent / f"{args.sweep.resolve().name}-prediction"
     ledger_path = None if args.no_ledger else (args.ledger or out / LEDGER_NAME)
@@ -493,7 +517,7 @@ def _prediction_rows(predictions, scaling):
              + (" *" if r["beyond_measured_batch"] else ""), _band(r, "step_time_s", 1e3),
              _band(r, "tokens_per_s", 1e-3), _band(r, "efficiency"),
              _band(r, "exposed_comm_s", 1e3), f"{r['memory_per_gpu_bytes'] / 2 ** 30:.3g}",
-             r["allreduce_algorithm"]] for _, r in frame.iterrows()]
+             r["algorithms"]] for _, r in frame.iterrows()]
 
 
 def _strong_end(study):
@@ -548,11 +572,11 @@ def write_outputs(out, args, network, studies, predictions, take, ledger, now, l
         "## Strong scaling\n\n" + "\n".join(f"- {_strong_end(s)}" for s in studies)
         + "\n\n* micro-batch below the smallest measured: extrapolated.\n\n" + _md_table(
             ["strategy", "N", "micro-batch", "step (ms)", "ktokens/s", "efficiency",
-             "exposed comm (ms)", "memory/GPU (GiB)", "allreduce"],
+             "exposed comm (ms)", "memory/GPU (GiB)", "NCCL algorithm/protocol"],
             _prediction_rows(predictions, "strong")),
         "## Weak scaling\n\nEfficiency against one GPU at the same micro-batch.\n\n" + _md_table(
             ["strategy", "N", "micro-batch", "step (ms)", "ktokens/s", "efficiency",
-             "exposed comm (ms)", "memory/GPU (GiB)", "allreduce"],
+             "exposed comm (ms)", "memory/GPU (GiB)", "NCCL algorithm/protocol"],
             _prediction_rows(predictions, "weak")),
         "## What would it take\n\n" + _take_section(take, network),
         "## Prediction ledger\n\n" + _ledger_section(ledger),

@@ -8,8 +8,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from .predict_model import (CommParams, MemoryModel, StepModel, bus_factor, predict_point,
-                            ring_steps)
+from .predict_comm_fit import choose_tuning, fit_comm
+from .predict_model import MemoryModel, StepModel, predict_point
 from .machine import device_model
 from .schema import COLLECTIVE_NAMES, MEMORY_KIND_NAMES, PHASE
 
@@ -182,42 +182,6 @@ def fit_optimizer(summaries, sharded):
     return float(fixed), float(per_model)
 
 
-def fit_comm(durations, network, notes):
-    """CommParams: the base latency and the bus bandwidth inside a node from measured
-    collective durations (the sweep's records, or bench comm's points), t − steps·α_step =
-    α_0 + bus_factor·S / B, weighted by 1/t so that small and large messages count alike;
-    the latency per step and everything across nodes from the network description."""
-    intra_latency = network.intra_latency_s
-    base, bus = network.base_latency_s, network.intra_bandwidth_bytes_per_s
-    if durations is not None and not durations.empty:
-        grouped = (durations.groupby(["N", "kind", "payload_bytes"])["seconds"].median()
-                   .reset_index())
-        grouped = grouped[grouped["kind"].isin(["allreduce", "reduce_scatter", "allgather"])]
-        steps = np.array([ring_steps(k, n, 1)[0] for k, n in zip(grouped["kind"], grouped["N"])])
-        factor = np.array([bus_factor(k, n) for k, n in zip(grouped["kind"], grouped["N"])])
-        target = grouped["seconds"].to_numpy() - steps * intra_latency
-        if len(grouped) >= 2 and grouped["payload_bytes"].nunique() >= 2:
-            intercept, inverse = _least_squares(
-                np.column_stack([np.ones(len(grouped)), factor * grouped["payload_bytes"]]),
-                target, 1.0 / grouped["seconds"].to_numpy())
-            if inverse > 0:
-                bus = 1.0 / inverse
-                base = max(0.0, float(intercept))
-                notes.append(f"intra-node α₀ {base * 1e6:.1f} µs and bus bandwidth "
-                             f"{bus / 1e9:.0f} GB/s fitted from {len(grouped)} (N, collective, "
-                             "size) medians")
-            else:
-                notes.append("the measured durations give no positive bandwidth; the network "
-                             "file's intra-node figures are used")
-    else:
-        notes.append("no collective between ranks measured: the network file's intra-node "
-                     "figures are used")
-    return CommParams(base_latency_s=base, intra_latency_s=intra_latency,
-                      intra_bus_bytes_per_s=bus, inter_latency_s=network.inter_latency_s,
-                      inter_bytes_per_s=network.inter_bandwidth_bytes_per_s,
-                      gpus_per_node=network.gpus_per_node)
-
-
 def fit_memory(summaries, sharded):
     """Per kind, fixed + per_shard/N (kinds zero2 shards) or fixed + per_sequence·b
     (activations, workspaces), by least squares; one point gives the whole value to the
@@ -260,10 +224,13 @@ def _overlap(summaries, notes):
     return (min(max(hidden, 0.0), 1.0), window if math.isfinite(window) else 1.0)
 
 
-def fit_model(label, sharded, summaries, network, extra_compute=(), bench_durations=None):
+def fit_model(label, sharded, summaries, network, extra_compute=(), bench_durations=None,
+              bench_inter=None):
     """A StepModel from the run summaries of one series; extra_compute: (b, t_c) points of
-    a one-GPU batch sweep; bench_durations: bench comm's points, which replace the
-    records as the source of the intra-node α₀ and bandwidth."""
+    a one-GPU batch sweep; bench_durations: bench comm's points inside one node, which
+    replace the records as the source of the intra-node latency and bandwidth;
+    bench_inter: (durations, ranks per node, nodes) of bench comm across nodes, which
+    calibrate the network step and bandwidth."""
     notes = []
     points = [(s.micro_batch, s.compute_s) for s in summaries] + list(extra_compute)
     scale, exponent = fit_compute(points)
@@ -285,9 +252,10 @@ def fit_model(label, sharded, summaries, network, extra_compute=(), bench_durati
         # Inside a node only: a run across nodes measured the network as well.
         frames = [s.durations for s in summaries if not s.durations.empty and s.nodes == 1]
         durations = pd.concat(frames, ignore_index=True) if frames else None
-    comm = fit_comm(durations, network, notes)
+    comm = fit_comm(durations, network, notes, choose_tuning(summaries, network, notes),
+                    bench_inter)
     if durations is not None:
-        notes.append("α₀ and B inside a node come from " + (
+        notes.append("latency and bandwidth inside a node come from " + (
             "the bench comm file" if bench_durations is not None else
             "the sweep's collective records of its one-node runs (no bench comm file)"))
     hidden, window = _overlap(summaries, notes)
