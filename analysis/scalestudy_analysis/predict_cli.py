@@ -16,6 +16,7 @@ from .cli import add_bootstrap_options
 from .html import write_html
 from . import predict_ledger
 from .predict_error import ModelError
+from .predict_flags import FLAG_GPU, FLAG_MEMORY, gpu_mismatch, row_flags, scale_compute
 from .predict_ledger import LEDGER_NAME
 
 USAGE_ERROR = 2
@@ -68,6 +69,11 @@ def parser():
     result.add_argument("--weak-batch", metavar="B", type=float,
                         help="sequences per GPU per micro-batch of the weak-scaling "
                              "prediction (default: the largest micro-batch measured)")
+    result.add_argument("--compute-scale", metavar="F", type=float,
+                        help="forward and backward time on the network file's GPU over the "
+                             "time on the GPU the sweep measured (0.5: twice as fast); lifts "
+                             "the flag on compute measured on another GPU model. The fit and "
+                             "its held-out checks stay on the measured GPU")
     add_bootstrap_options(result, resamples=200, level=0.9)
     result.add_argument("--ledger", metavar="FILE", type=Path,
                         help="the prediction ledger to read, score and extend (default: "
@@ -148,6 +154,8 @@ def _check(args):
         return "--ledger and --no-ledger exclude each other"
     if args.ledger is not None and args.ledger.is_dir():
         return f"--ledger {str(args.ledger)!r} is a directory, not a file"
+    if args.compute_scale is not None and not args.compute_scale > 0:
+        return f"--compute-scale {args.compute_scale}: must be positive"
     if args.resamples < 20:
         return f"--resamples {args.resamples}: must be at least 20"
     if not 0.5 <= args.level < 1.0:
@@ -222,8 +230,17 @@ class Study:
         self.residuals = held_out_residuals(self.label, self.sharded, self.summaries, network,
                                             extra)
         self.largest_size = max(s.world_size for s in self.summaries)
-        self.smallest_batch = min(s.micro_batch for s in self.summaries)
-        self.largest_batch = max(s.micro_batch for s in self.summaries)
+        batches = ([s.micro_batch for s in self.summaries]
+                   + [b for b, _ in extra.get("extra_compute", ())])
+        self.smallest_batch, self.largest_batch = min(batches), max(batches)
+        self.gpu_memory_bytes = network.gpu_memory_bytes
+        self.gpu_note = gpu_mismatch(self.summaries, network)
+        self.gpu_flag = self.gpu_note is not None and args.compute_scale is None
+        if args.compute_scale is not None:
+            # The fit and its checks stay on the measured GPU; predictions move to the
+            # network's.
+            self.model = scale_compute(self.model, args.compute_scale)
+            self.replicates = [scale_compute(m, args.compute_scale) for m in self.replicates]
         self.accum = self.summaries[0].grad_accum
         first = series.runs[0]
         self.global_batch = float(first.config.get("global_batch", "nan"))
@@ -263,6 +280,7 @@ def _evaluate(study, sizes, scaling, level, network=None, intervals=True, error=
         first = values.pop("_first")
         row = {"strategy": study.label, "scaling": scaling, "N": size, "micro_batch": batch,
                "beyond_measured_batch": batch < study.smallest_batch - 1e-9,
+               "above_measured_batch": batch > study.largest_batch + 1e-9,
                "algorithms": first["algorithms"]}
         tail = (1.0 - level) / 2.0
         for key, samples in values.items():
@@ -276,6 +294,10 @@ def _evaluate(study, sizes, scaling, level, network=None, intervals=True, error=
         for key in WIDENED_KEYS if intervals else ():
             row[f"{key}_lo"], row[f"{key}_hi"] = widen(row[key], row[f"{key}_lo"],
                                                        row[f"{key}_hi"], half_width)
+        flags = row_flags(row, study)
+        row["exceeds_gpu_memory"] = FLAG_MEMORY in flags
+        row["compute_on_other_gpu"] = FLAG_GPU in flags
+        row["flags"] = "; ".join(flags)
         rows.append(row)
     return rows
 
@@ -393,19 +415,23 @@ def run(args):
 
 ASSUMES = """\
 - **Compute** of one micro-batch follows t_c(b) = k·b^p through the micro-batches
-  measured; below the smallest of them the kernels' behaviour is not known, and the
-  curves there are drawn dashed.
-- **Collectives** run one after another on the comm stream, each as NCCL's tuning model
-  times it: a ring of 2(N−1) steps (allreduce) or N−1 (reduce-scatter, allgather), or
-  for allreduce a tree of log2(nodes) levels across nodes, whichever is faster. The
-  bandwidth across nodes is that of every NIC of a node together, at its line rate.
+  measured; outside them the kernels' behaviour is not known: those points are flagged
+  and their curves drawn dashed. It is the measured GPU's unless --compute-scale says
+  how the network file's GPU compares.
+- **Collectives** run one after another on the comm stream, each as the tuning model of
+  the NCCL version the files record times it (its constants in nccl_tuning.py): ring,
+  tree (allreduce), PAT (allgather and reduce-scatter at one GPU per node, NCCL ≥ 2.23),
+  NVLS only where the network file enables it; LL, LL128 (inside a node) and Simple;
+  the fastest. The bandwidth across nodes is that of every NIC of a node together, at
+  its line rate or as bench comm across nodes measured it.
 - **Overlap** hides the share h of communication measured in the sweep, never more than
   the share w of compute that communication ran beside; the rest is exposed.
 - **Stragglers** add σ·√(2 ln N), σ the jitter of one rank's compute measured across
   the ranks of a step.
 - **Left out**: contention from other jobs and oversubscribed switches, topologies of
-  more than two levels, NVLS/SHARP/PAT and other NCCL algorithms, failures and
-  restarts, and any kernel's behaviour at a micro-batch never measured."""
+  more than two levels, CollNet/SHARP, NCCL's per-channel bandwidth caps and tree
+  corrections by size, failures and restarts, and any kernel's behaviour at a
+  micro-batch never measured."""
 
 
 def _fmt(value, digits=3):
@@ -516,8 +542,35 @@ def _prediction_rows(predictions, scaling):
     return [[r["strategy"], int(r["N"]), f"{r['micro_batch']:g}"
              + (" *" if r["beyond_measured_batch"] else ""), _band(r, "step_time_s", 1e3),
              _band(r, "tokens_per_s", 1e-3), _band(r, "efficiency"),
-             _band(r, "exposed_comm_s", 1e3), f"{r['memory_per_gpu_bytes'] / 2 ** 30:.3g}",
-             r["algorithms"]] for _, r in frame.iterrows()]
+             _band(r, "exposed_comm_s", 1e3), f"{r['memory_per_gpu_bytes'] / 2 ** 30:.3g}"
+             + (" **(exceeds)**" if r["exceeds_gpu_memory"] else ""),
+             r["algorithms"], f"**{r['flags']}**" if r["flags"] else ""]
+            for _, r in frame.iterrows()]
+
+
+PREDICTION_HEADER = ["strategy", "N", "micro-batch", "step (ms)", "ktokens/s", "efficiency",
+                     "exposed comm (ms)", "memory/GPU (GiB)", "NCCL algorithm/protocol",
+                     "flags"]
+
+
+def _flags_section(studies, network, args):
+    """What the tables flag, and why."""
+    memory = ("no GPU memory given" if network.gpu_memory_bytes == math.inf else
+              f"{network.gpu_memory_bytes / 1e9:g} GB ({network.gpu_memory_bytes / 2 ** 30:.3g} "
+              "GiB)")
+    lines = [f"- **{FLAG_MEMORY}**: memory per GPU above the network file's GPU, {memory}: "
+             "such a point does not run as predicted."]
+    notes = sorted({s.gpu_note for s in studies if s.gpu_note})
+    if notes and args.compute_scale is None:
+        lines.append(f"- **{FLAG_GPU}**: {'; '.join(notes)}; every prediction carries the "
+                     "measured GPU's compute (`--compute-scale F` gives the ratio and lifts "
+                     "the flag).")
+    elif notes:
+        lines.append(f"- {'; '.join(notes)}: forward and backward scaled by "
+                     f"--compute-scale {args.compute_scale:g}.")
+    lines.append("- **micro-batch below / above measured**: no kernel was timed at that "
+                 "micro-batch; t_c(b) = k·b^p is extrapolated.")
+    return "\n".join(lines)
 
 
 def _strong_end(study):
@@ -569,15 +622,12 @@ def write_outputs(out, args, network, studies, predictions, take, ledger, now, l
         + _check_section(studies),
         "## The model's own error\n\n" + _error_section(error, args.level),
         "## What was fitted\n\n" + notes + _left_out_section(left_out),
+        "## Flags\n\n" + _flags_section(studies, network, args),
         "## Strong scaling\n\n" + "\n".join(f"- {_strong_end(s)}" for s in studies)
         + "\n\n* micro-batch below the smallest measured: extrapolated.\n\n" + _md_table(
-            ["strategy", "N", "micro-batch", "step (ms)", "ktokens/s", "efficiency",
-             "exposed comm (ms)", "memory/GPU (GiB)", "NCCL algorithm/protocol"],
-            _prediction_rows(predictions, "strong")),
+            PREDICTION_HEADER, _prediction_rows(predictions, "strong")),
         "## Weak scaling\n\nEfficiency against one GPU at the same micro-batch.\n\n" + _md_table(
-            ["strategy", "N", "micro-batch", "step (ms)", "ktokens/s", "efficiency",
-             "exposed comm (ms)", "memory/GPU (GiB)", "NCCL algorithm/protocol"],
-            _prediction_rows(predictions, "weak")),
+            PREDICTION_HEADER, _prediction_rows(predictions, "weak")),
         "## What would it take\n\n" + _take_section(take, network),
         "## Prediction ledger\n\n" + _ledger_section(ledger),
         "## What the model assumes and leaves out\n\n" + ASSUMES,
@@ -626,11 +676,27 @@ def _plot_check(axis, study, row, scale):
               label="held-out prediction" if study.series.index == 1 and row == 0 else None)
 
 
+def _plot_flagged(axis, rows, key, scale, labelled):
+    """Red crosses on the points beyond the GPU's memory; hollow red circles on those
+    whose compute was measured on another GPU."""
+    for column, marker, label, style in (
+            ("exceeds_gpu_memory", "X", FLAG_MEMORY, {"color": "red"}),
+            ("compute_on_other_gpu", "o", FLAG_GPU,
+             {"markerfacecolor": "none", "markeredgecolor": "red"})):
+        flagged = rows[rows[column].astype(bool)]
+        if flagged.empty:
+            continue
+        axis.plot(flagged["N"], flagged[key] * scale, marker, linestyle="none", markersize=7,
+                  label=None if label in labelled else label, **style)
+        labelled.add(label)
+
+
 def _plot(path, studies, predictions, title):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     figure, axes = plt.subplots(2, 2, figsize=(10, 6.4), sharex=True)
+    labelled = set()
     for column, scaling in enumerate(("strong", "weak")):
         for index, study in enumerate(studies):
             colour = f"C{index}"
@@ -638,12 +704,13 @@ def _plot(path, studies, predictions, title):
                                & (predictions["scaling"] == scaling)]
             for row, key, scale in ((0, "step_time_s", 1e3), (1, "efficiency", 1.0)):
                 axis = axes[row][column]
-                inside = rows[~rows["beyond_measured_batch"]]
+                inside = rows[~(rows["beyond_measured_batch"] | rows["above_measured_batch"])]
                 beyond = rows[rows["N"] >= inside["N"].max()] if len(inside) else rows
                 axis.plot(inside["N"], inside[key] * scale, color=colour, label=study.label)
                 axis.plot(beyond["N"], beyond[key] * scale, color=colour, linestyle="--")
                 axis.fill_between(rows["N"], rows[f"{key}_lo"] * scale, rows[f"{key}_hi"] * scale,
                                   color=colour, alpha=0.2, linewidth=0)
+                _plot_flagged(axis, rows, key, scale, labelled)
                 if study.series.scaling == scaling:
                     table = study.series.table
                     y = (table["step_time_median_s"] * 1e3 if row == 0 else
@@ -657,7 +724,7 @@ def _plot(path, studies, predictions, title):
         axes[0][column].set_title(f"{scaling} scaling, {batch}: step time (ms)",
                                   fontsize="medium")
         axes[1][column].set_title(f"{scaling} scaling, {batch}: efficiency", fontsize="medium")
-        axes[1][column].set_xlabel("GPUs N; dots measured, dashed: micro-batch never measured")
+        axes[1][column].set_xlabel("GPUs N; dots measured, dashed: micro-batch not measured")
         for row in range(2):
             axis = axes[row][column]
             axis.set_xscale("log", base=2)
@@ -666,11 +733,16 @@ def _plot(path, studies, predictions, title):
             axis.grid(True, alpha=0.3)
         axes[0][column].set_yscale("log")
         axes[1][column].set_ylim(0, 1.1)
-    axes[0][0].legend(fontsize="small")
-    figure.suptitle(title, fontsize="medium")
+    for axis in axes[0]:
+        if axis.get_legend_handles_labels()[0]:
+            axis.legend(fontsize="small")
+    notes = sorted({s.gpu_note for s in studies if s.gpu_note and s.gpu_flag})
+    figure.suptitle(title + ("\nflagged: " + "; ".join(notes) if notes else ""),
+                    fontsize="medium", color="darkred" if notes else "black")
     figure.tight_layout()
     figure.savefig(path, dpi=80)
     plt.close(figure)
+    return labelled
 
 
 def main(argv=None):
