@@ -53,7 +53,8 @@ def parser():
                         help="directory searched recursively for result files")
     result.add_argument("--network", metavar="FILE", type=Path, required=True,
                         help="network description (experiments/networks/*.ini): GPUs per "
-                             "node, bandwidth and latency per GPU inside and across nodes")
+                             "node, bandwidth per GPU inside and across nodes, the GPU's "
+                             "model and memory, NVLS; latencies only for runs without NCCL")
     result.add_argument("--out", metavar="DIR", type=Path,
                         help="output directory (default: SWEEP's name + '-prediction', "
                              "beside SWEEP)")
@@ -601,7 +602,8 @@ def write_outputs(out, args, network, studies, predictions, take, ledger, now, l
     models = {s.label: {key: value for key, value in vars(s.model).items()
                         if key not in ("comm", "memory")} | {"comm": vars(s.model.comm)}
               for s in studies}
-    document = {"made_utc": now, "sweep": str(args.sweep), "network": vars(network),
+    described = {key: (None if value == math.inf else value) for key, value in vars(network).items()}
+    document = {"made_utc": now, "sweep": str(args.sweep), "network": described,
                 "level": args.level, "resamples": args.resamples, "models": models,
                 "held_out": checks, "model_error": _error_document(error),
                 "what_it_takes": take_rows, "left_out": left_out,
