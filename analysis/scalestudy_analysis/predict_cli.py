@@ -31,8 +31,9 @@ def parser():
     result = argparse.ArgumentParser(
         prog="scalestudy-predict",
         description="Fit a model of the training step (compute against micro-batch, "
-                    "optimizer against the parameters it updates, alpha-beta collectives "
-                    "in NCCL's ring and tree forms, the measured overlap, stragglers) to "
+                    "optimizer against the parameters it updates, collectives as the "
+                    "tuning model of the NCCL version the files record times them, the "
+                    "measured overlap, stragglers) to "
                     "the result files under SWEEP, and predict step time, tokens/s, strong "
                     "and weak efficiency, exposed communication and memory per GPU for "
                     "every strategy from 1 to 4096 GPUs on the network described by "
