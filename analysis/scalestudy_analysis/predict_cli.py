@@ -166,8 +166,11 @@ def _check(args):
 
 
 def _bench_durations(path):
-    """(durations, ranks per node, nodes) of bench comm's points, or a message naming
-    the file."""
+    """What bench comm measured, as {"bench_durations": durations inside one node,
+    "bench_inter": (durations, ranks per node, nodes) across nodes}, or a message naming
+    the file. A file of one node gives the first from its world scope; a file across
+    nodes the first from its intra_node scope and the second from its world scope (or,
+    without one, its inter_node scope: one rank per node)."""
     import pandas as pd
     from .bench import read_bench_file
     bench = read_bench_file(path)
@@ -176,29 +179,43 @@ def _bench_durations(path):
     points = bench.points[bench.points["status"] == "ok"]
     world_size = int(bench.attrs.get("world_size", 0))
     nodes = int(bench.attrs.get("nodes", 1))
-    if world_size < 2 or points.empty:
+
+    def durations(scope):
+        rows = points[(points["scope"] == scope) & (points["ranks"] >= 2)]
+        return pd.DataFrame({"N": rows["ranks"].to_numpy(), "kind": rows["collective"].to_numpy(),
+                             "payload_bytes": rows["bytes"].to_numpy(),
+                             "seconds": rows["time_median_s"].to_numpy()})
+    measured = {}
+    if nodes == 1:
+        measured["bench_durations"] = durations("world")
+    else:
+        measured["bench_durations"] = durations("intra_node")
+        ranks_per_node = int(bench.attrs.get("ranks_per_node", max(1, world_size // nodes)))
+        world, inter = durations("world"), durations("inter_node")
+        measured["bench_inter"] = ((world, ranks_per_node, nodes) if not world.empty
+                                   else (inter, 1, nodes))
+    measured = {key: value for key, value in measured.items()
+                if not (value[0] if isinstance(value, tuple) else value).empty}
+    if world_size < 2 or not measured:
         return None, (f"--bench-comm {str(path)!r}: needs ok points of two or more ranks "
                       f"(it has {world_size} ranks on {nodes} nodes)")
-    durations = pd.DataFrame({"N": world_size, "kind": points["collective"].to_numpy(),
-                              "payload_bytes": points["bytes"].to_numpy(),
-                              "seconds": points["time_median_s"].to_numpy()})
-    ranks_per_node = int(bench.attrs.get("ranks_per_node", max(1, world_size // nodes)))
-    return (durations, ranks_per_node, nodes), None
+    return measured, None
 
 
 def _bench_extra(paths):
-    """fit_model's bench_durations (one node) and bench_inter (across nodes) from the
-    --bench-comm files, or a message naming the file. One file of each kind at most."""
+    """fit_model's bench_durations (inside one node) and bench_inter (across nodes) from
+    the --bench-comm files, or a message naming the file; one of each at most."""
     extra = {}
     for path in paths or ():
         measured, message = _bench_durations(path)
         if message:
             return None, message
-        key = "bench_durations" if measured[2] == 1 else "bench_inter"
-        if key in extra:
-            return None, (f"--bench-comm {str(path)!r}: a second file "
-                          f"{'inside one node' if measured[2] == 1 else 'across nodes'}")
-        extra[key] = measured[0] if measured[2] == 1 else measured
+        for key, value in measured.items():
+            if key in extra:
+                return None, (f"--bench-comm {str(path)!r}: a second file measures "
+                              + ("inside one node" if key == "bench_durations"
+                                 else "across nodes"))
+            extra[key] = value
     return extra, None
 
 

@@ -290,9 +290,9 @@ def test_bench_comm_gives_the_intra_node_latency_and_bandwidth(tmp_path):
     from scalestudy_analysis.predict_cli import _bench_durations
     _bench_comm(tmp_path / "comm.h5", 12e-6, 300e9)
     measured, message = _bench_durations(tmp_path / "comm.h5")
-    assert message is None and measured[1:] == (4, 1)
+    assert message is None and list(measured) == ["bench_durations"]
     network = read_network(NETWORKS / "ib-ndr-400.ini")
-    comm = fit_comm(measured[0], network, [], NCCL_2_23)
+    comm = fit_comm(measured["bench_durations"], network, [], NCCL_2_23)
     # Exact times: only float rounding separates the fit from the figures that made them.
     # NCCL's ring Simple base is 8.4 µs a call; the rest of the 12 µs is fitted.
     assert comm.base_extra_s == pytest.approx(3.6e-6, rel=1e-6)
@@ -329,10 +329,11 @@ def test_bench_comm_across_nodes_calibrates_the_network_step_and_bandwidth(tmp_p
     write_bench(tmp_path / "comm.h5", "comm", columns, world_size=4,
                 attrs={"nodes": np.int64(2), "ranks_per_node": np.int64(2)})
     measured, message = _bench_durations(tmp_path / "comm.h5")
-    assert message is None and measured[1:] == (2, 2)
+    assert message is None and list(measured) == ["bench_inter"]
+    assert measured["bench_inter"][1:] == (2, 2)
     notes = []
     comm = fit_comm(None, read_network(NETWORKS / "ib-ndr-400.ini"), notes, NCCL_2_23,
-                    inter=measured)
+                    inter=measured["bench_inter"])
     # Exact times: float rounding only.
     assert comm.inter_latency_s == pytest.approx(20e-6, rel=1e-6)
     assert comm.inter_bytes_per_s == pytest.approx(5e9, rel=1e-6)
