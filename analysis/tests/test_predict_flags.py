@@ -2,12 +2,14 @@
 measured on another GPU model (lifted by --compute-scale), micro-batches outside those
 measured; in the table, the CSV and the plot."""
 import json
+import shutil
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from scalestudy_analysis.predict_cli import _plot_flagged, main
+from scalestudy_analysis.predict_cli import main
+from scalestudy_analysis.predict_plot import _plot_flagged
 from scalestudy_analysis.predict_flags import FLAG_GPU, FLAG_MEMORY, gpu_mismatch
 from scalestudy_analysis.predict_model import Network
 
@@ -54,7 +56,9 @@ def test_memory_gpu_and_batch_flags_in_the_table(tmp_path):
     measured on H200s, 256 sequences above the 32 measured. --compute-scale 0.5 lifts the
     GPU flag and halves the forward and backward of every prediction."""
     out = tmp_path / "flagged"
-    base = [str(EXAMPLE), "--network", str(NDR), "--no-ledger", "--resamples", "20",
+    sweep = tmp_path / "sweep"      # one strategy: the flags are per point, not per strategy
+    shutil.copytree(EXAMPLE / "strong" / "ddp-overlap_on", sweep / "strong" / "ddp-overlap_on")
+    base = [str(sweep), "--network", str(NDR), "--no-ledger", "--resamples", "20",
             "--weak-batch", "256"]
     assert main(base + ["--out", str(out)]) == 0
     predictions = pd.read_csv(out / "predictions.csv", keep_default_na=False)
