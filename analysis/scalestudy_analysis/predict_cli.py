@@ -404,9 +404,10 @@ def run(args):
         for scaling in ("strong", "weak"):
             rows += _evaluate(study, CURVE_SIZES, scaling, args.level, error=error)
         if ledger is not None:
+            # The fitted model's own terms, bench comm's calibration included.
             predict_ledger.record(ledger, study, _evaluate(
                 study, predict_ledger.ahead(study), study.series.scaling, args.level,
-                network, error=error), network, now)
+                error=error), network, now)
     predictions = pd.DataFrame(rows)
     take = {}
     for study in studies:
