@@ -1,41 +1,45 @@
 """Command line: scalestudy-predict SWEEP --network FILE. Fits the scaling model to the
-sweep, predicts every strategy from 1 to 4096 GPUs, checks itself on the largest N
-measured, keeps a ledger of its predictions beside the sweep and scores them once the N
-they name is measured; writes predictions.csv/json, prediction.md, the "what would it
-take" table and prediction.png."""
+sweep, predicts every strategy from 1 to 4096 GPUs with intervals that include the
+model's own measured error, checks itself on every N held out, keeps a ledger of its
+predictions beside its output and scores them once a sweep measures the same workload at
+that N on that network; writes predictions.csv/json, prediction.md and its HTML twin,
+the "what would it take" table and prediction.png (predict_report.py writes them)."""
 import argparse
-import json
 import math
 import sys
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 from .cli import add_bootstrap_options
+from . import predict_ledger
+from .predict_error import ModelError
+from .predict_flags import FLAG_GPU, FLAG_MEMORY, gpu_mismatch, row_flags, scale_compute
+from .predict_report import TAKE_RANGE_BYTES_PER_S, TAKE_SIZES, TAKE_TARGETS, write_outputs
+from .predict_ledger import LEDGER_NAME
 
 USAGE_ERROR = 2
 CURVE_SIZES = tuple(2 ** i for i in range(13))          # 1 .. 4096
-TABLE_SIZES = (8, 64, 512, 4096)
-TAKE_SIZES = (64, 512, 4096)
-TAKE_TARGETS = (0.9, 0.8)
-TAKE_RANGE_BYTES_PER_S = (1e8, 1e13)   # the bisection's bounds: 0.1 GB/s to 10 TB/s
-LEDGER_NAME = "prediction-ledger.json"
-LEDGER_AHEAD = 2       # the ledger records the next powers of two above the largest N
 
 
 def parser():
     result = argparse.ArgumentParser(
         prog="scalestudy-predict",
         description="Fit a model of the training step (compute against micro-batch, "
-                    "optimizer against the parameters it updates, alpha-beta collectives "
-                    "in NCCL's ring and tree forms, the measured overlap, stragglers) to "
+                    "optimizer against the parameters it updates, collectives as the "
+                    "tuning model of the NCCL version the files record times them, the "
+                    "measured overlap, stragglers) to "
                     "the result files under SWEEP, and predict step time, tokens/s, strong "
                     "and weak efficiency, exposed communication and memory per GPU for "
                     "every strategy from 1 to 4096 GPUs on the network described by "
-                    "--network, with bootstrap intervals over the sweep's repeats. Checks "
-                    "itself by fitting the N below the largest measured and predicting "
-                    "the largest, and keeps SWEEP/" + LEDGER_NAME + ": predictions for N "
-                    "not yet measured, scored when a later sweep measures them.",
-        epilog="Writes OUT/prediction.md, predictions.csv, predictions.json, "
+                    "--network. Each interval combines a bootstrap over the sweep's repeats "
+                    "with the model's own error, measured by predicting every N of the "
+                    "sweep from the others and by the scored ledger entries, and widened "
+                    "with the factor by which N exceeds the largest N measured. Keeps "
+                    "OUT/" + LEDGER_NAME + ": predictions for N not yet measured, keyed "
+                    "by workload, network and NCCL version, scored when a later sweep "
+                    "measures the same point on the same network.",
+        epilog="Writes OUT/prediction.md, prediction.html, predictions.csv, predictions.json, "
                "what-it-takes.csv and prediction.png. Every result file left out of the "
                "fit is named on stderr and in prediction.md with the reason: failed and "
                "unfinished runs are left out; a file that does not read stops the fit "
@@ -45,22 +49,34 @@ def parser():
                         help="directory searched recursively for result files")
     result.add_argument("--network", metavar="FILE", type=Path, required=True,
                         help="network description (experiments/networks/*.ini): GPUs per "
-                             "node, bandwidth and latency per GPU inside and across nodes")
+                             "node, bandwidth per GPU inside and across nodes, the GPU's "
+                             "model and memory, NVLS; latencies only for runs without NCCL")
     result.add_argument("--out", metavar="DIR", type=Path,
                         help="output directory (default: SWEEP's name + '-prediction', "
                              "beside SWEEP)")
-    result.add_argument("--bench-comm", metavar="FILE", type=Path,
-                        help="a `scalestudy bench comm` file: its times give the intra-node "
-                             "latency and bandwidth instead of the sweep's collective records")
+    result.add_argument("--bench-comm", metavar="FILE", type=Path, action="append",
+                        help="a `scalestudy bench comm` file; give it twice for one file "
+                             "inside a node and one across nodes. Inside a node its times "
+                             "give the per-call latency and the bus bandwidth instead of the "
+                             "sweep's collective records; across nodes they calibrate the "
+                             "network step's latency and one GPU's network bandwidth")
     result.add_argument("--batch-sweep", metavar="DIR", type=Path,
                         help="result files of one-GPU runs at several batches of the same "
                              "model: their compute joins the fit of t_c(b)")
     result.add_argument("--weak-batch", metavar="B", type=float,
                         help="sequences per GPU per micro-batch of the weak-scaling "
                              "prediction (default: the largest micro-batch measured)")
+    result.add_argument("--compute-scale", metavar="F", type=float,
+                        help="forward and backward time on the network file's GPU over the "
+                             "time on the GPU the sweep measured (0.5: twice as fast); lifts "
+                             "the flag on compute measured on another GPU model. The fit and "
+                             "its held-out checks stay on the measured GPU")
     add_bootstrap_options(result, resamples=200, level=0.9)
+    result.add_argument("--ledger", metavar="FILE", type=Path,
+                        help="the prediction ledger to read, score and extend (default: "
+                             "OUT/" + LEDGER_NAME + ")")
     result.add_argument("--no-ledger", action="store_true",
-                        help="neither read nor write SWEEP/" + LEDGER_NAME)
+                        help="neither read nor write a ledger")
     result.add_argument("--skip-unreadable", action="store_true",
                         help="leave out result files that do not read (truncated, altered, "
                              "of another schema) instead of refusing to fit: what they "
@@ -72,6 +88,13 @@ def parser():
 def _usage_error(message):
     print(f"scalestudy-predict: error: {message}", file=sys.stderr)
     return USAGE_ERROR
+
+
+@dataclass
+class Ledger:
+    """The ledger's entries (None with --no-ledger) and where they are kept."""
+    data: dict
+    path: Path
 
 
 class UnreadableFiles(Exception):
@@ -117,12 +140,19 @@ def _check(args):
         return f"SWEEP {str(args.sweep)!r} holds no result files (*.h5 or *.h5.partial)"
     if not args.network.is_file():
         return f"--network {str(args.network)!r} is not a file"
-    if args.bench_comm is not None and not args.bench_comm.is_file():
-        return f"--bench-comm {str(args.bench_comm)!r} is not a file"
+    for path in args.bench_comm or ():
+        if not path.is_file():
+            return f"--bench-comm {str(path)!r} is not a file"
     if args.batch_sweep is not None and not args.batch_sweep.is_dir():
         return f"--batch-sweep {str(args.batch_sweep)!r} is not a directory"
     if args.weak_batch is not None and not args.weak_batch > 0:
         return f"--weak-batch {args.weak_batch}: must be positive"
+    if args.ledger is not None and args.no_ledger:
+        return "--ledger and --no-ledger exclude each other"
+    if args.ledger is not None and args.ledger.is_dir():
+        return f"--ledger {str(args.ledger)!r} is a directory, not a file"
+    if args.compute_scale is not None and not args.compute_scale > 0:
+        return f"--compute-scale {args.compute_scale}: must be positive"
     if args.resamples < 20:
         return f"--resamples {args.resamples}: must be at least 20"
     if not 0.5 <= args.level < 1.0:
@@ -131,7 +161,11 @@ def _check(args):
 
 
 def _bench_durations(path):
-    """bench comm's points as collective durations, or a message naming the file."""
+    """What bench comm measured, as {"bench_durations": durations inside one node,
+    "bench_inter": (durations, ranks per node, nodes) across nodes}, or a message naming
+    the file. A file of one node gives the first from its world scope; a file across
+    nodes the first from its intra_node scope and the second from its world scope (or,
+    without one, its inter_node scope: one rank per node)."""
     import pandas as pd
     from .bench import read_bench_file
     bench = read_bench_file(path)
@@ -139,12 +173,45 @@ def _bench_durations(path):
         return None, f"--bench-comm {str(path)!r} is not a usable `bench comm` file"
     points = bench.points[bench.points["status"] == "ok"]
     world_size = int(bench.attrs.get("world_size", 0))
-    if world_size < 2 or int(bench.attrs.get("nodes", 1)) != 1 or points.empty:
-        return None, (f"--bench-comm {str(path)!r}: needs ok points of two or more ranks on "
-                      f"one node (it has {world_size} ranks on {bench.attrs.get('nodes')} nodes)")
-    return pd.DataFrame({"N": world_size, "kind": points["collective"].to_numpy(),
-                         "payload_bytes": points["bytes"].to_numpy(),
-                         "seconds": points["time_median_s"].to_numpy()}), None
+    nodes = int(bench.attrs.get("nodes", 1))
+
+    def durations(scope):
+        rows = points[(points["scope"] == scope) & (points["ranks"] >= 2)]
+        return pd.DataFrame({"N": rows["ranks"].to_numpy(), "kind": rows["collective"].to_numpy(),
+                             "payload_bytes": rows["bytes"].to_numpy(),
+                             "seconds": rows["time_median_s"].to_numpy()})
+    measured = {}
+    if nodes == 1:
+        measured["bench_durations"] = durations("world")
+    else:
+        measured["bench_durations"] = durations("intra_node")
+        ranks_per_node = int(bench.attrs.get("ranks_per_node", max(1, world_size // nodes)))
+        world, inter = durations("world"), durations("inter_node")
+        measured["bench_inter"] = ((world, ranks_per_node, nodes) if not world.empty
+                                   else (inter, 1, nodes))
+    measured = {key: value for key, value in measured.items()
+                if not (value[0] if isinstance(value, tuple) else value).empty}
+    if world_size < 2 or not measured:
+        return None, (f"--bench-comm {str(path)!r}: needs ok points of two or more ranks "
+                      f"(it has {world_size} ranks on {nodes} nodes)")
+    return measured, None
+
+
+def _bench_extra(paths):
+    """fit_model's bench_durations (inside one node) and bench_inter (across nodes) from
+    the --bench-comm files, or a message naming the file; one of each at most."""
+    extra = {}
+    for path in paths or ():
+        measured, message = _bench_durations(path)
+        if message:
+            return None, message
+        for key, value in measured.items():
+            if key in extra:
+                return None, (f"--bench-comm {str(path)!r}: a second file measures "
+                              + ("inside one node" if key == "bench_durations"
+                                 else "across nodes"))
+            extra[key] = value
+    return extra, None
 
 
 def _batch_points(directory, reference, skip_unreadable):
@@ -162,7 +229,8 @@ class Study:
     """One series of the sweep: its summaries, its fit, its bootstrap and its check."""
 
     def __init__(self, series, label, network, args, extra):
-        from .predict_fit import bootstrap_models, fit_model, held_out, summarize_run
+        from .predict_fit import (bootstrap_models, fit_model, held_out, held_out_residuals,
+                                  summarize_run)
         import numpy as np
         self.series = series
         self.label = label
@@ -173,18 +241,37 @@ class Study:
         self.replicates = bootstrap_models(self.label, self.sharded, self.summaries, network,
                                            args.resamples, rng, **extra)
         self.check = held_out(self.label, self.sharded, self.summaries, network, extra)
-        self.smallest_batch = min(s.micro_batch for s in self.summaries)
-        self.largest_batch = max(s.micro_batch for s in self.summaries)
+        self.residuals = held_out_residuals(self.label, self.sharded, self.summaries, network,
+                                            extra)
+        self.largest_size = max(s.world_size for s in self.summaries)
+        batches = ([s.micro_batch for s in self.summaries]
+                   + [b for b, _ in extra.get("extra_compute", ())])
+        self.smallest_batch, self.largest_batch = min(batches), max(batches)
+        self.gpu_memory_bytes = network.gpu_memory_bytes
+        self.gpu_note = gpu_mismatch(self.summaries, network)
+        self.gpu_flag = self.gpu_note is not None and args.compute_scale is None
+        if args.compute_scale is not None:
+            # The fit and its checks stay on the measured GPU; predictions move to the
+            # network's.
+            self.model = scale_compute(self.model, args.compute_scale)
+            self.replicates = [scale_compute(m, args.compute_scale) for m in self.replicates]
         self.accum = self.summaries[0].grad_accum
         first = series.runs[0]
         self.global_batch = float(first.config.get("global_batch", "nan"))
         self.weak_batch = args.weak_batch or self.largest_batch
 
 
-def _evaluate(study, sizes, scaling, level, network=None, intervals=True):
+# Widened by the model's measured error: the step and what follows from it alone.
+WIDENED_KEYS = ("step_time_s", "tokens_per_s", "efficiency")
+
+
+def _evaluate(study, sizes, scaling, level, network=None, intervals=True, error=None):
     """Rows of predictions with intervals (without: the fitted model alone); strong
-    scaling stops where a GPU would get less than one sequence per micro-batch."""
+    scaling stops where a GPU would get less than one sequence per micro-batch. error
+    (predict_error.ModelError) widens the step's interval with the model's own error at
+    the row's extrapolation factor."""
     import numpy as np
+    from .predict_error import widen
     from .predict_model import predict_point
     comm_for = _comm_for(network)
     rows = []
@@ -207,13 +294,24 @@ def _evaluate(study, sizes, scaling, level, network=None, intervals=True):
         first = values.pop("_first")
         row = {"strategy": study.label, "scaling": scaling, "N": size, "micro_batch": batch,
                "beyond_measured_batch": batch < study.smallest_batch - 1e-9,
-               "allreduce_algorithm": first["allreduce_algorithm"]}
+               "above_measured_batch": batch > study.largest_batch + 1e-9,
+               "algorithms": first["algorithms"]}
         tail = (1.0 - level) / 2.0
         for key, samples in values.items():
             row[key] = samples[0]
             spread = samples[1:] or samples[:1]
             row[f"{key}_lo"], row[f"{key}_hi"] = (float(v) for v in np.quantile(
                 spread, [tail, 1.0 - tail]))
+        row["extrapolation_factor"] = max(1.0, size / study.largest_size)
+        half_width = error.half_width(row["extrapolation_factor"]) if error else 0.0
+        row["model_error_half_width"] = half_width
+        for key in WIDENED_KEYS if intervals else ():
+            row[f"{key}_lo"], row[f"{key}_hi"] = widen(row[key], row[f"{key}_lo"],
+                                                       row[f"{key}_hi"], half_width)
+        flags = row_flags(row, study)
+        row["exceeds_gpu_memory"] = FLAG_MEMORY in flags
+        row["compute_on_other_gpu"] = FLAG_GPU in flags
+        row["flags"] = "; ".join(flags)
         rows.append(row)
     return rows
 
@@ -250,44 +348,6 @@ def _what_it_takes(study, network, target):
     return results
 
 
-def _ledger_key(entry):
-    return (entry["strategy"], entry["scaling"], entry["N"], round(entry["micro_batch"], 6))
-
-
-def update_ledger(path, studies, network, level, now):
-    """Scores the open entries whose N is now measured, then records the predictions of
-    the next powers of two above the largest N measured (once per fit and network).
-    Returns the ledger."""
-    ledger = json.loads(path.read_text()) if path.is_file() else {"entries": []}
-    measured = {}
-    for study in studies:
-        scaling = study.series.scaling
-        for summary in study.summaries:
-            key = (study.label, scaling, summary.world_size, round(summary.micro_batch, 6))
-            measured.setdefault(key, []).append(summary.step_s)
-    import numpy as np
-    for entry in ledger["entries"]:
-        if entry.get("score") is None and _ledger_key(entry) in measured:
-            step = float(np.median(measured[_ledger_key(entry)]))
-            entry["score"] = {"measured_step_s": step, "scored_utc": now,
-                              "signed_error": entry["predicted_step_s"] / step - 1.0,
-                              "inside_interval": entry["low_s"] <= step <= entry["high_s"]}
-    recorded = {(_ledger_key(e), tuple(e["fit_N"]), e["network"]) for e in ledger["entries"]}
-    for study in studies:
-        sizes = sorted({s.world_size for s in study.summaries})
-        ahead = [sizes[-1] * 2 ** k for k in range(1, LEDGER_AHEAD + 1)]
-        for row in _evaluate(study, ahead, study.series.scaling, level, network):
-            entry = {"strategy": study.label, "scaling": row["scaling"], "N": row["N"],
-                     "micro_batch": row["micro_batch"], "fit_N": sizes,
-                     "network": network.name, "made_utc": now,
-                     "predicted_step_s": row["step_time_s"], "low_s": row["step_time_s_lo"],
-                     "high_s": row["step_time_s_hi"], "score": None}
-            if (_ledger_key(entry), tuple(sizes), network.name) not in recorded:
-                ledger["entries"].append(entry)
-    path.write_text(json.dumps(ledger, indent=1) + "\n")
-    return ledger
-
-
 def _labels(series_list):
     """The strategy names the series, unless two series share it: then their scaling,
     batch and number tell them apart."""
@@ -305,12 +365,9 @@ def run(args):
         network = read_network(args.network)
     except NetworkError as error:
         return _usage_error(str(error))
-    extra = {}
-    if args.bench_comm is not None:
-        durations, message = _bench_durations(args.bench_comm)
-        if message:
-            return _usage_error(message)
-        extra["bench_durations"] = durations
+    extra, message = _bench_extra(args.bench_comm)
+    if message:
+        return _usage_error(message)
     try:
         runs, left_out = _read_sweep(args.sweep, "SWEEP", args.skip_unreadable)
         series_list, _ = group_series(runs)
@@ -324,12 +381,33 @@ def run(args):
     if args.batch_sweep is not None and not extra["extra_compute"]:
         return _usage_error(f"--batch-sweep {str(args.batch_sweep)!r} holds no one-GPU "
                             "run of the sweep's model, sequence and precision")
-    studies = [Study(series, label, network, args, extra)
-               for series, label in zip(series_list, _labels(series_list))]
+    try:
+        studies = [Study(series, label, network, args, extra)
+                   for series, label in zip(series_list, _labels(series_list))]
+    except NetworkError as error:
+        return _usage_error(str(error))
+    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    out = args.out or args.sweep.resolve().parent / f"{args.sweep.resolve().name}-prediction"
+    ledger_path = None if args.no_ledger else (args.ledger or out / LEDGER_NAME)
+    try:
+        ledger = None if ledger_path is None else predict_ledger.read_ledger(ledger_path)
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        return _usage_error(f"--ledger {str(ledger_path)!r}: cannot be read as a ledger "
+                            f"({error}); --no-ledger leaves it out")
+    residuals = [r for study in studies for r in study.residuals]
+    if ledger is not None:
+        predict_ledger.score(ledger, predict_ledger.measured_points(studies, network), now)
+        residuals += predict_ledger.residuals(ledger)
+    error = ModelError(residuals, args.level)
     rows = []
     for study in studies:
         for scaling in ("strong", "weak"):
-            rows += _evaluate(study, CURVE_SIZES, scaling, args.level)
+            rows += _evaluate(study, CURVE_SIZES, scaling, args.level, error=error)
+        if ledger is not None:
+            # The fitted model's own terms, bench comm's calibration included.
+            predict_ledger.record(ledger, study, _evaluate(
+                study, predict_ledger.ahead(study), study.series.scaling, args.level,
+                error=error), network, now)
     predictions = pd.DataFrame(rows)
     take = {}
     for study in studies:
@@ -338,251 +416,16 @@ def run(args):
         take[study.label]["described"] = {
             size: _evaluate(study, [size], "weak", args.level, intervals=False)[0]["efficiency"]
             for size in TAKE_SIZES}
-    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    ledger = None
-    if not args.no_ledger:
-        path = args.sweep / LEDGER_NAME
+    if ledger is not None:
         try:
-            ledger = update_ledger(path, studies, network, args.level, now)
-        except (OSError, ValueError, KeyError) as error:
-            return _usage_error(f"SWEEP {str(args.sweep)!r}: {LEDGER_NAME} cannot be read or "
-                                f"written ({error}); --no-ledger leaves it out")
-    out = args.out or args.sweep.resolve().parent / f"{args.sweep.resolve().name}-prediction"
+            predict_ledger.write_ledger(ledger_path, ledger)
+        except OSError as problem:
+            return _usage_error(f"--ledger {str(ledger_path)!r}: cannot be written ({problem})")
     out.mkdir(parents=True, exist_ok=True)
-    summary = write_outputs(out, args, network, studies, predictions, take, ledger, now,
-                            left_out)
+    summary = write_outputs(out, args, network, studies, predictions, take,
+                            Ledger(ledger, ledger_path), now, left_out, error)
     print(summary)
     return 0
-
-
-ASSUMES = """\
-- **Compute** of one micro-batch follows t_c(b) = k·b^p through the micro-batches
-  measured; below the smallest of them the kernels' behaviour is not known, and the
-  curves there are drawn dashed.
-- **Collectives** run one after another on the comm stream, each as NCCL's tuning model
-  times it: a ring of 2(N−1) steps (allreduce) or N−1 (reduce-scatter, allgather), or
-  for allreduce a tree of log2(nodes) levels across nodes, whichever is faster. The
-  bandwidth across nodes is that of every NIC of a node together, at its line rate.
-- **Overlap** hides the share h of communication measured in the sweep, never more than
-  the share w of compute that communication ran beside; the rest is exposed.
-- **Stragglers** add σ·√(2 ln N), σ the jitter of one rank's compute measured across
-  the ranks of a step.
-- **Left out**: contention from other jobs and oversubscribed switches, topologies of
-  more than two levels, NVLS/SHARP/PAT and other NCCL algorithms, failures and
-  restarts, and any kernel's behaviour at a micro-batch never measured."""
-
-
-def _fmt(value, digits=3):
-    return "—" if value is None or not math.isfinite(value) else f"{value:.{digits}g}"
-
-
-def _band(row, key, scale=1.0, digits=3):
-    return (f"{_fmt(row[key] * scale, digits)} [{_fmt(row[key + '_lo'] * scale, digits)}–"
-            f"{_fmt(row[key + '_hi'] * scale, digits)}]")
-
-
-def _md_table(header, rows):
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return "\n".join(lines + ["| " + " | ".join(map(str, row)) + " |" for row in rows])
-
-
-def _check_section(studies):
-    rows = []
-    for study in studies:
-        check = study.check
-        if check is None:
-            rows.append([study.label, "—", "—", "—", "—",
-                         "one N measured: nothing to hold out"])
-            continue
-        extrapolated = check["micro_batch"] < check["smallest_fitted_batch"] - 1e-9
-        rows.append([study.label, ", ".join(map(str, check["fit_N"])), check["predicted_N"],
-                     _fmt(1e3 * check["predicted_step_s"], 4),
-                     _fmt(1e3 * check["measured_step_s"], 4),
-                     f"{100 * check['signed_error']:+.2f} %"
-                     + (" (micro-batch below those fitted)" if extrapolated else "")])
-    return _md_table(["strategy", "fitted on N", "predicted N", "predicted step (ms)",
-                      "measured step (ms)", "signed error"], rows)
-
-
-def _ledger_section(ledger):
-    if ledger is None:
-        return "*Ledger not used (--no-ledger).*"
-    scored = [e for e in ledger["entries"] if e.get("score")]
-    open_count = len(ledger["entries"]) - len(scored)
-    if not scored:
-        return (f"{open_count} predictions wait for their N to be measured; none scored yet.")
-    rows = [[e["strategy"], e["scaling"], e["N"], ", ".join(map(str, e["fit_N"])), e["made_utc"],
-             _fmt(1e3 * e["predicted_step_s"], 4), _fmt(1e3 * e["score"]["measured_step_s"], 4),
-             f"{100 * e['score']['signed_error']:+.2f} %",
-             "yes" if e["score"]["inside_interval"] else "no"] for e in scored]
-    return (f"{len(scored)} predictions scored, {open_count} still open.\n\n" + _md_table(
-        ["strategy", "scaling", "N", "fitted on N", "made", "predicted (ms)", "measured (ms)",
-         "signed error", "inside interval"], rows))
-
-
-def _take_section(take, network):
-    rows = []
-    for label, by_target in take.items():
-        for size in TAKE_SIZES:
-            cells = [label, size, _fmt(by_target["described"][size], 3)]
-            for target in TAKE_TARGETS:
-                value = by_target[target][size]
-                floor = value is not None and value <= TAKE_RANGE_BYTES_PER_S[0] * (1 + 1e-9)
-                cells.append("not reachable" if value is None else
-                             f"≤ {value / 1e9:.3g}" if floor else f"{value / 1e9:.3g}")
-            rows.append(cells)
-    return (f"Weak scaling at the weak-scaling micro-batch; bandwidth per GPU across nodes "
-            f"(GB/s per direction), everything else as in `{network.name}`. \"Not reachable\": "
-            "even 10 TB/s leaves the efficiency below the target, which latency, the node's own "
-            "bus or the work that does not shrink then bound.\n\n"
-            + _md_table(["strategy", "N", "efficiency on this network"]
-                        + [f"needed for {int(100 * t)} %" for t in TAKE_TARGETS], rows))
-
-
-def _prediction_rows(predictions, scaling):
-    frame = predictions[(predictions["scaling"] == scaling)
-                        & predictions["N"].isin((1, 2, 4) + TABLE_SIZES)]
-    return [[r["strategy"], int(r["N"]), f"{r['micro_batch']:g}"
-             + (" *" if r["beyond_measured_batch"] else ""), _band(r, "step_time_s", 1e3),
-             _band(r, "tokens_per_s", 1e-3), _band(r, "efficiency"),
-             _band(r, "exposed_comm_s", 1e3), f"{r['memory_per_gpu_bytes'] / 2 ** 30:.3g}",
-             r["allreduce_algorithm"]] for _, r in frame.iterrows()]
-
-
-def _strong_end(study):
-    end = int(study.global_batch // study.accum)
-    measured = int(study.global_batch / study.accum // study.smallest_batch)
-    return (f"{study.label}: the global batch of {study.global_batch:g} sequences gives one "
-            f"sequence per GPU at N = {end}, where strong scaling ends; past N = {measured} "
-            f"the micro-batch falls below the smallest measured ({study.smallest_batch:g}).")
-
-
-def _json_value(value):
-    """numpy scalars as Python's; anything else as its text."""
-    return value.item() if hasattr(value, "item") else str(value)
-
-
-def write_outputs(out, args, network, studies, predictions, take, ledger, now, left_out):
-    predictions.to_csv(out / "predictions.csv", index=False)
-    take_rows = [{"strategy": label, "N": size, "efficiency_on_network": t["described"][size],
-                  **{f"inter_gb_per_s_for_{int(100 * target)}": (None if t[target][size] is None
-                                                                 else t[target][size] / 1e9)
-                     for target in TAKE_TARGETS}}
-                 for label, t in take.items() for size in TAKE_SIZES]
-    import pandas as pd
-    pd.DataFrame(take_rows).to_csv(out / "what-it-takes.csv", index=False)
-    checks = [{k: v for k, v in s.check.items() if k not in ("model", "parts")}
-              for s in studies if s.check]
-    models = {s.label: {key: value for key, value in vars(s.model).items()
-                        if key not in ("comm", "memory")} | {"comm": vars(s.model.comm)}
-              for s in studies}
-    document = {"made_utc": now, "sweep": str(args.sweep), "network": vars(network),
-                "level": args.level, "resamples": args.resamples, "models": models,
-                "held_out": checks, "what_it_takes": take_rows, "left_out": left_out,
-                "predictions": predictions.to_dict(orient="records")}
-    (out / "predictions.json").write_text(
-        json.dumps(document, indent=1, default=_json_value) + "\n")
-    _plot(out / "prediction.png", studies, predictions,
-          f"{Path(args.sweep).resolve().name} on {network.name}")
-    notes = "\n".join(f"- **{s.label}**: " + "; ".join(s.model.notes) + "." for s in studies)
-    text = "\n\n".join([
-        f"# Scaling prediction: `{args.sweep}` on {network.name}",
-        f"Made {now}. Intervals: {int(100 * args.level)} % bootstrap over the sweep's repeats "
-        f"({args.resamples} resamples). Network: `{args.network}` ({network.source}).",
-        "## Held-out check\n\nFitted on every N below the largest measured, then the largest "
-        "predicted. Signed error = predicted / measured − 1 of the median step time.\n\n"
-        + _check_section(studies),
-        "## What was fitted\n\n" + notes + _left_out_section(left_out),
-        "## Strong scaling\n\n" + "\n".join(f"- {_strong_end(s)}" for s in studies)
-        + "\n\n* micro-batch below the smallest measured: extrapolated.\n\n" + _md_table(
-            ["strategy", "N", "micro-batch", "step (ms)", "ktokens/s", "efficiency",
-             "exposed comm (ms)", "memory/GPU (GiB)", "allreduce"],
-            _prediction_rows(predictions, "strong")),
-        "## Weak scaling\n\nEfficiency against one GPU at the same micro-batch.\n\n" + _md_table(
-            ["strategy", "N", "micro-batch", "step (ms)", "ktokens/s", "efficiency",
-             "exposed comm (ms)", "memory/GPU (GiB)", "allreduce"],
-            _prediction_rows(predictions, "weak")),
-        "## What would it take\n\n" + _take_section(take, network),
-        "## Prediction ledger\n\n" + _ledger_section(ledger),
-        "## What the model assumes and leaves out\n\n" + ASSUMES,
-        "![prediction](prediction.png)"])
-    (out / "prediction.md").write_text(text + "\n")
-    lines = [f"held-out check ({network.name}):"]
-    for study in studies:
-        check = study.check
-        lines.append(f"  {study.label}: " + ("one N measured, nothing held out" if check is None
-                     else f"fit N={check['fit_N']} predict N={check['predicted_N']}: "
-                     f"{100 * check['signed_error']:+.2f} %"))
-    return "\n".join(lines + [f"wrote {out / 'prediction.md'}"])
-
-
-def _left_out_section(left_out):
-    if not left_out:
-        return "\n\nEvery result file under the sweep entered the fit."
-    return ("\n\nLeft out of the fit:\n\n" + "\n".join(f"- `{line}`" for line in left_out))
-
-
-def _plot_check(axis, study, row, scale):
-    """The held-out prediction of the largest N measured, fitted without it: a cross."""
-    check = study.check
-    if check is None:
-        return
-    table = study.series.table
-    value = check["predicted_step_s"] * scale
-    if row == 1:
-        first = table["step_time_median_s"].iloc[0]
-        value = first / check["predicted_step_s"]
-        if study.series.scaling == "strong":
-            value *= table["N"].iloc[0] / check["predicted_N"]
-    axis.plot([check["predicted_N"]], [value], "x", color="black", markersize=7,
-              label="held-out prediction" if study.series.index == 1 and row == 0 else None)
-
-
-def _plot(path, studies, predictions, title):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    figure, axes = plt.subplots(2, 2, figsize=(10, 6.4), sharex=True)
-    for column, scaling in enumerate(("strong", "weak")):
-        for index, study in enumerate(studies):
-            colour = f"C{index}"
-            rows = predictions[(predictions["strategy"] == study.label)
-                               & (predictions["scaling"] == scaling)]
-            for row, key, scale in ((0, "step_time_s", 1e3), (1, "efficiency", 1.0)):
-                axis = axes[row][column]
-                inside = rows[~rows["beyond_measured_batch"]]
-                beyond = rows[rows["N"] >= inside["N"].max()] if len(inside) else rows
-                axis.plot(inside["N"], inside[key] * scale, color=colour, label=study.label)
-                axis.plot(beyond["N"], beyond[key] * scale, color=colour, linestyle="--")
-                axis.fill_between(rows["N"], rows[f"{key}_lo"] * scale, rows[f"{key}_hi"] * scale,
-                                  color=colour, alpha=0.2, linewidth=0)
-                if study.series.scaling == scaling:
-                    table = study.series.table
-                    y = (table["step_time_median_s"] * 1e3 if row == 0 else
-                         table["step_time_median_s"].iloc[0] * table["N"].iloc[0]
-                         / (table["N"] * table["step_time_median_s"]) if scaling == "strong"
-                         else table["step_time_median_s"].iloc[0] / table["step_time_median_s"])
-                    axis.plot(table["N"], y, "o", color=colour, markersize=5)
-                    _plot_check(axis, study, row, scale)
-        batch = (f"global batch {studies[0].global_batch:g}" if scaling == "strong"
-                 else f"{studies[0].weak_batch:g} sequences per GPU")
-        axes[0][column].set_title(f"{scaling} scaling, {batch}: step time (ms)",
-                                  fontsize="medium")
-        axes[1][column].set_title(f"{scaling} scaling, {batch}: efficiency", fontsize="medium")
-        axes[1][column].set_xlabel("GPUs N; dots measured, dashed: micro-batch never measured")
-        for row in range(2):
-            axis = axes[row][column]
-            axis.set_xscale("log", base=2)
-            axis.set_xticks([1, 8, 64, 512, 4096])
-            axis.set_xticklabels(["1", "8", "64", "512", "4096"])
-            axis.grid(True, alpha=0.3)
-        axes[0][column].set_yscale("log")
-        axes[1][column].set_ylim(0, 1.1)
-    axes[0][0].legend(fontsize="small")
-    figure.suptitle(title, fontsize="medium")
-    figure.tight_layout()
-    figure.savefig(path, dpi=80)
-    plt.close(figure)
 
 
 def main(argv=None):

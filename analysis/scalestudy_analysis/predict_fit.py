@@ -8,8 +8,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from .predict_model import (CommParams, MemoryModel, StepModel, bus_factor, predict_point,
-                            ring_steps)
+from .predict_comm_fit import choose_tuning, fit_comm
+from .predict_model import MemoryModel, StepModel, predict_point
+from .machine import device_model
 from .schema import COLLECTIVE_NAMES, MEMORY_KIND_NAMES, PHASE
 
 # 1.4826 · MAD estimates σ of a normal sample without the pull of a few slow steps.
@@ -40,6 +41,8 @@ class RunSummary:
     collectives: list         # [(kind, payload_bytes)] of one step, rank 0
     durations: pd.DataFrame   # [N, kind, payload_bytes, seconds] one row per collective
     memory: dict              # bytes by kind, the rank that holds the most
+    nccl_version: str = ""    # as the file records it; "" on the CPU backend
+    device: str = ""          # the devices' names, machine.device_model
 
 
 def micro_batch(run):
@@ -141,7 +144,8 @@ def summarize_run(run):
         exposed_s=_median(q.exposed_on_critical[measured]),
         window_share=_window_share(run, busy), step_s=_median(q.step_time[measured]),
         collectives=_step_collectives(run), durations=collective_durations(run),
-        memory=_largest_rank_memory(run))
+        memory=_largest_rank_memory(run), nccl_version=str(run.attrs.get("nccl_version", "")),
+        device=device_model(run))
 
 
 def _least_squares(design, target, weights=None):
@@ -176,42 +180,6 @@ def fit_optimizer(summaries, sharded):
     if fixed < 0 or per_model < 0:   # noise past the physical range: keep the sum right
         return 0.0, float(np.median(times / share))
     return float(fixed), float(per_model)
-
-
-def fit_comm(durations, network, notes):
-    """CommParams: the base latency and the bus bandwidth inside a node from measured
-    collective durations (the sweep's records, or bench comm's points), t − steps·α_step =
-    α_0 + bus_factor·S / B, weighted by 1/t so that small and large messages count alike;
-    the latency per step and everything across nodes from the network description."""
-    intra_latency = network.intra_latency_s
-    base, bus = network.base_latency_s, network.intra_bandwidth_bytes_per_s
-    if durations is not None and not durations.empty:
-        grouped = (durations.groupby(["N", "kind", "payload_bytes"])["seconds"].median()
-                   .reset_index())
-        grouped = grouped[grouped["kind"].isin(["allreduce", "reduce_scatter", "allgather"])]
-        steps = np.array([ring_steps(k, n, 1)[0] for k, n in zip(grouped["kind"], grouped["N"])])
-        factor = np.array([bus_factor(k, n) for k, n in zip(grouped["kind"], grouped["N"])])
-        target = grouped["seconds"].to_numpy() - steps * intra_latency
-        if len(grouped) >= 2 and grouped["payload_bytes"].nunique() >= 2:
-            intercept, inverse = _least_squares(
-                np.column_stack([np.ones(len(grouped)), factor * grouped["payload_bytes"]]),
-                target, 1.0 / grouped["seconds"].to_numpy())
-            if inverse > 0:
-                bus = 1.0 / inverse
-                base = max(0.0, float(intercept))
-                notes.append(f"intra-node α₀ {base * 1e6:.1f} µs and bus bandwidth "
-                             f"{bus / 1e9:.0f} GB/s fitted from {len(grouped)} (N, collective, "
-                             "size) medians")
-            else:
-                notes.append("the measured durations give no positive bandwidth; the network "
-                             "file's intra-node figures are used")
-    else:
-        notes.append("no collective between ranks measured: the network file's intra-node "
-                     "figures are used")
-    return CommParams(base_latency_s=base, intra_latency_s=intra_latency,
-                      intra_bus_bytes_per_s=bus, inter_latency_s=network.inter_latency_s,
-                      inter_bytes_per_s=network.inter_bandwidth_bytes_per_s,
-                      gpus_per_node=network.gpus_per_node)
 
 
 def fit_memory(summaries, sharded):
@@ -256,10 +224,13 @@ def _overlap(summaries, notes):
     return (min(max(hidden, 0.0), 1.0), window if math.isfinite(window) else 1.0)
 
 
-def fit_model(label, sharded, summaries, network, extra_compute=(), bench_durations=None):
+def fit_model(label, sharded, summaries, network, extra_compute=(), bench_durations=None,
+              bench_inter=None):
     """A StepModel from the run summaries of one series; extra_compute: (b, t_c) points of
-    a one-GPU batch sweep; bench_durations: bench comm's points, which replace the
-    records as the source of the intra-node α₀ and bandwidth."""
+    a one-GPU batch sweep; bench_durations: bench comm's points inside one node, which
+    replace the records as the source of the intra-node latency and bandwidth;
+    bench_inter: (durations, ranks per node, nodes) of bench comm across nodes, which
+    calibrate the network step and bandwidth."""
     notes = []
     points = [(s.micro_batch, s.compute_s) for s in summaries] + list(extra_compute)
     scale, exponent = fit_compute(points)
@@ -281,9 +252,10 @@ def fit_model(label, sharded, summaries, network, extra_compute=(), bench_durati
         # Inside a node only: a run across nodes measured the network as well.
         frames = [s.durations for s in summaries if not s.durations.empty and s.nodes == 1]
         durations = pd.concat(frames, ignore_index=True) if frames else None
-    comm = fit_comm(durations, network, notes)
+    comm = fit_comm(durations, network, notes, choose_tuning(summaries, network, notes),
+                    bench_inter)
     if durations is not None:
-        notes.append("α₀ and B inside a node come from " + (
+        notes.append("latency and bandwidth inside a node come from " + (
             "the bench comm file" if bench_durations is not None else
             "the sweep's collective records of its one-node runs (no bench comm file)"))
     hidden, window = _overlap(summaries, notes)
@@ -316,6 +288,17 @@ def bootstrap_models(label, sharded, summaries, network, resamples, rng, **kwarg
             for _ in range(resamples)]
 
 
+def _predict_held(label, sharded, fitted, target, network, models_kwargs):
+    """The fit on fitted and its prediction of target's median step, predicted as it was
+    measured: its ranks per node, so that a run across nodes (or an emulated link)
+    checks the network's terms."""
+    model = fit_model(label, sharded, fitted, network, **(models_kwargs or {}))
+    size, batch = target[0].world_size, target[0].micro_batch
+    measured_comm = replace(model.comm, gpus_per_node=target[0].ranks_per_node)
+    predicted = predict_point(model, size, batch, measured_comm)
+    return model, predicted, _median([s.step_s for s in target])
+
+
 def held_out(label, sharded, summaries, network, models_kwargs=None):
     """Fits on every N below the largest measured and predicts the largest: the signed
     error of the median step time. None when fewer than two N were measured."""
@@ -324,17 +307,40 @@ def held_out(label, sharded, summaries, network, models_kwargs=None):
         return None
     largest = sizes[-1]
     fitted = [s for s in summaries if s.world_size < largest]
-    model = fit_model(label, sharded, fitted, network, **(models_kwargs or {}))
     target = [s for s in summaries if s.world_size == largest]
-    batch = target[0].micro_batch
-    # The held-out N is predicted as it was measured: its ranks per node, so that a run
-    # across nodes (or an emulated link) checks the network's terms.
-    measured_comm = replace(model.comm, gpus_per_node=target[0].ranks_per_node)
-    predicted = predict_point(model, largest, batch, measured_comm)
-    measured = _median([s.step_s for s in target])
+    model, predicted, measured = _predict_held(label, sharded, fitted, target, network,
+                                               models_kwargs)
     return {"strategy": label, "fit_N": sizes[:-1], "predicted_N": largest,
-            "micro_batch": batch, "predicted_step_s": predicted["step_time_s"],
+            "micro_batch": target[0].micro_batch, "predicted_step_s": predicted["step_time_s"],
             "measured_step_s": measured,
             "signed_error": predicted["step_time_s"] / measured - 1.0,
             "smallest_fitted_batch": min(s.micro_batch for s in fitted),
             "parts": predicted, "model": model}
+
+
+def held_out_residuals(label, sharded, summaries, network, models_kwargs=None):
+    """Every N predicted by a fit on the other N, and, where the runs span several node
+    counts, every node count's runs predicted by a fit on the others (predict_error.py)."""
+    from .predict_error import Residual
+    residuals = []
+    groups = [("leave one N out", lambda s, size=size: s.world_size == size)
+              for size in sorted({s.world_size for s in summaries})]
+    node_counts = sorted({s.nodes for s in summaries})
+    if len(node_counts) > 1:
+        groups += [("leave one node count out", lambda s, count=count: s.nodes == count)
+                   for count in node_counts]
+    seen = set()
+    for source, held in groups:
+        fitted = [s for s in summaries if not held(s)]
+        held_ids = frozenset(id(s) for s in summaries if held(s))
+        if not fitted or held_ids in seen:    # one node count per N repeats leave-one-N-out
+            continue
+        seen.add(held_ids)
+        for size in sorted({s.world_size for s in summaries if held(s)}):
+            target = [s for s in summaries if held(s) and s.world_size == size]
+            _, predicted, measured = _predict_held(label, sharded, fitted, target, network,
+                                                   models_kwargs)
+            residuals.append(Residual(label, source, size,
+                                      sorted({s.world_size for s in fitted}),
+                                      predicted["step_time_s"], measured))
+    return residuals

@@ -1,5 +1,4 @@
-"""The scaling model of `scalestudy-predict`: network descriptions, collective times in
-NCCL's ring and tree forms, and the step, throughput and memory of one strategy at N
+"""The scaling model of `scalestudy-predict`: network descriptions and the step, throughput and memory of one strategy at N
 GPUs from fitted parameters (predict_fit.py fits them from a sweep).
 
 The step at N GPUs with a micro-batch of b sequences per GPU and A micro-batches:
@@ -9,7 +8,8 @@ The step at N GPUs with a micro-batch of b sequences per GPU and A micro-batches
     σ(b)   = cv · A·t_c(b)          (per-rank jitter of compute; Eyerman et al.)
     exposed = C(N) − min(h·C(N), w·A·t_c(b))
 
-with C(N) the sum of the step's collectives' modelled times (they run one after another
+with C(N) the sum of the step's collectives' times as NCCL's tuning model gives them
+(predict_comm.py) (they run one after another
 on the comm stream), h the share of them hidden behind compute in the sweep and w the
 share of compute that communication can run beside. docs/strategies.md ("Predicting
 larger clusters") gives the sources and what the model cannot know.
@@ -18,13 +18,10 @@ import configparser
 import math
 from dataclasses import dataclass, field, replace
 
+from .predict_comm import CommParams, collective_time  # noqa: F401 (the model's API)
 from .schema import MEMORY_KIND_NAMES
 
 GB = 1e9
-# NCCL's tuning model (src/graph/tuning.cc) takes a tree's bus bandwidth as 0.9 of the
-# ring's and its algorithm bandwidth as half of that: every byte goes up and down the tree.
-TREE_BANDWIDTH_SHARE = 0.9
-RING_KINDS = ("allreduce", "reduce_scatter", "allgather", "broadcast", "barrier")
 
 
 class NetworkError(ValueError):
@@ -33,28 +30,51 @@ class NetworkError(ValueError):
 
 @dataclass(frozen=True)
 class Network:
-    """Per-GPU figures of a cluster: bandwidth per direction in bytes/s, latency per ring
-    step (NCCL's per-hop latency) in seconds."""
+    """Per-GPU figures of a cluster: bandwidth per direction in bytes/s; the GPU its
+    nodes hold. Latencies come from NCCL's tuning constants of the version the runs
+    recorded (nccl_tuning.py); the latency keys serve runs without NCCL (MPI)."""
     name: str
     gpus_per_node: int
     intra_bandwidth_bytes_per_s: float
-    intra_latency_s: float
     inter_bandwidth_bytes_per_s: float
-    inter_latency_s: float
-    base_latency_s: float
+    gpu_model: str = ""             # "H100": matched against the runs' device names
+    gpu_memory_bytes: float = math.inf
+    nvls: bool = False
+    latencies_us: tuple = None      # (base, intra, inter) for runs without NCCL
     source: str = ""
 
     def with_inter_bandwidth(self, bytes_per_s):
         return replace(self, inter_bandwidth_bytes_per_s=bytes_per_s)
 
 
-NETWORK_KEYS = {"gpus_per_node": int, "intra_bandwidth_gb_per_s": float,
-                "intra_latency_us": float, "inter_bandwidth_gb_per_s": float,
-                "inter_latency_us": float, "base_latency_us": float}
+REQUIRED_KEYS = {"gpus_per_node": int, "intra_bandwidth_gb_per_s": float,
+                 "inter_bandwidth_gb_per_s": float}
+LATENCY_KEYS = ("base_latency_us", "intra_latency_us", "inter_latency_us")
+BOOLEAN_KEYS = ("nvls", "collnet")
+
+
+def _number(path, section, key, kind, zero_allowed=False):
+    text = section.get(key)
+    try:
+        value = kind(text)
+    except (TypeError, ValueError):
+        raise NetworkError(f"--network {str(path)!r}: {key} = {text!r} is not a "
+                           "number") from None
+    if not value > 0 and not (zero_allowed and value == 0):
+        raise NetworkError(f"--network {str(path)!r}: {key} = {text!r} must be positive")
+    return value
+
+
+def _boolean(path, section, key):
+    text = section.get(key, "no").strip().lower()
+    if text not in ("yes", "no", "true", "false", "on", "off", "1", "0"):
+        raise NetworkError(f"--network {str(path)!r}: {key} = {text!r} must be yes or no")
+    return text in ("yes", "true", "on", "1")
 
 
 def read_network(path):
-    """Reads experiments/networks/*.ini: a [network] section with NETWORK_KEYS."""
+    """Reads experiments/networks/*.ini: a [network] section with REQUIRED_KEYS, and
+    optionally gpu_model, gpu_memory_gb, nvls, and the LATENCY_KEYS all three or none."""
     parser = configparser.ConfigParser(inline_comment_prefixes=("#", ";"))
     try:
         if not parser.read(path):
@@ -64,105 +84,23 @@ def read_network(path):
     if not parser.has_section("network"):
         raise NetworkError(f"--network {str(path)!r}: no [network] section")
     section = parser["network"]
-    values = {}
-    for key, kind in NETWORK_KEYS.items():
-        text = section.get(key)
-        try:
-            values[key] = kind(text)
-        except (TypeError, ValueError):
-            raise NetworkError(f"--network {str(path)!r}: {key} = {text!r} is not a "
-                               "number") from None
-        if not values[key] > 0 and not (key.endswith("latency_us") and values[key] == 0):
-            raise NetworkError(f"--network {str(path)!r}: {key} = {text!r} must be positive")
+    values = {key: _number(path, section, key, kind) for key, kind in REQUIRED_KEYS.items()}
+    given = [key for key in LATENCY_KEYS if key in section]
+    if given and len(given) != len(LATENCY_KEYS):
+        raise NetworkError(f"--network {str(path)!r}: give all of {', '.join(LATENCY_KEYS)} "
+                           "or none")
+    latencies = tuple(_number(path, section, key, float, True) for key in given) or None
+    if _boolean(path, section, "collnet"):
+        raise NetworkError(f"--network {str(path)!r}: collnet = yes: CollNet (SHARP) is "
+                           "not modelled")
+    memory = (_number(path, section, "gpu_memory_gb", float) * GB
+              if "gpu_memory_gb" in section else math.inf)
     return Network(name=section.get("name", str(path)), gpus_per_node=values["gpus_per_node"],
                    intra_bandwidth_bytes_per_s=values["intra_bandwidth_gb_per_s"] * GB,
-                   intra_latency_s=values["intra_latency_us"] * 1e-6,
                    inter_bandwidth_bytes_per_s=values["inter_bandwidth_gb_per_s"] * GB,
-                   inter_latency_s=values["inter_latency_us"] * 1e-6,
-                   base_latency_s=values["base_latency_us"] * 1e-6,
+                   gpu_model=section.get("gpu_model", "").strip(), gpu_memory_bytes=memory,
+                   nvls=_boolean(path, section, "nvls"), latencies_us=latencies,
                    source=section.get("source", ""))
-
-
-@dataclass(frozen=True)
-class CommParams:
-    """What one collective costs: a fixed latency per call, a latency per ring step (or
-    tree level) inside a node and across nodes, the bus bandwidth inside a node and the
-    network bandwidth of one GPU across nodes."""
-    base_latency_s: float
-    intra_latency_s: float
-    intra_bus_bytes_per_s: float
-    inter_latency_s: float
-    inter_bytes_per_s: float
-    gpus_per_node: int
-
-
-def node_count(world_size, gpus_per_node):
-    return max(1, math.ceil(world_size / gpus_per_node))
-
-
-def ring_steps(kind, world_size, nodes):
-    """(steps, of which across nodes) of a ring collective, as NCCL's tuning model counts
-    them: allreduce is a reduce-scatter and an allgather, 2(N−1) steps, 2(nodes−1) of them
-    leaving a node; reduce-scatter and allgather N−1, nodes−1 across."""
-    if kind == "allreduce" or kind == "barrier":
-        return 2 * (world_size - 1), 2 * (nodes - 1)
-    return world_size - 1, nodes - 1
-
-
-def bus_factor(kind, world_size):
-    """Bytes each GPU sends per payload byte (nccl-tests' bus factor)."""
-    if kind == "allreduce":
-        return 2.0 * (world_size - 1) / world_size
-    if kind == "barrier":
-        return 0.0
-    if kind == "broadcast":
-        return 1.0
-    return (world_size - 1) / world_size
-
-
-def bus_bandwidth(params, nodes):
-    """A ring inside one node runs at the node's bus bandwidth. Across nodes each ring
-    channel leaves a node through one GPU's NIC, and the channels together use every NIC
-    of the node, so the bus bandwidth is the lesser of the node's and gpus_per_node × one
-    GPU's network bandwidth."""
-    if nodes == 1:
-        return params.intra_bus_bytes_per_s
-    return min(params.intra_bus_bytes_per_s, params.gpus_per_node * params.inter_bytes_per_s)
-
-
-def ring_time(kind, payload_bytes, world_size, params):
-    if world_size <= 1:
-        return 0.0
-    nodes = node_count(world_size, params.gpus_per_node)
-    steps, inter_steps = ring_steps(kind, world_size, nodes)
-    latency = (params.base_latency_s + (steps - inter_steps) * params.intra_latency_s
-               + inter_steps * params.inter_latency_s)
-    return latency + bus_factor(kind, world_size) * payload_bytes / bus_bandwidth(params, nodes)
-
-
-def tree_time(payload_bytes, world_size, params):
-    """NCCL's tree allreduce: a chain inside each node and a binary tree across nodes,
-    up and down, 2·((ranks per node − 1)·intra + log2(nodes)·inter) hops; every byte
-    crosses at half the tree's bus bandwidth."""
-    if world_size <= 1:
-        return 0.0
-    nodes = node_count(world_size, params.gpus_per_node)
-    per_node = min(world_size, params.gpus_per_node)
-    levels = int(math.floor(math.log2(nodes))) if nodes > 1 else 0  # NCCL's log2i
-    latency = params.base_latency_s + 2 * ((per_node - 1) * params.intra_latency_s
-                                           + levels * params.inter_latency_s)
-    bandwidth = 0.5 * TREE_BANDWIDTH_SHARE * bus_bandwidth(params, nodes)
-    return latency + payload_bytes / bandwidth
-
-
-def collective_time(kind, payload_bytes, world_size, params):
-    """(seconds, algorithm): NCCL offers the tree for allreduce only, and picks whichever
-    its model predicts faster at this size."""
-    ring = ring_time(kind, payload_bytes, world_size, params)
-    if kind != "allreduce" or world_size <= 1:
-        return ring, "ring"
-    tree = tree_time(payload_bytes, world_size, params)
-    return (tree, "tree") if tree < ring else (ring, "ring")
 
 
 @dataclass
@@ -210,12 +148,12 @@ def predict_point(model, world_size, micro_batch, comm=None):
                  if world_size > 1 else 0.0)
     share = 1.0 / world_size if model.sharded else 1.0
     optimizer = model.optimizer_fixed_s + model.optimizer_per_model_s * share
-    times, algorithms = [], set()
+    times, algorithms = [], {}
     for kind, payload in model.collectives:
         seconds, algorithm = collective_time(kind, payload, world_size, comm)
         times.append(seconds)
-        if world_size > 1 and kind == "allreduce" and payload > 0:
-            algorithms.add(algorithm)
+        if world_size > 1 and payload > 0:
+            algorithms.setdefault(kind, set()).add(algorithm)
     comm_s = float(sum(times))
     # Hidden communication runs beside compute and cannot outlast it: what grows past
     # the window it hides in is exposed.
@@ -228,4 +166,5 @@ def predict_point(model, world_size, micro_batch, comm=None):
             "compute_s": compute, "straggler_s": straggler, "optimizer_s": optimizer,
             "comm_s": comm_s, "exposed_comm_s": exposed, "other_s": model.other_s,
             "tokens_per_s": tokens / step, "memory_per_gpu_bytes": float(sum(memory.values())),
-            "allreduce_algorithm": "/".join(sorted(algorithms)) or "—"}
+            "algorithms": "; ".join(f"{kind}: {', '.join(sorted(names))}"
+                                    for kind, names in sorted(algorithms.items())) or "—"}

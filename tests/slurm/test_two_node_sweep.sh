@@ -156,3 +156,8 @@ slurm_sweep_complete "$python" "$experiment" "$out"
 link_bytes=$(ip netns exec "$switch" sh -c 'echo $(( $(cat /sys/class/net/port1/statistics/rx_bytes) + $(cat /sys/class/net/port1/statistics/tx_bytes) ))')
 "$python" "$SCALESTUDY_ROOT/tests/slurm/check_two_node_results.py" "$out" "${hosts[@]}" --link-bytes "$link_bytes" \
   --bench-comm "$bench_comm"
+
+# By hand (SCALESTUDY_SHAPED_LINK=1): the scaling model across the shaped link.
+if [ "${SCALESTUDY_SHAPED_LINK:-0}" = 1 ]; then
+  source "$SCALESTUDY_ROOT/tests/slurm/shaped_link_predict.sh"
+fi
