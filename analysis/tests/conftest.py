@@ -7,7 +7,7 @@ import pytest
 # The synthetic-file writer lives next to the tests, not in the package.
 sys.path.insert(0, str(Path(__file__).parent))
 
-from scalestudy_analysis.load import read_run  # noqa: E402
+from scalestudy_analysis.results.load import read_run  # noqa: E402
 from synth import changed_file  # noqa: E402
 
 
@@ -33,7 +33,7 @@ def unnamed_in_report_help():
     --help` does not name: a user reads from the help what the command writes. A file of
     one series (its name holds the series' slug, `_s01-...`) counts as named where the
     help names it with `<series>` in the slug's place."""
-    from scalestudy_analysis.cli import parser
+    from scalestudy_analysis.report.cli import parser
     help_text = " ".join(parser().format_help().split())
 
     def unnamed(out_dir):
@@ -51,7 +51,7 @@ def example_report(tmp_path_factory):
     """The report of the example dataset, built once for every test that reads it."""
     if not EXAMPLE_DATASET.is_dir():
         pytest.skip(f"{EXAMPLE_DATASET} is missing")
-    from scalestudy_analysis.cli import main
+    from scalestudy_analysis.report.cli import main
     out = tmp_path_factory.mktemp("example-report")
     assert main([str(EXAMPLE_DATASET), "-o", str(out)]) == 0
     return out

@@ -12,8 +12,8 @@ import h5py
 import numpy as np
 import pytest
 
-from scalestudy_analysis import bench
-from scalestudy_analysis.bandwidth import nearest_bench
+from scalestudy_analysis.bench import report as bench
+from scalestudy_analysis.report.bandwidth import nearest_bench
 from synth import base_config, write_run
 
 BINARY = os.environ.get("SCALESTUDY_BINARY")

@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from scalestudy_analysis.cli import main
+from scalestudy_analysis.report.cli import main
 from synth import base_config, write_run
 
 OVERVIEW_PNGS = {"strong_speedup.png", "strong_efficiency.png", "weak_efficiency.png",
@@ -71,10 +71,10 @@ def test_directory_without_result_files_exits_2(tmp_path, capsys):
 
 
 def test_module_entry_point_and_help(tmp_path):
-    completed = subprocess.run([sys.executable, "-m", "scalestudy_analysis.cli", "--help"],
+    completed = subprocess.run([sys.executable, "-m", "scalestudy_analysis.report.cli", "--help"],
                                capture_output=True, text=True)
     assert completed.returncode == 0 and "RESULTS_DIR" in completed.stdout
-    completed = subprocess.run([sys.executable, "-m", "scalestudy_analysis.cli",
+    completed = subprocess.run([sys.executable, "-m", "scalestudy_analysis.report.cli",
                                 str(tmp_path / "missing"), "-o", str(tmp_path / "out")],
                                capture_output=True, text=True)
     assert completed.returncode == 2

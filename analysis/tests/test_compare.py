@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from scalestudy_analysis.bootstrap import Ratio
-from scalestudy_analysis.cli import main
+from scalestudy_analysis.compare.bootstrap import Ratio
+from scalestudy_analysis.report.cli import main
 from synth import base_config, write_run
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "gpt2-small-strong-4xh200"

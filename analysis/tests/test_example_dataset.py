@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from scalestudy_analysis.load import load_results
-from scalestudy_analysis.metrics import group_series
+from scalestudy_analysis.results.load import load_results
+from scalestudy_analysis.results.metrics import group_series
 
 DATASET = Path(__file__).resolve().parents[2] / "examples" / "gpt2-small-strong-4xh200"
 STRATEGIES = {"ddp+overlap": "ddp-overlap_on", "zero2+overlap": "zero2-overlap_on"}
@@ -187,7 +187,7 @@ def median_step_by_hand(strategy, world_size):
 
 
 def test_where_the_scaling_went_recomputes_by_hand_and_its_parts_add_up(example_series):
-    from scalestudy_analysis.scaling_loss import scaling_loss
+    from scalestudy_analysis.report.scaling_loss import scaling_loss
     _, series_list = example_series
     checked = 0
     for series in series_list:

@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from scalestudy_analysis.cli import main
-from scalestudy_analysis.schema import MEMORY_KIND_NAMES
+from scalestudy_analysis.report.cli import main
+from scalestudy_analysis.results.schema import MEMORY_KIND_NAMES
 from synth import base_config, write_run
 
 ROOT = Path(__file__).resolve().parents[2]

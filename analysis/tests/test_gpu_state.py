@@ -8,10 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from scalestudy_analysis.gpu_state import gpu_metrics, has_samples, reason_names
-from scalestudy_analysis.load import load_results, read_run
-from scalestudy_analysis.metrics import group_series
-from scalestudy_analysis.report import write_report
+from scalestudy_analysis.results.gpu_state import gpu_metrics, has_samples, reason_names
+from scalestudy_analysis.results.load import load_results, read_run
+from scalestudy_analysis.results.metrics import group_series
+from scalestudy_analysis.report.report import write_report
 from synth import (GPU_DATASETS, base_config, drop_steps_dataset,
                    replace_steps_dataset, reshape_steps_dataset, set_steps_value, write_run)
 

@@ -8,10 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from scalestudy_analysis.gpu_state import (gpu_metrics, gpu_phase_metrics, has_phase_samples,
+from scalestudy_analysis.results.gpu_state import (gpu_metrics, gpu_phase_metrics, has_phase_samples,
                                            has_samples, rank_phase_rows, slowest_rank_clock)
-from scalestudy_analysis.load import read_run
-from scalestudy_analysis.report import write_report
+from scalestudy_analysis.results.load import read_run
+from scalestudy_analysis.report.report import write_report
 from synth import (GPU_PHASE_DATASETS, PHASES, base_config, drop_steps_dataset,
                    replace_steps_dataset, reshape_steps_dataset, set_steps_value, write_run)
 

@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from scalestudy_analysis.intervals import step_quantities, union_length, uncovered_length
+from scalestudy_analysis.results.intervals import step_quantities, union_length, uncovered_length
 from synth import PHASES
 
 

@@ -13,11 +13,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from scalestudy_analysis.cli import main
-from scalestudy_analysis.kernels import (category_times, imbalance, series_profile,
+from scalestudy_analysis.report.cli import main
+from scalestudy_analysis.bench.kernels import (category_times, imbalance, series_profile,
                                          top_kernels)
-from scalestudy_analysis.load import load_results, read_run
-from scalestudy_analysis.metrics import group_series
+from scalestudy_analysis.results.load import load_results, read_run
+from scalestudy_analysis.results.metrics import group_series
 from synth import base_config, changed_file, trace_records, write_run
 
 RTOL = 1e-12

@@ -13,10 +13,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from scalestudy_analysis.cli import main
-from scalestudy_analysis.load import load_results, read_run
-from scalestudy_analysis.metrics import group_series
-from scalestudy_analysis.schema import SCHEMA_VERSION
+from scalestudy_analysis.report.cli import main
+from scalestudy_analysis.results.load import load_results, read_run
+from scalestudy_analysis.results.metrics import group_series
+from scalestudy_analysis.results.schema import SCHEMA_VERSION
 from synth import base_config, write_run
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "gpt2-small-strong-4xh200"
@@ -199,7 +199,7 @@ def test_repeats_and_batch_split_do_not_split_a_series(tmp_path):
 
 def test_benchmark_files_are_not_runs(tmp_path):
     import h5py
-    from scalestudy_analysis.load import find_result_files
+    from scalestudy_analysis.results.load import find_result_files
     with h5py.File(tmp_path / "gemm.h5", "w") as handle:
         handle.attrs["bench"] = "gemm"
         handle.attrs["status"] = "complete"

@@ -5,10 +5,10 @@ import math
 import numpy as np
 import pytest
 
-from scalestudy_analysis.baseline import BaselineError, add_common_efficiency
-from scalestudy_analysis.cli import main
-from scalestudy_analysis.load import load_results
-from scalestudy_analysis.metrics import group_series
+from scalestudy_analysis.results.baseline import BaselineError, add_common_efficiency
+from scalestudy_analysis.report.cli import main
+from scalestudy_analysis.results.load import load_results
+from scalestudy_analysis.results.metrics import group_series
 from synth import base_config, write_run
 
 A, B = 0.1, 0.9

@@ -6,9 +6,9 @@ tree's hops, PAT at one GPU per node where the version has it, NVLS only where t
 network file enables it, and the node's bus never capped by the sweep's own fit."""
 import pytest
 
-from scalestudy_analysis.nccl_tuning import (NCCL_2_20, NCCL_2_23, NCCL_2_7, flat_tuning,
+from scalestudy_analysis.predict.nccl_tuning import (NCCL_2_20, NCCL_2_23, NCCL_2_7, flat_tuning,
                                              tuning_for)
-from scalestudy_analysis.predict_comm import (CommParams, bus_bandwidth, collective_time,
+from scalestudy_analysis.predict.comm import (CommParams, bus_bandwidth, collective_time,
                                               pat_time, ring_time, tree_time)
 
 US = 1e-6

@@ -12,7 +12,7 @@ import h5py
 import numpy as np
 import pytest
 
-from scalestudy_analysis.cli import main
+from scalestudy_analysis.report.cli import main
 from synth import base_config, write_run
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,14 +10,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from scalestudy_analysis import load, metrics
-from scalestudy_analysis.predict_cli import LEDGER_NAME, main
-from scalestudy_analysis.nccl_tuning import NCCL_2_23, flat_tuning
-from scalestudy_analysis.predict_comm import (CommParams, bus_factor, collective_time,
+from scalestudy_analysis.results import load
+
+from scalestudy_analysis.results import metrics
+from scalestudy_analysis.predict.cli import LEDGER_NAME, main
+from scalestudy_analysis.predict.nccl_tuning import NCCL_2_23, flat_tuning
+from scalestudy_analysis.predict.comm import (CommParams, bus_factor, collective_time,
                                               ring_time, tree_time)
-from scalestudy_analysis.predict_comm_fit import fit_comm
-from scalestudy_analysis.predict_fit import RunSummary, fit_model, held_out, summarize_run
-from scalestudy_analysis.predict_model import (MemoryModel, Network, StepModel, predict_point,
+from scalestudy_analysis.predict.comm_fit import fit_comm
+from scalestudy_analysis.predict.fit import RunSummary, fit_model, held_out, summarize_run
+from scalestudy_analysis.predict.model import (MemoryModel, Network, StepModel, predict_point,
                                                read_network)
 from synth import write_run
 from test_bench import write_bench
@@ -287,7 +289,7 @@ def _bench_comm(path, base_s, bus_bytes_per_s, world_size=4):
 
 
 def test_bench_comm_gives_the_intra_node_latency_and_bandwidth(tmp_path):
-    from scalestudy_analysis.predict_cli import _bench_durations
+    from scalestudy_analysis.predict.cli import _bench_durations
     _bench_comm(tmp_path / "comm.h5", 12e-6, 300e9)
     measured, message = _bench_durations(tmp_path / "comm.h5")
     assert message is None and list(measured) == ["bench_durations"]
@@ -311,8 +313,8 @@ def test_bench_comm_across_nodes_calibrates_the_network_step_and_bandwidth(tmp_p
     """2 nodes × 2 ranks, times made by NCCL's ring (the PAT table): 8.4 µs a call, 3.4 µs
     an intra step, 20 µs a network step and 2 × 5 GB/s for the node's rings."""
     from dataclasses import replace
-    from scalestudy_analysis.predict_cli import _bench_durations
-    from scalestudy_analysis.predict_comm import ring_steps
+    from scalestudy_analysis.predict.cli import _bench_durations
+    from scalestudy_analysis.predict.comm import ring_steps
     columns = {key: [] for key in ("collective", "bytes", "elems", "time_median_s",
                                    "algbw_gb_per_s", "bus_factor", "busbw_gb_per_s",
                                    "wrong_elems")}

@@ -8,10 +8,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from scalestudy_analysis.predict_cli import main
-from scalestudy_analysis.predict_plot import _plot_flagged
-from scalestudy_analysis.predict_flags import FLAG_GPU, FLAG_MEMORY, gpu_mismatch
-from scalestudy_analysis.predict_model import Network
+from scalestudy_analysis.predict.cli import main
+from scalestudy_analysis.predict.plot import _plot_flagged
+from scalestudy_analysis.predict.flags import FLAG_GPU, FLAG_MEMORY, gpu_mismatch
+from scalestudy_analysis.predict.model import Network
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "gpt2-small-strong-4xh200"

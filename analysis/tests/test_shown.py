@@ -8,13 +8,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from scalestudy_analysis import plots
-from scalestudy_analysis.bandwidth import bandwidth_table, load_benches
-from scalestudy_analysis.cli import main
-from scalestudy_analysis.load import load_results
-from scalestudy_analysis.loss import loss_figure
-from scalestudy_analysis.memory import memory_markdown, memory_table
-from scalestudy_analysis.metrics import group_series
+from scalestudy_analysis.report import plots
+from scalestudy_analysis.report.bandwidth import bandwidth_table, load_benches
+from scalestudy_analysis.report.cli import main
+from scalestudy_analysis.results.load import load_results
+from scalestudy_analysis.report.loss import loss_figure
+from scalestudy_analysis.report.memory import memory_markdown, memory_table
+from scalestudy_analysis.results.metrics import group_series
 from synth import MEMORY_KINDS, base_config, write_run
 from test_bench import write_bench
 

@@ -10,8 +10,8 @@ import h5py
 import numpy as np
 import pytest
 
-from scalestudy_analysis.cli import main
-from scalestudy_analysis.trace import trace_document
+from scalestudy_analysis.report.cli import main
+from scalestudy_analysis.report.trace import trace_document
 from synth import base_config, trace_records, write_run
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "gpt2-small-strong-4xh200"

@@ -139,7 +139,7 @@ EXPECTED_SCOPES = {"world": (4, 1), "intra_node": (RANKS_PER_NODE, 2), "inter_no
 
 
 def bench_comm_errors(points, method):
-    """points: the comm table as scalestudy_analysis.bench reads it; method: its group's
+    """points: the comm table as scalestudy_analysis.bench.report reads it; method: its group's
     attributes. Every scope is measured, over the ranks it should span, every point ok and
     exact, with a positive busbw at every size of every collective."""
     errors = []
@@ -161,7 +161,7 @@ def bench_comm_errors(points, method):
 
 
 def check_bench_comm(path, out_dir):
-    from scalestudy_analysis import bench
+    from scalestudy_analysis.bench import report as bench
     loaded = bench.read_bench_file(path)
     if not loaded.usable:
         return [f"bench comm {path}: " + "; ".join(p.line() for p in loaded.problems)]

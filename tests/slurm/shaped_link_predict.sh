@@ -72,7 +72,7 @@ shaped_link_check() {
     --max-bytes 256K --warmup 1 --repeats 3 --min-sample-ms 0.2 --comm-timeout 60 \
     -o "$work/bench-comm.h5"
   shaped_network_file "$work/network.ini" "$rate"
-  "$python" -m scalestudy_analysis.predict_cli "$work/results" --network "$work/network.ini" \
+  "$python" -m scalestudy_analysis.predict.cli "$work/results" --network "$work/network.ini" \
     --bench-comm "$work/bench-comm.h5" --no-ledger --resamples 20 --out "$work/prediction"
   "$python" "$SCALESTUDY_ROOT/tests/slurm/check_shaped_prediction.py" \
     "$work/prediction/predictions.json" "$work/results" "$SHAPED_BOUND" "$rate"
