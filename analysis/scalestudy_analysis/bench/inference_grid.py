@@ -23,6 +23,9 @@ STYLE = {"scalestudy": ("o", "-"), "eager": ("s", "--"), "compile": ("^", ":")}
 
 @dataclass
 class PytorchRuns:
+    """PyTorch's inference points as peers/inference_vs_pytorch.py --json writes them: its
+    machine and settings, and per model its shape and a DataFrame of points (batch, seq, mode,
+    status, latency_ms, sequences_per_s)."""
     path: str
     machine: dict = field(default_factory=dict)
     settings: dict = field(default_factory=dict)
@@ -111,6 +114,9 @@ def _not_run(bench, pytorch_points, seq):
 
 
 def plot_inference_grid(bench, pytorch_points, path):
+    """Writes the PNG at `path`: latency (ms) and sequences/s against batch, one column per
+    sequence length; PyTorch's eager and compile points beside scalestudy's when
+    `pytorch_points` is not None, and the batches a side did not run noted in each panel."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

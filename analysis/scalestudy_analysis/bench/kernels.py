@@ -59,6 +59,9 @@ class RankKernels:
 
 @dataclass
 class KernelTrace:
+    """One run's /kernel_trace: the traced steps window_first..window_last, the group's
+    attributes and every rank's kernel times; records outside the window are only counted
+    (outside_window)."""
     window_first: int
     window_last: int
     attrs: dict                 # the group's attributes as found, the overhead included
@@ -240,6 +243,8 @@ class CategoryTimes:
 
 
 def category_times(trace):
+    """CategoryTimes of one trace, per rank and category: the summed kernel time per traced
+    step in ms, and the fraction of the rank's summed kernel time (NaN for a rank with none)."""
     ns = np.array([rank.category_ns for rank in trace.ranks], dtype=float)
     ns = ns.reshape(len(trace.ranks), len(KERNEL_CATEGORY_NAMES))
     index = pd.Index([rank.rank for rank in trace.ranks], name="rank")
@@ -287,6 +292,7 @@ class SeriesKernelProfile:
 
 
 def profiled_runs(runs):
+    """The runs that carry a readable kernel trace, in the order given."""
     return [run for run in runs if run.kernel_trace is not None]
 
 
@@ -516,6 +522,8 @@ def _stacked_bars(profile, frame, ylabel, title, out_dir, name):
 
 
 def category_time(series, profile, out_dir):
+    """Figure: stacked bars per N of the summed kernel time per traced step (ms, mean over
+    ranks) by category; writes kernel_time_<slug>.png under out_dir."""
     return _stacked_bars(profile, profile.ms_per_step,
                          "summed kernel time per traced step (ms), mean over ranks",
                          f"Kernel time per category: {series.label}", out_dir,
@@ -523,6 +531,8 @@ def category_time(series, profile, out_dir):
 
 
 def category_fraction(series, profile, out_dir):
+    """Figure: stacked bars per N of each category's fraction of the traced kernel time (mean
+    over ranks); writes kernel_fraction_<slug>.png under out_dir."""
     return _stacked_bars(profile, profile.fraction,
                          "fraction of traced kernel time, mean over ranks",
                          f"Kernel time fraction per category: {series.label}", out_dir,
@@ -530,6 +540,8 @@ def category_fraction(series, profile, out_dir):
 
 
 def comm_share(series, profile, out_dir):
+    """Figure: the communication kernels' fraction (0 to 1) of all traced kernel time against
+    N; writes kernel_comm_share_<slug>.png under out_dir."""
     title = f"Communication kernels' share of kernel time: {series.label}"
     figure, axis = plt.subplots(figsize=(7, 4.5))
     axis.plot(profile.sizes, profile.comm_share.to_numpy(dtype=float), marker="o",
@@ -543,6 +555,8 @@ def comm_share(series, profile, out_dir):
 
 
 def load_imbalance(series, profile, out_dir):
+    """Figure: per category, max over ranks / mean over ranks of the time per traced step
+    against N (1 is balanced); writes kernel_imbalance_<slug>.png under out_dir."""
     title = f"Kernel load imbalance across ranks: {series.label}"
     figure, axis = plt.subplots(figsize=(7, 4.5))
     for category in profile.active_categories():
@@ -559,5 +573,7 @@ def load_imbalance(series, profile, out_dir):
 
 
 def kernel_figures(series, profile, out_dir):
+    """The four figures of a series' SeriesKernelProfile, in the report's order: time,
+    fraction, communication share, load imbalance."""
     return [category_time(series, profile, out_dir), category_fraction(series, profile, out_dir),
             comm_share(series, profile, out_dir), load_imbalance(series, profile, out_dir)]

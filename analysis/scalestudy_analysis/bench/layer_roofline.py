@@ -39,6 +39,8 @@ def roof_rows(bench, roofline):
 
 
 def plot_layer_roof(rows, title, path):
+    """Writes the PNG at `path`: one bar per row of roof_rows (measured TFLOP/s) with a tick
+    at the roof for that row's arithmetic intensity."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

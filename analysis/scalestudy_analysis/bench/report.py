@@ -78,6 +78,8 @@ def _recomputed(name, points):
 # ---- the byte model (src/bench/bench_model.cpp), for training phases -----------------------
 
 def matmul_forward_bytes(rows, in_ch, out_ch, bias):
+    """Bytes a matmul forward of rows × in_ch onto out_ch moves under the byte model (fp32):
+    input, weight and bias read once, output written once."""
     return A * (rows * in_ch + out_ch * in_ch + (out_ch if bias else 0) + rows * out_ch)
 
 
@@ -87,6 +89,9 @@ def _input_gradient_passes(accumulate):
 
 
 def matmul_backward_bytes(rows, in_ch, out_ch, bias, accumulate_dinp):
+    """Bytes a matmul backward moves under the byte model (fp32): dout, input and weight read;
+    the input gradient written, and read too when accumulate_dinp; the weight and bias
+    gradients accumulated."""
     return A * (rows * out_ch + rows * in_ch + out_ch * in_ch + _input_gradient_passes(accumulate_dinp) * rows * in_ch
                 + 2 * out_ch * in_ch + (2 * out_ch if bias else 0))
 
@@ -104,6 +109,8 @@ def dense_backward_through_gelu_bytes(rows, in_ch, out_ch):
 
 
 def gpt_forward_bytes(layers, hidden, heads, vocab, batch, seq):
+    """Bytes one forward pass of a GPT of this shape moves under the byte model (fp32):
+    embedding, `layers` blocks, final LayerNorm, logits and cross-entropy over batch × seq tokens."""
     n, c, b, t = batch * seq, hidden, batch, seq
     layernorm = A * (2 * n * c + 2 * c + 2 * n)
     attention = A * (4 * n * c + b * heads * t * t)
@@ -117,6 +124,8 @@ def gpt_forward_bytes(layers, hidden, heads, vocab, batch, seq):
 
 
 def gpt_backward_bytes(layers, hidden, heads, vocab, batch, seq):
+    """Bytes one backward pass of a GPT of this shape moves under the byte model (fp32), from
+    the cross-entropy back to the embedding, over batch × seq tokens."""
     n, c, b, t = batch * seq, hidden, batch, seq
 
     def layernorm(accumulate):
@@ -145,6 +154,8 @@ def forward_flops(layers, hidden, vocab, batch, seq):
 
 @dataclass
 class BenchFile:
+    """One `scalestudy bench` file as read: root attributes, /method, its points as a
+    DataFrame, devices and problems; usable is True once it read and its rates were checked."""
     path: str
     name: str = ""
     attrs: dict = field(default_factory=dict)
@@ -337,6 +348,8 @@ def comm_absent_lines(bench):
 
 
 def markdown(table, index_name):
+    """A Markdown table of a DataFrame, its index as the first column headed index_name;
+    cells as str() writes them, so format the values first."""
     header = [index_name] + [str(c) for c in table.columns]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for label, row in table.iterrows():
@@ -348,6 +361,8 @@ def markdown(table, index_name):
 
 @dataclass
 class Roofline:
+    """The roofline of one device: the compute roof (TFLOP/s) and the bandwidth roof (GB/s)
+    with their sources, the best GEMM rate per precision, and the points placed against them."""
     device: str
     peak_tflops: float = math.nan
     peak_label: str = ""
@@ -464,6 +479,8 @@ def build_rooflines(benches, runs_dir=None):
 
 
 def plot_roofline(roofline, path):
+    """Writes the roofline PNG at `path`: TFLOP/s against FLOP/byte on log axes, the roofs,
+    the fp32 GEMM roof dashed when lower, and the points by group. Needs finite roofs."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -566,6 +583,7 @@ def write_bench_report(paths, out_dir, runs_dir=None, pytorch=None):
 
 
 def parser():
+    """The argparse parser of scalestudy-bench-report."""
     result = argparse.ArgumentParser(
         prog="scalestudy-bench-report",
         description="Read `scalestudy bench` files and write OUT_DIR/bench-report.md (tables per "
@@ -584,6 +602,8 @@ def parser():
 
 
 def main(argv=None):
+    """Runs scalestudy-bench-report on argv (default sys.argv[1:]) and returns the exit
+    status: 0, or 2 on bad arguments or when no file is a usable benchmark file."""
     args = parser().parse_args(argv)
     for path in args.files:
         if not path.is_file():

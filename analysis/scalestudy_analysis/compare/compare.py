@@ -43,6 +43,8 @@ NOT_COMPARABLE = "not comparable"
 
 @dataclass
 class ResultSet:
+    """One result set as compared: label, directory, runs, series and problems; series indexed
+    by series_key, a key that several series share going to `ambiguous`."""
     label: str
     path: Path
     runs: list
@@ -55,10 +57,12 @@ class ResultSet:
 
 
 def series_key(series):
+    """(model, scaling, strategy label): the key that pairs a series with one of another set."""
     return (series.fields.get("model", "?"), series.scaling, series.strategy_label)
 
 
 def load_set(label, path):
+    """Reads the result files under `path` into a ResultSet named `label`."""
     runs, _, problems = load_results(path)
     series_list, series_problems = group_series(runs)
     result = ResultSet(label, Path(path), runs, series_list, problems + series_problems)
@@ -227,6 +231,8 @@ def flat_rows(rows):
 
 
 def comparison_table(rows):
+    """The Markdown table of the compared points: one line per row, with the ratios B/A, their
+    intervals, the verdicts and the repeats that would decide."""
     header = ["model", "scaling", "strategy", "N", "repeats A / B", "throughput B/A [CI]",
               "verdict", "step time B/A [CI]", "efficiency B/A [CI]", "efficiency verdict",
               "to decide", "what differs"]
@@ -252,6 +258,8 @@ def not_comparable_lines(rows):
 
 
 def unmatched_lines(reference, other):
+    """Markdown list lines for the keys measured in only one of the two sets, and for keys
+    that several series of one set share, which are not compared."""
     lines = []
     for mine, theirs in ((reference, other), (other, reference)):
         for key in sorted(set(mine.by_key) - set(theirs.by_key) - set(theirs.ambiguous)):

@@ -23,6 +23,7 @@ CURVE_SIZES = tuple(2 ** i for i in range(13))          # 1 .. 4096
 
 
 def parser():
+    """The argparse parser of scalestudy-predict."""
     result = argparse.ArgumentParser(
         prog="scalestudy-predict",
         description="Fit a model of the training step (compute against micro-batch, "
@@ -358,6 +359,8 @@ def _labels(series_list):
 
 
 def run(args):
+    """Fits, predicts and writes the outputs for parsed arguments, updating the ledger, and
+    prints the summary. Returns the exit status: 0, or 2 with a message on stderr for bad input."""
     import pandas as pd
     from scalestudy_analysis.results.metrics import group_series
     from scalestudy_analysis.predict.model import NetworkError, read_network
@@ -429,6 +432,8 @@ def run(args):
 
 
 def main(argv=None):
+    """Runs scalestudy-predict on argv (default sys.argv[1:]) and returns the exit status: 0,
+    or 2 on bad arguments or input."""
     args = parser().parse_args(sys.argv[1:] if argv is None else list(argv))
     message = _check(args)
     if message:

@@ -37,6 +37,7 @@ class CommParams:
 
 
 def node_count(world_size, gpus_per_node):
+    """The nodes that world_size GPUs fill at gpus_per_node a node; at least 1."""
     return max(1, math.ceil(world_size / gpus_per_node))
 
 
@@ -67,6 +68,8 @@ def bus_factor(kind, world_size):
 
 
 def bus_bandwidth(params, nodes):
+    """A ring's bus bandwidth in bytes/s over `nodes` nodes: the intra-node bus on one node,
+    else the lesser of the node's bus and gpus_per_node × one GPU's network bandwidth."""
     if nodes == 1:
         return params.intra_bus_bytes_per_s
     return min(params.node_bus_bytes_per_s, params.gpus_per_node * params.inter_bytes_per_s)
@@ -91,6 +94,8 @@ def _latency(params, microseconds):
 
 
 def ring_time(kind, payload_bytes, world_size, params, protocol="Simple"):
+    """Seconds of one `kind` collective of payload_bytes over world_size ranks by NCCL's ring
+    and `protocol`, as the version's tuning model times it; 0 on one rank."""
     if world_size <= 1:
         return 0.0
     tuning = params.tuning

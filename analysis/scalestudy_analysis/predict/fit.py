@@ -23,6 +23,8 @@ PER_SEQUENCE_KINDS = ("activations", "other")
 
 @dataclass
 class RunSummary:
+    """What the fit takes from one usable run (summarize_run): placement and batch, times in
+    seconds, jitter, one step's collectives and their durations, memory in bytes."""
     world_size: int
     ranks_per_node: int       # the measured packing; the held-out check predicts with it
     nodes: int
@@ -46,6 +48,8 @@ class RunSummary:
 
 
 def micro_batch(run):
+    """(sequences per rank per micro-batch, gradient accumulation steps) of a run, from
+    batch_per_rank or else global_batch / world_size; the first may be fractional."""
     config = run.config
     accum = max(1, int(config.get("grad_accum", "1")))
     per_rank = config.get("batch_per_rank")
@@ -284,6 +288,8 @@ def resample(summaries, rng):
 
 
 def bootstrap_models(label, sharded, summaries, network, resamples, rng, **kwargs):
+    """`resamples` models fitted as fit_model fits them (kwargs go to it), each on the
+    summaries drawn with replacement per N."""
     return [fit_model(label, sharded, resample(summaries, rng), network, **kwargs)
             for _ in range(resamples)]
 

@@ -101,10 +101,14 @@ def record(ledger, study, rows, network, now):
 
 
 def ahead(study):
+    """The world sizes the ledger records for a study: its largest measured N times 2, 4, ...
+    up to 2**LEDGER_AHEAD."""
     sizes = sorted({s.world_size for s in study.summaries})
     return [sizes[-1] * 2 ** k for k in range(1, LEDGER_AHEAD + 1)]
 
 
 def write_ledger(path, ledger):
+    """Writes the ledger as indented JSON to `path`, creating its directory; an OSError
+    reaches the caller."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(ledger, indent=1) + "\n")

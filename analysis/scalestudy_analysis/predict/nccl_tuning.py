@@ -34,6 +34,8 @@ def _table(rows):
 
 @dataclass(frozen=True)
 class NcclTuning:
+    """NCCL's tuning constants from one version on: latencies in µs, bandwidth shares as
+    fractions of the ring's bus, and which algorithms and caps the version has."""
     version: str                     # the first version these constants apply to
     source: str
     base_us: dict                    # baseLat[algorithm][protocol]

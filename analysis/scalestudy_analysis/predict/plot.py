@@ -35,6 +35,8 @@ def _plot_flagged(axis, rows, key, scale, labelled):
 
 
 def plot_predictions(path, studies, predictions, title):
+    """Writes the PNG at `path`: predicted step time (ms) and efficiency against N, strong and
+    weak, with shaded intervals and measured points as dots. Returns the flag labels drawn."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

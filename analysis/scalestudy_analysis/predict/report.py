@@ -189,6 +189,8 @@ def _json_value(value):
 
 def write_outputs(out, args, network, studies, predictions, take, ledger, now, left_out,
                   error):
+    """Writes predictions.csv, what-it-takes.csv, predictions.json, prediction.png,
+    prediction.md and prediction.html under `out`; returns the summary text the CLI prints."""
     predictions.to_csv(out / "predictions.csv", index=False)
     take_rows = [{"strategy": label, "N": size, "efficiency_on_network": t["described"][size],
                   **{f"inter_gb_per_s_for_{int(100 * target)}": (None if t[target][size] is None

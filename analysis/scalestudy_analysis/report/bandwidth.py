@@ -110,6 +110,8 @@ def _lines(frame):
 
 
 def bandwidth_figure(series, frame, out_dir):
+    """Figure: achieved bus bandwidth (GB/s) per collective and size against N, bench comm's
+    dashed where given; writes bandwidth_<slug>.png, or is skipped for an empty frame."""
     title = f"Achieved bus bandwidth per collective: {series.label}"
     if frame.empty:
         return Figure(None, title, "no collective between two or more ranks was recorded")
@@ -133,6 +135,8 @@ def bandwidth_figure(series, frame, out_dir):
 
 
 def bandwidth_markdown(frame):
+    """The bandwidth section from bandwidth_table's frame: per N, collective and size the
+    median time (ms), algbw and busbw (GB/s), and bench comm's busbw where given."""
     if frame.empty:
         return "*No collective between two or more ranks was recorded.*"
     with_bench = frame["bench_busbw_gb_per_s"].notna().any()

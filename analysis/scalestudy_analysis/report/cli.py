@@ -11,6 +11,7 @@ USAGE_ERROR = 2
 
 
 def parser():
+    """The argparse parser of scalestudy-report (compare and trace have their own)."""
     result = argparse.ArgumentParser(
         prog="scalestudy-report",
         description="Read every scalestudy result file (*.h5, and *.h5.partial left by runs "
@@ -54,6 +55,7 @@ def parser():
 
 
 def compare_parser():
+    """The argparse parser of scalestudy-report compare."""
     result = argparse.ArgumentParser(
         prog="scalestudy-report compare",
         description="Compare result sets (directories of result files, searched recursively, "
@@ -121,6 +123,8 @@ def sweep_results_dir(experiment):
 
 
 def compare_main(argv):
+    """Runs scalestudy-report compare on the arguments after `compare`; prints the path of
+    compare.md and returns 0, or 2 on bad arguments."""
     args = compare_parser().parse_args(argv)
     if len(args.sets) < 2:
         return _usage_error("compare needs at least two result sets")
@@ -151,6 +155,7 @@ def compare_main(argv):
 
 
 def trace_parser():
+    """The argparse parser of scalestudy-report trace."""
     result = argparse.ArgumentParser(
         prog="scalestudy-report trace",
         description="Write a run's timeline as Chrome Trace Event JSON, which Perfetto "
@@ -166,6 +171,8 @@ def trace_parser():
 
 
 def trace_main(argv):
+    """Runs scalestudy-report trace on the arguments after `trace`; prints the trace's path and
+    returns 0, or 2 on bad arguments or a file without step intervals."""
     args = trace_parser().parse_args(argv)
     if not args.run.is_file():
         return _usage_error(f"RUN.h5 {str(args.run)!r} is not a file")
@@ -183,6 +190,8 @@ def _usage_error(message):
 
 
 def main(argv=None):
+    """Runs scalestudy-report on argv (default sys.argv[1:]), handing `compare` and `trace` to
+    their commands; prints the report's path and returns 0, or 2 on bad input."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["compare"]:
         return compare_main(argv[1:])

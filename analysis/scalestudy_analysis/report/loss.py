@@ -89,6 +89,8 @@ def loss_figure(series, series_list, out_dir):
 
 
 def departure_line(series, departures):
+    """One sentence giving the largest relative departure of the loss from the 1-rank run at
+    each N ({N: departure}), worded for the scaling mode; "" when there is none."""
     if not departures:
         return ""
     shown = ", ".join(f"N = {n}: {value:.2e}" for n, value in sorted(departures.items()))

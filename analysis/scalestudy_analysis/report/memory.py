@@ -58,6 +58,8 @@ def _unit(values):
 
 
 def memory_markdown(frame, peak_source=""):
+    """The memory section: per N the rank that holds the most, by kind, with total, measured
+    peak and the preflight estimate where recorded, in one unit for the whole table."""
     if frame.empty:
         return "*No run of this series has /memory.*"
     scale, unit = _unit(frame[["total", "peak"]].to_numpy(dtype=float))

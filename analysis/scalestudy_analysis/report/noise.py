@@ -27,6 +27,8 @@ PEAK_SPREAD_WARNING = 0.05
 
 @dataclass(frozen=True)
 class Flag:
+    """One warning of the report: its kind, the series (and N) it concerns, the message of
+    its kind and the number behind it there."""
     kind: str
     where: str        # the series (and N) it concerns
     message: str      # what it means, the same for every place of the kind
@@ -139,6 +141,8 @@ def _peak_warnings(series):
 
 
 def collect(series_list, details):
+    """Every Flag of the report: each series' oversubscription, point, loss and peak warnings,
+    then the build warnings; details: SeriesDetails by series index."""
     found = []
     for series in series_list:
         found += _oversubscription(series)
@@ -205,4 +209,5 @@ Some series ran on the CPU backend. What such a study shows, and what it does no
 
 
 def has_cpu_series(series_list):
+    """Whether any run of any series ran on the CPU backend."""
     return any(str(run.attrs.get("backend")) == "cpu" for s in series_list for run in s.runs)

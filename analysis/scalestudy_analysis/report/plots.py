@@ -26,6 +26,8 @@ BREAKDOWN_PARTS = (("compute", "compute (forward+backward)", "#4C72B0"),
 
 @dataclass
 class Figure:
+    """A figure of the report: its PNG relative to the output directory (None when skipped),
+    its title, and a note shown under it or saying why it was skipped."""
     file: str          # relative to the output directory; None when skipped
     title: str
     note: str = ""
@@ -103,6 +105,8 @@ def _scaling_plot(series_list, out_dir, scaling, name, title, column, ylabel, **
 
 
 def strong_speedup(series_list, out_dir):
+    """Figure: strong scaling's speedup T(N0)/T(N) against N, with the ideal N/N0 and the
+    interquartile band; writes strong_speedup.png."""
     return _scaling_plot(series_list, out_dir, "strong", "strong_speedup.png",
                          "Strong scaling: speedup over the smallest N", "speedup",
                          "speedup S(N) = T(N0) / T(N)",
@@ -111,6 +115,8 @@ def strong_speedup(series_list, out_dir):
 
 
 def strong_efficiency(series_list, out_dir):
+    """Figure: strong scaling's parallel efficiency S(N)·N0/N against N, ideal 1, with the
+    interquartile band; writes strong_efficiency.png."""
     return _scaling_plot(series_list, out_dir, "strong", "strong_efficiency.png",
                          "Strong scaling: parallel efficiency", "efficiency",
                          "efficiency S(N) · N0 / N", ideal=lambda s: np.ones(len(s.table)),
@@ -118,6 +124,8 @@ def strong_efficiency(series_list, out_dir):
 
 
 def weak_efficiency(series_list, out_dir):
+    """Figure: weak scaling's efficiency (tokens/s per rank relative to N0) against N, ideal 1,
+    with the interquartile band; writes weak_efficiency.png."""
     return _scaling_plot(series_list, out_dir, "weak", "weak_efficiency.png",
                          "Weak scaling: efficiency (tokens/s per rank relative to N0)",
                          "efficiency", "weak efficiency", ideal=lambda s: np.ones(len(s.table)),
@@ -125,6 +133,8 @@ def weak_efficiency(series_list, out_dir):
 
 
 def tokens_per_second(series_list, out_dir):
+    """Figure: throughput (tokens/s) against N with each series' ideal linear growth from N0;
+    writes tokens_per_s.png, or is skipped without series."""
     title = "Throughput against world size"
     if not series_list:
         return _skip(title, "no series")
@@ -135,6 +145,8 @@ def tokens_per_second(series_list, out_dir):
 
 
 def mfu(series_list, out_dir):
+    """Figure: model FLOPs utilisation against N for the series with a peak FLOP rate; writes
+    mfu.png, or is skipped when none has one (CPU runs record none)."""
     title = "Model FLOPs utilisation against world size"
     with_peak = [s for s in series_list if np.isfinite(s.table["mfu"]).any()]
     if not with_peak:
@@ -145,6 +157,8 @@ def mfu(series_list, out_dir):
 
 
 def comm_fraction(series_list, out_dir):
+    """Figure: median communication time, all and exposed, over the median step against N;
+    writes comm_fraction.png, or is skipped without series."""
     title = "Communication time as a fraction of step time"
     if not series_list:
         return _skip(title, "no series")
@@ -241,6 +255,8 @@ def common_efficiency(series_list, out_dir, baselines):
 
 
 def overview_figures(series_list, out_dir):
+    """The overview figures in the report's order: strong speedup and efficiency, weak
+    efficiency, throughput, communication fraction, MFU."""
     return [strong_speedup(series_list, out_dir), strong_efficiency(series_list, out_dir),
             weak_efficiency(series_list, out_dir), tokens_per_second(series_list, out_dir),
             comm_fraction(series_list, out_dir), mfu(series_list, out_dir)]

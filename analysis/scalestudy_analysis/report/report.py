@@ -208,6 +208,8 @@ def differing_columns(series_list):
 
 
 def overview_section(series_list):
+    """The overview's Markdown: one row per series with its machine, build and configuration,
+    and which of them differ; the CPU columns only when a series ran on the CPU."""
     if not series_list:
         return "No series."
     with_cpu = any(str(run.attrs.get("backend")) == "cpu" for s in series_list for run in s.runs)
@@ -249,6 +251,8 @@ class SeriesDetails:
 
 
 def series_details(series, series_list, out_dir, benches):
+    """SeriesDetails of one series: memory and bandwidth tables (bench comm files beside),
+    loss departures, and its loss and bandwidth figures, written under out_dir."""
     loss, departures = loss_figure(series, series_list, out_dir)
     bandwidth = bandwidth_table(series, benches)
     return SeriesDetails(memory=memory_table(series), bandwidth=bandwidth,

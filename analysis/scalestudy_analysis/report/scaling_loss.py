@@ -22,6 +22,8 @@ PART_LOSS_NAMES = {"compute": "compute growth", "optimizer": "optimizer",
 
 
 def ideal_factor(series, n):
+    """The factor by which the ideal step at n scales T(N0): N0/n for strong scaling, 1 for
+    weak."""
     return series.baseline_n / n if series.scaling == "strong" else 1.0
 
 

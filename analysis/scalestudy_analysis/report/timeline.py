@@ -48,6 +48,8 @@ def timeline_run(series):
 
 
 def plot_timeline(run, out_path, title):
+    """Writes a PNG at out_path of the run's median measured step: each shown rank's phases and
+    collectives in ms from the step's start. Returns that step's index."""
     row = median_step_row(run)
     intervals = run.intervals[row]
     pieces = run.quantities.pieces
@@ -109,6 +111,8 @@ def plot_timeline(run, out_path, title):
 
 
 def timeline(series, out_dir):
+    """Figure: the timeline of the series' drawn run (largest N, lowest repeat); writes
+    timeline_<slug>.png under out_dir."""
     run = timeline_run(series)
     name = f"timeline_{series.slug}.png"
     step = plot_timeline(run, out_dir / name, series.label)

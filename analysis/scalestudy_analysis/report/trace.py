@@ -79,6 +79,8 @@ def phase_events(run, phase_names, starts):
 
 
 def collective_events(run, collective_names, starts):
+    """Trace events (µs) of every recorded collective on its rank's collectives track; starts:
+    [row, rank] step starts in seconds as step_starts gives them."""
     events = []
     columns = run.collectives
     for i in range(len(columns.get("step", ()))):

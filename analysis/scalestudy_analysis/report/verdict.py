@@ -51,6 +51,8 @@ def _efficiency_cell(series, n):
 
 
 def study_table(members):
+    """The Markdown table of a study's series: largest N, tokens/s there, efficiency against
+    the common baseline with its IQR, and against the series' own N0."""
     header = ["series", "largest N", "tokens/s", "efficiency vs common baseline [IQR]", "own efficiency"]
     rows = []
     for series in members:
@@ -61,6 +63,8 @@ def study_table(members):
 
 
 def baseline_line(members, baselines, named):
+    """One sentence naming the common baseline of the members (baselines: {series index:
+    baseline series}) and how it was chosen; named: --baseline chose it."""
     bases = sorted({(b.index, b.strategy_label, b.baseline_n) for s in members
                     if (b := baselines.get(s.index)) is not None})
     if not bases:

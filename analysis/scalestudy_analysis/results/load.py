@@ -38,6 +38,9 @@ READ_ERRORS = (OSError, KeyError, ValueError, TypeError, RuntimeError, MemoryErr
 
 @dataclass
 class RunRecord:
+    """One result file as read and checked: attributes, config, per-rank provenance, the
+    /steps arrays (times in seconds), collectives, memory (bytes), kernel trace, GPU state,
+    recomputed summary and problems; usable: it enters the numbers."""
     path: str
     attrs: dict = field(default_factory=dict)
     config: dict = field(default_factory=dict)
@@ -440,6 +443,8 @@ def run_row(run, results_dir=None):
 
 
 def runs_frame(runs, results_dir=None):
+    """A DataFrame of one run_row per run (paths relative to results_dir where given), its
+    world_size numeric; empty without runs."""
     rows = [run_row(run, results_dir) for run in runs]
     frame = pd.DataFrame(rows)
     if frame.empty:

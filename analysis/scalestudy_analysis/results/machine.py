@@ -48,10 +48,12 @@ def build(run):
 
 
 def nodes(run):
+    """The run's node count; 1 where the file does not record it."""
     return int(run.attrs.get("nodes", 1))
 
 
 def ranks_per_node(run):
+    """Ranks per node; the world size (one node) where the file does not record it."""
     return int(run.attrs.get("ranks_per_node", _world_size(run)))
 
 
@@ -73,6 +75,7 @@ def link_emulation(run):
 
 
 def emulated(run):
+    """Whether the run used --link-emulation (anything but "none")."""
     return link_emulation(run) != "none"
 
 
@@ -132,6 +135,8 @@ def packing_capacity(value):
 
 
 def cpu_model(run):
+    """The hosts' CPU models as one text ("A + B" for unlike hosts); "unknown" where the file
+    does not record them (before version 5)."""
     return _joined(run.cpu_model) if run.cpu_model is not None else UNKNOWN
 
 
@@ -155,6 +160,7 @@ def logical_cores(run):
 
 
 def ranks_by_host(run):
+    """Counter of the run's ranks per hostname."""
     return Counter(str(host) for host in run.hostnames)
 
 

@@ -16,6 +16,8 @@ from scalestudy_analysis.results.summary import quartiles, ratio
 
 @dataclass
 class Series:
+    """Runs of one configuration (fields) and build or config variant at several N; table:
+    one row per N (scaling_table) once group_series has built it."""
     fields: dict        # the series-defining config values, SERIES_KEYS + batch key
     variant: dict       # what separates this series from same-key runs of another build/config
     runs: list

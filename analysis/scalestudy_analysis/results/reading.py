@@ -21,15 +21,19 @@ def text(value):
 
 
 def text_list(value):
+    """A scalar or array attribute as a list of str, each item as text() turns it."""
     return [str(text(item)) for item in np.atleast_1d(value)]
 
 
 def attributes(obj):
+    """An h5py object's attributes as {name: plain Python value}."""
     return {key: text(value) for key, value in obj.attrs.items()}
 
 
 @dataclass(frozen=True)
 class Problem:
+    """What a reader found wrong at `where`, and whether that data was left out of every
+    number; line() gives it as the report's line."""
     where: str      # a file path or a series label
     kind: str       # short category, e.g. "failed", "incomplete", "mixed git_sha"
     message: str    # one line for the report
@@ -46,6 +50,8 @@ class MalformedStepDatasets(Exception):
 
 @dataclass
 class StepDatasetFamily:
+    """Datasets of /steps named prefix + field, read and checked as one family: how to read
+    one, how to report a problem, and why a file without any still reads."""
     prefix: str                         # of every dataset's name, e.g. "gpu_"; the rest
                                         # of the name is the field it fills
     datasets: tuple                     # every dataset's name under /steps

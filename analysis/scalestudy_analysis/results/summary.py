@@ -18,6 +18,7 @@ def quartiles(values):
 
 
 def ratio(numerator, denominator):
+    """numerator / denominator; NaN when the denominator is 0 or not finite."""
     if denominator == 0 or not np.isfinite(denominator):
         return math.nan
     return numerator / denominator
