@@ -105,7 +105,7 @@ void CudaOps::matmul_forward(float* out, const float* inp, const float* weight,
           .rows = rows,
           .in_channels = in_channels,
           .out_channels = out_channels};
-      cuda::launch_matmul_forward(blas(), stream_, half_args, scratch, epilogue_gemm_.get());
+      cuda::launch_matmul_forward(blas(), stream_, half_args, scratch, lt_gemm_.get());
     });
     return;
   }
@@ -168,7 +168,7 @@ void CudaOps::dense_gelu_forward(const DenseGeluForwardArgs<float>& args) {
                                                .bias = as<Half>(bias_copy), .rows = args.rows,
                                                .in_channels = args.in_channels,
                                                .out_channels = args.out_channels};
-        fused = cuda::launch_dense_gelu_forward(*epilogue_gemm_, stream_, typed);
+        fused = cuda::launch_dense_gelu_forward(*lt_gemm_, stream_, typed);
       });
     }
     if (fused) {
@@ -207,7 +207,7 @@ void CudaOps::dense_backward_through_gelu(const DenseGeluBackwardArgs<float>& ar
                                                     .in_channels = args.in_channels,
                                                     .out_channels = args.out_channels,
                                                     .dact_scratch = as<Half>(args.dact_scratch)};
-        fused = cuda::launch_dense_backward_through_gelu(*epilogue_gemm_, blas(), stream_,
+        fused = cuda::launch_dense_backward_through_gelu(*lt_gemm_, blas(), stream_,
                                                          half_args, scratch);
       });
     }

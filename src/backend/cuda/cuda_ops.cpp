@@ -18,12 +18,10 @@
 #include "backend/cuda/cupti_tracer.h"
 #include "backend/cuda/device_info.h"
 #include "backend/cuda/half_host.h"
-#include "core/gemm_choice_file.h"
 #include "core/memory_estimate.h"
 #include "cuda_check.h"
 #include "elementwise.cuh"
 #include "gemm_lt.cuh"
-#include "gemm_sustained.cuh"
 #include "profile/kernel_tag.h"
 #include "reductions.cuh"
 
@@ -42,7 +40,7 @@ constexpr size_t kMinAllocationBytes = 256;
 }  // namespace
 
 CudaOps::CudaOps(int device, Precision precision, GemmAlgos gemm_algos, AttentionKernel attention_kernel,
-                 const std::string& gemm_algos_file)
+                 std::shared_ptr<cuda::GemmChooser> gemm_chooser)
     : device_(device), precision_(precision), attention_kernel_(resolve_attention_kernel(attention_kernel)) {
   const int count = cuda_device_count();
   SCALESTUDY_CHECK(device >= 0 && device < count,
@@ -62,22 +60,8 @@ CudaOps::CudaOps(int device, Precision precision, GemmAlgos gemm_algos, Attentio
           : CUBLAS_DEFAULT_MATH;
   CHECK_CUBLAS(cublasSetMathMode(cublas_, static_cast<cublasMath_t>(math_mode)));
   if (half_mode()) {
-    const cuda::AlgorithmChoice choice =
-        gemm_algos == GemmAlgos::sustained ? cuda::AlgorithmChoice::sustained
-        : gemm_algos == GemmAlgos::timed   ? cuda::AlgorithmChoice::timed
-                                           : cuda::AlgorithmChoice::heuristic;
-    if (gemm_algos == GemmAlgos::sustained) {
-      gemm_choice_file_ = std::make_unique<GemmChoiceFile>(gemm_algos_file, cuda::gemm_machine(device_));
-      if (!gemm_choice_file_->set_aside_because().empty())
-        std::fprintf(stderr, "scalestudy: --gemm-algos-file: %s; its choices are made anew\n",
-                     gemm_choice_file_->set_aside_because().c_str());
-    }
-    epilogue_gemm_ = std::make_unique<cuda::EpilogueGemm>(choice, gemm_choice_file_.get());
-    if (gemm_algos == GemmAlgos::sustained) {
-      gemm_tuner_ = std::make_unique<cuda::GemmTuner>(gemm_choice_file_.get());
-      bytes_by_kind_[static_cast<size_t>(MemoryKind::other)] += cuda::GemmTuner::kWorkspaceBytes;
-    }
-    bytes_by_kind_[static_cast<size_t>(MemoryKind::other)] += cuda::EpilogueGemm::kWorkspaceBytes;
+    lt_gemm_ = std::make_unique<cuda::LtGemm>(gemm_algos == GemmAlgos::timed, std::move(gemm_chooser));
+    bytes_by_kind_[static_cast<size_t>(MemoryKind::other)] += cuda::LtGemm::kWorkspaceBytes;
   }
   if (attention_kernel_ == AttentionKernel::cudnn) {
     SCALESTUDY_CHECK(half_mode(), std::string("cuDNN's fused attention runs in bf16 or fp16; ") + mode_name() +
@@ -108,14 +92,11 @@ void CudaOps::reserve_multiprocessors(int count) {
   if (target == multiprocessor_target_) return;
   multiprocessor_target_ = target;
   CHECK_CUBLAS(cublasSetSmCountTarget(cublas_, target));
-  if (epilogue_gemm_) epilogue_gemm_->set_multiprocessor_target(target);
-  if (gemm_tuner_) gemm_tuner_->set_multiprocessor_target(target);
+  if (lt_gemm_) lt_gemm_->set_multiprocessor_target(target);
 }
 
-cuda::Blas CudaOps::blas() const { return {cublas_, gemm_tuner_.get()}; }
-
-void CudaOps::report_gemm_choices_to(std::ostream* progress) {
-  if (gemm_choice_file_ != nullptr) gemm_choice_file_->report_progress_to(progress);
+cuda::Blas CudaOps::blas() const {
+  return {cublas_, lt_gemm_ && lt_gemm_->chooses_plain() ? lt_gemm_.get() : nullptr};
 }
 
 CudaOps::~CudaOps() {
@@ -135,9 +116,7 @@ CudaOps::~CudaOps() {
     if (slot.copied) CHECK_CUDA(cudaEventDestroy(slot.copied));
     if (slot.host) CHECK_CUDA(cudaFreeHost(slot.host));
   }
-  epilogue_gemm_.reset();
-  gemm_tuner_.reset();
-  gemm_choice_file_.reset();
+  lt_gemm_.reset();
   cudnn_attention_.reset();
   CHECK_CUBLAS(cublasDestroy(cublas_));
   CHECK_CUDA(cudaStreamDestroy(stream_));
@@ -531,9 +510,7 @@ std::unique_ptr<KernelTracer> CudaOps::make_kernel_tracer() {
 
 std::vector<std::string> CudaOps::algorithm_choices() const {
   std::vector<std::string> lines;
-  if (epilogue_gemm_) lines = epilogue_gemm_->algorithm_report();
-  if (gemm_tuner_)
-    for (std::string& line : gemm_tuner_->algorithm_report()) lines.push_back(std::move(line));
+  if (lt_gemm_) lines = lt_gemm_->algorithm_report();
   return lines;
 }
 

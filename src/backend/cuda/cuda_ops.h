@@ -58,7 +58,6 @@
 #include <set>
 #include <memory>
 #include <mutex>
-#include <ostream>
 #include <string>
 #include <type_traits>
 
@@ -67,8 +66,8 @@
 #include "scratch.cuh"
 
 namespace scalestudy::cuda {
-class EpilogueGemm;
-class GemmTuner;
+class GemmChooser;
+class LtGemm;
 struct AdamWDevicePiece;
 struct Blas;
 }
@@ -76,24 +75,23 @@ struct Blas;
 namespace scalestudy {
 
 class CudnnAttention;
-class GemmChoiceFile;
 
 class CudaOps final : public Backend {
  public:
   // Makes `device` current for the calling thread and creates the stream and handle.
-  // gemm_algos: how the 16-bit GEMMs pick their algorithm (RunConfig's --gemm-algos): those
-  // with a cuBLASLt epilogue, and with sustained the plain ones too. The default,
-  // heuristic, gives the same bits on every run.
+  // gemm_algos: how the 16-bit GEMMs with a cuBLASLt epilogue pick their algorithm
+  // (RunConfig's --gemm-algos); heuristic gives the same bits on every run.
   // attention_kernel: which fused attention bf16 and fp16 run (RunConfig's
   // --attention-kernel; auto is flash); cudnn opens libcudnn here and ends the job where it
   // cannot (callers that take user input check cudnn_attention_loadable first), and is
   // refused in fp32, which keeps the probabilities in memory.
-  // gemm_algos_file: with sustained, the file that keeps the choices between runs (RunConfig's
-  // --gemm-algos-file; empty: none).
+  // gemm_chooser: in bf16 and fp16, what names algorithms for the GEMMs' shapes, over
+  // gemm_algos and over cuBLAS's own for the plain GEMMs (--gemm-algos-file's choices;
+  // null: none).
   explicit CudaOps(int device, Precision precision = Precision::fp32,
                    GemmAlgos gemm_algos = GemmAlgos::heuristic,
                    AttentionKernel attention_kernel = AttentionKernel::flash,
-                   const std::string& gemm_algos_file = "");
+                   std::shared_ptr<cuda::GemmChooser> gemm_chooser = nullptr);
   ~CudaOps() override;
 
   std::string name() const override { return "cuda"; }
@@ -104,9 +102,6 @@ class CudaOps final : public Backend {
   // The compute stream: every op of this backend runs on it, in issue order.
   cudaStream_t stream() const { return stream_; }
   cublasHandle_t cublas_handle() const { return cublas_; }
-  // With --gemm-algos sustained, where a line goes for each GEMM algorithm chosen while
-  // the run goes on (null, the default: nowhere); the first steps can take minutes.
-  void report_gemm_choices_to(std::ostream* progress);
 
   // ---- DeviceMemory -----------------------------------------------------------------
   float* allocate_floats(size_t elems, MemoryKind kind) override;
@@ -311,13 +306,9 @@ class CudaOps final : public Backend {
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   // 16-bit modes: the dense layers' GEMMs with the bias, or the GELU, in cuBLASLt's
-  // epilogue.
-  std::unique_ptr<cuda::EpilogueGemm> epilogue_gemm_;
-  // 16-bit modes with --gemm-algos sustained: the choices kept between runs, and the
-  // algorithms of the plain GEMMs.
-  std::unique_ptr<GemmChoiceFile> gemm_choice_file_;
-  std::unique_ptr<cuda::GemmTuner> gemm_tuner_;
-  // The cuBLAS handle and the tuner, for the GEMM launchers.
+  // epilogue, and the plain GEMMs a chooser names algorithms for.
+  std::unique_ptr<cuda::LtGemm> lt_gemm_;
+  // The cuBLAS handle and, where a chooser names algorithms for plain GEMMs, lt_gemm_.
   cuda::Blas blas() const;
   size_t gelu_epilogue_gemms_ = 0;
   AttentionKernel attention_kernel_ = AttentionKernel::flash;
