@@ -2,7 +2,8 @@
 // the text form it keeps gives back the same algorithm, malformed or refused texts give
 // none; what one writes the next reads, a file of another machine is set aside whole, a
 // shape stored twice keeps its last algorithm, and a malformed file is refused naming its
-// line.
+// line. The configurations near the heuristic's candidates that dev/gemm_search times
+// (dev/sustained_search.h) are new ones that compute the same GEMM.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -10,6 +11,8 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <iostream>
+#include <set>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -22,6 +25,7 @@
 #include "cuda_check.h"
 #include "gemm_choice_file.cuh"
 #include "op_checks.h"
+#include "sustained_search.h"
 
 namespace scalestudy::gpu_test {
 namespace {
@@ -108,6 +112,27 @@ TEST_F(LtAlgorithms, MalformedOrRefusedTextsGiveNone) {
         std::string(config).replace(config.find(tile), tile.size(), " tile=x"),
         std::string(config).replace(config.find(tile), tile.size(), " tile=999999")})
     EXPECT_FALSE(cuda::lt_algorithm_of(problem_, text).has_value()) << "'" << text << "'";
+}
+
+TEST_F(LtAlgorithms, ConfigurationsNearTheCandidatesAreNewAndComputeTheSame) {
+  const std::vector<cublasLtMatmulAlgo_t> candidates = cuda::lt_candidates(problem_, 8);
+  ASSERT_FALSE(candidates.empty());
+  const std::vector<cublasLtMatmulAlgo_t> near = gemm_search::lt_neighbours(
+      problem_, candidates, stream_, [this](const cublasLtMatmulAlgo_t& algo) { return launch(algo); });
+  std::set<std::string> offered;
+  for (const cublasLtMatmulAlgo_t& candidate : candidates) offered.insert(cuda::lt_algorithm_config(candidate));
+  EXPECT_GE(near.size(), 1u) << "a GEMM of this size has other tiles than the heuristic's";
+  EXPECT_LE(near.size(), static_cast<size_t>(gemm_search::kNeighbourConfigurations));
+  const std::vector<uint16_t> expected = product(candidates.front());
+  std::set<std::string> seen;
+  for (const cublasLtMatmulAlgo_t& algo : near) {
+    const std::string config = cuda::lt_algorithm_config(algo);
+    std::cout << "  near: " << config << "\n";
+    EXPECT_EQ(offered.count(config), 0u) << config;
+    EXPECT_TRUE(seen.insert(config).second) << "returned twice: " << config;
+    EXPECT_TRUE(cuda::lt_algorithm_of(problem_, config).has_value()) << config;
+    EXPECT_EQ(product(algo), expected) << config;
+  }
 }
 
 std::string temporary_path(const std::string& name) {
