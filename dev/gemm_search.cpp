@@ -4,13 +4,13 @@
 //   gemm_search --model gpt2-small --batch 64 [--seq 1024] [--precision bf16] [--reserve 4]
 //               --output FILE
 //
-// --batch is the micro-batch a rank runs (the batch per rank over the accumulation steps);
+// --batch is the micro-batch a rank runs (its batch divided into its micro-batches);
 // --reserve N also chooses for the GEMMs sized for the multiprocessors that an overlapped
-// lane of N leaves (--overlap on, --overlapped-ctas N). A sweep needs one file per micro-batch
-// and lane; the choices hold for the GPU model and cuBLASLt that made them. Choices already
-// in FILE are kept, so an interrupted search resumes. The step's results are not used: the
-// search runs each GEMM many times on its own operands, and those that add to their output
-// add to it again.
+// lane of N leaves (--overlap on, --overlapped-ctas N). The choices hold for the GPU model and
+// cuBLASLt that made them. Choices already in FILE are kept, and each is written as it is
+// made: one FILE can take every micro-batch of a sweep, run after run, and an interrupted
+// search resumes. The step's results are not used: the search runs each GEMM many times on
+// its own operands, and those that add to their output add to it again.
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -47,13 +47,23 @@ SearchOptions parse(int argc, char** argv) {
     if (value.empty()) throw std::invalid_argument(name + " is required");
     return value;
   };
+  const auto number = [&](const std::string& name, const std::string& fallback) {
+    const std::string text = take(name, fallback);
+    size_t used = 0;
+    try {
+      const int value = std::stoi(text, &used);
+      if (used == text.size()) return value;
+    } catch (const std::exception&) {
+    }
+    throw std::invalid_argument(name + " " + text + ": not a whole number");
+  };
   SearchOptions options;
   options.model = take("--model", "");
   options.output = take("--output", "");
   options.precision = take("--precision", "bf16");
-  options.batch = std::stoi(take("--batch", ""));
-  options.seq = std::stoi(take("--seq", "0"));
-  options.reserve = std::stoi(take("--reserve", "0"));
+  options.batch = number("--batch", "");
+  options.seq = number("--seq", "0");
+  options.reserve = number("--reserve", "0");
   if (!values.empty()) throw std::invalid_argument("unknown option " + values.begin()->first);
   if (options.precision != "bf16" && options.precision != "fp16")
     throw std::invalid_argument("--precision must be bf16 or fp16");
@@ -85,7 +95,7 @@ int search(const SearchOptions& options) {
     file = cuda::GemmChoiceFile::read(options.output, machine);
     if (!file.set_aside_because().empty()) throw std::invalid_argument(file.set_aside_because());
   }
-  auto chooser = std::make_shared<gemm_search::SustainedChooser>(file);
+  auto chooser = std::make_shared<gemm_search::SustainedChooser>(file, options.output, machine);
   CudaOps ops(0, precision, GemmAlgos::heuristic, AttentionKernel::flash, chooser);
   const ParameterLayout layout = make_parameter_layout(shape);
   Gpt model(ops, shape, options.batch, seq, layout.param_elems);
@@ -93,7 +103,6 @@ int search(const SearchOptions& options) {
   for (int reserve : {0, options.reserve}) {
     ops.reserve_multiprocessors(reserve);
     run_step(ops, model, shape, options.batch * seq);
-    file.write(options.output, machine);
     if (options.reserve == 0) break;
   }
   std::cout << file.size() << " GEMM algorithms in " << options.output << " for " << machine << std::endl;

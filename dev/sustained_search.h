@@ -213,12 +213,13 @@ inline std::vector<cublasLtMatmulAlgo_t> lt_neighbours(const LtProblem& problem,
 }
 
 // The chooser dev/gemm_search installs: each GEMM's default, cuBLASLt's first
-// kSustainedCandidates and the configurations near them, chosen under sustained load and
-// stored in `file` (which the program writes). Prints a line for each choice, which takes
-// tens of seconds.
+// kSustainedCandidates and the configurations near them, chosen under sustained load,
+// stored in `file` and written to `path` as each is made (tens of seconds apart), with a
+// line on stdout. A shape the file already holds keeps its choice.
 class SustainedChooser final : public cuda::GemmChooser {
  public:
-  explicit SustainedChooser(cuda::GemmChoiceFile& file) : file_(file) {}
+  SustainedChooser(cuda::GemmChoiceFile& file, std::string path, std::string machine)
+      : file_(file), path_(std::move(path)), machine_(std::move(machine)) {}
 
   std::optional<std::string> choose(const cuda::GemmToChoose& gemm) override {
     if (const auto kept = file_.find(gemm.shape)) return kept;
@@ -232,6 +233,7 @@ class SustainedChooser final : public cuda::GemmChooser {
                                                             : cuda::lt_algorithm_config(cuda::lt_candidates(gemm.problem, 1).at(0)))
                                               : cuda::lt_algorithm_config(candidates[choice.kept - 1]);
     file_.store(gemm.shape, kept);
+    file_.write(path_, machine_);
     std::cout << "gemm algorithm " << file_.size() << ": " << gemm.shape << ": " << kept << ", "
               << choice.ms[choice.kept] << " ms a call sustained (default " << choice.ms[0] << " ms)" << std::endl;
     return kept;
@@ -239,6 +241,7 @@ class SustainedChooser final : public cuda::GemmChooser {
 
  private:
   cuda::GemmChoiceFile& file_;
+  std::string path_, machine_;
 };
 
 }  // namespace gemm_search

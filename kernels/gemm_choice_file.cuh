@@ -1,8 +1,8 @@
 #pragma once
 // cuBLASLt's algorithms as text, and the file of chosen algorithms that --gemm-algos-file
 // reads: the one way a run takes algorithms other than cuBLASLt's heuristic and the timed
-// sizing (gemm_lt.cuh). dev/gemm_search makes such a file by timing each GEMM of a step
-// under sustained load (docs/performance.md says what that gains).
+// sizing (gemm_lt.cuh). A search that times each GEMM of a step under sustained load makes
+// such a file (docs/strategies.md says how, docs/performance.md what it gains).
 //
 // A choice holds only on the GPU model and cuBLASLt version it was made with, which the
 // file's first line names; a file made elsewhere is set aside, not read. The format, one

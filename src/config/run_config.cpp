@@ -188,11 +188,11 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
        "with --overlap on, how long buckets wait: the share (0 to 1) of the gradients backward finishes "
        "first; later starts cost power-capped GPUs less clock. auto: 0.5, zero2 at most 1/ranks")
       ("gemm-algos", defaulted(&raw.gemm_algos),
-       "cuda 16-bit GEMMs with a cuBLASLt epilogue: timed (a fewer-SM pick where clearly faster, in step 1) "
-       "or heuristic (the same bits on every run)")
+       "heuristic (the same bits on every run) or timed (a fewer-SM pick where clearly faster), for cuda's "
+       "16-bit GEMMs with a cuBLASLt epilogue")
       ("gemm-algos-file", po::value(&c.gemm_algos_file),
        "cuda 16-bit: a file of GEMM algorithms for this GPU model and cuBLASLt, which win for the shapes it "
-       "names; dev/gemm_search makes one under sustained load (docs/performance.md). Default: none");
+       "names, chosen by a search under sustained load (docs/strategies.md says how to make one). Default: none");
 
   po::options_description all = help_sections();
   all.add(general).add(model).add(data).add(scaling).add(optimizer).add(parallel).add(precision).add(output)
@@ -457,8 +457,8 @@ void resolve_and_validate(RunConfig& c, const RawOptions& raw) {
   else if (raw.gemm_algos == "heuristic") c.gemm_algos = GemmAlgos::heuristic;
   else if (raw.gemm_algos == "sustained")
     bad_value("gemm-algos", raw.gemm_algos,
-              "is not a run's choice: dev/gemm_search times the step's GEMMs under sustained load and writes a "
-              "file for --gemm-algos-file (docs/performance.md)");
+              "is not a run's choice: a search that times the step's GEMMs under sustained load writes a file "
+              "for --gemm-algos-file (docs/strategies.md)");
   else bad_value("gemm-algos", raw.gemm_algos, "must be timed or heuristic");
   if (!c.gemm_algos_file.empty() && !std::ifstream(c.gemm_algos_file))
     bad_value("gemm-algos-file", c.gemm_algos_file, "cannot be read");

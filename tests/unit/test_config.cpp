@@ -169,14 +169,14 @@ TEST(Config, BadInputNamesTheOptionAndValue) {
   expect_usage_error({"--gemm-algos", "fastest"}, {"--gemm-algos fastest", "timed or heuristic"});
   EXPECT_EQ(parse({}).gemm_algos, GemmAlgos::timed);
   EXPECT_EQ(parse({"--gemm-algos", "heuristic"}).gemm_algos, GemmAlgos::heuristic);
-  expect_usage_error({"--gemm-algos", "sustained"}, {"--gemm-algos sustained", "dev/gemm_search", "--gemm-algos-file"});
+  expect_usage_error({"--gemm-algos", "sustained"}, {"--gemm-algos sustained", "--gemm-algos-file", "docs/strategies.md"});
   const std::string readable = std::string(SCALESTUDY_SOURCE_DIR) + "/README.md";
   EXPECT_EQ(parse({"--gemm-algos-file", readable}).gemm_algos_file, readable);
   EXPECT_EQ(parse({"--gemm-algos", "heuristic", "--gemm-algos-file", readable}).gemm_algos, GemmAlgos::heuristic);
   expect_usage_error({"--gemm-algos-file", "/nonexistent/algos"}, {"--gemm-algos-file /nonexistent/algos", "cannot be read"});
   EXPECT_NE(train_help().find("clearly faster"), std::string::npos)
       << "the help states when a timed candidate is kept";
-  EXPECT_NE(train_help().find("dev/gemm_search"), std::string::npos) << "the help states how a file is made";
+  EXPECT_NE(train_help().find("under sustained load"), std::string::npos) << "the help states how a file is made";
   expect_usage_error({"--no-such-option"}, {"no-such-option"});
   expect_usage_error({"--steps", "abc"}, {"steps", "abc"});
   expect_usage_error({"--steps", "0"}, {"--steps 0"});
