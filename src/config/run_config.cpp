@@ -191,8 +191,8 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
        "heuristic (the same bits on every run) or timed (a fewer-SM pick where clearly faster), for cuda's "
        "16-bit GEMMs with a cuBLASLt epilogue")
       ("gemm-algos-file", po::value(&c.gemm_algos_file),
-       "cuda 16-bit: a file of GEMM algorithms for this GPU model and cuBLASLt, which win for the shapes it "
-       "names, chosen by a search under sustained load (docs/strategies.md says how to make one). Default: none");
+       "cuda 16-bit: GEMM algorithms for this GPU model and cuBLASLt, chosen under sustained load "
+       "(docs/strategies.md says how), which win for the shapes they name. Default: none");
 
   po::options_description all = help_sections();
   all.add(general).add(model).add(data).add(scaling).add(optimizer).add(parallel).add(precision).add(output)
