@@ -216,8 +216,8 @@ TEST(StepGemmEnergy, Gpt2SmallBatch64) {
 }
 
 // Beyond the heuristic's candidates: the configurations near them that
-// --gemm-algos sustained searches (cuda::lt_neighbours), under sustained load
-// (cuda::choose_sustained) beside the step's own and the heuristic's first eight, as the
+// dev/gemm_search searches (gemm_search::lt_neighbours), under sustained load
+// (gemm_search::choose_sustained) beside the step's own and the heuristic's first eight, as the
 // option runs them; then the best of the heuristic's is timed once more against the best
 // of the others. STEP_GEMMS="0,2,7" limits it to those of the list.
 TEST(StepGemmConfigurations, Gpt2SmallBatch64) {
@@ -242,7 +242,7 @@ TEST(StepGemmConfigurations, Gpt2SmallBatch64) {
                                StepGemmBench::kWorkspaceBytes, stream);
     };
     const std::vector<cublasLtMatmulAlgo_t> near =
-        cuda::lt_neighbours(candidates.problem(StepGemmBench::kWorkspaceBytes), candidates.algorithms(),
+        gemm_search::lt_neighbours(candidates.problem(StepGemmBench::kWorkspaceBytes), candidates.algorithms(),
                             stream, launch_with);
     const double search_seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
@@ -261,7 +261,7 @@ TEST(StepGemmConfigurations, Gpt2SmallBatch64) {
       launches.push_back(bench.candidate(candidates, gemm, rank));
       names.push_back("near: " + candidates.config(rank));
     }
-    const cuda::SustainedChoice all = cuda::choose_sustained(stream, launches);
+    const gemm_search::SustainedChoice all = gemm_search::choose_sustained(stream, launches);
     int best_heuristic = 0, best_other = -1;
     for (int at = 0; at < static_cast<int>(launches.size()); ++at) {
       std::cout << "  " << all.ms[at] << " ms  " << names[at] << "\n";
@@ -270,8 +270,8 @@ TEST(StepGemmConfigurations, Gpt2SmallBatch64) {
       if (best < 0 || all.ms[at] < all.ms[best]) best = at;
     }
     if (best_other < 0) best_other = best_heuristic;
-    const cuda::SustainedChoice pair =
-        cuda::choose_sustained(stream, {launches[best_heuristic], launches[best_other]});
+    const gemm_search::SustainedChoice pair =
+        gemm_search::choose_sustained(stream, {launches[best_heuristic], launches[best_other]});
     const double gain = 100.0 * (1.0 - pair.ms[1] / pair.ms[0]);
     std::cout << "  again: " << names[best_heuristic] << " " << pair.ms[0] << " ms; " << names[best_other]
               << " " << pair.ms[1] << " ms (" << gain << " % less" << (pair.kept == 1 ? ", kept" : "")

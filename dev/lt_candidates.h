@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "cuda_check.h"
-#include "gemm_sustained.cuh"
-#include "lt_algorithms.cuh"
+#include "gemm_choice_file.cuh"
+#include "sustained_search.h"
 
 namespace scalestudy::gpu_test {
 
@@ -64,7 +64,7 @@ class LtCandidates {
 
   int count() const { return static_cast<int>(algos_.size()); }
 
-  // The GEMM as kernels/lt_algorithms.cuh takes it.
+  // The GEMM as kernels/gemm_choice_file.cuh takes it.
   cuda::LtProblem problem(size_t workspace_bytes) const {
     return {handle_, desc_, a_layout_, b_layout_, c_layout_, ab_type_, c_type_, workspace_bytes};
   }

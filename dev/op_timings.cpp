@@ -286,7 +286,7 @@ TEST_P(CudaOpsHalf, DenseGeluTimings) {
 // whole device and for the multiprocessors the overlapped lane leaves, timed one by one,
 // with each algorithm's configuration. With --gemm-algos heuristic the step takes the
 // first.
-TEST_P(CudaOpsHalf, EpilogueGemmCandidateTimings) {
+TEST_P(CudaOpsHalf, LtGemmCandidateTimings) {
   if (precision_ != Precision::bf16) GTEST_SKIP() << "the candidates are timed in bf16";
   // GPT-2 small's and medium's widths, at 32768 rows.
   const int N = 32768, widest = 1024;
@@ -306,7 +306,7 @@ TEST_P(CudaOpsHalf, EpilogueGemmCandidateTimings) {
   int multiprocessors = 0;
   CHECK_CUDA(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, 0));
   void* workspace = nullptr;
-  const size_t workspace_bytes = cuda::EpilogueGemm::kWorkspaceBytes;
+  const size_t workspace_bytes = cuda::LtGemm::kWorkspaceBytes;
   CHECK_CUDA(cudaMalloc(&workspace, workspace_bytes));
   cublasLtHandle_t handle = nullptr;
   CHECK_CUBLAS(cublasLtCreate(&handle));

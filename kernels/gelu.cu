@@ -118,14 +118,14 @@ void check_call(int rows, int in_channels, int out_channels,
 }  // namespace
 
 template <class T>
-bool launch_dense_gelu_forward(EpilogueGemm& epilogue_gemm, cudaStream_t stream,
+bool launch_dense_gelu_forward(LtGemm& lt_gemm, cudaStream_t stream,
                                const DenseGeluForwardArgs<T>& args) {
   const auto& [pre, out, inp, weight, bias, rows, in_channels, out_channels] = args;
   // pre may be null: a forward that no backward follows keeps no GELU input.
   check_call(rows, in_channels, out_channels,
              {{out, "dense gelu out"}, {inp, "dense gelu inp"}, {weight, "dense gelu weight"},
               {bias, "dense gelu bias"}});
-  return epilogue_gemm.gelu_forward(stream, GemmTypesOf<T>::same.ab,
+  return lt_gemm.gelu_forward(stream, GemmTypesOf<T>::same.ab,
                                     {pre, out, inp, weight, bias, rows, in_channels, out_channels});
 }
 
@@ -136,7 +136,7 @@ size_t dense_backward_through_gelu_scratch_elems(int rows, int out_channels) {
 // The input gradient's GEMM goes first: where its epilogue is declined nothing has been
 // written, and the caller's unfused backward computes the parameter gradients itself.
 template <class T>
-bool launch_dense_backward_through_gelu(EpilogueGemm& epilogue_gemm, const Blas& blas,
+bool launch_dense_backward_through_gelu(LtGemm& lt_gemm, const Blas& blas,
                                         cudaStream_t stream, const DenseGeluBackwardArgs<T>& args,
                                         Scratch scratch) {
   const auto& [dpre, dweight, dbias, dout, act, pre, weight, rows, in_channels, out_channels,
@@ -146,7 +146,7 @@ bool launch_dense_backward_through_gelu(EpilogueGemm& epilogue_gemm, const Blas&
               {pre, "dense gelu pre"}, {weight, "dense gelu weight"}});
   const DenseGeluBackwardArgs<void> untyped{dpre, dweight, dbias, dout, act, pre, weight,
                                             rows, in_channels, out_channels, dact_scratch};
-  if (!epilogue_gemm.gelu_input_gradient(stream, GemmTypesOf<T>::same.ab, untyped)) return false;
+  if (!lt_gemm.gelu_input_gradient(stream, GemmTypesOf<T>::same.ab, untyped)) return false;
   // The dense layer's parameter gradients, of act = gelu(pre); no dinp, no weight.
   const MatmulBackwardArgs<T> parameter_gradients{nullptr, dweight, dbias, dout,        act,
                                                   nullptr, rows,    in_channels, out_channels};
@@ -155,9 +155,9 @@ bool launch_dense_backward_through_gelu(EpilogueGemm& epilogue_gemm, const Blas&
 }
 
 #define SCALESTUDY_DENSE_GELU_INSTANCES(T)                                                         \
-  template bool launch_dense_gelu_forward(EpilogueGemm&, cudaStream_t,                             \
+  template bool launch_dense_gelu_forward(LtGemm&, cudaStream_t,                             \
                                           const DenseGeluForwardArgs<T>&);                         \
-  template bool launch_dense_backward_through_gelu(EpilogueGemm&, const Blas&, cudaStream_t,       \
+  template bool launch_dense_backward_through_gelu(LtGemm&, const Blas&, cudaStream_t,       \
                                                    const DenseGeluBackwardArgs<T>&, Scratch);
 SCALESTUDY_FOR_EACH_16BIT_STORAGE(SCALESTUDY_DENSE_GELU_INSTANCES)
 #undef SCALESTUDY_DENSE_GELU_INSTANCES

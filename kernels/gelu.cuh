@@ -37,13 +37,13 @@ void launch_gelu_backward(cudaStream_t stream, T* dinp, const T* inp, const T* d
                           bool accumulate_dinp);
 
 // ---- inside the dense layers' GEMMs ---------------------------------------------------
-class EpilogueGemm;
-struct Blas;  // gemm.cuh
+class LtGemm;
+struct Blas;  // gemm_lt.cuh
 
 // pre[N,OC] = inp[N,IC] @ weight[OC,IC]^T + bias[OC], out = gelu(pre); both written. T is
 // __nv_bfloat16 or __half, here and below.
 template <class T>
-bool launch_dense_gelu_forward(EpilogueGemm& epilogue_gemm, cudaStream_t stream,
+bool launch_dense_gelu_forward(LtGemm& lt_gemm, cudaStream_t stream,
                                const DenseGeluForwardArgs<T>& args);
 
 // Floats of scratch that launch_dense_backward_through_gelu needs (the bias reduction).
@@ -53,7 +53,7 @@ size_t dense_backward_through_gelu_scratch_elems(int rows, int out_channels);
 // dout^T @ act and dbias += column sums of dout (dbias may be null) accumulated.
 // dact_scratch is not used.
 template <class T>
-bool launch_dense_backward_through_gelu(EpilogueGemm& epilogue_gemm, const Blas& blas,
+bool launch_dense_backward_through_gelu(LtGemm& lt_gemm, const Blas& blas,
                                         cudaStream_t stream, const DenseGeluBackwardArgs<T>& args,
                                         Scratch scratch);
 

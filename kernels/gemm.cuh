@@ -91,24 +91,6 @@ inline cublasStatus_t cublas_gemm(cublasHandle_t handle, const GemmArgs& g) {
 
 inline void gemm(cublasHandle_t handle, const GemmArgs& g) { CHECK_CUBLAS(cublas_gemm(handle, g)); }
 
-class GemmTuner;
-
-// The cuBLAS handle that one stream's GEMMs go through and, with --gemm-algos sustained,
-// the tuner whose algorithms its plain 16-bit GEMMs take (gemm_sustained.cuh); null
-// otherwise.
-struct Blas {
-  cublasHandle_t handle = nullptr;
-  GemmTuner* tuner = nullptr;
-};
-
-// The tuner's run (gemm_sustained.cu): false where it takes no such GEMM.
-bool run_tuned_gemm(GemmTuner& tuner, cublasHandle_t handle, const GemmArgs& g);
-
-inline void gemm(const Blas& blas, const GemmArgs& g) {
-  if (blas.tuner != nullptr && run_tuned_gemm(*blas.tuner, blas.handle, g)) return;
-  gemm(blas.handle, g);
-}
-
 inline void gemm_strided_batched(cublasHandle_t handle, const GemmArgs& g) {
   CHECK_CUBLAS(cublasGemmStridedBatchedEx(handle, g.op_a, g.op_b, g.m, g.n, g.k, &g.alpha, g.a.data,
                                           g.types.ab, g.a.ld, g.a.batch_stride, g.b.data,

@@ -18,38 +18,44 @@
 // GeluEpiloguesTakeTheGpt2ShapesAndAreTheTanhGelu checks the forward and the derivative
 // against the tanh form on inputs where the erf form fails the same check.
 //
-// Every call returns false, having done nothing, where cuBLASLt offers no algorithm, the
-// operands are not 16-byte aligned, or an operand has 2^31 elements or more (the limit
-// that matmul.cu's row chunks keep): the caller then runs the unfused kernels. Plans
-// (descriptors, layouts and the algorithm) are made once per epilogue and shape and kept.
+// Every epilogue call returns false, having done nothing, where cuBLASLt offers no
+// algorithm, the operands are not 16-byte aligned, or an operand has 2^31 elements or more
+// (the limit that matmul.cu's row chunks keep): the caller then runs the unfused kernels.
+// Plans (descriptors, layouts and the algorithm) are made once per epilogue and shape and
+// kept.
 //
-// The algorithm. cuBLASLt's heuristic picks one without running it, and the SM count target
-// (the multiprocessors a GEMM is sized for) changes what it offers. For GPT-2 medium's
-// DGELU GEMM it offers a single algorithm sized for the whole device, an sm80 kernel, and
-// for a few multiprocessors fewer an sm90 kernel that takes well under its time. With
-// AlgorithmChoice::timed, each plan sized for the whole device also asks for an algorithm
-// sized for kTimedGemmFewerMultiprocessors fewer, and its first call times both on that
-// call's own operands (each overwrites its outputs from inputs it does not change). The
-// fewer-multiprocessor one is kept only where it is kTimedGemmRequiredGainPercent faster:
-// back-to-back timing misleads by more than the few per cent that separate most
-// candidates (at the power cap a kernel faster alone can lengthen the step,
-// gemm_sustained.cuh). The call's results are the kept algorithm's.
-// The choice is made once per process for each device, epilogue and shape, so every
-// EpilogueGemm in a process computes the same bits. Another process may choose otherwise
-// where a gain lies within timing noise of the threshold: AlgorithmChoice::heuristic
-// gives the same algorithm, and so the same bits, on every run.
+// The algorithm: cuBLASLt's first, unless
+// - a GemmChooser (a choice file, gemm_choice_file.cuh) names one for the shape: then it
+//   runs, for the GEMMs with an epilogue and for the plain 16-bit GEMMs (gemm(Blas, ...),
+//   which otherwise take cuBLAS's own algorithm);
+// - timed is on, and the shape is a GEMM with an epilogue sized for the whole device.
+//   cuBLASLt's heuristic picks without running, and the SM count target (the
+//   multiprocessors a GEMM is sized for) changes what it offers: for GPT-2 medium's DGELU
+//   GEMM it offers a single algorithm sized for the whole device, an sm80 kernel, and for a
+//   few multiprocessors fewer an sm90 kernel that takes well under its time. So each such
+//   plan also asks for an algorithm sized for kTimedGemmFewerMultiprocessors fewer, and its
+//   first call times both on that call's own operands (each overwrites its outputs from
+//   inputs it does not change). The fewer-multiprocessor one is kept only where it is
+//   kTimedGemmRequiredGainPercent faster: back-to-back timing misleads by more than the few
+//   per cent that separate most candidates (at the power cap a kernel faster alone can
+//   lengthen the step). The call's results are the kept algorithm's. The choice is made
+//   once per process for each device, epilogue and shape, so every LtGemm in a process
+//   computes the same bits; another process may choose otherwise where a gain lies within
+//   timing noise of the threshold. Without timed and a chooser, the algorithm, and so the
+//   bits, are the same on every run.
 #include <cublasLt.h>
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
 #include <initializer_list>
+#include <memory>
 #include <string>
-#include <tuple>
 #include <vector>
 
-#include "core/gemm_choice_file.h"
 #include "core/op_params.h"
-#include "lt_algorithms.cuh"
+#include "gemm.cuh"
+#include "gemm_choice_file.cuh"
 #include "matmul.cuh"
 
 namespace scalestudy::cuda {
@@ -63,22 +69,20 @@ inline constexpr int kTimedGemmRequiredGainPercent = 25;
 // sizing that the overlapped lane's default CTAs leave (--overlapped-ctas auto, 4).
 inline constexpr int kTimedGemmFewerMultiprocessors = 4;
 
-// heuristic: cuBLASLt's first; timed: also its first for fewer multiprocessors, where
-// clearly faster; sustained: the fastest under sustained load of its first
-// kSustainedCandidates and the configurations near them (gemm_sustained.cuh).
-enum class AlgorithmChoice { heuristic, timed, sustained };
+// Milliseconds between two events around `calls` launches on `stream`, each checked.
+double timed_ms(cudaStream_t stream, const GemmLaunch& launch, int calls);
 
-class EpilogueGemm {
+class LtGemm {
  public:
   // The cuBLASLt workspace this object allocates.
   static constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 
-  // With AlgorithmChoice::sustained, takes the choices `file` holds (none: null) and
-  // stores the ones it makes there.
-  explicit EpilogueGemm(AlgorithmChoice choice = AlgorithmChoice::heuristic, GemmChoiceFile* file = nullptr);
-  ~EpilogueGemm();
-  EpilogueGemm(const EpilogueGemm&) = delete;
-  EpilogueGemm& operator=(const EpilogueGemm&) = delete;
+  // timed: also time cuBLASLt's first for fewer multiprocessors (above). chooser (may be
+  // null): the algorithms it names win, and the plain GEMMs it is asked about run here.
+  explicit LtGemm(bool timed = false, std::shared_ptr<GemmChooser> chooser = nullptr);
+  ~LtGemm();
+  LtGemm(const LtGemm&) = delete;
+  LtGemm& operator=(const LtGemm&) = delete;
 
   // The dense layer out[N,OC] = inp[N,IC] @ weight[OC,IC]^T + bias[OC] through an
   // epilogue, every operand of `type` (CUDA_R_16BF or CUDA_R_16F) and row-major, from the
@@ -94,49 +98,51 @@ class EpilogueGemm {
   // never read). Reads dpre, dout, pre, weight and the shape of args.
   bool gelu_input_gradient(cudaStream_t stream, cudaDataType_t type,
                            const DenseGeluBackwardArgs<void>& args);
+  // A plain GEMM (no epilogue, one matrix, alpha = 1, 16-bit operands, aligned) through the
+  // algorithm the chooser names for its shape; false, having done nothing, where there is
+  // no chooser, it names none or "cublas", or g is not such a GEMM.
+  bool plain(cublasHandle_t handle, const GemmArgs& g);
+  // Whether plain() can take any GEMM: there is a chooser.
+  bool chooses_plain() const { return chooser_ != nullptr; }
   // The multiprocessors the GEMMs from now on are sized for (cuBLASLt's SM count target),
   // where other kernels hold the rest; 0 for the whole device. Each target has its plans.
   void set_multiprocessor_target(int multiprocessors) { multiprocessor_target_ = multiprocessors; }
 
-  // One line per plan that has run: its epilogue, shape and sizing, and (timed) both
-  // sizings' times.
+  // One line per plan that has run: its shape and how its algorithm was chosen.
   std::vector<std::string> algorithm_report() const;
 
  private:
-  enum class Epilogue { bias, gelu_bias, gelu_aux_bias, dgelu };
+  enum class Epilogue { none, bias, gelu_bias, gelu_aux_bias, dgelu };
+  // One GEMM D[m,n] = op_a(A) · op_b(B) (+ D where adds) in cuBLAS's column-major terms.
+  struct Shape {
+    Epilogue epilogue;
+    cudaDataType_t ab_type, c_type;
+    cublasOperation_t op_a, op_b;
+    int m, n, k, lda, ldb, ldc;
+    bool adds;
+    int multiprocessor_target;  // set_multiprocessor_target's, when the plan was made
+    bool operator==(const Shape& other) const;
+  };
   // One algorithm for a plan, sized for `multiprocessors` (cuBLASLt's SM count target; 0:
   // the whole device).
   struct Sizing {
     int multiprocessors = 0;
     cublasLtMatmulDesc_t desc = nullptr;
     cublasLtMatmulAlgo_t algo{};
-    bool usable = false;  // cuBLASLt had an algorithm for it
-    // With AlgorithmChoice::sustained, all that cuBLASLt offered ([0] is algo), then the
-    // configurations near them, until the first call has chosen.
-    std::vector<cublasLtMatmulAlgo_t> candidates;
+    bool usable = false;  // it has an algorithm
   };
-  // One GEMM D[m,n] = op(A)[m,k] · B[k,n] in cuBLAS's column-major terms, B and D untransposed.
   struct Plan {
-    Epilogue epilogue;
-    cudaDataType_t type;
-    int m, n, k;
-    int multiprocessor_target;  // set_multiprocessor_target's, when the plan was made
+    Shape shape;
     cublasLtMatrixLayout_t a_layout = nullptr, b_layout = nullptr, d_layout = nullptr;
-    Sizing sizing;        // what runs
+    Sizing sizing;        // what runs (plain: unless runs_cublas)
     Sizing fewer;         // timed, until the first call has chosen: the other sizing
+    bool runs_cublas = false;  // plain: cuBLAS's own runs
     bool chosen = false;  // sizing is final
     std::string choice;   // how it was chosen, for algorithm_report
   };
-  static bool epilogue_is_transposed_a(Epilogue epilogue);
-  // The plan of a usable GEMM, or nullptr where this one declines.
-  Plan* plan_for(Epilogue epilogue, cudaDataType_t type, int m, int n, int k);
-  // plan_for, or nullptr where an operand is not 16-byte aligned or the shape is not one
-  // the plans take.
-  Plan* aligned_plan_for(Epilogue epilogue, cudaDataType_t type, int m, int n, int k,
-                         std::initializer_list<const void*> operands);
-  // A descriptor with the plan's epilogue, and cuBLASLt's first algorithm for it (and,
-  // sustained, its next ones).
-  Sizing size_for(const Plan& plan, int multiprocessors);
+  // The plan of a shape, made at its first call; nullptr where cuBLASLt has no algorithm.
+  Plan* plan_for(const Shape& shape);
+  Sizing size_for(const Plan& plan, int multiprocessors) const;
   // One GEMM of an epilogue: D = op(A) B in cuBLAS's column-major terms, with the bias and
   // the auxiliary matrix that the epilogue takes (null where it takes none).
   struct EpilogueCall {
@@ -153,40 +159,50 @@ class EpilogueGemm {
   // where an operand is not 16-byte aligned or the shape is not one the plans take.
   bool run_epilogue(cudaStream_t stream, const EpilogueCall& call);
   // A bias or auxiliary pointer, on every descriptor the plan holds.
-  static void set_pointer(Plan& plan, cublasLtMatmulDescAttributes_t attribute,
-                          const void* pointer);
-  void run(Plan& plan, cudaStream_t stream, const void* a, const void* b, void* d);
-  // Sets plan.sizing for good: the process's earlier choice for this plan, or (timed) the
-  // faster sizing on these operands where it clears the threshold.
-  void choose_sizing(Plan& plan, cudaStream_t stream, const void* a, const void* b, void* d);
+  static void set_pointer(Plan& plan, cublasLtMatmulDescAttributes_t attribute, const void* pointer);
+  // Operands of one call.
+  struct Operands {
+    const void* a;
+    const void* b;
+    void* d;
+  };
+  // Sets the plan's algorithm for good: the chooser's, or (timed) the faster sizing on
+  // these operands where it clears the threshold. `fallback` runs what runs without a choice.
+  void choose(Plan& plan, cudaStream_t stream, const Operands& on, const GemmLaunch& fallback);
+  // Takes the chooser's algorithm for the plan; false where it names none this cuBLASLt takes.
+  bool take_chosen(Plan& plan, cudaStream_t stream, const Operands& on, const GemmLaunch& fallback);
   // Swaps plan.fewer into plan.sizing where the process's choice for this shape, made now
   // if it has none, kept it.
-  void keep_faster_sizing(Plan& plan, cudaStream_t stream, const void* a, const void* b, void* d);
-  // Sets plan.sizing's algorithm to the candidate that the process's choice for this shape,
-  // made now under sustained load if it has none, kept.
-  void keep_sustained_candidate(Plan& plan, cudaStream_t stream, const void* a, const void* b, void* d);
+  void keep_faster_sizing(Plan& plan, cudaStream_t stream, const Operands& on);
   // Milliseconds per call of one sizing on these operands (median of a few trials), or a
   // negative value where cuBLASLt refuses to run it.
-  double time_sizing(const Plan& plan, const Sizing& sizing, cudaStream_t stream, const void* a,
-                     const void* b, void* d);
-  cublasStatus_t launch(const Plan& plan, const Sizing& sizing, cudaStream_t stream, const void* a,
-                        const void* b, void* d);
-  // The plan's GEMM through one sizing's descriptor, as lt_algorithms.cuh takes it.
+  double time_sizing(const Plan& plan, const Sizing& sizing, cudaStream_t stream, const Operands& on);
+  cublasStatus_t launch(const Plan& plan, const Sizing& sizing, cudaStream_t stream, const Operands& on);
+  // The plan's GEMM through one sizing's descriptor, as gemm_choice_file.cuh takes it.
   LtProblem problem_of(const Plan& plan, const Sizing& sizing) const;
+  // "<epilogue> <type> m=... n=... k=...[ on <target> multiprocessors]"; a plain GEMM's
+  // also names its leading dimensions, operations, fp32 output and whether it adds.
+  static std::string shape_text(const Shape& shape);
 
-  // "<epilogue> <type> m=... n=... k=...[ on <target> multiprocessors]".
-  static std::string shape_of(const Plan& plan);
-  // What a process's timed and sustained choices are kept by: the device, the way of
-  // choosing, the epilogue, the type, m, n, k and the multiprocessor target.
-  std::tuple<int, int, int, int, int, int, int, int> choice_key(const Plan& plan) const;
-
-  AlgorithmChoice choice_;
-  GemmChoiceFile* file_;
+  bool timed_;
+  std::shared_ptr<GemmChooser> chooser_;
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   std::vector<Plan> plans_;
   int multiprocessor_target_ = 0;
   int device_multiprocessors_ = 0;
 };
+
+// The cuBLAS handle that one stream's GEMMs go through and, where a chooser names
+// algorithms for plain GEMMs, the LtGemm that runs them (null otherwise).
+struct Blas {
+  cublasHandle_t handle = nullptr;
+  LtGemm* lt = nullptr;
+};
+
+inline void gemm(const Blas& blas, const GemmArgs& g) {
+  if (blas.lt != nullptr && blas.lt->plain(blas.handle, g)) return;
+  gemm(blas.handle, g);
+}
 
 }  // namespace scalestudy::cuda

@@ -186,7 +186,7 @@ void for_each_layer_row_chunk(const Args& args, F run_rows) {
 // With a bias_gemm (16-bit only), the bias goes into cuBLASLt's epilogue where it can.
 template <class T>
 void matmul_forward(const Blas& blas, cudaStream_t stream, const MatmulForwardArgs<T>& args,
-                    EpilogueGemm* bias_gemm = nullptr) {
+                    LtGemm* bias_gemm = nullptr) {
   const auto& [out, inp, weight, bias, rows, in_channels, out_channels] = args;
   check_operands(blas, stream, rows, in_channels, out_channels,
                  {{out, "matmul out"}, {inp, "matmul inp"}, {weight, "matmul weight"}});
@@ -329,7 +329,7 @@ void weight_gradient_strided(const Blas& blas, const ClassifierWeightGradientArg
 template <class T>
 void matmul_forward_16bit(const Blas& blas, cudaStream_t stream,
                           const MatmulForwardArgs<T>& args, Scratch scratch,
-                          EpilogueGemm* bias_gemm) {
+                          LtGemm* bias_gemm) {
   const auto& [out, inp, weight, bias, rows, in_channels, out_channels] = args;
   if (!needs_padding(out_channels)) {
     matmul_forward(blas, stream, args, bias_gemm);
@@ -449,7 +449,7 @@ size_t matmul_forward_scratch_elems_16bit(int rows, int out_channels) {
 template <class Half>
 void launch_matmul_forward(const Blas& blas, cudaStream_t stream,
                            const MatmulForwardArgs<Half>& args, Scratch scratch,
-                           EpilogueGemm* bias_gemm) {
+                           LtGemm* bias_gemm) {
   for_each_layer_row_chunk(args, [&](int first, int count) {
     matmul_forward_16bit(blas, stream, rows_of(args, first, count), scratch, bias_gemm);
   });
@@ -557,7 +557,7 @@ void launch_classifier_weight_gradient(const Blas& blas, cudaStream_t stream,
 // The storage types the backend runs the classifier in.
 #define SCALESTUDY_MATMUL_16BIT_INSTANCES(Half)                                                    \
   template void launch_matmul_forward(const Blas&, cudaStream_t, const MatmulForwardArgs<Half>&,   \
-                                      Scratch, EpilogueGemm*);                                     \
+                                      Scratch, LtGemm*);                                     \
   template void launch_matmul_backward(const Blas&, cudaStream_t,                                  \
                                        const MatmulBackwardArgs<Half>&, Scratch);                  \
   template void launch_matmul_parameter_gradients(const Blas&, cudaStream_t,                       \

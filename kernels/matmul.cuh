@@ -18,8 +18,8 @@
 
 namespace scalestudy::cuda {
 
-class EpilogueGemm;
-struct Blas;  // gemm.cuh
+class LtGemm;
+struct Blas;  // gemm_lt.cuh
 
 // out[N,OC] = inp[N,IC] @ weight[OC,IC]^T + bias[OC]; bias may be null (the tied LM head
 // has none). T is float, __nv_bfloat16 or __half, or void for cuBLASLt's untyped calls
@@ -43,7 +43,7 @@ size_t matmul_forward_scratch_elems_16bit(int rows, int out_channels);
 template <class Half>
 void launch_matmul_forward(const Blas& blas, cudaStream_t stream,
                            const MatmulForwardArgs<Half>& args, Scratch scratch,
-                           EpilogueGemm* bias_gemm);
+                           LtGemm* bias_gemm);
 
 // Floats of scratch that launch_matmul_backward needs (for the bias reduction).
 size_t matmul_backward_scratch_elems(int rows, int out_channels);

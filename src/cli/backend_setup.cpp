@@ -4,7 +4,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <iostream>
+#include <memory>
+#include <stdexcept>
 #include <vector>
 #include <string>
 
@@ -19,6 +20,7 @@
 #include "backend/cuda/nvml_telemetry.h"
 #include "comm/nccl_communicator.h"
 #include "comm/nccl_transport.h"
+#include "gemm_choice_file.cuh"
 #endif
 
 namespace scalestudy {
@@ -34,6 +36,24 @@ void set_up_link_emulation(const RunConfig& config, const ProcessPlacement& wher
                      "spans " + std::to_string(where.node_count) + " nodes (leave the option out: its links "
                      "between the nodes are real)");
   apply_socket_emulation();
+}
+
+// --gemm-algos-file, read for this rank's GPU in the 16-bit modes (null: none to read). A
+// file that is not in the format is bad input; one made for another GPU model or cuBLASLt
+// is set aside with a warning, and the run takes --gemm-algos.
+std::shared_ptr<cuda::GemmChooser> read_gemm_choices(const RunConfig& config, const ProcessPlacement& where) {
+  if (config.gemm_algos_file.empty() || !is_16bit(config.precision)) return nullptr;
+  try {
+    auto file = std::make_shared<cuda::GemmChoiceFile>(
+        cuda::GemmChoiceFile::read(config.gemm_algos_file, cuda::gemm_machine(where.local_rank)));
+    if (file->set_aside_because().empty()) return file;
+    if (where.rank == 0)
+      std::fprintf(stderr, "scalestudy: --gemm-algos-file: %s; its choices are set aside\n",
+                   file->set_aside_because().c_str());
+    return nullptr;
+  } catch (const std::invalid_argument& error) {
+    throw UsageError(std::string("--gemm-algos-file ") + error.what());
+  }
 }
 
 // What the result file records of NCCL's links, and what rank 0 says of them.
@@ -140,9 +160,7 @@ BackendSetup make_backend(const RunConfig& config, const ProcessPlacement& where
                        where.host + ")");
   }
   auto ops = std::make_unique<CudaOps>(where.local_rank, config.precision, config.gemm_algos,
-                                       config.attention_kernel, config.gemm_algos_file);
-  // Every rank chooses for the same shapes at about the same time; rank 0 speaks for them.
-  if (where.rank == 0) ops->report_gemm_choices_to(&std::cout);
+                                       config.attention_kernel, read_gemm_choices(config, where));
   auto nccl = std::make_unique<NcclCommunicator>(MPI_COMM_WORLD, ops->stream(), config.comm_timeout_s,
                                                  config.overlapped_ctas);
   record_links(config, where, *nccl, setup.identity);

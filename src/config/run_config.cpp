@@ -188,11 +188,11 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
        "with --overlap on, how long buckets wait: the share (0 to 1) of the gradients backward finishes "
        "first; later starts cost power-capped GPUs less clock. auto: 0.5, zero2 at most 1/ranks")
       ("gemm-algos", defaulted(&raw.gemm_algos),
-       "cuda 16-bit GEMMs: timed (a fewer-SM pick where clearly faster), sustained (candidates "
-       "timed in sustained load in step 1, minutes) or heuristic (the same bits on every run)")
+       "heuristic (the same bits on every run) or timed (a fewer-SM pick where clearly faster), for cuda's "
+       "16-bit GEMMs with a cuBLASLt epilogue")
       ("gemm-algos-file", po::value(&c.gemm_algos_file),
-       "with --gemm-algos sustained: a file that keeps the choices for later runs on the same GPU model "
-       "and cuBLASLt, which then skip the timing; made where absent. Default: none");
+       "cuda 16-bit: GEMM algorithms for this GPU model and cuBLASLt, chosen under sustained load "
+       "(docs/strategies.md says how), which win for the shapes they name. Default: none");
 
   po::options_description all = help_sections();
   all.add(general).add(model).add(data).add(scaling).add(optimizer).add(parallel).add(precision).add(output)
@@ -455,10 +455,13 @@ void resolve_and_validate(RunConfig& c, const RawOptions& raw) {
   else bad_value("precision", raw.precision, "must be auto, fp32, bf16 or fp16");
   if (raw.gemm_algos == "timed") c.gemm_algos = GemmAlgos::timed;
   else if (raw.gemm_algos == "heuristic") c.gemm_algos = GemmAlgos::heuristic;
-  else if (raw.gemm_algos == "sustained") c.gemm_algos = GemmAlgos::sustained;
-  else bad_value("gemm-algos", raw.gemm_algos, "must be timed, sustained or heuristic");
-  if (!c.gemm_algos_file.empty() && c.gemm_algos != GemmAlgos::sustained)
-    bad_value("gemm-algos-file", c.gemm_algos_file, "needs --gemm-algos sustained");
+  else if (raw.gemm_algos == "sustained")
+    bad_value("gemm-algos", raw.gemm_algos,
+              "is not a run's choice: a search that times the step's GEMMs under sustained load writes a file "
+              "for --gemm-algos-file (docs/strategies.md)");
+  else bad_value("gemm-algos", raw.gemm_algos, "must be timed or heuristic");
+  if (!c.gemm_algos_file.empty() && !std::ifstream(c.gemm_algos_file))
+    bad_value("gemm-algos-file", c.gemm_algos_file, "cannot be read");
   c.attention_kernel = parse_attention_kernel(raw.attention_kernel, c.backend, c.precision);
   if (raw.loss_scaling == "auto") c.loss_scaling = c.precision == Precision::fp16;
   else if (raw.loss_scaling == "on") c.loss_scaling = true;

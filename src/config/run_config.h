@@ -83,7 +83,8 @@ struct RunConfig {
   std::string backend = "cpu";
   Precision precision = Precision::fp32;
   GemmAlgos gemm_algos = GemmAlgos::timed;
-  // With gemm_algos sustained: the file that keeps the choices between runs (empty: none).
+  // cuda 16-bit: a file of GEMM algorithms chosen for this machine, which win over
+  // gemm_algos for the shapes it names (empty: none).
   std::string gemm_algos_file;
   AttentionKernel attention_kernel = AttentionKernel::auto_select;  // cuda bf16/fp16: flash or cudnn
 

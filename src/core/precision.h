@@ -16,16 +16,13 @@ inline bool is_16bit(Precision precision) {
   return precision == Precision::bf16 || precision == Precision::fp16;
 }
 
-// How cuda picks each 16-bit GEMM's algorithm: heuristic, cuBLASLt's first (and cuBLAS's
-// own for the plain GEMMs), the same on every run; timed, also cuBLASLt's first for fewer
+// How cuda picks the algorithm of each 16-bit GEMM with a cuBLASLt epilogue: heuristic,
+// cuBLASLt's first, the same on every run; timed, also cuBLASLt's first for fewer
 // multiprocessors where it times clearly faster in the run's first step
-// (kernels/gemm_lt.cuh); sustained, for every GEMM the fastest under sustained load of
-// cuBLAS's own and cuBLASLt's first eight, in the run's first step
-// (kernels/gemm_sustained.cuh).
-enum class GemmAlgos { heuristic, timed, sustained };
-inline const char* gemm_algos_name(GemmAlgos algos) {
-  return algos == GemmAlgos::sustained ? "sustained" : algos == GemmAlgos::timed ? "timed" : "heuristic";
-}
+// (kernels/gemm_lt.cuh). A choice file (--gemm-algos-file) names algorithms that win over
+// both.
+enum class GemmAlgos { heuristic, timed };
+inline const char* gemm_algos_name(GemmAlgos algos) { return algos == GemmAlgos::timed ? "timed" : "heuristic"; }
 
 // Which kernels compute the attention of cuda's bf16 and fp16 modes: flash, the project's
 // own (kernels/flash_attention.cuh), or cudnn, cuDNN's fused scaled-dot-product attention

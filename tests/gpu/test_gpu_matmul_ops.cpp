@@ -1,8 +1,8 @@
 // The dense layer of the CUDA backend against the CPU reference, in fp32, bf16 and fp16:
 // the GEMMs with their bias, the dense-GELU pair, and cuBLASLt's bias and GELU epilogues at
 // GPT-2's shapes (which shapes take them, the tanh GELU they compute, and the timed
-// algorithm choice made once per process), and every 16-bit GEMM with the algorithms
-// chosen under sustained load.
+// algorithm choice made once per process), and every 16-bit GEMM with the algorithms a
+// chooser or a choice file names.
 #include <unistd.h>
 
 #include <algorithm>
@@ -49,8 +49,8 @@ TEST_P(CudaOpsHalf, BiasGradientOverManyRows) {
 // (the Matmul test's tiny shape) runs instead. A timed choice of algorithm leaves the
 // kept algorithm's results, as the heuristic's does.
 TEST_P(CudaOpsHalf, BiasEpilogueTakesTheGpt2Shapes) {
-  for (const auto choice : {cuda::AlgorithmChoice::heuristic, cuda::AlgorithmChoice::timed}) {
-    cuda::EpilogueGemm bias_gemm(choice);
+  for (const bool timed : {false, true}) {
+    cuda::LtGemm bias_gemm(timed);
     cudaStream_t stream = nullptr;
     CHECK_CUBLAS(cublasGetStream(gpu_->cublas_handle(), &stream));
     const cudaDataType_t type = precision_ == Precision::fp16 ? CUDA_R_16F : CUDA_R_16BF;
@@ -59,7 +59,7 @@ TEST_P(CudaOpsHalf, BiasEpilogueTakesTheGpt2Shapes) {
          std::vector<std::pair<int, int>>{{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}}) {
       const std::string label = " (" + std::to_string(in_channels) + "->" +
                                 std::to_string(out_channels) +
-                                (choice == cuda::AlgorithmChoice::timed ? ", timed" : "") + ")";
+                                (timed ? ", timed" : "") + ")";
       const auto inp = rounded(random_floats(size_t(N) * in_channels, 37));
       const auto weight = rounded(random_floats(size_t(out_channels) * in_channels, 38));
       const auto bias = rounded(random_floats(size_t(out_channels), 39));
@@ -84,7 +84,7 @@ TEST_P(CudaOpsHalf, BiasEpilogueTakesTheGpt2Shapes) {
   }
 }
 
-// Every EpilogueGemm of a process runs the sizing that the first timed choice kept, so two
+// Every LtGemm of a process runs the sizing that the first timed choice kept, so two
 // of them compute the same bits and report the same choices, with both sizings' times.
 TEST_P(CudaOpsHalf, TimedAlgorithmChoiceIsMadeOncePerProcess) {
   cudaStream_t stream = nullptr;
@@ -97,7 +97,7 @@ TEST_P(CudaOpsHalf, TimedAlgorithmChoiceIsMadeOncePerProcess) {
   std::vector<std::vector<float>> outs;
   std::vector<std::vector<std::string>> reports;
   for (int instance = 0; instance < 2; ++instance) {
-    cuda::EpilogueGemm timed(cuda::AlgorithmChoice::timed);
+    cuda::LtGemm timed(true);
     float* d_out = poisoned_activation(size_t(N) * OC);
     ASSERT_TRUE(timed.forward(stream, type, {.out = d_out, .inp = d_inp, .weight = d_weight,
                                              .bias = d_bias, .rows = N, .in_channels = C,
@@ -109,8 +109,8 @@ TEST_P(CudaOpsHalf, TimedAlgorithmChoiceIsMadeOncePerProcess) {
   EXPECT_NE(reports[0][0].find(" ms; for "), std::string::npos) << "both sizings timed: " << reports[0][0];
   EXPECT_EQ(reports[0], reports[1]);
   std::cout << "  " << name() << " " << reports[0][0] << "\n";
-  EXPECT_TRUE(all_close("second timed EpilogueGemm", outs[1], outs[0], kBitExact));
-  cuda::EpilogueGemm heuristic(cuda::AlgorithmChoice::heuristic);
+  EXPECT_TRUE(all_close("second timed LtGemm", outs[1], outs[0], kBitExact));
+  cuda::LtGemm heuristic(false);
   float* d_out = poisoned_activation(size_t(N) * OC);
   ASSERT_TRUE(heuristic.forward(stream, type, {.out = d_out, .inp = d_inp,
                                                .weight = d_weight, .bias = d_bias, .rows = N,
@@ -120,7 +120,7 @@ TEST_P(CudaOpsHalf, TimedAlgorithmChoiceIsMadeOncePerProcess) {
   EXPECT_NE(heuristic.algorithm_report()[0].find(": cuBLASLt's first"), std::string::npos);
   // A plan already sized for fewer multiprocessors (beside the overlapped lane) has no
   // other sizing to time.
-  cuda::EpilogueGemm beside_lane(cuda::AlgorithmChoice::timed);
+  cuda::LtGemm beside_lane(true);
   int multiprocessors = 0;
   CHECK_CUDA(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, 0));
   beside_lane.set_multiprocessor_target(multiprocessors - cuda::kTimedGemmFewerMultiprocessors);
@@ -131,42 +131,50 @@ TEST_P(CudaOpsHalf, TimedAlgorithmChoiceIsMadeOncePerProcess) {
   EXPECT_EQ(beside_lane.algorithm_report()[0].find("timed"), std::string::npos) << beside_lane.algorithm_report()[0];
 }
 
-// With --gemm-algos sustained every 16-bit GEMM of a dense layer and of the MLP runs the
-// algorithm that its first call chose under sustained load: the plain GEMMs through the
-// GemmTuner, those with an epilogue through EpilogueGemm. Their results hold to the same
-// tolerances against the CPU, and the weight gradients, which add to their output, add to
-// the random prior they started from: timing them leaves that output as it was. Each choice
-// is reported as it is made. A second backend given the same --gemm-algos-file takes every
-// choice from it, without timing, and reports none.
-TEST_P(CudaOpsHalf, SustainedAlgorithmsMatchTheCpu) {
-  // fp16 takes the same code paths; timing every candidate takes about a minute a precision.
-  if (precision_ != Precision::bf16) GTEST_SKIP() << "bf16 stands for both 16-bit modes";
-  const std::string file = ::testing::TempDir() + "gemm_algos_" + name() + "_" + std::to_string(::getpid());
-  std::remove(file.c_str());
-  for (const char* made : {"a call sustained", "as --gemm-algos-file keeps it"}) {
+// Names, for every GEMM it is asked about, the last of cuBLASLt's first four candidates
+// (which the heuristic would not run), and keeps what it named.
+class LastOfFourCandidates final : public cuda::GemmChooser {
+ public:
+  std::optional<std::string> choose(const cuda::GemmToChoose& gemm) override {
+    const std::vector<cublasLtMatmulAlgo_t> candidates = cuda::lt_candidates(gemm.problem, 4);
+    if (candidates.empty()) return std::nullopt;
+    const std::string text = cuda::lt_algorithm_config(candidates.back());
+    file.store(gemm.shape, text);
+    return text;
+  }
+  cuda::GemmChoiceFile file;
+};
+
+// Every 16-bit GEMM of a dense layer and of the MLP runs the algorithm a chooser names for
+// its shape: the plain GEMMs (which otherwise run cuBLAS's own) and those with an epilogue.
+// Their results hold to the same tolerances against the CPU. A second backend reading the
+// choices back from a file (--gemm-algos-file) runs them again.
+TEST_P(CudaOpsHalf, ChosenAlgorithmsMatchTheCpu) {
+  const std::string path = ::testing::TempDir() + "gemm_algos_" + name() + "_" + std::to_string(::getpid());
+  const auto naming = std::make_shared<LastOfFourCandidates>();
+  for (const bool from_file : {false, true}) {
     owned_.clear();  // the backend they came from frees them
-    gpu_ = std::make_unique<CudaOps>(0, precision_, GemmAlgos::sustained, AttentionKernel::flash, file);
-    std::ostringstream progress;
-    gpu_->report_gemm_choices_to(&progress);
+    std::shared_ptr<cuda::GemmChooser> chooser = naming;
+    if (from_file) {
+      naming->file.write(path, cuda::gemm_machine(0));
+      chooser = std::make_shared<cuda::GemmChoiceFile>(cuda::GemmChoiceFile::read(path, cuda::gemm_machine(0)));
+    }
+    gpu_ = std::make_unique<CudaOps>(0, precision_, GemmAlgos::heuristic, AttentionKernel::flash, chooser);
     const int N = 512;
+    const std::string label = from_file ? " (from a file)" : " (chosen)";
     check_matmul({.in_channels = 768, .out_channels = 2304, .bias = true}, N);
-    check_dense_gelu(N, 768, " (sustained)");
+    check_dense_gelu(N, 768, label);
     size_t plain = 0, with_epilogue = 0;
     for (const std::string& line : gpu_->algorithm_choices()) {
-      std::cout << "  " << name() << " " << line << "\n";
-      EXPECT_NE(line.find(made), std::string::npos) << line;
+      std::cout << "  " << name() << label << " " << line << "\n";
+      EXPECT_NE(line.find(", as chosen for this shape"), std::string::npos) << line;
       (line.rfind("plain ", 0) == 0 ? plain : with_epilogue) += 1;
     }
     // The input gradients (written, then added to) and the weight gradients of both layers.
-    EXPECT_GE(plain, 4u) << "the plain GEMMs must go through the tuner";
-    EXPECT_GE(with_epilogue, 1u) << "the bias epilogue at least (bf16 also takes the GELU's)";
-    // One progress line for each choice made, none for those the file keeps.
-    const std::string reported = progress.str();
-    const size_t made_here = std::string(made) == "a call sustained" ? plain + with_epilogue : 0;
-    EXPECT_EQ(static_cast<size_t>(std::count(reported.begin(), reported.end(), '\n')), made_here) << reported;
-    gpu_->report_gemm_choices_to(nullptr);
+    EXPECT_GE(plain, 4u) << "the plain GEMMs must take the chosen algorithms" << label;
+    EXPECT_GE(with_epilogue, 1u) << "the bias epilogue at least (bf16 also takes the GELU's)" << label;
   }
-  std::remove(file.c_str());
+  std::remove(path.c_str());
 }
 
 // ---- GPT-2's MLP GELU in cuBLASLt's epilogues ---------------------------------------------
@@ -204,7 +212,7 @@ TEST_P(CudaOpsHalf, DenseGeluTakesTheEpiloguesAtGpt2Small) {
 // runs on these operands, and the outputs checked are the kept one's. (The model tests
 // run the heuristic's choice.)
 TEST_F(CudaOpsBf16, GeluEpiloguesTakeTheGpt2ShapesAndAreTheTanhGelu) {
-  cuda::EpilogueGemm epilogue_gemm(cuda::AlgorithmChoice::timed);
+  cuda::LtGemm epilogue_gemm(true);
   cudaStream_t stream = nullptr;
   CHECK_CUBLAS(cublasGetStream(gpu_->cublas_handle(), &stream));
   const cudaDataType_t type = precision_ == Precision::fp16 ? CUDA_R_16F : CUDA_R_16BF;

@@ -53,9 +53,9 @@ def test_rows_are_medians_of_the_rounds_and_ratios_are_paired_within_each_round(
 
 def test_a_variant_scales_from_its_own_one_gpu_run_and_zero2_from_the_baseline():
     base_one = bench.Run(1, bench.BASELINE, "bf16", "ddp")
-    variant_one = bench.Run(1, f"{bench.BASELINE} [fast]", "bf16", "ddp", "--gemm-algos sustained")
+    variant_one = bench.Run(1, f"{bench.BASELINE} [fast]", "bf16", "ddp", "--gemm-algos-file algos.txt")
     base_two = bench.Run(2, bench.BASELINE, "bf16", "ddp")
-    variant_two = bench.Run(2, f"{bench.BASELINE} [fast]", "bf16", "ddp", "--gemm-algos sustained")
+    variant_two = bench.Run(2, f"{bench.BASELINE} [fast]", "bf16", "ddp", "--gemm-algos-file algos.txt")
     zero2_two = bench.Run(2, "scalestudy zero2+overlap", "bf16", "zero2")
     runs = [base_one, variant_one, base_two, variant_two, zero2_two]
     results = {base_one: [measured(100.0)], variant_one: [measured(110.0)], base_two: [measured(190.0)],
@@ -91,7 +91,7 @@ def test_a_failed_round_leaves_its_pair_out_and_a_run_that_never_ran_has_no_figu
 
 def test_each_scalestudy_variant_gets_its_own_ratio_after_the_baselines():
     one = bench.Run(1, bench.BASELINE, "bf16", "ddp")
-    tuned = bench.Run(1, bench.BASELINE + " [tuned]", "bf16", "ddp", "--gemm-algos sustained")
+    tuned = bench.Run(1, bench.BASELINE + " [tuned]", "bf16", "ddp", "--gemm-algos-file algos.txt")
     compiled = bench.Run(1, "pytorch compile", "bf16", mode="compile")
     results = {tuned: [measured(130.0), measured(132.0)], one: [measured(125.0), measured(126.0)],
                compiled: [measured(100.0), measured(100.0)]}

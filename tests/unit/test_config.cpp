@@ -166,15 +166,17 @@ TEST(Config, BadInputNamesTheOptionAndValue) {
   EXPECT_EQ(parse({"--overlap", "on", "--overlap-after", "0"}).overlap_after, 0.0);
   EXPECT_EQ(parse({"--overlap", "on", "--overlap-after", "0.25"}).overlap_after, 0.25);
   EXPECT_EQ(parse({"--overlap-after", "0", "--strategy", "zero2"}).overlap_after, 0.0) << "0 asks for nothing";
-  expect_usage_error({"--gemm-algos", "fastest"}, {"--gemm-algos fastest", "timed, sustained or heuristic"});
+  expect_usage_error({"--gemm-algos", "fastest"}, {"--gemm-algos fastest", "timed or heuristic"});
   EXPECT_EQ(parse({}).gemm_algos, GemmAlgos::timed);
   EXPECT_EQ(parse({"--gemm-algos", "heuristic"}).gemm_algos, GemmAlgos::heuristic);
-  EXPECT_EQ(parse({"--gemm-algos", "sustained"}).gemm_algos, GemmAlgos::sustained);
-  EXPECT_EQ(parse({"--gemm-algos", "sustained", "--gemm-algos-file", "/tmp/a"}).gemm_algos_file, "/tmp/a");
-  expect_usage_error({"--gemm-algos-file", "/tmp/a"}, {"--gemm-algos-file /tmp/a", "needs --gemm-algos sustained"});
+  expect_usage_error({"--gemm-algos", "sustained"}, {"--gemm-algos sustained", "--gemm-algos-file", "docs/strategies.md"});
+  const std::string readable = std::string(SCALESTUDY_SOURCE_DIR) + "/README.md";
+  EXPECT_EQ(parse({"--gemm-algos-file", readable}).gemm_algos_file, readable);
+  EXPECT_EQ(parse({"--gemm-algos", "heuristic", "--gemm-algos-file", readable}).gemm_algos, GemmAlgos::heuristic);
+  expect_usage_error({"--gemm-algos-file", "/nonexistent/algos"}, {"--gemm-algos-file /nonexistent/algos", "cannot be read"});
   EXPECT_NE(train_help().find("clearly faster"), std::string::npos)
       << "the help states when a timed candidate is kept";
-  EXPECT_NE(train_help().find("in sustained"), std::string::npos) << "the help states how sustained times";
+  EXPECT_NE(train_help().find("under sustained load"), std::string::npos) << "the help states how a file is made";
   expect_usage_error({"--no-such-option"}, {"no-such-option"});
   expect_usage_error({"--steps", "abc"}, {"steps", "abc"});
   expect_usage_error({"--steps", "0"}, {"--steps 0"});

@@ -3,6 +3,9 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
+#include <cmath>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -21,8 +24,9 @@
 #include "matmul.cuh"
 #include "profile/kernel_tag.h"
 
-// The model's layer ops on the CUDA backend; memory, copies, reductions and the optimizer
-// are in cuda_ops.cpp.
+// The model's layer ops on the CUDA backend other than the GEMMs (cuda_gemm_ops.cpp):
+// embedding, LayerNorm, attention, GELU, residuals and the cross-entropy, with the sizes the
+// memory preflight takes of their buffers and scratch.
 namespace scalestudy {
 
 using namespace cuda_storage;
@@ -88,135 +92,6 @@ void CudaOps::layernorm_backward(const LayerNormBackwardArgs<float>& args) {
                                          .channels = args.channels, .dinp_write = args.dinp_write};
     cuda::launch_layernorm_backward(stream_, typed, scratch);
   });
-}
-
-void CudaOps::matmul_forward(float* out, const float* inp, const float* weight,
-                             const float* bias, int rows, int in_channels, int out_channels) {
-  ScopedKernelTag tag(KernelCategory::gemm);
-  if (half_operands("matmul_forward", {{out, "out"}, {inp, "inp"}})) {
-    const size_t scratch_elems = cuda::matmul_forward_scratch_elems_16bit(rows, out_channels);
-    const cuda::Scratch scratch = scratch_elems > 0 ? scratch_of(scratch_elems) : cuda::Scratch{};
-    with_half_type(precision_, [&]<class Half>(Storage<Half>) {
-      const cuda::MatmulForwardArgs<Half> half_args{
-          .out = as<Half>(out),
-          .inp = as<Half>(inp),
-          .weight = parameter_as<Half>(weight),
-          .bias = bias != nullptr ? parameter_as<Half>(bias) : nullptr,
-          .rows = rows,
-          .in_channels = in_channels,
-          .out_channels = out_channels};
-      cuda::launch_matmul_forward(blas(), stream_, half_args, scratch, epilogue_gemm_.get());
-    });
-    return;
-  }
-  cuda::launch_matmul_forward(blas(), stream_,
-                              {.out = out, .inp = inp, .weight = weight, .bias = bias, .rows = rows,
-                               .in_channels = in_channels, .out_channels = out_channels});
-}
-
-void CudaOps::matmul_backward(const MatmulBackwardArgs<float>& args) {
-  ScopedKernelTag tag(KernelCategory::gemm);
-  require_fp32({{args.dweight, "matmul dweight"}, {args.dbias, "matmul dbias"}});
-  const bool half = half_operands("matmul_backward",
-                                  {{args.dinp, "dinp"}, {args.dout, "dout"}, {args.inp, "inp"}});
-  if (half) {
-    // Scratch for the bias reduction and, where out_channels needs them, padded rows.
-    const cuda::Scratch scratch =
-        scratch_of(cuda::matmul_backward_scratch_elems_16bit(args.rows, args.out_channels));
-    const void* weight_copy = parameter_copy_of(args.weight);
-    with_half_type(precision_, [&]<class Half>(Storage<Half>) {
-      const MatmulBackwardArgs<Half> half_args{.dinp = as<Half>(args.dinp), .dweight = args.dweight,
-                                               .dbias = args.dbias, .dout = as<Half>(args.dout),
-                                               .inp = as<Half>(args.inp),
-                                               .weight = as<Half>(weight_copy), .rows = args.rows,
-                                               .in_channels = args.in_channels,
-                                               .out_channels = args.out_channels,
-                                               .dinp_write = args.dinp_write};
-      cuda::launch_matmul_backward(blas(), stream_, half_args, scratch);
-    });
-    return;
-  }
-  const cuda::Scratch scratch =
-      args.dbias != nullptr
-          ? scratch_of(cuda::matmul_backward_scratch_elems(args.rows, args.out_channels))
-          : cuda::Scratch{};
-  cuda::launch_matmul_backward(blas(), stream_, args, scratch);
-}
-
-// The epilogue reads the bias from the parameters' 16-bit copy: a bias outside the
-// parameters (or none) takes the plain ops, as does any shape cuBLASLt declines.
-// bf16 only. In fp16 cuBLASLt's GELU epilogue misses the tanh GELU by more than the fp16
-// rounding: on an H200 (CUDA 13), 14801 of 786432 outputs are off by up to ~8 fp16 ulps
-// in the tails (-6.046e-4 against -6.083e-4), and 13075 derivatives likewise. In bf16 the
-// same differences stay within one bf16 rounding, which the GPU test
-// GeluEpiloguesTakeTheGpt2ShapesAndAreTheTanhGelu checks.
-bool CudaOps::gelu_epilogues_allowed() const { return precision_ == Precision::bf16; }
-
-void CudaOps::dense_gelu_forward(const DenseGeluForwardArgs<float>& args) {
-  if (half_operands("dense_gelu_forward",
-                    {{args.pre, "pre"}, {args.out, "out"}, {args.inp, "inp"}}) &&
-      args.bias != nullptr && gelu_epilogues_allowed()) {
-    const void* bias_copy = parameter_copy_or_null(args.bias);
-    bool fused = false;
-    if (bias_copy != nullptr) {
-      const void* weight_copy = parameter_copy_of(args.weight);
-      ScopedKernelTag tag(KernelCategory::gemm);
-      with_half_type(precision_, [&]<class Half>(Storage<Half>) {
-        const DenseGeluForwardArgs<Half> typed{.pre = as<Half>(args.pre), .out = as<Half>(args.out),
-                                               .inp = as<Half>(args.inp),
-                                               .weight = as<Half>(weight_copy),
-                                               .bias = as<Half>(bias_copy), .rows = args.rows,
-                                               .in_channels = args.in_channels,
-                                               .out_channels = args.out_channels};
-        fused = cuda::launch_dense_gelu_forward(*epilogue_gemm_, stream_, typed);
-      });
-    }
-    if (fused) {
-      ++gelu_epilogue_gemms_;
-      return;
-    }
-  }
-  Ops::dense_gelu_forward(args);
-}
-
-// Where cuBLASLt declines the GELU's derivative in the epilogue nothing has been written,
-// and the plain ops run instead, through dact_scratch.
-void CudaOps::dense_backward_through_gelu(const DenseGeluBackwardArgs<float>& args) {
-  if (half_operands("dense_backward_through_gelu",
-                    {{args.dpre, "dpre"}, {args.dout, "dout"}, {args.act, "act"}, {args.pre, "pre"},
-                     {args.dact_scratch, "dact_scratch"}}) &&
-      gelu_epilogues_allowed()) {
-    require_fp32({{args.dweight, "dense_backward_through_gelu dweight"},
-                  {args.dbias, "dense_backward_through_gelu dbias"}});
-    const cuda::Scratch scratch =
-        args.dbias != nullptr ? scratch_of(cuda::dense_backward_through_gelu_scratch_elems(
-                                    args.rows, args.out_channels))
-                              : cuda::Scratch{};
-    const void* weight_copy = parameter_copy_of(args.weight);
-    bool fused = false;
-    {
-      ScopedKernelTag tag(KernelCategory::gemm);
-      with_half_type(precision_, [&]<class Half>(Storage<Half>) {
-        const DenseGeluBackwardArgs<Half> half_args{.dpre = as<Half>(args.dpre),
-                                                    .dweight = args.dweight, .dbias = args.dbias,
-                                                    .dout = as<Half>(args.dout),
-                                                    .act = as<Half>(args.act),
-                                                    .pre = as<Half>(args.pre),
-                                                    .weight = as<Half>(weight_copy),
-                                                    .rows = args.rows,
-                                                    .in_channels = args.in_channels,
-                                                    .out_channels = args.out_channels,
-                                                    .dact_scratch = as<Half>(args.dact_scratch)};
-        fused = cuda::launch_dense_backward_through_gelu(*epilogue_gemm_, blas(), stream_,
-                                                         half_args, scratch);
-      });
-    }
-    if (fused) {
-      ++gelu_epilogue_gemms_;
-      return;
-    }
-  }
-  Ops::dense_backward_through_gelu(args);
 }
 
 float* CudaOps::allocate_attention_state(const AttentionShape& shape) {
@@ -383,19 +258,6 @@ void CudaOps::accumulate(float* dst, const float* src, size_t elems) {
   });
 }
 
-int CudaOps::padded_logits_stride(const float* logits, int rows, int vocab) const {
-  if (!half_mode() || logits == nullptr) return 0;
-  const Lookup lookup = find_allocation(logits);
-  if (!lookup.found || lookup.allocation.logits_row_elems == 0) return 0;
-  const int stride = lookup.allocation.logits_row_elems;
-  SCALESTUDY_CHECK(reinterpret_cast<uintptr_t>(logits) == lookup.base &&
-                       stride == cuda::padded_logits_row_elems(vocab) &&
-                       lookup.allocation.bytes >= size_t(rows) * stride * kHalfBytes,
-                   "cuda backend: a logits buffer from allocate_logits is used with other rows "
-                   "or another vocabulary than it was allocated for");
-  return stride;
-}
-
 void CudaOps::softmax_cross_entropy_forward(float* losses, float* row_stats, const float* logits,
                                             const int32_t* targets, int rows, int vocab) {
   ScopedKernelTag tag(KernelCategory::norm_elementwise);
@@ -425,110 +287,73 @@ void CudaOps::softmax_cross_entropy_backward(float* dlogits, const float* logits
   });
 }
 
-float* CudaOps::allocate_logits(int rows, int vocab) {
-  if (!half_mode()) return allocate_floats(size_t(rows) * vocab, MemoryKind::activations);
-  SCALESTUDY_CHECK(rows > 0 && vocab > 0, "allocate_logits: rows and vocab must be positive");
-  const int stride = cuda::padded_logits_row_elems(vocab);
-  float* logits = allocate_floats(size_t(rows) * stride, MemoryKind::activations);
-  // The padding columns are never read; zeroed, they hold no NaN for a debugger to find.
-  CHECK_CUDA(cudaMemsetAsync(logits, 0, size_t(rows) * stride * kHalfBytes, stream_));
-  std::lock_guard<std::mutex> lock(memory_mutex_);
-  allocations_.at(reinterpret_cast<uintptr_t>(logits)).logits_row_elems = stride;
-  return logits;
+// ---- sizes ---------------------------------------------------------------------------
+// The sizes of what the ops allocate for a model, without allocating: the memory
+// preflight's view of allocate_attention_state, allocate_logits and the ops' scratch, from
+// the same size functions the allocations and launchers use.
+bool CudaOps::uses_cudnn_attention(const AttentionShape& shape) const {
+  return cudnn_attention_ != nullptr && cudnn_attention_supported(shape);
 }
 
-void CudaOps::classifier_forward(const ClassifierForwardArgs<float>& args) {
-  // Logits not from allocate_logits (fp32, or a plain buffer) take Ops's plain ops.
-  const int stride = padded_logits_stride(args.logits, args.rows, args.vocab);
-  if (stride == 0) return Ops::classifier_forward(args);
-  require_fp32({{args.losses, "cross-entropy losses"},
-                {args.row_stats, "cross-entropy row statistics"}});
-  SCALESTUDY_CHECK(stores_half(args.inp, "classifier inp"),
-                   "classifier_forward: inp must be an activation buffer like the logits");
-  const void* weight_copy = parameter_copy_of(args.weight);
-  with_half_type(precision_, [&]<class Half>(Storage<Half>) {
-    const ClassifierForwardArgs<Half> half_args{.losses = args.losses, .row_stats = args.row_stats,
-                                                .logits = as<Half>(args.logits),
-                                                .inp = as<Half>(args.inp),
-                                                .weight = as<Half>(weight_copy),
-                                                .targets = args.targets, .rows = args.rows,
-                                                .channels = args.channels, .vocab = args.vocab,
-                                                .dlogits_scale = args.dlogits_scale};
-    {
-      ScopedKernelTag tag(KernelCategory::gemm);
-      cuda::launch_classifier_matmul_forward(blas(), stream_, half_args, stride);
-    }
-    if (args.losses == nullptr) return;
-    ScopedKernelTag tag(KernelCategory::norm_elementwise);
-    const cuda::CrossEntropyRows rows{args.targets, args.rows, args.vocab, stride};
-    if (args.dlogits_scale)
-      cuda::launch_softmax_cross_entropy_forward_backward(stream_, args.losses, args.row_stats,
-                                                          half_args.logits, rows,
-                                                          *args.dlogits_scale);
-    else
-      cuda::launch_softmax_cross_entropy_forward(stream_, args.losses, args.row_stats,
-                                                 static_cast<const Half*>(half_args.logits), rows);
-  });
+// cuDNN keeps the same statistics as the flash kernels (cudnn_attention.h), so the state
+// is the log-sum-exp on either path.
+bool CudaOps::keeps_log_sum_exp(const AttentionShape& shape) const {
+  return half_mode() && (uses_cudnn_attention(shape) || cuda::flash_attention_supported(shape));
 }
 
-// fp32 logits are the plain [N,V]; 16-bit ones come from allocate_logits, padded.
-int CudaOps::classifier_logits_stride(const float* logits, int rows, int vocab) const {
-  if (!half_mode()) return vocab;
-  const int stride = padded_logits_stride(logits, rows, vocab);
-  SCALESTUDY_CHECK(stride != 0, "classifier backward: 16-bit logits must come from allocate_logits");
-  return stride;
+namespace {
+
+// The preflight's allowance for cuDNN's attention workspace, which is known only once a
+// graph is planned: an fp32 accumulator of dQ [B,T,C] and an fp32 value per query row
+// [B,NH,T] (what its backward keeps beside the gradients), and with an accumulating backward
+// the 16-bit gradients [B,T,3C] before they are added.
+size_t cudnn_attention_scratch_elems(const AttentionShape& shape, bool accumulate) {
+  const size_t tokens = static_cast<size_t>(shape.batch) * shape.seq;
+  const size_t gradient_elems = accumulate ? tokens * 3 * shape.channels / 2 : 0;
+  return tokens * shape.channels + tokens * shape.heads + gradient_elems;
 }
 
-void CudaOps::classifier_backward_from_dlogits(const ClassifierInputGradientArgs<float>& args) {
-  ScopedKernelTag tag(KernelCategory::gemm);
-  const int stride = classifier_logits_stride(args.dlogits, args.rows, args.vocab);
-  if (!half_mode()) return cuda::launch_classifier_input_gradient(blas(), stream_, args, stride);
-  SCALESTUDY_CHECK(stores_half(args.dinp, "classifier dinp"),
-                   "classifier_backward: dinp must be an activation buffer like the logits");
-  const void* weight_copy = parameter_copy_of(args.weight);
-  with_half_type(precision_, [&]<class Half>(Storage<Half>) {
-    const ClassifierInputGradientArgs<Half> half_args{.dinp = as<Half>(args.dinp),
-                                                      .dlogits = as<Half>(args.dlogits),
-                                                      .weight = as<Half>(weight_copy),
-                                                      .rows = args.rows, .channels = args.channels,
-                                                      .vocab = args.vocab,
-                                                      .dinp_write = args.dinp_write};
-    cuda::launch_classifier_input_gradient(blas(), stream_, half_args, stride);
-  });
+}  // namespace
+
+size_t CudaOps::attention_state_bytes(const AttentionShape& shape) const {
+  if (keeps_log_sum_exp(shape)) return statistics_bytes(static_cast<size_t>(shape.batch) * shape.heads * shape.seq);
+  return floats_bytes(attention_probs_elems(shape), MemoryKind::activations);
 }
 
-void CudaOps::classifier_weight_backward(const ClassifierWeightGradientArgs<float>& args) {
-  ScopedKernelTag tag(KernelCategory::gemm);
-  require_fp32(args.dweight, "classifier dweight");
-  const int stride = classifier_logits_stride(args.dlogits, args.rows, args.vocab);
-  if (!half_mode()) return cuda::launch_classifier_weight_gradient(blas(), stream_, args, stride);
-  SCALESTUDY_CHECK(stores_half(args.inp, "classifier inp"),
-                   "classifier_weight_backward: inp must be an activation buffer like the logits");
-  with_half_type(precision_, [&]<class Half>(Storage<Half>) {
-    const ClassifierWeightGradientArgs<Half> half_args{.dweight = args.dweight,
-                                                       .dlogits = as<Half>(args.dlogits),
-                                                       .inp = as<Half>(args.inp), .rows = args.rows,
-                                                       .channels = args.channels,
-                                                       .vocab = args.vocab,
-                                                       .vocab_begin = args.vocab_begin,
-                                                       .vocab_end = args.vocab_end};
-    cuda::launch_classifier_weight_gradient(blas(), stream_, half_args, stride);
-  });
+size_t CudaOps::logits_bytes(size_t rows, int vocab) const {
+  const size_t row_elems = half_mode() ? static_cast<size_t>(cuda::padded_logits_row_elems(vocab)) : vocab;
+  return floats_bytes(rows * row_elems, MemoryKind::activations);
 }
 
-void CudaOps::classifier_backward(const ClassifierBackwardArgs<float>& args) {
-  // Logits not from allocate_logits (fp32, or a plain buffer) take Ops's plain ops.
-  const int stride = padded_logits_stride(args.logits, args.rows, args.vocab);
-  if (stride == 0) return Ops::classifier_backward(args);
-  require_fp32(args.row_stats, "cross-entropy row statistics");
-  with_half_type(precision_, [&]<class Half>(Storage<Half>) {
-    ScopedKernelTag tag(KernelCategory::norm_elementwise);
-    cuda::launch_softmax_cross_entropy_backward(stream_, as<Half>(args.logits), as<Half>(args.logits),
-                                                args.row_stats,
-                                                {args.targets, args.rows, args.vocab, stride},
-                                                args.loss_scale);
-  });
-  classifier_backward_from_dlogits(input_gradient_of(args));
+// The scratch requests of the ops Gpt's forward and backward run (model/gpt.cpp): the
+// embedding's and every LayerNorm's backward, the dense layers of 3C, C and 4C output
+// channels (with the dense-GELU pair's), and the attention of its path. The classifier
+// takes none. scratch_floats grows to at least kScratchGrowth times its old size, so the
+// scratch ends below that factor times the largest request.
+size_t CudaOps::model_scratch_bytes(const ModelShape& shape, int batch, int seq) const {
+  const int rows = batch * seq, channels = shape.channels;
+  const AttentionShape attention{batch, seq, channels, shape.heads, shape.causal};
+  size_t largest_elems = std::max(cuda::embedding_backward_scratch_elems(batch, seq),
+                                  cuda::layernorm_backward_scratch_elems(rows, channels));
+  for (int out_channels : {3 * channels, channels, 4 * channels}) {
+    largest_elems = std::max(largest_elems, half_mode()
+                                                ? std::max(cuda::matmul_forward_scratch_elems_16bit(rows, out_channels),
+                                                           cuda::matmul_backward_scratch_elems_16bit(rows, out_channels))
+                                                : cuda::matmul_backward_scratch_elems(rows, out_channels));
+  }
+  if (half_mode())
+    largest_elems = std::max(largest_elems, cuda::dense_backward_through_gelu_scratch_elems(rows, channels));
+  // The model's attention backward overwrites dqkv (model/gpt.cpp).
+  if (uses_cudnn_attention(attention))
+    largest_elems = std::max(largest_elems, cudnn_attention_scratch_elems(attention, false));
+  else if (keeps_log_sum_exp(attention))
+    largest_elems = std::max(largest_elems, cuda::flash_attention_backward_scratch_elems(attention));
+  else if (half_mode())
+    largest_elems = std::max({largest_elems, cuda::attention_forward_scratch_elems_16bit(attention),
+                              cuda::attention_backward_scratch_elems_16bit(attention)});
+  else
+    largest_elems = std::max(largest_elems, cuda::attention_backward_scratch_elems(attention));
+  return static_cast<size_t>(std::ceil(kScratchGrowth * static_cast<double>(largest_elems))) * sizeof(float);
 }
 
 }  // namespace scalestudy

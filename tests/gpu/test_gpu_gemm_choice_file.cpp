@@ -1,22 +1,31 @@
-// cuBLASLt's algorithms as --gemm-algos sustained takes them (kernels/lt_algorithms.cuh):
-// the text form --gemm-algos-file keeps gives back the same algorithm, malformed or
-// refused texts give none, and the configurations near the heuristic's candidates are new
-// ones that compute the same GEMM.
+// The file of GEMM algorithms that --gemm-algos-file reads (kernels/gemm_choice_file.cuh):
+// the text form it keeps gives back the same algorithm, malformed or refused texts give
+// none; what one writes the next reads, a file of another machine is set aside whole, a
+// shape stored twice keeps its last algorithm, and a malformed file is refused naming its
+// line. The configurations near the heuristic's candidates that dev/gemm_search times
+// (dev/sustained_search.h) are new ones that compute the same GEMM.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstdint>
 #include <iostream>
 #include <set>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "backend/cuda/device_info.h"
 #include "backend/cuda/half_host.h"
 #include "cuda_check.h"
-#include "lt_algorithms.cuh"
+#include "gemm_choice_file.cuh"
 #include "op_checks.h"
+#include "sustained_search.h"
 
 namespace scalestudy::gpu_test {
 namespace {
@@ -108,12 +117,12 @@ TEST_F(LtAlgorithms, MalformedOrRefusedTextsGiveNone) {
 TEST_F(LtAlgorithms, ConfigurationsNearTheCandidatesAreNewAndComputeTheSame) {
   const std::vector<cublasLtMatmulAlgo_t> candidates = cuda::lt_candidates(problem_, 8);
   ASSERT_FALSE(candidates.empty());
-  const std::vector<cublasLtMatmulAlgo_t> near = cuda::lt_neighbours(
+  const std::vector<cublasLtMatmulAlgo_t> near = gemm_search::lt_neighbours(
       problem_, candidates, stream_, [this](const cublasLtMatmulAlgo_t& algo) { return launch(algo); });
   std::set<std::string> offered;
   for (const cublasLtMatmulAlgo_t& candidate : candidates) offered.insert(cuda::lt_algorithm_config(candidate));
   EXPECT_GE(near.size(), 1u) << "a GEMM of this size has other tiles than the heuristic's";
-  EXPECT_LE(near.size(), static_cast<size_t>(cuda::kNeighbourConfigurations));
+  EXPECT_LE(near.size(), static_cast<size_t>(gemm_search::kNeighbourConfigurations));
   const std::vector<uint16_t> expected = product(candidates.front());
   std::set<std::string> seen;
   for (const cublasLtMatmulAlgo_t& algo : near) {
@@ -124,6 +133,79 @@ TEST_F(LtAlgorithms, ConfigurationsNearTheCandidatesAreNewAndComputeTheSame) {
     EXPECT_TRUE(cuda::lt_algorithm_of(problem_, config).has_value()) << config;
     EXPECT_EQ(product(algo), expected) << config;
   }
+}
+
+std::string temporary_path(const std::string& name) {
+  return ::testing::TempDir() + "gemm_choice_file_" + std::to_string(::getpid()) + "_" + name;
+}
+
+std::string contents(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+void write_text(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+
+constexpr const char* kH200 = "NVIDIA H200 | cuBLASLt 130100";
+
+TEST(GemmChoiceFile, WhatOneWritesTheNextReads) {
+  const std::string path = temporary_path("round_trip");
+  cuda::GemmChoiceFile first;
+  first.store("plain bf16 m=768 n=65536 k=2304", "lt id=66 tile=29 stages=35");
+  first.store("bias bf16 m=2304 n=65536 k=768", "lt id=66 tile=24 stages=35");
+  first.store("plain bf16 m=768 n=65536 k=2304", "cublas");
+  first.write(path, kH200);
+  EXPECT_EQ(contents(path),
+            "scalestudy gemm algorithms for NVIDIA H200 | cuBLASLt 130100\n"
+            "bias bf16 m=2304 n=65536 k=768\tlt id=66 tile=24 stages=35\n"
+            "plain bf16 m=768 n=65536 k=2304\tcublas\n");
+  const cuda::GemmChoiceFile second = cuda::GemmChoiceFile::read(path, kH200);
+  EXPECT_TRUE(second.set_aside_because().empty());
+  EXPECT_EQ(second.size(), 2u);
+  EXPECT_EQ(second.find("plain bf16 m=768 n=65536 k=2304"), "cublas") << "the last store wins";
+  EXPECT_EQ(second.find("bias bf16 m=2304 n=65536 k=768"), "lt id=66 tile=24 stages=35");
+  EXPECT_FALSE(second.find("plain bf16 m=768 n=65536 k=768").has_value());
+  std::remove(path.c_str());
+}
+
+TEST(GemmChoiceFile, AFileOfAnotherMachineIsSetAside) {
+  const std::string path = temporary_path("other_machine");
+  cuda::GemmChoiceFile made;
+  made.store("shape", "lt id=1");
+  made.write(path, "NVIDIA H100 80GB HBM3 | cuBLASLt 130100");
+  const cuda::GemmChoiceFile here = cuda::GemmChoiceFile::read(path, kH200);
+  EXPECT_EQ(here.size(), 0u);
+  EXPECT_NE(here.set_aside_because().find("made for NVIDIA H100 80GB HBM3"), std::string::npos)
+      << here.set_aside_because();
+  std::remove(path.c_str());
+}
+
+TEST(GemmChoiceFile, AMalformedOrMissingFileIsRefusedNamingTheFileAndLine) {
+  const std::string path = temporary_path("malformed");
+  const auto refusal = [&](const std::string& text) -> std::string {
+    write_text(path, text);
+    try {
+      cuda::GemmChoiceFile::read(path, kH200);
+    } catch (const std::invalid_argument& error) {
+      return error.what();
+    }
+    return "not refused";
+  };
+  EXPECT_EQ(refusal("gemm algorithms\n"), path + ": line 1 must be \"scalestudy gemm algorithms for <machine>\"");
+  const std::string header = std::string("scalestudy gemm algorithms for ") + kH200 + "\n";
+  EXPECT_EQ(refusal(header + "shape\tcublas\nno tab\n"), path + ": line 3 must be <shape><TAB><algorithm>");
+  EXPECT_EQ(refusal(header + "a\tb\tc\n"), path + ": line 2 must be <shape><TAB><algorithm>");
+  EXPECT_EQ(refusal(header + "\tcublas\n"), path + ": line 2 must be <shape><TAB><algorithm>");
+  std::remove(path.c_str());
+  try {
+    cuda::GemmChoiceFile::read(path, kH200);
+    ADD_FAILURE() << "a missing file is read";
+  } catch (const std::invalid_argument& error) {
+    EXPECT_EQ(std::string(error.what()), path + ": cannot be read");
+  }
+  EXPECT_THROW(cuda::GemmChoiceFile().store("two\tfields", "cublas"), std::invalid_argument);
 }
 
 }  // namespace
