@@ -25,7 +25,8 @@ stress_print_cores() {
   for core in "$dir"/core*; do
     [ -e "$core" ] || continue
     echo "--- $core"
-    gdb -batch -q -ex "info signal" -ex "bt 30" "$binary" "$core" 2>&1 | grep -v "^\[New LWP\|^warning:" || true
+    gdb -batch -q -ex "bt 30" "$binary" "$core" 2>&1 |
+      grep -v "^\[New LWP\|^warning:\|^$" || true
   done
 }
 
