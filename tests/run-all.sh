@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Builds scalestudy and runs every test that this machine can run: the C++ unit, MPI and
 # command-line tests through ctest (the GPU tests need a GPU and are skipped without one),
-# the unit and MPI tests again under AddressSanitizer and UndefinedBehaviorSanitizer, and
-# those of scalestudy's own threads under ThreadSanitizer,
+# the unit and MPI tests again under AddressSanitizer and UndefinedBehaviorSanitizer,
 # the analysis package's and the sweep tool's tests through pytest, and (as root) the
 # quickstart sweep submitted to a single-node Slurm cluster started for the purpose, and
 # a sweep across the two nodes of a cluster of network namespaces (both torn down after).
@@ -40,21 +39,6 @@ sanitized_tests() (
   ctest --preset cpu-sanitize -j "$jobs" --timeout 900
 )
 stage "the unit and MPI tests under AddressSanitizer and UndefinedBehaviorSanitizer" sanitized_tests
-
-# The tests of the threads scalestudy starts, built with ThreadSanitizer; what Open MPI
-# itself does is suppressed (tests/tsan.supp says what and why). history_size=7, the
-# longest: an earlier access made inside Open MPI keeps its stack, which the suppressions
-# match; with less, it may be lost and the race reported against scalestudy's code. The
-# roll-call test runs at 1 and 2 ranks only: at 3 and 4 ranks on two cores, slowed several
-# times by the instrumentation, a responder may not answer within the roll call's 300 ms
-# window, which is then a timing failure and not a finding.
-thread_sanitized_tests() (
-  export TSAN_OPTIONS="suppressions=$SCALESTUDY_ROOT/tests/tsan.supp halt_on_error=1 second_deadlock_stack=1 history_size=7"
-  cmake --preset cpu-tsan >/dev/null
-  cmake --build --preset cpu-tsan -j "$jobs"
-  ctest --preset cpu-tsan -j "$jobs" --timeout 900
-)
-stage "the tests of scalestudy's threads under ThreadSanitizer" thread_sanitized_tests
 
 # The analysis environment also holds cudnn-frontend's headers, which the CUDA
 # configuration looks for.
