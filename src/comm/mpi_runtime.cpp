@@ -1,6 +1,5 @@
 #include "comm/mpi_runtime.h"
 
-#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -20,16 +19,6 @@ const char* thread_level_name(int level) {
   }
 }
 
-// Open MPI 4.1 adds a peer to its point-to-point layer (ob1) on first contact by default
-// (mpi_add_procs_cutoff 0), and ob1 registers the handler of its messages with the
-// transports only then. The ranks leave MPI_Init's closing fence one by one, so a rank
-// that leaves early may send its first message (the placement's split, at start-up) to
-// one still waiting in that fence, whose TCP transport then calls the missing handler: a
-// segfault at address 0 inside MPI_Init_thread, in mca_btl_tcp, on the message tag 0x41
-// (ob1's match). Adding every peer inside MPI_Init registers the handlers before any rank
-// can leave it. Costs a few hundred bytes a peer; a value the user set is kept.
-void add_every_peer_at_init() { setenv("OMPI_MCA_mpi_add_procs_cutoff", "2147483647", /*overwrite=*/0); }
-
 }  // namespace
 
 MpiRuntime::MpiRuntime(int* argc, char*** argv) {
@@ -40,7 +29,6 @@ MpiRuntime::MpiRuntime(int* argc, char*** argv) {
     // Someone else started MPI; the level they asked for still has to be enough.
     CHECK_MPI(MPI_Query_thread(&provided));
   } else {
-    add_every_peer_at_init();
     CHECK_MPI(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
   }
   // The default handler (MPI_ERRORS_ARE_FATAL) would abort inside MPI with its own
