@@ -430,7 +430,7 @@ def print_plan(sweep, points):
 
 
 def report_command(sweep):
-    return [sys.executable, "-m", "scalestudy_analysis.cli", str(sweep.output_dir), "-o",
+    return [sys.executable, "-m", "scalestudy_analysis.report.cli", str(sweep.output_dir), "-o",
             str(sweep.output_dir / "report")]
 
 
