@@ -6,6 +6,12 @@
 # faulting thread's stack (gdb) is printed; a failed start's log is printed too. Ends 0
 # only where every start completed.
 #   tests/slurm/stress_two_node_start.sh BINARY [STARTS]    (200 by default)
+# The one crash these starts have shown lies in Open MPI 4.1: a rank still inside
+# MPI_Init's exchange of connection data gets a peer's first message before its PML has
+# registered the handler, and calls through NULL (a segfault at address 0 under
+# ompi_mpi_init). With STRESS_ALLOW_MPI_INIT_RACE=1 a start whose every core file's stack
+# runs through ompi_mpi_init is counted and shown but does not fail the run; any other
+# failure does.
 # With STRESS_LOCAL_PORTS="FIRST LAST", each node's ephemeral ports are narrowed to that
 # range (net.ipv4.ip_local_port_range, in the node's own namespace), so that connect()
 # runs out of local ports and fails with "Resource temporarily unavailable" as it can on a
@@ -33,7 +39,7 @@ stress_print_cores() {
 # Runs STARTS starts of the job with BINARY in folders under WORK; prints a line per
 # failed start and a summary. Returns non-zero where any start failed.
 stress_two_node_starts() {
-  local binary=$1 starts=$2 work=$3 start dir status failed=0 crashed=0 began=$SECONDS
+  local binary=$1 starts=$2 work=$3 start dir status failed=0 crashed=0 in_mpi_init=0 began=$SECONDS
   command -v gdb >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends gdb >/dev/null
   # srun passes the limit on to every rank (PropagateResourceLimits); the kernel's
   # core_pattern here is the relative "core", so each rank's core file lands in its
@@ -50,13 +56,22 @@ stress_two_node_starts() {
       compgen -G "$dir/core*" >/dev/null && crashed=$((crashed + 1))
       echo "== start $start of $starts failed (exit status $status); its log:"
       tail -40 "$dir/log"
-      stress_print_cores "$binary" "$dir"
+      stress_print_cores "$binary" "$dir" | tee "$dir/stacks"
+      if compgen -G "$dir/core*" >/dev/null &&
+         [ "$(grep -c '^--- ' "$dir/stacks")" = "$(awk '/^--- /{core=1} core && /ompi_mpi_init/{n++; core=0} END{print n+0}' "$dir/stacks")" ]; then
+        in_mpi_init=$((in_mpi_init + 1))
+      fi
     else
       rm -rf "$dir"
     fi
   done
-  echo "== $starts starts of the 4-rank two-node job in $((SECONDS - began)) s: $failed failed, $crashed of them with a core file"
-  [ "$failed" = 0 ]
+  echo "== $starts starts of the 4-rank two-node job in $((SECONDS - began)) s: $failed failed, $crashed of them" \
+    "with a core file, $in_mpi_init of those inside Open MPI's MPI_Init"
+  if [ "${STRESS_ALLOW_MPI_INIT_RACE:-0}" = 1 ]; then
+    [ "$failed" = "$in_mpi_init" ]
+  else
+    [ "$failed" = 0 ]
+  fi
 }
 
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
