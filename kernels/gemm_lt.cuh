@@ -48,7 +48,7 @@
 #include <vector>
 
 #include "core/gemm_choice_file.h"
-#include "core/op_params.h"
+#include "op_params.h"
 #include "lt_algorithms.cuh"
 #include "matmul.cuh"
 

@@ -20,7 +20,7 @@
 #include "config/command_options.h"
 #include "config/output_path.h"
 #include "core/check.h"
-#include "core/control_wait.h"
+#include "control/control_wait.h"
 #include "core/usage_error.h"
 
 namespace po = boost::program_options;

@@ -13,9 +13,9 @@
 #include "comm/mpi_runtime.h"
 #include "config/run_config.h"
 #include "core/check.h"
-#include "core/control_wait.h"
+#include "control/control_wait.h"
 #include "core/memory_estimate.h"
-#include "core/stop_signal.h"
+#include "control/stop_signal.h"
 #include "core/usage_error.h"
 #include "model/flops.h"
 #include "results/run_recorder.h"
@@ -125,7 +125,7 @@ int run_train_command(int argc, const char* const* argv) {
   int started = 0;
   MPI_Initialized(&started);
   SCALESTUDY_CHECK(started, "a run reached train without MPI, as if it were train --check");
-  // From here on SIGTERM, SIGINT and SIGUSR1 stop the run cleanly (core/stop_signal.h).
+  // From here on SIGTERM, SIGINT and SIGUSR1 stop the run cleanly (control/stop_signal.h).
   install_stop_signal_handlers();
   const int rank = rank_in_world();
   set_control_timeout(config.comm_timeout_s);

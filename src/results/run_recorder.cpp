@@ -12,7 +12,8 @@
 #include <map>
 #include <sstream>
 
-#include "core/control_wait.h"
+#include "control/control_wait.h"
+#include "control/mpi_check.h"
 #include "results/hdf5_check.h"
 #include "model/flops.h"
 #include "results/hdf5_io.h"

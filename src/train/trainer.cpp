@@ -5,10 +5,10 @@
 #include <cstdio>
 #include <sstream>
 
-#include "core/check.h"
-#include "core/control_wait.h"
+#include "control/mpi_check.h"
+#include "control/control_wait.h"
 #include "core/memory_estimate.h"
-#include "core/stop_signal.h"
+#include "control/stop_signal.h"
 #include "core/usage_error.h"
 #include "data/token_source.h"
 #include "train/consistency.h"
