@@ -134,7 +134,7 @@ int run_train_command(int argc, const char* const* argv) {
   // their own.
   std::optional<BlockingCallDeadline> startup(std::in_place, "the start-up (node split, backend, communicator)", rank);
   const ProcessPlacement where = discover_placement(MPI_COMM_WORLD);
-  BackendSetup backend = make_backend(config, where);
+  BackendSetup backend = make_backend(config.backend_config(), where);
   startup.reset();
   // Bad input, a run too large for the memory included, is refused here, before the
   // result file exists and before anything is allocated.
