@@ -6,15 +6,15 @@
 // is a compile error (a macro redefined differently).
 #include <string>
 
+// Declared once per file whichever of kernels/check.h and core/check.h comes first (a
+// default argument may be given once).
+#ifndef SCALESTUDY_ABORT_JOB_DECLARED
+#define SCALESTUDY_ABORT_JOB_DECLARED
 namespace scalestudy {
-
-// Prints "scalestudy: rank R on HOST: FILE:LINE: WHAT: DETAIL" to stderr and ends the job
-// (core/check.h says how). Declared without core/check.h's default exit code, which a
-// declaration may give only once.
-[[noreturn]] void abort_job(const char* file, int line, const std::string& what,
-                            const std::string& detail, int exit_code);
-
+[[noreturn]] void abort_job(const char* file, int line, const std::string& what, const std::string& detail,
+                            int exit_code = 1);
 }  // namespace scalestudy
+#endif
 
 #define SCALESTUDY_CHECK(cond, detail)                                                   \
   do {                                                                                   \

@@ -285,6 +285,89 @@ void run(BenchKind kind, BenchContext& context) {
   }
 }
 
+// The line that opens a benchmark's output, on rank 0.
+void print_banner(const std::string& name, const BenchConfig& config, const RunIdentity& identity,
+                  const ProcessPlacement& where) {
+  const bool model_bench = config.kind == BenchKind::layer || config.kind == BenchKind::inference;
+  const std::string computes =
+      model_bench ? std::string(" ") + precision_name(config.precision) + ", attention " +
+                        attention_kernel_used(config.attention_kernel, config.backend == "cuda", config.precision)
+                  : "";
+  std::printf("scalestudy bench %s: backend %s%s on %s, %d rank(s); warm-up %d, %d timed samples of >= %.3g ms\n",
+              name.c_str(), config.backend.c_str(), computes.c_str(), identity.device_name.c_str(), where.world_size,
+              config.warmup, config.repeats, config.min_sample_s * 1e3);
+  std::fflush(stdout);
+}
+
+// How the points were measured, as the file's method attributes say.
+std::map<std::string, std::string> bench_method(const BenchConfig& config) {
+  std::map<std::string, std::string> method;
+  method["warmup"] = std::to_string(config.warmup);
+  method["repeats"] = std::to_string(config.repeats);
+  method["min_sample_s"] = std::to_string(config.min_sample_s);
+  method["memory_limit_bytes"] = std::to_string(config.memory_limit_bytes);
+  method["statistics"] = "median and quartiles (linear interpolation, numpy's default) of the per-call time over the "
+                         "timed samples; warm-up samples excluded";
+  return method;
+}
+
+// The CUPTI tracer of --profile-kernels, handed to the benchmark; null without it.
+std::unique_ptr<KernelTracer> attach_tracer(const BenchConfig& config, const BackendSetup& backend,
+                                            BenchContext& context) {
+  if (!config.profile_kernels) return nullptr;
+  std::unique_ptr<KernelTracer> tracer = backend.ops->make_kernel_tracer();
+  SCALESTUDY_CHECK(tracer != nullptr, "the validated --profile-kernels reached a backend without a tracer");
+  if (backend.comm)
+    if (void* stream = backend.comm->native_stream()) tracer->name_stream("comm", stream);
+  context.tracer = tracer.get();
+  context.method["kernel_trace"] = "one untimed sample per point after the timed ones, traced with CUPTI";
+  return tracer;
+}
+
+// Runs the benchmark and writes its kernel trace; a failure marks the file failed.
+void run_points(BenchKind kind, BenchContext& context, KernelTracer* tracer, BenchFile& file, int rank) {
+  try {
+    run(kind, context);
+    if (tracer) {
+      const std::vector<RankTrace> traces = gather_traces(MPI_COMM_WORLD, tracer->take_trace());
+      if (rank == 0) file.write_kernel_trace(traces, static_cast<int64_t>(context.table.rows()) - 1);
+    }
+  } catch (const std::exception& error) {
+    file.finish("rank " + std::to_string(rank) + ": " + error.what());
+    throw;
+  }
+}
+
+// Finishes the file, a point of wrong results failing it, and prints the table on rank 0;
+// the exit code.
+int report(BenchKind kind, const BenchConfig& config, PointTable& table, BenchFile& file, int rank) {
+  std::string failure;
+  for (size_t row = 0; row < table.rows(); ++row)
+    if (table.status(row) == PointStatus::wrong && failure.empty())
+      failure = "wrong results: " + table.text(row, "detail") + " (row " + std::to_string(row) + ")";
+  failure = file.finish(failure);
+  if (rank == 0) {
+    std::printf("\n%s", table.render(summary_columns(kind)).c_str());
+    if (!config.output.empty()) std::printf("results: %s\n", config.output.c_str());
+    if (!failure.empty()) std::printf("FAILED: %s\n", failure.c_str());
+  }
+  return failure.empty() ? 0 : 1;
+}
+
+// The backend and communicator of a benchmark: layer and inference compute in
+// --precision; the others keep BenchConfig's fp32.
+BackendSetup make_bench_backend(const BenchConfig& config, const ProcessPlacement& where) {
+  BackendConfig backend_config;
+  backend_config.backend = config.backend;
+  backend_config.precision = config.precision;
+  backend_config.attention_kernel = config.attention_kernel;
+  backend_config.comm_timeout_s = config.comm_timeout_s;
+  backend_config.link_emulation = config.link_emulation;
+  set_control_timeout(config.comm_timeout_s);
+  std::optional<BlockingCallDeadline> startup(std::in_place, "the start-up (backend, communicator)", where.rank);
+  return make_backend(backend_config, where);
+}
+
 }  // namespace
 
 int run_bench_command(int argc, const char* const* argv) {
@@ -311,40 +394,14 @@ int run_bench_command(int argc, const char* const* argv) {
                      "); only bench comm uses several");
 
   config.attention_kernel = choose_attention_kernel(config.backend, config.precision, config.attention_kernel);
-  // layer and inference compute in --precision; the others keep BenchConfig's fp32.
-  BackendConfig backend_config;
-  backend_config.backend = config.backend;
-  backend_config.precision = config.precision;
-  backend_config.attention_kernel = config.attention_kernel;
-  backend_config.comm_timeout_s = config.comm_timeout_s;
-  backend_config.link_emulation = config.link_emulation;
-  set_control_timeout(config.comm_timeout_s);
-  std::optional<BlockingCallDeadline> startup(std::in_place, "the start-up (backend, communicator)", where.rank);
-  BackendSetup backend = make_backend(backend_config, where);
-  startup.reset();
+  BackendSetup backend = make_bench_backend(config, where);
   RunIdentity identity = backend.identity;
   identity.argv.assign(argv, argv + argc);
   identity.argv.insert(identity.argv.begin(), "scalestudy");
-  if (where.rank == 0) {
-    const bool model_bench = kind == BenchKind::layer || kind == BenchKind::inference;
-    const std::string computes =
-        model_bench ? std::string(" ") + precision_name(config.precision) + ", attention " +
-                          attention_kernel_used(config.attention_kernel, config.backend == "cuda", config.precision)
-                    : "";
-    std::printf("scalestudy bench %s: backend %s%s on %s, %d rank(s); warm-up %d, %d timed samples of >= %.3g ms\n",
-                name.c_str(), config.backend.c_str(), computes.c_str(), identity.device_name.c_str(), where.world_size,
-                config.warmup, config.repeats, config.min_sample_s * 1e3);
-    std::fflush(stdout);
-  }
+  if (where.rank == 0) print_banner(name, config, identity, where);
 
   PointTable table(config.repeats);
-  std::map<std::string, std::string> method;
-  method["warmup"] = std::to_string(config.warmup);
-  method["repeats"] = std::to_string(config.repeats);
-  method["min_sample_s"] = std::to_string(config.min_sample_s);
-  method["memory_limit_bytes"] = std::to_string(config.memory_limit_bytes);
-  method["statistics"] = "median and quartiles (linear interpolation, numpy's default) of the per-call time over the "
-                         "timed samples; warm-up samples excluded";
+  std::map<std::string, std::string> method = bench_method(config);
   const std::string precision = kind == BenchKind::gemm ? join(config.precisions, ",") : precision_name(config.precision);
   BenchFile file({.output = config.output, .overwrite = config.overwrite, .inputs = {}}, kind, identity, precision,
                  MPI_COMM_WORLD);
@@ -353,37 +410,9 @@ int run_bench_command(int argc, const char* const* argv) {
                        table, method};
   context.make_group_comm = backend.make_group_comm;
   method["timing"] = context.timer_description();
-  std::unique_ptr<KernelTracer> tracer;
-  if (config.profile_kernels) {
-    tracer = backend.ops->make_kernel_tracer();
-    SCALESTUDY_CHECK(tracer != nullptr, "the validated --profile-kernels reached a backend without a tracer");
-    if (backend.comm)
-      if (void* stream = backend.comm->native_stream()) tracer->name_stream("comm", stream);
-    context.tracer = tracer.get();
-    method["kernel_trace"] = "one untimed sample per point after the timed ones, traced with CUPTI";
-  }
-  try {
-    run(kind, context);
-    if (tracer) {
-      const std::vector<RankTrace> traces = gather_traces(MPI_COMM_WORLD, tracer->take_trace());
-      if (where.rank == 0) file.write_kernel_trace(traces, static_cast<int64_t>(table.rows()) - 1);
-    }
-  } catch (const std::exception& error) {
-    file.finish("rank " + std::to_string(where.rank) + ": " + error.what());
-    throw;
-  }
-
-  std::string failure;
-  for (size_t row = 0; row < table.rows(); ++row)
-    if (table.status(row) == PointStatus::wrong && failure.empty())
-      failure = "wrong results: " + table.text(row, "detail") + " (row " + std::to_string(row) + ")";
-  failure = file.finish(failure);
-  if (where.rank == 0) {
-    std::printf("\n%s", table.render(summary_columns(kind)).c_str());
-    if (!config.output.empty()) std::printf("results: %s\n", config.output.c_str());
-    if (!failure.empty()) std::printf("FAILED: %s\n", failure.c_str());
-  }
-  return failure.empty() ? 0 : 1;
+  const std::unique_ptr<KernelTracer> tracer = attach_tracer(config, backend, context);
+  run_points(kind, context, tracer.get(), file, where.rank);
+  return report(kind, config, table, file, where.rank);
 }
 
 }  // namespace scalestudy

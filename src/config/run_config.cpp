@@ -61,12 +61,9 @@ std::string text(const T& value) {
 // would show 0.000600000028).
 po::typed_value<float>* decimal(float* field) { return po::value(field)->default_value(*field, text(*field)); }
 
-// The options of `scalestudy train`, by section. Each entry says what the option does and,
+// The sections of `scalestudy train`'s options. Each entry says what the option does and,
 // where Boost does not show a default, what happens without it.
-po::options_description train_options(RunConfig& c, RawOptions& raw) {
-  raw.shape.model = c.model;
-  raw.backend.backend = c.backend;
-  raw.comm = {.comm_timeout_s = c.comm_timeout_s, .link_emulation = c.link_emulation};
+po::options_description general_section(RunConfig& c, RawOptions& raw) {
   po::options_description general = help_section("General");
   add_help_option(general);
   general.add_options()
@@ -77,7 +74,10 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
        "would start, 2 naming what stops it; runs nothing, makes no file. Default: off")
       ("check-ranks", po::value(&c.check_ranks)->default_value(0, "unset"),
        "with --check: the number of ranks of the run checked");
+  return general;
+}
 
+po::options_description model_section(RunConfig& c, RawOptions& raw) {
   po::options_description model = help_section("Model");
   add_model_shape_options(model, raw.shape, raw.shape.model);
   model.add_options()
@@ -88,7 +88,10 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
       ("recompute", defaulted(&raw.recompute),
        "on: keep only each block's output and recompute the block in backward (activation "
        "checkpointing): far less activation memory for one more forward of the blocks");
+  return model;
+}
 
+po::options_description data_section(RunConfig& c, RawOptions& raw) {
   po::options_description data = help_section("Data");
   data.add_options()
       ("data", defaulted(&c.data),
@@ -96,7 +99,10 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
       ("token-file", po::value(&c.token_file),
        "token file of --data file (docs/token-file-format.md). Default: none")
       ("seed", defaulted(&raw.seed), "seed of the initialisation and of the data");
+  return data;
+}
 
+po::options_description scaling_section(RunConfig& c) {
   po::options_description scaling = help_section("Batch and scaling");
   scaling.add_options()
       ("global-batch", po::value(&c.global_batch)->default_value(0, "unset"),
@@ -109,7 +115,10 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
       ("warmup-steps", po::value(&c.warmup_steps)->default_value(-1, "2"),
        "first steps, timed and recorded, that the summaries leave out; below --steps (the default 2 "
        "becomes --steps - 1 on shorter runs)");
+  return scaling;
+}
 
+po::options_description optimizer_section(RunConfig& c) {
   po::options_description optimizer = help_section("Optimizer (AdamW, global-norm clipping, warm-up + cosine)");
   optimizer.add_options()
       ("lr", decimal(&c.learning_rate), "peak learning rate")
@@ -121,7 +130,10 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
       ("eps", decimal(&c.adamw.epsilon), "AdamW epsilon")
       ("weight-decay", decimal(&c.adamw.weight_decay), "decoupled weight decay, on matrices only")
       ("grad-clip", decimal(&c.grad_clip), "clip the global gradient norm to this; 0 turns clipping off");
+  return optimizer;
+}
 
+po::options_description parallel_section(RunConfig& c, RawOptions& raw) {
   po::options_description parallel = help_section("Data parallelism");
   parallel.add_options()
       ("strategy", defaulted(&raw.strategy),
@@ -133,7 +145,10 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
        "what gradients cross ranks in: fp32, or bf16 (half the bytes; each rank's gradient and every "
        "partial sum are rounded to bf16)");
   add_comm_options(parallel, raw.comm);
+  return parallel;
+}
 
+po::options_description precision_section(RunConfig& c, RawOptions& raw) {
   po::options_description precision = help_section("Backend and precision");
   add_backend_options(precision, raw.backend);
   precision.add_options()
@@ -143,7 +158,10 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
       ("loss-scale-growth-interval",
        defaulted(&c.loss_scale_growth_interval),
        "good steps in a row before the loss scale doubles");
+  return precision;
+}
 
+po::options_description output_section(RunConfig& c, RawOptions& raw) {
   po::options_description output = help_section("Output");
   add_output_options(output, raw.output);
   output.add_options()
@@ -152,7 +170,10 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
       ("log-every", defaulted(&c.log_every), "print progress every N steps")
       ("experiment", po::value(&c.experiment), "experiment name, recorded in the result file. Default: none")
       ("repeat", defaulted(&c.repeat), "repeat index, recorded in the result file");
+  return output;
+}
 
+po::options_description diagnostics_section(RunConfig& c, RawOptions& raw) {
   po::options_description diagnostics = help_section("Diagnostics");
   diagnostics.add_options()
       ("nonfinite-loss", defaulted(&raw.nonfinite_loss),
@@ -167,7 +188,10 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
       ("gpu-telemetry-ms", defaulted(&raw.gpu_telemetry_ms),
        "cuda: sample each GPU's SM clock, power, temperature and clock limits through NVML every N ms, "
        "into the result file's /steps/gpu_*; 0: off; at most 1000; auto: 10 on cuda, 0 on cpu");
+  return diagnostics;
+}
 
+po::options_description tuning_section(RunConfig& c, RawOptions& raw) {
   po::options_description tuning = help_section("Tuning (the defaults suit most runs)");
   tuning.add_options()
       ("overlapped-ctas", defaulted(&raw.overlapped_ctas),
@@ -182,10 +206,18 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
       ("gemm-algos-file", po::value(&c.gemm_algos_file),
        "with --gemm-algos sustained: a file that keeps the choices for later runs on the same GPU model "
        "and cuBLASLt, which then skip the timing; made where absent. Default: none");
+  return tuning;
+}
 
+// The options of `scalestudy train`, by section, in the order --help prints them.
+po::options_description train_options(RunConfig& c, RawOptions& raw) {
+  raw.shape.model = c.model;
+  raw.backend.backend = c.backend;
+  raw.comm = {.comm_timeout_s = c.comm_timeout_s, .link_emulation = c.link_emulation};
   po::options_description all = help_sections();
-  all.add(general).add(model).add(data).add(scaling).add(optimizer).add(parallel).add(precision).add(output)
-      .add(diagnostics).add(tuning);
+  all.add(general_section(c, raw)).add(model_section(c, raw)).add(data_section(c, raw)).add(scaling_section(c))
+      .add(optimizer_section(c)).add(parallel_section(c, raw)).add(precision_section(c, raw))
+      .add(output_section(c, raw)).add(diagnostics_section(c, raw)).add(tuning_section(c, raw));
   return all;
 }
 

@@ -13,12 +13,18 @@
 #include <chrono>
 #include <string>
 
-namespace scalestudy {
-
 // Prints "scalestudy: rank R on HOST: FILE:LINE: WHAT: DETAIL" to stderr and ends the job
-// with MPI_Abort (or exit when MPI is not running).
-[[noreturn]] void abort_job(const char* file, int line, const std::string& what,
-                            const std::string& detail, int exit_code = 1);
+// with MPI_Abort (or exit when MPI is not running). Declared once per file whichever of
+// kernels/check.h and core/check.h comes first (a default argument may be given once).
+#ifndef SCALESTUDY_ABORT_JOB_DECLARED
+#define SCALESTUDY_ABORT_JOB_DECLARED
+namespace scalestudy {
+[[noreturn]] void abort_job(const char* file, int line, const std::string& what, const std::string& detail,
+                            int exit_code = 1);
+}  // namespace scalestudy
+#endif
+
+namespace scalestudy {
 
 // Ends the job for a reason that is no program error (a signal, a peer that never came):
 // "scalestudy: rank R on HOST: REASON" on stderr, the abort hook, then MPI_Abort.

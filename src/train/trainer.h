@@ -88,6 +88,8 @@ class Trainer {
   const MemoryPreflight& memory_preflight() const { return memory_preflight_; }
 
  private:
+  double run_micro_batches(int step, float loss_scale);
+  void finish_step_record(StepRecord& record, int step);
   void print_progress(const StepRecord& record) const;
   int agreed_stop_signal() const;
 
