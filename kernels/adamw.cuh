@@ -8,7 +8,7 @@
 #include <cstddef>
 #include <vector>
 
-#include "core/op_params.h"
+#include "op_params.h"
 
 namespace scalestudy::cuda {
 

@@ -9,7 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "core/op_params.h"
+#include "op_params.h"
 #include "scratch.cuh"
 
 namespace scalestudy::cuda {

@@ -15,7 +15,7 @@
 
 #include <cstddef>
 
-#include "core/op_params.h"
+#include "op_params.h"
 #include "scratch.cuh"
 
 namespace scalestudy::cuda {

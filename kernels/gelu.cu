@@ -3,7 +3,7 @@
 #include <initializer_list>
 
 #include "common.cuh"
-#include "core/op_params.h"
+#include "op_params.h"
 #include "gemm.cuh"
 #include "gemm_lt.cuh"
 #include "matmul.cuh"
@@ -14,7 +14,7 @@ namespace scalestudy::cuda {
 // ---- elementwise ----------------------------------------------------------------------
 namespace {
 
-// kGeluScale and kGeluCubic (core/op_params.h) are the CPU reference's.
+// kGeluScale and kGeluCubic (kernels/op_params.h) are the CPU reference's.
 constexpr float kGeluCubicSlope = 3.0f * kGeluCubic;
 
 // The __f*_rn intrinsics keep nvcc from fusing multiply-adds, so every step rounds as

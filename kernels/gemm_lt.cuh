@@ -53,9 +53,9 @@
 #include <string>
 #include <vector>
 
-#include "core/op_params.h"
 #include "gemm.cuh"
 #include "gemm_choice_file.cuh"
+#include "op_params.h"
 #include "matmul.cuh"
 
 namespace scalestudy::cuda {

@@ -13,7 +13,7 @@
 
 #include <cstddef>
 
-#include "core/op_params.h"
+#include "op_params.h"
 #include "scratch.cuh"
 
 namespace scalestudy::cuda {
@@ -23,7 +23,7 @@ struct Blas;  // gemm_lt.cuh
 
 // out[N,OC] = inp[N,IC] @ weight[OC,IC]^T + bias[OC]; bias may be null (the tied LM head
 // has none). T is float, __nv_bfloat16 or __half, or void for cuBLASLt's untyped calls
-// (gemm_lt.cuh). The backward's arguments are MatmulBackwardArgs (core/op_params.h).
+// (gemm_lt.cuh). The backward's arguments are MatmulBackwardArgs (kernels/op_params.h).
 template <class T>
 struct MatmulForwardArgs {
   T* out = nullptr;

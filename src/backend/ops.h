@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "core/model_shape.h"
-#include "core/op_params.h"
+#include "kernels/op_params.h"
 
 namespace scalestudy {
 

@@ -5,7 +5,7 @@
 
 #include "bench/bench_point.h"
 #include "comm/mpi_runtime.h"
-#include "core/check.h"
+#include "control/mpi_check.h"
 
 namespace scalestudy {
 namespace {

@@ -20,6 +20,7 @@
 #include "results/kernel_trace_writer.h"
 #include "results/provenance.h"
 #include "results/run_summary.h"
+#include "control/mpi_check.h"
 
 namespace scalestudy {
 namespace {

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <memory>
 
-#include "core/check.h"
+#include "control/mpi_check.h"
 
 namespace scalestudy {
 

@@ -29,7 +29,7 @@ namespace {
 #if SCALESTUDY_HAVE_CUDA
 // --link-emulation socket: NCCL's settings, before its first call. The loopback interface
 // joins only the ranks of one host, so a job across hosts is refused.
-void set_up_link_emulation(const RunConfig& config, const ProcessPlacement& where) {
+void set_up_link_emulation(const BackendConfig& config, const ProcessPlacement& where) {
   if (config.link_emulation != "socket") return;
   if (where.node_count > 1)
     throw UsageError("--link-emulation socket: emulates separate nodes with the GPUs of one host, and this job "
@@ -57,7 +57,7 @@ std::shared_ptr<cuda::GemmChooser> read_gemm_choices(const RunConfig& config, co
 }
 
 // What the result file records of NCCL's links, and what rank 0 says of them.
-void record_links(const RunConfig& config, const ProcessPlacement& where, const NcclCommunicator& nccl,
+void record_links(const BackendConfig& config, const ProcessPlacement& where, const NcclCommunicator& nccl,
                   RunIdentity& identity) {
   identity.link_emulation = config.link_emulation;
   identity.nccl_transports = nccl.transports();
@@ -132,7 +132,7 @@ AttentionKernel choose_attention_kernel(const std::string& backend, Precision pr
   return AttentionKernel::flash;
 }
 
-BackendSetup make_backend(const RunConfig& config, const ProcessPlacement& where) {
+BackendSetup make_backend(const BackendConfig& config, const ProcessPlacement& where) {
   BackendSetup setup;
   if (config.backend == "cpu") {
     setup.ops = std::make_unique<CpuOps>();

@@ -6,7 +6,7 @@
 #include "backend/backend.h"
 #include "comm/communicator.h"
 #include "comm/mpi_runtime.h"
-#include "config/run_config.h"
+#include "config/backend_config.h"
 #include "profile/gpu_state.h"
 #include "results/run_recorder.h"
 
@@ -25,7 +25,7 @@ struct BackendSetup {
 // cpu: CpuOps and the MPI communicator. cuda: the device is the node-local rank (from
 // MPI_Comm_split_type, so srun and mpirun agree), CudaOps, NCCL, and the device's NVML
 // sampler; a rank whose NVML fails prints why and runs without it.
-BackendSetup make_backend(const RunConfig& config, const ProcessPlacement& where);
+BackendSetup make_backend(const BackendConfig& config, const ProcessPlacement& where);
 
 // --attention-kernel as this machine answers it: auto is cudnn for cuda in bf16 where
 // libcudnn 9 loads (cuDNN's fused attention is the faster there, docs/benchmarks.md), and

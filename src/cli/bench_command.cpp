@@ -18,9 +18,10 @@
 #include "cli/commands.h"
 #include "comm/mpi_runtime.h"
 #include "config/command_options.h"
+#include "config/option_groups.h"
 #include "config/output_path.h"
 #include "core/check.h"
-#include "core/control_wait.h"
+#include "control/control_wait.h"
 #include "core/usage_error.h"
 
 namespace po = boost::program_options;
@@ -31,17 +32,19 @@ namespace {
 // The options as typed; the lists are parsed and the backend-dependent defaults filled
 // in by resolve().
 struct RawOptions {
-  std::string backend = "cpu", output;
   int warmup = 2, repeats = 10;
-  bool profile_kernels = false, overwrite = false;
-  double min_sample_ms = 1.0, comm_timeout_s = 300.0;
+  bool profile_kernels = false;
+  double min_sample_ms = 1.0;
   std::string memory_limit = "0";
   std::string sizes, precisions;
-  std::string model, batches, seqs, precision = "auto", attention_kernel = "auto";
-  int hidden = 0, heads = 0, layers = 0;
+  std::string batches, seqs;
   std::string collectives = "allreduce,reduce_scatter,allgather", min_bytes = "1K", max_bytes;
   std::string scopes = "world,intra_node,inter_node";
-  std::string link_emulation = "none";
+  // The groups that train shares (config/option_groups.h); the model's default is by backend.
+  ModelShapeOptions shape;
+  BackendOptions backend;
+  OutputOptions output;
+  CommOptions comm;
 };
 
 // The benchmarks each specific option applies to; the general options apply to all.
@@ -61,15 +64,17 @@ const std::map<std::string, std::vector<BenchKind>>& option_scope() {
 
 po::options_description bench_options(RawOptions& raw) {
   po::options_description general = help_section("General");
+  add_help_option(general);
   general.add_options()
-      ("help,h", "print this help and exit")
-      ("backend", defaulted(&raw.backend), "cpu or cuda; the size defaults follow it")
       ("memory-limit", defaulted(&raw.memory_limit),
        "bytes a point may allocate (K/M/G suffixes); 0: what the device (host) has free. Points "
-       "predicted to need more are marked oom")
-      ("comm-timeout", defaulted(&raw.comm_timeout_s),
-       (std::string("seconds a collective or the start-up may take before the job ends; ") + kCommTimeoutBounds)
-           .c_str());
+       "predicted to need more are marked oom");
+
+  po::options_description backend = help_section("Backend and precision (--precision, --attention-kernel: layer and inference)");
+  add_backend_options(backend, raw.backend);
+
+  po::options_description communication = help_section("Communication (--link-emulation: comm)");
+  add_comm_options(communication, raw.comm);
 
   po::options_description timing = help_section("Timing");
   timing.add_options()
@@ -80,19 +85,10 @@ po::options_description bench_options(RawOptions& raw) {
        "a sample repeats the call until it lasts about this long");
 
   po::options_description output = help_section("Output");
-  output.add_options()
-      ("output,o", po::value(&raw.output),
-       "HDF5 file to write (docs/results-schema.md, \"Benchmark files\"). Default: none, the table is only "
-       "printed")
-      ("overwrite", po::bool_switch(&raw.overwrite),
-       "replace a file that exists at --output (never one another run is writing); without it such a "
-       "file is refused. Default: off");
+  add_output_options(output, raw.output);
 
   po::options_description diagnostics = help_section("Diagnostics");
-  diagnostics.add_options()
-      ("profile-kernels", po::bool_switch(&raw.profile_kernels),
-       "cuda: after each point's timed samples, run one more, untimed, traced with CUPTI into the file's "
-       "/kernel_trace. Default: off");
+  add_profile_kernels_option(diagnostics, &raw.profile_kernels);
 
   po::options_description kernels = help_section("gemm and bandwidth");
   kernels.add_options()
@@ -103,17 +99,10 @@ po::options_description bench_options(RawOptions& raw) {
        "gemm precisions of fp32, tf32, fp16, bf16 (cuda all four; cpu fp32, the only one it has: any "
        "other named is kept as an unavailable point)");
 
-  po::options_description model = help_section("layer and inference");
+  po::options_description model =
+      help_section("layer and inference (default --model: cuda layer bert-large, inference bert-base; cpu tiny)");
+  add_model_shape_options(model, raw.shape, "by backend");
   model.add_options()
-      ("model", po::value(&raw.model)->default_value("", "by backend"),
-       "model preset (see scalestudy info): layer bert-large, inference bert-base on cuda; tiny on the cpu")
-      ("precision", po::value(&raw.precision)->default_value(raw.precision),
-       "fp32, bf16 or fp16 (the last two cuda only), as train computes; auto: bf16 on cuda, fp32 on cpu")
-      ("attention-kernel", po::value(&raw.attention_kernel)->default_value(raw.attention_kernel),
-       kAttentionKernelHelp)
-      ("hidden", po::value(&raw.hidden)->default_value(0, "preset"), "hidden size override")
-      ("heads", po::value(&raw.heads)->default_value(0, "preset"), "attention heads override; must divide the hidden size")
-      ("layers", po::value(&raw.layers)->default_value(0, "preset"), "inference: layers override (layer uses one)")
       ("batches", po::value(&raw.batches)->default_value("", "by backend"),
        "batch sizes (layer: cuda 4..128, cpu 1,2,4; inference: cuda 1..256, cpu 1,4)")
       ("seqs", po::value(&raw.seqs)->default_value("", "by backend"),
@@ -128,11 +117,11 @@ po::options_description bench_options(RawOptions& raw) {
       ("max-bytes", po::value(&raw.max_bytes)->default_value("", "cuda 1G, cpu 1M"), "largest payload")
       ("scopes", defaulted(&raw.scopes),
        "world, intra_node (each node's ranks, nodes at once), inter_node (one rank per node); a "
-       "communicator of one rank is absent")
-      ("link-emulation", defaulted(&raw.link_emulation), kLinkEmulationHelp);
+       "communicator of one rank is absent");
 
   po::options_description all = help_sections();
-  all.add(general).add(timing).add(output).add(diagnostics).add(kernels).add(model).add(comm);
+  all.add(general).add(backend).add(communication).add(timing).add(output).add(diagnostics).add(kernels).add(model)
+      .add(comm);
   return all;
 }
 
@@ -153,16 +142,6 @@ std::string bench_help() {
   return out.str();
 }
 
-Precision compute_precision(const std::string& text, bool cuda) {
-  if (text == "auto") return cuda ? Precision::bf16 : Precision::fp32;
-  for (Precision precision : {Precision::fp32, Precision::bf16, Precision::fp16}) {
-    if (text != precision_name(precision)) continue;
-    if (!cuda && precision != Precision::fp32) bad_value("precision", text, "the cpu backend computes in fp32 only");
-    return precision;
-  }
-  bad_value("precision", text, "must be auto, fp32, bf16 or fp16");
-}
-
 std::vector<int> int_list(const std::string& option, const std::string& text, int64_t most) {
   std::vector<int> out;
   for (int64_t value : parse_size_list(option, text)) {
@@ -178,110 +157,111 @@ std::string number_text(double value) {
   return out.str();
 }
 
-// The values whose defaults stand for "by backend" or "the preset's", which a user who
-// gives them cannot mean.
-void check_given_values(const RawOptions& raw, const po::variables_map& values) {
+// The values whose defaults stand for "by backend", which a user who gives them cannot
+// mean (the model shape's and the output's are their groups').
+void check_given_values(const po::variables_map& values) {
   for (const char* option : {"sizes", "batches", "seqs", "max-bytes", "model", "memory-limit"})
     if (given(values, option) && values[option].as<std::string>().empty())
       bad_value(option, "''", "is empty: give a value, or leave the option out for its default");
-  for (const char* option : {"hidden", "heads", "layers"})
-    if (given(values, option) && values[option].as<int>() == 0)
-      bad_value(option, "0", "must be at least 1 (leave it out for the default)");
-  if (given(values, "output") && raw.output.empty())
-    bad_value("output", "''", "is empty: name a file, or leave --output out to write none");
-  if (!raw.output.empty())
-    check_output_path({.output = raw.output, .overwrite = raw.overwrite, .inputs = {}});
 }
 
-BenchConfig resolve(BenchKind kind, const RawOptions& raw, const po::variables_map& values) {
+// Refuses a specific option given to a benchmark it does not apply to.
+void check_scope(BenchKind kind, const po::variables_map& values) {
   for (const auto& [name, value] : values) {
     auto scope = option_scope().find(name);
     if (scope == option_scope().end() || value.defaulted()) continue;
     if (std::find(scope->second.begin(), scope->second.end(), kind) == scope->second.end())
       throw UsageError("--" + name + " does not apply to bench " + bench_kind_name(kind));
   }
-  BenchConfig c;
-  c.kind = kind;
-  if (raw.backend != "cpu" && raw.backend != "cuda") bad_value("backend", raw.backend, "must be cpu or cuda");
-  if (raw.backend == "cuda" && !SCALESTUDY_HAVE_CUDA) bad_value("backend", raw.backend, "this build has no CUDA backend");
-  const bool cuda = raw.backend == "cuda";
-  c.backend = raw.backend;
-  c.output = raw.output;
-  c.overwrite = raw.overwrite;
-  check_given_values(raw, values);
+}
+
+// The options every benchmark reads: backend, output, timing, memory, kernel profile.
+void resolve_general(BenchConfig& c, const RawOptions& raw, const po::variables_map& values) {
+  check_backend(raw.backend.backend);
+  c.backend = raw.backend.backend;
+  c.output = raw.output.output;
+  c.overwrite = raw.output.overwrite;
+  check_given_values(values);
+  check_output_options(raw.output, values, {}, /*create_folder=*/true);
   if (raw.warmup < 1) bad_value("warmup", std::to_string(raw.warmup), "must be at least 1");
   if (raw.repeats < 1) bad_value("repeats", std::to_string(raw.repeats), "must be at least 1");
   if (!(raw.min_sample_ms >= 0) || !std::isfinite(raw.min_sample_ms))
     bad_value("min-sample-ms", number_text(raw.min_sample_ms), "must be a finite number, at least 0");
-  check_comm_timeout(raw.comm_timeout_s);
+  check_comm_timeout(raw.comm.comm_timeout_s);
   c.warmup = raw.warmup;
   c.repeats = raw.repeats;
   c.min_sample_s = raw.min_sample_ms / 1e3;
-  c.comm_timeout_s = raw.comm_timeout_s;
+  c.comm_timeout_s = raw.comm.comm_timeout_s;
   c.memory_limit_bytes = raw.memory_limit == "0" ? 0 : static_cast<size_t>(parse_size("memory-limit", raw.memory_limit));
-  if (raw.profile_kernels && !cuda)
-    throw UsageError("--profile-kernels: needs --backend cuda (the " + raw.backend +
-                     " backend runs no GPU kernels to trace)");
+  check_profile_kernels(raw.profile_kernels, c.backend);
   c.profile_kernels = raw.profile_kernels;
+}
 
-  if (kind == BenchKind::gemm) {
-    c.gemm_sizes = parse_size_list("sizes", raw.sizes.empty() ? (cuda ? "128,512,2048,8192" : "64,128,256") : raw.sizes);
-    for (int64_t n : c.gemm_sizes)
-      if (n > 65536) bad_value("sizes", raw.sizes, "n above 65536 does not fit cuBLAS's int dimensions usefully");
-    c.precisions = parse_name_list("precisions", raw.precisions.empty() ? (cuda ? "fp32,tf32,fp16,bf16" : "fp32")
-                                                                        : raw.precisions,
-                                   {"fp32", "tf32", "fp16", "bf16"});
+void resolve_gemm(BenchConfig& c, const RawOptions& raw, bool cuda) {
+  c.gemm_sizes = parse_size_list("sizes", raw.sizes.empty() ? (cuda ? "128,512,2048,8192" : "64,128,256") : raw.sizes);
+  for (int64_t n : c.gemm_sizes)
+    if (n > 65536) bad_value("sizes", raw.sizes, "n above 65536 does not fit cuBLAS's int dimensions usefully");
+  c.precisions = parse_name_list("precisions", raw.precisions.empty() ? (cuda ? "fp32,tf32,fp16,bf16" : "fp32")
+                                                                      : raw.precisions,
+                                 {"fp32", "tf32", "fp16", "bf16"});
+}
+
+void resolve_bandwidth(BenchConfig& c, const RawOptions& raw, bool cuda) {
+  c.bandwidth_elems = parse_size_list("sizes", raw.sizes.empty() ? (cuda ? "16K..64M" : "16K..1M") : raw.sizes);
+  for (int64_t elems : c.bandwidth_elems)
+    if (elems > (int64_t{1} << 36)) bad_value("sizes", raw.sizes, "at most 64G elements");
+}
+
+// layer and inference: the model, its precision and the batch × seq grid.
+void resolve_model_bench(BenchConfig& c, const RawOptions& raw, const po::variables_map& values, bool layer) {
+  const bool cuda = c.backend == "cuda";
+  ModelShapeOptions shape = raw.shape;
+  if (shape.model.empty()) shape.model = !cuda ? "tiny" : layer ? "bert-large" : "bert-base";
+  c.model = shape.model;
+  c.shape = resolve_model_shape(shape, values);
+  c.precision = resolve_precision(raw.backend.precision, c.backend);
+  c.attention_kernel = parse_attention_kernel(raw.backend.attention_kernel, c.backend, c.precision);
+  const char* batches = layer ? (cuda ? "4..128" : "1,2,4") : (cuda ? "1..256" : "1,4");
+  const char* seqs = layer ? (cuda ? "128,512" : "16,32") : (cuda ? "64,128,384,1024,4096" : "16,64");
+  c.batches = int_list("batches", raw.batches.empty() ? batches : raw.batches, 1 << 20);
+  c.seqs = int_list("seqs", raw.seqs.empty() ? seqs : raw.seqs, 1 << 20);
+  c.shape.max_seq = *std::max_element(c.seqs.begin(), c.seqs.end());
+  // Inference marks such points OOM instead (they never fit): its default grid has them.
+  const int64_t most_tokens = INT_MAX / (4 * static_cast<int64_t>(c.shape.channels));
+  for (int batch : layer ? c.batches : std::vector<int>{})
+    for (int seq : c.seqs)
+      if (static_cast<int64_t>(batch) * seq > most_tokens)
+        bad_value("batches", raw.batches, "batch " + std::to_string(batch) + " × seq " + std::to_string(seq) +
+                                              " is more tokens than the ops' int row counts allow");
+}
+
+void resolve_comm(BenchConfig& c, const RawOptions& raw) {
+  const bool cuda = c.backend == "cuda";
+  c.collectives = parse_name_list("collectives", raw.collectives, kCommCollectives);
+  c.comm_scopes = parse_name_list("scopes", raw.scopes, kCommScopes);
+  c.min_bytes = parse_size("min-bytes", raw.min_bytes);
+  c.max_bytes = parse_size("max-bytes", raw.max_bytes.empty() ? (cuda ? "1G" : "1M") : raw.max_bytes);
+  if (c.max_bytes < c.min_bytes) {
+    if (raw.max_bytes.empty())
+      bad_value("min-bytes", raw.min_bytes, std::string("is above the largest payload, ") + (cuda ? "1G" : "1M") +
+                                                " on " + c.backend + " (raise --max-bytes)");
+    bad_value("max-bytes", raw.max_bytes, "is below --min-bytes " + raw.min_bytes);
   }
-  if (kind == BenchKind::bandwidth) {
-    c.bandwidth_elems = parse_size_list("sizes", raw.sizes.empty() ? (cuda ? "16K..64M" : "16K..1M") : raw.sizes);
-    for (int64_t elems : c.bandwidth_elems)
-      if (elems > (int64_t{1} << 36)) bad_value("sizes", raw.sizes, "at most 64G elements");
-  }
-  if (kind == BenchKind::layer || kind == BenchKind::inference) {
-    const bool layer = kind == BenchKind::layer;
-    c.model = !raw.model.empty() ? raw.model : !cuda ? "tiny" : layer ? "bert-large" : "bert-base";
-    c.shape = find_model_preset(c.model).shape;
-    c.precision = compute_precision(raw.precision, cuda);
-    c.attention_kernel = parse_attention_kernel(raw.attention_kernel, raw.backend, c.precision);
-    for (auto [option, value, field] : {std::tuple{"hidden", raw.hidden, &c.shape.channels},
-                                        {"heads", raw.heads, &c.shape.heads}, {"layers", raw.layers, &c.shape.layers}}) {
-      if (value < 0) bad_value(option, std::to_string(value), "must be positive");
-      if (value > 0) *field = value;
-    }
-    if (c.shape.channels % c.shape.heads != 0)
-      bad_value("heads", std::to_string(c.shape.heads), "must divide the hidden size " + std::to_string(c.shape.channels));
-    const char* batches = layer ? (cuda ? "4..128" : "1,2,4") : (cuda ? "1..256" : "1,4");
-    const char* seqs = layer ? (cuda ? "128,512" : "16,32") : (cuda ? "64,128,384,1024,4096" : "16,64");
-    c.batches = int_list("batches", raw.batches.empty() ? batches : raw.batches, 1 << 20);
-    c.seqs = int_list("seqs", raw.seqs.empty() ? seqs : raw.seqs, 1 << 20);
-    c.shape.max_seq = *std::max_element(c.seqs.begin(), c.seqs.end());
-    // Inference marks such points OOM instead (they never fit): its default grid has them.
-    const int64_t most_tokens = INT_MAX / (4 * static_cast<int64_t>(c.shape.channels));
-    for (int batch : layer ? c.batches : std::vector<int>{})
-      for (int seq : c.seqs)
-        if (static_cast<int64_t>(batch) * seq > most_tokens)
-          bad_value("batches", raw.batches, "batch " + std::to_string(batch) + " × seq " + std::to_string(seq) +
-                                                " is more tokens than the ops' int row counts allow");
-  }
-  if (kind == BenchKind::comm) {
-    c.collectives = parse_name_list("collectives", raw.collectives, kCommCollectives);
-    c.comm_scopes = parse_name_list("scopes", raw.scopes, kCommScopes);
-    c.min_bytes = parse_size("min-bytes", raw.min_bytes);
-    c.max_bytes = parse_size("max-bytes", raw.max_bytes.empty() ? (cuda ? "1G" : "1M") : raw.max_bytes);
-    if (c.max_bytes < c.min_bytes) {
-      if (raw.max_bytes.empty())
-        bad_value("min-bytes", raw.min_bytes, std::string("is above the largest payload, ") + (cuda ? "1G" : "1M") +
-                                                  " on " + raw.backend + " (raise --max-bytes)");
-      bad_value("max-bytes", raw.max_bytes, "is below --min-bytes " + raw.min_bytes);
-    }
-    if (c.max_bytes > (int64_t{1} << 36)) bad_value("max-bytes", raw.max_bytes, "at most 64G");
-    if (raw.link_emulation != "none" && raw.link_emulation != "socket")
-      bad_value("link-emulation", raw.link_emulation, "must be none or socket");
-    if (raw.link_emulation != "none" && !cuda)
-      bad_value("link-emulation", raw.link_emulation,
-                "needs --backend cuda (the cpu backend communicates through MPI, whose links this option does not set)");
-    c.link_emulation = raw.link_emulation;
-  }
+  if (c.max_bytes > (int64_t{1} << 36)) bad_value("max-bytes", raw.max_bytes, "at most 64G");
+  check_comm_options(raw.comm, c.backend);
+  c.link_emulation = raw.comm.link_emulation;
+}
+
+BenchConfig resolve(BenchKind kind, const RawOptions& raw, const po::variables_map& values) {
+  check_scope(kind, values);
+  BenchConfig c;
+  c.kind = kind;
+  resolve_general(c, raw, values);
+  const bool cuda = c.backend == "cuda";
+  if (kind == BenchKind::gemm) resolve_gemm(c, raw, cuda);
+  if (kind == BenchKind::bandwidth) resolve_bandwidth(c, raw, cuda);
+  if (kind == BenchKind::layer || kind == BenchKind::inference) resolve_model_bench(c, raw, values, kind == BenchKind::layer);
+  if (kind == BenchKind::comm) resolve_comm(c, raw);
   return c;
 }
 
@@ -306,6 +286,89 @@ void run(BenchKind kind, BenchContext& context) {
     case BenchKind::inference: run_inference_bench(context); return;
     case BenchKind::comm: run_comm_bench(context); return;
   }
+}
+
+// The line that opens a benchmark's output, on rank 0.
+void print_banner(const std::string& name, const BenchConfig& config, const RunIdentity& identity,
+                  const ProcessPlacement& where) {
+  const bool model_bench = config.kind == BenchKind::layer || config.kind == BenchKind::inference;
+  const std::string computes =
+      model_bench ? std::string(" ") + precision_name(config.precision) + ", attention " +
+                        attention_kernel_used(config.attention_kernel, config.backend == "cuda", config.precision)
+                  : "";
+  std::printf("scalestudy bench %s: backend %s%s on %s, %d rank(s); warm-up %d, %d timed samples of >= %.3g ms\n",
+              name.c_str(), config.backend.c_str(), computes.c_str(), identity.device_name.c_str(), where.world_size,
+              config.warmup, config.repeats, config.min_sample_s * 1e3);
+  std::fflush(stdout);
+}
+
+// How the points were measured, as the file's method attributes say.
+std::map<std::string, std::string> bench_method(const BenchConfig& config) {
+  std::map<std::string, std::string> method;
+  method["warmup"] = std::to_string(config.warmup);
+  method["repeats"] = std::to_string(config.repeats);
+  method["min_sample_s"] = std::to_string(config.min_sample_s);
+  method["memory_limit_bytes"] = std::to_string(config.memory_limit_bytes);
+  method["statistics"] = "median and quartiles (linear interpolation, numpy's default) of the per-call time over the "
+                         "timed samples; warm-up samples excluded";
+  return method;
+}
+
+// The CUPTI tracer of --profile-kernels, handed to the benchmark; null without it.
+std::unique_ptr<KernelTracer> attach_tracer(const BenchConfig& config, const BackendSetup& backend,
+                                            BenchContext& context) {
+  if (!config.profile_kernels) return nullptr;
+  std::unique_ptr<KernelTracer> tracer = backend.ops->make_kernel_tracer();
+  SCALESTUDY_CHECK(tracer != nullptr, "the validated --profile-kernels reached a backend without a tracer");
+  if (backend.comm)
+    if (void* stream = backend.comm->native_stream()) tracer->name_stream("comm", stream);
+  context.tracer = tracer.get();
+  context.method["kernel_trace"] = "one untimed sample per point after the timed ones, traced with CUPTI";
+  return tracer;
+}
+
+// Runs the benchmark and writes its kernel trace; a failure marks the file failed.
+void run_points(BenchKind kind, BenchContext& context, KernelTracer* tracer, BenchFile& file, int rank) {
+  try {
+    run(kind, context);
+    if (tracer) {
+      const std::vector<RankTrace> traces = gather_traces(MPI_COMM_WORLD, tracer->take_trace());
+      if (rank == 0) file.write_kernel_trace(traces, static_cast<int64_t>(context.table.rows()) - 1);
+    }
+  } catch (const std::exception& error) {
+    file.finish("rank " + std::to_string(rank) + ": " + error.what());
+    throw;
+  }
+}
+
+// Finishes the file, a point of wrong results failing it, and prints the table on rank 0;
+// the exit code.
+int report(BenchKind kind, const BenchConfig& config, PointTable& table, BenchFile& file, int rank) {
+  std::string failure;
+  for (size_t row = 0; row < table.rows(); ++row)
+    if (table.status(row) == PointStatus::wrong && failure.empty())
+      failure = "wrong results: " + table.text(row, "detail") + " (row " + std::to_string(row) + ")";
+  failure = file.finish(failure);
+  if (rank == 0) {
+    std::printf("\n%s", table.render(summary_columns(kind)).c_str());
+    if (!config.output.empty()) std::printf("results: %s\n", config.output.c_str());
+    if (!failure.empty()) std::printf("FAILED: %s\n", failure.c_str());
+  }
+  return failure.empty() ? 0 : 1;
+}
+
+// The backend and communicator of a benchmark: layer and inference compute in
+// --precision; the others keep BenchConfig's fp32.
+BackendSetup make_bench_backend(const BenchConfig& config, const ProcessPlacement& where) {
+  BackendConfig backend_config;
+  backend_config.backend = config.backend;
+  backend_config.precision = config.precision;
+  backend_config.attention_kernel = config.attention_kernel;
+  backend_config.comm_timeout_s = config.comm_timeout_s;
+  backend_config.link_emulation = config.link_emulation;
+  set_control_timeout(config.comm_timeout_s);
+  std::optional<BlockingCallDeadline> startup(std::in_place, "the start-up (backend, communicator)", where.rank);
+  return make_backend(backend_config, where);
 }
 
 }  // namespace
@@ -334,40 +397,14 @@ int run_bench_command(int argc, const char* const* argv) {
                      "); only bench comm uses several");
 
   config.attention_kernel = choose_attention_kernel(config.backend, config.precision, config.attention_kernel);
-  RunConfig backend_config;
-  backend_config.backend = config.backend;
-  // layer and inference compute in --precision; the others keep BenchConfig's fp32.
-  backend_config.precision = config.precision;
-  backend_config.attention_kernel = config.attention_kernel;
-  backend_config.comm_timeout_s = config.comm_timeout_s;
-  backend_config.link_emulation = config.link_emulation;
-  set_control_timeout(config.comm_timeout_s);
-  std::optional<BlockingCallDeadline> startup(std::in_place, "the start-up (backend, communicator)", where.rank);
-  BackendSetup backend = make_backend(backend_config, where);
-  startup.reset();
+  BackendSetup backend = make_bench_backend(config, where);
   RunIdentity identity = backend.identity;
   identity.argv.assign(argv, argv + argc);
   identity.argv.insert(identity.argv.begin(), "scalestudy");
-  if (where.rank == 0) {
-    const bool model_bench = kind == BenchKind::layer || kind == BenchKind::inference;
-    const std::string computes =
-        model_bench ? std::string(" ") + precision_name(config.precision) + ", attention " +
-                          attention_kernel_used(config.attention_kernel, config.backend == "cuda", config.precision)
-                    : "";
-    std::printf("scalestudy bench %s: backend %s%s on %s, %d rank(s); warm-up %d, %d timed samples of >= %.3g ms\n",
-                name.c_str(), config.backend.c_str(), computes.c_str(), identity.device_name.c_str(), where.world_size,
-                config.warmup, config.repeats, config.min_sample_s * 1e3);
-    std::fflush(stdout);
-  }
+  if (where.rank == 0) print_banner(name, config, identity, where);
 
   PointTable table(config.repeats);
-  std::map<std::string, std::string> method;
-  method["warmup"] = std::to_string(config.warmup);
-  method["repeats"] = std::to_string(config.repeats);
-  method["min_sample_s"] = std::to_string(config.min_sample_s);
-  method["memory_limit_bytes"] = std::to_string(config.memory_limit_bytes);
-  method["statistics"] = "median and quartiles (linear interpolation, numpy's default) of the per-call time over the "
-                         "timed samples; warm-up samples excluded";
+  std::map<std::string, std::string> method = bench_method(config);
   const std::string precision = kind == BenchKind::gemm ? join(config.precisions, ",") : precision_name(config.precision);
   BenchFile file({.output = config.output, .overwrite = config.overwrite, .inputs = {}}, kind, identity, precision,
                  MPI_COMM_WORLD);
@@ -376,37 +413,9 @@ int run_bench_command(int argc, const char* const* argv) {
                        table, method};
   context.make_group_comm = backend.make_group_comm;
   method["timing"] = context.timer_description();
-  std::unique_ptr<KernelTracer> tracer;
-  if (config.profile_kernels) {
-    tracer = backend.ops->make_kernel_tracer();
-    SCALESTUDY_CHECK(tracer != nullptr, "the validated --profile-kernels reached a backend without a tracer");
-    if (backend.comm)
-      if (void* stream = backend.comm->native_stream()) tracer->name_stream("comm", stream);
-    context.tracer = tracer.get();
-    method["kernel_trace"] = "one untimed sample per point after the timed ones, traced with CUPTI";
-  }
-  try {
-    run(kind, context);
-    if (tracer) {
-      const std::vector<RankTrace> traces = gather_traces(MPI_COMM_WORLD, tracer->take_trace());
-      if (where.rank == 0) file.write_kernel_trace(traces, static_cast<int64_t>(table.rows()) - 1);
-    }
-  } catch (const std::exception& error) {
-    file.finish("rank " + std::to_string(where.rank) + ": " + error.what());
-    throw;
-  }
-
-  std::string failure;
-  for (size_t row = 0; row < table.rows(); ++row)
-    if (table.status(row) == PointStatus::wrong && failure.empty())
-      failure = "wrong results: " + table.text(row, "detail") + " (row " + std::to_string(row) + ")";
-  failure = file.finish(failure);
-  if (where.rank == 0) {
-    std::printf("\n%s", table.render(summary_columns(kind)).c_str());
-    if (!config.output.empty()) std::printf("results: %s\n", config.output.c_str());
-    if (!failure.empty()) std::printf("FAILED: %s\n", failure.c_str());
-  }
-  return failure.empty() ? 0 : 1;
+  const std::unique_ptr<KernelTracer> tracer = attach_tracer(config, backend, context);
+  run_points(kind, context, tracer.get(), file, where.rank);
+  return report(kind, config, table, file, where.rank);
 }
 
 }  // namespace scalestudy

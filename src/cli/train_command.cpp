@@ -13,9 +13,9 @@
 #include "comm/mpi_runtime.h"
 #include "config/run_config.h"
 #include "core/check.h"
-#include "core/control_wait.h"
+#include "control/control_wait.h"
 #include "core/memory_estimate.h"
-#include "core/stop_signal.h"
+#include "control/stop_signal.h"
 #include "core/usage_error.h"
 #include "model/flops.h"
 #include "results/run_recorder.h"
@@ -118,6 +118,85 @@ std::unique_ptr<Trainer> allocate_trainer(TrainingSetup setup, const BackendSetu
   }
 }
 
+// The CUPTI tracer of --profile-kernels, attached to the trainer; null without it.
+std::unique_ptr<KernelTracer> attach_kernel_tracer(const RunConfig& config, const BackendSetup& backend,
+                                                   Trainer& trainer) {
+  if (!config.profile_kernels) return nullptr;
+  std::unique_ptr<KernelTracer> tracer = backend.ops->make_kernel_tracer();
+  SCALESTUDY_CHECK(tracer != nullptr, "the validated --profile-kernels reached a backend without a tracer");
+  if (void* stream = backend.comm->native_stream()) tracer->name_stream("comm", stream);
+  trainer.set_kernel_tracer(tracer.get(), config.profile_first, config.profile_last);
+  return tracer;
+}
+
+// The steps, and the kernel trace recorded after them; a failure marks the file failed.
+RunOutcome run_steps(Trainer& trainer, RunRecorder& recorder, KernelTracer* tracer, const RunConfig& config,
+                     int rank) {
+  try {
+    RunOutcome outcome = trainer.run(&recorder);
+    set_control_step(0);
+    if (tracer) {
+      const RankTrace trace = tracer->take_trace();
+      if (rank == 0)
+        std::printf("kernel profile: steps %d-%d traced, %zu records on rank 0\n", config.profile_first,
+                    config.profile_last, trace.records.size());
+      recorder.record_kernel_trace(trace, config.profile_first, config.profile_last);
+    }
+    return outcome;
+  } catch (const OutOfMemoryError& error) {
+    end_out_of_memory(recorder, rank, error.what());
+  } catch (const std::bad_alloc&) {
+    end_out_of_memory(recorder, rank, "out of host memory during the steps");
+  } catch (const std::exception& error) {
+    recorder.finish_failed(std::string("rank ") + std::to_string(rank) + ": " + error.what());
+    throw;
+  }
+}
+
+// A run that a signal stopped or a failure ended: its file marked failed with the reason,
+// and the exit code.
+int finish_unfinished(const RunOutcome& outcome, RunRecorder& recorder, int rank) {
+  std::string reason = outcome.failure;
+  if (outcome.stop_signal) {
+    // A stopped rank, woken by the teardown, may still finish the step that its peers
+    // gave up on: the cause is then the reporting rank's, not the signal.
+    defer_to_reporting_rank_if_continued();
+    reason = stop_reason(outcome.stop_signal) + " after step " + std::to_string(outcome.steps_completed);
+  }
+  recorder.finish_failed(reason);
+  if (rank == 0) {
+    std::fprintf(stderr, "scalestudy train: %s; the result file keeps the %d completed steps, marked failed\n",
+                 reason.c_str(), outcome.steps_completed);
+    std::fflush(stderr);
+  }
+  return outcome.stop_signal ? stop_exit_code(outcome.stop_signal) : 1;
+}
+
+// A run that completed: its summary, memory and GEMM choices printed, and the exit code.
+int finish_completed(Trainer& trainer, RunRecorder& recorder, const BackendSetup& backend, const RunConfig& config,
+                     int rank) {
+  const MemoryReport memory = trainer.memory();
+  const RunSummary summary = recorder.finish_complete(memory);
+  const double peak_mib = static_cast<double>(memory.peak_bytes) / (1024.0 * 1024.0);
+  double largest_peak_mib = 0.0;
+  control_allreduce(&peak_mib, &largest_peak_mib, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD, "memory report");
+  const std::string memory_line = trainer.memory_summary("after the last step");
+  if (rank == 0) {
+    print_summary(trainer, recorder, summary);
+    std::printf("  %s\n", memory_line.c_str());
+    std::printf("  peak memory %.1f MiB on the largest rank (%s)\n", largest_peak_mib, memory.peak_source.c_str());
+    const std::vector<std::string> choices = backend.ops->algorithm_choices();
+    if (!choices.empty()) std::printf("  GEMM algorithms on rank 0 (--gemm-algos %s):\n", gemm_algos_name(config.gemm_algos));
+    for (const std::string& choice : choices) std::printf("    %s\n", choice.c_str());
+  }
+  if (rank == 0 && !recorder.file_failure().empty()) {
+    std::fprintf(stderr, "scalestudy train: %s is not complete: %s\n", recorder.output().c_str(),
+                 recorder.file_failure().c_str());
+    return 1;
+  }
+  return 0;
+}
+
 }  // namespace
 
 int run_train_command(int argc, const char* const* argv) {
@@ -130,7 +209,7 @@ int run_train_command(int argc, const char* const* argv) {
   int started = 0;
   MPI_Initialized(&started);
   SCALESTUDY_CHECK(started, "a run reached train without MPI, as if it were train --check");
-  // From here on SIGTERM, SIGINT and SIGUSR1 stop the run cleanly (core/stop_signal.h).
+  // From here on SIGTERM, SIGINT and SIGUSR1 stop the run cleanly (control/stop_signal.h).
   install_stop_signal_handlers();
   const int rank = rank_in_world();
   set_control_timeout(config.comm_timeout_s);
@@ -139,7 +218,7 @@ int run_train_command(int argc, const char* const* argv) {
   // their own.
   std::optional<BlockingCallDeadline> startup(std::in_place, "the start-up (node split, backend, communicator)", rank);
   const ProcessPlacement where = discover_placement(MPI_COMM_WORLD);
-  BackendSetup backend = make_backend(config, where);
+  BackendSetup backend = make_backend(config.backend_config(), where);
   startup.reset();
   // Bad input, a run too large for the memory included, is refused here, before the
   // result file exists and before anything is allocated.
@@ -153,76 +232,11 @@ int run_train_command(int argc, const char* const* argv) {
   const std::unique_ptr<Trainer> owned_trainer = allocate_trainer(std::move(setup), backend, recorder, where.rank);
   Trainer& trainer = *owned_trainer;
   if (where.rank == 0) print_header(trainer.config(), trainer, where);
-  std::unique_ptr<KernelTracer> tracer;
-  if (config.profile_kernels) {
-    tracer = backend.ops->make_kernel_tracer();
-    SCALESTUDY_CHECK(tracer != nullptr, "the validated --profile-kernels reached a backend without a tracer");
-    if (void* stream = backend.comm->native_stream()) tracer->name_stream("comm", stream);
-    trainer.set_kernel_tracer(tracer.get(), config.profile_first, config.profile_last);
-  }
+  const std::unique_ptr<KernelTracer> tracer = attach_kernel_tracer(config, backend, trainer);
   trainer.set_gpu_telemetry(backend.telemetry.get());
-  RunOutcome outcome;
-  try {
-    outcome = trainer.run(&recorder);
-    set_control_step(0);
-    if (tracer) {
-      const RankTrace trace = tracer->take_trace();
-      if (where.rank == 0)
-        std::printf("kernel profile: steps %d-%d traced, %zu records on rank 0\n", config.profile_first,
-                    config.profile_last, trace.records.size());
-      recorder.record_kernel_trace(trace, config.profile_first, config.profile_last);
-    }
-  } catch (const OutOfMemoryError& error) {
-    end_out_of_memory(recorder, where.rank, error.what());
-  } catch (const std::bad_alloc&) {
-    end_out_of_memory(recorder, where.rank, "out of host memory during the steps");
-  } catch (const std::exception& error) {
-    recorder.finish_failed(std::string("rank ") + std::to_string(where.rank) + ": " + error.what());
-    throw;
-  }
-  if (outcome.stop_signal) {
-    // A stopped rank, woken by the teardown, may still finish the step that its peers
-    // gave up on: the cause is then the reporting rank's, not the signal.
-    defer_to_reporting_rank_if_continued();
-    const std::string reason =
-        stop_reason(outcome.stop_signal) + " after step " + std::to_string(outcome.steps_completed);
-    recorder.finish_failed(reason);
-    if (where.rank == 0) {
-      std::fprintf(stderr, "scalestudy train: %s; the result file keeps the %d completed steps, marked failed\n",
-                   reason.c_str(), outcome.steps_completed);
-      std::fflush(stderr);
-    }
-    return stop_exit_code(outcome.stop_signal);
-  }
-  if (!outcome.failure.empty()) {
-    recorder.finish_failed(outcome.failure);
-    if (where.rank == 0) {
-      std::fprintf(stderr, "scalestudy train: %s; the result file keeps the %d completed steps, marked failed\n",
-                   outcome.failure.c_str(), outcome.steps_completed);
-      std::fflush(stderr);
-    }
-    return 1;
-  }
-  const MemoryReport memory = trainer.memory();
-  const RunSummary summary = recorder.finish_complete(memory);
-  const double peak_mib = static_cast<double>(memory.peak_bytes) / (1024.0 * 1024.0);
-  double largest_peak_mib = 0.0;
-  control_allreduce(&peak_mib, &largest_peak_mib, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD, "memory report");
-  const std::string memory_line = trainer.memory_summary("after the last step");
-  if (where.rank == 0) {
-    print_summary(trainer, recorder, summary);
-    std::printf("  %s\n", memory_line.c_str());
-    std::printf("  peak memory %.1f MiB on the largest rank (%s)\n", largest_peak_mib, memory.peak_source.c_str());
-    const std::vector<std::string> choices = backend.ops->algorithm_choices();
-    if (!choices.empty()) std::printf("  GEMM algorithms on rank 0 (--gemm-algos %s):\n", gemm_algos_name(config.gemm_algos));
-    for (const std::string& choice : choices) std::printf("    %s\n", choice.c_str());
-  }
-  if (where.rank == 0 && !recorder.file_failure().empty()) {
-    std::fprintf(stderr, "scalestudy train: %s is not complete: %s\n", recorder.output().c_str(),
-                 recorder.file_failure().c_str());
-    return 1;
-  }
-  return 0;
+  const RunOutcome outcome = run_steps(trainer, recorder, tracer.get(), config, where.rank);
+  if (outcome.stop_signal || !outcome.failure.empty()) return finish_unfinished(outcome, recorder, where.rank);
+  return finish_completed(trainer, recorder, backend, config, where.rank);
 }
 
 }  // namespace scalestudy

@@ -7,9 +7,9 @@
 #include <utility>
 
 #include "core/check.h"
-#include "core/control_wait.h"
-#include "core/roll_call.h"
-#include "core/stop_signal.h"
+#include "control/control_wait.h"
+#include "control/roll_call.h"
+#include "control/stop_signal.h"
 
 namespace scalestudy {
 namespace {

@@ -2,7 +2,7 @@
 // No rank waits forever in a collective. A thread of the watchdog's own checks every
 // collective in flight once a period: one that has not finished within the timeout of its
 // start ends the job with a message naming the rank, the collective, its phase, its bytes
-// and, from a roll call (core/roll_call.h), the ranks that do not respond or lag behind;
+// and, from a roll call (control/roll_call.h), the ranks that do not respond or lag behind;
 // so does one still in flight after a stop signal and its grace. The check runs whatever
 // the rank's other threads are doing, so a rank is ended even where nothing waits for the
 // stuck collective.
@@ -66,7 +66,7 @@ class CollectiveWatchdog {
   std::optional<StartedCollective> take_timed_out(Clock::time_point now);
   // culprits: the roll call's ranks that do not respond or did not arrive, or "".
   std::string timeout_message(const StartedCollective& stuck, const std::string& culprits) const;
-  // After a stop signal (core/stop_signal.h) and its grace, the oldest collective still in
+  // After a stop signal (control/stop_signal.h) and its grace, the oldest collective still in
   // flight, named: this rank is blocked on a peer and would never reach the step's end.
   // "" while none is (mutex_ held).
   std::string blocked_after_stop(Clock::time_point now);

@@ -7,7 +7,7 @@
 #include <utility>
 
 #include "core/bf16_host.h"
-#include "core/check.h"
+#include "control/mpi_check.h"
 
 namespace scalestudy {
 

@@ -3,8 +3,8 @@
 #include <string>
 #include <vector>
 
-#include "core/check.h"
-#include "core/roll_call.h"
+#include "control/mpi_check.h"
+#include "control/roll_call.h"
 
 namespace scalestudy {
 namespace {
@@ -22,6 +22,8 @@ const char* thread_level_name(int level) {
 }  // namespace
 
 MpiRuntime::MpiRuntime(int* argc, char*** argv) {
+  // Before MPI starts: a check that fails from here on ends the whole job.
+  install_mpi_job_ender();
   int initialized = 0;
   CHECK_MPI(MPI_Initialized(&initialized));
   int provided = MPI_THREAD_SINGLE;
@@ -42,7 +44,7 @@ MpiRuntime::MpiRuntime(int* argc, char*** argv) {
                   "that calls MPI while the main thread may too. Use an MPI build with "
                   "thread support (Open MPI: ompi_info | grep MPI_THREAD_MULTIPLE)");
   }
-  // From here on this rank answers roll calls (core/roll_call.h), whatever it is doing.
+  // From here on this rank answers roll calls (control/roll_call.h), whatever it is doing.
   start_roll_call_responder();
 }
 

@@ -9,6 +9,7 @@
 #include "comm/nccl_check.h"
 #include "comm/nccl_transport.h"
 #include "cuda_check.h"
+#include "control/mpi_check.h"
 
 namespace scalestudy {
 namespace {

@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/control_wait.h"
+#include "control/control_wait.h"
 #include "core/usage_error.h"
 
 namespace po = boost::program_options;

@@ -61,7 +61,7 @@ bool given(const boost::program_options::variables_map& values, const char* opti
 [[noreturn]] void bad_value(const std::string& option, const std::string& value, const std::string& why);
 
 // Checks --comm-timeout, in seconds, against kMinCommTimeoutS and kMaxCommTimeoutS
-// (core/control_wait.h says why); throws the UsageError naming it.
+// (control/control_wait.h says why); throws the UsageError naming it.
 void check_comm_timeout(double seconds);
 // The bounds of --comm-timeout, as its --help and its error say them.
 extern const char* const kCommTimeoutBounds;

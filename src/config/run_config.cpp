@@ -13,8 +13,10 @@
 #include <iomanip>
 #include <optional>
 #include <sstream>
+#include <tuple>
 
 #include "config/command_options.h"
+#include "config/option_groups.h"
 #include "config/output_path.h"
 #include "core/usage_error.h"
 
@@ -32,11 +34,14 @@ struct RawOptions {
   std::string overlapped_ctas = "auto";
   std::string overlap_after = "auto";
   std::string gemm_algos = "timed";
-  std::string attention_kernel = "auto";
-  std::string precision = "auto";
   std::string loss_scaling = "auto";
   std::string attention;  // empty: the preset's
-  int layers = 0, hidden = 0, heads = 0, vocab = 0, max_seq = 0;
+  int vocab = 0, max_seq = 0;
+  // The groups that bench shares (config/option_groups.h).
+  ModelShapeOptions shape;
+  BackendOptions backend;
+  OutputOptions output;
+  CommOptions comm;
   std::string config_file;
   std::string profile_window = "auto";
   std::string gpu_telemetry_ms = "auto";
@@ -56,12 +61,12 @@ std::string text(const T& value) {
 // would show 0.000600000028).
 po::typed_value<float>* decimal(float* field) { return po::value(field)->default_value(*field, text(*field)); }
 
-// The options of `scalestudy train`, by section. Each entry says what the option does and,
+// The sections of `scalestudy train`'s options. Each entry says what the option does and,
 // where Boost does not show a default, what happens without it.
-po::options_description train_options(RunConfig& c, RawOptions& raw) {
+po::options_description general_section(RunConfig& c, RawOptions& raw) {
   po::options_description general = help_section("General");
+  add_help_option(general);
   general.add_options()
-      ("help,h", "print this help and exit")
       ("config", po::value(&raw.config_file),
        "INI file of these options (name = value, without the --); the command line wins. Default: none")
       ("check", po::bool_switch(&c.check_only),
@@ -69,15 +74,13 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
        "would start, 2 naming what stops it; runs nothing, makes no file. Default: off")
       ("check-ranks", po::value(&c.check_ranks)->default_value(0, "unset"),
        "with --check: the number of ranks of the run checked");
+  return general;
+}
 
+po::options_description model_section(RunConfig& c, RawOptions& raw) {
   po::options_description model = help_section("Model");
+  add_model_shape_options(model, raw.shape, raw.shape.model);
   model.add_options()
-      ("model", defaulted(&c.model),
-       "preset: tiny, gpt2-small, gpt2-medium, gpt2-large, gpt2-xl, bert-base or bert-large; "
-       "the options below override its shape")
-      ("layers", po::value(&raw.layers)->default_value(0, "preset"), "transformer blocks (L)")
-      ("hidden", po::value(&raw.hidden)->default_value(0, "preset"), "channels (C)")
-      ("heads", po::value(&raw.heads)->default_value(0, "preset"), "attention heads; must divide --hidden")
       ("vocab", po::value(&raw.vocab)->default_value(0, "preset"), "vocabulary size (V); at least the data's")
       ("max-seq", po::value(&raw.max_seq)->default_value(0, "preset"), "rows of the position table")
       ("attention", po::value(&raw.attention)->default_value("", "preset"), "causal (GPT) or bidirectional (BERT)")
@@ -85,7 +88,10 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
       ("recompute", defaulted(&raw.recompute),
        "on: keep only each block's output and recompute the block in backward (activation "
        "checkpointing): far less activation memory for one more forward of the blocks");
+  return model;
+}
 
+po::options_description data_section(RunConfig& c, RawOptions& raw) {
   po::options_description data = help_section("Data");
   data.add_options()
       ("data", defaulted(&c.data),
@@ -93,7 +99,10 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
       ("token-file", po::value(&c.token_file),
        "token file of --data file (docs/token-file-format.md). Default: none")
       ("seed", defaulted(&raw.seed), "seed of the initialisation and of the data");
+  return data;
+}
 
+po::options_description scaling_section(RunConfig& c) {
   po::options_description scaling = help_section("Batch and scaling");
   scaling.add_options()
       ("global-batch", po::value(&c.global_batch)->default_value(0, "unset"),
@@ -106,7 +115,10 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
       ("warmup-steps", po::value(&c.warmup_steps)->default_value(-1, "2"),
        "first steps, timed and recorded, that the summaries leave out; below --steps (the default 2 "
        "becomes --steps - 1 on shorter runs)");
+  return scaling;
+}
 
+po::options_description optimizer_section(RunConfig& c) {
   po::options_description optimizer = help_section("Optimizer (AdamW, global-norm clipping, warm-up + cosine)");
   optimizer.add_options()
       ("lr", decimal(&c.learning_rate), "peak learning rate")
@@ -118,7 +130,10 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
       ("eps", decimal(&c.adamw.epsilon), "AdamW epsilon")
       ("weight-decay", decimal(&c.adamw.weight_decay), "decoupled weight decay, on matrices only")
       ("grad-clip", decimal(&c.grad_clip), "clip the global gradient norm to this; 0 turns clipping off");
+  return optimizer;
+}
 
+po::options_description parallel_section(RunConfig& c, RawOptions& raw) {
   po::options_description parallel = help_section("Data parallelism");
   parallel.add_options()
       ("strategy", defaulted(&raw.strategy),
@@ -128,57 +143,55 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
       ("bucket-mb", defaulted(&c.bucket_mb), "gradient bucket size, MiB of fp32")
       ("grad-reduce", defaulted(&raw.grad_reduce),
        "what gradients cross ranks in: fp32, or bf16 (half the bytes; each rank's gradient and every "
-       "partial sum are rounded to bf16)")
-      ("comm-timeout", defaulted(&c.comm_timeout_s),
-       (std::string("seconds a collective or the start-up may take before the job ends, naming rank and "
-                   "phase; other ranks wait 1 s more, so rank 0 marks the file failed first; ") +
-        kCommTimeoutBounds)
-           .c_str())
-      ("link-emulation", defaulted(&c.link_emulation), kLinkEmulationHelp);
+       "partial sum are rounded to bf16)");
+  add_comm_options(parallel, raw.comm);
+  return parallel;
+}
 
+po::options_description precision_section(RunConfig& c, RawOptions& raw) {
   po::options_description precision = help_section("Backend and precision");
+  add_backend_options(precision, raw.backend);
   precision.add_options()
-      ("backend", defaulted(&c.backend),
-       "cpu (the fp32 reference, MPI) or cuda (cuBLAS and the project's kernels, NCCL)")
-      ("precision", defaulted(&raw.precision),
-       "fp32, bf16 or fp16 (the last two cuda only); auto: bf16 on cuda, fp32 on cpu")
-      ("attention-kernel", defaulted(&raw.attention_kernel), kAttentionKernelHelp)
       ("loss-scaling", defaulted(&raw.loss_scaling),
        "dynamic loss scaling: on, off, or auto (on for fp16 only); steps whose gradients overflow are skipped")
       ("loss-scale-init", decimal(&c.loss_scale_init), "initial loss scale (a power of two keeps scaling exact)")
       ("loss-scale-growth-interval",
        defaulted(&c.loss_scale_growth_interval),
        "good steps in a row before the loss scale doubles");
+  return precision;
+}
 
+po::options_description output_section(RunConfig& c, RawOptions& raw) {
   po::options_description output = help_section("Output");
+  add_output_options(output, raw.output);
   output.add_options()
-      ("output,o", po::value(&c.output),
-       "HDF5 result file to write (docs/results-schema.md). Default: none, the run only prints")
-      ("overwrite", po::bool_switch(&c.overwrite),
-       "replace a file that exists at --output (never one another run is writing); without it such a "
-       "file is refused. Default: off")
       ("flush-every", defaulted(&c.flush_every),
        "write completed steps to the result file every N steps")
       ("log-every", defaulted(&c.log_every), "print progress every N steps")
       ("experiment", po::value(&c.experiment), "experiment name, recorded in the result file. Default: none")
       ("repeat", defaulted(&c.repeat), "repeat index, recorded in the result file");
+  return output;
+}
 
+po::options_description diagnostics_section(RunConfig& c, RawOptions& raw) {
   po::options_description diagnostics = help_section("Diagnostics");
   diagnostics.add_options()
       ("nonfinite-loss", defaulted(&raw.nonfinite_loss),
        "what a step whose loss is inf or nan does: stop (the run ends, its file marked failed at that "
        "step) or continue (training goes on)")
       ("check-every", defaulted(&c.check_every),
-       "compare a parameter checksum across ranks every N steps; 0: never")
-      ("profile-kernels", po::bool_switch(&c.profile_kernels),
-       "cuda: trace the kernels, memcpys and memsets of the --profile-window steps with CUPTI into the "
-       "result file's /kernel_trace; the summaries leave those steps out. Default: off")
+       "compare a parameter checksum across ranks every N steps; 0: never");
+  add_profile_kernels_option(diagnostics, &c.profile_kernels);
+  diagnostics.add_options()
       ("profile-window", defaulted(&raw.profile_window),
        "FIRST-LAST, the steps to trace (0-based, inclusive); auto: the first three steps after warm-up")
       ("gpu-telemetry-ms", defaulted(&raw.gpu_telemetry_ms),
        "cuda: sample each GPU's SM clock, power, temperature and clock limits through NVML every N ms, "
        "into the result file's /steps/gpu_*; 0: off; at most 1000; auto: 10 on cuda, 0 on cpu");
+  return diagnostics;
+}
 
+po::options_description tuning_section(RunConfig& c, RawOptions& raw) {
   po::options_description tuning = help_section("Tuning (the defaults suit most runs)");
   tuning.add_options()
       ("overlapped-ctas", defaulted(&raw.overlapped_ctas),
@@ -193,10 +206,18 @@ po::options_description train_options(RunConfig& c, RawOptions& raw) {
       ("gemm-algos-file", po::value(&c.gemm_algos_file),
        "cuda 16-bit: GEMM algorithms for this GPU model and cuBLASLt, chosen under sustained load "
        "(docs/strategies.md says how), which win for the shapes they name. Default: none");
+  return tuning;
+}
 
+// The options of `scalestudy train`, by section, in the order --help prints them.
+po::options_description train_options(RunConfig& c, RawOptions& raw) {
+  raw.shape.model = c.model;
+  raw.backend.backend = c.backend;
+  raw.comm = {.comm_timeout_s = c.comm_timeout_s, .link_emulation = c.link_emulation};
   po::options_description all = help_sections();
-  all.add(general).add(model).add(data).add(scaling).add(optimizer).add(parallel).add(precision).add(output)
-      .add(diagnostics).add(tuning);
+  all.add(general_section(c, raw)).add(model_section(c, raw)).add(data_section(c, raw)).add(scaling_section(c))
+      .add(optimizer_section(c)).add(parallel_section(c, raw)).add(precision_section(c, raw))
+      .add(output_section(c, raw)).add(diagnostics_section(c, raw)).add(tuning_section(c, raw));
   return all;
 }
 
@@ -235,11 +256,7 @@ void resolve_profile_window(RunConfig& c, const std::string& window) {
   int first = c.warmup_steps, last = std::min(c.warmup_steps + 2, c.steps - 1);
   // A window the user wrote is checked first, as written and against the steps; an auto
   // window only after the backend, since the user chose nothing of it.
-  const auto require_cuda = [&c] {
-    if (c.backend != "cuda")
-      throw UsageError("--profile-kernels: needs --backend cuda (the " + c.backend +
-                       " backend runs no GPU kernels to trace)");
-  };
+  const auto require_cuda = [&c] { check_profile_kernels(c.profile_kernels, c.backend); };
   if (window == "auto") require_cuda();
   if (window != "auto") {
     char dash = 0;
@@ -306,14 +323,19 @@ void require_positive(const std::string& option, double value) {
   if (!(value > 0) || !std::isfinite(value)) bad_value(option, text(value), "must be positive and finite");
 }
 
-// The values whose defaults are sentinels, which the user may not give; and every
-// floating-point option, which must be finite (inf or nan would train into NaN losses).
-void check_given_values(RunConfig& c, const RawOptions& raw, const po::variables_map& values) {
+// An option of two words, on and off or the like, as the bool it means.
+bool parse_choice(const std::string& option, const std::string& value, const char* yes, const char* no) {
+  if (value == yes) return true;
+  if (value != no) bad_value(option, value, std::string("must be ") + yes + " or " + no);
+  return false;
+}
+
+// The values whose defaults are sentinels, which the user may not give (--layers, --hidden
+// and --heads are their group's, resolve_model_shape).
+void check_given_sizes(const RunConfig& c, const po::variables_map& values) {
   // 0 is what each of these means when left out; given, it would be taken silently for that.
   const std::pair<const char*, const char*> sizes[] = {
-      {"layers", "the preset's"}, {"hidden", "the preset's"}, {"heads", "the preset's"},
-      {"vocab", "the preset's"},  {"max-seq", "the preset's"}, {"seq", "--max-seq"},
-      {"batch-per-rank", "4"}};
+      {"vocab", "the preset's"}, {"max-seq", "the preset's"}, {"seq", "--max-seq"}, {"batch-per-rank", "4"}};
   for (const auto& [option, otherwise] : sizes)
     if (given(values, option) && values[option].as<int>() == 0)
       bad_value(option, "0", std::string("must be at least 1 (leave it out for ") + otherwise + ")");
@@ -325,9 +347,9 @@ void check_given_values(RunConfig& c, const RawOptions& raw, const po::variables
     bad_value("check-ranks", text(c.check_ranks), "needs --check (a run takes its ranks from the launcher)");
   if (c.check_only && c.check_ranks < 1)
     bad_value("check-ranks", text(c.check_ranks), "--check needs the ranks of the run checked, at least 1");
-  if (given(values, "output") && c.output.empty())
-    bad_value("output", "\"\"", "is empty: name a file, or leave --output out to write none");
-  const std::string& seed = raw.seed;
+}
+
+uint64_t parse_seed(const std::string& seed) {
   size_t used = 0;
   unsigned long long parsed = 0;
   try {
@@ -337,7 +359,15 @@ void check_given_values(RunConfig& c, const RawOptions& raw, const po::variables
   }
   if (seed.empty() || seed.find_first_not_of("0123456789") != std::string::npos || used != seed.size())
     bad_value("seed", seed, "must be a whole number, at least 0");
-  c.seed = parsed;
+  return parsed;
+}
+
+// The given values checked on their own, before any is resolved: the sentinels, the seed,
+// the experiment's name, and every floating-point option, which must be finite (inf or
+// nan would train into NaN losses).
+void check_given_values(RunConfig& c, const RawOptions& raw, const po::variables_map& values) {
+  check_given_sizes(c, values);
+  c.seed = parse_seed(raw.seed);
   // The experiment's name goes into result files and the report's tables, one line each.
   if (std::any_of(c.experiment.begin(), c.experiment.end(),
                   [](char ch) { return std::iscntrl(static_cast<unsigned char>(ch)) != 0; }))
@@ -345,35 +375,33 @@ void check_given_values(RunConfig& c, const RawOptions& raw, const po::variables
   const std::pair<const char*, double> floats[] = {
       {"lr", c.learning_rate},          {"min-lr-ratio", c.min_lr_ratio}, {"beta1", c.adamw.beta1},
       {"beta2", c.adamw.beta2},          {"eps", c.adamw.epsilon},         {"weight-decay", c.adamw.weight_decay},
-      {"grad-clip", c.grad_clip},        {"bucket-mb", c.bucket_mb},       {"comm-timeout", c.comm_timeout_s},
+      {"grad-clip", c.grad_clip},        {"bucket-mb", c.bucket_mb},       {"comm-timeout", raw.comm.comm_timeout_s},
       {"loss-scale-init", c.loss_scale_init}};
   for (const auto& [option, value] : floats)
     if (!std::isfinite(value)) bad_value(option, text(value), "must be a finite number");
 }
 
-void resolve_and_validate(RunConfig& c, const RawOptions& raw) {
-  const ModelPreset& preset = find_model_preset(c.model);
-  c.shape = preset.shape;
-  auto override_dim = [](const std::string& option, int value, int& field) {
+// ---- validation by section, in the order of --help -------------------------------------
+
+void resolve_model(RunConfig& c, const RawOptions& raw, const po::variables_map& values) {
+  c.model = raw.shape.model;
+  c.shape = resolve_model_shape(raw.shape, values);
+  for (auto [option, value, field] : {std::tuple{"vocab", raw.vocab, &c.shape.vocab},
+                                      {"max-seq", raw.max_seq, &c.shape.max_seq}}) {
     if (value < 0) bad_value(option, text(value), "must be positive");
-    if (value > 0) field = value;
-  };
-  override_dim("layers", raw.layers, c.shape.layers);
-  override_dim("hidden", raw.hidden, c.shape.channels);
-  override_dim("heads", raw.heads, c.shape.heads);
-  override_dim("vocab", raw.vocab, c.shape.vocab);
-  override_dim("max-seq", raw.max_seq, c.shape.max_seq);
+    if (value > 0) *field = value;
+  }
   if (raw.attention == "causal") c.shape.causal = true;
   else if (raw.attention == "bidirectional") c.shape.causal = false;
   else if (!raw.attention.empty()) bad_value("attention", raw.attention, "must be causal or bidirectional");
-  if (c.shape.channels % c.shape.heads != 0)
-    bad_value("heads", text(c.shape.heads), "must divide --hidden " + text(c.shape.channels));
-
   if (c.seq < 0) bad_value("seq", text(c.seq), "must be positive");
   if (c.seq == 0) c.seq = c.shape.max_seq;
   if (c.seq > c.shape.max_seq)
     bad_value("seq", text(c.seq), "longer than the position table (--max-seq " + text(c.shape.max_seq) + ")");
+  c.recompute = parse_choice("recompute", raw.recompute, "on", "off");
+}
 
+void resolve_batch(RunConfig& c) {
   if (c.global_batch < 0) bad_value("global-batch", text(c.global_batch), "must be positive");
   if (c.batch_per_rank < 0) bad_value("batch-per-rank", text(c.batch_per_rank), "must be positive");
   if (c.global_batch > 0 && c.batch_per_rank > 0)
@@ -381,11 +409,13 @@ void resolve_and_validate(RunConfig& c, const RawOptions& raw) {
   c.scaling = c.global_batch > 0 ? Scaling::strong : Scaling::weak;
   if (c.scaling == Scaling::weak && c.batch_per_rank == 0) c.batch_per_rank = 4;
   require_positive("grad-accum", c.grad_accum);
-
   require_positive("steps", c.steps);
   if (c.warmup_steps == -1) c.warmup_steps = std::min(2, c.steps - 1);
   if (c.warmup_steps < 0 || c.warmup_steps >= c.steps)
     bad_value("warmup-steps", text(c.warmup_steps), "must be at least 0 and below --steps " + text(c.steps));
+}
+
+void check_optimizer(const RunConfig& c) {
   require_positive("lr", c.learning_rate);
   if (c.min_lr_ratio < 0 || c.min_lr_ratio > 1) bad_value("min-lr-ratio", text(c.min_lr_ratio), "must be in [0, 1]");
   if (c.lr_warmup_steps < 0) bad_value("lr-warmup-steps", text(c.lr_warmup_steps), "must not be negative");
@@ -395,64 +425,63 @@ void resolve_and_validate(RunConfig& c, const RawOptions& raw) {
   require_positive("eps", adamw.epsilon);
   if (adamw.weight_decay < 0) bad_value("weight-decay", text(adamw.weight_decay), "must not be negative");
   if (c.grad_clip < 0) bad_value("grad-clip", text(c.grad_clip), "must not be negative");
+}
 
+void check_data(const RunConfig& c) {
   if (c.data != "random" && c.data != "markov" && c.data != "file")
     bad_value("data", c.data, "must be random, markov or file");
-  if (c.data == "file") {
-    if (c.token_file.empty()) throw UsageError("--data file: needs --token-file");
-    std::error_code error;
-    if (!std::filesystem::exists(c.token_file, error)) bad_value("token-file", c.token_file, "no such file");
-    if (std::filesystem::is_directory(c.token_file, error)) bad_value("token-file", c.token_file, "is a directory");
-    if (!std::filesystem::is_regular_file(c.token_file, error))
-      bad_value("token-file", c.token_file, "not a regular file (a FIFO or a device)");
-    if (access(c.token_file.c_str(), R_OK) != 0) bad_value("token-file", c.token_file, "cannot be read");
-  }
+  if (c.data != "file") return;
+  if (c.token_file.empty()) throw UsageError("--data file: needs --token-file");
+  std::error_code error;
+  if (!std::filesystem::exists(c.token_file, error)) bad_value("token-file", c.token_file, "no such file");
+  if (std::filesystem::is_directory(c.token_file, error)) bad_value("token-file", c.token_file, "is a directory");
+  if (!std::filesystem::is_regular_file(c.token_file, error))
+    bad_value("token-file", c.token_file, "not a regular file (a FIFO or a device)");
+  if (access(c.token_file.c_str(), R_OK) != 0) bad_value("token-file", c.token_file, "cannot be read");
+}
 
+// --overlapped-ctas as given; auto stays 0 until the backend is known (resolve_backend).
+void resolve_overlapped_ctas(RunConfig& c, const std::string& ctas) {
+  if (ctas == "auto") return;
+  c.overlapped_ctas = parse_whole_number("overlapped-ctas", ctas);
+  if (c.overlapped_ctas < 0) bad_value("overlapped-ctas", ctas, "must not be negative");
+  // A lane of more CTAs than NCCL's own choice (tens of CTAs) takes more of the GPU, not less.
+  if (c.overlapped_ctas > kMaxOverlappedCtas)
+    bad_value("overlapped-ctas", ctas, "must be at most " + std::to_string(kMaxOverlappedCtas));
+  if (c.overlapped_ctas > 0 && !c.overlap)
+    bad_value("overlapped-ctas", ctas, "needs --overlap on (without it compute waits for every collective)");
+}
+
+void resolve_overlap_after(RunConfig& c, const std::string& after) {
+  if (after == "auto") {
+    // zero2's share also depends on the world size: resolve_for_world bounds it.
+    c.overlap_after = c.overlap ? kAutoOverlapAfter : 0.0;
+    c.overlap_after_auto = true;
+    return;
+  }
+  c.overlap_after = parse_fraction("overlap-after", after);
+  if (c.overlap_after > 0 && !c.overlap)
+    bad_value("overlap-after", after, "needs --overlap on (without it one collective follows backward)");
+}
+
+void resolve_parallelism(RunConfig& c, const RawOptions& raw) {
   if (raw.strategy == "ddp") c.strategy = Strategy::ddp;
   else if (raw.strategy == "zero2") c.strategy = Strategy::zero2;
   else bad_value("strategy", raw.strategy, "must be ddp or zero2");
-  if (raw.recompute == "on") c.recompute = true;
-  else if (raw.recompute == "off") c.recompute = false;
-  else bad_value("recompute", raw.recompute, "must be on or off");
-  if (raw.overlap == "on") c.overlap = true;
-  else if (raw.overlap == "off") c.overlap = false;
-  else bad_value("overlap", raw.overlap, "must be on or off");
+  c.overlap = parse_choice("overlap", raw.overlap, "on", "off");
   require_positive("bucket-mb", c.bucket_mb);
   if (raw.grad_reduce == "fp32") c.grad_reduce = Precision::fp32;
   else if (raw.grad_reduce == "bf16") c.grad_reduce = Precision::bf16;
   else bad_value("grad-reduce", raw.grad_reduce, "must be fp32 or bf16");
-  const bool auto_ctas = raw.overlapped_ctas == "auto";
-  if (!auto_ctas) {
-    c.overlapped_ctas = parse_whole_number("overlapped-ctas", raw.overlapped_ctas);
-    if (c.overlapped_ctas < 0) bad_value("overlapped-ctas", raw.overlapped_ctas, "must not be negative");
-    // A lane of more CTAs than NCCL's own choice (tens of CTAs) takes more of the GPU, not less.
-    if (c.overlapped_ctas > kMaxOverlappedCtas)
-      bad_value("overlapped-ctas", raw.overlapped_ctas, "must be at most " + std::to_string(kMaxOverlappedCtas));
-    if (c.overlapped_ctas > 0 && !c.overlap)
-      bad_value("overlapped-ctas", raw.overlapped_ctas, "needs --overlap on (without it compute waits for every collective)");
-  }
-  if (raw.overlap_after == "auto") {
-    // zero2's share also depends on the world size: resolve_for_world bounds it.
-    c.overlap_after = c.overlap ? kAutoOverlapAfter : 0.0;
-    c.overlap_after_auto = true;
-  } else {
-    c.overlap_after = parse_fraction("overlap-after", raw.overlap_after);
-    if (c.overlap_after > 0 && !c.overlap)
-      bad_value("overlap-after", raw.overlap_after, "needs --overlap on (without it one collective follows backward)");
-  }
+  resolve_overlapped_ctas(c, raw.overlapped_ctas);
+  resolve_overlap_after(c, raw.overlap_after);
   if (c.check_every < 0) bad_value("check-every", text(c.check_every), "must not be negative");
-  if (raw.nonfinite_loss == "stop") c.stop_on_nonfinite_loss = true;
-  else if (raw.nonfinite_loss == "continue") c.stop_on_nonfinite_loss = false;
-  else bad_value("nonfinite-loss", raw.nonfinite_loss, "must be stop or continue");
-  check_comm_timeout(c.comm_timeout_s);
-  if (c.link_emulation != "none" && c.link_emulation != "socket")
-    bad_value("link-emulation", c.link_emulation, "must be none or socket");
+  c.stop_on_nonfinite_loss = parse_choice("nonfinite-loss", raw.nonfinite_loss, "stop", "continue");
+  c.comm_timeout_s = raw.comm.comm_timeout_s;
+  c.link_emulation = raw.comm.link_emulation;
+}
 
-  if (raw.precision == "auto") c.precision = c.backend == "cuda" ? Precision::bf16 : Precision::fp32;
-  else if (raw.precision == "fp32") c.precision = Precision::fp32;
-  else if (raw.precision == "bf16") c.precision = Precision::bf16;
-  else if (raw.precision == "fp16") c.precision = Precision::fp16;
-  else bad_value("precision", raw.precision, "must be auto, fp32, bf16 or fp16");
+void resolve_gemm_algos(RunConfig& c, const RawOptions& raw) {
   if (raw.gemm_algos == "timed") c.gemm_algos = GemmAlgos::timed;
   else if (raw.gemm_algos == "heuristic") c.gemm_algos = GemmAlgos::heuristic;
   else if (raw.gemm_algos == "sustained")
@@ -462,65 +491,65 @@ void resolve_and_validate(RunConfig& c, const RawOptions& raw) {
   else bad_value("gemm-algos", raw.gemm_algos, "must be timed or heuristic");
   if (!c.gemm_algos_file.empty() && !std::ifstream(c.gemm_algos_file))
     bad_value("gemm-algos-file", c.gemm_algos_file, "cannot be read");
-  c.attention_kernel = parse_attention_kernel(raw.attention_kernel, c.backend, c.precision);
-  if (raw.loss_scaling == "auto") c.loss_scaling = c.precision == Precision::fp16;
-  else if (raw.loss_scaling == "on") c.loss_scaling = true;
-  else if (raw.loss_scaling == "off") c.loss_scaling = false;
-  else bad_value("loss-scaling", raw.loss_scaling, "must be on, off or auto");
+}
+
+void resolve_loss_scaling(RunConfig& c, const std::string& loss_scaling) {
+  if (loss_scaling == "auto") c.loss_scaling = c.precision == Precision::fp16;
+  else if (loss_scaling == "on") c.loss_scaling = true;
+  else if (loss_scaling == "off") c.loss_scaling = false;
+  else bad_value("loss-scaling", loss_scaling, "must be on, off or auto");
   require_positive("loss-scale-init", c.loss_scale_init);
   require_positive("loss-scale-growth-interval", c.loss_scale_growth_interval);
-  if (c.backend == "cpu") {
-    if (c.precision != Precision::fp32)
-      bad_value("precision", raw.precision, "the cpu backend computes in fp32 only");
-    if (c.overlapped_ctas > 0)
-      bad_value("overlapped-ctas", raw.overlapped_ctas, "needs --backend cuda (the cpu backend communicates through MPI)");
-    if (c.link_emulation != "none")
-      bad_value("link-emulation", c.link_emulation, "needs --backend cuda (the cpu backend communicates through MPI, "
-                                                     "whose links this option does not set)");
-  } else if (c.backend == "cuda") {
-    if (!SCALESTUDY_HAVE_CUDA) bad_value("backend", c.backend, "this build has no CUDA backend");
-    if (auto_ctas && c.overlap) c.overlapped_ctas = kAutoOverlappedCtas;
-  } else {
-    bad_value("backend", c.backend, "must be cpu or cuda");
-  }
+}
 
-  if (raw.gpu_telemetry_ms == "auto") {
+void resolve_backend(RunConfig& c, const RawOptions& raw) {
+  c.backend = raw.backend.backend;
+  check_backend(c.backend);
+  c.precision = resolve_precision(raw.backend.precision, c.backend);
+  check_comm_options(raw.comm, c.backend);
+  resolve_gemm_algos(c, raw);
+  c.attention_kernel = parse_attention_kernel(raw.backend.attention_kernel, c.backend, c.precision);
+  resolve_loss_scaling(c, raw.loss_scaling);
+  if (c.backend == "cpu" && c.overlapped_ctas > 0)
+    bad_value("overlapped-ctas", raw.overlapped_ctas, "needs --backend cuda (the cpu backend communicates through MPI)");
+  if (c.backend == "cuda" && raw.overlapped_ctas == "auto" && c.overlap) c.overlapped_ctas = kAutoOverlappedCtas;
+}
+
+void resolve_gpu_telemetry(RunConfig& c, const std::string& telemetry) {
+  if (telemetry == "auto") {
     c.gpu_telemetry_ms = c.backend == "cuda" ? kAutoGpuTelemetryMs : 0;
-  } else {
-    c.gpu_telemetry_ms = parse_whole_number("gpu-telemetry-ms", raw.gpu_telemetry_ms);
-    if (c.gpu_telemetry_ms < 0 || c.gpu_telemetry_ms > kMaxGpuTelemetryMs)
-      bad_value("gpu-telemetry-ms", raw.gpu_telemetry_ms,
-                "must be 0 (off) to " + std::to_string(kMaxGpuTelemetryMs) + " ms");
-    if (c.gpu_telemetry_ms > 0 && c.backend != "cuda")
-      bad_value("gpu-telemetry-ms", raw.gpu_telemetry_ms, "needs --backend cuda (the " + c.backend +
-                                                              " backend has no GPU to sample)");
+    return;
   }
+  c.gpu_telemetry_ms = parse_whole_number("gpu-telemetry-ms", telemetry);
+  if (c.gpu_telemetry_ms < 0 || c.gpu_telemetry_ms > kMaxGpuTelemetryMs)
+    bad_value("gpu-telemetry-ms", telemetry, "must be 0 (off) to " + std::to_string(kMaxGpuTelemetryMs) + " ms");
+  if (c.gpu_telemetry_ms > 0 && c.backend != "cuda")
+    bad_value("gpu-telemetry-ms", telemetry, "needs --backend cuda (the " + c.backend + " backend has no GPU to sample)");
+}
 
-  if (!c.output.empty())
-    check_output_path({.output = c.output, .overwrite = c.overwrite,
-                       .inputs = {{"token-file", c.token_file}, {"config", raw.config_file}},
-                       .create_folder = !c.check_only});
+void resolve_output(RunConfig& c, const RawOptions& raw, const po::variables_map& values) {
+  c.output = raw.output.output;
+  c.overwrite = raw.output.overwrite;
+  check_output_options(raw.output, values, {{"token-file", c.token_file}, {"config", raw.config_file}},
+                       /*create_folder=*/!c.check_only);
   require_positive("flush-every", c.flush_every);
   require_positive("log-every", c.log_every);
-  resolve_profile_window(c, raw.profile_window);
   if (c.repeat < 0) bad_value("repeat", text(c.repeat), "must not be negative");
 }
 
-}  // namespace
-
-AttentionKernel parse_attention_kernel(const std::string& text, const std::string& backend, Precision precision) {
-  const std::optional<AttentionKernel> kernel = kAttentionKernelNames.find(text);
-  if (!kernel) bad_value("attention-kernel", text, "must be auto, flash or cudnn");
-  if (*kernel == AttentionKernel::cudnn && backend != "cuda")
-    bad_value("attention-kernel", text, "needs --backend cuda (the " + backend + " backend has no cuDNN)");
-  // fp16 keeps the flash kernels: cuDNN's fp16 backward rounds gradients in fp16's
-  // subnormal range up to two steps from the nearest value, beyond the bound that the
-  // attention tests hold every kernel to (tests/gpu/test_gpu_attention_ops.cpp).
-  if (*kernel == AttentionKernel::cudnn && precision != Precision::bf16)
-    bad_value("attention-kernel", text, std::string("needs --precision bf16 (") + precision_name(precision) +
-                                            (is_16bit(precision) ? " keeps the flash kernels)" : " keeps the probabilities in memory)"));
-  return *kernel;
+void resolve_and_validate(RunConfig& c, const RawOptions& raw, const po::variables_map& values) {
+  resolve_model(c, raw, values);
+  resolve_batch(c);
+  check_optimizer(c);
+  check_data(c);
+  resolve_parallelism(c, raw);
+  resolve_backend(c, raw);
+  resolve_gpu_telemetry(c, raw.gpu_telemetry_ms);
+  resolve_output(c, raw, values);
+  resolve_profile_window(c, raw.profile_window);
 }
+
+}  // namespace
 
 const char* scaling_name(Scaling s) { return s == Scaling::strong ? "strong" : "weak"; }
 
@@ -537,6 +566,18 @@ DataParallelConfig RunConfig::data_parallel() const {
   return parallel;
 }
 
+BackendConfig RunConfig::backend_config() const {
+  return {.backend = backend,
+          .precision = precision,
+          .attention_kernel = attention_kernel,
+          .gemm_algos = gemm_algos,
+          .gemm_algos_file = gemm_algos_file,
+          .comm_timeout_s = comm_timeout_s,
+          .link_emulation = link_emulation,
+          .overlapped_ctas = overlapped_ctas,
+          .gpu_telemetry_ms = gpu_telemetry_ms};
+}
+
 bool parse_train_config(int argc, const char* const* argv, RunConfig& config) {
   RawOptions raw;
   po::options_description options = train_options(config, raw);
@@ -545,7 +586,7 @@ bool parse_train_config(int argc, const char* const* argv, RunConfig& config) {
   if (values.count("help")) return false;
   naming_config_lines(config_lines, [&] {
     check_given_values(config, raw, values);
-    resolve_and_validate(config, raw);
+    resolve_and_validate(config, raw, values);
   });
   return true;
 }

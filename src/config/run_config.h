@@ -5,7 +5,9 @@
 #include <string>
 #include <vector>
 
+#include "config/backend_config.h"
 #include "config/data_parallel_config.h"
+#include "config/option_groups.h"
 #include "core/model_shape.h"
 #include "core/precision.h"
 
@@ -113,6 +115,8 @@ struct RunConfig {
   // What the strategies read; resolve_for_world has bounded zero2's --overlap-after auto
   // once the world size is known.
   DataParallelConfig data_parallel() const;
+  // What making the backend and its communicator reads.
+  BackendConfig backend_config() const;
 };
 
 const char* scaling_name(Scaling scaling);
@@ -121,20 +125,6 @@ const char* scaling_name(Scaling scaling);
 // optional --config INI file; the command line wins. Throws UsageError on bad input.
 // Returns false when --help was printed instead.
 bool parse_train_config(int argc, const char* const* argv, RunConfig& config);
-
-// --attention-kernel's value for a run on `backend` in `precision` (train and bench share
-// it): auto, flash or cudnn, where cudnn needs cuda in bf16 or fp16. Throws UsageError
-// naming the option and the value. Whether libcudnn loads is checked where the backend is
-// made.
-AttentionKernel parse_attention_kernel(const std::string& text, const std::string& backend, Precision precision);
-// Its --help text, the same in train and bench.
-inline constexpr const char* kAttentionKernelHelp =
-    "cuda: the fused attention's kernels, flash (the project's own) or, in bf16, cudnn (cuDNN 9's SDPA, "
-    "opened at run time); auto: cudnn in bf16 where libcudnn 9 loads, else flash";
-
-inline constexpr const char* kLinkEmulationHelp =
-    "cuda, one host: none (NCCL's own links) or socket (NCCL's network transport over TCP on the "
-    "loopback, as if each GPU were on a node of its own; docs/strategies.md)";
 
 // The --help text of `scalestudy train`.
 std::string train_help();

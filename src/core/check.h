@@ -3,28 +3,35 @@
 // library's own message, then aborts the whole job, since a half-failed collective on one
 // rank would otherwise leave its peers waiting forever. Before it aborts, the ending rank
 // tells every other rank why (a job-end notice), so that the ranks the launcher then tears
-// down end quietly instead of each blaming the teardown. This header holds the generic
-// check and MPI's; each library target that calls another library has its own check
-// header on top of abort_job: kernels/cuda_check.h (CUDA, cuBLAS), comm/nccl_check.h,
+// down end quietly instead of each blaming the teardown. The ground links no MPI: where MPI
+// runs, the control layer lends it the MPI calls that take part (a JobEnder,
+// control/mpi_check.h). This header holds the generic check; each library target that
+// calls another library has its own check header on top of abort_job:
+// control/mpi_check.h (MPI), kernels/cuda_check.h (CUDA, cuBLAS; kernels/check.h repeats
+// the generic macros, since kernels/ includes nothing from src/), comm/nccl_check.h,
 // results/hdf5_check.h, and CUPTI's in backend/cuda/cupti_tracer.cpp.
-#include <mpi.h>
-
 #include <chrono>
 #include <string>
 
-namespace scalestudy {
-
 // Prints "scalestudy: rank R on HOST: FILE:LINE: WHAT: DETAIL" to stderr and ends the job
-// with MPI_Abort (or exit when MPI is not running).
-[[noreturn]] void abort_job(const char* file, int line, const std::string& what,
-                            const std::string& detail, int exit_code = 1);
+// with MPI_Abort (or exit when MPI is not running). Declared once per file whichever of
+// kernels/check.h and core/check.h comes first (a default argument may be given once).
+#ifndef SCALESTUDY_ABORT_JOB_DECLARED
+#define SCALESTUDY_ABORT_JOB_DECLARED
+namespace scalestudy {
+[[noreturn]] void abort_job(const char* file, int line, const std::string& what, const std::string& detail,
+                            int exit_code = 1);
+}  // namespace scalestudy
+#endif
+
+namespace scalestudy {
 
 // Ends the job for a reason that is no program error (a signal, a peer that never came):
 // "scalestudy: rank R on HOST: REASON" on stderr, the abort hook, then MPI_Abort.
 [[noreturn]] void end_job(const std::string& reason, int exit_code);
 
 // For a rank that is not the one to report a failure that its peers see too (a roll call,
-// core/roll_call.h, names a lower rank that responds): waits up to `grace` for the notice
+// control/roll_call.h, names a lower rank that responds): waits up to `grace` for the notice
 // that the rank ending the job sends every other rank before it aborts. On one, this rank
 // ends quietly, and the abort hook records the notice's reason. Returns when none came.
 void defer_to_reporting_rank(std::chrono::milliseconds grace);
@@ -39,7 +46,18 @@ void defer_to_reporting_rank(std::chrono::milliseconds grace);
 using AbortHook = void (*)(const std::string& reason);
 void set_abort_hook(AbortHook hook);
 
-std::string mpi_error_string(int code);
+// The MPI calls by which the job ends where MPI runs: control/mpi_check.cpp fills it in,
+// and MpiRuntime installs it before MPI starts. Without one, or while `running` says no,
+// a failed check ends this process alone and names rank -1.
+struct JobEnder {
+  bool (*running)();                              // MPI is initialized and not finalized
+  int (*rank)();                                  // this process's rank in the world
+  void (*send_notice)(const std::string& reason); // tells every other rank, once
+  std::string (*take_notice)();                   // "rank R: REASON" another rank sent, or ""
+  void (*abort)(int exit_code);                   // ends the whole job; does not return
+};
+void set_job_ender(const JobEnder* ender);
+
 // This machine's hostname, as failed checks and result files name it.
 std::string host_name();
 
@@ -47,7 +65,7 @@ std::string host_name();
 
 #define SCALESTUDY_CHECK(cond, detail)                                                   \
   do {                                                                                   \
-    if (!(cond)) ::scalestudy::abort_job(__FILE__, __LINE__, "check failed: " #cond, (detail)); \
+    if (!(cond)) ::scalestudy::abort_job(__FILE__, __LINE__, "check failed: " #cond, (detail), 1); \
   } while (0)
 
 // Evaluates `call` once; where its result is not `success`, ends the job with the message
@@ -57,7 +75,5 @@ std::string host_name();
   do {                                                                                   \
     const auto check_result_ = (call);                                                   \
     if (check_result_ != (success))                                                      \
-      ::scalestudy::abort_job(__FILE__, __LINE__, #call, describe(check_result_));       \
+      ::scalestudy::abort_job(__FILE__, __LINE__, #call, describe(check_result_), 1);    \
   } while (0)
-
-#define CHECK_MPI(call) SCALESTUDY_CHECK_RESULT(call, MPI_SUCCESS, ::scalestudy::mpi_error_string)

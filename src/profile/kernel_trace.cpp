@@ -2,8 +2,8 @@
 
 #include <cstring>
 
-#include "core/check.h"
-#include "core/control_wait.h"
+#include "control/control_wait.h"
+#include "control/mpi_check.h"
 
 namespace scalestudy {
 namespace {

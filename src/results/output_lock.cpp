@@ -11,8 +11,8 @@
 #include <thread>
 
 #include "config/command_options.h"
-#include "core/check.h"
-#include "core/control_wait.h"
+#include "control/mpi_check.h"
+#include "control/control_wait.h"
 #include "core/usage_error.h"
 #include "results/provenance.h"
 

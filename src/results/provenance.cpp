@@ -16,7 +16,8 @@
 
 #include "build_info.h"
 #include "comm/mpi_runtime.h"
-#include "core/control_wait.h"
+#include "control/control_wait.h"
+#include "control/mpi_check.h"
 #include "results/hdf5_check.h"
 #include "results/hdf5_io.h"
 

@@ -12,7 +12,8 @@
 #include <map>
 #include <sstream>
 
-#include "core/control_wait.h"
+#include "control/control_wait.h"
+#include "control/mpi_check.h"
 #include "results/hdf5_check.h"
 #include "model/flops.h"
 #include "results/hdf5_io.h"
@@ -363,21 +364,15 @@ RunRecorder::~RunRecorder() {
   if (file_) finish_failed("the run ended without completing (an exception or early exit)");
 }
 
-void RunRecorder::on_step(const StepRecord& record) {
-  GatheredStep step;
-  step.step_index = record.step;
-  step.warmup = record.warmup;
-  step.loss = record.loss;
-  step.tokens = record.tokens;
-  step.loss_scale = record.loss_scale;
-  step.skipped = record.skipped;
-  step.traced = record.traced;
+namespace {
 
-  // Per rank: the intervals, the GPU state, then its phases' (counts and bits are exact in a
-  // double).
-  constexpr int kGpuStateDoubles = 7;
-  constexpr int kGpuPhaseDoubles = 3 * kPhaseCount;
-  constexpr int kRankDoubles = 2 * kPhaseCount + kGpuStateDoubles + kGpuPhaseDoubles;
+// Per rank: the intervals, the GPU state, then its phases' (counts and bits are exact in a
+// double).
+constexpr int kGpuStateDoubles = 7;
+constexpr int kGpuPhaseDoubles = 3 * kPhaseCount;
+constexpr int kRankDoubles = 2 * kPhaseCount + kGpuStateDoubles + kGpuPhaseDoubles;
+
+std::array<double, kRankDoubles> pack_rank_doubles(const StepRecord& record) {
   std::array<double, kRankDoubles> mine{};
   for (int p = 0; p < kPhaseCount; ++p) {
     mine[2 * p] = record.intervals[p].begin;
@@ -395,68 +390,106 @@ void RunRecorder::on_step(const StepRecord& record) {
     slot[1] = phase.sm_clock_mhz;
     slot[2] = phase.power_w;
   }
-  std::vector<double> all_ranks(rank_ == 0 ? mine.size() * world_size_ : 0);
-  control_gather(mine.data(), kRankDoubles, MPI_DOUBLE, all_ranks.data(), 0, control_, "step record");
+  return mine;
+}
 
+// One rank's doubles, as pack_rank_doubles packed them, appended to the gathered step.
+void unpack_rank_doubles(const double* theirs, GatheredStep& step) {
+  PhaseIntervals intervals{};
+  for (int p = 0; p < kPhaseCount; ++p) {
+    intervals[p].begin = theirs[2 * p];
+    intervals[p].end = theirs[2 * p + 1];
+  }
+  step.intervals.push_back(intervals);
+  const double* their_gpu = theirs + 2 * kPhaseCount;
+  StepGpuState state;
+  state.samples = static_cast<int64_t>(their_gpu[0]);
+  state.sm_clock_mhz = their_gpu[1];
+  state.sm_clock_min_mhz = their_gpu[2];
+  state.power_w = their_gpu[3];
+  state.temperature_c = their_gpu[4];
+  state.power_capped = their_gpu[5];
+  state.clock_event_reasons = static_cast<int64_t>(their_gpu[6]);
+  step.gpu_state.push_back(state);
+  PhaseGpuStates phases;
+  for (int p = 0; p < kPhaseCount; ++p) {
+    const double* slot = their_gpu + kGpuStateDoubles + 3 * p;
+    phases[static_cast<size_t>(p)] = {static_cast<int64_t>(slot[0]), slot[1], slot[2]};
+  }
+  step.gpu_phases.push_back(phases);
+}
+
+// Every rank's collective records, kRecordDoubles doubles each, on rank 0: rank r's are
+// packed[offsets[r], offsets[r] + counts[r]).
+struct GatheredCollectives {
   std::vector<double> packed;
-  for (const CollectiveRecord& c : record.collectives) {
+  std::vector<int> counts, offsets;
+};
+
+GatheredCollectives gather_collectives(const std::vector<CollectiveRecord>& records, MPI_Comm control, int rank,
+                                       int world_size) {
+  std::vector<double> packed;
+  for (const CollectiveRecord& c : records) {
     packed.insert(packed.end(), {static_cast<double>(c.kind), static_cast<double>(phase_index(c.phase)),
                                  c.begin_s, c.end_s, static_cast<double>(c.payload_bytes), c.wait_begin_s,
                                  c.wait_end_s});
   }
   int count = static_cast<int>(packed.size());
-  std::vector<int> counts(rank_ == 0 ? world_size_ : 0), offsets(counts.size());
-  control_gather(&count, 1, MPI_INT, counts.data(), 0, control_, "step record");
+  GatheredCollectives all;
+  all.counts.resize(rank == 0 ? world_size : 0);
+  all.offsets.resize(all.counts.size());
+  control_gather(&count, 1, MPI_INT, all.counts.data(), 0, control, "step record");
   int total = 0;
-  for (size_t r = 0; r < counts.size(); ++r) {
-    offsets[r] = total;
-    total += counts[r];
+  for (size_t r = 0; r < all.counts.size(); ++r) {
+    all.offsets[r] = total;
+    total += all.counts[r];
   }
-  std::vector<double> all_packed(static_cast<size_t>(total));
-  control_gatherv({.send = packed.data(), .count = count, .type = MPI_DOUBLE, .recv = all_packed.data(),
-                   .counts = counts.data(), .offsets = offsets.data(), .root = 0},
-                  control_, "step record");
+  all.packed.resize(static_cast<size_t>(total));
+  control_gatherv({.send = packed.data(), .count = count, .type = MPI_DOUBLE, .recv = all.packed.data(),
+                   .counts = all.counts.data(), .offsets = all.offsets.data(), .root = 0},
+                  control, "step record");
+  return all;
+}
+
+std::vector<CollectiveRecord> unpack_collectives(const GatheredCollectives& all, int rank) {
+  const auto& names = phase_names();
+  std::vector<CollectiveRecord> collectives;
+  for (int at = all.offsets[rank]; at < all.offsets[rank] + all.counts[rank]; at += kRecordDoubles) {
+    const double* v = all.packed.data() + at;
+    CollectiveRecord c;
+    c.kind = static_cast<CollectiveKind>(static_cast<int>(v[0]));
+    c.phase = names[static_cast<size_t>(v[1])];
+    c.begin_s = v[2];
+    c.end_s = v[3];
+    c.payload_bytes = static_cast<size_t>(v[4]);
+    c.wait_begin_s = v[5];
+    c.wait_end_s = v[6];
+    collectives.push_back(c);
+  }
+  return collectives;
+}
+
+}  // namespace
+
+void RunRecorder::on_step(const StepRecord& record) {
+  GatheredStep step;
+  step.step_index = record.step;
+  step.warmup = record.warmup;
+  step.loss = record.loss;
+  step.tokens = record.tokens;
+  step.loss_scale = record.loss_scale;
+  step.skipped = record.skipped;
+  step.traced = record.traced;
+
+  const std::array<double, kRankDoubles> mine = pack_rank_doubles(record);
+  std::vector<double> all_ranks(rank_ == 0 ? mine.size() * world_size_ : 0);
+  control_gather(mine.data(), kRankDoubles, MPI_DOUBLE, all_ranks.data(), 0, control_, "step record");
+  const GatheredCollectives collectives = gather_collectives(record.collectives, control_, rank_, world_size_);
   if (rank_ != 0) return;
 
-  const auto& names = phase_names();
   for (int r = 0; r < world_size_; ++r) {
-    const double* theirs = all_ranks.data() + static_cast<size_t>(r) * kRankDoubles;
-    PhaseIntervals intervals{};
-    for (int p = 0; p < kPhaseCount; ++p) {
-      intervals[p].begin = theirs[2 * p];
-      intervals[p].end = theirs[2 * p + 1];
-    }
-    step.intervals.push_back(intervals);
-    const double* their_gpu = theirs + 2 * kPhaseCount;
-    StepGpuState state;
-    state.samples = static_cast<int64_t>(their_gpu[0]);
-    state.sm_clock_mhz = their_gpu[1];
-    state.sm_clock_min_mhz = their_gpu[2];
-    state.power_w = their_gpu[3];
-    state.temperature_c = their_gpu[4];
-    state.power_capped = their_gpu[5];
-    state.clock_event_reasons = static_cast<int64_t>(their_gpu[6]);
-    step.gpu_state.push_back(state);
-    PhaseGpuStates phases;
-    for (int p = 0; p < kPhaseCount; ++p) {
-      const double* slot = their_gpu + kGpuStateDoubles + 3 * p;
-      phases[static_cast<size_t>(p)] = {static_cast<int64_t>(slot[0]), slot[1], slot[2]};
-    }
-    step.gpu_phases.push_back(phases);
-    std::vector<CollectiveRecord> collectives;
-    for (int at = offsets[r]; at < offsets[r] + counts[r]; at += kRecordDoubles) {
-      const double* v = all_packed.data() + at;
-      CollectiveRecord c;
-      c.kind = static_cast<CollectiveKind>(static_cast<int>(v[0]));
-      c.phase = names[static_cast<size_t>(v[1])];
-      c.begin_s = v[2];
-      c.end_s = v[3];
-      c.payload_bytes = static_cast<size_t>(v[4]);
-      c.wait_begin_s = v[5];
-      c.wait_end_s = v[6];
-      collectives.push_back(c);
-    }
-    step.collectives.push_back(std::move(collectives));
+    unpack_rank_doubles(all_ranks.data() + static_cast<size_t>(r) * kRankDoubles, step);
+    step.collectives.push_back(unpack_collectives(collectives, r));
   }
   if (file_) {
     file_->append(step, record.comm_bytes);

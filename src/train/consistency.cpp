@@ -3,8 +3,8 @@
 #include <string>
 #include <vector>
 
-#include "core/check.h"
-#include "core/control_wait.h"
+#include "control/mpi_check.h"
+#include "control/control_wait.h"
 
 namespace scalestudy {
 namespace {

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "comm/mpi_runtime.h"
-#include "core/check.h"
-#include "core/control_wait.h"
+#include "control/mpi_check.h"
+#include "control/control_wait.h"
 #include "core/usage_error.h"
 #include "model/gpt.h"
 #include "model/parameter_layout.h"

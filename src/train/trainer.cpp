@@ -5,10 +5,10 @@
 #include <cstdio>
 #include <sstream>
 
-#include "core/check.h"
-#include "core/control_wait.h"
+#include "control/mpi_check.h"
+#include "control/control_wait.h"
 #include "core/memory_estimate.h"
-#include "core/stop_signal.h"
+#include "control/stop_signal.h"
 #include "core/usage_error.h"
 #include "data/token_source.h"
 #include "train/consistency.h"
@@ -72,21 +72,10 @@ Trainer::~Trainer() {
   model_.reset();
 }
 
-StepRecord Trainer::train_step(int step) {
-  StepRecord record;
-  record.step = step;
-  record.warmup = step < config_.warmup_steps;
-  record.learning_rate = schedule_.at(step);
+// Forward and backward of each micro-batch of the step; the sum of the losses of all but
+// the last, whose loss is read after the optimizer.
+double Trainer::run_micro_batches(int step, float loss_scale) {
   const int micro_batches = config_.grad_accum;
-  record.loss_scale = scaler_.scale();
-  const float loss_scale = record.loss_scale / (static_cast<float>(config_.micro_batch()) * config_.seq *
-                                                micro_batches * comm_.world_size());
-
-  record.traced = tracer_ && step >= trace_first_ && step <= trace_last_;
-  if (record.traced && step == trace_first_) tracer_->start();
-  clock_.start_step();
-  comm_.set_epoch(clock_.host_origin());
-  strategy_->begin_step();
   double loss_sum = 0.0;
   for (int micro = 0; micro < micro_batches; ++micro) {
     {
@@ -113,29 +102,12 @@ StepRecord Trainer::train_step(int step) {
     // after the optimizer, where the step ends.
     if (micro + 1 < micro_batches) loss_sum += model_->mean_loss();
   }
-  // What overlap did not hide is waited for here; the comm stream's own grad-comm
-  // interval comes from the collective records below.
-  strategy_->finish_gradient_sync();
-  OptimizerStats stats;
-  {
-    ScopedPhase phase(clock_, Phase::optimizer);
-    stats = strategy_->optimizer_step(record.learning_rate, applied_updates_ + 1, 1.0f / record.loss_scale);
-  }
-  loss_sum += model_->mean_loss();
-  // The loss is on the host already: summed there, it costs the device no round trip
-  // through a device collective at the end of the step. It is bookkeeping, so it goes
-  // over the control plane and not through the communicator, whose collectives are the
-  // step's timed communication (zero2's gradient norm, part of the update, goes there).
-  const double local_loss = loss_sum / micro_batches;
-  double global_loss = 0.0;
-  control_allreduce(&local_loss, &global_loss, 1, MPI_DOUBLE, MPI_SUM, control_, "loss");
-  record.loss = global_loss / comm_.world_size();
-  record.grad_norm = stats.grad_norm;
-  record.skipped = stats.skipped;
-  if (!stats.skipped) ++applied_updates_;
-  scaler_.update(!stats.skipped);
-  record.tokens = static_cast<int64_t>(config_.global_batch) * config_.seq;
+  return loss_sum;
+}
 
+// What a step records once its work is done: the replica check, the collectives, the
+// phase intervals, the GPU state, the bytes sent, and the kernel trace of a traced step.
+void Trainer::finish_step_record(StepRecord& record, int step) {
   if (config_.check_every > 0 && (step + 1) % config_.check_every == 0) {
     const std::vector<float> params = parameters_on_host();
     check_replicas(control_, checksum_bytes(params.data(), params.size() * sizeof(float)), step);
@@ -160,6 +132,48 @@ StepRecord Trainer::train_step(int step) {
     tracer_->collect(step);
     if (step == trace_last_) tracer_->stop();
   }
+}
+
+StepRecord Trainer::train_step(int step) {
+  StepRecord record;
+  record.step = step;
+  record.warmup = step < config_.warmup_steps;
+  record.learning_rate = schedule_.at(step);
+  const int micro_batches = config_.grad_accum;
+  record.loss_scale = scaler_.scale();
+  const float loss_scale = record.loss_scale / (static_cast<float>(config_.micro_batch()) * config_.seq *
+                                                micro_batches * comm_.world_size());
+
+  record.traced = tracer_ && step >= trace_first_ && step <= trace_last_;
+  if (record.traced && step == trace_first_) tracer_->start();
+  clock_.start_step();
+  comm_.set_epoch(clock_.host_origin());
+  strategy_->begin_step();
+  double loss_sum = run_micro_batches(step, loss_scale);
+  // What overlap did not hide is waited for here; the comm stream's own grad-comm
+  // interval comes from the collective records below.
+  strategy_->finish_gradient_sync();
+  OptimizerStats stats;
+  {
+    ScopedPhase phase(clock_, Phase::optimizer);
+    stats = strategy_->optimizer_step(record.learning_rate, applied_updates_ + 1, 1.0f / record.loss_scale);
+  }
+  loss_sum += model_->mean_loss();
+  // The loss is on the host already: summed there, it costs the device no round trip
+  // through a device collective at the end of the step. It is bookkeeping, so it goes
+  // over the control plane and not through the communicator, whose collectives are the
+  // step's timed communication (zero2's gradient norm, part of the update, goes there).
+  const double local_loss = loss_sum / micro_batches;
+  double global_loss = 0.0;
+  control_allreduce(&local_loss, &global_loss, 1, MPI_DOUBLE, MPI_SUM, control_, "loss");
+  record.loss = global_loss / comm_.world_size();
+  record.grad_norm = stats.grad_norm;
+  record.skipped = stats.skipped;
+  if (!stats.skipped) ++applied_updates_;
+  scaler_.update(!stats.skipped);
+  record.tokens = static_cast<int64_t>(config_.global_batch) * config_.seq;
+
+  finish_step_record(record, step);
   return record;
 }
 

@@ -69,7 +69,7 @@ class Trainer {
   // into its record; the telemetry outlives the run.
   void set_gpu_telemetry(GpuTelemetry* telemetry) { telemetry_ = telemetry; }
   // Runs every step, telling the observer about each; prints progress on rank 0. After each
-  // step the ranks agree whether any was sent a stop signal (core/stop_signal.h), and stop
+  // step the ranks agree whether any was sent a stop signal (control/stop_signal.h), and stop
   // together if one was.
   RunOutcome run(StepObserver* observer);
   StepRecord train_step(int step);
@@ -88,6 +88,8 @@ class Trainer {
   const MemoryPreflight& memory_preflight() const { return memory_preflight_; }
 
  private:
+  double run_micro_batches(int step, float loss_scale);
+  void finish_step_record(StepRecord& record, int step);
   void print_progress(const StepRecord& record) const;
   int agreed_stop_signal() const;
 

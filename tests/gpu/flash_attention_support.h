@@ -11,7 +11,7 @@
 
 #include "backend/cuda/device_info.h"
 #include "backend/cuda/half_host.h"
-#include "core/op_params.h"
+#include "kernels/op_params.h"
 #include "core/precision.h"
 #include "cuda_check.h"
 #include "flash_attention.cuh"

@@ -21,7 +21,7 @@
 #include "comm/communicator.h"
 #include "comm/mpi_communicator.h"
 #include "comm/mpi_runtime.h"
-#include "core/check.h"
+#include "control/mpi_check.h"
 
 namespace scalestudy {
 namespace {

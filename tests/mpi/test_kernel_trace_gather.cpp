@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "core/check.h"
+#include "control/mpi_check.h"
 #include "profile/kernel_trace.h"
 
 namespace scalestudy {

@@ -8,9 +8,9 @@
 
 #include <vector>
 
-#include "core/check.h"
-#include "core/control_wait.h"
-#include "core/roll_call.h"
+#include "control/mpi_check.h"
+#include "control/control_wait.h"
+#include "control/roll_call.h"
 
 namespace scalestudy {
 namespace {

@@ -14,17 +14,45 @@
 #   at least the file's size once written, for each strategy, overlap, rank count and
 #   gradient accumulation (29 buckets of the tiny model, as many collective records a
 #   step as a large model's default buckets give).
+# - options_once: every option is declared once in src/ (those train and bench share, in
+#   config/option_groups.cpp), and an option both commands offer has one entry in both --help.
 #   test_cli.sh BINARY MPIEXEC [STUCK_COLLECTIVE [PART]]
 set -uo pipefail
 binary=$1
 mpiexec=$2
 only_part=${4:-}
-parts=(commands memory_preflight check disk_bound)
+parts=(commands memory_preflight check disk_bound options_once)
 source "$(dirname "$0")/cli_checks.sh"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 # The value of a root attribute of an HDF5 file, a string or a number.
 attribute() { h5dump -a "$2" "$1" 2>/dev/null | sed -n 's/^ *(0): "\{0,1\}\([^"]*\)"\{0,1\}$/\1/p'; }
+
+# Each option's --help entry on one line, whitespace collapsed, without its default, which
+# a command may set (bench's --model is by backend): "--name arg help".
+help_entries() {
+  "$@" 2>&1 | awk '/^  -/ { if (entry != "") print entry; entry = "" } /^  -/, /^$/ { entry = entry " " $0 }
+                   /^$/ { if (entry != "") print entry; entry = "" } END { if (entry != "") print entry }' |
+    tr -s ' ' | sed -E 's/^ //; s/ $//; s/^-h \[ --help \]/--help/; s/^-o \[ --output \]/--output/; s/ \(=[^)]*\)//'
+}
+
+options_once() {
+  local source twice shared
+  source="$(cd "$(dirname "$0")/../.." && pwd)/src"
+  # An option's declaration opens with ("name" or ("name,x" at the start of a line or
+  # right after add_options().
+  twice=$(grep -rhoE '(^[[:space:]]*|add_options\(\))\("[a-z][a-z0-9-]*(,[a-z])?"' "$source" --include='*.cpp' |
+    sed -E 's/.*\("//; s/[",].*//' | sort | uniq -d)
+  [ -z "$twice" ] || fail "options declared more than once in src/: $(echo $twice)"
+  help_entries "$binary" train --help | sort > "$work/train_help"
+  help_entries "$binary" bench --help | sort > "$work/bench_help"
+  shared=$(cut -d' ' -f1 "$work/train_help" | sort | comm -12 - <(cut -d' ' -f1 "$work/bench_help" | sort))
+  [ -n "$shared" ] || fail "train and bench share no option (the help's entries were not found)"
+  for option in $shared; do
+    cmp -s <(grep -- "^$option " "$work/train_help") <(grep -- "^$option " "$work/bench_help") ||
+      fail "$option: train --help and bench --help differ: $(grep -h -- "^$option " "$work/train_help" "$work/bench_help")"
+  done
+}
 
 commands() {
   expect_exit 0 "Usage: scalestudy train" "$binary" train --help

@@ -19,7 +19,7 @@
 #   others waiting, and the job ends once the timeout has passed, with a message naming
 #   where it waited. The collective watchdog: a collective that the last rank of
 #   STUCK_COLLECTIVE never joins; the message names the rank, the collective and its phase.
-#   The start-up's deadline (core/control_wait.h): a blocking call with no
+#   The start-up's deadline (control/control_wait.h): a blocking call with no
 #   deadline of its own (as the node split and NCCL's init are); one line names the phase.
 #   test_faults.sh BINARY MPIEXEC STUCK_COLLECTIVE [PART]; SIGSTOP_TRIALS=N (default 4)
 set -uo pipefail

@@ -4,7 +4,7 @@
 // (its part comm_timeout) as `stuck_collective TIMEOUT_S` under mpiexec.
 // `stuck_collective TIMEOUT_S startup` blocks the others in a barrier under a
 // BlockingCallDeadline instead, as a peer that never reaches the start-up's node split
-// would (core/control_wait.h).
+// would (control/control_wait.h).
 #include <mpi.h>
 
 #include <chrono>
@@ -15,7 +15,7 @@
 
 #include "comm/mpi_communicator.h"
 #include "comm/mpi_runtime.h"
-#include "core/control_wait.h"
+#include "control/control_wait.h"
 
 int main(int argc, char** argv) {
   scalestudy::MpiRuntime mpi(&argc, &argv);

@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "comm/collective_watchdog.h"
-#include "core/control_wait.h"
-#include "core/stop_signal.h"
+#include "control/control_wait.h"
+#include "control/stop_signal.h"
 
 namespace scalestudy {
 namespace {

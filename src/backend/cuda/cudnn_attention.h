@@ -19,7 +19,7 @@
 #include <memory>
 #include <string>
 
-#include "core/op_params.h"
+#include "kernels/op_params.h"
 #include "core/precision.h"
 
 namespace scalestudy {

@@ -1,4 +1,4 @@
-#include "core/control_wait.h"
+#include "control/control_wait.h"
 
 #include <unistd.h>
 
@@ -7,9 +7,9 @@
 #include <cstdio>
 #include <utility>
 
-#include "core/check.h"
-#include "core/roll_call.h"
-#include "core/stop_signal.h"
+#include "control/mpi_check.h"
+#include "control/roll_call.h"
+#include "control/stop_signal.h"
 
 namespace scalestudy {
 namespace {

@@ -1,4 +1,4 @@
-#include "core/roll_call.h"
+#include "control/roll_call.h"
 
 #include <unistd.h>
 
@@ -9,7 +9,7 @@
 #include <mutex>
 #include <thread>
 
-#include "core/check.h"
+#include "control/mpi_check.h"
 
 namespace scalestudy {
 namespace {

@@ -1,8 +1,8 @@
-#include "core/op_params.h"
+#include "op_params.h"
 
 #include <string>
 
-#include "core/check.h"
+#include "check.h"
 
 namespace scalestudy {
 namespace {

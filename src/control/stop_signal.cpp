@@ -1,4 +1,4 @@
-#include "core/stop_signal.h"
+#include "control/stop_signal.h"
 
 #include <mpi.h>
 
@@ -6,7 +6,7 @@
 #include <csignal>
 #include <cstdio>
 
-#include "core/check.h"
+#include "control/mpi_check.h"
 
 namespace scalestudy {
 namespace {

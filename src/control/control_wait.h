@@ -2,8 +2,8 @@
 // The control plane's collectives (the loss, the per-step record gathers, the start-up
 // checks, the stop agreement) are started with MPI's nonblocking calls and waited for
 // here, so that no rank waits past the timeout for a peer that is stuck or gone, and a
-// stop signal ends a wait at once (core/stop_signal.h). Each is counted as it starts, so
-// that a wait that times out can name the ranks that never came (core/roll_call.h). The
+// stop signal ends a wait at once (control/stop_signal.h). Each is counted as it starts, so
+// that a wait that times out can name the ranks that never came (control/roll_call.h). The
 // blocking calls that have no nonblocking form run under a BlockingCallDeadline, which
 // holds them to the same timeout.
 #include <mpi.h>
@@ -42,7 +42,7 @@ inline double rank_timeout(double timeout_s, int rank) {
 // The step (1-based) that the control plane's messages name; 0: none (start-up, finish).
 void set_control_step(int step);
 
-// Waits for `request`, the control collective number `number` (core/roll_call.h; 0 when
+// Waits for `request`, the control collective number `number` (control/roll_call.h; 0 when
 // it spans a subset of the ranks). A stop signal ends the job through end_job_for_signal.
 // A wait past control_timeout() takes a roll call and ends the job with one line naming
 // the collective, the phase, the step and the ranks that did not arrive or do not respond.
