@@ -41,7 +41,7 @@ void set_up_link_emulation(const BackendConfig& config, const ProcessPlacement& 
 // --gemm-algos-file, read for this rank's GPU in the 16-bit modes (null: none to read). A
 // file that is not in the format is bad input; one made for another GPU model or cuBLASLt
 // is set aside with a warning, and the run takes --gemm-algos.
-std::shared_ptr<cuda::GemmChooser> read_gemm_choices(const RunConfig& config, const ProcessPlacement& where) {
+std::shared_ptr<cuda::GemmChooser> read_gemm_choices(const BackendConfig& config, const ProcessPlacement& where) {
   if (config.gemm_algos_file.empty() || !is_16bit(config.precision)) return nullptr;
   try {
     auto file = std::make_shared<cuda::GemmChoiceFile>(

@@ -14,7 +14,7 @@ struct BackendConfig {
   Precision precision = Precision::fp32;
   AttentionKernel attention_kernel = AttentionKernel::auto_select;
   GemmAlgos gemm_algos = GemmAlgos::timed;
-  std::string gemm_algos_file;  // with gemm_algos sustained: the file that keeps the choices
+  std::string gemm_algos_file;  // cuda 16-bit: GEMM algorithms chosen by a search, which win for their shapes
   double comm_timeout_s = 300.0;
   std::string link_emulation = "none";  // cuda: none | socket (comm/nccl_transport.h)
   int overlapped_ctas = 0;      // cuda: CTAs of the overlapped buckets' NCCL kernels; 0 = NCCL's choice
