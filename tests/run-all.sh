@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # Builds scalestudy and runs every test that this machine can run: the C++ unit, MPI and
 # command-line tests through ctest (the GPU tests need a GPU and are skipped without one),
-# the unit and MPI tests again under AddressSanitizer and UndefinedBehaviorSanitizer,
 # the analysis package's and the sweep tool's tests through pytest, and (as root) the
 # quickstart sweep submitted to a single-node Slurm cluster started for the purpose, and
 # a sweep across the two nodes of a cluster of network namespaces (both torn down after).
@@ -25,20 +24,6 @@ build_cpu() {
 stage "configure and build (CPU)" build_cpu
 
 stage "C++ tests" ctest --preset cpu -j "$jobs" --timeout 900
-
-# The unit and MPI tests again, built with AddressSanitizer and UndefinedBehaviorSanitizer
-# (only they and the binary they start). Leaks are not checked: Open MPI keeps what
-# MPI_Init allocates until the process ends and unloads its components before the leak
-# check runs, so those frames cannot be named in a suppression. allocator_may_return_null:
-# a test asks for an impossible allocation and expects it to fail as it does without the
-# sanitizer. Any other finding fails the test.
-sanitized_tests() (
-  export ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1
-  cmake --preset cpu-sanitize >/dev/null
-  cmake --build --preset cpu-sanitize -j "$jobs"
-  ctest --preset cpu-sanitize -j "$jobs" --timeout 900
-)
-stage "the unit and MPI tests under AddressSanitizer and UndefinedBehaviorSanitizer" sanitized_tests
 
 # The analysis environment also holds cudnn-frontend's headers, which the CUDA
 # configuration looks for.
