@@ -10,9 +10,19 @@ A point is one (scaling, strategy, overlap, GPU count, repeat). Its result file 
 complete once `scalestudy train` has marked it so and it reads back whole; running the
 sweep again skips every complete point, so an interrupted sweep picks up where it stopped.
 
+Every sweep also carries one `scalestudy bench comm` point at its largest GPU count,
+placed on the nodes as that count's training points are: allreduce, reduce-scatter and
+allgather over every rank (world), over each node's ranks (intra_node) and over one rank
+per node (inter_node), where such a communicator has two ranks or more. Its file,
+<output_dir>/bench-comm/n<N>.h5, calibrates the collectives of `scalestudy-predict`,
+which finds it there; it is skipped when complete like any point. On the cpu backend it
+measures payloads up to 1 MiB with few samples, a few seconds. `bench_comm = off` in
+[sweep] leaves it out; a sweep whose largest point has one rank has none.
+
 Before anything is written, run or submitted, the binary says what it can run
-(`scalestudy info --json`) and checks every point's options (`scalestudy train --check`).
-One sweep at a time writes into an output folder (a lock file there, .sweep.lock).
+(`scalestudy info --json`) and checks every training point's options
+(`scalestudy train --check`). One sweep at a time writes into an output folder (a lock
+file there, .sweep.lock).
 SIGINT or SIGTERM stops a local sweep: the running point's ranks get the signal, mark
 their file failed, and the sweep exits 130 or 143.
 """
@@ -75,6 +85,7 @@ class Sweep:
     account: str
     signal_before_limit_s: int  # SIGTERM this long before the time limit; 0 = none
     train: tuple  # (option, value) pairs passed to `scalestudy train`
+    bench_comm: bool  # a bench comm point at the largest GPU count
 
 
 @dataclass(frozen=True)
@@ -88,6 +99,17 @@ class Point:
 
     def label(self):
         return f"{self.scaling}-{self.strategy}-overlap_{self.overlap}-n{self.ranks}-r{self.repeat}"
+
+
+@dataclass(frozen=True)
+class BenchCommPoint:
+    """The sweep's `scalestudy bench comm` run on `ranks` ranks, placed as the training
+    points of that many ranks are."""
+    ranks: int
+    result: Path
+
+    def label(self):
+        return f"bench-comm-n{self.ranks}"
 
 
 def split_list(value):
@@ -241,10 +263,12 @@ def read_experiment(path):
     sweep = parser["sweep"]
     known = {"name", "scaling", "gpus", "gpus_per_node", "ntasks_per_node", "gpu_bind", "exclusive",
              "constraint", "strategies", "overlap", "repeats", "output_dir", "backend", "time_limit",
-             "cpus_per_task", "srun_args", "partition", "account", "signal_before_limit_s"}
+             "cpus_per_task", "srun_args", "partition", "account", "signal_before_limit_s", "bench_comm"}
     unknown = sorted(set(sweep) - known)
     if unknown:
-        raise UsageError(f"{where}: unknown key {unknown[0]!r} in [sweep]")
+        spelled = unknown[0].replace("-", "_")
+        hint = f" (the [sweep] keys are written with _: {spelled})" if spelled in known else ""
+        raise UsageError(f"{where}: unknown key {unknown[0]!r} in [sweep]{hint}")
     for section in parser.sections():
         for key, value in parser[section].items():
             check_text(where, key, value)
@@ -325,10 +349,12 @@ def read_experiment(path):
         partition=checked("partition", "", SLURM_NAMES, "partition names separated by commas"),
         account=checked("account", "", NAME, "letters, digits, '.', '_' and '-'"),
         signal_before_limit_s=integer("signal_before_limit_s", 60, minimum=0),
-        train=train)
+        train=train,
+        bench_comm=boolean("bench_comm", "on"))
 
 
 def plan(sweep):
+    """The training points: one per (scaling, strategy, overlap, GPU count, repeat)."""
     points = []
     for scaling in sweep.scalings:
         for strategy in sweep.strategies:
@@ -339,6 +365,18 @@ def plan(sweep):
                                   / f"n{ranks}-r{repeat}.h5")
                         points.append(Point(scaling, strategy, overlap, ranks, repeat, result))
     return points
+
+
+BENCH_COMM_FOLDER = "bench-comm"
+
+
+def bench_comm_points(sweep):
+    """The sweep's bench comm point, at its largest GPU count, as a list: empty with
+    bench_comm = off, or where that count is one rank (no collective to measure)."""
+    ranks = max(sweep.gpu_counts)
+    if not sweep.bench_comm or ranks < 2:
+        return []
+    return [BenchCommPoint(ranks, sweep.output_dir / BENCH_COMM_FOLDER / f"n{ranks}.h5")]
 
 
 def nodes_for(sweep, point):
@@ -362,6 +400,46 @@ def train_arguments(sweep, point):
             continue
         args += [f"--{key}", value]
     return args
+
+
+# bench comm over every rank, each node's ranks and one rank per node; the binary leaves
+# out a scope whose communicator has one rank.
+BENCH_COMM_SCOPES = "world,intra_node,inter_node"
+# On the cpu backend: payloads from 1 KiB to 1 MiB (the tiny model's gradients, 118 KB,
+# lie inside), one warm-up and three timed samples of at least 0.2 ms each: a few
+# seconds. On cuda, the binary's own sizes (to 1 GiB) and samples.
+BENCH_COMM_CPU = ("--max-bytes", "1M", "--warmup", "1", "--repeats", "3", "--min-sample-ms", "0.2")
+# The [train] options bench comm shares with train: the links the collectives take, and
+# how long one may wait.
+BENCH_COMM_SHARED = ("link-emulation", "comm-timeout")
+
+
+def bench_comm_arguments(sweep, point):
+    """The bench comm point's `scalestudy bench comm` arguments; like a training point's
+    run, it replaces whatever is at its path."""
+    args = ["bench", "comm", "--backend", sweep.backend, "--scopes", BENCH_COMM_SCOPES,
+            "--output", str(point.result), "--overwrite"]
+    if sweep.backend == "cpu":
+        args += BENCH_COMM_CPU
+    for key, value in sweep.train:
+        if key in BENCH_COMM_SHARED:
+            args += [f"--{key}", value]
+    return args
+
+
+def point_arguments(sweep, point):
+    """The binary's arguments of a point, training or bench comm."""
+    if isinstance(point, BenchCommPoint):
+        return bench_comm_arguments(sweep, point)
+    return train_arguments(sweep, point)
+
+
+def bench_comm_scopes(sweep, point):
+    """The scopes bench comm measures at the point's placement: those whose communicator
+    has two ranks or more."""
+    nodes, per_node = nodes_for(sweep, point), ranks_per_node(sweep, point)
+    return [scope for scope, ranks in (("world", point.ranks), ("intra_node", per_node), ("inter_node", nodes))
+            if ranks >= 2]
 
 
 def read_back(path):
@@ -424,9 +502,15 @@ def status_text(path):
 def print_plan(sweep, points):
     print(f"sweep {sweep.name}: {len(points)} point(s), results in {sweep.output_dir}")
     for index, point in enumerate(points, 1):
-        print(f"  {index:3d}/{len(points)}  {point.scaling:6s} {point.strategy:5s} overlap={point.overlap:3s} "
-              f"ranks={point.ranks:<3d} nodes={nodes_for(sweep, point):<3d} repeat={point.repeat}  "
-              f"{point.result}  [{status_text(point.result)}]")
+        if isinstance(point, BenchCommPoint):
+            what, which = f"{'bench comm':24s}", f"scopes={','.join(bench_comm_scopes(sweep, point))}"
+        else:
+            what = f"{point.scaling:6s} {point.strategy:5s} overlap={point.overlap:3s}"
+            which = f"repeat={point.repeat}"
+        print(f"  {index:3d}/{len(points)}  {what} ranks={point.ranks:<3d} nodes={nodes_for(sweep, point):<3d} "
+              f"{which}  {point.result}  [{status_text(point.result)}]")
+    if sweep.bench_comm and not any(isinstance(point, BenchCommPoint) for point in points):
+        print("  no bench comm point: the largest point has one rank, no collective to measure")
 
 
 def report_command(sweep):
@@ -442,7 +526,7 @@ def local_command(sweep, point, binary, mpirun):
         command += ["-x", f"{name}={value}"]
     if os.geteuid() == 0:
         command.append("--allow-run-as-root")
-    return command + [str(binary)] + train_arguments(sweep, point)
+    return command + [str(binary)] + point_arguments(sweep, point)
 
 
 def pending_points(points):
@@ -669,7 +753,7 @@ def sbatch_script(sweep, point, binary):
     lines += [f"export {name}={shlex.quote(value)}" for name, value in sweep.env]
     lines += [f"mkdir -p {shlex.quote(str(point.result.parent))}",
               f"srun {shlex.join(srun_args)} --ntasks={point.ranks} {shlex.quote(str(binary))} "
-              + shlex.join(train_arguments(sweep, point)),
+              + shlex.join(point_arguments(sweep, point)),
               ""]
     return "\n".join(lines)
 
@@ -785,7 +869,10 @@ def check_point(binary, sweep, point):
 
 
 def check_points(where, sweep, points, binary):
-    """Every point's arguments, checked by the binary before anything is written."""
+    """Every training point's arguments, checked by the binary before anything is written
+    (bench comm's are the sweep's own, and the [train] values it shares are checked with
+    the training points')."""
+    points = [point for point in points if isinstance(point, Point)]
     with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         answers = list(pool.map(lambda point: check_point(binary, sweep, point), points))
     for point, answer in zip(points, answers):
@@ -869,7 +956,7 @@ def run(args, argv):
         raise UsageError("--submit: only with --launcher slurm")
     if args.launcher == "local" and not args.dry_run and not shutil.which(args.mpirun):
         raise UsageError(f"--mpirun {args.mpirun}: not found on PATH")
-    points = plan(sweep)
+    points = plan(sweep) + bench_comm_points(sweep)
     # The whole sweep is checked before anything is written or run.
     binary = binary_of(args, sweep)
     where = f"EXPERIMENT {args.experiment}"

@@ -6,6 +6,7 @@ import math
 import shutil
 from pathlib import Path
 
+import h5py
 import numpy as np
 import pandas as pd
 import pytest
@@ -307,6 +308,49 @@ def test_bench_comm_gives_the_intra_node_latency_and_bandwidth(tmp_path):
     _bench_comm(tmp_path / "one.h5", 12e-6, 300e9, world_size=1)
     assert main([str(EXAMPLE), "--network", str(NETWORKS / "ib-ndr-400.ini"), "--no-ledger",
                  "--bench-comm", str(tmp_path / "one.h5")]) == 2
+
+
+def test_the_sweeps_own_bench_comm_calibrates_the_fit_unless_bench_comm_is_given(tmp_path, capsys):
+    """The sweep tool writes SWEEP/bench-comm/n<N>.h5; predict takes the one of the most
+    ranks that reads, names it in its output, and --bench-comm overrides it."""
+    sweep = tmp_path / "sweep"
+    _transfer(EXAMPLE / "strong" / "ddp-overlap_on", "n[12]-*.h5", sweep, shutil.copy)
+    own = sweep / "bench-comm" / "n4.h5"
+    own.parent.mkdir()
+    _bench_comm(own, 12e-6, 300e9)
+    # A failed file of more ranks is passed over, named on stderr.
+    failed = sweep / "bench-comm" / "n8.h5"
+    _bench_comm(failed, 12e-6, 100e9, world_size=8)
+    with h5py.File(failed, "r+") as handle:
+        handle.attrs["status"] = "failed"
+    base = [str(sweep), "--network", str(NETWORKS / "ib-ndr-400.ini"), "--no-ledger",
+            "--resamples", "20"]
+
+    assert main(base + ["--out", str(tmp_path / "own")]) == 0
+    printed = capsys.readouterr()
+    assert printed.out.splitlines()[0] == f"bench comm: {own}, the sweep's own (--bench-comm overrides it)"
+    assert str(failed) in printed.err and "not used" in printed.err
+    text = (tmp_path / "own" / "prediction.md").read_text()
+    assert f"Collectives calibrated with bench comm: `{own}`, the sweep's own" in text
+    assert "bus bandwidth of 300 GB/s" in text
+    document = json.loads((tmp_path / "own" / "predictions.json").read_text())["bench_comm"]
+    assert document["files"] == [str(own)] and document["source"] == "sweep"
+    assert len(document["left_out"]) == 1 and str(failed) in document["left_out"][0]
+
+    given = tmp_path / "given.h5"
+    _bench_comm(given, 12e-6, 200e9)
+    assert main(base + ["--bench-comm", str(given), "--out", str(tmp_path / "given")]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == f"bench comm: {given} (--bench-comm)"
+    text = (tmp_path / "given" / "prediction.md").read_text()
+    assert "bus bandwidth of 200 GB/s" in text and "300 GB/s" not in text and str(own) not in text
+
+    shutil.rmtree(sweep / "bench-comm")
+    assert main(base + ["--out", str(tmp_path / "none")]) == 0
+    assert capsys.readouterr().out.splitlines()[0].startswith(
+        f"bench comm: none found in {sweep / 'bench-comm'}")
+    text = (tmp_path / "none" / "prediction.md").read_text()
+    assert "No bench comm file" in text and "300 GB/s" not in text
+    assert "come from the sweep's collective records" in text
 
 
 def test_bench_comm_across_nodes_calibrates_the_network_step_and_bandwidth(tmp_path):

@@ -28,6 +28,7 @@ import sweep  # noqa: E402
 
 BINARY = os.environ.get("SCALESTUDY_BINARY")
 needs_binary = pytest.mark.skipif(not BINARY, reason="needs SCALESTUDY_BINARY, the binary that checks each point")
+needs_mpirun = pytest.mark.skipif(not BINARY or not shutil.which("mpirun"), reason="needs SCALESTUDY_BINARY and mpirun")
 
 
 def write_experiment(tmp_path, sweep_lines, train_lines, env_lines=None):
@@ -141,6 +142,8 @@ def test_cpu_points_ask_for_no_gpus(tmp_path):
     (["backend = cuda", "gpus_per_node = 4", "ntasks_per_node = 8"], "ntasks_per_node = 8 is above gpus_per_node"),
     (["backend = cuda", "gpu_bind = closest"], "gpu_bind = 'closest'"),
     (["gpu_bind = none"], "gpu_bind = none: needs backend = cuda"),
+    (["bench_comm = sometimes"], "bench_comm = 'sometimes'"),
+    (["bench-comm = off"], "'bench-comm' in [sweep] (the [sweep] keys are written with _: bench_comm)"),
 ])
 def test_bad_experiments_exit_2_naming_the_key(tmp_path, lines, fragment, capsys):
     path = write_experiment(tmp_path, lines, ["model = tiny", "global-batch = 8", "batch-per-rank = 2"])
@@ -216,13 +219,14 @@ def test_an_interrupted_sweep_runs_only_the_missing_points(tmp_path):
                "--no-report"]
     out = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "2 of 4 point(s) already complete" in out.stdout
-    assert out.stdout.count("... complete") == 2
+    # The two missing points and the bench comm point.
+    assert "2 of 5 point(s) already complete" in out.stdout
+    assert out.stdout.count("... complete") == 3
     for result, mtime in done.items():
         assert result.stat().st_mtime_ns == mtime, f"{result} was run again"
-    assert all(sweep.result_status(p.result) == "complete" for p in points)
+    assert all(sweep.result_status(p.result) == "complete" for p in points + sweep.bench_comm_points(experiment))
     again = subprocess.run(command, capture_output=True, text=True, timeout=600)
-    assert "4 of 4 point(s) already complete" in again.stdout
+    assert "5 of 5 point(s) already complete" in again.stdout
 
 
 def test_a_gpu_subset_and_another_output_folder(tmp_path, capsys):
@@ -234,6 +238,103 @@ def test_a_gpu_subset_and_another_output_folder(tmp_path, capsys):
     assert str(tmp_path / "elsewhere") in plan
     assert sweep.main([str(path), "--dry-run", "--gpus", "3"]) == 2
     assert "--gpus 3" in capsys.readouterr().err
+
+
+# ---- the bench comm point ----------------------------------------------------------------
+
+def test_a_sweep_carries_one_bench_comm_point_at_its_largest_gpu_count(tmp_path):
+    path = write_experiment(tmp_path, ["scaling = strong", "gpus = 1..4", "ntasks_per_node = 2",
+                                       "strategies = ddp, zero2", f"output_dir = {tmp_path}/out"],
+                            ["model = tiny", "global-batch = 8", "comm-timeout = 60"])
+    experiment = sweep.read_experiment(path)
+    (bench,) = sweep.bench_comm_points(experiment)
+    assert bench.ranks == 4 and bench.label() == "bench-comm-n4"
+    assert bench.result == tmp_path / "out" / "bench-comm" / "n4.h5"
+    assert bench.result not in {point.result for point in sweep.plan(experiment)}
+    # Placed as the 4-rank training points are: two nodes of two ranks, so every scope.
+    assert sweep.bench_comm_scopes(experiment, bench) == ["world", "intra_node", "inter_node"]
+    script = sweep.sbatch_script(experiment, bench, Path("/opt/scalestudy"))
+    sbatch = dict(re.findall(r"^#SBATCH --([\w-]+)=(.*)$", script, re.M))
+    assert sbatch["nodes"] == "2" and sbatch["ntasks-per-node"] == "2"
+    assert sbatch["job-name"] == "experiment-bench-comm-n4"
+    (launch,) = [line for line in script.splitlines() if line.startswith("srun ")]
+    words = shlex.split(launch)
+    assert words[:4] == ["srun", "--mpi=pmix", "--ntasks=4", "/opt/scalestudy"]
+    args = words[4:]
+    value = {name: args[args.index(name) + 1] for name in args if name.startswith("--")}
+    assert args[:2] == ["bench", "comm"] and value["--backend"] == "cpu"
+    assert value["--scopes"] == "world,intra_node,inter_node" and value["--output"] == str(bench.result)
+    # Short on the cpu: payloads to 1 MiB, three timed samples; [train]'s comm-timeout holds too.
+    assert value["--max-bytes"] == "1M" and value["--repeats"] == "3" and value["--comm-timeout"] == "60"
+    assert "--global-batch" not in args and "--model" not in args
+    command = sweep.local_command(experiment, bench, Path("/opt/scalestudy"), "mpirun")
+    assert command[:6] == ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", "4"]
+    assert command[command.index("/opt/scalestudy") + 1:] == args
+    # A subset of the GPU counts moves it to the subset's largest.
+    subset = sweep.planned_sweep(sweep.argument_parser().parse_args([str(path), "--gpus", "1, 2"]))
+    assert [point.ranks for point in sweep.bench_comm_points(subset)] == [2]
+    assert sweep.bench_comm_scopes(subset, sweep.bench_comm_points(subset)[0]) == ["world", "intra_node"]
+
+
+def test_bench_comm_off_or_a_one_rank_sweep_has_no_bench_comm_point(tmp_path):
+    off = write_experiment(tmp_path, ["scaling = weak", "gpus = 1, 2", "bench_comm = off"], ["batch-per-rank = 2"])
+    assert sweep.bench_comm_points(sweep.read_experiment(off)) == []
+    one = write_experiment(tmp_path, ["scaling = weak", "gpus = 1"], ["batch-per-rank = 2"])
+    assert sweep.bench_comm_points(sweep.read_experiment(one)) == []
+
+
+@needs_binary
+def test_the_dry_run_and_the_slurm_scripts_include_the_bench_comm_point(tmp_path, capsys):
+    path = write_experiment(tmp_path, ["scaling = weak", "gpus = 1, 2", "ntasks_per_node = 2",
+                                       f"output_dir = {tmp_path}/out"],
+                            ["model = tiny", "batch-per-rank = 2"])
+    result = tmp_path / "out" / "bench-comm" / "n2.h5"
+    assert sweep.main([str(path), "--dry-run", "--binary", BINARY]) == 0
+    plan = capsys.readouterr().out
+    assert "3 point(s)" in plan
+    (line,) = [line for line in plan.splitlines() if "bench comm" in line]
+    assert "ranks=2" in line and "scopes=world,intra_node" in line and line.endswith(f"{result}  [missing]")
+    assert sweep.main([str(path), "--launcher", "slurm", "--binary", BINARY]) == 0
+    capsys.readouterr()
+    script = (tmp_path / "out" / "jobs" / "bench-comm-n2.sbatch").read_text()
+    assert " bench comm --backend cpu " in script and f"--output {result} " in script
+    path.write_text(path.read_text().replace("[train]", "bench_comm = off\n[train]"))
+    assert sweep.main([str(path), "--dry-run", "--binary", BINARY]) == 0
+    plan = capsys.readouterr().out
+    assert "2 point(s)" in plan and "bench comm" not in plan
+
+
+@needs_mpirun
+def test_a_local_sweep_writes_its_bench_comm_file_and_predict_calibrates_with_it(tmp_path):
+    bench_report = pytest.importorskip("scalestudy_analysis.bench.report")
+    path = write_experiment(tmp_path, ["scaling = strong", "gpus = 1, 2", f"output_dir = {tmp_path}/out"],
+                            ["model = tiny", "global-batch = 4", "steps = 4", "warmup-steps = 1", "seq = 16"])
+    result = tmp_path / "out" / "bench-comm" / "n2.h5"
+    out = subprocess.run(sweep_command(path), capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert re.search(r"\[3/3\] bench-comm-n2 \.\.\. complete in", out.stdout), out.stdout
+    assert sweep.result_status(result) == "complete"
+    bench = bench_report.read_bench_file(result)
+    assert bench.usable and bench.name == "comm" and int(bench.attrs["world_size"]) == 2, bench.problems
+    world = bench.points[bench.points["scope"] == "world"]
+    assert set(world["collective"]) == {"allreduce", "reduce_scatter", "allgather"}
+    assert (world["status"] == "ok").all() and (world["ranks"] == 2).all()
+    # Complete, it is skipped like any point.
+    written = result.stat().st_mtime_ns
+    again = subprocess.run(sweep_command(path), capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and "3 of 3 point(s) already complete" in again.stdout, again.stdout
+    assert result.stat().st_mtime_ns == written
+    # scalestudy-predict finds it under the sweep's folder and says so.
+    network = tmp_path / "network.ini"
+    network.write_text("[network]\nname = this machine\ngpus_per_node = 2\nintra_bandwidth_gb_per_s = 10\n"
+                       "inter_bandwidth_gb_per_s = 1\nbase_latency_us = 0\nintra_latency_us = 0\n"
+                       "inter_latency_us = 0\nsource = test\n")
+    predict = subprocess.run([sys.executable, "-m", "scalestudy_analysis.predict.cli", str(tmp_path / "out"),
+                              "--network", str(network), "--no-ledger", "--resamples", "20",
+                              "--out", str(tmp_path / "prediction")], capture_output=True, text=True, timeout=300)
+    assert predict.returncode == 0, predict.stdout + predict.stderr
+    assert predict.stdout.splitlines()[0] == f"bench comm: {result}, the sweep's own (--bench-comm overrides it)"
+    assert f"`{result}`" in (tmp_path / "prediction" / "prediction.md").read_text()
 
 
 # ---- hostile experiment files ------------------------------------------------------------
@@ -359,17 +460,17 @@ def test_a_hostile_value_is_refused_or_runs_nothing_but_the_stub_launchers(
     else:
         assert code == 0, err
         submitted, _ = stub_calls(calls_dir, "sbatch")
-        assert len(submitted) == 3, "two points and the report"
+        assert len(submitted) == 4, "two points, bench comm and the report"
         run_scripts(tmp_path, dict(os.environ))
         calls, exported = stub_calls(calls_dir, "srun")
-        assert len(calls) == 2, "one srun per point"
+        assert len(calls) == 3, "one srun per point"
         check_launcher_calls(calls, binary)
         # An [env] value reaches the ranks as it was written, shell syntax and all.
-        assert exported == [env_values.get("NCCL_DEBUG", "")] * 2
+        assert exported == [env_values.get("NCCL_DEBUG", "")] * 3
         assert sweep.main([str(path), "--launcher", "local", "--mpirun", "mpirun", "--binary", str(binary),
                            "--no-report"]) == 1, "the stub mpirun runs no point"
         calls, _ = stub_calls(calls_dir, "mpirun")
-        assert len(calls) == 2, "one mpirun per point"
+        assert len(calls) == 3, "one mpirun per point"
         check_launcher_calls(calls, binary)
         for args in calls:
             assert [args[i + 1] for i, arg in enumerate(args) if arg == "-x"] == \
@@ -551,7 +652,6 @@ def test_a_file_marked_complete_that_does_not_read_back_is_redone(tmp_path, caps
 
 # ---- a local sweep that stops cleanly, and one sweep per output folder ---------------------
 
-needs_mpirun = pytest.mark.skipif(not BINARY or not shutil.which("mpirun"), reason="needs SCALESTUDY_BINARY and mpirun")
 # Trials of a signal at a random time; more through the environment (20 for a release).
 STOP_TRIALS = int(os.environ.get("SCALESTUDY_SWEEP_STOP_TRIALS", "3"))
 
@@ -591,7 +691,7 @@ def wait_for_no_process_naming(text, seconds):
 
 def stop_test_experiment(tmp_path):
     return write_experiment(tmp_path, ["scaling = strong", "gpus = 1, 2", "strategies = ddp, zero2",
-                                       f"output_dir = {tmp_path}/out"],
+                                       "bench_comm = off", f"output_dir = {tmp_path}/out"],
                             ["model = tiny", "global-batch = 4", "steps = 1000", "warmup-steps = 1", "seq = 16"])
 
 

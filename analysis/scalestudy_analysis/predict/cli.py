@@ -3,9 +3,12 @@ sweep, predicts every strategy from 1 to 4096 GPUs with intervals that include t
 model's own measured error, checks itself on every N held out, keeps a ledger of its
 predictions beside its output and scores them once a sweep measures the same workload at
 that N on that network; writes predictions.csv/json, prediction.md and its HTML twin,
-the "what would it take" table and prediction.png (predict/report.py writes them)."""
+the "what would it take" table and prediction.png (predict/report.py writes them). The
+collectives are calibrated with the --bench-comm files, or else with the bench comm file
+the sweep tool wrote under SWEEP (bench-comm/n<N>.h5); the output names the one used."""
 import argparse
 import math
+import re
 import sys
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -20,6 +23,9 @@ from scalestudy_analysis.predict.ledger import LEDGER_NAME
 
 USAGE_ERROR = 2
 CURVE_SIZES = tuple(2 ** i for i in range(13))          # 1 .. 4096
+# The folder under a sweep where jobscripts/sweep.py writes its bench comm point, one
+# file per rank count: n<N>.h5.
+SWEEP_BENCH_COMM = "bench-comm"
 
 
 def parser():
@@ -60,7 +66,10 @@ def parser():
                              "inside a node and one across nodes. Inside a node its times "
                              "give the per-call latency and the bus bandwidth instead of the "
                              "sweep's collective records; across nodes they calibrate the "
-                             "network step's latency and one GPU's network bandwidth")
+                             "network step's latency and one GPU's network bandwidth. "
+                             "Default: the sweep's own, SWEEP/" + SWEEP_BENCH_COMM + "/n<N>.h5 "
+                             "as the sweep tool writes it (of several, the most ranks that "
+                             "reads), else none; the output names the file used")
     result.add_argument("--batch-sweep", metavar="DIR", type=Path,
                         help="result files of one-GPU runs at several batches of the same "
                              "model: their compute joins the fit of t_c(b)")
@@ -161,17 +170,18 @@ def _check(args):
     return None
 
 
-def _bench_durations(path):
+def _bench_durations(path, option="--bench-comm"):
     """What bench comm measured, as {"bench_durations": durations inside one node,
     "bench_inter": (durations, ranks per node, nodes) across nodes}, or a message naming
-    the file. A file of one node gives the first from its world scope; a file across
-    nodes the first from its intra_node scope and the second from its world scope (or,
-    without one, its inter_node scope: one rank per node)."""
+    the file after `option`. A file of one node gives the first from its world scope; a
+    file across nodes the first from its intra_node scope and the second from its world
+    scope (or, without one, its inter_node scope: one rank per node)."""
     import pandas as pd
     from scalestudy_analysis.bench.report import read_bench_file
     bench = read_bench_file(path)
     if not bench.usable or bench.name != "comm":
-        return None, f"--bench-comm {str(path)!r} is not a usable `bench comm` file"
+        why = next((f" ({p.kind}: {p.message})" for p in bench.problems if p.excluded), "")
+        return None, f"{option} {str(path)!r} is not a usable `bench comm` file{why}"
     points = bench.points[bench.points["status"] == "ok"]
     world_size = int(bench.attrs.get("world_size", 0))
     nodes = int(bench.attrs.get("nodes", 1))
@@ -193,7 +203,7 @@ def _bench_durations(path):
     measured = {key: value for key, value in measured.items()
                 if not (value[0] if isinstance(value, tuple) else value).empty}
     if world_size < 2 or not measured:
-        return None, (f"--bench-comm {str(path)!r}: needs ok points of two or more ranks "
+        return None, (f"{option} {str(path)!r}: needs ok points of two or more ranks "
                       f"(it has {world_size} ranks on {nodes} nodes)")
     return measured, None
 
@@ -213,6 +223,68 @@ def _bench_extra(paths):
                                  else "across nodes"))
             extra[key] = value
     return extra, None
+
+
+@dataclass
+class BenchComm:
+    """The bench comm files the fit uses, and where they came from."""
+    paths: list       # the files used; empty for none
+    given: bool       # named by --bench-comm, else looked for under the sweep
+    folder: Path      # where the sweep's own is looked for
+    left_out: list    # why each file found there was not usable, naming it
+
+    def describe(self):
+        """One line naming the files the collectives are calibrated with, or saying that
+        none was found."""
+        if self.given:
+            return ("bench comm: " + ", ".join(str(p) for p in self.paths)
+                    + " (--bench-comm)")
+        if self.paths:
+            return (f"bench comm: {self.paths[0]}, the sweep's own (--bench-comm "
+                    "overrides it)")
+        if self.left_out:
+            return (f"bench comm: none usable in {self.folder} ({len(self.left_out)} left "
+                    "out, named on stderr); the collectives are calibrated without it")
+        return (f"bench comm: none found in {self.folder} (the sweep tool writes n<N>.h5 "
+                "there); the collectives are calibrated without it")
+
+    def document(self):
+        """The record of predictions.json."""
+        return {"files": [str(p) for p in self.paths],
+                "source": ("--bench-comm" if self.given else "sweep" if self.paths else None),
+                "left_out": self.left_out}
+
+
+def _sweep_bench_files(sweep):
+    """The bench comm files of the sweep tool under sweep (SWEEP_BENCH_COMM/n<N>.h5), the
+    most ranks first."""
+    folder = sweep / SWEEP_BENCH_COMM
+    if not folder.is_dir():
+        return []
+    found = []
+    for path in folder.iterdir():
+        match = re.fullmatch(r"n(\d+)\.h5", path.name)
+        if match and path.is_file():
+            found.append((int(match.group(1)), path))
+    return [path for _, path in sorted(found, reverse=True)]
+
+
+def _bench_calibration(args):
+    """(fit_model's bench keyword arguments, BenchComm, message naming a bad file or None):
+    the --bench-comm files where given; otherwise the sweep's own bench comm file of the
+    most ranks that is usable, each one that is not named on stderr, or none."""
+    folder = args.sweep / SWEEP_BENCH_COMM
+    if args.bench_comm:
+        extra, message = _bench_extra(args.bench_comm)
+        return extra, BenchComm(list(args.bench_comm), True, folder, []), message
+    left_out = []
+    for path in _sweep_bench_files(args.sweep):
+        measured, message = _bench_durations(path, option="bench comm")
+        if message is None:
+            return measured, BenchComm([path], False, folder, left_out), None
+        left_out.append(message)
+        print(f"scalestudy-predict: warning: the sweep's {message}; not used", file=sys.stderr)
+    return {}, BenchComm([], False, folder, left_out), None
 
 
 def _batch_points(directory, reference, skip_unreadable):
@@ -368,7 +440,7 @@ def run(args):
         network = read_network(args.network)
     except NetworkError as error:
         return _usage_error(str(error))
-    extra, message = _bench_extra(args.bench_comm)
+    extra, bench, message = _bench_calibration(args)
     if message:
         return _usage_error(message)
     try:
@@ -426,7 +498,7 @@ def run(args):
             return _usage_error(f"--ledger {str(ledger_path)!r}: cannot be written ({problem})")
     out.mkdir(parents=True, exist_ok=True)
     summary = write_outputs(out, args, network, studies, predictions, take,
-                            Ledger(ledger, ledger_path), now, left_out, error)
+                            Ledger(ledger, ledger_path), now, left_out, error, bench)
     print(summary)
     return 0
 

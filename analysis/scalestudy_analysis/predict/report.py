@@ -188,9 +188,10 @@ def _json_value(value):
 
 
 def write_outputs(out, args, network, studies, predictions, take, ledger, now, left_out,
-                  error):
+                  error, bench):
     """Writes predictions.csv, what-it-takes.csv, predictions.json, prediction.png,
-    prediction.md and prediction.html under `out`; returns the summary text the CLI prints."""
+    prediction.md and prediction.html under `out`; returns the summary text the CLI prints.
+    bench (cli.BenchComm) names the bench comm files the collectives were calibrated with."""
     predictions.to_csv(out / "predictions.csv", index=False)
     take_rows = [{"strategy": label, "N": size, "efficiency_on_network": t["described"][size],
                   **{f"inter_gb_per_s_for_{int(100 * target)}": (None if t[target][size] is None
@@ -206,7 +207,8 @@ def write_outputs(out, args, network, studies, predictions, take, ledger, now, l
               for s in studies}
     described = {key: (None if value == math.inf else value) for key, value in vars(network).items()}
     document = {"made_utc": now, "sweep": str(args.sweep), "network": described,
-                "level": args.level, "resamples": args.resamples, "models": models,
+                "level": args.level, "resamples": args.resamples,
+                "bench_comm": bench.document(), "models": models,
                 "held_out": checks, "model_error": _error_document(error),
                 "what_it_takes": take_rows, "left_out": left_out,
                 "predictions": predictions.to_dict(orient="records")}
@@ -221,6 +223,7 @@ def write_outputs(out, args, network, studies, predictions, take, ledger, now, l
         f"the sweep's repeats ({args.resamples} resamples) combined with the model's own "
         "measured error, which grows with the extrapolation factor (\"The model's own "
         f"error\"). Network: `{args.network}` ({network.source}).",
+        _bench_line(bench),
         "## Held-out check\n\nFitted on every N below the largest measured, then the largest "
         "predicted. Signed error = predicted / measured − 1 of the median step time.\n\n"
         + _check_section(studies),
@@ -238,13 +241,27 @@ def write_outputs(out, args, network, studies, predictions, take, ledger, now, l
         "![prediction](prediction.png)"])
     (out / "prediction.md").write_text(text + "\n")
     write_html(out / "prediction.md")
-    lines = [f"held-out check ({network.name}):"]
+    lines = [bench.describe(), f"held-out check ({network.name}):"]
     for study in studies:
         check = study.check
         lines.append(f"  {study.label}: " + ("one N measured, nothing held out" if check is None
                      else f"fit N={check['fit_N']} predict N={check['predicted_N']}: "
                      f"{100 * check['signed_error']:+.2f} %"))
     return "\n".join(lines + [f"wrote {out / 'prediction.md'}"])
+
+
+def _bench_line(bench):
+    """prediction.md's line on the bench comm files the collectives were calibrated with."""
+    if bench.given:
+        return ("Collectives calibrated with bench comm: "
+                + ", ".join(f"`{p}`" for p in bench.paths) + " (`--bench-comm`).")
+    if bench.paths:
+        return (f"Collectives calibrated with bench comm: `{bench.paths[0]}`, the sweep's own "
+                "(`--bench-comm` overrides it).")
+    left_out = "".join(f"\n- left out: {line}" for line in bench.left_out)
+    return (f"No bench comm file: none {'usable ' if bench.left_out else ''}in "
+            f"`{bench.folder}`, where the sweep tool writes its bench comm point; the "
+            "collectives are calibrated without one (\"What was fitted\")." + left_out)
 
 
 def _error_document(error):
