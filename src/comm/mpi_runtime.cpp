@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "control/mpi_check.h"
+#include "control/peer_processes.h"
 #include "control/roll_call.h"
 
 namespace scalestudy {
@@ -46,6 +47,8 @@ MpiRuntime::MpiRuntime(int* argc, char*** argv) {
   }
   // From here on this rank answers roll calls (control/roll_call.h), whatever it is doing.
   start_roll_call_responder();
+  // So that a rank stopped by SIGTERM can tell whether a peer on its host ended first.
+  record_peer_processes();
 }
 
 MpiRuntime::~MpiRuntime() {

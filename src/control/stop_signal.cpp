@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "control/mpi_check.h"
+#include "control/peer_processes.h"
 
 namespace scalestudy {
 namespace {
@@ -78,6 +79,10 @@ std::string stop_reason(int signal) {
   const char* cause = signal == SIGTERM ? " (time limit, scancel or kill)"
                       : signal == SIGINT ? " (interrupted)"
                                          : "";
+  // A launcher sends SIGTERM to the ranks left when one of them ended without a word; the
+  // peer, not the signal, is then the cause.
+  const std::string ended_peers = signal == SIGTERM ? ended_peers_note() : "";
+  if (!ended_peers.empty()) return ended_peers + ", and the launcher then stopped this rank with SIGTERM";
   return "terminated by " + signal_name(signal) + cause;
 }
 

@@ -19,7 +19,9 @@ int stop_signal();
 bool was_continued();
 // "SIGTERM", "SIGINT", "SIGUSR1", else "signal N".
 std::string signal_name(int signal);
-// Why the run ended, for the result file: "terminated by SIGTERM (time limit or scancel)".
+// Why the run ended, for the result file: "terminated by SIGTERM (time limit, scancel or
+// kill)", or, for a SIGTERM that came after a peer on this host ended without a word, that
+// peer (control/peer_processes.h).
 std::string stop_reason(int signal);
 // The exit code of a run ended by a signal: 128 + the signal's number, as a shell reports it.
 inline int stop_exit_code(int signal) { return 128 + signal; }

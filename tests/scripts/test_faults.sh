@@ -68,9 +68,10 @@ attribute() { h5dump -a "$2" "$1" 2>/dev/null | sed -n 's/^ *(0): "\(.*\)"$/\1/p
 steps_in() { h5dump -H -d /steps/loss "$1" 2>/dev/null | sed -n 's/.*DATASPACE  SIMPLE { ( \([0-9]*\) ).*/\1/p'; }
 
 # run_trial NAME SIGNAL TARGET(rank index or "launcher") RANKS STRATEGY EXPECT_REASON
+#   [EXPECT_FILE_REASON: a pattern the result file's failure_reason must match]
 run_trial() {
   trial=$1
-  local signal=$2 target=$3 ranks=$4 strategy=$5 reason=$6
+  local signal=$2 target=$3 ranks=$4 strategy=$5 reason=$6 file_reason=${7:-}
   log="$work/$trial.log"
   local output="$work/$trial.h5"
   # shellcheck disable=SC2086
@@ -130,6 +131,9 @@ run_trial() {
   if [ "$file" = "$output" ]; then
     [ "$status" = failed ] || { fail "status '$status', not failed"; return; }
     [ -n "$(attribute "$file" failure_reason)" ] || { fail "no failure_reason"; return; }
+    if [ -n "$file_reason" ] && ! attribute "$file" failure_reason | grep -Eq "$file_reason"; then
+      fail "failure_reason '$(attribute "$file" failure_reason)' does not match '$file_reason'"; return
+    fi
   else
     [ "$status" != complete ] || { fail "a .partial marked complete"; return; }
   fi
@@ -186,7 +190,10 @@ injected() {
   run_trial term-rank TERM 1 2 "ddp --overlap on" "$term_message"
   run_trial term-rank0 TERM 0 3 "ddp --overlap off" "$term_message"
   run_trial int-launcher INT launcher 2 "zero2 --overlap off" "$term_message"
-  run_trial kill-rank KILL 2 3 "zero2 --overlap on" "killed|signal 9|exited on signal|did not finish"
+  # The launcher's SIGTERM to the other ranks follows the SIGKILL: the file names the rank
+  # that ended, not the SIGTERM, or the roll call's silent rank.
+  run_trial kill-rank KILL 2 3 "zero2 --overlap on" "killed|signal 9|exited on signal|did not finish" \
+    "rank 2 \(pid [0-9]+ on this host\) had ended without a word|rank 2 does not respond"
   disk_trials
 }
 
