@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Builds scalestudy and runs every test that this machine can run: the C++ unit, MPI and
-# command-line tests through ctest (the GPU tests need a GPU and are skipped without one),
-# the analysis package's and the sweep tool's tests through pytest, and (as root) the
+# Builds scalestudy and runs every test that this machine can run: the C++ unit and MPI
+# tests through ctest under AddressSanitizer and UndefinedBehaviorSanitizer, the tests of
+# scalestudy's own threads under ThreadSanitizer, the command-line tests and the layering
+# probes on the plain build (the GPU tests need a GPU and are skipped without one), the
+# analysis package's and the sweep tool's tests through pytest, and (as root) the
 # quickstart sweep submitted to a single-node Slurm cluster started for the purpose, and
 # a sweep across the two nodes of a cluster of network namespaces (both torn down after).
 # Each stage's wall time and the CPU time of the processes it waited for are printed as it
@@ -17,13 +19,25 @@ cd "$SCALESTUDY_ROOT"
 jobs=$(nproc)
 trap stage_times_summary EXIT
 
+# The plain build makes the binary that the command-line tests, the sweeps and the analysis
+# tests start; the unit and MPI tests run in the sanitizer builds below instead.
 build_cpu() {
   cmake --preset cpu >/dev/null
-  cmake --build --preset cpu -j "$jobs"
+  cmake --build --preset cpu -j "$jobs" --target scalestudy
 }
-stage "configure and build (CPU)" build_cpu
+stage "configure and build (CPU, the binary)" build_cpu
+stage "command-line tests and layering probes" ctest --preset cpu -L "^(cli|layers)$" -j "$jobs" --timeout 900
 
-stage "C++ tests" ctest --preset cpu -j "$jobs" --timeout 900
+build_sanitized() {
+  cmake --preset "$1" >/dev/null
+  cmake --build --preset "$1" -j "$jobs"
+}
+stage "configure and build (CPU, AddressSanitizer and UBSan)" build_sanitized cpu-sanitize
+stage "unit and MPI tests under AddressSanitizer and UBSan" ctest --preset cpu-sanitize -j "$jobs" --timeout 900
+stage "configure and build (CPU, ThreadSanitizer)" build_sanitized cpu-tsan
+# One test at a time: the roll call's 300 ms window holds for an instrumented responder
+# only where no other test competes for the two cores.
+stage "scalestudy's threads under ThreadSanitizer" ctest --preset cpu-tsan --timeout 900
 
 # The analysis environment also holds cudnn-frontend's headers, which the CUDA
 # configuration looks for.
@@ -46,7 +60,7 @@ else
 fi
 
 stage "analysis and sweep-tool tests" env SCALESTUDY_BINARY="$SCALESTUDY_ROOT/build/cpu/scalestudy" \
-  "$SCALESTUDY_ROOT/build/venv/bin/python" -m pytest -q "$SCALESTUDY_ROOT/analysis/tests" \
+  "$SCALESTUDY_ROOT/build/venv/bin/python" -m pytest -q -n "$jobs" "$SCALESTUDY_ROOT/analysis/tests" \
   "$SCALESTUDY_ROOT/tests/jobscripts" "$SCALESTUDY_ROOT/tests/peers" "$SCALESTUDY_ROOT/tests/slurm"
 
 stage "the quickstart sweep on a real single-node Slurm cluster" \
