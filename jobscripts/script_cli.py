@@ -1,6 +1,8 @@
-"""What the command-line scripts of jobscripts/ share: the usage error and its exit status,
-argparse types that refuse out-of-range numbers, and the name of the machine's GPU."""
+"""What the command-line scripts of jobscripts/ and peers/ share: the usage error and its
+exit status, argparse types that refuse out-of-range numbers, what a scalestudy binary says
+it can run, and the name of the machine's GPU."""
 import argparse
+import json
 import math
 import shutil
 import subprocess
@@ -47,3 +49,24 @@ def gpu_name():
     listing = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
                              text=True).stdout
     return listing.split("\n")[0]
+
+
+def binary_info(binary):
+    """What `scalestudy info --json` says the binary can run: its backends with their
+    precisions, and its presets. Raises UsageError naming --binary where it does not answer
+    with that description."""
+    try:
+        out = subprocess.run([str(binary), "info", "--json"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise UsageError(f"--binary {binary}: 'info --json' did not answer ({error})") from None
+    try:
+        if out.returncode != 0:
+            raise ValueError(out.stderr.strip() or f"exit status {out.returncode}")
+        info = json.loads(out.stdout)
+        info["backends"]["cpu"]["precisions"]
+        {preset["name"]: preset["vocab"] for preset in info["presets"]}
+        return info
+    except (ValueError, KeyError, TypeError) as error:
+        raise UsageError(f"--binary {binary}: 'info --json' gave no description of what it runs "
+                         f"({str(error).splitlines()[0] if str(error) else type(error).__name__}); "
+                         "is it a scalestudy binary of this version?") from None

@@ -57,7 +57,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from script_cli import USAGE_ERROR, UsageError
+from script_cli import USAGE_ERROR, UsageError, binary_info
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -827,24 +827,6 @@ def binary_of(args, sweep):
     return binary.resolve()
 
 
-def binary_capabilities(binary):
-    """What `scalestudy info --json` says the binary can run."""
-    try:
-        out = subprocess.run([str(binary), "info", "--json"], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired) as error:
-        raise UsageError(f"--binary {binary}: 'info --json' did not answer ({error})") from None
-    try:
-        if out.returncode != 0:
-            raise ValueError(out.stderr.strip() or f"exit status {out.returncode}")
-        info = json.loads(out.stdout)
-        info["backends"]["cpu"]["precisions"]
-        return info
-    except (ValueError, KeyError, TypeError) as error:
-        raise UsageError(f"--binary {binary}: 'info --json' gave no description of what it runs "
-                         f"({str(error).splitlines()[0] if str(error) else type(error).__name__}); "
-                         "is it a scalestudy binary of this version?") from None
-
-
 def check_capabilities(where, sweep, binary, info):
     backends = info["backends"]
     if sweep.backend not in backends:
@@ -960,7 +942,7 @@ def run(args, argv):
     # The whole sweep is checked before anything is written or run.
     binary = binary_of(args, sweep)
     where = f"EXPERIMENT {args.experiment}"
-    check_capabilities(where, sweep, binary, binary_capabilities(binary))
+    check_capabilities(where, sweep, binary, binary_info(binary))
     check_points(where, sweep, points, binary)
     if args.dry_run:
         print_plan(sweep, points)

@@ -43,7 +43,7 @@ from pathlib import Path
 # The command-line helpers are the sweep tool's (jobscripts/script_cli.py).
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "jobscripts"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from script_cli import (USAGE_ERROR, UsageError, gpu_name, non_negative_int, positive_float,  # noqa: E402
+from script_cli import (USAGE_ERROR, UsageError, binary_info, gpu_name, non_negative_int, positive_float,  # noqa: E402
                         positive_int)
 from train_torch import PRESETS as TORCH_PRESETS, padded_vocab  # noqa: E402
 
@@ -360,15 +360,6 @@ def parser():
     return result
 
 
-def scalestudy_presets(binary):
-    """The presets of `scalestudy info --json`, each with its vocabulary."""
-    listing = subprocess.run([binary, "info", "--json"], capture_output=True, text=True).stdout
-    try:
-        return {preset["name"]: preset["vocab"] for preset in json.loads(listing)["presets"]}
-    except (ValueError, KeyError) as error:
-        raise UsageError(f"--binary {binary}: `info --json` gave no presets ({error})") from error
-
-
 def check_inputs(args):
     """Fills the defaults that depend on other options; raises UsageError naming the option."""
     if not (Path(args.binary).is_file() and os.access(args.binary, os.X_OK)):
@@ -377,7 +368,7 @@ def check_inputs(args):
         args.pytorch_modes = [] if args.backend == "cpu" else ["eager", "compile"]
     if args.backend == "cpu" and args.pytorch_modes:
         raise UsageError("--pytorch-modes: PyTorch's side runs on GPUs only; with --backend cpu give none")
-    presets = scalestudy_presets(args.binary)
+    presets = {preset["name"]: preset["vocab"] for preset in binary_info(args.binary)["presets"]}
     if args.model not in presets:
         raise UsageError(f"--model {args.model}: not a preset of `{args.binary} info`")
     args.vocab = args.vocab or [padded_vocab(presets[args.model])]
