@@ -1,14 +1,12 @@
 #pragma once
 // GEMM algorithms chosen by their time under sustained load: the search behind
-// dev/gemm_search's choice files (kernels/gemm_choice_file.cuh), and the timing programs'
-// comparison of candidates (gemm_energy.cpp).
+// dev/gemm_search's choice files (kernels/gemm_choice_file.cuh).
 //
 // Why sustained. A training step keeps the GPU busy from end to end, and a power-capped GPU
 // (an H100 or H200 at 700 W) runs it at the cap: the clock falls until the power fits, so
 // a kernel lasts about its energy over the cap. Timed alone, in a short burst, a kernel
 // runs at the boost clock instead, and the two rankings differ: a candidate that is faster
-// in a burst can spend more energy at the cap, and so lengthen the step
-// (op_timings StepGemmEnergy measures both).
+// in a burst can spend more energy at the cap, and so lengthen the step.
 //
 // How long. The power controller takes longer than a short run to settle on a candidate's
 // clock, and choices made from runs of tens of milliseconds lengthen the step rather than
