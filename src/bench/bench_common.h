@@ -20,6 +20,7 @@
 
 #include "backend/backend.h"
 #include "comm/communicator.h"
+#include "config/backend_config.h"
 #include "core/memory_estimate.h"
 #include "core/model_shape.h"
 #include "core/precision.h"
@@ -64,6 +65,18 @@ struct BenchConfig {
   std::string link_emulation = "none";     // comm on cuda: none | socket (comm/nccl_transport.h)
 
   bool profile_kernels = false;            // trace one extra sample per point (cuda)
+
+  // The backend these options ask for, as RunConfig::backend_config() gives train's.
+  // The GEMM choice and the training-only settings keep BackendConfig's defaults.
+  BackendConfig backend_config() const {
+    BackendConfig config;
+    config.backend = backend;
+    config.precision = precision;
+    config.attention_kernel = attention_kernel;
+    config.comm_timeout_s = comm_timeout_s;
+    config.link_emulation = link_emulation;
+    return config;
+  }
 };
 
 // ---- parsing helpers (shared with the command line, tested on their own) --------------

@@ -360,15 +360,9 @@ int report(BenchKind kind, const BenchConfig& config, PointTable& table, BenchFi
 // The backend and communicator of a benchmark: layer and inference compute in
 // --precision; the others keep BenchConfig's fp32.
 BackendSetup make_bench_backend(const BenchConfig& config, const ProcessPlacement& where) {
-  BackendConfig backend_config;
-  backend_config.backend = config.backend;
-  backend_config.precision = config.precision;
-  backend_config.attention_kernel = config.attention_kernel;
-  backend_config.comm_timeout_s = config.comm_timeout_s;
-  backend_config.link_emulation = config.link_emulation;
   set_control_timeout(config.comm_timeout_s);
   std::optional<BlockingCallDeadline> startup(std::in_place, "the start-up (backend, communicator)", where.rank);
-  return make_backend(backend_config, where);
+  return make_backend(config.backend_config(), where);
 }
 
 }  // namespace

@@ -1,8 +1,8 @@
 #pragma once
 // What making a backend and its communicator reads (cli/backend_setup.h): the backend, its
 // precision and kernels, and how its collectives are bounded and linked.
-// RunConfig::backend_config() fills it from a run's validated options; bench fills it from
-// its own.
+// RunConfig::backend_config() fills it from a run's validated options, and
+// BenchConfig::backend_config() (bench/bench_common.h) from a benchmark's.
 #include <string>
 
 #include "core/precision.h"
