@@ -19,13 +19,13 @@ cd "$SCALESTUDY_ROOT"
 jobs=$(nproc)
 trap stage_times_summary EXIT
 
-# The plain build makes the binary that the command-line tests, the sweeps and the analysis
-# tests start; the unit and MPI tests run in the sanitizer builds below instead.
+# The plain build makes what the command-line tests, the sweeps and the analysis tests
+# start; the unit and MPI tests run in the sanitizer builds below instead.
 build_cpu() {
   cmake --preset cpu >/dev/null
-  cmake --build --preset cpu -j "$jobs" --target scalestudy
+  cmake --build --preset cpu -j "$jobs" --target cli_tests
 }
-stage "configure and build (CPU, the binary)" build_cpu
+stage "configure and build (CPU, the binary and the command-line tests' programs)" build_cpu
 stage "command-line tests and layering probes" ctest --preset cpu -L "^(cli|layers)$" -j "$jobs" --timeout 900
 
 build_sanitized() {
