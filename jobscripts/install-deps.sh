@@ -6,8 +6,9 @@ set -euo pipefail
 SCALESTUDY_PACKAGES=(build-essential cmake git openmpi-bin libopenmpi-dev libhdf5-dev hdf5-tools
                      libboost-program-options-dev libgtest-dev python3 python3-venv python3-pip
                      xz-utils)
-# What the tests need beyond that: a headless browser that renders the HTML report.
-SCALESTUDY_TEST_PACKAGES=(chromium)
+# What the tests need beyond that: a headless browser that renders the HTML report, and
+# Lmod, under which the sweep's generated scripts load a module.
+SCALESTUDY_TEST_PACKAGES=(chromium lmod)
 
 # The packages of SCALESTUDY_PACKAGES, and those given as arguments, not installed.
 missing_packages() {

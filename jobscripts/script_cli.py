@@ -51,12 +51,12 @@ def gpu_name():
     return listing.split("\n")[0]
 
 
-def binary_info(binary):
+def binary_info(binary, env=None):
     """What `scalestudy info --json` says the binary can run: its backends with their
-    precisions, and its presets. Raises UsageError naming --binary where it does not answer
-    with that description."""
+    precisions, and its presets; run in `env` (default: this process's environment).
+    Raises UsageError naming --binary where it does not answer with that description."""
     try:
-        out = subprocess.run([str(binary), "info", "--json"], capture_output=True, text=True, timeout=60)
+        out = subprocess.run([str(binary), "info", "--json"], capture_output=True, text=True, timeout=60, env=env)
     except (OSError, subprocess.TimeoutExpired) as error:
         raise UsageError(f"--binary {binary}: 'info --json' did not answer ({error})") from None
     try:

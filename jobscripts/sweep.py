@@ -25,6 +25,12 @@ Before anything is written, run or submitted, the binary says what it can run
 file there, .sweep.lock).
 SIGINT or SIGTERM stops a local sweep: the running point's ranks get the signal, mark
 their file failed, and the sweep exits 130 or 143.
+
+A site's software reaches the points through [sweep] keys: `modules` are loaded (after
+`module purge` with module_purge = yes) before every launch, in each sbatch script and,
+with --launcher local, in the environment of mpirun and of the binary's checks; a pyxis
+image (container_image) goes on srun's line, an Apptainer image (apptainer_image) runs
+each rank through `apptainer exec`, and container_binary names the binary inside it.
 """
 import signal
 import sys
@@ -86,6 +92,19 @@ class Sweep:
     signal_before_limit_s: int  # SIGTERM this long before the time limit; 0 = none
     train: tuple  # (option, value) pairs passed to `scalestudy train`
     bench_comm: bool  # a bench comm point at the largest GPU count
+    qos: str = ""  # sbatch's --qos; "" for none
+    reservation: str = ""  # sbatch's --reservation; "" for none
+    mem: str = ""  # sbatch's --mem, memory per node; "" for the site's default
+    modules: tuple = ()  # environment modules loaded before every launch, in this order
+    module_purge: bool = False  # `module purge` before loading them
+    container_image: str = ""  # pyxis: srun's --container-image; "" for none
+    apptainer_image: str = ""  # Apptainer: each rank runs `apptainer exec IMAGE BINARY`
+    container_mounts: tuple = ()  # SRC:DST[:FLAGS], besides the output folder's own mount
+    container_workdir: str = ""  # the ranks' working folder inside the container
+    container_binary: str = ""  # the binary's path inside the container; "" for --binary's
+
+    def containerised(self):
+        return bool(self.container_image or self.apptainer_image)
 
 
 @dataclass(frozen=True)
@@ -172,6 +191,39 @@ ENV_PREFIXES = ("NCCL_", "UCX_", "OMPI_", "PMIX_", "FI_", "CUDA_", "CUBLAS_", "C
 # FI_PROVIDER_PATH, OMPI_MCA_plm_rsh_agent, OMPI_MCA_mca_base_component_path, ...).
 ENV_CODE = re.compile(r"PATH|PLUGIN|AGENT|PRELOAD|LIBRAR|COMMAND|EXEC|SCRIPT", re.I)
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# Environment modules: names such as cuda/12.4, NVHPC/23.7-CUDA-12.1 or a modulefile's
+# path, never starting with '-' (which `module load` would take for an option).
+MODULE_NAME = re.compile(r"[A-Za-z0-9._+/][A-Za-z0-9._+/-]*")
+MODULE_EXPECTED = "module names of letters, digits and ._+/- (not starting with -), separated by commas"
+# A pyxis image: a registry reference ([USER@][REGISTRY#]IMAGE[:TAG], a digest after @),
+# docker://..., or a squashfs file; never starting with '-'.
+PYXIS_IMAGE = re.compile(r"[A-Za-z0-9._/][A-Za-z0-9._/:#@+-]*")
+# An Apptainer image: a file's absolute path (a .sif) or a URI of a source Apptainer
+# pulls from; a relative path would depend on the folder the job starts in.
+APPTAINER_IMAGE = re.compile(r"(/|(docker|docker-archive|docker-daemon|oci|oci-archive|library|oras|shub|https?):)"
+                             r"[A-Za-z0-9._/:#@+-]*")
+ABSOLUTE_PATH = re.compile(r"/[A-Za-z0-9._/+@-]*")
+ABSOLUTE_EXPECTED = "an absolute path of letters, digits and ._/+@-"
+# Mount flags: pyxis's, joined by + (ro, rw, private, x-create=dir, ...); Apptainer's
+# bind options, ro or rw.
+PYXIS_MOUNT_FLAGS = re.compile(r"[A-Za-z][A-Za-z0-9_=-]*(\+[A-Za-z][A-Za-z0-9_=-]*)*")
+APPTAINER_MOUNT_FLAGS = ("ro", "rw")
+# sbatch's --mem: megabytes, or a size with a unit; 0 asks for all of a node's memory.
+SLURM_MEMORY = re.compile(r"\d+[KMGT]?")
+
+# The keys of [sweep], each with its default as --help shows it (docs/experiments.md says
+# what each does).
+SWEEP_KEYS = {
+    "name": "the file's stem", "scaling": "strong", "gpus": "1", "strategies": "ddp", "overlap": "off",
+    "repeats": "1", "output_dir": "results/<stem>", "backend": "cpu", "bench_comm": "on",
+    "gpus_per_node": "1", "ntasks_per_node": "gpus_per_node", "gpu_bind": "none",
+    "time_limit": "00:30:00", "cpus_per_task": "1", "mem": "the site's default",
+    "exclusive": "yes on cuda, no on cpu", "constraint": "none", "partition": "none", "account": "none",
+    "qos": "none", "reservation": "none", "signal_before_limit_s": "60", "srun_args": "--mpi=pmix",
+    "modules": "none", "module_purge": "no",
+    "container_image": "none (pyxis)", "apptainer_image": "none", "container_mounts": "the output folder's only",
+    "container_workdir": "the container's own", "container_binary": "the --binary path",
+}
 
 
 def check_text(where, key, value):
@@ -261,9 +313,7 @@ def read_experiment(path):
     if extra:
         raise UsageError(f"{where}: unknown section [{extra[0]}] (expected [sweep], [train] and [env])")
     sweep = parser["sweep"]
-    known = {"name", "scaling", "gpus", "gpus_per_node", "ntasks_per_node", "gpu_bind", "exclusive",
-             "constraint", "strategies", "overlap", "repeats", "output_dir", "backend", "time_limit",
-             "cpus_per_task", "srun_args", "partition", "account", "signal_before_limit_s", "bench_comm"}
+    known = set(SWEEP_KEYS)
     unknown = sorted(set(sweep) - known)
     if unknown:
         spelled = unknown[0].replace("-", "_")
@@ -350,7 +400,67 @@ def read_experiment(path):
         account=checked("account", "", NAME, "letters, digits, '.', '_' and '-'"),
         signal_before_limit_s=integer("signal_before_limit_s", 60, minimum=0),
         train=train,
-        bench_comm=boolean("bench_comm", "on"))
+        bench_comm=boolean("bench_comm", "on"),
+        qos=checked("qos", "", NAME, "letters, digits, '.', '_' and '-'"),
+        reservation=checked("reservation", "", SLURM_NAMES, "reservation names separated by commas"),
+        mem=checked("mem", "", SLURM_MEMORY, "megabytes, or a size with a unit K, M, G or T (e.g. 480G); "
+                    "0 for all of a node's memory"),
+        modules=listed(where, sweep, "modules", MODULE_NAME, MODULE_EXPECTED),
+        module_purge=boolean("module_purge", "no"),
+        **container_settings(where, sweep))
+
+
+def listed(where, section, key, pattern, expected):
+    """A [sweep] list (items separated by commas or spaces), each item of the pattern's form."""
+    values = split_list(section.get(key, ""))
+    for value in values:
+        check_form(where, key, value, pattern, expected)
+    return values
+
+
+def check_mount(where, mount, apptainer):
+    parts = mount.split(":")
+    if len(parts) not in (2, 3) or not all(ABSOLUTE_PATH.fullmatch(part) for part in parts[:2]):
+        raise UsageError(f"{where}: container_mounts = {mount!r}: expected SRC:DST[:FLAGS], SRC and DST "
+                         f"each {ABSOLUTE_EXPECTED}, mounts separated by commas")
+    if len(parts) == 3:
+        if apptainer and parts[2] not in APPTAINER_MOUNT_FLAGS:
+            raise UsageError(f"{where}: container_mounts = {mount!r}: Apptainer's bind options are "
+                             f"{' or '.join(APPTAINER_MOUNT_FLAGS)}")
+        if not apptainer and not PYXIS_MOUNT_FLAGS.fullmatch(parts[2]):
+            raise UsageError(f"{where}: container_mounts = {mount!r}: expected pyxis's flags after the second "
+                             "':', words such as ro or private joined by +")
+
+
+def container_settings(where, section):
+    """The container keys of [sweep], checked: a pyxis image or an Apptainer one (not
+    both), and the mounts, working folder and binary path inside it, which need one."""
+    image = section.get("container_image", "").strip()
+    apptainer = section.get("apptainer_image", "").strip()
+    if image and apptainer:
+        raise UsageError(f"{where}: container_image and apptainer_image are both set; a sweep runs in a pyxis "
+                         "container (container_image) or an Apptainer one (apptainer_image), not both")
+    if image:
+        check_form(where, "container_image", image, PYXIS_IMAGE,
+                   "an image reference such as nvcr.io#nvidia/pytorch:24.01-py3 or a squashfs file's path "
+                   "(letters, digits and ._/:#@+-, not starting with -)")
+    if apptainer:
+        check_form(where, "apptainer_image", apptainer, APPTAINER_IMAGE,
+                   "a .sif file's absolute path, or a URI such as docker://nvcr.io/nvidia/pytorch:24.01-py3 "
+                   "(letters, digits and ._/:#@+-)")
+    for key in ("container_mounts", "container_workdir", "container_binary"):
+        if section.get(key, "").strip() and not (image or apptainer):
+            raise UsageError(f"{where}: {key} needs a container: container_image (pyxis) or apptainer_image")
+    mounts = split_list(section.get("container_mounts", ""))
+    for mount in mounts:
+        check_mount(where, mount, bool(apptainer))
+    paths = {}
+    for key in ("container_workdir", "container_binary"):
+        paths[key] = section.get(key, "").strip()
+        if paths[key]:
+            check_form(where, key, paths[key], ABSOLUTE_PATH,
+                       f"{ABSOLUTE_EXPECTED} (a path inside the container)")
+    return dict(container_image=image, apptainer_image=apptainer, container_mounts=mounts, **paths)
 
 
 def plan(sweep):
@@ -518,6 +628,77 @@ def report_command(sweep):
             str(sweep.output_dir / "report")]
 
 
+# Where a shell finds `module` when it was not handed one (by the submitting shell's
+# environment, or BASH_ENV): the init script under the site's MODULESHOME, else where the
+# packages and install guides of Lmod and of Environment Modules put theirs.
+MODULE_INITS = ("/usr/share/lmod/lmod/init/bash",  # Lmod: Debian, Ubuntu, EPEL
+                "/opt/apps/lmod/lmod/init/bash",  # Lmod built as its guide says
+                "/usr/share/modules/init/bash",  # Environment Modules: Debian, Ubuntu
+                "/usr/share/Modules/init/bash")  # Environment Modules: RHEL and its rebuilds
+NO_MODULE_COMMAND = 127
+
+
+def module_lines(sweep):
+    """The shell lines that load the experiment's modules (after `module purge` where
+    asked), under Lmod or Environment Modules; none without modules. A module that does not
+    load ends the script (set -e), as does a shell where no `module` can be found."""
+    if not sweep.modules and not sweep.module_purge:
+        return []
+    lines = ["# The site's modules. `module` is the shell function of Lmod or Environment Modules.",
+             "set +u",
+             "if ! type module >/dev/null 2>&1; then",
+             f'  for init in ${{MODULESHOME:+"$MODULESHOME/init/bash"}} {" ".join(MODULE_INITS)}; do',
+             '    if [ -r "$init" ]; then . "$init"; break; fi',
+             "  done",
+             "fi",
+             "if ! type module >/dev/null 2>&1; then",
+             '  echo "scalestudy: no module command on $(hostname): neither Lmod nor Environment Modules was '
+             'found" >&2',
+             f"  exit {NO_MODULE_COMMAND}",
+             "fi"]
+    if sweep.module_purge:
+        lines.append("module purge")
+    lines += [f"module load {shlex.quote(name)}" for name in sweep.modules]
+    return lines + ["set -u"]
+
+
+def container_mounts_of(sweep):
+    """The container's mounts: the output folder at its own path, where the ranks write
+    their result files (unless a writable mount of the experiment's already holds it there),
+    then the experiment's."""
+    def holds_output(mount):
+        source, destination, *flags = mount.split(":")
+        return (source == destination and "ro" not in "+".join(flags).split("+")
+                and sweep.output_dir.is_relative_to(Path(source)))
+
+    if any(holds_output(mount) for mount in sweep.container_mounts):
+        return list(sweep.container_mounts)
+    return [f"{sweep.output_dir}:{sweep.output_dir}"] + list(sweep.container_mounts)
+
+
+def pyxis_options(sweep):
+    """srun's options that run every rank in the pyxis image; none without one."""
+    if not sweep.container_image:
+        return []
+    options = [f"--container-image={sweep.container_image}",
+               f"--container-mounts={','.join(container_mounts_of(sweep))}"]
+    if sweep.container_workdir:
+        options.append(f"--container-workdir={sweep.container_workdir}")
+    return options
+
+
+def rank_command(sweep, binary):
+    """What each rank runs before its arguments: the binary, or `apptainer exec` running
+    it in the Apptainer image (with the GPUs, --nv, on cuda)."""
+    if not sweep.apptainer_image:
+        return [str(binary)]
+    command = ["apptainer", "exec"] + (["--nv"] if sweep.backend == "cuda" else [])
+    command += ["--bind", ",".join(container_mounts_of(sweep))]
+    if sweep.container_workdir:
+        command += ["--pwd", sweep.container_workdir]
+    return command + [sweep.apptainer_image, str(binary)]
+
+
 def local_command(sweep, point, binary, mpirun):
     """The mpirun command of one point; [env] reaches every rank through -x."""
     # Unbound: a rank's host threads (the comm thread, NCCL's proxy) must not share one core.
@@ -526,7 +707,7 @@ def local_command(sweep, point, binary, mpirun):
         command += ["-x", f"{name}={value}"]
     if os.geteuid() == 0:
         command.append("--allow-run-as-root")
-    return command + [str(binary)] + point_arguments(sweep, point)
+    return command + rank_command(sweep, binary) + point_arguments(sweep, point)
 
 
 def pending_points(points):
@@ -652,14 +833,15 @@ def stop_descendants(signum, launcher_pid):
     reap_orphans()
 
 
-def run_point(command, log):
+def run_point(command, log, env=None):
     """Runs one point's launcher in a session of its own (so that a Ctrl-C at the terminal
-    reaches the sweep alone, which then stops the point's ranks before the launcher);
-    returns its exit status."""
+    reaches the sweep alone, which then stops the point's ranks before the launcher), in
+    `env` (default: this process's environment); returns its exit status."""
     with open(log, "w") as out:
         out.write(shlex.join(command) + "\n")
         out.flush()
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                   env=env)
         try:
             return process.wait()
         except Stopped as stop:
@@ -697,7 +879,9 @@ def run_report(sweep):
         raise
 
 
-def run_local(sweep, points, binary, mpirun):
+def run_local(sweep, points, binary, mpirun, env=None):
+    """Runs the pending points one after another, each launcher in `env` (default: this
+    process's environment); returns the points that did not complete."""
     become_subreaper()
     pending = pending_points(points)
     print(f"sweep {sweep.name}: {len(points) - len(pending)} of {len(points)} point(s) already complete")
@@ -709,7 +893,7 @@ def run_local(sweep, points, binary, mpirun):
         print(f"[{index}/{len(pending)}] {point.label()} ... ", end="", flush=True)
         started = time.monotonic()
         try:
-            code = run_point(command, log)
+            code = run_point(command, log, env)
         except Stopped as stop:
             print(flush=True)
             stop.point = point
@@ -738,24 +922,31 @@ def sbatch_script(sweep, point, binary):
         lines.append("#SBATCH --exclusive")
     if sweep.constraint:
         lines.append(f"#SBATCH --constraint={sweep.constraint}")
-    if sweep.partition:
-        lines.append(f"#SBATCH --partition={sweep.partition}")
-    if sweep.account:
-        lines.append(f"#SBATCH --account={sweep.account}")
+    if sweep.mem:
+        lines.append(f"#SBATCH --mem={sweep.mem}")
+    lines += site_lines(sweep)
     if sweep.signal_before_limit_s:
         # Every rank gets SIGTERM this long before the time limit, and scalestudy closes its
         # result file as failed, naming the signal, before Slurm kills the step.
         lines.append(f"#SBATCH --signal=TERM@{sweep.signal_before_limit_s}")
     srun_args = list(sweep.srun_args) + ([f"--gpu-bind={sweep.gpu_bind}"] if sweep.gpu_bind else [])
+    launch = (["srun"] + srun_args + [f"--ntasks={point.ranks}"] + pyxis_options(sweep)
+              + rank_command(sweep, binary) + point_arguments(sweep, point))
     lines += ["set -euo pipefail"]
-    # The experiment's [env], and nothing else: srun passes the script's environment on to
-    # every rank.
+    lines += module_lines(sweep)
+    # The experiment's [env], and nothing else, after the modules (so that it overrides
+    # theirs): srun passes the script's environment on to every rank.
     lines += [f"export {name}={shlex.quote(value)}" for name, value in sweep.env]
-    lines += [f"mkdir -p {shlex.quote(str(point.result.parent))}",
-              f"srun {shlex.join(srun_args)} --ntasks={point.ranks} {shlex.quote(str(binary))} "
-              + shlex.join(point_arguments(sweep, point)),
-              ""]
+    lines += [f"mkdir -p {shlex.quote(str(point.result.parent))}", shlex.join(launch), ""]
     return "\n".join(lines)
+
+
+def site_lines(sweep):
+    """The #SBATCH lines of where a job may run, which the report's job shares."""
+    return [f"#SBATCH --{option}={value}"
+            for option, value in (("partition", sweep.partition), ("account", sweep.account), ("qos", sweep.qos),
+                                  ("reservation", sweep.reservation))
+            if value]
 
 
 def report_script(sweep):
@@ -766,8 +957,7 @@ def report_script(sweep):
                       "#SBATCH --ntasks=1",
                       f"#SBATCH --time={sweep.time_limit}",
                       f"#SBATCH --output={logs}/%x-%j.out"]
-                     + ([f"#SBATCH --partition={sweep.partition}"] if sweep.partition else [])
-                     + ([f"#SBATCH --account={sweep.account}"] if sweep.account else [])
+                     + site_lines(sweep)
                      + ["set -euo pipefail", shlex.join(report_command(sweep)), ""])
 
 
@@ -827,6 +1017,26 @@ def binary_of(args, sweep):
     return binary.resolve()
 
 
+def binaries_of(args, sweep):
+    """(launched, checker): the binary the points run, and the one on this host that checks
+    them first. Without a container both are binary_of's. In a container the points run
+    container_binary, else --binary's path (the default build's without it), absolute; the
+    checker is --binary (or the default build) where this host has it, else None."""
+    if not sweep.containerised():
+        binary = binary_of(args, sweep)
+        return binary, binary
+    host = Path(args.binary) if args.binary else default_binary(sweep.backend)
+    here = host.is_file() and os.access(host, os.X_OK)
+    if sweep.container_binary:
+        launched = Path(sweep.container_binary)
+    elif here or host.is_absolute():
+        launched = Path(os.path.abspath(host))
+    else:
+        raise UsageError(f"--binary {args.binary}: a relative path, and no such file here; in a container the "
+                         "points run the binary at an absolute path (--binary, or container_binary in [sweep])")
+    return launched, (host.resolve() if here else None)
+
+
 def check_capabilities(where, sweep, binary, info):
     backends = info["backends"]
     if sweep.backend not in backends:
@@ -839,27 +1049,69 @@ def check_capabilities(where, sweep, binary, info):
                          f"{', '.join(precisions)} only")
 
 
-def check_point(binary, sweep, point):
-    """The point's arguments as `scalestudy train --check` finds them: "" when the run
-    would start, else the binary's message."""
+def check_point(binary, sweep, point, env=None):
+    """The point's arguments as `scalestudy train --check` finds them, run in `env`
+    (default: this process's environment): "" when the run would start, else the binary's
+    message."""
     command = [str(binary)] + train_arguments(sweep, point) + ["--check", "--check-ranks", str(point.ranks)]
-    out = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
     if out.returncode == 0:
         return ""
     message = out.stderr.strip().splitlines()
     return message[-1] if message else f"train --check exited {out.returncode}"
 
 
-def check_points(where, sweep, points, binary):
+def check_points(where, sweep, points, binary, env=None):
     """Every training point's arguments, checked by the binary before anything is written
     (bench comm's are the sweep's own, and the [train] values it shares are checked with
     the training points')."""
     points = [point for point in points if isinstance(point, Point)]
     with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        answers = list(pool.map(lambda point: check_point(binary, sweep, point), points))
+        answers = list(pool.map(lambda point: check_point(binary, sweep, point, env), points))
     for point, answer in zip(points, answers):
         if answer:
             raise UsageError(f"{where}: point {point.label()} ({point.ranks} rank(s)) would not start: {answer}")
+
+
+# What the shell that loads the modules here prints between its own output and its
+# environment.
+MODULE_ENV_MARK = "scalestudy: the environment with the modules loaded"
+
+
+def module_environment(where, sweep, required):
+    """This process's environment with the experiment's modules loaded here, by the lines
+    every job runs; None where the experiment names none. A module that does not load is a
+    usage error naming the key. So is a host without a `module` command where `required`
+    (a local run loads the modules here); elsewhere the sweep says so in one line and
+    returns None (the jobs load the modules on their nodes)."""
+    lines = module_lines(sweep)
+    if not lines:
+        return None
+    named = "modules = " + ", ".join(sweep.modules) if sweep.modules else "module_purge = yes"
+    script = "\n".join(["set -euo pipefail"] + lines
+                       + [f"printf '\\0%s\\0' {shlex.quote(MODULE_ENV_MARK)}", "env -0"])
+    mark = f"\0{MODULE_ENV_MARK}\0".encode()
+    try:
+        out = subprocess.run(["bash", "-c", script], stdin=subprocess.DEVNULL, capture_output=True, timeout=300)
+    except subprocess.TimeoutExpired:
+        raise UsageError(f"{where}: {named}: loading them here took over 300 s") from None
+    if out.returncode != 0 or mark not in out.stdout:
+        said = " ".join(line.strip() for line in out.stderr.decode(errors="replace").splitlines() if line.strip())
+        if out.returncode == NO_MODULE_COMMAND and "no module command" in said:
+            if required:
+                raise UsageError(f"{where}: {named}: this host has no module command (neither Lmod nor "
+                                 "Environment Modules), and a local sweep loads the modules here")
+            print(f"{named}: this host has no module command; the points are checked in this shell's "
+                  "environment, and each job loads the modules on its nodes")
+            return None
+        raise UsageError(f"{where}: {named}: loading them here failed (exit {out.returncode}): "
+                         f"{said[:400] or 'no message'}")
+    env = {}
+    for entry in out.stdout.split(mark, 1)[1].split(b"\0"):
+        name, equals, value = entry.partition(b"=")
+        if equals and name != b"_":
+            env[os.fsdecode(name)] = os.fsdecode(value)
+    return env
 
 
 def lock_output_dir(output_dir):
@@ -884,8 +1136,16 @@ def lock_output_dir(output_dir):
     return lock
 
 
+def sweep_keys_help():
+    width = max(map(len, SWEEP_KEYS))
+    return "\n".join(["[sweep] keys of an experiment file, with their defaults (docs/experiments.md says",
+                      "what each does):"]
+                     + [f"  {key:{width}s}  default: {default}" for key, default in SWEEP_KEYS.items()])
+
+
 def argument_parser():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, epilog=sweep_keys_help(),
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("experiment", metavar="EXPERIMENT", help="experiment file (INI with [sweep] and [train])")
     parser.add_argument("--dry-run", action="store_true",
                         help="check every point, print the plan and each point's status, run and write nothing "
@@ -928,30 +1188,56 @@ def planned_sweep(args):
         sweep = dataclasses.replace(sweep, gpu_counts=subset)
     if args.output_dir:
         check_form("--output-dir", "--output-dir", args.output_dir, PATH_TEXT, PATH_EXPECTED)
-        sweep = dataclasses.replace(sweep, output_dir=Path(args.output_dir))
+        sweep = dataclasses.replace(sweep, output_dir=Path(args.output_dir).absolute())
     return sweep
+
+
+def print_launch(sweep, binary):
+    """What the dry run says of the modules and the container a point's launch goes through."""
+    if sweep.modules or sweep.module_purge:
+        print("  modules, loaded before every launch: " + ("module purge, then " if sweep.module_purge else "")
+              + (", ".join(sweep.modules) or "none"))
+    if sweep.container_image:
+        print("  every rank in the pyxis image: srun ... " + shlex.join(pyxis_options(sweep) + [str(binary)]))
+    if sweep.apptainer_image:
+        print("  every rank in the Apptainer image: " + shlex.join(rank_command(sweep, binary)))
 
 
 def run(args, argv):
     sweep = planned_sweep(args)
+    where = f"EXPERIMENT {args.experiment}"
     if args.submit and args.launcher != "slurm":
         raise UsageError("--submit: only with --launcher slurm")
-    if args.launcher == "local" and not args.dry_run and not shutil.which(args.mpirun):
-        raise UsageError(f"--mpirun {args.mpirun}: not found on PATH")
+    running_here = args.launcher == "local" and not args.dry_run
+    if running_here and sweep.container_image:
+        raise UsageError(f"{where}: container_image = {sweep.container_image}: a pyxis container runs through "
+                         "srun, with --launcher slurm (a local sweep runs in an Apptainer image, apptainer_image)")
     points = plan(sweep) + bench_comm_points(sweep)
-    # The whole sweep is checked before anything is written or run.
-    binary = binary_of(args, sweep)
-    where = f"EXPERIMENT {args.experiment}"
-    check_capabilities(where, sweep, binary, binary_info(binary))
-    check_points(where, sweep, points, binary)
+    # The whole sweep is checked before anything is written or run, in the environment of
+    # the modules it loads.
+    env = module_environment(where, sweep, required=running_here)
+    search_path = (env or os.environ).get("PATH", os.defpath)
+    if running_here and not shutil.which(args.mpirun, path=search_path):
+        raise UsageError(f"--mpirun {args.mpirun}: not found on PATH" + (" (with the modules loaded)" if env else ""))
+    if running_here and sweep.apptainer_image and not shutil.which("apptainer", path=search_path):
+        raise UsageError(f"{where}: apptainer_image = {sweep.apptainer_image}: apptainer is not on PATH here, "
+                         "and a local sweep runs every rank through it")
+    binary, checker = binaries_of(args, sweep)
+    if checker:
+        check_capabilities(where, sweep, checker, binary_info(checker, env))
+        check_points(where, sweep, points, checker, env)
+    else:
+        print(f"the points are not checked before they run: no binary here to check them with "
+              f"({args.binary or default_binary(sweep.backend)}), and they run {binary} in the container")
     if args.dry_run:
         print_plan(sweep, points)
+        print_launch(sweep, binary)
         return 0
     lock = lock_output_dir(sweep.output_dir)
     try:
         if args.launcher == "slurm":
             return write_slurm(sweep, points, binary, args.submit, submit_command(argv))
-        failures = run_local(sweep, points, binary, args.mpirun)
+        failures = run_local(sweep, points, binary, args.mpirun, env)
         if not args.no_report:
             report_after_points(sweep)
         if failures:

@@ -1,8 +1,9 @@
 """The sweep tool: planning, Slurm scripts, and resuming an interrupted local sweep;
-hostile experiment files, every field of [sweep], [train] and [env] carrying shell syntax,
-a continuation line or a %: each must be refused with exit code 2, or give scripts in which
-nothing but the launchers run (the scripts are run here with stub srun, mpirun and sbatch,
-and a canary file that every payload tries to create must not appear); the sweep checked
+hostile experiment files, every field of [sweep] (its modules and containers included),
+[train] and [env] carrying shell syntax, a continuation line or a %: each must be refused
+with exit code 2, or give scripts in which nothing but the launchers run (the scripts are
+run here with stub srun, mpirun, sbatch, module and apptainer, and a canary file that every
+payload tries to create must not appear); the sweep checked
 whole by the binary before anything is written; a file that does not read back redone;
 and a local sweep stopped by a signal, and two sweeps on one folder, with the real
 binary and mpirun."""
@@ -343,11 +344,24 @@ BASE_SWEEP = {"name": "hostile", "scaling": "strong", "gpus": "1, 2", "gpus_per_
               "strategies": "ddp", "overlap": "off", "repeats": "1", "backend": "cpu",
               "time_limit": "00:10:00", "cpus_per_task": "1", "srun_args": "--mpi=pmix",
               "partition": "debug", "account": "lab", "signal_before_limit_s": "60",
-              "ntasks_per_node": "2", "exclusive": "yes", "constraint": "intel&ib"}
+              "ntasks_per_node": "2", "exclusive": "yes", "constraint": "intel&ib", "qos": "normal",
+              "reservation": "maint", "mem": "64G"}
 BASE_TRAIN = {"model": "tiny", "global-batch": "8", "steps": "3", "lr": "0.001", "seed": "5", "data": "random"}
 BASE_ENV = {"NCCL_DEBUG": "INFO"}
+# The modules every hostile file loads, through the stub module.
+MODULES_SWEEP = {"modules": "cuda/12.4, gcc+cuda/12.1", "module_purge": "yes"}
 # Keys that only a cuda experiment may set, with the values it may take.
 CUDA_SWEEP = {"gpu_bind": "none"}
+# The keys of a pyxis container and of an Apptainer one (a sweep takes one or the other).
+PYXIS_SWEEP = {"container_image": "nvcr.io#nvidia/pytorch:24.01-py3",
+               "container_mounts": "/scratch:/scratch, /data:/data:ro+private", "container_workdir": "/scratch",
+               "container_binary": "/opt/scalestudy/bin/scalestudy"}
+APPTAINER_SWEEP = {"apptainer_image": "docker://nvcr.io/nvidia/pytorch@sha256:0a1b",
+                   "container_mounts": "/scratch:/scratch, /data:/data:ro", "container_workdir": "/scratch",
+                   "container_binary": "/opt/scalestudy/bin/scalestudy"}
+CONTAINER_SWEEPS = {"pyxis": PYXIS_SWEEP, "apptainer": APPTAINER_SWEEP}
+# What the stub module is asked, in every script and in the sweep's own load of the modules.
+MODULE_CALLS = [["purge"], ["load", "cuda/12.4"], ["load", "gcc+cuda/12.1"]]
 PAYLOADS = {"semicolon": "; touch {canary}", "substitution": "$(touch {canary})",
             "backticks": "`touch {canary}`", "continuation": "\n  touch {canary}",
             "percent": "%(touch {canary})s%", "quotes": "' \" $(touch {canary}) \" '"}
@@ -367,11 +381,11 @@ def write_values(tmp_path, sweep_values, train_values, env_values=None):
 
 
 def stub_launchers(tmp_path):
-    """A folder of stub srun, mpirun and sbatch: each writes down its arguments, and what
-    [env] exported, as the ranks would get them, and runs nothing."""
+    """A folder of stub srun, mpirun, sbatch, module and apptainer: each writes down its
+    arguments, and what [env] exported, as the ranks would get them, and runs nothing."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for name in ("srun", "mpirun", "sbatch"):
+    for name in ("srun", "mpirun", "sbatch", "module", "apptainer"):
         stub = bin_dir / name
         stub.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > "$STUB_CALLS/{name}.$$"\n'
                         f'printf "%s" "$NCCL_DEBUG" > "$STUB_CALLS/{name}-env.$$"\necho 1\n')
@@ -392,8 +406,15 @@ def run_scripts(tmp_path, env):
             subprocess.run(["bash", str(script)], env=env, cwd=tmp_path, check=True, capture_output=True, timeout=30)
 
 
+# The base files, with no payload: each must be taken, so that a refusal above is the
+# payload's.
+UNHARMED = "none"
+
+
 def hostile_cases():
-    for key in list(BASE_SWEEP) + ["output_dir"]:
+    for section in ("sweep", "sweep+pyxis", "sweep+apptainer"):
+        yield section, "name", UNHARMED
+    for key in list(BASE_SWEEP) + list(MODULES_SWEEP) + ["output_dir"]:
         for payload in PAYLOADS:
             yield "sweep", key, payload
     for key in BASE_TRAIN:
@@ -404,6 +425,13 @@ def hostile_cases():
     for key in CUDA_SWEEP:
         for payload in PAYLOADS:
             yield "sweep-cuda", key, payload
+    # SECTION+CONTAINER: the container's keys, and an [env] value that reaches the ranks as
+    # written, in a sweep with that container.
+    for container, values in CONTAINER_SWEEPS.items():
+        for payload in PAYLOADS:
+            for key in values:
+                yield f"sweep+{container}", key, payload
+            yield f"env+{container}", "NCCL_DEBUG", payload
     for key in BASE_ENV:
         for payload in PAYLOADS:
             yield "env", key, payload
@@ -411,7 +439,9 @@ def hostile_cases():
 
 
 def hostile_file(tmp_path, section, key, text):
-    sweep_values = dict(BASE_SWEEP, output_dir=str(tmp_path / "out"))
+    section, _, container = section.partition("+")
+    sweep_values = dict(BASE_SWEEP, output_dir=str(tmp_path / "out"), **MODULES_SWEEP,
+                        **CONTAINER_SWEEPS.get(container, {}))
     train_values, env_values = dict(BASE_TRAIN), dict(BASE_ENV)
     if section == "sweep-cuda":
         sweep_values.update(CUDA_SWEEP, backend="cuda")
@@ -428,12 +458,33 @@ def hostile_file(tmp_path, section, key, text):
     return write_values(tmp_path, sweep_values, train_values, env_values), env_values
 
 
-def check_launcher_calls(calls, binary):
+def container_words(container, out_dir):
+    """(srun's pyxis options, the words that run a rank in Apptainer) of a hostile case's
+    file, as the base values give them."""
+    own = f"{out_dir}:{out_dir}"
+    if container == "pyxis":
+        return ([f"--container-image={PYXIS_SWEEP['container_image']}",
+                 f"--container-mounts={own},/scratch:/scratch,/data:/data:ro+private", "--container-workdir=/scratch"],
+                [])
+    if container == "apptainer":
+        return [], ["apptainer", "exec", "--bind", f"{own},/scratch:/scratch,/data:/data:ro", "--pwd", "/scratch",
+                    APPTAINER_SWEEP["apptainer_image"]]
+    return [], []
+
+
+def check_launcher_calls(calls, binary, pyxis=(), apptainer=()):
+    """Every launcher call runs the binary once, after options and numbers only, and the
+    container's words exactly as the file gives them."""
     for args in calls:
         assert args.count(str(binary)) == 1
         program_at = args.index(str(binary))
+        before = args[:program_at]
+        if apptainer:
+            assert before[-len(apptainer):] == list(apptainer), args
+            before = before[:-len(apptainer)]
+        assert [arg for arg in before if arg.startswith("--container")] == list(pyxis), args
         assert all(arg.startswith("-") or re.fullmatch(r"\d+|none|[A-Z_]+=.*", arg, re.S)
-                   for arg in args[:program_at]), args
+                   for arg in before), args
 
 
 @needs_binary
@@ -441,19 +492,29 @@ def check_launcher_calls(calls, binary):
 def test_a_hostile_value_is_refused_or_runs_nothing_but_the_stub_launchers(
         tmp_path, monkeypatch, capsys, section, key, payload):
     """Every key of every section with shell syntax, a continuation line or a %: the sweep
-    exits 2 in one line, or its Slurm scripts (run with stub srun, mpirun and sbatch first
-    on PATH, and submitted through the stub sbatch) and its local run (with the stub
-    mpirun) call the launchers and nothing else, the canary never made."""
+    exits 2 in one line, or its Slurm scripts (run with stub srun, mpirun, sbatch, module
+    and apptainer first on PATH, and submitted through the stub sbatch) and its local run
+    (with the stub mpirun; refused in a pyxis container) call the launchers and the stub
+    module with the file's names and nothing else, the canary never made."""
     canary = tmp_path / "canary"
-    path, env_values = hostile_file(tmp_path, section, key, PAYLOADS[payload].format(canary=canary))
+    path, env_values = hostile_file(tmp_path, section, key, PAYLOADS.get(payload, "").format(canary=canary))
     bin_dir, calls_dir = stub_launchers(tmp_path), tmp_path / "calls"
     calls_dir.mkdir()
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     monkeypatch.setenv("STUB_CALLS", str(calls_dir))
     monkeypatch.delenv("NCCL_DEBUG", raising=False)
+    # `module` is the stub: no shell function of a real one, and no init script to find it.
+    for name in list(os.environ):
+        if name.startswith("BASH_FUNC_") or name in ("BASH_ENV", "MODULESHOME"):
+            monkeypatch.delenv(name)
     binary = Path(BINARY).resolve()
+    # In a container the points run the container's binary; the one here checks them.
+    container = section.partition("+")[2]
+    launched = CONTAINER_SWEEPS[container]["container_binary"] if container else str(binary)
+    pyxis, apptainer = container_words(container, tmp_path / "out")
     code = sweep.main([str(path), "--launcher", "slurm", "--binary", str(binary), "--submit"])
     err = capsys.readouterr().err
+    assert code == 0 or payload != UNHARMED, err
     if code == 2:
         assert err.startswith("sweep: error: EXPERIMENT") and "\n" not in err.rstrip("\n"), err
         assert not (tmp_path / "out").exists(), "refused before anything was written"
@@ -464,17 +525,27 @@ def test_a_hostile_value_is_refused_or_runs_nothing_but_the_stub_launchers(
         run_scripts(tmp_path, dict(os.environ))
         calls, exported = stub_calls(calls_dir, "srun")
         assert len(calls) == 3, "one srun per point"
-        check_launcher_calls(calls, binary)
+        check_launcher_calls(calls, launched, pyxis, apptainer)
         # An [env] value reaches the ranks as it was written, shell syntax and all.
         assert exported == [env_values.get("NCCL_DEBUG", "")] * 3
-        assert sweep.main([str(path), "--launcher", "local", "--mpirun", "mpirun", "--binary", str(binary),
-                           "--no-report"]) == 1, "the stub mpirun runs no point"
+        # The sweep's own load of the modules, then each script's.
+        modules, _ = stub_calls(calls_dir, "module")
+        assert sorted(modules) == sorted(MODULE_CALLS * 4), modules
+        local = sweep.main([str(path), "--launcher", "local", "--mpirun", "mpirun", "--binary", str(binary),
+                            "--no-report"])
         calls, _ = stub_calls(calls_dir, "mpirun")
-        assert len(calls) == 3, "one mpirun per point"
-        check_launcher_calls(calls, binary)
-        for args in calls:
-            assert [args[i + 1] for i, arg in enumerate(args) if arg == "-x"] == \
-                [f"NCCL_DEBUG={env_values['NCCL_DEBUG']}"]
+        if pyxis:
+            err = capsys.readouterr().err
+            assert local == 2 and "container_image" in err and "--launcher slurm" in err, err
+            assert calls == [], "a pyxis sweep runs nothing locally"
+        else:
+            assert local == 1, "the stub mpirun runs no point"
+            assert len(calls) == 3, "one mpirun per point"
+            check_launcher_calls(calls, launched, pyxis, apptainer)
+            for args in calls:
+                assert [args[i + 1] for i, arg in enumerate(args) if arg == "-x"] == \
+                    [f"NCCL_DEBUG={env_values['NCCL_DEBUG']}"]
+        assert not list(calls_dir.glob("apptainer.*")), "the stub launchers start no rank"
     assert not canary.exists(), "a payload ran"
 
 
