@@ -833,11 +833,12 @@ def stop_descendants(signum, launcher_pid):
     reap_orphans()
 
 
-def run_point(command, log, env=None):
+def run_point(command, log, env=None, mode="w"):
     """Runs one point's launcher in a session of its own (so that a Ctrl-C at the terminal
     reaches the sweep alone, which then stops the point's ranks before the launcher), in
-    `env` (default: this process's environment); returns its exit status."""
-    with open(log, "w") as out:
+    `env` (default: this process's environment), its output written to `log` (opened with
+    `mode`: "a" adds to it); returns its exit status."""
+    with open(log, mode) as out:
         out.write(shlex.join(command) + "\n")
         out.flush()
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
@@ -893,7 +894,14 @@ def run_local(sweep, points, binary, mpirun, env=None):
         print(f"[{index}/{len(pending)}] {point.label()} ... ", end="", flush=True)
         started = time.monotonic()
         try:
+            before = result_files(point.result)
             code = run_point(command, log, env)
+            if start_failed(code, before, result_files(point.result)):
+                with open(log, "a") as out:
+                    out.write(start_retry_line(point, code) + "\n")
+                print("started once more (the launch ended before the run created its result file) ... ",
+                      end="", flush=True)
+                code = run_point(command, log, env, mode="a")
         except Stopped as stop:
             print(flush=True)
             stop.point = point
@@ -904,6 +912,64 @@ def run_local(sweep, points, binary, mpirun, env=None):
         if code != 0 or status != "complete":
             failures.append(point)
     return failures
+
+
+# The start-up retry. Open MPI 4.1's MPI_Init can take a peer's first message before its
+# PML has registered the handler, and the rank dies with SIGSEGV inside MPI_Init (about one
+# start in 150 of a two-node job). A launch that ends non-zero, and not with exit status 2
+# (bad input, which the same arguments meet again), while neither the result file nor its
+# .partial has been created or replaced, ended before the run began to write: it starts
+# once more, once, with a line in the point's log saying why.
+START_RETRY_CAUSE = "the job ended before the run created its result file, as a crash inside MPI_Init does"
+
+
+def result_files(result):
+    """What lies at a point's result path and its .partial: (inode, size, mtime) of each,
+    None where there is none. A run that has begun writing changes one of them."""
+    found = []
+    for path in (result, Path(str(result) + ".partial")):
+        try:
+            info = os.stat(path)
+            found.append((info.st_ino, info.st_size, info.st_mtime_ns))
+        except FileNotFoundError:
+            found.append(None)
+    return tuple(found)
+
+
+def start_failed(code, before, after):
+    """Whether a launch that ended with `code` ended before its run created its result
+    file (so that it is started once more)."""
+    return code != 0 and code != USAGE_ERROR and before == after
+
+
+def start_retry_line(point, code):
+    return f"scalestudy: {point.label()}: the launch ended with exit status {code}: {START_RETRY_CAUSE}; starting it once more"
+
+
+def retried_launch_lines(point, launch):
+    """The shell lines that run `launch` (its words) and start it once more where it ended
+    before the run created its result file (start_failed's rule); the script ends with the
+    launch's exit status."""
+    result = shlex.quote(str(point.result))
+    command = shlex.join(launch)
+    message = shlex.quote(f"scalestudy: {point.label()}: the launch ended with exit status ")
+    cause = shlex.quote(f": {START_RETRY_CAUSE}; starting it once more")
+    return ["# The point's launch; started once more where it ends before the run created its result file.",
+            "launch() {",
+            command,
+            "}",
+            f"result={result}",
+            "# The files at the result's path: the run has begun writing once one of them changes.",
+            'result_files() { stat -c "%n %i %s %y" -- "$result" "$result.partial" 2>/dev/null || true; }',
+            "before=$(result_files)",
+            "status=0",
+            "launch || status=$?",
+            f'if [ "$status" -ne 0 ] && [ "$status" -ne {USAGE_ERROR} ] && [ "$(result_files)" = "$before" ]; then',
+            f'  echo {message}"$status"{cause}',
+            "  status=0",
+            "  launch || status=$?",
+            "fi",
+            'exit "$status"']
 
 
 def sbatch_script(sweep, point, binary):
@@ -937,7 +1003,7 @@ def sbatch_script(sweep, point, binary):
     # The experiment's [env], and nothing else, after the modules (so that it overrides
     # theirs): srun passes the script's environment on to every rank.
     lines += [f"export {name}={shlex.quote(value)}" for name, value in sweep.env]
-    lines += [f"mkdir -p {shlex.quote(str(point.result.parent))}", shlex.join(launch), ""]
+    lines += [f"mkdir -p {shlex.quote(str(point.result.parent))}"] + retried_launch_lines(point, launch) + [""]
     return "\n".join(lines)
 
 
