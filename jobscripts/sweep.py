@@ -5,10 +5,16 @@ Slurm cluster as one sbatch script per point plus a report job that runs after t
     jobscripts/sweep.py experiments/quickstart.ini --dry-run
     jobscripts/sweep.py experiments/quickstart.ini --launcher local
     jobscripts/sweep.py experiments/gpt2-small-strong.ini --launcher slurm --submit
+    jobscripts/sweep.py status experiments/gpt2-small-strong.ini
 
 A point is one (scaling, strategy, overlap, GPU count, repeat). Its result file is
 complete once `scalestudy train` has marked it so and it reads back whole; running the
 sweep again skips every complete point, so an interrupted sweep picks up where it stopped.
+On Slurm it asks what became of each point's job (jobs/submitted.json records which job
+runs which point): a point whose job is pending or running is not submitted again; one
+whose job ended TIMEOUT, PREEMPTED, NODE_FAIL or CANCELLED is; one that failed on bad input
+or out of memory is listed with the reason, and not rerun until its script changes.
+`sweep.py status EXPERIMENT` shows all of it, point by point.
 
 Every sweep also carries one `scalestudy bench comm` point at its largest GPU count,
 placed on the nodes as that count's training points are: allreduce, reduce-scatter and
@@ -1027,40 +1033,342 @@ def report_script(sweep):
                      + ["set -euo pipefail", shlex.join(report_command(sweep)), ""])
 
 
+# ---- what Slurm says happened: the manifest of submitted jobs, their states, the resume ----
+
+# jobs/<MANIFEST>: which Slurm job runs which point, written at each submission.
+MANIFEST = "submitted.json"
+# A job Slurm has not finished with: its point is not submitted again.
+ACTIVE_STATES = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
+                 "RESIZING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT", "RESV_DEL_HOLD"}
+# A job that ended before its run completed, for a reason not its own: its point runs again.
+RERUN_STATES = {"TIMEOUT", "PREEMPTED", "NODE_FAIL", "CANCELLED", "BOOT_FAIL", "DEADLINE"}
+# What a result file's failure_reason or a point's log says of a failure that the same
+# script meets again: bad input (the binary's usage errors, exit status 2), or memory.
+BAD_INPUT = re.compile(r"usage error|bad input|scalestudy(?: [a-z]+)*: error: .*", re.I)
+OUT_OF_MEMORY = re.compile(r".*(out of memory|out_of_memory|oom[- ]kill|std::bad_alloc|cannot allocate memory).*",
+                           re.I)
+# sacct's answer where the cluster keeps no job accounting.
+NO_ACCOUNTING = re.compile(r"accounting storage is disabled|accounting is disabled|accounting_storage/none"
+                           r"|no accounting", re.I)
+
+
+@dataclass(frozen=True)
+class JobState:
+    state: str  # Slurm's state (CANCELLED, TIMEOUT, COMPLETED, ...), or "UNKNOWN"
+    exit_status: object = None  # the batch script's exit status, None where Slurm gave none
+    signal: int = 0  # the signal that ended it, 0 for none
+    source: str = ""  # sacct, scontrol or squeue; "" where none answered
+
+    def text(self):
+        ended = self.exit_status is not None and self.state not in ACTIVE_STATES
+        exit_text = f" (exit {self.exit_status}" if ended else ""
+        if exit_text:
+            exit_text += f", signal {self.signal})" if self.signal else ")"
+        return f"{self.state}{exit_text}"
+
+
+def slurm_command(command):
+    """The answer of a Slurm client, or None where it is not on PATH or does not answer."""
+    program = shutil.which(command[0])
+    if not program:
+        return None
+    try:
+        return subprocess.run([program] + command[1:], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def exit_code_of(text):
+    """Slurm's ExitCode, "STATUS:SIGNAL": (status, signal), or (None, 0)."""
+    match = re.fullmatch(r"\s*(\d+):(\d+)\s*", text or "")
+    return (int(match.group(1)), int(match.group(2))) if match else (None, 0)
+
+
+def sacct_states(ids):
+    """The states sacct gives the jobs `ids` (the job's own line, not its steps'); None
+    where there is no sacct or no accounting (sacct fails, or says so)."""
+    out = slurm_command(["sacct", "-j", ",".join(ids), "--format=JobID,State,ExitCode", "--parsable2",
+                         "--noheader"])
+    if out is None or out.returncode != 0 or NO_ACCOUNTING.search(out.stdout + out.stderr):
+        return None
+    states = {}
+    for line in out.stdout.splitlines():
+        fields = line.strip().split("|")
+        if len(fields) >= 3 and fields[0] in ids:
+            status, signum = exit_code_of(fields[2])
+            states[fields[0]] = JobState(fields[1].split()[0] if fields[1].split() else "UNKNOWN", status, signum,
+                                        "sacct")
+    return states
+
+
+def scontrol_state(job_id):
+    """The state `scontrol show job` gives one job (it forgets a job some minutes after it
+    ends), or None."""
+    out = slurm_command(["scontrol", "show", "job", job_id])
+    if out is None or out.returncode != 0:
+        return None
+    state = re.search(r"\bJobState=(\S+)", out.stdout)
+    if not state:
+        return None
+    exit_code = re.search(r"\bExitCode=(\S+)", out.stdout)
+    status, signum = exit_code_of(exit_code.group(1) if exit_code else "")
+    return JobState(state.group(1), status, signum, "scontrol")
+
+
+def squeue_state(job_id):
+    """The state squeue gives a job it still lists, or None."""
+    out = slurm_command(["squeue", "--noheader", "--jobs", job_id, "--format=%T"])
+    if out is None or out.returncode != 0 or not out.stdout.split():
+        return None
+    return JobState(out.stdout.split()[0], None, 0, "squeue")
+
+
+def job_states(ids):
+    """{job id: JobState} for every id: from sacct, and where accounting is off (or sacct
+    does not know a job yet) from scontrol, else squeue; UNKNOWN where none knows it."""
+    ids = sorted(set(ids))
+    if not ids:
+        return {}
+    states = sacct_states(ids) or {}
+    for job_id in ids:
+        if job_id not in states:
+            states[job_id] = scontrol_state(job_id) or squeue_state(job_id) or JobState("UNKNOWN")
+    return states
+
+
+def manifest_path(sweep):
+    return sweep.output_dir / "jobs" / MANIFEST
+
+
+def read_manifest(sweep):
+    """The manifest of the sweep's submitted jobs: {"points": {label: {"job", "log",
+    "script_sha256"}}, "report": job id}; empty where nothing was submitted."""
+    try:
+        manifest = json.loads(manifest_path(sweep).read_text())
+    except FileNotFoundError:
+        return {"points": {}}
+    except (OSError, ValueError) as error:
+        raise UsageError(f"{manifest_path(sweep)}: not a manifest of submitted jobs ({error}); "
+                         "move it away to start the sweep's job records afresh") from None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("points"), dict):
+        raise UsageError(f"{manifest_path(sweep)}: not a manifest of submitted jobs")
+    return manifest
+
+
+def write_atomically(path, text):
+    """Writes text to path through a temporary file beside it, renamed over it: a reader
+    sees the old file or the new, never a part."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(temporary, "w") as out:
+        out.write(text)
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(temporary, path)
+
+
+def script_digest(text):
+    import hashlib
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def failure_reason(path):
+    """The failure_reason attribute of a result file, "" where it has none or does not read."""
+    try:
+        import h5py
+    except ImportError:
+        dump = subprocess.run(["h5dump", "-a", "/failure_reason", str(path)], capture_output=True, text=True)
+        match = re.search(r'\(0\): "(.*)"', dump.stdout)
+        return match.group(1) if match else ""
+    try:
+        with h5py.File(path, "r") as handle:
+            reason = handle.attrs.get("failure_reason", "")
+            return reason.decode(errors="replace") if isinstance(reason, bytes) else str(reason)
+    except Exception:  # h5py raises OSError, KeyError, RuntimeError or ValueError by HDF5's error
+        return ""
+
+
+def result_description(path):
+    """The result file's state in words: complete, failed: REASON, running (.partial),
+    unreadable: WHY, or absent."""
+    status, why = result_state(path)
+    if status == "missing":
+        return "absent"
+    if status == "running":
+        return "running (.partial)"
+    if status == "failed":
+        reason = failure_reason(path)
+        return f"failed: {reason}" if reason else "failed"
+    return f"{status}: {why}" if why else status
+
+
+def log_lines(path):
+    try:
+        return Path(path).read_text(errors="replace").splitlines()
+    except (OSError, TypeError):
+        return []
+
+
+def held_reason(point, job, log):
+    """Why the point's failure would come again with the same script (bad input, or out of
+    memory), naming it from the result file or the log; "" where it would not."""
+    reason = failure_reason(point.result) if result_status(point.result) == "failed" else ""
+    said = [("failure_reason", reason)] + [("log", line) for line in log_lines(log)]
+    for pattern, kind, ended in ((BAD_INPUT, "bad input", job is not None and job.exit_status == USAGE_ERROR
+                                  and not job.signal),
+                                 (OUT_OF_MEMORY, "out of memory", job is not None and job.state == "OUT_OF_MEMORY")):
+        for source, line in said:
+            found = pattern.search(line) if line else None
+            if found:
+                return f"{kind} ({source}: {found.group(0).strip()})"
+        if ended:
+            return f"{kind} (job {job.text()})"
+    return ""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What a resume does with a point: 'complete', 'waiting' (its job is not over), 'held'
+    (its failure would come again), or 'rerun'; and why."""
+    action: str
+    why: str = ""
+
+
+def verdict(point, entry, job, script_text=None):
+    """What a resume does with a point, given its manifest entry (None where the sweep
+    never submitted it), its job's state and the script it would be submitted with now."""
+    if result_status(point.result) == "complete":
+        return Verdict("complete")
+    if entry is None:
+        return Verdict("rerun", "not submitted before")
+    if job is not None and job.state in ACTIVE_STATES:
+        return Verdict("waiting", f"job {entry['job']} is {job.state}")
+    reason = held_reason(point, job, entry.get("log"))
+    if reason:
+        if script_text is not None and script_digest(script_text) != entry.get("script_sha256"):
+            return Verdict("rerun", f"{reason}, and its script has changed since")
+        return Verdict("held", reason)
+    if job is not None and job.state in RERUN_STATES:
+        return Verdict("rerun", f"job {entry['job']} ended {job.state} before the run completed")
+    state = job.text() if job is not None else "unknown"
+    return Verdict("rerun", f"job {entry['job']} ended {state} without a complete result")
+
+
+def point_verdicts(sweep, points, scripts=None):
+    """[(point, its manifest entry or None, its JobState or None, Verdict)], the jobs'
+    states asked of Slurm once. `scripts` maps a label to the script it would be submitted
+    with now (a changed script lifts a hold)."""
+    entries = read_manifest(sweep)["points"]
+    ids = [entries[point.label()]["job"] for point in points if point.label() in entries]
+    states = job_states(ids)
+    answers = []
+    for point in points:
+        entry = entries.get(point.label())
+        job = states.get(entry["job"]) if entry else None
+        answers.append((point, entry, job, verdict(point, entry, job, (scripts or {}).get(point.label()))))
+    return answers
+
+
+def record_submitted(sweep, submitted, report_id):
+    """Adds the points just submitted ({label: entry}) and the report's job to the
+    manifest, atomically."""
+    manifest = read_manifest(sweep)
+    manifest["points"].update(submitted)
+    if report_id:
+        manifest["report"] = report_id
+    write_atomically(manifest_path(sweep), json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+
+
+def job_log(sweep, point, job_id):
+    """The log Slurm writes for a point's job (#SBATCH --output, %x-%j)."""
+    return sweep.output_dir / "logs" / f"{sweep.name}-{point.label()}-{job_id}.out"
+
+
+def show_status(sweep, points):
+    """Prints every point with its result file's state, its job's state where the sweep
+    submitted it, and what a resume does with it."""
+    manifest = read_manifest(sweep)
+    answers = point_verdicts(sweep, points)
+    print(f"sweep {sweep.name}: {len(points)} point(s), results in {sweep.output_dir}")
+    width = max(len(point.label()) for point in points)
+    for point, entry, job, said in answers:
+        job_text = f"job {entry['job']} {job.text()}" if entry else "not submitted"
+        action = {"complete": "done", "waiting": "waiting", "held": "not rerun", "rerun": "rerun"}[said.action]
+        why = f" ({said.why})" if said.why and said.action != "waiting" else ""
+        print(f"  {point.label():{width}s}  {result_description(point.result)}  [{job_text}]  resume: {action}{why}")
+    if manifest.get("report"):
+        (report,) = job_states([manifest["report"]]).values()
+        print(f"  {'report':{width}s}  {sweep.output_dir / 'report' / 'report.md'}"
+              f"{'' if (sweep.output_dir / 'report' / 'report.md').exists() else ' (absent)'}"
+              f"  [job {manifest['report']} {report.text()}]")
+    counts = {}
+    for *_, said in answers:
+        counts[said.action] = counts.get(said.action, 0) + 1
+    print(", ".join(f"{counts[action]} {name}" for action, name in
+                    (("complete", "complete"), ("waiting", "waiting for their jobs"), ("rerun", "to rerun"),
+                     ("held", "not rerun (bad input or out of memory)")) if counts.get(action)))
+    return 0
+
+
 def write_slurm(sweep, points, binary, submit, submit_command):
     jobs_dir = sweep.output_dir / "jobs"
     (sweep.output_dir / "logs").mkdir(parents=True, exist_ok=True)
     jobs_dir.mkdir(parents=True, exist_ok=True)
     pending = pending_points(points)
+    texts = {point.label(): sbatch_script(sweep, point, binary) for point in pending}
+    # A point submitted before is submitted again only by what Slurm says its job did.
+    waiting, held, to_run = [], [], []
+    for point, entry, job, said in point_verdicts(sweep, pending, texts):
+        if said.action == "waiting":
+            waiting.append(entry["job"])
+            print(f"{point.label()}: {said.why}; not submitted again")
+        elif said.action == "held":
+            held.append(point)
+            print(f"{point.label()}: not rerun, {said.why} (log {entry.get('log')}); it runs again once a "
+                  "change to the experiment changes its script")
+        else:
+            if entry is not None:
+                print(f"{point.label()}: rerun: {said.why}")
+            to_run.append(point)
     scripts = []
-    for point in pending:
+    for point in to_run:
         script = jobs_dir / f"{point.label()}.sbatch"
-        script.write_text(sbatch_script(sweep, point, binary))
-        scripts.append(script)
+        script.write_text(texts[point.label()])
+        scripts.append((point, script))
     report = jobs_dir / "report.sbatch"
     report.write_text(report_script(sweep))
     print(f"sweep {sweep.name}: wrote {len(scripts)} job script(s) for the pending points "
-          f"({len(points) - len(pending)} complete) and {report}")
+          f"({len(points) - len(pending)} complete) and {report}"
+          + (f"; {len(waiting)} point(s) wait for their jobs" if waiting else "")
+          + (f"; {len(held)} point(s) not rerun: " + ", ".join(point.label() for point in held) if held else ""))
     if not submit:
         print(f"submit them with: {submit_command}")
         return 0
     sbatch = shutil.which("sbatch")
     if not sbatch:
         raise UsageError("--submit: sbatch is not on PATH")
-    job_ids = []
-    for script in scripts:
-        out = subprocess.run([sbatch, "--parsable", str(script)], capture_output=True, text=True)
-        if out.returncode != 0:
-            print(f"sbatch {script} failed: {out.stderr.strip()}", file=sys.stderr)
-            return 1
-        job_ids.append(out.stdout.strip().split(";")[0])
-        print(f"submitted {script.name} as job {job_ids[-1]}")
-    dependency = ["--dependency=afterany:" + ":".join(job_ids)] if job_ids else []
+    job_ids, submitted = [], {}
+    try:
+        for point, script in scripts:
+            out = subprocess.run([sbatch, "--parsable", str(script)], capture_output=True, text=True)
+            if out.returncode != 0:
+                print(f"sbatch {script} failed: {out.stderr.strip()}", file=sys.stderr)
+                return 1
+            job_ids.append(out.stdout.strip().split(";")[0])
+            submitted[point.label()] = {"job": job_ids[-1], "log": str(job_log(sweep, point, job_ids[-1])),
+                                        "result": str(point.result),
+                                        "script_sha256": script_digest(texts[point.label()])}
+            print(f"submitted {script.name} as job {job_ids[-1]}")
+    finally:
+        # Every job submitted is recorded, also where a later sbatch failed.
+        record_submitted(sweep, submitted, None)
+    after = job_ids + waiting
+    dependency = ["--dependency=afterany:" + ":".join(after)] if after else []
     out = subprocess.run([sbatch, "--parsable"] + dependency + [str(report)], capture_output=True, text=True)
     if out.returncode != 0:
         print(f"sbatch {report} failed: {out.stderr.strip()}", file=sys.stderr)
         return 1
     report_id = out.stdout.strip().split(";")[0]
+    record_submitted(sweep, {}, report_id)
     print(f"submitted the report as job {report_id}; it runs after the points and writes "
           f"{sweep.output_dir / 'report' / 'report.md'}")
     (sweep.output_dir / "jobs" / "submitted.txt").write_text("\n".join(job_ids + [report_id]) + "\n")
@@ -1322,12 +1630,37 @@ def stopped_message(stop):
             f"{status_text(point.result)}; run the same command again to go on")
 
 
+def status_parser():
+    parser = argparse.ArgumentParser(
+        prog=f"{Path(__file__).name} status",
+        description="Shows every point of a sweep (the training points and the bench comm point) with its "
+                    "result file's state (complete, failed with its failure_reason, running with a .partial, "
+                    "unreadable, or absent), the state Slurm gives its job where the sweep submitted it "
+                    "(sacct; scontrol or squeue where accounting is off), and what running the sweep again "
+                    "does with it: rerun, wait for its job, or leave it (bad input or out of memory).")
+    parser.add_argument("experiment", metavar="EXPERIMENT", help="experiment file (INI with [sweep] and [train])")
+    parser.add_argument("--output-dir", help="the results' folder, where the sweep was given one "
+                                             "(default: the experiment's output_dir)")
+    parser.add_argument("--gpus", help="only these GPU counts, a subset of the experiment's (default: all of them)")
+    return parser
+
+
+def status(args):
+    sweep = planned_sweep(args)
+    return show_status(sweep, plan(sweep) + bench_comm_points(sweep))
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = argument_parser().parse_args(argv)
+    if argv[:1] == ["status"]:
+        args = status_parser().parse_args(argv[1:])
+        command = status
+    else:
+        args = argument_parser().parse_args(argv)
+        command = lambda args: run(args, argv)  # noqa: E731
     previous = {signum: signal.signal(signum, raise_stopped) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
-        return run(args, argv)
+        return command(args)
     except UsageError as error:
         print(f"sweep: error: {error}", file=sys.stderr)
         return USAGE_ERROR

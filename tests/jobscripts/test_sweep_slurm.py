@@ -121,3 +121,159 @@ def test_the_local_launcher_starts_a_launch_once_more_only_where_it_ended_before
         assert lines[0].startswith(f"scalestudy: {points[0].label()}: the launch ended with exit status 139: ")
         # The log keeps both launches' output.
         assert log.count("mpirun ") == 2
+
+
+# ---- status and resume by what Slurm says happened -------------------------------------
+
+# Stub Slurm clients. sbatch numbers its jobs from 100, writing down each call; sacct,
+# scontrol and squeue answer from $STUB_STATES, lines of JOBID|STATE|EXITCODE, as a cluster
+# with job accounting does, or (STUB_ACCOUNTING=off) as one without: sacct refuses, and
+# scontrol still knows the jobs that ended a short while ago.
+SLURM_STUBS = {
+    "sbatch": r'''
+n=$(cat "$STUB_DIR/next" 2>/dev/null || echo 100); echo $((n + 1)) > "$STUB_DIR/next"
+printf "%s\n" "$@" > "$STUB_DIR/sbatch.$n"
+echo "$n;cluster"
+''',
+    "sacct": r'''
+if [ "$STUB_ACCOUNTING" = off ]; then echo "sacct: error: Slurm accounting storage is disabled" >&2; exit 1; fi
+ids=""; previous=""
+for word in "$@"; do [ "$previous" = "-j" ] && ids=$word; previous=$word; done
+for id in $(echo "$ids" | tr ',' ' '); do
+  line=$(grep "^$id|" "$STUB_STATES") || continue
+  echo "$line"
+  echo "$id.batch|$(echo "$line" | cut -d'|' -f2 | cut -d' ' -f1)|$(echo "$line" | cut -d'|' -f3)"
+done
+''',
+    "scontrol": r'''
+[ "$1 $2" = "show job" ] || exit 1
+line=$(grep "^$3|" "$STUB_STATES") || { echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1; }
+echo "JobId=$3 JobName=point"
+echo "   JobState=$(echo "$line" | cut -d'|' -f2 | cut -d' ' -f1) Reason=None Dependency=(null)"
+echo "   Requeue=1 Restarts=0 BatchFlag=1 Reboot=0 ExitCode=$(echo "$line" | cut -d'|' -f3)"
+''',
+    "squeue": "exit 0\n",
+}
+
+
+@pytest.fixture
+def slurm_stubs(tmp_path, monkeypatch):
+    bin_dir, stub_dir = tmp_path / "slurm-bin", tmp_path / "slurm-calls"
+    stub_dir.mkdir()
+    for name, body in SLURM_STUBS.items():
+        make_stub(bin_dir, name, body)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("STUB_DIR", str(stub_dir))
+    monkeypatch.setenv("STUB_STATES", str(tmp_path / "states"))
+    return stub_dir
+
+
+def sbatch_calls(stub_dir):
+    return [path.read_text().splitlines() for path in sorted(stub_dir.glob("sbatch.*"))]
+
+
+def write_result(path, status, reason=""):
+    h5py = pytest.importorskip("h5py")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with h5py.File(path, "w") as handle:
+        handle.attrs["status"] = status
+        handle.attrs["failure_reason"] = reason
+        handle.create_dataset("steps/loss", data=[1.0, 0.5])
+
+
+TIMED_OUT = "terminated by SIGTERM (time limit, scancel or kill)"
+BAD_INPUT = "scalestudy train: error: --data /nowhere: must be random, markov or file"
+OOM = "out of memory while allocating activations (1.2 GiB asked, 0.3 GiB free)"
+
+
+def a_sweep_whose_jobs_ended(tmp_path, capsys):
+    """A sweep of six training points and its bench comm point, submitted; then two points
+    complete, one cancelled, one timed out, one failed on bad input, one out of memory, and
+    bench comm's job still running. Returns (experiment path, {label: job id})."""
+    path = write_experiment(tmp_path, ["gpus = 1, 2", "repeats = 3"])
+    assert sweep.main([str(path), "--launcher", "slurm", "--binary", BINARY, "--submit"]) == 0
+    capsys.readouterr()
+    manifest = json.loads((tmp_path / "out" / "jobs" / "submitted.json").read_text())
+    jobs = {label: entry["job"] for label, entry in manifest["points"].items()}
+    assert len(jobs) == 7 and manifest["report"] == "107"
+    out, prefix = tmp_path / "out", "strong-ddp-overlap_off-"
+    results = {label: out / "strong" / "ddp-overlap_off" / f"{label[len(prefix):]}.h5"
+               for label in jobs if label.startswith(prefix)}
+    write_result(results[prefix + "n1-r0"], "complete")
+    write_result(results[prefix + "n1-r1"], "complete")
+    Path(str(results[prefix + "n1-r2"]) + ".partial").write_text("")  # cancelled while it ran
+    write_result(results[prefix + "n2-r0"], "failed", TIMED_OUT)
+    Path(manifest["points"][prefix + "n2-r1"]["log"]).write_text(BAD_INPUT + "\n")
+    write_result(results[prefix + "n2-r2"], "failed", OOM)
+    states = {"n1-r0": "COMPLETED|0:0", "n1-r1": "COMPLETED|0:0", "n1-r2": "CANCELLED by 1000|0:15",
+              "n2-r0": "TIMEOUT|0:0", "n2-r1": "FAILED|2:0", "n2-r2": "FAILED|1:0"}
+    lines = [f"{jobs[prefix + key]}|{value}" for key, value in states.items()]
+    lines.append(f"{jobs['bench-comm-n2']}|RUNNING|0:0")
+    (tmp_path / "states").write_text("\n".join(lines) + "\n")
+    return path, jobs
+
+
+@needs_binary
+@pytest.mark.parametrize("accounting", ["on", "off"])
+def test_status_shows_each_point_and_its_job_and_resume_reruns_only_the_cancelled_and_timed_out(
+        tmp_path, monkeypatch, capsys, slurm_stubs, accounting):
+    monkeypatch.setenv("STUB_ACCOUNTING", accounting)
+    path, jobs = a_sweep_whose_jobs_ended(tmp_path, capsys)
+    assert sweep.main(["status", str(path)]) == 0
+    shown = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if line.startswith("  ")}
+    prefix = "strong-ddp-overlap_off-"
+
+    def line(label):
+        return shown[label]
+
+    for label in ("n1-r0", "n1-r1"):
+        assert f"  complete  [job {jobs[prefix + label]} COMPLETED (exit 0)]  resume: done" in line(prefix + label)
+    assert "running (.partial)" in line(prefix + "n1-r2") and "CANCELLED" in line(prefix + "n1-r2")
+    assert "resume: rerun" in line(prefix + "n1-r2")
+    assert f"failed: {TIMED_OUT}" in line(prefix + "n2-r0") and "TIMEOUT" in line(prefix + "n2-r0")
+    assert "resume: rerun" in line(prefix + "n2-r0")
+    assert "absent" in line(prefix + "n2-r1") and "FAILED (exit 2)" in line(prefix + "n2-r1")
+    assert f"resume: not rerun (bad input (log: {BAD_INPUT}))" in line(prefix + "n2-r1")
+    assert f"failed: {OOM}" in line(prefix + "n2-r2") and f"resume: not rerun (out of memory (failure_reason: {OOM}))" in \
+        line(prefix + "n2-r2")
+    assert f"absent  [job {jobs['bench-comm-n2']} RUNNING]" in line("bench-comm-n2")
+    assert "resume: waiting" in line("bench-comm-n2")
+    assert "report" in shown
+
+    before = len(sbatch_calls(slurm_stubs))
+    assert sweep.main([str(path), "--launcher", "slurm", "--binary", BINARY, "--submit"]) == 0
+    out = capsys.readouterr().out
+    calls = sbatch_calls(slurm_stubs)[before:]
+    submitted = sorted(Path(call[-1]).name for call in calls)
+    assert submitted == sorted([f"{prefix}n1-r2.sbatch", f"{prefix}n2-r0.sbatch", "report.sbatch"]), out
+    # The report runs after the new jobs and the one still running.
+    (report,) = [call for call in calls if call[-1].endswith("report.sbatch")]
+    (dependency,) = [word for word in report if word.startswith("--dependency=")]
+    assert sorted(dependency.split(":")[1:]) == sorted(["108", "109", jobs["bench-comm-n2"]])
+    assert f"{prefix}n2-r1: not rerun, bad input (log: {BAD_INPUT})" in out
+    assert f"{prefix}n2-r2: not rerun, out of memory (failure_reason: {OOM})" in out
+    assert f"bench-comm-n2: job {jobs['bench-comm-n2']} is RUNNING; not submitted again" in out
+    # The manifest now names the new jobs of the rerun points, and keeps the others'.
+    manifest = json.loads((tmp_path / "out" / "jobs" / "submitted.json").read_text())
+    assert {manifest["points"][prefix + label]["job"] for label in ("n1-r2", "n2-r0")} == {"108", "109"}
+    assert manifest["points"][prefix + "n2-r1"]["job"] == jobs[prefix + "n2-r1"]
+
+
+@needs_binary
+def test_a_held_point_runs_again_once_its_script_changes(tmp_path, monkeypatch, capsys, slurm_stubs):
+    monkeypatch.setenv("STUB_ACCOUNTING", "on")
+    path, jobs = a_sweep_whose_jobs_ended(tmp_path, capsys)
+    path.write_text(path.read_text().replace("steps = 3", "steps = 4"))
+    before = len(sbatch_calls(slurm_stubs))
+    assert sweep.main([str(path), "--launcher", "slurm", "--binary", BINARY, "--submit"]) == 0
+    out = capsys.readouterr().out
+    submitted = sorted(Path(call[-1]).name for call in sbatch_calls(slurm_stubs)[before:])
+    assert "strong-ddp-overlap_off-n2-r1.sbatch" in submitted and "strong-ddp-overlap_off-n2-r2.sbatch" in submitted
+    assert "its script has changed since" in out
+
+
+def test_status_of_a_sweep_never_submitted_lists_every_point_absent(tmp_path, capsys, slurm_stubs):
+    path = write_experiment(tmp_path, ["gpus = 1, 2"])
+    assert sweep.main(["status", str(path), "--output-dir", str(tmp_path / "elsewhere")]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  ")]
+    assert len(lines) == 3 and all("absent  [not submitted]" in line for line in lines), lines
