@@ -108,6 +108,7 @@ class Sweep:
     container_mounts: tuple = ()  # SRC:DST[:FLAGS], besides the output folder's own mount
     container_workdir: str = ""  # the ranks' working folder inside the container
     container_binary: str = ""  # the binary's path inside the container; "" for --binary's
+    network: str = ""  # the network file scalestudy-predict predicts for; "" for no predictions
 
     def containerised(self):
         return bool(self.container_image or self.apptainer_image)
@@ -229,6 +230,7 @@ SWEEP_KEYS = {
     "modules": "none", "module_purge": "no",
     "container_image": "none (pyxis)", "apptainer_image": "none", "container_mounts": "the output folder's only",
     "container_workdir": "the container's own", "container_binary": "the --binary path",
+    "network": "none (the report job writes no predictions)",
 }
 
 
@@ -411,9 +413,22 @@ def read_experiment(path):
         reservation=checked("reservation", "", SLURM_NAMES, "reservation names separated by commas"),
         mem=checked("mem", "", SLURM_MEMORY, "megabytes, or a size with a unit K, M, G or T (e.g. 480G); "
                     "0 for all of a node's memory"),
+        network=network_file(where, checked("network", "", PATH_TEXT, PATH_EXPECTED)),
         modules=listed(where, sweep, "modules", MODULE_NAME, MODULE_EXPECTED),
         module_purge=boolean("module_purge", "no"),
         **container_settings(where, sweep))
+
+
+def network_file(where, text):
+    """The network file's absolute path (a relative one is the repository's, as output_dir
+    is), "" for none; a file that is not there is a usage error naming the key."""
+    if not text:
+        return ""
+    path = Path(text) if Path(text).is_absolute() else ROOT / text
+    if not path.is_file():
+        raise UsageError(f"{where}: network = {text}: no such file (a network description such as "
+                         "experiments/networks/ib-ndr-400.ini)")
+    return str(path.resolve())
 
 
 def listed(where, section, key, pattern, expected):
@@ -632,6 +647,15 @@ def print_plan(sweep, points):
 def report_command(sweep):
     return [sys.executable, "-m", "scalestudy_analysis.report.cli", str(sweep.output_dir), "-o",
             str(sweep.output_dir / "report")]
+
+
+def prediction_command(sweep):
+    """scalestudy-predict on the sweep's results for its network file, writing into
+    <output_dir>/prediction, beside the report; None where the experiment names no network."""
+    if not sweep.network:
+        return None
+    return [sys.executable, "-m", "scalestudy_analysis.predict.cli", str(sweep.output_dir), "--network",
+            sweep.network, "--out", str(sweep.output_dir / "prediction")]
 
 
 # Where a shell finds `module` when it was not handed one (by the submitting shell's
@@ -1030,7 +1054,22 @@ def report_script(sweep):
                       f"#SBATCH --time={sweep.time_limit}",
                       f"#SBATCH --output={logs}/%x-%j.out"]
                      + site_lines(sweep)
-                     + ["set -euo pipefail", shlex.join(report_command(sweep)), ""])
+                     + ["set -euo pipefail",
+                        "# The report, then the predictions, which run whatever became of the report.",
+                        "status=0",
+                        shlex.join(report_command(sweep)) + " || status=$?",
+                        prediction_line(sweep),
+                        'exit "$status"', ""])
+
+
+def prediction_line(sweep):
+    """The report job's line of the predictions: scalestudy-predict, or where the
+    experiment names no network file, a line in the job's log saying there are none."""
+    command = prediction_command(sweep)
+    if command is None:
+        return ("echo " + shlex.quote("scalestudy: no predictions: the experiment names no network file "
+                                      "(network = FILE in [sweep], e.g. experiments/networks/ib-ndr-400.ini)"))
+    return shlex.join(command) + " || status=$?"
 
 
 # ---- what Slurm says happened: the manifest of submitted jobs, their states, the resume ----
@@ -1370,7 +1409,8 @@ def write_slurm(sweep, points, binary, submit, submit_command):
     report_id = out.stdout.strip().split(";")[0]
     record_submitted(sweep, {}, report_id)
     print(f"submitted the report as job {report_id}; it runs after the points and writes "
-          f"{sweep.output_dir / 'report' / 'report.md'}")
+          f"{sweep.output_dir / 'report' / 'report.md'}"
+          + (f" and the predictions, {sweep.output_dir / 'prediction' / 'prediction.md'}" if sweep.network else ""))
     (sweep.output_dir / "jobs" / "submitted.txt").write_text("\n".join(job_ids + [report_id]) + "\n")
     return 0
 

@@ -5,6 +5,7 @@ and the resume that follows what Slurm says happened to each job; the report job
 predictions."""
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -277,3 +278,50 @@ def test_status_of_a_sweep_never_submitted_lists_every_point_absent(tmp_path, ca
     assert sweep.main(["status", str(path), "--output-dir", str(tmp_path / "elsewhere")]) == 0
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  ")]
     assert len(lines) == 3 and all("absent  [not submitted]" in line for line in lines), lines
+
+
+# ---- the report job writes the predictions ---------------------------------------------
+
+NETWORK = ROOT / "experiments" / "networks" / "ib-ndr-400.ini"
+
+
+def test_the_report_job_writes_the_report_and_the_predictions_beside_it(tmp_path):
+    """The report job of an experiment that names its network, run on two repeats of the
+    example dataset's DDP runs as a finished sweep's results."""
+    out = tmp_path / "out"
+    (out / "strong" / "ddp-overlap_on").mkdir(parents=True)
+    for run in ("n1-r0", "n1-r1", "n2-r0", "n2-r1", "n4-r0", "n4-r1"):
+        shutil.copy(ROOT / "examples" / "gpt2-small-strong-4xh200" / "strong" / "ddp-overlap_on" / f"{run}.h5",
+                    out / "strong" / "ddp-overlap_on")
+    path = write_experiment(tmp_path, ["gpus = 1, 2, 4", "network = experiments/networks/ib-ndr-400.ini"])
+    experiment = sweep.read_experiment(path)
+    assert experiment.network == str(NETWORK)
+    script = sweep.report_script(experiment)
+    assert f"--network {NETWORK} --out {out / 'prediction'}" in script
+    (tmp_path / "report.sbatch").write_text(script)
+    ran = subprocess.run(["bash", str(tmp_path / "report.sbatch")], capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert (out / "report" / "report.md").stat().st_size > 0
+    assert (out / "prediction" / "prediction.md").stat().st_size > 0
+    assert (out / "prediction" / "predictions.csv").stat().st_size > 0
+
+
+def test_without_a_network_file_the_report_job_says_it_writes_no_predictions(tmp_path):
+    experiment = sweep.read_experiment(write_experiment(tmp_path, ["gpus = 1, 2"]))
+    script = sweep.report_script(experiment)
+    assert "scalestudy_analysis.predict" not in script
+    (line,) = [line for line in script.splitlines() if "no predictions" in line]
+    said = subprocess.run(["bash", "-c", line], capture_output=True, text=True, check=True).stdout
+    assert said == "scalestudy: no predictions: the experiment names no network file (network = FILE in [sweep], " \
+                   "e.g. experiments/networks/ib-ndr-400.ini)\n"
+    # The report's exit status is the job's: a failed report fails the job.
+    assert script.rstrip().endswith('exit "$status"') and " || status=$?" in script
+
+
+@pytest.mark.parametrize("value, fragment", [("experiments/networks/nowhere.ini", "no such file"),
+                                             ("net;touch x", "a path of letters")])
+def test_a_bad_network_file_exits_2_naming_the_key(tmp_path, capsys, value, fragment):
+    path = write_experiment(tmp_path, ["gpus = 1, 2", f"network = {value}"])
+    assert sweep.main([str(path), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "network = " in err and fragment in err and err.count("\n") == 1, err
