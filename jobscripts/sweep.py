@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Runs the scaling sweep an experiment file declares: locally with mpirun, or on a
-Slurm cluster as one sbatch script per point plus a report job that runs after them.
+Slurm cluster as one job array per shape of point (nodes and ranks per node; with
+arrays = off, one job per point) plus a report job that runs after them.
 
     jobscripts/sweep.py experiments/quickstart.ini --dry-run
     jobscripts/sweep.py experiments/quickstart.ini --launcher local
@@ -109,6 +110,8 @@ class Sweep:
     container_workdir: str = ""  # the ranks' working folder inside the container
     container_binary: str = ""  # the binary's path inside the container; "" for --binary's
     network: str = ""  # the network file scalestudy-predict predicts for; "" for no predictions
+    arrays: bool = True  # one job array per shape of point; False: one job per point
+    array_throttle: int = 0  # at most this many of an array's tasks run at once; 0 for no limit
 
     def containerised(self):
         return bool(self.container_image or self.apptainer_image)
@@ -231,6 +234,7 @@ SWEEP_KEYS = {
     "container_image": "none (pyxis)", "apptainer_image": "none", "container_mounts": "the output folder's only",
     "container_workdir": "the container's own", "container_binary": "the --binary path",
     "network": "none (the report job writes no predictions)",
+    "arrays": "on", "array_throttle": "0 (no limit)",
 }
 
 
@@ -414,6 +418,8 @@ def read_experiment(path):
         mem=checked("mem", "", SLURM_MEMORY, "megabytes, or a size with a unit K, M, G or T (e.g. 480G); "
                     "0 for all of a node's memory"),
         network=network_file(where, checked("network", "", PATH_TEXT, PATH_EXPECTED)),
+        arrays=boolean("arrays", "on"),
+        array_throttle=integer("array_throttle", 0, minimum=0),
         modules=listed(where, sweep, "modules", MODULE_NAME, MODULE_EXPECTED),
         module_purge=boolean("module_purge", "no"),
         **container_settings(where, sweep))
@@ -1003,15 +1009,35 @@ def retried_launch_lines(point, launch):
 
 
 def sbatch_script(sweep, point, binary):
-    nodes, per_node = nodes_for(sweep, point), ranks_per_node(sweep, point)
-    logs = sweep.output_dir / "logs"
+    nodes, per_node = shape_of(sweep, point)
+    lines = sbatch_header(sweep, nodes, per_node, f"{sweep.name}-{point.label()}", "%x-%j.out")
+    srun_args = list(sweep.srun_args) + ([f"--gpu-bind={sweep.gpu_bind}"] if sweep.gpu_bind else [])
+    launch = (["srun"] + srun_args + [f"--ntasks={point.ranks}"] + pyxis_options(sweep)
+              + rank_command(sweep, binary) + point_arguments(sweep, point))
+    lines += ["set -euo pipefail"]
+    lines += module_lines(sweep)
+    # The experiment's [env], and nothing else, after the modules (so that it overrides
+    # theirs): srun passes the script's environment on to every rank.
+    lines += [f"export {name}={shlex.quote(value)}" for name, value in sweep.env]
+    lines += [f"mkdir -p {shlex.quote(str(point.result.parent))}"] + retried_launch_lines(point, launch) + [""]
+    return "\n".join(lines)
+
+
+def shape_of(sweep, point):
+    """(nodes, ranks per node): what a point asks of Slurm besides the sweep's options, so
+    that points of one shape share a job array."""
+    return nodes_for(sweep, point), ranks_per_node(sweep, point)
+
+
+def sbatch_header(sweep, nodes, per_node, job_name, output):
+    """The #SBATCH lines of a job of this shape: the point's own, or an array's."""
     lines = ["#!/bin/bash",
-             f"#SBATCH --job-name={sweep.name}-{point.label()}",
+             f"#SBATCH --job-name={job_name}",
              f"#SBATCH --nodes={nodes}",
              f"#SBATCH --ntasks-per-node={per_node}",
              f"#SBATCH --cpus-per-task={sweep.cpus_per_task}",
              f"#SBATCH --time={sweep.time_limit}",
-             f"#SBATCH --output={logs}/%x-%j.out"]
+             f"#SBATCH --output={sweep.output_dir / 'logs'}/{output}"]
     if sweep.backend == "cuda":
         lines.append(f"#SBATCH --gpus-per-node={per_node}")
     if sweep.exclusive:
@@ -1025,16 +1051,56 @@ def sbatch_script(sweep, point, binary):
         # Every rank gets SIGTERM this long before the time limit, and scalestudy closes its
         # result file as failed, naming the signal, before Slurm kills the step.
         lines.append(f"#SBATCH --signal=TERM@{sweep.signal_before_limit_s}")
-    srun_args = list(sweep.srun_args) + ([f"--gpu-bind={sweep.gpu_bind}"] if sweep.gpu_bind else [])
-    launch = (["srun"] + srun_args + [f"--ntasks={point.ranks}"] + pyxis_options(sweep)
-              + rank_command(sweep, binary) + point_arguments(sweep, point))
-    lines += ["set -euo pipefail"]
-    lines += module_lines(sweep)
-    # The experiment's [env], and nothing else, after the modules (so that it overrides
-    # theirs): srun passes the script's environment on to every rank.
-    lines += [f"export {name}={shlex.quote(value)}" for name, value in sweep.env]
-    lines += [f"mkdir -p {shlex.quote(str(point.result.parent))}"] + retried_launch_lines(point, launch) + [""]
+    return lines
+
+
+def array_groups(sweep, points):
+    """{(nodes, ranks per node): [points]}: the points of each shape, in the plan's order."""
+    groups = {}
+    for point in points:
+        groups.setdefault(shape_of(sweep, point), []).append(point)
+    return groups
+
+
+def array_name(shape):
+    return f"array-n{shape[0]}x{shape[1]}"
+
+
+def array_script(sweep, shape, tasks_file, count):
+    """The job array of `count` points of one shape: task i runs the point on line i + 1 of
+    tasks_file (its label) through the point's own script (start-up retry included), its
+    output in the log a job of the point's own would have."""
+    logs, jobs = sweep.output_dir / "logs", sweep.output_dir / "jobs"
+    lines = sbatch_header(sweep, *shape, f"{sweep.name}-{array_name(shape)}", "%x-%A_%a.out")
+    lines.append(f"#SBATCH {array_option(sweep, count)}")
+    log = (shlex.quote(f"{logs}/{sweep.name}-") + '"$label"'
+           + shlex.quote("-") + '"${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"' + shlex.quote(".out"))
+    lines += ["set -euo pipefail",
+              "# This task's point: line SLURM_ARRAY_TASK_ID + 1 of the list the sweep wrote.",
+              f"tasks={shlex.quote(str(tasks_file))}",
+              'label=$(sed -n "$((SLURM_ARRAY_TASK_ID + 1))p" "$tasks")',
+              'case "$label" in',
+              '  "" | *[!A-Za-z0-9._-]*)',
+              '    echo "scalestudy: array task $SLURM_ARRAY_TASK_ID: no point on its line of $tasks" >&2',
+              "    exit 1 ;;",
+              "esac",
+              "# The point's log, named as a job of the point's own would name it.",
+              f"exec > {log} 2>&1",
+              f"exec bash {shlex.quote(str(jobs))}/" + '"$label".sbatch',
+              ""]
     return "\n".join(lines)
+
+
+def submission_units(sweep, points):
+    """What one sbatch each submits: [(shape, points)], a job array per shape, or with
+    arrays = off [(None, [point])] for each point."""
+    if not sweep.arrays:
+        return [(None, [point]) for point in points]
+    return list(array_groups(sweep, points).items())
+
+
+def array_option(sweep, count):
+    return f"--array=0-{count - 1}" + (f"%{sweep.array_throttle}" if sweep.array_throttle else "")
 
 
 def site_lines(sweep):
@@ -1133,11 +1199,28 @@ def sacct_states(ids):
     states = {}
     for line in out.stdout.splitlines():
         fields = line.strip().split("|")
-        if len(fields) >= 3 and fields[0] in ids:
-            status, signum = exit_code_of(fields[2])
-            states[fields[0]] = JobState(fields[1].split()[0] if fields[1].split() else "UNKNOWN", status, signum,
-                                        "sacct")
+        if len(fields) < 3:
+            continue
+        status, signum = exit_code_of(fields[2])
+        state = JobState(fields[1].split()[0] if fields[1].split() else "UNKNOWN", status, signum, "sacct")
+        for job_id in array_task_ids(fields[0]):
+            if job_id in ids:
+                states[job_id] = state
     return states
+
+
+def array_task_ids(job_id):
+    """The job ids a line of sacct names: itself, or where it lists an array's tasks not
+    yet started (123_[0-7%2], 123_[1,4-5]), each task's id (123_0, ...)."""
+    match = re.fullmatch(r"(\d+)_\[([\d,-]+)(?:%\d+)?\]", job_id)
+    if not match:
+        return [job_id]
+    found = []
+    for part in match.group(2).split(","):
+        low, _, high = part.partition("-")
+        if low.isdigit() and (high.isdigit() or not high):
+            found += [f"{match.group(1)}_{task}" for task in range(int(low), int(high or low) + 1)]
+    return found
 
 
 def scontrol_state(job_id):
@@ -1348,6 +1431,45 @@ def show_status(sweep, points):
     return 0
 
 
+def resume_decisions(sweep, pending, texts, quiet=False):
+    """(to run, job ids still pending or running, points held) among the pending points,
+    by what Slurm says became of the jobs of those submitted before; each said in a line
+    unless quiet."""
+    say = (lambda text: None) if quiet else print
+    waiting, held, to_run = [], [], []
+    for point, entry, job, said in point_verdicts(sweep, pending, texts):
+        if said.action == "waiting":
+            waiting.append(entry["job"])
+            say(f"{point.label()}: {said.why}; not submitted again")
+        elif said.action == "held":
+            held.append(point)
+            say(f"{point.label()}: not rerun, {said.why} (log {entry.get('log')}); it runs again once a "
+                "change to the experiment changes its script")
+        else:
+            if entry is not None:
+                say(f"{point.label()}: rerun: {said.why}")
+            to_run.append(point)
+    return to_run, waiting, held
+
+
+def print_submissions(sweep, points, binary):
+    """The dry run's count of the sbatch calls that --launcher slurm --submit makes."""
+    pending = [point for point in points if result_status(point.result) != "complete"]
+    texts = {point.label(): sbatch_script(sweep, point, binary) for point in pending}
+    to_run, waiting, held = resume_decisions(sweep, pending, texts, quiet=True)
+    units = submission_units(sweep, to_run)
+    if sweep.arrays:
+        what = (f"{len(units)} job array(s) (" + ", ".join(f"{len(group)} point(s) on {shape[0]} node(s) x "
+                                                          f"{shape[1]} rank(s)" for shape, group in units)
+                + (f", at most {sweep.array_throttle} task(s) of each at once" if sweep.array_throttle else "")
+                + ")")
+    else:
+        what = f"one job per point ({len(units)})"
+    print(f"  with --launcher slurm --submit: {len(units) + 1} sbatch call(s): {what} and the report"
+          + (f"; {len(waiting)} point(s) wait for jobs submitted before" if waiting else "")
+          + (f"; {len(held)} point(s) not rerun (bad input or out of memory)" if held else ""))
+
+
 def write_slurm(sweep, points, binary, submit, submit_command):
     jobs_dir = sweep.output_dir / "jobs"
     (sweep.output_dir / "logs").mkdir(parents=True, exist_ok=True)
@@ -1355,27 +1477,26 @@ def write_slurm(sweep, points, binary, submit, submit_command):
     pending = pending_points(points)
     texts = {point.label(): sbatch_script(sweep, point, binary) for point in pending}
     # A point submitted before is submitted again only by what Slurm says its job did.
-    waiting, held, to_run = [], [], []
-    for point, entry, job, said in point_verdicts(sweep, pending, texts):
-        if said.action == "waiting":
-            waiting.append(entry["job"])
-            print(f"{point.label()}: {said.why}; not submitted again")
-        elif said.action == "held":
-            held.append(point)
-            print(f"{point.label()}: not rerun, {said.why} (log {entry.get('log')}); it runs again once a "
-                  "change to the experiment changes its script")
-        else:
-            if entry is not None:
-                print(f"{point.label()}: rerun: {said.why}")
-            to_run.append(point)
-    scripts = []
+    to_run, waiting, held = resume_decisions(sweep, pending, texts)
     for point in to_run:
-        script = jobs_dir / f"{point.label()}.sbatch"
-        script.write_text(texts[point.label()])
-        scripts.append((point, script))
+        (jobs_dir / f"{point.label()}.sbatch").write_text(texts[point.label()])
+    units = []
+    for shape, group in submission_units(sweep, to_run):
+        if shape is None:
+            units.append((jobs_dir / f"{group[0].label()}.sbatch", group))
+            continue
+        # The task list is named by its content: an array still queued from an earlier
+        # submission keeps reading its own.
+        labels = "".join(point.label() + "\n" for point in group)
+        tasks = jobs_dir / f"{array_name(shape)}-{script_digest(labels)[:12]}.points"
+        write_atomically(tasks, labels)
+        script = jobs_dir / f"{array_name(shape)}.sbatch"
+        script.write_text(array_script(sweep, shape, tasks, len(group)))
+        units.append((script, group))
     report = jobs_dir / "report.sbatch"
     report.write_text(report_script(sweep))
-    print(f"sweep {sweep.name}: wrote {len(scripts)} job script(s) for the pending points "
+    arrays = f" in {len(units)} job array(s)" if sweep.arrays and units else ""
+    print(f"sweep {sweep.name}: wrote {len(to_run)} job script(s) for the pending points{arrays} "
           f"({len(points) - len(pending)} complete) and {report}"
           + (f"; {len(waiting)} point(s) wait for their jobs" if waiting else "")
           + (f"; {len(held)} point(s) not rerun: " + ", ".join(point.label() for point in held) if held else ""))
@@ -1387,16 +1508,21 @@ def write_slurm(sweep, points, binary, submit, submit_command):
         raise UsageError("--submit: sbatch is not on PATH")
     job_ids, submitted = [], {}
     try:
-        for point, script in scripts:
+        for script, group in units:
             out = subprocess.run([sbatch, "--parsable", str(script)], capture_output=True, text=True)
             if out.returncode != 0:
                 print(f"sbatch {script} failed: {out.stderr.strip()}", file=sys.stderr)
                 return 1
             job_ids.append(out.stdout.strip().split(";")[0])
-            submitted[point.label()] = {"job": job_ids[-1], "log": str(job_log(sweep, point, job_ids[-1])),
-                                        "result": str(point.result),
-                                        "script_sha256": script_digest(texts[point.label()])}
-            print(f"submitted {script.name} as job {job_ids[-1]}")
+            # An array's task i runs the group's point i: its job is JOBID_i.
+            runs = ([(point, f"{job_ids[-1]}_{index}") for index, point in enumerate(group)] if sweep.arrays
+                    else [(group[0], job_ids[-1])])
+            for point, job in runs:
+                submitted[point.label()] = {"job": job, "log": str(job_log(sweep, point, job)),
+                                            "result": str(point.result),
+                                            "script_sha256": script_digest(texts[point.label()])}
+            what = f"job array {job_ids[-1]} ({len(group)} point(s))" if sweep.arrays else f"job {job_ids[-1]}"
+            print(f"submitted {script.name} as {what}")
     finally:
         # Every job submitted is recorded, also where a later sbatch failed.
         record_submitted(sweep, submitted, None)
@@ -1646,6 +1772,7 @@ def run(args, argv):
     if args.dry_run:
         print_plan(sweep, points)
         print_launch(sweep, binary)
+        print_submissions(sweep, points, binary)
         return 0
     lock = lock_output_dir(sweep.output_dir)
     try:

@@ -345,7 +345,7 @@ BASE_SWEEP = {"name": "hostile", "scaling": "strong", "gpus": "1, 2", "gpus_per_
               "time_limit": "00:10:00", "cpus_per_task": "1", "srun_args": "--mpi=pmix",
               "partition": "debug", "account": "lab", "signal_before_limit_s": "60",
               "ntasks_per_node": "2", "exclusive": "yes", "constraint": "intel&ib", "qos": "normal",
-              "reservation": "maint", "mem": "64G"}
+              "reservation": "maint", "mem": "64G", "arrays": "off", "array_throttle": "2"}
 BASE_TRAIN = {"model": "tiny", "global-batch": "8", "steps": "3", "lr": "0.001", "seed": "5", "data": "random"}
 BASE_ENV = {"NCCL_DEBUG": "INFO"}
 # The modules every hostile file loads, through the stub module.

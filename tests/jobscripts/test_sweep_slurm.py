@@ -5,6 +5,7 @@ and the resume that follows what Slurm says happened to each job; the report job
 predictions."""
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -187,16 +188,31 @@ BAD_INPUT = "scalestudy train: error: --data /nowhere: must be random, markov or
 OOM = "out of memory while allocating activations (1.2 GiB asked, 0.3 GiB free)"
 
 
-def a_sweep_whose_jobs_ended(tmp_path, capsys):
-    """A sweep of six training points and its bench comm point, submitted; then two points
-    complete, one cancelled, one timed out, one failed on bad input, one out of memory, and
-    bench comm's job still running. Returns (experiment path, {label: job id})."""
-    path = write_experiment(tmp_path, ["gpus = 1, 2", "repeats = 3"])
+def submitted_labels(call):
+    """The points an sbatch call submitted: the point of its script, or every point on the
+    task list of a job array's script."""
+    script = Path(call[-1])
+    if not script.name.startswith("array-"):
+        return [script.name[:-len(".sbatch")]]
+    (tasks,) = [line.split("=", 1)[1] for line in script.read_text().splitlines() if line.startswith("tasks=")]
+    return Path(tasks).read_text().split()
+
+
+def a_sweep_whose_jobs_ended(tmp_path, capsys, arrays="off"):
+    """A sweep of six training points and its bench comm point, submitted (as one job per
+    point, or as job arrays, one for each of its two shapes); then two points complete,
+    one cancelled, one timed out, one failed on bad input, one out of memory, and bench
+    comm's job still running. Returns (experiment path, {label: job id})."""
+    path = write_experiment(tmp_path, ["gpus = 1, 2", "repeats = 3", f"arrays = {arrays}"])
     assert sweep.main([str(path), "--launcher", "slurm", "--binary", BINARY, "--submit"]) == 0
     capsys.readouterr()
     manifest = json.loads((tmp_path / "out" / "jobs" / "submitted.json").read_text())
     jobs = {label: entry["job"] for label, entry in manifest["points"].items()}
-    assert len(jobs) == 7 and manifest["report"] == "107"
+    units = 2 if arrays == "on" else 7
+    assert len(jobs) == 7 and manifest["report"] == str(100 + units)
+    if arrays == "on":
+        # Task i of an array runs its group's point i: n1's three points, then n2's and bench comm.
+        assert sorted(jobs.values()) == ["100_0", "100_1", "100_2", "101_0", "101_1", "101_2", "101_3"]
     out, prefix = tmp_path / "out", "strong-ddp-overlap_off-"
     results = {label: out / "strong" / "ddp-overlap_off" / f"{label[len(prefix):]}.h5"
                for label in jobs if label.startswith(prefix)}
@@ -216,10 +232,11 @@ def a_sweep_whose_jobs_ended(tmp_path, capsys):
 
 @needs_binary
 @pytest.mark.parametrize("accounting", ["on", "off"])
+@pytest.mark.parametrize("arrays", ["off", "on"])
 def test_status_shows_each_point_and_its_job_and_resume_reruns_only_the_cancelled_and_timed_out(
-        tmp_path, monkeypatch, capsys, slurm_stubs, accounting):
+        tmp_path, monkeypatch, capsys, slurm_stubs, accounting, arrays):
     monkeypatch.setenv("STUB_ACCOUNTING", accounting)
-    path, jobs = a_sweep_whose_jobs_ended(tmp_path, capsys)
+    path, jobs = a_sweep_whose_jobs_ended(tmp_path, capsys, arrays)
     assert sweep.main(["status", str(path)]) == 0
     shown = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if line.startswith("  ")}
     prefix = "strong-ddp-overlap_off-"
@@ -245,18 +262,22 @@ def test_status_shows_each_point_and_its_job_and_resume_reruns_only_the_cancelle
     assert sweep.main([str(path), "--launcher", "slurm", "--binary", BINARY, "--submit"]) == 0
     out = capsys.readouterr().out
     calls = sbatch_calls(slurm_stubs)[before:]
-    submitted = sorted(Path(call[-1]).name for call in calls)
-    assert submitted == sorted([f"{prefix}n1-r2.sbatch", f"{prefix}n2-r0.sbatch", "report.sbatch"]), out
-    # The report runs after the new jobs and the one still running.
     (report,) = [call for call in calls if call[-1].endswith("report.sbatch")]
+    calls.remove(report)
+    assert len(calls) == 2, "one job, or one array of one shape, for each point rerun"
+    submitted = sorted(label for call in calls for label in submitted_labels(call))
+    assert submitted == [f"{prefix}n1-r2", f"{prefix}n2-r0"], out
+    new = ["108", "109"] if arrays == "off" else ["103", "104"]
+    # The report runs after the new jobs and the one still running.
     (dependency,) = [word for word in report if word.startswith("--dependency=")]
-    assert sorted(dependency.split(":")[1:]) == sorted(["108", "109", jobs["bench-comm-n2"]])
+    assert sorted(dependency.split(":")[1:]) == sorted(new + [jobs["bench-comm-n2"]])
     assert f"{prefix}n2-r1: not rerun, bad input (log: {BAD_INPUT})" in out
     assert f"{prefix}n2-r2: not rerun, out of memory (failure_reason: {OOM})" in out
     assert f"bench-comm-n2: job {jobs['bench-comm-n2']} is RUNNING; not submitted again" in out
     # The manifest now names the new jobs of the rerun points, and keeps the others'.
     manifest = json.loads((tmp_path / "out" / "jobs" / "submitted.json").read_text())
-    assert {manifest["points"][prefix + label]["job"] for label in ("n1-r2", "n2-r0")} == {"108", "109"}
+    assert {manifest["points"][prefix + label]["job"] for label in ("n1-r2", "n2-r0")} == \
+        set(new if arrays == "off" else [job + "_0" for job in new])
     assert manifest["points"][prefix + "n2-r1"]["job"] == jobs[prefix + "n2-r1"]
 
 
@@ -268,8 +289,8 @@ def test_a_held_point_runs_again_once_its_script_changes(tmp_path, monkeypatch, 
     before = len(sbatch_calls(slurm_stubs))
     assert sweep.main([str(path), "--launcher", "slurm", "--binary", BINARY, "--submit"]) == 0
     out = capsys.readouterr().out
-    submitted = sorted(Path(call[-1]).name for call in sbatch_calls(slurm_stubs)[before:])
-    assert "strong-ddp-overlap_off-n2-r1.sbatch" in submitted and "strong-ddp-overlap_off-n2-r2.sbatch" in submitted
+    submitted = [label for call in sbatch_calls(slurm_stubs)[before:] for label in submitted_labels(call)]
+    assert "strong-ddp-overlap_off-n2-r1" in submitted and "strong-ddp-overlap_off-n2-r2" in submitted
     assert "its script has changed since" in out
 
 
@@ -325,3 +346,134 @@ def test_a_bad_network_file_exits_2_naming_the_key(tmp_path, capsys, value, frag
     assert sweep.main([str(path), "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert "network = " in err and fragment in err and err.count("\n") == 1, err
+
+
+# ---- job arrays --------------------------------------------------------------------------
+
+ARRAY_SWEEP = ["gpus = 1..8", "ntasks_per_node = 4", "strategies = ddp, zero2", "repeats = 2"]
+# (nodes, ranks per node) of each shape, and the points of it: n1, n2 and n4 on one node,
+# n8 on two with bench comm.
+SHAPES = {(1, 1): 4, (1, 2): 4, (1, 4): 4, (2, 4): 5}
+# A stub srun that writes down its arguments, and says so on its output (the point's log).
+RECORDING_SRUN = 'printf "%s\\n" "$@" > "$STUB_DIR/srun.$$"\necho "srun ran $*"\n'
+
+
+def run_array_task(script, job_id, task, env=None):
+    environment = dict(os.environ, SLURM_ARRAY_JOB_ID=job_id, SLURM_ARRAY_TASK_ID=str(task), **(env or {}))
+    return subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=30, env=environment)
+
+
+@needs_binary
+def test_points_of_one_shape_run_as_one_job_array_with_the_throttle(tmp_path, capsys, slurm_stubs):
+    path = write_experiment(tmp_path, ARRAY_SWEEP + ["array_throttle = 2"])
+    assert sweep.main([str(path), "--dry-run", "--binary", BINARY]) == 0
+    assert ("with --launcher slurm --submit: 5 sbatch call(s): 4 job array(s) (4 point(s) on 1 node(s) x 1 rank(s), "
+            "4 point(s) on 1 node(s) x 2 rank(s), 4 point(s) on 1 node(s) x 4 rank(s), 5 point(s) on 2 node(s) x "
+            "4 rank(s), at most 2 task(s) of each at once) and the report") in capsys.readouterr().out
+    assert sweep.main([str(path), "--launcher", "slurm", "--binary", BINARY, "--submit"]) == 0
+    calls = sbatch_calls(slurm_stubs)
+    assert len(calls) == 5 and calls[-1][-1].endswith("report.sbatch")
+    make_stub(tmp_path / "slurm-bin", "srun", RECORDING_SRUN)
+    experiment = sweep.read_experiment(path)
+    points = {point.label(): point for point in sweep.plan(experiment) + sweep.bench_comm_points(experiment)}
+    manifest = json.loads((tmp_path / "out" / "jobs" / "submitted.json").read_text())["points"]
+    ran = set()
+    for call in calls[:-1]:
+        script, job_id = Path(call[-1]), str(100 + calls.index(call))
+        text = script.read_text()
+        labels = submitted_labels(call)
+        nodes, per_node = sweep.shape_of(experiment, points[labels[0]])
+        assert SHAPES[(nodes, per_node)] == len(labels)
+        assert f"#SBATCH --nodes={nodes}\n#SBATCH --ntasks-per-node={per_node}\n" in text
+        assert f"#SBATCH --array=0-{len(labels) - 1}%2\n" in text
+        for task, label in enumerate(labels):
+            assert sweep.shape_of(experiment, points[label]) == (nodes, per_node)
+            assert manifest[label]["job"] == f"{job_id}_{task}"
+            out = run_array_task(script, job_id, task)
+            assert out.returncode == 0, out.stdout + out.stderr
+            # The point's own log, as a job of its own would name it.
+            log = tmp_path / "out" / "logs" / f"experiment-{label}-{job_id}_{task}.out"
+            assert manifest[label]["log"] == str(log)
+            assert f"--output {points[label].result} " in log.read_text()
+            ran.add(label)
+    assert ran == set(points), "every point runs once"
+    launches = [path.read_text().splitlines() for path in slurm_stubs.glob("srun.*")]
+    assert sorted(args[args.index("--output") + 1] for args in launches) == sorted(str(p.result) for p in points.values())
+
+
+@needs_binary
+def test_arrays_off_keeps_one_job_per_point(tmp_path, capsys, slurm_stubs):
+    path = write_experiment(tmp_path, ARRAY_SWEEP + ["arrays = off"])
+    assert sweep.main([str(path), "--dry-run", "--binary", BINARY]) == 0
+    assert "with --launcher slurm --submit: 18 sbatch call(s): one job per point (17) and the report" in \
+        capsys.readouterr().out
+    assert sweep.main([str(path), "--launcher", "slurm", "--binary", BINARY, "--submit"]) == 0
+    calls = sbatch_calls(slurm_stubs)
+    assert len(calls) == 18 and not list((tmp_path / "out" / "jobs").glob("array-*"))
+
+
+def test_an_array_task_starts_its_point_once_more_after_a_start_up_crash(tmp_path, monkeypatch, launcher_stubs):
+    experiment = sweep.read_experiment(write_experiment(tmp_path, ["gpus = 2"]))
+    (point,) = sweep.plan(experiment)
+    jobs = tmp_path / "out" / "jobs"
+    jobs.mkdir(parents=True)
+    (tmp_path / "out" / "logs").mkdir()
+    (jobs / f"{point.label()}.sbatch").write_text(sweep.sbatch_script(experiment, point, Path("/opt/scalestudy")))
+    (jobs / "tasks.points").write_text(point.label() + "\n")
+    script = jobs / "array.sbatch"
+    script.write_text(sweep.array_script(experiment, sweep.shape_of(experiment, point), jobs / "tasks.points", 1))
+    out = run_array_task(script, "300", 0, {"STUB_MODE": "crash-once"})
+    assert out.returncode == 0 and launcher_stubs() == 2, out.stdout + out.stderr
+    log = (tmp_path / "out" / "logs" / f"experiment-{point.label()}-300_0.out").read_text()
+    assert log.count(RETRY_LINE) == 1, log
+    # A task past the list's end runs nothing, and says so.
+    out = run_array_task(script, "300", 1, {"STUB_MODE": "crash-once"})
+    assert out.returncode == 1 and "array task 1: no point" in out.stderr and launcher_stubs() == 2
+
+
+@pytest.mark.parametrize("line, fragment", [("array_throttle = two", "array_throttle = 'two' is not a whole number"),
+                                            ("array_throttle = -1", "array_throttle"),
+                                            ("arrays = sometimes", "arrays = 'sometimes': expected yes or no")])
+def test_a_bad_array_key_exits_2_naming_it(tmp_path, capsys, line, fragment):
+    path = write_experiment(tmp_path, ARRAY_SWEEP + [line])
+    assert sweep.main([str(path), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert fragment in err and err.count("\n") == 1, err
+
+
+def test_the_help_lists_the_array_keys_with_their_defaults(capsys):
+    with pytest.raises(SystemExit):
+        sweep.main(["--help"])
+    text = capsys.readouterr().out
+    assert re.search(r"\n  arrays +default: on\n", text) and re.search(r"\n  array_throttle +default: 0 \(no limit\)\n",
+                                                                          text), text
+
+
+def test_sacct_gives_the_state_of_array_tasks_not_yet_started(tmp_path, monkeypatch, slurm_stubs):
+    make_stub(tmp_path / "slurm-bin", "sacct", "cat <<'END'\n100_0|RUNNING|0:0\n100_0.batch|RUNNING|0:0\n"
+                                              "100_[1-2%1]|PENDING|0:0\n101|TIMEOUT|0:0\nEND\n")
+    states = sweep.job_states(["100_0", "100_1", "100_2", "101"])
+    assert {job: state.state for job, state in states.items()} == \
+        {"100_0": "RUNNING", "100_1": "PENDING", "100_2": "PENDING", "101": "TIMEOUT"}
+
+
+@needs_binary
+def test_array_tasks_run_nothing_but_the_launcher_whatever_the_values_or_the_task_list_hold(
+        tmp_path, monkeypatch, slurm_stubs):
+    canary = tmp_path / "canary"
+    path = tmp_path / "experiment.ini"
+    path.write_text(f"[sweep]\noutput_dir = {tmp_path}/out\ngpus = 1, 2\n[train]\nmodel = tiny\nglobal-batch = 8\n"
+                    f"[env]\nNCCL_DEBUG = $(touch {canary}) `touch {canary}` ; touch {canary}\n")
+    assert sweep.main([str(path), "--launcher", "slurm", "--binary", BINARY, "--submit"]) == 0
+    make_stub(tmp_path / "slurm-bin", "srun", RECORDING_SRUN)
+    calls = sbatch_calls(slurm_stubs)[:-1]
+    for call in calls:
+        for task in range(len(submitted_labels(call))):
+            assert run_array_task(call[-1], "500", task).returncode == 0
+    assert len(list(slurm_stubs.glob("srun.*"))) == 3
+    # A task list that holds anything but a point's label runs nothing.
+    (tasks,) = (tmp_path / "out" / "jobs").glob("array-n2x1-*.points")
+    tasks.write_text(f"x; touch {canary}\n")
+    out = run_array_task(calls[-1][-1], "500", 0)
+    assert out.returncode == 1 and "no point on its line" in out.stderr
+    assert not canary.exists()
