@@ -1150,7 +1150,7 @@ RERUN_STATES = {"TIMEOUT", "PREEMPTED", "NODE_FAIL", "CANCELLED", "BOOT_FAIL", "
 # What a result file's failure_reason or a point's log says of a failure that the same
 # script meets again: bad input (the binary's usage errors, exit status 2), or memory.
 BAD_INPUT = re.compile(r"usage error|bad input|scalestudy(?: [a-z]+)*: error: .*", re.I)
-OUT_OF_MEMORY = re.compile(r".*(out of memory|out_of_memory|oom[- ]kill|std::bad_alloc|cannot allocate memory).*",
+OUT_OF_MEMORY = re.compile(r".*(out of memory|out_of_memory|oom[-_ ]kill|std::bad_alloc|cannot allocate memory).*",
                            re.I)
 # sacct's answer where the cluster keeps no job accounting.
 NO_ACCOUNTING = re.compile(r"accounting storage is disabled|accounting is disabled|accounting_storage/none"
@@ -1335,15 +1335,16 @@ def held_reason(point, job, log):
     memory), naming it from the result file or the log; "" where it would not."""
     reason = failure_reason(point.result) if result_status(point.result) == "failed" else ""
     said = [("failure_reason", reason)] + [("log", line) for line in log_lines(log)]
-    for pattern, kind, ended in ((BAD_INPUT, "bad input", job is not None and job.exit_status == USAGE_ERROR
-                                  and not job.signal),
-                                 (OUT_OF_MEMORY, "out of memory", job is not None and job.state == "OUT_OF_MEMORY")):
-        for source, line in said:
+    # Out of memory first: a usage error that says so (a model too big for the GPU) is one.
+    for source, line in said:
+        for pattern, kind in ((OUT_OF_MEMORY, "out of memory"), (BAD_INPUT, "bad input")):
             found = pattern.search(line) if line else None
             if found:
                 return f"{kind} ({source}: {found.group(0).strip()})"
-        if ended:
-            return f"{kind} (job {job.text()})"
+    if job is not None and job.state == "OUT_OF_MEMORY":
+        return f"out of memory (job {job.text()})"
+    if job is not None and job.exit_status == USAGE_ERROR and not job.signal:
+        return f"bad input (job {job.text()})"
     return ""
 
 

@@ -477,3 +477,21 @@ def test_array_tasks_run_nothing_but_the_launcher_whatever_the_values_or_the_tas
     out = run_array_task(calls[-1][-1], "500", 0)
     assert out.returncode == 1 and "no point on its line" in out.stderr
     assert not canary.exists()
+
+
+@pytest.mark.parametrize("log_text, job, expected", [
+    ("slurmstepd: error: Detected 1 oom_kill event in StepId=7.0. Some of the step tasks have been OOM Killed.",
+     sweep.JobState("FAILED", 137, 0), "out of memory (log: slurmstepd: error: Detected 1 oom_kill event"),
+    ("", sweep.JobState("OUT_OF_MEMORY", 0, 125), "out of memory (job OUT_OF_MEMORY (exit 0, signal 125))"),
+    ("", sweep.JobState("FAILED", 2, 0), "bad input (job FAILED (exit 2))"),
+    ("scalestudy bench: error: --max-bytes 1Q: not a size", sweep.JobState("FAILED", 2, 0),
+     "bad input (log: scalestudy bench: error: --max-bytes 1Q: not a size)"),
+    ("srun: error: node3: task 1: Segmentation fault", sweep.JobState("FAILED", 139, 0), ""),
+    ("", sweep.JobState("TIMEOUT", 0, 0), ""),
+])
+def test_a_failure_is_named_bad_input_or_out_of_memory_from_the_log_or_the_job(tmp_path, log_text, job, expected):
+    log = tmp_path / "point.out"
+    log.write_text(log_text + "\n")
+    point = sweep.Point("strong", "ddp", "off", 2, 0, tmp_path / "n2-r0.h5")
+    reason = sweep.held_reason(point, job, log)
+    assert (reason.startswith(expected) if expected else reason == ""), reason
