@@ -1459,14 +1459,16 @@ def print_submissions(sweep, points, binary):
     texts = {point.label(): sbatch_script(sweep, point, binary) for point in pending}
     to_run, waiting, held = resume_decisions(sweep, pending, texts, quiet=True)
     units = submission_units(sweep, to_run)
-    if sweep.arrays:
+    if not units:
+        what = "the report only, no point to submit"
+    elif sweep.arrays:
         what = (f"{len(units)} job array(s) (" + ", ".join(f"{len(group)} point(s) on {shape[0]} node(s) x "
                                                           f"{shape[1]} rank(s)" for shape, group in units)
                 + (f", at most {sweep.array_throttle} task(s) of each at once" if sweep.array_throttle else "")
-                + ")")
+                + ") and the report")
     else:
-        what = f"one job per point ({len(units)})"
-    print(f"  with --launcher slurm --submit: {len(units) + 1} sbatch call(s): {what} and the report"
+        what = f"one job per point ({len(units)}) and the report"
+    print(f"  with --launcher slurm --submit: {len(units) + 1} sbatch call(s): {what}"
           + (f"; {len(waiting)} point(s) wait for jobs submitted before" if waiting else "")
           + (f"; {len(held)} point(s) not rerun (bad input or out of memory)" if held else ""))
 

@@ -412,6 +412,17 @@ def test_arrays_off_keeps_one_job_per_point(tmp_path, capsys, slurm_stubs):
     assert len(calls) == 18 and not list((tmp_path / "out" / "jobs").glob("array-*"))
 
 
+@needs_binary
+@pytest.mark.parametrize("arrays", ["on", "off"])
+def test_the_dry_run_of_a_complete_sweep_counts_the_report_only(tmp_path, capsys, slurm_stubs, arrays):
+    path = write_experiment(tmp_path, ["array_throttle = 1", f"arrays = {arrays}"])
+    write_result(tmp_path / "out" / "strong" / "ddp-overlap_off" / "n1-r0.h5", "complete")
+    assert sweep.main([str(path), "--dry-run", "--binary", BINARY]) == 0
+    out = capsys.readouterr().out
+    assert "[complete]" in out
+    assert "with --launcher slurm --submit: 1 sbatch call(s): the report only, no point to submit\n" in out
+
+
 def test_an_array_task_starts_its_point_once_more_after_a_start_up_crash(tmp_path, monkeypatch, launcher_stubs):
     experiment = sweep.read_experiment(write_experiment(tmp_path, ["gpus = 2"]))
     (point,) = sweep.plan(experiment)
