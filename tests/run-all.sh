@@ -70,6 +70,12 @@ stage "the quickstart sweep on a real single-node Slurm cluster" \
   bash "$SCALESTUDY_ROOT/tests/slurm/test_slurm_sweep.sh" "$SCALESTUDY_ROOT/build/cpu/scalestudy" \
   "$SCALESTUDY_ROOT/build/venv/bin/python"
 
+# A site's modules (Lmod), a throttled job array, the report job, and the resume by the
+# jobs' ends (cancelled, timed out, bad input) on the single-node cluster.
+stage "a site's modules, a throttled array and the resume on a single-node Slurm cluster" \
+  bash "$SCALESTUDY_ROOT/tests/slurm/test_slurm_site.sh" "$SCALESTUDY_ROOT/build/cpu/scalestudy" \
+  "$SCALESTUDY_ROOT/build/venv/bin/python"
+
 stage "a sweep across two nodes of a Slurm cluster in network namespaces" \
   bash "$SCALESTUDY_ROOT/tests/slurm/test_two_node_sweep.sh" "$SCALESTUDY_ROOT/build/cpu/scalestudy" \
   "$SCALESTUDY_ROOT/build/venv/bin/python"
