@@ -22,7 +22,8 @@ source "$SCALESTUDY_ROOT/tests/slurm/cluster.sh"
 sweep_py="$SCALESTUDY_ROOT/jobscripts/sweep.py"
 
 slurm_skip_unless_root "the Slurm site test starts slurmctld, slurmd and munged"
-[ -r /usr/share/lmod/lmod/init/bash ] || { echo "SKIPPED: Debian's lmod is not installed"; exit 0; }
+# The test packages (jobscripts/install-deps.sh) install Lmod: without it the test fails.
+[ -r /usr/share/lmod/lmod/init/bash ] || { echo "FAIL: Debian's lmod is not installed (jobscripts/install-deps.sh)"; exit 1; }
 
 echo "== Slurm: install and start a single-node cluster"
 slurm_install_packages
