@@ -4,8 +4,10 @@
 # scalestudy's own threads under ThreadSanitizer, the command-line tests and the layering
 # probes on the plain build (the GPU tests need a GPU and are skipped without one), the
 # analysis package's and the sweep tool's tests through pytest, and (as root) the
-# quickstart sweep submitted to a single-node Slurm cluster started for the purpose, and
-# a sweep across the two nodes of a cluster of network namespaces (both torn down after).
+# quickstart sweep submitted to a single-node Slurm cluster started for the purpose, a
+# site's modules, a throttled job array and the resume by the jobs' ends on such a
+# cluster, and a sweep across the two nodes of a cluster of network namespaces (each torn
+# down after).
 # Each stage's wall time and the CPU time of the processes it waited for are printed as it
 # ends, and all of them at the end.
 set -euo pipefail
