@@ -135,3 +135,31 @@ slurm_stop_pid_file() {
   done
   kill -KILL "$pid" 2>/dev/null || true
 }
+
+# A cluster of one node, this host (NODE, its short name), for the single-node tests:
+# munged, slurmctld and one slurmd, the node described by NODE_LINE, any further
+# arguments appended to slurm.conf. slurm_stop_single_node ends it.
+slurm_start_single_node() {
+  local node=$1 node_line=$2 line
+  shift 2
+  slurm_start_munge
+  slurm_make_node_dirs "$node"
+  slurm_write_conf "$node" "$node_line" "$node"
+  for line in "$@"; do echo "$line" >>"$SLURM_CONF"; done
+  slurmctld -f "$SLURM_CONF"
+  slurmd -f "$SLURM_CONF"
+  slurm_wait_for_nodes 1
+}
+
+# Cancels every job, waits up to 30 s for the jobs to end (a job's slurmstepd outlives
+# slurmd), then stops the daemons of slurm_start_single_node. Argument: NODE.
+slurm_stop_single_node() {
+  scancel --user=root >/dev/null 2>&1 || true
+  for _ in $(seq 1 30); do
+    [ -z "$(squeue -h -o %i 2>/dev/null)" ] && break
+    sleep 1
+  done
+  slurm_stop_pid_file "$SLURM_TEST_WORK/slurmctld.pid"
+  slurm_stop_pid_file "$SLURM_TEST_WORK/slurmd-$1.pid"
+  slurm_stop_pid_file "$SLURM_TEST_WORK/munged.pid"
+}

@@ -30,29 +30,11 @@ slurm_install_packages
 SLURM_TEST_WORK=$(mktemp -d /tmp/scalestudy-slurm-site.XXXXXX)
 work=$SLURM_TEST_WORK
 node=$(hostname -s)
-cleanup() {
-  scancel --user=root >/dev/null 2>&1 || true
-  # Until the jobs have ended: a job's slurmstepd outlives slurmd.
-  for _ in $(seq 1 30); do
-    [ -z "$(squeue -h -o %i 2>/dev/null)" ] && break
-    sleep 1
-  done
-  slurm_stop_pid_file "$SLURM_TEST_WORK/slurmctld.pid"
-  slurm_stop_pid_file "$SLURM_TEST_WORK/slurmd-$node.pid"
-  slurm_stop_pid_file "$SLURM_TEST_WORK/munged.pid"
-}
-trap cleanup EXIT
-
-slurm_start_munge
-slurm_make_node_dirs "$node"
+trap 'slurm_stop_single_node "$node"' EXIT
 # Four CPUs on two cores: the timed-out point holds one for its minute while the other
 # jobs (two of them a two-rank point) run beside it; config_overrides keeps the node in
 # service although it has fewer.
-slurm_write_conf "$node" "NodeName=$node CPUs=4 State=UNKNOWN" "$node"
-echo "SlurmdParameters=config_overrides" >>"$SLURM_CONF"
-slurmctld -f "$SLURM_CONF"
-slurmd -f "$SLURM_CONF"
-slurm_wait_for_nodes 1
+slurm_start_single_node "$node" "NodeName=$node CPUs=4 State=UNKNOWN" "SlurmdParameters=config_overrides"
 
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }

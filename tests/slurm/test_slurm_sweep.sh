@@ -16,20 +16,8 @@ echo "== Slurm: install and start a single-node cluster"
 slurm_install_packages
 SLURM_TEST_WORK=$(mktemp -d /tmp/scalestudy-slurm.XXXXXX)
 node=$(hostname -s)
-cleanup() {
-  scancel --user=root >/dev/null 2>&1 || true
-  slurm_stop_pid_file "$SLURM_TEST_WORK/slurmctld.pid"
-  slurm_stop_pid_file "$SLURM_TEST_WORK/slurmd-$node.pid"
-  slurm_stop_pid_file "$SLURM_TEST_WORK/munged.pid"
-}
-trap cleanup EXIT
-
-slurm_start_munge
-slurm_make_node_dirs "$node"
-slurm_write_conf "$node" "NodeName=$node CPUs=$(nproc) State=UNKNOWN" "$node"
-slurmctld -f "$SLURM_CONF"
-slurmd -f "$SLURM_CONF"
-slurm_wait_for_nodes 1
+trap 'slurm_stop_single_node "$node"' EXIT
+slurm_start_single_node "$node" "NodeName=$node CPUs=$(nproc) State=UNKNOWN"
 
 echo "== submit the quickstart sweep through its generated scripts"
 experiment="$SCALESTUDY_ROOT/experiments/quickstart.ini"
