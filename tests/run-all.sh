@@ -6,8 +6,8 @@
 # analysis package's and the sweep tool's tests through pytest, and (as root) the
 # quickstart sweep submitted to a single-node Slurm cluster started for the purpose, a
 # site's modules, a throttled job array and the resume by the jobs' ends on such a
-# cluster, and a sweep across the two nodes of a cluster of network namespaces (each torn
-# down after).
+# cluster, and a sweep across the two nodes of a cluster of network namespaces with the
+# scaling model's prediction across their link, shaped to two rates (each torn down after).
 # Each stage's wall time and the CPU time of the processes it waited for are printed as it
 # ends, and all of them at the end.
 set -euo pipefail
@@ -78,6 +78,6 @@ stage "a site's modules, a throttled array and the resume on a single-node Slurm
   bash "$SCALESTUDY_ROOT/tests/slurm/test_slurm_site.sh" "$SCALESTUDY_ROOT/build/cpu/scalestudy" \
   "$SCALESTUDY_ROOT/build/venv/bin/python"
 
-stage "a sweep across two nodes of a Slurm cluster in network namespaces" \
+stage "a sweep across two nodes of a Slurm cluster in network namespaces, and the prediction across its shaped link" \
   bash "$SCALESTUDY_ROOT/tests/slurm/test_two_node_sweep.sh" "$SCALESTUDY_ROOT/build/cpu/scalestudy" \
   "$SCALESTUDY_ROOT/build/venv/bin/python"

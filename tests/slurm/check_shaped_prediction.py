@@ -1,6 +1,7 @@
 """Checks scalestudy-predict's held-out prediction across the shaped link: fitted on the
-one-node points (N = 1, 2), its prediction of the 4-rank points (two nodes) must lie within
-the bound, and prints the error with communication's share of the measured step.
+one-node point (N = 1, one rank per node), its prediction of the 2-rank point (two nodes)
+must lie within the bound; prints the error with communication's share of the measured
+step.
   check_shaped_prediction.py PREDICTIONS_JSON RESULTS_DIR BOUND RATE"""
 import json
 import pathlib
@@ -13,19 +14,19 @@ import h5py
 def main(argv):
     predictions, results, bound, rate = argv[0], pathlib.Path(argv[1]), float(argv[2]), argv[3]
     document = json.loads(pathlib.Path(predictions).read_text())
-    # What communication takes of the measured 4-rank step: the shaping must make it large.
+    # What communication takes of the measured 2-rank step: the shaping must make it large.
     shares = []
-    for path in results.rglob("n4-*.h5"):
+    for path in results.rglob("n2-*.h5"):
         with h5py.File(path, "r") as handle:
             shares.append(float(handle["summary"].attrs["comm_fraction_of_step"]))
     checks = document["held_out"]
-    if not checks or any(c["predicted_N"] != 4 or c["fit_N"] != [1, 2] for c in checks):
-        print(f"FAIL: shaped {rate}: no held-out prediction of N = 4 from N = 1, 2: {checks}")
+    if not checks or any(c["predicted_N"] != 2 or c["fit_N"] != [1] for c in checks):
+        print(f"FAIL: shaped {rate}: no held-out prediction of N = 2 from N = 1: {checks}")
         return 1
     status = 0
     for check in checks:
         error = check["signed_error"]
-        print(f"shaped {rate}: {check['strategy']}, fitted on N = 1, 2, predicts N = 4 across "
+        print(f"shaped {rate}: {check['strategy']}, fitted on N = 1, predicts N = 2 across "
               f"the link at {100 * error:+.1f} % (bound {100 * bound:.0f} %): "
               f"{check['predicted_step_s'] * 1e3:.1f} ms predicted, "
               f"{check['measured_step_s'] * 1e3:.1f} ms measured, communication "

@@ -6,8 +6,10 @@
 # zero2, overlap off and on) goes through sbatch and srun --mpi=pmix; then `bench comm`
 # runs on 4 ranks, two per node, and the sweep's 4-rank job with ddp and overlap on starts
 # three more times (tests/slurm/stress_two_node_start.sh starts it many times); then
-# check_two_node_results.py checks what the sweep and bench comm wrote. Needs root and
-# network namespaces; otherwise it says so and skips.
+# check_two_node_results.py checks what the sweep and bench comm wrote; last,
+# shaped_link_predict.sh shapes the link between the nodes to two rates and checks
+# scalestudy-predict's prediction across it. Needs root and network namespaces; otherwise
+# it says so and skips.
 #   tests/slurm/test_two_node_sweep.sh BINARY PYTHON
 set -euo pipefail
 binary=$(realpath "$1")
@@ -28,7 +30,7 @@ slurm_wait_for_jobs 600
 
 echo "== bench comm on both nodes: the world, each node's ranks, one rank per node"
 bench_comm="$SLURM_TEST_WORK/bench-comm.h5"
-in_cluster srun --mpi=pmix --nodes=2 --ntasks-per-node=2 --time=5 "$binary" bench comm --max-bytes 64K \
+srun_once_more --mpi=pmix --nodes=2 --ntasks-per-node=2 --time=5 --chdir="$SLURM_TEST_WORK" "$binary" bench comm --max-bytes 64K \
   --warmup 1 --repeats 3 --min-sample-ms 0.2 --comm-timeout 60 -o "$bench_comm"
 
 echo "== start the 4-rank job (ddp, overlap on) a few more times: a start-up crash fails here," \
@@ -44,7 +46,5 @@ link_bytes=$(ip netns exec "$switch" sh -c 'echo $(( $(cat /sys/class/net/port1/
 "$python" "$SCALESTUDY_ROOT/tests/slurm/check_two_node_results.py" "$out" "${hosts[@]}" --link-bytes "$link_bytes" \
   --bench-comm "$bench_comm"
 
-# By hand (SCALESTUDY_SHAPED_LINK=1): the scaling model across the shaped link.
-if [ "${SCALESTUDY_SHAPED_LINK:-0}" = 1 ]; then
-  source "$SCALESTUDY_ROOT/tests/slurm/shaped_link_predict.sh"
-fi
+echo "== the scaling model's prediction across the link, shaped to two rates"
+source "$SCALESTUDY_ROOT/tests/slurm/shaped_link_predict.sh"
