@@ -25,7 +25,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "jobscripts"))
+import script_cli  # noqa: E402
 import sweep  # noqa: E402
+import sweep_experiment  # noqa: E402
+import sweep_local  # noqa: E402
+import sweep_plan  # noqa: E402
+import sweep_slurm  # noqa: E402
 
 BINARY = os.environ.get("SCALESTUDY_BINARY")
 needs_binary = pytest.mark.skipif(not BINARY, reason="needs SCALESTUDY_BINARY, the binary that checks each point")
@@ -40,18 +45,18 @@ def write_experiment(tmp_path, sweep_lines, train_lines, env_lines=None):
 
 
 def test_gpu_count_ranges_are_powers_of_two():
-    assert sweep.parse_gpu_counts("1..8") == (1, 2, 4, 8)
-    assert sweep.parse_gpu_counts("2..16") == (2, 4, 8, 16)
-    assert sweep.parse_gpu_counts("1, 3, 6") == (1, 3, 6)
-    with pytest.raises(sweep.UsageError):
-        sweep.parse_gpu_counts("0..4")
+    assert sweep_experiment.parse_gpu_counts("1..8") == (1, 2, 4, 8)
+    assert sweep_experiment.parse_gpu_counts("2..16") == (2, 4, 8, 16)
+    assert sweep_experiment.parse_gpu_counts("1, 3, 6") == (1, 3, 6)
+    with pytest.raises(script_cli.UsageError):
+        sweep_experiment.parse_gpu_counts("0..4")
 
 
 def test_plan_covers_every_point_once(tmp_path):
     path = write_experiment(tmp_path, ["scaling = strong, weak", "gpus = 1..4", "strategies = ddp, zero2",
                                        "overlap = off, on", "repeats = 2", f"output_dir = {tmp_path}/out"],
                             ["model = tiny", "global-batch = 8", "batch-per-rank = 2"])
-    points = sweep.plan(sweep.read_experiment(path))
+    points = sweep_plan.plan(sweep_experiment.read_experiment(path))
     assert len(points) == 2 * 3 * 2 * 2 * 2
     assert len({p.result for p in points}) == len(points)
 
@@ -61,9 +66,9 @@ def test_two_nodes_of_four_gpus_get_the_right_sbatch_lines(tmp_path):
                                        "overlap = on", "backend = cuda", "time_limit = 01:30:00",
                                        "cpus_per_task = 6", "partition = gpu", f"output_dir = {tmp_path}/out"],
                             ["model = gpt2-small", "global-batch = 32", "precision = bf16"])
-    experiment = sweep.read_experiment(path)
-    (point,) = sweep.plan(experiment)
-    script = sweep.sbatch_script(experiment, point, Path("/opt/scalestudy"))
+    experiment = sweep_experiment.read_experiment(path)
+    (point,) = sweep_plan.plan(experiment)
+    script = sweep_slurm.sbatch_script(experiment, point, Path("/opt/scalestudy"))
     sbatch = dict(re.findall(r"^#SBATCH --([\w-]+)=(.*)$", script, re.M))
     assert sbatch["nodes"] == "2"
     assert sbatch["ntasks-per-node"] == "4"
@@ -89,9 +94,9 @@ def test_the_multi_node_settings_reach_the_sbatch_script_and_mpirun(tmp_path):
                                        "backend = cuda", f"output_dir = {tmp_path}/out"],
                             ["model = gpt2-small", "global-batch = 32"],
                             ["NCCL_NVLS_ENABLE = 1", "NCCL_IB_HCA = mlx5_0:1,mlx5_1:1", "NCCL_EMPTY ="])
-    experiment = sweep.read_experiment(path)
-    (point,) = sweep.plan(experiment)
-    script = sweep.sbatch_script(experiment, point, Path("/opt/scalestudy"))
+    experiment = sweep_experiment.read_experiment(path)
+    (point,) = sweep_plan.plan(experiment)
+    script = sweep_slurm.sbatch_script(experiment, point, Path("/opt/scalestudy"))
     sbatch = re.findall(r"^#SBATCH --([\w-]+)(?:=(.*))?$", script, re.M)
     assert ("nodes", "4") in sbatch, "16 ranks at 4 a node"
     assert ("ntasks-per-node", "4") in sbatch and ("gpus-per-node", "4") in sbatch
@@ -101,7 +106,7 @@ def test_the_multi_node_settings_reach_the_sbatch_script_and_mpirun(tmp_path):
     exports = [line for line in script.splitlines() if line.startswith("export ")]
     assert exports == ["export NCCL_NVLS_ENABLE=1", "export NCCL_IB_HCA=mlx5_0:1,mlx5_1:1", "export NCCL_EMPTY=''"]
     assert script.index("export NCCL_EMPTY") < script.index("\nsrun "), "exported before the ranks start"
-    command = sweep.local_command(experiment, point, Path("/opt/scalestudy"), "mpirun")
+    command = sweep_local.local_command(experiment, point, Path("/opt/scalestudy"), "mpirun")
     assert command[:6] == ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", "16"]
     assert command[6:12] == ["-x", "NCCL_NVLS_ENABLE=1", "-x", "NCCL_IB_HCA=mlx5_0:1,mlx5_1:1", "-x", "NCCL_EMPTY="]
 
@@ -109,9 +114,9 @@ def test_the_multi_node_settings_reach_the_sbatch_script_and_mpirun(tmp_path):
 def test_a_sweep_without_env_passes_mpirun_no_nccl_setting(tmp_path):
     path = write_experiment(tmp_path, ["scaling = weak", "gpus = 2", f"output_dir = {tmp_path}/out"],
                             ["model = tiny", "batch-per-rank = 2"])
-    experiment = sweep.read_experiment(path)
-    (point,) = sweep.plan(experiment)
-    command = sweep.local_command(experiment, point, Path("/opt/scalestudy"), "mpirun")
+    experiment = sweep_experiment.read_experiment(path)
+    (point,) = sweep_plan.plan(experiment)
+    command = sweep_local.local_command(experiment, point, Path("/opt/scalestudy"), "mpirun")
     assert "-x" not in command and not any("NCCL" in arg for arg in command)
     assert experiment.ntasks_per_node == experiment.gpus_per_node == 1, "ranks per node follow GPUs per node"
 
@@ -119,17 +124,17 @@ def test_a_sweep_without_env_passes_mpirun_no_nccl_setting(tmp_path):
 def test_the_shipped_experiments_leave_nccl_its_defaults():
     # Some files there are `scalestudy train --config` files, with no [sweep].
     sweeps = [path for path in sorted((ROOT / "experiments").glob("*.ini")) if "[sweep]" in path.read_text()]
-    assert len(sweeps) >= 2 and any(sweep.read_experiment(path).backend == "cuda" for path in sweeps)
+    assert len(sweeps) >= 2 and any(sweep_experiment.read_experiment(path).backend == "cuda" for path in sweeps)
     for path in sweeps:
-        assert sweep.read_experiment(path).env == (), path
+        assert sweep_experiment.read_experiment(path).env == (), path
 
 
 def test_cpu_points_ask_for_no_gpus(tmp_path):
     path = write_experiment(tmp_path, ["scaling = weak", "gpus = 2", f"output_dir = {tmp_path}/out"],
                             ["model = tiny", "batch-per-rank = 2"])
-    experiment = sweep.read_experiment(path)
-    (point,) = sweep.plan(experiment)
-    assert "--gpus-per-node" not in sweep.sbatch_script(experiment, point, Path("/bin/true"))
+    experiment = sweep_experiment.read_experiment(path)
+    (point,) = sweep_plan.plan(experiment)
+    assert "--gpus-per-node" not in sweep_slurm.sbatch_script(experiment, point, Path("/bin/true"))
 
 
 @pytest.mark.parametrize("lines, fragment", [
@@ -182,7 +187,7 @@ def test_the_library_settings_of_env_are_taken(tmp_path):
              "OMP_NUM_THREADS", "SCALESTUDY_X", "NCCL_LAUNCH_MODE", "CUDA_LAUNCH_BLOCKING"]
     path = write_experiment(tmp_path, ["scaling = weak"], ["model = tiny", "batch-per-rank = 2"],
                             [f"{name} = 1" for name in names])
-    assert [name for name, _ in sweep.read_experiment(path).env] == names
+    assert [name for name, _ in sweep_experiment.read_experiment(path).env] == names
 
 
 def test_a_default_section_is_refused(tmp_path, capsys):
@@ -210,10 +215,10 @@ def test_an_interrupted_sweep_runs_only_the_missing_points(tmp_path):
     path = write_experiment(tmp_path, ["scaling = strong", "gpus = 1, 2", "strategies = ddp, zero2",
                                        f"output_dir = {tmp_path}/out"],
                             ["model = tiny", "global-batch = 4", "steps = 3", "warmup-steps = 1", "seq = 16"])
-    experiment = sweep.read_experiment(path)
-    points = sweep.plan(experiment)
+    experiment = sweep_experiment.read_experiment(path)
+    points = sweep_plan.plan(experiment)
     # "Interrupt" after the first two points by running only those.
-    failures = sweep.run_local(experiment, points[:2], Path(BINARY), "mpirun")
+    failures = sweep_local.run_local(experiment, points[:2], Path(BINARY), "mpirun")
     assert failures == []
     done = {p.result: p.result.stat().st_mtime_ns for p in points[:2]}
     command = [sys.executable, str(ROOT / "jobscripts" / "sweep.py"), str(path), "--binary", BINARY,
@@ -225,7 +230,8 @@ def test_an_interrupted_sweep_runs_only_the_missing_points(tmp_path):
     assert out.stdout.count("... complete") == 3
     for result, mtime in done.items():
         assert result.stat().st_mtime_ns == mtime, f"{result} was run again"
-    assert all(sweep.result_status(p.result) == "complete" for p in points + sweep.bench_comm_points(experiment))
+    assert all(sweep_plan.result_status(p.result) == "complete"
+               for p in points + sweep_plan.bench_comm_points(experiment))
     again = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert "5 of 5 point(s) already complete" in again.stdout
 
@@ -247,14 +253,14 @@ def test_a_sweep_carries_one_bench_comm_point_at_its_largest_gpu_count(tmp_path)
     path = write_experiment(tmp_path, ["scaling = strong", "gpus = 1..4", "ntasks_per_node = 2",
                                        "strategies = ddp, zero2", f"output_dir = {tmp_path}/out"],
                             ["model = tiny", "global-batch = 8", "comm-timeout = 60"])
-    experiment = sweep.read_experiment(path)
-    (bench,) = sweep.bench_comm_points(experiment)
+    experiment = sweep_experiment.read_experiment(path)
+    (bench,) = sweep_plan.bench_comm_points(experiment)
     assert bench.ranks == 4 and bench.label() == "bench-comm-n4"
     assert bench.result == tmp_path / "out" / "bench-comm" / "n4.h5"
-    assert bench.result not in {point.result for point in sweep.plan(experiment)}
+    assert bench.result not in {point.result for point in sweep_plan.plan(experiment)}
     # Placed as the 4-rank training points are: two nodes of two ranks, so every scope.
-    assert sweep.bench_comm_scopes(experiment, bench) == ["world", "intra_node", "inter_node"]
-    script = sweep.sbatch_script(experiment, bench, Path("/opt/scalestudy"))
+    assert sweep_plan.bench_comm_scopes(experiment, bench) == ["world", "intra_node", "inter_node"]
+    script = sweep_slurm.sbatch_script(experiment, bench, Path("/opt/scalestudy"))
     sbatch = dict(re.findall(r"^#SBATCH --([\w-]+)=(.*)$", script, re.M))
     assert sbatch["nodes"] == "2" and sbatch["ntasks-per-node"] == "2"
     assert sbatch["job-name"] == "experiment-bench-comm-n4"
@@ -268,20 +274,20 @@ def test_a_sweep_carries_one_bench_comm_point_at_its_largest_gpu_count(tmp_path)
     # Short on the cpu: payloads to 1 MiB, three timed samples; [train]'s comm-timeout holds too.
     assert value["--max-bytes"] == "1M" and value["--repeats"] == "3" and value["--comm-timeout"] == "60"
     assert "--global-batch" not in args and "--model" not in args
-    command = sweep.local_command(experiment, bench, Path("/opt/scalestudy"), "mpirun")
+    command = sweep_local.local_command(experiment, bench, Path("/opt/scalestudy"), "mpirun")
     assert command[:6] == ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", "4"]
     assert command[command.index("/opt/scalestudy") + 1:] == args
     # A subset of the GPU counts moves it to the subset's largest.
     subset = sweep.planned_sweep(sweep.argument_parser().parse_args([str(path), "--gpus", "1, 2"]))
-    assert [point.ranks for point in sweep.bench_comm_points(subset)] == [2]
-    assert sweep.bench_comm_scopes(subset, sweep.bench_comm_points(subset)[0]) == ["world", "intra_node"]
+    assert [point.ranks for point in sweep_plan.bench_comm_points(subset)] == [2]
+    assert sweep_plan.bench_comm_scopes(subset, sweep_plan.bench_comm_points(subset)[0]) == ["world", "intra_node"]
 
 
 def test_bench_comm_off_or_a_one_rank_sweep_has_no_bench_comm_point(tmp_path):
     off = write_experiment(tmp_path, ["scaling = weak", "gpus = 1, 2", "bench_comm = off"], ["batch-per-rank = 2"])
-    assert sweep.bench_comm_points(sweep.read_experiment(off)) == []
+    assert sweep_plan.bench_comm_points(sweep_experiment.read_experiment(off)) == []
     one = write_experiment(tmp_path, ["scaling = weak", "gpus = 1"], ["batch-per-rank = 2"])
-    assert sweep.bench_comm_points(sweep.read_experiment(one)) == []
+    assert sweep_plan.bench_comm_points(sweep_experiment.read_experiment(one)) == []
 
 
 @needs_binary
@@ -314,7 +320,7 @@ def test_a_local_sweep_writes_its_bench_comm_file_and_predict_calibrates_with_it
     out = subprocess.run(sweep_command(path), capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
     assert re.search(r"\[3/3\] bench-comm-n2 \.\.\. complete in", out.stdout), out.stdout
-    assert sweep.result_status(result) == "complete"
+    assert sweep_plan.result_status(result) == "complete"
     bench = bench_report.read_bench_file(result)
     assert bench.usable and bench.name == "comm" and int(bench.attrs["world_size"]) == 2, bench.problems
     world = bench.points[bench.points["scope"] == "world"]
@@ -551,10 +557,10 @@ def test_a_hostile_value_is_refused_or_runs_nothing_but_the_stub_launchers(
 
 def test_the_srun_options_are_split_and_requoted(tmp_path):
     values = dict(BASE_SWEEP, srun_args="--mpi=pmix --cpu-bind=cores")
-    experiment = sweep.read_experiment(write_values(tmp_path, values, BASE_TRAIN))
+    experiment = sweep_experiment.read_experiment(write_values(tmp_path, values, BASE_TRAIN))
     assert experiment.srun_args == ("--mpi=pmix", "--cpu-bind=cores")
-    point = sweep.plan(experiment)[0]
-    script = sweep.sbatch_script(experiment, point, Path("/opt/scalestudy"))
+    point = sweep_plan.plan(experiment)[0]
+    script = sweep_slurm.sbatch_script(experiment, point, Path("/opt/scalestudy"))
     assert "\nsrun --mpi=pmix --cpu-bind=cores --ntasks=1 /opt/scalestudy train " in script
     assert "#SBATCH --signal=TERM@60" in script
 
@@ -655,21 +661,23 @@ def test_a_cuda_experiment_is_refused_by_a_binary_without_cuda(tmp_path, capsys)
 
 def test_a_cuda_experiment_without_binary_never_takes_the_cpu_build(tmp_path):
     path = write_experiment(tmp_path, ["backend = cuda", "scaling = weak"], ["model = tiny", "batch-per-rank = 2"])
-    experiment = sweep.read_experiment(path)
+    experiment = sweep_experiment.read_experiment(path)
     args = sweep.argument_parser().parse_args([str(path)])
     cuda_build = ROOT / "build" / "cuda" / "scalestudy"
     if cuda_build.is_file():
         assert sweep.binary_of(args, experiment) == cuda_build.resolve()
     else:
-        with pytest.raises(sweep.UsageError, match="build/cuda/scalestudy: no such file"):
+        with pytest.raises(script_cli.UsageError, match="build/cuda/scalestudy: no such file"):
             sweep.binary_of(args, experiment)
 
 
 def test_gpu_experiments_ask_for_whole_nodes_unless_the_file_says_otherwise(tmp_path):
     base = ["scaling = weak", "backend = cuda"]
-    assert sweep.read_experiment(write_experiment(tmp_path, base, ["batch-per-rank = 2"])).exclusive
-    assert not sweep.read_experiment(write_experiment(tmp_path, base + ["exclusive = no"], ["batch-per-rank = 2"])).exclusive
-    assert not sweep.read_experiment(write_experiment(tmp_path, ["scaling = weak"], ["batch-per-rank = 2"])).exclusive
+    assert sweep_experiment.read_experiment(write_experiment(tmp_path, base, ["batch-per-rank = 2"])).exclusive
+    assert not sweep_experiment.read_experiment(
+        write_experiment(tmp_path, base + ["exclusive = no"], ["batch-per-rank = 2"])).exclusive
+    assert not sweep_experiment.read_experiment(
+        write_experiment(tmp_path, ["scaling = weak"], ["batch-per-rank = 2"])).exclusive
 
 
 @needs_binary
@@ -707,17 +715,17 @@ def test_a_file_marked_complete_that_does_not_read_back_is_redone(tmp_path, caps
         handle.create_dataset("steps/loss", data=np.arange(4096, dtype=np.float64), chunks=(1024,),
                               compression="gzip")
         offset = handle["steps/loss"].id.get_chunk_info(0).byte_offset
-    assert sweep.result_status(path) == "complete"
+    assert sweep_plan.result_status(path) == "complete"
     # The first chunk's bytes overwritten, as a second writer would: the root still says complete.
     with open(path, "r+b") as handle:
         handle.seek(offset)
         handle.write(b"\xff" * 64)
     with h5py.File(path, "r") as handle:
         assert handle.attrs["status"] == "complete"
-    status, why = sweep.result_state(path)
+    status, why = sweep_plan.result_state(path)
     assert status == "unreadable" and why, why
-    point = sweep.Point("strong", "ddp", "off", 1, 0, path)
-    assert sweep.pending_points([point]) == [point]
+    point = sweep_plan.Point("strong", "ddp", "off", 1, 0, path)
+    assert sweep_plan.pending_points([point]) == [point]
     assert "does not read back" in capsys.readouterr().out
 
 
@@ -770,7 +778,7 @@ def stop_test_experiment(tmp_path):
 @pytest.mark.parametrize("trial", range(STOP_TRIALS))
 def test_sigint_at_a_random_time_leaves_no_rank_and_no_file_that_looks_complete(tmp_path, trial):
     path = stop_test_experiment(tmp_path)
-    points = sweep.plan(sweep.read_experiment(path))
+    points = sweep_plan.plan(sweep_experiment.read_experiment(path))
     out_dir = str(tmp_path / "out")
     running = start_sweep(path)
     # Anywhere from the checks before the first point to the last point's steps.
@@ -785,7 +793,7 @@ def test_sigint_at_a_random_time_leaves_no_rank_and_no_file_that_looks_complete(
     assert "Traceback" not in stderr and stderr.strip().splitlines()[-1].startswith("sweep: stopped by SIGINT"), stderr
     survivors = wait_for_no_process_naming(out_dir, 10.0 - (time.monotonic() - signalled))
     assert not survivors, f"ranks {survivors} outlived the sweep by 10 s (SIGINT at {delay_s:.1f} s)"
-    statuses = {point.label(): sweep.result_status(point.result) for point in points}
+    statuses = {point.label(): sweep_plan.result_status(point.result) for point in points}
     print(f"SIGINT at {delay_s:.1f} s: {statuses}")
     for point in points:
         # Complete (it finished before the signal), failed (the ranks marked it), or absent.
@@ -795,7 +803,7 @@ def test_sigint_at_a_random_time_leaves_no_rank_and_no_file_that_looks_complete(
             assert not point.result.exists()
     again = subprocess.run(sweep_command(path), capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stdout + again.stderr
-    assert all(sweep.result_status(point.result) == "complete" for point in points)
+    assert all(sweep_plan.result_status(point.result) == "complete" for point in points)
 
 
 @needs_mpirun
@@ -814,9 +822,9 @@ def test_two_sweeps_on_one_folder_cannot_both_run(tmp_path):
     _, stderr = first.communicate(timeout=30)
     assert first.returncode == 143 and "Traceback" not in stderr, stderr
     assert not wait_for_no_process_naming(str(tmp_path / "out"), 10.0)
-    (point,) = sweep.plan(sweep.read_experiment(path))
-    assert sweep.result_status(point.result) in ("failed", "missing", "running")
-    assert not point.result.exists() or sweep.result_status(point.result) == "failed"
+    (point,) = sweep_plan.plan(sweep_experiment.read_experiment(path))
+    assert sweep_plan.result_status(point.result) in ("failed", "missing", "running")
+    assert not point.result.exists() or sweep_plan.result_status(point.result) == "failed"
 
 
 def test_the_report_after_the_points_names_its_path_once(tmp_path, capfd):
@@ -827,7 +835,7 @@ def test_the_report_after_the_points_names_its_path_once(tmp_path, capfd):
     shutil.copy(example, out_dir / "strong" / example.name)
     path = write_experiment(tmp_path, ["scaling = strong", "gpus = 1", f"output_dir = {out_dir}"],
                             ["model = tiny", "global-batch = 8"])
-    finished = sweep.read_experiment(path)
-    assert sweep.report_after_points(finished) == 0
+    finished = sweep_experiment.read_experiment(path)
+    assert sweep_local.report_after_points(finished) == 0
     out = capfd.readouterr().out
     assert out.count("report.md") == 1 and f"report: {out_dir / 'report' / 'report.md'}" in out

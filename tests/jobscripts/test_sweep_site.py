@@ -16,6 +16,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "jobscripts"))
 import sweep  # noqa: E402
+import sweep_experiment  # noqa: E402
+import sweep_local  # noqa: E402
+import sweep_plan  # noqa: E402
+import sweep_slurm  # noqa: E402
 
 BINARY = os.environ.get("SCALESTUDY_BINARY")
 needs_binary = pytest.mark.skipif(not BINARY, reason="needs SCALESTUDY_BINARY, the binary that checks each point")
@@ -36,8 +40,8 @@ def write_experiment(tmp_path, sweep_lines, train_lines=TRAIN):
 
 
 def experiment_of(tmp_path, sweep_lines):
-    experiment = sweep.read_experiment(write_experiment(tmp_path, sweep_lines))
-    return experiment, sweep.plan(experiment)
+    experiment = sweep_experiment.read_experiment(write_experiment(tmp_path, sweep_lines))
+    return experiment, sweep_plan.plan(experiment)
 
 
 def launch_words(script):
@@ -60,10 +64,10 @@ def test_modules_are_loaded_in_every_script_after_a_purge_and_before_the_exports
     path = write_experiment(tmp_path, ["scaling = strong", "gpus = 1, 2", "modules = cuda/12.4, gcc+cuda/12.1",
                                        "module_purge = yes"])
     path.write_text(path.read_text() + "[env]\nNCCL_DEBUG = INFO\n")
-    experiment = sweep.read_experiment(path)
+    experiment = sweep_experiment.read_experiment(path)
     assert experiment.modules == ("cuda/12.4", "gcc+cuda/12.1") and experiment.module_purge
-    for point in sweep.plan(experiment) + sweep.bench_comm_points(experiment):
-        script = sweep.sbatch_script(experiment, point, Path("/opt/scalestudy"))
+    for point in sweep_plan.plan(experiment) + sweep_plan.bench_comm_points(experiment):
+        script = sweep_slurm.sbatch_script(experiment, point, Path("/opt/scalestudy"))
         lines = script.splitlines()
         loads = [line for line in lines if line.startswith("module ")]
         assert loads == ["module purge", "module load cuda/12.4", "module load gcc+cuda/12.1"], script
@@ -71,16 +75,16 @@ def test_modules_are_loaded_in_every_script_after_a_purge_and_before_the_exports
         assert lines.index(loads[-1]) < lines.index("export NCCL_DEBUG=INFO") < lines.index(
             next(line for line in lines if line.startswith("srun ")))
         # Where the job's shell has no `module`, the site's init script defines it.
-        assert 'if ! type module >/dev/null 2>&1; then' in script and str(sweep.MODULE_INITS[0]) in script
+        assert 'if ! type module >/dev/null 2>&1; then' in script and str(sweep_slurm.MODULE_INITS[0]) in script
         assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
 
 
 def test_without_modules_the_script_has_no_module_section(tmp_path):
     experiment, (point,) = experiment_of(tmp_path, ["scaling = weak"])
-    script = sweep.sbatch_script(experiment, point, Path("/opt/scalestudy"))
+    script = sweep_slurm.sbatch_script(experiment, point, Path("/opt/scalestudy"))
     assert not re.search(r"^(module|set \+u|.*type module)", script, re.M), script
     experiment, (point,) = experiment_of(tmp_path, ["scaling = weak", "module_purge = yes"])
-    assert [line for line in sweep.sbatch_script(experiment, point, Path("/x")).splitlines()
+    assert [line for line in sweep_slurm.sbatch_script(experiment, point, Path("/x")).splitlines()
             if line.startswith("module ")] == ["module purge"]
 
 
@@ -92,8 +96,8 @@ def test_a_pyxis_image_goes_on_the_srun_line_with_its_mounts_workdir_and_the_bin
         f"container_image = {IMAGE}", "container_mounts = /scratch:/scratch, /data:/data:ro+private",
         "container_workdir = /scratch/run"])
     out = tmp_path / "out"
-    for point in points + sweep.bench_comm_points(experiment):
-        words = launch_words(sweep.sbatch_script(experiment, point, Path(INSIDE)))
+    for point in points + sweep_plan.bench_comm_points(experiment):
+        words = launch_words(sweep_slurm.sbatch_script(experiment, point, Path(INSIDE)))
         assert words[:8] == ["srun", "--mpi=pmix", "--gpu-bind=none", "--ntasks=2", f"--container-image={IMAGE}",
                              f"--container-mounts={out}:{out},/scratch:/scratch,/data:/data:ro+private",
                              "--container-workdir=/scratch/run", INSIDE]
@@ -108,11 +112,11 @@ def test_an_apptainer_image_runs_every_rank_through_apptainer_exec(tmp_path):
         experiment, (point,) = experiment_of(tmp_path, lines + [f"backend = {backend}", "gpus_per_node = 2"])
         ranks_run = ["apptainer", "exec"] + nv + ["--bind", f"{out}:{out},/scratch:/scratch:ro", "--pwd", "/scratch",
                                                    SIF, INSIDE, "train"]
-        words = launch_words(sweep.sbatch_script(experiment, point, Path(INSIDE)))
+        words = launch_words(sweep_slurm.sbatch_script(experiment, point, Path(INSIDE)))
         assert words[:3 + len(ranks_run)] == ["srun", "--mpi=pmix", "--ntasks=2"] + ranks_run
         assert not any(word.startswith("--container") for word in words)
         # A local sweep runs the same command under mpirun.
-        command = sweep.local_command(experiment, point, Path(INSIDE), "mpirun")
+        command = sweep_local.local_command(experiment, point, Path(INSIDE), "mpirun")
         at = command.index("apptainer")
         assert command[at:at + len(ranks_run)] == ranks_run
 
@@ -125,17 +129,17 @@ def test_the_output_folder_is_mounted_unless_a_writable_mount_holds_it_at_its_ow
                              (f"{out}-other:{out}-other", [f"{out}:{out}", f"{out}-other:{out}-other"])):
         for image in (f"apptainer_image = {SIF}", f"container_image = {IMAGE}"):
             experiment, _ = experiment_of(tmp_path, ["scaling = weak", image, f"container_mounts = {mounts}"])
-            assert sweep.container_mounts_of(experiment) == expected, mounts
+            assert sweep_plan.container_mounts_of(experiment) == expected, mounts
 
 
 def test_the_shipped_site_experiments_name_their_modules_and_their_container():
-    modules = sweep.read_experiment(ROOT / "experiments" / "gpt2-small-modules-site.ini")
+    modules = sweep_experiment.read_experiment(ROOT / "experiments" / "gpt2-small-modules-site.ini")
     assert modules.modules[:2] == ("gcc/12.3.0", "cuda/12.4.1") and modules.module_purge
     assert modules.qos == "normal" and modules.mem == "0" and not modules.containerised()
-    pyxis = sweep.read_experiment(ROOT / "experiments" / "gpt2-small-pyxis-site.ini")
+    pyxis = sweep_experiment.read_experiment(ROOT / "experiments" / "gpt2-small-pyxis-site.ini")
     assert pyxis.container_binary == INSIDE and pyxis.reservation == "scaling-study" and not pyxis.modules
-    (point,) = [point for point in sweep.plan(pyxis) if point.ranks == 16 and point.strategy == "ddp"]
-    words = launch_words(sweep.sbatch_script(pyxis, point, Path(INSIDE)))
+    (point,) = [point for point in sweep_plan.plan(pyxis) if point.ranks == 16 and point.strategy == "ddp"]
+    words = launch_words(sweep_slurm.sbatch_script(pyxis, point, Path(INSIDE)))
     assert words[3:7] == ["--container-image=registry.example.org#my-project/scalestudy:0.9-cuda12.4",
                           "--container-mounts=/lustre/my-project:/lustre/my-project",
                           "--container-workdir=/lustre/my-project", INSIDE]
@@ -144,16 +148,16 @@ def test_the_shipped_site_experiments_name_their_modules_and_their_container():
 def test_qos_reservation_and_memory_reach_the_point_scripts_and_the_report_script(tmp_path):
     experiment, (point,) = experiment_of(tmp_path, ["scaling = weak", "qos = high", "reservation = maint,gpu-res",
                                                     "mem = 480G", "partition = gpu", "account = lab"])
-    script = sweep.sbatch_script(experiment, point, Path("/opt/scalestudy"))
+    script = sweep_slurm.sbatch_script(experiment, point, Path("/opt/scalestudy"))
     sbatch = re.findall(r"^#SBATCH --([\w-]+)=(.*)$", script, re.M)
     for option in (("qos", "high"), ("reservation", "maint,gpu-res"), ("mem", "480G"), ("partition", "gpu"),
                    ("account", "lab")):
         assert option in sbatch, script
-    report = re.findall(r"^#SBATCH --([\w-]+)=(.*)$", sweep.report_script(experiment), re.M)
+    report = re.findall(r"^#SBATCH --([\w-]+)=(.*)$", sweep_slurm.report_script(experiment), re.M)
     assert ("qos", "high") in report and ("reservation", "maint,gpu-res") in report
     assert "mem" not in dict(report)
     experiment, (point,) = experiment_of(tmp_path, ["scaling = weak"])
-    assert not re.search(r"--(qos|reservation|mem)=", sweep.sbatch_script(experiment, point, Path("/x")))
+    assert not re.search(r"--(qos|reservation|mem)=", sweep_slurm.sbatch_script(experiment, point, Path("/x")))
 
 
 @pytest.mark.parametrize("lines, fragment", [
@@ -253,7 +257,7 @@ def test_the_help_lists_every_sweep_key_with_its_default(capsys):
     for key in ("modules", "module_purge", "container_image", "apptainer_image", "container_mounts",
                 "container_workdir", "container_binary", "qos", "reservation", "mem", "partition", "gpus"):
         assert re.search(rf"^  {key} +default: \S", keys, re.M), key
-    assert len(re.findall(r"^  \w+ +default: ", keys, re.M)) == len(sweep.SWEEP_KEYS)
+    assert len(re.findall(r"^  \w+ +default: ", keys, re.M)) == len(sweep_experiment.SWEEP_KEYS)
 
 
 # ---- Lmod: the generated script loads a module, and the launch sees its environment -------
@@ -290,7 +294,7 @@ def seen_by(calls, name):
 def lmod_script(tmp_path, sweep_lines):
     experiment, (point,) = experiment_of(tmp_path, ["scaling = weak", "gpus = 2"] + sweep_lines)
     script = tmp_path / "point.sbatch"
-    script.write_text(sweep.sbatch_script(experiment, point, Path("/opt/scalestudy")))
+    script.write_text(sweep_slurm.sbatch_script(experiment, point, Path("/opt/scalestudy")))
     return script
 
 
@@ -357,7 +361,7 @@ def test_under_lmod_a_local_sweep_launches_and_checks_in_the_modules_environment
 
 @needs_binary
 def test_a_host_without_module_writes_the_scripts_but_runs_nothing_locally(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(sweep, "MODULE_INITS", (str(tmp_path / "no-init"),))
+    monkeypatch.setattr(sweep_slurm, "MODULE_INITS", (str(tmp_path / "no-init"),))
     for name in list(os.environ):
         if name.startswith("BASH_FUNC_") or name in ("BASH_ENV", "MODULESHOME"):
             monkeypatch.delenv(name)

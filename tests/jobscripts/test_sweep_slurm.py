@@ -17,6 +17,11 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "jobscripts"))
 import sweep  # noqa: E402
+import sweep_experiment  # noqa: E402
+import sweep_local  # noqa: E402
+import sweep_plan  # noqa: E402
+import sweep_slurm  # noqa: E402
+import sweep_status  # noqa: E402
 
 BINARY = os.environ.get("SCALESTUDY_BINARY")
 needs_binary = pytest.mark.skipif(not BINARY, reason="needs SCALESTUDY_BINARY, the binary that checks each point")
@@ -76,10 +81,10 @@ RETRY_CASES = [("crash-once", 2, 0, True), ("crash-always", 2, 139, True), ("bad
 @pytest.mark.parametrize("mode, starts, code, retried", RETRY_CASES)
 def test_an_sbatch_script_starts_a_launch_once_more_only_where_it_ended_before_the_result_file(
         tmp_path, monkeypatch, launcher_stubs, mode, starts, code, retried):
-    experiment = sweep.read_experiment(write_experiment(tmp_path, ["gpus = 2"]))
-    (point,) = sweep.plan(experiment)
+    experiment = sweep_experiment.read_experiment(write_experiment(tmp_path, ["gpus = 2"]))
+    (point,) = sweep_plan.plan(experiment)
     script = tmp_path / "point.sbatch"
-    script.write_text(sweep.sbatch_script(experiment, point, Path("/opt/scalestudy")))
+    script.write_text(sweep_slurm.sbatch_script(experiment, point, Path("/opt/scalestudy")))
     monkeypatch.setenv("STUB_MODE", mode)
     # The job's output is the point's log (#SBATCH --output).
     out = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=30)
@@ -95,12 +100,12 @@ def test_a_point_failed_before_is_started_once_more_while_its_old_file_stays_as_
         tmp_path, monkeypatch, launcher_stubs):
     """A rerun point's failed file from the run before is no file of this run: a crash
     before the run replaces it is retried."""
-    experiment = sweep.read_experiment(write_experiment(tmp_path, ["gpus = 2"]))
-    (point,) = sweep.plan(experiment)
+    experiment = sweep_experiment.read_experiment(write_experiment(tmp_path, ["gpus = 2"]))
+    (point,) = sweep_plan.plan(experiment)
     point.result.parent.mkdir(parents=True)
     point.result.write_text("failed by the run before")
     script = tmp_path / "point.sbatch"
-    script.write_text(sweep.sbatch_script(experiment, point, Path("/opt/scalestudy")))
+    script.write_text(sweep_slurm.sbatch_script(experiment, point, Path("/opt/scalestudy")))
     monkeypatch.setenv("STUB_MODE", "crash-once")
     out = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=30)
     assert out.returncode == 0 and launcher_stubs() == 2 and out.stdout.count(RETRY_LINE) == 1, out.stdout
@@ -109,10 +114,10 @@ def test_a_point_failed_before_is_started_once_more_while_its_old_file_stays_as_
 @pytest.mark.parametrize("mode, starts, code, retried", RETRY_CASES)
 def test_the_local_launcher_starts_a_launch_once_more_only_where_it_ended_before_the_result_file(
         tmp_path, monkeypatch, capsys, launcher_stubs, mode, starts, code, retried):
-    experiment = sweep.read_experiment(write_experiment(tmp_path, ["gpus = 2", "bench_comm = off"]))
-    points = sweep.plan(experiment)
+    experiment = sweep_experiment.read_experiment(write_experiment(tmp_path, ["gpus = 2", "bench_comm = off"]))
+    points = sweep_plan.plan(experiment)
     monkeypatch.setenv("STUB_MODE", mode)
-    failures = sweep.run_local(experiment, points, Path("/opt/scalestudy"), "mpirun")
+    failures = sweep_local.run_local(experiment, points, Path("/opt/scalestudy"), "mpirun")
     assert launcher_stubs() == starts
     # The stub writes no result file that reads back: every point is a failure.
     assert failures == points
@@ -315,9 +320,9 @@ def test_the_report_job_writes_the_report_and_the_predictions_beside_it(tmp_path
         shutil.copy(ROOT / "examples" / "gpt2-small-strong-4xh200" / "strong" / "ddp-overlap_on" / f"{run}.h5",
                     out / "strong" / "ddp-overlap_on")
     path = write_experiment(tmp_path, ["gpus = 1, 2, 4", "network = experiments/networks/ib-ndr-400.ini"])
-    experiment = sweep.read_experiment(path)
+    experiment = sweep_experiment.read_experiment(path)
     assert experiment.network == str(NETWORK)
-    script = sweep.report_script(experiment)
+    script = sweep_slurm.report_script(experiment)
     assert f"--network {NETWORK} --out {out / 'prediction'}" in script
     (tmp_path / "report.sbatch").write_text(script)
     ran = subprocess.run(["bash", str(tmp_path / "report.sbatch")], capture_output=True, text=True, timeout=300)
@@ -328,8 +333,8 @@ def test_the_report_job_writes_the_report_and_the_predictions_beside_it(tmp_path
 
 
 def test_without_a_network_file_the_report_job_says_it_writes_no_predictions(tmp_path):
-    experiment = sweep.read_experiment(write_experiment(tmp_path, ["gpus = 1, 2"]))
-    script = sweep.report_script(experiment)
+    experiment = sweep_experiment.read_experiment(write_experiment(tmp_path, ["gpus = 1, 2"]))
+    script = sweep_slurm.report_script(experiment)
     assert "scalestudy_analysis.predict" not in script
     (line,) = [line for line in script.splitlines() if "no predictions" in line]
     said = subprocess.run(["bash", "-c", line], capture_output=True, text=True, check=True).stdout
@@ -374,20 +379,20 @@ def test_points_of_one_shape_run_as_one_job_array_with_the_throttle(tmp_path, ca
     calls = sbatch_calls(slurm_stubs)
     assert len(calls) == 5 and calls[-1][-1].endswith("report.sbatch")
     make_stub(tmp_path / "slurm-bin", "srun", RECORDING_SRUN)
-    experiment = sweep.read_experiment(path)
-    points = {point.label(): point for point in sweep.plan(experiment) + sweep.bench_comm_points(experiment)}
+    experiment = sweep_experiment.read_experiment(path)
+    points = {point.label(): point for point in sweep_plan.plan(experiment) + sweep_plan.bench_comm_points(experiment)}
     manifest = json.loads((tmp_path / "out" / "jobs" / "submitted.json").read_text())["points"]
     ran = set()
     for call in calls[:-1]:
         script, job_id = Path(call[-1]), str(100 + calls.index(call))
         text = script.read_text()
         labels = submitted_labels(call)
-        nodes, per_node = sweep.shape_of(experiment, points[labels[0]])
+        nodes, per_node = sweep_slurm.shape_of(experiment, points[labels[0]])
         assert SHAPES[(nodes, per_node)] == len(labels)
         assert f"#SBATCH --nodes={nodes}\n#SBATCH --ntasks-per-node={per_node}\n" in text
         assert f"#SBATCH --array=0-{len(labels) - 1}%2\n" in text
         for task, label in enumerate(labels):
-            assert sweep.shape_of(experiment, points[label]) == (nodes, per_node)
+            assert sweep_slurm.shape_of(experiment, points[label]) == (nodes, per_node)
             assert manifest[label]["job"] == f"{job_id}_{task}"
             out = run_array_task(script, job_id, task)
             assert out.returncode == 0, out.stdout + out.stderr
@@ -424,15 +429,16 @@ def test_the_dry_run_of_a_complete_sweep_counts_the_report_only(tmp_path, capsys
 
 
 def test_an_array_task_starts_its_point_once_more_after_a_start_up_crash(tmp_path, monkeypatch, launcher_stubs):
-    experiment = sweep.read_experiment(write_experiment(tmp_path, ["gpus = 2"]))
-    (point,) = sweep.plan(experiment)
+    experiment = sweep_experiment.read_experiment(write_experiment(tmp_path, ["gpus = 2"]))
+    (point,) = sweep_plan.plan(experiment)
     jobs = tmp_path / "out" / "jobs"
     jobs.mkdir(parents=True)
     (tmp_path / "out" / "logs").mkdir()
-    (jobs / f"{point.label()}.sbatch").write_text(sweep.sbatch_script(experiment, point, Path("/opt/scalestudy")))
+    (jobs / f"{point.label()}.sbatch").write_text(sweep_slurm.sbatch_script(experiment, point, Path("/opt/scalestudy")))
     (jobs / "tasks.points").write_text(point.label() + "\n")
     script = jobs / "array.sbatch"
-    script.write_text(sweep.array_script(experiment, sweep.shape_of(experiment, point), jobs / "tasks.points", 1))
+    shape = sweep_slurm.shape_of(experiment, point)
+    script.write_text(sweep_slurm.array_script(experiment, shape, jobs / "tasks.points", 1))
     out = run_array_task(script, "300", 0, {"STUB_MODE": "crash-once"})
     assert out.returncode == 0 and launcher_stubs() == 2, out.stdout + out.stderr
     log = (tmp_path / "out" / "logs" / f"experiment-{point.label()}-300_0.out").read_text()
@@ -463,7 +469,7 @@ def test_the_help_lists_the_array_keys_with_their_defaults(capsys):
 def test_sacct_gives_the_state_of_array_tasks_not_yet_started(tmp_path, monkeypatch, slurm_stubs):
     make_stub(tmp_path / "slurm-bin", "sacct", "cat <<'END'\n100_0|RUNNING|0:0\n100_0.batch|RUNNING|0:0\n"
                                               "100_[1-2%1]|PENDING|0:0\n101|TIMEOUT|0:0\nEND\n")
-    states = sweep.job_states(["100_0", "100_1", "100_2", "101"])
+    states = sweep_status.job_states(["100_0", "100_1", "100_2", "101"])
     assert {job: state.state for job, state in states.items()} == \
         {"100_0": "RUNNING", "100_1": "PENDING", "100_2": "PENDING", "101": "TIMEOUT"}
 
@@ -492,17 +498,17 @@ def test_array_tasks_run_nothing_but_the_launcher_whatever_the_values_or_the_tas
 
 @pytest.mark.parametrize("log_text, job, expected", [
     ("slurmstepd: error: Detected 1 oom_kill event in StepId=7.0. Some of the step tasks have been OOM Killed.",
-     sweep.JobState("FAILED", 137, 0), "out of memory (log: slurmstepd: error: Detected 1 oom_kill event"),
-    ("", sweep.JobState("OUT_OF_MEMORY", 0, 125), "out of memory (job OUT_OF_MEMORY (exit 0, signal 125))"),
-    ("", sweep.JobState("FAILED", 2, 0), "bad input (job FAILED (exit 2))"),
-    ("scalestudy bench: error: --max-bytes 1Q: not a size", sweep.JobState("FAILED", 2, 0),
+     sweep_status.JobState("FAILED", 137, 0), "out of memory (log: slurmstepd: error: Detected 1 oom_kill event"),
+    ("", sweep_status.JobState("OUT_OF_MEMORY", 0, 125), "out of memory (job OUT_OF_MEMORY (exit 0, signal 125))"),
+    ("", sweep_status.JobState("FAILED", 2, 0), "bad input (job FAILED (exit 2))"),
+    ("scalestudy bench: error: --max-bytes 1Q: not a size", sweep_status.JobState("FAILED", 2, 0),
      "bad input (log: scalestudy bench: error: --max-bytes 1Q: not a size)"),
-    ("srun: error: node3: task 1: Segmentation fault", sweep.JobState("FAILED", 139, 0), ""),
-    ("", sweep.JobState("TIMEOUT", 0, 0), ""),
+    ("srun: error: node3: task 1: Segmentation fault", sweep_status.JobState("FAILED", 139, 0), ""),
+    ("", sweep_status.JobState("TIMEOUT", 0, 0), ""),
 ])
 def test_a_failure_is_named_bad_input_or_out_of_memory_from_the_log_or_the_job(tmp_path, log_text, job, expected):
     log = tmp_path / "point.out"
     log.write_text(log_text + "\n")
-    point = sweep.Point("strong", "ddp", "off", 2, 0, tmp_path / "n2-r0.h5")
-    reason = sweep.held_reason(point, job, log)
+    point = sweep_plan.Point("strong", "ddp", "off", 2, 0, tmp_path / "n2-r0.h5")
+    reason = sweep_status.held_reason(point, job, log)
     assert (reason.startswith(expected) if expected else reason == ""), reason
