@@ -35,8 +35,17 @@ TEST(RollCall, NamesTheRankThatDidNotArriveAndNoneThatAnswers) {
   if (w.rank != last) {
     EXPECT_EQ(enter_control_collective(MPI_COMM_WORLD), before + 1);
   }
-  // The last rank waits here, outside the control plane, while rank 0 takes the roll call.
+  // The ranks between the first and the last tell rank 0 that they have entered, so that
+  // its roll call finds them there however late a loaded machine schedules them; the last
+  // rank waits in the barrier below, outside the control plane, while rank 0 takes it.
+  constexpr int kEnteredTag = 1;
+  if (w.rank != 0 && w.rank != last) {
+    CHECK_MPI(MPI_Send(nullptr, 0, MPI_BYTE, 0, kEnteredTag, MPI_COMM_WORLD));
+  }
   if (w.rank == 0) {
+    for (int peer = 1; peer < last; ++peer) {
+      CHECK_MPI(MPI_Recv(nullptr, 0, MPI_BYTE, peer, kEnteredTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+    }
     const RollCall roll_call = take_roll_call(before + 1);
     if (w.size == 1) {
       EXPECT_FALSE(roll_call.taken) << "one rank has no one to ask";
