@@ -19,6 +19,13 @@ def main(argv):
     for path in results.rglob("n2-*.h5"):
         with h5py.File(path, "r") as handle:
             shares.append(float(handle["summary"].attrs["comm_fraction_of_step"]))
+    # Below this share the check would weigh the model's compute more than its network terms.
+    least_share = 0.75
+    if not shares or statistics.median(shares) < least_share:
+        listed = ", ".join(f"{100 * share:.0f} %" for share in shares)
+        print(f"FAIL: shaped {rate}: communication is {listed} of the measured 2-rank steps, "
+              f"below {100 * least_share:.0f} %: the link does not decide the step")
+        return 1
     checks = document["held_out"]
     if not checks or any(c["predicted_N"] != 2 or c["fit_N"] != [1] for c in checks):
         print(f"FAIL: shaped {rate}: no held-out prediction of N = 2 from N = 1: {checks}")

@@ -7,8 +7,9 @@
 # on both nodes. scalestudy-predict fits the one-node point (its compute) with bench
 # comm's calibration of the link (a network step's latency and the bandwidth) and
 # predicts the 2-rank point, which crosses the shaped link: its error must stay within
-# SHAPED_BOUND. Communication is 90 % or more of that step at both rates, and the rates
-# are four times apart, so the network's terms, not compute, decide the prediction.
+# SHAPED_BOUND. Communication is 90 % or more of that step at both rates (the check fails
+# below 75 %), and the rates are four times apart, so the network's terms, not compute,
+# decide the prediction.
 #
 # The bound and its reason: 20 %. The points share the host's two cores with the cluster's
 # daemons, so a step's compute varies by tens of percent between ranks and repeats, and
