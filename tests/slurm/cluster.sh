@@ -60,6 +60,9 @@ TaskPlugin=task/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 SchedulerType=sched/backfill
+# A batch job starts as soon as a node frees, not up to 3 s later (the default delay):
+# the tests' points last a second or two each.
+SchedulerParameters=batch_sched_delay=0
 MpiDefault=none
 ReturnToService=2
 StateSaveLocation=$SLURM_TEST_WORK/spool/ctld
