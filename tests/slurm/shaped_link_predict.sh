@@ -60,12 +60,32 @@ shaped_link_check() {
   # computes, so its extra time is the link's, and the fit needs no batch exponent. One
   # bucket without overlap: the whole gradient in one allreduce after backward. Whole
   # nodes (exclusive): no other point shares the cores while one is timed.
-  sed -e 's/^strategies = .*/strategies = ddp/' -e 's/^overlap = .*/overlap = off/' \
-    -e 's/^repeats = .*/repeats = 2/' -e "s/^name = .*/name = shaped-$rate/" \
-    -e 's/^scaling = .*/scaling = weak/' -e 's/^gpus = .*/gpus = 1, 2/' \
-    -e 's/^gpus_per_node = .*/gpus_per_node = 1/' -e 's/^global-batch = .*/batch-per-rank = 4/' \
-    -e '/^\[train\]/i bench_comm = off\nexclusive = yes' -e 's/^bucket-mb = .*/bucket-mb = 1/' \
-    "$SCALESTUDY_ROOT/experiments/two-nodes-cpu.ini" > "$work/shaped.ini"
+  cat > "$work/shaped.ini" <<EOF
+[sweep]
+name = shaped-$rate
+scaling = weak
+gpus = 1, 2
+gpus_per_node = 1
+strategies = ddp
+overlap = off
+repeats = 2
+backend = cpu
+time_limit = 00:05:00
+exclusive = yes
+bench_comm = off
+
+[train]
+model = tiny
+layers = 2
+data = markov
+seq = 32
+batch-per-rank = 4
+steps = 6
+warmup-steps = 1
+bucket-mb = 1
+lr = 0.003
+log-every = 6
+EOF
   in_cluster "$python" "$SCALESTUDY_ROOT/jobscripts/sweep.py" "$work/shaped.ini" \
     --output-dir "$work/results" --launcher slurm --submit --binary "$binary"
   slurm_wait_for_jobs 600
