@@ -38,6 +38,11 @@ A site's software reaches the points through [sweep] keys: `modules` are loaded 
 with --launcher local, in the environment of mpirun and of the binary's checks; a pyxis
 image (container_image) goes on srun's line, an Apptainer image (apptainer_image) runs
 each rank through `apptainer exec`, and container_binary names the binary inside it.
+
+With gemm_search = on in [sweep] (cuda, 16-bit), every training point reads the choice
+file <output_dir>/gemm-algos.txt, and `scalestudy gemm-search` fills it first: one search
+per micro-batch of the pending training points, before any of them runs (on Slurm, one
+job that the training jobs wait for).
 """
 import signal
 import sys
@@ -65,8 +70,9 @@ from pathlib import Path
 
 from script_cli import USAGE_ERROR, UsageError, binary_info
 from sweep_experiment import PATH_EXPECTED, PATH_TEXT, ROOT, SWEEP_KEYS, check_form, parse_gpu_counts, read_experiment
-from sweep_local import Stopped, raise_stopped, report_after_points, run_local, stop_descendants
-from sweep_plan import Point, bench_comm_points, plan, print_plan, rank_command, status_text, train_arguments
+from sweep_local import SearchFailed, Stopped, raise_stopped, report_after_points, run_local, stop_descendants
+from sweep_plan import (GemmSearch, Point, bench_comm_points, plan, print_plan, rank_command, status_text,
+                        train_arguments)
 from sweep_slurm import NO_MODULE_COMMAND, module_lines, print_submissions, pyxis_options, write_slurm
 from sweep_status import show_status
 
@@ -122,8 +128,9 @@ def check_capabilities(where, sweep, binary, info):
 def check_point(binary, sweep, point, env=None):
     """The point's arguments as `scalestudy train --check` finds them, run in `env`
     (default: this process's environment): "" when the run would start, else the binary's
-    message."""
-    command = [str(binary)] + train_arguments(sweep, point) + ["--check", "--check-ranks", str(point.ranks)]
+    message. The choice file of gemm_search = on is left out: the searches write it later."""
+    unsearched = dataclasses.replace(sweep, gemm_search=False)
+    command = [str(binary)] + train_arguments(unsearched, point) + ["--check", "--check-ranks", str(point.ranks)]
     out = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
     if out.returncode == 0:
         return ""
@@ -308,7 +315,11 @@ def run(args, argv):
     try:
         if args.launcher == "slurm":
             return write_slurm(sweep, points, binary, args.submit, submit_command(argv))
-        failures = run_local(sweep, points, binary, args.mpirun, env)
+        try:
+            failures = run_local(sweep, points, binary, args.mpirun, env)
+        except SearchFailed as failed:
+            print(f"sweep: {failed}", file=sys.stderr)
+            return 1
         if not args.no_report:
             report_after_points(sweep)
         if failures:
@@ -323,6 +334,9 @@ def stopped_message(stop):
     point = getattr(stop, "point", None)
     if point is None:
         return f"sweep: stopped by {stop}; run the same command again to go on"
+    if isinstance(point, GemmSearch):
+        return (f"sweep: stopped by {stop} during {point.label()}: {point.output} keeps the choices it made; "
+                "run the same command again to go on")
     return (f"sweep: stopped by {stop} during {point.label()}: {point.result} is "
             f"{status_text(point.result)}; run the same command again to go on")
 

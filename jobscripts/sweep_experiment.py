@@ -50,6 +50,7 @@ class Sweep:
     network: str = ""  # the network file scalestudy-predict predicts for; "" for no predictions
     arrays: bool = True  # one job array per shape of point; False: one job per point
     array_throttle: int = 0  # at most this many of an array's tasks run at once; 0 for no limit
+    gemm_search: bool = False  # a `scalestudy gemm-search` per micro-batch before the points, read by every point
 
     def containerised(self):
         return bool(self.container_image or self.apptainer_image)
@@ -149,7 +150,7 @@ SWEEP_KEYS = {
     "container_image": "none (pyxis)", "apptainer_image": "none", "container_mounts": "the output folder's only",
     "container_workdir": "the container's own", "container_binary": "the --binary path",
     "network": "none (the report job writes no predictions)",
-    "arrays": "on", "array_throttle": "0 (no limit)",
+    "arrays": "on", "array_throttle": "0 (no limit)", "gemm_search": "off",
 }
 
 
@@ -337,7 +338,33 @@ def read_experiment(path):
         array_throttle=integer("array_throttle", 0, minimum=0),
         modules=listed(where, sweep, "modules", MODULE_NAME, MODULE_EXPECTED),
         module_purge=boolean("module_purge", "no"),
+        gemm_search=gemm_search_setting(where, boolean("gemm_search", "off"), backend, train_keys),
         **container_settings(where, sweep))
+
+
+# The [train] precisions of cuda's 16-bit GEMMs, which a choice file serves (auto is bf16).
+SEARCHED_PRECISIONS = ("bf16", "fp16", "auto")
+
+
+def gemm_search_setting(where, on, backend, train):
+    """gemm_search, checked: on needs the cuda backend, a 16-bit precision and the model
+    named in [train] (the search's --model), and the sweep's own choice file in place of
+    [train]'s gemm-algos-file."""
+    if not on:
+        return False
+    precision = train.get("precision", "auto")
+    if backend != "cuda":
+        why = f"needs backend = cuda (the search times cuBLASLt's GEMMs), not {backend}"
+    elif precision not in SEARCHED_PRECISIONS:
+        why = f"needs a 16-bit [train] precision (bf16 or fp16; auto is bf16), not {precision}"
+    elif "gemm-algos-file" in train:
+        why = ("conflicts with [train] gemm-algos-file: the sweep's points read the file the searches write, "
+               "<output_dir>/gemm-algos.txt; leave one of the two out")
+    elif "model" not in train:
+        why = "needs model in [train], the model the search runs a step of"
+    else:
+        return True
+    raise UsageError(f"{where}: gemm_search = on: {why}")
 
 
 def network_file(where, text):

@@ -1,7 +1,8 @@
-"""The local launcher: runs the pending points one after another under mpirun, each in a
-session of its own, and the report after them. A SIGINT or SIGTERM, raised in the sweep as
-Stopped, stops the running point's ranks before their launcher (ranks whose mpirun ended
-first stay this process's descendants: it is their subreaper)."""
+"""The local launcher: runs the GEMM searches of the pending points (gemm_search = on), then
+the pending points one after another under mpirun, each in a session of its own, and the
+report after them. A SIGINT or SIGTERM, raised in the sweep as Stopped, stops the running
+point's ranks before their launcher (ranks whose mpirun ended first stay this process's
+descendants: it is their subreaper)."""
 import ctypes
 import os
 import shlex
@@ -10,8 +11,8 @@ import subprocess
 import sys
 import time
 
-from sweep_plan import (pending_points, point_arguments, rank_command, report_command, result_files,
-                        start_failed, start_retry_line, status_text)
+from sweep_plan import (gemm_search_arguments, gemm_searches, pending_points, point_arguments, rank_command,
+                        report_command, result_files, start_failed, start_retry_line, status_text)
 
 
 def local_command(sweep, point, binary, mpirun):
@@ -136,10 +137,10 @@ def stop_descendants(signum, launcher_pid):
 
 
 def run_point(command, log, env=None, mode="w"):
-    """Runs one point's launcher in a session of its own (so that a Ctrl-C at the terminal
-    reaches the sweep alone, which then stops the point's ranks before the launcher), in
-    `env` (default: this process's environment), its output written to `log` (opened with
-    `mode`: "a" adds to it); returns its exit status."""
+    """Runs one point's launcher, or a GEMM search, in a session of its own (so that a
+    Ctrl-C at the terminal reaches the sweep alone, which then stops the point's ranks
+    before the launcher), in `env` (default: this process's environment), its output
+    written to `log` (opened with `mode`: "a" adds to it); returns its exit status."""
     with open(log, mode) as out:
         out.write(shlex.join(command) + "\n")
         out.flush()
@@ -182,12 +183,47 @@ def run_report(sweep):
         raise
 
 
+class SearchFailed(Exception):
+    """A GEMM search ended non-zero: no training point runs."""
+
+
+def search_environment(sweep, env):
+    """A search's environment: the points' (`env`, default this process's) with [env],
+    which mpirun gives each rank."""
+    return {**(os.environ if env is None else env), **dict(sweep.env)}
+
+
+def run_gemm_searches(sweep, pending, binary, env=None):
+    """Runs the GEMM searches of the pending points one after another, each a process of
+    the binary in a session of its own, its output in logs/<label>.log; one that fails
+    raises SearchFailed."""
+    searches = gemm_searches(sweep, pending)
+    for index, search in enumerate(searches, 1):
+        log = sweep.output_dir / "logs" / f"{search.label()}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        command = rank_command(sweep, binary) + gemm_search_arguments(sweep, search)
+        print(f"[search {index}/{len(searches)}] {search.label()} reserve={search.reserve} ... ", end="", flush=True)
+        started = time.monotonic()
+        try:
+            code = run_point(command, log, search_environment(sweep, env))
+        except Stopped as stop:
+            print(flush=True)
+            stop.point = search
+            raise
+        outcome = "done" if code == 0 else f"failed (exit {code})"
+        print(f"{outcome} in {time.monotonic() - started:.1f} s (log {log})")
+        if code != 0:
+            raise SearchFailed(f"{search.label()} failed (exit {code}), so no training point ran; its log: {log}")
+
+
 def run_local(sweep, points, binary, mpirun, env=None):
-    """Runs the pending points one after another, each launcher in `env` (default: this
-    process's environment); returns the points that did not complete."""
+    """Runs the GEMM searches of the pending points, then those points one after another,
+    each launcher in `env` (default: this process's environment); returns the points that
+    did not complete. A search that fails raises SearchFailed before any point runs."""
     become_subreaper()
     pending = pending_points(points)
     print(f"sweep {sweep.name}: {len(points) - len(pending)} of {len(points)} point(s) already complete")
+    run_gemm_searches(sweep, pending, binary, env)
     failures = []
     for index, point in enumerate(pending, 1):
         point.result.parent.mkdir(parents=True, exist_ok=True)

@@ -1,8 +1,9 @@
 """The points of a sweep: which points it plans (training and bench comm), how they are
-placed on nodes, the binary's arguments and the command each rank runs, the commands of
-the report and the predictions, the state of a point's result file, which decides whether
-the point runs (again) and whether a launch that failed is started once more, and the dry
-run's listing of the points with those states."""
+placed on nodes, the binary's arguments and the command each rank runs, the GEMM searches
+that run before the training points (gemm_search = on), the commands of the report and the
+predictions, the state of a point's result file, which decides whether the point runs
+(again) and whether a launch that failed is started once more, and the dry run's listing
+of the points with those states."""
 import math
 import os
 import re
@@ -11,7 +12,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from script_cli import USAGE_ERROR
+from script_cli import USAGE_ERROR, UsageError
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,19 @@ def plan(sweep):
     return points
 
 
+@dataclass(frozen=True)
+class GemmSearch:
+    """One `scalestudy gemm-search` of the sweep: the GEMMs of a training step at
+    `micro_batch`, and with `reserve` above 0 also those sized for the multiprocessors an
+    overlapped lane of that many CTAs leaves, chosen into `output`, the sweep's choice file."""
+    micro_batch: int
+    reserve: int
+    output: Path
+
+    def label(self):
+        return f"gemm-search-b{self.micro_batch}"
+
+
 BENCH_COMM_FOLDER = "bench-comm"
 
 
@@ -84,7 +98,79 @@ def train_arguments(sweep, point):
         if key == "batch-per-rank" and point.scaling != "weak":
             continue
         args += [f"--{key}", value]
+    if sweep.gemm_search:
+        args += ["--gemm-algos-file", str(gemm_algos_file(sweep))]
     return args
+
+
+# ---- the GEMM searches (gemm_search = on) ----------------------------------------------
+
+GEMM_ALGOS_FILE = "gemm-algos.txt"
+# The overlapped lane's CTAs where [train] leaves overlapped-ctas to auto (train's auto, on
+# cuda with overlap on).
+AUTO_OVERLAPPED_CTAS = 4
+# The [train] options that give the search the points' model and precision.
+SEARCH_OPTIONS = ("model", "layers", "hidden", "heads", "precision")
+
+
+def gemm_algos_file(sweep):
+    """The sweep's choice file: the searches write it, every training point reads it."""
+    return sweep.output_dir / GEMM_ALGOS_FILE
+
+
+def micro_batch(sweep, point):
+    """The micro-batch a training point's ranks run: the batch per rank (global-batch split
+    over the ranks in strong scaling, batch-per-rank in weak) over grad-accum."""
+    key = "global-batch" if point.scaling == "strong" else "batch-per-rank"
+    ranks = point.ranks if point.scaling == "strong" else 1
+    train = dict(sweep.train)
+    try:
+        batch, accumulation = int(train[key]), int(train.get("grad-accum", "1"))
+    except ValueError:
+        batch = accumulation = 0
+    if batch < 1 or accumulation < 1 or batch % (ranks * accumulation):
+        raise UsageError(f"{point.label()}: [train] {key} = {train[key]} and grad-accum = "
+                         f"{train.get('grad-accum', '1')} give its {point.ranks} rank(s) no whole micro-batch "
+                         "to search the GEMMs of (gemm_search = on)")
+    return batch // (ranks * accumulation)
+
+
+def lane_reserve(sweep, point):
+    """The CTAs of the overlapped lane beside a training point's backward GEMMs: with
+    overlap on and two ranks or more, [train]'s overlapped-ctas (auto: 4); else 0."""
+    if point.overlap != "on" or point.ranks < 2:
+        return 0
+    ctas = dict(sweep.train).get("overlapped-ctas", "auto")
+    return int(ctas) if ctas.isdigit() else AUTO_OVERLAPPED_CTAS
+
+
+def gemm_searches(sweep, points):
+    """The GEMM searches the training points among `points` need, none with gemm_search =
+    off: one per micro-batch, with the largest lane any of its points runs beside (a search
+    with a reserve chooses for the whole device's sizing too), by micro-batch."""
+    if not sweep.gemm_search:
+        return []
+    reserves = {}
+    for point in points:
+        if isinstance(point, Point):
+            batch = micro_batch(sweep, point)
+            reserves[batch] = max(reserves.get(batch, 0), lane_reserve(sweep, point))
+    return [GemmSearch(batch, reserve, gemm_algos_file(sweep)) for batch, reserve in sorted(reserves.items())]
+
+
+def gemm_search_arguments(sweep, search):
+    """The search's `scalestudy gemm-search` arguments: the points' model, precision and
+    sequence length ([train]'s seq, else its max-seq, train's default seq)."""
+    train = dict(sweep.train)
+    args = ["gemm-search", "--backend", "cuda"]
+    for key in SEARCH_OPTIONS:
+        if key in train:
+            args += [f"--{key}", train[key]]
+    seq = train.get("seq", train.get("max-seq"))
+    if seq:
+        args += ["--seq", seq]
+    args += ["--micro-batch", str(search.micro_batch)] + (["--reserve", str(search.reserve)] if search.reserve else [])
+    return args + ["--gemm-algos-file", str(search.output)]
 
 
 # bench comm over every rank, each node's ranks and one rank per node; the binary leaves
@@ -239,16 +325,32 @@ def pending_points(points):
 
 def print_plan(sweep, points):
     print(f"sweep {sweep.name}: {len(points)} point(s), results in {sweep.output_dir}")
+    pending = []
     for index, point in enumerate(points, 1):
         if isinstance(point, BenchCommPoint):
             what, which = f"{'bench comm':24s}", f"scopes={','.join(bench_comm_scopes(sweep, point))}"
         else:
             what = f"{point.scaling:6s} {point.strategy:5s} overlap={point.overlap:3s}"
             which = f"repeat={point.repeat}"
+        status = status_text(point.result)
+        if status != "complete":
+            pending.append(point)
         print(f"  {index:3d}/{len(points)}  {what} ranks={point.ranks:<3d} nodes={nodes_for(sweep, point):<3d} "
-              f"{which}  {point.result}  [{status_text(point.result)}]")
+              f"{which}  {point.result}  [{status}]")
     if sweep.bench_comm and not any(isinstance(point, BenchCommPoint) for point in points):
         print("  no bench comm point: the largest point has one rank, no collective to measure")
+    if sweep.gemm_search:
+        print_searches(gemm_searches(sweep, pending), gemm_algos_file(sweep))
+
+
+def print_searches(searches, path):
+    """The dry run's lines of the GEMM searches that run before the points not complete."""
+    if not searches:
+        print("  no GEMM search: every training point is complete")
+        return
+    print(f"  before the training points, {len(searches)} GEMM search(es) into {path}:")
+    for search in searches:
+        print(f"    {search.label()}  micro-batch={search.micro_batch} reserve={search.reserve}")
 
 
 # The start-up retry. Open MPI 4.1's MPI_Init can take a peer's first message before its

@@ -1,15 +1,19 @@
 """The Slurm jobs of a sweep: each point's sbatch script (its modules, container and
-start-up retry), the job arrays that run the points of one shape, the report's job, and
+start-up retry), the job arrays that run the points of one shape, the job of the GEMM
+searches that the training jobs wait for (gemm_search = on), the report's job, and
 write_slurm, which writes them and submits them where asked."""
+import dataclasses
 import shlex
 import shutil
 import subprocess
 import sys
 
 from script_cli import USAGE_ERROR, UsageError
-from sweep_plan import (START_RETRY_CAUSE, container_mounts_of, nodes_for, pending_points, point_arguments,
-                        prediction_command, rank_command, ranks_per_node, report_command, result_status)
-from sweep_status import job_log, record_submitted, resume_decisions, script_digest, write_atomically
+from sweep_plan import (START_RETRY_CAUSE, Point, container_mounts_of, gemm_search_arguments, gemm_searches,
+                        nodes_for, pending_points, point_arguments, prediction_command, rank_command, ranks_per_node,
+                        report_command, result_status)
+from sweep_status import (active_search_job, job_log, record_submitted, resume_decisions, script_digest,
+                          write_atomically)
 
 
 # Where a shell finds `module` when it was not handed one (by the submitting shell's
@@ -57,19 +61,62 @@ def pyxis_options(sweep):
     return options
 
 
+def srun_words(sweep, ranks, binary):
+    """srun with its options and the command each of `ranks` ranks runs, up to the
+    binary's arguments."""
+    srun_args = list(sweep.srun_args) + ([f"--gpu-bind={sweep.gpu_bind}"] if sweep.gpu_bind else [])
+    return ["srun"] + srun_args + [f"--ntasks={ranks}"] + pyxis_options(sweep) + rank_command(sweep, binary)
+
+
+def environment_lines(sweep):
+    """A job's lines before its launches: strict mode, the modules, and the experiment's
+    [env], and nothing else, after the modules (so that it overrides theirs): srun passes
+    the script's environment on to every rank."""
+    return (["set -euo pipefail"] + module_lines(sweep)
+            + [f"export {name}={shlex.quote(value)}" for name, value in sweep.env])
+
+
 def sbatch_script(sweep, point, binary):
     nodes, per_node = shape_of(sweep, point)
     lines = sbatch_header(sweep, nodes, per_node, f"{sweep.name}-{point.label()}", "%x-%j.out")
-    srun_args = list(sweep.srun_args) + ([f"--gpu-bind={sweep.gpu_bind}"] if sweep.gpu_bind else [])
-    launch = (["srun"] + srun_args + [f"--ntasks={point.ranks}"] + pyxis_options(sweep)
-              + rank_command(sweep, binary) + point_arguments(sweep, point))
-    lines += ["set -euo pipefail"]
-    lines += module_lines(sweep)
-    # The experiment's [env], and nothing else, after the modules (so that it overrides
-    # theirs): srun passes the script's environment on to every rank.
-    lines += [f"export {name}={shlex.quote(value)}" for name, value in sweep.env]
+    launch = srun_words(sweep, point.ranks, binary) + point_arguments(sweep, point)
+    lines += environment_lines(sweep)
     lines += [f"mkdir -p {shlex.quote(str(point.result.parent))}"] + retried_launch_lines(point, launch) + [""]
     return "\n".join(lines)
+
+
+def gemm_search_script(sweep, searches, binary):
+    """The job of the GEMM searches: one node, one rank, one GPU, the searches in turn, each
+    launched as a one-rank point is; the first that fails ends the job with its exit status
+    (set -e). Its time limit is the sweep's once per search."""
+    timed = dataclasses.replace(sweep, time_limit=slurm_time(slurm_seconds(sweep.time_limit) * len(searches)))
+    lines = sbatch_header(timed, 1, 1, f"{sweep.name}-gemm-search", "%x-%j.out") + environment_lines(sweep)
+    lines.append("# The GEMM searches in turn, into the sweep's choice file, which every training point reads.")
+    for search in searches:
+        lines += ["echo " + shlex.quote(f"scalestudy: {search.label()}: micro-batch {search.micro_batch}, "
+                                        f"reserve {search.reserve}"),
+                  shlex.join(srun_words(sweep, 1, binary) + gemm_search_arguments(sweep, search))]
+    return "\n".join(lines + [""])
+
+
+def slurm_seconds(text):
+    """Slurm's --time (minutes, minutes:seconds, hours:minutes:seconds, or days-hours with
+    :minutes and :seconds) in seconds."""
+    days, _, clock = text.rpartition("-")
+    parts = [int(part) for part in clock.split(":")]
+    if days:
+        hours, minutes, seconds = (parts + [0, 0])[:3]
+    else:
+        hours, minutes, seconds = parts if len(parts) == 3 else ([0] + parts + [0])[:3]
+    return ((int(days or 0) * 24 + hours) * 60 + minutes) * 60 + seconds
+
+
+def slurm_time(seconds):
+    """Seconds in Slurm's days-hours:minutes:seconds (hours:minutes:seconds under a day)."""
+    minutes, seconds = divmod(seconds, 60)
+    hours, minutes = divmod(minutes, 60)
+    days, hours = divmod(hours, 24)
+    return (f"{days}-" if days else "") + f"{hours:02d}:{minutes:02d}:{seconds:02d}"
 
 
 def retried_launch_lines(point, launch):
@@ -219,6 +266,7 @@ def print_submissions(sweep, points, binary):
     texts = {point.label(): sbatch_script(sweep, point, binary) for point in pending}
     to_run, waiting, held = resume_decisions(sweep, pending, texts, quiet=True)
     units = submission_units(sweep, to_run)
+    searches = gemm_searches(sweep, to_run)
     if not units:
         what = "the report only, no point to submit"
     elif sweep.arrays:
@@ -228,19 +276,15 @@ def print_submissions(sweep, points, binary):
                 + ") and the report")
     else:
         what = f"one job per point ({len(units)}) and the report"
-    print(f"  with --launcher slurm --submit: {len(units) + 1} sbatch call(s): {what}"
+    first = f"the GEMM searches' job ({len(searches)} search(es), before the training jobs), " if searches else ""
+    print(f"  with --launcher slurm --submit: {len(units) + 1 + bool(searches)} sbatch call(s): {first}{what}"
           + (f"; {len(waiting)} point(s) wait for jobs submitted before" if waiting else "")
           + (f"; {len(held)} point(s) not rerun (bad input or out of memory)" if held else ""))
 
 
-def write_slurm(sweep, points, binary, submit, submit_command):
-    jobs_dir = sweep.output_dir / "jobs"
-    (sweep.output_dir / "logs").mkdir(parents=True, exist_ok=True)
-    jobs_dir.mkdir(parents=True, exist_ok=True)
-    pending = pending_points(points)
-    texts = {point.label(): sbatch_script(sweep, point, binary) for point in pending}
-    # A point submitted before is submitted again only by what Slurm says its job did.
-    to_run, waiting, held = resume_decisions(sweep, pending, texts)
+def write_units(sweep, to_run, texts, jobs_dir):
+    """Writes the scripts of the points to run, and their arrays' scripts and task lists;
+    returns [(script to submit, its points)]."""
     for point in to_run:
         (jobs_dir / f"{point.label()}.sbatch").write_text(texts[point.label()])
     units = []
@@ -256,11 +300,36 @@ def write_slurm(sweep, points, binary, submit, submit_command):
         script = jobs_dir / f"{array_name(shape)}.sbatch"
         script.write_text(array_script(sweep, shape, tasks, len(group)))
         units.append((script, group))
+    return units
+
+
+def write_search(sweep, to_run, binary, jobs_dir):
+    """Writes the job of the GEMM searches the points to run need: (its script, the number
+    of searches), or (None, 0) where there is none."""
+    searches = gemm_searches(sweep, to_run)
+    if not searches:
+        return None, 0
+    script = jobs_dir / "gemm-search.sbatch"
+    script.write_text(gemm_search_script(sweep, searches, binary))
+    return script, len(searches)
+
+
+def write_slurm(sweep, points, binary, submit, submit_command):
+    jobs_dir = sweep.output_dir / "jobs"
+    (sweep.output_dir / "logs").mkdir(parents=True, exist_ok=True)
+    jobs_dir.mkdir(parents=True, exist_ok=True)
+    pending = pending_points(points)
+    texts = {point.label(): sbatch_script(sweep, point, binary) for point in pending}
+    # A point submitted before is submitted again only by what Slurm says its job did.
+    to_run, waiting, held = resume_decisions(sweep, pending, texts)
+    units = write_units(sweep, to_run, texts, jobs_dir)
+    search, searches = write_search(sweep, to_run, binary, jobs_dir)
     report = jobs_dir / "report.sbatch"
     report.write_text(report_script(sweep))
     arrays = f" in {len(units)} job array(s)" if sweep.arrays and units else ""
     print(f"sweep {sweep.name}: wrote {len(to_run)} job script(s) for the pending points{arrays} "
           f"({len(points) - len(pending)} complete) and {report}"
+          + (f"; {search} runs {searches} GEMM search(es) before them" if search else "")
           + (f"; {len(waiting)} point(s) wait for their jobs" if waiting else "")
           + (f"; {len(held)} point(s) not rerun: " + ", ".join(point.label() for point in held) if held else ""))
     if not submit:
@@ -269,33 +338,79 @@ def write_slurm(sweep, points, binary, submit, submit_command):
     sbatch = shutil.which("sbatch")
     if not sbatch:
         raise UsageError("--submit: sbatch is not on PATH")
+    search_ids = [submit_search(sbatch, sweep, search, searches)] if search else []
+    if None in search_ids:
+        return 1
+    job_ids = submit_units(sbatch, sweep, units, texts, search_ids)
+    if job_ids is None:
+        return 1
+    return submit_report(sbatch, sweep, report, search_ids + job_ids, waiting)
+
+
+def submit(sbatch, options, script):
+    """Submits script with options: its job id, or None where sbatch fails (said on stderr)."""
+    out = subprocess.run([sbatch, "--parsable"] + options + [str(script)], capture_output=True, text=True)
+    if out.returncode != 0:
+        print(f"sbatch {script} failed: {out.stderr.strip()}", file=sys.stderr)
+        return None
+    return out.stdout.strip().split(";")[0]
+
+
+def submit_search(sbatch, sweep, script, searches):
+    """Submits the job of the GEMM searches, after the sweep's earlier one where Slurm says
+    that one is not over (two searches of one file at once are refused), and records it;
+    its job id, or None where sbatch failed."""
+    earlier = active_search_job(sweep)
+    job_id = submit(sbatch, [f"--dependency=afterany:{earlier}"] if earlier else [], script)
+    if job_id:
+        record_submitted(sweep, {}, None, job_id)
+        print(f"submitted {script.name} as job {job_id} ({searches} GEMM search(es)"
+              + (f", after job {earlier}, the searches submitted before" if earlier else "")
+              + "); the training jobs start once it succeeds, and are cancelled where it fails")
+    return job_id
+
+
+def after_searches(search_ids):
+    """sbatch's options that hold a training job until the GEMM searches' job has
+    succeeded, and cancel it where that job fails; none without searches."""
+    if not search_ids:
+        return []
+    return ["--dependency=afterok:" + ":".join(search_ids), "--kill-on-invalid-dep=yes"]
+
+
+def submit_units(sbatch, sweep, units, texts, search_ids):
+    """Submits each job or array (those holding a training point after the GEMM searches)
+    and records them; their job ids, or None where an sbatch failed."""
     job_ids, submitted = [], {}
     try:
         for script, group in units:
-            out = subprocess.run([sbatch, "--parsable", str(script)], capture_output=True, text=True)
-            if out.returncode != 0:
-                print(f"sbatch {script} failed: {out.stderr.strip()}", file=sys.stderr)
-                return 1
-            job_ids.append(out.stdout.strip().split(";")[0])
+            training = any(isinstance(point, Point) for point in group)
+            job_id = submit(sbatch, after_searches(search_ids) if training else [], script)
+            if job_id is None:
+                return None
+            job_ids.append(job_id)
             # An array's task i runs the group's point i: its job is JOBID_i.
-            runs = ([(point, f"{job_ids[-1]}_{index}") for index, point in enumerate(group)] if sweep.arrays
-                    else [(group[0], job_ids[-1])])
+            runs = ([(point, f"{job_id}_{index}") for index, point in enumerate(group)] if sweep.arrays
+                    else [(group[0], job_id)])
             for point, job in runs:
                 submitted[point.label()] = {"job": job, "log": str(job_log(sweep, point, job)),
                                             "result": str(point.result),
                                             "script_sha256": script_digest(texts[point.label()])}
-            what = f"job array {job_ids[-1]} ({len(group)} point(s))" if sweep.arrays else f"job {job_ids[-1]}"
+            what = f"job array {job_id} ({len(group)} point(s))" if sweep.arrays else f"job {job_id}"
             print(f"submitted {script.name} as {what}")
     finally:
         # Every job submitted is recorded, also where a later sbatch failed.
         record_submitted(sweep, submitted, None)
+    return job_ids
+
+
+def submit_report(sbatch, sweep, report, job_ids, waiting):
+    """Submits the report's job, after every job just submitted and those of earlier
+    submissions still waiting, and records it; the sweep's exit status."""
     after = job_ids + waiting
-    dependency = ["--dependency=afterany:" + ":".join(after)] if after else []
-    out = subprocess.run([sbatch, "--parsable"] + dependency + [str(report)], capture_output=True, text=True)
-    if out.returncode != 0:
-        print(f"sbatch {report} failed: {out.stderr.strip()}", file=sys.stderr)
+    report_id = submit(sbatch, ["--dependency=afterany:" + ":".join(after)] if after else [], report)
+    if report_id is None:
         return 1
-    report_id = out.stdout.strip().split(";")[0]
     record_submitted(sweep, {}, report_id)
     print(f"submitted the report as job {report_id}; it runs after the points and writes "
           f"{sweep.output_dir / 'report' / 'report.md'}"

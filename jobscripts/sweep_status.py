@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from script_cli import USAGE_ERROR, UsageError
-from sweep_plan import result_state, result_status
+from sweep_plan import gemm_algos_file, result_state, result_status
 
 
 # jobs/<MANIFEST>: which Slurm job runs which point, written at each submission.
@@ -138,7 +138,8 @@ def manifest_path(sweep):
 
 def read_manifest(sweep):
     """The manifest of the sweep's submitted jobs: {"points": {label: {"job", "log",
-    "script_sha256"}}, "report": job id}; empty where nothing was submitted."""
+    "script_sha256"}}, "report": job id, "gemm_search": job id}; empty where nothing was
+    submitted."""
     try:
         manifest = json.loads(manifest_path(sweep).read_text())
     except FileNotFoundError:
@@ -265,14 +266,25 @@ def point_verdicts(sweep, points, scripts=None):
     return answers
 
 
-def record_submitted(sweep, submitted, report_id):
-    """Adds the points just submitted ({label: entry}) and the report's job to the
-    manifest, atomically."""
+def record_submitted(sweep, submitted, report_id, search_id=None):
+    """Adds the points just submitted ({label: entry}), the report's job and the GEMM
+    searches' job to the manifest, atomically."""
     manifest = read_manifest(sweep)
     manifest["points"].update(submitted)
     if report_id:
         manifest["report"] = report_id
+    if search_id:
+        manifest["gemm_search"] = search_id
     write_atomically(manifest_path(sweep), json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+
+
+def active_search_job(sweep):
+    """The job of the sweep's last GEMM searches where Slurm says it is not over, else
+    None: searches of one file at once are refused, so new ones wait for it."""
+    job = read_manifest(sweep).get("gemm_search")
+    if job and job_states([job])[job].state in ACTIVE_STATES:
+        return job
+    return None
 
 
 def job_log(sweep, point, job_id):
@@ -282,7 +294,8 @@ def job_log(sweep, point, job_id):
 
 def show_status(sweep, points):
     """Prints every point with its result file's state, its job's state where the sweep
-    submitted it, and what a resume does with it."""
+    submitted it, and what a resume does with it; then the jobs of the GEMM searches and
+    the report."""
     manifest = read_manifest(sweep)
     answers = point_verdicts(sweep, points)
     print(f"sweep {sweep.name}: {len(points)} point(s), results in {sweep.output_dir}")
@@ -292,6 +305,11 @@ def show_status(sweep, points):
         action = {"complete": "done", "waiting": "waiting", "held": "not rerun", "rerun": "rerun"}[said.action]
         why = f" ({said.why})" if said.why and said.action != "waiting" else ""
         print(f"  {point.label():{width}s}  {result_description(point.result)}  [{job_text}]  resume: {action}{why}")
+    if manifest.get("gemm_search"):
+        (search,) = job_states([manifest["gemm_search"]]).values()
+        path = gemm_algos_file(sweep)
+        print(f"  {'gemm-search':{width}s}  {path}{'' if path.exists() else ' (absent)'}"
+              f"  [job {manifest['gemm_search']} {search.text()}]")
     if manifest.get("report"):
         (report,) = job_states([manifest["report"]]).values()
         print(f"  {'report':{width}s}  {sweep.output_dir / 'report' / 'report.md'}"

@@ -6,9 +6,11 @@ namespace scalestudy {
 int run_train_command(int argc, const char* const* argv);
 int run_info_command(int argc, const char* const* argv);
 int run_bench_command(int argc, const char* const* argv);
+int run_gemm_search_command(int argc, const char* const* argv);
 
-// Whether the command line asks for what runs no ranks (`info`, `train --check`), which
-// the binary then does without starting MPI: a sweep asks that of every point, quickly.
+// Whether the command line asks for what runs no ranks (`info`, `gemm-search` on one GPU,
+// `train --check`), which the binary then does without starting MPI: a sweep asks
+// `train --check` of every point, quickly.
 bool runs_without_mpi(int argc, const char* const* argv);
 // This process's rank in MPI_COMM_WORLD, or 0 where MPI was not started.
 int rank_in_world();

@@ -20,9 +20,10 @@ const char* kUsage =
     "Usage: scalestudy <command> [options]\n"
     "\n"
     "Commands:\n"
-    "  train   train a GPT-style transformer data-parallel over the MPI ranks, timing every phase\n"
-    "  info    print the model presets with their parameter counts and FLOPs per token\n"
-    "  bench   micro-benchmarks: gemm, bandwidth, layer, inference, comm (results in HDF5)\n"
+    "  train        train a GPT-style transformer data-parallel over the MPI ranks, timing every phase\n"
+    "  info         print the model presets with their parameter counts and FLOPs per token\n"
+    "  bench        micro-benchmarks: gemm, bandwidth, layer, inference, comm (results in HDF5)\n"
+    "  gemm-search  the file of GEMM algorithms that train --gemm-algos-file reads, chosen on one GPU\n"
     "\n"
     "'scalestudy <command> --help' describes a command's options.\n";
 
@@ -50,7 +51,7 @@ namespace scalestudy {
 bool runs_without_mpi(int argc, const char* const* argv) {
   if (argc < 2) return false;
   const std::string command = argv[1];
-  if (command == "info") return true;
+  if (command == "info" || command == "gemm-search") return true;
   // Boost reads every "--check" token as the switch: no option takes a value that starts with "--".
   return command == "train" && std::any_of(argv + 2, argv + argc, [](const char* arg) {
            return std::strcmp(arg, "--check") == 0;
@@ -84,6 +85,7 @@ int main(int argc, char** argv) {
     if (command == "train") return scalestudy::run_train_command(argc - 1, argv + 1);
     if (command == "info") return scalestudy::run_info_command(argc - 1, argv + 1);
     if (command == "bench") return scalestudy::run_bench_command(argc - 1, argv + 1);
+    if (command == "gemm-search") return scalestudy::run_gemm_search_command(argc - 1, argv + 1);
     throw scalestudy::UsageError("unknown command '" + command + "' (see scalestudy --help)");
   } catch (const scalestudy::UsageError& error) {
     // Every rank parsed the same arguments, so every rank ends here; one reports it.

@@ -45,6 +45,18 @@ ModelShape resolve_model_shape(const ModelShapeOptions& o, const po::variables_m
   return shape;
 }
 
+void add_seq_option(po::options_description& section, int* seq) {
+  section.add_options()("seq", po::value(seq)->default_value(0, "max-seq"),
+                        "tokens per sample (T); at most the position table's rows (--max-seq, or the preset's)");
+}
+
+void add_gemm_algos_file_option(po::options_description& section, std::string* path) {
+  section.add_options()
+      ("gemm-algos-file", po::value(path),
+       "cuda 16-bit: GEMM algorithms for this GPU model and cuBLASLt, chosen under sustained load by "
+       "scalestudy gemm-search, which makes and adds to the file; train takes them for their shapes");
+}
+
 void add_backend_options(po::options_description& section, BackendOptions& o) {
   section.add_options()
       ("backend", defaulted(&o.backend),

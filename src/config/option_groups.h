@@ -1,6 +1,7 @@
 #pragma once
-// The option groups that `train` and `bench` share, each declared once here: model shape,
-// backend and precision, output, communication, and the help and kernel-profile switches.
+// The option groups that `train`, `bench` and `gemm-search` share, each declared once here:
+// model shape, the sequence and the GEMM choice file, backend and precision, output,
+// communication, and the help and kernel-profile switches.
 // A command adds a group to one of its --help sections and checks the group's values with
 // the group's own check, so the name, the default, the help text and the error of a shared
 // option are the same in every command.
@@ -28,6 +29,12 @@ void add_model_shape_options(boost::program_options::options_description& sectio
 // The preset's shape with the given overrides; refuses, naming the option, a given 0, a
 // negative size or heads that do not divide the hidden size.
 ModelShape resolve_model_shape(const ModelShapeOptions& options, const boost::program_options::variables_map& values);
+
+// ---- the step's sequence and its GEMM algorithms: train and gemm-search ---------------
+// --seq, tokens per sample; left out (0), the position table's rows.
+void add_seq_option(boost::program_options::options_description& section, int* seq);
+// --gemm-algos-file: the choice file that gemm-search makes and extends and train reads.
+void add_gemm_algos_file_option(boost::program_options::options_description& section, std::string* path);
 
 // ---- backend and precision ------------------------------------------------------------
 struct BackendOptions {

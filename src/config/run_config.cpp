@@ -83,8 +83,9 @@ po::options_description model_section(RunConfig& c, RawOptions& raw) {
   model.add_options()
       ("vocab", po::value(&raw.vocab)->default_value(0, "preset"), "vocabulary size (V); at least the data's")
       ("max-seq", po::value(&raw.max_seq)->default_value(0, "preset"), "rows of the position table")
-      ("attention", po::value(&raw.attention)->default_value("", "preset"), "causal (GPT) or bidirectional (BERT)")
-      ("seq", po::value(&c.seq)->default_value(0, "max-seq"), "tokens per sample (T); at most --max-seq")
+      ("attention", po::value(&raw.attention)->default_value("", "preset"), "causal (GPT) or bidirectional (BERT)");
+  add_seq_option(model, &c.seq);
+  model.add_options()
       ("recompute", defaulted(&raw.recompute),
        "on: keep only each block's output and recompute the block in backward (activation "
        "checkpointing): far less activation memory for one more forward of the blocks");
@@ -202,10 +203,8 @@ po::options_description tuning_section(RunConfig& c, RawOptions& raw) {
        "first; later starts cost power-capped GPUs less clock. auto: 0.5, zero2 at most 1/ranks")
       ("gemm-algos", defaulted(&raw.gemm_algos),
        "heuristic (the same bits on every run) or timed (a fewer-SM pick where clearly faster), for cuda's "
-       "16-bit GEMMs with a cuBLASLt epilogue")
-      ("gemm-algos-file", po::value(&c.gemm_algos_file),
-       "cuda 16-bit: GEMM algorithms for this GPU model and cuBLASLt, chosen under sustained load "
-       "(docs/strategies.md says how), which win for the shapes they name. Default: none");
+       "16-bit GEMMs with a cuBLASLt epilogue");
+  add_gemm_algos_file_option(tuning, &c.gemm_algos_file);
   return tuning;
 }
 
@@ -486,8 +485,8 @@ void resolve_gemm_algos(RunConfig& c, const RawOptions& raw) {
   else if (raw.gemm_algos == "heuristic") c.gemm_algos = GemmAlgos::heuristic;
   else if (raw.gemm_algos == "sustained")
     bad_value("gemm-algos", raw.gemm_algos,
-              "is not a run's choice: a search that times the step's GEMMs under sustained load writes a file "
-              "for --gemm-algos-file (docs/strategies.md)");
+              "is not a run's choice: scalestudy gemm-search times the step's GEMMs under sustained load and "
+              "writes a file for --gemm-algos-file (docs/strategies.md)");
   else bad_value("gemm-algos", raw.gemm_algos, "must be timed or heuristic");
   if (!c.gemm_algos_file.empty() && !std::ifstream(c.gemm_algos_file))
     bad_value("gemm-algos-file", c.gemm_algos_file, "cannot be read");

@@ -54,12 +54,13 @@ bool write_holder(int fd) {
 
 // Refuses the output, naming why its lock file cannot be locked: held by another run (named
 // by the line it wrote), or a file system without flock.
-[[noreturn]] void refuse(int fd, int error, const std::string& output, const std::string& path) {
+[[noreturn]] void refuse(int fd, int error, const std::string& option, const std::string& output,
+                         const std::string& path) {
   const std::string holder = error == EWOULDBLOCK ? read_holder(fd) : "";
   close(fd);
   if (error == EWOULDBLOCK)
-    bad_value("output", output, "is being written by another run (" + holder + "; lock file " + path + ")");
-  bad_value("output", output,
+    bad_value(option, output, "is being written by another run (" + holder + "; lock file " + path + ")");
+  bad_value(option, output,
             "its lock file " + path + " cannot be locked (flock: " + std::strerror(error) +
                 "): on a file system without locks a second run could write the same file; write the output "
                 "where flock works (a local disk, NFS v4, Lustre mounted with -o flock)");
@@ -67,13 +68,13 @@ bool write_holder(int fd) {
 
 // The descriptor of the lock file, opened and locked, or -1 where the file was removed by
 // its holder between the open and the lock (the name then leads to another file, or none).
-int open_locked(const std::string& output, const std::string& path) {
+int open_locked(const std::string& option, const std::string& output, const std::string& path) {
   const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) bad_value("output", output, "cannot open its lock file " + path + " (" + std::strerror(errno) + ")");
+  if (fd < 0) bad_value(option, output, "cannot open its lock file " + path + " (" + std::strerror(errno) + ")");
   int locked = -1;
   do locked = flock(fd, LOCK_EX | LOCK_NB);
   while (locked != 0 && errno == EINTR);
-  if (locked != 0) refuse(fd, errno, output, path);
+  if (locked != 0) refuse(fd, errno, option, output, path);
   if (same_file(fd, path)) return fd;
   close(fd);
   return -1;
@@ -83,16 +84,17 @@ int open_locked(const std::string& output, const std::string& path) {
 
 std::string output_lock_path(const std::string& output) { return output + ".lock"; }
 
-OutputLock::OutputLock(const std::string& output) : output_(output), path_(output_lock_path(output)) {
-  for (int attempt = 0; attempt < kMaxOpenAttempts && fd_ < 0; ++attempt) fd_ = open_locked(output_, path_);
+OutputLock::OutputLock(const std::string& output, const std::string& option)
+    : output_(output), path_(output_lock_path(output)) {
+  for (int attempt = 0; attempt < kMaxOpenAttempts && fd_ < 0; ++attempt) fd_ = open_locked(option, output_, path_);
   if (fd_ < 0)
-    bad_value("output", output, "its lock file " + path_ + " was replaced " + std::to_string(kMaxOpenAttempts) +
+    bad_value(option, output, "its lock file " + path_ + " was replaced " + std::to_string(kMaxOpenAttempts) +
                                     " times while this run tried to lock it");
   if (!write_holder(fd_)) {
     const int error = errno;
     unlink(path_.c_str());
     close(fd_);
-    bad_value("output", output, "cannot write its lock file " + path_ + " (" + std::strerror(error) + ")");
+    bad_value(option, output, "cannot write its lock file " + path_ + " (" + std::strerror(error) + ")");
   }
 }
 

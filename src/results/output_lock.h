@@ -1,8 +1,9 @@
 #pragma once
-// One writer per result file. Before a run touches any file of its output's name, its
-// writing rank takes an exclusive flock(2) on "<output>.lock", a file beside the output
-// that holds the holder's host, pid and start time; a second run on the same output is
-// refused with exit code 2, naming that holder, before it creates or truncates anything.
+// One writer per result file, and per choice file of gemm-search. Before a run touches any
+// file of its output's name, its writing rank takes an exclusive flock(2) on
+// "<output>.lock", a file beside the output that holds the holder's host, pid and start
+// time; a second run on the same output is refused with exit code 2, naming that holder,
+// before it creates or truncates anything.
 //
 // flock is taken on an open descriptor, so the kernel releases it when the holder dies,
 // however it dies: a lock file left by a killed run is free for the next one, which
@@ -25,9 +26,10 @@ namespace scalestudy {
 
 class OutputLock {
  public:
-  // Takes the lock on `output` for this process, or throws UsageError naming --output and
-  // the holder (host and pid), or the lock file and why it cannot be locked.
-  explicit OutputLock(const std::string& output);
+  // Takes the lock on `output` for this process, or throws UsageError naming the option
+  // that gave the file (--output, or gemm-search's --gemm-algos-file) and the holder (host
+  // and pid), or the lock file and why it cannot be locked.
+  explicit OutputLock(const std::string& output, const std::string& option = "output");
   // Removes the lock file, then releases the lock.
   ~OutputLock();
   OutputLock(const OutputLock&) = delete;

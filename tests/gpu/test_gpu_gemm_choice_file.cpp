@@ -2,8 +2,9 @@
 // the text form it keeps gives back the same algorithm, malformed or refused texts give
 // none; what one writes the next reads, a file of another machine is set aside whole, a
 // shape stored twice keeps its last algorithm, and a malformed file is refused naming its
-// line. The configurations near the heuristic's candidates that dev/gemm_search times
-// (dev/sustained_search.h) are new ones that compute the same GEMM.
+// line. The configurations near the heuristic's candidates that `scalestudy gemm-search`
+// times (kernels/gemm_search.cuh) are new ones that compute the same GEMM, and its chooser
+// writes each choice into the file as it makes it and keeps the choices the file holds.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -12,6 +13,7 @@
 
 #include <cstdint>
 #include <iostream>
+#include <optional>
 #include <set>
 #include <cstdio>
 #include <fstream>
@@ -24,8 +26,8 @@
 #include "backend/cuda/half_host.h"
 #include "cuda_check.h"
 #include "gemm_choice_file.cuh"
+#include "gemm_search.cuh"
 #include "op_checks.h"
-#include "sustained_search.h"
 
 namespace scalestudy::gpu_test {
 namespace {
@@ -117,12 +119,12 @@ TEST_F(LtAlgorithms, MalformedOrRefusedTextsGiveNone) {
 TEST_F(LtAlgorithms, ConfigurationsNearTheCandidatesAreNewAndComputeTheSame) {
   const std::vector<cublasLtMatmulAlgo_t> candidates = cuda::lt_candidates(problem_, 8);
   ASSERT_FALSE(candidates.empty());
-  const std::vector<cublasLtMatmulAlgo_t> near = gemm_search::lt_neighbours(
+  const std::vector<cublasLtMatmulAlgo_t> near = cuda::lt_neighbours(
       problem_, candidates, stream_, [this](const cublasLtMatmulAlgo_t& algo) { return launch(algo); });
   std::set<std::string> offered;
   for (const cublasLtMatmulAlgo_t& candidate : candidates) offered.insert(cuda::lt_algorithm_config(candidate));
   EXPECT_GE(near.size(), 1u) << "a GEMM of this size has other tiles than the heuristic's";
-  EXPECT_LE(near.size(), static_cast<size_t>(gemm_search::kNeighbourConfigurations));
+  EXPECT_LE(near.size(), static_cast<size_t>(cuda::kNeighbourConfigurations));
   const std::vector<uint16_t> expected = product(candidates.front());
   std::set<std::string> seen;
   for (const cublasLtMatmulAlgo_t& algo : near) {
@@ -147,6 +149,44 @@ std::string contents(const std::string& path) {
 }
 
 void write_text(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+
+
+// The search's mechanics on one GEMM, with windows of a few milliseconds (the real ones
+// take tens of seconds a shape): the choice is an algorithm this cuBLASLt accepts and that
+// computes the same bits, it is in the file as soon as it is made, and a shape the file
+// holds is answered from it without timing.
+TEST_F(LtAlgorithms, TheSustainedChooserWritesEachChoiceAndKeepsTheFilesChoices) {
+  const std::string path = temporary_path("sustained");
+  const std::string machine = "this GPU | this cuBLASLt";
+  const cublasLtMatmulAlgo_t first = cuda::lt_candidates(problem_, 1).at(0);
+  const cuda::LtLaunch launch_with = [this](const cublasLtMatmulAlgo_t& algo) { return launch(algo); };
+  const cuda::GemmToChoose gemm{"bias bf16 m=768 n=512 k=768", problem_, stream_, launch_with,
+                                [&] { return launch(first); }, false};
+  cuda::GemmChoiceFile file;
+  int reports = 0;
+  cuda::SustainedChooser chooser(file, path, machine, cuda::SustainedTiming{2.0, 4.0},
+                                 [&](const cuda::SustainedChoiceMade& made) {
+                                   ++reports;
+                                   EXPECT_EQ(made.shape, gemm.shape);
+                                   EXPECT_GT(made.kept_ms, 0.0);
+                                   EXPECT_GT(made.default_ms, 0.0);
+                                 });
+  const std::optional<std::string> chosen = chooser.choose(gemm);
+  ASSERT_TRUE(chosen.has_value());
+  const auto algo = cuda::lt_algorithm_of(problem_, *chosen);
+  ASSERT_TRUE(algo.has_value()) << *chosen;
+  EXPECT_EQ(product(*algo), product(first)) << *chosen;
+  EXPECT_EQ(contents(path), "scalestudy gemm algorithms for " + machine + "\n" + gemm.shape + "\t" + *chosen + "\n");
+  EXPECT_EQ(chooser.searched(), 1);
+  EXPECT_EQ(reports, 1);
+
+  cuda::GemmChoiceFile held;
+  held.store(gemm.shape, "lt id=1");
+  cuda::SustainedChooser resumed(held, path, machine, cuda::SustainedTiming{2.0, 4.0});
+  EXPECT_EQ(resumed.choose(gemm), "lt id=1") << "a shape the file holds keeps its choice";
+  EXPECT_EQ(resumed.searched(), 0);
+  std::remove(path.c_str());
+}
 
 constexpr const char* kH200 = "NVIDIA H200 | cuBLASLt 130100";
 

@@ -2,14 +2,17 @@
 sacct, scontrol and squeue: the start-up retry of a launch that ends before its run
 created its result file, in the sbatch scripts and the local launcher; `sweep.py status`
 and the resume that follows what Slurm says happened to each job; the report job's
-predictions."""
+predictions; the GEMM searches that run before the training points (gemm_search = on),
+in their job and in the local launcher."""
 import json
 import os
 import re
 import shutil
+import signal
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -512,3 +515,334 @@ def test_a_failure_is_named_bad_input_or_out_of_memory_from_the_log_or_the_job(t
     point = sweep_plan.Point("strong", "ddp", "off", 2, 0, tmp_path / "n2-r0.h5")
     reason = sweep_status.held_reason(point, job, log)
     assert (reason.startswith(expected) if expected else reason == ""), reason
+
+
+# ---- the GEMM searches (gemm_search = on) ------------------------------------------------
+
+SEARCHING = ["backend = cuda", "gemm_search = on"]
+SEARCH_TRAIN = ("model = gpt2-small", "global-batch = 32", "precision = bf16", "seq = 256", "steps = 3")
+# (micro-batch, reserve) of each search of a strong sweep of 1..4 GPUs at global batch 32
+# with overlap off and on: a search with the lane of n2 and n4 also chooses for their
+# overlap-off points.
+STRONG_SEARCHES = [(8, 4), (16, 4), (32, 0)]
+
+
+def searches_of(experiment, points):
+    return [(search.micro_batch, search.reserve) for search in sweep_plan.gemm_searches(experiment, points)]
+
+
+def searching_sweep(tmp_path, sweep_lines=(), train_lines=SEARCH_TRAIN):
+    return sweep_experiment.read_experiment(write_experiment(tmp_path, SEARCHING + list(sweep_lines), train_lines))
+
+
+@pytest.mark.parametrize("sweep_lines, train_lines, fragment", [
+    (["backend = cpu", "gemm_search = on"], SEARCH_TRAIN, "gemm_search = on: needs backend = cuda"),
+    (SEARCHING, ("model = gpt2-small", "global-batch = 8", "precision = fp32"),
+     "gemm_search = on: needs a 16-bit [train] precision"),
+    (SEARCHING, SEARCH_TRAIN + ("gemm-algos-file = /tmp/algos.txt",),
+     "gemm_search = on: conflicts with [train] gemm-algos-file"),
+    (SEARCHING, ("global-batch = 8",), "gemm_search = on: needs model in [train]"),
+    (["backend = cuda", "gemm_search = maybe"], SEARCH_TRAIN, "gemm_search = 'maybe'"),
+])
+def test_gemm_search_where_it_cannot_run_exits_2_naming_the_key(tmp_path, capsys, sweep_lines, train_lines,
+                                                                 fragment):
+    path = write_experiment(tmp_path, sweep_lines, train_lines)
+    assert sweep.main([str(path), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert fragment in err and err.count("\n") == 1, err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("precision", [None, "auto", "bf16", "fp16"])
+def test_gemm_search_is_taken_on_cuda_in_16_bits_and_is_off_by_default(tmp_path, precision):
+    train = ("model = gpt2-small", "global-batch = 8") + ((f"precision = {precision}",) if precision else ())
+    assert searching_sweep(tmp_path, train_lines=train).gemm_search
+    assert not sweep_experiment.read_experiment(write_experiment(tmp_path, ["backend = cuda"], train)).gemm_search
+
+
+def test_only_the_training_points_of_a_searching_sweep_read_its_choice_file(tmp_path):
+    experiment = searching_sweep(tmp_path, ["gpus = 1, 2"])
+    choice_file = str(tmp_path / "out" / "gemm-algos.txt")
+    for point in sweep_plan.plan(experiment):
+        args = sweep_plan.point_arguments(experiment, point)
+        assert args[args.index("--gemm-algos-file") + 1] == choice_file
+    (bench,) = sweep_plan.bench_comm_points(experiment)
+    assert "--gemm-algos-file" not in sweep_plan.point_arguments(experiment, bench)
+    unsearched = sweep_experiment.read_experiment(write_experiment(tmp_path, ["backend = cuda", "gpus = 1, 2"],
+                                                                   SEARCH_TRAIN))
+    for point in sweep_plan.plan(unsearched):
+        assert "--gemm-algos-file" not in sweep_plan.point_arguments(unsearched, point)
+    assert sweep_plan.gemm_searches(unsearched, sweep_plan.plan(unsearched)) == []
+
+
+@pytest.mark.parametrize("sweep_lines, train_lines, expected", [
+    (["gpus = 1..4", "overlap = off, on"], SEARCH_TRAIN, STRONG_SEARCHES),
+    (["gpus = 1..4", "overlap = on, off"], SEARCH_TRAIN, STRONG_SEARCHES),
+    (["gpus = 1..4", "overlap = off"], SEARCH_TRAIN, [(8, 0), (16, 0), (32, 0)]),
+    # A lane of [train]'s CTAs, and micro-batches of the batch per rank over grad-accum.
+    (["gpus = 1..4", "overlap = on", "strategies = ddp, zero2"],
+     SEARCH_TRAIN + ("overlapped-ctas = 8", "grad-accum = 2"), [(4, 8), (8, 8), (16, 0)]),
+    (["scaling = weak", "gpus = 1..8", "overlap = off, on"], ("model = gpt2-small", "batch-per-rank = 8"), [(8, 4)]),
+    (["scaling = weak", "gpus = 1..8"], ("model = gpt2-small", "batch-per-rank = 8"), [(8, 0)]),
+    (["scaling = strong, weak", "gpus = 1, 2", "overlap = on"], SEARCH_TRAIN + ("batch-per-rank = 4",),
+     [(4, 4), (16, 4), (32, 0)]),
+])
+def test_a_sweep_searches_each_micro_batch_once_with_the_largest_lane_its_points_run_beside(
+        tmp_path, sweep_lines, train_lines, expected):
+    experiment = searching_sweep(tmp_path, sweep_lines, train_lines)
+    points = sweep_plan.plan(experiment) + sweep_plan.bench_comm_points(experiment)
+    assert searches_of(experiment, points) == expected
+
+
+def test_a_search_runs_the_points_model_and_precision(tmp_path):
+    train = ("model = gpt2-small", "layers = 4", "hidden = 256", "heads = 4", "precision = fp16", "max-seq = 512",
+             "global-batch = 32", "lr = 0.001")
+    experiment = searching_sweep(tmp_path, ["gpus = 1, 2", "overlap = on"], train)
+    first, second = sweep_plan.gemm_searches(experiment, sweep_plan.plan(experiment))
+    choice_file = str(tmp_path / "out" / "gemm-algos.txt")
+    # Without seq in [train], train's sequence is --max-seq.
+    assert sweep_plan.gemm_search_arguments(experiment, first) == [
+        "gemm-search", "--backend", "cuda", "--model", "gpt2-small", "--layers", "4", "--hidden", "256",
+        "--heads", "4", "--precision", "fp16", "--seq", "512", "--micro-batch", "16", "--reserve", "4",
+        "--gemm-algos-file", choice_file]
+    assert sweep_plan.gemm_search_arguments(experiment, second)[-4:] == ["--micro-batch", "32", "--gemm-algos-file", choice_file]
+
+
+def test_only_the_micro_batches_of_the_points_to_run_are_searched(tmp_path, capsys):
+    experiment = searching_sweep(tmp_path, ["gpus = 1..4", "overlap = off, on"])
+    points = sweep_plan.plan(experiment) + sweep_plan.bench_comm_points(experiment)
+    for point in points:
+        if isinstance(point, sweep_plan.Point) and point.ranks == 4:
+            write_result(point.result, "complete")
+    pending = sweep_plan.pending_points(points)
+    assert searches_of(experiment, pending) == [(16, 4), (32, 0)]
+    sweep_plan.print_plan(experiment, points)
+    plan = capsys.readouterr().out
+    assert f"before the training points, 2 GEMM search(es) into {tmp_path / 'out' / 'gemm-algos.txt'}:\n" in plan
+    assert "    gemm-search-b16  micro-batch=16 reserve=4\n    gemm-search-b32  micro-batch=32 reserve=0\n" in plan
+    for point in points:
+        if isinstance(point, sweep_plan.Point):
+            write_result(point.result, "complete")
+    # Bench comm alone is still to run: no search.
+    assert searches_of(experiment, sweep_plan.pending_points(points)) == []
+    sweep_plan.print_plan(experiment, points)
+    assert "  no GEMM search: every training point is complete\n" in capsys.readouterr().out
+
+
+# A stub srun that writes down its arguments and fails with exit status 3 at its $STUB_FAIL_AT-th start.
+COUNTING_SRUN = r'''
+n=$(ls "$STUB_DIR" | grep -c '^srun\.' || true); n=$((n + 1))
+printf "%s\n" "$@" > "$STUB_DIR/srun.$n"
+[ "$n" = "$STUB_FAIL_AT" ] && exit 3
+exit 0
+'''
+
+
+@pytest.mark.parametrize("fail_at, code, runs", [(0, 0, 3), (2, 3, 2)])
+def test_the_search_job_runs_each_search_in_turn_and_ends_at_the_first_that_fails(
+        tmp_path, monkeypatch, slurm_stubs, fail_at, code, runs):
+    path = write_experiment(tmp_path, SEARCHING + ["gpus = 1..4", "overlap = off, on", "gpus_per_node = 4",
+                                                   "partition = gpu", "account = lab", "time_limit = 00:20:00"],
+                            SEARCH_TRAIN)
+    path.write_text(path.read_text() + "[env]\nNCCL_DEBUG = INFO\n")
+    experiment = sweep_experiment.read_experiment(path)
+    searches = sweep_plan.gemm_searches(experiment, sweep_plan.plan(experiment))
+    text = sweep_slurm.gemm_search_script(experiment, searches, Path("/opt/scalestudy"))
+    sbatch = dict(re.findall(r"^#SBATCH --([\w-]+)=(.*)$", text, re.M))
+    assert sbatch["job-name"] == "experiment-gemm-search" and sbatch["output"] == f"{tmp_path}/out/logs/%x-%j.out"
+    assert (sbatch["nodes"], sbatch["ntasks-per-node"], sbatch["gpus-per-node"]) == ("1", "1", "1")
+    assert (sbatch["partition"], sbatch["account"]) == ("gpu", "lab")
+    assert sbatch["time"] == "01:00:00", "the sweep's time limit once per search"
+    assert "\n#SBATCH --exclusive\n" in text and "\nexport NCCL_DEBUG=INFO\n" in text
+    launches = [line for line in text.splitlines() if line.startswith("srun ")]
+    choice_file = tmp_path / "out" / "gemm-algos.txt"
+    assert launches == [f"srun --mpi=pmix --ntasks=1 /opt/scalestudy gemm-search --backend cuda --model gpt2-small "
+                        f"--precision bf16 --seq 256 --micro-batch {batch}" + (f" --reserve {reserve}" if reserve else "")
+                        + f" --gemm-algos-file {choice_file}" for batch, reserve in STRONG_SEARCHES]
+    make_stub(tmp_path / "slurm-bin", "srun", COUNTING_SRUN)
+    monkeypatch.setenv("STUB_FAIL_AT", str(fail_at))
+    script = tmp_path / "gemm-search.sbatch"
+    script.write_text(text)
+    ran = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=30)
+    assert ran.returncode == code, ran.stdout + ran.stderr
+    calls = sorted(slurm_stubs.glob("srun.*"))
+    assert len(calls) == runs
+    batches = [args[args.index("--micro-batch") + 1] for args in (call.read_text().split() for call in calls)]
+    assert batches == [str(batch) for batch, _ in STRONG_SEARCHES][:runs]
+    assert ran.stdout.splitlines()[-1] == f"scalestudy: gemm-search-b{STRONG_SEARCHES[runs - 1][0]}: micro-batch " \
+                                           f"{STRONG_SEARCHES[runs - 1][0]}, reserve {STRONG_SEARCHES[runs - 1][1]}"
+
+
+def options_of(call):
+    """(the script an sbatch call submitted, its options)."""
+    return Path(call[-1]).name, call[1:-1]
+
+
+AFTER_SEARCH = ["--dependency=afterok:100", "--kill-on-invalid-dep=yes"]
+
+
+@pytest.mark.parametrize("arrays", ["on", "off"])
+def test_submit_starts_the_training_jobs_only_once_the_searches_succeed(tmp_path, capsys, slurm_stubs, arrays):
+    experiment = searching_sweep(tmp_path, ["gpus = 1..4", "overlap = off, on", f"arrays = {arrays}"])
+    points = sweep_plan.plan(experiment) + sweep_plan.bench_comm_points(experiment)
+    assert sweep_slurm.write_slurm(experiment, points, Path("/opt/scalestudy"), True, "sweep.py --submit") == 0
+    out = capsys.readouterr().out
+    calls = [options_of(call) for call in sbatch_calls(slurm_stubs)]
+    assert calls[0] == ("gemm-search.sbatch", []), "the searches' job first, after nothing"
+    assert "submitted gemm-search.sbatch as job 100 (3 GEMM search(es))" in out
+    *units, (report, report_options) = calls[1:]
+    assert report == "report.sbatch" and len(units) == (3 if arrays == "on" else 7)
+    for script, options in units:
+        # Arrays hold training points (bench comm shares n4's); alone, bench comm waits for no search.
+        assert options == ([] if script == "bench-comm-n4.sbatch" else AFTER_SEARCH), script
+    (dependency,) = report_options
+    assert dependency.startswith("--dependency=afterany:") and dependency.split(":")[1:] == \
+        [str(job) for job in range(100, 100 + 1 + len(units))]
+    manifest = json.loads((tmp_path / "out" / "jobs" / "submitted.json").read_text())
+    assert manifest["gemm_search"] == "100"
+    assert (tmp_path / "out" / "jobs" / "gemm-search.sbatch").read_text().count("\nsrun ") == 3
+    (tmp_path / "states").write_text("100|RUNNING|0:0\n")
+    sweep_status.show_status(experiment, points)
+    (line,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  gemm-search ")]
+    assert line.endswith(f"  {tmp_path / 'out' / 'gemm-algos.txt'} (absent)  [job 100 RUNNING]"), line
+
+
+def test_the_dry_run_counts_the_search_job(tmp_path, capsys):
+    experiment = searching_sweep(tmp_path, ["gpus = 1, 2"])
+    points = sweep_plan.plan(experiment) + sweep_plan.bench_comm_points(experiment)
+    sweep_slurm.print_submissions(experiment, points, Path("/opt/scalestudy"))
+    assert ("with --launcher slurm --submit: 4 sbatch call(s): the GEMM searches' job (2 search(es), before the "
+            "training jobs), 2 job array(s)") in capsys.readouterr().out
+
+
+def test_a_resume_searches_the_points_still_to_run_after_the_searches_still_running(
+        tmp_path, monkeypatch, capsys, slurm_stubs):
+    monkeypatch.setenv("STUB_ACCOUNTING", "on")
+    experiment = searching_sweep(tmp_path, ["gpus = 1..4", "overlap = off, on", "arrays = off"])
+    points = sweep_plan.plan(experiment) + sweep_plan.bench_comm_points(experiment)
+
+    def submit_again(states):
+        (tmp_path / "states").write_text("".join(f"{job}|{state}\n" for job, state in states.items()))
+        before = len(sbatch_calls(slurm_stubs))
+        assert sweep_slurm.write_slurm(experiment, points, Path("/opt/scalestudy"), True, "sweep.py --submit") == 0
+        capsys.readouterr()
+        return [options_of(call) for call in sbatch_calls(slurm_stubs)[before:]]
+
+    submit_again({})
+    manifest = json.loads((tmp_path / "out" / "jobs" / "submitted.json").read_text())
+    cancelled = {entry["job"]: "CANCELLED by 1000|0:15" for entry in manifest["points"].values()}
+    # The one-GPU points complete; the searches' job is still running.
+    for point in points:
+        if isinstance(point, sweep_plan.Point) and point.ranks == 1:
+            write_result(point.result, "complete")
+    calls = submit_again({**cancelled, "100": "RUNNING|0:0"})
+    assert calls[0] == ("gemm-search.sbatch", ["--dependency=afterany:100"]), calls
+    search = (tmp_path / "out" / "jobs" / "gemm-search.sbatch").read_text()
+    assert " --micro-batch 8 --reserve 4 " in search and " --micro-batch 16 --reserve 4 " in search \
+        and "--micro-batch 32" not in search
+    new_search = str(100 + 1 + len(cancelled) + 1)
+    for script, options in calls[1:-1]:
+        if script != "bench-comm-n4.sbatch":
+            assert options == [f"--dependency=afterok:{new_search}", "--kill-on-invalid-dep=yes"], script
+    # Every training point complete: bench comm alone runs again, with no search.
+    for point in points:
+        if isinstance(point, sweep_plan.Point):
+            write_result(point.result, "complete")
+    bench = json.loads((tmp_path / "out" / "jobs" / "submitted.json").read_text())["points"]["bench-comm-n4"]["job"]
+    calls = submit_again({bench: "CANCELLED by 1000|0:15"})
+    bench = json.loads((tmp_path / "out" / "jobs" / "submitted.json").read_text())["points"]["bench-comm-n4"]["job"]
+    assert calls == [("bench-comm-n4.sbatch", []), ("report.sbatch", [f"--dependency=afterany:{bench}"])], calls
+
+
+# An Apptainer that writes down its arguments and how many point launches came before it,
+# and exits $STUB_SEARCH_EXIT; with STUB_SEARCH_EXIT=hang it sleeps, its pid in $STUB_DIR/hung.
+RECORDING_APPTAINER = r'''
+n=$(ls "$STUB_DIR" | grep -c '^apptainer\.' || true); n=$((n + 1))
+{ cat "$STUB_COUNT" 2>/dev/null || echo 0; printf "%s\n" "$@"; } > "$STUB_DIR/apptainer.$n"
+if [ "$STUB_SEARCH_EXIT" = hang ]; then echo $$ > "$STUB_DIR/hung"; exec sleep 30; fi
+exit "$STUB_SEARCH_EXIT"
+'''
+
+
+@pytest.fixture
+def apptainer_sweep(tmp_path, monkeypatch, launcher_stubs, slurm_stubs):
+    """A searching sweep in an Apptainer image, run with a stub apptainer (the searches)
+    and the stub mpirun (the points): (experiment path, the apptainer calls, the points'
+    launch count)."""
+    make_stub(tmp_path / "bin", "apptainer", RECORDING_APPTAINER)
+    path = write_experiment(tmp_path, SEARCHING + ["gpus = 1, 2", "overlap = on", "bench_comm = off",
+                                                   "apptainer_image = /images/scalestudy.sif"], SEARCH_TRAIN)
+
+    def apptainer_calls():
+        return [call.read_text().splitlines() for call in sorted(slurm_stubs.glob("apptainer.*"))]
+    return path, apptainer_calls, launcher_stubs
+
+
+# The binary inside the image: not on this host, so the points are not checked here.
+IMAGE_BINARY = "/opt/scalestudy/bin/scalestudy"
+
+
+def test_a_local_sweep_runs_its_searches_one_after_the_other_before_any_point(
+        tmp_path, monkeypatch, capsys, apptainer_sweep):
+    path, apptainer_calls, point_launches = apptainer_sweep
+    monkeypatch.setenv("STUB_SEARCH_EXIT", "0")
+    assert sweep.main([str(path), "--binary", IMAGE_BINARY, "--no-report"]) == 1, "the stub mpirun runs no point"
+    out = capsys.readouterr().out
+    logs = tmp_path / "out" / "logs"
+    assert "[search 1/2] gemm-search-b16 reserve=4 ... done in " in out and f"(log {logs}/gemm-search-b16.log)" in out
+    assert "[search 2/2] gemm-search-b32 reserve=0 ... done in " in out
+    first, second = apptainer_calls()
+    assert first[0] == second[0] == "0", "no point launched before the searches"
+    assert first[first.index(IMAGE_BINARY) + 1:] == [
+        "gemm-search", "--backend", "cuda", "--model", "gpt2-small", "--precision", "bf16", "--seq", "256",
+        "--micro-batch", "16", "--reserve", "4", "--gemm-algos-file", str(tmp_path / "out" / "gemm-algos.txt")]
+    assert first[1:first.index(IMAGE_BINARY)][:2] == ["exec", "--nv"]
+    assert (logs / "gemm-search-b32.log").read_text().startswith("apptainer exec --nv ")
+    assert point_launches() == 2
+
+
+def test_a_failing_search_stops_a_local_sweep_before_any_point(tmp_path, monkeypatch, capsys, apptainer_sweep):
+    path, apptainer_calls, point_launches = apptainer_sweep
+    monkeypatch.setenv("STUB_SEARCH_EXIT", "3")
+    assert sweep.main([str(path), "--binary", IMAGE_BINARY]) == 1
+    captured = capsys.readouterr()
+    log = tmp_path / "out" / "logs" / "gemm-search-b16.log"
+    assert "[search 1/2] gemm-search-b16 reserve=4 ... failed (exit 3) in " in captured.out
+    assert captured.err == f"sweep: gemm-search-b16 failed (exit 3), so no training point ran; its log: {log}\n"
+    assert len(apptainer_calls()) == 1 and point_launches() == 0
+    assert not (tmp_path / "out" / "report").exists(), "no report after a failed search"
+
+
+@needs_binary
+def test_the_binary_refusing_a_search_stops_the_local_launcher(tmp_path, capsys, launcher_stubs):
+    """The CPU build refuses gemm-search --backend cuda (exit 2) after taking every option
+    the sweep gives it."""
+    experiment = searching_sweep(tmp_path, ["gpus = 1, 2", "overlap = on", "bench_comm = off"],
+                                 SEARCH_TRAIN + ("layers = 2", "hidden = 64", "heads = 4"))
+    points = sweep_plan.plan(experiment)
+    with pytest.raises(sweep_local.SearchFailed, match="gemm-search-b16 failed \\(exit 2\\)"):
+        sweep_local.run_local(experiment, points, Path(BINARY), "mpirun")
+    log = (tmp_path / "out" / "logs" / "gemm-search-b16.log").read_text()
+    assert "--backend cuda: this build has no CUDA backend" in log and "unrecognised" not in log, log
+    assert launcher_stubs() == 0 and not (tmp_path / "out" / "logs" / "gemm-search-b32.log").exists()
+
+
+def test_sigint_during_a_search_stops_it_and_runs_no_point(tmp_path, monkeypatch, apptainer_sweep, slurm_stubs):
+    path, _, point_launches = apptainer_sweep
+    monkeypatch.setenv("STUB_SEARCH_EXIT", "hang")
+    running = subprocess.Popen([sys.executable, str(ROOT / "jobscripts" / "sweep.py"), str(path), "--binary",
+                                IMAGE_BINARY, "--no-report"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    hung = slurm_stubs / "hung"
+    deadline = time.monotonic() + 30
+    while not (hung.exists() and hung.read_text().strip()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    search_pid = int(hung.read_text())
+    running.send_signal(signal.SIGINT)
+    _, stderr = running.communicate(timeout=30)
+    assert running.returncode == 130, stderr
+    assert stderr.strip().splitlines()[-1] == (
+        f"sweep: stopped by SIGINT during gemm-search-b16: {tmp_path / 'out' / 'gemm-algos.txt'} keeps the choices "
+        "it made; run the same command again to go on"), stderr
+    assert not Path(f"/proc/{search_pid}").exists() or \
+        Path(f"/proc/{search_pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    assert point_launches() == 0

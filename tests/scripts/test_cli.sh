@@ -60,6 +60,13 @@ commands() {
   expect_help_fits "$binary" train --help
   expect_help_fits "$binary" bench --help
   expect_exit 0 "Commands:" "$binary" --help
+  expect_exit 0 "gemm-search" "$binary" --help
+  expect_exit 0 "\-\-micro-batch" "$binary" gemm-search --help
+  expect_help_fits "$binary" gemm-search --help
+  # The search times cuBLAS's algorithms: no other backend, and no search without its file.
+  expect_exit 2 "\-\-backend cpu: gemm-search chooses cuBLAS's algorithms" \
+    "$binary" gemm-search --backend cpu --micro-batch 2 --gemm-algos-file "$work/choices.txt"
+  expect_exit 2 "'\-\-micro-batch' is required" "$binary" gemm-search --gemm-algos-file "$work/choices.txt"
   expect_exit 2 "Usage" "$binary"
   expect_exit 0 "gpt2-small" "$binary" info
   expect_exit 0 "124439808" "$binary" info
