@@ -85,11 +85,18 @@ def sbatch_script(sweep, point, binary):
     return "\n".join(lines)
 
 
+# The least time a search is given: about 25 s a GEMM shape, some 12 minutes for GPT-2
+# small's 28 shapes and 19 with the 16 more beside an overlapped lane; larger models' shapes
+# take longer bursts in the neighbour search.
+SEARCH_SECONDS = 45 * 60
+
+
 def gemm_search_script(sweep, searches, binary):
     """The job of the GEMM searches: one node, one rank, one GPU, the searches in turn, each
     launched as a one-rank point is; the first that fails ends the job with its exit status
-    (set -e). Its time limit is the sweep's once per search."""
-    timed = dataclasses.replace(sweep, time_limit=slurm_time(slurm_seconds(sweep.time_limit) * len(searches)))
+    (set -e). Each search has the sweep's time limit, and at least SEARCH_SECONDS."""
+    per_search = max(slurm_seconds(sweep.time_limit), SEARCH_SECONDS)
+    timed = dataclasses.replace(sweep, time_limit=slurm_time(per_search * len(searches)))
     lines = sbatch_header(timed, 1, 1, f"{sweep.name}-gemm-search", "%x-%j.out") + environment_lines(sweep)
     lines.append("# The GEMM searches in turn, into the sweep's choice file, which every training point reads.")
     for search in searches:

@@ -362,6 +362,18 @@ ARRAY_SWEEP = ["gpus = 1..8", "ntasks_per_node = 4", "strategies = ddp, zero2", 
 # (nodes, ranks per node) of each shape, and the points of it: n1, n2 and n4 on one node,
 # n8 on two with bench comm.
 SHAPES = {(1, 1): 4, (1, 2): 4, (1, 4): 4, (2, 4): 5}
+@pytest.mark.parametrize("time_limit, expected", [("00:20:00", "02:15:00"), ("1:00:00", "03:00:00"),
+                                                   ("1-00:00:00", "3-00:00:00")])
+def test_the_search_job_has_the_longer_of_the_time_limit_and_45_minutes_a_search(tmp_path, time_limit, expected):
+    path = write_experiment(tmp_path, SEARCHING + ["gpus = 1..4", "overlap = off, on", f"time_limit = {time_limit}"],
+                            SEARCH_TRAIN)
+    experiment = sweep_experiment.read_experiment(path)
+    searches = sweep_plan.gemm_searches(experiment, sweep_plan.plan(experiment))
+    assert len(searches) == 3
+    text = sweep_slurm.gemm_search_script(experiment, searches, Path("/opt/scalestudy"))
+    assert re.search(r"^#SBATCH --time=(.*)$", text, re.M).group(1) == expected
+
+
 # A stub srun that writes down its arguments, and says so on its output (the point's log).
 RECORDING_SRUN = 'printf "%s\\n" "$@" > "$STUB_DIR/srun.$$"\necho "srun ran $*"\n'
 
@@ -652,7 +664,7 @@ def test_the_search_job_runs_each_search_in_turn_and_ends_at_the_first_that_fail
     assert sbatch["job-name"] == "experiment-gemm-search" and sbatch["output"] == f"{tmp_path}/out/logs/%x-%j.out"
     assert (sbatch["nodes"], sbatch["ntasks-per-node"], sbatch["gpus-per-node"]) == ("1", "1", "1")
     assert (sbatch["partition"], sbatch["account"]) == ("gpu", "lab")
-    assert sbatch["time"] == "01:00:00", "the sweep's time limit once per search"
+    assert sbatch["time"] == "02:15:00", "45 minutes a search, more than the sweep's time limit"
     assert "\n#SBATCH --exclusive\n" in text and "\nexport NCCL_DEBUG=INFO\n" in text
     launches = [line for line in text.splitlines() if line.startswith("srun ")]
     choice_file = tmp_path / "out" / "gemm-algos.txt"
