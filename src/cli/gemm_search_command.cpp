@@ -101,9 +101,13 @@ GemmSearchConfig resolve(const RawOptions& raw, const po::variables_map& values)
   if (raw.seq < 0 || raw.seq > c.shape.max_seq)
     bad_value("seq", std::to_string(raw.seq), "must be 1 to the preset's " + std::to_string(c.shape.max_seq));
   if (raw.reserve < 0) bad_value("reserve", std::to_string(raw.reserve), "must not be negative");
-  if (!(raw.cool_down_s >= 0.0 && raw.cool_down_s <= 3600.0))
-    bad_value("cool-down-s", std::to_string(raw.cool_down_s), "must be 0 to 3600");
-  if (raw.choices_path.empty()) bad_value("gemm-algos-file", "''", "is required: the file to make or add to");
+  if (!(raw.cool_down_s >= 0.0 && raw.cool_down_s <= 3600.0)) {
+    std::ostringstream text;
+    text << raw.cool_down_s;
+    bad_value("cool-down-s", text.str(), "must be 0 to 3600");
+  }
+  if (!given(values, "gemm-algos-file")) throw UsageError("the option '--gemm-algos-file' is required but missing");
+  if (raw.choices_path.empty()) bad_value("gemm-algos-file", "''", "is empty: name the file to make or add to");
   c.micro_batch = raw.micro_batch;
   c.seq = raw.seq > 0 ? raw.seq : c.shape.max_seq;
   c.reserve = raw.reserve;

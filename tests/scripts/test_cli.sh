@@ -67,6 +67,19 @@ commands() {
   expect_exit 2 "\-\-backend cpu: gemm-search chooses cuBLAS's algorithms" \
     "$binary" gemm-search --backend cpu --micro-batch 2 --gemm-algos-file "$work/choices.txt"
   expect_exit 2 "'\-\-micro-batch' is required" "$binary" gemm-search --gemm-algos-file "$work/choices.txt"
+  # A build with the cuda backend checks the search's values before it touches a GPU.
+  if "$binary" info --json | grep -q '"cuda": {'; then
+    local search=("$binary" gemm-search --gemm-algos-file "$work/choices.txt")
+    expect_exit 2 "\-\-micro-batch 0: must be at least 1" "${search[@]}" --micro-batch 0
+    expect_exit 2 "\-\-precision fp32: must be bf16 or fp16" "${search[@]}" --micro-batch 2 --precision fp32
+    expect_exit 2 "\-\-seq 2048: must be 1 to the preset's 1024" "${search[@]}" --micro-batch 2 --seq 2048
+    expect_exit 2 "\-\-reserve -1: must not be negative" "${search[@]}" --micro-batch 2 --reserve -1
+    expect_exit 2 "\-\-cool-down-s -1: must be 0 to 3600" "${search[@]}" --micro-batch 2 --cool-down-s -1
+    expect_exit 2 "'\-\-gemm-algos-file' is required" "$binary" gemm-search --micro-batch 2
+    expect_exit 2 "\-\-gemm-algos-file /proc/no-such-folder/c.txt: cannot open its lock file" \
+      "$binary" gemm-search --micro-batch 2 --gemm-algos-file /proc/no-such-folder/c.txt
+    [ ! -e "$work/choices.txt" ] || fail "a refused search made its choice file"
+  fi
   expect_exit 2 "Usage" "$binary"
   expect_exit 0 "gpt2-small" "$binary" info
   expect_exit 0 "124439808" "$binary" info
