@@ -86,8 +86,8 @@ def sbatch_script(sweep, point, binary):
 
 
 # The least time a search is given: about 25 s a GEMM shape, some 12 minutes for GPT-2
-# small's 28 shapes and 19 with the 16 more beside an overlapped lane; larger models' shapes
-# take longer bursts in the neighbour search.
+# small's 28 shapes and up to 19 with at most 16 more beside an overlapped lane; larger
+# models' shapes take longer bursts in the neighbour search.
 SEARCH_SECONDS = 45 * 60
 
 

@@ -66,8 +66,8 @@ po::options_description search_options(RawOptions& raw) {
   add_seq_option(search, &raw.seq);
   search.add_options()
       ("reserve", defaulted(&raw.reserve),
-       "also choose for the GEMMs sized for the multiprocessors an overlapped lane of this many CTAs "
-       "leaves (train --overlap on on 2 or more ranks, --overlapped-ctas; auto is 4); 0: none")
+       "also choose for backward's GEMMs sized for the multiprocessors an overlapped lane of this many "
+       "CTAs leaves (train --overlap on on 2 or more ranks, --overlapped-ctas; auto is 4); 0: none")
       ("cool-down-s", defaulted(&raw.cool_down_s),
        "seconds the GPU idles after a search that timed a GEMM, so that a run started next does not meet "
        "a GPU held at its power cap for minutes; 0: none");
@@ -132,16 +132,20 @@ cuda::GemmChoiceFile existing_choices(const std::string& path, const std::string
 }
 
 // One forward and backward, as a training step runs them, each GEMM's algorithm chosen at
-// its first call. The results are not used.
-void run_step(CudaOps& ops, Gpt& model, const GemmSearchConfig& c) {
+// its first call; backward's GEMMs sized for the multiprocessors `backward_reserve` leaves,
+// as beside an overlapped lane, which runs in backward only (forward's GEMMs keep the whole
+// device). The results are not used.
+void run_step(CudaOps& ops, Gpt& model, const GemmSearchConfig& c, int backward_reserve) {
   const size_t tokens = size_t(c.micro_batch) * size_t(c.seq);
   const std::vector<int32_t> inputs = random_tokens(tokens, c.shape.vocab, 1);
   const std::vector<int32_t> targets = random_tokens(tokens, c.shape.vocab, 2);
   FlatGradients sink(ops, model);
   const float loss_scale = 1.0f / static_cast<float>(tokens);
   model.forward(inputs.data(), targets.data(), nullptr, loss_scale);
+  ops.reserve_multiprocessors(backward_reserve);
   model.backward(sink, loss_scale);
   ops.synchronize();
+  ops.reserve_multiprocessors(0);
 }
 
 int search(const GemmSearchConfig& c) {
@@ -162,11 +166,10 @@ int search(const GemmSearchConfig& c) {
   const ParameterLayout layout = make_parameter_layout(c.shape);
   Gpt model(ops, c.shape, c.micro_batch, c.seq, layout.param_elems);
   ParameterCache(1).initialize(ops, model);
-  for (int reserve : {0, c.reserve}) {
-    ops.reserve_multiprocessors(reserve);
-    run_step(ops, model, c);
-    if (c.reserve == 0) break;
-  }
+  // Backward runs at both sizings in training: its top share before the overlapped lane
+  // starts (--overlap-after), the rest beside it.
+  run_step(ops, model, c, 0);
+  if (c.reserve > 0) run_step(ops, model, c, c.reserve);
   std::printf("%d GEMM shapes searched, %zu choices in %s for %s\n", chooser->searched(), choices.size(),
               c.choices_path.c_str(), machine.c_str());
   if (chooser->searched() > 0 && c.cool_down_s > 0) {
