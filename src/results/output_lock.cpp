@@ -89,7 +89,7 @@ OutputLock::OutputLock(const std::string& output, const std::string& option)
   for (int attempt = 0; attempt < kMaxOpenAttempts && fd_ < 0; ++attempt) fd_ = open_locked(option, output_, path_);
   if (fd_ < 0)
     bad_value(option, output, "its lock file " + path_ + " was replaced " + std::to_string(kMaxOpenAttempts) +
-                                    " times while this run tried to lock it");
+                                  " times while this run tried to lock it");
   if (!write_holder(fd_)) {
     const int error = errno;
     unlink(path_.c_str());
