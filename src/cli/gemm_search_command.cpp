@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -60,7 +61,7 @@ po::options_description search_options(RawOptions& raw) {
   add_backend_options(backend, raw.backend);
   po::options_description search = help_section("Search");
   search.add_options()
-      ("micro-batch", po::value(&raw.micro_batch)->required(),
+      ("micro-batch", po::value(&raw.micro_batch),
        "samples a rank's forward takes at once: train's --batch-per-rank (or its share of --global-batch) "
        "over --grad-accum; required");
   add_seq_option(search, &raw.seq);
@@ -90,6 +91,8 @@ std::string search_help() {
 }
 
 GemmSearchConfig resolve(const RawOptions& raw, const po::variables_map& values) {
+  for (const char* option : {"micro-batch", "gemm-algos-file"})
+    if (!given(values, option)) throw UsageError(std::string("the option '--") + option + "' is required but missing");
   check_backend(raw.backend.backend);
   if (raw.backend.backend != "cuda") bad_value("backend", raw.backend.backend, "gemm-search chooses cuBLAS's algorithms: cuda only");
   GemmSearchConfig c;
@@ -97,7 +100,6 @@ GemmSearchConfig resolve(const RawOptions& raw, const po::variables_map& values)
   c.precision = resolve_precision(raw.backend.precision, raw.backend.backend);
   if (!is_16bit(c.precision)) bad_value("precision", raw.backend.precision, "must be bf16 or fp16: fp32 GEMMs take no choices");
   c.attention_kernel = parse_attention_kernel(raw.backend.attention_kernel, raw.backend.backend, c.precision);
-  if (raw.micro_batch < 1) bad_value("micro-batch", std::to_string(raw.micro_batch), "must be at least 1");
   if (raw.seq < 0 || raw.seq > c.shape.max_seq)
     bad_value("seq", std::to_string(raw.seq), "must be 1 to the preset's " + std::to_string(c.shape.max_seq));
   if (raw.reserve < 0) bad_value("reserve", std::to_string(raw.reserve), "must not be negative");
@@ -106,7 +108,7 @@ GemmSearchConfig resolve(const RawOptions& raw, const po::variables_map& values)
     text << raw.cool_down_s;
     bad_value("cool-down-s", text.str(), "must be 0 to 3600");
   }
-  if (!given(values, "gemm-algos-file")) throw UsageError("the option '--gemm-algos-file' is required but missing");
+  if (raw.micro_batch < 1) bad_value("micro-batch", std::to_string(raw.micro_batch), "must be at least 1");
   if (raw.choices_path.empty()) bad_value("gemm-algos-file", "''", "is empty: name the file to make or add to");
   c.micro_batch = raw.micro_batch;
   c.seq = raw.seq > 0 ? raw.seq : c.shape.max_seq;
@@ -120,8 +122,7 @@ GemmSearchConfig resolve(const RawOptions& raw, const po::variables_map& values)
 // The file's choices so far, or none where it does not exist; one made for another
 // machine, or not in the format, is bad input: extending it would mix machines.
 cuda::GemmChoiceFile existing_choices(const std::string& path, const std::string& machine) {
-  if (std::FILE* file = std::fopen(path.c_str(), "r")) std::fclose(file);
-  else return {};
+  if (!std::filesystem::exists(path)) return {};
   try {
     cuda::GemmChoiceFile choices = cuda::GemmChoiceFile::read(path, machine);
     if (!choices.set_aside_because().empty()) bad_value("gemm-algos-file", path, choices.set_aside_because());
@@ -186,13 +187,12 @@ int search(const GemmSearchConfig& c) {
 int run_gemm_search_command(int argc, const char* const* argv) {
   RawOptions raw;
   const po::options_description options = search_options(raw);
-  for (int index = 1; index < argc; ++index)
-    if (std::string(argv[index]) == "--help" || std::string(argv[index]) == "-h") {
-      std::printf("%s", search_help().c_str());
-      return 0;
-    }
   po::variables_map values;
   parse_options(argc, argv, options, values);
+  if (values.count("help")) {
+    std::printf("%s", search_help().c_str());
+    return 0;
+  }
   const GemmSearchConfig config = resolve(raw, values);
 #if SCALESTUDY_HAVE_CUDA
   return search(config);
