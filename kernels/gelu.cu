@@ -120,13 +120,15 @@ void check_call(int rows, int in_channels, int out_channels,
 template <class T>
 bool launch_dense_gelu_forward(LtGemm& lt_gemm, cudaStream_t stream,
                                const DenseGeluForwardArgs<T>& args) {
-  const auto& [pre, out, inp, weight, bias, rows, in_channels, out_channels] = args;
+  const auto& [pre, out, inp, weight, bias, rows, in_channels, out_channels, inp_stride] = args;
   // pre may be null: a forward that no backward follows keeps no GELU input.
   check_call(rows, in_channels, out_channels,
              {{out, "dense gelu out"}, {inp, "dense gelu inp"}, {weight, "dense gelu weight"},
               {bias, "dense gelu bias"}});
+  is_augmented(inp_stride, in_channels, "dense gelu inp");
   return lt_gemm.gelu_forward(stream, GemmTypesOf<T>::same.ab,
-                                    {pre, out, inp, weight, bias, rows, in_channels, out_channels});
+                              {pre, out, inp, weight, bias, rows, in_channels, out_channels,
+                               inp_stride});
 }
 
 size_t dense_backward_through_gelu_scratch_elems(int rows, int out_channels) {

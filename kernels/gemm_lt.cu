@@ -295,10 +295,11 @@ void LtGemm::set_pointer(Plan& plan, cublasLtMatmulDescAttributes_t attribute, c
 bool LtGemm::run_epilogue(cudaStream_t stream, const EpilogueCall& call) {
   for (const void* operand : std::initializer_list<const void*>{call.a, call.b, call.d, call.bias, call.aux})
     if (!lt_aligned(operand)) return false;
-  if (!shape_allowed(call.m, call.n, call.k)) return false;
+  // B's rows span ldb elements: held to the same alignment and size as k.
+  if (!shape_allowed(call.m, call.n, call.k) || !shape_allowed(call.m, call.n, call.ldb)) return false;
   const bool transposed_a = call.epilogue != Epilogue::dgelu;
   Plan* plan = plan_for({call.epilogue, call.type, call.type, transposed_a ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N,
-                         call.m, call.n, call.k, transposed_a ? call.k : call.m, call.k, call.m, false,
+                         call.m, call.n, call.k, transposed_a ? call.k : call.m, call.ldb, call.m, false,
                          multiprocessor_target_});
   if (plan == nullptr) return false;
   if (call.bias != nullptr) set_pointer(*plan, CUBLASLT_MATMUL_DESC_BIAS_POINTER, call.bias);
@@ -310,19 +311,21 @@ bool LtGemm::run_epilogue(cudaStream_t stream, const EpilogueCall& call) {
 }
 
 bool LtGemm::forward(cudaStream_t stream, cudaDataType_t type, const MatmulForwardArgs<void>& args) {
-  return run_epilogue(stream, {Epilogue::bias, type, args.out_channels, args.rows, args.in_channels, args.weight,
-                               args.inp, args.out, args.bias, nullptr});
+  return run_epilogue(stream, {Epilogue::bias, type, args.out_channels, args.rows, args.in_channels,
+                               row_stride(args.inp_stride, args.in_channels), args.weight, args.inp,
+                               args.out, args.bias, nullptr});
 }
 
 bool LtGemm::gelu_forward(cudaStream_t stream, cudaDataType_t type, const DenseGeluForwardArgs<void>& args) {
   const Epilogue epilogue = args.pre != nullptr ? Epilogue::gelu_aux_bias : Epilogue::gelu_bias;
-  return run_epilogue(stream, {epilogue, type, args.out_channels, args.rows, args.in_channels, args.weight,
-                               args.inp, args.out, args.bias, args.pre});
+  return run_epilogue(stream, {epilogue, type, args.out_channels, args.rows, args.in_channels,
+                               row_stride(args.inp_stride, args.in_channels), args.weight, args.inp,
+                               args.out, args.bias, args.pre});
 }
 
 bool LtGemm::gelu_input_gradient(cudaStream_t stream, cudaDataType_t type, const DenseGeluBackwardArgs<void>& args) {
-  return run_epilogue(stream, {Epilogue::dgelu, type, args.in_channels, args.rows, args.out_channels, args.weight,
-                               args.dout, args.dpre, nullptr, args.pre});
+  return run_epilogue(stream, {Epilogue::dgelu, type, args.in_channels, args.rows, args.out_channels,
+                               args.out_channels, args.weight, args.dout, args.dpre, nullptr, args.pre});
 }
 
 }  // namespace scalestudy::cuda

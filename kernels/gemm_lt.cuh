@@ -149,6 +149,7 @@ class LtGemm {
     Epilogue epilogue;
     cudaDataType_t type;
     int m, n, k;
+    int ldb;  // B's rows: k, or an augmented input's row stride
     const void* a;
     const void* b;
     void* d;

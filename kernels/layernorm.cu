@@ -60,6 +60,19 @@ __device__ __forceinline__ float normalized(float x, float mean, float rstd) {
 // expression rounds exactly as the CPU reference's does, and the GPU-vs-CPU comparison
 // only sees the difference in reduction order (and, in bf16 or fp16, the final rounding).
 
+// The elements from one output row to the next (row_stride, op_params.h, on the device).
+template <class T>
+__device__ __forceinline__ size_t out_row_elems(const LayerNormForwardArgs<T>& p) {
+  return size_t(p.out_stride != 0 ? p.out_stride : p.channels);
+}
+
+// The columns an augmented row carries after its channels (op_params.h): 1, then zeros,
+// one a thread for threads 0 .. kAugmentedColumns - 1.
+template <class T>
+__device__ __forceinline__ void write_augmented_columns(T* columns, int thread) {
+  if (thread < kAugmentedColumns) columns[thread] = from_float<T>(thread == 0 ? 1.0f : 0.0f);
+}
+
 // One block per row. Mean and variance accumulate in double (two passes; the second
 // reads the row from L1), as the CPU does: with C in the thousands an fp32 sum would
 // lose the digits that x - mean needs.
@@ -68,7 +81,7 @@ __global__ void layernorm_forward_kernel(LayerNormForwardArgs<T> p) {
   __shared__ double shared[kWarpSize];
   const int row = blockIdx.x;
   const T* x = p.inp + size_t(row) * p.channels;
-  T* y = p.out + size_t(row) * p.channels;
+  T* y = p.out + size_t(row) * out_row_elems(p);
   double total = 0.0;
   for (int c = threadIdx.x; c < p.channels; c += blockDim.x) total += to_float(x[c]);
   const double row_mean = block_reduce_sum(total, shared) / p.channels;
@@ -83,6 +96,7 @@ __global__ void layernorm_forward_kernel(LayerNormForwardArgs<T> p) {
     const float normed = static_cast<float>((to_float(x[c]) - row_mean) * row_rstd);
     y[c] = from_float<T>(__fadd_rn(__fmul_rn(normed, to_float(p.weight[c])), to_float(p.bias[c])));
   }
+  if (p.out_stride != 0) write_augmented_columns(y + p.channels, threadIdx.x);
   if (threadIdx.x == 0) {
     p.mean[row] = static_cast<float>(row_mean);
     p.rstd[row] = static_cast<float>(row_rstd);
@@ -135,6 +149,7 @@ __global__ void __launch_bounds__(kForwardWarps * kWarpSize)
   const int row = blockIdx.x * kForwardWarps + threadIdx.x / kWarpSize;
   if (row >= p.rows) return;
   const size_t offset = size_t(row) * p.channels;
+  T* out_row = p.out + size_t(row) * out_row_elems(p);
   const auto for_each_pack = [&](auto f) {
     for_each_lane_pack<kPacks, kCount>(lane, p.channels, f);
   };
@@ -183,8 +198,9 @@ __global__ void __launch_bounds__(kForwardWarps * kWarpSize)
       const float normed = static_cast<float>(values[k][i] * row_rstd);
       result.set(i, __fadd_rn(__fmul_rn(normed, weight[i]), bias[i]));
     }
-    store_pack(p.out + offset + column, result);
+    store_pack(out_row + column, result);
   });
+  if (p.out_stride != 0) write_augmented_columns(out_row + p.channels, lane);
   if (lane == 0) {
     p.mean[row] = static_cast<float>(row_mean);
     p.rstd[row] = static_cast<float>(row_rstd);
@@ -417,7 +433,7 @@ int backward_chunks(int rows) {
 template <class T>
 void layernorm_forward(cudaStream_t stream, const LayerNormForwardArgs<T>& args,
                        Addends<T> addends = {}) {
-  const auto& [out, mean, rstd, inp, weight, bias, rows, channels] = args;
+  const auto& [out, mean, rstd, inp, weight, bias, rows, channels, out_stride] = args;
   const auto& [sum, addend_a, addend_b] = addends;
   check_shape(rows, channels);
   check_not_null({{out, "layernorm out"},
@@ -431,8 +447,14 @@ void layernorm_forward(cudaStream_t stream, const LayerNormForwardArgs<T>& args,
     check_not_null(addend_a, "residual a");
     check_not_null(addend_b, "residual b");
   }
-  const int packs_per_lane = warp_row_packs_per_lane<T>(
-      channels, {out, inp, weight, bias, residual ? addend_a : inp, residual ? addend_b : inp});
+  // Augmented rows start 16 bytes apart where the stride is a whole number of packs.
+  const bool packed_rows =
+      !is_augmented(out_stride, channels, "layernorm out") || out_stride % Pack<T>::kCount == 0;
+  const int packs_per_lane =
+      packed_rows ? warp_row_packs_per_lane<T>(channels, {out, inp, weight, bias,
+                                                          residual ? addend_a : inp,
+                                                          residual ? addend_b : inp})
+                  : 0;
   if (packs_per_lane == 0) {
     if (residual)
       launch_residual_forward(stream, sum, addend_a, addend_b, size_t(rows) * size_t(channels));
@@ -460,8 +482,9 @@ void launch_layernorm_forward(cudaStream_t stream, const LayerNormForwardArgs<T>
 template <class T>
 void launch_residual_layernorm_forward(cudaStream_t stream,
                                        const ResidualLayerNormForwardArgs<T>& args) {
-  const LayerNormForwardArgs<T> layernorm{args.out,    args.mean, args.rstd, args.residual,
-                                          args.weight, args.bias, args.rows, args.channels};
+  const LayerNormForwardArgs<T> layernorm{args.out,    args.mean, args.rstd,     args.residual,
+                                          args.weight, args.bias, args.rows,     args.channels,
+                                          args.out_stride};
   layernorm_forward(stream, layernorm, Addends<T>{args.residual, args.a, args.b});
 }
 

@@ -176,7 +176,8 @@ void for_each_row_chunk(int rows, int in_channels, int out_row_elems, F run_rows
 // A dense layer's chunks: its output's rows are at most padded to a multiple of 8.
 template <class Args, class F>
 void for_each_layer_row_chunk(const Args& args, F run_rows) {
-  for_each_row_chunk(args.rows, args.in_channels, padded_columns_of(args.out_channels), run_rows);
+  for_each_row_chunk(args.rows, row_stride(args.inp_stride, args.in_channels),
+                     padded_columns_of(args.out_channels), run_rows);
 }
 
 // Column-major view (see gemm.cuh): out^T[OC, N] = W[OC, IC] · inp^T[IC, N].
@@ -187,15 +188,17 @@ void for_each_layer_row_chunk(const Args& args, F run_rows) {
 template <class T>
 void matmul_forward(const Blas& blas, cudaStream_t stream, const MatmulForwardArgs<T>& args,
                     LtGemm* bias_gemm = nullptr) {
-  const auto& [out, inp, weight, bias, rows, in_channels, out_channels] = args;
+  const auto& [out, inp, weight, bias, rows, in_channels, out_channels, inp_stride] = args;
   check_operands(blas, stream, rows, in_channels, out_channels,
                  {{out, "matmul out"}, {inp, "matmul inp"}, {weight, "matmul weight"}});
+  is_augmented(inp_stride, in_channels, "matmul inp");
   if (bias != nullptr && bias_gemm != nullptr &&
       bias_gemm->forward(stream, GemmTypesOf<T>::same.ab,
-                         {out, inp, weight, bias, rows, in_channels, out_channels}))
+                         {out, inp, weight, bias, rows, in_channels, out_channels, inp_stride}))
     return;
   gemm(blas, {GemmTypesOf<T>::same, CUBLAS_OP_T, CUBLAS_OP_N, out_channels, rows, in_channels,
-                1.0f, {weight, in_channels}, {inp, in_channels}, 0.0f, {out, out_channels}});
+                1.0f, {weight, in_channels}, {inp, row_stride(inp_stride, in_channels)}, 0.0f,
+                {out, out_channels}});
   if (bias != nullptr) {
     const size_t elems = size_t(rows) * out_channels;
     const size_t packs =
@@ -204,6 +207,44 @@ void matmul_forward(const Blas& blas, cudaStream_t stream, const MatmulForwardAr
         out, bias, rows, out_channels, packs);
     CHECK_LAUNCH();
   }
+}
+
+// dweight[o, i] += result[o, i] for i < IC and dbias[o] += result[o, IC]: the weight
+// gradient over augmented rows, [OC, IC + kAugmentedColumns], split into the layer's two.
+__global__ void split_augmented_gradient_kernel(float* __restrict__ dweight,
+                                                float* __restrict__ dbias,
+                                                const float* __restrict__ result, int in_channels,
+                                                int out_channels) {
+  const size_t width = size_t(in_channels) + 1;
+  for (size_t e = grid_thread_index(); e < size_t(out_channels) * width; e += grid_threads()) {
+    const size_t o = e / width, i = e % width;
+    const float value = result[o * (in_channels + kAugmentedColumns) + i];
+    if (i < size_t(in_channels))
+      dweight[o * in_channels + i] += value;
+    else
+      dbias[o] += value;
+  }
+}
+
+// dweight^T and dbias^T together, [IC + kAugmentedColumns, OC] = inp_aug^T[IC + 8, N] ·
+// dout[N, OC], into scratch (beta = 0), then added to the two gradients: row IC of inp_aug^T
+// is all ones, so its row of the result is dout's column sums, in fp32 as the GEMM sums.
+template <class T>
+void augmented_parameter_gradients(const Blas& blas, cudaStream_t stream,
+                                   const MatmulBackwardArgs<T>& args, Scratch scratch) {
+  const int rows = args.rows, in_channels = args.in_channels, out_channels = args.out_channels;
+  const int result_rows = in_channels + kAugmentedColumns;
+  SCALESTUDY_CHECK(!needs_padding(out_channels),
+                   "matmul backward: augmented rows need out_channels a multiple of 8");
+  SCALESTUDY_CHECK(scratch.elems >= augmented_weight_gradient_elems(in_channels, out_channels),
+                   "matmul backward: scratch too small for the augmented weight gradient");
+  gemm(blas, {GemmTypesOf<T>::to_fp32, CUBLAS_OP_N, CUBLAS_OP_T, result_rows, out_channels, rows,
+                1.0f, {args.inp, args.inp_stride}, {args.dout, out_channels}, 0.0f,
+                {scratch.data, result_rows}});
+  const size_t elems = size_t(out_channels) * (in_channels + 1);
+  split_augmented_gradient_kernel<<<elementwise_blocks(elems), kElementwiseThreads, 0, stream>>>(
+      args.dweight, args.dbias, scratch.data, in_channels, out_channels);
+  CHECK_LAUNCH();
 }
 
 // The weight gradient's GEMM runs with beta = 1, which is what makes it accumulate; the
@@ -217,8 +258,13 @@ template <class T>
 void matmul_parameter_gradients(const Blas& blas, cudaStream_t stream,
                                 const MatmulBackwardArgs<T>& args, Scratch scratch) {
   const int rows = args.rows, in_channels = args.in_channels, out_channels = args.out_channels;
+  const int inp_stride = row_stride(args.inp_stride, in_channels);
+  if (args.dbias != nullptr && is_augmented(args.inp_stride, in_channels, "matmul inp")) {
+    augmented_parameter_gradients(blas, stream, args, scratch);
+    return;
+  }
   gemm(blas, {GemmTypesOf<T>::to_fp32, CUBLAS_OP_N, CUBLAS_OP_T, in_channels, out_channels, rows,
-                1.0f, {args.inp, in_channels}, {args.dout, out_channels}, 1.0f,
+                1.0f, {args.inp, inp_stride}, {args.dout, out_channels}, 1.0f,
                 {args.dweight, in_channels}});
   if (args.dbias != nullptr) {
     SCALESTUDY_CHECK(scratch.elems >= matmul_backward_scratch_elems(rows, out_channels),
@@ -232,7 +278,7 @@ template <class T>
 void matmul_backward(const Blas& blas, cudaStream_t stream, const MatmulBackwardArgs<T>& args,
                      Scratch scratch) {
   const auto& [dinp, dweight, dbias, dout, inp, weight, rows, in_channels, out_channels,
-               dinp_write] = args;
+               dinp_write, inp_stride] = args;
   check_operands(blas, stream, rows, in_channels, out_channels,
                  {{dinp, "matmul dinp"}, {dweight, "matmul dweight"}, {dout, "matmul dout"},
                   {inp, "matmul inp"}, {weight, "matmul weight"}});
@@ -257,7 +303,7 @@ size_t matmul_backward_scratch_elems_padded(int rows, int out_channels) {
 template <class T>
 void matmul_forward_strided(const Blas& blas, const MatmulForwardArgs<T>& args,
                             int out_stride) {
-  const auto& [out, inp, weight, bias, rows, in_channels, out_channels] = args;
+  const auto& [out, inp, weight, bias, rows, in_channels, out_channels, inp_stride] = args;
   const GemmTypes types = GemmTypesOf<T>::same;
   const int aligned_channels = out_channels / kAlignedColumns * kAlignedColumns;
   if (aligned_channels > 0)
@@ -279,7 +325,7 @@ template <class T>
 void input_gradient_strided(const Blas& blas, const MatmulBackwardArgs<T>& args,
                             int dout_stride) {
   const auto& [dinp, dweight, dbias, dout, inp, weight, rows, in_channels, out_channels,
-               dinp_write] = args;
+               dinp_write, inp_stride] = args;
   const GemmTypes types = GemmTypesOf<T>::same;
   const int aligned_channels = out_channels / kAlignedColumns * kAlignedColumns;
   if (aligned_channels > 0)
@@ -330,11 +376,13 @@ template <class T>
 void matmul_forward_16bit(const Blas& blas, cudaStream_t stream,
                           const MatmulForwardArgs<T>& args, Scratch scratch,
                           LtGemm* bias_gemm) {
-  const auto& [out, inp, weight, bias, rows, in_channels, out_channels] = args;
+  const auto& [out, inp, weight, bias, rows, in_channels, out_channels, inp_stride] = args;
   if (!needs_padding(out_channels)) {
     matmul_forward(blas, stream, args, bias_gemm);
     return;
   }
+  SCALESTUDY_CHECK(!is_augmented(inp_stride, in_channels, "matmul inp"),
+                   "matmul forward: augmented rows need out_channels a multiple of 8");
   check_operands(blas, stream, rows, in_channels, out_channels,
                  {{out, "matmul out"}, {inp, "matmul inp"}, {weight, "matmul weight"},
                   {scratch.data, "matmul scratch"}});
@@ -356,11 +404,13 @@ template <class T>
 void matmul_backward_16bit(const Blas& blas, cudaStream_t stream,
                            const MatmulBackwardArgs<T>& args, Scratch scratch) {
   const auto& [dinp, dweight, dbias, dout, inp, weight, rows, in_channels, out_channels,
-               dinp_write] = args;
+               dinp_write, inp_stride] = args;
   if (!needs_padding(out_channels)) {
     matmul_backward(blas, stream, args, scratch);
     return;
   }
+  SCALESTUDY_CHECK(!is_augmented(inp_stride, in_channels, "matmul inp"),
+                   "matmul backward: augmented rows need out_channels a multiple of 8");
   check_operands(blas, stream, rows, in_channels, out_channels,
                  {{dinp, "matmul dinp"}, {dweight, "matmul dweight"}, {dout, "matmul dout"},
                   {inp, "matmul inp"}, {weight, "matmul weight"}, {scratch.data, "matmul scratch"}});
@@ -418,13 +468,13 @@ void for_each_classifier_chunk(const Blas& blas, cudaStream_t stream, const Args
 template <class T>
 void skip_rows(MatmulForwardArgs<T>& args, size_t first) {
   args.out += first * args.out_channels;
-  args.inp += first * args.in_channels;
+  args.inp += first * row_stride(args.inp_stride, args.in_channels);
 }
 template <class T>
 void skip_rows(MatmulBackwardArgs<T>& args, size_t first) {
   if (args.dinp != nullptr) args.dinp += first * args.in_channels;
   args.dout += first * args.out_channels;
-  args.inp += first * args.in_channels;
+  args.inp += first * row_stride(args.inp_stride, args.in_channels);
 }
 template <class Args>
 Args rows_of(Args args, int first, int count) {
@@ -453,6 +503,10 @@ void launch_matmul_forward(const Blas& blas, cudaStream_t stream,
   for_each_layer_row_chunk(args, [&](int first, int count) {
     matmul_forward_16bit(blas, stream, rows_of(args, first, count), scratch, bias_gemm);
   });
+}
+
+size_t augmented_weight_gradient_elems(int in_channels, int out_channels) {
+  return size_t(in_channels + kAugmentedColumns) * size_t(out_channels);
 }
 
 size_t matmul_backward_scratch_elems(int rows, int out_channels) {

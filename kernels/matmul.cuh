@@ -29,6 +29,7 @@ struct MatmulForwardArgs {
   T* out = nullptr;
   const T *inp = nullptr, *weight = nullptr, *bias = nullptr;
   int rows = 0, in_channels = 0, out_channels = 0;
+  int inp_stride = 0;  // 0: plain rows; otherwise augmented rows (op_params.h)
 };
 
 // blas.handle must be bound to stream, for every launcher below.
@@ -55,6 +56,10 @@ void launch_matmul_backward(const Blas& blas, cudaStream_t stream,
 // Floats of scratch for the bf16 and fp16 backwards: padded rows where out_channels needs
 // them, and the bias reduction.
 size_t matmul_backward_scratch_elems_16bit(int rows, int out_channels);
+// Floats of scratch for a bf16 or fp16 backward over augmented rows: the weight gradient
+// over [x, 1], [OC, IC + kAugmentedColumns], which the bias gradient is split from. Such a
+// backward needs out_channels a multiple of 8, and reads dout once: for the GEMMs.
+size_t augmented_weight_gradient_elems(int in_channels, int out_channels);
 template <class Half>
 void launch_matmul_backward(const Blas& blas, cudaStream_t stream,
                             const MatmulBackwardArgs<Half>& args, Scratch scratch);

@@ -14,6 +14,14 @@ void check_positive(int value, const char* what) {
 
 }  // namespace
 
+bool is_augmented(int stride, int channels, const char* what) {
+  SCALESTUDY_CHECK(stride == 0 || stride >= channels + kAugmentedColumns,
+                   std::string(what) + " row stride " + std::to_string(stride) +
+                       " must be 0 or at least its " + std::to_string(channels) + " channels + " +
+                       std::to_string(kAugmentedColumns));
+  return stride != 0;
+}
+
 int attention_head_size(const AttentionShape& shape) {
   check_positive(shape.batch, "attention batch");
   check_positive(shape.seq, "attention seq");

@@ -29,6 +29,21 @@ inline constexpr float kGeluCubic = 0.044715f;
 // a zeroed buffer.
 enum class GradientWrite { accumulate, overwrite };
 
+// ---- augmented rows: a dense layer's input as [x, 1] -----------------------------------
+// A LayerNorm may write its output rows `stride` elements apart, stride >= channels +
+// kAugmentedColumns, each row followed by the columns (1, 0, ..., 0). The dense layer after
+// it reads x with that row stride, and its weight gradient over [x, 1], one GEMM, holds the
+// bias gradient as its column `channels`: the backward reads dout once, not once more for
+// the bias's column sums. A stride of 0 means plain rows, `channels` apart; which layout a
+// backend's model runs is Ops::dense_input_stride's answer.
+inline constexpr int kAugmentedColumns = 8;
+
+// The elements from one row to the next: `stride`, or `channels` where stride is 0.
+inline int row_stride(int stride, int channels) { return stride != 0 ? stride : channels; }
+// Whether `stride` lays rows of `channels` out augmented; aborts, naming `what`, on a
+// stride that is neither 0 nor augmented.
+bool is_augmented(int stride, int channels, const char* what);
+
 struct AttentionShape {
   int batch = 0;      // B
   int seq = 0;        // T
@@ -114,6 +129,7 @@ struct LayerNormForwardArgs {
   float* rstd = nullptr;  // [rows], kept for the backward
   const T *inp = nullptr, *weight = nullptr, *bias = nullptr;
   int rows = 0, channels = 0;
+  int out_stride = 0;  // 0: plain rows; otherwise augmented rows (above)
 };
 
 // residual = a + b, then out = layernorm(residual).
@@ -123,6 +139,7 @@ struct ResidualLayerNormForwardArgs {
   float *mean = nullptr, *rstd = nullptr;
   const T *a = nullptr, *b = nullptr, *weight = nullptr, *bias = nullptr;
   int rows = 0, channels = 0;
+  int out_stride = 0;  // 0: plain rows; otherwise augmented rows (above)
 };
 
 // dinp (+)= the input gradient as dinp_write says; dweight and dbias accumulated.
@@ -138,7 +155,8 @@ struct LayerNormBackwardArgs {
 
 // ---- dense layer: out[N,OC] = inp[N,IC] @ weight[OC,IC]^T + bias[OC] -------------------
 // dinp (+)= dout @ weight as dinp_write says; dweight += dout^T @ inp; dbias += column
-// sums of dout (dbias may be null: a layer without a bias).
+// sums of dout (dbias may be null: a layer without a bias). inp's rows are plain or
+// augmented (inp_stride), dinp's plain.
 template <class T>
 struct MatmulBackwardArgs {
   T* dinp = nullptr;
@@ -146,6 +164,7 @@ struct MatmulBackwardArgs {
   const T *dout = nullptr, *inp = nullptr, *weight = nullptr;
   int rows = 0, in_channels = 0, out_channels = 0;
   GradientWrite dinp_write = GradientWrite::accumulate;
+  int inp_stride = 0;
 };
 
 // pre = inp @ weight^T + bias and out = gelu(pre), both written; bias may be null.
@@ -155,6 +174,7 @@ struct DenseGeluForwardArgs {
   T* out = nullptr;
   const T *inp = nullptr, *weight = nullptr, *bias = nullptr;
   int rows = 0, in_channels = 0, out_channels = 0;
+  int inp_stride = 0;  // 0: plain rows; otherwise augmented rows (above)
 };
 
 // The backward of out = act @ weight^T + bias with act = gelu(pre), carried on through the

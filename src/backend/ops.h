@@ -37,11 +37,19 @@ class Ops {
   virtual void layernorm_backward(const LayerNormBackwardArgs<float>& args) = 0;
 
   // ---- dense layer: out[N,OC] = inp[N,IC] @ weight[OC,IC]^T + bias[OC] -------------
-  // bias may be null (the tied LM head has none); then dbias is null too.
+  // bias may be null (the tied LM head has none); then dbias is null too. inp_stride: 0
+  // for plain rows, or inp's augmented rows (kernels/op_params.h).
   virtual void matmul_forward(float* out, const float* inp, const float* weight,
-                              const float* bias, int rows, int in_channels,
-                              int out_channels) = 0;
+                              const float* bias, int rows, int in_channels, int out_channels,
+                              int inp_stride = 0) = 0;
   virtual void matmul_backward(const MatmulBackwardArgs<float>& args) = 0;
+  // The row stride of the model's LayerNorm outputs, which only dense layers read: 0 for
+  // plain rows, or augmented rows of this stride, whose dense layers' backward then takes
+  // the bias gradient from the weight gradient's GEMM (kernels/op_params.h).
+  virtual int dense_input_stride(int channels) const {
+    (void)channels;
+    return 0;
+  }
 
   // ---- a dense layer and a GELU together (GPT-2's MLP) --------------------------------
   // A backend may fold the GELU into the GEMMs on either side of it (the CUDA backend in
@@ -54,7 +62,7 @@ class Ops {
   virtual void dense_gelu_forward(const DenseGeluForwardArgs<float>& args) {
     float* pre = args.pre != nullptr ? args.pre : args.out;
     matmul_forward(pre, args.inp, args.weight, args.bias, args.rows, args.in_channels,
-                   args.out_channels);
+                   args.out_channels, args.inp_stride);
     gelu_forward(args.out, pre, static_cast<size_t>(args.rows) * args.out_channels);
   }
   // The backward of a dense layer out[N,OC] = act[N,IC] @ weight[OC,IC]^T + bias[OC] whose
@@ -107,7 +115,7 @@ class Ops {
     residual_forward(args.residual, args.a, args.b, static_cast<size_t>(args.rows) * args.channels);
     layernorm_forward({.out = args.out, .mean = args.mean, .rstd = args.rstd, .inp = args.residual,
                        .weight = args.weight, .bias = args.bias, .rows = args.rows,
-                       .channels = args.channels});
+                       .channels = args.channels, .out_stride = args.out_stride});
   }
   virtual void accumulate(float* dst, const float* src, size_t elems) = 0;
 

@@ -67,6 +67,7 @@ Gpt::Gpt(Backend& backend, const ModelShape& shape, int micro_batch, int seq,
       layout_(make_parameter_layout(shape)),
       batch_(micro_batch),
       seq_(seq),
+      ln_stride_(backend.dense_input_stride(shape.channels)),
       padded_param_elems_(padded_param_elems),
       recompute_(recompute) {
   SCALESTUDY_CHECK(padded_param_elems_ >= layout_.param_elems, "padding shorter than the model");
@@ -76,7 +77,7 @@ Gpt::Gpt(Backend& backend, const ModelShape& shape, int micro_batch, int seq,
     params_ = memory_.allocate_floats(padded_param_elems_, MemoryKind::parameters);
     memory_.fill_zero(params_, padded_param_elems_);
     AllocatingSource source(backend, owned_);
-    lay_out_activations({shape, batch_, seq_, recompute_}, source, *acts_);
+    lay_out_activations({shape, batch_, seq_, recompute_, ln_stride_}, source, *acts_);
   } catch (...) {
     release_buffers();
     throw;
@@ -102,7 +103,8 @@ size_t Gpt::activation_bytes(const Backend& backend, const ModelShape& shape, in
                              bool recompute) {
   CountingSource source(backend);
   GptActivations uncounted;
-  lay_out_activations({shape, micro_batch, seq, recompute}, source, uncounted);
+  lay_out_activations({shape, micro_batch, seq, recompute, backend.dense_input_stride(shape.channels)},
+                      source, uncounted);
   return source.bytes();
 }
 
@@ -163,7 +165,8 @@ void Gpt::first_layernorm(int l) {
   Activations::Layer& x = acts_->layers[l];
   ops_.layernorm_forward({.out = x.ln1, .mean = x.ln1_mean, .rstd = x.ln1_rstd,
                           .inp = block_input(l), .weight = params_ + w.ln1_weight,
-                          .bias = params_ + w.ln1_bias, .rows = N, .channels = C});
+                          .bias = params_ + w.ln1_bias, .rows = N, .channels = C,
+                          .out_stride = ln_stride_});
 }
 
 void Gpt::forward_block_body(int l) {
@@ -174,16 +177,16 @@ void Gpt::forward_block_body(int l) {
   const AttentionShape att{B, T, C, s.heads, s.causal};
   const BlockOffsets& w = layout_.blocks[l];
   Activations::Layer& x = a.layers[l];
-  ops_.matmul_forward(x.qkv, x.ln1, p + w.qkv_weight, p + w.qkv_bias, N, C, 3 * C);
+  ops_.matmul_forward(x.qkv, x.ln1, p + w.qkv_weight, p + w.qkv_bias, N, C, 3 * C, ln_stride_);
   ops_.attention_forward(x.atty, x.att_probs, x.qkv, att);
   ops_.matmul_forward(a.branch_out, x.atty, p + w.attn_proj_weight, p + w.attn_proj_bias, N, C, C);
   ops_.residual_layernorm_forward({.residual = x.residual2, .out = x.ln2, .mean = x.ln2_mean,
                                    .rstd = x.ln2_rstd, .a = block_input(l), .b = a.branch_out,
                                    .weight = p + w.ln2_weight, .bias = p + w.ln2_bias, .rows = N,
-                                   .channels = C});
+                                   .channels = C, .out_stride = ln_stride_});
   ops_.dense_gelu_forward({.pre = x.fch, .out = x.fch_gelu, .inp = x.ln2, .weight = p + w.fc_weight,
                            .bias = p + w.fc_bias, .rows = N, .in_channels = C,
-                           .out_channels = 4 * C});
+                           .out_channels = 4 * C, .inp_stride = ln_stride_});
   ops_.matmul_forward(a.branch_out, x.fch_gelu, p + w.fc_proj_weight, p + w.fc_proj_bias, N, 4 * C, C);
 }
 
@@ -208,6 +211,7 @@ void Gpt::finish_block(int l, ForwardHooks* hooks) {
     args.rstd = next.ln1_rstd;
     args.weight = p + w.ln1_weight;
     args.bias = p + w.ln1_bias;
+    args.out_stride = ln_stride_;
   }
   ops_.residual_layernorm_forward(args);
 }
@@ -284,12 +288,12 @@ void Gpt::backward(GradientSink& sink, float loss_scale) {
                                       .weight = p + w.fc_proj_weight, .rows = N,
                                       .in_channels = 4 * C, .out_channels = C,
                                       .dact_scratch = a.dfch_gelu});
-    dense_backward(w.fc_weight, w.fc_bias, a.dln, a.dfch, x.ln2, 4 * C, sink);
+    dense_backward(w.fc_weight, w.fc_bias, a.dln, a.dfch, x.ln2, ln_stride_, 4 * C, sink);
     layernorm_backward_into_residual(w.ln2_weight, w.ln2_bias, x.residual2, x.ln2_mean, x.ln2_rstd, sink);
 
-    dense_backward(w.attn_proj_weight, w.attn_proj_bias, a.datty, a.dresidual, x.atty, C, sink);
+    dense_backward(w.attn_proj_weight, w.attn_proj_bias, a.datty, a.dresidual, x.atty, 0, C, sink);
     ops_.attention_backward(a.dqkv, a.datty, x.qkv, x.atty, x.att_probs, att, kFirst);
-    dense_backward(w.qkv_weight, w.qkv_bias, a.dln, a.dqkv, x.ln1, 3 * C, sink);
+    dense_backward(w.qkv_weight, w.qkv_bias, a.dln, a.dqkv, x.ln1, ln_stride_, 3 * C, sink);
     layernorm_backward_into_residual(w.ln1_weight, w.ln1_bias, residual, x.ln1_mean, x.ln1_rstd, sink);
     sink.segment_done(seg);
   }
@@ -302,12 +306,12 @@ void Gpt::backward(GradientSink& sink, float loss_scale) {
 }
 
 void Gpt::dense_backward(size_t weight, size_t bias, float* dinp, const float* dout,
-                         const float* inp, int out_channels, GradientSink& sink) {
+                         const float* inp, int inp_stride, int out_channels, GradientSink& sink) {
   ops_.matmul_backward({.dinp = dinp, .dweight = sink.tensor_gradients(weight),
                         .dbias = sink.tensor_gradients(bias), .dout = dout, .inp = inp,
                         .weight = params_ + weight, .rows = batch_ * seq_,
                         .in_channels = layout_.shape.channels, .out_channels = out_channels,
-                        .dinp_write = GradientWrite::overwrite});
+                        .dinp_write = GradientWrite::overwrite, .inp_stride = inp_stride});
 }
 
 void Gpt::layernorm_backward_into_residual(size_t weight, size_t bias, const float* inp,

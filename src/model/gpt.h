@@ -106,9 +106,9 @@ class Gpt {
   void recompute_block(int layer);
   // A block's dense layer backward, from dout [N, out_channels] to the input gradient dinp
   // [N, C], which has one writer; the weight and bias (offsets into the parameters) get
-  // their gradients where the sink says.
+  // their gradients where the sink says. inp's rows are inp_stride apart (0: plain).
   void dense_backward(size_t weight, size_t bias, float* dinp, const float* dout, const float* inp,
-                      int out_channels, GradientSink& sink);
+                      int inp_stride, int out_channels, GradientSink& sink);
   // A block's LayerNorm backward from its output's gradient (dln), accumulated into the
   // residual stream's gradient (dresidual).
   void layernorm_backward_into_residual(size_t weight, size_t bias, const float* inp,
@@ -121,6 +121,8 @@ class Gpt {
   DeviceMemory& memory_;
   ParameterLayout layout_;
   int batch_, seq_;
+  // The row stride of the blocks' LayerNorm outputs, ln1 and ln2 (Ops::dense_input_stride).
+  int ln_stride_;
   size_t padded_param_elems_;
   bool recompute_ = false;
   // The loss_scale of the dlogits that the last forward left in the logits, if it did.

@@ -5,6 +5,7 @@ namespace scalestudy {
 void lay_out_activations(const ActivationShape& shape, ActivationSource& source, GptActivations& a) {
   const size_t N = static_cast<size_t>(shape.micro_batch) * static_cast<size_t>(shape.seq);
   const size_t C = static_cast<size_t>(shape.model.channels);
+  const size_t ln_row_elems = static_cast<size_t>(row_stride(shape.ln_stride, shape.model.channels));
   const AttentionShape attention{shape.micro_batch, shape.seq, shape.model.channels, shape.model.heads,
                                  shape.model.causal};
   a.tokens = source.ints(N);
@@ -19,14 +20,14 @@ void lay_out_activations(const ActivationShape& shape, ActivationSource& source,
       continue;
     }
     GptActivations::Layer layer{};
-    layer.ln1 = source.floats(N * C);
+    layer.ln1 = source.floats(N * ln_row_elems);
     layer.ln1_mean = source.statistics(N);
     layer.ln1_rstd = source.statistics(N);
     layer.qkv = source.floats(N * 3 * C);
     layer.atty = source.floats(N * C);
     layer.att_probs = source.attention_state(attention);
     layer.residual2 = source.floats(N * C);
-    layer.ln2 = source.floats(N * C);
+    layer.ln2 = source.floats(N * ln_row_elems);
     layer.ln2_mean = source.statistics(N);
     layer.ln2_rstd = source.statistics(N);
     layer.fch = source.floats(N * 4 * C);

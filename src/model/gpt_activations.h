@@ -50,6 +50,7 @@ struct ActivationShape {
   int micro_batch = 0;
   int seq = 0;
   bool recompute = false;  // --recompute: one set of block buffers for every layer
+  int ln_stride = 0;       // ln1's and ln2's row stride (Ops::dense_input_stride)
 };
 
 // Takes every buffer of `shape` from `source` into `activations`.

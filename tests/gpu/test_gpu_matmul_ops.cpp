@@ -43,6 +43,69 @@ TEST_P(CudaOpsHalf, BiasGradientOverManyRows) {
   }
 }
 
+// In 16 bits the model's LayerNorm outputs are augmented rows (kernels/op_params.h): the
+// LayerNorm writes the ones column after each row, the dense layer after it reads its rows
+// at the stride, and its backward takes the bias gradient from the weight gradient's GEMM.
+// Every result against the CPU's over the same rows; the bias gradient, summed by the
+// GEMM in fp32 over 1024 rows, against double sums.
+TEST_P(CudaOpsHalf, AugmentedRowsGiveTheCpuResults) {
+  constexpr int N = 1024, C = 64;
+  const int stride = gpu_->dense_input_stride(C);
+  ASSERT_GE(stride, C + kAugmentedColumns);
+  const auto x = rounded(random_floats(size_t(N) * C, 40, -3.0f, 5.0f));
+  const auto ln_weight = rounded(random_floats(C, 41, 0.5f, 1.5f));
+  const auto ln_bias = rounded(random_floats(C, 42));
+  std::vector<float> ln(size_t(N) * stride, 0.0f), mean(N), rstd(N);
+  float* d_ln = activation(ln);
+  cpu_.layernorm_forward({.out = ln.data(), .mean = mean.data(), .rstd = rstd.data(),
+                          .inp = x.data(), .weight = ln_weight.data(), .bias = ln_bias.data(),
+                          .rows = N, .channels = C, .out_stride = stride});
+  gpu_->layernorm_forward({.out = d_ln, .mean = poisoned(N), .rstd = poisoned(N),
+                           .inp = activation(x), .weight = parameters(ln_weight),
+                           .bias = parameters(ln_bias), .rows = N, .channels = C,
+                           .out_stride = stride});
+  expect_close("augmented layernorm out", d_ln, ln, tol_.rounding);
+  const auto ln_rows = download(d_ln, ln.size());  // what both dense layers read
+
+  for (int out_channels : {192, 256}) {
+    const std::string label = " (" + std::to_string(out_channels) + " outputs)";
+    const size_t weight_elems = size_t(out_channels) * C;
+    const auto params = rounded(random_floats(weight_elems + out_channels, 43));
+    float* d_params = parameters(params);
+    const float *weight = params.data(), *bias = params.data() + weight_elems;
+    std::vector<float> out(size_t(N) * out_channels);
+    float* d_out = poisoned_activation(out.size());
+    cpu_.matmul_forward(out.data(), ln_rows.data(), weight, bias, N, C, out_channels, stride);
+    gpu_->matmul_forward(d_out, d_ln, d_params, d_params + weight_elems, N, C, out_channels, stride);
+    expect_close("augmented matmul out" + label, d_out, out, gemm_tolerance(out));
+
+    const auto dout = rounded(random_floats(out.size(), 44));
+    auto dinp = rounded(random_floats(size_t(N) * C, 45));
+    auto dweight = random_floats(weight_elems, 46), dbias = random_floats(out_channels, 47);
+    std::vector<float> expected_dbias = double_column_sums(dout, N, out_channels);
+    for (int o = 0; o < out_channels; ++o) expected_dbias[o] += dbias[o];
+    float *d_dweight = upload(dweight), *d_dbias = upload(dbias);
+    const MatmulBackwardArgs<float> cpu_args{.dinp = dinp.data(), .dweight = dweight.data(),
+                                             .dbias = dbias.data(), .dout = dout.data(),
+                                             .inp = ln_rows.data(), .weight = weight, .rows = N,
+                                             .in_channels = C, .out_channels = out_channels,
+                                             .dinp_write = GradientWrite::overwrite,
+                                             .inp_stride = stride};
+    cpu_.matmul_backward(cpu_args);
+    MatmulBackwardArgs<float> gpu_args = cpu_args;
+    gpu_args.dinp = poisoned_activation(dinp.size());
+    gpu_args.dweight = d_dweight;
+    gpu_args.dbias = d_dbias;
+    gpu_args.dout = activation(dout);
+    gpu_args.inp = d_ln;
+    gpu_args.weight = d_params;
+    gpu_->matmul_backward(gpu_args);
+    expect_close("augmented matmul dinp" + label, gpu_args.dinp, dinp, gemm_tolerance(dinp));
+    expect_close("augmented matmul dweight" + label, d_dweight, dweight, kDotProduct);
+    expect_close("augmented matmul dbias" + label, d_dbias, expected_dbias, kManyRowColumnSum);
+  }
+}
+
 // GPT-2's dense layers take their bias in cuBLASLt's epilogue (no bias kernel): the
 // epilogue must accept their shapes, or the step silently keeps the slower fallback.
 // Where the operands are not 16-byte aligned it declines, and the GEMM-then-bias path

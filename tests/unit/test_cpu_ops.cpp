@@ -300,6 +300,50 @@ TEST(CpuOpsMatmul, BackwardMatchesFiniteDifferences) {
   }
 }
 
+// Augmented rows (kernels/op_params.h): the LayerNorm writes each row at the stride with
+// the columns (1, 0, ..., 0) after it, and the dense layer reads its rows there. The CPU
+// computes the same values in the same order either way: bit for bit the plain results.
+TEST(CpuOpsMatmul, AugmentedRowsGiveThePlainResults) {
+  CpuOps ops;
+  const int stride = kChannels + kAugmentedColumns + 3, out_channels = 12;
+  auto x = random_floats(kRows * kChannels, 50), r = random_floats(kRows * out_channels, 51);
+  auto ln_weight = random_floats(kChannels, 52, 0.5f, 1.5f), ln_bias = random_floats(kChannels, 53);
+  auto weight = random_floats(out_channels * kChannels, 54), bias = random_floats(out_channels, 55);
+  std::vector<float> plain(x.size()), augmented(size_t(kRows) * stride, -7.0f), mean(kRows),
+      rstd(kRows);
+  for (int row_stride : {0, stride}) {
+    ops.layernorm_forward({.out = row_stride == 0 ? plain.data() : augmented.data(),
+                           .mean = mean.data(), .rstd = rstd.data(), .inp = x.data(),
+                           .weight = ln_weight.data(), .bias = ln_bias.data(), .rows = kRows,
+                           .channels = kChannels, .out_stride = row_stride});
+  }
+  for (int n = 0; n < kRows; ++n) {
+    const float* row = augmented.data() + size_t(n) * stride;
+    for (int c = 0; c < kChannels; ++c) ASSERT_EQ(row[c], plain[size_t(n) * kChannels + c]);
+    for (int c = 0; c < kAugmentedColumns; ++c) ASSERT_EQ(row[kChannels + c], c == 0 ? 1.0f : 0.0f);
+    for (int c = kChannels + kAugmentedColumns; c < stride; ++c) ASSERT_EQ(row[c], -7.0f);
+  }
+  std::vector<float> plain_out(r.size()), augmented_out(r.size());
+  ops.matmul_forward(plain_out.data(), plain.data(), weight.data(), bias.data(), kRows, kChannels,
+                     out_channels);
+  ops.matmul_forward(augmented_out.data(), augmented.data(), weight.data(), bias.data(), kRows,
+                     kChannels, out_channels, stride);
+  EXPECT_EQ(augmented_out, plain_out);
+  std::vector<std::vector<float>> gradients;  // dinp, dweight, dbias of each layout
+  for (int row_stride : {0, stride}) {
+    std::vector<float> dinp(x.size()), dweight(weight.size(), 0.5f), dbias(out_channels, 0.25f);
+    ops.matmul_backward({.dinp = dinp.data(), .dweight = dweight.data(), .dbias = dbias.data(),
+                         .dout = r.data(), .inp = row_stride == 0 ? plain.data() : augmented.data(),
+                         .weight = weight.data(), .rows = kRows, .in_channels = kChannels,
+                         .out_channels = out_channels, .dinp_write = GradientWrite::overwrite,
+                         .inp_stride = row_stride});
+    gradients.insert(gradients.end(), {dinp, dweight, dbias});
+  }
+  EXPECT_EQ(gradients[3], gradients[0]);
+  EXPECT_EQ(gradients[4], gradients[1]);
+  EXPECT_EQ(gradients[5], gradients[2]);
+}
+
 // ---- attention ----------------------------------------------------------------------
 
 constexpr int kQkvElems = kRows * 3 * kChannels;

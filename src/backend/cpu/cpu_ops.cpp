@@ -183,12 +183,13 @@ void CpuOps::embedding_backward(const EmbeddingBackwardArgs<float>& args) {
 // Mean and variance accumulate in double: with C in the thousands a float sum loses the
 // digits that the subtraction x - mean then needs.
 void CpuOps::layernorm_forward(const LayerNormForwardArgs<float>& args) {
-  const auto& [out, mean, rstd, inp, weight, bias, rows, channels] = args;
+  const auto& [out, mean, rstd, inp, weight, bias, rows, channels, out_stride] = args;
   check_positive(rows, "layernorm rows");
   check_positive(channels, "layernorm channels");
+  const bool augmented = is_augmented(out_stride, channels, "layernorm out");
   for (int n = 0; n < rows; ++n) {
     const float* x = inp + static_cast<size_t>(n) * channels;
-    float* y = out + static_cast<size_t>(n) * channels;
+    float* y = out + static_cast<size_t>(n) * row_stride(out_stride, channels);
     double total = 0.0;
     for (int c = 0; c < channels; ++c) total += x[c];
     double row_mean = total / channels;
@@ -201,6 +202,9 @@ void CpuOps::layernorm_forward(const LayerNormForwardArgs<float>& args) {
     for (int c = 0; c < channels; ++c) {
       float normed = static_cast<float>((x[c] - row_mean) * row_rstd);
       y[c] = normed * weight[c] + bias[c];
+    }
+    if (augmented) {
+      for (int c = 0; c < kAugmentedColumns; ++c) y[channels + c] = c == 0 ? 1.0f : 0.0f;
     }
     mean[n] = static_cast<float>(row_mean);
     rstd[n] = static_cast<float>(row_rstd);
@@ -244,15 +248,18 @@ void CpuOps::layernorm_backward(const LayerNormBackwardArgs<float>& args) {
 // ---- dense layer --------------------------------------------------------------------
 
 void CpuOps::matmul_forward(float* out, const float* inp, const float* weight,
-                            const float* bias, int rows, int in_channels, int out_channels) {
+                            const float* bias, int rows, int in_channels, int out_channels,
+                            int inp_stride) {
   check_gemm_shape("matmul", rows, in_channels, out_channels);
+  is_augmented(inp_stride, in_channels, "matmul inp");
+  const size_t inp_row_elems = static_cast<size_t>(row_stride(inp_stride, in_channels));
   for (int row_begin = 0; row_begin < rows; row_begin += kMatmulRowBlock) {
     int row_end = std::min(rows, row_begin + kMatmulRowBlock);
     for (int o = 0; o < out_channels; ++o) {
       const float* weight_row = weight + static_cast<size_t>(o) * in_channels;
       float bias_value = bias != nullptr ? bias[o] : 0.0f;
       for (int n = row_begin; n < row_end; ++n) {
-        const float* x = inp + static_cast<size_t>(n) * in_channels;
+        const float* x = inp + static_cast<size_t>(n) * inp_row_elems;
         out[static_cast<size_t>(n) * out_channels + o] =
             bias_value + dot(x, weight_row, in_channels);
       }
@@ -262,17 +269,19 @@ void CpuOps::matmul_forward(float* out, const float* inp, const float* weight,
 
 namespace {
 
-// The sizes of a dense layer's GEMMs: rows by in_channels into out_channels.
+// The sizes of a dense layer's GEMMs: rows by in_channels into out_channels, the input's
+// rows inp_stride apart (0: in_channels).
 struct DenseShape {
   int rows;
   int in_channels;
   int out_channels;
+  int inp_stride = 0;
 };
 
 // dinp[n,:] += sum_o dout[n,o] * weight[o,:]: contiguous rows of the weight, summed in
 // increasing o for every element.
 void add_input_gradient(float* dinp, const float* dout, const float* weight, DenseShape shape) {
-  const auto [rows, in_channels, out_channels] = shape;
+  const auto [rows, in_channels, out_channels, inp_stride] = shape;
   for (int row_begin = 0; row_begin < rows; row_begin += kMatmulRowBlock) {
     int row_end = std::min(rows, row_begin + kMatmulRowBlock);
     for (int o = 0; o < out_channels; ++o) {
@@ -289,14 +298,15 @@ void add_input_gradient(float* dinp, const float* dout, const float* weight, Den
 // increasing n whatever the block or the range.
 void add_weight_gradient(float* dweight, const float* dout, const float* inp, DenseShape shape,
                          int out_begin, int out_end) {
-  const auto [rows, in_channels, out_channels] = shape;
+  const auto [rows, in_channels, out_channels, inp_stride] = shape;
+  const size_t inp_row_elems = static_cast<size_t>(row_stride(inp_stride, in_channels));
   for (int row_begin = 0; row_begin < rows; row_begin += kWeightGradRowBlock) {
     int row_end = std::min(rows, row_begin + kWeightGradRowBlock);
     for (int o = out_begin; o < out_end; ++o) {
       float* dweight_row = dweight + static_cast<size_t>(o) * in_channels;
       for (int n = row_begin; n < row_end; ++n) {
         float factor = dout[static_cast<size_t>(n) * out_channels + o];
-        axpy(dweight_row, factor, inp + static_cast<size_t>(n) * in_channels, in_channels);
+        axpy(dweight_row, factor, inp + static_cast<size_t>(n) * inp_row_elems, in_channels);
       }
     }
   }
@@ -305,11 +315,15 @@ void add_weight_gradient(float* dweight, const float* dout, const float* inp, De
 }  // namespace
 
 void CpuOps::matmul_backward(const MatmulBackwardArgs<float>& args) {
-  const auto& [dinp, dweight, dbias, dout, inp, weight, rows, in_channels, out_channels, dinp_write] = args;
+  const auto& [dinp, dweight, dbias, dout, inp, weight, rows, in_channels, out_channels, dinp_write,
+               inp_stride] = args;
   check_gemm_shape("matmul", rows, in_channels, out_channels);
+  is_augmented(inp_stride, in_channels, "matmul inp");
   start_input_gradient(dinp, static_cast<size_t>(rows) * in_channels, dinp_write);
   add_input_gradient(dinp, dout, weight, {rows, in_channels, out_channels});
-  add_weight_gradient(dweight, dout, inp, {rows, in_channels, out_channels}, 0, out_channels);
+  // The bias gradient is dout's column sums, here as over plain rows.
+  add_weight_gradient(dweight, dout, inp, {rows, in_channels, out_channels, inp_stride}, 0,
+                      out_channels);
   if (dbias != nullptr) {
     std::vector<double> bias_totals(static_cast<size_t>(out_channels), 0.0);
     for (int n = 0; n < rows; ++n) {

@@ -16,8 +16,18 @@ namespace scalestudy {
 
 using namespace cuda_storage;
 
+// In 16 bits, augmented rows (op_params.h) where every dense layer after a LayerNorm runs
+// on aligned rows: channels a multiple of 8, so that 3C and 4C are too. The stride keeps
+// each row on a 128-byte line, as the logits' rows are.
+int CudaOps::dense_input_stride(int channels) const {
+  constexpr int kRowAlignElems = 64;
+  if (!half_mode() || channels % 8 != 0) return 0;
+  return (channels + kAugmentedColumns + kRowAlignElems - 1) / kRowAlignElems * kRowAlignElems;
+}
+
 void CudaOps::matmul_forward(float* out, const float* inp, const float* weight,
-                             const float* bias, int rows, int in_channels, int out_channels) {
+                             const float* bias, int rows, int in_channels, int out_channels,
+                             int inp_stride) {
   ScopedKernelTag tag(KernelCategory::gemm);
   if (half_operands("matmul_forward", {{out, "out"}, {inp, "inp"}})) {
     const size_t scratch_elems = cuda::matmul_forward_scratch_elems_16bit(rows, out_channels);
@@ -30,14 +40,16 @@ void CudaOps::matmul_forward(float* out, const float* inp, const float* weight,
           .bias = bias != nullptr ? parameter_as<Half>(bias) : nullptr,
           .rows = rows,
           .in_channels = in_channels,
-          .out_channels = out_channels};
+          .out_channels = out_channels,
+          .inp_stride = inp_stride};
       cuda::launch_matmul_forward(blas(), stream_, half_args, scratch, lt_gemm_.get());
     });
     return;
   }
   cuda::launch_matmul_forward(blas(), stream_,
                               {.out = out, .inp = inp, .weight = weight, .bias = bias, .rows = rows,
-                               .in_channels = in_channels, .out_channels = out_channels});
+                               .in_channels = in_channels, .out_channels = out_channels,
+                               .inp_stride = inp_stride});
 }
 
 void CudaOps::matmul_backward(const MatmulBackwardArgs<float>& args) {
@@ -46,9 +58,12 @@ void CudaOps::matmul_backward(const MatmulBackwardArgs<float>& args) {
   const bool half = half_operands("matmul_backward",
                                   {{args.dinp, "dinp"}, {args.dout, "dout"}, {args.inp, "inp"}});
   if (half) {
-    // Scratch for the bias reduction and, where out_channels needs them, padded rows.
-    const cuda::Scratch scratch =
-        scratch_of(cuda::matmul_backward_scratch_elems_16bit(args.rows, args.out_channels));
+    // Scratch for the bias reduction and, where out_channels needs them, padded rows; over
+    // augmented rows, for the weight gradient that holds the bias gradient.
+    const cuda::Scratch scratch = scratch_of(
+        args.inp_stride != 0
+            ? cuda::augmented_weight_gradient_elems(args.in_channels, args.out_channels)
+            : cuda::matmul_backward_scratch_elems_16bit(args.rows, args.out_channels));
     const void* weight_copy = parameter_copy_of(args.weight);
     with_half_type(precision_, [&]<class Half>(Storage<Half>) {
       const MatmulBackwardArgs<Half> half_args{.dinp = as<Half>(args.dinp), .dweight = args.dweight,
@@ -57,15 +72,16 @@ void CudaOps::matmul_backward(const MatmulBackwardArgs<float>& args) {
                                                .weight = as<Half>(weight_copy), .rows = args.rows,
                                                .in_channels = args.in_channels,
                                                .out_channels = args.out_channels,
-                                               .dinp_write = args.dinp_write};
+                                               .dinp_write = args.dinp_write,
+                                               .inp_stride = args.inp_stride};
       cuda::launch_matmul_backward(blas(), stream_, half_args, scratch);
     });
     return;
   }
   const cuda::Scratch scratch =
-      args.dbias != nullptr
-          ? scratch_of(cuda::matmul_backward_scratch_elems(args.rows, args.out_channels))
-          : cuda::Scratch{};
+      args.dbias == nullptr     ? cuda::Scratch{}
+      : args.inp_stride != 0 ? scratch_of(cuda::augmented_weight_gradient_elems(args.in_channels, args.out_channels))
+                             : scratch_of(cuda::matmul_backward_scratch_elems(args.rows, args.out_channels));
   cuda::launch_matmul_backward(blas(), stream_, args, scratch);
 }
 
@@ -93,7 +109,8 @@ void CudaOps::dense_gelu_forward(const DenseGeluForwardArgs<float>& args) {
                                                .weight = as<Half>(weight_copy),
                                                .bias = as<Half>(bias_copy), .rows = args.rows,
                                                .in_channels = args.in_channels,
-                                               .out_channels = args.out_channels};
+                                               .out_channels = args.out_channels,
+                                               .inp_stride = args.inp_stride};
         fused = cuda::launch_dense_gelu_forward(*lt_gemm_, stream_, typed);
       });
     }

@@ -71,7 +71,7 @@ void CudaOps::layernorm_forward(const LayerNormForwardArgs<float>& args) {
                                         .rstd = args.rstd, .inp = as<T>(args.inp),
                                         .weight = parameter_as<T>(args.weight),
                                         .bias = parameter_as<T>(args.bias), .rows = args.rows,
-                                        .channels = args.channels};
+                                        .channels = args.channels, .out_stride = args.out_stride};
     cuda::launch_layernorm_forward(stream_, typed);
   });
 }
@@ -245,7 +245,8 @@ void CudaOps::residual_layernorm_forward(const ResidualLayerNormForwardArgs<floa
                                                 .b = as<T>(args.b),
                                                 .weight = parameter_as<T>(args.weight),
                                                 .bias = parameter_as<T>(args.bias),
-                                                .rows = args.rows, .channels = args.channels};
+                                                .rows = args.rows, .channels = args.channels,
+                                                .out_stride = args.out_stride};
     cuda::launch_residual_layernorm_forward(stream_, typed);
   });
 }
@@ -341,6 +342,9 @@ size_t CudaOps::model_scratch_bytes(const ModelShape& shape, int batch, int seq)
                                                            cuda::matmul_backward_scratch_elems_16bit(rows, out_channels))
                                                 : cuda::matmul_backward_scratch_elems(rows, out_channels));
   }
+  // The dense layers after the LayerNorms, of 3C and 4C outputs, over augmented rows.
+  if (dense_input_stride(channels) != 0)
+    largest_elems = std::max(largest_elems, cuda::augmented_weight_gradient_elems(channels, 4 * channels));
   if (half_mode())
     largest_elems = std::max(largest_elems, cuda::dense_backward_through_gelu_scratch_elems(rows, channels));
   // The model's attention backward overwrites dqkv (model/gpt.cpp).

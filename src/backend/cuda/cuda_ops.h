@@ -95,7 +95,8 @@ class CudaOps final : public CudaMemory {
   void layernorm_backward(const LayerNormBackwardArgs<float>& args) override;
 
   void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
-                      int rows, int in_channels, int out_channels) override;
+                      int rows, int in_channels, int out_channels, int inp_stride = 0) override;
+  int dense_input_stride(int channels) const override;
   void matmul_backward(const MatmulBackwardArgs<float>& args) override;
 
   // bf16 with a bias among the parameters: one cuBLASLt GEMM each, the GELU in its
