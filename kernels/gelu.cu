@@ -125,7 +125,7 @@ bool launch_dense_gelu_forward(LtGemm& lt_gemm, cudaStream_t stream,
   check_call(rows, in_channels, out_channels,
              {{out, "dense gelu out"}, {inp, "dense gelu inp"}, {weight, "dense gelu weight"},
               {bias, "dense gelu bias"}});
-  is_augmented(inp_stride, in_channels, "dense gelu inp");
+  check_row_stride(inp_stride, in_channels, "dense gelu inp");
   return lt_gemm.gelu_forward(stream, GemmTypesOf<T>::same.ab,
                               {pre, out, inp, weight, bias, rows, in_channels, out_channels,
                                inp_stride});

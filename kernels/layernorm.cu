@@ -448,8 +448,8 @@ void layernorm_forward(cudaStream_t stream, const LayerNormForwardArgs<T>& args,
     check_not_null(addend_b, "residual b");
   }
   // Augmented rows start 16 bytes apart where the stride is a whole number of packs.
-  const bool packed_rows =
-      !is_augmented(out_stride, channels, "layernorm out") || out_stride % Pack<T>::kCount == 0;
+  check_row_stride(out_stride, channels, "layernorm out");
+  const bool packed_rows = out_stride % Pack<T>::kCount == 0;
   const int packs_per_lane =
       packed_rows ? warp_row_packs_per_lane<T>(channels, {out, inp, weight, bias,
                                                           residual ? addend_a : inp,

@@ -191,7 +191,7 @@ void matmul_forward(const Blas& blas, cudaStream_t stream, const MatmulForwardAr
   const auto& [out, inp, weight, bias, rows, in_channels, out_channels, inp_stride] = args;
   check_operands(blas, stream, rows, in_channels, out_channels,
                  {{out, "matmul out"}, {inp, "matmul inp"}, {weight, "matmul weight"}});
-  is_augmented(inp_stride, in_channels, "matmul inp");
+  check_row_stride(inp_stride, in_channels, "matmul inp");
   if (bias != nullptr && bias_gemm != nullptr &&
       bias_gemm->forward(stream, GemmTypesOf<T>::same.ab,
                          {out, inp, weight, bias, rows, in_channels, out_channels, inp_stride}))
@@ -258,14 +258,14 @@ template <class T>
 void matmul_parameter_gradients(const Blas& blas, cudaStream_t stream,
                                 const MatmulBackwardArgs<T>& args, Scratch scratch) {
   const int rows = args.rows, in_channels = args.in_channels, out_channels = args.out_channels;
-  const int inp_stride = row_stride(args.inp_stride, in_channels);
-  if (args.dbias != nullptr && is_augmented(args.inp_stride, in_channels, "matmul inp")) {
+  check_row_stride(args.inp_stride, in_channels, "matmul inp");
+  if (args.dbias != nullptr && args.inp_stride != 0) {
     augmented_parameter_gradients(blas, stream, args, scratch);
     return;
   }
   gemm(blas, {GemmTypesOf<T>::to_fp32, CUBLAS_OP_N, CUBLAS_OP_T, in_channels, out_channels, rows,
-                1.0f, {args.inp, inp_stride}, {args.dout, out_channels}, 1.0f,
-                {args.dweight, in_channels}});
+                1.0f, {args.inp, row_stride(args.inp_stride, in_channels)},
+                {args.dout, out_channels}, 1.0f, {args.dweight, in_channels}});
   if (args.dbias != nullptr) {
     SCALESTUDY_CHECK(scratch.elems >= matmul_backward_scratch_elems(rows, out_channels),
                      "matmul backward: scratch too small");
@@ -381,8 +381,7 @@ void matmul_forward_16bit(const Blas& blas, cudaStream_t stream,
     matmul_forward(blas, stream, args, bias_gemm);
     return;
   }
-  SCALESTUDY_CHECK(!is_augmented(inp_stride, in_channels, "matmul inp"),
-                   "matmul forward: augmented rows need out_channels a multiple of 8");
+  SCALESTUDY_CHECK(inp_stride == 0, "matmul forward: augmented rows need out_channels a multiple of 8");
   check_operands(blas, stream, rows, in_channels, out_channels,
                  {{out, "matmul out"}, {inp, "matmul inp"}, {weight, "matmul weight"},
                   {scratch.data, "matmul scratch"}});
@@ -409,8 +408,7 @@ void matmul_backward_16bit(const Blas& blas, cudaStream_t stream,
     matmul_backward(blas, stream, args, scratch);
     return;
   }
-  SCALESTUDY_CHECK(!is_augmented(inp_stride, in_channels, "matmul inp"),
-                   "matmul backward: augmented rows need out_channels a multiple of 8");
+  SCALESTUDY_CHECK(inp_stride == 0, "matmul backward: augmented rows need out_channels a multiple of 8");
   check_operands(blas, stream, rows, in_channels, out_channels,
                  {{dinp, "matmul dinp"}, {dweight, "matmul dweight"}, {dout, "matmul dout"},
                   {inp, "matmul inp"}, {weight, "matmul weight"}, {scratch.data, "matmul scratch"}});

@@ -14,12 +14,11 @@ void check_positive(int value, const char* what) {
 
 }  // namespace
 
-bool is_augmented(int stride, int channels, const char* what) {
+void check_row_stride(int stride, int channels, const char* what) {
   SCALESTUDY_CHECK(stride == 0 || stride >= channels + kAugmentedColumns,
                    std::string(what) + " row stride " + std::to_string(stride) +
                        " must be 0 or at least its " + std::to_string(channels) + " channels + " +
                        std::to_string(kAugmentedColumns));
-  return stride != 0;
 }
 
 int attention_head_size(const AttentionShape& shape) {

@@ -40,9 +40,9 @@ inline constexpr int kAugmentedColumns = 8;
 
 // The elements from one row to the next: `stride`, or `channels` where stride is 0.
 inline int row_stride(int stride, int channels) { return stride != 0 ? stride : channels; }
-// Whether `stride` lays rows of `channels` out augmented; aborts, naming `what`, on a
-// stride that is neither 0 nor augmented.
-bool is_augmented(int stride, int channels, const char* what);
+// Aborts, naming `what`, where `stride` lays rows of `channels` out neither plain (0) nor
+// augmented.
+void check_row_stride(int stride, int channels, const char* what);
 
 struct AttentionShape {
   int batch = 0;      // B

@@ -186,7 +186,7 @@ void CpuOps::layernorm_forward(const LayerNormForwardArgs<float>& args) {
   const auto& [out, mean, rstd, inp, weight, bias, rows, channels, out_stride] = args;
   check_positive(rows, "layernorm rows");
   check_positive(channels, "layernorm channels");
-  const bool augmented = is_augmented(out_stride, channels, "layernorm out");
+  check_row_stride(out_stride, channels, "layernorm out");
   for (int n = 0; n < rows; ++n) {
     const float* x = inp + static_cast<size_t>(n) * channels;
     float* y = out + static_cast<size_t>(n) * row_stride(out_stride, channels);
@@ -203,7 +203,7 @@ void CpuOps::layernorm_forward(const LayerNormForwardArgs<float>& args) {
       float normed = static_cast<float>((x[c] - row_mean) * row_rstd);
       y[c] = normed * weight[c] + bias[c];
     }
-    if (augmented) {
+    if (out_stride != 0) {
       for (int c = 0; c < kAugmentedColumns; ++c) y[channels + c] = c == 0 ? 1.0f : 0.0f;
     }
     mean[n] = static_cast<float>(row_mean);
@@ -251,7 +251,7 @@ void CpuOps::matmul_forward(float* out, const float* inp, const float* weight,
                             const float* bias, int rows, int in_channels, int out_channels,
                             int inp_stride) {
   check_gemm_shape("matmul", rows, in_channels, out_channels);
-  is_augmented(inp_stride, in_channels, "matmul inp");
+  check_row_stride(inp_stride, in_channels, "matmul inp");
   const size_t inp_row_elems = static_cast<size_t>(row_stride(inp_stride, in_channels));
   for (int row_begin = 0; row_begin < rows; row_begin += kMatmulRowBlock) {
     int row_end = std::min(rows, row_begin + kMatmulRowBlock);
@@ -318,7 +318,7 @@ void CpuOps::matmul_backward(const MatmulBackwardArgs<float>& args) {
   const auto& [dinp, dweight, dbias, dout, inp, weight, rows, in_channels, out_channels, dinp_write,
                inp_stride] = args;
   check_gemm_shape("matmul", rows, in_channels, out_channels);
-  is_augmented(inp_stride, in_channels, "matmul inp");
+  check_row_stride(inp_stride, in_channels, "matmul inp");
   start_input_gradient(dinp, static_cast<size_t>(rows) * in_channels, dinp_write);
   add_input_gradient(dinp, dout, weight, {rows, in_channels, out_channels});
   // The bias gradient is dout's column sums, here as over plain rows.

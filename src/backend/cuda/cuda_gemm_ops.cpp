@@ -78,10 +78,13 @@ void CudaOps::matmul_backward(const MatmulBackwardArgs<float>& args) {
     });
     return;
   }
-  const cuda::Scratch scratch =
-      args.dbias == nullptr     ? cuda::Scratch{}
-      : args.inp_stride != 0 ? scratch_of(cuda::augmented_weight_gradient_elems(args.in_channels, args.out_channels))
-                             : scratch_of(cuda::matmul_backward_scratch_elems(args.rows, args.out_channels));
+  // Scratch for the bias gradient: the column sums' partials, or over augmented rows the
+  // weight gradient that holds it.
+  cuda::Scratch scratch;
+  if (args.dbias != nullptr)
+    scratch = scratch_of(args.inp_stride != 0
+                             ? cuda::augmented_weight_gradient_elems(args.in_channels, args.out_channels)
+                             : cuda::matmul_backward_scratch_elems(args.rows, args.out_channels));
   cuda::launch_matmul_backward(blas(), stream_, args, scratch);
 }
 
