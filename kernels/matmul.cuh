@@ -1,7 +1,8 @@
 #pragma once
 // The dense layer out[N,OC] = inp[N,IC] @ weight[OC,IC]^T + bias[OC], as a cuBLAS GEMM
 // plus a bias kernel; backward as two accumulating GEMMs and a deterministic column
-// reduction for the bias. In fp32 every operand is fp32. In bf16 (fp16) the activations
+// reduction for the bias, or, over augmented rows (op_params.h), the bias gradient from
+// the weight gradient's GEMM. In fp32 every operand is fp32. In bf16 (fp16) the activations
 // and the weight and bias are bf16 (fp16) - the parameters from the backend's 16-bit copy
 // of them -, and the weight and bias gradients are fp32:
 // the GEMMs accumulate in fp32 and round once to their result's storage. The 16-bit
