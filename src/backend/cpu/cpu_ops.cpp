@@ -321,9 +321,9 @@ void CpuOps::matmul_backward(const MatmulBackwardArgs<float>& args) {
   check_row_stride(inp_stride, in_channels, "matmul inp");
   start_input_gradient(dinp, static_cast<size_t>(rows) * in_channels, dinp_write);
   add_input_gradient(dinp, dout, weight, {rows, in_channels, out_channels});
-  // The bias gradient is dout's column sums, here as over plain rows.
   add_weight_gradient(dweight, dout, inp, {rows, in_channels, out_channels, inp_stride}, 0,
                       out_channels);
+  // dout's column sums, over augmented rows too: the ones column is not read here.
   if (dbias != nullptr) {
     std::vector<double> bias_totals(static_cast<size_t>(out_channels), 0.0);
     for (int n = 0; n < rows; ++n) {
