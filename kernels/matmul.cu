@@ -51,11 +51,11 @@ int padded_columns_of(int columns) { return rounded_up(columns, kAlignedColumns)
 
 bool needs_padding(int columns) { return columns % kAlignedColumns != 0; }
 
-// The logits' rows start on 128-byte lines: 64 16-bit elements. With rows only 8 apart
-// (16 bytes), most rows of GPT-2's 50264 began 48 bytes into a line, so that every 128-byte
-// slice of a row that the LM head's GEMMs and the cross-entropy read or write touched five
-// lines instead of four.
-constexpr int kLogitsRowAlignElems = 64;
+// The logits' rows, and augmented rows, start on 128-byte lines: 64 16-bit elements. With
+// rows only 8 apart (16 bytes), most rows of GPT-2's 50264 began 48 bytes into a line, so
+// that every 128-byte slice of a row that the LM head's GEMMs and the cross-entropy read or
+// write touched five lines instead of four.
+constexpr int kRowLineElems = 64;
 
 // One 16-byte pack of a flat [rows, columns] range (flat, so packs cross row ends): its
 // elements [first, first + count) of the range (count is the pack's but in the last one),
@@ -545,7 +545,9 @@ void launch_matmul_parameter_gradients(const Blas& blas, cudaStream_t stream,
   });
 }
 
-int padded_logits_row_elems(int vocab) { return rounded_up(vocab, kLogitsRowAlignElems); }
+int padded_logits_row_elems(int vocab) { return rounded_up(vocab, kRowLineElems); }
+
+int augmented_row_elems(int channels) { return rounded_up(channels + kAugmentedColumns, kRowLineElems); }
 
 // The tied LM head on logits rows already padded: no copy into or out of scratch.
 template <class T>

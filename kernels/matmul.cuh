@@ -61,6 +61,9 @@ size_t matmul_backward_scratch_elems_16bit(int rows, int out_channels);
 // over [x, 1], [OC, IC + kAugmentedColumns], which the bias gradient is split from. Such a
 // backward needs out_channels a multiple of 8, and reads dout once: for the GEMMs.
 size_t augmented_weight_gradient_elems(int in_channels, int out_channels);
+// The stride of 16-bit augmented rows of `channels`: channels + kAugmentedColumns, rounded
+// up to a 128-byte line, as the logits' rows are.
+int augmented_row_elems(int channels);
 template <class Half>
 void launch_matmul_backward(const Blas& blas, cudaStream_t stream,
                             const MatmulBackwardArgs<Half>& args, Scratch scratch);

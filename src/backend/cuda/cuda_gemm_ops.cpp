@@ -17,12 +17,10 @@ namespace scalestudy {
 using namespace cuda_storage;
 
 // In 16 bits, augmented rows (op_params.h) where every dense layer after a LayerNorm runs
-// on aligned rows: channels a multiple of 8, so that 3C and 4C are too. The stride keeps
-// each row on a 128-byte line, as the logits' rows are.
+// on aligned rows: channels a multiple of 8, so that 3C and 4C are too.
 int CudaOps::dense_input_stride(int channels) const {
-  constexpr int kRowAlignElems = 64;
   if (!half_mode() || channels % 8 != 0) return 0;
-  return (channels + kAugmentedColumns + kRowAlignElems - 1) / kRowAlignElems * kRowAlignElems;
+  return cuda::augmented_row_elems(channels);
 }
 
 void CudaOps::matmul_forward(float* out, const float* inp, const float* weight,
