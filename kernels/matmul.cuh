@@ -22,16 +22,9 @@ namespace scalestudy::cuda {
 class LtGemm;
 struct Blas;  // gemm_lt.cuh
 
-// out[N,OC] = inp[N,IC] @ weight[OC,IC]^T + bias[OC]; bias may be null (the tied LM head
-// has none). T is float, __nv_bfloat16 or __half, or void for cuBLASLt's untyped calls
-// (gemm_lt.cuh). The backward's arguments are MatmulBackwardArgs (kernels/op_params.h).
-template <class T>
-struct MatmulForwardArgs {
-  T* out = nullptr;
-  const T *inp = nullptr, *weight = nullptr, *bias = nullptr;
-  int rows = 0, in_channels = 0, out_channels = 0;
-  int inp_stride = 0;  // 0: plain rows; otherwise augmented rows (op_params.h)
-};
+// A dense layer's arguments are MatmulForwardArgs and MatmulBackwardArgs
+// (kernels/op_params.h); T is float, __nv_bfloat16 or __half, or void for cuBLASLt's
+// untyped calls (gemm_lt.cuh).
 
 // blas.handle must be bound to stream, for every launcher below.
 void launch_matmul_forward(const Blas& blas, cudaStream_t stream,

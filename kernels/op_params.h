@@ -154,6 +154,16 @@ struct LayerNormBackwardArgs {
 };
 
 // ---- dense layer: out[N,OC] = inp[N,IC] @ weight[OC,IC]^T + bias[OC] -------------------
+// bias may be null (the tied LM head has none). inp's rows are plain or augmented
+// (inp_stride), out's plain.
+template <class T>
+struct MatmulForwardArgs {
+  T* out = nullptr;
+  const T *inp = nullptr, *weight = nullptr, *bias = nullptr;
+  int rows = 0, in_channels = 0, out_channels = 0;
+  int inp_stride = 0;  // 0: plain rows; otherwise augmented rows (above)
+};
+
 // dinp (+)= dout @ weight as dinp_write says; dweight += dout^T @ inp; dbias += column
 // sums of dout (dbias may be null: a layer without a bias). inp's rows are plain or
 // augmented (inp_stride), dinp's plain.

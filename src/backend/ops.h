@@ -39,9 +39,7 @@ class Ops {
   // ---- dense layer: out[N,OC] = inp[N,IC] @ weight[OC,IC]^T + bias[OC] -------------
   // bias may be null (the tied LM head has none); then dbias is null too. inp_stride: 0
   // for plain rows, or inp's augmented rows (kernels/op_params.h).
-  virtual void matmul_forward(float* out, const float* inp, const float* weight,
-                              const float* bias, int rows, int in_channels, int out_channels,
-                              int inp_stride = 0) = 0;
+  virtual void matmul_forward(const MatmulForwardArgs<float>& args) = 0;
   virtual void matmul_backward(const MatmulBackwardArgs<float>& args) = 0;
   // The row stride of the model's LayerNorm outputs, which only dense layers read: 0 for
   // plain rows, or augmented rows of this stride, whose dense layers' backward then takes
@@ -61,8 +59,9 @@ class Ops {
   // A null pre is not kept: the GELU then runs in place on out.
   virtual void dense_gelu_forward(const DenseGeluForwardArgs<float>& args) {
     float* pre = args.pre != nullptr ? args.pre : args.out;
-    matmul_forward(pre, args.inp, args.weight, args.bias, args.rows, args.in_channels,
-                   args.out_channels, args.inp_stride);
+    matmul_forward({.out = pre, .inp = args.inp, .weight = args.weight, .bias = args.bias,
+                    .rows = args.rows, .in_channels = args.in_channels,
+                    .out_channels = args.out_channels, .inp_stride = args.inp_stride});
     gelu_forward(args.out, pre, static_cast<size_t>(args.rows) * args.out_channels);
   }
   // The backward of a dense layer out[N,OC] = act[N,IC] @ weight[OC,IC]^T + bias[OC] whose
@@ -152,7 +151,8 @@ class Ops {
   virtual void classifier_forward(const ClassifierForwardArgs<float>& args) {
     const auto& [losses, row_stats, logits, inp, weight, targets, rows, channels, vocab,
                  dlogits_scale] = args;
-    matmul_forward(logits, inp, weight, nullptr, rows, channels, vocab);
+    matmul_forward({.out = logits, .inp = inp, .weight = weight, .rows = rows,
+                    .in_channels = channels, .out_channels = vocab});
     if (losses == nullptr) return;
     softmax_cross_entropy_forward(losses, row_stats, logits, targets, rows, vocab);
     if (dlogits_scale)

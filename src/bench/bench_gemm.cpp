@@ -40,7 +40,10 @@ void run_cpu_point(BenchContext& context, size_t row, int64_t n) {
   float* weight = allocate_random(backend, elems, MemoryKind::parameters, kSeedB);
   float* out = backend.allocate_floats(elems, MemoryKind::activations);
   const int size = static_cast<int>(n);
-  time_flops_row(context, row, [&] { backend.matmul_forward(out, inp, weight, nullptr, size, size, size); });
+  time_flops_row(context, row, [&] {
+    backend.matmul_forward({.out = out, .inp = inp, .weight = weight, .rows = size,
+                            .in_channels = size, .out_channels = size});
+  });
   for (float* buffer : {inp, weight, out}) backend.release(buffer);
 }
 

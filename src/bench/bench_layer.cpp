@@ -241,11 +241,17 @@ void part_passes(Ops& ops, BlockBuffers& m, Part part, const AttentionShape& att
                          .weight = weight, .rows = n, .in_channels = c,
                          .out_channels = out_channels, .dinp_write = kFirst});
   };
-  auto fc_forward = [&ops, &m, n, c] { ops.matmul_forward(m.fch, m.x, m.w_fc, m.b_fc, n, c, 4 * c); };
+  auto fc_forward = [&ops, &m, n, c] {
+    ops.matmul_forward({.out = m.fch, .inp = m.x, .weight = m.w_fc, .bias = m.b_fc, .rows = n,
+                        .in_channels = c, .out_channels = 4 * c});
+  };
   auto fc_backward = [=, &m] { dense_backward(m.dx, m.dw_fc, m.db_fc, m.dfch, m.x, m.w_fc, 4 * c); };
   auto gelu_forward = [&ops, &m, nc] { ops.gelu_forward(m.fch_gelu, m.fch, 4 * nc); };
   auto gelu_backward = [&ops, &m, nc] { ops.gelu_backward(m.dfch, m.fch, m.dfch_gelu, 4 * nc, kFirst); };
-  auto proj_forward = [&ops, &m, n, c] { ops.matmul_forward(m.out, m.fch_gelu, m.w_proj, m.b_proj, n, 4 * c, c); };
+  auto proj_forward = [&ops, &m, n, c] {
+    ops.matmul_forward({.out = m.out, .inp = m.fch_gelu, .weight = m.w_proj, .bias = m.b_proj,
+                        .rows = n, .in_channels = 4 * c, .out_channels = c});
+  };
   // The FFN as the model runs it: the GELU with the dense layers around it.
   auto fc_gelu_forward = [&ops, &m, n, c] {
     ops.dense_gelu_forward({.pre = m.fch, .out = m.fch_gelu, .inp = m.x, .weight = m.w_fc,
@@ -276,9 +282,11 @@ void part_passes(Ops& ops, BlockBuffers& m, Part part, const AttentionShape& att
       return;
     case Part::attention:
       forward = [=, &ops, &m] {
-        ops.matmul_forward(m.qkv, m.x, m.w_qkv, m.b_qkv, n, c, 3 * c);
+        ops.matmul_forward({.out = m.qkv, .inp = m.x, .weight = m.w_qkv, .bias = m.b_qkv, .rows = n,
+                            .in_channels = c, .out_channels = 3 * c});
         core_forward();
-        ops.matmul_forward(m.out, m.atty, m.w_attn, m.b_attn, n, c, c);
+        ops.matmul_forward({.out = m.out, .inp = m.atty, .weight = m.w_attn, .bias = m.b_attn,
+                            .rows = n, .in_channels = c, .out_channels = c});
       };
       backward = [=, &m] {
         dense_backward(m.datty, m.dw_attn, m.db_attn, m.dout, m.atty, m.w_attn, c);

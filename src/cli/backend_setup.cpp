@@ -110,7 +110,8 @@ double measure_cpu_matmul_tflops(Backend& ops) {
   double best_s = 1e30;
   for (int run = 0; run < kRuns; ++run) {
     const auto begin = std::chrono::steady_clock::now();
-    ops.matmul_forward(out, a, w, nullptr, kSize, kSize, kSize);
+    ops.matmul_forward({.out = out, .inp = a, .weight = w, .rows = kSize, .in_channels = kSize,
+                        .out_channels = kSize});
     best_s = std::min(best_s, std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count());
   }
   for (float* p : {a, w, out}) ops.release(p);

@@ -177,9 +177,13 @@ void Gpt::forward_block_body(int l) {
   const AttentionShape att{B, T, C, s.heads, s.causal};
   const BlockOffsets& w = layout_.blocks[l];
   Activations::Layer& x = a.layers[l];
-  ops_.matmul_forward(x.qkv, x.ln1, p + w.qkv_weight, p + w.qkv_bias, N, C, 3 * C, ln_stride_);
+  ops_.matmul_forward({.out = x.qkv, .inp = x.ln1, .weight = p + w.qkv_weight,
+                       .bias = p + w.qkv_bias, .rows = N, .in_channels = C, .out_channels = 3 * C,
+                       .inp_stride = ln_stride_});
   ops_.attention_forward(x.atty, x.att_probs, x.qkv, att);
-  ops_.matmul_forward(a.branch_out, x.atty, p + w.attn_proj_weight, p + w.attn_proj_bias, N, C, C);
+  ops_.matmul_forward({.out = a.branch_out, .inp = x.atty, .weight = p + w.attn_proj_weight,
+                       .bias = p + w.attn_proj_bias, .rows = N, .in_channels = C,
+                       .out_channels = C});
   ops_.residual_layernorm_forward({.residual = x.residual2, .out = x.ln2, .mean = x.ln2_mean,
                                    .rstd = x.ln2_rstd, .a = block_input(l), .b = a.branch_out,
                                    .weight = p + w.ln2_weight, .bias = p + w.ln2_bias, .rows = N,
@@ -187,7 +191,9 @@ void Gpt::forward_block_body(int l) {
   ops_.dense_gelu_forward({.pre = x.fch, .out = x.fch_gelu, .inp = x.ln2, .weight = p + w.fc_weight,
                            .bias = p + w.fc_bias, .rows = N, .in_channels = C,
                            .out_channels = 4 * C, .inp_stride = ln_stride_});
-  ops_.matmul_forward(a.branch_out, x.fch_gelu, p + w.fc_proj_weight, p + w.fc_proj_bias, N, 4 * C, C);
+  ops_.matmul_forward({.out = a.branch_out, .inp = x.fch_gelu, .weight = p + w.fc_proj_weight,
+                       .bias = p + w.fc_proj_bias, .rows = N, .in_channels = 4 * C,
+                       .out_channels = C});
 }
 
 void Gpt::finish_block(int l, ForwardHooks* hooks) {

@@ -100,15 +100,20 @@ void GptInference::forward(const int32_t* host_tokens) {
   for (int l = 0; l < s.layers; ++l) {
     const BlockOffsets& w = layout_.blocks[l];
     const bool last = l + 1 == s.layers;
-    ops_.matmul_forward(qkv_, ln_, p + w.qkv_weight, p + w.qkv_bias, N, C, 3 * C);
+    ops_.matmul_forward({.out = qkv_, .inp = ln_, .weight = p + w.qkv_weight, .bias = p + w.qkv_bias,
+                         .rows = N, .in_channels = C, .out_channels = 3 * C});
     ops_.attention_forward(ln_, attention_state_, qkv_, attention);
-    ops_.matmul_forward(branch_, ln_, p + w.attn_proj_weight, p + w.attn_proj_bias, N, C, C);
+    ops_.matmul_forward({.out = branch_, .inp = ln_, .weight = p + w.attn_proj_weight,
+                         .bias = p + w.attn_proj_bias, .rows = N, .in_channels = C,
+                         .out_channels = C});
     ops_.residual_layernorm_forward({.residual = residual_[1], .out = ln_, .mean = mean_, .rstd = rstd_,
                                      .a = residual_[0], .b = branch_, .weight = p + w.ln2_weight,
                                      .bias = p + w.ln2_bias, .rows = N, .channels = C});
     ops_.dense_gelu_forward({.pre = nullptr, .out = hidden_, .inp = ln_, .weight = p + w.fc_weight,
                              .bias = p + w.fc_bias, .rows = N, .in_channels = C, .out_channels = 4 * C});
-    ops_.matmul_forward(branch_, hidden_, p + w.fc_proj_weight, p + w.fc_proj_bias, N, 4 * C, C);
+    ops_.matmul_forward({.out = branch_, .inp = hidden_, .weight = p + w.fc_proj_weight,
+                         .bias = p + w.fc_proj_bias, .rows = N, .in_channels = 4 * C,
+                         .out_channels = C});
     // The LayerNorm after the block: the next block's first, or the final one.
     ops_.residual_layernorm_forward(
         {.residual = residual_[0], .out = ln_, .mean = mean_, .rstd = rstd_, .a = residual_[1], .b = branch_,

@@ -416,8 +416,10 @@ class CudaOpsTest : public gpu_test::CudaOpsFixture {
     std::vector<float> out(size_t(N) * c.out_channels);
     float* d_out = poisoned_activation(out.size());
     const float* d_inp = activation(inp);
-    cpu_.matmul_forward(out.data(), inp.data(), weight, bias, N, c.in_channels, c.out_channels);
-    gpu_->matmul_forward(d_out, d_inp, d_params + weight_at, d_bias, N, c.in_channels, c.out_channels);
+    cpu_.matmul_forward({.out = out.data(), .inp = inp.data(), .weight = weight, .bias = bias,
+                         .rows = N, .in_channels = c.in_channels, .out_channels = c.out_channels});
+    gpu_->matmul_forward({.out = d_out, .inp = d_inp, .weight = d_params + weight_at, .bias = d_bias,
+                          .rows = N, .in_channels = c.in_channels, .out_channels = c.out_channels});
     expect_close("matmul out" + label, d_out, out, gemm_tolerance(out));
 
     const auto dout = rounded(random_floats(out.size(), 33));

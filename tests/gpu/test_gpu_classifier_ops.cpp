@@ -39,7 +39,8 @@ TEST_P(CudaOpsHalfShapes, ClassifierOnPaddedLogits) {
   // The plain path: matmul into [N,V], cross-entropy, its backward, the matmul backward.
   float* plain_logits = poisoned_activation(size_t(N) * V);
   float *plain_losses = statistics(N), *plain_stats = statistics(2 * size_t(N));
-  gpu_->matmul_forward(plain_logits, d_inp, d_weight, nullptr, N, C, V);
+  gpu_->matmul_forward({.out = plain_logits, .inp = d_inp, .weight = d_weight, .rows = N,
+                        .in_channels = C, .out_channels = V});
   gpu_->softmax_cross_entropy_forward(plain_losses, plain_stats, plain_logits, d_targets, N, V);
   gpu_->softmax_cross_entropy_backward(plain_logits, plain_logits, plain_stats, d_targets, N, V, loss_scale);
   const auto dinp_prior = rounded(random_floats(inp.size(), 76));
@@ -142,7 +143,8 @@ TEST_P(CudaOpsHalfShapes, ClassifierOnPaddedLogits) {
                download(plain_stats, 2 * size_t(N)), kSoftmax);
   float* replay_logits = poisoned_activation(size_t(N) * V);
   float *replay_dinp = activation(dinp_prior), *replay_dweight = upload(dweight_prior);
-  gpu_->matmul_forward(replay_logits, d_inp, d_weight, nullptr, N, C, V);
+  gpu_->matmul_forward({.out = replay_logits, .inp = d_inp, .weight = d_weight, .rows = N,
+                        .in_channels = C, .out_channels = V});
   gpu_->softmax_cross_entropy_backward(replay_logits, replay_logits, early_stats, d_targets, N, V, loss_scale);
   gpu_->matmul_backward({.dinp = replay_dinp, .dweight = replay_dweight, .dbias = nullptr,
                          .dout = replay_logits, .inp = d_inp, .weight = d_weight, .rows = N,

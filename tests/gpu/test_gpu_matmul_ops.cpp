@@ -77,8 +77,12 @@ TEST_P(CudaOpsHalf, AugmentedRowsGiveTheCpuResults) {
     const float *weight = params.data(), *bias = params.data() + weight_elems;
     std::vector<float> out(size_t(N) * out_channels);
     float* d_out = poisoned_activation(out.size());
-    cpu_.matmul_forward(out.data(), ln_rows.data(), weight, bias, N, C, out_channels, stride);
-    gpu_->matmul_forward(d_out, d_ln, d_params, d_params + weight_elems, N, C, out_channels, stride);
+    cpu_.matmul_forward({.out = out.data(), .inp = ln_rows.data(), .weight = weight, .bias = bias,
+                         .rows = N, .in_channels = C, .out_channels = out_channels,
+                         .inp_stride = stride});
+    gpu_->matmul_forward({.out = d_out, .inp = d_ln, .weight = d_params,
+                          .bias = d_params + weight_elems, .rows = N, .in_channels = C,
+                          .out_channels = out_channels, .inp_stride = stride});
     expect_close("augmented matmul out" + label, d_out, out, gemm_tolerance(out));
 
     const auto dout = rounded(random_floats(out.size(), 44));
@@ -136,7 +140,9 @@ TEST_P(CudaOpsHalf, BiasEpilogueTakesTheGpt2Shapes) {
                                                    .rows = N, .in_channels = in_channels,
                                                    .out_channels = out_channels}))
           << "cuBLASLt declined the bias epilogue" << label;
-      cpu_.matmul_forward(out.data(), inp.data(), weight.data(), bias.data(), N, in_channels, out_channels);
+      cpu_.matmul_forward({.out = out.data(), .inp = inp.data(), .weight = weight.data(),
+                           .bias = bias.data(), .rows = N, .in_channels = in_channels,
+                           .out_channels = out_channels});
       expect_close("bias epilogue out" + label, d_out, out, gemm_tolerance(out));
       const auto* misaligned_bias = reinterpret_cast<const char*>(d_bias) + 2;
       EXPECT_FALSE(bias_gemm.forward(stream, type, {.out = d_out, .inp = activation(inp),

@@ -237,9 +237,12 @@ TEST_P(CudaOpsHalf, GemmsReadTheRefreshedParameterCopy) {
   float* d_out = poisoned_activation(size_t(N) * OC);
   std::vector<float> out(size_t(N) * OC);
   auto forward = [&] {
-    cpu_.matmul_forward(out.data(), inp.data(), params.data() + weight_at, params.data() + bias_at,
-                        N, IC, OC);
-    gpu_->matmul_forward(d_out, d_inp, d_params + weight_at, d_params + bias_at, N, IC, OC);
+    cpu_.matmul_forward({.out = out.data(), .inp = inp.data(), .weight = params.data() + weight_at,
+                         .bias = params.data() + bias_at, .rows = N, .in_channels = IC,
+                         .out_channels = OC});
+    gpu_->matmul_forward({.out = d_out, .inp = d_inp, .weight = d_params + weight_at,
+                          .bias = d_params + bias_at, .rows = N, .in_channels = IC,
+                          .out_channels = OC});
   };
   forward();
   const auto stale = download(d_out, out.size());
@@ -312,7 +315,9 @@ TEST_P(CudaOpsHalf, OpsReadTheParameterCopyNotTheMasters) {
     results.push_back(download(dinp, size_t(N) * C));
     for (int outputs : kDenseOutputs) {
       float* dense = poisoned_activation(size_t(N) * outputs);
-      gpu_->matmul_forward(dense, d_inp, d_params + dense_w_at, d_params + dense_b_at, N, C, outputs);
+      gpu_->matmul_forward({.out = dense, .inp = d_inp, .weight = d_params + dense_w_at,
+                            .bias = d_params + dense_b_at, .rows = N, .in_channels = C,
+                            .out_channels = outputs});
       results.push_back(download(dense, size_t(N) * outputs));
     }
     return results;
@@ -400,8 +405,8 @@ TEST_F(CudaOpsFp16Range, OverflowIsInfNotClampedAndReachesTheGradientNorm) {
   float* d_weight = upload(ones_weight, MemoryKind::parameters);
   gpu_->parameters_changed(d_weight, 0, ones_weight.size());
   float* big_out = poisoned_activation(size_t(N) * OC);
-  gpu_->matmul_forward(big_out, activation(std::vector<float>(size_t(N) * K, 64.0f)), d_weight,
-                       nullptr, N, K, OC);
+  gpu_->matmul_forward({.out = big_out, .inp = activation(std::vector<float>(size_t(N) * K, 64.0f)),
+                        .weight = d_weight, .rows = N, .in_channels = K, .out_channels = OC});
   const auto big = download(big_out, size_t(N) * OC);
   EXPECT_TRUE(std::all_of(big.begin(), big.end(), [](float v) { return v == kInf; }))
       << "a GEMM result of 131072 must store inf, not 65504";

@@ -136,8 +136,10 @@ TEST_F(CudaOpsTest, AdamWOverPiecesRefreshesTheComputeCopy) {
     float* d_inp = device(inp, MemoryKind::activations);
     float* out_fused = device(std::vector<float>(size_t(rows) * out_channels), MemoryKind::activations);
     float* out_cast = device(std::vector<float>(size_t(rows) * out_channels), MemoryKind::activations);
-    half.matmul_forward(out_fused, d_inp, fused, nullptr, rows, in_channels, out_channels);
-    half.matmul_forward(out_cast, d_inp, cast, nullptr, rows, in_channels, out_channels);
+    half.matmul_forward({.out = out_fused, .inp = d_inp, .weight = fused, .rows = rows,
+                         .in_channels = in_channels, .out_channels = out_channels});
+    half.matmul_forward({.out = out_cast, .inp = d_inp, .weight = cast, .rows = rows,
+                         .in_channels = in_channels, .out_channels = out_channels});
     std::vector<float> got(size_t(rows) * out_channels), want(got.size()), master(weight_elems), reference(weight_elems);
     half.copy_to_host(got.data(), out_fused, got.size());
     half.copy_to_host(want.data(), out_cast, want.size());

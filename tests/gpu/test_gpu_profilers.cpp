@@ -137,7 +137,9 @@ TEST(NvmlTelemetry, SamplesABusyGpuAtItsPeriod) {
   const auto begin = std::chrono::steady_clock::now();
   double elapsed_s = 0.0;
   while (elapsed_s < 0.5) {
-    for (int i = 0; i < 20; ++i) ops.matmul_forward(out, a, w, nullptr, kSize, kSize, kSize);
+    for (int i = 0; i < 20; ++i)
+      ops.matmul_forward({.out = out, .inp = a, .weight = w, .rows = kSize, .in_channels = kSize,
+                          .out_channels = kSize});
     ops.synchronize();
     elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
   }

@@ -37,10 +37,9 @@ class ReservationRecordingOps final : public CpuOps {
     reserved_ = count;
     requests.push_back(count);
   }
-  void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int rows,
-                      int in_channels, int out_channels, int inp_stride) override {
+  void matmul_forward(const MatmulForwardArgs<float>& args) override {
     ++(reserved_ > 0 ? forward_reserved : forward_unreserved);
-    CpuOps::matmul_forward(out, inp, weight, bias, rows, in_channels, out_channels, inp_stride);
+    CpuOps::matmul_forward(args);
   }
   void matmul_backward(const MatmulBackwardArgs<float>& args) override {
     ++(reserved_ > 0 ? backward_reserved : backward_unreserved);

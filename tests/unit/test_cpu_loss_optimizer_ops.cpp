@@ -132,7 +132,8 @@ TEST(CpuOpsCrossEntropy, ClassifierIsMatmulThenCrossEntropy) {
   const auto targets = random_ints(kRows, 55, kVocab);
   const float loss_scale = 0.25f;
   std::vector<float> logits(kRows * kVocab), losses(kRows), row_stats(2 * kRows);
-  ops.matmul_forward(logits.data(), inp.data(), weight.data(), nullptr, kRows, kChannels, kVocab);
+  ops.matmul_forward({.out = logits.data(), .inp = inp.data(), .weight = weight.data(),
+                      .rows = kRows, .in_channels = kChannels, .out_channels = kVocab});
   ops.softmax_cross_entropy_forward(losses.data(), row_stats.data(), logits.data(),
                                     targets.data(), kRows, kVocab);
   std::vector<float> dlogits(logits.size()), dinp(inp.size(), 0.5f), dweight(weight.size(), 0.5f);

@@ -247,8 +247,9 @@ TEST(CpuOpsMatmul, ForwardMatchesDoubleReference) {
       auto bias = random_floats(out_channels, 24);
       std::vector<float> out(kRows * out_channels);
       std::vector<double> expected(out.size());
-      ops.matmul_forward(out.data(), inp.data(), weight.data(), with_bias ? bias.data() : nullptr,
-                         kRows, in_channels, out_channels);
+      ops.matmul_forward({.out = out.data(), .inp = inp.data(), .weight = weight.data(),
+                          .bias = with_bias ? bias.data() : nullptr, .rows = kRows,
+                          .in_channels = in_channels, .out_channels = out_channels});
       for (int n = 0; n < kRows; ++n) {
         for (int o = 0; o < out_channels; ++o) {
           double total = with_bias ? bias[o] : 0.0;
@@ -275,8 +276,9 @@ TEST(CpuOpsMatmul, BackwardMatchesFiniteDifferences) {
     auto r = random_floats(kRows * out_channels, 28);
     std::vector<float> out(r.size());
     auto objective = [&] {
-      ops.matmul_forward(out.data(), inp.data(), weight.data(), with_bias ? bias.data() : nullptr,
-                         kRows, in_channels, out_channels);
+      ops.matmul_forward({.out = out.data(), .inp = inp.data(), .weight = weight.data(),
+                          .bias = with_bias ? bias.data() : nullptr, .rows = kRows,
+                          .in_channels = in_channels, .out_channels = out_channels});
       return weighted_sum(out, r);
     };
     const auto dinp_prior = random_floats(inp.size(), 29);
@@ -324,10 +326,12 @@ TEST(CpuOpsMatmul, AugmentedRowsGiveThePlainResults) {
     for (int c = kChannels + kAugmentedColumns; c < stride; ++c) ASSERT_EQ(row[c], -7.0f);
   }
   std::vector<float> plain_out(r.size()), augmented_out(r.size());
-  ops.matmul_forward(plain_out.data(), plain.data(), weight.data(), bias.data(), kRows, kChannels,
-                     out_channels);
-  ops.matmul_forward(augmented_out.data(), augmented.data(), weight.data(), bias.data(), kRows,
-                     kChannels, out_channels, stride);
+  ops.matmul_forward({.out = plain_out.data(), .inp = plain.data(), .weight = weight.data(),
+                      .bias = bias.data(), .rows = kRows, .in_channels = kChannels,
+                      .out_channels = out_channels});
+  ops.matmul_forward({.out = augmented_out.data(), .inp = augmented.data(), .weight = weight.data(),
+                      .bias = bias.data(), .rows = kRows, .in_channels = kChannels,
+                      .out_channels = out_channels, .inp_stride = stride});
   EXPECT_EQ(augmented_out, plain_out);
   std::vector<std::vector<float>> gradients;  // dinp, dweight, dbias of each layout
   for (int row_stride : {0, stride}) {

@@ -43,7 +43,8 @@ TEST(DenseGeluOps, ForwardIsTheMatmulThenTheGelu) {
   const auto bias = random_floats(kHidden, 3);
   for (const float* b : {bias.data(), static_cast<const float*>(nullptr)}) {
     std::vector<float> pre(kRows * kHidden), out(pre.size());
-    ops.matmul_forward(pre.data(), inp.data(), weight.data(), b, kRows, kChannels, kHidden);
+    ops.matmul_forward({.out = pre.data(), .inp = inp.data(), .weight = weight.data(), .bias = b,
+                        .rows = kRows, .in_channels = kChannels, .out_channels = kHidden});
     ops.gelu_forward(out.data(), pre.data(), pre.size());
 
     auto fused_pre = nans(pre.size()), fused_out = nans(pre.size());
@@ -119,12 +120,14 @@ TEST(DenseGeluOps, TheMlpThroughThePairIsTheMlpThroughThePlainOps) {
                               .weight = fc_weight.data(), .bias = fc_bias.data(), .rows = kRows,
                               .in_channels = kChannels, .out_channels = kHidden});
     } else {
-      ops.matmul_forward(pre.data(), inp.data(), fc_weight.data(), fc_bias.data(), kRows,
-                         kChannels, kHidden);
+      ops.matmul_forward({.out = pre.data(), .inp = inp.data(), .weight = fc_weight.data(),
+                          .bias = fc_bias.data(), .rows = kRows, .in_channels = kChannels,
+                          .out_channels = kHidden});
       ops.gelu_forward(act.data(), pre.data(), pre.size());
     }
-    ops.matmul_forward(r.out.data(), act.data(), proj_weight.data(), proj_bias.data(), kRows,
-                       kHidden, kChannels);
+    ops.matmul_forward({.out = r.out.data(), .inp = act.data(), .weight = proj_weight.data(),
+                        .bias = proj_bias.data(), .rows = kRows, .in_channels = kHidden,
+                        .out_channels = kChannels});
     if (pair) {
       ops.dense_backward_through_gelu({.dpre = dpre.data(), .dweight = r.d_proj_weight.data(),
                                        .dbias = r.d_proj_bias.data(), .dout = dout.data(),

@@ -247,9 +247,8 @@ void CpuOps::layernorm_backward(const LayerNormBackwardArgs<float>& args) {
 
 // ---- dense layer --------------------------------------------------------------------
 
-void CpuOps::matmul_forward(float* out, const float* inp, const float* weight,
-                            const float* bias, int rows, int in_channels, int out_channels,
-                            int inp_stride) {
+void CpuOps::matmul_forward(const MatmulForwardArgs<float>& args) {
+  const auto& [out, inp, weight, bias, rows, in_channels, out_channels, inp_stride] = args;
   check_gemm_shape("matmul", rows, in_channels, out_channels);
   check_row_stride(inp_stride, in_channels, "matmul inp");
   const size_t inp_row_elems = static_cast<size_t>(row_stride(inp_stride, in_channels));

@@ -61,8 +61,7 @@ class CpuOps : public Backend {
   void layernorm_forward(const LayerNormForwardArgs<float>& args) override;
   void layernorm_backward(const LayerNormBackwardArgs<float>& args) override;
 
-  void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
-                      int rows, int in_channels, int out_channels, int inp_stride = 0) override;
+  void matmul_forward(const MatmulForwardArgs<float>& args) override;
   void matmul_backward(const MatmulBackwardArgs<float>& args) override;
   void classifier_backward_from_dlogits(const ClassifierInputGradientArgs<float>& args) override;
   void classifier_weight_backward(const ClassifierWeightGradientArgs<float>& args) override;

@@ -23,31 +23,24 @@ int CudaOps::dense_input_stride(int channels) const {
   return cuda::augmented_row_elems(channels);
 }
 
-void CudaOps::matmul_forward(float* out, const float* inp, const float* weight,
-                             const float* bias, int rows, int in_channels, int out_channels,
-                             int inp_stride) {
+void CudaOps::matmul_forward(const MatmulForwardArgs<float>& args) {
   ScopedKernelTag tag(KernelCategory::gemm);
-  if (half_operands("matmul_forward", {{out, "out"}, {inp, "inp"}})) {
-    const size_t scratch_elems = cuda::matmul_forward_scratch_elems_16bit(rows, out_channels);
-    const cuda::Scratch scratch = scratch_elems > 0 ? scratch_of(scratch_elems) : cuda::Scratch{};
-    with_half_type(precision_, [&]<class Half>(Storage<Half>) {
-      const cuda::MatmulForwardArgs<Half> half_args{
-          .out = as<Half>(out),
-          .inp = as<Half>(inp),
-          .weight = parameter_as<Half>(weight),
-          .bias = bias != nullptr ? parameter_as<Half>(bias) : nullptr,
-          .rows = rows,
-          .in_channels = in_channels,
-          .out_channels = out_channels,
-          .inp_stride = inp_stride};
-      cuda::launch_matmul_forward(blas(), stream_, half_args, scratch, lt_gemm_.get());
-    });
-    return;
-  }
-  cuda::launch_matmul_forward(blas(), stream_,
-                              {.out = out, .inp = inp, .weight = weight, .bias = bias, .rows = rows,
-                               .in_channels = in_channels, .out_channels = out_channels,
-                               .inp_stride = inp_stride});
+  if (!half_operands("matmul_forward", {{args.out, "out"}, {args.inp, "inp"}}))
+    return cuda::launch_matmul_forward(blas(), stream_, args);
+  const size_t scratch_elems = cuda::matmul_forward_scratch_elems_16bit(args.rows, args.out_channels);
+  const cuda::Scratch scratch = scratch_elems > 0 ? scratch_of(scratch_elems) : cuda::Scratch{};
+  with_half_type(precision_, [&]<class Half>(Storage<Half>) {
+    const MatmulForwardArgs<Half> half_args{
+        .out = as<Half>(args.out),
+        .inp = as<Half>(args.inp),
+        .weight = parameter_as<Half>(args.weight),
+        .bias = args.bias != nullptr ? parameter_as<Half>(args.bias) : nullptr,
+        .rows = args.rows,
+        .in_channels = args.in_channels,
+        .out_channels = args.out_channels,
+        .inp_stride = args.inp_stride};
+    cuda::launch_matmul_forward(blas(), stream_, half_args, scratch, lt_gemm_.get());
+  });
 }
 
 void CudaOps::matmul_backward(const MatmulBackwardArgs<float>& args) {

@@ -94,8 +94,7 @@ class CudaOps final : public CudaMemory {
   void layernorm_forward(const LayerNormForwardArgs<float>& args) override;
   void layernorm_backward(const LayerNormBackwardArgs<float>& args) override;
 
-  void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
-                      int rows, int in_channels, int out_channels, int inp_stride = 0) override;
+  void matmul_forward(const MatmulForwardArgs<float>& args) override;
   int dense_input_stride(int channels) const override;
   void matmul_backward(const MatmulBackwardArgs<float>& args) override;
 
