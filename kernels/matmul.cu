@@ -211,19 +211,15 @@ void matmul_forward(const Blas& blas, cudaStream_t stream, const MatmulForwardAr
 
 // dweight[o, i] += result[o, i] for i < IC and dbias[o] += result[o, IC]: the weight
 // gradient over augmented rows, [OC, IC + kAugmentedColumns], split into the layer's two.
+// One block a row o, so that no thread divides to find its row.
 __global__ void split_augmented_gradient_kernel(float* __restrict__ dweight,
                                                 float* __restrict__ dbias,
-                                                const float* __restrict__ result, int in_channels,
-                                                int out_channels) {
-  const size_t width = size_t(in_channels) + 1;
-  for (size_t e = grid_thread_index(); e < size_t(out_channels) * width; e += grid_threads()) {
-    const size_t o = e / width, i = e % width;
-    const float value = result[o * (in_channels + kAugmentedColumns) + i];
-    if (i < size_t(in_channels))
-      dweight[o * in_channels + i] += value;
-    else
-      dbias[o] += value;
-  }
+                                                const float* __restrict__ result, int in_channels) {
+  const size_t o = blockIdx.x;
+  const float* result_row = result + o * (in_channels + kAugmentedColumns);
+  float* dweight_row = dweight + o * in_channels;
+  for (int i = threadIdx.x; i < in_channels; i += blockDim.x) dweight_row[i] += result_row[i];
+  if (threadIdx.x == 0) dbias[o] += result_row[in_channels];
 }
 
 // dweight^T and dbias^T together, [IC + kAugmentedColumns, OC] = inp_aug^T[IC + 8, N] ·
@@ -241,9 +237,8 @@ void augmented_parameter_gradients(const Blas& blas, cudaStream_t stream,
   gemm(blas, {GemmTypesOf<T>::to_fp32, CUBLAS_OP_N, CUBLAS_OP_T, result_rows, out_channels, rows,
                 1.0f, {args.inp, args.inp_stride}, {args.dout, out_channels}, 0.0f,
                 {scratch.data, result_rows}});
-  const size_t elems = size_t(out_channels) * (in_channels + 1);
-  split_augmented_gradient_kernel<<<elementwise_blocks(elems), kElementwiseThreads, 0, stream>>>(
-      args.dweight, args.dbias, scratch.data, in_channels, out_channels);
+  split_augmented_gradient_kernel<<<out_channels, kElementwiseThreads, 0, stream>>>(
+      args.dweight, args.dbias, scratch.data, in_channels);
   CHECK_LAUNCH();
 }
 
