@@ -120,15 +120,20 @@ void check_call(int rows, int in_channels, int out_channels,
 template <class T>
 bool launch_dense_gelu_forward(LtGemm& lt_gemm, cudaStream_t stream,
                                const DenseGeluForwardArgs<T>& args) {
-  const auto& [pre, out, inp, weight, bias, rows, in_channels, out_channels, inp_stride] = args;
+  const auto& [pre, out, inp, weight, bias, rows, in_channels, out_channels, inp_stride,
+               out_stride] = args;
   // pre may be null: a forward that no backward follows keeps no GELU input.
   check_call(rows, in_channels, out_channels,
              {{out, "dense gelu out"}, {inp, "dense gelu inp"}, {weight, "dense gelu weight"},
               {bias, "dense gelu bias"}});
   check_row_stride(inp_stride, in_channels, "dense gelu inp");
-  return lt_gemm.gelu_forward(stream, GemmTypesOf<T>::same.ab,
-                              {pre, out, inp, weight, bias, rows, in_channels, out_channels,
-                               inp_stride});
+  check_row_stride(out_stride, out_channels, "dense gelu out");
+  if (!lt_gemm.gelu_forward(stream, GemmTypesOf<T>::same.ab,
+                            {pre, out, inp, weight, bias, rows, in_channels, out_channels, inp_stride,
+                             out_stride}))
+    return false;
+  if (out_stride != 0) launch_augmented_columns(stream, out, rows, out_channels, out_stride);
+  return true;
 }
 
 size_t dense_backward_through_gelu_scratch_elems(int rows, int out_channels) {
@@ -142,7 +147,7 @@ bool launch_dense_backward_through_gelu(LtGemm& lt_gemm, const Blas& blas,
                                         cudaStream_t stream, const DenseGeluBackwardArgs<T>& args,
                                         Scratch scratch) {
   const auto& [dpre, dweight, dbias, dout, act, pre, weight, rows, in_channels, out_channels,
-               dact_scratch] = args;
+               dact_scratch, act_stride] = args;
   check_call(rows, in_channels, out_channels,
              {{dpre, "dense gelu dpre"}, {dout, "dense gelu dout"}, {act, "dense gelu act"},
               {pre, "dense gelu pre"}, {weight, "dense gelu weight"}});
@@ -150,8 +155,11 @@ bool launch_dense_backward_through_gelu(LtGemm& lt_gemm, const Blas& blas,
                                             rows, in_channels, out_channels, dact_scratch};
   if (!lt_gemm.gelu_input_gradient(stream, GemmTypesOf<T>::same.ab, untyped)) return false;
   // The dense layer's parameter gradients, of act = gelu(pre); no dinp, no weight.
-  const MatmulBackwardArgs<T> parameter_gradients{nullptr, dweight, dbias, dout,        act,
-                                                  nullptr, rows,    in_channels, out_channels};
+  const MatmulBackwardArgs<T> parameter_gradients{.dweight = dweight, .dbias = dbias, .dout = dout,
+                                                  .inp = act, .rows = rows,
+                                                  .in_channels = in_channels,
+                                                  .out_channels = out_channels,
+                                                  .inp_stride = act_stride};
   launch_matmul_parameter_gradients(blas, stream, parameter_gradients, scratch);
   return true;
 }

@@ -115,7 +115,7 @@ LtGemm::~LtGemm() {
 
 // Column-major, as gemm.cuh explains: A is m x k (op N) or k x m (op T), B is k x n or
 // n x k, D is m x n. The auxiliary matrix of an epilogue has D's shape and leading
-// dimension.
+// dimension m (D's is ldc: m, or an augmented output's row stride).
 LtGemm::Plan* LtGemm::plan_for(const Shape& shape) {
   for (Plan& plan : plans_)
     if (plan.shape == shape) return plan.sizing.usable ? &plan : nullptr;
@@ -295,11 +295,13 @@ void LtGemm::set_pointer(Plan& plan, cublasLtMatmulDescAttributes_t attribute, c
 bool LtGemm::run_epilogue(cudaStream_t stream, const EpilogueCall& call) {
   for (const void* operand : std::initializer_list<const void*>{call.a, call.b, call.d, call.bias, call.aux})
     if (!lt_aligned(operand)) return false;
-  // B's rows span ldb elements: held to the same alignment and size as k.
-  if (!shape_allowed(call.m, call.n, call.k) || !shape_allowed(call.m, call.n, call.ldb)) return false;
+  // B's rows span ldb elements and D's ldd: held to the same alignment and size as k.
+  if (!shape_allowed(call.m, call.n, call.k) || !shape_allowed(call.m, call.n, call.ldb) ||
+      !shape_allowed(call.m, call.n, call.ldd))
+    return false;
   const bool transposed_a = call.epilogue != Epilogue::dgelu;
   Plan* plan = plan_for({call.epilogue, call.type, call.type, transposed_a ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N,
-                         call.m, call.n, call.k, transposed_a ? call.k : call.m, call.ldb, call.m, false,
+                         call.m, call.n, call.k, transposed_a ? call.k : call.m, call.ldb, call.ldd, false,
                          multiprocessor_target_});
   if (plan == nullptr) return false;
   if (call.bias != nullptr) set_pointer(*plan, CUBLASLT_MATMUL_DESC_BIAS_POINTER, call.bias);
@@ -312,20 +314,22 @@ bool LtGemm::run_epilogue(cudaStream_t stream, const EpilogueCall& call) {
 
 bool LtGemm::forward(cudaStream_t stream, cudaDataType_t type, const MatmulForwardArgs<void>& args) {
   return run_epilogue(stream, {Epilogue::bias, type, args.out_channels, args.rows, args.in_channels,
-                               row_stride(args.inp_stride, args.in_channels), args.weight, args.inp,
-                               args.out, args.bias, nullptr});
+                               row_stride(args.inp_stride, args.in_channels), args.out_channels,
+                               args.weight, args.inp, args.out, args.bias, nullptr});
 }
 
 bool LtGemm::gelu_forward(cudaStream_t stream, cudaDataType_t type, const DenseGeluForwardArgs<void>& args) {
   const Epilogue epilogue = args.pre != nullptr ? Epilogue::gelu_aux_bias : Epilogue::gelu_bias;
   return run_epilogue(stream, {epilogue, type, args.out_channels, args.rows, args.in_channels,
-                               row_stride(args.inp_stride, args.in_channels), args.weight, args.inp,
+                               row_stride(args.inp_stride, args.in_channels),
+                               row_stride(args.out_stride, args.out_channels), args.weight, args.inp,
                                args.out, args.bias, args.pre});
 }
 
 bool LtGemm::gelu_input_gradient(cudaStream_t stream, cudaDataType_t type, const DenseGeluBackwardArgs<void>& args) {
   return run_epilogue(stream, {Epilogue::dgelu, type, args.in_channels, args.rows, args.out_channels,
-                               args.out_channels, args.weight, args.dout, args.dpre, nullptr, args.pre});
+                               args.out_channels, args.in_channels, args.weight, args.dout, args.dpre,
+                               nullptr, args.pre});
 }
 
 }  // namespace scalestudy::cuda

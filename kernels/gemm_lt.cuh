@@ -150,6 +150,7 @@ class LtGemm {
     cudaDataType_t type;
     int m, n, k;
     int ldb;  // B's rows: k, or an augmented input's row stride
+    int ldd;  // D's rows: m, or an augmented output's row stride (the auxiliary's are m)
     const void* a;
     const void* b;
     void* d;

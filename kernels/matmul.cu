@@ -544,6 +544,28 @@ int padded_logits_row_elems(int vocab) { return rounded_up(vocab, kRowLineElems)
 
 int augmented_row_elems(int channels) { return rounded_up(channels + kAugmentedColumns, kRowLineElems); }
 
+namespace {
+
+// One thread an element of the augmented columns.
+template <class T>
+__global__ void augmented_columns_kernel(T* __restrict__ rows, int count, int channels, int stride) {
+  const int thread = blockIdx.x * blockDim.x + threadIdx.x;
+  const int row = thread / kAugmentedColumns, column = thread % kAugmentedColumns;
+  if (row < count) rows[size_t(row) * stride + channels + column] = from_float<T>(column == 0 ? 1.0f : 0.0f);
+}
+
+}  // namespace
+
+template <class Half>
+void launch_augmented_columns(cudaStream_t stream, Half* rows, int count, int channels, int stride) {
+  check_row_stride(stride, channels, "augmented columns");
+  SCALESTUDY_CHECK(stride != 0, "augmented columns: the rows are plain");
+  const int threads = count * kAugmentedColumns;
+  augmented_columns_kernel<<<(threads + kElementwiseThreads - 1) / kElementwiseThreads, kElementwiseThreads, 0,
+                             stream>>>(rows, count, channels, stride);
+  CHECK_LAUNCH();
+}
+
 // The tied LM head on logits rows already padded: no copy into or out of scratch.
 template <class T>
 void launch_classifier_matmul_forward(const Blas& blas, cudaStream_t stream,
@@ -612,7 +634,8 @@ void launch_classifier_weight_gradient(const Blas& blas, cudaStream_t stream,
   template void launch_matmul_parameter_gradients(const Blas&, cudaStream_t,                       \
                                                   const MatmulBackwardArgs<Half>&, Scratch);       \
   template void launch_classifier_matmul_forward(const Blas&, cudaStream_t,                        \
-                                                 const ClassifierForwardArgs<Half>&, int);
+                                                 const ClassifierForwardArgs<Half>&, int);         \
+  template void launch_augmented_columns(cudaStream_t, Half*, int, int, int);
 #define SCALESTUDY_CLASSIFIER_INSTANCES(T)                                                         \
   template void launch_classifier_input_gradient(const Blas&, cudaStream_t,                        \
                                                  const ClassifierInputGradientArgs<T>&, int);      \

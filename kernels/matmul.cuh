@@ -57,6 +57,11 @@ size_t augmented_weight_gradient_elems(int in_channels, int out_channels);
 // The stride of 16-bit augmented rows of `channels`: channels + kAugmentedColumns, rounded
 // up to a 128-byte line, as the logits' rows are.
 int augmented_row_elems(int channels);
+// Writes the augmented columns (1, then zeros) after each of `count` rows of `channels`
+// values `stride` apart: for rows whose writer fills only the values (cuDNN's attention,
+// cuBLASLt's epilogues).
+template <class Half>
+void launch_augmented_columns(cudaStream_t stream, Half* rows, int count, int channels, int stride);
 template <class Half>
 void launch_matmul_backward(const Blas& blas, cudaStream_t stream,
                             const MatmulBackwardArgs<Half>& args, Scratch scratch);

@@ -30,12 +30,13 @@ inline constexpr float kGeluCubic = 0.044715f;
 enum class GradientWrite { accumulate, overwrite };
 
 // ---- augmented rows: a dense layer's input as [x, 1] -----------------------------------
-// A LayerNorm may write its output rows `stride` elements apart, stride >= channels +
-// kAugmentedColumns, each row followed by the columns (1, 0, ..., 0). The dense layer after
-// it reads x with that row stride, and its weight gradient over [x, 1], one GEMM, holds the
-// bias gradient as its column `channels`: the backward reads dout once, not once more for
-// the bias's column sums. A stride of 0 means plain rows, `channels` apart; which layout a
-// backend's model runs is Ops::dense_input_stride's answer.
+// The op that writes a dense layer's input (a LayerNorm, the attention, the GELU) may write
+// its rows `stride` elements apart, stride >= channels + kAugmentedColumns, each row
+// followed by the columns (1, 0, ..., 0). The dense layer reads x with that row stride, and
+// its weight gradient over [x, 1], one GEMM, holds the bias gradient as its column
+// `channels`: the backward reads dout once, not once more for the bias's column sums. A
+// stride of 0 means plain rows, `channels` apart; which layout a backend's model runs is
+// the answer of Ops::dense_input_stride and the two after it.
 inline constexpr int kAugmentedColumns = 8;
 
 // The elements from one row to the next: `stride`, or `channels` where stride is 0.
@@ -50,6 +51,7 @@ struct AttentionShape {
   int channels = 0;   // C
   int heads = 0;      // NH; head size is C / NH
   bool causal = true; // false: bidirectional (BERT-style)
+  int out_stride = 0; // out's rows [B,T,C]: plain (0) or augmented (above); dout's plain
 };
 
 // The backward of multi-head attention: dqkv (+)= the gradients of Q, K and V, as
@@ -185,6 +187,7 @@ struct DenseGeluForwardArgs {
   const T *inp = nullptr, *weight = nullptr, *bias = nullptr;
   int rows = 0, in_channels = 0, out_channels = 0;
   int inp_stride = 0;  // 0: plain rows; otherwise augmented rows (above)
+  int out_stride = 0;  // out's rows likewise; pre's are plain
 };
 
 // The backward of out = act @ weight^T + bias with act = gelu(pre), carried on through the
@@ -198,6 +201,7 @@ struct DenseGeluBackwardArgs {
   const T *dout = nullptr, *act = nullptr, *pre = nullptr, *weight = nullptr;
   int rows = 0, in_channels = 0, out_channels = 0;
   T* dact_scratch = nullptr;
+  int act_stride = 0;  // act's rows: plain (0) or augmented (above); the others' plain
 };
 
 // ---- the classifier: the tied LM head (no bias) and the cross-entropy ------------------

@@ -19,6 +19,7 @@
 #include <optional>
 #include <vector>
 
+#include "core/check.h"
 #include "core/model_shape.h"
 #include "kernels/op_params.h"
 
@@ -48,6 +49,17 @@ class Ops {
     (void)channels;
     return 0;
   }
+  // Likewise for the two other inputs of dense layers, where the backend's writer of them
+  // writes augmented rows: the attention's out (attention_forward, shape.out_stride) and the
+  // GELU's out (dense_gelu_forward's out_stride, of `channels`).
+  virtual int attention_output_stride(const AttentionShape& shape) const {
+    (void)shape;
+    return 0;
+  }
+  virtual int gelu_output_stride(int channels) const {
+    (void)channels;
+    return 0;
+  }
 
   // ---- a dense layer and a GELU together (GPT-2's MLP) --------------------------------
   // A backend may fold the GELU into the GEMMs on either side of it (the CUDA backend in
@@ -58,6 +70,7 @@ class Ops {
   // written, pre for the backward and out for the next layer. bias may be null.
   // A null pre is not kept: the GELU then runs in place on out.
   virtual void dense_gelu_forward(const DenseGeluForwardArgs<float>& args) {
+    SCALESTUDY_CHECK(args.out_stride == 0, "dense_gelu_forward: the plain ops write plain rows");
     float* pre = args.pre != nullptr ? args.pre : args.out;
     matmul_forward({.out = pre, .inp = args.inp, .weight = args.weight, .bias = args.bias,
                     .rows = args.rows, .in_channels = args.in_channels,
@@ -76,7 +89,7 @@ class Ops {
     matmul_backward({.dinp = args.dact_scratch, .dweight = args.dweight, .dbias = args.dbias,
                      .dout = args.dout, .inp = args.act, .weight = args.weight, .rows = args.rows,
                      .in_channels = args.in_channels, .out_channels = args.out_channels,
-                     .dinp_write = GradientWrite::overwrite});
+                     .dinp_write = GradientWrite::overwrite, .inp_stride = args.act_stride});
     gelu_backward(args.dpre, args.pre, args.dact_scratch,
                   static_cast<size_t>(args.rows) * args.in_channels, GradientWrite::overwrite);
   }

@@ -67,7 +67,7 @@ Gpt::Gpt(Backend& backend, const ModelShape& shape, int micro_batch, int seq,
       layout_(make_parameter_layout(shape)),
       batch_(micro_batch),
       seq_(seq),
-      ln_stride_(backend.dense_input_stride(shape.channels)),
+      strides_(dense_input_strides(backend, shape, micro_batch, seq)),
       padded_param_elems_(padded_param_elems),
       recompute_(recompute) {
   SCALESTUDY_CHECK(padded_param_elems_ >= layout_.param_elems, "padding shorter than the model");
@@ -77,7 +77,7 @@ Gpt::Gpt(Backend& backend, const ModelShape& shape, int micro_batch, int seq,
     params_ = memory_.allocate_floats(padded_param_elems_, MemoryKind::parameters);
     memory_.fill_zero(params_, padded_param_elems_);
     AllocatingSource source(backend, owned_);
-    lay_out_activations({shape, batch_, seq_, recompute_, ln_stride_}, source, *acts_);
+    lay_out_activations({shape, batch_, seq_, recompute_, strides_}, source, *acts_);
   } catch (...) {
     release_buffers();
     throw;
@@ -103,7 +103,7 @@ size_t Gpt::activation_bytes(const Backend& backend, const ModelShape& shape, in
                              bool recompute) {
   CountingSource source(backend);
   GptActivations uncounted;
-  lay_out_activations({shape, micro_batch, seq, recompute, backend.dense_input_stride(shape.channels)},
+  lay_out_activations({shape, micro_batch, seq, recompute, dense_input_strides(backend, shape, micro_batch, seq)},
                       source, uncounted);
   return source.bytes();
 }
@@ -166,7 +166,7 @@ void Gpt::first_layernorm(int l) {
   ops_.layernorm_forward({.out = x.ln1, .mean = x.ln1_mean, .rstd = x.ln1_rstd,
                           .inp = block_input(l), .weight = params_ + w.ln1_weight,
                           .bias = params_ + w.ln1_bias, .rows = N, .channels = C,
-                          .out_stride = ln_stride_});
+                          .out_stride = strides_.ln});
 }
 
 void Gpt::forward_block_body(int l) {
@@ -174,26 +174,27 @@ void Gpt::forward_block_body(int l) {
   const ModelShape& s = layout_.shape;
   const int B = batch_, T = seq_, C = s.channels, N = B * T;
   const float* p = params_;
-  const AttentionShape att{B, T, C, s.heads, s.causal};
+  const AttentionShape att{B, T, C, s.heads, s.causal, strides_.attention};
   const BlockOffsets& w = layout_.blocks[l];
   Activations::Layer& x = a.layers[l];
   ops_.matmul_forward({.out = x.qkv, .inp = x.ln1, .weight = p + w.qkv_weight,
                        .bias = p + w.qkv_bias, .rows = N, .in_channels = C, .out_channels = 3 * C,
-                       .inp_stride = ln_stride_});
+                       .inp_stride = strides_.ln});
   ops_.attention_forward(x.atty, x.att_probs, x.qkv, att);
   ops_.matmul_forward({.out = a.branch_out, .inp = x.atty, .weight = p + w.attn_proj_weight,
                        .bias = p + w.attn_proj_bias, .rows = N, .in_channels = C,
-                       .out_channels = C});
+                       .out_channels = C, .inp_stride = strides_.attention});
   ops_.residual_layernorm_forward({.residual = x.residual2, .out = x.ln2, .mean = x.ln2_mean,
                                    .rstd = x.ln2_rstd, .a = block_input(l), .b = a.branch_out,
                                    .weight = p + w.ln2_weight, .bias = p + w.ln2_bias, .rows = N,
-                                   .channels = C, .out_stride = ln_stride_});
+                                   .channels = C, .out_stride = strides_.ln});
   ops_.dense_gelu_forward({.pre = x.fch, .out = x.fch_gelu, .inp = x.ln2, .weight = p + w.fc_weight,
                            .bias = p + w.fc_bias, .rows = N, .in_channels = C,
-                           .out_channels = 4 * C, .inp_stride = ln_stride_});
+                           .out_channels = 4 * C, .inp_stride = strides_.ln,
+                           .out_stride = strides_.gelu});
   ops_.matmul_forward({.out = a.branch_out, .inp = x.fch_gelu, .weight = p + w.fc_proj_weight,
                        .bias = p + w.fc_proj_bias, .rows = N, .in_channels = 4 * C,
-                       .out_channels = C});
+                       .out_channels = C, .inp_stride = strides_.gelu});
 }
 
 void Gpt::finish_block(int l, ForwardHooks* hooks) {
@@ -217,7 +218,7 @@ void Gpt::finish_block(int l, ForwardHooks* hooks) {
     args.rstd = next.ln1_rstd;
     args.weight = p + w.ln1_weight;
     args.bias = p + w.ln1_bias;
-    args.out_stride = ln_stride_;
+    args.out_stride = strides_.ln;
   }
   ops_.residual_layernorm_forward(args);
 }
@@ -242,7 +243,7 @@ void Gpt::backward(GradientSink& sink, float loss_scale) {
   const ModelShape& s = layout_.shape;
   const int B = batch_, T = seq_, C = s.channels, V = s.vocab, N = B * T;
   const float* p = params_;
-  const AttentionShape att{B, T, C, s.heads, s.causal};
+  const AttentionShape att{B, T, C, s.heads, s.causal, strides_.attention};
 
   auto grad_of = [&sink](size_t tensor_offset) { return sink.tensor_gradients(tensor_offset); };
 
@@ -293,13 +294,14 @@ void Gpt::backward(GradientSink& sink, float loss_scale) {
                                       .act = x.fch_gelu, .pre = x.fch,
                                       .weight = p + w.fc_proj_weight, .rows = N,
                                       .in_channels = 4 * C, .out_channels = C,
-                                      .dact_scratch = a.dfch_gelu});
-    dense_backward(w.fc_weight, w.fc_bias, a.dln, a.dfch, x.ln2, ln_stride_, 4 * C, sink);
+                                      .dact_scratch = a.dfch_gelu, .act_stride = strides_.gelu});
+    dense_backward(w.fc_weight, w.fc_bias, a.dln, a.dfch, x.ln2, strides_.ln, 4 * C, sink);
     layernorm_backward_into_residual(w.ln2_weight, w.ln2_bias, x.residual2, x.ln2_mean, x.ln2_rstd, sink);
 
-    dense_backward(w.attn_proj_weight, w.attn_proj_bias, a.datty, a.dresidual, x.atty, 0, C, sink);
+    dense_backward(w.attn_proj_weight, w.attn_proj_bias, a.datty, a.dresidual, x.atty,
+                   strides_.attention, C, sink);
     ops_.attention_backward(a.dqkv, a.datty, x.qkv, x.atty, x.att_probs, att, kFirst);
-    dense_backward(w.qkv_weight, w.qkv_bias, a.dln, a.dqkv, x.ln1, ln_stride_, 3 * C, sink);
+    dense_backward(w.qkv_weight, w.qkv_bias, a.dln, a.dqkv, x.ln1, strides_.ln, 3 * C, sink);
     layernorm_backward_into_residual(w.ln1_weight, w.ln1_bias, residual, x.ln1_mean, x.ln1_rstd, sink);
     sink.segment_done(seg);
   }

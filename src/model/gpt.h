@@ -16,6 +16,16 @@ namespace scalestudy {
 
 struct GptActivations;  // model/gpt_activations.h
 
+// The row strides of the buffers that the dense layers read, as the backend writes them
+// (Ops::dense_input_stride, attention_output_stride, gelu_output_stride): 0 for plain rows,
+// or augmented rows, whose dense layer takes its bias gradient from its weight gradient's
+// GEMM.
+struct DenseInputStrides {
+  int ln = 0;         // ln1 and ln2, the LayerNorms' outputs
+  int attention = 0;  // atty
+  int gelu = 0;       // fch_gelu
+};
+
 class GradientSink {
  public:
   virtual ~GradientSink() = default;
@@ -121,8 +131,8 @@ class Gpt {
   DeviceMemory& memory_;
   ParameterLayout layout_;
   int batch_, seq_;
-  // The row stride of the blocks' LayerNorm outputs, ln1 and ln2 (Ops::dense_input_stride).
-  int ln_stride_;
+  // The row strides of the dense layers' inputs, as the backend writes them.
+  DenseInputStrides strides_;
   size_t padded_param_elems_;
   bool recompute_ = false;
   // The loss_scale of the dlogits that the last forward left in the logits, if it did.

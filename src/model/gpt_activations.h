@@ -7,8 +7,10 @@
 #include <cstdint>
 #include <vector>
 
+#include "backend/ops.h"
 #include "core/model_shape.h"
 #include "kernels/op_params.h"
+#include "model/gpt.h"
 
 namespace scalestudy {
 
@@ -45,12 +47,14 @@ class ActivationSource {
   virtual float* logits(size_t rows, int vocab) = 0;
 };
 
+DenseInputStrides dense_input_strides(const Ops& ops, const ModelShape& model, int micro_batch, int seq);
+
 struct ActivationShape {
   ModelShape model;
   int micro_batch = 0;
   int seq = 0;
   bool recompute = false;  // --recompute: one set of block buffers for every layer
-  int ln_stride = 0;       // ln1's and ln2's row stride (Ops::dense_input_stride)
+  DenseInputStrides strides;
 };
 
 // Takes every buffer of `shape` from `source` into `activations`.

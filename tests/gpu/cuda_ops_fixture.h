@@ -454,8 +454,11 @@ class CudaOpsTest : public gpu_test::CudaOpsFixture {
   // [-3, 3]) rather than its linear tails. Everything the ops write starts as NaN, the
   // parameter gradients from a random prior. Returns how many of the two calls ran a GELU
   // epilogue. 16 bits only.
-  size_t check_dense_gelu(int N, int C, const std::string& label) {
+  // With out_stride, the GPU's GELU output (and so the act its backward reads) is in
+  // augmented rows: the values must be the CPU's and every row's columns (1, 0, ...).
+  size_t check_dense_gelu(int N, int C, const std::string& label, int out_stride = 0) {
     const int H = 4 * C;
+    const size_t act_row_elems = size_t(row_stride(out_stride, H));
     const size_t fc_weight_at = 8, fc_bias_at = fc_weight_at + size_t(H) * C;
     const size_t proj_weight_at = fc_bias_at + H, proj_bias_at = proj_weight_at + size_t(C) * H;
     std::vector<float> params(proj_bias_at + C, 0.0f);
@@ -473,16 +476,26 @@ class CudaOpsTest : public gpu_test::CudaOpsFixture {
 
     const auto inp = rounded(random_floats(size_t(N) * C, 84));
     std::vector<float> pre(size_t(N) * H), out(pre.size());
-    float *d_pre = poisoned_activation(pre.size()), *d_out = poisoned_activation(pre.size());
+    float *d_pre = poisoned_activation(pre.size()), *d_out = poisoned_activation(N * act_row_elems);
     cpu_.dense_gelu_forward({.pre = pre.data(), .out = out.data(), .inp = inp.data(),
                              .weight = params.data() + fc_weight_at,
                              .bias = params.data() + fc_bias_at, .rows = N, .in_channels = C,
                              .out_channels = H});
     gpu_->dense_gelu_forward({.pre = d_pre, .out = d_out, .inp = activation(inp),
                               .weight = d_params + fc_weight_at, .bias = d_params + fc_bias_at,
-                              .rows = N, .in_channels = C, .out_channels = H});
+                              .rows = N, .in_channels = C, .out_channels = H,
+                              .out_stride = out_stride});
     expect_close("dense gelu pre" + label, d_pre, pre, gemm_tolerance(pre));
-    expect_close("dense gelu out" + label, d_out, out, gelu_of_gemm_tolerance(pre));
+    const auto out_rows = download(d_out, N * act_row_elems);
+    std::vector<float> out_values(pre.size());
+    size_t wrong_augmented_columns = 0;
+    for (int n = 0; n < N; ++n) {
+      std::copy_n(out_rows.begin() + n * act_row_elems, H, out_values.begin() + size_t(n) * H);
+      for (size_t k = H; k < act_row_elems && k < size_t(H) + kAugmentedColumns; ++k)
+        wrong_augmented_columns += out_rows[n * act_row_elems + k] != (k == size_t(H) ? 1.0f : 0.0f);
+    }
+    EXPECT_EQ(wrong_augmented_columns, 0u) << "dense gelu out" << label << ": the columns after each row";
+    EXPECT_TRUE(all_close("dense gelu out" + label, out_values, out, gelu_of_gemm_tolerance(pre)));
 
     // Both sides go backward from the same 16-bit pre and act = gelu(pre).
     const auto pre_stored = rounded(pre);
@@ -499,6 +512,12 @@ class CudaOpsTest : public gpu_test::CudaOpsFixture {
                           .dinp_write = GradientWrite::overwrite});
     std::vector<float> dpre(pre.size()), scratch(pre.size());
     auto dweight = random_floats(size_t(C) * H, 86), dbias = random_floats(C, 87);
+    // The GPU's act in its forward's layout: the CPU's values, each row augmented.
+    std::vector<float> act_rows(N * act_row_elems, 0.0f);
+    for (int n = 0; n < N; ++n) {
+      std::copy_n(act.begin() + size_t(n) * H, H, act_rows.begin() + n * act_row_elems);
+      if (out_stride != 0) act_rows[n * act_row_elems + H] = 1.0f;
+    }
     float *d_dpre = poisoned_activation(pre.size()), *d_scratch = poisoned_activation(pre.size());
     float *d_dweight = upload(dweight), *d_dbias = upload(dbias);
     cpu_.dense_backward_through_gelu({.dpre = dpre.data(), .dweight = dweight.data(),
@@ -507,11 +526,11 @@ class CudaOpsTest : public gpu_test::CudaOpsFixture {
                                       .in_channels = H, .out_channels = C,
                                       .dact_scratch = scratch.data()});
     gpu_->dense_backward_through_gelu({.dpre = d_dpre, .dweight = d_dweight, .dbias = d_dbias,
-                                       .dout = activation(dout), .act = activation(act),
+                                       .dout = activation(dout), .act = activation(act_rows),
                                        .pre = activation(pre_stored),
                                        .weight = d_params + proj_weight_at, .rows = N,
                                        .in_channels = H, .out_channels = C,
-                                       .dact_scratch = d_scratch});
+                                       .dact_scratch = d_scratch, .act_stride = out_stride});
     expect_close("dense gelu dpre" + label, d_dpre, dpre, gelu_of_gemm_tolerance(dact));
     expect_close("dense gelu dweight" + label, d_dweight, dweight, kDotProduct);
     expect_close("dense gelu dbias" + label, d_dbias, dbias, kColumnSum);

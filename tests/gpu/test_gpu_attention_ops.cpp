@@ -418,6 +418,16 @@ std::vector<float> download_activation(CudaOps& ops, const float* device, size_t
   return values;
 }
 
+// The bound of an overwriting backward (above): compute_bounds' plus the final rounding.
+std::vector<double> overwrite_bounds(const Reference& ref, const std::vector<float>& grad,
+                                     Precision precision) {
+  const double u = unit_roundoff(precision), eta = subnormal_rounding(precision);
+  std::vector<double> bounds(grad.size());
+  for (size_t i = 0; i < grad.size(); ++i)
+    bounds[i] = (1.0 + 2.0 * u) * (ref.dqkv_bound[i] + u * std::fabs(grad[i])) + eta;
+  return bounds;
+}
+
 std::vector<double> doubled(std::vector<double> bounds) {
   for (double& bound : bounds) bound *= 2.0;
   return bounds;
@@ -433,7 +443,8 @@ TEST_P(CudnnAttentionCases, MatchesCpuReferenceAndFlash) {
   const CaseInputs inputs = case_inputs(precision, c);
   std::vector<float> grad;
   Reference ref = case_reference(precision, c, inputs, grad);
-  std::vector<double> overwrite_bound(qkv_elems), accumulate_bound(qkv_elems);
+  const std::vector<double> overwrite_bound = overwrite_bounds(ref, grad, precision);
+  std::vector<double> accumulate_bound(qkv_elems);
   float grad_scale = 0.0f;
   for (float g : grad) grad_scale = std::max(grad_scale, std::fabs(g));
   std::vector<float> prior = random_floats(qkv_elems, 73, -grad_scale, grad_scale);
@@ -441,7 +452,6 @@ TEST_P(CudnnAttentionCases, MatchesCpuReferenceAndFlash) {
   std::vector<float> accumulated(qkv_elems);
   for (size_t i = 0; i < qkv_elems; ++i) {
     accumulated[i] = prior[i] + grad[i];
-    overwrite_bound[i] = (1.0 + 2.0 * u) * (ref.dqkv_bound[i] + u * std::fabs(grad[i])) + eta;
     accumulate_bound[i] = (1.0 + 2.0 * u) * (ref.dqkv_bound[i] + u * std::fabs(grad[i]) +
                                              (u + 0x1p-24) * std::fabs(accumulated[i])) +
                           3.0 * eta;
@@ -492,6 +502,49 @@ TEST_P(CudnnAttentionCases, MatchesCpuReferenceAndFlash) {
                             doubled(ref.lse_bound)));
   EXPECT_TRUE(within_bounds(label + " dqkv vs flash", overwritten, download_half(f_dqkv, precision, qkv_elems),
                             doubled(overwrite_bound)));
+}
+
+// Where attention_output_stride says so (channels a multiple of 8), the model's out is in
+// augmented rows, which cuDNN writes through its output strides: the values within the
+// bounds above, each row followed by (1, 0, ...), and the backward, which reads out at that
+// stride, within its bounds.
+TEST_P(CudnnAttentionCases, WritesAugmentedRowsThroughItsStrides) {
+  const Precision precision = std::get<0>(GetParam());
+  const FlashCase c = std::get<1>(GetParam());
+  CudaOps ops(0, precision, GemmAlgos::heuristic, AttentionKernel::cudnn);
+  AttentionShape shape{c.batch, c.seq, c.channels, c.heads, c.causal};
+  shape.out_stride = ops.attention_output_stride(shape);
+  if (c.channels % 8 != 0) {
+    EXPECT_EQ(shape.out_stride, 0) << "augmented rows need channels a multiple of 8";
+    return;
+  }
+  ASSERT_GE(shape.out_stride, c.channels + kAugmentedColumns);
+  const size_t tokens = size_t(c.batch) * c.seq, C = c.channels, stride = shape.out_stride;
+  const CaseInputs inputs = case_inputs(precision, c);
+  std::vector<float> grad;
+  const Reference ref = case_reference(precision, c, inputs, grad);
+  float* d_qkv = upload_activation(ops, inputs.qkv);
+  float* d_out = upload_activation(ops, std::vector<float>(tokens * stride, NAN));
+  float* d_lse = ops.allocate_attention_state(shape);
+  float* d_dqkv = upload_activation(ops, std::vector<float>(grad.size(), NAN));
+  float* d_dout = upload_activation(ops, inputs.dout);
+  ops.attention_forward(d_out, d_lse, d_qkv, shape);
+  ops.attention_backward(d_dqkv, d_dout, d_qkv, d_out, d_lse, shape, GradientWrite::overwrite);
+  const auto out_rows = download_activation(ops, d_out, tokens * stride);
+  const auto dqkv = download_activation(ops, d_dqkv, grad.size());
+  for (float* buffer : {d_qkv, d_out, d_lse, d_dqkv, d_dout}) ops.release(buffer);
+
+  std::vector<float> out(tokens * C);
+  size_t wrong_augmented_columns = 0;
+  for (size_t t = 0; t < tokens; ++t) {
+    std::copy_n(out_rows.begin() + t * stride, C, out.begin() + t * C);
+    for (size_t k = 0; k < size_t(kAugmentedColumns); ++k)
+      wrong_augmented_columns += out_rows[t * stride + C + k] != (k == 0 ? 1.0f : 0.0f);
+  }
+  const std::string label = std::string(precision_name(precision)) + " cudnn augmented " + c.name;
+  EXPECT_EQ(wrong_augmented_columns, 0u) << label << ": the columns after each row";
+  EXPECT_TRUE(within_bounds(label + " out", out, ref.out, ref.out_bound));
+  EXPECT_TRUE(within_bounds(label + " dqkv", dqkv, grad, overwrite_bounds(ref, grad, precision)));
 }
 
 // bf16 only: the run refuses cuDNN in fp16 (run_config.cpp says why), and the cases

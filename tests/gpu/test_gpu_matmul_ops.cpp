@@ -272,6 +272,20 @@ TEST_P(CudaOpsHalf, DenseGeluTakesTheEpiloguesAtGpt2Small) {
       << "bf16 must take both GELU epilogues at GPT-2 small's MLP shape, fp16 neither";
 }
 
+// In bf16 the GELU epilogue writes its output in augmented rows (gelu_output_stride), which
+// the projection's backward reads for its bias gradient; fp16's GELU kernels write plain
+// rows.
+TEST_P(CudaOpsHalf, DenseGeluWritesAugmentedRowsWhereTheBackendSaysSo) {
+  const int stride = gpu_->gelu_output_stride(4 * 768);
+  if (precision_ == Precision::fp16) {
+    EXPECT_EQ(stride, 0) << "fp16 keeps the GELU kernels, which write plain rows";
+    return;
+  }
+  ASSERT_GE(stride, 4 * 768 + kAugmentedColumns);
+  EXPECT_EQ(check_dense_gelu(256, 768, " (GPT-2 small, augmented)", stride), 2u)
+      << "augmented rows need both GELU epilogues";
+}
+
 // The two epilogues at GPT-2 small's shapes, on inputs that make every GEMM exact, so that
 // what is left to compare is the GELU itself: one-hot rows pick one weight (plus the bias)
 // as the GELU's input, and a one-hot dout with weights of +-1 makes the derivative's

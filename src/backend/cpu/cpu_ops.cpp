@@ -353,6 +353,7 @@ void CpuOps::classifier_weight_backward(const ClassifierWeightGradientArgs<float
 
 void CpuOps::attention_forward(float* out, float* probs, const float* qkv,
                                const AttentionShape& shape) {
+  SCALESTUDY_CHECK(shape.out_stride == 0, "cpu attention_forward: out's rows are plain here");
   const int head_size = attention_head_size(shape);
   const int seq = shape.seq;
   const int channels = shape.channels;

@@ -23,6 +23,18 @@ int CudaOps::dense_input_stride(int channels) const {
   return cuda::augmented_row_elems(channels);
 }
 
+// cuDNN's attention writes augmented rows through its output strides; the flash kernels
+// and the unfused path write plain ones.
+int CudaOps::attention_output_stride(const AttentionShape& shape) const {
+  return uses_cudnn_attention(shape) ? dense_input_stride(shape.channels) : 0;
+}
+
+// The GELU epilogue writes augmented rows through its output's leading dimension; the plain
+// ops (fp16's GELU kernels) write plain ones.
+int CudaOps::gelu_output_stride(int channels) const {
+  return gelu_epilogues_allowed() ? dense_input_stride(channels) : 0;
+}
+
 void CudaOps::matmul_forward(const MatmulForwardArgs<float>& args) {
   ScopedKernelTag tag(KernelCategory::gemm);
   if (!half_operands("matmul_forward", {{args.out, "out"}, {args.inp, "inp"}}))
@@ -104,7 +116,8 @@ void CudaOps::dense_gelu_forward(const DenseGeluForwardArgs<float>& args) {
                                                .bias = as<Half>(bias_copy), .rows = args.rows,
                                                .in_channels = args.in_channels,
                                                .out_channels = args.out_channels,
-                                               .inp_stride = args.inp_stride};
+                                               .inp_stride = args.inp_stride,
+                                               .out_stride = args.out_stride};
         fused = cuda::launch_dense_gelu_forward(*lt_gemm_, stream_, typed);
       });
     }
@@ -113,6 +126,10 @@ void CudaOps::dense_gelu_forward(const DenseGeluForwardArgs<float>& args) {
       return;
     }
   }
+  SCALESTUDY_CHECK(args.out_stride == 0, "dense_gelu_forward: cuBLASLt declined the GELU epilogue for " +
+                                             std::to_string(args.rows) + " rows of " +
+                                             std::to_string(args.out_channels) +
+                                             ", whose augmented rows (gelu_output_stride) only it writes");
   Ops::dense_gelu_forward(args);
 }
 
@@ -125,10 +142,11 @@ void CudaOps::dense_backward_through_gelu(const DenseGeluBackwardArgs<float>& ar
       gelu_epilogues_allowed()) {
     require_fp32({{args.dweight, "dense_backward_through_gelu dweight"},
                   {args.dbias, "dense_backward_through_gelu dbias"}});
-    const cuda::Scratch scratch =
-        args.dbias != nullptr ? scratch_of(cuda::dense_backward_through_gelu_scratch_elems(
-                                    args.rows, args.out_channels))
-                              : cuda::Scratch{};
+    const size_t scratch_elems =
+        args.act_stride != 0
+            ? cuda::augmented_weight_gradient_elems(args.in_channels, args.out_channels)
+            : cuda::dense_backward_through_gelu_scratch_elems(args.rows, args.out_channels);
+    const cuda::Scratch scratch = args.dbias != nullptr ? scratch_of(scratch_elems) : cuda::Scratch{};
     const void* weight_copy = parameter_copy_of(args.weight);
     bool fused = false;
     {
@@ -143,7 +161,8 @@ void CudaOps::dense_backward_through_gelu(const DenseGeluBackwardArgs<float>& ar
                                                     .rows = args.rows,
                                                     .in_channels = args.in_channels,
                                                     .out_channels = args.out_channels,
-                                                    .dact_scratch = as<Half>(args.dact_scratch)};
+                                                    .dact_scratch = as<Half>(args.dact_scratch),
+                                                    .act_stride = args.act_stride};
         fused = cuda::launch_dense_backward_through_gelu(*lt_gemm_, blas(), stream_,
                                                          half_args, scratch);
       });

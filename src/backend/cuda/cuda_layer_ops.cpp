@@ -138,11 +138,17 @@ void CudaOps::cudnn_attention_backward(const AttentionBackwardArgs<float>& args)
 void CudaOps::attention_forward(float* out, float* state, const float* qkv,
                                 const AttentionShape& shape) {
   ScopedKernelTag tag(KernelCategory::attention);
+  check_attention_output_stride(shape);
   if (fused_attention_state(state, shape)) {
     SCALESTUDY_CHECK(half_operands("attention_forward", {{out, "out"}, {qkv, "qkv"}}),
                      "the fused attention needs 16-bit out and qkv");
     if (uses_cudnn_attention(shape)) {
       cudnn_attention_forward(out, state, qkv, shape);
+      if (shape.out_stride == 0) return;
+      with_half_type(precision_, [&]<class Half>(Storage<Half>) {
+        cuda::launch_augmented_columns(stream_, as<Half>(out), shape.batch * shape.seq, shape.channels,
+                                       shape.out_stride);
+      });
       return;
     }
     with_half_type(precision_, [&]<class Half>(Storage<Half>) {
@@ -165,6 +171,7 @@ void CudaOps::attention_backward(float* dqkv, const float* dout, const float* qk
                                  const float* state, const AttentionShape& shape,
                                  GradientWrite dqkv_write) {
   ScopedKernelTag tag(KernelCategory::attention);
+  check_attention_output_stride(shape);
   const bool accumulate_dqkv = dqkv_write == GradientWrite::accumulate;
   if (fused_attention_state(state, shape)) {
     SCALESTUDY_CHECK(half_operands("attention_backward", {{dqkv, "dqkv"}, {dout, "dout"}, {qkv, "qkv"}, {out, "out"}}),
@@ -294,6 +301,12 @@ void CudaOps::softmax_cross_entropy_backward(float* dlogits, const float* logits
 // the same size functions the allocations and launchers use.
 bool CudaOps::uses_cudnn_attention(const AttentionShape& shape) const {
   return cudnn_attention_ != nullptr && cudnn_attention_supported(shape);
+}
+
+void CudaOps::check_attention_output_stride(const AttentionShape& shape) const {
+  SCALESTUDY_CHECK(shape.out_stride == attention_output_stride(shape) || shape.out_stride == 0,
+                   "attention: out's rows are " + std::to_string(shape.out_stride) +
+                       " apart, where this path writes plain rows (attention_output_stride)");
 }
 
 // cuDNN keeps the same statistics as the flash kernels (cudnn_attention.h), so the state

@@ -96,6 +96,8 @@ class CudaOps final : public CudaMemory {
 
   void matmul_forward(const MatmulForwardArgs<float>& args) override;
   int dense_input_stride(int channels) const override;
+  int attention_output_stride(const AttentionShape& shape) const override;
+  int gelu_output_stride(int channels) const override;
   void matmul_backward(const MatmulBackwardArgs<float>& args) override;
 
   // bf16 with a bias among the parameters: one cuBLASLt GEMM each, the GELU in its
@@ -169,6 +171,8 @@ class CudaOps final : public CudaMemory {
   // Whether the attention of `shape` runs through cuDNN (--attention-kernel cudnn, a shape
   // it takes); the other fused shapes run through the flash kernels.
   bool uses_cudnn_attention(const AttentionShape& shape) const;
+  // Aborts where shape.out_stride asks for augmented rows this attention does not write.
+  void check_attention_output_stride(const AttentionShape& shape) const;
   void cudnn_attention_forward(float* out, float* lse, const float* qkv, const AttentionShape& shape);
   void cudnn_attention_backward(const AttentionBackwardArgs<float>& args);
   double read_device_double();

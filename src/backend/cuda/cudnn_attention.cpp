@@ -102,15 +102,16 @@ enum TensorUid : int64_t { q_uid = 1, k_uid, v_uid, out_uid, lse_uid, dout_uid, 
 // Dims and strides in cuDNN's SDPA order (batch, heads, sequence, head dim) over the op
 // interface's row-major layouts.
 struct SdpaLayout {
-  int64_t batch, heads, seq, head_size, channels;
+  int64_t batch, heads, seq, head_size, channels, out_row;
   explicit SdpaLayout(const AttentionShape& shape)
       : batch(shape.batch), heads(shape.heads), seq(shape.seq), head_size(attention_head_size(shape)),
-        channels(shape.channels) {}
+        channels(shape.channels), out_row(row_stride(shape.out_stride, shape.channels)) {}
   std::vector<int64_t> dims() const { return {batch, heads, seq, head_size}; }
   // Q, K and V (and their gradients) inside qkv[B,T,3C]: a token's row is 3C long.
   std::vector<int64_t> qkv_strides() const { return {seq * 3 * channels, head_size, 3 * channels, 1}; }
-  // out and dout [B,T,C].
-  std::vector<int64_t> out_strides() const { return {seq * channels, head_size, channels, 1}; }
+  // out [B,T,C], its rows out_row apart (plain or augmented), and dout [B,T,C].
+  std::vector<int64_t> out_strides() const { return {seq * out_row, head_size, out_row, 1}; }
+  std::vector<int64_t> dout_strides() const { return {seq * channels, head_size, channels, 1}; }
   // lse [B,NH,T]: one fp32 per query row.
   std::vector<int64_t> lse_dims() const { return {batch, heads, seq, 1}; }
   std::vector<int64_t> lse_strides() const { return {heads * seq, seq, 1, 1}; }
@@ -119,6 +120,7 @@ struct SdpaLayout {
 struct GraphKey {
   int batch, seq, heads, head_size;
   bool causal;
+  int out_stride;
   Precision precision;
   auto operator<=>(const GraphKey&) const = default;
 };
@@ -202,7 +204,7 @@ BuiltGraph build_backward(const AttentionShape& shape, Precision precision, cudn
   auto graph = new_graph(precision);
   auto [q, k, v] = qkv_inputs(*graph, layout);
   auto out = input(*graph, "out", out_uid, layout.dims(), layout.out_strides());
-  auto dout = input(*graph, "dout", dout_uid, layout.dims(), layout.out_strides());
+  auto dout = input(*graph, "dout", dout_uid, layout.dims(), layout.dout_strides());
   auto lse = input(*graph, "lse", lse_uid, layout.lse_dims(), layout.lse_strides());
   lse->set_data_type(fe::DataType_t::FLOAT);
   const auto options = fe::graph::SDPA_backward_attributes()
@@ -239,7 +241,8 @@ struct CudnnAttention::Graphs {
                      "cuDNN's fused attention takes head sizes that are multiples of 8 up to 128 and more "
                      "than one token, not head size " + std::to_string(attention_head_size(shape)) + " at seq " +
                          std::to_string(shape.seq));
-    return {shape.batch, shape.seq, shape.heads, attention_head_size(shape), shape.causal, precision};
+    return {shape.batch, shape.seq, shape.heads, attention_head_size(shape), shape.causal, shape.out_stride,
+            precision};
   }
   // The pass's graph for `shape`, built by `build` the first time the shape comes.
   template <class Build>
