@@ -103,8 +103,8 @@ size_t Gpt::activation_bytes(const Backend& backend, const ModelShape& shape, in
                              bool recompute) {
   CountingSource source(backend);
   GptActivations uncounted;
-  lay_out_activations({shape, micro_batch, seq, recompute, dense_input_strides(backend, shape, micro_batch, seq)},
-                      source, uncounted);
+  const DenseInputStrides strides = dense_input_strides(backend, shape, micro_batch, seq);
+  lay_out_activations({shape, micro_batch, seq, recompute, strides}, source, uncounted);
   return source.bytes();
 }
 

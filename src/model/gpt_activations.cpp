@@ -12,9 +12,10 @@ DenseInputStrides dense_input_strides(const Ops& ops, const ModelShape& model, i
 void lay_out_activations(const ActivationShape& shape, ActivationSource& source, GptActivations& a) {
   const size_t N = static_cast<size_t>(shape.micro_batch) * static_cast<size_t>(shape.seq);
   const size_t C = static_cast<size_t>(shape.model.channels);
-  const size_t ln_row_elems = static_cast<size_t>(row_stride(shape.strides.ln, shape.model.channels));
-  const size_t atty_row_elems = static_cast<size_t>(row_stride(shape.strides.attention, shape.model.channels));
-  const size_t gelu_row_elems = static_cast<size_t>(row_stride(shape.strides.gelu, 4 * shape.model.channels));
+  const int channels = shape.model.channels;
+  const size_t ln_row_elems = static_cast<size_t>(row_stride(shape.strides.ln, channels));
+  const size_t atty_row_elems = static_cast<size_t>(row_stride(shape.strides.attention, channels));
+  const size_t gelu_row_elems = static_cast<size_t>(row_stride(shape.strides.gelu, 4 * channels));
   const AttentionShape attention{shape.micro_batch, shape.seq, shape.model.channels, shape.model.heads,
                                  shape.model.causal};
   a.tokens = source.ints(N);

@@ -47,6 +47,8 @@ class ActivationSource {
   virtual float* logits(size_t rows, int vocab) = 0;
 };
 
+// The row strides `ops` writes the dense layers' inputs in, for the model at this
+// micro-batch (the attention's depends on the shape, through the kernels that run it).
 DenseInputStrides dense_input_strides(const Ops& ops, const ModelShape& model, int micro_batch, int seq);
 
 struct ActivationShape {
