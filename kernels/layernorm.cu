@@ -66,13 +66,6 @@ __device__ __forceinline__ size_t out_row_elems(const LayerNormForwardArgs<T>& p
   return size_t(p.out_stride != 0 ? p.out_stride : p.channels);
 }
 
-// The columns an augmented row carries after its channels (op_params.h): 1, then zeros,
-// one a thread for threads 0 .. kAugmentedColumns - 1.
-template <class T>
-__device__ __forceinline__ void write_augmented_columns(T* columns, int thread) {
-  if (thread < kAugmentedColumns) columns[thread] = from_float<T>(thread == 0 ? 1.0f : 0.0f);
-}
-
 // One block per row. Mean and variance accumulate in double (two passes; the second
 // reads the row from L1), as the CPU does: with C in the thousands an fp32 sum would
 // lose the digits that x - mean needs.

@@ -550,8 +550,8 @@ namespace {
 template <class T>
 __global__ void augmented_columns_kernel(T* __restrict__ rows, int count, int channels, int stride) {
   const int thread = blockIdx.x * blockDim.x + threadIdx.x;
-  const int row = thread / kAugmentedColumns, column = thread % kAugmentedColumns;
-  if (row < count) rows[size_t(row) * stride + channels + column] = from_float<T>(column == 0 ? 1.0f : 0.0f);
+  const int row = thread / kAugmentedColumns;
+  if (row < count) write_augmented_columns(rows + size_t(row) * stride + channels, thread % kAugmentedColumns);
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include <initializer_list>
 
 #include "common.cuh"
+#include "op_params.h"
 
 namespace scalestudy::cuda {
 
@@ -105,6 +106,13 @@ void launch_packed(cudaStream_t stream, void (*kernel)(Params...), size_t elems,
   const size_t packs = pack_count<T>(elems, aligned);
   kernel<<<packed_blocks<T>(elems, packs), kElementwiseThreads, 0, stream>>>(args..., elems, packs);
   CHECK_LAUNCH();
+}
+
+// The columns an augmented row carries after its channels (op_params.h): 1, then zeros,
+// one a thread for threads 0 .. kAugmentedColumns - 1.
+template <class T>
+__device__ __forceinline__ void write_augmented_columns(T* columns, int thread) {
+  if (thread < kAugmentedColumns) columns[thread] = from_float<T>(thread == 0 ? 1.0f : 0.0f);
 }
 
 }  // namespace scalestudy::cuda
