@@ -165,10 +165,11 @@ LtGemm::Sizing LtGemm::size_for(const Plan& plan, int multiprocessors) const {
 }
 
 // beta = 0 (D only written, passed as C too, which cuBLASLt then never reads), or for a
-// plain GEMM that adds, beta = 1 on D.
+// GEMM that adds, beta = 1 on C: D itself for a plain GEMM, the call's c for an epilogue's.
 cublasStatus_t LtGemm::launch(const Plan& plan, const Sizing& sizing, cudaStream_t stream, const Operands& on) {
   const float alpha = 1.0f, beta = plan.shape.adds ? 1.0f : 0.0f;
-  return cublasLtMatmul(handle_, sizing.desc, &alpha, on.a, plan.a_layout, on.b, plan.b_layout, &beta, on.d,
+  const void* c = on.c != nullptr ? on.c : on.d;
+  return cublasLtMatmul(handle_, sizing.desc, &alpha, on.a, plan.a_layout, on.b, plan.b_layout, &beta, c,
                         plan.d_layout, on.d, plan.d_layout, &sizing.algo, workspace_, kWorkspaceBytes, stream);
 }
 
@@ -293,7 +294,7 @@ void LtGemm::set_pointer(Plan& plan, cublasLtMatmulDescAttributes_t attribute, c
 // what the epilogue broadcasts. The input gradient computes dpre^T[IC, N] = W^T[IC, OC] ·
 // dout^T[OC, N]: A is the weight as is (op N).
 bool LtGemm::run_epilogue(cudaStream_t stream, const EpilogueCall& call) {
-  for (const void* operand : std::initializer_list<const void*>{call.a, call.b, call.d, call.bias, call.aux})
+  for (const void* operand : std::initializer_list<const void*>{call.a, call.b, call.d, call.bias, call.aux, call.c})
     if (!lt_aligned(operand)) return false;
   // B's rows span ldb elements and D's ldd: held to the same alignment and size as k.
   if (!shape_allowed(call.m, call.n, call.k) || !shape_allowed(call.m, call.n, call.ldb) ||
@@ -301,12 +302,12 @@ bool LtGemm::run_epilogue(cudaStream_t stream, const EpilogueCall& call) {
     return false;
   const bool transposed_a = call.epilogue != Epilogue::dgelu;
   Plan* plan = plan_for({call.epilogue, call.type, call.type, transposed_a ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N,
-                         call.m, call.n, call.k, transposed_a ? call.k : call.m, call.ldb, call.ldd, false,
-                         multiprocessor_target_});
+                         call.m, call.n, call.k, transposed_a ? call.k : call.m, call.ldb, call.ldd,
+                         call.c != nullptr, multiprocessor_target_});
   if (plan == nullptr) return false;
   if (call.bias != nullptr) set_pointer(*plan, CUBLASLT_MATMUL_DESC_BIAS_POINTER, call.bias);
   if (call.aux != nullptr) set_pointer(*plan, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, call.aux);
-  const Operands on{call.a, call.b, call.d};
+  const Operands on{call.a, call.b, call.d, call.c};
   if (!plan->chosen) choose(*plan, stream, on, [&] { return launch(*plan, plan->sizing, stream, on); });
   CHECK_CUBLAS(launch(*plan, plan->sizing, stream, on));
   return true;
@@ -315,7 +316,7 @@ bool LtGemm::run_epilogue(cudaStream_t stream, const EpilogueCall& call) {
 bool LtGemm::forward(cudaStream_t stream, cudaDataType_t type, const MatmulForwardArgs<void>& args) {
   return run_epilogue(stream, {Epilogue::bias, type, args.out_channels, args.rows, args.in_channels,
                                row_stride(args.inp_stride, args.in_channels), args.out_channels,
-                               args.weight, args.inp, args.out, args.bias, nullptr});
+                               args.weight, args.inp, args.out, args.bias, nullptr, args.residual});
 }
 
 bool LtGemm::gelu_forward(cudaStream_t stream, cudaDataType_t type, const DenseGeluForwardArgs<void>& args) {

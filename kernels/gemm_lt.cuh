@@ -143,8 +143,8 @@ class LtGemm {
   // The plan of a shape, made at its first call; nullptr where cuBLASLt has no algorithm.
   Plan* plan_for(const Shape& shape);
   Sizing size_for(const Plan& plan, int multiprocessors) const;
-  // One GEMM of an epilogue: D = op(A) B in cuBLAS's column-major terms, with the bias and
-  // the auxiliary matrix that the epilogue takes (null where it takes none).
+  // One GEMM of an epilogue: D = op(A) B (+ C) in cuBLAS's column-major terms, with the bias
+  // and the auxiliary matrix that the epilogue takes (null where it takes none).
   struct EpilogueCall {
     Epilogue epilogue;
     cudaDataType_t type;
@@ -156,17 +156,19 @@ class LtGemm {
     void* d;
     const void* bias;
     const void* aux;
+    const void* c = nullptr;  // added to the result, in D's layout (beta = 1); null: none
   };
   // Runs the call's plan with its pointers set, or returns false, having done nothing,
   // where an operand is not 16-byte aligned or the shape is not one the plans take.
   bool run_epilogue(cudaStream_t stream, const EpilogueCall& call);
   // A bias or auxiliary pointer, on every descriptor the plan holds.
   static void set_pointer(Plan& plan, cublasLtMatmulDescAttributes_t attribute, const void* pointer);
-  // Operands of one call.
+  // Operands of one call. A plan that adds reads C from c, or from d where c is null.
   struct Operands {
     const void* a;
     const void* b;
     void* d;
+    const void* c = nullptr;
   };
   // Sets the plan's algorithm for good: the chooser's, or (timed) the faster sizing on
   // these operands where it clears the threshold. `fallback` runs what runs without a choice.

@@ -5,7 +5,6 @@
 #include <type_traits>
 
 #include "common.cuh"
-#include "elementwise.cuh"
 #include "precision.cuh"
 #include "reductions.cuh"
 
@@ -42,14 +41,6 @@ constexpr size_t kDefaultSharedBytes = 48 * 1024;
 // storage of the activations (inp, out, dout, dinp) and of the parameters read (weight,
 // bias: in bf16 or fp16, the backend's 16-bit copy of the parameters): fp32, bf16 or fp16.
 // mean, rstd and the parameter gradients are fp32 whatever T is.
-
-// The residual + LayerNorm launch's addends: sum = a + b is written first, and it is the
-// inp that is normalised.
-template <class T>
-struct Addends {
-  T* sum = nullptr;
-  const T *a = nullptr, *b = nullptr;
-};
 
 // x normalised by its row's statistics, rounded as the CPU's (x - mean) * rstd.
 __device__ __forceinline__ float normalized(float x, float mean, float rstd) {
@@ -130,13 +121,9 @@ __device__ __forceinline__ void for_each_lane_pack(int lane, int channels, F f) 
 // quarter of its double-add rate, and at four conversions an element (one a pass, two in
 // the last) the arithmetic would take about as long as the memory traffic; kept, it is
 // two. The operations are the block kernel's, element for element.
-// With kResidual the row is first the sum of two rows, each element's fp32 sum rounded
-// once as the residual kernel rounds it (elementwise.cu), and stored to addends.sum (the
-// launcher's inp): the normalisation then starts from the values that the separate
-// kernels would read back.
-template <class T, int kPacks, bool kResidual>
+template <class T, int kPacks>
 __global__ void __launch_bounds__(kForwardWarps * kWarpSize)
-    layernorm_forward_warp_kernel(LayerNormForwardArgs<T> p, Addends<T> addends) {
+    layernorm_forward_warp_kernel(LayerNormForwardArgs<T> p) {
   constexpr int kCount = Pack<T>::kCount;
   const int lane = threadIdx.x % kWarpSize;
   const int row = blockIdx.x * kForwardWarps + threadIdx.x / kWarpSize;
@@ -147,20 +134,7 @@ __global__ void __launch_bounds__(kForwardWarps * kWarpSize)
     for_each_lane_pack<kPacks, kCount>(lane, p.channels, f);
   };
   Pack<T> packs[kPacks];
-  if constexpr (kResidual) {
-    Pack<T> others[kPacks];
-    for_each_pack([&](int k, int column) {
-      packs[k] = load_pack(addends.a + offset + column);
-      others[k] = load_pack(addends.b + offset + column);
-    });
-    for_each_pack([&](int k, int column) {
-#pragma unroll
-      for (int i = 0; i < kCount; ++i) packs[k].set(i, packs[k].get(i) + others[k].get(i));
-      store_pack(addends.sum + offset + column, packs[k]);
-    });
-  } else {
-    for_each_pack([&](int k, int column) { packs[k] = load_pack(p.inp + offset + column); });
-  }
+  for_each_pack([&](int k, int column) { packs[k] = load_pack(p.inp + offset + column); });
   double values[kPacks][kCount];
   double total = 0.0;
   for_each_pack([&](int k, int) {
@@ -420,14 +394,10 @@ int backward_chunks(int rows) {
   return (rows + chunk_rows - 1) / chunk_rows;
 }
 
-// out = layernorm(inp); with addends, inp is first written as their sum. Where the rows
-// cannot take the warp kernel, the residual kernel runs before the block kernel, with the
-// same results.
+// out = layernorm(inp): a warp a row where the rows allow it, a block a row otherwise.
 template <class T>
-void layernorm_forward(cudaStream_t stream, const LayerNormForwardArgs<T>& args,
-                       Addends<T> addends = {}) {
+void layernorm_forward(cudaStream_t stream, const LayerNormForwardArgs<T>& args) {
   const auto& [out, mean, rstd, inp, weight, bias, rows, channels, out_stride] = args;
-  const auto& [sum, addend_a, addend_b] = addends;
   check_shape(rows, channels);
   check_not_null({{out, "layernorm out"},
                   {mean, "layernorm mean"},
@@ -435,22 +405,12 @@ void layernorm_forward(cudaStream_t stream, const LayerNormForwardArgs<T>& args,
                   {inp, "layernorm inp"},
                   {weight, "layernorm weight"},
                   {bias, "layernorm bias"}});
-  const bool residual = sum != nullptr;
-  if (residual) {
-    check_not_null(addend_a, "residual a");
-    check_not_null(addend_b, "residual b");
-  }
   // Augmented rows start 16 bytes apart where the stride is a whole number of packs.
   check_row_stride(out_stride, channels, "layernorm out");
   const bool packed_rows = out_stride % Pack<T>::kCount == 0;
   const int packs_per_lane =
-      packed_rows ? warp_row_packs_per_lane<T>(channels, {out, inp, weight, bias,
-                                                          residual ? addend_a : inp,
-                                                          residual ? addend_b : inp})
-                  : 0;
+      packed_rows ? warp_row_packs_per_lane<T>(channels, {out, inp, weight, bias}) : 0;
   if (packs_per_lane == 0) {
-    if (residual)
-      launch_residual_forward(stream, sum, addend_a, addend_b, size_t(rows) * size_t(channels));
     layernorm_forward_kernel<T><<<rows, kRowThreads, 0, stream>>>(args);
     CHECK_LAUNCH();
     return;
@@ -458,9 +418,7 @@ void layernorm_forward(cudaStream_t stream, const LayerNormForwardArgs<T>& args,
   const int blocks = (rows + kForwardWarps - 1) / kForwardWarps;
   with_packs_per_lane(packs_per_lane, [&](auto packs) {
     constexpr int kPacks = decltype(packs)::value;
-    const auto kernel = residual ? layernorm_forward_warp_kernel<T, kPacks, true>
-                                 : layernorm_forward_warp_kernel<T, kPacks, false>;
-    kernel<<<blocks, kForwardWarps * kWarpSize, 0, stream>>>(args, addends);
+    layernorm_forward_warp_kernel<T, kPacks><<<blocks, kForwardWarps * kWarpSize, 0, stream>>>(args);
     CHECK_LAUNCH();
   });
 }
@@ -470,15 +428,6 @@ void layernorm_forward(cudaStream_t stream, const LayerNormForwardArgs<T>& args,
 template <class T>
 void launch_layernorm_forward(cudaStream_t stream, const LayerNormForwardArgs<T>& args) {
   layernorm_forward(stream, args);
-}
-
-template <class T>
-void launch_residual_layernorm_forward(cudaStream_t stream,
-                                       const ResidualLayerNormForwardArgs<T>& args) {
-  const LayerNormForwardArgs<T> layernorm{args.out,    args.mean, args.rstd,     args.residual,
-                                          args.weight, args.bias, args.rows,     args.channels,
-                                          args.out_stride};
-  layernorm_forward(stream, layernorm, Addends<T>{args.residual, args.a, args.b});
 }
 
 size_t layernorm_backward_scratch_elems(int rows, int channels) {
@@ -545,8 +494,6 @@ void launch_layernorm_backward(cudaStream_t stream, const LayerNormBackwardArgs<
 // The storage types the backend runs LayerNorm in.
 #define SCALESTUDY_LAYERNORM_INSTANCES(T)                                                          \
   template void launch_layernorm_forward(cudaStream_t, const LayerNormForwardArgs<T>&);            \
-  template void launch_residual_layernorm_forward(cudaStream_t,                                    \
-                                                  const ResidualLayerNormForwardArgs<T>&);         \
   template void launch_layernorm_backward(cudaStream_t, const LayerNormBackwardArgs<T>&, Scratch);
 SCALESTUDY_FOR_EACH_STORAGE(SCALESTUDY_LAYERNORM_INSTANCES)
 #undef SCALESTUDY_LAYERNORM_INSTANCES

@@ -21,14 +21,6 @@ namespace scalestudy::cuda {
 template <class T>
 void launch_layernorm_forward(cudaStream_t stream, const LayerNormForwardArgs<T>& args);
 
-// residual = a + b (each element's fp32 sum rounded once, as launch_residual_forward),
-// then out = layernorm(residual) as launch_layernorm_forward, bit for bit the two launches
-// in turn. One pass where the rows allow it: a and b are read once and the residual is
-// not read back.
-template <class T>
-void launch_residual_layernorm_forward(cudaStream_t stream,
-                                       const ResidualLayerNormForwardArgs<T>& args);
-
 // Floats of scratch that launch_layernorm_backward needs for its column partials.
 size_t layernorm_backward_scratch_elems(int rows, int channels);
 // Accumulates (+=) into dweight and dbias, column sums over rows reduced deterministically

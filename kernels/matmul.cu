@@ -4,6 +4,7 @@
 #include <initializer_list>
 
 #include "common.cuh"
+#include "elementwise.cuh"
 #include "gemm.cuh"
 #include "gemm_lt.cuh"
 #include "precision.cuh"
@@ -180,6 +181,14 @@ void for_each_layer_row_chunk(const Args& args, F run_rows) {
                      padded_columns_of(args.out_channels), run_rows);
 }
 
+// out = residual + out, where the GEMM that wrote out could not add the residual itself:
+// the layer's result is rounded to T before the add, as a separate residual add rounds it.
+template <class T>
+void add_residual(cudaStream_t stream, const MatmulForwardArgs<T>& args) {
+  if (args.residual != nullptr)
+    launch_residual_forward(stream, args.out, args.residual, args.out, size_t(args.rows) * args.out_channels);
+}
+
 // Column-major view (see gemm.cuh): out^T[OC, N] = W[OC, IC] · inp^T[IC, N].
 // weight, row-major [OC, IC], is to cuBLAS W^T [IC, OC] with ld IC: op T gives W.
 // inp, row-major [N, IC], is inp^T [IC, N] with ld IC: op N.
@@ -188,13 +197,13 @@ void for_each_layer_row_chunk(const Args& args, F run_rows) {
 template <class T>
 void matmul_forward(const Blas& blas, cudaStream_t stream, const MatmulForwardArgs<T>& args,
                     LtGemm* bias_gemm = nullptr) {
-  const auto& [out, inp, weight, bias, rows, in_channels, out_channels, inp_stride] = args;
+  const auto& [out, inp, weight, bias, rows, in_channels, out_channels, inp_stride, residual] = args;
   check_operands(blas, stream, rows, in_channels, out_channels,
                  {{out, "matmul out"}, {inp, "matmul inp"}, {weight, "matmul weight"}});
   check_row_stride(inp_stride, in_channels, "matmul inp");
   if (bias != nullptr && bias_gemm != nullptr &&
       bias_gemm->forward(stream, GemmTypesOf<T>::same.ab,
-                         {out, inp, weight, bias, rows, in_channels, out_channels, inp_stride}))
+                         {out, inp, weight, bias, rows, in_channels, out_channels, inp_stride, residual}))
     return;
   gemm(blas, {GemmTypesOf<T>::same, CUBLAS_OP_T, CUBLAS_OP_N, out_channels, rows, in_channels,
                 1.0f, {weight, in_channels}, {inp, row_stride(inp_stride, in_channels)}, 0.0f,
@@ -207,6 +216,7 @@ void matmul_forward(const Blas& blas, cudaStream_t stream, const MatmulForwardAr
         out, bias, rows, out_channels, packs);
     CHECK_LAUNCH();
   }
+  add_residual(stream, args);
 }
 
 // dweight[o, i] += result[o, i] for i < IC and dbias[o] += result[o, IC]: the weight
@@ -298,7 +308,7 @@ size_t matmul_backward_scratch_elems_padded(int rows, int out_channels) {
 template <class T>
 void matmul_forward_strided(const Blas& blas, const MatmulForwardArgs<T>& args,
                             int out_stride) {
-  const auto& [out, inp, weight, bias, rows, in_channels, out_channels, inp_stride] = args;
+  const auto& [out, inp, weight, bias, rows, in_channels, out_channels, inp_stride, residual] = args;
   const GemmTypes types = GemmTypesOf<T>::same;
   const int aligned_channels = out_channels / kAlignedColumns * kAlignedColumns;
   if (aligned_channels > 0)
@@ -371,7 +381,7 @@ template <class T>
 void matmul_forward_16bit(const Blas& blas, cudaStream_t stream,
                           const MatmulForwardArgs<T>& args, Scratch scratch,
                           LtGemm* bias_gemm) {
-  const auto& [out, inp, weight, bias, rows, in_channels, out_channels, inp_stride] = args;
+  const auto& [out, inp, weight, bias, rows, in_channels, out_channels, inp_stride, residual] = args;
   if (!needs_padding(out_channels)) {
     matmul_forward(blas, stream, args, bias_gemm);
     return;
@@ -390,6 +400,7 @@ void matmul_forward_16bit(const Blas& blas, cudaStream_t stream,
   unpad_rows_kernel<T><<<pack_blocks(rows, out_channels), kElementwiseThreads, 0, stream>>>(
       out, padded, bias, rows, out_channels, padded_channels);
   CHECK_LAUNCH();
+  add_residual(stream, args);
 }
 
 // The 16-bit backward. With padding, dout is first copied into padded rows (ld OCp) in
@@ -462,6 +473,7 @@ template <class T>
 void skip_rows(MatmulForwardArgs<T>& args, size_t first) {
   args.out += first * args.out_channels;
   args.inp += first * row_stride(args.inp_stride, args.in_channels);
+  if (args.residual != nullptr) args.residual += first * args.out_channels;
 }
 template <class T>
 void skip_rows(MatmulBackwardArgs<T>& args, size_t first) {

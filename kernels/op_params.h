@@ -134,16 +134,6 @@ struct LayerNormForwardArgs {
   int out_stride = 0;  // 0: plain rows; otherwise augmented rows (above)
 };
 
-// residual = a + b, then out = layernorm(residual).
-template <class T>
-struct ResidualLayerNormForwardArgs {
-  T *residual = nullptr, *out = nullptr;
-  float *mean = nullptr, *rstd = nullptr;
-  const T *a = nullptr, *b = nullptr, *weight = nullptr, *bias = nullptr;
-  int rows = 0, channels = 0;
-  int out_stride = 0;  // 0: plain rows; otherwise augmented rows (above)
-};
-
 // dinp (+)= the input gradient as dinp_write says; dweight and dbias accumulated.
 template <class T>
 struct LayerNormBackwardArgs {
@@ -157,13 +147,15 @@ struct LayerNormBackwardArgs {
 
 // ---- dense layer: out[N,OC] = inp[N,IC] @ weight[OC,IC]^T + bias[OC] -------------------
 // bias may be null (the tied LM head has none). inp's rows are plain or augmented
-// (inp_stride), out's plain.
+// (inp_stride), out's plain. With a residual, out = residual + (inp @ weight^T + bias): the
+// residual stream's add, done where the GEMM writes its result (residual may not alias out).
 template <class T>
 struct MatmulForwardArgs {
   T* out = nullptr;
   const T *inp = nullptr, *weight = nullptr, *bias = nullptr;
   int rows = 0, in_channels = 0, out_channels = 0;
   int inp_stride = 0;  // 0: plain rows; otherwise augmented rows (above)
+  const T* residual = nullptr;  // [N, OC], or null
 };
 
 // dinp (+)= dout @ weight as dinp_write says; dweight += dout^T @ inp; dbias += column

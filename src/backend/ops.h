@@ -120,15 +120,6 @@ class Ops {
 
   // ---- residual: out = a + b; its backward is accumulate(da, dout) -----------------
   virtual void residual_forward(float* out, const float* a, const float* b, size_t elems) = 0;
-  // residual = a + b, then out = layernorm(residual): the residual stream's add and the
-  // LayerNorm that reads it, which the CUDA backend does in one pass (the sum is not read
-  // back), with the results of the two ops.
-  virtual void residual_layernorm_forward(const ResidualLayerNormForwardArgs<float>& args) {
-    residual_forward(args.residual, args.a, args.b, static_cast<size_t>(args.rows) * args.channels);
-    layernorm_forward({.out = args.out, .mean = args.mean, .rstd = args.rstd, .inp = args.residual,
-                       .weight = args.weight, .bias = args.bias, .rows = args.rows,
-                       .channels = args.channels, .out_stride = args.out_stride});
-  }
   virtual void accumulate(float* dst, const float* src, size_t elems) = 0;
 
   // ---- softmax cross-entropy over rows of V logits ---------------------------------

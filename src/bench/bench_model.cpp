@@ -75,7 +75,9 @@ double dense_backward_through_gelu_bytes(double rows, double in, double out) {
   return A * (rows * out + rows * in + out * in + rows * in + rows * in + 2 * out * in + 2 * out);
 }
 
-double residual_forward_bytes(double elems) { return A * 3 * elems; }
+// The residual stream's add in the projection's GEMM (MatmulForwardArgs::residual): one
+// more read, of the stream; the sum is the layer's own write.
+double residual_add_bytes(double elems) { return A * elems; }
 double accumulate_bytes(double elems) { return A * 3 * elems; }
 double fill_zero_bytes(double elems) { return A * elems; }
 
@@ -95,9 +97,9 @@ double gpt_forward_bytes(const ModelShape& s, double b, double t) {
   const double n = b * t, c = s.channels, v = s.vocab, h = s.heads;
   const double block = layernorm_forward_bytes(n, c) + matmul_forward_bytes(n, c, 3 * c, true) +
                        attention_forward_bytes(b, t, c, h) + matmul_forward_bytes(n, c, c, true) +
-                       residual_forward_bytes(n * c) + layernorm_forward_bytes(n, c) +
+                       residual_add_bytes(n * c) + layernorm_forward_bytes(n, c) +
                        dense_gelu_forward_bytes(n, c, 4 * c) +
-                       matmul_forward_bytes(n, 4 * c, c, true) + residual_forward_bytes(n * c);
+                       matmul_forward_bytes(n, 4 * c, c, true) + residual_add_bytes(n * c);
   return embedding_forward_bytes(b, t, c) + s.layers * block + layernorm_forward_bytes(n, c) +
          matmul_forward_bytes(n, c, v, false) + softmax_cross_entropy_forward_bytes(n, v);
 }

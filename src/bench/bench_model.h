@@ -48,7 +48,7 @@ double gelu_backward_bytes(double elems, bool accumulate_dinp);
 // in_channels and out_channels are each op's own dense layer's).
 double dense_gelu_forward_bytes(double rows, double in_channels, double out_channels);
 double dense_backward_through_gelu_bytes(double rows, double in_channels, double out_channels);
-double residual_forward_bytes(double elems);
+double residual_add_bytes(double elems);
 double accumulate_bytes(double elems);
 double fill_zero_bytes(double elems);
 double softmax_cross_entropy_forward_bytes(double rows, double vocab);

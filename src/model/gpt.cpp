@@ -131,9 +131,9 @@ void Gpt::forward(const int32_t* host_tokens, const int32_t* host_targets, Forwa
                          .seq = T,
                          .channels = C});
 
-  // Every LayerNorm after a residual add runs with it (Ops::residual_layernorm_forward):
-  // the one that opens block l + 1, or the final one, ends block l, after its segment's
-  // hook. Only the first LayerNorm reads the embedding alone.
+  // Each block's two projections add their result to the residual stream as they write it
+  // (MatmulForwardArgs::residual), and the LayerNorm after each reads the stream alone: the
+  // one that opens block l + 1, or the final one, ends block l, after its segment's hook.
   if (s.layers == 0) {
     if (hooks) hooks->before_segment_forward(layout_.final_norm_segment());
     ops_.layernorm_forward({.out = a.lnf, .mean = a.lnf_mean, .rstd = a.lnf_rstd, .inp = a.encoded,
@@ -181,20 +181,19 @@ void Gpt::forward_block_body(int l) {
                        .bias = p + w.qkv_bias, .rows = N, .in_channels = C, .out_channels = 3 * C,
                        .inp_stride = strides_.ln});
   ops_.attention_forward(x.atty, x.att_probs, x.qkv, att);
-  ops_.matmul_forward({.out = a.branch_out, .inp = x.atty, .weight = p + w.attn_proj_weight,
-                       .bias = p + w.attn_proj_bias, .rows = N, .in_channels = C,
-                       .out_channels = C, .inp_stride = strides_.attention});
-  ops_.residual_layernorm_forward({.residual = x.residual2, .out = x.ln2, .mean = x.ln2_mean,
-                                   .rstd = x.ln2_rstd, .a = block_input(l), .b = a.branch_out,
-                                   .weight = p + w.ln2_weight, .bias = p + w.ln2_bias, .rows = N,
-                                   .channels = C, .out_stride = strides_.ln});
+  ops_.matmul_forward({.out = x.residual2, .inp = x.atty, .weight = p + w.attn_proj_weight,
+                       .bias = p + w.attn_proj_bias, .rows = N, .in_channels = C, .out_channels = C,
+                       .inp_stride = strides_.attention, .residual = block_input(l)});
+  ops_.layernorm_forward({.out = x.ln2, .mean = x.ln2_mean, .rstd = x.ln2_rstd, .inp = x.residual2,
+                          .weight = p + w.ln2_weight, .bias = p + w.ln2_bias, .rows = N, .channels = C,
+                          .out_stride = strides_.ln});
   ops_.dense_gelu_forward({.pre = x.fch, .out = x.fch_gelu, .inp = x.ln2, .weight = p + w.fc_weight,
                            .bias = p + w.fc_bias, .rows = N, .in_channels = C,
                            .out_channels = 4 * C, .inp_stride = strides_.ln,
                            .out_stride = strides_.gelu});
-  ops_.matmul_forward({.out = a.branch_out, .inp = x.fch_gelu, .weight = p + w.fc_proj_weight,
-                       .bias = p + w.fc_proj_bias, .rows = N, .in_channels = 4 * C,
-                       .out_channels = C, .inp_stride = strides_.gelu});
+  ops_.matmul_forward({.out = x.residual3, .inp = x.fch_gelu, .weight = p + w.fc_proj_weight,
+                       .bias = p + w.fc_proj_bias, .rows = N, .in_channels = 4 * C, .out_channels = C,
+                       .inp_stride = strides_.gelu, .residual = x.residual2});
 }
 
 void Gpt::finish_block(int l, ForwardHooks* hooks) {
@@ -205,11 +204,10 @@ void Gpt::finish_block(int l, ForwardHooks* hooks) {
   const bool last = l + 1 == layout_.shape.layers;
   if (hooks)
     hooks->before_segment_forward(last ? layout_.final_norm_segment() : layout_.block_segment(l + 1));
-  // The LayerNorm after the residual add: the next block's first, or the final one.
-  ResidualLayerNormForwardArgs<float> args{.residual = x.residual3, .out = a.lnf,
-                                           .mean = a.lnf_mean, .rstd = a.lnf_rstd, .a = x.residual2,
-                                           .b = a.branch_out, .weight = p + layout_.lnf_weight,
-                                           .bias = p + layout_.lnf_bias, .rows = N, .channels = C};
+  // The LayerNorm of the block's output: the next block's first, or the final one.
+  LayerNormForwardArgs<float> args{.out = a.lnf, .mean = a.lnf_mean, .rstd = a.lnf_rstd,
+                                   .inp = x.residual3, .weight = p + layout_.lnf_weight,
+                                   .bias = p + layout_.lnf_bias, .rows = N, .channels = C};
   if (!last) {
     Activations::Layer& next = a.layers[l + 1];
     const BlockOffsets& w = layout_.blocks[l + 1];
@@ -220,15 +218,12 @@ void Gpt::finish_block(int l, ForwardHooks* hooks) {
     args.bias = p + w.ln1_bias;
     args.out_stride = strides_.ln;
   }
-  ops_.residual_layernorm_forward(args);
+  ops_.layernorm_forward(args);
 }
 
 void Gpt::recompute_block(int l) {
-  const size_t NC = static_cast<size_t>(batch_) * seq_ * layout_.shape.channels;
-  Activations::Layer& x = acts_->layers[l];
   first_layernorm(l);
   forward_block_body(l);
-  ops_.residual_forward(x.residual3, x.residual2, acts_->branch_out, NC);
 }
 
 const float* Gpt::logits() const { return acts_->logits; }

@@ -105,14 +105,14 @@ class Gpt {
   const float* block_input(int layer) const;
   // The block's first LayerNorm, of its input alone.
   void first_layernorm(int layer);
-  // One block's forward from its first LayerNorm's output to branch_out, the MLP's output
-  // that the residual add ending the block takes.
+  // One block's forward from its first LayerNorm's output to residual3, the block's output,
+  // which its MLP projection writes.
   void forward_block_body(int layer);
-  // The end of a block in forward: residual3 with the LayerNorm after it (the next block's
-  // first, or the final one), after that LayerNorm's segment hook.
+  // The end of a block in forward: the LayerNorm of residual3 (the next block's first, or
+  // the final one), after that LayerNorm's segment hook.
   void finish_block(int layer, ForwardHooks* hooks);
-  // A block's activations again in backward (--recompute): its first LayerNorm, its body
-  // and residual3, the ops and values of its forward.
+  // A block's activations again in backward (--recompute): its first LayerNorm and its body,
+  // the ops and values of its forward.
   void recompute_block(int layer);
   // A block's dense layer backward, from dout [N, out_channels] to the input gradient dinp
   // [N, C], which has one writer; the weight and bias (offsets into the parameters) get

@@ -52,7 +52,6 @@ void lay_out_activations(const ActivationShape& shape, ActivationSource& source,
   a.logits = source.logits(N, shape.model.vocab);
   a.row_stats = source.statistics(2 * N);
   a.losses = source.statistics(N);
-  a.branch_out = source.floats(N * C);
   a.dresidual = source.floats(N * C);
   a.dln = source.floats(N * C);
   a.dqkv = source.floats(N * 3 * C);

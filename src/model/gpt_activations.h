@@ -29,9 +29,9 @@ struct GptActivations {
   float *lnf = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr;
   // logits turn into their own gradient: in a training step's forward, or in backward.
   float *logits = nullptr, *row_stats = nullptr, *losses = nullptr;
-  // Scratch: one branch output in forward, and the gradients in backward.
-  float *branch_out = nullptr, *dresidual = nullptr, *dln = nullptr, *dqkv = nullptr,
-        *datty = nullptr, *dfch = nullptr, *dfch_gelu = nullptr;
+  // Scratch: the gradients in backward.
+  float *dresidual = nullptr, *dln = nullptr, *dqkv = nullptr, *datty = nullptr, *dfch = nullptr,
+        *dfch_gelu = nullptr;
 };
 
 // Where each buffer comes from, by the backend call that allocates it.

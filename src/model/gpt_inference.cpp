@@ -11,8 +11,8 @@ namespace scalestudy {
 namespace {
 
 // The working set inside the logits, in units of N·C activations, in the order it is laid
-// out: the two residual buffers, the branch output, Q/K/V and the MLP's hidden layer.
-constexpr size_t kWorkingRowsOfChannels[] = {1, 1, 1, 3, 4};
+// out: the two residual buffers, Q/K/V and the MLP's hidden layer.
+constexpr size_t kWorkingRowsOfChannels[] = {1, 1, 3, 4};
 // Each buffer starts at a multiple of 128 elements, 256 bytes in 16-bit storage: the
 // alignment of a buffer of its own, which the vectorised kernels rely on.
 constexpr size_t kWorkingAlignElems = 128;
@@ -58,7 +58,7 @@ GptInference::GptInference(Backend& backend, const ModelShape& shape, int batch,
   params_ = memory_.allocate_floats(plan.parameter_elems, MemoryKind::parameters);
   tokens_ = memory_.allocate_ints(rows, MemoryKind::activations);
   logits_ = ops_.allocate_logits(static_cast<int>(plan.logits_allocation_rows(backend)), plan.vocab);
-  float** working[] = {&residual_[0], &residual_[1], &branch_, &qkv_, &hidden_};
+  float** working[] = {&residual_[0], &residual_[1], &qkv_, &hidden_};
   size_t offset_elems = 0;
   for (size_t i = 0; i < std::size(working); ++i) {
     *working[i] = memory_.activation_at(logits_, offset_elems);
@@ -87,8 +87,9 @@ void GptInference::forward(const int32_t* host_tokens) {
   const float* p = params_;
   memory_.copy_ints_from_host(tokens_, host_tokens, static_cast<size_t>(N));
   // The stream enters each block in residual_[0], leaves its attention half in residual_[1],
-  // and its MLP half back in residual_[0]. ln_ holds the LayerNorm before each half, and the
-  // attention's output between them.
+  // and its MLP half back in residual_[0], each projection adding its result to the stream as
+  // it writes it, as the training forward does. ln_ holds the LayerNorm before each half, and
+  // the attention's output between them.
   ops_.embedding_forward({.out = residual_[0], .tokens = tokens_, .wte = p + layout_.wte, .wpe = p + layout_.wpe,
                           .batch = batch_, .seq = seq_, .channels = C});
   const bool no_blocks = s.layers == 0;
@@ -103,22 +104,21 @@ void GptInference::forward(const int32_t* host_tokens) {
     ops_.matmul_forward({.out = qkv_, .inp = ln_, .weight = p + w.qkv_weight, .bias = p + w.qkv_bias,
                          .rows = N, .in_channels = C, .out_channels = 3 * C});
     ops_.attention_forward(ln_, attention_state_, qkv_, attention);
-    ops_.matmul_forward({.out = branch_, .inp = ln_, .weight = p + w.attn_proj_weight,
-                         .bias = p + w.attn_proj_bias, .rows = N, .in_channels = C,
-                         .out_channels = C});
-    ops_.residual_layernorm_forward({.residual = residual_[1], .out = ln_, .mean = mean_, .rstd = rstd_,
-                                     .a = residual_[0], .b = branch_, .weight = p + w.ln2_weight,
-                                     .bias = p + w.ln2_bias, .rows = N, .channels = C});
+    ops_.matmul_forward({.out = residual_[1], .inp = ln_, .weight = p + w.attn_proj_weight,
+                         .bias = p + w.attn_proj_bias, .rows = N, .in_channels = C, .out_channels = C,
+                         .residual = residual_[0]});
+    ops_.layernorm_forward({.out = ln_, .mean = mean_, .rstd = rstd_, .inp = residual_[1],
+                            .weight = p + w.ln2_weight, .bias = p + w.ln2_bias, .rows = N, .channels = C});
     ops_.dense_gelu_forward({.pre = nullptr, .out = hidden_, .inp = ln_, .weight = p + w.fc_weight,
                              .bias = p + w.fc_bias, .rows = N, .in_channels = C, .out_channels = 4 * C});
-    ops_.matmul_forward({.out = branch_, .inp = hidden_, .weight = p + w.fc_proj_weight,
-                         .bias = p + w.fc_proj_bias, .rows = N, .in_channels = 4 * C,
-                         .out_channels = C});
+    ops_.matmul_forward({.out = residual_[0], .inp = hidden_, .weight = p + w.fc_proj_weight,
+                         .bias = p + w.fc_proj_bias, .rows = N, .in_channels = 4 * C, .out_channels = C,
+                         .residual = residual_[1]});
     // The LayerNorm after the block: the next block's first, or the final one.
-    ops_.residual_layernorm_forward(
-        {.residual = residual_[0], .out = ln_, .mean = mean_, .rstd = rstd_, .a = residual_[1], .b = branch_,
-         .weight = p + (last ? layout_.lnf_weight : layout_.blocks[l + 1].ln1_weight),
-         .bias = p + (last ? layout_.lnf_bias : layout_.blocks[l + 1].ln1_bias), .rows = N, .channels = C});
+    ops_.layernorm_forward({.out = ln_, .mean = mean_, .rstd = rstd_, .inp = residual_[0],
+                            .weight = p + (last ? layout_.lnf_weight : layout_.blocks[l + 1].ln1_weight),
+                            .bias = p + (last ? layout_.lnf_bias : layout_.blocks[l + 1].ln1_bias), .rows = N,
+                            .channels = C});
   }
   // The LM head is tied to the token embedding: logits = lnf @ wte^T.
   ops_.classifier_forward({.losses = nullptr, .row_stats = nullptr, .logits = logits_, .inp = ln_,

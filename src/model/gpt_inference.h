@@ -4,8 +4,8 @@
 //
 // It holds the parameters and one layer's working set, which every layer reuses: the
 // residual stream (two buffers, read and written in turn), one LayerNorm output that the
-// attention's output also uses, Q/K/V, one branch output, the MLP's hidden layer and one
-// layer's attention state. No per-layer activations, no gradients, no optimizer state.
+// attention's output also uses, Q/K/V, the MLP's hidden layer and one layer's attention
+// state. No per-layer activations, no gradients, no optimizer state.
 // Only the final LayerNorm's output is read by the LM head, so the rest of the working
 // set lies inside the logits buffer, which the head writes last: a batch needs the larger
 // of the two, not their sum (for BERT's vocabulary, the logits alone). The logits are
@@ -71,7 +71,7 @@ class GptInference {
   int32_t* tokens_ = nullptr;
   float* logits_ = nullptr;  // the allocation that also holds the working set below
   float* residual_[2] = {nullptr, nullptr};
-  float *qkv_ = nullptr, *branch_ = nullptr, *hidden_ = nullptr;
+  float *qkv_ = nullptr, *hidden_ = nullptr;
   float *ln_ = nullptr, *mean_ = nullptr, *rstd_ = nullptr, *attention_state_ = nullptr;
 };
 

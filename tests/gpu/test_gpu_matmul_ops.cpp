@@ -112,8 +112,9 @@ TEST_P(CudaOpsHalf, AugmentedRowsGiveTheCpuResults) {
   }
 }
 
-// GPT-2's dense layers take their bias in cuBLASLt's epilogue (no bias kernel): the
-// epilogue must accept their shapes, or the step silently keeps the slower fallback.
+// GPT-2's dense layers take their bias in cuBLASLt's epilogue (no bias kernel), and the
+// projections the residual stream's add as well: the epilogue must accept their shapes, or
+// the step silently keeps the slower fallback.
 // Where the operands are not 16-byte aligned it declines, and the GEMM-then-bias path
 // (the Matmul test's tiny shape) runs instead. A timed choice of algorithm leaves the
 // kept algorithm's results, as the heuristic's does.
@@ -144,6 +145,21 @@ TEST_P(CudaOpsHalf, BiasEpilogueTakesTheGpt2Shapes) {
                            .bias = bias.data(), .rows = N, .in_channels = in_channels,
                            .out_channels = out_channels});
       expect_close("bias epilogue out" + label, d_out, out, gemm_tolerance(out));
+      // The projections add the residual stream in the same epilogue (C, beta = 1).
+      const auto residual = rounded(random_floats(out.size(), 40));
+      float* d_sum = poisoned_activation(out.size());
+      ASSERT_TRUE(bias_gemm.forward(stream, type, {.out = d_sum, .inp = activation(inp),
+                                                   .weight = activation(weight), .bias = d_bias,
+                                                   .rows = N, .in_channels = in_channels,
+                                                   .out_channels = out_channels,
+                                                   .residual = activation(residual)}))
+          << "cuBLASLt declined the bias epilogue with the residual" << label;
+      const auto layer = download(d_out, out.size());
+      std::vector<float> sum(out.size());
+      for (size_t i = 0; i < sum.size(); ++i) sum[i] = layer[i] + residual[i];
+      // Against the epilogue's own out without the residual: the same GEMM, so what remains is
+      // the sum's one rounding (rtol) and the layer's, which the epilogue skips (atol).
+      expect_close("bias epilogue out + residual" + label, d_sum, sum, gemm_tolerance(sum));
       const auto* misaligned_bias = reinterpret_cast<const char*>(d_bias) + 2;
       EXPECT_FALSE(bias_gemm.forward(stream, type, {.out = d_out, .inp = activation(inp),
                                                     .weight = activation(weight),

@@ -245,7 +245,7 @@ TEST(MicrobenchModel, ModelBytesAreLinearInLayersAndTheBlockIsItsParts) {
   const double from_parts = bench_model::part_forward_bytes(Part::attention, shape, b, s) +
                             bench_model::part_forward_bytes(Part::ffn, shape, b, s) +
                             2 * bench_model::layernorm_forward_bytes(n, c) +
-                            2 * bench_model::residual_forward_bytes(n * c);
+                            2 * bench_model::residual_add_bytes(n * c);
   EXPECT_NEAR(block, from_parts, 1e-9 * block);
   EXPECT_GT(bench_model::gpt_backward_bytes(shape, b, s), bench_model::gpt_forward_bytes(shape, b, s));
 }

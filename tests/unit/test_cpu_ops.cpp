@@ -266,6 +266,27 @@ TEST(CpuOpsMatmul, ForwardMatchesDoubleReference) {
   }
 }
 
+// With a residual, out is the residual plus the layer's fp32 result: the same bits as the
+// layer alone followed by the residual stream's fp32 add.
+TEST(CpuOpsMatmul, ResidualIsAddedToTheLayersResult) {
+  CpuOps ops;
+  const int in_channels = 13, out_channels = 12;
+  const auto inp = random_floats(kRows * in_channels, 25);
+  const auto weight = random_floats(out_channels * in_channels, 26);
+  const auto bias = random_floats(out_channels, 27);
+  const auto residual = random_floats(kRows * out_channels, 28);
+  std::vector<float> layer(residual.size()), out(residual.size());
+  const MatmulForwardArgs<float> args{.out = layer.data(), .inp = inp.data(), .weight = weight.data(),
+                                      .bias = bias.data(), .rows = kRows, .in_channels = in_channels,
+                                      .out_channels = out_channels};
+  ops.matmul_forward(args);
+  MatmulForwardArgs<float> added = args;
+  added.out = out.data();
+  added.residual = residual.data();
+  ops.matmul_forward(added);
+  for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i], residual[i] + layer[i]) << "element " << i;
+}
+
 TEST(CpuOpsMatmul, BackwardMatchesFiniteDifferences) {
   CpuOps ops;
   const int in_channels = 13, out_channels = 12;

@@ -248,7 +248,7 @@ void CpuOps::layernorm_backward(const LayerNormBackwardArgs<float>& args) {
 // ---- dense layer --------------------------------------------------------------------
 
 void CpuOps::matmul_forward(const MatmulForwardArgs<float>& args) {
-  const auto& [out, inp, weight, bias, rows, in_channels, out_channels, inp_stride] = args;
+  const auto& [out, inp, weight, bias, rows, in_channels, out_channels, inp_stride, residual] = args;
   check_gemm_shape("matmul", rows, in_channels, out_channels);
   check_row_stride(inp_stride, in_channels, "matmul inp");
   const size_t inp_row_elems = static_cast<size_t>(row_stride(inp_stride, in_channels));
@@ -259,8 +259,9 @@ void CpuOps::matmul_forward(const MatmulForwardArgs<float>& args) {
       float bias_value = bias != nullptr ? bias[o] : 0.0f;
       for (int n = row_begin; n < row_end; ++n) {
         const float* x = inp + static_cast<size_t>(n) * inp_row_elems;
-        out[static_cast<size_t>(n) * out_channels + o] =
-            bias_value + dot(x, weight_row, in_channels);
+        const size_t at = static_cast<size_t>(n) * out_channels + o;
+        const float layer = bias_value + dot(x, weight_row, in_channels);
+        out[at] = residual != nullptr ? residual[at] + layer : layer;
       }
     }
   }

@@ -37,7 +37,7 @@ int CudaOps::gelu_output_stride(int channels) const {
 
 void CudaOps::matmul_forward(const MatmulForwardArgs<float>& args) {
   ScopedKernelTag tag(KernelCategory::gemm);
-  if (!half_operands("matmul_forward", {{args.out, "out"}, {args.inp, "inp"}}))
+  if (!half_operands("matmul_forward", {{args.out, "out"}, {args.inp, "inp"}, {args.residual, "residual"}}))
     return cuda::launch_matmul_forward(blas(), stream_, args);
   const size_t scratch_elems = cuda::matmul_forward_scratch_elems_16bit(args.rows, args.out_channels);
   const cuda::Scratch scratch = scratch_elems > 0 ? scratch_of(scratch_elems) : cuda::Scratch{};
@@ -50,7 +50,8 @@ void CudaOps::matmul_forward(const MatmulForwardArgs<float>& args) {
         .rows = args.rows,
         .in_channels = args.in_channels,
         .out_channels = args.out_channels,
-        .inp_stride = args.inp_stride};
+        .inp_stride = args.inp_stride,
+        .residual = args.residual != nullptr ? as<Half>(args.residual) : nullptr};
     cuda::launch_matmul_forward(blas(), stream_, half_args, scratch, lt_gemm_.get());
   });
 }

@@ -239,25 +239,6 @@ void CudaOps::residual_forward(float* out, const float* a, const float* b, size_
   });
 }
 
-void CudaOps::residual_layernorm_forward(const ResidualLayerNormForwardArgs<float>& args) {
-  ScopedKernelTag tag(KernelCategory::norm_elementwise);
-  require_fp32({{args.mean, "layernorm mean"}, {args.rstd, "layernorm rstd"}});
-  const bool half =
-      half_operands("residual_layernorm_forward",
-                    {{args.residual, "residual"}, {args.out, "out"}, {args.a, "a"}, {args.b, "b"}});
-  with_storage_type(half, precision_, [&]<class T>(Storage<T>) {
-    const ResidualLayerNormForwardArgs<T> typed{.residual = as<T>(args.residual),
-                                                .out = as<T>(args.out), .mean = args.mean,
-                                                .rstd = args.rstd, .a = as<T>(args.a),
-                                                .b = as<T>(args.b),
-                                                .weight = parameter_as<T>(args.weight),
-                                                .bias = parameter_as<T>(args.bias),
-                                                .rows = args.rows, .channels = args.channels,
-                                                .out_stride = args.out_stride};
-    cuda::launch_residual_layernorm_forward(stream_, typed);
-  });
-}
-
 void CudaOps::accumulate(float* dst, const float* src, size_t elems) {
   ScopedKernelTag tag(KernelCategory::norm_elementwise);
   const bool half = half_operands("accumulate", {{dst, "dst"}, {src, "src"}});

@@ -128,7 +128,6 @@ class CudaOps final : public CudaMemory {
                      GradientWrite dinp_write) override;
 
   void residual_forward(float* out, const float* a, const float* b, size_t elems) override;
-  void residual_layernorm_forward(const ResidualLayerNormForwardArgs<float>& args) override;
   void accumulate(float* dst, const float* src, size_t elems) override;
 
   void softmax_cross_entropy_forward(float* losses, float* row_stats, const float* logits,
