@@ -181,6 +181,13 @@ void for_each_layer_row_chunk(const Args& args, F run_rows) {
                      padded_columns_of(args.out_channels), run_rows);
 }
 
+// Where the GEMM cannot add the residual, it writes out before the add reads the residual.
+template <class T>
+void check_residual_apart(const MatmulForwardArgs<T>& args) {
+  SCALESTUDY_CHECK(args.residual == nullptr || args.residual != args.out,
+                   "matmul forward: the residual may not be out itself");
+}
+
 // out = residual + out, where the GEMM that wrote out could not add the residual itself:
 // the layer's result is rounded to T before the add, as a separate residual add rounds it.
 template <class T>
@@ -492,6 +499,7 @@ Args rows_of(Args args, int first, int count) {
 
 void launch_matmul_forward(const Blas& blas, cudaStream_t stream,
                            const MatmulForwardArgs<float>& args) {
+  check_residual_apart(args);
   for_each_layer_row_chunk(args, [&](int first, int count) {
     matmul_forward(blas, stream, rows_of(args, first, count));
   });
@@ -505,6 +513,7 @@ template <class Half>
 void launch_matmul_forward(const Blas& blas, cudaStream_t stream,
                            const MatmulForwardArgs<Half>& args, Scratch scratch,
                            LtGemm* bias_gemm) {
+  check_residual_apart(args);
   for_each_layer_row_chunk(args, [&](int first, int count) {
     matmul_forward_16bit(blas, stream, rows_of(args, first, count), scratch, bias_gemm);
   });
