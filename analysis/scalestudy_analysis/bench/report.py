@@ -114,9 +114,10 @@ def gpt_forward_bytes(layers, hidden, heads, vocab, batch, seq):
     n, c, b, t = batch * seq, hidden, batch, seq
     layernorm = A * (2 * n * c + 2 * c + 2 * n)
     attention = A * (4 * n * c + b * heads * t * t)
+    # Each projection's GEMM adds the residual stream as it writes its result: one more read.
     block = (2 * layernorm + matmul_forward_bytes(n, c, 3 * c, True) + attention
              + matmul_forward_bytes(n, c, c, True) + dense_gelu_forward_bytes(n, c, 4 * c)
-             + matmul_forward_bytes(n, 4 * c, c, True) + 2 * A * 3 * n * c)
+             + matmul_forward_bytes(n, 4 * c, c, True) + 2 * A * n * c)
     embedding = A * n + A * (2 * n * c + t * c)
     # The cross-entropy reads the logits once and writes the losses and the rows' max and 1/sum.
     head = layernorm + matmul_forward_bytes(n, c, vocab, False) + A * (n * vocab + 3 * n) + A * n
