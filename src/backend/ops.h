@@ -39,7 +39,8 @@ class Ops {
 
   // ---- dense layer: out[N,OC] = inp[N,IC] @ weight[OC,IC]^T + bias[OC] -------------
   // bias may be null (the tied LM head has none); then dbias is null too. inp_stride: 0
-  // for plain rows, or inp's augmented rows (kernels/op_params.h).
+  // for plain rows, or inp's augmented rows (kernels/op_params.h). A forward's residual,
+  // where not null, is added to out: the residual stream's add after a projection.
   virtual void matmul_forward(const MatmulForwardArgs<float>& args) = 0;
   virtual void matmul_backward(const MatmulBackwardArgs<float>& args) = 0;
   // The row stride of the model's LayerNorm outputs, which only dense layers read: 0 for
