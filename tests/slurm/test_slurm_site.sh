@@ -102,9 +102,10 @@ INI
 site_out="$work/site-results"
 
 echo "== resume: a token file that goes bad after the check"
-# Strong points take about a second; weak points (2048 samples a step) some two minutes,
-# so that one is caught running and one outlives its one-minute limit. No signal before
-# the limit: the job ends TIMEOUT, as Slurm ends it.
+# Strong points take about a second; a weak point's step (2048 samples) about 1.3 s on two
+# cores, so that one is caught running and one outlives its one-minute limit: 200 steps
+# outlast the limit and the check that finds it (up to 30 s later) on a machine twice as
+# fast. No signal before the limit: the job ends TIMEOUT, as Slurm ends it.
 "$python" - "$work/tokens.bin" <<'PY'
 import random, struct, sys
 count = 20000
@@ -132,7 +133,7 @@ token-file = $work/tokens.bin
 seq = 32
 global-batch = 2
 batch-per-rank = 2048
-steps = 60
+steps = 200
 warmup-steps = 2
 INI
 resume_out="$work/resume-results"
@@ -233,8 +234,8 @@ status=$("$python" "$sweep_py" status "$resume" --output-dir "$resume_out")
 echo "$status"
 expect weak-ddp-overlap_off-n1-r0 "resume: waiting$"
 expect weak-zero2-overlap_off-n1-r0 "resume: waiting$"
-# The reruns run: each new job's log shows a step within 30 s (a weak step takes some 2 s,
-# the start a second or two).
+# The reruns run: each new job's log shows a step within 30 s (a weak step takes about
+# 1.3 s, the start a second or two).
 for label in weak-ddp-overlap_off-n1-r0 weak-zero2-overlap_off-n1-r0; do
   log=$("$python" -c 'import json, sys; print(json.load(open(sys.argv[1]))["points"][sys.argv[2]]["log"])' \
     "$resume_out/jobs/submitted.json" "$label")
