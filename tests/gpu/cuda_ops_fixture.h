@@ -379,9 +379,6 @@ class CudaOpsTest : public gpu_test::CudaOpsFixture {
     expect_close("fused cross-entropy dlogits" + label, d_fused, dlogits, tol_.probability);
   }
 
-  // One dense layer against the CPU at N rows: the forward with its bias, then the backward
-  // both ways it writes its input gradient. The parameter gradients start from a random
-  // prior that the GPU must add to.
   // The residual stream's add in the dense layer (MatmulForwardArgs::residual), against the
   // CPU's out = residual + (inp @ weight^T + bias) on the same operands. In 16 bits the
   // GEMM's error is bounded as for the plain out, relative to the layer's scale, and the sum
@@ -406,6 +403,9 @@ class CudaOpsTest : public gpu_test::CudaOpsFixture {
     expect_close("matmul out + residual" + c.label(), gpu_args.out, out, tolerance);
   }
 
+  // One dense layer against the CPU at N rows: the forward with its bias, without and with
+  // a residual, then the backward both ways it writes its input gradient. The parameter gradients start from a random
+  // prior that the GPU must add to.
   void check_matmul(const DenseCase& c, int N) {
     const std::string label = c.label();
     // The weight sits 8 elements into the parameters (as the model's weights sit at
