@@ -394,9 +394,11 @@ int backward_chunks(int rows) {
   return (rows + chunk_rows - 1) / chunk_rows;
 }
 
+}  // namespace
+
 // out = layernorm(inp): a warp a row where the rows allow it, a block a row otherwise.
 template <class T>
-void layernorm_forward(cudaStream_t stream, const LayerNormForwardArgs<T>& args) {
+void launch_layernorm_forward(cudaStream_t stream, const LayerNormForwardArgs<T>& args) {
   const auto& [out, mean, rstd, inp, weight, bias, rows, channels, out_stride] = args;
   check_shape(rows, channels);
   check_not_null({{out, "layernorm out"},
@@ -421,13 +423,6 @@ void layernorm_forward(cudaStream_t stream, const LayerNormForwardArgs<T>& args)
     layernorm_forward_warp_kernel<T, kPacks><<<blocks, kForwardWarps * kWarpSize, 0, stream>>>(args);
     CHECK_LAUNCH();
   });
-}
-
-}  // namespace
-
-template <class T>
-void launch_layernorm_forward(cudaStream_t stream, const LayerNormForwardArgs<T>& args) {
-  layernorm_forward(stream, args);
 }
 
 size_t layernorm_backward_scratch_elems(int rows, int channels) {
