@@ -6,21 +6,20 @@
 namespace scalestudy::cuda {
 namespace {
 
-// No __restrict__ in the ops' kernels: out (or dst) may alias an input, as on the CPU,
-// and each element (each pack) is read and written by the same thread.
-// out = a + b, each fp32 sum rounded once; the accumulate is out = dst + src into dst.
+// dst += src, each fp32 sum rounded once. No __restrict__: src may alias dst, as on the
+// CPU, and each element (each pack) is read and written by the same thread.
 template <class T>
-__global__ void add_kernel(T* out, const T* a, const T* b, size_t elems, size_t packs) {
+__global__ void accumulate_kernel(T* dst, const T* src, size_t elems, size_t packs) {
   for_each_pack_then_element<T>(
       elems, packs,
       [&](size_t i) {
-        const Pack<T> x = load_pack(a + i), y = load_pack(b + i);
+        const Pack<T> x = load_pack(dst + i), y = load_pack(src + i);
         Pack<T> sum;
 #pragma unroll
         for (int k = 0; k < Pack<T>::kCount; ++k) sum.set(k, x.get(k) + y.get(k));
-        store_pack(out + i, sum);
+        store_pack(dst + i, sum);
       },
-      [&](size_t i) { out[i] = from_float<T>(to_float(a[i]) + to_float(b[i])); });
+      [&](size_t i) { dst[i] = from_float<T>(to_float(dst[i]) + to_float(src[i])); });
 }
 
 __global__ void scale_kernel(float* x, size_t elems, float factor) {
@@ -42,15 +41,9 @@ __global__ void cast_kernel(To* __restrict__ dst, const From* __restrict__ src, 
 // An empty range is a valid request (an empty tensor piece) and launches nothing.
 
 template <class T>
-void launch_residual_forward(cudaStream_t stream, T* out, const T* a, const T* b, size_t elems) {
-  launch_packed<T>(stream, add_kernel<T>, elems,
-                   {{out, "residual out"}, {a, "residual a"}, {b, "residual b"}}, out, a, b);
-}
-
-template <class T>
 void launch_accumulate(cudaStream_t stream, T* dst, const T* src, size_t elems) {
-  launch_packed<T>(stream, add_kernel<T>, elems,
-                   {{dst, "accumulate dst"}, {src, "accumulate src"}}, dst, dst, src);
+  launch_packed<T>(stream, accumulate_kernel<T>, elems,
+                   {{dst, "accumulate dst"}, {src, "accumulate src"}}, dst, src);
 }
 
 template <class To, class From>
@@ -78,7 +71,6 @@ void launch_fill(cudaStream_t stream, float* dst, size_t elems, float value) {
 }
 
 #define SCALESTUDY_ELEMENTWISE_INSTANCES(T)                                                       \
-  template void launch_residual_forward(cudaStream_t, T*, const T*, const T*, size_t);            \
   template void launch_accumulate(cudaStream_t, T*, const T*, size_t);
 SCALESTUDY_FOR_EACH_STORAGE(SCALESTUDY_ELEMENTWISE_INSTANCES)
 #undef SCALESTUDY_ELEMENTWISE_INSTANCES

@@ -1,6 +1,6 @@
 #pragma once
-// Elementwise ops on flat buffers: the residual add (whose backward is accumulate), in
-// fp32, bf16 or fp16 storage; in-place scaling and fills (fp32); and the casts between
+// Elementwise ops on flat buffers: the accumulate (the residual stream's add), in fp32,
+// bf16 or fp16 storage; in-place scaling and fills (fp32); and the casts between
 // fp32 and the 16-bit storage types. In fp32 each is exactly one fp32 operation per
 // element, so the results are bit-identical to the CPU backend's; in bf16 or fp16 the
 // same fp32 operation is rounded once to the storage type, so the result is that
@@ -15,9 +15,6 @@
 namespace scalestudy::cuda {
 
 // T is float, __nv_bfloat16 or __half, for every launcher below that takes one.
-// out = a + b. out may alias a or b.
-template <class T>
-void launch_residual_forward(cudaStream_t stream, T* out, const T* a, const T* b, size_t elems);
 // dst += src.
 template <class T>
 void launch_accumulate(cudaStream_t stream, T* dst, const T* src, size_t elems);

@@ -188,12 +188,12 @@ void check_residual_apart(const MatmulForwardArgs<T>& args) {
                    "matmul forward: the residual may not be out itself");
 }
 
-// out = residual + out, where the GEMM that wrote out could not add the residual itself:
-// the layer's result is rounded to T before the add, as a separate residual add rounds it.
+// out += residual, where the GEMM that wrote out could not add the residual itself: the
+// layer's result is rounded to T before the add, as a separate residual add rounds it.
 template <class T>
 void add_residual(cudaStream_t stream, const MatmulForwardArgs<T>& args) {
   if (args.residual != nullptr)
-    launch_residual_forward(stream, args.out, args.residual, args.out, size_t(args.rows) * args.out_channels);
+    launch_accumulate(stream, args.out, args.residual, size_t(args.rows) * args.out_channels);
 }
 
 // Column-major view (see gemm.cuh): out^T[OC, N] = W[OC, IC] · inp^T[IC, N].

@@ -119,8 +119,7 @@ class Ops {
   virtual void gelu_backward(float* dinp, const float* inp, const float* dout, size_t elems,
                              GradientWrite dinp_write) = 0;
 
-  // ---- residual: out = a + b; its backward is accumulate(da, dout) -----------------
-  virtual void residual_forward(float* out, const float* a, const float* b, size_t elems) = 0;
+  // ---- dst += src: the residual stream's gradient from each branch -----------------
   virtual void accumulate(float* dst, const float* src, size_t elems) = 0;
 
   // ---- softmax cross-entropy over rows of V logits ---------------------------------

@@ -456,35 +456,15 @@ TEST(CpuOpsGelu, BackwardMatchesFiniteDifferences) {
   EXPECT_TRUE(gradient_matches("dinp", dinp, dinp_prior, inp, objective, kFp32GradTolerance));
 }
 
-// ---- residual -----------------------------------------------------------------------
+// ---- accumulate ---------------------------------------------------------------------
 
-TEST(CpuOpsResidual, ForwardAndAccumulateAreExact) {
+TEST(CpuOpsAccumulate, AddsExactly) {
   CpuOps ops;
-  std::vector<float> a = {1, -2, 3, 4.5f, 0.25f}, b = {10, 20, -30, 0.5f, 0.75f};
+  std::vector<float> dst = {1, -2, 3, 4.5f, 0.25f};
+  const std::vector<float> src = {10, 20, -30, 0.5f, 0.75f};
   const std::vector<float> expected = {11, 18, -27, 5, 1};
-  std::vector<float> out(a.size());
-  ops.residual_forward(out.data(), a.data(), b.data(), a.size());
-  EXPECT_TRUE(all_close("residual", out, expected, kExact));
-  ops.accumulate(a.data(), b.data(), a.size());
-  EXPECT_TRUE(all_close("accumulate", a, expected, kExact));
-}
-
-// The header defines the residual backward as accumulate(d_input, dout) for each input.
-TEST(CpuOpsResidual, BackwardMatchesFiniteDifferences) {
-  CpuOps ops;
-  auto a = random_floats(kRows * kChannels, 40), b = random_floats(a.size(), 41);
-  auto r = random_floats(a.size(), 42);
-  std::vector<float> out(a.size());
-  auto objective = [&] {
-    ops.residual_forward(out.data(), a.data(), b.data(), a.size());
-    return weighted_sum(out, r);
-  };
-  const auto da_prior = random_floats(a.size(), 43), db_prior = random_floats(b.size(), 44);
-  auto da = da_prior, db = db_prior;
-  ops.accumulate(da.data(), r.data(), r.size());
-  ops.accumulate(db.data(), r.data(), r.size());
-  EXPECT_TRUE(gradient_matches("da", da, da_prior, a, objective, kFp32GradTolerance));
-  EXPECT_TRUE(gradient_matches("db", db, db_prior, b, objective, kFp32GradTolerance));
+  ops.accumulate(dst.data(), src.data(), dst.size());
+  EXPECT_TRUE(all_close("accumulate", dst, expected, kExact));
 }
 
 }  // namespace

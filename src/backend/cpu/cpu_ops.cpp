@@ -469,11 +469,7 @@ void CpuOps::gelu_backward(float* dinp, const float* inp, const float* dout, siz
   }
 }
 
-// ---- residual -----------------------------------------------------------------------
-
-void CpuOps::residual_forward(float* out, const float* a, const float* b, size_t elems) {
-  for (size_t i = 0; i < elems; ++i) out[i] = a[i] + b[i];
-}
+// ---- accumulate ---------------------------------------------------------------------
 
 void CpuOps::accumulate(float* dst, const float* src, size_t elems) {
   for (size_t i = 0; i < elems; ++i) dst[i] += src[i];

@@ -80,7 +80,6 @@ class CpuOps : public Backend {
   void gelu_backward(float* dinp, const float* inp, const float* dout, size_t elems,
                      GradientWrite dinp_write) override;
 
-  void residual_forward(float* out, const float* a, const float* b, size_t elems) override;
   void accumulate(float* dst, const float* src, size_t elems) override;
 
   // The plain [N,V].

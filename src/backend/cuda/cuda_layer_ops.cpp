@@ -231,14 +231,6 @@ void CudaOps::gelu_backward(float* dinp, const float* inp, const float* dout, si
   });
 }
 
-void CudaOps::residual_forward(float* out, const float* a, const float* b, size_t elems) {
-  ScopedKernelTag tag(KernelCategory::norm_elementwise);
-  const bool half = half_operands("residual_forward", {{out, "out"}, {a, "a"}, {b, "b"}});
-  with_storage_type(half, precision_, [&]<class T>(Storage<T>) {
-    cuda::launch_residual_forward(stream_, as<T>(out), as<T>(a), as<T>(b), elems);
-  });
-}
-
 void CudaOps::accumulate(float* dst, const float* src, size_t elems) {
   ScopedKernelTag tag(KernelCategory::norm_elementwise);
   const bool half = half_operands("accumulate", {{dst, "dst"}, {src, "src"}});

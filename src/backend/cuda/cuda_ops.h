@@ -127,7 +127,6 @@ class CudaOps final : public CudaMemory {
   void gelu_backward(float* dinp, const float* inp, const float* dout, size_t elems,
                      GradientWrite dinp_write) override;
 
-  void residual_forward(float* out, const float* a, const float* b, size_t elems) override;
   void accumulate(float* dst, const float* src, size_t elems) override;
 
   void softmax_cross_entropy_forward(float* losses, float* row_stats, const float* logits,
