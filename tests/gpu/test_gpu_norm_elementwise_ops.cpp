@@ -1,6 +1,5 @@
-// The embedding, LayerNorm (alone and after the residual add), GELU, residual, accumulate,
-// scale and fill ops of the CUDA backend against the CPU reference, in fp32, bf16 and fp16,
-// at the op shapes and at GPT-2's widths.
+// The embedding, LayerNorm, GELU, accumulate, scale and fill ops of the CUDA backend
+// against the CPU reference, in fp32, bf16 and fp16, at the op shapes and at GPT-2's widths.
 #include <initializer_list>
 #include <utility>
 
