@@ -47,8 +47,6 @@ const char* kernel_category_name(KernelCategory category) { return kKernelCatego
 
 std::vector<std::string> kernel_category_names() { return kKernelCategoryNames.all(); }
 
-const char* trace_record_kind_name(TraceRecordKind kind) { return kTraceRecordKindNames.name(kind); }
-
 std::vector<std::string> trace_record_kind_names() { return kTraceRecordKindNames.all(); }
 
 KernelCategory categorize(TraceRecordKind kind, const std::string& name, LaunchTag tag) {

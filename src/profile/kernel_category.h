@@ -24,7 +24,6 @@ std::vector<std::string> kernel_category_names();
 
 enum class TraceRecordKind : uint8_t { kernel, memcpy, memset };
 inline constexpr int kTraceRecordKindCount = 3;
-const char* trace_record_kind_name(TraceRecordKind kind);
 std::vector<std::string> trace_record_kind_names();
 
 // The category a scalestudy op tagged its launches with; none for launches outside ops

@@ -80,13 +80,6 @@ std::string cuda_device_pci_bus_id(int device) {
   });
 }
 
-std::string cuda_compute_capability(int device) {
-  cudaDeviceProp props{};
-  std::string reason;
-  if (!query_properties(device, props, reason)) return "";
-  return std::to_string(props.major) + "." + std::to_string(props.minor);
-}
-
 std::string cuda_runtime_version() {
   int version = 0;
   if (cudaRuntimeGetVersion(&version) != cudaSuccess) return "unknown";

@@ -24,7 +24,4 @@ std::string cuda_device_pci_bus_id(int device);
 // The CUDA runtime's version, e.g. "13.0".
 std::string cuda_runtime_version();
 
-// e.g. "9.0"; empty when the device cannot be queried.
-std::string cuda_compute_capability(int device);
-
 }  // namespace scalestudy
