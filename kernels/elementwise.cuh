@@ -1,11 +1,11 @@
 #pragma once
-// Elementwise ops on flat buffers: the accumulate (the residual stream's add), in fp32,
-// bf16 or fp16 storage; in-place scaling and fills (fp32); and the casts between
-// fp32 and the 16-bit storage types. In fp32 each is exactly one fp32 operation per
-// element, so the results are bit-identical to the CPU backend's; in bf16 or fp16 the
-// same fp32 operation is rounded once to the storage type, so the result is that
-// rounding of the CPU's fp32 result (in fp16, +-inf beyond 65504). Also the plain copy
-// that `scalestudy bench bandwidth` times.
+// Elementwise ops on flat buffers: the accumulate (dst += src; the dense layer's residual
+// add where its GEMM cannot take it), in fp32, bf16 or fp16 storage; in-place scaling and
+// fills (fp32); and the casts between fp32 and the 16-bit storage types. In fp32 each is
+// exactly one fp32 operation per element, so the results are bit-identical to the CPU
+// backend's; in bf16 or fp16 the same fp32 operation is rounded once to the storage type,
+// so the result is that rounding of the CPU's fp32 result (in fp16, +-inf beyond 65504).
+// Also the plain copy that `scalestudy bench bandwidth` times.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>

@@ -99,6 +99,7 @@ class NcclCommunicator final : public Communicator {
     return wire_elems_for(kind, elems, wire) * sizeof(uint16_t);
   }
   void* native_stream() const override { return comm_stream_; }
+
   // NCCL calls made on the overlapped lane's communicator so far.
   size_t overlapped_calls() const { return overlapped_calls_; }
   // The CTAs of one cluster of the overlapped lane's kernels (see "Lanes" above).
