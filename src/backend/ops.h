@@ -119,7 +119,8 @@ class Ops {
   virtual void gelu_backward(float* dinp, const float* inp, const float* dout, size_t elems,
                              GradientWrite dinp_write) = 0;
 
-  // ---- dst += src, elementwise (zero2 adds each later micro-batch's shard with it) -
+  // ---- dst += src, elementwise ---------------------------------------------------
+  // zero2 adds each later micro-batch's reduced shard with it.
   virtual void accumulate(float* dst, const float* src, size_t elems) = 0;
 
   // ---- softmax cross-entropy over rows of V logits ---------------------------------
