@@ -109,8 +109,10 @@ GEMM_ALGOS_FILE = "gemm-algos.txt"
 # The overlapped lane's CTAs where [train] leaves overlapped-ctas to auto (train's auto, on
 # cuda with overlap on).
 AUTO_OVERLAPPED_CTAS = 4
-# The [train] options that give the search the points' model and precision.
-SEARCH_OPTIONS = ("model", "layers", "hidden", "heads", "precision")
+# The [train] options that give the search the points' GEMMs: the model (with its
+# vocabulary, the LM head's shapes), the precision and the attention kernel (whose output
+# rows the projections' GEMMs read at its stride).
+SEARCH_OPTIONS = ("model", "layers", "hidden", "heads", "vocab", "precision", "attention-kernel")
 
 
 def gemm_algos_file(sweep):
@@ -159,8 +161,9 @@ def gemm_searches(sweep, points):
 
 
 def gemm_search_arguments(sweep, search):
-    """The search's `scalestudy gemm-search` arguments: the points' model, precision and
-    sequence length ([train]'s seq, else its max-seq, train's default seq)."""
+    """The search's `scalestudy gemm-search` arguments: the points' model, vocabulary,
+    precision, attention kernel and sequence length ([train]'s seq, else its max-seq,
+    train's default seq)."""
     train = dict(sweep.train)
     args = ["gemm-search", "--backend", "cuda"]
     for key in SEARCH_OPTIONS:

@@ -9,8 +9,8 @@ and its own scaling factors from one GPU.
 scalestudy runs ddp+overlap (and zero2+overlap on more than one GPU) with its defaults,
 and ddp+overlap once more with each --scalestudy-variants' options. A run's scaling factor
 is over the run of the same name on one GPU; zero2's is over ddp's.
-PyTorch (peers/train_torch.py) is GPT-2 written as nanoGPT writes it, in eager mode
-and under torch.compile, with bf16 autocast, fused AdamW and scaled_dot_product_attention
+PyTorch (peers/train_torch.py) is GPT-2 written as nanoGPT writes it, in eager mode,
+under torch.compile and under torch.compile's max-autotune, with bf16 autocast, fused AdamW and scaled_dot_product_attention
 (and in fp32 with --precision fp32, to compare like with like); on several GPUs it runs DDP
 through torchrun. Both sides run each --vocab: by default the preset's rounded up to a
 multiple of 64, the padding nanoGPT gives GPT-2.
@@ -348,9 +348,11 @@ def parser():
                         help="limit of one run in seconds (default: %(default)s)")
     result.add_argument("--pytorch-gpus", type=positive_int, nargs="*", default=None,
                         help="GPU counts, of --gpus, to run PyTorch at (default: every --gpus)")
-    result.add_argument("--pytorch-modes", nargs="*", default=None, choices=("eager", "compile"),
-                        help="how PyTorch runs the model: eager, torch.compile, both, or none when given with no "
-                             "value (default: both; none with --backend cpu)")
+    result.add_argument("--pytorch-modes", nargs="*", default=None, choices=("eager", "compile", "max-autotune"),
+                        help="how PyTorch runs the model: eager, torch.compile, torch.compile(mode='max-autotune') "
+                             "(GEMMs tuned per shape, CUDA graphs: the peer of a --gemm-algos-file variant), "
+                             "any of them, or none when given with no value (default: eager and compile; none "
+                             "with --backend cpu)")
     result.add_argument("--pytorch-precisions", nargs="+", default=None, choices=("fp32", "bf16"),
                         help="the precisions PyTorch runs in (default: scalestudy's precision and bf16)")
     result.add_argument("--scalestudy-variants", nargs="*", default=[], type=variant, metavar="NAME=OPTIONS",

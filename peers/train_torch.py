@@ -18,8 +18,11 @@ The step is nanoGPT's: bf16 autocast (or fp32, with TF32 off so that fp32 means 
 backward, gradient clipping at norm 1, fused AdamW (lr 6e-4, betas 0.9 and 0.95, weight
 decay 0.1 on the matrices and embeddings only), gradients set to None. The weights start
 as GPT-2's (init_weights); random tokens, drawn once. With `--mode compile` the model is
-compiled with `torch.compile` (and wrapped in DDP after, as nanoGPT does); compilation
-happens in the warm-up steps.
+compiled with `torch.compile` (and wrapped in DDP after, as nanoGPT does); with `--mode
+max-autotune`, with `torch.compile(mode="max-autotune")`, which times Triton's GEMM
+templates against cuBLAS for each shape and replays the step's kernels as CUDA graphs:
+PyTorch's tuned step, the peer of a scalestudy run that reads a `scalestudy gemm-search`
+file. Compilation happens in the warm-up steps.
 
 Each measured step is timed between two CUDA events on the current stream; on several GPUs
 a step's time is the slowest rank's. Prints one line, `RESULT {json}`, with the median step
@@ -149,7 +152,11 @@ def measure(args):
     torch.backends.cudnn.allow_tf32 = False
     model, vocab = build_model(args.model, args.vocab, device="cuda")
     optimizer = adamw(model)
-    step_model = torch.compile(model) if args.mode == "compile" else model
+    step_model = model
+    if args.mode == "compile":
+        step_model = torch.compile(model)
+    elif args.mode == "max-autotune":
+        step_model = torch.compile(model, mode="max-autotune")
     if world > 1:
         step_model = nn.parallel.DistributedDataParallel(step_model, device_ids=[local])
     dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
@@ -196,7 +203,7 @@ def main():
     parser.add_argument("--vocab", type=int, default=None, help="vocabulary size (default: the preset's)")
     parser.add_argument("--seq", type=int, required=True)
     parser.add_argument("--batch-per-gpu", type=int, required=True)
-    parser.add_argument("--mode", choices=("eager", "compile"), required=True)
+    parser.add_argument("--mode", choices=("eager", "compile", "max-autotune"), required=True)
     parser.add_argument("--precision", choices=("fp32", "bf16"), required=True)
     parser.add_argument("--steps", type=int, required=True)
     parser.add_argument("--warmup", type=int, required=True)

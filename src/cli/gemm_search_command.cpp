@@ -38,7 +38,7 @@ namespace {
 struct RawOptions {
   ModelShapeOptions shape{"gpt2-small"};
   BackendOptions backend{"cuda"};
-  int micro_batch = 0, seq = 0, reserve = 0;
+  int vocab = 0, micro_batch = 0, seq = 0, reserve = 0;
   double cool_down_s = 60.0;
   std::string choices_path;
 };
@@ -57,6 +57,7 @@ po::options_description search_options(RawOptions& raw) {
   add_help_option(general);
   po::options_description model = help_section("Model");
   add_model_shape_options(model, raw.shape, raw.shape.model);
+  add_vocab_option(model, &raw.vocab);
   po::options_description backend = help_section("Backend and precision (cuda, 16-bit: the GEMMs a choice file serves)");
   add_backend_options(backend, raw.backend);
   po::options_description search = help_section("Search");
@@ -97,6 +98,7 @@ GemmSearchConfig resolve(const RawOptions& raw, const po::variables_map& values)
   if (raw.backend.backend != "cuda") bad_value("backend", raw.backend.backend, "gemm-search chooses cuBLAS's algorithms: cuda only");
   GemmSearchConfig c;
   c.shape = resolve_model_shape(raw.shape, values);
+  apply_vocab(c.shape, raw.vocab);
   c.precision = resolve_precision(raw.backend.precision, raw.backend.backend);
   if (!is_16bit(c.precision)) bad_value("precision", raw.backend.precision, "must be bf16 or fp16: fp32 GEMMs take no choices");
   c.attention_kernel = parse_attention_kernel(raw.backend.attention_kernel, raw.backend.backend, c.precision);
@@ -153,8 +155,8 @@ int search(const GemmSearchConfig& c) {
   const OutputLock lock(c.choices_path, "gemm-algos-file");
   const std::string machine = cuda::gemm_machine(0);
   cuda::GemmChoiceFile choices = existing_choices(c.choices_path, machine);
-  std::printf("scalestudy gemm-search: micro-batch %d, seq %d, reserve %d, on %s; %zu choices in %s\n",
-              c.micro_batch, c.seq, c.reserve, machine.c_str(), choices.size(), c.choices_path.c_str());
+  std::printf("scalestudy gemm-search: micro-batch %d, seq %d, vocab %d, reserve %d, on %s; %zu choices in %s\n",
+              c.micro_batch, c.seq, c.shape.vocab, c.reserve, machine.c_str(), choices.size(), c.choices_path.c_str());
   std::fflush(stdout);
   auto chooser = std::make_shared<cuda::SustainedChooser>(
       choices, c.choices_path, machine, cuda::SustainedTiming{}, [&](const cuda::SustainedChoiceMade& made) {

@@ -45,6 +45,16 @@ ModelShape resolve_model_shape(const ModelShapeOptions& o, const po::variables_m
   return shape;
 }
 
+void add_vocab_option(po::options_description& section, int* vocab) {
+  section.add_options()("vocab", po::value(vocab)->default_value(0, "preset"),
+                        "vocabulary size (V), the LM head's rows; train: at least the data's");
+}
+
+void apply_vocab(ModelShape& shape, int vocab) {
+  if (vocab < 0) bad_value("vocab", std::to_string(vocab), "must be positive");
+  if (vocab > 0) shape.vocab = vocab;
+}
+
 void add_seq_option(po::options_description& section, int* seq) {
   section.add_options()("seq", po::value(seq)->default_value(0, "max-seq"),
                         "tokens per sample (T); at most the position table's rows (--max-seq, or the preset's)");

@@ -1,6 +1,6 @@
 #pragma once
 // The option groups that `train`, `bench` and `gemm-search` share, each declared once here:
-// model shape, the sequence and the GEMM choice file, backend and precision, output,
+// model shape, the vocabulary, the sequence and the GEMM choice file, backend and precision, output,
 // communication, and the help and kernel-profile switches.
 // A command adds a group to one of its --help sections and checks the group's values with
 // the group's own check, so the name, the default, the help text and the error of a shared
@@ -30,7 +30,11 @@ void add_model_shape_options(boost::program_options::options_description& sectio
 // negative size or heads that do not divide the hidden size.
 ModelShape resolve_model_shape(const ModelShapeOptions& options, const boost::program_options::variables_map& values);
 
-// ---- the step's sequence and its GEMM algorithms: train and gemm-search ---------------
+// ---- the step's vocabulary, sequence and GEMM algorithms: train and gemm-search -------
+// --vocab: the LM head's rows, and so its GEMMs' shapes; left out (0), the preset's.
+void add_vocab_option(boost::program_options::options_description& section, int* vocab);
+// The shape with a given --vocab; refuses a negative one, naming the option.
+void apply_vocab(ModelShape& shape, int vocab);
 // --seq, tokens per sample; left out (0), the position table's rows.
 void add_seq_option(boost::program_options::options_description& section, int* seq);
 // --gemm-algos-file: the choice file that gemm-search makes and extends and train reads.

@@ -13,7 +13,6 @@
 #include <iomanip>
 #include <optional>
 #include <sstream>
-#include <tuple>
 
 #include "config/command_options.h"
 #include "config/option_groups.h"
@@ -80,8 +79,8 @@ po::options_description general_section(RunConfig& c, RawOptions& raw) {
 po::options_description model_section(RunConfig& c, RawOptions& raw) {
   po::options_description model = help_section("Model");
   add_model_shape_options(model, raw.shape, raw.shape.model);
+  add_vocab_option(model, &raw.vocab);
   model.add_options()
-      ("vocab", po::value(&raw.vocab)->default_value(0, "preset"), "vocabulary size (V); at least the data's")
       ("max-seq", po::value(&raw.max_seq)->default_value(0, "preset"), "rows of the position table")
       ("attention", po::value(&raw.attention)->default_value("", "preset"), "causal (GPT) or bidirectional (BERT)");
   add_seq_option(model, &c.seq);
@@ -385,11 +384,9 @@ void check_given_values(RunConfig& c, const RawOptions& raw, const po::variables
 void resolve_model(RunConfig& c, const RawOptions& raw, const po::variables_map& values) {
   c.model = raw.shape.model;
   c.shape = resolve_model_shape(raw.shape, values);
-  for (auto [option, value, field] : {std::tuple{"vocab", raw.vocab, &c.shape.vocab},
-                                      {"max-seq", raw.max_seq, &c.shape.max_seq}}) {
-    if (value < 0) bad_value(option, text(value), "must be positive");
-    if (value > 0) *field = value;
-  }
+  apply_vocab(c.shape, raw.vocab);
+  if (raw.max_seq < 0) bad_value("max-seq", text(raw.max_seq), "must be positive");
+  if (raw.max_seq > 0) c.shape.max_seq = raw.max_seq;
   if (raw.attention == "causal") c.shape.causal = true;
   else if (raw.attention == "bidirectional") c.shape.causal = false;
   else if (!raw.attention.empty()) bad_value("attention", raw.attention, "must be causal or bidirectional");

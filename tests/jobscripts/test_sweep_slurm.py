@@ -607,15 +607,15 @@ def test_a_sweep_searches_each_micro_batch_once_with_the_largest_lane_its_points
 
 
 def test_a_search_runs_the_points_model_and_precision(tmp_path):
-    train = ("model = gpt2-small", "layers = 4", "hidden = 256", "heads = 4", "precision = fp16", "max-seq = 512",
-             "global-batch = 32", "lr = 0.001")
+    train = ("model = gpt2-small", "layers = 4", "hidden = 256", "heads = 4", "vocab = 50304", "precision = bf16",
+             "attention-kernel = flash", "max-seq = 512", "global-batch = 32", "lr = 0.001")
     experiment = searching_sweep(tmp_path, ["gpus = 1, 2", "overlap = on"], train)
     first, second = sweep_plan.gemm_searches(experiment, sweep_plan.plan(experiment))
     choice_file = str(tmp_path / "out" / "gemm-algos.txt")
     # Without seq in [train], train's sequence is --max-seq.
     assert sweep_plan.gemm_search_arguments(experiment, first) == [
         "gemm-search", "--backend", "cuda", "--model", "gpt2-small", "--layers", "4", "--hidden", "256",
-        "--heads", "4", "--precision", "fp16", "--seq", "512", "--micro-batch", "16", "--reserve", "4",
+        "--heads", "4", "--vocab", "50304", "--precision", "bf16", "--attention-kernel", "flash", "--seq", "512", "--micro-batch", "16", "--reserve", "4",
         "--gemm-algos-file", choice_file]
     assert sweep_plan.gemm_search_arguments(experiment, second)[-4:] == ["--micro-batch", "32", "--gemm-algos-file", choice_file]
 
