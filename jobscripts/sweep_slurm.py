@@ -85,8 +85,8 @@ def sbatch_script(sweep, point, binary):
     return "\n".join(lines)
 
 
-# The least time a search is given: about 25 s a GEMM shape, some 12 minutes for GPT-2
-# small's 28 shapes and up to 19 with at most 16 more beside an overlapped lane; larger
+# The least time a search is given: 25-35 s a GEMM shape, 10-12 minutes for GPT-2 small's
+# 18-28 shapes and up to 19 with at most 16 more beside an overlapped lane; larger
 # models' shapes take longer bursts in the neighbour search.
 SEARCH_SECONDS = 45 * 60
 

@@ -59,7 +59,7 @@ class Run:
     precision: str
     strategy: str = ""  # scalestudy's --strategy
     options: str = ""   # further scalestudy train options
-    mode: str = ""      # PyTorch's eager or compile
+    mode: str = ""      # PyTorch's eager, compile or max-autotune
     vocab: int = 0      # the vocabulary, the same on both sides
 
     @property

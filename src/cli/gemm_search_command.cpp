@@ -86,7 +86,7 @@ std::string search_help() {
          "Runs one training step of the model at micro-batch B on one GPU and times each 16-bit GEMM of it\n"
          "under sustained load against cuBLASLt's first eight candidates and eight configurations near them,\n"
          "keeping the fastest where it is at least 1 % faster than the default. The choices go into FILE,\n"
-         "which train --gemm-algos-file reads; about 25 s a GEMM shape, some 12 minutes for GPT-2 small.\n"
+         "which train --gemm-algos-file reads; 25-35 s a GEMM shape, 10-12 minutes for GPT-2 small.\n"
       << search_options(raw);
   return out.str();
 }

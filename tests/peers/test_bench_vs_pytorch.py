@@ -146,6 +146,21 @@ def test_even_rounds_run_in_reverse_order():
     assert bench.round_order(runs, 2) == ["a", "b", "c"]
 
 
+def test_each_pytorch_mode_reaches_the_worker_and_the_worker_takes_it():
+    args = bench.parser().parse_args(["--binary", "scalestudy", "--batch-per-gpu", "8",
+                                      "--pytorch-modes", "compile", "max-autotune"])
+    args.vocab, args.pytorch_gpus, args.pytorch_precisions = [50304], args.gpus, ["bf16"]
+    runs = [run for run in bench.plan(args) if run.side == "pytorch"]
+    assert [run.name for run in runs] == ["pytorch compile", "pytorch max-autotune"]
+    for run in runs:
+        command = bench.pytorch_command(args, run)
+        assert command[command.index("--mode") + 1] == run.mode
+    # The worker's own parser, which needs no torch to answer --help, offers every mode.
+    usage = subprocess.run([sys.executable, str(ROOT / "peers" / "train_torch.py"), "--help"],
+                           capture_output=True, text=True, timeout=60, check=True).stdout
+    assert "{eager,compile,max-autotune}" in usage
+
+
 def run_script(*args, cwd=None):
     return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=600,
                           cwd=cwd)
