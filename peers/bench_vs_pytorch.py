@@ -10,10 +10,10 @@ scalestudy runs ddp+overlap (and zero2+overlap on more than one GPU) with its de
 and ddp+overlap once more with each --scalestudy-variants' options. A run's scaling factor
 is over the run of the same name on one GPU; zero2's is over ddp's.
 PyTorch (peers/train_torch.py) is GPT-2 written as nanoGPT writes it, in eager mode,
-under torch.compile and under torch.compile's max-autotune, with bf16 autocast, fused AdamW and scaled_dot_product_attention
-(and in fp32 with --precision fp32, to compare like with like); on several GPUs it runs DDP
-through torchrun. Both sides run each --vocab: by default the preset's rounded up to a
-multiple of 64, the padding nanoGPT gives GPT-2.
+under torch.compile and under its max-autotune, with bf16 autocast, fused AdamW and
+scaled_dot_product_attention (and in fp32 with --precision fp32, to compare like with
+like); on several GPUs it runs DDP through torchrun. Both sides run each --vocab: by
+default the preset's rounded up to a multiple of 64, the padding nanoGPT gives GPT-2.
 
 Rounds: every run is repeated --rounds times, in plan order in the odd rounds and in the
 reverse order in the even ones, so that over an even number of rounds each side runs as

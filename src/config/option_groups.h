@@ -1,7 +1,7 @@
 #pragma once
 // The option groups that `train`, `bench` and `gemm-search` share, each declared once here:
-// model shape, the vocabulary, the sequence and the GEMM choice file, backend and precision, output,
-// communication, and the help and kernel-profile switches.
+// model shape, the vocabulary, the sequence and the GEMM choice file, backend and
+// precision, output, communication, and the help and kernel-profile switches.
 // A command adds a group to one of its --help sections and checks the group's values with
 // the group's own check, so the name, the default, the help text and the error of a shared
 // option are the same in every command.
