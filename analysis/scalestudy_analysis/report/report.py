@@ -20,7 +20,7 @@ from scalestudy_analysis.results import machine
 from scalestudy_analysis.report import noise
 
 from scalestudy_analysis.report import plots
-from scalestudy_analysis.results.gpu_state import gpu_state_section
+from scalestudy_analysis.report.gpu_section import gpu_state_section
 from scalestudy_analysis.report.exports import write_exports
 from scalestudy_analysis.report.html import write_html
 from scalestudy_analysis.bench.kernels import kernel_section

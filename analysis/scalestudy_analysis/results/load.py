@@ -17,7 +17,7 @@ import pandas as pd
 from scalestudy_analysis.results import machine
 from scalestudy_analysis.results.gpu_state import GpuState, read_gpu_phase_state, read_gpu_state
 from scalestudy_analysis.results.intervals import StepQuantities, step_quantities
-from scalestudy_analysis.bench.kernels import KernelTrace, read_kernel_trace
+from scalestudy_analysis.results.kernel_trace import KernelTrace, read_kernel_trace
 from scalestudy_analysis.results.placement import read_placement
 from scalestudy_analysis.results.reading import Problem, attributes as _attributes, text as _text, text_list as _text_list
 from scalestudy_analysis.results.schema import (COLLECTIVE_NAMES, HOST_INFO_DATASETS, HOST_INFO_VERSION, KERNEL_TRACE_GROUP,
