@@ -9,7 +9,7 @@ import matplotlib.image
 import pytest
 
 from scalestudy_analysis.report.cli import main
-from scalestudy_analysis.report.html import markdown_to_html
+from scalestudy_analysis.render.html import markdown_to_html
 from synth import base_config, write_run
 
 CHROMIUM = next((shutil.which(name) for name in ("chromium", "chromium-browser")

@@ -1,14 +1,16 @@
-"""The analysis package's layers, read from its source: `results/` (reading files, series,
-metrics) is the ground the other subpackages stand on and imports none of them, and no
-module imports a name another module keeps private (a leading underscore; a dunder such as
-__version__ is public)."""
+"""The analysis package's layers, read from its source: each subpackage imports only those
+below it, `results/` (reading files, series, metrics) at the bottom, then `render/` (the
+formats and figure parts the reports share), `bench/` and `compare/`, `report/` and
+`predict/` at the top; and no module imports a name another module keeps private (a
+leading underscore; a dunder such as __version__ is public)."""
 import ast
 from pathlib import Path
 
 import scalestudy_analysis
 
 PACKAGE = Path(scalestudy_analysis.__file__).parent
-GROUND = "results"
+# A subpackage may import its own modules and those of the levels below its own.
+LEVELS = {"results": 0, "render": 1, "bench": 2, "compare": 2, "report": 3, "predict": 4}
 
 
 def imports(path):
@@ -24,7 +26,7 @@ def imports(path):
 
 
 def subpackage(module):
-    """'report' for scalestudy_analysis.report.markdown; '' for the package itself."""
+    """'report' for scalestudy_analysis.render.markdown; '' for the package itself."""
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else ""
 
@@ -33,15 +35,19 @@ def modules():
     return sorted(PACKAGE.rglob("*.py"))
 
 
-def test_the_package_has_its_subpackages():
-    # Guards the checks below against a moved package, where they would pass on nothing.
-    assert {path.parent.name for path in modules()} >= {"results", "report", "compare", "predict", "bench"}
+def test_every_subpackage_has_a_level():
+    # Guards the check below against a moved or added subpackage, which it would not see.
+    assert {path.parent.name for path in modules() if path.parent != PACKAGE} == set(LEVELS)
 
 
-def test_results_imports_no_other_subpackage():
+def allowed(importer, imported):
+    return imported in ("", importer) or LEVELS[imported] < LEVELS[importer]
+
+
+def test_each_subpackage_imports_only_those_below_it():
     upward = [f"{path.relative_to(PACKAGE)}:{line} imports {module}"
-              for path in modules() if path.parent.name == GROUND
-              for line, module, _ in imports(path) if subpackage(module) not in ("", GROUND)]
+              for path in modules() if path.parent != PACKAGE
+              for line, module, _ in imports(path) if not allowed(path.parent.name, subpackage(module))]
     assert upward == []
 
 

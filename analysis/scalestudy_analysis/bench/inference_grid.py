@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from scalestudy_analysis.report.markdown import table
+from scalestudy_analysis.render.markdown import table
 
 PYTORCH_KIND = "scalestudy inference vs pytorch"
 PYTORCH_VERSIONS = (1,)

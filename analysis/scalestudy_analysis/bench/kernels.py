@@ -20,10 +20,9 @@ import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from scalestudy_analysis.report.markdown import figure_markdown, fmt, percent, relative, table  # noqa: E402
-from scalestudy_analysis.report.plots import Figure, save_figure, world_size_axis, wrap_title  # noqa: E402
+from scalestudy_analysis.render.markdown import figure_markdown, fmt, percent, relative, table  # noqa: E402
+from scalestudy_analysis.render.figures import Figure, ranks_to_show, save_figure, world_size_axis, wrap_title  # noqa: E402
 from scalestudy_analysis.results.schema import COMMUNICATION_CATEGORY, KERNEL_CATEGORY_NAMES  # noqa: E402
-from scalestudy_analysis.report.timeline import ranks_to_show  # noqa: E402
 
 TOP_KERNELS = 10
 

@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from scalestudy_analysis.report.markdown import fmt, percent, table
+from scalestudy_analysis.render.markdown import fmt, percent, table
 
 SIXTEEN_BIT = ("fp16", "bf16")
 

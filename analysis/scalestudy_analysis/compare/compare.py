@@ -26,11 +26,11 @@ from scalestudy_analysis import __version__
 
 from scalestudy_analysis.results import machine  # noqa: E402
 from scalestudy_analysis.compare.bootstrap import MORE_REPEATS_SHOWN, UNDECIDED, Ratio, median_replicates, point_rng  # noqa: E402
-from scalestudy_analysis.report.html import write_html  # noqa: E402
+from scalestudy_analysis.render.html import write_html  # noqa: E402
 from scalestudy_analysis.results.load import load_results  # noqa: E402
-from scalestudy_analysis.report.markdown import relative, table  # noqa: E402
+from scalestudy_analysis.render.markdown import relative, table  # noqa: E402
 from scalestudy_analysis.results.metrics import group_series  # noqa: E402
-from scalestudy_analysis.report.plots import DPI, legend_outside, world_size_axis  # noqa: E402
+from scalestudy_analysis.render.figures import DPI, legend_outside, world_size_axis  # noqa: E402
 
 DEFAULTS = {"level": 0.95, "threshold": 0.01, "resamples": 2000, "seed": 0}
 # What makes two runs the same work. Two series that differ in any of these measure

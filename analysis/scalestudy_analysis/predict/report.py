@@ -4,7 +4,7 @@ import json
 import math
 from pathlib import Path
 
-from scalestudy_analysis.report.html import write_html
+from scalestudy_analysis.render.html import write_html
 from scalestudy_analysis.predict.flags import FLAG_GPU, FLAG_MEMORY
 from scalestudy_analysis.predict.plot import plot_predictions
 

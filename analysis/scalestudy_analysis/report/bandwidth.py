@@ -14,8 +14,8 @@ import pandas as pd  # noqa: E402
 
 from scalestudy_analysis.results import machine  # noqa: E402
 from scalestudy_analysis.bench.report import bus_factor as _bench_bus_factor, read_bench_file  # noqa: E402
-from scalestudy_analysis.report.markdown import fmt, table  # noqa: E402
-from scalestudy_analysis.report.plots import Figure, legend_outside, save_figure, world_size_axis, wrap_title  # noqa: E402
+from scalestudy_analysis.render.markdown import fmt, table  # noqa: E402
+from scalestudy_analysis.render.figures import Figure, legend_outside, save_figure, world_size_axis, wrap_title  # noqa: E402
 from scalestudy_analysis.results.schema import COLLECTIVE_NAMES  # noqa: E402
 
 LINES_SHOWN = 4   # the (collective, size) pairs that moved the most bytes get a line

@@ -5,7 +5,7 @@ from collections import defaultdict
 
 import pandas as pd
 
-from scalestudy_analysis.report.markdown import fmt, percent, relative, table
+from scalestudy_analysis.render.markdown import fmt, percent, relative, table
 from scalestudy_analysis.results.gpu_state import (gpu_metrics, gpu_phase_metrics, has_phase_samples, has_samples,
                                                    phases_with_samples, rank_phase_rows, reason_names)
 

@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from scalestudy_analysis.results.baseline import comparable_key  # noqa: E402
-from scalestudy_analysis.report.plots import Figure, legend_outside, save_figure, wrap_title  # noqa: E402
+from scalestudy_analysis.render.figures import Figure, legend_outside, save_figure, wrap_title  # noqa: E402
 
 # A strong-scaling curve further than this from the 1-rank one (relative, at any step) is
 # listed under Warnings. Reduction order alone moves a bf16 loss by some 1e-5 over tens

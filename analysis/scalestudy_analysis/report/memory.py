@@ -10,8 +10,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from scalestudy_analysis.results.baseline import comparable_key  # noqa: E402
-from scalestudy_analysis.report.markdown import fmt, table  # noqa: E402
-from scalestudy_analysis.report.plots import Figure, legend_outside, save_figure, wrap_title  # noqa: E402
+from scalestudy_analysis.render.markdown import fmt, table  # noqa: E402
+from scalestudy_analysis.render.figures import Figure, legend_outside, save_figure, wrap_title  # noqa: E402
 from scalestudy_analysis.results.schema import MEMORY_KIND_NAMES  # noqa: E402
 
 KIND_COLOURS = {"parameters": "#4C72B0", "gradients": "#8172B3", "optimizer": "#55A868",

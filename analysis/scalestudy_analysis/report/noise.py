@@ -9,7 +9,7 @@ import numpy as np
 
 from scalestudy_analysis.results import machine
 from scalestudy_analysis.report.loss import LOSS_DEPARTURE_WARNING
-from scalestudy_analysis.report.markdown import table
+from scalestudy_analysis.render.markdown import table
 from scalestudy_analysis.results.metrics import series_peak
 
 # An IQR wider than this share of the median step makes differences of that size noise.

@@ -1,12 +1,6 @@
 """Scaling figures as PNG files. Each function returns a Figure entry for the report:
-the file written (None when skipped) and a note saying why when it was skipped.
-
-The helpers every figure of the report shares are public: world_size_axis (N on a
-log-2 axis, one tick per N), save_figure (tight layout, the report's DPI, the figure
-closed), legend_outside (a legend right of the axes) and wrap_title (a title in lines of
-70 characters)."""
-from dataclasses import dataclass
-
+the file written (None when skipped) and a note saying why when it was skipped. The
+helpers every figure shares are render/figures.py's."""
 import matplotlib
 
 matplotlib.use("Agg")
@@ -14,42 +8,14 @@ import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first
 import numpy as np  # noqa: E402
 from matplotlib.ticker import ScalarFormatter  # noqa: E402
 
+from scalestudy_analysis.render.figures import Figure, legend_outside, save_figure, world_size_axis, wrap_title  # noqa: E402
 from scalestudy_analysis.results.metrics import legend_labels  # noqa: E402
 
-DPI = 120
 BREAKDOWN_PARTS = (("compute", "compute (forward+backward)", "#4C72B0"),
                    ("optimizer", "optimizer", "#55A868"),
                    ("exposed_comm", "exposed communication", "#DD8452"),
                    ("data", "data", "#8C8C8C"),
                    ("other", "other (waits, host gaps)", "#D0D0D0"))
-
-
-@dataclass
-class Figure:
-    """A figure of the report: its PNG relative to the output directory (None when skipped),
-    its title, and a note shown under it or saying why it was skipped."""
-    file: str          # relative to the output directory; None when skipped
-    title: str
-    note: str = ""
-
-
-def world_size_axis(axis, sizes, log=True):
-    """N on the x axis: log 2 where several N are drawn, a tick at each."""
-    sizes = sorted({int(n) for n in sizes})
-    if log and len(sizes) > 1:
-        axis.set_xscale("log", base=2)
-    axis.set_xticks(sizes)
-    axis.set_xticklabels([str(n) for n in sizes])
-    axis.minorticks_off()
-    axis.set_xlabel("world size N (ranks)")
-
-
-def save_figure(figure, out_dir, name):
-    """Writes out_dir/name at the report's DPI, closes the figure, returns name."""
-    figure.tight_layout()
-    figure.savefig(out_dir / name, dpi=DPI)
-    plt.close(figure)
-    return name
 
 
 def _line_plot(series_list, out_dir, name, title, column, ylabel, ideal=None, band=None,
@@ -212,25 +178,6 @@ def breakdown(series, out_dir):
     legend_outside(axis)
     axis.grid(True, axis="y", alpha=0.3)
     return Figure(save_figure(figure, out_dir, f"breakdown_{series.slug}.png"), title)
-
-
-def legend_outside(axis):
-    """A legend right of the axes, so it never covers a line however many there are."""
-    axis.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0),
-                borderaxespad=0.0)
-
-
-def wrap_title(text, width=70):
-    """text in lines of at most width characters, broken between words."""
-    words, lines, current = text.split(), [], ""
-    for word in words:
-        if current and len(current) + 1 + len(word) > width:
-            lines.append(current)
-            current = word
-        else:
-            current = f"{current} {word}".strip()
-    lines.append(current)
-    return "\n".join(lines)
 
 
 def common_efficiency(series_list, out_dir, baselines):

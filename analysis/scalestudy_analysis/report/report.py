@@ -22,13 +22,13 @@ from scalestudy_analysis.report import noise
 from scalestudy_analysis.report import plots
 from scalestudy_analysis.report.gpu_section import gpu_state_section
 from scalestudy_analysis.report.exports import write_exports
-from scalestudy_analysis.report.html import write_html
+from scalestudy_analysis.render.html import write_html
 from scalestudy_analysis.bench.kernels import kernel_section
 from scalestudy_analysis.report.bandwidth import bandwidth_figure, bandwidth_markdown, bandwidth_table, load_benches
 from scalestudy_analysis.results.baseline import add_common_efficiency
 from scalestudy_analysis.results.load import load_results
 from scalestudy_analysis.report.loss import departure_line, loss_figure
-from scalestudy_analysis.report.markdown import (figure_markdown as _figure_markdown, fmt as _fmt, percent as _percent,
+from scalestudy_analysis.render.markdown import (figure_markdown as _figure_markdown, fmt as _fmt, percent as _percent,
                        relative as _relative, table as _table)
 from scalestudy_analysis.report.memory import memory_figures, memory_markdown, memory_table
 from scalestudy_analysis.results.metrics import comm_part_name, group_series, series_peak

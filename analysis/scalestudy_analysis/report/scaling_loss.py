@@ -8,8 +8,9 @@ fractions of T(N): a series whose efficiency is E loses 1 − E of its step in a
 import numpy as np
 import pandas as pd
 
-from scalestudy_analysis.report.markdown import table
-from scalestudy_analysis.report.plots import BREAKDOWN_PARTS, Figure, legend_outside, save_figure, wrap_title
+from scalestudy_analysis.render.markdown import table
+from scalestudy_analysis.render.figures import Figure, legend_outside, save_figure, wrap_title
+from scalestudy_analysis.report.plots import BREAKDOWN_PARTS
 
 import matplotlib
 

@@ -7,10 +7,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
-from scalestudy_analysis.report.plots import DPI, Figure, wrap_title  # noqa: E402
+from scalestudy_analysis.render.figures import DPI, Figure, ranks_to_show, wrap_title  # noqa: E402
 from scalestudy_analysis.results.schema import COLLECTIVE_NAMES, PHASE  # noqa: E402
 
-MAX_RANKS_SHOWN = 16
 PHASE_COLOURS = {"data": "#8C8C8C", "forward": "#4C72B0", "backward": "#8172B3",
                  "optimizer": "#55A868"}
 COLLECTIVE_COLOURS = {"allreduce": "#DD8452", "reduce_scatter": "#C44E52",
@@ -24,16 +23,6 @@ def median_step_row(run):
     times = run.quantities.step_time[rows]
     order = np.argsort(times, kind="stable")
     return int(rows[order[(len(order) - 1) // 2]])
-
-
-def ranks_to_show(world_size, critical_rank):
-    """All ranks up to MAX_RANKS_SHOWN; beyond that an even spread that always includes
-    the rank that set the step time."""
-    if world_size <= MAX_RANKS_SHOWN:
-        return list(range(world_size))
-    chosen = set(np.linspace(0, world_size - 1, MAX_RANKS_SHOWN - 1).round().astype(int))
-    chosen.add(int(critical_rank))
-    return sorted(chosen)
 
 
 def timeline_run(series):

@@ -2,7 +2,7 @@
 largest N with its throughput and its efficiency against the common baseline, the fastest
 series by throughput at every N, what each loses against the ideal and to what, and the
 efficiency figure against that baseline."""
-from scalestudy_analysis.report.markdown import figure_markdown, table
+from scalestudy_analysis.render.markdown import figure_markdown, table
 from scalestudy_analysis.report.scaling_loss import main_loss_sentence
 
 # Two throughputs within this fraction of each other are a tie: the spread between runs
