@@ -1,6 +1,7 @@
 """A run's /kernel_trace (docs/results-schema.md, version 2) read into per-rank totals, with
 the checks that turn a malformed trace into a reported problem rather than a wrong number
-or a crash. The kernel profile (bench/kernels.py) and the timeline's records build on it.
+or a crash. The kernel profile (bench/kernels.py) builds on these totals; the Perfetto
+trace (report/trace.py) reads the records themselves.
 
 Times are sums of record durations (end_ns - start_ns); "per step" divides a total over the
 window by its length in steps (window_last - window_first + 1)."""
