@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from scalestudy_analysis.results.load import read_run
-from scalestudy_analysis.results.reading import text_list
-from scalestudy_analysis.results.schema import COLLECTIVE_NAMES, KERNEL_TRACE_GROUP, PHASE_NAMES
+from scalestudy_analysis.results.kernel_trace import kernel_records
+from scalestudy_analysis.results.schema import COLLECTIVE_NAMES, PHASE_NAMES
 from scalestudy_analysis.report.timeline import timeline_run
 
 STEP_PHASE = "step"
@@ -92,20 +92,6 @@ def collective_events(run, collective_names, starts):
                              {"step": int(columns["step"][i]),
                               "payload_bytes": int(columns["payload_bytes"][i])}))
     return events
-
-
-def kernel_records(handle):
-    """{rank: (kernel names, stream names, record columns)} as /kernel_trace stores them;
-    empty without one."""
-    if KERNEL_TRACE_GROUP not in handle:
-        return {}
-    records = {}
-    for key, sub in handle[KERNEL_TRACE_GROUP].items():
-        if key.startswith("rank_"):
-            records[int(key[5:])] = (text_list(sub["names"][()]), text_list(sub["stream_names"][()]),
-                                     {name: sub[name][()] for name in ("step", "name", "stream",
-                                                                       "start_ns", "end_ns")})
-    return records
 
 
 def kernel_events(records, run, starts):

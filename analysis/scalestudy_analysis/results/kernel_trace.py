@@ -1,7 +1,7 @@
-"""A run's /kernel_trace (docs/results-schema.md, version 2) read into per-rank totals, with
-the checks that turn a malformed trace into a reported problem rather than a wrong number
-or a crash. The kernel profile (bench/kernels.py) builds on these totals; the Perfetto
-trace (report/trace.py) reads the records themselves.
+"""A run's /kernel_trace (docs/results-schema.md, version 2), the one reader of it: into
+per-rank totals, with the checks that turn a malformed trace into a reported problem rather
+than a wrong number or a crash, for the kernel profile (bench/kernels.py); and as its
+records, for the Perfetto trace (report/trace.py, kernel_records).
 
 Times are sums of record durations (end_ns - start_ns); "per step" divides a total over the
 window by its length in steps (window_last - window_first + 1)."""
@@ -195,3 +195,17 @@ def _window_problems(path, trace, step_index, traced):
                                        f"trace window is {first}..{last}; times per step "
                                        f"divide by the window's {trace.traced_steps} steps"))
     return problems
+
+
+def kernel_records(handle):
+    """{rank: (kernel names, stream names, record columns)} as /kernel_trace stores them,
+    every record, unchecked (the Perfetto trace draws them); empty without one."""
+    if KERNEL_TRACE_GROUP not in handle:
+        return {}
+    records = {}
+    for key, sub in handle[KERNEL_TRACE_GROUP].items():
+        if key.startswith("rank_"):
+            records[int(key[5:])] = (text_list(sub["names"][()]), text_list(sub["stream_names"][()]),
+                                     {name: sub[name][()] for name in ("step", "name", "stream",
+                                                                       "start_ns", "end_ns")})
+    return records
