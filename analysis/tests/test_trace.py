@@ -117,3 +117,19 @@ def test_the_trace_reads_its_file_once(tmp_path, monkeypatch):
 def test_a_file_that_is_not_there_exits_2(tmp_path, capsys):
     assert main(["trace", str(tmp_path / "missing.h5")]) == 2
     assert "missing.h5" in capsys.readouterr().err
+
+
+def test_a_malformed_kernel_trace_leaves_the_kernels_out_and_says_why(tmp_path):
+    ranks = [trace_records((3,), [("sm90_xmma_gemm", "gemm", 4000)])] * 2
+    run = tmp_path / "traced.h5"
+    write_run(run, world_size=2, steps=5, warmup_steps=1, step_times=0.01, backend="cuda",
+              traced_steps=(3,), kernel_trace=ranks, config=base_config(global_batch=16))
+    with h5py.File(run, "r+") as handle:
+        names = handle["kernel_trace/rank_1/name"][()]
+        names[0] = 99       # rank 1's names table has one entry
+        handle["kernel_trace/rank_1/name"][...] = names
+    document = trace_of(tmp_path, run)
+    check_format(document)
+    assert events(document, "kernel") == [] and len(events(document, "phase")) > 0
+    (problem,) = document["otherData"]["problems"]
+    assert "/kernel_trace/rank_1/name holds 99" in problem

@@ -12,7 +12,8 @@ Steps are laid end to end on each rank: the file gives a phase's times from the 
 its step (docs/results-schema.md, /steps), so step i starts where step i-1 ended, and the
 few milliseconds between two steps (rank 0 gathering the records) are not shown. Kernel
 records carry CUPTI's clock, not the step's: each traced step's records are placed so that
-its first record starts with the step."""
+its first record starts with the step. A trace the reader finds malformed is left out, and
+the document's otherData lists the run's problems, that one among them."""
 import json
 import math
 from pathlib import Path
@@ -121,7 +122,14 @@ def trace_document(path):
     """The Chrome Trace Event document of one run file, read once. The phase and
     collective names are the schema's, which read_run checks the file against."""
     records = {}
-    run = read_run(str(path), also=lambda handle, _: records.update(kernel_records(handle)))
+
+    def read_checked_records(handle, run):
+        # The records are drawn only where read_run found the trace well formed: its
+        # indices into the name and stream tables are then known to be in range.
+        if run.kernel_trace is not None:
+            records.update(kernel_records(handle))
+
+    run = read_run(str(path), also=read_checked_records)
     if run.intervals is None:
         reasons = "; ".join(problem.message for problem in run.problems) or "no /steps"
         raise TraceError(f"{path}: no step intervals to draw ({reasons})")
@@ -137,7 +145,8 @@ def trace_document(path):
     events += kernels
     return {"traceEvents": events, "displayTimeUnit": "ms",
             "otherData": {"file": str(path), "status": run.status, "git_sha": run.git_sha,
-                          "world_size": run.world_size, "clock": "steps laid end to end per rank"}}
+                          "world_size": run.world_size, "clock": "steps laid end to end per rank",
+                          "problems": [problem.message for problem in run.problems]}}
 
 
 def series_trace(series, out_dir):
