@@ -3,7 +3,6 @@
 // with fewer steps than were written, is marked failed naming that dataset, never complete.
 #include <gtest/gtest.h>
 #include <hdf5.h>
-#include <unistd.h>
 
 #include <cstdint>
 #include <cstdio>
@@ -14,17 +13,18 @@
 
 #include "results/complete_mark.h"
 #include "results/hdf5_io.h"
+#include "scratch_folder.h"
 
 namespace scalestudy {
 namespace {
 
 constexpr hsize_t kSteps = 5;
 
-std::string temporary_output(const std::string& name) {
-  const std::string output = ::testing::TempDir() + "complete_mark_" + std::to_string(::getpid()) + "_" + name + ".h5";
-  std::filesystem::remove(output);
-  return output;
-}
+// The output of a run in the test's folder: the complete mark renames the partial to it.
+class CompleteMark : public ScratchFolder {
+ protected:
+  std::string output() const { return path("run.h5"); }
+};
 
 // A file shaped like a run's: root status "running", /steps/loss and /steps/step_index of
 // kSteps rows (chunked and grown, as a run writes them), and a string attribute.
@@ -80,8 +80,8 @@ std::string root_attribute(const std::string& path, const char* name) {
   return value;
 }
 
-TEST(CompleteMark, AFileThatReadsBackIsMarkedCompleteAndRenamed) {
-  const std::string output = temporary_output("whole");
+TEST_F(CompleteMark, AFileThatReadsBackIsMarkedCompleteAndRenamed) {
+  const std::string output = this->output();
   const std::string partial = output + ".partial";
   write_run_like_file(partial);
   EXPECT_EQ(read_back_error(partial, kSteps), "");
@@ -92,8 +92,8 @@ TEST(CompleteMark, AFileThatReadsBackIsMarkedCompleteAndRenamed) {
   EXPECT_EQ(root_attribute(output, "failure_reason"), "");
 }
 
-TEST(CompleteMark, ADatasetWhoseHeaderDoesNotReadIsMarkedFailedNamingIt) {
-  const std::string output = temporary_output("corrupt");
+TEST_F(CompleteMark, ADatasetWhoseHeaderDoesNotReadIsMarkedFailedNamingIt) {
+  const std::string output = this->output();
   const std::string partial = output + ".partial";
   write_run_like_file(partial);
   corrupt_header(partial, "/steps/loss");
@@ -106,8 +106,8 @@ TEST(CompleteMark, ADatasetWhoseHeaderDoesNotReadIsMarkedFailedNamingIt) {
   EXPECT_EQ(root_attribute(output, "failure_reason"), reason);
 }
 
-TEST(CompleteMark, FewerStepsThanWrittenIsMarkedFailed) {
-  const std::string output = temporary_output("short");
+TEST_F(CompleteMark, FewerStepsThanWrittenIsMarkedFailed) {
+  const std::string output = this->output();
   const std::string partial = output + ".partial";
   write_run_like_file(partial);
   const std::string reason = mark_complete({.partial = partial, .output = output, .steps_rows = kSteps + 1});
@@ -115,8 +115,8 @@ TEST(CompleteMark, FewerStepsThanWrittenIsMarkedFailed) {
   EXPECT_EQ(root_attribute(output, "status"), "failed");
 }
 
-TEST(CompleteMark, AFileThatCannotBeOpenedStaysPartialNeverComplete) {
-  const std::string output = temporary_output("garbage");
+TEST_F(CompleteMark, AFileThatCannotBeOpenedStaysPartialNeverComplete) {
+  const std::string output = this->output();
   const std::string partial = output + ".partial";
   std::ofstream(partial) << "not an HDF5 file";
   const std::string reason = mark_complete({.partial = partial, .output = output, .steps_rows = kSteps});

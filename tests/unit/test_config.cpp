@@ -18,6 +18,7 @@
 #include "model/flops.h"
 #include "model/parameter_layout.h"
 #include "parallel/bucket_plan.h"
+#include "scratch_folder.h"
 #include "training.h"
 
 namespace scalestudy {
@@ -104,17 +105,15 @@ TEST(Config, OverridesWin) {
   EXPECT_EQ(c.scaling, Scaling::strong);
 }
 
-TEST(Config, ConfigFileIsReadAndTheCommandLineWins) {
-  const std::string path = ::testing::TempDir() + "scalestudy_config_test.ini";
-  {
-    std::ofstream file(path);
-    file << "# an experiment file\nmodel = tiny\nsteps = 7\nstrategy = zero2\nlr = 0.002\n";
-  }
+using ConfigFile = ScratchFolder;
+
+TEST_F(ConfigFile, IsReadAndTheCommandLineWins) {
+  const std::string path =
+      write("experiment.ini", "# an experiment file\nmodel = tiny\nsteps = 7\nstrategy = zero2\nlr = 0.002\n");
   const RunConfig c = parse({"--config", path, "--steps", "9"});
   EXPECT_EQ(c.steps, 9);  // the command line wins
   EXPECT_EQ(c.strategy, Strategy::zero2);
   EXPECT_FLOAT_EQ(c.learning_rate, 0.002f);
-  std::remove(path.c_str());
 }
 
 TEST(Config, BadInputNamesTheOptionAndValue) {
@@ -424,23 +423,6 @@ TEST(BucketPlan, TheEmbeddingsBucketsEndWhereTheEmbeddingsEnd) {
   }
 }
 
-class ScratchFolder : public testing::Test {
- protected:
-  void SetUp() override {
-    folder_ = std::filesystem::temp_directory_path() /
-              ("scalestudy-refusals-" + std::to_string(::getpid()) + "-" +
-               testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::create_directories(folder_);
-  }
-  void TearDown() override { std::filesystem::remove_all(folder_); }
-  std::string write(const std::string& name, const std::string& content) {
-    const std::filesystem::path path = folder_ / name;
-    std::ofstream(path, std::ios::binary) << content;
-    return path.string();
-  }
-  std::filesystem::path folder_;
-};
-
 TEST(ConfigRefusals, SentinelsAndNonFiniteNumbers) {
   expect_usage_error({"--global-batch", "0"}, {"--global-batch 0", "at least 1"});
   expect_usage_error({"--warmup-steps", "-1"}, {"--warmup-steps -1", "at least 0"});
@@ -483,9 +465,11 @@ TEST(ConfigRefusals, StrayArgumentsAndAbbreviations) {
   expect_usage_error({"--strat", "ddp"}, {"--strat"});
 }
 
-TEST_F(ScratchFolder, OutputPaths) {
+using ConfigPaths = ScratchFolder;
+
+TEST_F(ConfigPaths, OutputPaths) {
   expect_usage_error({"--output", ""}, {"--output", "empty"});
-  expect_usage_error({"--output", folder_.string()}, {"--output " + folder_.string(), "is a directory"});
+  expect_usage_error({"--output", folder()}, {"--output " + folder(), "is a directory"});
   const std::string existing = write("done.h5", "a result");
   expect_usage_error({"--output", existing}, {"--output " + existing, "--overwrite"});
   EXPECT_EQ(parse_train_options({"--output", existing, "--overwrite"}).output, existing);
@@ -496,12 +480,12 @@ TEST_F(ScratchFolder, OutputPaths) {
   expect_usage_error({"--config", config, "--output", config, "--overwrite"}, {"--output " + config, "--config"});
 }
 
-TEST_F(ScratchFolder, TokenFilesThatAreNoFiles) {
-  expect_usage_error({"--data", "file", "--token-file", folder_.string()}, {"--token-file", "is a directory"});
-  const std::string fifo = (folder_ / "tokens.fifo").string();
+TEST_F(ConfigPaths, TokenFilesThatAreNoFiles) {
+  expect_usage_error({"--data", "file", "--token-file", folder()}, {"--token-file", "is a directory"});
+  const std::string fifo = path("tokens.fifo");
   ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
   expect_usage_error({"--data", "file", "--token-file", fifo}, {"--token-file " + fifo, "not a regular file"});
-  expect_usage_error({"--data", "file", "--token-file", (folder_ / "none.bin").string()}, {"no such file"});
+  expect_usage_error({"--data", "file", "--token-file", path("none.bin")}, {"no such file"});
 }
 
 TEST(ConfigRefusals, ProfileKernelsOnTheCpuNamesTheBackend) {
@@ -509,9 +493,9 @@ TEST(ConfigRefusals, ProfileKernelsOnTheCpuNamesTheBackend) {
   expect_usage_error({"--nonfinite-loss", "ignore"}, {"--nonfinite-loss ignore", "stop or continue"});
 }
 
-TEST_F(ScratchFolder, ConfigFilesNameTheFileAndLine) {
-  expect_usage_error({"--config", folder_.string()}, {"--config " + folder_.string(), "not a regular file"});
-  expect_usage_error({"--config", (folder_ / "missing.ini").string()}, {"missing.ini", "no such file"});
+TEST_F(ConfigPaths, ConfigFilesNameTheFileAndLine) {
+  expect_usage_error({"--config", folder()}, {"--config " + folder(), "not a regular file"});
+  expect_usage_error({"--config", path("missing.ini")}, {"missing.ini", "no such file"});
   const std::string unknown = write("unknown.ini", "steps = 3\n\nbogus = 1\n");
   expect_usage_error({"--config", unknown}, {unknown + ":3", "bogus"});
   const std::string bad = write("bad.ini", "steps = abc\n");
@@ -523,7 +507,7 @@ TEST_F(ScratchFolder, ConfigFilesNameTheFileAndLine) {
   EXPECT_EQ(parse_train_options({"--config", write("good.ini", "steps = 7\r\n")}).steps, 7);
 }
 
-TEST_F(ScratchFolder, ConfigFileThatFailsToReadIsNoEmptyFile) {
+TEST_F(ConfigPaths, ConfigFileThatFailsToReadIsNoEmptyFile) {
   // The first page of /proc/self/mem is unmapped: its read fails (EIO) at once.
   expect_usage_error({"--config", "/proc/self/mem"}, {"--config /proc/self/mem: cannot be read: Input/output error"});
   // A UTF-8 byte-order mark, as editors on Windows write, is no part of the first key;
@@ -534,7 +518,7 @@ TEST_F(ScratchFolder, ConfigFileThatFailsToReadIsNoEmptyFile) {
   expect_usage_error({"--config", bom_bad}, {bom_bad + ":1", "'steps'"});
 }
 
-TEST_F(ScratchFolder, ConfigFileErrorsNameTheLineWhereverTheyAreFound) {
+TEST_F(ConfigPaths, ConfigFileErrorsNameTheLineWhereverTheyAreFound) {
   // Lines that Boost cannot read, named by the line Boost quotes or the key it names.
   const std::string no_equals = write("no_equals.ini", "steps = 3\nlayers 2\n");
   expect_usage_error({"--config", no_equals}, {no_equals + ":2", "invalid line"});

@@ -4,7 +4,6 @@
 // micro-batches read from a source: whatever it read ahead, load(step, m) gives exactly the
 // samples that step and micro-batch cover on this rank.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <cstdint>
@@ -21,6 +20,7 @@
 #include "data/random_tokens.h"
 #include "data/token_file.h"
 #include "data/token_source.h"
+#include "scratch_folder.h"
 #include "train/micro_batch_loader.h"
 
 namespace scalestudy {
@@ -94,20 +94,6 @@ void check_source_contract(const TokenSource& source, int seq) {
     EXPECT_EQ(split, single_rank) << "ranks=" << ranks;
   }
 }
-
-class TempDir : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = std::filesystem::temp_directory_path() /
-           ("scalestudy_test_data_" + std::to_string(::getpid()) + "_" + info->name());
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-
-  std::filesystem::path dir_;
-};
 
 void write_bytes(const std::string& path, const std::vector<unsigned char>& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
@@ -303,7 +289,7 @@ TEST(MarkovSource, RejectsBadParameters) {
 
 // ---- token files --------------------------------------------------------------------
 
-using TokenFile = TempDir;
+using TokenFile = ScratchFolder;
 
 TEST_F(TokenFile, RoundTripBothWidths) {
   for (int token_bytes : {2, 4}) {
@@ -439,7 +425,7 @@ TEST_F(TokenFile, BadFilesNameThePathAndTheProblem) {
 
 // ---- make_token_source --------------------------------------------------------------
 
-using MakeTokenSource = TempDir;
+using MakeTokenSource = ScratchFolder;
 
 TEST_F(MakeTokenSource, BuildsEachKind) {
   EXPECT_EQ(make_token_source("random", 100, 1, "")->describe().rfind("random(", 0), 0u);
