@@ -155,14 +155,23 @@ slurm_start_single_node() {
 }
 
 # Cancels every job, waits up to 30 s for the jobs to end (a job's slurmstepd outlives
-# slurmd), then stops the daemons of slurm_start_single_node. Argument: NODE.
+# slurmd), then stops the daemons of slurm_start_single_node. The test's folder,
+# SLURM_TEST_WORK, goes with them when the test passed; when it failed it stays, and the
+# test says where, for the daemons' logs. Arguments: NODE and the test's exit status (an
+# EXIT trap passes $?).
 slurm_stop_single_node() {
+  local node=$1 status=$2
   scancel --user=root >/dev/null 2>&1 || true
   for _ in $(seq 1 30); do
     [ -z "$(squeue -h -o %i 2>/dev/null)" ] && break
     sleep 1
   done
   slurm_stop_pid_file "$SLURM_TEST_WORK/slurmctld.pid"
-  slurm_stop_pid_file "$SLURM_TEST_WORK/slurmd-$1.pid"
+  slurm_stop_pid_file "$SLURM_TEST_WORK/slurmd-$node.pid"
   slurm_stop_pid_file "$SLURM_TEST_WORK/munged.pid"
+  if [ "$status" = 0 ]; then
+    rm -rf "$SLURM_TEST_WORK"
+  else
+    echo "the cluster's logs stay in $SLURM_TEST_WORK"
+  fi
 }

@@ -30,7 +30,7 @@ slurm_install_packages
 SLURM_TEST_WORK=$(mktemp -d /tmp/scalestudy-slurm-site.XXXXXX)
 work=$SLURM_TEST_WORK
 node=$(hostname -s)
-trap 'slurm_stop_single_node "$node"' EXIT
+trap 'slurm_stop_single_node "$node" $?' EXIT
 # Four CPUs on two cores: the timed-out point holds one for its minute while the other
 # jobs (two of them a two-rank point) run beside it; config_overrides keeps the node in
 # service although it has fewer.

@@ -16,7 +16,7 @@ echo "== Slurm: install and start a single-node cluster"
 slurm_install_packages
 SLURM_TEST_WORK=$(mktemp -d /tmp/scalestudy-slurm.XXXXXX)
 node=$(hostname -s)
-trap 'slurm_stop_single_node "$node"' EXIT
+trap 'slurm_stop_single_node "$node" $?' EXIT
 slurm_start_single_node "$node" "NodeName=$node CPUs=$(nproc) State=UNKNOWN"
 
 echo "== submit the quickstart sweep through its generated scripts"
