@@ -5,7 +5,6 @@
 #include <hdf5.h>
 
 #include <cstdint>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
