@@ -169,7 +169,13 @@ slurm_stop_single_node() {
   slurm_stop_pid_file "$SLURM_TEST_WORK/slurmctld.pid"
   slurm_stop_pid_file "$SLURM_TEST_WORK/slurmd-$node.pid"
   slurm_stop_pid_file "$SLURM_TEST_WORK/munged.pid"
-  if [ "$status" = 0 ]; then
+  slurm_remove_work_unless_failed "$status"
+}
+
+# Removes the test's folder, SLURM_TEST_WORK, after a test that passed (STATUS 0); after
+# one that failed, keeps it and says where: the daemons' logs tell why. Argument: STATUS.
+slurm_remove_work_unless_failed() {
+  if [ "$1" = 0 ]; then
     rm -rf "$SLURM_TEST_WORK"
   else
     echo "the cluster's logs stay in $SLURM_TEST_WORK"

@@ -76,11 +76,7 @@ cleanup() {
     echo "FAIL: the two-node test left behind: $left"
     status=1
   fi
-  if [ "$status" = 0 ]; then
-    rm -rf "$SLURM_TEST_WORK"
-  else
-    echo "the cluster's logs stay in $SLURM_TEST_WORK"
-  fi
+  slurm_remove_work_unless_failed "$status"
   exit "$status"
 }
 
