@@ -9,14 +9,12 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <optional>
 #include <set>
-#include <cstdio>
-#include <fstream>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -28,6 +26,7 @@
 #include "gemm_choice_file.cuh"
 #include "gemm_search.cuh"
 #include "op_checks.h"
+#include "scratch_folder.h"
 
 namespace scalestudy::gpu_test {
 namespace {
@@ -35,12 +34,13 @@ namespace {
 // C[m, n] = A[m, k] · B[k, n] in bf16, column-major, with fp32 accumulation. The entries are
 // integers in [-2, 2], so every partial sum (at most 4 k = 3072 in magnitude) is exact in
 // fp32 whatever the order, and every algorithm must give the same bits.
-class LtAlgorithms : public ::testing::Test {
+class LtAlgorithms : public ScratchFolder {
  protected:
   static constexpr int m = 768, n = 512, k = 768;
   static constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 
   void SetUp() override {
+    ScratchFolder::SetUp();
     if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device visible: GPU tests skipped";
     CHECK_CUBLAS(cublasLtCreate(&problem_.handle));
     CHECK_CUBLAS(cublasLtMatmulDescCreate(&problem_.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -55,6 +55,7 @@ class LtAlgorithms : public ::testing::Test {
     CHECK_CUDA(cudaStreamCreate(&stream_));
   }
   void TearDown() override {
+    ScratchFolder::TearDown();
     if (problem_.handle == nullptr) return;
     for (void* buffer : {a_, b_, c_, workspace_}) CHECK_CUDA(cudaFree(buffer));
     CHECK_CUDA(cudaStreamDestroy(stream_));
@@ -137,10 +138,6 @@ TEST_F(LtAlgorithms, ConfigurationsNearTheCandidatesAreNewAndComputeTheSame) {
   }
 }
 
-std::string temporary_path(const std::string& name) {
-  return ::testing::TempDir() + "gemm_choice_file_" + std::to_string(::getpid()) + "_" + name;
-}
-
 std::string contents(const std::string& path) {
   std::ifstream in(path);
   std::stringstream text;
@@ -148,15 +145,13 @@ std::string contents(const std::string& path) {
   return text.str();
 }
 
-void write_text(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
-
 
 // The search's mechanics on one GEMM, with windows of a few milliseconds (the real ones
 // take tens of seconds a shape): the choice is an algorithm this cuBLASLt accepts and that
 // computes the same bits, it is in the file as soon as it is made, and a shape the file
 // holds is answered from it without timing.
 TEST_F(LtAlgorithms, TheSustainedChooserWritesEachChoiceAndKeepsTheFilesChoices) {
-  const std::string path = temporary_path("sustained");
+  const std::string path = this->path("sustained");
   const std::string machine = "this GPU | this cuBLASLt";
   const cublasLtMatmulAlgo_t first = cuda::lt_candidates(problem_, 1).at(0);
   const cuda::LtLaunch launch_with = [this](const cublasLtMatmulAlgo_t& algo) { return launch(algo); };
@@ -185,13 +180,15 @@ TEST_F(LtAlgorithms, TheSustainedChooserWritesEachChoiceAndKeepsTheFilesChoices)
   cuda::SustainedChooser resumed(held, path, machine, cuda::SustainedTiming{2.0, 4.0});
   EXPECT_EQ(resumed.choose(gemm), "lt id=1") << "a shape the file holds keeps its choice";
   EXPECT_EQ(resumed.searched(), 0);
-  std::remove(path.c_str());
 }
 
 constexpr const char* kH200 = "NVIDIA H200 | cuBLASLt 130100";
 
-TEST(GemmChoiceFile, WhatOneWritesTheNextReads) {
-  const std::string path = temporary_path("round_trip");
+// The file tests need no GPU, only a folder of their own.
+using GemmChoiceFileOnDisk = ScratchFolder;
+
+TEST_F(GemmChoiceFileOnDisk, WhatOneWritesTheNextReads) {
+  const std::string path = this->path("round_trip");
   cuda::GemmChoiceFile first;
   first.store("plain bf16 m=768 n=65536 k=2304", "lt id=66 tile=29 stages=35");
   first.store("bias bf16 m=2304 n=65536 k=768", "lt id=66 tile=24 stages=35");
@@ -207,11 +204,10 @@ TEST(GemmChoiceFile, WhatOneWritesTheNextReads) {
   EXPECT_EQ(second.find("plain bf16 m=768 n=65536 k=2304"), "cublas") << "the last store wins";
   EXPECT_EQ(second.find("bias bf16 m=2304 n=65536 k=768"), "lt id=66 tile=24 stages=35");
   EXPECT_FALSE(second.find("plain bf16 m=768 n=65536 k=768").has_value());
-  std::remove(path.c_str());
 }
 
-TEST(GemmChoiceFile, AFileOfAnotherMachineIsSetAside) {
-  const std::string path = temporary_path("other_machine");
+TEST_F(GemmChoiceFileOnDisk, AFileOfAnotherMachineIsSetAside) {
+  const std::string path = this->path("other_machine");
   cuda::GemmChoiceFile made;
   made.store("shape", "lt id=1");
   made.write(path, "NVIDIA H100 80GB HBM3 | cuBLASLt 130100");
@@ -219,13 +215,12 @@ TEST(GemmChoiceFile, AFileOfAnotherMachineIsSetAside) {
   EXPECT_EQ(here.size(), 0u);
   EXPECT_NE(here.set_aside_because().find("made for NVIDIA H100 80GB HBM3"), std::string::npos)
       << here.set_aside_because();
-  std::remove(path.c_str());
 }
 
-TEST(GemmChoiceFile, AMalformedOrMissingFileIsRefusedNamingTheFileAndLine) {
-  const std::string path = temporary_path("malformed");
+TEST_F(GemmChoiceFileOnDisk, AMalformedOrMissingFileIsRefusedNamingTheFileAndLine) {
+  const std::string path = this->path("malformed");
   const auto refusal = [&](const std::string& text) -> std::string {
-    write_text(path, text);
+    write("malformed", text);
     try {
       cuda::GemmChoiceFile::read(path, kH200);
     } catch (const std::invalid_argument& error) {
@@ -238,7 +233,7 @@ TEST(GemmChoiceFile, AMalformedOrMissingFileIsRefusedNamingTheFileAndLine) {
   EXPECT_EQ(refusal(header + "shape\tcublas\nno tab\n"), path + ": line 3 must be <shape><TAB><algorithm>");
   EXPECT_EQ(refusal(header + "a\tb\tc\n"), path + ": line 2 must be <shape><TAB><algorithm>");
   EXPECT_EQ(refusal(header + "\tcublas\n"), path + ": line 2 must be <shape><TAB><algorithm>");
-  std::remove(path.c_str());
+  std::filesystem::remove(path);
   try {
     cuda::GemmChoiceFile::read(path, kH200);
     ADD_FAILURE() << "a missing file is read";
