@@ -182,6 +182,70 @@ TEST_P(CudaOpsHalfShapes, ClassifierOnPaddedLogits) {
   expect_close("classifier dweight in parts vs the whole range", parts_dweight, whole, gemm_tolerance(whole));
 }
 
+// Logits of more than 2^31 elements, beyond cuBLAS's 32-bit indexing in one GEMM (the
+// backend runs such GEMMs on row chunks): the classifier on 43000 rows of GPT-2's padded
+// vocabulary, 2.16e9 logits, against the same ops on its two halves, each of which fits
+// one GEMM. A chunk missed, cut short or taken twice leaves the NaN the outputs start as,
+// or a row's loss, its dinp or the dweight off by whole rows. Otherwise they differ only
+// as two GEMMs of other row counts may (cuBLAS may choose another algorithm): a logit
+// rounded the other way moves a loss by at most 2u * max|logit|, and max|logit| <= C with
+// inputs and weights in [-1, 1]; dinp and dweight are held to the GEMM tolerance.
+TEST_F(CudaOpsBf16, ClassifierOnLogitsBeyond2To31Elements) {
+  const int N = 43000, C = 64, V = 50257, half = N / 2;
+  ASSERT_GT(double(N) * 50304, double(1LL << 31)) << "the logits must need more than one GEMM";
+  const size_t weight_at = 8;
+  const auto params = rounded(random_floats(weight_at + size_t(V) * C, 81));
+  float* d_params = upload(params, MemoryKind::parameters);
+  gpu_->parameters_changed(d_params, 0, params.size());
+  const float* d_weight = d_params + weight_at;
+  float* d_inp = activation(rounded(random_floats(size_t(N) * C, 82)));
+  const int32_t* d_targets = upload(random_ids(N, 83, V));
+  const float loss_scale = 1.0f / static_cast<float>(N);
+  const std::vector<float> zeros(size_t(V) * C, 0.0f);
+
+  // Each run: the training step's form over `rows` rows from `first`, into its own outputs.
+  struct Outputs {
+    float *losses, *stats, *dinp, *dweight;
+  };
+  const auto run = [&](float* logits, Outputs out, int first, int rows) {
+    float* inp = gpu_->activation_at(d_inp, size_t(first) * C);
+    gpu_->classifier_forward({.losses = out.losses + first, .row_stats = out.stats + 2 * size_t(first),
+                              .logits = logits, .inp = inp, .weight = d_weight,
+                              .targets = d_targets + first, .rows = rows, .channels = C, .vocab = V,
+                              .dlogits_scale = loss_scale});
+    gpu_->classifier_backward_from_dlogits({.dinp = gpu_->activation_at(out.dinp, size_t(first) * C),
+                                            .dlogits = logits, .weight = d_weight, .rows = rows,
+                                            .channels = C, .vocab = V,
+                                            .dinp_write = GradientWrite::overwrite});
+    gpu_->classifier_weight_backward({.dweight = out.dweight, .dlogits = logits, .inp = inp,
+                                      .rows = rows, .channels = C, .vocab = V, .vocab_begin = 0,
+                                      .vocab_end = V});
+  };
+  const auto outputs = [&] {
+    return Outputs{poisoned_statistics(N), poisoned_statistics(2 * size_t(N)),
+                   poisoned_activation(size_t(N) * C), upload(zeros)};
+  };
+  const Outputs whole = outputs(), halves = outputs();
+  float* logits = gpu_->allocate_logits(N, V);
+  owned_.push_back(logits);
+  run(logits, whole, 0, N);
+  gpu_->release(logits);  // 4.3 GB: the halves run in a buffer of their own
+  owned_.pop_back();
+  float* half_logits = gpu_->allocate_logits(half, V);
+  owned_.push_back(half_logits);
+  run(half_logits, halves, 0, half);
+  run(half_logits, halves, half, N - half);
+
+  expect_close("losses over 2^31 logits vs two halves", whole.losses, download(halves.losses, N),
+               Tolerance{2 * unit_roundoff(precision_) * C, 0.0});
+  expect_close("dinp over 2^31 logits vs two halves", whole.dinp, download(halves.dinp, size_t(N) * C),
+               gemm_tolerance(download(halves.dinp, size_t(N) * C)));
+  const std::vector<float> halves_dweight = download(halves.dweight, zeros.size());
+  ASSERT_GT(max_abs(halves_dweight), 0.0) << "an all-zero gradient would test nothing";
+  expect_close("dweight over 2^31 logits vs two halves", whole.dweight, halves_dweight,
+               gemm_tolerance(halves_dweight));
+}
+
 SCALESTUDY_SHAPE_TESTS();
 SCALESTUDY_HALF_SHAPE_TESTS();
 SCALESTUDY_PRECISION_TESTS();
