@@ -145,7 +145,6 @@ std::string contents(const std::string& path) {
   return text.str();
 }
 
-
 // The search's mechanics on one GEMM, with windows of a few milliseconds (the real ones
 // take tens of seconds a shape): the choice is an algorithm this cuBLASLt accepts and that
 // computes the same bits, it is in the file as soon as it is made, and a shape the file
